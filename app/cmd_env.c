@@ -1,0 +1,54 @@
+/* cmd_env.c — `mpiddp env`: one line per rank (in rank order, printed by rank 0) with rank, local
+ * rank, node, host, device, backend, launcher and the MPI / HDF5 / CUDA / NCCL versions. */
+#include "cli.h"
+
+#include "mpi_ddp/ctx.h"
+#include "mpi_ddp/cuda_api.h"
+#include "mpi_ddp/runinfo.h"
+#include "mpi_ddp/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LINE 1024
+
+int cmd_env(ddp_ctx *ctx, int argc, char **argv)
+{
+    int device = 0;
+    cli_opt opts[] = {{"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "device to resolve (default auto)", 0}};
+    char err[512];
+    int rc = cli_parse("env", opts, 1, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
+    int done = cli_parsed(ctx, rc, "env", "[--device auto|cpu|cuda]",
+                          "Prints one line per rank: topology as MPI sees it, job facts, device and library versions.", opts, 1, err);
+    if (done >= 0) return done;
+    ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
+    char why[160];
+    ddp_status st = ddp_agree_status(ctx, ddp_select_device(ctx, want, &got, why));
+    if (st != DDP_OK) return cli_fail(ctx, "env", st);
+    const ddp_topology *t = ddp_topo(ctx);
+    ddp_versions v;
+    ddp_versions_get(&v);
+    char dev[200] = "cpu";
+    if (got == DDP_DEVICE_CUDA) {
+        char name[160];
+        ddp_cuda_device_name(ctx->cuda_device, name, sizeof name);
+        snprintf(dev, sizeof dev, "cuda:%d(%s)", ctx->cuda_device, name);
+    }
+    char line[LINE];
+    snprintf(line, sizeof line,
+             "rank=%d size=%d local_rank=%d local_size=%d node=%d nodes=%d host=%s device=%s backend=%s launcher=%s job=%s "
+             "mpi=\"%s\" hdf5=%s cuda=\"%s\" nccl=\"%s\"",
+             t->rank, t->size, t->local_rank, t->local_size, t->node_id, t->num_nodes, t->host, dev,
+             got == DDP_DEVICE_CUDA ? "cuda(cublas+nccl)" : "cpu(openblas+mpi)", t->launcher, t->job_id[0] ? t->job_id : "-", v.mpi,
+             v.hdf5, v.cuda, v.nccl);
+    char *all = t->rank == 0 ? calloc((size_t)t->size, LINE) : NULL;
+    int mrc = MPI_Gather(line, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (mrc != MPI_SUCCESS) return cli_fail(ctx, "env", ddp_set_error(DDP_ERR_MPI, "MPI_Gather failed"));
+    if (t->rank == 0) {
+        printf("# %s\n", why);
+        for (int r = 0; r < t->size; r++) printf("%s\n", all + (size_t)r * LINE);
+    }
+    free(all);
+    return 0;
+}

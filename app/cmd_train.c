@@ -1,0 +1,99 @@
+/* cmd_train.c — `mpiddp train`: options (command line and --config INI), datasets, the reference model
+ * on the chosen device, and ddp_train. Prints where the run directory is. */
+#include "cli.h"
+
+#include "mpi_ddp/status.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *USAGE = "--train DIR --val DIR --out RUNDIR [options]";
+static const char *ABOUT =
+    "Trains the reference model (SPEC §2) with data-parallel AdamW across the MPI ranks, validates after each\n"
+    "epoch and writes RUNDIR/{metrics.csv, run.json, checkpoints/last.h5}. Options may also come from an INI\n"
+    "file (--config FILE, keys are option names); the command line wins.";
+
+int cmd_train(ddp_ctx *ctx, int argc, char **argv)
+{
+    const char *train_dir = NULL, *val_dir = NULL, *config = NULL;
+    ddp_train_config cfg;
+    ddp_train_config_default(&cfg);
+    int64_t seed = 0;
+    int hidden = 64, sampling = 0, device = 0, no_progress = 0;
+    double timeout = 0;
+    cli_opt opts[] = {
+        {"train", OPT_STR, &train_dir, NULL, 0, 0, "training dataset directory (required)", 0},
+        {"val", OPT_STR, &val_dir, NULL, 0, 0, "validation dataset directory (required)", 0},
+        {"out", OPT_STR, &cfg.out_dir, NULL, 0, 0, "run directory (required)", 0},
+        {"config", OPT_STR, &config, NULL, 0, 0, "INI file with any of these options", 0},
+        {"epochs", OPT_INT, &cfg.epochs, NULL, 1, 1e6, "epochs (default 3)", 0},
+        {"batch-size", OPT_INT, &cfg.batch_size, NULL, 1, 1e7, "samples per rank per step (default 32)", 0},
+        {"hidden", OPT_INT, &hidden, NULL, 1, 1e5, "hidden units H (default 64)", 0},
+        {"lr", OPT_F64, &cfg.lr, NULL, 1e-12, 1e3, "AdamW learning rate (default 1e-3)", 0},
+        {"weight-decay", OPT_F64, &cfg.weight_decay, NULL, 0, 1e3, "decoupled weight decay (default 0.01)", 0},
+        {"seed", OPT_I64, &seed, NULL, 0, 9.2e18, "seed of init and sampling (default 0)", 0},
+        {"grad-clip", OPT_F64, &cfg.grad_clip, NULL, 0, 1e12, "clip gradients to this global L2 norm (0 = off)", 0},
+        {"accumulate", OPT_INT, &cfg.accumulate, NULL, 1, 1e6, "micro-batches per optimizer step (default 1)", 0},
+        {"sampling", OPT_CHOICE, &sampling, "global|shard", 0, 0, "global permutation, or whole shards per rank", 0},
+        {"drop-last", OPT_FLAG, &cfg.drop_last, NULL, 0, 0, "truncate the epoch to a multiple of the world size", 0},
+        {"log-every", OPT_INT, &cfg.log_every, NULL, 1, 1e9, "optimizer steps between train rows (default 50)", 0},
+        {"log-per-rank", OPT_FLAG, &cfg.log_per_rank, NULL, 0, 0, "also write metrics_rank<R>.csv with local values", 0},
+        {"fast-dev-run", OPT_INT, &cfg.fast_dev_run, NULL, 0, 1e9, "run N train and N val batches, no checkpoint", 0},
+        {"bucket-mb", OPT_F64, &cfg.bucket_mb, NULL, 1e-6, 1e5, "gradient bucket size in MiB (default 25)", 0},
+        {"collective-timeout", OPT_F64, &timeout, NULL, 0, 1e7, "seconds before a stalled gradient allreduce stops the job (0 = none)", 0},
+        {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
+        {"no-progress", OPT_FLAG, &no_progress, NULL, 0, 0, "no progress line on stderr", 0},
+    };
+    int n = (int)(sizeof opts / sizeof opts[0]);
+    char err[1024];
+    int rc = cli_parse("train", opts, n, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
+    if (rc == CLI_OK && (!train_dir || !val_dir || !opts[2].seen)) {
+        snprintf(err, sizeof err, "mpiddp train: --train, --val and --out are required (see mpiddp train --help)");
+        rc = CLI_USAGE;
+    }
+    int done = cli_parsed(ctx, rc, "train", USAGE, ABOUT, opts, n, err);
+    if (done >= 0) return done;
+
+    cfg.seed = (uint64_t)seed;
+    cfg.hidden = hidden;
+    cfg.sampling_shard = sampling == 1;
+    cfg.progress = !no_progress;
+    cfg.collective_timeout = timeout;
+    ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
+    char why[160];
+    ddp_status st = ddp_agree_status(ctx, ddp_select_device(ctx, want, &got, why));
+    if (st != DDP_OK) return cli_fail(ctx, "train", st);
+    if (cli_rank0(ctx) && cfg.progress) fprintf(stderr, "mpiddp train: %s\n", why);
+    cfg.device = got;
+    ddp_dataset *tr = NULL, *va = NULL;
+    ddp_model model = {0};
+    char *json = cli_to_json(opts, n);
+    cfg.config_json = json;
+    st = ddp_dataset_open(ctx, train_dir, &tr);
+    if (st == DDP_OK) st = ddp_dataset_open(ctx, val_dir, &va);
+    if (st == DDP_OK) {
+        const ddp_dataset_info *ti = ddp_dataset_get_info(tr), *vi = ddp_dataset_get_info(va);
+        if (ti->dim != vi->dim || ti->num_classes != vi->num_classes) {
+            st = ddp_agree_status(ctx, ddp_set_error(DDP_ERR_FORMAT, "%s and %s disagree: D %lld vs %lld, classes %lld vs %lld",
+                                                     train_dir, val_dir, (long long)ti->dim, (long long)vi->dim,
+                                                     (long long)ti->num_classes, (long long)vi->num_classes));
+        } else {
+            int64_t maxrows = ti->max_sample_rows > vi->max_sample_rows ? ti->max_sample_rows : vi->max_sample_rows;
+            st = ddp_agree_status(ctx, ddp_refmodel_create(ctx, got, ti->dim, hidden, ti->num_classes,
+                                                           (int64_t)cfg.batch_size * maxrows, cfg.batch_size, &model));
+        }
+    }
+    if (st == DDP_OK) st = ddp_train(ctx, &cfg, &model, tr, va);
+    if (model.destroy) model.destroy(model.self);
+    ddp_dataset_close(tr);
+    ddp_dataset_close(va);
+    free(json);
+    if (st != DDP_OK) return cli_fail(ctx, "train", st);
+    if (cli_rank0(ctx)) {
+        char abs[PATH_MAX];
+        printf("run directory: %s\n", realpath(cfg.out_dir, abs) ? abs : cfg.out_dir);
+    }
+    return 0;
+}

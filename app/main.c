@@ -1,0 +1,85 @@
+/* main.c — the `mpiddp` executable: subcommand dispatch, MPI start/stop, and exit codes
+ * (0 success, 1 runtime error, 2 usage error). The only place besides the cmd_* files that prints. */
+#include "cli.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    cmd_fn fn;
+    const char *about;
+} commands[] = {
+    {"synth", cmd_synth, "write a deterministic synthetic dataset"},
+    {"pack", cmd_pack, "convert an HDF5 file of per-sample datasets into shards"},
+    {"inspect", cmd_inspect, "validate a dataset and print its statistics"},
+    {"train", cmd_train, "train the reference model (under mpirun / srun)"},
+    {"env", cmd_env, "print each rank's topology, device and library versions"},
+};
+#define NCMD (int)(sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: mpiddp <command> [options]   (mpiddp <command> --help for its options)\n\ncommands:\n");
+    for (int i = 0; i < NCMD; i++) fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].about);
+    fprintf(f, "\nParallel commands run under `mpirun -np N mpiddp ...` or `srun --mpi=pmix mpiddp ...`.\n");
+}
+
+int cli_rank0(ddp_ctx *ctx) { return ddp_topo(ctx)->rank == 0; }
+
+int cli_fail(ddp_ctx *ctx, const char *cmd, ddp_status st)
+{
+    const ddp_topology *t = ddp_topo(ctx);
+    if (ddp_error_shared()) {
+        if (t->rank == 0) fprintf(stderr, "mpiddp %s: error: %s\n", cmd, ddp_last_error());
+        return 1;
+    }
+    fprintf(stderr, "mpiddp %s: rank %d: error: %s\n", cmd, t->rank, ddp_last_error());
+    fflush(stderr);
+    if (t->size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    (void)st;
+    return 1;
+}
+
+int cli_parsed(ddp_ctx *ctx, int rc, const char *cmd, const char *usage_line, const char *about, const cli_opt *opts, int nopts,
+               const char *err)
+{
+    if (rc == CLI_OK) return -1;
+    if (rc == CLI_HELP) {
+        if (cli_rank0(ctx)) cli_help(stdout, cmd, usage_line, about, opts, nopts);
+        return 0;
+    }
+    if (cli_rank0(ctx)) fprintf(stderr, "%s\n", err);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("mpiddp %s\n", MPIDDP_VERSION);
+        return 0;
+    }
+    cmd_fn fn = NULL;
+    for (int i = 0; i < NCMD; i++)
+        if (!strcmp(argv[1], commands[i].name)) fn = commands[i].fn;
+    if (!fn) {
+        fprintf(stderr, "mpiddp: unknown command '%s' (see mpiddp --help)\n", argv[1]);
+        return 2;
+    }
+    ddp_ctx *ctx = NULL;
+    ddp_status st = ddp_init(&argc, &argv, &ctx);
+    if (st != DDP_OK) {
+        fprintf(stderr, "mpiddp %s: error: %s\n", argv[1], ddp_last_error());
+        return 1;
+    }
+    int rc = fn(ctx, argc, argv);
+    fflush(stdout);
+    ddp_finalize(ctx);
+    return rc;
+}

@@ -1,0 +1,218 @@
+/* opts.c — option parsing for every subcommand; see opts.h. */
+#include "opts.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cli_opt *find(cli_opt *o, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(o[i].name, name) == 0) return &o[i];
+    return NULL;
+}
+
+static int parse_bool(const char *v, int *out)
+{
+    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on")) return *out = 1, 1;
+    if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off")) return *out = 0, 1;
+    return 0;
+}
+
+/* Sets o from text v; writes a message (without the command prefix) on failure. */
+static int set_value(cli_opt *o, const char *v, char *err, size_t n)
+{
+    char *end = NULL;
+    errno = 0;
+    switch (o->kind) {
+    case OPT_STR:
+        if (!*v) return snprintf(err, n, "--%s: empty value", o->name), 0;
+        *(const char **)o->dst = v;
+        break;
+    case OPT_FLAG:
+        if (!parse_bool(v, (int *)o->dst)) return snprintf(err, n, "--%s '%s': expected true or false", o->name, v), 0;
+        break;
+    case OPT_INT:
+    case OPT_I64: {
+        long long x = strtoll(v, &end, 10);
+        if (!*v || *end || errno) return snprintf(err, n, "--%s '%s': not an integer", o->name, v), 0;
+        if ((double)x < o->min || (double)x > o->max)
+            return snprintf(err, n, "--%s %lld: must be in [%.0f, %.0f]", o->name, x, o->min, o->max), 0;
+        if (o->kind == OPT_INT) *(int *)o->dst = (int)x;
+        else *(int64_t *)o->dst = (int64_t)x;
+        break;
+    }
+    case OPT_F64: {
+        double x = strtod(v, &end);
+        if (!*v || *end || errno || !isfinite(x)) return snprintf(err, n, "--%s '%s': not a number", o->name, v), 0;
+        if (x < o->min || x > o->max) return snprintf(err, n, "--%s %g: must be in [%g, %g]", o->name, x, o->min, o->max), 0;
+        *(double *)o->dst = x;
+        break;
+    }
+    case OPT_CHOICE: {
+        int idx = 0;
+        const char *c = o->choices;
+        size_t len = strlen(v);
+        while (c && *c) {
+            const char *bar = strchr(c, '|');
+            size_t cl = bar ? (size_t)(bar - c) : strlen(c);
+            if (cl == len && strncmp(c, v, len) == 0) {
+                *(int *)o->dst = idx;
+                o->seen = 1;
+                return 1;
+            }
+            idx++;
+            c = bar ? bar + 1 : NULL;
+        }
+        return snprintf(err, n, "--%s '%s': expected one of %s", o->name, v, o->choices), 0;
+    }
+    }
+    o->seen = 1;
+    return 1;
+}
+
+typedef struct {
+    cli_opt *opts;
+    int n;
+    const char *file;
+    char *err;
+    size_t errlen;
+    int failed;
+    char **keep;  /* INI values must outlive parsing */
+    int nkeep;
+} ini_state;
+
+static int ini_cb(void *user, const char *section, const char *name, const char *value)
+{
+    ini_state *s = user;
+    (void)section;
+    if (s->failed) return 0;
+    char key[128];
+    snprintf(key, sizeof key, "%s", name);
+    for (char *p = key; *p; p++)
+        if (*p == '_') *p = '-';
+    cli_opt *o = find(s->opts, s->n, key);
+    if (!o || !strcmp(key, "config")) {
+        snprintf(s->err, s->errlen, "unknown key '%s'", name);
+        s->failed = 1;
+        return 0;
+    }
+    char *v = strdup(value);
+    if (!v) return 0;
+    s->keep = realloc(s->keep, (size_t)(s->nkeep + 1) * sizeof *s->keep);
+    if (!s->keep) return 0;
+    s->keep[s->nkeep++] = v;
+    char msg[400];
+    if (!set_value(o, v, msg, sizeof msg)) {
+        snprintf(s->err, s->errlen, "%s", msg);
+        s->failed = 1;
+        return 0;
+    }
+    return 1;
+}
+
+int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, int first, const char **pos, int npos,
+              int *npos_out, char *err, size_t errlen)
+{
+    int np = 0;
+    char msg[600];
+    for (int i = first; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return CLI_HELP;
+    /* --config first, so the command line wins */
+    cli_opt *cfg = find(opts, nopts, "config");
+    if (cfg) {
+        const char *file = NULL;
+        for (int i = first; i < argc; i++) {
+            if (!strcmp(argv[i], "--config") && i + 1 < argc) file = argv[i + 1];
+            else if (!strncmp(argv[i], "--config=", 9)) file = argv[i] + 9;
+        }
+        if (file) {
+            static ini_state st; /* values stay alive for the process */
+            st = (ini_state){.opts = opts, .n = nopts, .file = file, .err = msg, .errlen = sizeof msg};
+            int rc = ini_parse(file, ini_cb, &st);
+            if (rc < 0) return snprintf(err, errlen, "mpiddp %s: --config %s: cannot open", cmd, file), CLI_USAGE;
+            if (st.failed || rc > 0) /* inih reports the line of the first error */
+                return snprintf(err, errlen, "mpiddp %s: %s:%d: %s", cmd, file, rc, st.failed ? msg : "syntax error"), CLI_USAGE;
+        }
+    }
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || a[2] == 0) {
+            if (np >= npos) return snprintf(err, errlen, "mpiddp %s: unexpected argument '%s'", cmd, a), CLI_USAGE;
+            pos[np++] = a;
+            continue;
+        }
+        char name[128];
+        const char *eq = strchr(a + 2, '=');
+        size_t nl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        if (nl >= sizeof name) nl = sizeof name - 1;
+        memcpy(name, a + 2, nl);
+        name[nl] = 0;
+        cli_opt *o = find(opts, nopts, name);
+        if (!o) return snprintf(err, errlen, "mpiddp %s: unknown option '--%s' (see mpiddp %s --help)", cmd, name, cmd), CLI_USAGE;
+        const char *v = eq ? eq + 1 : NULL;
+        if (o->kind == OPT_FLAG && !v) v = "true";
+        if (!v) {
+            if (i + 1 >= argc) return snprintf(err, errlen, "mpiddp %s: --%s needs a value", cmd, name), CLI_USAGE;
+            v = argv[++i];
+        }
+        if (!set_value(o, v, msg, sizeof msg)) return snprintf(err, errlen, "mpiddp %s: %s", cmd, msg), CLI_USAGE;
+    }
+    if (npos_out) *npos_out = np;
+    return CLI_OK;
+}
+
+void cli_help(FILE *f, const char *cmd, const char *usage, const char *about, const cli_opt *opts, int nopts)
+{
+    fprintf(f, "usage: mpiddp %s %s\n\n%s\n\noptions:\n", cmd, usage, about);
+    for (int i = 0; i < nopts; i++) {
+        const cli_opt *o = &opts[i];
+        char left[96];
+        const char *arg = o->kind == OPT_FLAG ? "" : o->kind == OPT_CHOICE ? o->choices : o->kind == OPT_STR ? "VALUE" : "N";
+        snprintf(left, sizeof left, "--%s %s", o->name, arg);
+        fprintf(f, "  %-34s %s\n", left, o->help);
+    }
+    fprintf(f, "  %-34s %s\n", "--help", "show this help");
+}
+
+char *cli_to_json(const cli_opt *opts, int nopts)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; i < nopts; i++) {
+        const cli_opt *p = &opts[i];
+        switch (p->kind) {
+        case OPT_STR: {
+            const char *v = *(const char *const *)p->dst;
+            if (v) cJSON_AddStringToObject(o, p->name, v);
+            else cJSON_AddNullToObject(o, p->name);
+            break;
+        }
+        case OPT_INT: cJSON_AddNumberToObject(o, p->name, *(const int *)p->dst); break;
+        case OPT_I64: cJSON_AddNumberToObject(o, p->name, (double)*(const int64_t *)p->dst); break;
+        case OPT_F64: cJSON_AddNumberToObject(o, p->name, *(const double *)p->dst); break;
+        case OPT_FLAG: cJSON_AddBoolToObject(o, p->name, *(const int *)p->dst); break;
+        case OPT_CHOICE: {
+            int idx = *(const int *)p->dst;
+            const char *c = p->choices;
+            for (int k = 0; k < idx && c; k++) {
+                c = strchr(c, '|');
+                if (c) c++;
+            }
+            char buf[64] = "";
+            if (c) {
+                const char *bar = strchr(c, '|');
+                snprintf(buf, sizeof buf, "%.*s", bar ? (int)(bar - c) : (int)strlen(c), c);
+            }
+            cJSON_AddStringToObject(o, p->name, buf);
+            break;
+        }
+        }
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

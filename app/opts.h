@@ -1,0 +1,32 @@
+/* opts.h — the CLI's option tables: strict parsing of --name VALUE / --name=VALUE, flags, choices,
+ * numeric ranges, an INI --config file (inih) whose keys are the option names, and --help text. */
+#ifndef DDP_APP_OPTS_H
+#define DDP_APP_OPTS_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+typedef enum { OPT_STR, OPT_INT, OPT_I64, OPT_F64, OPT_FLAG, OPT_CHOICE } opt_kind;
+
+typedef struct {
+    const char *name;      /* without dashes */
+    opt_kind kind;
+    void *dst;             /* const char **, int *, int64_t *, double *, int * (flag), int * (choice index) */
+    const char *choices;   /* OPT_CHOICE: "a|b|c" */
+    double min, max;       /* numeric range (inclusive) */
+    const char *help;
+    int seen;
+} cli_opt;
+
+enum { CLI_OK = 0, CLI_HELP = 1, CLI_USAGE = 2 };
+
+/* Parses argv[first..]; positional arguments go to *pos (up to npos, may be NULL). An option named
+ * "config" (OPT_STR) is loaded first as an INI file; the command line wins. err gets one line. */
+int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, int first, const char **pos, int npos,
+              int *npos_out, char *err, size_t errlen);
+void cli_help(FILE *f, const char *cmd, const char *usage, const char *about, const cli_opt *opts, int nopts);
+/* Renders the options that were set (or all) as a JSON object, for run.json. Caller frees. */
+char *cli_to_json(const cli_opt *opts, int nopts);
+
+#endif

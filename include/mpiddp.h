@@ -1,0 +1,192 @@
+/* mpiddp.h — the public API of mpiddp: status codes, the launch context, datasets and batches,
+ * the model interface a user's C program implements, metric logging, and the trainer.
+ *
+ * A user program that brings its own model:
+ *
+ *     ddp_ctx *ctx;  ddp_init(&argc, &argv, &ctx);
+ *     ddp_dataset *tr, *va;  ddp_dataset_open(ctx, "data/train", &tr);  ...
+ *     ddp_model m = { .name = "mine", .ntensors = ..., .tensors = ..., .forward = my_forward, ... };
+ *     ddp_train_config cfg;  ddp_train_config_default(&cfg);  cfg.out_dir = "run";
+ *     ddp_status st = ddp_train(ctx, &cfg, &m, tr, va);
+ *     if (st) fprintf(stderr, "%s\n", ddp_last_error());
+ *     ddp_finalize(ctx);
+ *
+ * Every function returns a ddp_status; DDP_OK is 0. On failure ddp_last_error() holds one line naming
+ * the file, object and index where that applies. Library code never prints errors or calls exit().
+ */
+#ifndef MPIDDP_H
+#define MPIDDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MPIDDP_VERSION "0.1.0"
+
+typedef enum {
+    DDP_OK = 0,
+    DDP_ERR_ARG,      /* bad argument or option value */
+    DDP_ERR_IO,       /* file system: open, read, write, rename, mmap */
+    DDP_ERR_FORMAT,   /* a file that breaks the dataset or checkpoint format */
+    DDP_ERR_MPI,      /* an MPI call failed */
+    DDP_ERR_HDF5,     /* an HDF5 call failed */
+    DDP_ERR_CUDA,     /* a CUDA runtime or cuBLAS call failed */
+    DDP_ERR_NCCL,     /* an NCCL call failed */
+    DDP_ERR_NOMEM,    /* allocation failed */
+    DDP_ERR_MISMATCH, /* ranks disagree (metric names, step counts, world facts) */
+    DDP_ERR_REMOTE,   /* another rank failed; its message was shared */
+    DDP_ERR_NUMERIC,  /* non-finite loss or gradient */
+    DDP_ERR_INTERNAL
+} ddp_status;
+
+const char *ddp_status_name(ddp_status st);
+/* The message of the last error on this thread (one line, no newline). */
+const char *ddp_last_error(void);
+/* 1 when the last error was agreed collectively, so every rank returned it at the same point and the
+ * job can shut down cleanly; 0 when only this rank failed (the caller should MPI_Abort). */
+int ddp_error_shared(void);
+
+/* ---------------------------------------------------------------- launch context */
+typedef struct ddp_ctx ddp_ctx;
+
+typedef enum { DDP_DEVICE_AUTO = 0, DDP_DEVICE_CPU, DDP_DEVICE_CUDA } ddp_device;
+
+typedef struct {
+    int rank, size;           /* world */
+    int local_rank, local_size; /* from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) */
+    int node_id, num_nodes;   /* node index among the job's nodes */
+    char host[256];
+    char launcher[16];        /* "pmix", "slurm", "ompi" or "none": where job facts came from */
+    char job_id[64];          /* scheduler job id, "" when none */
+} ddp_topology;
+
+/* Initialises MPI (unless already initialised) and discovers the topology. */
+ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **ctx);
+void ddp_finalize(ddp_ctx *ctx);
+const ddp_topology *ddp_topo(const ddp_ctx *ctx);
+/* Resolves --device for this rank: AUTO becomes CUDA when a GPU is visible, else CPU.
+ * `why` (may be NULL, 160 bytes) receives a one-line explanation. */
+ddp_status ddp_select_device(ddp_ctx *ctx, ddp_device want, ddp_device *got, char *why);
+/* True when every rank passes ok != 0. A collective; use it to agree before diverging paths. */
+ddp_status ddp_all_ok(ddp_ctx *ctx, int ok, int *all);
+/* Shares the error of the lowest failing rank with every rank: each rank passes its own status;
+ * all return the same status and ddp_last_error() holds the same message (collective). */
+ddp_status ddp_agree_status(ddp_ctx *ctx, ddp_status mine);
+
+/* ---------------------------------------------------------------- data */
+typedef struct ddp_dataset ddp_dataset;
+
+typedef struct {
+    int64_t num_samples, num_rows;
+    int64_t dim, num_classes;
+    int64_t num_shards;
+    int64_t max_sample_rows;  /* longest sample, in rows */
+} ddp_dataset_info;
+
+/* Collective: rank 0 reads and validates every shard's metadata, broadcasts it; others map lazily. */
+ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out);
+void ddp_dataset_close(ddp_dataset *ds);
+const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds);
+/* Zero-copy view of one sample (global index): rows [nrows, dim] row-major. `rows` points into the
+ * memory-mapped shard when the shard is mappable, else into `scratch` (nrows*dim floats, may be NULL
+ * only for mappable datasets). */
+ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows,
+                              int64_t *nrows, int64_t *label, int64_t *sample_id);
+
+/* A packed batch: the rows of its samples concatenated, no padding rows. */
+typedef struct {
+    int64_t nsamples, nrows, dim;
+    const int64_t *offsets;   /* [nsamples+1], offsets[0] = 0 */
+    const int64_t *labels;    /* [nsamples] */
+    const int64_t *sample_ids;/* [nsamples] */
+    const uint8_t *is_pad;    /* [nsamples]: 1 for a sampler-padding duplicate */
+    const float *x;           /* [nrows, dim] host memory */
+} ddp_batch;
+
+/* ---------------------------------------------------------------- model interface */
+typedef struct {
+    const char *name;         /* PyTorch state_dict name, e.g. "l1.weight" */
+    int ndim;
+    int64_t shape[4];
+} ddp_tensor_spec;
+
+/* Called by a model's backward as gradient ranges become final, so gradient buckets can be reduced
+ * while backward continues. [lo, hi) are element indices into the flat gradient buffer. */
+typedef void (*ddp_grad_ready_fn)(void *arg, int64_t lo, int64_t hi);
+
+typedef struct {
+    double loss_sum;          /* sum of per-sample losses over non-padding samples */
+    int64_t count;            /* non-padding samples */
+    int64_t *pred;            /* optional per-sample predicted class (eval), [nsamples] */
+    float *prob;              /* optional per-sample probability of pred, [nsamples] */
+    float *loss;              /* optional per-sample loss, [nsamples] */
+} ddp_forward_out;
+
+typedef struct ddp_model {
+    const char *name;
+    int ntensors;
+    const ddp_tensor_spec *tensors; /* flat layout: tensors back to back, in this order */
+    int num_classes;
+    ddp_device device;        /* memory the callbacks take: DDP_DEVICE_CPU (host) or DDP_DEVICE_CUDA */
+    void *self;
+    /* Fills params (host memory, flat layout) from seed. */
+    ddp_status (*init)(void *self, float *params, uint64_t seed);
+    /* Forward + backward on a packed batch. Adds d(sum of the batch's per-sample losses)/dparam into
+     * grads (zeroed by the trainer before an optimizer step's first micro-batch); the trainer divides by
+     * the global sample count after the allreduce. Padding duplicates are trained on like any sample
+     * (as DistributedSampler does); out->loss_sum/count cover all samples of the batch. ready may be NULL. */
+    ddp_status (*train_step)(void *self, const ddp_batch *b, const float *params, float *grads,
+                             ddp_forward_out *out, ddp_grad_ready_fn ready, void *ready_arg);
+    /* Forward only: per-sample loss, prediction and probability into out (arrays sized nsamples). */
+    ddp_status (*eval_step)(void *self, const ddp_batch *b, const float *params, ddp_forward_out *out);
+    void (*destroy)(void *self);
+} ddp_model;
+
+int64_t ddp_model_num_params(const ddp_model *m);
+
+/* The reference model of SPEC §2 on a backend chosen by device. params/grads passed to its callbacks
+ * are host memory for CPU and device memory for CUDA. */
+ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t dim, int64_t hidden, int64_t classes,
+                               int64_t max_batch_rows, int64_t max_batch_samples, ddp_model *out);
+
+/* ---------------------------------------------------------------- metrics */
+typedef struct ddp_metrics ddp_metrics;
+/* Accumulates (sum, count) locally under name; reduced with every rank's at the next sync point. */
+ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count);
+/* A value known on rank 0 only (e.g. throughput); never part of a collective. No-op on other ranks. */
+ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value);
+
+/* ---------------------------------------------------------------- training */
+typedef struct {
+    const char *out_dir;
+    int epochs;
+    int batch_size;           /* samples per rank per micro-step */
+    int accumulate;           /* micro-steps per optimizer step */
+    double lr, weight_decay, beta1, beta2, eps;
+    double grad_clip;         /* global-norm clip; 0 = off */
+    uint64_t seed;
+    int sampling_shard;       /* 0 global, 1 shard */
+    int drop_last;
+    int log_every;            /* optimizer steps between train metric rows */
+    int log_per_rank;
+    int fast_dev_run;         /* >0: that many train and val batches, no checkpoint */
+    double bucket_mb;         /* gradient bucket size */
+    double collective_timeout;/* seconds a rank waits in the gradient allreduce before failing; 0 = forever */
+    ddp_device device;
+    int progress;             /* print a progress line on rank 0 */
+    const char *config_json;  /* optional: extra configuration echoed into run.json (a JSON object) */
+    int hidden;               /* informational, echoed to run.json */
+} ddp_train_config;
+
+void ddp_train_config_default(ddp_train_config *cfg);
+/* Collective. Trains model on train, validates on val after each epoch, writes the run directory. */
+ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train,
+                     ddp_dataset *val);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,190 @@
+/* dataset.c — many shards as one dataset: directory listing, rank-0 validation and broadcast of the
+ * shard metadata (no metadata storm on a parallel file system), lazy per-rank shard opening. */
+#include "dataset.h"
+
+#include "../mpi_ddp/ctx.h"
+#include "../mpi_ddp/status.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static ddp_status list_shards(const char *dir, char ***names, int64_t *n)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return ddp_set_error(DDP_ERR_IO, "%s: dataset directory: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return ddp_set_error(DDP_ERR_IO, "%s: dataset directory: not a directory", dir);
+    DIR *d = opendir(dir);
+    if (!d) return ddp_set_error(DDP_ERR_IO, "%s: dataset directory: %s", dir, strerror(errno));
+    int64_t cap = 16, cnt = 0;
+    char **v = ddp_calloc((size_t)cap, sizeof *v);
+    struct dirent *e;
+    ddp_status st = DDP_OK;
+    while (v && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 4 || strcmp(e->d_name + len - 3, ".h5") != 0 || e->d_name[0] == '.') continue;
+        if (len >= DDP_SHARD_NAME_MAX) {
+            st = ddp_set_error(DDP_ERR_ARG, "%s/%s: shard file name too long", dir, e->d_name);
+            break;
+        }
+        if (cnt == cap) {
+            char **nv = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+            if (!nv) break;
+            v = nv;
+        }
+        v[cnt++] = strdup(e->d_name);
+    }
+    closedir(d);
+    if (!v) return ddp_set_error(DDP_ERR_NOMEM, "out of memory listing %s", dir);
+    if (st == DDP_OK && cnt == 0) st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset directory: no *.h5 shard files", dir);
+    if (st != DDP_OK) {
+        for (int64_t i = 0; i < cnt; i++) free(v[i]);
+        free(v);
+        return st;
+    }
+    qsort(v, (size_t)cnt, sizeof *v, cmp_str);
+    *names = v;
+    *n = cnt;
+    return DDP_OK;
+}
+
+ddp_status ddp_dataset_scan(const char *dir, ddp_shard_meta **metas, int64_t *nshards, ddp_shard_stats *stats)
+{
+    char **names = NULL;
+    int64_t n = 0;
+    DDP_CHECK(list_shards(dir, &names, &n));
+    ddp_shard_meta *m = ddp_calloc((size_t)n, sizeof *m);
+    ddp_status st = m ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    int64_t first = 0;
+    char path[8192];
+    for (int64_t i = 0; i < n && st == DDP_OK; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (i == 0 && stats) { /* class counts need num_classes: peek at the first shard */
+            st = ddp_shard_validate(path, names[i], &m[i], NULL);
+            if (st == DDP_OK) {
+                stats->class_counts = ddp_calloc((size_t)m[i].classes, sizeof(int64_t));
+                stats->classes_cap = stats->class_counts ? m[i].classes : 0;
+            }
+        }
+        if (st == DDP_OK) st = ddp_shard_validate(path, names[i], &m[i], stats);
+        if (st != DDP_OK) break;
+        if (m[i].dim != m[0].dim)
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'features': D=%lld differs from D=%lld of %s/%s", path,
+                               (long long)m[i].dim, (long long)m[0].dim, dir, m[0].name);
+        else if (m[i].classes != m[0].classes)
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: attribute 'num_classes': %lld differs from %lld of %s/%s", path,
+                               (long long)m[i].classes, (long long)m[0].classes, dir, m[0].name);
+        m[i].first = first;
+        first += m[i].n;
+    }
+    for (int64_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    if (st != DDP_OK) {
+        free(m);
+        if (stats) {
+            free(stats->class_counts);
+            stats->class_counts = NULL;
+        }
+        return st;
+    }
+    *metas = m;
+    *nshards = n;
+    return DDP_OK;
+}
+
+ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out)
+{
+    *out = NULL;
+    ddp_shard_meta *metas = NULL;
+    int64_t n = 0;
+    ddp_status st = DDP_OK;
+    if (ctx->topo.rank == 0) st = ddp_dataset_scan(dir, &metas, &n, NULL);
+    DDP_CHECK(ddp_agree_status(ctx, st)); /* every rank fails with rank 0's message */
+    MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, ctx->world));
+    if (ctx->topo.rank != 0) DDP_ALLOC(metas, n);
+    /* metadata in slices of < 2 GiB */
+    int64_t bytes = n * (int64_t)sizeof *metas, chunk = (int64_t)1 << 30;
+    for (int64_t lo = 0; lo < bytes; lo += chunk) {
+        int64_t len = bytes - lo < chunk ? bytes - lo : chunk;
+        MPI_CHECK(MPI_Bcast((char *)metas + lo, (int)len, MPI_BYTE, 0, ctx->world));
+    }
+    ddp_dataset *ds = ddp_calloc(1, sizeof *ds);
+    ddp_shard *sh = ddp_calloc((size_t)n, sizeof *sh);
+    if (!ds || !sh) {
+        free(ds);
+        free(sh);
+        free(metas);
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    }
+    snprintf(ds->dir, sizeof ds->dir, "%s", dir);
+    ds->nshards = n;
+    ds->shards = sh;
+    ds->all_mappable = 1;
+    ddp_dataset_info *in = &ds->info;
+    in->num_shards = n;
+    in->dim = metas[0].dim;
+    in->num_classes = metas[0].classes;
+    for (int64_t i = 0; i < n; i++) {
+        sh[i].meta = metas[i];
+        sh[i].fd = -1;
+        sh[i].h5file = sh[i].h5features = -1;
+        in->num_samples += metas[i].n;
+        in->num_rows += metas[i].rows;
+        if (metas[i].max_rows > in->max_sample_rows) in->max_sample_rows = metas[i].max_rows;
+        if (metas[i].feat_off < 0 || metas[i].off_off < 0 || metas[i].lab_off < 0 ||
+            (metas[i].has_ids && metas[i].ids_off < 0))
+            ds->all_mappable = 0;
+    }
+    free(metas);
+    *out = ds;
+    return DDP_OK;
+}
+
+void ddp_dataset_close(ddp_dataset *ds)
+{
+    if (!ds) return;
+    for (int64_t i = 0; i < ds->nshards; i++) ddp_shard_close(&ds->shards[i]);
+    free(ds->shards);
+    free(ds);
+}
+
+const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds) { return &ds->info; }
+
+ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard, int64_t *local)
+{
+    if (index < 0 || index >= ds->info.num_samples)
+        return ddp_set_error(DDP_ERR_ARG, "%s: sample index %lld out of range [0, %lld)", ds->dir, (long long)index,
+                             (long long)ds->info.num_samples);
+    int64_t lo = 0, hi = ds->nshards - 1;
+    while (lo < hi) { /* last shard with first <= index */
+        int64_t mid = (lo + hi + 1) / 2;
+        if (ds->shards[mid].meta.first <= index) lo = mid;
+        else hi = mid - 1;
+    }
+    ddp_shard *s = &ds->shards[lo];
+    if (!s->opened) DDP_CHECK(ddp_shard_open(s, ds->dir));
+    *shard = s;
+    *local = index - s->meta.first;
+    return DDP_OK;
+}
+
+ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows, int64_t *nrows,
+                              int64_t *label, int64_t *sample_id)
+{
+    ddp_shard *s;
+    int64_t i;
+    DDP_CHECK(ddp_dataset_locate(ds, index, &s, &i));
+    return ddp_shard_sample(s, i, scratch, rows, nrows, label, sample_id);
+}
+
+void ddp_dataset_prefetch(ddp_dataset *ds, int64_t index)
+{
+    ddp_shard *s;
+    int64_t i;
+    if (ddp_dataset_locate(ds, index, &s, &i) == DDP_OK) ddp_shard_prefetch(s, i);
+}

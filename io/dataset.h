@@ -1,0 +1,24 @@
+/* dataset.h — a dataset directory: its shards in lexicographic order, the global sample index, and
+ * the metadata that rank 0 reads once and broadcasts. */
+#ifndef DDP_DATASET_H
+#define DDP_DATASET_H
+
+#include "shard.h"
+
+struct ddp_dataset {
+    char dir[4096];
+    ddp_dataset_info info;
+    int64_t nshards;
+    ddp_shard *shards;      /* meta filled on every rank; opened lazily */
+    int all_mappable;       /* every shard's arrays are memory-mapped (no HDF5 reads after start-up) */
+};
+
+/* Lists *.h5 in dir (sorted) and validates every shard; serial, no MPI. stats may be NULL, else
+ * stats->class_counts is allocated here (free it). Used by rank 0 of ddp_dataset_open and by inspect. */
+ddp_status ddp_dataset_scan(const char *dir, ddp_shard_meta **metas, int64_t *nshards, ddp_shard_stats *stats);
+/* Shard holding global sample index, and the index inside it. */
+ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard, int64_t *local);
+/* madvise(WILLNEED) the rows of a sample, opening its shard if needed. */
+void ddp_dataset_prefetch(ddp_dataset *ds, int64_t index);
+
+#endif

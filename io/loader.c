@@ -1,0 +1,192 @@
+/* loader.c — double-buffered packed batches; see loader.h. */
+#include "loader.h"
+
+#include "../mpi_ddp/status.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ddp_batch b;
+    float *x;
+    int64_t *offsets, *labels, *ids, *idx;
+    uint8_t *pad;
+    int64_t step;      /* step held (or being assembled), -1 none */
+    int ready;
+    ddp_status st;
+    char err[1024];
+} slot;
+
+struct ddp_loader {
+    ddp_dataset *ds;
+    ddp_sampler *sm;
+    int64_t max_rows, dim;
+    slot slots[2];
+    int threaded;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int job;           /* slot index to assemble, -1 none */
+    int quit;
+};
+
+int64_t ddp_loader_max_rows(const ddp_loader *ld) { return ld->max_rows; }
+
+static ddp_status assemble(ddp_loader *ld, slot *s)
+{
+    int64_t count = 0;
+    DDP_CHECK(ddp_sampler_batch(ld->sm, s->step, s->idx, s->pad, &count));
+    int64_t rows = 0;
+    s->offsets[0] = 0;
+    for (int64_t i = 0; i < count; i++) {
+        const float *src;
+        int64_t nr;
+        float *dst = s->x + rows * ld->dim;
+        DDP_CHECK(ddp_dataset_sample(ld->ds, s->idx[i], dst, &src, &nr, &s->labels[i], &s->ids[i]));
+        if (rows + nr > ld->max_rows)
+            return ddp_set_error(DDP_ERR_INTERNAL, "batch overflow at sample %lld", (long long)s->idx[i]);
+        if (src != dst) memcpy(dst, src, (size_t)(nr * ld->dim) * sizeof(float));
+        rows += nr;
+        s->offsets[i + 1] = rows;
+    }
+    s->b = (ddp_batch){.nsamples = count, .nrows = rows, .dim = ld->dim, .offsets = s->offsets, .labels = s->labels,
+                       .sample_ids = s->ids, .is_pad = s->pad, .x = s->x};
+    /* read-ahead hint for the batch after this one */
+    if (ld->ds->all_mappable && s->step + 1 < ld->sm->steps) {
+        int64_t lo = (s->step + 1) * ld->sm->batch;
+        int64_t hi = lo + ld->sm->batch < ld->sm->per_rank ? lo + ld->sm->batch : ld->sm->per_rank;
+        uint8_t pad;
+        for (int64_t j = lo; j < hi; j++) ddp_dataset_prefetch(ld->ds, ddp_sampler_at(ld->sm, j, &pad));
+    }
+    return DDP_OK;
+}
+
+static void run_job(ddp_loader *ld, slot *s)
+{
+    s->st = assemble(ld, s);
+    if (s->st != DDP_OK) snprintf(s->err, sizeof s->err, "%s", ddp_last_error());
+}
+
+static void *worker(void *arg)
+{
+    ddp_loader *ld = arg;
+    pthread_mutex_lock(&ld->mu);
+    for (;;) {
+        while (ld->job < 0 && !ld->quit) pthread_cond_wait(&ld->cv, &ld->mu);
+        if (ld->quit) break;
+        slot *s = &ld->slots[ld->job];
+        ld->job = -1;
+        pthread_mutex_unlock(&ld->mu);
+        run_job(ld, s);
+        pthread_mutex_lock(&ld->mu);
+        s->ready = 1;
+        pthread_cond_broadcast(&ld->cv);
+    }
+    pthread_mutex_unlock(&ld->mu);
+    return NULL;
+}
+
+static void kick(ddp_loader *ld, int k, int64_t step)
+{
+    slot *s = &ld->slots[k];
+    s->step = step;
+    s->ready = 0;
+    if (!ld->threaded) {
+        run_job(ld, s);
+        s->ready = 1;
+        return;
+    }
+    pthread_mutex_lock(&ld->mu);
+    ld->job = k;
+    pthread_cond_broadcast(&ld->cv);
+    pthread_mutex_unlock(&ld->mu);
+}
+
+static void wait_ready(ddp_loader *ld, slot *s)
+{
+    if (!ld->threaded || s->step < 0) return;
+    pthread_mutex_lock(&ld->mu);
+    while (!s->ready) pthread_cond_wait(&ld->cv, &ld->mu);
+    pthread_mutex_unlock(&ld->mu);
+}
+
+ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp_loader **out)
+{
+    *out = NULL;
+    ddp_loader *ld = ddp_calloc(1, sizeof *ld);
+    if (!ld) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    ld->ds = ds;
+    ld->sm = sm;
+    ld->dim = ds->info.dim;
+    ld->max_rows = sm->batch * ds->info.max_sample_rows;
+    ld->threaded = threaded && ds->all_mappable;
+    ld->job = -1;
+    for (int k = 0; k < 2; k++) {
+        slot *s = &ld->slots[k];
+        s->x = ddp_calloc((size_t)(ld->max_rows * ld->dim), sizeof(float));
+        s->offsets = ddp_calloc((size_t)sm->batch + 1, sizeof(int64_t));
+        s->labels = ddp_calloc((size_t)sm->batch, sizeof(int64_t));
+        s->ids = ddp_calloc((size_t)sm->batch, sizeof(int64_t));
+        s->idx = ddp_calloc((size_t)sm->batch, sizeof(int64_t));
+        s->pad = ddp_calloc((size_t)sm->batch, 1);
+        s->step = -1;
+        if (!s->x || !s->offsets || !s->labels || !s->ids || !s->idx || !s->pad) {
+            ddp_loader_destroy(ld);
+            return ddp_set_error(DDP_ERR_NOMEM, "out of memory for batch buffers (%lld rows x %lld)",
+                                 (long long)ld->max_rows, (long long)ld->dim);
+        }
+    }
+    if (ld->threaded) {
+        pthread_mutex_init(&ld->mu, NULL);
+        pthread_cond_init(&ld->cv, NULL);
+        if (pthread_create(&ld->thread, NULL, worker, ld) != 0) ld->threaded = 0;
+    }
+    *out = ld;
+    return DDP_OK;
+}
+
+void ddp_loader_destroy(ddp_loader *ld)
+{
+    if (!ld) return;
+    if (ld->threaded) {
+        pthread_mutex_lock(&ld->mu);
+        for (int k = 0; k < 2; k++) /* let a running job finish */
+            while (ld->slots[k].step >= 0 && !ld->slots[k].ready) pthread_cond_wait(&ld->cv, &ld->mu);
+        ld->quit = 1;
+        pthread_cond_broadcast(&ld->cv);
+        pthread_mutex_unlock(&ld->mu);
+        pthread_join(ld->thread, NULL);
+        pthread_mutex_destroy(&ld->mu);
+        pthread_cond_destroy(&ld->cv);
+    }
+    for (int k = 0; k < 2; k++) {
+        slot *s = &ld->slots[k];
+        free(s->x); free(s->offsets); free(s->labels); free(s->ids); free(s->idx); free(s->pad);
+    }
+    free(ld);
+}
+
+ddp_status ddp_loader_start_epoch(ddp_loader *ld, int64_t epoch, int64_t first_step)
+{
+    for (int k = 0; k < 2; k++) wait_ready(ld, &ld->slots[k]); /* drain the previous epoch's job */
+    for (int k = 0; k < 2; k++) ld->slots[k].step = -1;
+    DDP_CHECK(ddp_sampler_set_epoch(ld->sm, epoch));
+    if (first_step < ld->sm->steps) kick(ld, (int)(first_step & 1), first_step);
+    return DDP_OK;
+}
+
+ddp_status ddp_loader_next(ddp_loader *ld, int64_t step, const ddp_batch **out)
+{
+    slot *s = &ld->slots[step & 1];
+    if (s->step != step)
+        return ddp_set_error(DDP_ERR_INTERNAL, "loader: step %lld requested out of order", (long long)step);
+    wait_ready(ld, s);
+    if (s->st != DDP_OK) return ddp_set_error(s->st, "%s", s->err);
+    slot *o = &ld->slots[(step + 1) & 1];
+    wait_ready(ld, o);
+    if (step + 1 < ld->sm->steps) kick(ld, (int)((step + 1) & 1), step + 1);
+    *out = &s->b;
+    return DDP_OK;
+}

@@ -1,0 +1,22 @@
+/* loader.h — packed batch assembly with one batch of look-ahead: while a step computes, a worker thread
+ * copies the next batch's rows out of the mapped shards (faulting its pages in) and hints the kernel
+ * to read the one after (madvise WILLNEED). Datasets that need HDF5 reads are assembled in the
+ * caller's thread, since HDF5 is not thread-safe. */
+#ifndef DDP_LOADER_H
+#define DDP_LOADER_H
+
+#include "dataset.h"
+#include "sampler.h"
+
+typedef struct ddp_loader ddp_loader;
+
+ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp_loader **out);
+void ddp_loader_destroy(ddp_loader *ld);
+/* Starts epoch at first_step (resume) and begins assembling it. */
+ddp_status ddp_loader_start_epoch(ddp_loader *ld, int64_t epoch, int64_t first_step);
+/* The batch of `step` (steps must be taken in order); valid until the next call. */
+ddp_status ddp_loader_next(ddp_loader *ld, int64_t step, const ddp_batch **out);
+/* Largest batch in rows this loader can return. */
+int64_t ddp_loader_max_rows(const ddp_loader *ld);
+
+#endif

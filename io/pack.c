@@ -1,0 +1,181 @@
+/* pack.c — `mpiddp pack`: converts an HDF5 file with one 2-D dataset per sample under /samples (rows x D,
+ * any names, taken in sorted name order) and a 1-D /labels into a sharded dataset. Shards are contiguous
+ * runs of samples balanced by rows (bytes), written round-robin by the ranks. */
+#include "../mpi_ddp/ctx.h"
+#include "../mpi_ddp/status.h"
+#include "shard.h"
+#include "writer.h"
+
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char **names;
+    int64_t n, cap;
+} name_list;
+
+#if H5_VERSION_GE(1, 12, 0)
+typedef H5L_info2_t link_info;
+#define LINK_ITERATE H5Literate2
+#else
+typedef H5L_info_t link_info;
+#define LINK_ITERATE H5Literate
+#endif
+
+static herr_t collect(hid_t g, const char *name, const link_info *info, void *arg)
+{
+    (void)g;
+    (void)info;
+    name_list *l = arg;
+    if (l->n == l->cap) {
+        int64_t nc = l->cap ? l->cap * 2 : 256;
+        char **nv = realloc(l->names, (size_t)nc * sizeof *nv);
+        if (!nv) return -1;
+        l->names = nv;
+        l->cap = nc;
+    }
+    l->names[l->n] = strdup(name);
+    return l->names[l->n++] ? 0 : -1;
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+typedef struct {
+    hid_t group;
+    const char *input;
+    char **names;
+    int64_t first;
+    int64_t dim;
+} pack_shard;
+
+static ddp_status read_sample(void *arg, int64_t i, float *rows, int64_t nrows)
+{
+    (void)nrows;
+    pack_shard *p = arg;
+    const char *nm = p->names[p->first + i];
+    hid_t d = H5Dopen2(p->group, nm, H5P_DEFAULT);
+    herr_t e = d < 0 ? -1 : H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows);
+    if (d >= 0) H5Dclose(d);
+    if (e < 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: cannot be read", p->input, nm,
+                             (long long)(p->first + i));
+    return DDP_OK;
+}
+
+static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l, int64_t **rows, int64_t **labels,
+                             int64_t *dim, int64_t *classes)
+{
+    if (H5Lexists(f, "samples", H5P_DEFAULT) <= 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: group '/samples': missing", input);
+    *g = H5Gopen2(f, "samples", H5P_DEFAULT);
+    if (*g < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: '/samples': not a group", input);
+    hsize_t idx = 0;
+    if (LINK_ITERATE(*g, H5_INDEX_NAME, H5_ITER_INC, &idx, collect, l) < 0)
+        return ddp_set_error(DDP_ERR_HDF5, "%s: group '/samples': cannot be listed", input);
+    if (l->n == 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: group '/samples': no samples", input);
+    qsort(l->names, (size_t)l->n, sizeof *l->names, cmp_name);
+    DDP_ALLOC(*rows, l->n);
+    DDP_ALLOC(*labels, l->n);
+    *dim = -1;
+    for (int64_t i = 0; i < l->n; i++) {
+        hid_t d = H5Dopen2(*g, l->names[i], H5P_DEFAULT);
+        if (d < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: '/samples/%s'[%lld]: not a dataset", input, l->names[i], (long long)i);
+        hid_t sp = H5Dget_space(d), t = H5Dget_type(d);
+        hsize_t dims[2] = {0, 0};
+        int r = H5Sget_simple_extent_ndims(sp);
+        H5T_class_t c = H5Tget_class(t);
+        if (r == 2) H5Sget_simple_extent_dims(sp, dims, NULL);
+        H5Tclose(t);
+        H5Sclose(sp);
+        H5Dclose(d);
+        if (c != H5T_FLOAT && c != H5T_INTEGER)
+            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: wrong type (expected numbers)", input, l->names[i], (long long)i);
+        if (r != 2) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: wrong rank %d (expected 2: rows x D)", input, l->names[i], (long long)i, r);
+        if (dims[0] < 1) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: empty sample (0 rows)", input, l->names[i], (long long)i);
+        if (*dim < 0) *dim = (int64_t)dims[1];
+        if ((int64_t)dims[1] != *dim || *dim < 1)
+            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: D=%llu differs from D=%lld", input, l->names[i],
+                                 (long long)i, (unsigned long long)dims[1], (long long)*dim);
+        (*rows)[i] = (int64_t)dims[0];
+    }
+    if (H5Lexists(f, "labels", H5P_DEFAULT) <= 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': missing", input);
+    hid_t ld = H5Dopen2(f, "labels", H5P_DEFAULT);
+    if (ld < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: '/labels': not a dataset", input);
+    hid_t sp = H5Dget_space(ld), t = H5Dget_type(ld);
+    hssize_t np = H5Sget_simple_extent_npoints(sp);
+    int r = H5Sget_simple_extent_ndims(sp);
+    int isint = H5Tget_class(t) == H5T_INTEGER;
+    H5Tclose(t);
+    H5Sclose(sp);
+    herr_t e = -1;
+    if (isint && r == 1 && np == l->n) e = H5Dread(ld, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, *labels);
+    H5Dclose(ld);
+    if (!isint) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': wrong type (expected integer)", input);
+    if (r != 1 || np != l->n)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': %lld values for %lld samples", input, (long long)np, (long long)l->n);
+    if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': cannot be read", input);
+    int64_t mx = 0;
+    for (int64_t i = 0; i < l->n; i++) {
+        if ((*labels)[i] < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels'[%lld]: negative label %lld", input, (long long)i, (long long)(*labels)[i]);
+        if ((*labels)[i] > mx) mx = (*labels)[i];
+    }
+    *classes = mx + 1 < 2 ? 2 : mx + 1;
+    return DDP_OK;
+}
+
+ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards)
+{
+    ddp_h5_quiet();
+    ddp_status st = DDP_OK;
+    if (shards < 1) st = ddp_set_error(DDP_ERR_ARG, "--shards %lld: must be >= 1", (long long)shards);
+    hid_t f = -1, g = -1;
+    name_list l = {0};
+    int64_t *rows = NULL, *labels = NULL, dim = 0, classes = 0;
+    if (st == DDP_OK && !ddp_h5_is_hdf5(input))
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: missing or not an HDF5 file", input);
+    if (st == DDP_OK) {
+        f = H5Fopen(input, H5F_ACC_RDONLY, H5P_DEFAULT);
+        if (f < 0) st = ddp_set_error(DDP_ERR_FORMAT, "%s: cannot be opened by HDF5", input);
+    }
+    if (st == DDP_OK) st = scan_input(input, f, &g, &l, &rows, &labels, &dim, &classes);
+    if (st == DDP_OK && shards > l.n)
+        st = ddp_set_error(DDP_ERR_ARG, "--shards %lld: more shards than the %lld samples", (long long)shards, (long long)l.n);
+    if (st == DDP_OK && ctx->topo.rank == 0) st = ddp_prepare_out_dir(out);
+    st = ddp_agree_status(ctx, st);
+    /* contiguous split balanced by rows: shard k ends where cumulative rows pass (k+1)/S of the total */
+    int64_t total = 0;
+    for (int64_t i = 0; i < l.n && st == DDP_OK; i++) total += rows[i];
+    int64_t lo = 0;
+    for (int64_t k = 0; k < shards && st == DDP_OK; k++) {
+        int64_t hi = lo, acc = 0, target = (k + 1) * total / shards, before = 0;
+        for (int64_t i = 0; i < lo; i++) before += rows[i];
+        acc = before;
+        while (hi < l.n && (acc < target || hi == lo) && l.n - hi > shards - k - 1) acc += rows[hi++];
+        if (k == shards - 1) hi = l.n;
+        if (k % ctx->topo.size == ctx->topo.rank) {
+            int64_t n = hi - lo;
+            int64_t *off = ddp_calloc((size_t)n + 1, sizeof *off), *ids = ddp_calloc((size_t)n, sizeof *ids);
+            if (!off || !ids) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+            for (int64_t i = 0; i < n && st == DDP_OK; i++) {
+                off[i + 1] = off[i] + rows[lo + i];
+                ids[i] = lo + i;
+            }
+            char name[64], path[4200];
+            ddp_shard_name(name, sizeof name, k, shards);
+            snprintf(path, sizeof path, "%s/%s", out, name);
+            pack_shard ps = {.group = g, .input = input, .names = l.names, .first = lo, .dim = dim};
+            if (st == DDP_OK) st = ddp_shard_write(path, dim, classes, n, off, labels + lo, ids, read_sample, &ps);
+            free(off);
+            free(ids);
+        }
+        lo = hi;
+    }
+    for (int64_t i = 0; i < l.n; i++) free(l.names[i]);
+    free(l.names);
+    free(rows);
+    free(labels);
+    if (g >= 0) H5Gclose(g);
+    if (f >= 0) H5Fclose(f);
+    return ddp_agree_status(ctx, st);
+}

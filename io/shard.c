@@ -1,0 +1,506 @@
+/* shard.c — validates one shard against SPEC §1 and gives a rank zero-copy access to its samples:
+ * contiguous little-endian arrays are memory-mapped in page-aligned windows at the offsets HDF5 reports
+ * (H5Dget_offset); anything else (chunked, compressed, big-endian) is read through HDF5. */
+#include "shard.h"
+
+#include "../mpi_ddp/status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BLOCK ((int64_t)1 << 20) /* elements per validation read */
+
+static ddp_io_counters g_counters;
+ddp_io_counters *ddp_io_counters_get(void) { return &g_counters; }
+
+void ddp_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+int ddp_h5_is_hdf5(const char *path)
+{
+#if H5_VERSION_GE(1, 12, 0)
+    return H5Fis_accessible(path, H5P_DEFAULT) > 0;
+#else
+    return H5Fis_hdf5(path) > 0;
+#endif
+}
+
+/* ------------------------------------------------------------------ validation helpers */
+typedef struct {
+    const char *path;
+    hid_t file;
+} vctx;
+
+#define BAD(...) return ddp_set_error(DDP_ERR_FORMAT, __VA_ARGS__)
+
+static ddp_status attr_open(vctx *v, const char *name, hid_t *attr, hid_t *type)
+{
+    htri_t ex = H5Aexists(v->file, name);
+    if (ex < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: attribute '%s': cannot be queried", v->path, name);
+    if (ex == 0) BAD("%s: attribute '%s': missing", v->path, name);
+    *attr = H5Aopen(v->file, name, H5P_DEFAULT);
+    if (*attr < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: attribute '%s': cannot be opened", v->path, name);
+    *type = H5Aget_type(*attr);
+    hid_t sp = H5Aget_space(*attr);
+    hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    if (sp >= 0) H5Sclose(sp);
+    if (*type < 0 || np != 1) {
+        if (*type >= 0) H5Tclose(*type);
+        H5Aclose(*attr);
+        BAD("%s: attribute '%s': expected a single value, found %lld", v->path, name, (long long)np);
+    }
+    return DDP_OK;
+}
+
+static ddp_status attr_string(vctx *v, const char *name, char *buf, size_t n)
+{
+    hid_t a, t;
+    DDP_CHECK(attr_open(v, name, &a, &t));
+    ddp_status st = DDP_OK;
+    if (H5Tget_class(t) != H5T_STRING) {
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: attribute '%s': expected a string", v->path, name);
+    } else if (H5Tis_variable_str(t) > 0) {
+        hid_t mt = H5Tcopy(H5T_C_S1);
+        H5Tset_size(mt, H5T_VARIABLE);
+        H5Tset_cset(mt, H5Tget_cset(t));
+        char *s = NULL;
+        if (H5Aread(a, mt, &s) < 0)
+            st = ddp_set_error(DDP_ERR_HDF5, "%s: attribute '%s': cannot be read", v->path, name);
+        else
+            snprintf(buf, n, "%s", s ? s : "");
+        if (s) H5free_memory(s);
+        H5Tclose(mt);
+    } else {
+        size_t sz = H5Tget_size(t);
+        char *tmp = ddp_calloc(sz + 1, 1);
+        hid_t mt = H5Tcopy(t);
+        if (!tmp) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+        else if (H5Aread(a, mt, tmp) < 0)
+            st = ddp_set_error(DDP_ERR_HDF5, "%s: attribute '%s': cannot be read", v->path, name);
+        else {
+            size_t len = strnlen(tmp, sz);
+            while (len && tmp[len - 1] == ' ') len--;
+            snprintf(buf, n, "%.*s", (int)len, tmp);
+        }
+        H5Tclose(mt);
+        free(tmp);
+    }
+    H5Tclose(t);
+    H5Aclose(a);
+    return st;
+}
+
+static ddp_status attr_int(vctx *v, const char *name, int64_t *out)
+{
+    hid_t a, t;
+    DDP_CHECK(attr_open(v, name, &a, &t));
+    ddp_status st = DDP_OK;
+    if (H5Tget_class(t) != H5T_INTEGER)
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: attribute '%s': expected an integer", v->path, name);
+    else if (H5Aread(a, H5T_NATIVE_INT64, out) < 0)
+        st = ddp_set_error(DDP_ERR_HDF5, "%s: attribute '%s': cannot be read", v->path, name);
+    H5Tclose(t);
+    H5Aclose(a);
+    return st;
+}
+
+/* Opens dataset name and checks class, size, rank; dims receives the shape. */
+static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank, hid_t *d, hsize_t *dims,
+                            size_t *elsize, int optional, int *present)
+{
+    if (present) *present = 0;
+    htri_t ex = H5Lexists(v->file, name, H5P_DEFAULT);
+    if (ex <= 0) {
+        if (optional) return DDP_OK;
+        BAD("%s: dataset '%s': missing", v->path, name);
+    }
+    H5O_info_t info;
+#if H5_VERSION_GE(1, 12, 0)
+    if (H5Oget_info_by_name3(v->file, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0 || info.type != H5O_TYPE_DATASET)
+#else
+    if (H5Oget_info_by_name2(v->file, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0 || info.type != H5O_TYPE_DATASET)
+#endif
+        BAD("%s: '%s': not a dataset", v->path, name);
+    *d = H5Dopen2(v->file, name, H5P_DEFAULT);
+    if (*d < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': cannot be opened", v->path, name);
+    hid_t t = H5Dget_type(*d), sp = H5Dget_space(*d);
+    H5T_class_t c = H5Tget_class(t);
+    *elsize = H5Tget_size(t);
+    int r = H5Sget_simple_extent_ndims(sp);
+    ddp_status st = DDP_OK;
+    if (c != cls)
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '%s': wrong type (expected %s)", v->path, name,
+                           cls == H5T_FLOAT ? "32-bit float" : "integer");
+    else if (r != rank)
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '%s': wrong rank %d (expected %d)", v->path, name, r, rank);
+    else
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+    H5Tclose(t);
+    H5Sclose(sp);
+    if (st != DDP_OK) {
+        H5Dclose(*d);
+        *d = -1;
+        return st;
+    }
+    if (present) *present = 1;
+    return DDP_OK;
+}
+
+static int is_le(hid_t d)
+{
+    hid_t t = H5Dget_type(d);
+    int le = H5Tget_order(t) == H5T_ORDER_LE;
+    H5Tclose(t);
+    return le;
+}
+
+static int is_signed(hid_t d)
+{
+    hid_t t = H5Dget_type(d);
+    int s = H5Tget_sign(t) == H5T_SGN_2;
+    H5Tclose(t);
+    return s;
+}
+
+/* File offset of a contiguous, allocated, unfiltered dataset holding `bytes`, or -1. */
+static int64_t mappable_offset(hid_t d, int64_t bytes, int64_t file_bytes)
+{
+    hid_t pl = H5Dget_create_plist(d);
+    if (pl < 0) return -1;
+    int ok = H5Pget_layout(pl) == H5D_CONTIGUOUS && H5Pget_nfilters(pl) == 0 && H5Pget_external_count(pl) == 0;
+    H5Pclose(pl);
+    if (!ok) return -1;
+    haddr_t a = H5Dget_offset(d);
+    if (a == HADDR_UNDEF) return -1;
+    if ((int64_t)a < 0 || (int64_t)a + bytes > file_bytes) return -1;
+    if ((int64_t)H5Dget_storage_size(d) < bytes) return -1;
+    return (int64_t)a;
+}
+
+/* Reads elements [lo, lo+cnt) of a 1-D dataset as int64. */
+static ddp_status read_i64(vctx *v, hid_t d, const char *name, int64_t lo, int64_t cnt, int64_t *buf)
+{
+    hid_t fs = H5Dget_space(d);
+    hsize_t start = (hsize_t)lo, count = (hsize_t)cnt;
+    hid_t ms = H5Screate_simple(1, &count, NULL);
+    herr_t e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &count, NULL);
+    if (e >= 0) e = H5Dread(d, H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, buf);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    if (e < 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '%s'[%lld..%lld]: cannot be read (truncated or corrupt file?)",
+                             v->path, name, (long long)lo, (long long)(lo + cnt - 1));
+    return DDP_OK;
+}
+
+static int bin_of(int64_t rows)
+{
+    int b = 0;
+    while (rows > 1 && b < 15) { rows >>= 1; b++; }
+    return b;
+}
+
+/* ------------------------------------------------------------------ validation */
+static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, ddp_shard_stats *stats, hid_t *ds)
+{
+    const char *path = v->path;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return ddp_set_error(DDP_ERR_IO, "%s: not a regular file", path);
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->file_bytes = (int64_t)sb.st_size;
+    m->feat_off = m->off_off = m->lab_off = m->ids_off = -1;
+    if (!ddp_h5_is_hdf5(path)) BAD("%s: not an HDF5 file (or truncated)", path);
+    v->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    g_counters.h5_opens++;
+    if (v->file < 0) BAD("%s: not an HDF5 file (or truncated): cannot be opened", path);
+
+    char fmt[128];
+    int64_t version, classes;
+    DDP_CHECK(attr_string(v, "format", fmt, sizeof fmt));
+    if (strcmp(fmt, "mpiddp-shard") != 0) BAD("%s: attribute 'format': \"%s\" is not \"mpiddp-shard\"", path, fmt);
+    DDP_CHECK(attr_int(v, "version", &version));
+    if (version != 1) BAD("%s: attribute 'version': %lld is not supported (expected 1)", path, (long long)version);
+    DDP_CHECK(attr_int(v, "num_classes", &classes));
+    if (classes < 2) BAD("%s: attribute 'num_classes': %lld, must be >= 2", path, (long long)classes);
+    m->classes = classes;
+
+    hsize_t fd[2], od[1], ld[1], id[1];
+    size_t fs, os, ls, is2;
+    DDP_CHECK(dset_open(v, "features", H5T_FLOAT, 2, &ds[0], fd, &fs, 0, NULL));
+    if (fs != 4 || !is_le(ds[0])) BAD("%s: dataset 'features': wrong type (expected 32-bit little-endian float)", path);
+    if (fd[1] < 1) BAD("%s: dataset 'features': dimension D is 0", path);
+    m->rows = (int64_t)fd[0];
+    m->dim = (int64_t)fd[1];
+    DDP_CHECK(dset_open(v, "offsets", H5T_INTEGER, 1, &ds[1], od, &os, 0, NULL));
+    if (os != 8) BAD("%s: dataset 'offsets': wrong type (expected 64-bit integer, found %zu-byte)", path, os);
+    if (od[0] < 2) BAD("%s: dataset 'offsets': length %llu, needs N+1 >= 2 (no samples)", path, (unsigned long long)od[0]);
+    m->n = (int64_t)od[0] - 1;
+    DDP_CHECK(dset_open(v, "labels", H5T_INTEGER, 1, &ds[2], ld, &ls, 0, NULL));
+    if (ls != 4 && ls != 8) BAD("%s: dataset 'labels': wrong type (expected 32- or 64-bit integer, found %zu-byte)", path, ls);
+    if ((int64_t)ld[0] != m->n)
+        BAD("%s: dataset 'labels': length %llu differs from N=%lld (offsets length - 1)", path, (unsigned long long)ld[0], (long long)m->n);
+    int have_ids = 0;
+    DDP_CHECK(dset_open(v, "sample_ids", H5T_INTEGER, 1, &ds[3], id, &is2, 1, &have_ids));
+    if (have_ids) {
+        if (is2 != 8) BAD("%s: dataset 'sample_ids': wrong type (expected 64-bit integer)", path);
+        if ((int64_t)id[0] != m->n)
+            BAD("%s: dataset 'sample_ids': length %llu differs from N=%lld", path, (unsigned long long)id[0], (long long)m->n);
+        m->has_ids = 1;
+    }
+
+    /* offsets: 0, strictly increasing, ending at R */
+    int64_t *buf = ddp_calloc((size_t)BLOCK + 1, sizeof *buf);
+    if (!buf) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    ddp_status st = DDP_OK;
+    int64_t prev = 0;
+    for (int64_t lo = 0; lo <= m->n && st == DDP_OK; lo += BLOCK) {
+        int64_t cnt = m->n + 1 - lo < BLOCK ? m->n + 1 - lo : BLOCK;
+        st = read_i64(v, ds[1], "offsets", lo, cnt, buf);
+        for (int64_t k = 0; k < cnt && st == DDP_OK; k++) {
+            int64_t i = lo + k, x = buf[k];
+            if (i == 0) {
+                if (x != 0) st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[0]: %lld, must be 0", path, (long long)x);
+            } else if (x == prev) {
+                st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[%lld]: empty sample %lld (offsets[%lld] = offsets[%lld] = %lld)",
+                                   path, (long long)i, (long long)(i - 1), (long long)(i - 1), (long long)i, (long long)x);
+            } else if (x < prev) {
+                st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[%lld]: decreasing (%lld after %lld)", path,
+                                   (long long)i, (long long)x, (long long)prev);
+            } else if (x > m->rows) {
+                st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[%lld]: %lld out of range (features has %lld rows)",
+                                   path, (long long)i, (long long)x, (long long)m->rows);
+            } else {
+                int64_t r = x - prev;
+                if (r > m->max_rows) m->max_rows = r;
+                if (stats) {
+                    if (stats->min_rows == 0 || r < stats->min_rows) stats->min_rows = r;
+                    if (r > stats->max_rows) stats->max_rows = r;
+                    stats->sum_rows += r;
+                    stats->hist[bin_of(r)]++;
+                }
+            }
+            prev = x;
+        }
+    }
+    if (st == DDP_OK && prev != m->rows)
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[%lld]: %lld, must equal the %lld rows of 'features'", path,
+                           (long long)m->n, (long long)prev, (long long)m->rows);
+    /* labels in [0, classes) */
+    for (int64_t lo = 0; lo < m->n && st == DDP_OK; lo += BLOCK) {
+        int64_t cnt = m->n - lo < BLOCK ? m->n - lo : BLOCK;
+        st = read_i64(v, ds[2], "labels", lo, cnt, buf);
+        for (int64_t k = 0; k < cnt && st == DDP_OK; k++) {
+            if (buf[k] < 0 || buf[k] >= classes)
+                st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'labels'[%lld]: %lld out of range [0, %lld)", path,
+                                   (long long)(lo + k), (long long)buf[k], (long long)classes);
+            else if (stats && stats->class_counts && buf[k] < stats->classes_cap)
+                stats->class_counts[buf[k]]++;
+        }
+    }
+    if (st == DDP_OK && have_ids) /* readable end to end */
+        for (int64_t lo = 0; lo < m->n && st == DDP_OK; lo += BLOCK) {
+            int64_t cnt = m->n - lo < BLOCK ? m->n - lo : BLOCK;
+            st = read_i64(v, ds[3], "sample_ids", lo, cnt, buf);
+        }
+    free(buf);
+    if (st != DDP_OK) return st;
+
+    /* features readable: check its last row (catches truncation behind a valid header) */
+    {
+        hid_t fsp = H5Dget_space(ds[0]);
+        hsize_t start[2] = {(hsize_t)m->rows - 1, 0}, count[2] = {1, (hsize_t)m->dim};
+        float *row = ddp_calloc((size_t)m->dim, sizeof *row);
+        hid_t ms = H5Screate_simple(2, count, NULL);
+        herr_t e = row ? H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL) : -1;
+        if (e >= 0) e = H5Dread(ds[0], H5T_NATIVE_FLOAT, ms, fsp, H5P_DEFAULT, row);
+        H5Sclose(ms);
+        H5Sclose(fsp);
+        free(row);
+        if (e < 0) BAD("%s: dataset 'features'[%lld]: cannot be read (truncated or corrupt file?)", path, (long long)m->rows - 1);
+    }
+
+    m->feat_off = mappable_offset(ds[0], m->rows * m->dim * 4, m->file_bytes);
+    m->off_off = is_le(ds[1]) ? mappable_offset(ds[1], (m->n + 1) * 8, m->file_bytes) : -1;
+    if (is_le(ds[2]) && is_signed(ds[2])) {
+        m->lab_off = mappable_offset(ds[2], m->n * (int64_t)ls, m->file_bytes);
+        m->lab_width = (int32_t)ls;
+    }
+    if (have_ids && is_le(ds[3])) m->ids_off = mappable_offset(ds[3], m->n * 8, m->file_bytes);
+    return DDP_OK;
+}
+
+ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta *m, ddp_shard_stats *stats)
+{
+    ddp_h5_quiet();
+    vctx v = {.path = path, .file = -1};
+    hid_t ds[4] = {-1, -1, -1, -1};
+    ddp_status st = validate_open(&v, name, m, stats, ds);
+    for (int i = 0; i < 4; i++)
+        if (ds[i] >= 0) H5Dclose(ds[i]);
+    if (v.file >= 0) H5Fclose(v.file);
+    return st;
+}
+
+/* ------------------------------------------------------------------ runtime access */
+static ddp_status map_window(ddp_shard *s, int slot, int64_t off, int64_t bytes, const void **ptr, const char *obj)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    int64_t base = off - off % page;
+    size_t len = (size_t)(off - base + bytes);
+    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, s->fd, (off_t)base);
+    if (p == MAP_FAILED)
+        return ddp_set_error(DDP_ERR_IO, "%s: dataset '%s': mmap of %zu bytes failed: %s", s->meta.name, obj, len, strerror(errno));
+    s->maps[slot] = p;
+    s->map_lens[slot] = len;
+    *ptr = (const char *)p + (off - base);
+    return DDP_OK;
+}
+
+static ddp_status read_whole(ddp_shard *s, const char *name, int64_t n, int64_t **out)
+{
+    hid_t d = H5Dopen2(s->h5file, name, H5P_DEFAULT);
+    if (d < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': cannot be opened", s->meta.name, name);
+    int64_t *buf = ddp_calloc((size_t)n, sizeof *buf);
+    herr_t e = buf ? H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) : -1;
+    H5Dclose(d);
+    if (e < 0) {
+        free(buf);
+        return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': cannot be read", s->meta.name, name);
+    }
+    *out = buf;
+    return DDP_OK;
+}
+
+ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
+{
+    if (s->opened) return DDP_OK;
+    char path[4096 + DDP_SHARD_NAME_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, s->meta.name);
+    const ddp_shard_meta *m = &s->meta;
+    s->fd = -1;
+    s->h5file = s->h5features = -1;
+    int need_h5 = m->feat_off < 0 || m->off_off < 0 || m->lab_off < 0 || (m->has_ids && m->ids_off < 0);
+    ddp_status st = DDP_OK;
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(s->fd, &sb) != 0 || (int64_t)sb.st_size != m->file_bytes)
+        DDP_FAIL(DDP_ERR_IO, "%s: file changed since it was validated (size %lld, was %lld)", path,
+                 (long long)sb.st_size, (long long)m->file_bytes);
+    if (need_h5) {
+        ddp_h5_quiet();
+        s->h5file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        g_counters.h5_opens++;
+        if (s->h5file < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: cannot be opened by HDF5", path);
+    }
+    const void *p;
+    if (m->feat_off >= 0) {
+        DDP_TRY(map_window(s, 0, m->feat_off, m->rows * m->dim * 4, &p, "features"));
+        s->features = p;
+        g_counters.shards_mapped++;
+    } else {
+        s->h5features = H5Dopen2(s->h5file, "features", H5P_DEFAULT);
+        if (s->h5features < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: dataset 'features': cannot be opened", path);
+    }
+    if (m->off_off >= 0) {
+        DDP_TRY(map_window(s, 1, m->off_off, (m->n + 1) * 8, &p, "offsets"));
+        s->offsets = p;
+    } else {
+        int64_t *o;
+        DDP_TRY(read_whole(s, "offsets", m->n + 1, &o));
+        s->owned[0] = o;
+        s->offsets = o;
+    }
+    if (m->lab_off >= 0) {
+        DDP_TRY(map_window(s, 2, m->lab_off, m->n * m->lab_width, &p, "labels"));
+        s->labels = p;
+        s->lab_width = m->lab_width;
+    } else {
+        int64_t *l;
+        DDP_TRY(read_whole(s, "labels", m->n, &l));
+        s->owned[1] = l;
+        s->labels = l;
+        s->lab_width = 8;
+    }
+    if (m->has_ids) {
+        if (m->ids_off >= 0) {
+            DDP_TRY(map_window(s, 3, m->ids_off, m->n * 8, &p, "sample_ids"));
+            s->ids = p;
+        } else {
+            int64_t *ids;
+            DDP_TRY(read_whole(s, "sample_ids", m->n, &ids));
+            s->owned[2] = ids;
+            s->ids = ids;
+        }
+    }
+    s->opened = 1;
+    return DDP_OK;
+done:
+    ddp_shard_close(s);
+    return st;
+}
+
+void ddp_shard_close(ddp_shard *s)
+{
+    for (int i = 0; i < 4; i++) {
+        if (s->maps[i]) munmap(s->maps[i], s->map_lens[i]);
+        s->maps[i] = NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        free(s->owned[i]);
+        s->owned[i] = NULL;
+    }
+    if (s->h5features >= 0) H5Dclose(s->h5features);
+    if (s->h5file >= 0) H5Fclose(s->h5file);
+    if (s->fd >= 0) close(s->fd);
+    s->h5features = s->h5file = -1;
+    s->fd = -1;
+    s->features = NULL;
+    s->offsets = NULL;
+    s->labels = NULL;
+    s->ids = NULL;
+    s->opened = 0;
+}
+
+ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float **rows, int64_t *nrows, int64_t *label,
+                            int64_t *sample_id)
+{
+    const ddp_shard_meta *m = &s->meta;
+    int64_t lo = s->offsets[i], hi = s->offsets[i + 1];
+    *nrows = hi - lo;
+    if (label) *label = s->lab_width == 4 ? ((const int32_t *)s->labels)[i] : ((const int64_t *)s->labels)[i];
+    if (sample_id) *sample_id = s->ids ? s->ids[i] : m->first + i;
+    if (s->features) {
+        *rows = s->features + lo * m->dim;
+        return DDP_OK;
+    }
+    if (!scratch) return ddp_set_error(DDP_ERR_INTERNAL, "%s: sample %lld needs a scratch buffer", m->name, (long long)i);
+    hid_t fs = H5Dget_space(s->h5features);
+    hsize_t start[2] = {(hsize_t)lo, 0}, count[2] = {(hsize_t)(hi - lo), (hsize_t)m->dim};
+    hid_t ms = H5Screate_simple(2, count, NULL);
+    herr_t e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+    if (e >= 0) e = H5Dread(s->h5features, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, scratch);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    g_counters.hdf5_reads++;
+    if (e < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: dataset 'features'[%lld]: read failed", m->name, (long long)i);
+    *rows = scratch;
+    return DDP_OK;
+}
+
+void ddp_shard_prefetch(ddp_shard *s, int64_t i)
+{
+    if (!s->features) return;
+    long page = sysconf(_SC_PAGESIZE);
+    const char *a = (const char *)(s->features + s->offsets[i] * s->meta.dim);
+    const char *b = (const char *)(s->features + s->offsets[i + 1] * s->meta.dim);
+    uintptr_t lo = (uintptr_t)a & ~(uintptr_t)(page - 1);
+    madvise((void *)lo, (size_t)((uintptr_t)b - lo), MADV_WILLNEED);
+}

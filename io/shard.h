@@ -1,0 +1,74 @@
+/* shard.h — one shard file: validation of every SPEC §1 rule (rank 0 at start-up), and the runtime
+ * handle through which a rank maps (or, for chunked/filtered files, reads) the samples it needs. */
+#ifndef DDP_SHARD_H
+#define DDP_SHARD_H
+
+#include "mpiddp.h"
+
+#include <hdf5.h>
+#include <stdint.h>
+
+#define DDP_SHARD_NAME_MAX 256
+
+/* Plain data, broadcast byte-for-byte from rank 0. File offsets are -1 where the object is not a
+ * contiguous, allocated, unfiltered little-endian array that can be memory-mapped. */
+typedef struct {
+    char name[DDP_SHARD_NAME_MAX]; /* file name inside the dataset directory */
+    int64_t n, rows, dim, classes;
+    int64_t first;                 /* global index of the shard's first sample */
+    int64_t max_rows;              /* longest sample */
+    int64_t feat_off, off_off, lab_off, ids_off;
+    int32_t lab_width;             /* 4 or 8 when lab_off >= 0 */
+    int32_t has_ids;
+    int64_t file_bytes;
+} ddp_shard_meta;
+
+typedef struct {
+    int64_t min_rows, max_rows, sum_rows;
+    int64_t hist[16];              /* sample row counts in power-of-two bins: [1],[2-3],[4-7],... */
+    int64_t *class_counts;         /* [classes], allocated by the caller (or NULL) */
+    int64_t classes_cap;
+} ddp_shard_stats;
+
+/* Opens path with HDF5 and checks every rule of SPEC §1. On failure returns DDP_ERR_FORMAT (or
+ * DDP_ERR_IO) with "FILE: OBJECT[INDEX]: problem". stats may be NULL; it is accumulated into. */
+ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta *m, ddp_shard_stats *stats);
+
+/* Runtime handle of one shard on one rank, opened on first use. */
+typedef struct {
+    ddp_shard_meta meta;
+    int opened;
+    int fd;
+    void *maps[4];
+    size_t map_lens[4];
+    const float *features;         /* mapped, or NULL for the HDF5 read path */
+    const int64_t *offsets;        /* mapped or owned */
+    const void *labels;            /* mapped (width lab_width) or owned int64 */
+    int32_t lab_width;
+    const int64_t *ids;            /* mapped, owned, or NULL (ids = global index) */
+    void *owned[3];
+    hid_t h5file, h5features;      /* HDF5 read path for features */
+} ddp_shard;
+
+ddp_status ddp_shard_open(ddp_shard *s, const char *dir);
+void ddp_shard_close(ddp_shard *s);
+/* Sample i (local to the shard): rows and label; rows points into the map or into scratch. */
+ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float **rows, int64_t *nrows,
+                            int64_t *label, int64_t *sample_id);
+/* Hint the kernel to read sample i's rows ahead (mapped shards only). */
+void ddp_shard_prefetch(ddp_shard *s, int64_t i);
+
+/* Process-wide I/O counters, for tests and benchmarks. */
+typedef struct {
+    int64_t h5_opens;    /* H5Fopen calls made by io/ */
+    int64_t shards_mapped;
+    int64_t hdf5_reads;  /* per-sample H5Dread fallbacks */
+} ddp_io_counters;
+ddp_io_counters *ddp_io_counters_get(void);
+
+/* 1 when path is an HDF5 file HDF5 can open (H5Fis_accessible, or H5Fis_hdf5 before 1.12). */
+int ddp_h5_is_hdf5(const char *path);
+/* Silences HDF5's own error stack printing (our messages replace it). */
+void ddp_h5_quiet(void);
+
+#endif

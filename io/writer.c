@@ -1,0 +1,186 @@
+/* writer.c — the atomic shard writer shared by synth and pack. */
+#include "writer.h"
+
+#include "../mpi_ddp/status.h"
+#include "shard.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define H5W(call, what)                                                                            \
+    do {                                                                                           \
+        if ((call) < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: %s failed", path, what);                        \
+    } while (0)
+
+static ddp_status fsync_path(const char *p, int dir)
+{
+    int fd = open(p, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: open for fsync: %s", p, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0) return ddp_set_error(DDP_ERR_IO, "%s: fsync: %s", p, strerror(e));
+    return DDP_OK;
+}
+
+static hid_t make_dset(hid_t f, const char *name, hid_t type, int rank, const hsize_t *dims)
+{
+    hid_t sp = H5Screate_simple(rank, dims, NULL);
+    hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_layout(pl, H5D_CONTIGUOUS);
+    H5Pset_alloc_time(pl, H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(pl, H5D_FILL_TIME_NEVER);
+    hid_t d = H5Dcreate2(f, name, type, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    H5Pclose(pl);
+    H5Sclose(sp);
+    return d;
+}
+
+static herr_t write_int_attr(hid_t f, const char *name, int64_t v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t e = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT64, &v);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    return e;
+}
+
+static herr_t write_str_attr(hid_t f, const char *name, const char *v)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, strlen(v) + 1);
+    H5Tset_strpad(t, H5T_STR_NULLTERM);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t e = a < 0 ? -1 : H5Awrite(a, t, v);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+    return e;
+}
+
+ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64_t n, const int64_t *offsets,
+                           const int64_t *labels, const int64_t *sample_ids, ddp_rows_fn fill, void *arg)
+{
+    ddp_h5_quiet();
+    char tmp[8192], dcopy[4096], bcopy[4096];
+    snprintf(dcopy, sizeof dcopy, "%s", path);
+    snprintf(bcopy, sizeof bcopy, "%s", path);
+    const char *dir = dirname(dcopy), *base = basename(bcopy);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, base, (long)getpid());
+    ddp_status st = DDP_OK;
+    hid_t fapl = -1, f = -1, d = -1, fs = -1, ms = -1;
+    float *buf = NULL;
+    int64_t rows = offsets[n];
+    fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5W(fapl, "H5Pcreate");
+    H5W(H5Pset_alignment(fapl, 4096, 4096), "H5Pset_alignment");
+    f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (f < 0) DDP_FAIL(DDP_ERR_IO, "%s: cannot create (directory missing or not writable?)", tmp);
+    H5W(write_str_attr(f, "format", "mpiddp-shard"), "writing attribute 'format'");
+    H5W(write_int_attr(f, "version", 1), "writing attribute 'version'");
+    H5W(write_int_attr(f, "num_classes", classes), "writing attribute 'num_classes'");
+    hsize_t dn1 = (hsize_t)n + 1, dn = (hsize_t)n;
+    hid_t od = make_dset(f, "offsets", H5T_STD_I64LE, 1, &dn1);
+    H5W(od, "creating dataset 'offsets'");
+    herr_t e = H5Dwrite(od, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offsets);
+    H5Dclose(od);
+    H5W(e, "writing dataset 'offsets'");
+    hid_t ld = make_dset(f, "labels", H5T_STD_I64LE, 1, &dn);
+    H5W(ld, "creating dataset 'labels'");
+    e = H5Dwrite(ld, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels);
+    H5Dclose(ld);
+    H5W(e, "writing dataset 'labels'");
+    if (sample_ids) {
+        hid_t id = make_dset(f, "sample_ids", H5T_STD_I64LE, 1, &dn);
+        H5W(id, "creating dataset 'sample_ids'");
+        e = H5Dwrite(id, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sample_ids);
+        H5Dclose(id);
+        H5W(e, "writing dataset 'sample_ids'");
+    }
+    hsize_t fdims[2] = {(hsize_t)rows, (hsize_t)dim};
+    d = make_dset(f, "features", H5T_IEEE_F32LE, 2, fdims);
+    H5W(d, "creating dataset 'features'");
+    fs = H5Dget_space(d);
+    /* write in blocks of whole samples, about 16 MiB each */
+    int64_t cap_rows = ((int64_t)4 << 20) / dim;
+    int64_t maxr = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (offsets[i + 1] - offsets[i] > maxr) maxr = offsets[i + 1] - offsets[i];
+    if (cap_rows < maxr) cap_rows = maxr;
+    buf = ddp_calloc((size_t)(cap_rows * dim), sizeof *buf);
+    if (!buf) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i;
+        while (j < n && offsets[j + 1] - offsets[i] <= cap_rows) j++;
+        for (int64_t k = i; k < j; k++)
+            DDP_TRY(fill(arg, k, buf + (offsets[k] - offsets[i]) * dim, offsets[k + 1] - offsets[k]));
+        hsize_t start[2] = {(hsize_t)offsets[i], 0}, count[2] = {(hsize_t)(offsets[j] - offsets[i]), (hsize_t)dim};
+        ms = H5Screate_simple(2, count, NULL);
+        H5W(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL), "selecting rows");
+        H5W(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf), "writing dataset 'features'");
+        H5Sclose(ms);
+        ms = -1;
+        i = j;
+    }
+    H5Sclose(fs);
+    fs = -1;
+    H5Dclose(d);
+    d = -1;
+    H5W(H5Fflush(f, H5F_SCOPE_GLOBAL), "H5Fflush");
+    e = H5Fclose(f);
+    f = -1;
+    H5W(e, "H5Fclose");
+    DDP_TRY(fsync_path(tmp, 0));
+    if (rename(tmp, path) != 0) DDP_FAIL(DDP_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
+    DDP_TRY(fsync_path(dir, 1));
+done:
+    free(buf);
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    if (d >= 0) H5Dclose(d);
+    if (f >= 0) H5Fclose(f);
+    if (fapl >= 0) H5Pclose(fapl);
+    if (st != DDP_OK) unlink(tmp);
+    return st;
+}
+
+ddp_status ddp_prepare_out_dir(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
+        *s = '/';
+    }
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
+    DIR *d = opendir(p);
+    if (!d) return ddp_set_error(DDP_ERR_IO, "%s: %s", p, strerror(errno));
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len >= 3 && strcmp(e->d_name + len - 3, ".h5") == 0 && e->d_name[0] != '.') found = 1;
+    }
+    closedir(d);
+    if (found) return ddp_set_error(DDP_ERR_ARG, "%s: already holds *.h5 shard files; remove them or choose another --out", dir);
+    return DDP_OK;
+}
+
+void ddp_shard_name(char *buf, size_t len, int64_t k, int64_t total)
+{
+    int w = 5;
+    for (int64_t t = total - 1; t >= 100000; t /= 10) w++;
+    snprintf(buf, len, "shard-%0*lld.h5", w, (long long)k);
+}

@@ -1,0 +1,34 @@
+/* writer.h — producing shards: the atomic shard writer (contiguous, early-allocated, 4096-aligned
+ * datasets, tmp name + fsync + rename), `synth` (a deterministic learnable dataset) and `pack` (one
+ * 2-D dataset per sample under /samples plus /labels, into balanced shards). */
+#ifndef DDP_WRITER_H
+#define DDP_WRITER_H
+
+#include "mpiddp.h"
+
+#include <stdint.h>
+
+/* Fills rows [nrows, dim] of sample i (0-based within the shard). */
+typedef ddp_status (*ddp_rows_fn)(void *arg, int64_t i, float *rows, int64_t nrows);
+
+ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64_t n, const int64_t *offsets,
+                           const int64_t *labels, const int64_t *sample_ids, ddp_rows_fn fill, void *arg);
+
+typedef struct {
+    const char *out;
+    int64_t samples, dim, classes, min_rows, max_rows, shards;
+    uint64_t seed;
+    int64_t first_id;   /* sample ids start here; a sample's content depends only on (seed, id) */
+} ddp_synth_opts;
+
+/* Collective over ctx: shards are written round-robin by the ranks. */
+ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o);
+/* Collective over ctx. */
+ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards);
+
+/* Creates dir (and parents); fails if it already holds *.h5 files. */
+ddp_status ddp_prepare_out_dir(const char *dir);
+/* The n-th shard file name for a dataset of total shards: shard-00000.h5 ... */
+void ddp_shard_name(char *buf, size_t len, int64_t k, int64_t total);
+
+#endif

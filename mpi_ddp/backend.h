@@ -1,0 +1,54 @@
+/* backend.h — the compute operations the reference model needs, as a table of functions with a CPU
+ * implementation (OpenBLAS) and a CUDA one (cuBLAS + kernels). All matrices are row-major. */
+#ifndef DDP_BACKEND_H
+#define DDP_BACKEND_H
+
+#include "ddp_math.h"
+#include "mpiddp.h"
+
+#include <stddef.h>
+
+typedef struct ddp_backend ddp_backend;
+struct ddp_backend {
+    const char *name;   /* "cpu" or "cuda" */
+    int host_memory;    /* 1 when backend pointers are host pointers */
+    void *impl;
+    ddp_status (*alloc)(ddp_backend *b, void **p, size_t bytes); /* zeroed */
+    void (*release)(ddp_backend *b, void *p);
+    ddp_status (*upload)(ddp_backend *b, void *dst, const void *src, size_t bytes);
+    ddp_status (*download)(ddp_backend *b, void *dst, const void *src, size_t bytes);
+    ddp_status (*zero)(ddp_backend *b, void *p, size_t bytes);
+    ddp_status (*synchronize)(ddp_backend *b);
+    /* C[M,N] = alpha * op(A) * op(B) + beta * C; op(A) is [M,K], op(B) is [K,N]. */
+    ddp_status (*gemm)(ddp_backend *b, int transa, int transb, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                       int64_t ldc);
+    /* z[r,:] += bias; a = gelu(z). */
+    ddp_status (*bias_gelu)(ddp_backend *b, float *z, const float *bias, float *a, int64_t rows, int64_t cols);
+    /* dz = da * gelu'(z). */
+    ddp_status (*gelu_backward)(ddp_backend *b, const float *da, const float *z, float *dz, int64_t n);
+    /* out[c] = beta * out[c] + sum_r x[r,c]. */
+    ddp_status (*colsum)(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta);
+    /* out[s,:] = mean of a[offsets[s] .. offsets[s+1]-1, :]. */
+    ddp_status (*segment_mean)(ddp_backend *b, const float *a, const int64_t *offsets, int64_t nseg,
+                               int64_t cols, float *out);
+    /* da[r,:] = dp[s,:] / rows(s) for every row r of segment s. */
+    ddp_status (*segment_mean_backward)(ddp_backend *b, const float *dp, const int64_t *offsets, int64_t nseg,
+                                        int64_t cols, float *da);
+    /* x[r,:] += bias. */
+    ddp_status (*add_bias)(ddp_backend *b, float *x, const float *bias, int64_t rows, int64_t cols);
+    /* Per row: loss[r], and optionally dlogits (softmax - onehot), pred, prob. */
+    ddp_status (*softmax_xent)(ddp_backend *b, const float *logits, const int64_t *labels, int64_t n,
+                               int64_t c, float *dlogits, float *loss, int64_t *pred, float *prob);
+    ddp_status (*adamw)(ddp_backend *b, float *p, const float *g, float *m, float *v, int64_t n,
+                        const ddp_adamw_args *a);
+    /* *out = sum x[i]^2 (double accumulation on the host side of the result). */
+    ddp_status (*sumsq)(ddp_backend *b, const float *x, int64_t n, double *out);
+    void (*destroy)(ddp_backend *b);
+};
+
+ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out);
+/* Available when built with CUDA; device is the CUDA ordinal. */
+ddp_status ddp_backend_cuda_create(int device, ddp_backend **out);
+
+#endif

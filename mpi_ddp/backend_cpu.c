@@ -1,0 +1,171 @@
+/* backend_cpu.c — the CPU backend: OpenBLAS sgemm and the element-wise loops of ddp_math.h. */
+#include "backend.h"
+#include "status.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern void openblas_set_num_threads(int num_threads);
+
+static ddp_status cpu_alloc(ddp_backend *b, void **p, size_t bytes)
+{
+    (void)b;
+    *p = ddp_calloc(bytes, 1);
+    if (!*p) return ddp_set_error(DDP_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
+    return DDP_OK;
+}
+static void cpu_release(ddp_backend *b, void *p) { (void)b; free(p); }
+static ddp_status cpu_copy(ddp_backend *b, void *dst, const void *src, size_t bytes)
+{
+    (void)b;
+    if (bytes) memmove(dst, src, bytes);
+    return DDP_OK;
+}
+static ddp_status cpu_zero(ddp_backend *b, void *p, size_t bytes)
+{
+    (void)b;
+    if (bytes) memset(p, 0, bytes);
+    return DDP_OK;
+}
+static ddp_status cpu_sync(ddp_backend *b) { (void)b; return DDP_OK; }
+
+static ddp_status cpu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                           int64_t ldc)
+{
+    (void)b;
+    if (M <= 0 || N <= 0) return DDP_OK;
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return ddp_set_error(DDP_ERR_ARG, "gemm dimensions %lld x %lld x %lld exceed BLAS int range",
+                             (long long)M, (long long)N, (long long)K);
+    if (K <= 0) { /* C = beta*C */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+        return DDP_OK;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    return DDP_OK;
+}
+
+static ddp_status cpu_bias_gelu(ddp_backend *b, float *z, const float *bias, float *a, int64_t rows, int64_t cols)
+{
+    (void)b;
+    for (int64_t r = 0; r < rows; r++) {
+        float *zr = z + r * cols, *ar = a + r * cols;
+        for (int64_t c = 0; c < cols; c++) {
+            zr[c] += bias[c];
+            ar[c] = ddp_gelu(zr[c]);
+        }
+    }
+    return DDP_OK;
+}
+
+static ddp_status cpu_gelu_backward(ddp_backend *b, const float *da, const float *z, float *dz, int64_t n)
+{
+    (void)b;
+    for (int64_t i = 0; i < n; i++) dz[i] = da[i] * ddp_gelu_grad(z[i]);
+    return DDP_OK;
+}
+
+static ddp_status cpu_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
+{
+    (void)b;
+    for (int64_t c = 0; c < cols; c++) out[c] = beta == 0.0f ? 0.0f : beta * out[c];
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) out[c] += x[r * cols + c];
+    return DDP_OK;
+}
+
+static ddp_status cpu_segment_mean(ddp_backend *b, const float *a, const int64_t *off, int64_t nseg, int64_t cols,
+                                   float *out)
+{
+    (void)b;
+    for (int64_t s = 0; s < nseg; s++) {
+        float *o = out + s * cols;
+        memset(o, 0, (size_t)cols * sizeof *o);
+        for (int64_t r = off[s]; r < off[s + 1]; r++)
+            for (int64_t c = 0; c < cols; c++) o[c] += a[r * cols + c];
+        float inv = 1.0f / (float)(off[s + 1] - off[s]);
+        for (int64_t c = 0; c < cols; c++) o[c] *= inv;
+    }
+    return DDP_OK;
+}
+
+static ddp_status cpu_segment_mean_backward(ddp_backend *b, const float *dp, const int64_t *off, int64_t nseg,
+                                            int64_t cols, float *da)
+{
+    (void)b;
+    for (int64_t s = 0; s < nseg; s++) {
+        float inv = 1.0f / (float)(off[s + 1] - off[s]);
+        for (int64_t r = off[s]; r < off[s + 1]; r++)
+            for (int64_t c = 0; c < cols; c++) da[r * cols + c] = dp[s * cols + c] * inv;
+    }
+    return DDP_OK;
+}
+
+static ddp_status cpu_add_bias(ddp_backend *b, float *x, const float *bias, int64_t rows, int64_t cols)
+{
+    (void)b;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) x[r * cols + c] += bias[c];
+    return DDP_OK;
+}
+
+static ddp_status cpu_softmax_xent(ddp_backend *b, const float *logits, const int64_t *labels, int64_t n, int64_t c,
+                                   float *dlogits, float *loss, int64_t *pred, float *prob)
+{
+    (void)b;
+    for (int64_t r = 0; r < n; r++)
+        loss[r] = ddp_softmax_xent_row(logits + r * c, c, labels[r], 1.0f, dlogits ? dlogits + r * c : NULL,
+                                       pred ? pred + r : NULL, prob ? prob + r : NULL);
+    return DDP_OK;
+}
+
+static ddp_status cpu_adamw(ddp_backend *b, float *p, const float *g, float *m, float *v, int64_t n,
+                            const ddp_adamw_args *a)
+{
+    (void)b;
+    for (int64_t i = 0; i < n; i++) ddp_adamw_elem(p + i, g[i], m + i, v + i, a);
+    return DDP_OK;
+}
+
+static ddp_status cpu_sumsq(ddp_backend *b, const float *x, int64_t n, double *out)
+{
+    (void)b;
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    *out = s;
+    return DDP_OK;
+}
+
+static void cpu_destroy(ddp_backend *b) { free(b); }
+
+ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out)
+{
+    ddp_backend *b;
+    DDP_ALLOC(b, 1);
+    openblas_set_num_threads(threads < 1 ? 1 : threads);
+    *b = (ddp_backend){.name = "cpu",
+                       .host_memory = 1,
+                       .alloc = cpu_alloc,
+                       .release = cpu_release,
+                       .upload = cpu_copy,
+                       .download = cpu_copy,
+                       .zero = cpu_zero,
+                       .synchronize = cpu_sync,
+                       .gemm = cpu_gemm,
+                       .bias_gelu = cpu_bias_gelu,
+                       .gelu_backward = cpu_gelu_backward,
+                       .colsum = cpu_colsum,
+                       .segment_mean = cpu_segment_mean,
+                       .segment_mean_backward = cpu_segment_mean_backward,
+                       .add_bias = cpu_add_bias,
+                       .softmax_xent = cpu_softmax_xent,
+                       .adamw = cpu_adamw,
+                       .sumsq = cpu_sumsq,
+                       .destroy = cpu_destroy};
+    *out = b;
+    return DDP_OK;
+}

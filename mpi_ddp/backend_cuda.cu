@@ -1,0 +1,378 @@
+/* backend_cuda.cu — the CUDA backend: cuBLAS GEMMs and the kernels for bias+gelu, gelu backward,
+ * segment mean pooling, softmax cross-entropy, AdamW and sum of squares. Element-wise math comes from
+ * ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked. */
+extern "C" {
+#include "backend.h"
+#include "cuda_api.h"
+#include "status.h"
+}
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CUDA_CHECK(call)                                                                           \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return ddp_set_error(DDP_ERR_CUDA, "CUDA error in %s (%s:%d): %s", #call, __FILE__,     \
+                                 __LINE__, cudaGetErrorString(e_));                                \
+    } while (0)
+
+#define CUBLAS_CHECK(call)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return ddp_set_error(DDP_ERR_CUDA, "cuBLAS error in %s (%s:%d): status %d", #call,      \
+                                 __FILE__, __LINE__, (int)s_);                                     \
+    } while (0)
+
+#define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    float *ones;       /* for column sums through gemv */
+    int64_t ones_len;
+    double *dsum;      /* device scratch for sumsq */
+} cuda_impl;
+
+static cuda_impl *I(ddp_backend *b) { return (cuda_impl *)b->impl; }
+static unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+/* ------------------------------------------------------------------ kernels */
+__global__ void k_fill(float *x, float v, int64_t n)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+
+__global__ void k_bias_gelu(float *z, const float *bias, float *a, int64_t rows, int64_t cols)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * cols) return;
+    float v = z[i] + bias[i % cols];
+    z[i] = v;
+    a[i] = ddp_gelu(v);
+}
+
+__global__ void k_gelu_backward(const float *da, const float *z, float *dz, int64_t n)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dz[i] = da[i] * ddp_gelu_grad(z[i]);
+}
+
+__global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t cols)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < rows * cols) x[i] += bias[i % cols];
+}
+
+/* one block per segment, threads over columns */
+__global__ void k_segment_mean(const float *a, const int64_t *off, int64_t cols, float *out)
+{
+    int64_t s = blockIdx.x;
+    int64_t lo = off[s], hi = off[s + 1];
+    float inv = 1.0f / (float)(hi - lo);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t r = lo; r < hi; r++) acc += a[r * cols + c];
+        out[s * cols + c] = acc * inv;
+    }
+}
+
+__global__ void k_segment_mean_backward(const float *dp, const int64_t *off, int64_t cols, float *da)
+{
+    int64_t s = blockIdx.x;
+    int64_t lo = off[s], hi = off[s + 1];
+    float inv = 1.0f / (float)(hi - lo);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        float g = dp[s * cols + c] * inv;
+        for (int64_t r = lo; r < hi; r++) da[r * cols + c] = g;
+    }
+}
+
+__global__ void k_softmax_xent(const float *logits, const int64_t *labels, int64_t n, int64_t c, float *dlogits,
+                               float *loss, int64_t *pred, float *prob)
+{
+    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n) return;
+    loss[r] = ddp_softmax_xent_row(logits + r * c, c, labels[r], 1.0f, dlogits ? dlogits + r * c : NULL,
+                                   pred ? pred + r : NULL, prob ? prob + r : NULL);
+}
+
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, int64_t n, ddp_adamw_args a)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) ddp_adamw_elem(p + i, g[i], m + i, v + i, &a);
+}
+
+__global__ void k_sumsq(const float *x, int64_t n, double *out)
+{
+    __shared__ double sh[256];
+    double s = 0.0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        s += (double)x[i] * (double)x[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(out, sh[0]);
+}
+
+/* ------------------------------------------------------------------ backend functions */
+static ddp_status cu_alloc(ddp_backend *b, void **p, size_t bytes)
+{
+    (void)b;
+    *p = NULL;
+    CUDA_CHECK(cudaMalloc(p, bytes ? bytes : 1));
+    CUDA_CHECK(cudaMemset(*p, 0, bytes ? bytes : 1));
+    return DDP_OK;
+}
+static void cu_release(ddp_backend *b, void *p)
+{
+    (void)b;
+    if (p) cudaFree(p);
+}
+static ddp_status cu_upload(ddp_backend *b, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return DDP_OK;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, I(b)->stream));
+    CUDA_CHECK(cudaStreamSynchronize(I(b)->stream)); /* src is host memory the caller may reuse */
+    return DDP_OK;
+}
+static ddp_status cu_download(ddp_backend *b, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return DDP_OK;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, I(b)->stream));
+    CUDA_CHECK(cudaStreamSynchronize(I(b)->stream));
+    return DDP_OK;
+}
+static ddp_status cu_zero(ddp_backend *b, void *p, size_t bytes)
+{
+    if (!bytes) return DDP_OK;
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, I(b)->stream));
+    return DDP_OK;
+}
+static ddp_status cu_sync(ddp_backend *b)
+{
+    CUDA_CHECK(cudaStreamSynchronize(I(b)->stream));
+    return DDP_OK;
+}
+
+static ddp_status cu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                          int64_t ldc)
+{
+    if (M <= 0 || N <= 0) return DDP_OK;
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return ddp_set_error(DDP_ERR_ARG, "gemm dimensions exceed cuBLAS int range");
+    /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
+    CUBLAS_CHECK(cublasSgemm(I(b)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
+                             (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
+    return DDP_OK;
+}
+
+static ddp_status cu_bias_gelu(ddp_backend *b, float *z, const float *bias, float *a, int64_t rows, int64_t cols)
+{
+    if (rows * cols == 0) return DDP_OK;
+    k_bias_gelu<<<blocks_for(rows * cols, 256), 256, 0, I(b)->stream>>>(z, bias, a, rows, cols);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+static ddp_status cu_gelu_backward(ddp_backend *b, const float *da, const float *z, float *dz, int64_t n)
+{
+    if (!n) return DDP_OK;
+    k_gelu_backward<<<blocks_for(n, 256), 256, 0, I(b)->stream>>>(da, z, dz, n);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+static ddp_status cu_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
+{
+    cuda_impl *c = I(b);
+    if (rows > c->ones_len) {
+        if (c->ones) CUDA_CHECK(cudaFree(c->ones));
+        c->ones = NULL;
+        CUDA_CHECK(cudaMalloc((void **)&c->ones, (size_t)rows * sizeof(float)));
+        c->ones_len = rows;
+        k_fill<<<blocks_for(rows, 256), 256, 0, c->stream>>>(c->ones, 1.0f, rows);
+        LAUNCH_CHECK();
+    }
+    float one = 1.0f;
+    /* x row-major [rows, cols] is column-major [cols, rows]; out = x_cm * ones */
+    CUBLAS_CHECK(cublasSgemv(c->blas, CUBLAS_OP_N, (int)cols, (int)rows, &one, x, (int)cols, c->ones, 1, &beta, out, 1));
+    return DDP_OK;
+}
+
+static ddp_status cu_segment_mean(ddp_backend *b, const float *a, const int64_t *off, int64_t nseg, int64_t cols,
+                                  float *out)
+{
+    if (!nseg) return DDP_OK;
+    k_segment_mean<<<(unsigned)nseg, 128, 0, I(b)->stream>>>(a, off, cols, out);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+static ddp_status cu_segment_mean_backward(ddp_backend *b, const float *dp, const int64_t *off, int64_t nseg,
+                                           int64_t cols, float *da)
+{
+    if (!nseg) return DDP_OK;
+    k_segment_mean_backward<<<(unsigned)nseg, 128, 0, I(b)->stream>>>(dp, off, cols, da);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+static ddp_status cu_add_bias(ddp_backend *b, float *x, const float *bias, int64_t rows, int64_t cols)
+{
+    if (rows * cols == 0) return DDP_OK;
+    k_add_bias<<<blocks_for(rows * cols, 256), 256, 0, I(b)->stream>>>(x, bias, rows, cols);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+static ddp_status cu_softmax_xent(ddp_backend *b, const float *logits, const int64_t *labels, int64_t n, int64_t c,
+                                  float *dlogits, float *loss, int64_t *pred, float *prob)
+{
+    if (!n) return DDP_OK;
+    k_softmax_xent<<<blocks_for(n, 128), 128, 0, I(b)->stream>>>(logits, labels, n, c, dlogits, loss, pred, prob);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+static ddp_status cu_adamw(ddp_backend *b, float *p, const float *g, float *m, float *v, int64_t n,
+                           const ddp_adamw_args *a)
+{
+    if (!n) return DDP_OK;
+    k_adamw<<<blocks_for(n, 256), 256, 0, I(b)->stream>>>(p, g, m, v, n, *a);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+static ddp_status cu_sumsq(ddp_backend *b, const float *x, int64_t n, double *out)
+{
+    cuda_impl *c = I(b);
+    CUDA_CHECK(cudaMemsetAsync(c->dsum, 0, sizeof(double), c->stream));
+    if (n) {
+        unsigned nb = blocks_for(n, 256);
+        if (nb > 1024) nb = 1024;
+        k_sumsq<<<nb, 256, 0, c->stream>>>(x, n, c->dsum);
+        LAUNCH_CHECK();
+    }
+    CUDA_CHECK(cudaMemcpyAsync(out, c->dsum, sizeof(double), cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return DDP_OK;
+}
+
+static void cu_destroy(ddp_backend *b)
+{
+    if (!b) return;
+    cuda_impl *c = I(b);
+    if (c) {
+        if (c->ones) cudaFree(c->ones);
+        if (c->dsum) cudaFree(c->dsum);
+        if (c->blas) cublasDestroy(c->blas);
+        if (c->stream) cudaStreamDestroy(c->stream);
+        free(c);
+    }
+    free(b);
+}
+
+extern "C" ddp_status ddp_backend_cuda_create(int device, ddp_backend **out)
+{
+    *out = NULL;
+    ddp_backend *b = (ddp_backend *)calloc(1, sizeof *b);
+    cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory creating the CUDA backend");
+    }
+    b->name = "cuda";
+    b->impl = c;
+    b->alloc = cu_alloc;
+    b->release = cu_release;
+    b->upload = cu_upload;
+    b->download = cu_download;
+    b->zero = cu_zero;
+    b->synchronize = cu_sync;
+    b->gemm = cu_gemm;
+    b->bias_gelu = cu_bias_gelu;
+    b->gelu_backward = cu_gelu_backward;
+    b->colsum = cu_colsum;
+    b->segment_mean = cu_segment_mean;
+    b->segment_mean_backward = cu_segment_mean_backward;
+    b->add_bias = cu_add_bias;
+    b->softmax_xent = cu_softmax_xent;
+    b->adamw = cu_adamw;
+    b->sumsq = cu_sumsq;
+    b->destroy = cu_destroy;
+    c->device = device;
+    ddp_status st = DDP_OK;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&c->dsum, sizeof(double));
+    if (e != cudaSuccess) st = ddp_set_error(DDP_ERR_CUDA, "CUDA device %d: %s", device, cudaGetErrorString(e));
+    if (st == DDP_OK && cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS)
+        st = ddp_set_error(DDP_ERR_CUDA, "cublasCreate failed on device %d", device);
+    if (st == DDP_OK && cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS)
+        st = ddp_set_error(DDP_ERR_CUDA, "cublasSetStream failed on device %d", device);
+    /* exact fp32 GEMMs (no TF32) so GPU results track the CPU reference */
+    if (st == DDP_OK && cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS)
+        st = ddp_set_error(DDP_ERR_CUDA, "cublasSetMathMode failed on device %d", device);
+    if (st != DDP_OK) {
+        cu_destroy(b);
+        return st;
+    }
+    *out = b;
+    return DDP_OK;
+}
+
+/* CUDA stream of a CUDA backend, for the gradient-sync stream to wait on. */
+extern "C" void *ddp_backend_cuda_stream(ddp_backend *b) { return (void *)I(b)->stream; }
+
+/* ------------------------------------------------------------------ cuda_api.h */
+extern "C" int ddp_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no driver" error */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" void ddp_cuda_device_name(int dev, char *buf, size_t n)
+{
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        cudaGetLastError();
+        if (n) buf[0] = 0;
+        return;
+    }
+    snprintf(buf, n, "%s (cc %d.%d)", p.name, p.major, p.minor);
+}
+
+extern "C" void ddp_cuda_version_string(char *buf, size_t n)
+{
+    int rt = 0, drv = 0;
+    cudaRuntimeGetVersion(&rt);
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+    cudaGetLastError();
+    snprintf(buf, n, "runtime %d.%d driver %d.%d", rt / 1000, (rt % 1000) / 10, drv / 1000, (drv % 1000) / 10);
+}
+
+extern "C" void ddp_nccl_version_string(char *buf, size_t n)
+{
+    int v = 0;
+    if (ncclGetVersion(&v) != ncclSuccess) v = 0;
+    snprintf(buf, n, "%d.%d.%d", v / 10000, (v / 100) % 100, v % 100);
+}
+
+extern "C" int ddp_cuda_built(void) { return 1; }

@@ -1,0 +1,201 @@
+/* checkpoint.c — checkpoint files; see checkpoint.h. */
+#include "checkpoint.h"
+
+#include "../io/shard.h" /* ddp_h5_quiet */
+#include "status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CK(call, ...)                                                                              \
+    do {                                                                                           \
+        if ((call) < 0) DDP_FAIL(DDP_ERR_HDF5, __VA_ARGS__);                                        \
+    } while (0)
+
+static herr_t attr_i64(hid_t o, const char *name, int64_t v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(o, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t e = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT64, &v);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    return e;
+}
+
+static herr_t attr_f64(hid_t o, const char *name, double v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(o, name, H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t e = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    return e;
+}
+
+static herr_t attr_str(hid_t o, const char *name, const char *v)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, strlen(v) + 1);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t e = a < 0 ? -1 : H5Awrite(a, t, v);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+    return e;
+}
+
+static herr_t write_tensors(hid_t f, const char *group, const ddp_model *model, const float *data)
+{
+    hid_t g = H5Gcreate2(f, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) return -1;
+    herr_t e = 0;
+    int64_t off = 0;
+    for (int t = 0; t < model->ntensors && e >= 0; t++) {
+        const ddp_tensor_spec *s = &model->tensors[t];
+        hsize_t dims[4];
+        int64_t n = 1;
+        for (int d = 0; d < s->ndim; d++) {
+            dims[d] = (hsize_t)s->shape[d];
+            n *= s->shape[d];
+        }
+        hid_t sp = H5Screate_simple(s->ndim, dims, NULL);
+        hid_t d = H5Dcreate2(g, s->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        e = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data + off);
+        if (d >= 0) H5Dclose(d);
+        H5Sclose(sp);
+        off += n;
+    }
+    H5Gclose(g);
+    return e;
+}
+
+static ddp_status fsync_file(const char *p, int dir)
+{
+    int fd = open(p, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: open for fsync: %s", p, strerror(errno));
+    int rc = fsync(fd), e = errno;
+    close(fd);
+    if (rc != 0) return ddp_set_error(DDP_ERR_IO, "%s: fsync: %s", p, strerror(e));
+    return DDP_OK;
+}
+
+ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float *params, const float *m,
+                          const float *v, const ddp_ckpt_state *cs)
+{
+    ddp_h5_quiet();
+    char tmp[4200], dcopy[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(dcopy, sizeof dcopy, "%s", path);
+    ddp_status st = DDP_OK;
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot create checkpoint (directory missing, full or read-only?)", tmp);
+    CK(attr_str(f, "format", "mpiddp-checkpoint"), "%s: writing attributes", tmp);
+    CK(attr_i64(f, "version", 1), "%s: writing attributes", tmp);
+    CK(attr_str(f, "model", model->name ? model->name : ""), "%s: writing attributes", tmp);
+    CK(attr_i64(f, "epoch", cs->epoch), "%s: writing attributes", tmp);
+    CK(attr_i64(f, "step_in_epoch", cs->step_in_epoch), "%s: writing attributes", tmp);
+    CK(attr_i64(f, "global_step", cs->global_step), "%s: writing attributes", tmp);
+    CK(attr_i64(f, "optim_step", cs->optim_step), "%s: writing attributes", tmp);
+    CK(attr_i64(f, "seed", (int64_t)cs->seed), "%s: writing attributes", tmp);
+    CK(attr_i64(f, "world_size", cs->world_size), "%s: writing attributes", tmp);
+    CK(attr_f64(f, "best_score", cs->best_score), "%s: writing attributes", tmp);
+    CK(attr_str(f, "monitor", cs->monitor), "%s: writing attributes", tmp);
+    CK(attr_str(f, "config", cs->config_json ? cs->config_json : "{}"), "%s: writing attributes", tmp);
+    CK(write_tensors(f, "params", model, params), "%s: writing /params (disk full?)", tmp);
+    if (m && v) {
+        hid_t g = H5Gcreate2(f, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        CK(g, "%s: creating /optim", tmp);
+        H5Gclose(g);
+        CK(write_tensors(f, "optim/exp_avg", model, m), "%s: writing /optim/exp_avg (disk full?)", tmp);
+        CK(write_tensors(f, "optim/exp_avg_sq", model, v), "%s: writing /optim/exp_avg_sq (disk full?)", tmp);
+    }
+    CK(H5Fflush(f, H5F_SCOPE_GLOBAL), "%s: flush failed (disk full?)", tmp);
+    herr_t e = H5Fclose(f);
+    f = -1;
+    CK(e, "%s: close failed (disk full?)", tmp);
+    DDP_TRY(fsync_file(tmp, 0));
+    if (rename(tmp, path) != 0) DDP_FAIL(DDP_ERR_IO, "%s: rename: %s", path, strerror(errno));
+    DDP_TRY(fsync_file(dirname(dcopy), 1));
+done:
+    if (f >= 0) H5Fclose(f);
+    if (st != DDP_OK) unlink(tmp);
+    return st;
+}
+
+static ddp_status read_i64_attr(hid_t f, const char *path, const char *name, int64_t *v)
+{
+    hid_t a = H5Aexists(f, name) > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
+    herr_t e = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT64, v);
+    if (a >= 0) H5Aclose(a);
+    if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': missing or unreadable", path, name);
+    return DDP_OK;
+}
+
+static ddp_status read_tensors(hid_t f, const char *path, const char *group, const ddp_model *model, float *out)
+{
+    int64_t off = 0;
+    char name[512];
+    for (int t = 0; t < model->ntensors; t++) {
+        const ddp_tensor_spec *s = &model->tensors[t];
+        snprintf(name, sizeof name, "%s/%s", group, s->name);
+        hid_t d = H5Lexists(f, group, H5P_DEFAULT) > 0 && H5Lexists(f, name, H5P_DEFAULT) > 0 ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
+        if (d < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': missing", path, name);
+        hid_t sp = H5Dget_space(d);
+        hsize_t dims[4] = {0};
+        int r = H5Sget_simple_extent_ndims(sp);
+        if (r == s->ndim) H5Sget_simple_extent_dims(sp, dims, NULL);
+        H5Sclose(sp);
+        int64_t n = 1;
+        int ok = r == s->ndim;
+        for (int k = 0; k < s->ndim && ok; k++) {
+            ok = (int64_t)dims[k] == s->shape[k];
+            n *= s->shape[k];
+        }
+        if (!ok) {
+            H5Dclose(d);
+            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': shape does not match the model", path, name);
+        }
+        herr_t e = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out + off);
+        H5Dclose(d);
+        if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': cannot be read (truncated?)", path, name);
+        off += n;
+    }
+    return DDP_OK;
+}
+
+ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params, float *m, float *v, ddp_ckpt_state *cs)
+{
+    ddp_h5_quiet();
+    if (access(path, R_OK) != 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    if (!ddp_h5_is_hdf5(path)) return ddp_set_error(DDP_ERR_FORMAT, "%s: not an HDF5 file (or truncated)", path);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: cannot be opened by HDF5 (truncated?)", path);
+    ddp_status st = DDP_OK;
+    int64_t version = 0, seed = 0;
+    memset(cs, 0, sizeof *cs);
+    DDP_TRY(read_i64_attr(f, path, "version", &version));
+    if (version != 1) DDP_FAIL(DDP_ERR_FORMAT, "%s: checkpoint version %lld is not supported (expected 1)", path, (long long)version);
+    DDP_TRY(read_i64_attr(f, path, "epoch", &cs->epoch));
+    DDP_TRY(read_i64_attr(f, path, "step_in_epoch", &cs->step_in_epoch));
+    DDP_TRY(read_i64_attr(f, path, "global_step", &cs->global_step));
+    DDP_TRY(read_i64_attr(f, path, "optim_step", &cs->optim_step));
+    DDP_TRY(read_i64_attr(f, path, "seed", &seed));
+    DDP_TRY(read_i64_attr(f, path, "world_size", &cs->world_size));
+    cs->seed = (uint64_t)seed;
+    DDP_TRY(read_tensors(f, path, "params", model, params));
+    if (m && v) {
+        DDP_TRY(read_tensors(f, path, "optim/exp_avg", model, m));
+        DDP_TRY(read_tensors(f, path, "optim/exp_avg_sq", model, v));
+    }
+done:
+    H5Fclose(f);
+    return st;
+}

@@ -1,0 +1,28 @@
+/* checkpoint.h — HDF5 checkpoints (SPEC §4): /params/<name> in PyTorch names and layouts, /optim/exp_avg
+ * and /optim/exp_avg_sq per tensor, and attributes for the position, seed, world size, best scores and
+ * configuration. Written to a temporary name, fsynced and renamed, so readers never see partial files. */
+#ifndef DDP_CHECKPOINT_H
+#define DDP_CHECKPOINT_H
+
+#include "mpiddp.h"
+
+typedef struct {
+    int64_t epoch;          /* epoch the position refers to */
+    int64_t step_in_epoch;  /* next step to run inside that epoch */
+    int64_t global_step;    /* optimizer steps done */
+    int64_t optim_step;     /* AdamW t */
+    uint64_t seed;
+    int64_t world_size;
+    double best_score;      /* best monitored value so far (NaN if none) */
+    char monitor[64];
+    const char *config_json;/* write: configuration; read: NULL */
+} ddp_ckpt_state;
+
+/* Host arrays in the model's flat layout; m/v may be NULL (written as zeros are not: omitted). */
+ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float *params, const float *m,
+                          const float *v, const ddp_ckpt_state *st);
+/* Reads into host arrays (m, v may be NULL); shapes must match model. */
+ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params, float *m, float *v,
+                         ddp_ckpt_state *st);
+
+#endif

@@ -1,0 +1,142 @@
+/* comm.c — MPI start-up and topology: world and node-local communicators, local rank, node id,
+ * device selection, and the collective status agreement every multi-rank error path uses. */
+#include "ctx.h"
+#include "backend.h"
+#include "cuda_api.h"
+#include "status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **out)
+{
+    *out = NULL;
+    int inited = 0, provided = 0;
+    MPI_CHECK(MPI_Initialized(&inited));
+    ddp_ctx *c = ddp_calloc(1, sizeof *c);
+    if (!c) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    if (!inited) {
+        MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+        c->owns_mpi = 1;
+    }
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->world));
+    MPI_CHECK(MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN));
+    ddp_topology *t = &c->topo;
+    MPI_CHECK(MPI_Comm_rank(c->world, &t->rank));
+    MPI_CHECK(MPI_Comm_size(c->world, &t->size));
+    MPI_CHECK(MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &c->local));
+    MPI_CHECK(MPI_Comm_set_errhandler(c->local, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(c->local, &t->local_rank));
+    MPI_CHECK(MPI_Comm_size(c->local, &t->local_size));
+    /* node id: rank of this node's leader among all leaders, shared within the node */
+    MPI_Comm leaders;
+    MPI_CHECK(MPI_Comm_split(c->world, t->local_rank == 0 ? 0 : MPI_UNDEFINED, t->rank, &leaders));
+    int node = 0, nodes = 0;
+    if (leaders != MPI_COMM_NULL) {
+        MPI_CHECK(MPI_Comm_rank(leaders, &node));
+        MPI_CHECK(MPI_Comm_size(leaders, &nodes));
+        MPI_CHECK(MPI_Comm_free(&leaders));
+    }
+    int nn[2] = {node, nodes};
+    MPI_CHECK(MPI_Bcast(nn, 2, MPI_INT, 0, c->local));
+    t->node_id = nn[0];
+    t->num_nodes = nn[1];
+    int len = 0;
+    char host[MPI_MAX_PROCESSOR_NAME];
+    MPI_CHECK(MPI_Get_processor_name(host, &len));
+    snprintf(t->host, sizeof t->host, "%s", host);
+    ddp_jobfacts_read(&c->facts);
+    snprintf(t->launcher, sizeof t->launcher, "%s", c->facts.source);
+    snprintf(t->job_id, sizeof t->job_id, "%s", c->facts.job_id);
+    c->device = DDP_DEVICE_CPU;
+    c->cuda_device = -1;
+    *out = c;
+    return DDP_OK;
+}
+
+void ddp_finalize(ddp_ctx *c)
+{
+    if (!c) return;
+    ddp_nccl_destroy(c);
+    for (int i = 0; i < 3; i++)
+        if (c->backends[i]) c->backends[i]->destroy(c->backends[i]);
+    MPI_Comm_free(&c->local);
+    MPI_Comm_free(&c->world);
+    int owns = c->owns_mpi;
+    free(c);
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (owns && !fin) MPI_Finalize();
+}
+
+const ddp_topology *ddp_topo(const ddp_ctx *c) { return &c->topo; }
+
+ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char *why)
+{
+    int n = ddp_cuda_device_count();
+    char buf[160];
+    ddp_device d = want;
+    if (want == DDP_DEVICE_AUTO) {
+        d = n > 0 ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
+        if (n > 0)
+            snprintf(buf, sizeof buf, "--device auto: %d CUDA device(s) visible, using cuda", n);
+        else
+            snprintf(buf, sizeof buf, "--device auto: %s, using cpu",
+                     ddp_cuda_built() ? "no CUDA device visible" : "built without CUDA");
+    } else {
+        snprintf(buf, sizeof buf, "--device %s", want == DDP_DEVICE_CUDA ? "cuda" : "cpu");
+    }
+    if (d == DDP_DEVICE_CUDA) {
+        if (!ddp_cuda_built())
+            return ddp_set_error(DDP_ERR_ARG, "--device cuda: this mpiddp was built without CUDA");
+        if (n == 0) return ddp_set_error(DDP_ERR_ARG, "--device cuda: no CUDA device is visible on %s", c->topo.host);
+        /* GPU = local rank (modulo the visible devices, for oversubscribed nodes) */
+        c->cuda_device = c->topo.local_rank % n;
+    }
+    c->device = d;
+    if (why) snprintf(why, 160, "%s", buf);
+    if (got) *got = d;
+    return DDP_OK;
+}
+
+ddp_status ddp_all_ok(ddp_ctx *c, int ok, int *all)
+{
+    int v = ok ? 1 : 0;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, c->world));
+    *all = v;
+    return DDP_OK;
+}
+
+ddp_status ddp_agree_status(ddp_ctx *c, ddp_status mine)
+{
+    int who = mine == DDP_OK ? c->topo.size : c->topo.rank;
+    char msg[1024];
+    int rc = MPI_Allreduce(MPI_IN_PLACE, &who, 1, MPI_INT, MPI_MIN, c->world);
+    if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce(agree)", __FILE__, __LINE__);
+    if (who == c->topo.size) return DDP_OK;
+    int code = (int)mine;
+    snprintf(msg, sizeof msg, "%s", ddp_last_error());
+    rc = MPI_Bcast(&code, 1, MPI_INT, who, c->world);
+    if (rc == MPI_SUCCESS) rc = MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, who, c->world);
+    if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Bcast(agree)", __FILE__, __LINE__);
+    msg[sizeof msg - 1] = 0;
+    ddp_set_error_text(msg);
+    ddp_mark_error_shared();
+    return code == DDP_OK ? DDP_ERR_REMOTE : (ddp_status)code;
+}
+
+ddp_status ddp_ctx_backend(ddp_ctx *c, ddp_device dev, ddp_backend **out)
+{
+    if (dev == DDP_DEVICE_AUTO) dev = c->device;
+    if (!c->backends[dev]) {
+        if (dev == DDP_DEVICE_CUDA) {
+            if (c->cuda_device < 0) return ddp_set_error(DDP_ERR_ARG, "CUDA backend requested before device selection");
+            DDP_CHECK(ddp_backend_cuda_create(c->cuda_device, &c->backends[dev]));
+        } else {
+            DDP_CHECK(ddp_backend_cpu_create(ddp_blas_threads_from_env(), &c->backends[dev]));
+        }
+    }
+    *out = c->backends[dev];
+    return DDP_OK;
+}

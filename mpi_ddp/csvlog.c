@@ -1,0 +1,122 @@
+/* csvlog.c — metrics CSV files: header `epoch,step,` + one column per metric (+ `rank`), blank cells
+ * where a metric is absent from a row. A metric first seen after the header was written widens the
+ * header: the file is rewritten from the rows kept in memory (tmp + rename), as Lightning's CSVLogger does. */
+#include "metrics.h"
+#include "status.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t epoch, step;
+    ddp_metric_row vals;
+} csv_row;
+
+struct ddp_csv {
+    char path[4096];
+    int rank;
+    ddp_metric_row cols;  /* column names in order (vals unused) */
+    int written_cols;     /* columns in the header on disk */
+    csv_row *rows;
+    int64_t nrows, cap;
+    FILE *f;
+};
+
+static void put_value(FILE *f, double v)
+{
+    if (isnan(v)) fputs("nan", f);
+    else if (isinf(v)) fputs(v > 0 ? "inf" : "-inf", f);
+    else fprintf(f, "%.9g", v);
+}
+
+static void put_row(ddp_csv *c, FILE *f, const csv_row *r)
+{
+    fprintf(f, "%lld,%lld", (long long)r->epoch, (long long)r->step);
+    for (int k = 0; k < c->cols.n; k++) {
+        fputc(',', f);
+        for (int i = 0; i < r->vals.n; i++)
+            if (strcmp(r->vals.names[i], c->cols.names[k]) == 0) put_value(f, r->vals.vals[i]);
+    }
+    if (c->rank >= 0) fprintf(f, ",%d", c->rank);
+    fputc('\n', f);
+}
+
+static void put_header(ddp_csv *c, FILE *f)
+{
+    fputs("epoch,step", f);
+    for (int k = 0; k < c->cols.n; k++) fprintf(f, ",%s", c->cols.names[k]);
+    if (c->rank >= 0) fputs(",rank", f);
+    fputc('\n', f);
+}
+
+ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, ddp_csv **out)
+{
+    ddp_csv *c = ddp_calloc(1, sizeof *c);
+    if (!c) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    snprintf(c->path, sizeof c->path, "%s", path);
+    c->rank = rank;
+    for (int i = 0; i < nfirst; i++) ddp_row_set(&c->cols, first[i], 0);
+    c->f = fopen(path, "w");
+    if (!c->f) {
+        int e = errno;
+        ddp_row_free(&c->cols);
+        free(c);
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", path, strerror(e));
+    }
+    put_header(c, c->f);
+    fflush(c->f);
+    c->written_cols = c->cols.n;
+    *out = c;
+    return DDP_OK;
+}
+
+ddp_status ddp_csv_write(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metric_row *row)
+{
+    if (c->nrows == c->cap) {
+        int64_t nc = c->cap ? c->cap * 2 : 64;
+        csv_row *nr = realloc(c->rows, (size_t)nc * sizeof *nr);
+        if (!nr) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+        c->rows = nr;
+        c->cap = nc;
+    }
+    csv_row *r = &c->rows[c->nrows++];
+    memset(r, 0, sizeof *r);
+    r->epoch = epoch;
+    r->step = step;
+    for (int i = 0; i < row->n; i++) {
+        ddp_row_set(&r->vals, row->names[i], row->vals[i]);
+        if (ddp_row_find(&c->cols, row->names[i]) < 0) ddp_row_set(&c->cols, row->names[i], 0);
+    }
+    if (c->cols.n != c->written_cols) { /* widen: rewrite everything */
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.tmp", c->path);
+        FILE *f = fopen(tmp, "w");
+        if (!f) return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        put_header(c, f);
+        for (int64_t i = 0; i < c->nrows; i++) put_row(c, f, &c->rows[i]);
+        int bad = fflush(f) != 0 || ferror(f);
+        fclose(f);
+        if (bad || rename(tmp, c->path) != 0) return ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", c->path, strerror(errno));
+        fclose(c->f);
+        c->f = fopen(c->path, "a");
+        if (!c->f) return ddp_set_error(DDP_ERR_IO, "%s: cannot reopen: %s", c->path, strerror(errno));
+        c->written_cols = c->cols.n;
+        return DDP_OK;
+    }
+    put_row(c, c->f, r);
+    if (fflush(c->f) != 0 || ferror(c->f)) return ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", c->path, strerror(errno));
+    return DDP_OK;
+}
+
+void ddp_csv_close(ddp_csv *c)
+{
+    if (!c) return;
+    if (c->f) fclose(c->f);
+    for (int64_t i = 0; i < c->nrows; i++) ddp_row_free(&c->rows[i].vals);
+    free(c->rows);
+    ddp_row_free(&c->cols);
+    free(c);
+}

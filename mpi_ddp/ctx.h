@@ -1,0 +1,31 @@
+/* ctx.h — the launch context shared by the library's modules: communicators, topology, device. */
+#ifndef DDP_CTX_H
+#define DDP_CTX_H
+
+#include "../slurm/env.h"
+#include "mpiddp.h"
+
+#include <mpi.h>
+
+struct ddp_ctx {
+    MPI_Comm world;   /* dup of MPI_COMM_WORLD, errors return */
+    MPI_Comm local;   /* ranks sharing this node */
+    ddp_topology topo;
+    ddp_jobfacts facts;
+    int owns_mpi;     /* ddp_init called MPI_Init */
+    ddp_device device;
+    int cuda_device;
+    void *nccl;       /* ncclComm_t on CUDA builds once bootstrapped */
+    struct ddp_backend *backends[3]; /* by ddp_device, created on first use */
+};
+
+/* The shared compute backend for dev (CPU or CUDA), created on first use. */
+ddp_status ddp_ctx_backend(ddp_ctx *ctx, ddp_device dev, struct ddp_backend **out);
+
+/* NCCL communicator over ctx->world on ctx->cuda_device; the ncclUniqueId travels by MPI_Bcast. */
+ddp_status ddp_nccl_init(ddp_ctx *ctx);
+void ddp_nccl_destroy(ddp_ctx *ctx);
+/* In-place float sum over ctx->nccl on the given cudaStream_t. */
+ddp_status ddp_nccl_allreduce_sum(ddp_ctx *ctx, float *buf, int64_t count, void *stream);
+
+#endif

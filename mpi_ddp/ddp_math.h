@@ -1,0 +1,75 @@
+/* ddp_math.h — element-wise math of the reference model, written once for host and device: the CPU
+ * backend and the CUDA kernels both call these, so the CPU tests exercise the GPU arithmetic. */
+#ifndef DDP_MATH_H
+#define DDP_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define DDP_HD __host__ __device__
+#else
+#define DDP_HD
+#endif
+
+#define DDP_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define DDP_GELU_C 0.044715f
+
+/* gelu, tanh approximation (PyTorch approximate="tanh"). */
+DDP_HD static inline float ddp_gelu(float x)
+{
+    float u = DDP_GELU_K * (x + DDP_GELU_C * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+/* d gelu / dx at x. */
+DDP_HD static inline float ddp_gelu_grad(float x)
+{
+    float u = DDP_GELU_K * (x + DDP_GELU_C * x * x * x);
+    float t = tanhf(u);
+    float du = DDP_GELU_K * (1.0f + 3.0f * DDP_GELU_C * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+/* Softmax cross-entropy of one row of c logits against label y. Returns the loss; writes the
+ * gradient (softmax - onehot) * dscale into dz when dz is non-NULL, and the argmax and its
+ * probability into pred/prob when non-NULL. */
+DDP_HD static inline float ddp_softmax_xent_row(const float *z, int64_t c, int64_t y, float dscale,
+                                                float *dz, int64_t *pred, float *prob)
+{
+    float mx = z[0];
+    int64_t am = 0;
+    for (int64_t j = 1; j < c; j++)
+        if (z[j] > mx) { mx = z[j]; am = j; }
+    float s = 0.0f;
+    for (int64_t j = 0; j < c; j++) s += expf(z[j] - mx);
+    float lse = mx + logf(s);
+    if (dz)
+        for (int64_t j = 0; j < c; j++) dz[j] = (expf(z[j] - lse) - (j == y ? 1.0f : 0.0f)) * dscale;
+    if (pred) *pred = am;
+    if (prob) *prob = 1.0f / s; /* exp(mx - lse) */
+    return lse - z[y];
+}
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    float bc1;      /* 1 - beta1^t */
+    float bc2_sqrt; /* sqrt(1 - beta2^t) */
+    float gscale;   /* applied to each gradient: 1/global batch times the clip coefficient */
+} ddp_adamw_args;
+
+/* One AdamW element update with PyTorch's semantics (torch.optim.AdamW, single-tensor path). */
+DDP_HD static inline void ddp_adamw_elem(float *p, float g, float *m, float *v, const ddp_adamw_args *a)
+{
+    g *= a->gscale;
+    float pv = *p * (1.0f - a->lr * a->weight_decay);
+    float mv = *m + (g - *m) * (1.0f - a->beta1);
+    float vv = *v * a->beta2 + g * g * (1.0f - a->beta2);
+    float denom = sqrtf(vv) / a->bc2_sqrt + a->eps;
+    pv -= (a->lr / a->bc1) * (mv / denom);
+    *p = pv;
+    *m = mv;
+    *v = vv;
+}
+
+#endif

@@ -1,0 +1,237 @@
+/* metrics.c — (sum, count) accumulation per name, the cross-rank name-set check, and one batched
+ * allreduce per sync point. Rank-0-only values are kept aside and never enter a collective. */
+#include "metrics.h"
+
+#include "status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ddp_metrics {
+    ddp_ctx *ctx;
+    ddp_metric_row acc_sum, acc_cnt; /* same names in both */
+    ddp_metric_row rank0;
+};
+
+int ddp_row_find(const ddp_metric_row *r, const char *name)
+{
+    for (int i = 0; i < r->n; i++)
+        if (strcmp(r->names[i], name) == 0) return i;
+    return -1;
+}
+
+void ddp_row_set(ddp_metric_row *r, const char *name, double v)
+{
+    int i = ddp_row_find(r, name);
+    if (i >= 0) {
+        r->vals[i] = v;
+        return;
+    }
+    if (r->n == r->cap) {
+        int nc = r->cap ? r->cap * 2 : 16;
+        char **nn = realloc(r->names, (size_t)nc * sizeof *nn);
+        if (!nn) return;
+        r->names = nn;
+        double *nv = realloc(r->vals, (size_t)nc * sizeof *nv);
+        if (!nv) return;
+        r->vals = nv;
+        r->cap = nc;
+    }
+    r->names[r->n] = strdup(name);
+    if (!r->names[r->n]) return;
+    r->vals[r->n++] = v;
+}
+
+void ddp_row_clear(ddp_metric_row *r)
+{
+    for (int i = 0; i < r->n; i++) free(r->names[i]);
+    r->n = 0;
+}
+
+void ddp_row_free(ddp_metric_row *r)
+{
+    ddp_row_clear(r);
+    free(r->names);
+    free(r->vals);
+    memset(r, 0, sizeof *r);
+}
+
+ddp_status ddp_metrics_create(ddp_ctx *ctx, ddp_metrics **out)
+{
+    ddp_metrics *m = ddp_calloc(1, sizeof *m);
+    if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    m->ctx = ctx;
+    *out = m;
+    return DDP_OK;
+}
+
+void ddp_metrics_destroy(ddp_metrics *m)
+{
+    if (!m) return;
+    ddp_row_free(&m->acc_sum);
+    ddp_row_free(&m->acc_cnt);
+    ddp_row_free(&m->rank0);
+    free(m);
+}
+
+int ddp_metrics_pending(const ddp_metrics *m) { return m->acc_sum.n + m->rank0.n; }
+
+static int valid_name(const char *name) { return name && *name && strlen(name) < 128 && !strchr(name, ',') && !strchr(name, '\n'); }
+
+ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)
+{
+    if (!valid_name(name)) return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas", name ? name : "(null)");
+    int i = ddp_row_find(&m->acc_sum, name);
+    if (i < 0) {
+        ddp_row_set(&m->acc_sum, name, sum);
+        ddp_row_set(&m->acc_cnt, name, count);
+        if (ddp_row_find(&m->acc_sum, name) < 0) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+        return DDP_OK;
+    }
+    m->acc_sum.vals[i] += sum;
+    m->acc_cnt.vals[i] += count;
+    return DDP_OK;
+}
+
+ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value)
+{
+    if (!valid_name(name)) return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas", name ? name : "(null)");
+    if (m->ctx->topo.rank == 0) ddp_row_set(&m->rank0, name, value);
+    return DDP_OK;
+}
+
+/* sorts both accumulators by name, in step */
+static void sort_acc(ddp_metrics *m)
+{
+    ddp_metric_row *s = &m->acc_sum, *c = &m->acc_cnt;
+    for (int i = 1; i < s->n; i++)
+        for (int j = i; j > 0 && strcmp(s->names[j - 1], s->names[j]) > 0; j--) {
+            char *t = s->names[j]; s->names[j] = s->names[j - 1]; s->names[j - 1] = t;
+            double v = s->vals[j]; s->vals[j] = s->vals[j - 1]; s->vals[j - 1] = v;
+            t = c->names[j]; c->names[j] = c->names[j - 1]; c->names[j - 1] = t;
+            v = c->vals[j]; c->vals[j] = c->vals[j - 1]; c->vals[j - 1] = v;
+        }
+}
+
+/* Formats "ranks 0,2-3" into buf from a membership bitmap. */
+static void rank_list(const unsigned char *in, int world, int want, char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int r = 0; r < world && k + 16 < n; r++) {
+        if ((in[r] != 0) != want) continue;
+        int e = r;
+        while (e + 1 < world && ((in[e + 1] != 0) == want)) e++;
+        k += (size_t)snprintf(buf + k, n - k, "%s%d", k ? "," : "", r);
+        if (e > r) k += (size_t)snprintf(buf + k, n - k, "-%d", e);
+        r = e;
+    }
+}
+
+static ddp_status explain_mismatch(ddp_metrics *m)
+{
+    ddp_ctx *c = m->ctx;
+    int W = c->topo.size;
+    size_t mylen = 0;
+    for (int i = 0; i < m->acc_sum.n; i++) mylen += strlen(m->acc_sum.names[i]) + 1;
+    int len = (int)mylen;
+    int *lens = ddp_calloc((size_t)W, sizeof *lens), *displ = ddp_calloc((size_t)W, sizeof *displ);
+    char *mine = ddp_calloc(mylen + 1, 1);
+    if (!lens || !displ || !mine) {
+        free(lens); free(displ); free(mine);
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0, k = 0; i < m->acc_sum.n; i++) {
+        strcpy(mine + k, m->acc_sum.names[i]);
+        k += (int)strlen(m->acc_sum.names[i]) + 1;
+    }
+    ddp_status st = DDP_OK;
+    int rc = MPI_Allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, c->world);
+    int64_t tot = 0;
+    for (int r = 0; r < W; r++) {
+        displ[r] = (int)tot;
+        tot += lens[r];
+    }
+    char *all = ddp_calloc((size_t)tot + 1, 1);
+    if (rc == MPI_SUCCESS && all) rc = MPI_Allgatherv(mine, len, MPI_CHAR, all, lens, displ, MPI_CHAR, c->world);
+    if (rc != MPI_SUCCESS) st = ddp_mpi_error(rc, "MPI_Allgatherv(metric names)", __FILE__, __LINE__);
+    else if (!all) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    else {
+        /* first name not logged by every rank (in rank order, then name order) */
+        unsigned char *in = ddp_calloc((size_t)W, 1);
+        const char *bad = NULL;
+        for (int r = 0; r < W && !bad && in; r++)
+            for (int k = displ[r]; k < displ[r] + lens[r] && !bad; k += (int)strlen(all + k) + 1) {
+                const char *name = all + k;
+                int cnt = 0;
+                for (int q = 0; q < W; q++) {
+                    in[q] = 0;
+                    for (int j = displ[q]; j < displ[q] + lens[q]; j += (int)strlen(all + j) + 1)
+                        if (strcmp(all + j, name) == 0) in[q] = 1;
+                    cnt += in[q];
+                }
+                if (cnt < W) bad = name;
+            }
+        if (bad) {
+            char yes[256], no[256];
+            rank_list(in, W, 1, yes, sizeof yes);
+            rank_list(in, W, 0, no, sizeof no);
+            st = ddp_set_error(DDP_ERR_MISMATCH, "metric '%s' was logged on rank(s) %s but not on rank(s) %s before the same sync point; "
+                               "log collective metrics on every rank (use ddp_log_rank0 for rank-0-only values)", bad, yes, no);
+        } else {
+            st = ddp_set_error(DDP_ERR_MISMATCH, "metric names differ across ranks at a sync point");
+        }
+        free(in);
+    }
+    free(all);
+    free(lens);
+    free(displ);
+    free(mine);
+    return st;
+}
+
+ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_row *local)
+{
+    ddp_ctx *c = m->ctx;
+    sort_acc(m);
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a over the sorted names */
+    for (int i = 0; i < m->acc_sum.n; i++)
+        for (const unsigned char *p = (const unsigned char *)m->acc_sum.names[i];; p++) {
+            h = (h ^ *p) * 1099511628211ULL;
+            if (!*p) break;
+        }
+    int64_t hh = (int64_t)(h >> 2), n = m->acc_sum.n;
+    int64_t chk[4] = {hh, -hh, n, -n};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, chk, 4, MPI_INT64_T, MPI_MIN, c->world));
+    ddp_status st = DDP_OK;
+    if (chk[0] != -chk[1] || chk[2] != -chk[3]) {
+        st = explain_mismatch(m);
+        ddp_mark_error_shared();
+    }
+    int nn = m->acc_sum.n;
+    double *buf = st == DDP_OK ? ddp_calloc((size_t)(2 * nn + 1), sizeof *buf) : NULL;
+    if (st == DDP_OK && !buf) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    if (st == DDP_OK) {
+        if (local) ddp_row_clear(local);
+        for (int i = 0; i < nn; i++) {
+            buf[i] = m->acc_sum.vals[i];
+            buf[nn + i] = m->acc_cnt.vals[i];
+            if (local) ddp_row_set(local, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
+        }
+        if (nn) {
+            int rc = MPI_Allreduce(MPI_IN_PLACE, buf, 2 * nn, MPI_DOUBLE, MPI_SUM, c->world);
+            if (rc != MPI_SUCCESS) st = ddp_mpi_error(rc, "MPI_Allreduce(metrics)", __FILE__, __LINE__);
+        }
+    }
+    if (st == DDP_OK) {
+        ddp_row_clear(global);
+        for (int i = 0; i < nn; i++) ddp_row_set(global, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
+        for (int i = 0; i < m->rank0.n; i++) ddp_row_set(global, m->rank0.names[i], m->rank0.vals[i]);
+    }
+    free(buf);
+    ddp_row_clear(&m->acc_sum);
+    ddp_row_clear(&m->acc_cnt);
+    ddp_row_clear(&m->rank0);
+    return st;
+}

@@ -1,0 +1,36 @@
+/* metrics.h — metric accumulation and the batched, name-checked reduction at sync points, plus the
+ * metrics CSV writer (metrics.csv on rank 0, metrics_rank<R>.csv per rank). */
+#ifndef DDP_METRICS_H
+#define DDP_METRICS_H
+
+#include "ctx.h"
+
+typedef struct {
+    int n, cap;
+    char **names;
+    double *vals;
+} ddp_metric_row;
+
+/* Index of name in r, or -1. */
+int ddp_row_find(const ddp_metric_row *r, const char *name);
+void ddp_row_set(ddp_metric_row *r, const char *name, double v);
+void ddp_row_clear(ddp_metric_row *r);
+void ddp_row_free(ddp_metric_row *r);
+
+ddp_status ddp_metrics_create(ddp_ctx *ctx, ddp_metrics **out);
+void ddp_metrics_destroy(ddp_metrics *m);
+/* Collective sync point: checks that every rank logged the same set of names (else every rank fails
+ * with DDP_ERR_MISMATCH naming the metric and the ranks), then reduces all (sum, count) pairs in one
+ * MPI_Allreduce. global receives sum/count per name plus rank-0 values (on rank 0); local (may be
+ * NULL) receives this rank's own sum/count. The accumulators are cleared. */
+ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_row *local);
+/* Number of names currently accumulated (collective + rank-0). */
+int ddp_metrics_pending(const ddp_metrics *m);
+
+typedef struct ddp_csv ddp_csv;
+/* rank >= 0 adds a `rank` column holding that value. `first` lists columns in their preferred order. */
+ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, ddp_csv **out);
+ddp_status ddp_csv_write(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metric_row *row);
+void ddp_csv_close(ddp_csv *c);
+
+#endif

@@ -1,0 +1,250 @@
+/* model.c — the reference model of SPEC §2 (two gelu layers per row, mean pooling per sample, linear
+ * head, softmax cross-entropy) on a compute backend, exposed through the public ddp_model interface.
+ * Packed batches: GEMMs run over the concatenated rows; no padding rows are computed. */
+#include "backend.h"
+#include "ctx.h"
+#include "status.h"
+
+#include "../io/sampler.h" /* ddp_mix64 */
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ddp_backend *be;
+    int64_t D, H, C, maxR, maxB;
+    ddp_tensor_spec spec[6];
+    int64_t off[7];                 /* element offsets of the tensors in the flat buffer */
+    float *z1, *a1, *z2, *a2;       /* [maxR, H] */
+    float *p, *dp, *logits, *dlogits, *loss, *prob;
+    int64_t *pred;
+    float *x_dev;                   /* device copy of the batch (non-host backends) */
+    int64_t *off_dev, *lab_dev;
+    float *h_loss, *h_prob;         /* host staging */
+    int64_t *h_pred;
+} refmodel;
+
+enum { W1, B1, W2, B2, W3, B3 };
+
+static ddp_status ref_init(void *self, float *params, uint64_t seed)
+{
+    refmodel *m = self;
+    int64_t fan_in[6] = {m->D, m->D, m->H, m->H, m->H, m->H};
+    int64_t n = m->off[6];
+    float *host = m->be->host_memory ? params : ddp_calloc((size_t)n, sizeof(float));
+    if (!host) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    for (int t = 0; t < 6; t++) {
+        float bound = 1.0f / sqrtf((float)fan_in[t]);
+        uint64_t key = ddp_mix64(seed ^ ddp_mix64(0xa11ce + (uint64_t)t));
+        for (int64_t j = m->off[t]; j < m->off[t + 1]; j++) {
+            double u = ((ddp_mix64(key ^ (uint64_t)j) >> 11) + 0.5) * 0x1.0p-53;
+            host[j] = (float)((2.0 * u - 1.0) * bound);
+        }
+    }
+    ddp_status st = DDP_OK;
+    if (!m->be->host_memory) {
+        st = m->be->upload(m->be, params, host, (size_t)n * sizeof(float));
+        free(host);
+    }
+    return st;
+}
+
+/* Moves the batch to the backend; returns the pointers the kernels use. */
+static ddp_status stage(refmodel *m, const ddp_batch *b, const float **x, const int64_t **off, const int64_t **lab)
+{
+    if (b->nrows > m->maxR || b->nsamples > m->maxB)
+        return ddp_set_error(DDP_ERR_ARG, "batch of %lld samples / %lld rows exceeds the model's workspace (%lld / %lld)",
+                             (long long)b->nsamples, (long long)b->nrows, (long long)m->maxB, (long long)m->maxR);
+    if (b->dim != m->D)
+        return ddp_set_error(DDP_ERR_ARG, "batch has D=%lld, model expects D=%lld", (long long)b->dim, (long long)m->D);
+    ddp_backend *be = m->be;
+    if (be->host_memory) {
+        *x = b->x;
+        *off = b->offsets;
+        *lab = b->labels;
+        return DDP_OK;
+    }
+    DDP_CHECK(be->upload(be, m->x_dev, b->x, (size_t)(b->nrows * m->D) * sizeof(float)));
+    DDP_CHECK(be->upload(be, m->off_dev, b->offsets, (size_t)(b->nsamples + 1) * sizeof(int64_t)));
+    DDP_CHECK(be->upload(be, m->lab_dev, b->labels, (size_t)b->nsamples * sizeof(int64_t)));
+    *x = m->x_dev;
+    *off = m->off_dev;
+    *lab = m->lab_dev;
+    return DDP_OK;
+}
+
+static ddp_status forward(refmodel *m, const ddp_batch *b, const float *P, const float *x, const int64_t *off,
+                          const int64_t *lab, int want_grad)
+{
+    ddp_backend *be = m->be;
+    int64_t R = b->nrows, B = b->nsamples, D = m->D, H = m->H, C = m->C;
+    DDP_CHECK(be->gemm(be, 0, 1, R, H, D, 1.0f, x, D, P + m->off[W1], D, 0.0f, m->z1, H));
+    DDP_CHECK(be->bias_gelu(be, m->z1, P + m->off[B1], m->a1, R, H));
+    DDP_CHECK(be->gemm(be, 0, 1, R, H, H, 1.0f, m->a1, H, P + m->off[W2], H, 0.0f, m->z2, H));
+    DDP_CHECK(be->bias_gelu(be, m->z2, P + m->off[B2], m->a2, R, H));
+    DDP_CHECK(be->segment_mean(be, m->a2, off, B, H, m->p));
+    DDP_CHECK(be->gemm(be, 0, 1, B, C, H, 1.0f, m->p, H, P + m->off[W3], H, 0.0f, m->logits, C));
+    DDP_CHECK(be->add_bias(be, m->logits, P + m->off[B3], B, C));
+    DDP_CHECK(be->softmax_xent(be, m->logits, lab, B, C, want_grad ? m->dlogits : NULL, m->loss, m->pred, m->prob));
+    return DDP_OK;
+}
+
+static ddp_status collect(refmodel *m, const ddp_batch *b, ddp_forward_out *out)
+{
+    ddp_backend *be = m->be;
+    int64_t B = b->nsamples;
+    const float *loss = m->loss, *prob = m->prob;
+    const int64_t *pred = m->pred;
+    if (!be->host_memory) {
+        DDP_CHECK(be->download(be, m->h_loss, m->loss, (size_t)B * sizeof(float)));
+        DDP_CHECK(be->download(be, m->h_prob, m->prob, (size_t)B * sizeof(float)));
+        DDP_CHECK(be->download(be, m->h_pred, m->pred, (size_t)B * sizeof(int64_t)));
+        loss = m->h_loss;
+        prob = m->h_prob;
+        pred = m->h_pred;
+    }
+    double s = 0.0;
+    for (int64_t i = 0; i < B; i++) s += loss[i];
+    out->loss_sum = s;
+    out->count = B;
+    if (out->loss) memcpy(out->loss, loss, (size_t)B * sizeof(float));
+    if (out->prob) memcpy(out->prob, prob, (size_t)B * sizeof(float));
+    if (out->pred) memcpy(out->pred, pred, (size_t)B * sizeof(int64_t));
+    return DDP_OK;
+}
+
+static ddp_status ref_train_step(void *self, const ddp_batch *b, const float *P, float *G, ddp_forward_out *out,
+                                 ddp_grad_ready_fn ready, void *ready_arg)
+{
+    refmodel *m = self;
+    ddp_backend *be = m->be;
+    const float *x;
+    const int64_t *off, *lab;
+    DDP_CHECK(stage(m, b, &x, &off, &lab));
+    DDP_CHECK(forward(m, b, P, x, off, lab, 1));
+    int64_t R = b->nrows, B = b->nsamples, D = m->D, H = m->H, C = m->C;
+    /* head */
+    DDP_CHECK(be->gemm(be, 1, 0, C, H, B, 1.0f, m->dlogits, C, m->p, H, 1.0f, G + m->off[W3], H));
+    DDP_CHECK(be->colsum(be, m->dlogits, G + m->off[B3], B, C, 1.0f));
+    if (ready) ready(ready_arg, m->off[W3], m->off[6]);
+    DDP_CHECK(be->gemm(be, 0, 0, B, H, C, 1.0f, m->dlogits, C, P + m->off[W3], H, 0.0f, m->dp, H));
+    /* pooling and layer 2: dA2 -> dZ2 in a2 */
+    DDP_CHECK(be->segment_mean_backward(be, m->dp, off, B, H, m->a2));
+    DDP_CHECK(be->gelu_backward(be, m->a2, m->z2, m->a2, R * H));
+    DDP_CHECK(be->gemm(be, 1, 0, H, H, R, 1.0f, m->a2, H, m->a1, H, 1.0f, G + m->off[W2], H));
+    DDP_CHECK(be->colsum(be, m->a2, G + m->off[B2], R, H, 1.0f));
+    if (ready) ready(ready_arg, m->off[W2], m->off[W3]);
+    /* layer 1: dA1 -> dZ1 in a1 */
+    DDP_CHECK(be->gemm(be, 0, 0, R, H, H, 1.0f, m->a2, H, P + m->off[W2], H, 0.0f, m->a1, H));
+    DDP_CHECK(be->gelu_backward(be, m->a1, m->z1, m->a1, R * H));
+    DDP_CHECK(be->gemm(be, 1, 0, H, D, R, 1.0f, m->a1, H, x, D, 1.0f, G + m->off[W1], D));
+    DDP_CHECK(be->colsum(be, m->a1, G + m->off[B1], R, H, 1.0f));
+    if (ready) ready(ready_arg, m->off[W1], m->off[W2]);
+    return collect(m, b, out);
+}
+
+static ddp_status ref_eval_step(void *self, const ddp_batch *b, const float *P, ddp_forward_out *out)
+{
+    refmodel *m = self;
+    const float *x;
+    const int64_t *off, *lab;
+    DDP_CHECK(stage(m, b, &x, &off, &lab));
+    DDP_CHECK(forward(m, b, P, x, off, lab, 0));
+    return collect(m, b, out);
+}
+
+static void ref_destroy(void *self)
+{
+    refmodel *m = self;
+    if (!m) return;
+    ddp_backend *be = m->be;
+    void *dev[] = {m->z1, m->a1, m->z2, m->a2, m->p, m->dp, m->logits, m->dlogits, m->loss, m->prob, m->pred,
+                   m->x_dev, m->off_dev, m->lab_dev};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i]) be->release(be, dev[i]);
+    free(m->h_loss);
+    free(m->h_prob);
+    free(m->h_pred);
+    free(m);
+}
+
+int64_t ddp_model_num_params(const ddp_model *m)
+{
+    int64_t n = 0;
+    for (int t = 0; t < m->ntensors; t++) {
+        int64_t k = 1;
+        for (int d = 0; d < m->tensors[t].ndim; d++) k *= m->tensors[t].shape[d];
+        n += k;
+    }
+    return n;
+}
+
+#define BALLOC(ptr, count)                                                                         \
+    do {                                                                                           \
+        void *p_;                                                                                  \
+        DDP_TRY(be->alloc(be, &p_, (size_t)(count) * sizeof *(ptr)));                              \
+        (ptr) = p_;                                                                                \
+    } while (0)
+
+ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t D, int64_t H, int64_t C, int64_t maxR,
+                               int64_t maxB, ddp_model *out)
+{
+    if (D < 1 || H < 1 || C < 2 || maxR < 1 || maxB < 1)
+        return ddp_set_error(DDP_ERR_ARG, "reference model: need D, hidden >= 1 and classes >= 2 (got %lld, %lld, %lld)",
+                             (long long)D, (long long)H, (long long)C);
+    ddp_backend *be;
+    DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));
+    refmodel *m = ddp_calloc(1, sizeof *m);
+    if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    ddp_status st = DDP_OK;
+    m->be = be;
+    m->D = D;
+    m->H = H;
+    m->C = C;
+    m->maxR = maxR;
+    m->maxB = maxB;
+    static const char *names[6] = {"l1.weight", "l1.bias", "l2.weight", "l2.bias", "l3.weight", "l3.bias"};
+    int64_t shapes[6][2] = {{H, D}, {H, 0}, {H, H}, {H, 0}, {C, H}, {C, 0}};
+    for (int t = 0; t < 6; t++) {
+        m->spec[t].name = names[t];
+        m->spec[t].ndim = shapes[t][1] ? 2 : 1;
+        m->spec[t].shape[0] = shapes[t][0];
+        m->spec[t].shape[1] = shapes[t][1];
+        m->off[t + 1] = m->off[t] + shapes[t][0] * (shapes[t][1] ? shapes[t][1] : 1);
+    }
+    BALLOC(m->z1, maxR * H);
+    BALLOC(m->a1, maxR * H);
+    BALLOC(m->z2, maxR * H);
+    BALLOC(m->a2, maxR * H);
+    BALLOC(m->p, maxB * H);
+    BALLOC(m->dp, maxB * H);
+    BALLOC(m->logits, maxB * C);
+    BALLOC(m->dlogits, maxB * C);
+    BALLOC(m->loss, maxB);
+    BALLOC(m->prob, maxB);
+    BALLOC(m->pred, maxB);
+    if (!be->host_memory) {
+        BALLOC(m->x_dev, maxR * D);
+        BALLOC(m->off_dev, maxB + 1);
+        BALLOC(m->lab_dev, maxB);
+        m->h_loss = ddp_calloc((size_t)maxB, sizeof(float));
+        m->h_prob = ddp_calloc((size_t)maxB, sizeof(float));
+        m->h_pred = ddp_calloc((size_t)maxB, sizeof(int64_t));
+        if (!m->h_loss || !m->h_prob || !m->h_pred) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    }
+    *out = (ddp_model){.name = "reference",
+                       .ntensors = 6,
+                       .tensors = m->spec,
+                       .num_classes = (int)C,
+                       .device = be->host_memory ? DDP_DEVICE_CPU : DDP_DEVICE_CUDA,
+                       .self = m,
+                       .init = ref_init,
+                       .train_step = ref_train_step,
+                       .eval_step = ref_eval_step,
+                       .destroy = ref_destroy};
+    return DDP_OK;
+done:
+    ref_destroy(m);
+    return st;
+}

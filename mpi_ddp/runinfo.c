@@ -1,0 +1,135 @@
+/* runinfo.c — library versions and run.json (configuration, world size, hosts, versions, start time). */
+#include "runinfo.h"
+
+#include "cuda_api.h"
+#include "status.h"
+
+#include <cjson/cJSON.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+extern char *openblas_get_config(void);
+
+void ddp_versions_get(ddp_versions *v)
+{
+    memset(v, 0, sizeof *v);
+    int len = 0;
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    if (MPI_Get_library_version(lib, &len) == MPI_SUCCESS) {
+        char *nl = strpbrk(lib, ",\n");
+        if (nl) *nl = 0;
+        snprintf(v->mpi, sizeof v->mpi, "%s", lib);
+    }
+    unsigned maj = 0, min = 0, rel = 0;
+    H5get_libversion(&maj, &min, &rel);
+    snprintf(v->hdf5, sizeof v->hdf5, "%u.%u.%u", maj, min, rel);
+    ddp_cuda_version_string(v->cuda, sizeof v->cuda);
+    ddp_nccl_version_string(v->nccl, sizeof v->nccl);
+    const char *b = openblas_get_config();
+    snprintf(v->blas, sizeof v->blas, "%s", b ? b : "");
+}
+
+static cJSON *info_json(const ddp_dataset_info *i)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "samples", (double)i->num_samples);
+    cJSON_AddNumberToObject(o, "rows", (double)i->num_rows);
+    cJSON_AddNumberToObject(o, "dim", (double)i->dim);
+    cJSON_AddNumberToObject(o, "classes", (double)i->num_classes);
+    cJSON_AddNumberToObject(o, "shards", (double)i->num_shards);
+    return o;
+}
+
+ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_config *cfg, const char *extra,
+                              const ddp_dataset_info *train, const ddp_dataset_info *val, const char *device_note)
+{
+    int W = ctx->topo.size;
+    int mine[4] = {ctx->topo.local_rank, ctx->topo.node_id, ctx->device, ctx->cuda_device};
+    char *hosts = ctx->topo.rank == 0 ? ddp_calloc((size_t)W, 256) : NULL;
+    int *facts = ctx->topo.rank == 0 ? ddp_calloc((size_t)W * 4, sizeof(int)) : NULL;
+    if (ctx->topo.rank == 0 && (!hosts || !facts)) {
+        free(hosts);
+        free(facts);
+        hosts = NULL;
+        facts = NULL;
+    }
+    int ok = ctx->topo.rank != 0 || hosts != NULL, all = 0;
+    DDP_CHECK(ddp_all_ok(ctx, ok, &all));
+    if (!all) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
+    MPI_CHECK(MPI_Gather(ctx->topo.host, 256, MPI_CHAR, hosts, 256, MPI_CHAR, 0, ctx->world));
+    MPI_CHECK(MPI_Gather(mine, 4, MPI_INT, facts, 4, MPI_INT, 0, ctx->world));
+    ddp_status st = DDP_OK;
+    if (ctx->topo.rank == 0) {
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "mpiddp_version", MPIDDP_VERSION);
+        char ts[64];
+        time_t t = time(NULL);
+        struct tm tmv;
+        gmtime_r(&t, &tmv);
+        strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+        cJSON_AddStringToObject(root, "start_time", ts);
+        cJSON_AddNumberToObject(root, "world_size", W);
+        cJSON_AddNumberToObject(root, "num_nodes", ctx->topo.num_nodes);
+        cJSON_AddStringToObject(root, "launcher", ctx->topo.launcher);
+        cJSON_AddStringToObject(root, "job_id", ctx->topo.job_id);
+        cJSON_AddStringToObject(root, "device", device_note ? device_note : "");
+        cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
+        cJSON *hl = cJSON_AddArrayToObject(root, "hosts");
+        for (int r = 0; r < W; r++) {
+            const char *h = hosts + (size_t)r * 256;
+            int seen = 0;
+            for (int q = 0; q < r; q++) seen |= strcmp(hosts + (size_t)q * 256, h) == 0;
+            if (!seen) cJSON_AddItemToArray(hl, cJSON_CreateString(h));
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "rank", r);
+            cJSON_AddStringToObject(o, "host", h);
+            cJSON_AddNumberToObject(o, "local_rank", facts[4 * r]);
+            cJSON_AddNumberToObject(o, "node_id", facts[4 * r + 1]);
+            cJSON_AddStringToObject(o, "device", facts[4 * r + 2] == DDP_DEVICE_CUDA ? "cuda" : "cpu");
+            cJSON_AddNumberToObject(o, "cuda_device", facts[4 * r + 3]);
+            cJSON_AddItemToArray(ranks, o);
+        }
+        ddp_versions v;
+        ddp_versions_get(&v);
+        cJSON *ver = cJSON_AddObjectToObject(root, "versions");
+        cJSON_AddStringToObject(ver, "mpiddp", MPIDDP_VERSION);
+        cJSON_AddStringToObject(ver, "mpi", v.mpi);
+        cJSON_AddStringToObject(ver, "hdf5", v.hdf5);
+        cJSON_AddStringToObject(ver, "cuda", v.cuda);
+        cJSON_AddStringToObject(ver, "nccl", v.nccl);
+        cJSON_AddStringToObject(ver, "openblas", v.blas);
+        cJSON *c = extra ? cJSON_Parse(extra) : NULL;
+        if (!c) c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "epochs", cfg->epochs);
+        cJSON_AddNumberToObject(c, "batch_size", cfg->batch_size);
+        cJSON_AddNumberToObject(c, "global_batch", (double)cfg->batch_size * W * cfg->accumulate);
+        cJSON_AddNumberToObject(c, "accumulate", cfg->accumulate);
+        cJSON_AddNumberToObject(c, "lr", cfg->lr);
+        cJSON_AddNumberToObject(c, "weight_decay", cfg->weight_decay);
+        cJSON_AddNumberToObject(c, "grad_clip", cfg->grad_clip);
+        cJSON_AddNumberToObject(c, "seed", (double)cfg->seed);
+        cJSON_AddStringToObject(c, "sampling", cfg->sampling_shard ? "shard" : "global");
+        cJSON_AddBoolToObject(c, "drop_last", cfg->drop_last);
+        cJSON_AddNumberToObject(c, "bucket_mb", cfg->bucket_mb);
+        cJSON_AddItemToObject(root, "config", c);
+        if (train) cJSON_AddItemToObject(root, "train_data", info_json(train));
+        if (val) cJSON_AddItemToObject(root, "val_data", info_json(val));
+        char *text = cJSON_Print(root);
+        cJSON_Delete(root);
+        FILE *f = text ? fopen(path, "w") : NULL;
+        if (!text) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
+        else if (!f) st = ddp_set_error(DDP_ERR_IO, "%s: cannot create", path);
+        else {
+            fputs(text, f);
+            fputc('\n', f);
+            if (fclose(f) != 0) st = ddp_set_error(DDP_ERR_IO, "%s: write failed", path);
+        }
+        free(text);
+    }
+    free(hosts);
+    free(facts);
+    return ddp_agree_status(ctx, st);
+}

@@ -1,0 +1,17 @@
+/* runinfo.h — version strings of the libraries mpiddp runs on, and run.json. */
+#ifndef DDP_RUNINFO_H
+#define DDP_RUNINFO_H
+
+#include "ctx.h"
+
+typedef struct {
+    char mpi[256], hdf5[64], cuda[64], nccl[32], blas[128];
+} ddp_versions;
+
+void ddp_versions_get(ddp_versions *v);
+/* Collective: gathers every rank's host and topology; rank 0 writes path. extra_config is a JSON object
+ * text (may be NULL) merged under "config". */
+ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_config *cfg, const char *extra_config,
+                              const ddp_dataset_info *train, const ddp_dataset_info *val, const char *device_note);
+
+#endif

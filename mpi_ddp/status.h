@@ -1,0 +1,59 @@
+/* status.h — error reporting inside the library: ddp_set_error() records one line, and the CHECK
+ * macros (modelled on NCCL's NCCLCHECK) turn MPI, HDF5, CUDA, cuBLAS and NCCL failures into a
+ * ddp_status that propagates to the caller. Only app/ prints. */
+#ifndef DDP_STATUS_H
+#define DDP_STATUS_H
+
+#include "mpiddp.h"
+
+#if defined(__GNUC__)
+#define DDP_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define DDP_PRINTF(a, b)
+#endif
+
+/* Records the message (printf-style) for ddp_last_error() and returns st. */
+ddp_status ddp_set_error(ddp_status st, const char *fmt, ...) DDP_PRINTF(2, 3);
+/* Replaces the message without formatting (used to adopt another rank's message). */
+void ddp_set_error_text(const char *msg);
+
+/* Marks the current error as held identically by every rank (see ddp_error_shared). */
+void ddp_mark_error_shared(void);
+
+/* Propagate a ddp_status. */
+#define DDP_CHECK(call)                                                                            \
+    do {                                                                                           \
+        ddp_status ddp_st_ = (call);                                                               \
+        if (ddp_st_ != DDP_OK) return ddp_st_;                                                     \
+    } while (0)
+
+/* Like DDP_CHECK but jumps to a cleanup label after storing the status in `st`. */
+#define DDP_TRY(call)                                                                              \
+    do {                                                                                           \
+        st = (call);                                                                               \
+        if (st != DDP_OK) goto done;                                                               \
+    } while (0)
+
+#define DDP_FAIL(code, ...)                                                                        \
+    do {                                                                                           \
+        st = ddp_set_error((code), __VA_ARGS__);                                                   \
+        goto done;                                                                                 \
+    } while (0)
+
+ddp_status ddp_mpi_error(int rc, const char *call, const char *file, int line);
+#define MPI_CHECK(call)                                                                            \
+    do {                                                                                           \
+        int ddp_rc_ = (call);                                                                      \
+        if (ddp_rc_ != 0) return ddp_mpi_error(ddp_rc_, #call, __FILE__, __LINE__);                 \
+    } while (0)
+
+/* Allocation helpers: zeroed, size-checked. */
+void *ddp_calloc(size_t n, size_t size);
+#define DDP_ALLOC(ptr, n)                                                                          \
+    do {                                                                                           \
+        (ptr) = ddp_calloc((size_t)(n), sizeof *(ptr));                                            \
+        if (!(ptr)) return ddp_set_error(DDP_ERR_NOMEM, "out of memory (%zu bytes) at %s:%d",       \
+                                         (size_t)(n) * sizeof *(ptr), __FILE__, __LINE__);          \
+    } while (0)
+
+#endif

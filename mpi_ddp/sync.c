@@ -1,0 +1,174 @@
+/* sync.c — bucketed gradient allreduce; see sync.h. Buckets are laid out from the end of the buffer,
+ * because backward finishes the last layer first. */
+#include "sync.h"
+
+#include "cuda_api.h"
+#include "status.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+#ifdef DDP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+struct ddp_sync {
+    ddp_ctx *ctx;
+    ddp_backend *be;
+    float *grads;
+    int64_t total;        /* params + control */
+    int64_t n_params;
+    int nb;
+    int64_t *lo, *hi;     /* bucket k covers [lo[k], hi[k]); k = 0 is at the end */
+    int *launched;
+    MPI_Request *req;
+    int64_t ready_lo;
+    int next;             /* next bucket to launch */
+    double timeout;
+    ddp_status st;        /* first launch error */
+    int cuda;
+    void *comm_stream, *event;
+};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t n_params, int64_t n_ctl,
+                           int64_t bucket_bytes, double timeout_s, ddp_sync **out)
+{
+    *out = NULL;
+    ddp_sync *s = ddp_calloc(1, sizeof *s);
+    if (!s) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    s->ctx = ctx;
+    s->be = be;
+    s->grads = grads;
+    s->total = n_params + n_ctl;
+    s->n_params = n_params;
+    s->timeout = timeout_s;
+    int64_t per = bucket_bytes / 4 < 1 ? 1 : bucket_bytes / 4;
+    if (per > INT32_MAX) per = INT32_MAX;
+    s->nb = (int)((s->total + per - 1) / per);
+    s->lo = ddp_calloc((size_t)s->nb, sizeof *s->lo);
+    s->hi = ddp_calloc((size_t)s->nb, sizeof *s->hi);
+    s->launched = ddp_calloc((size_t)s->nb, sizeof *s->launched);
+    s->req = ddp_calloc((size_t)s->nb, sizeof *s->req);
+    if (!s->lo || !s->hi || !s->launched || !s->req) {
+        ddp_sync_destroy(s);
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    }
+    for (int k = 0; k < s->nb; k++) {
+        s->hi[k] = s->total - (int64_t)k * per;
+        s->lo[k] = s->hi[k] - per < 0 ? 0 : s->hi[k] - per;
+        s->req[k] = MPI_REQUEST_NULL;
+    }
+    s->cuda = !be->host_memory;
+#ifdef DDP_HAVE_CUDA
+    if (s->cuda) {
+        ddp_status st = ddp_nccl_init(ctx);
+        cudaStream_t cs;
+        cudaEvent_t ev;
+        if (st == DDP_OK && cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess)
+            st = ddp_set_error(DDP_ERR_CUDA, "cudaStreamCreate for gradient sync failed");
+        if (st == DDP_OK) s->comm_stream = cs;
+        if (st == DDP_OK && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
+            st = ddp_set_error(DDP_ERR_CUDA, "cudaEventCreate for gradient sync failed");
+        if (st == DDP_OK) s->event = ev;
+        if (st != DDP_OK) {
+            ddp_sync_destroy(s);
+            return st;
+        }
+    }
+#endif
+    *out = s;
+    return DDP_OK;
+}
+
+void ddp_sync_destroy(ddp_sync *s)
+{
+    if (!s) return;
+#ifdef DDP_HAVE_CUDA
+    if (s->event) cudaEventDestroy((cudaEvent_t)s->event);
+    if (s->comm_stream) cudaStreamDestroy((cudaStream_t)s->comm_stream);
+#endif
+    free(s->lo);
+    free(s->hi);
+    free(s->launched);
+    free(s->req);
+    free(s);
+}
+
+int ddp_sync_num_buckets(const ddp_sync *s) { return s->nb; }
+
+void ddp_sync_begin(ddp_sync *s)
+{
+    s->ready_lo = s->n_params; /* the control floats are set before backward starts */
+    s->next = 0;
+    s->st = DDP_OK;
+    for (int k = 0; k < s->nb; k++) s->launched[k] = 0;
+}
+
+static ddp_status launch(ddp_sync *s, int k)
+{
+    float *p = s->grads + s->lo[k];
+    int64_t n = s->hi[k] - s->lo[k];
+    s->launched[k] = 1;
+    if (!s->cuda) {
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, s->ctx->world, &s->req[k]));
+        return DDP_OK;
+    }
+#ifdef DDP_HAVE_CUDA
+    cudaStream_t compute = (cudaStream_t)ddp_backend_cuda_stream(s->be);
+    if (cudaEventRecord((cudaEvent_t)s->event, compute) != cudaSuccess ||
+        cudaStreamWaitEvent((cudaStream_t)s->comm_stream, (cudaEvent_t)s->event, 0) != cudaSuccess)
+        return ddp_set_error(DDP_ERR_CUDA, "gradient sync: cannot order the NCCL stream after backward");
+    return ddp_nccl_allreduce_sum(s->ctx, p, n, s->comm_stream);
+#else
+    return ddp_set_error(DDP_ERR_INTERNAL, "gradient sync: CUDA buffer without CUDA support");
+#endif
+}
+
+void ddp_sync_ready(void *arg, int64_t lo, int64_t hi)
+{
+    ddp_sync *s = arg;
+    if (s->st != DDP_OK) return;
+    /* ranges arrive from the end backwards; one touching the ready tail extends it (others wait for finish) */
+    if (hi >= s->ready_lo && lo < s->ready_lo) s->ready_lo = lo;
+    while (s->next < s->nb && s->lo[s->next] >= s->ready_lo) {
+        s->st = launch(s, s->next);
+        if (s->st != DDP_OK) return;
+        s->next++;
+    }
+    if (!s->cuda && s->next > 0) { /* give MPI a chance to progress what is in flight */
+        int flag;
+        MPI_Testall(s->next, s->req, &flag, MPI_STATUSES_IGNORE);
+    }
+}
+
+ddp_status ddp_sync_finish(ddp_sync *s, const char *where)
+{
+    while (s->st == DDP_OK && s->next < s->nb) {
+        s->st = launch(s, s->next);
+        s->next++;
+    }
+    if (s->st != DDP_OK) return s->st;
+    if (s->cuda) {
+#ifdef DDP_HAVE_CUDA
+        cudaError_t e = cudaStreamSynchronize((cudaStream_t)s->comm_stream);
+        if (e != cudaSuccess) return ddp_set_error(DDP_ERR_CUDA, "gradient sync (%s): %s", where, cudaGetErrorString(e));
+#endif
+        return DDP_OK;
+    }
+    double deadline = s->timeout > 0 ? now_s() + s->timeout : 0;
+    for (;;) {
+        int flag = 0;
+        MPI_CHECK(MPI_Testall(s->nb, s->req, &flag, MPI_STATUSES_IGNORE));
+        if (flag) return DDP_OK;
+        if (deadline > 0 && now_s() > deadline)
+            return ddp_set_error(DDP_ERR_MISMATCH, "collective timeout: rank %d waited %.0f s in the gradient allreduce (%s); another rank is stalled or dead",
+                                 s->ctx->topo.rank, s->timeout, where);
+    }
+}

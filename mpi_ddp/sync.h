@@ -1,0 +1,24 @@
+/* sync.h — gradient synchronisation: one flat gradient buffer (parameters, then a few control floats
+ * such as the step's sample count, loss sum and stop flag) split into buckets that are summed across
+ * ranks as backward marks them ready — MPI_Iallreduce on CPU, NCCL on a separate stream on GPU. */
+#ifndef DDP_SYNC_H
+#define DDP_SYNC_H
+
+#include "backend.h"
+#include "ctx.h"
+
+typedef struct ddp_sync ddp_sync;
+
+/* grads: n_params + n_ctl floats in backend memory. bucket_bytes: bucket size (>= 4). */
+ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t n_params, int64_t n_ctl,
+                           int64_t bucket_bytes, double timeout_s, ddp_sync **out);
+void ddp_sync_destroy(ddp_sync *s);
+/* Begins a step: nothing is launched; the control floats count as ready. */
+void ddp_sync_begin(ddp_sync *s);
+/* ddp_grad_ready_fn: [lo, hi) of the gradient buffer is final. Launches the buckets now complete. */
+void ddp_sync_ready(void *s, int64_t lo, int64_t hi);
+/* Launches what is left and waits for every bucket (polled against the collective timeout). */
+ddp_status ddp_sync_finish(ddp_sync *s, const char *where);
+int ddp_sync_num_buckets(const ddp_sync *s);
+
+#endif

@@ -1,0 +1,110 @@
+/* env.c — job facts from PMIx and the SLURM / Open MPI environment. */
+#include "env.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DDP_HAVE_PMIX
+#include <pmix.h>
+#endif
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end && *end != '(') return dflt; /* SLURM_TASKS_PER_NODE style "2(x2)" keeps the first number */
+    return (int)x;
+}
+
+int64_t ddp_env_int(const char *name, int64_t dflt)
+{
+    char key[128];
+    snprintf(key, sizeof key, "MPIDDP_%s", name);
+    const char *v = getenv(key);
+    if (!v || !*v) return dflt;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    return *end ? dflt : (int64_t)x;
+}
+
+static void copy_env(char *dst, size_t n, const char *name)
+{
+    const char *v = getenv(name);
+    snprintf(dst, n, "%s", v ? v : "");
+}
+
+#ifdef DDP_HAVE_PMIX
+/* PMIx_Init is reference counted, so this is safe beside Open MPI's own client. */
+static int read_pmix(ddp_jobfacts *f)
+{
+    if (!getenv("PMIX_RANK") && !getenv("PMIX_NAMESPACE")) return 0;
+    pmix_proc_t me, wild;
+    if (PMIx_Init(&me, NULL, 0) != PMIX_SUCCESS) return 0;
+    pmix_value_t *val = NULL;
+    PMIX_PROC_CONSTRUCT(&wild);
+    PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
+    f->rank = (int)me.rank;
+    if (PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &val) == PMIX_SUCCESS && val) {
+        if (val->type == PMIX_UINT32) f->size = (int)val->data.uint32;
+        PMIX_VALUE_RELEASE(val);
+    }
+    val = NULL;
+    if (PMIx_Get(&wild, PMIX_NUM_NODES, NULL, 0, &val) == PMIX_SUCCESS && val) {
+        if (val->type == PMIX_UINT32) f->num_nodes = (int)val->data.uint32;
+        PMIX_VALUE_RELEASE(val);
+    }
+    val = NULL;
+    if (PMIx_Get(&me, PMIX_LOCAL_RANK, NULL, 0, &val) == PMIX_SUCCESS && val) {
+        if (val->type == PMIX_UINT16) f->local_rank = (int)val->data.uint16;
+        PMIX_VALUE_RELEASE(val);
+    }
+    val = NULL;
+    if (PMIx_Get(&me, PMIX_NODEID, NULL, 0, &val) == PMIX_SUCCESS && val) {
+        if (val->type == PMIX_UINT32) f->node_id = (int)val->data.uint32;
+        PMIX_VALUE_RELEASE(val);
+    }
+    PMIx_Finalize(NULL, 0);
+    snprintf(f->source, sizeof f->source, "pmix");
+    return 1;
+}
+#endif
+
+void ddp_jobfacts_read(ddp_jobfacts *f)
+{
+    memset(f, 0, sizeof *f);
+    f->rank = f->size = f->local_rank = f->node_id = f->num_nodes = f->cpus_per_task = -1;
+    snprintf(f->source, sizeof f->source, "none");
+    copy_env(f->job_id, sizeof f->job_id, "SLURM_JOB_ID");
+    copy_env(f->array_job_id, sizeof f->array_job_id, "SLURM_ARRAY_JOB_ID");
+    copy_env(f->array_task_id, sizeof f->array_task_id, "SLURM_ARRAY_TASK_ID");
+    f->cpus_per_task = env_int("SLURM_CPUS_PER_TASK", -1);
+    f->restart_count = env_int("SLURM_RESTART_COUNT", 0);
+    int have = 0;
+#ifdef DDP_HAVE_PMIX
+    have = read_pmix(f);
+#endif
+    if (!have && getenv("SLURM_PROCID")) {
+        snprintf(f->source, sizeof f->source, "slurm");
+        f->rank = env_int("SLURM_PROCID", -1);
+        f->size = env_int("SLURM_NTASKS", -1);
+        f->local_rank = env_int("SLURM_LOCALID", -1);
+        f->node_id = env_int("SLURM_NODEID", -1);
+        f->num_nodes = env_int("SLURM_JOB_NUM_NODES", env_int("SLURM_NNODES", -1));
+    } else if (!have && getenv("OMPI_COMM_WORLD_RANK")) {
+        snprintf(f->source, sizeof f->source, "ompi");
+        f->rank = env_int("OMPI_COMM_WORLD_RANK", -1);
+        f->size = env_int("OMPI_COMM_WORLD_SIZE", -1);
+        f->local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
+    }
+    if (!f->job_id[0]) copy_env(f->job_id, sizeof f->job_id, "OMPI_MCA_ess_base_jobid");
+}
+
+int ddp_blas_threads_from_env(void)
+{
+    int n = env_int("SLURM_CPUS_PER_TASK", -1);
+    if (n < 1) n = env_int("OMP_NUM_THREADS", -1);
+    return n < 1 ? 1 : n;
+}
