@@ -51,6 +51,7 @@ int ddp_error_shared(void);
 
 /* ---------------------------------------------------------------- launch context */
 typedef struct ddp_ctx ddp_ctx;
+typedef struct ddp_metrics ddp_metrics;
 
 typedef enum { DDP_DEVICE_AUTO = 0, DDP_DEVICE_CPU, DDP_DEVICE_CUDA } ddp_device;
 
@@ -131,6 +132,7 @@ typedef struct ddp_model {
     const ddp_tensor_spec *tensors; /* flat layout: tensors back to back, in this order */
     int num_classes;
     ddp_device device;        /* memory the callbacks take: DDP_DEVICE_CPU (host) or DDP_DEVICE_CUDA */
+    ddp_metrics *metrics;     /* set by ddp_train: callbacks may ddp_log() their own metrics through it */
     void *self;
     /* Fills params (host memory, flat layout) from seed. */
     ddp_status (*init)(void *self, float *params, uint64_t seed);
@@ -153,7 +155,22 @@ ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t dim, int64_
                                int64_t max_batch_rows, int64_t max_batch_samples, ddp_model *out);
 
 /* ---------------------------------------------------------------- metrics */
-typedef struct ddp_metrics ddp_metrics;
+
+/* A set of (name, value) pairs, as returned by a sync point. */
+typedef struct {
+    int n, cap;
+    char **names;
+    double *vals;
+} ddp_metric_row;
+
+ddp_status ddp_metrics_create(ddp_ctx *ctx, ddp_metrics **out);
+void ddp_metrics_destroy(ddp_metrics *m);
+/* Collective sync point: checks that every rank logged the same set of names (else every rank returns
+ * DDP_ERR_MISMATCH naming the metric and the ranks — within one round trip, never a hang), then reduces
+ * all (sum, count) pairs in one MPI_Allreduce. global receives sum/count per name plus rank-0 values (on
+ * rank 0); local (may be NULL) this rank's own sum/count. The accumulators are cleared. */
+ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_row *local);
+void ddp_metric_row_free(ddp_metric_row *r);
 /* Accumulates (sum, count) locally under name; reduced with every rank's at the next sync point. */
 ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count);
 /* A value known on rank 0 only (e.g. throughput); never part of a collective. No-op on other ranks. */

@@ -83,7 +83,7 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     int64_t rows = offsets[n];
     fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5W(fapl, "H5Pcreate");
-    H5W(H5Pset_alignment(fapl, 4096, 4096), "H5Pset_alignment");
+    H5W(H5Pset_alignment(fapl, 1, 4096), "H5Pset_alignment");
     f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0) DDP_FAIL(DDP_ERR_IO, "%s: cannot create (directory missing or not writable?)", tmp);
     H5W(write_str_attr(f, "format", "mpiddp-shard"), "writing attribute 'format'");

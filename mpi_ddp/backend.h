@@ -48,6 +48,9 @@ struct ddp_backend {
 };
 
 ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out);
+/* The reference model on a given backend (ddp_refmodel_create picks the context's shared one). */
+ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t dim, int64_t hidden, int64_t classes, int64_t max_batch_rows,
+                                  int64_t max_batch_samples, ddp_model *out);
 /* Available when built with CUDA; device is the CUDA ordinal. */
 ddp_status ddp_backend_cuda_create(int device, ddp_backend **out);
 

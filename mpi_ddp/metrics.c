@@ -49,6 +49,8 @@ void ddp_row_clear(ddp_metric_row *r)
     r->n = 0;
 }
 
+void ddp_metric_row_free(ddp_metric_row *r) { ddp_row_free(r); }
+
 void ddp_row_free(ddp_metric_row *r)
 {
     ddp_row_clear(r);

@@ -5,25 +5,12 @@
 
 #include "ctx.h"
 
-typedef struct {
-    int n, cap;
-    char **names;
-    double *vals;
-} ddp_metric_row;
-
 /* Index of name in r, or -1. */
 int ddp_row_find(const ddp_metric_row *r, const char *name);
 void ddp_row_set(ddp_metric_row *r, const char *name, double v);
 void ddp_row_clear(ddp_metric_row *r);
 void ddp_row_free(ddp_metric_row *r);
 
-ddp_status ddp_metrics_create(ddp_ctx *ctx, ddp_metrics **out);
-void ddp_metrics_destroy(ddp_metrics *m);
-/* Collective sync point: checks that every rank logged the same set of names (else every rank fails
- * with DDP_ERR_MISMATCH naming the metric and the ranks), then reduces all (sum, count) pairs in one
- * MPI_Allreduce. global receives sum/count per name plus rank-0 values (on rank 0); local (may be
- * NULL) receives this rank's own sum/count. The accumulators are cleared. */
-ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_row *local);
 /* Number of names currently accumulated (collective + rank-0). */
 int ddp_metrics_pending(const ddp_metrics *m);
 

@@ -190,11 +190,16 @@ int64_t ddp_model_num_params(const ddp_model *m)
 ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t D, int64_t H, int64_t C, int64_t maxR,
                                int64_t maxB, ddp_model *out)
 {
+    ddp_backend *be;
+    DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));
+    return ddp_refmodel_create_on(be, D, H, C, maxR, maxB, out);
+}
+
+ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t C, int64_t maxR, int64_t maxB, ddp_model *out)
+{
     if (D < 1 || H < 1 || C < 2 || maxR < 1 || maxB < 1)
         return ddp_set_error(DDP_ERR_ARG, "reference model: need D, hidden >= 1 and classes >= 2 (got %lld, %lld, %lld)",
                              (long long)D, (long long)H, (long long)C);
-    ddp_backend *be;
-    DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));
     refmodel *m = ddp_calloc(1, sizeof *m);
     if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     ddp_status st = DDP_OK;

@@ -325,6 +325,7 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     DDP_CHECK(be->upload(be, t->params, t->h_params, bytes));
     DDP_CHECK(ddp_sync_create(ctx, be, t->grads, t->n, N_CTL, (int64_t)(c->bucket_mb * 1048576.0), c->collective_timeout, &t->sync));
     DDP_CHECK(ddp_metrics_create(ctx, &t->metrics));
+    t->model->metrics = t->metrics;
     /* run directory */
     ddp_status st = DDP_OK;
     snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s/checkpoints", c->out_dir);

@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""Test datasets written with h5py (the way Python users write them), for the mpiddp CTest suite.
+
+  make_shards.py variants OUT   same samples as 7 uneven h5py shards (contiguous; chunked+gzip; big-endian
+                                index arrays) and as 1 fixed-string shard: every reader path must agree
+  make_shards.py bad OUT        one directory per SPEC §7 bad-input case + OUT/cases.txt ("case|regex")
+  make_shards.py pack-input F   an HDF5 file with /samples/<name> (rows x D) and /labels, as `pack` takes
+  make_shards.py check-pack F DIR   the packed shards hold exactly F's samples, labels and order
+"""
+import os
+import re
+import sys
+
+import h5py
+import numpy as np
+
+D, C = 5, 3
+
+
+def base_data(n=120, seed=4):
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(1, 9, size=n)
+    offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+    feats = rng.standard_normal((int(offsets[-1]), D)).astype(np.float32)
+    labels = rng.integers(0, C, size=n)
+    return feats, offsets, labels
+
+
+def write_shard(path, feats, offsets, labels, fmt="vlen", label_dtype=np.int32, chunked=False,
+                endian="<", sample_ids=None, version=1, classes=C, skip=(), features_dtype=np.float32):
+    with h5py.File(path, "w") as f:
+        if "format" not in skip:
+            if fmt == "vlen":
+                f.attrs["format"] = "mpiddp-shard"          # h5py's default: variable-length UTF-8
+            else:
+                f.attrs["format"] = np.bytes_("mpiddp-shard")  # fixed-length, as C writers do
+        if "version" not in skip:
+            f.attrs["version"] = version
+        if "num_classes" not in skip:
+            f.attrs["num_classes"] = classes
+        kw = dict(chunks=True, compression="gzip") if chunked else {}
+        if "features" not in skip:
+            f.create_dataset("features", data=np.asarray(feats, dtype=features_dtype), **kw)
+        if "offsets" not in skip:
+            f.create_dataset("offsets", data=np.asarray(offsets).astype(endian + "i8"), **kw)
+        if "labels" not in skip:
+            f.create_dataset("labels", data=np.asarray(labels).astype(label_dtype).astype(
+                np.dtype(label_dtype).newbyteorder(endian)), **kw)
+        if sample_ids is not None:
+            f.create_dataset("sample_ids", data=np.asarray(sample_ids, dtype=np.int64))
+
+
+def split(feats, offsets, labels, bounds):
+    """yield (feats, offsets, labels) of samples [a, b) for consecutive bounds"""
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        lo, hi = offsets[a], offsets[b]
+        yield feats[lo:hi], offsets[a:b + 1] - lo, labels[a:b]
+
+
+def variants(out):
+    feats, offsets, labels = base_data()
+    bounds = [0, 3, 40, 41, 70, 90, 111, 120]          # 7 uneven shards
+    for name, kw in [("h5py_contig", {}), ("h5py_gzip", {"chunked": True}),
+                     ("bigendian", {"endian": ">", "label_dtype": np.int64})]:
+        os.makedirs(f"{out}/{name}", exist_ok=True)
+        for k, (f_, o_, l_) in enumerate(split(feats, offsets, labels, bounds)):
+            write_shard(f"{out}/{name}/part-{k:02d}.h5", f_, o_, l_, **kw)
+    os.makedirs(f"{out}/one_shard", exist_ok=True)
+    write_shard(f"{out}/one_shard/all.h5", feats, offsets, labels, fmt="fixed", label_dtype=np.int64,
+                sample_ids=np.arange(len(labels)))
+
+
+def bad(out):
+    feats, offsets, labels = base_data(n=20)
+    cases = []
+
+    def case(name, regex, **kw):
+        d = f"{out}/{name}"
+        os.makedirs(d, exist_ok=True)
+        args = dict(feats=feats, offsets=offsets, labels=labels)
+        args.update(kw.pop("data", {}))
+        write_shard(f"{d}/s0.h5", args["feats"], args["offsets"], args["labels"], **kw)
+        cases.append((name, regex))
+
+    os.makedirs(f"{out}/empty_dir", exist_ok=True)
+    cases.append(("empty_dir", r"empty_dir: dataset directory: no \*\.h5 shard files"))
+    cases.append(("missing_dir", r"missing_dir: dataset directory: No such file"))
+    os.makedirs(f"{out}/not_hdf5", exist_ok=True)
+    with open(f"{out}/not_hdf5/s0.h5", "w") as f:
+        f.write("this is not HDF5\n" * 100)
+    cases.append(("not_hdf5", r"not_hdf5/s0\.h5: not an HDF5 file"))
+    case("truncated", r"truncated/s0\.h5: (not an HDF5 file|dataset 'features')")
+    with open(f"{out}/truncated/s0.h5", "r+b") as f:
+        f.truncate(os.path.getsize(f"{out}/truncated/s0.h5") // 2)
+    case("no_format", r"no_format/s0\.h5: attribute 'format': missing", skip=("format",))
+    case("no_version", r"no_version/s0\.h5: attribute 'version': missing", skip=("version",))
+    case("no_classes", r"no_classes/s0\.h5: attribute 'num_classes': missing", skip=("num_classes",))
+    case("bad_version", r"bad_version/s0\.h5: attribute 'version': 2 is not supported", version=2)
+    case("one_class", r"one_class/s0\.h5: attribute 'num_classes': 1, must be >= 2", classes=1)
+    case("no_features", r"no_features/s0\.h5: dataset 'features': missing", skip=("features",))
+    case("no_offsets", r"no_offsets/s0\.h5: dataset 'offsets': missing", skip=("offsets",))
+    case("no_labels", r"no_labels/s0\.h5: dataset 'labels': missing", skip=("labels",))
+    case("features_f64", r"features_f64/s0\.h5: dataset 'features': wrong type", features_dtype=np.float64)
+    case("features_rank1", r"features_rank1/s0\.h5: dataset 'features': wrong rank 1",
+         data=dict(feats=feats.reshape(-1)))
+    case("offsets_i32", r"offsets_i32/s0\.h5: dataset 'offsets': wrong type",
+         data=dict(offsets=offsets.astype(np.int32)))
+    # offsets stored as int32: write_shard casts to i8, so write this one by hand
+    with h5py.File(f"{out}/offsets_i32/s0.h5", "a") as f:
+        del f["offsets"]
+        f.create_dataset("offsets", data=offsets.astype(np.int32))
+    case("labels_float", r"labels_float/s0\.h5: dataset 'labels': wrong type", label_dtype=np.float32)
+    dec = offsets.copy()
+    dec[7] = dec[6] - 1
+    case("decreasing", r"decreasing/s0\.h5: dataset 'offsets'\[7\]: decreasing", data=dict(offsets=dec))
+    emp = offsets.copy()
+    emp[5] = emp[4]
+    case("empty_sample", r"empty_sample/s0\.h5: dataset 'offsets'\[5\]: empty sample 4", data=dict(offsets=emp))
+    first = offsets.copy()
+    first[0] = 1
+    case("offset0", r"offset0/s0\.h5: dataset 'offsets'\[0\]: 1, must be 0", data=dict(offsets=first))
+    oor = offsets.copy()
+    oor[20] = oor[20] + 5
+    case("offset_range", r"offset_range/s0\.h5: dataset 'offsets'\[20\]: [0-9]+ out of range", data=dict(offsets=oor))
+    short = offsets.copy()
+    short[20] = short[20] - 1
+    case("offset_end", r"offset_end/s0\.h5: dataset 'offsets'\[20\]: [0-9]+, must equal the [0-9]+ rows", data=dict(offsets=short))
+    lab = labels.copy()
+    lab[11] = C
+    case("label_range", r"label_range/s0\.h5: dataset 'labels'\[11\]: 3 out of range \[0, 3\)", data=dict(labels=lab))
+    neg = labels.copy()
+    neg[2] = -1
+    case("label_negative", r"label_negative/s0\.h5: dataset 'labels'\[2\]: -1 out of range", data=dict(labels=neg))
+    case("labels_length", r"labels_length/s0\.h5: dataset 'labels': length 19 differs", data=dict(labels=labels[:19]))
+    # shards that disagree with each other
+    case("dim_differs", r"dim_differs/s1\.h5: dataset 'features': D=6 differs from D=5")
+    write_shard(f"{out}/dim_differs/s1.h5", np.zeros((int(offsets[-1]), D + 1), np.float32), offsets, labels)
+    case("classes_differ", r"classes_differ/s1\.h5: attribute 'num_classes': 4 differs from 3")
+    write_shard(f"{out}/classes_differ/s1.h5", feats, offsets, labels, classes=C + 1)
+    with open(f"{out}/cases.txt", "w") as f:
+        for name, regex in cases:
+            f.write(f"{name}|{regex}\n")
+
+
+def pack_input(path, n=57, seed=11):
+    rng = np.random.default_rng(seed)
+    names = [f"item_{rng.integers(0, 10**6):07d}_{i}" for i in range(n)]
+    with h5py.File(path, "w") as f:
+        g = f.create_group("samples")
+        for nm in names:
+            g.create_dataset(nm, data=rng.standard_normal((int(rng.integers(1, 12)), D)).astype(np.float32))
+        f.create_dataset("labels", data=rng.integers(0, C, size=n).astype(np.int32))
+
+
+def check_pack(path, out):
+    with h5py.File(path, "r") as f:
+        names = sorted(f["samples"].keys(), key=lambda s: s.encode())
+        want = [(f["samples"][nm][()], int(f["labels"][i])) for i, nm in enumerate(names)]
+    got = []
+    shards = sorted(p for p in os.listdir(out) if p.endswith(".h5"))
+    for p in shards:
+        with h5py.File(f"{out}/{p}", "r") as f:
+            assert f.attrs["format"] in (b"mpiddp-shard", "mpiddp-shard"), f.attrs["format"]
+            feats, off, lab = f["features"][()], f["offsets"][()], f["labels"][()]
+            ids = f["sample_ids"][()]
+            assert f["features"].id.get_offset() % 4096 == 0, "features not 4096-aligned"
+            assert f["features"].chunks is None, "features not contiguous"
+            for i in range(len(lab)):
+                got.append((feats[off[i]:off[i + 1]], int(lab[i]), int(ids[i])))
+    assert len(got) == len(want), (len(got), len(want))
+    for k, ((wf, wl), (gf, gl, gid)) in enumerate(zip(want, got)):
+        assert gid == k, (k, gid)
+        assert wl == gl, (k, wl, gl)
+        assert np.array_equal(wf, gf), k
+    print(f"pack round trip: {len(got)} samples in {len(shards)} shards match the input")
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "variants":
+        variants(sys.argv[2])
+    elif cmd == "bad":
+        bad(sys.argv[2])
+    elif cmd == "pack-input":
+        pack_input(sys.argv[2])
+    elif cmd == "check-pack":
+        check_pack(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(__doc__)

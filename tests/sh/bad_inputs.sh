@@ -1,0 +1,20 @@
+# Every SPEC §7 data case, written with h5py: `inspect` exits 1 with one line naming file, object and
+# index; under mpirun -np 4 `train` stops every rank non-zero within 10 s and writes no run directory.
+. "$(dirname "$0")/lib.sh"
+$PY "$SRC/tests/py/make_shards.py" bad bad
+n=0
+while IFS='|' read -r name regex; do
+  expect_rc 1 "$MPIDDP" inspect "bad/$name"
+  [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] || fail "$name: expected one line, got: $ERR"
+  printf '%s\n' "$ERR" | grep -Eq "$regex" || fail "$name: '$ERR' does not match /$regex/"
+  n=$((n + 1))
+done < bad/cases.txt
+synth --out good --samples 40 --dim 5 --classes 3 --shards 2
+for name in label_range decreasing not_hdf5; do
+  start=$(date +%s)
+  expect_rc 1 timeout 10 mpirun -np 4 --oversubscribe "$MPIDDP" train --train "bad/$name" --val good --out "run_$name"
+  [ $(( $(date +%s) - start )) -le 10 ] || fail "$name: took more than 10 s"
+  [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "$name: expected one error line, got: $ERR"
+  [ ! -e "run_$name" ] || fail "$name: run directory was created"
+done
+pass "$n bad-input cases rejected with the expected one-line messages"

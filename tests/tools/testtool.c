@@ -1,0 +1,183 @@
+/* testtool.c — helpers the CTest scripts drive:
+ *   dump DIR              one line per sample: index id label rows fnv1a(rows)   (reader output, any path)
+ *   refdump OUT.h5        model, batch, loss, gradients and one AdamW step, for the PyTorch comparison
+ *   meta DIR              (mpirun) rank 0 alone reads metadata; each rank maps only the shards it reads
+ *   mismatch              (mpirun) rank 0 logs a collective metric the others do not: every rank must get
+ *                         the mismatch error naming the metric and ranks, and exit 0 if so
+ */
+#include "io/dataset.h"
+#include "mpi_ddp/backend.h"
+#include "mpi_ddp/ctx.h"
+#include "mpi_ddp/metrics.h"
+#include "mpiddp.h"
+
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAILF(...)                                                                                 \
+    do {                                                                                           \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fputc('\n', stderr);                                                                       \
+        return 1;                                                                                  \
+    } while (0)
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ULL;
+    return h;
+}
+
+static int do_dump(ddp_ctx *ctx, const char *dir)
+{
+    ddp_dataset *ds;
+    if (ddp_dataset_open(ctx, dir, &ds) != DDP_OK) FAILF("%s", ddp_last_error());
+    const ddp_dataset_info *in = ddp_dataset_get_info(ds);
+    float *scratch = malloc((size_t)(in->max_sample_rows * in->dim) * sizeof(float));
+    for (int64_t i = 0; i < in->num_samples; i++) {
+        const float *rows;
+        int64_t nr, lab, id;
+        if (ddp_dataset_sample(ds, i, scratch, &rows, &nr, &lab, &id) != DDP_OK) FAILF("%s", ddp_last_error());
+        printf("%lld %lld %lld %lld %016llx\n", (long long)i, (long long)id, (long long)lab, (long long)nr,
+               (unsigned long long)fnv(rows, (size_t)(nr * in->dim) * sizeof(float)));
+    }
+    free(scratch);
+    ddp_dataset_close(ds);
+    return 0;
+}
+
+static void put(hid_t f, const char *name, hid_t mt, hid_t ft, int rank, hsize_t d0, hsize_t d1, const void *data)
+{
+    hsize_t dims[2] = {d0, d1};
+    hid_t sp = H5Screate_simple(rank, dims, NULL);
+    hid_t d = H5Dcreate2(f, name, ft, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    H5Dclose(d);
+    H5Sclose(sp);
+}
+
+static int do_refdump(ddp_ctx *ctx, const char *out)
+{
+    enum { D = 6, H = 8, C = 4, B = 5 };
+    const int64_t off[B + 1] = {0, 3, 4, 9, 11, 17}, lab[B] = {1, 3, 0, 2, 1};
+    int64_t R = off[B];
+    float x[17 * D];
+    uint64_t s = 77;
+    for (int i = 0; i < R * D; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)((s >> 40) & 0xffffff) / 16777216.0f * 4.0f - 2.0f;
+    }
+    ddp_model m;
+    if (ddp_refmodel_create(ctx, DDP_DEVICE_CPU, D, H, C, R, B, &m) != DDP_OK) FAILF("%s", ddp_last_error());
+    int64_t n = ddp_model_num_params(&m);
+    float *p0 = calloc((size_t)n, 4), *p1 = calloc((size_t)n, 4), *g = calloc((size_t)n, 4), *mm = calloc((size_t)n, 4),
+          *vv = calloc((size_t)n, 4), losses[B];
+    m.init(m.self, p0, 5);
+    memcpy(p1, p0, (size_t)n * 4);
+    uint8_t pad[B] = {0};
+    int64_t ids[B] = {0};
+    ddp_batch b = {.nsamples = B, .nrows = R, .dim = D, .offsets = off, .labels = lab, .sample_ids = ids, .is_pad = pad, .x = x};
+    ddp_forward_out o = {.loss = losses};
+    if (m.train_step(m.self, &b, p0, g, &o, NULL, NULL) != DDP_OK) FAILF("%s", ddp_last_error());
+    ddp_backend *be;
+    ddp_ctx_backend(ctx, DDP_DEVICE_CPU, &be);
+    /* step 1 with gradients averaged over the batch, then step 2 with the same gradients */
+    double lr = 1e-2, wd = 0.01;
+    for (int t = 1; t <= 2; t++) {
+        ddp_adamw_args a = {.lr = (float)lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = (float)wd,
+                            .bc1 = (float)(1 - pow(0.9, t)), .bc2_sqrt = (float)sqrt(1 - pow(0.999, t)), .gscale = 1.0f / B};
+        be->adamw(be, p1, g, mm, vv, n, &a);
+    }
+    hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) FAILF("cannot create %s", out);
+    put(f, "x", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 2, (hsize_t)R, D, x);
+    put(f, "offsets", H5T_NATIVE_INT64, H5T_STD_I64LE, 1, B + 1, 0, off);
+    put(f, "labels", H5T_NATIVE_INT64, H5T_STD_I64LE, 1, B, 0, lab);
+    put(f, "losses", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 1, B, 0, losses);
+    put(f, "params0", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 1, (hsize_t)n, 0, p0);
+    put(f, "grad_sum", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 1, (hsize_t)n, 0, g);
+    put(f, "params2", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 1, (hsize_t)n, 0, p1);
+    int64_t dims[3] = {D, H, C};
+    put(f, "dims", H5T_NATIVE_INT64, H5T_STD_I64LE, 1, 3, 0, dims);
+    double hp[2] = {lr, wd};
+    put(f, "lr_wd", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, 1, 2, 0, hp);
+    H5Fclose(f);
+    free(p0), free(p1), free(g), free(mm), free(vv);
+    m.destroy(m.self);
+    return 0;
+}
+
+static int do_meta(ddp_ctx *ctx, const char *dir)
+{
+    ddp_dataset *ds;
+    if (ddp_dataset_open(ctx, dir, &ds) != DDP_OK) FAILF("%s", ddp_last_error());
+    const ddp_topology *t = ddp_topo(ctx);
+    int64_t shard = t->rank % ds->nshards, first = ds->shards[shard].meta.first;
+    float *scratch = malloc((size_t)(ds->info.max_sample_rows * ds->info.dim) * sizeof(float));
+    for (int64_t i = 0; i < ds->shards[shard].meta.n; i++) {
+        const float *rows;
+        int64_t nr, lab, id;
+        if (ddp_dataset_sample(ds, first + i, scratch, &rows, &nr, &lab, &id) != DDP_OK) FAILF("%s", ddp_last_error());
+    }
+    free(scratch);
+    ddp_io_counters *c = ddp_io_counters_get();
+    long long mine[3] = {(long long)c->h5_opens, (long long)c->shards_mapped, 0};
+    for (int64_t k = 0; k < ds->nshards; k++) mine[2] += ds->shards[k].opened;
+    long long all[3 * 64];
+    MPI_Gather(mine, 3, MPI_LONG_LONG, all, 3, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    int bad = 0;
+    if (t->rank == 0)
+        for (int r = 0; r < t->size && r < 64; r++) {
+            long long want_opens = r == 0 ? ds->nshards : 0;
+            printf("rank %d: H5Fopen calls %lld (want %lld), shards mapped %lld, shards opened %lld (want 1)\n", r, all[3 * r],
+                   want_opens, all[3 * r + 1], all[3 * r + 2]);
+            bad |= all[3 * r] != want_opens || all[3 * r + 1] != 1 || all[3 * r + 2] != 1;
+        }
+    MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    ddp_dataset_close(ds);
+    return bad;
+}
+
+static int do_mismatch(ddp_ctx *ctx)
+{
+    const ddp_topology *t = ddp_topo(ctx);
+    ddp_metrics *m;
+    ddp_metrics_create(ctx, &m);
+    ddp_log(m, "train/loss", 1.0, 1.0);
+    if (t->rank == 0) ddp_log(m, "val/only_rank0", 2.0, 1.0); /* the Lightning bug: a synced log inside `if rank == 0` */
+    ddp_log_rank0(m, "lr", 0.1);                              /* fine: rank-0-only values never join a collective */
+    ddp_metric_row g = {0};
+    ddp_status st = ddp_metrics_sync(m, &g, NULL);
+    int ok = st == DDP_ERR_MISMATCH && strstr(ddp_last_error(), "val/only_rank0") && strstr(ddp_last_error(), "rank(s) 0 ") &&
+             ddp_error_shared();
+    if (t->rank == 0) printf("rank 0 got: %s\n", ddp_last_error());
+    if (!ok) fprintf(stderr, "rank %d: expected the mismatch error, got status %d: %s\n", t->rank, st, ddp_last_error());
+    /* and a consistent set syncs fine afterwards */
+    ddp_log(m, "train/loss", (double)t->rank, 1.0);
+    st = ddp_metrics_sync(m, &g, NULL);
+    double want = (t->size - 1) / 2.0;
+    if (st != DDP_OK || g.n < 1 || fabs(g.vals[ddp_row_find(&g, "train/loss")] - want) > 1e-12) {
+        fprintf(stderr, "rank %d: consistent sync failed: %s\n", t->rank, ddp_last_error());
+        ok = 0;
+    }
+    ddp_metric_row_free(&g);
+    ddp_metrics_destroy(m);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    ddp_ctx *ctx;
+    if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
+    int rc = 2;
+    if (argc == 3 && !strcmp(argv[1], "dump")) rc = do_dump(ctx, argv[2]);
+    else if (argc == 3 && !strcmp(argv[1], "refdump")) rc = do_refdump(ctx, argv[2]);
+    else if (argc == 3 && !strcmp(argv[1], "meta")) rc = do_meta(ctx, argv[2]);
+    else if (argc == 2 && !strcmp(argv[1], "mismatch")) rc = do_mismatch(ctx);
+    else fprintf(stderr, "usage: testtool dump|refdump|meta DIR | mismatch\n");
+    ddp_finalize(ctx);
+    return rc;
+}

@@ -1,0 +1,88 @@
+/* test_math.c — the element-wise math shared by the CPU backend and the CUDA kernels (ddp_math.h):
+ * gelu's derivative and softmax cross-entropy's gradient against central differences, and one AdamW
+ * element update against the textbook formula in double precision. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "mpi_ddp/ddp_math.h"
+
+#include <math.h>
+
+static void test_gelu_values(void **state)
+{
+    (void)state;
+    /* reference values of 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) computed in double */
+    for (double x = -6.0; x <= 6.0; x += 0.25) {
+        double ref = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+        assert_true(fabs(ddp_gelu((float)x) - ref) <= 1e-6 * (1.0 + fabs(ref)));
+    }
+}
+
+static void test_gelu_grad_fd(void **state)
+{
+    (void)state;
+    for (double x = -6.0; x <= 6.0; x += 0.1) {
+        double h = 1e-3;
+        double fd = (ddp_gelu((float)(x + h)) - ddp_gelu((float)(x - h))) / (2 * h);
+        assert_true(fabs(fd - ddp_gelu_grad((float)x)) < 2e-3);
+    }
+}
+
+static void test_softmax_xent_grad_fd(void **state)
+{
+    (void)state;
+    float z[5] = {0.3f, -1.2f, 2.0f, 0.0f, 0.7f}, dz[5];
+    int64_t pred;
+    float prob;
+    for (int64_t y = 0; y < 5; y++) {
+        float loss = ddp_softmax_xent_row(z, 5, y, 1.0f, dz, &pred, &prob);
+        assert_int_equal(pred, 2);
+        double se = 0;
+        for (int j = 0; j < 5; j++) se += exp(z[j]);
+        assert_true(fabs(prob - exp(2.0) / se) < 1e-6);
+        assert_true(fabs(loss - (log(se) - z[y])) < 1e-5);
+        for (int j = 0; j < 5; j++) {
+            float zp[5], zm[5];
+            for (int k = 0; k < 5; k++) zp[k] = zm[k] = z[k];
+            zp[j] += 1e-3f;
+            zm[j] -= 1e-3f;
+            double fd = (ddp_softmax_xent_row(zp, 5, y, 1, NULL, NULL, NULL) - ddp_softmax_xent_row(zm, 5, y, 1, NULL, NULL, NULL)) / 2e-3;
+            assert_true(fabs(fd - dz[j]) < 1e-3);
+        }
+    }
+}
+
+static void test_adamw_formula(void **state)
+{
+    (void)state;
+    double lr = 1e-2, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+    float p = 0.5f, m = 0, v = 0;
+    double P = 0.5, M = 0, V = 0;
+    const double grads[4] = {0.3, -0.1, 0.02, 1.5};
+    for (int t = 1; t <= 4; t++) {
+        double g = grads[t - 1];
+        ddp_adamw_args a = {.lr = (float)lr, .beta1 = (float)b1, .beta2 = (float)b2, .eps = (float)eps, .weight_decay = (float)wd,
+                            .bc1 = (float)(1 - pow(b1, t)), .bc2_sqrt = (float)sqrt(1 - pow(b2, t)), .gscale = 0.5f};
+        ddp_adamw_elem(&p, (float)(2 * g), &m, &v, &a); /* gscale halves it back to g */
+        P *= 1 - lr * wd;
+        M = b1 * M + (1 - b1) * g;
+        V = b2 * V + (1 - b2) * g * g;
+        P -= lr * (M / (1 - pow(b1, t))) / (sqrt(V / (1 - pow(b2, t))) + eps);
+        assert_true(fabs(p - P) < 1e-6);
+        assert_true(fabs(m - M) < 1e-6);
+        assert_true(fabs(v - V) < 1e-7);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gelu_values),
+        cmocka_unit_test(test_gelu_grad_fd),
+        cmocka_unit_test(test_softmax_xent_grad_fd),
+        cmocka_unit_test(test_adamw_formula),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
