@@ -167,7 +167,10 @@ ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard,
         else hi = mid - 1;
     }
     ddp_shard *s = &ds->shards[lo];
-    if (!s->opened) DDP_CHECK(ddp_shard_open(s, ds->dir));
+    if (!s->opened) {
+        s->random_access = ds->random_access;
+        DDP_CHECK(ddp_shard_open(s, ds->dir));
+    }
     *shard = s;
     *local = index - s->meta.first;
     return DDP_OK;

@@ -2,6 +2,7 @@
 #include "loader.h"
 
 #include "../mpi_ddp/status.h"
+#include "../slurm/env.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -122,6 +123,8 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
     ld->dim = ds->info.dim;
     ld->max_rows = sm->batch * ds->info.max_sample_rows;
     ld->threaded = threaded && ds->all_mappable;
+    /* shuffled orders read randomly: no kernel readahead, the loader prefetches exactly what it needs */
+    ds->random_access = sm->mode != DDP_SAMPLE_SEQUENTIAL && ddp_env_int("MADV_RANDOM", 1) != 0;
     ld->job = -1;
     for (int k = 0; k < 2; k++) {
         slot *s = &ld->slots[k];

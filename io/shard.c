@@ -59,7 +59,7 @@ static ddp_status attr_open(vctx *v, const char *name, hid_t *attr, hid_t *type)
 
 static ddp_status attr_string(vctx *v, const char *name, char *buf, size_t n)
 {
-    hid_t a, t;
+    hid_t a = -1, t = -1;
     DDP_CHECK(attr_open(v, name, &a, &t));
     ddp_status st = DDP_OK;
     if (H5Tget_class(t) != H5T_STRING) {
@@ -97,7 +97,7 @@ static ddp_status attr_string(vctx *v, const char *name, char *buf, size_t n)
 
 static ddp_status attr_int(vctx *v, const char *name, int64_t *out)
 {
-    hid_t a, t;
+    hid_t a = -1, t = -1;
     DDP_CHECK(attr_open(v, name, &a, &t));
     ddp_status st = DDP_OK;
     if (H5Tget_class(t) != H5T_INTEGER)
@@ -400,10 +400,11 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
         g_counters.h5_opens++;
         if (s->h5file < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: cannot be opened by HDF5", path);
     }
-    const void *p;
+    const void *p = NULL;
     if (m->feat_off >= 0) {
         DDP_TRY(map_window(s, 0, m->feat_off, m->rows * m->dim * 4, &p, "features"));
         s->features = p;
+        if (s->random_access) madvise(s->maps[0], s->map_lens[0], MADV_RANDOM);
         g_counters.shards_mapped++;
     } else {
         s->h5features = H5Dopen2(s->h5file, "features", H5P_DEFAULT);

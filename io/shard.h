@@ -38,6 +38,7 @@ ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta
 typedef struct {
     ddp_shard_meta meta;
     int opened;
+    int random_access;             /* madvise(MADV_RANDOM) the features map: no readahead waste */
     int fd;
     void *maps[4];
     size_t map_lens[4];

@@ -119,8 +119,8 @@ static ddp_status ref_train_step(void *self, const ddp_batch *b, const float *P,
 {
     refmodel *m = self;
     ddp_backend *be = m->be;
-    const float *x;
-    const int64_t *off, *lab;
+    const float *x = NULL;
+    const int64_t *off = NULL, *lab = NULL;
     DDP_CHECK(stage(m, b, &x, &off, &lab));
     DDP_CHECK(forward(m, b, P, x, off, lab, 1));
     int64_t R = b->nrows, B = b->nsamples, D = m->D, H = m->H, C = m->C;
@@ -147,8 +147,8 @@ static ddp_status ref_train_step(void *self, const ddp_batch *b, const float *P,
 static ddp_status ref_eval_step(void *self, const ddp_batch *b, const float *P, ddp_forward_out *out)
 {
     refmodel *m = self;
-    const float *x;
-    const int64_t *off, *lab;
+    const float *x = NULL;
+    const int64_t *off = NULL, *lab = NULL;
     DDP_CHECK(stage(m, b, &x, &off, &lab));
     DDP_CHECK(forward(m, b, P, x, off, lab, 0));
     return collect(m, b, out);
