@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LINE 1024
+#define LINE 2048
 
 int cmd_env(ddp_ctx *ctx, int argc, char **argv)
 {

@@ -145,6 +145,22 @@ ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out)
     return DDP_OK;
 }
 
+ddp_status ddp_dataset_preopen_for_threads(ddp_dataset *ds, int *ok)
+{
+    *ok = 1;
+    for (int64_t i = 0; i < ds->nshards; i++)
+        if (ds->shards[i].meta.feat_off < 0) *ok = 0;
+    if (!*ok || ds->all_mappable) return DDP_OK;
+    for (int64_t i = 0; i < ds->nshards; i++) {
+        ddp_shard *s = &ds->shards[i];
+        const ddp_shard_meta *m = &s->meta;
+        if (s->opened || (m->off_off >= 0 && m->lab_off >= 0 && (!m->has_ids || m->ids_off >= 0))) continue;
+        s->random_access = ds->random_access;
+        DDP_CHECK(ddp_shard_open(s, ds->dir));
+    }
+    return DDP_OK;
+}
+
 void ddp_dataset_close(ddp_dataset *ds)
 {
     if (!ds) return;

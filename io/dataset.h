@@ -17,6 +17,9 @@ struct ddp_dataset {
 /* Lists *.h5 in dir (sorted) and validates every shard; serial, no MPI. stats may be NULL, else
  * stats->class_counts is allocated here (free it). Used by rank 0 of ddp_dataset_open and by inspect. */
 ddp_status ddp_dataset_scan(const char *dir, ddp_shard_meta **metas, int64_t *nshards, ddp_shard_stats *stats);
+/* Opens now, in the calling thread, every shard whose index arrays need HDF5 reads, so that a worker
+ * thread afterwards only ever maps (HDF5 is not thread-safe). Fails if features themselves need HDF5. */
+ddp_status ddp_dataset_preopen_for_threads(ddp_dataset *ds, int *ok);
 /* Shard holding global sample index, and the index inside it. */
 ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard, int64_t *local);
 /* madvise(WILLNEED) the rows of a sample, opening its shard if needed. */

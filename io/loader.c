@@ -55,7 +55,7 @@ static ddp_status assemble(ddp_loader *ld, slot *s)
     s->b = (ddp_batch){.nsamples = count, .nrows = rows, .dim = ld->dim, .offsets = s->offsets, .labels = s->labels,
                        .sample_ids = s->ids, .is_pad = s->pad, .x = s->x};
     /* read-ahead hint for the batch after this one */
-    if (ld->ds->all_mappable && s->step + 1 < ld->sm->steps) {
+    if (ld->threaded && s->step + 1 < ld->sm->steps) {
         int64_t lo = (s->step + 1) * ld->sm->batch;
         int64_t hi = lo + ld->sm->batch < ld->sm->per_rank ? lo + ld->sm->batch : ld->sm->per_rank;
         uint8_t pad;
@@ -122,9 +122,17 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
     ld->sm = sm;
     ld->dim = ds->info.dim;
     ld->max_rows = sm->batch * ds->info.max_sample_rows;
-    ld->threaded = threaded && ds->all_mappable;
     /* shuffled orders read randomly: no kernel readahead, the loader prefetches exactly what it needs */
     ds->random_access = sm->mode != DDP_SAMPLE_SEQUENTIAL && ddp_env_int("MADV_RANDOM", 1) != 0;
+    int can = 0;
+    if (threaded) {
+        ddp_status st = ddp_dataset_preopen_for_threads(ds, &can);
+        if (st != DDP_OK) {
+            free(ld);
+            return st;
+        }
+    }
+    ld->threaded = threaded && can;
     ld->job = -1;
     for (int k = 0; k < 2; k++) {
         slot *s = &ld->slots[k];

@@ -167,8 +167,9 @@ static int is_signed(hid_t d)
     return s;
 }
 
-/* File offset of a contiguous, allocated, unfiltered dataset holding `bytes`, or -1. */
-static int64_t mappable_offset(hid_t d, int64_t bytes, int64_t file_bytes)
+/* File offset of a contiguous, allocated, unfiltered dataset holding `bytes` whose elements (`align`
+ * bytes) land aligned in memory (mmap windows are page-aligned), or -1. */
+static int64_t mappable_offset(hid_t d, int64_t bytes, int64_t file_bytes, int64_t align)
 {
     hid_t pl = H5Dget_create_plist(d);
     if (pl < 0) return -1;
@@ -177,7 +178,7 @@ static int64_t mappable_offset(hid_t d, int64_t bytes, int64_t file_bytes)
     if (!ok) return -1;
     haddr_t a = H5Dget_offset(d);
     if (a == HADDR_UNDEF) return -1;
-    if ((int64_t)a < 0 || (int64_t)a + bytes > file_bytes) return -1;
+    if ((int64_t)a < 0 || (int64_t)a + bytes > file_bytes || (int64_t)a % align != 0) return -1;
     if ((int64_t)H5Dget_storage_size(d) < bytes) return -1;
     return (int64_t)a;
 }
@@ -326,13 +327,13 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
         if (e < 0) BAD("%s: dataset 'features'[%lld]: cannot be read (truncated or corrupt file?)", path, (long long)m->rows - 1);
     }
 
-    m->feat_off = mappable_offset(ds[0], m->rows * m->dim * 4, m->file_bytes);
-    m->off_off = is_le(ds[1]) ? mappable_offset(ds[1], (m->n + 1) * 8, m->file_bytes) : -1;
+    m->feat_off = mappable_offset(ds[0], m->rows * m->dim * 4, m->file_bytes, 4);
+    m->off_off = is_le(ds[1]) ? mappable_offset(ds[1], (m->n + 1) * 8, m->file_bytes, 8) : -1;
     if (is_le(ds[2]) && is_signed(ds[2])) {
-        m->lab_off = mappable_offset(ds[2], m->n * (int64_t)ls, m->file_bytes);
+        m->lab_off = mappable_offset(ds[2], m->n * (int64_t)ls, m->file_bytes, (int64_t)ls);
         m->lab_width = (int32_t)ls;
     }
-    if (have_ids && is_le(ds[3])) m->ids_off = mappable_offset(ds[3], m->n * 8, m->file_bytes);
+    if (have_ids && is_le(ds[3])) m->ids_off = mappable_offset(ds[3], m->n * 8, m->file_bytes, 8);
     return DDP_OK;
 }
 
