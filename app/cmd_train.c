@@ -73,6 +73,13 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.config_json = json;
     st = ddp_dataset_open(ctx, train_dir, &tr);
     if (st == DDP_OK) st = ddp_dataset_open(ctx, val_dir, &va);
+    for (int k = 0; k < 2 && st == DDP_OK && cli_rank0(ctx); k++) { /* the one-time notice of the slow path */
+        const ddp_dataset_info *in = ddp_dataset_get_info(k ? va : tr);
+        if (in->hdf5_read_shards)
+            fprintf(stderr, "mpiddp train: notice: %lld of %lld shard(s) of %s have chunked or compressed features; "
+                            "they are read through HDF5, slower than the memory-mapped path\n",
+                    (long long)in->hdf5_read_shards, (long long)in->num_shards, k ? val_dir : train_dir);
+    }
     if (st == DDP_OK) {
         const ddp_dataset_info *ti = ddp_dataset_get_info(tr), *vi = ddp_dataset_get_info(va);
         if (ti->dim != vi->dim || ti->num_classes != vi->num_classes) {

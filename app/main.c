@@ -16,6 +16,7 @@ static const struct {
     {"pack", cmd_pack, "convert an HDF5 file of per-sample datasets into shards"},
     {"inspect", cmd_inspect, "validate a dataset and print its statistics"},
     {"train", cmd_train, "train the reference model (under mpirun / srun)"},
+    {"eval", cmd_eval, "evaluate a checkpoint on a dataset; predictions CSV"},
     {"env", cmd_env, "print each rank's topology, device and library versions"},
 };
 #define NCMD (int)(sizeof commands / sizeof commands[0])

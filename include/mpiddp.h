@@ -85,6 +85,7 @@ typedef struct {
     int64_t dim, num_classes;
     int64_t num_shards;
     int64_t max_sample_rows;  /* longest sample, in rows */
+    int64_t hdf5_read_shards; /* shards whose features are chunked/compressed: read through HDF5 (slower) */
 } ddp_dataset_info;
 
 /* Collective: rank 0 reads and validates every shard's metadata, broadcasts it; others map lazily. */
@@ -103,6 +104,7 @@ typedef struct {
     const int64_t *offsets;   /* [nsamples+1], offsets[0] = 0 */
     const int64_t *labels;    /* [nsamples] */
     const int64_t *sample_ids;/* [nsamples] */
+    const int64_t *indices;   /* [nsamples] global sample index in the dataset */
     const uint8_t *is_pad;    /* [nsamples]: 1 for a sampler-padding duplicate */
     const float *x;           /* [nrows, dim] host memory */
 } ddp_batch;

@@ -136,6 +136,7 @@ ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out)
         in->num_samples += metas[i].n;
         in->num_rows += metas[i].rows;
         if (metas[i].max_rows > in->max_sample_rows) in->max_sample_rows = metas[i].max_rows;
+        in->hdf5_read_shards += metas[i].feat_off < 0;
         if (metas[i].feat_off < 0 || metas[i].off_off < 0 || metas[i].lab_off < 0 ||
             (metas[i].has_ids && metas[i].ids_off < 0))
             ds->all_mappable = 0;

@@ -53,7 +53,7 @@ static ddp_status assemble(ddp_loader *ld, slot *s)
         s->offsets[i + 1] = rows;
     }
     s->b = (ddp_batch){.nsamples = count, .nrows = rows, .dim = ld->dim, .offsets = s->offsets, .labels = s->labels,
-                       .sample_ids = s->ids, .is_pad = s->pad, .x = s->x};
+                       .sample_ids = s->ids, .indices = s->idx, .is_pad = s->pad, .x = s->x};
     /* read-ahead hint for the batch after this one */
     if (ld->threaded && s->step + 1 < ld->sm->steps) {
         int64_t lo = (s->step + 1) * ld->sm->batch;

@@ -199,3 +199,35 @@ done:
     H5Fclose(f);
     return st;
 }
+
+static ddp_status dims2(hid_t f, const char *path, const char *name, hsize_t *dims)
+{
+    hid_t d = H5Lexists(f, "params", H5P_DEFAULT) > 0 && H5Lexists(f, name, H5P_DEFAULT) > 0 ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
+    if (d < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': missing (not an mpiddp reference-model checkpoint?)", path, name);
+    hid_t sp = H5Dget_space(d);
+    int r = H5Sget_simple_extent_ndims(sp);
+    if (r == 2) H5Sget_simple_extent_dims(sp, dims, NULL);
+    H5Sclose(sp);
+    H5Dclose(d);
+    if (r != 2) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': wrong rank %d (expected 2)", path, name, r);
+    return DDP_OK;
+}
+
+ddp_status ddp_ckpt_peek_refmodel(const char *path, int64_t *dim, int64_t *hidden, int64_t *classes)
+{
+    ddp_h5_quiet();
+    if (access(path, R_OK) != 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    if (!ddp_h5_is_hdf5(path)) return ddp_set_error(DDP_ERR_FORMAT, "%s: not an HDF5 file (or truncated)", path);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: cannot be opened by HDF5 (truncated?)", path);
+    hsize_t w1[2] = {0, 0}, w3[2] = {0, 0};
+    ddp_status st = dims2(f, path, "params/l1.weight", w1);
+    if (st == DDP_OK) st = dims2(f, path, "params/l3.weight", w3);
+    H5Fclose(f);
+    if (st != DDP_OK) return st;
+    *hidden = (int64_t)w1[0];
+    *dim = (int64_t)w1[1];
+    *classes = (int64_t)w3[0];
+    if ((int64_t)w3[1] != *hidden) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/params/l3.weight': shape does not match l1.weight", path);
+    return DDP_OK;
+}

@@ -21,6 +21,8 @@ typedef struct {
 /* Host arrays in the model's flat layout; m/v may be NULL (written as zeros are not: omitted). */
 ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float *params, const float *m,
                           const float *v, const ddp_ckpt_state *st);
+/* Shape of the reference model stored in a checkpoint: D, H, C from /params/l1.weight and l3.weight. */
+ddp_status ddp_ckpt_peek_refmodel(const char *path, int64_t *dim, int64_t *hidden, int64_t *classes);
 /* Reads into host arrays (m, v may be NULL); shapes must match model. */
 ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params, float *m, float *v,
                          ddp_ckpt_state *st);

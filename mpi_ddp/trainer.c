@@ -5,6 +5,7 @@
 #include "../io/loader.h"
 #include "backend.h"
 #include "checkpoint.h"
+#include "evaluate.h"
 #include "ctx.h"
 #include "metrics.h"
 #include "runinfo.h"
@@ -65,10 +66,7 @@ typedef struct {
     ddp_metric_row row, lrow;
     int tty;
     char ckpt_dir[4200];
-    /* eval buffers */
-    int64_t *pred;
-    float *prob, *loss;
-    int64_t *conf;
+    ddp_eval_acc eval;
 } trainer;
 
 static ddp_status check_config(const ddp_train_config *c)
@@ -191,64 +189,27 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
     return DDP_OK;
 }
 
-static void conf_metrics(const int64_t *conf, int64_t C, double *acc, double *f1)
-{
-    int64_t tot = 0, tp = 0;
-    double fsum = 0;
-    int present = 0;
-    for (int64_t i = 0; i < C; i++) {
-        int64_t row = 0, col = 0;
-        for (int64_t j = 0; j < C; j++) {
-            row += conf[i * C + j];
-            col += conf[j * C + i];
-        }
-        tot += row;
-        tp += conf[i * C + i];
-        if (row + col == 0) continue; /* class absent from labels and predictions: not averaged */
-        present++;
-        fsum += 2.0 * (double)conf[i * C + i] / (double)(row + col);
-    }
-    *acc = tot ? (double)tp / (double)tot : 0.0;
-    *f1 = present ? fsum / present : 0.0;
-}
-
 /* Exact validation: padding duplicates excluded, confusion matrix reduced across ranks. */
 static ddp_status validate(trainer *t, ddp_loader *ld, ddp_sampler *sm, int64_t epoch)
 {
-    int64_t C = t->model->num_classes;
     int64_t steps = sm->steps;
     if (t->cfg->fast_dev_run > 0 && steps > t->cfg->fast_dev_run) steps = t->cfg->fast_dev_run;
     DDP_CHECK(agree_steps(t->ctx, steps, "validation"));
     DDP_CHECK(ddp_loader_start_epoch(ld, 0, 0));
-    memset(t->conf, 0, (size_t)(C * C) * sizeof *t->conf);
-    double loss = 0;
-    int64_t count = 0;
-    for (int64_t s = 0; s < steps; s++) {
-        const ddp_batch *b;
-        DDP_CHECK(ddp_loader_next(ld, s, &b));
-        ddp_forward_out out = {.pred = t->pred, .prob = t->prob, .loss = t->loss};
-        DDP_CHECK(t->model->eval_step(t->model->self, b, t->params, &out));
-        for (int64_t i = 0; i < b->nsamples; i++) {
-            if (b->is_pad[i]) continue;
-            if (t->pred[i] < 0 || t->pred[i] >= C)
-                return ddp_set_error(DDP_ERR_INTERNAL, "model predicted class %lld outside [0, %lld)", (long long)t->pred[i], (long long)C);
-            loss += t->loss[i];
-            count++;
-            t->conf[b->labels[i] * C + t->pred[i]]++;
-        }
-    }
-    double lacc, lf1;
-    conf_metrics(t->conf, C, &lacc, &lf1);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t->conf, (int)(C * C), MPI_INT64_T, MPI_SUM, t->ctx->world));
-    double acc, f1;
-    conf_metrics(t->conf, C, &acc, &f1);
-    DDP_CHECK(ddp_log(t->metrics, "val/loss", loss, (double)count));
+    ddp_eval_acc *a = &t->eval;
+    ddp_eval_acc_reset(a);
+    DDP_CHECK(ddp_eval_run(t->model, t->params, ld, steps, a));
+    double lacc, lf1, acc, f1;
+    ddp_confusion_metrics(a->conf, a->C, &lacc, &lf1);
+    DDP_CHECK(ddp_eval_reduce_confusion(t->ctx, a));
+    ddp_confusion_metrics(a->conf, a->C, &acc, &f1);
+    DDP_CHECK(ddp_log(t->metrics, "val/loss", a->loss_sum, (double)a->count));
     DDP_CHECK(ddp_log_rank0(t->metrics, "val/acc", acc));
     DDP_CHECK(ddp_log_rank0(t->metrics, "val/macro_f1", f1));
     DDP_CHECK(ddp_metrics_sync(t->metrics, &t->row, &t->lrow));
     ddp_row_set(&t->lrow, "val/acc", lacc);
     ddp_row_set(&t->lrow, "val/macro_f1", lf1);
-    ddp_row_set(&t->lrow, "val/count", (double)count);
+    ddp_row_set(&t->lrow, "val/count", (double)a->count);
     DDP_CHECK(write_rows(t, epoch));
     if (t->ctx->topo.rank == 0 && t->cfg->progress) {
         if (t->tty) fputc('\n', stderr);
@@ -311,10 +272,7 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     if (C != ddp_dataset_get_info(train)->num_classes || C != ddp_dataset_get_info(val)->num_classes)
         return ddp_set_error(DDP_ERR_ARG, "model has %lld classes but the datasets have %lld (train) and %lld (val)", (long long)C,
                              (long long)ddp_dataset_get_info(train)->num_classes, (long long)ddp_dataset_get_info(val)->num_classes);
-    DDP_ALLOC(t->conf, C * C);
-    DDP_ALLOC(t->pred, c->batch_size);
-    DDP_ALLOC(t->prob, c->batch_size);
-    DDP_ALLOC(t->loss, c->batch_size);
+    DDP_CHECK(ddp_eval_acc_init(&t->eval, C, c->batch_size, 0));
     /* identical start on every rank: init, then rank 0's parameters are broadcast (as PyTorch DDP does) */
     DDP_CHECK(t->model->init(t->model->self, t->params, c->seed));
     DDP_CHECK(be->download(be, t->h_params, t->params, bytes));
@@ -370,10 +328,7 @@ static void teardown(trainer *t)
     free(t->h_m);
     free(t->h_v);
     free(t->toff);
-    free(t->conf);
-    free(t->pred);
-    free(t->prob);
-    free(t->loss);
+    ddp_eval_acc_free(&t->eval);
 }
 
 static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)

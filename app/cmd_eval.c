@@ -1,0 +1,129 @@
+/* cmd_eval.c — `mpiddp eval`: loads a checkpoint (rank 0 reads, parameters are broadcast), evaluates the
+ * reference model exactly over a dataset on all ranks, prints `val/loss=… val/acc=… val/macro_f1=…` and
+ * with --out writes sample_id,label,pred,prob with one row per sample, gathered to rank 0. */
+#include "cli.h"
+
+#include "io/loader.h"
+#include "mpi_ddp/backend.h"
+#include "mpi_ddp/checkpoint.h"
+#include "mpi_ddp/ctx.h"
+#include "mpi_ddp/evaluate.h"
+#include "mpi_ddp/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return ddp_set_error(DDP_ERR_IO, "%s: cannot create", tmp);
+    fprintf(f, "sample_id,label,pred,prob\n");
+    for (int64_t i = 0; i < a->n; i++)
+        fprintf(f, "%lld,%lld,%lld,%.7g\n", (long long)a->ids[i], (long long)a->labels[i], (long long)a->preds[i], a->probs[i]);
+    int bad = fflush(f) != 0 || ferror(f);
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        remove(tmp);
+        return ddp_set_error(DDP_ERR_IO, "%s: write failed (disk full?)", path);
+    }
+    return DDP_OK;
+}
+
+static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, const char *out, int batch, ddp_device dev)
+{
+    int64_t dims[3] = {0, 0, 0};
+    ddp_status st = DDP_OK;
+    if (ctx->topo.rank == 0) st = ddp_ckpt_peek_refmodel(ckpt, &dims[0], &dims[1], &dims[2]);
+    DDP_CHECK(ddp_agree_status(ctx, st));
+    MPI_CHECK(MPI_Bcast(dims, 3, MPI_INT64_T, 0, ctx->world));
+    ddp_dataset *ds = NULL;
+    DDP_CHECK(ddp_dataset_open(ctx, data, &ds));
+    const ddp_dataset_info *in = ddp_dataset_get_info(ds);
+    ddp_model m = {0};
+    ddp_sampler sm = {0};
+    ddp_loader *ld = NULL;
+    ddp_eval_acc a = {0}, all = {0};
+    float *host = NULL;
+    void *params = NULL;
+    ddp_backend *be = NULL;
+    if (in->dim != dims[0] || in->num_classes != dims[2]) { /* every rank sees the same facts */
+        st = ddp_agree_status(ctx, ddp_set_error(DDP_ERR_FORMAT, "%s has D=%lld and %lld classes but %s was trained on D=%lld, %lld classes",
+                                                 data, (long long)in->dim, (long long)in->num_classes, ckpt, (long long)dims[0],
+                                                 (long long)dims[2]));
+        goto done;
+    }
+    DDP_TRY(ddp_agree_status(ctx, ddp_refmodel_create(ctx, dev, dims[0], dims[1], dims[2], batch * in->max_sample_rows, batch, &m)));
+    int64_t n = ddp_model_num_params(&m);
+    host = ddp_calloc((size_t)n, sizeof *host);
+    if (!host) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    ddp_ckpt_state cs;
+    st = DDP_OK;
+    if (ctx->topo.rank == 0) st = ddp_ckpt_read(ckpt, &m, host, NULL, NULL, &cs);
+    DDP_TRY(ddp_agree_status(ctx, st));
+    for (int64_t lo = 0; lo < n; lo += 1 << 28) {
+        int rc = MPI_Bcast(host + lo, (int)(n - lo < (1 << 28) ? n - lo : (1 << 28)), MPI_FLOAT, 0, ctx->world);
+        if (rc != MPI_SUCCESS) DDP_FAIL(ddp_mpi_error(rc, "MPI_Bcast(params)", __FILE__, __LINE__), "%s", ddp_last_error());
+    }
+    DDP_TRY(ddp_ctx_backend(ctx, m.device, &be));
+    DDP_TRY(be->alloc(be, &params, (size_t)n * sizeof(float)));
+    DDP_TRY(be->upload(be, params, host, (size_t)n * sizeof(float)));
+    DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&sm, DDP_SAMPLE_SEQUENTIAL, in->num_samples, ctx->topo.size, ctx->topo.rank, 0, 0,
+                                                   batch, NULL, 0)));
+    DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(ds, &sm, 1, &ld)));
+    DDP_TRY(ddp_agree_status(ctx, ddp_eval_acc_init(&a, dims[2], batch, out != NULL)));
+    DDP_TRY(ddp_loader_start_epoch(ld, 0, 0));
+    DDP_TRY(ddp_eval_run(&m, params, ld, sm.steps, &a));
+    double sums[2] = {a.loss_sum, (double)a.count};
+    int rc = MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, ctx->world);
+    if (rc != MPI_SUCCESS) DDP_FAIL(ddp_mpi_error(rc, "MPI_Allreduce(eval)", __FILE__, __LINE__), "%s", ddp_last_error());
+    DDP_TRY(ddp_eval_reduce_confusion(ctx, &a));
+    double acc, f1;
+    ddp_confusion_metrics(a.conf, a.C, &acc, &f1);
+    if (out) {
+        if (ctx->topo.rank == 0) all.C = a.C;
+        DDP_TRY(ddp_eval_gather(ctx, &a, &all));
+        st = ctx->topo.rank == 0 ? write_predictions(out, &all) : DDP_OK;
+        DDP_TRY(ddp_agree_status(ctx, st));
+    }
+    if (ctx->topo.rank == 0) printf("val/loss=%.9g val/acc=%.9g val/macro_f1=%.9g\n", sums[1] > 0 ? sums[0] / sums[1] : 0.0, acc, f1);
+done:
+    if (params) be->release(be, params);
+    free(host);
+    ddp_eval_acc_free(&a);
+    ddp_eval_acc_free(&all);
+    ddp_loader_destroy(ld);
+    ddp_sampler_free(&sm);
+    if (m.destroy) m.destroy(m.self);
+    ddp_dataset_close(ds);
+    return st;
+}
+
+int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
+{
+    const char *ckpt = NULL, *data = NULL, *out = NULL;
+    int batch = 256, device = 0;
+    cli_opt opts[] = {
+        {"ckpt", OPT_STR, &ckpt, NULL, 0, 0, "checkpoint file (required)", 0},
+        {"data", OPT_STR, &data, NULL, 0, 0, "dataset directory (required)", 0},
+        {"out", OPT_STR, &out, NULL, 0, 0, "write predictions CSV: sample_id,label,pred,prob", 0},
+        {"batch-size", OPT_INT, &batch, NULL, 1, 1e7, "samples per rank per step (default 256)", 0},
+        {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
+    };
+    int n = (int)(sizeof opts / sizeof opts[0]);
+    char err[1024];
+    int rc = cli_parse("eval", opts, n, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
+    if (rc == CLI_OK && (!ckpt || !data)) rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp eval: --ckpt and --data are required");
+    int done = cli_parsed(ctx, rc, "eval", "--ckpt FILE --data DIR [--out FILE.csv]",
+                          "Evaluates a checkpoint exactly over a dataset (every sample once, at any number of ranks) and prints\n"
+                          "val/loss, val/acc and val/macro_f1; --out writes one prediction row per sample.",
+                          opts, n, err);
+    if (done >= 0) return done;
+    ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
+    ddp_status st = ddp_agree_status(ctx, ddp_select_device(ctx, want, &got, NULL));
+    if (st == DDP_OK) st = evaluate(ctx, ckpt, data, out, batch, got);
+    if (st != DDP_OK) return cli_fail(ctx, "eval", st);
+    return 0;
+}

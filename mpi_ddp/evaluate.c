@@ -1,0 +1,160 @@
+/* evaluate.c — exact evaluation; see evaluate.h. */
+#include "evaluate.h"
+
+#include "status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+ddp_status ddp_eval_acc_init(ddp_eval_acc *a, int64_t C, int64_t batch, int collect)
+{
+    memset(a, 0, sizeof *a);
+    a->C = C;
+    a->collect = collect;
+    DDP_ALLOC(a->conf, C * C);
+    DDP_ALLOC(a->b_pred, batch);
+    DDP_ALLOC(a->b_prob, batch);
+    DDP_ALLOC(a->b_loss, batch);
+    return DDP_OK;
+}
+
+void ddp_eval_acc_free(ddp_eval_acc *a)
+{
+    free(a->conf), free(a->idx), free(a->ids), free(a->labels), free(a->preds), free(a->probs);
+    free(a->b_pred), free(a->b_prob), free(a->b_loss);
+    memset(a, 0, sizeof *a);
+}
+
+void ddp_eval_acc_reset(ddp_eval_acc *a)
+{
+    memset(a->conf, 0, (size_t)(a->C * a->C) * sizeof *a->conf);
+    a->loss_sum = 0;
+    a->count = 0;
+    a->n = 0;
+}
+
+static ddp_status keep(ddp_eval_acc *a, int64_t idx, int64_t id, int64_t label, int64_t pred, float prob)
+{
+    if (a->n == a->cap) {
+        int64_t nc = a->cap ? a->cap * 2 : 1024;
+        int64_t *ni = realloc(a->idx, (size_t)nc * 8), *nd = realloc(a->ids, (size_t)nc * 8);
+        if (ni) a->idx = ni;
+        if (nd) a->ids = nd;
+        int64_t *nl = realloc(a->labels, (size_t)nc * 8), *np = realloc(a->preds, (size_t)nc * 8);
+        if (nl) a->labels = nl;
+        if (np) a->preds = np;
+        float *nr = realloc(a->probs, (size_t)nc * 4);
+        if (nr) a->probs = nr;
+        if (!ni || !nd || !nl || !np || !nr) return ddp_set_error(DDP_ERR_NOMEM, "out of memory keeping predictions");
+        a->cap = nc;
+    }
+    a->idx[a->n] = idx;
+    a->ids[a->n] = id;
+    a->labels[a->n] = label;
+    a->preds[a->n] = pred;
+    a->probs[a->n] = prob;
+    a->n++;
+    return DDP_OK;
+}
+
+ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64_t steps, ddp_eval_acc *a)
+{
+    for (int64_t s = 0; s < steps; s++) {
+        const ddp_batch *b;
+        DDP_CHECK(ddp_loader_next(ld, s, &b));
+        ddp_forward_out out = {.pred = a->b_pred, .prob = a->b_prob, .loss = a->b_loss};
+        DDP_CHECK(m->eval_step(m->self, b, params, &out));
+        for (int64_t i = 0; i < b->nsamples; i++) {
+            if (b->is_pad[i]) continue; /* padding duplicates never count */
+            int64_t p = a->b_pred[i];
+            if (p < 0 || p >= a->C)
+                return ddp_set_error(DDP_ERR_INTERNAL, "model predicted class %lld outside [0, %lld)", (long long)p, (long long)a->C);
+            a->loss_sum += a->b_loss[i];
+            a->count++;
+            a->conf[b->labels[i] * a->C + p]++;
+            if (a->collect) DDP_CHECK(keep(a, b->indices[i], b->sample_ids[i], b->labels[i], p, a->b_prob[i]));
+        }
+    }
+    return DDP_OK;
+}
+
+void ddp_confusion_metrics(const int64_t *conf, int64_t C, double *acc, double *f1)
+{
+    int64_t tot = 0, tp = 0;
+    double fsum = 0;
+    int64_t present = 0;
+    for (int64_t i = 0; i < C; i++) {
+        int64_t row = 0, col = 0;
+        for (int64_t j = 0; j < C; j++) {
+            row += conf[i * C + j];
+            col += conf[j * C + i];
+        }
+        tot += row;
+        tp += conf[i * C + i];
+        if (row + col == 0) continue; /* class absent from labels and predictions: not averaged */
+        present++;
+        fsum += 2.0 * (double)conf[i * C + i] / (double)(row + col);
+    }
+    *acc = tot ? (double)tp / (double)tot : 0.0;
+    *f1 = present ? fsum / (double)present : 0.0;
+}
+
+ddp_status ddp_eval_reduce_confusion(ddp_ctx *ctx, ddp_eval_acc *a)
+{
+    int64_t n = a->C * a->C, chunk = (int64_t)1 << 28;
+    for (int64_t lo = 0; lo < n; lo += chunk)
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a->conf + lo, (int)(n - lo < chunk ? n - lo : chunk), MPI_INT64_T, MPI_SUM, ctx->world));
+    return DDP_OK;
+}
+
+static int cmp_idx(const void *x, const void *y)
+{
+    int64_t a = ((const int64_t *)x)[0], b = ((const int64_t *)y)[0];
+    return (a > b) - (a < b);
+}
+
+ddp_status ddp_eval_gather(ddp_ctx *ctx, ddp_eval_acc *a, ddp_eval_acc *all)
+{
+    int W = ctx->topo.size, root = ctx->topo.rank == 0;
+    /* pack rows as 5 int64 (index, id, label, pred, prob bits) so one Gatherv moves them */
+    int64_t *mine = ddp_calloc((size_t)(a->n * 5), sizeof *mine);
+    int cnt = (int)(a->n * 5), *cnts = root ? ddp_calloc((size_t)W, sizeof(int)) : NULL, *displ = root ? ddp_calloc((size_t)W, sizeof(int)) : NULL;
+    int ok = mine && (!root || (cnts && displ)), allok;
+    DDP_CHECK(ddp_all_ok(ctx, ok, &allok));
+    if (!allok) {
+        free(mine), free(cnts), free(displ);
+        return ddp_agree_status(ctx, ddp_set_error(DDP_ERR_NOMEM, "out of memory gathering predictions"));
+    }
+    for (int64_t i = 0; i < a->n; i++) {
+        int64_t *r = mine + 5 * i;
+        r[0] = a->idx[i], r[1] = a->ids[i], r[2] = a->labels[i], r[3] = a->preds[i];
+        float p = a->probs[i];
+        r[4] = 0;
+        memcpy(&r[4], &p, sizeof p);
+    }
+    MPI_CHECK(MPI_Gather(&cnt, 1, MPI_INT, cnts, 1, MPI_INT, 0, ctx->world));
+    int64_t total = 0;
+    if (root)
+        for (int r = 0; r < W; r++) {
+            displ[r] = (int)total;
+            total += cnts[r];
+        }
+    int64_t *rows = root ? ddp_calloc((size_t)total + 1, sizeof *rows) : NULL;
+    MPI_CHECK(MPI_Gatherv(mine, cnt, MPI_INT64_T, rows, cnts, displ, MPI_INT64_T, 0, ctx->world));
+    ddp_status st = DDP_OK;
+    if (root) {
+        int64_t n = total / 5;
+        qsort(rows, (size_t)n, 5 * sizeof *rows, cmp_idx);
+        all->n = 0;
+        for (int64_t i = 0; i < n && st == DDP_OK; i++) {
+            float p;
+            memcpy(&p, &rows[5 * i + 4], sizeof p);
+            if (i > 0 && rows[5 * i] == rows[5 * (i - 1)])
+                st = ddp_set_error(DDP_ERR_INTERNAL, "sample %lld predicted twice", (long long)rows[5 * i]);
+            else
+                st = keep(all, rows[5 * i], rows[5 * i + 1], rows[5 * i + 2], rows[5 * i + 3], p);
+        }
+    }
+    free(rows), free(mine), free(cnts), free(displ);
+    return ddp_agree_status(ctx, st);
+}
