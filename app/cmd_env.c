@@ -29,6 +29,13 @@ int cmd_env(ddp_ctx *ctx, int argc, char **argv)
     const ddp_topology *t = ddp_topo(ctx);
     ddp_versions v;
     ddp_versions_get(&v);
+    if (ddp_cuda()) { /* env is a diagnostic: report the plugin even on a node without a GPU */
+        ddp_cuda()->version_string(v.cuda, sizeof v.cuda);
+        ddp_cuda()->nccl_version_string(v.nccl, sizeof v.nccl);
+    } else {
+        snprintf(v.cuda, sizeof v.cuda, "unavailable");
+        snprintf(v.nccl, sizeof v.nccl, "unavailable");
+    }
     char dev[200] = "cpu";
     if (got == DDP_DEVICE_CUDA) {
         char name[160];

@@ -1,4 +1,4 @@
-/* backend_cuda.cu — the CUDA backend: cuBLAS GEMMs and the kernels for bias+gelu, gelu backward,
+/* backend_cuda.cu — (in the plugin libmpiddp_cuda.so) the CUDA backend: cuBLAS GEMMs and the kernels for bias+gelu, gelu backward,
  * segment mean pooling, softmax cross-entropy, AdamW and sum of squares. Element-wise math comes from
  * ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked. */
 extern "C" {
@@ -9,7 +9,6 @@ extern "C" {
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -284,7 +283,7 @@ static void cu_destroy(ddp_backend *b)
     free(b);
 }
 
-extern "C" ddp_status ddp_backend_cuda_create(int device, ddp_backend **out)
+extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out)
 {
     *out = NULL;
     ddp_backend *b = (ddp_backend *)calloc(1, sizeof *b);
@@ -335,44 +334,4 @@ extern "C" ddp_status ddp_backend_cuda_create(int device, ddp_backend **out)
 }
 
 /* CUDA stream of a CUDA backend, for the gradient-sync stream to wait on. */
-extern "C" void *ddp_backend_cuda_stream(ddp_backend *b) { return (void *)I(b)->stream; }
-
-/* ------------------------------------------------------------------ cuda_api.h */
-extern "C" int ddp_cuda_device_count(void)
-{
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError(); /* clear the sticky "no driver" error */
-        return 0;
-    }
-    return n;
-}
-
-extern "C" void ddp_cuda_device_name(int dev, char *buf, size_t n)
-{
-    cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
-        cudaGetLastError();
-        if (n) buf[0] = 0;
-        return;
-    }
-    snprintf(buf, n, "%s (cc %d.%d)", p.name, p.major, p.minor);
-}
-
-extern "C" void ddp_cuda_version_string(char *buf, size_t n)
-{
-    int rt = 0, drv = 0;
-    cudaRuntimeGetVersion(&rt);
-    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
-    cudaGetLastError();
-    snprintf(buf, n, "runtime %d.%d driver %d.%d", rt / 1000, (rt % 1000) / 10, drv / 1000, (drv % 1000) / 10);
-}
-
-extern "C" void ddp_nccl_version_string(char *buf, size_t n)
-{
-    int v = 0;
-    if (ncclGetVersion(&v) != ncclSuccess) v = 0;
-    snprintf(buf, n, "%d.%d.%d", v / 10000, (v / 100) % 100, v % 100);
-}
-
-extern "C" int ddp_cuda_built(void) { return 1; }
+extern "C" void *ddp_cuda_backend_stream_impl(ddp_backend *b) { return (void *)I(b)->stream; }

@@ -83,13 +83,15 @@ ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char 
             snprintf(buf, sizeof buf, "--device auto: %d CUDA device(s) visible, using cuda", n);
         else
             snprintf(buf, sizeof buf, "--device auto: %s, using cpu",
-                     ddp_cuda_built() ? "no CUDA device visible" : "built without CUDA");
+                     !ddp_cuda_maybe_present() ? "no NVIDIA GPU on this node"
+                     : ddp_cuda_built()        ? "no CUDA device visible"
+                                               : "CUDA plugin unavailable");
     } else {
         snprintf(buf, sizeof buf, "--device %s", want == DDP_DEVICE_CUDA ? "cuda" : "cpu");
     }
     if (d == DDP_DEVICE_CUDA) {
         if (!ddp_cuda_built())
-            return ddp_set_error(DDP_ERR_ARG, "--device cuda: this mpiddp was built without CUDA");
+            return ddp_set_error(DDP_ERR_ARG, "--device cuda: CUDA plugin unavailable: %s", ddp_cuda_why());
         if (n == 0) return ddp_set_error(DDP_ERR_ARG, "--device cuda: no CUDA device is visible on %s", c->topo.host);
         /* GPU = local rank (modulo the visible devices, for oversubscribed nodes) */
         c->cuda_device = c->topo.local_rank % n;

@@ -12,8 +12,14 @@
 #define DDP_PRINTF(a, b)
 #endif
 
-/* Records the message (printf-style) for ddp_last_error() and returns st. */
+/* Records the message (printf-style) for ddp_last_error() and returns st. Inside the CUDA plugin the
+ * same name calls back into the library that loaded it. */
+#ifdef DDP_PLUGIN
+extern ddp_status (*ddp_plugin_set_error)(ddp_status st, const char *fmt, ...);
+#define ddp_set_error ddp_plugin_set_error
+#else
 ddp_status ddp_set_error(ddp_status st, const char *fmt, ...) DDP_PRINTF(2, 3);
+#endif
 /* Replaces the message without formatting (used to adopt another rank's message). */
 void ddp_set_error_text(const char *msg);
 

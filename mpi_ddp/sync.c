@@ -8,9 +8,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-#ifdef DDP_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 struct ddp_sync {
     ddp_ctx *ctx;
@@ -66,23 +63,15 @@ ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t 
         s->req[k] = MPI_REQUEST_NULL;
     }
     s->cuda = !be->host_memory;
-#ifdef DDP_HAVE_CUDA
-    if (s->cuda) {
+    if (s->cuda) { /* NCCL on its own stream, ordered after backward through an event */
         ddp_status st = ddp_nccl_init(ctx);
-        cudaStream_t cs;
-        cudaEvent_t ev;
-        if (st == DDP_OK && cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess)
-            st = ddp_set_error(DDP_ERR_CUDA, "cudaStreamCreate for gradient sync failed");
-        if (st == DDP_OK) s->comm_stream = cs;
-        if (st == DDP_OK && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
-            st = ddp_set_error(DDP_ERR_CUDA, "cudaEventCreate for gradient sync failed");
-        if (st == DDP_OK) s->event = ev;
+        if (st == DDP_OK) st = ddp_cuda()->stream_create(&s->comm_stream);
+        if (st == DDP_OK) st = ddp_cuda()->event_create(&s->event);
         if (st != DDP_OK) {
             ddp_sync_destroy(s);
             return st;
         }
     }
-#endif
     *out = s;
     return DDP_OK;
 }
@@ -90,10 +79,8 @@ ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t 
 void ddp_sync_destroy(ddp_sync *s)
 {
     if (!s) return;
-#ifdef DDP_HAVE_CUDA
-    if (s->event) cudaEventDestroy((cudaEvent_t)s->event);
-    if (s->comm_stream) cudaStreamDestroy((cudaStream_t)s->comm_stream);
-#endif
+    if (s->event) ddp_cuda()->event_destroy(s->event);
+    if (s->comm_stream) ddp_cuda()->stream_destroy(s->comm_stream);
     free(s->lo);
     free(s->hi);
     free(s->launched);
@@ -120,15 +107,8 @@ static ddp_status launch(ddp_sync *s, int k)
         MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, s->ctx->world, &s->req[k]));
         return DDP_OK;
     }
-#ifdef DDP_HAVE_CUDA
-    cudaStream_t compute = (cudaStream_t)ddp_backend_cuda_stream(s->be);
-    if (cudaEventRecord((cudaEvent_t)s->event, compute) != cudaSuccess ||
-        cudaStreamWaitEvent((cudaStream_t)s->comm_stream, (cudaEvent_t)s->event, 0) != cudaSuccess)
-        return ddp_set_error(DDP_ERR_CUDA, "gradient sync: cannot order the NCCL stream after backward");
+    DDP_CHECK(ddp_cuda()->stream_wait(s->event, ddp_backend_cuda_stream(s->be), s->comm_stream));
     return ddp_nccl_allreduce_sum(s->ctx, p, n, s->comm_stream);
-#else
-    return ddp_set_error(DDP_ERR_INTERNAL, "gradient sync: CUDA buffer without CUDA support");
-#endif
 }
 
 void ddp_sync_ready(void *arg, int64_t lo, int64_t hi)
@@ -155,13 +135,7 @@ ddp_status ddp_sync_finish(ddp_sync *s, const char *where)
         s->next++;
     }
     if (s->st != DDP_OK) return s->st;
-    if (s->cuda) {
-#ifdef DDP_HAVE_CUDA
-        cudaError_t e = cudaStreamSynchronize((cudaStream_t)s->comm_stream);
-        if (e != cudaSuccess) return ddp_set_error(DDP_ERR_CUDA, "gradient sync (%s): %s", where, cudaGetErrorString(e));
-#endif
-        return DDP_OK;
-    }
+    if (s->cuda) return ddp_cuda()->stream_sync(s->comm_stream);
     double deadline = s->timeout > 0 ? now_s() + s->timeout : 0;
     for (;;) {
         int flag = 0;
