@@ -1,6 +1,7 @@
 /* bench_io.c — sample read throughput of mpiddp's reader (memory-mapped shards) against per-sample
  * H5Dread hyperslabs, sequential and random, warm and cold page cache. The mmap reader works as the batch
- * loader does: madvise(WILLNEED) one batch (64 samples) ahead, MADV_RANDOM for shuffled orders. Every rank appends one CSV row
+ * loader does: madvise(WILLNEED) one batch (64 samples) ahead, MADV_RANDOM for shuffled orders and
+ * MADV_SEQUENTIAL for in-order reads. Every rank appends one CSV row
  * per pass to --csv (rank, reader, order, cache, samples, bytes, seconds, RssAnon, RssFile); report.py
  * aggregates ranks and compares with the h5py peer (peers/h5py_read.py) run on the same data.
  *
@@ -100,17 +101,42 @@ static int64_t shard_of(ddp_dataset *ds, int64_t idx)
     return lo;
 }
 
+/* Reads sample idx into buf with reader ri (0 mmap as the batch loader does, 1 per-sample H5Dread). */
+static int64_t read_one(ddp_dataset *ds, h5_reader *hr, int ri, int64_t idx, float *buf, int64_t D)
+{
+    int64_t nr;
+    if (ri == 0) {
+        const float *rows;
+        int64_t lab, id;
+        ddp_dataset_sample(ds, idx, buf, &rows, &nr, &lab, &id);
+        if (rows != buf) memcpy(buf, rows, (size_t)(nr * D) * sizeof(float));
+        return nr;
+    }
+    int64_t k = shard_of(ds, idx), i = idx - ds->shards[k].meta.first;
+    int64_t lo = hr->offsets[k][i];
+    nr = hr->offsets[k][i + 1] - lo;
+    hid_t fs = H5Dget_space(hr->feats[k]);
+    hsize_t start[2] = {(hsize_t)lo, 0}, count[2] = {(hsize_t)nr, (hsize_t)D};
+    hid_t ms = H5Screate_simple(2, count, NULL);
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+    H5Dread(hr->feats[k], H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    return nr;
+}
+
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
     const char *data = NULL, *csv = "io_raw.csv", *readers = "mmap,h5dread";
-    int64_t K = 20000;
+    int64_t K = 20000, ahead_opt = 64;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--data")) data = argv[i + 1];
         else if (!strcmp(argv[i], "--samples")) K = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--csv")) csv = argv[i + 1];
         else if (!strcmp(argv[i], "--readers")) readers = argv[i + 1];
+        else if (!strcmp(argv[i], "--ahead")) ahead_opt = atoll(argv[i + 1]);
     }
     const ddp_topology *t = ddp_topo(ctx);
     if (!data) {
@@ -142,46 +168,24 @@ int main(int argc, char **argv)
                 /* reopen so the reader holds no pages from the previous pass */
                 ddp_dataset_close(ds);
                 ddp_dataset_open(ctx, data, &ds);
-                ds->random_access = oi == 1; /* what the loader advises for a shuffled order */
+                ds->access_hint = oi == 1 ? DDP_ACCESS_RANDOM : DDP_ACCESS_SEQUENTIAL; /* what the loader advises */
                 if (ci == 0) drop_cache(ctx, ds, local);
                 h5_reader hr = {0};
                 if (ri == 1 && !h5_open(ds, &hr)) {
                     fprintf(stderr, "bench_io: HDF5 open failed\n");
                     MPI_Abort(MPI_COMM_WORLD, 1);
                 }
-                if (ci == 1) { /* warm: one untimed pass */
-                    for (int64_t j = 0; j < K; j++) {
-                        const float *rows;
-                        int64_t nr, lab, id;
-                        ddp_dataset_sample(ds, idx[j], buf, &rows, &nr, &lab, &id);
-                    }
-                }
+                if (ci == 1) /* warm: one untimed pass with the same reader (pages resident and mapped: epoch >= 2) */
+                    for (int64_t j = 0; j < K; j++) read_one(ds, &hr, ri, idx[j], buf, D);
                 MPI_Barrier(MPI_COMM_WORLD);
                 double t0 = now_s(), sum = 0;
                 int64_t bytes = 0;
-                const int64_t ahead = 64; /* the loader hints the next batch (64 samples here) while one computes */
+                const int64_t ahead = ahead_opt; /* the loader hints the next batch (64 samples) while one computes */
                 if (ri == 0)
                     for (int64_t j = 0; j < ahead && j < K; j++) ddp_dataset_prefetch(ds, idx[j]);
                 for (int64_t j = 0; j < K; j++) {
-                    int64_t nr;
-                    if (ri == 0) {
-                        if (j + ahead < K) ddp_dataset_prefetch(ds, idx[j + ahead]);
-                        const float *rows;
-                        int64_t lab, id;
-                        ddp_dataset_sample(ds, idx[j], buf, &rows, &nr, &lab, &id);
-                        if (rows != buf) memcpy(buf, rows, (size_t)(nr * D) * sizeof(float)); /* as the batch loader does */
-                    } else {
-                        int64_t k = shard_of(ds, idx[j]), i = idx[j] - ds->shards[k].meta.first;
-                        int64_t lo = hr.offsets[k][i];
-                        nr = hr.offsets[k][i + 1] - lo;
-                        hid_t fs = H5Dget_space(hr.feats[k]);
-                        hsize_t start[2] = {(hsize_t)lo, 0}, count[2] = {(hsize_t)nr, (hsize_t)D};
-                        hid_t ms = H5Screate_simple(2, count, NULL);
-                        H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
-                        H5Dread(hr.feats[k], H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf);
-                        H5Sclose(ms);
-                        H5Sclose(fs);
-                    }
+                    if (ri == 0 && j + ahead < K) ddp_dataset_prefetch(ds, idx[j + ahead]);
+                    int64_t nr = read_one(ds, &hr, ri, idx[j], buf, D);
                     sum += buf[0] + buf[nr * D - 1];
                     bytes += nr * D * 4;
                 }

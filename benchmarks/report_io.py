@@ -52,7 +52,7 @@ with open(dat, "w") as f:
         f.write(f"np{c[0]}-{c[1]}-{c[2]} " + " ".join(f"{v:.1f}" for v in vals) + "\n")
 gp = f"""set terminal pngcairo size 1000,500
 set output '{out}/io.png'
-set title 'mpiddp bench_io: sample reads (higher is better)'
+set title 'mpiddp bench_io: sample reads (higher is better)' noenhanced
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid border -1

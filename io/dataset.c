@@ -156,7 +156,7 @@ ddp_status ddp_dataset_preopen_for_threads(ddp_dataset *ds, int *ok)
         ddp_shard *s = &ds->shards[i];
         const ddp_shard_meta *m = &s->meta;
         if (s->opened || (m->off_off >= 0 && m->lab_off >= 0 && (!m->has_ids || m->ids_off >= 0))) continue;
-        s->random_access = ds->random_access;
+        s->access_hint = ds->access_hint;
         DDP_CHECK(ddp_shard_open(s, ds->dir));
     }
     return DDP_OK;
@@ -185,7 +185,7 @@ ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard,
     }
     ddp_shard *s = &ds->shards[lo];
     if (!s->opened) {
-        s->random_access = ds->random_access;
+        s->access_hint = ds->access_hint;
         DDP_CHECK(ddp_shard_open(s, ds->dir));
     }
     *shard = s;

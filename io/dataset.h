@@ -11,7 +11,7 @@ struct ddp_dataset {
     int64_t nshards;
     ddp_shard *shards;      /* meta filled on every rank; opened lazily */
     int all_mappable;       /* every shard's arrays are memory-mapped (no HDF5 reads after start-up) */
-    int random_access;      /* shards opened from now on are advised MADV_RANDOM (set by the loader) */
+    int access_hint;        /* DDP_ACCESS_*: advice for shards opened from now on (set by the loader) */
 };
 
 /* Lists *.h5 in dir (sorted) and validates every shard; serial, no MPI. stats may be NULL, else

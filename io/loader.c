@@ -122,8 +122,10 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
     ld->sm = sm;
     ld->dim = ds->info.dim;
     ld->max_rows = sm->batch * ds->info.max_sample_rows;
-    /* shuffled orders read randomly: no kernel readahead, the loader prefetches exactly what it needs */
-    ds->random_access = sm->mode != DDP_SAMPLE_SEQUENTIAL && ddp_env_int("MADV_RANDOM", 1) != 0;
+    /* shuffled orders read randomly: no kernel readahead, the loader prefetches exactly what it needs;
+     * the sequential order (validation) reads the file front to back: aggressive readahead */
+    if (ddp_env_int("MADVISE", 1) == 0) ds->access_hint = DDP_ACCESS_NORMAL;
+    else ds->access_hint = sm->mode == DDP_SAMPLE_SEQUENTIAL ? DDP_ACCESS_SEQUENTIAL : DDP_ACCESS_RANDOM;
     int can = 0;
     if (threaded) {
         ddp_status st = ddp_dataset_preopen_for_threads(ds, &can);

@@ -405,7 +405,8 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
     if (m->feat_off >= 0) {
         DDP_TRY(map_window(s, 0, m->feat_off, m->rows * m->dim * 4, &p, "features"));
         s->features = p;
-        if (s->random_access) madvise(s->maps[0], s->map_lens[0], MADV_RANDOM);
+        if (s->access_hint != DDP_ACCESS_NORMAL) /* shuffled: no readahead waste; in order: aggressive readahead */
+            madvise(s->maps[0], s->map_lens[0], s->access_hint == DDP_ACCESS_RANDOM ? MADV_RANDOM : MADV_SEQUENTIAL);
         g_counters.shards_mapped++;
     } else {
         s->h5features = H5Dopen2(s->h5file, "features", H5P_DEFAULT);

@@ -10,6 +10,9 @@
 
 #define DDP_SHARD_NAME_MAX 256
 
+/* How a shard's features will be read: the madvise advice given to its map. */
+enum { DDP_ACCESS_NORMAL = 0, DDP_ACCESS_RANDOM = 1, DDP_ACCESS_SEQUENTIAL = 2 };
+
 /* Plain data, broadcast byte-for-byte from rank 0. File offsets are -1 where the object is not a
  * contiguous, allocated, unfiltered little-endian array that can be memory-mapped. */
 typedef struct {
@@ -38,7 +41,7 @@ ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta
 typedef struct {
     ddp_shard_meta meta;
     int opened;
-    int random_access;             /* madvise(MADV_RANDOM) the features map: no readahead waste */
+    int access_hint;               /* DDP_ACCESS_*: madvise advice for the features map */
     int fd;
     void *maps[4];
     size_t map_lens[4];
