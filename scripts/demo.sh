@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMPIDDP_TESTS=OFF -DMPIDDP_BENCHMARKS=OFF >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target mpiddp_cli >/dev/null
-echo "built $BUILD/mpiddp"
-./scripts/demo_run.sh "$PWD/$BUILD/mpiddp" "$PWD/demo"
+BIN=$(realpath "$BUILD")/mpiddp
+echo "built $BIN"
+./scripts/demo_run.sh "$BIN" "$PWD/demo"
 echo "metrics: $PWD/demo/run/metrics.csv   checkpoint: $PWD/demo/run/checkpoints/last.h5"
