@@ -5,6 +5,7 @@
 #include "mpi_ddp/status.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,12 @@ static const char *ABOUT =
     "epoch and writes RUNDIR/{metrics.csv, run.json, checkpoints/last.h5}. Options may also come from an INI\n"
     "file (--config FILE, keys are option names); the command line wins.";
 
+static void on_signal(int sig)
+{
+    (void)sig;
+    ddp_request_stop();
+}
+
 int cmd_train(ddp_ctx *ctx, int argc, char **argv)
 {
     const char *train_dir = NULL, *val_dir = NULL, *config = NULL;
@@ -23,6 +30,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     int64_t seed = 0;
     int hidden = 64, sampling = 0, device = 0, no_progress = 0;
     double timeout = 0;
+    int mode = 0, policy = 0;
     cli_opt opts[] = {
         {"train", OPT_STR, &train_dir, NULL, 0, 0, "training dataset directory (required)", 0},
         {"val", OPT_STR, &val_dir, NULL, 0, 0, "validation dataset directory (required)", 0},
@@ -44,6 +52,15 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"bucket-mb", OPT_F64, &cfg.bucket_mb, NULL, 1e-6, 1e5, "gradient bucket size in MiB (default 25)", 0},
         {"collective-timeout", OPT_F64, &timeout, NULL, 0, 1e7, "seconds before a stalled gradient allreduce stops the job (0 = none)", 0},
         {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
+        {"monitor", OPT_STR, &cfg.monitor, NULL, 0, 0, "metric for checkpoint and early-stop decisions (default val/loss)", 0},
+        {"mode", OPT_CHOICE, &mode, "min|max", 0, 0, "whether lower or higher --monitor is better (default min)", 0},
+        {"save-top-k", OPT_INT, &cfg.save_top_k, NULL, 0, 64, "keep the k best checkpoints by --monitor (default 1, 0 = none)", 0},
+        {"ckpt-policy", OPT_CHOICE, &policy, "reduced|rank0|all|any|majority", 0, 0,
+         "who decides: reduced monitor (default), rank 0's value, or a vote of local values", 0},
+        {"early-stop-patience", OPT_INT, &cfg.early_stop_patience, NULL, 0, 1e9, "stop after N epochs without improvement (0 = off)", 0},
+        {"early-stop-min-delta", OPT_F64, &cfg.early_stop_min_delta, NULL, 0, 1e12, "smallest change that counts as improvement", 0},
+        {"ckpt-every-steps", OPT_I64, &cfg.ckpt_every_steps, NULL, 0, 1e15, "also write last.h5 every N optimizer steps (0 = per epoch)", 0},
+        {"resume", OPT_STR, &cfg.resume, NULL, 0, 0, "auto (RUNDIR/checkpoints/last.h5 if present) or a checkpoint file", 0},
         {"no-progress", OPT_FLAG, &no_progress, NULL, 0, 0, "no progress line on stderr", 0},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
@@ -61,6 +78,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.sampling_shard = sampling == 1;
     cfg.progress = !no_progress;
     cfg.collective_timeout = timeout;
+    cfg.mode_max = mode == 1;
+    cfg.ckpt_policy = policy;
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     char why[160];
     ddp_status st = ddp_agree_status(ctx, ddp_select_device(ctx, want, &got, why));
@@ -92,11 +111,25 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
                                                            (int64_t)cfg.batch_size * maxrows, cfg.batch_size, &model));
         }
     }
-    if (st == DDP_OK) st = ddp_train(ctx, &cfg, &model, tr, va);
+    if (st == DDP_OK) {
+        /* SIGUSR1 (SLURM's --signal) and SIGTERM only set a flag; the ranks act at the next step boundary */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGUSR1, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        st = ddp_train(ctx, &cfg, &model, tr, va);
+    }
     if (model.destroy) model.destroy(model.self);
     ddp_dataset_close(tr);
     ddp_dataset_close(va);
     free(json);
+    if (st == DDP_STOPPED) {
+        if (cli_rank0(ctx)) printf("mpiddp train: %s\n", ddp_last_error());
+        return 0;
+    }
     if (st != DDP_OK) return cli_fail(ctx, "train", st);
     if (cli_rank0(ctx)) {
         char abs[PATH_MAX];

@@ -39,7 +39,8 @@ typedef enum {
     DDP_ERR_MISMATCH, /* ranks disagree (metric names, step counts, world facts) */
     DDP_ERR_REMOTE,   /* another rank failed; its message was shared */
     DDP_ERR_NUMERIC,  /* non-finite loss or gradient */
-    DDP_ERR_INTERNAL
+    DDP_ERR_INTERNAL,
+    DDP_STOPPED = 100 /* not an error: training stopped on request (signal) after saving last.h5 */
 } ddp_status;
 
 const char *ddp_status_name(ddp_status st);
@@ -198,7 +199,20 @@ typedef struct {
     int progress;             /* print a progress line on rank 0 */
     const char *config_json;  /* optional: extra configuration echoed into run.json (a JSON object) */
     int hidden;               /* informational, echoed to run.json */
+    /* checkpoints and decisions */
+    const char *resume;       /* NULL, "auto" (RUNDIR/checkpoints/last.h5 if present) or a checkpoint path */
+    int64_t ckpt_every_steps; /* also write last.h5 every N optimizer steps (0: at epoch ends only) */
+    const char *monitor;      /* metric the decisions watch (default "val/loss") */
+    int mode_max;             /* 1: higher is better */
+    int save_top_k;           /* top-k checkpoint files to keep (default 1; 0 none) */
+    int ckpt_policy;          /* 0 reduced, 1 rank0, 2 all, 3 any, 4 majority */
+    int early_stop_patience;  /* stop after this many epochs without improvement (0: off) */
+    double early_stop_min_delta;
 } ddp_train_config;
+
+/* Asks a running ddp_train to stop at the next step boundary: the ranks agree through the step's
+ * allreduce, save last.h5 and ddp_train returns DDP_STOPPED. Async-signal-safe (SIGUSR1/SIGTERM). */
+void ddp_request_stop(void);
 
 void ddp_train_config_default(ddp_train_config *cfg);
 /* Collective. Trains model on train, validates on val after each epoch, writes the run directory. */

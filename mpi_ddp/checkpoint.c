@@ -3,12 +3,14 @@
 
 #include "../io/shard.h" /* ddp_h5_quiet */
 #include "status.h"
+#include "../slurm/env.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +110,18 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     CK(attr_i64(f, "world_size", cs->world_size), "%s: writing attributes", tmp);
     CK(attr_f64(f, "best_score", cs->best_score), "%s: writing attributes", tmp);
     CK(attr_str(f, "monitor", cs->monitor), "%s: writing attributes", tmp);
+    CK(attr_i64(f, "bad_epochs", cs->bad_epochs), "%s: writing attributes", tmp);
+    CK(attr_i64(f, "global_batch", cs->global_batch), "%s: writing attributes", tmp);
+    CK(attr_str(f, "topk", cs->topk_json ? cs->topk_json : "[]"), "%s: writing attributes", tmp);
+    if (cs->best_local) {
+        hsize_t w = (hsize_t)cs->world_size;
+        hid_t sp = H5Screate_simple(1, &w, NULL);
+        hid_t d = H5Dcreate2(f, "best_local", H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        herr_t e2 = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, cs->best_local);
+        if (d >= 0) H5Dclose(d);
+        H5Sclose(sp);
+        CK(e2, "%s: writing /best_local", tmp);
+    }
     CK(attr_str(f, "config", cs->config_json ? cs->config_json : "{}"), "%s: writing attributes", tmp);
     CK(write_tensors(f, "params", model, params), "%s: writing /params (disk full?)", tmp);
     if (m && v) {
@@ -122,6 +136,11 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     f = -1;
     CK(e, "%s: close failed (disk full?)", tmp);
     DDP_TRY(fsync_file(tmp, 0));
+    { /* test hook: die between writing the temporary file and the rename (atomicity test) */
+        static int64_t writes;
+        int64_t die_at = ddp_env_int("TEST_DIE_IN_SAVE", 0);
+        if (die_at > 0 && ++writes == die_at) raise(SIGKILL);
+    }
     if (rename(tmp, path) != 0) DDP_FAIL(DDP_ERR_IO, "%s: rename: %s", path, strerror(errno));
     DDP_TRY(fsync_file(dirname(dcopy), 1));
 done:
@@ -134,6 +153,33 @@ static ddp_status read_i64_attr(hid_t f, const char *path, const char *name, int
 {
     hid_t a = H5Aexists(f, name) > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
     herr_t e = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT64, v);
+    if (a >= 0) H5Aclose(a);
+    if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': missing or unreadable", path, name);
+    return DDP_OK;
+}
+
+static ddp_status read_str_attr(hid_t f, const char *path, const char *name, char **out)
+{
+    hid_t a = H5Aexists(f, name) > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
+    if (a < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': missing", path, name);
+    hid_t t = H5Aget_type(a);
+    size_t n = H5Tget_size(t);
+    char *buf = H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) <= 0 ? ddp_calloc(n + 1, 1) : NULL;
+    herr_t e = buf ? H5Aread(a, t, buf) : -1;
+    H5Tclose(t);
+    H5Aclose(a);
+    if (e < 0) {
+        free(buf);
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': unreadable", path, name);
+    }
+    *out = buf;
+    return DDP_OK;
+}
+
+static ddp_status read_f64_attr(hid_t f, const char *path, const char *name, double *v)
+{
+    hid_t a = H5Aexists(f, name) > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
+    herr_t e = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_DOUBLE, v);
     if (a >= 0) H5Aclose(a);
     if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': missing or unreadable", path, name);
     return DDP_OK;
@@ -190,6 +236,37 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     DDP_TRY(read_i64_attr(f, path, "seed", &seed));
     DDP_TRY(read_i64_attr(f, path, "world_size", &cs->world_size));
     cs->seed = (uint64_t)seed;
+    {
+        char *fmt = NULL;
+        DDP_TRY(read_str_attr(f, path, "format", &fmt));
+        int ok = strcmp(fmt, "mpiddp-checkpoint") == 0;
+        free(fmt);
+        if (!ok) DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'format': not an mpiddp checkpoint", path);
+    }
+    DDP_TRY(read_i64_attr(f, path, "bad_epochs", &cs->bad_epochs));
+    DDP_TRY(read_i64_attr(f, path, "global_batch", &cs->global_batch));
+    DDP_TRY(read_f64_attr(f, path, "best_score", &cs->best_score));
+    {
+        char *mon = NULL;
+        DDP_TRY(read_str_attr(f, path, "monitor", &mon));
+        snprintf(cs->monitor, sizeof cs->monitor, "%s", mon);
+        free(mon);
+    }
+    DDP_TRY(read_str_attr(f, path, "topk", &cs->topk_json));
+    if (cs->world_size < 1 || cs->world_size > (1 << 24))
+        DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'world_size': %lld out of range", path, (long long)cs->world_size);
+    cs->best_local = ddp_calloc((size_t)cs->world_size, sizeof(double));
+    if (!cs->best_local) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    for (int64_t r = 0; r < cs->world_size; r++) cs->best_local[r] = NAN;
+    if (H5Lexists(f, "best_local", H5P_DEFAULT) > 0) {
+        hid_t d = H5Dopen2(f, "best_local", H5P_DEFAULT);
+        hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+        hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+        herr_t e = np == cs->world_size ? H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, cs->best_local) : -1;
+        if (sp >= 0) H5Sclose(sp);
+        if (d >= 0) H5Dclose(d);
+        if (e < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/best_local': unreadable or wrong length", path);
+    }
     DDP_TRY(read_tensors(f, path, "params", model, params));
     if (m && v) {
         DDP_TRY(read_tensors(f, path, "optim/exp_avg", model, m));
@@ -197,6 +274,12 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     }
 done:
     H5Fclose(f);
+    if (st != DDP_OK) {
+        free(cs->best_local);
+        free(cs->topk_json);
+        cs->best_local = NULL;
+        cs->topk_json = NULL;
+    }
     return st;
 }
 

@@ -13,9 +13,15 @@ typedef struct {
     int64_t optim_step;     /* AdamW t */
     uint64_t seed;
     int64_t world_size;
-    double best_score;      /* best monitored value so far (NaN if none) */
-    char monitor[64];
+    double best_score;      /* best monitored value so far, the policy's view (NaN if none) */
+    int64_t bad_epochs;     /* early-stopping counter */
+    char monitor[128];
     const char *config_json;/* write: configuration; read: NULL */
+    int64_t global_batch;   /* samples per optimizer step over all ranks */
+    /* each rank's best local monitor value [world_size] (vote policies); read: allocated, caller frees */
+    double *best_local;
+    /* top-k list as JSON [[value, epoch, step, "path"], ...]; read: allocated, caller frees */
+    char *topk_json;
 } ddp_ckpt_state;
 
 /* Host arrays in the model's flat layout; m/v may be NULL (written as zeros are not: omitted). */

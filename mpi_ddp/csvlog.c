@@ -52,28 +52,7 @@ static void put_header(ddp_csv *c, FILE *f)
     fputc('\n', f);
 }
 
-ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, ddp_csv **out)
-{
-    ddp_csv *c = ddp_calloc(1, sizeof *c);
-    if (!c) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-    snprintf(c->path, sizeof c->path, "%s", path);
-    c->rank = rank;
-    for (int i = 0; i < nfirst; i++) ddp_row_set(&c->cols, first[i], 0);
-    c->f = fopen(path, "w");
-    if (!c->f) {
-        int e = errno;
-        ddp_row_free(&c->cols);
-        free(c);
-        return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", path, strerror(e));
-    }
-    put_header(c, c->f);
-    fflush(c->f);
-    c->written_cols = c->cols.n;
-    *out = c;
-    return DDP_OK;
-}
-
-ddp_status ddp_csv_write(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metric_row *row)
+static ddp_status add_row(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metric_row *row)
 {
     if (c->nrows == c->cap) {
         int64_t nc = c->cap ? c->cap * 2 : 64;
@@ -90,6 +69,67 @@ ddp_status ddp_csv_write(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metr
         ddp_row_set(&r->vals, row->names[i], row->vals[i]);
         if (ddp_row_find(&c->cols, row->names[i]) < 0) ddp_row_set(&c->cols, row->names[i], 0);
     }
+    return DDP_OK;
+}
+
+/* Reads an existing metrics file back (resume), keeping rows up to keep_step. */
+static void load_existing(ddp_csv *c, int64_t keep_step)
+{
+    FILE *f = fopen(c->path, "r");
+    if (!f) return;
+    char line[1 << 16];
+    ddp_metric_row hdr = {0}, row = {0};
+    if (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        for (char *save = NULL, *tok = strtok_r(line, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) ddp_row_set(&hdr, tok, 0);
+    }
+    while (hdr.n >= 2 && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        ddp_row_clear(&row);
+        int64_t epoch = 0, step = 0;
+        char *p = line;
+        for (int k = 0; k < hdr.n && p; k++) {
+            char *comma = strchr(p, ',');
+            if (comma) *comma = 0;
+            if (k == 0) epoch = strtoll(p, NULL, 10);
+            else if (k == 1) step = strtoll(p, NULL, 10);
+            else if (*p && strcmp(hdr.names[k], "rank") != 0) ddp_row_set(&row, hdr.names[k], strtod(p, NULL));
+            p = comma ? comma + 1 : NULL;
+        }
+        if (step <= keep_step) add_row(c, epoch, step, &row);
+    }
+    ddp_row_free(&hdr);
+    ddp_row_free(&row);
+    fclose(f);
+}
+
+ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, int64_t keep_upto_step, ddp_csv **out)
+{
+    ddp_csv *c = ddp_calloc(1, sizeof *c);
+    if (!c) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    snprintf(c->path, sizeof c->path, "%s", path);
+    c->rank = rank;
+    for (int i = 0; i < nfirst; i++) ddp_row_set(&c->cols, first[i], 0);
+    if (keep_upto_step >= 0) load_existing(c, keep_upto_step);
+    c->f = fopen(path, "w");
+    if (!c->f) {
+        int e = errno;
+        ddp_row_free(&c->cols);
+        free(c);
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", path, strerror(e));
+    }
+    put_header(c, c->f);
+    for (int64_t i = 0; i < c->nrows; i++) put_row(c, c->f, &c->rows[i]);
+    fflush(c->f);
+    c->written_cols = c->cols.n;
+    *out = c;
+    return DDP_OK;
+}
+
+ddp_status ddp_csv_write(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metric_row *row)
+{
+    DDP_CHECK(add_row(c, epoch, step, row));
+    csv_row *r = &c->rows[c->nrows - 1];
     if (c->cols.n != c->written_cols) { /* widen: rewrite everything */
         char tmp[4200];
         snprintf(tmp, sizeof tmp, "%s.tmp", c->path);

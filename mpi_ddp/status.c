@@ -55,5 +55,6 @@ const char *ddp_status_name(ddp_status st)
                                   "rank mismatch", "error on another rank", "non-finite value",
                                   "internal error"};
     if ((unsigned)st < sizeof names / sizeof names[0]) return names[st];
+    if (st == DDP_STOPPED) return "stopped on request";
     return "unknown status";
 }

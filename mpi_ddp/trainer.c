@@ -1,10 +1,13 @@
 /* trainer.c — the training loop: epochs of optimizer steps (micro-batches, bucketed gradient sync,
  * clipping, AdamW), exact validation after each epoch, metric sync points, metrics CSV files, run.json,
- * last.h5, and the progress line. Every collective is reached by every rank on every path. */
+ * checkpoint decisions (top-k, early stop), last.h5, exact resume, stop requests agreed through the
+ * step's allreduce, and the progress line. Every collective is reached by every rank on every path. */
 #include "../io/dataset.h"
 #include "../io/loader.h"
 #include "backend.h"
 #include "checkpoint.h"
+#include "decide.h"
+#include "../slurm/env.h"
 #include "evaluate.h"
 #include "ctx.h"
 #include "metrics.h"
@@ -12,7 +15,10 @@
 #include "status.h"
 #include "sync.h"
 
+#include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +28,9 @@
 #include <unistd.h>
 
 enum { CTL_COUNT, CTL_STOP, N_CTL };
+
+static volatile sig_atomic_t g_stop_requested;
+void ddp_request_stop(void) { g_stop_requested = 1; }
 
 void ddp_train_config_default(ddp_train_config *c)
 {
@@ -41,6 +50,8 @@ void ddp_train_config_default(ddp_train_config *c)
     c->device = DDP_DEVICE_CPU;
     c->progress = 1;
     c->hidden = 0;
+    c->monitor = "val/loss";
+    c->save_top_k = 1;
 }
 
 static double now_s(void)
@@ -67,6 +78,8 @@ typedef struct {
     int tty;
     char ckpt_dir[4200];
     ddp_eval_acc eval;
+    ddp_decider dec;
+    int64_t epoch, mb;         /* position: next micro-batch of this epoch */
 } trainer;
 
 static ddp_status check_config(const ddp_train_config *c)
@@ -81,6 +94,12 @@ static ddp_status check_config(const ddp_train_config *c)
     if (!(c->grad_clip >= 0)) return ddp_set_error(DDP_ERR_ARG, "--grad-clip %g: must be >= 0", c->grad_clip);
     if (c->log_every < 1) return ddp_set_error(DDP_ERR_ARG, "--log-every %d: must be >= 1", c->log_every);
     if (!(c->bucket_mb > 0)) return ddp_set_error(DDP_ERR_ARG, "--bucket-mb %g: must be > 0", c->bucket_mb);
+    if (c->save_top_k < 0 || c->save_top_k > DDP_TOPK_MAX)
+        return ddp_set_error(DDP_ERR_ARG, "--save-top-k %d: must be in [0, %d]", c->save_top_k, DDP_TOPK_MAX);
+    if (c->ckpt_policy < 0 || c->ckpt_policy > DDP_POLICY_MAJORITY) return ddp_set_error(DDP_ERR_ARG, "--ckpt-policy: unknown policy");
+    if (c->early_stop_patience < 0) return ddp_set_error(DDP_ERR_ARG, "--early-stop-patience %d: must be >= 0", c->early_stop_patience);
+    if (c->ckpt_every_steps < 0) return ddp_set_error(DDP_ERR_ARG, "--ckpt-every-steps: must be >= 0");
+    if (!c->monitor || !*c->monitor) return ddp_set_error(DDP_ERR_ARG, "--monitor: empty metric name");
     return DDP_OK;
 }
 
@@ -135,13 +154,23 @@ static ddp_status write_rows(trainer *t, int64_t epoch)
 }
 
 /* One optimizer step over up to `accumulate` micro-batches starting at *mb. */
-static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nmb, double *samples)
+/* Stop requested on this rank: a signal, or the test hook MPIDDP_TEST_STOP_AT_STEP (with
+ * MPIDDP_TEST_STOP_RANK, default 0) that plays a preemption arriving on one rank before a given step. */
+static int stop_wanted(const trainer *t)
+{
+    if (g_stop_requested) return 1;
+    int64_t at = ddp_env_int("TEST_STOP_AT_STEP", -1);
+    return at >= 0 && t->global_step + 1 == at && t->ctx->topo.rank == ddp_env_int("TEST_STOP_RANK", 0);
+}
+
+static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nmb, double *samples, int *stop)
 {
     const ddp_train_config *c = t->cfg;
     ddp_backend *be = t->be;
     DDP_CHECK(be->zero(be, t->grads, (size_t)(t->n + N_CTL) * sizeof(float)));
     int64_t last = *mb + c->accumulate < nmb ? *mb + c->accumulate : nmb;
     float ctl[N_CTL] = {0};
+    ctl[CTL_STOP] = (float)stop_wanted(t); /* agreed through this step's allreduce: no extra collective */
     for (int64_t k = *mb; k < last; k++) {
         const ddp_batch *b;
         DDP_CHECK(ddp_loader_next(ld, k, &b));
@@ -164,6 +193,7 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
     DDP_CHECK(be->download(be, g, t->grads + t->n, sizeof g));
     double count = g[CTL_COUNT];
     *samples = count;
+    *stop = g[CTL_STOP] > 0;
     double gscale = 1.0 / count, norm2 = 0.0;
     for (int k = 0; k < t->model->ntensors; k++) {
         double s;
@@ -189,6 +219,23 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
     return DDP_OK;
 }
 
+/* Test hook MPIDDP_TEST_MONITOR_OFFSET="rank:epoch:offset,...": adds offset to that rank's *local* view of
+ * the monitored metric at that epoch (0-based), so tests can make ranks' votes disagree deterministically.
+ * The globally reduced value is untouched. */
+static void monitor_test_offset(trainer *t, int64_t epoch)
+{
+    const char *spec = getenv("MPIDDP_TEST_MONITOR_OFFSET");
+    int i = ddp_row_find(&t->lrow, t->cfg->monitor);
+    for (const char *p = spec; p && *p && i >= 0;) {
+        int r;
+        long long e;
+        double off;
+        if (sscanf(p, "%d:%lld:%lf", &r, &e, &off) == 3 && r == t->ctx->topo.rank && e == epoch) t->lrow.vals[i] += off;
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+}
+
 /* Exact validation: padding duplicates excluded, confusion matrix reduced across ranks. */
 static ddp_status validate(trainer *t, ddp_loader *ld, ddp_sampler *sm, int64_t epoch)
 {
@@ -210,6 +257,7 @@ static ddp_status validate(trainer *t, ddp_loader *ld, ddp_sampler *sm, int64_t 
     ddp_row_set(&t->lrow, "val/acc", lacc);
     ddp_row_set(&t->lrow, "val/macro_f1", lf1);
     ddp_row_set(&t->lrow, "val/count", (double)a->count);
+    monitor_test_offset(t, epoch);
     DDP_CHECK(write_rows(t, epoch));
     if (t->ctx->topo.rank == 0 && t->cfg->progress) {
         if (t->tty) fputc('\n', stderr);
@@ -219,27 +267,186 @@ static ddp_status validate(trainer *t, ddp_loader *ld, ddp_sampler *sm, int64_t 
     return DDP_OK;
 }
 
-static ddp_status save_last(trainer *t, int64_t epoch_next)
+static char *topk_json(const ddp_decider *d)
 {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < d->ntopk; i++) {
+        cJSON *e = cJSON_CreateArray();
+        cJSON_AddItemToArray(e, cJSON_CreateNumber(d->topk[i].value));
+        cJSON_AddItemToArray(e, cJSON_CreateNumber((double)d->topk[i].epoch));
+        cJSON_AddItemToArray(e, cJSON_CreateNumber((double)d->topk[i].step));
+        cJSON_AddItemToArray(e, cJSON_CreateString(d->topk[i].path));
+        cJSON_AddItemToArray(a, e);
+    }
+    char *s = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    return s;
+}
+
+/* Collective: rank 0 writes the full state at position (t->epoch, t->mb) to path; the others wait. */
+static ddp_status save_ckpt(trainer *t, const char *path)
+{
+    ddp_ctx *ctx = t->ctx;
+    int W = ctx->topo.size;
+    double *bl = ctx->topo.rank == 0 ? ddp_calloc((size_t)W, sizeof *bl) : NULL;
+    int ok = ctx->topo.rank != 0 || bl, all;
+    DDP_CHECK(ddp_all_ok(ctx, ok, &all));
+    if (!all) {
+        free(bl);
+        return ddp_agree_status(ctx, ddp_set_error(DDP_ERR_NOMEM, "out of memory"));
+    }
+    MPI_CHECK(MPI_Gather(&t->dec.best_local, 1, MPI_DOUBLE, bl, 1, MPI_DOUBLE, 0, ctx->world));
     ddp_status st = DDP_OK;
-    if (t->ctx->topo.rank == 0) {
+    if (ctx->topo.rank == 0) {
         size_t bytes = (size_t)t->n * sizeof(float);
         st = t->be->download(t->be, t->h_params, t->params, bytes);
         if (st == DDP_OK) st = t->be->download(t->be, t->h_m, t->m, bytes);
         if (st == DDP_OK) st = t->be->download(t->be, t->h_v, t->v, bytes);
-        ddp_ckpt_state cs = {.epoch = epoch_next,
-                             .step_in_epoch = 0,
+        char *tk = topk_json(&t->dec);
+        ddp_ckpt_state cs = {.epoch = t->epoch,
+                             .step_in_epoch = t->mb,
                              .global_step = t->global_step,
                              .optim_step = t->optim_step,
                              .seed = t->cfg->seed,
-                             .world_size = t->ctx->topo.size,
-                             .best_score = NAN,
-                             .config_json = t->cfg->config_json};
-        char path[4300];
-        snprintf(path, sizeof path, "%s/last.h5", t->ckpt_dir);
+                             .world_size = W,
+                             .best_score = t->dec.best,
+                             .bad_epochs = t->dec.bad_epochs,
+                             .config_json = t->cfg->config_json,
+                             .global_batch = (int64_t)t->cfg->batch_size * W * t->cfg->accumulate,
+                             .best_local = bl,
+                             .topk_json = tk};
+        snprintf(cs.monitor, sizeof cs.monitor, "%s", t->dec.monitor);
         if (st == DDP_OK) st = ddp_ckpt_write(path, t->model, t->h_params, t->h_m, t->h_v, &cs);
+        free(tk);
     }
-    return ddp_agree_status(t->ctx, st); /* the other ranks wait for the file */
+    free(bl);
+    return ddp_agree_status(ctx, st);
+}
+
+static ddp_status save_last(trainer *t)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/last.h5", t->ckpt_dir);
+    return save_ckpt(t, path);
+}
+
+/* After validation: the policy's decision, the top-k file, early stopping. */
+static ddp_status decide(trainer *t, int64_t epoch, int *stop)
+{
+    ddp_decision d;
+    DDP_CHECK(ddp_decide(t->ctx, &t->dec, &t->row, &t->lrow, epoch, t->global_step, &d));
+    int rank0 = t->ctx->topo.rank == 0;
+    if (rank0 && t->cfg->progress) fprintf(stderr, "checkpoint: %s\n", d.note);
+    if (rank0 && d.note[0]) { /* the decision log, one line per decision */
+        char p[4400];
+        snprintf(p, sizeof p, "%s/decisions.log", t->ckpt_dir);
+        FILE *f = fopen(p, "a");
+        if (f) {
+            fprintf(f, "%s\n", d.note);
+            fclose(f);
+        }
+    }
+    if (d.save) {
+        char name[512], path[4800], removed[4800];
+        ddp_topk_name(name, sizeof name, &t->dec, epoch, t->global_step, d.value);
+        snprintf(path, sizeof path, "%s/%s", t->ckpt_dir, name);
+        ddp_decider_commit(&t->dec, &d, epoch, t->global_step, path, removed, sizeof removed);
+        DDP_CHECK(save_ckpt(t, path));
+        if (rank0 && removed[0] && strcmp(removed, path) != 0) remove(removed);
+    }
+    *stop = d.stop;
+    if (d.stop && rank0 && t->cfg->progress)
+        fprintf(stderr, "early stopping: %s did not improve for %d epoch(s)\n", t->dec.monitor, t->cfg->early_stop_patience);
+    return DDP_OK;
+}
+
+/* Restores the state from a checkpoint read by rank 0 and broadcast. */
+static ddp_status resume_from(trainer *t, const char *path)
+{
+    ddp_ctx *ctx = t->ctx;
+    const ddp_train_config *c = t->cfg;
+    ddp_ckpt_state cs = {0};
+    ddp_status st = DDP_OK;
+    if (ctx->topo.rank == 0) st = ddp_ckpt_read(path, t->model, t->h_params, t->h_m, t->h_v, &cs);
+    DDP_CHECK(ddp_agree_status(ctx, st));
+    int64_t facts[6] = {cs.epoch, cs.step_in_epoch, cs.global_step, cs.optim_step, cs.world_size, cs.global_batch};
+    MPI_CHECK(MPI_Bcast(facts, 6, MPI_INT64_T, 0, ctx->world));
+    int W = ctx->topo.size;
+    int64_t gb = (int64_t)c->batch_size * W * c->accumulate;
+    st = DDP_OK;
+    if (facts[4] != W && (c->sampling_shard || facts[5] != gb))
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved by %lld ranks with a global batch of %lld; resuming on %d ranks needs --sampling global and the same "
+                           "global batch (batch-size x ranks x accumulate = %lld now)",
+                           path, (long long)facts[4], (long long)facts[5], W, (long long)gb);
+    else if (facts[5] != gb)
+        st = ddp_set_error(DDP_ERR_ARG, "%s: global batch %lld differs from this run's %lld (batch-size x ranks x accumulate)", path,
+                           (long long)facts[5], (long long)gb);
+    else if (facts[0] > c->epochs)
+        st = ddp_set_error(DDP_ERR_ARG, "%s: already at epoch %lld of --epochs %d", path, (long long)facts[0], c->epochs);
+    if (st != DDP_OK) ddp_mark_error_shared(); /* every rank computed the same facts */
+    if (st != DDP_OK) {
+        free(cs.best_local);
+        free(cs.topk_json);
+        return st;
+    }
+    for (int64_t lo = 0; lo < t->n; lo += 1 << 28) {
+        int cnt = (int)(t->n - lo < (1 << 28) ? t->n - lo : (1 << 28));
+        MPI_CHECK(MPI_Bcast(t->h_params + lo, cnt, MPI_FLOAT, 0, ctx->world));
+        MPI_CHECK(MPI_Bcast(t->h_m + lo, cnt, MPI_FLOAT, 0, ctx->world));
+        MPI_CHECK(MPI_Bcast(t->h_v + lo, cnt, MPI_FLOAT, 0, ctx->world));
+    }
+    size_t bytes = (size_t)t->n * sizeof(float);
+    DDP_CHECK(t->be->upload(t->be, t->params, t->h_params, bytes));
+    DDP_CHECK(t->be->upload(t->be, t->m, t->h_m, bytes));
+    DDP_CHECK(t->be->upload(t->be, t->v, t->h_v, bytes));
+    t->epoch = facts[0];
+    t->mb = facts[1];
+    t->global_step = facts[2];
+    t->optim_step = facts[3];
+    /* decision state: rank 0's view is broadcast; each rank gets its own best local value when the world
+     * size matches (else the votes start afresh) */
+    double dstate[2] = {cs.best_score, (double)cs.bad_epochs}, mybest = NAN;
+    MPI_CHECK(MPI_Bcast(dstate, 2, MPI_DOUBLE, 0, ctx->world));
+    if (facts[4] == W) MPI_CHECK(MPI_Scatter(cs.best_local, 1, MPI_DOUBLE, &mybest, 1, MPI_DOUBLE, 0, ctx->world));
+    t->dec.best = dstate[0];
+    t->dec.bad_epochs = (int64_t)dstate[1];
+    t->dec.best_local = mybest;
+    if (ctx->topo.rank == 0 && cs.topk_json) { /* the top-k list lives on rank 0, which manages the files */
+        cJSON *a = cJSON_Parse(cs.topk_json);
+        cJSON *e;
+        t->dec.ntopk = 0;
+        cJSON_ArrayForEach(e, a)
+        {
+            if (t->dec.ntopk >= DDP_TOPK_MAX || cJSON_GetArraySize(e) != 4) continue;
+            ddp_topk_entry *k = &t->dec.topk[t->dec.ntopk++];
+            k->value = cJSON_GetArrayItem(e, 0)->valuedouble;
+            k->epoch = (int64_t)cJSON_GetArrayItem(e, 1)->valuedouble;
+            k->step = (int64_t)cJSON_GetArrayItem(e, 2)->valuedouble;
+            snprintf(k->path, sizeof k->path, "%s", cJSON_GetArrayItem(e, 3)->valuestring ? cJSON_GetArrayItem(e, 3)->valuestring : "");
+        }
+        cJSON_Delete(a);
+    }
+    free(cs.best_local);
+    free(cs.topk_json);
+    if (ctx->topo.rank == 0 && c->progress)
+        fprintf(stderr, "mpiddp train: resuming from %s at epoch %lld, micro-batch %lld, step %lld\n", path, (long long)t->epoch + 1,
+                (long long)t->mb, (long long)t->global_step);
+    return DDP_OK;
+}
+
+/* Temporary files of a save that was killed before its rename (never read: last.h5 is still whole). */
+static void remove_stale_tmp(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[8400];
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".h5.tmp.")) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            remove(p);
+        }
+    if (d) closedir(d);
 }
 
 static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
@@ -284,21 +491,36 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     DDP_CHECK(ddp_sync_create(ctx, be, t->grads, t->n, N_CTL, (int64_t)(c->bucket_mb * 1048576.0), c->collective_timeout, &t->sync));
     DDP_CHECK(ddp_metrics_create(ctx, &t->metrics));
     t->model->metrics = t->metrics;
-    /* run directory */
-    ddp_status st = DDP_OK;
+    ddp_decider_init(&t->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max, c->fast_dev_run > 0 ? 0 : c->save_top_k,
+                     c->early_stop_patience, c->early_stop_min_delta);
+    /* resume: an explicit file must exist; `auto` resumes when RUNDIR/checkpoints/last.h5 exists */
     snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s/checkpoints", c->out_dir);
+    char path[4400];
+    int resuming = 0;
+    ddp_status st = DDP_OK;
+    if (c->resume && strcmp(c->resume, "auto") == 0) {
+        snprintf(path, sizeof path, "%s/last.h5", t->ckpt_dir);
+        resuming = ctx->topo.rank == 0 && access(path, F_OK) == 0;
+        MPI_CHECK(MPI_Bcast(&resuming, 1, MPI_INT, 0, ctx->world));
+    } else if (c->resume) {
+        snprintf(path, sizeof path, "%s", c->resume);
+        resuming = 1;
+    }
+    if (resuming) DDP_CHECK(resume_from(t, path));
+    /* run directory; on resume the metric files keep the rows up to the checkpoint's step */
     if (ctx->topo.rank == 0) st = mkdir_p(t->ckpt_dir);
+    if (ctx->topo.rank == 0 && st == DDP_OK) remove_stale_tmp(t->ckpt_dir);
     DDP_CHECK(ddp_agree_status(ctx, st));
     static const char *cols[] = {"train/loss", "train/samples_per_s", "lr", "val/loss", "val/acc", "val/macro_f1"};
-    char path[4300];
+    int64_t keep = resuming ? t->global_step : -1;
     if (ctx->topo.rank == 0) {
         snprintf(path, sizeof path, "%s/metrics.csv", c->out_dir);
-        st = ddp_csv_open(path, -1, cols, 6, &t->csv);
+        st = ddp_csv_open(path, -1, cols, 6, keep, &t->csv);
     }
     DDP_CHECK(ddp_agree_status(ctx, st));
     if (c->log_per_rank) {
         snprintf(path, sizeof path, "%s/metrics_rank%d.csv", c->out_dir, ctx->topo.rank);
-        st = ddp_csv_open(path, ctx->topo.rank, cols, 6, &t->csv_rank);
+        st = ddp_csv_open(path, ctx->topo.rank, cols, 6, keep, &t->csv_rank);
         DDP_CHECK(ddp_agree_status(ctx, st));
     }
     char note[160];
@@ -350,23 +572,26 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
                                                    ctx->topo.rank, c->seed, 0, c->batch_size, NULL, 0)));
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(train, &tsm, 1, &tl)));
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(val, &vsm, 1, &vl)));
-    int64_t nmb = tsm.steps;
+    int64_t nmb = tsm.steps; /* micro-batches per epoch */
     if (c->fast_dev_run > 0 && nmb > c->fast_dev_run) nmb = c->fast_dev_run;
     DDP_TRY(agree_steps(ctx, nmb, "training epoch"));
+    if (t->mb > nmb) DDP_FAIL(DDP_ERR_ARG, "resume position %lld is past the epoch's %lld batches", (long long)t->mb, (long long)nmb);
     int64_t opt_steps = (nmb + c->accumulate - 1) / c->accumulate;
     int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
     double t0 = now_s();
-    int64_t total_steps = opt_steps * epochs;
-    for (int64_t e = 0; e < epochs; e++) {
-        DDP_TRY(ddp_agree_status(ctx, ddp_loader_start_epoch(tl, e, 0)));
-        int64_t mb = 0;
+    int64_t first_step = t->global_step, total_steps = opt_steps * epochs;
+    for (; t->epoch < epochs; t->epoch++, t->mb = 0) {
+        int64_t e = t->epoch;
+        DDP_TRY(ddp_agree_status(ctx, ddp_loader_start_epoch(tl, e, t->mb)));
         double win_t = now_s(), win_samples = 0;
-        for (int64_t s = 0; s < opt_steps; s++) {
+        int stop = 0;
+        while (t->mb < nmb) {
             double samples = 0;
-            st = train_step(t, tl, &mb, nmb, &samples);
+            st = train_step(t, tl, &t->mb, nmb, &samples, &stop);
             if (st != DDP_OK) goto done; /* a local failure here: the CLI aborts the job */
             win_samples += samples;
-            if ((s + 1) % c->log_every == 0 || s + 1 == opt_steps) {
+            int64_t s = (t->mb + c->accumulate - 1) / c->accumulate; /* optimizer steps done in this epoch */
+            if (t->global_step % c->log_every == 0 || t->mb == nmb || stop) {
                 double dt = now_s() - win_t;
                 double sps = dt > 0 ? win_samples / dt : 0;
                 DDP_TRY(ddp_log_rank0(t->metrics, "train/samples_per_s", sps));
@@ -374,15 +599,35 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
                 DDP_TRY(ddp_metrics_sync(t->metrics, &t->row, &t->lrow));
                 DDP_TRY(write_rows(t, e));
                 int li = ddp_row_find(&t->row, "train/loss");
-                double done_steps = (double)(e * opt_steps + s + 1);
-                double eta = (now_s() - t0) / done_steps * (double)(total_steps - done_steps);
-                progress(t, (int)e, s + 1, opt_steps, li >= 0 ? t->row.vals[li] : NAN, sps, eta);
+                double done_steps = (double)(t->global_step - first_step);
+                double eta = (now_s() - t0) / done_steps * (double)(total_steps - t->global_step);
+                progress(t, (int)e, s, opt_steps, li >= 0 ? t->row.vals[li] : NAN, sps, eta > 0 ? eta : 0);
                 win_t = now_s();
                 win_samples = 0;
             }
+            if (stop) { /* every rank saw the flag in the same allreduce */
+                if (c->fast_dev_run <= 0) DDP_TRY(save_last(t));
+                if (ctx->topo.rank == 0 && c->progress && t->tty) fputc('\n', stderr);
+                st = ddp_set_error(DDP_STOPPED, "stopped on request at step %lld (epoch %lld, batch %lld of %lld); %s",
+                                   (long long)t->global_step, (long long)e + 1, (long long)t->mb, (long long)nmb,
+                                   c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)" : "last.h5 saved, continue with --resume auto");
+                ddp_mark_error_shared();
+                goto done;
+            }
+            if (c->ckpt_every_steps > 0 && t->global_step % c->ckpt_every_steps == 0 && t->mb < nmb && c->fast_dev_run <= 0)
+                DDP_TRY(save_last(t));
         }
         DDP_TRY(validate(t, vl, &vsm, e));
-        if (c->fast_dev_run <= 0) DDP_TRY(save_last(t, e + 1));
+        int early = 0;
+        if (c->fast_dev_run <= 0) DDP_TRY(decide(t, e, &early));
+        t->epoch = e + 1; /* position: start of the next epoch */
+        t->mb = 0;
+        if (c->fast_dev_run <= 0) DDP_TRY(save_last(t));
+        t->epoch = e;
+        if (early) {
+            t->epoch = epochs;
+            break;
+        }
     }
 done:
     ddp_loader_destroy(tl);
