@@ -60,6 +60,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"early-stop-patience", OPT_INT, &cfg.early_stop_patience, NULL, 0, 1e9, "stop after N epochs without improvement (0 = off)", 0},
         {"early-stop-min-delta", OPT_F64, &cfg.early_stop_min_delta, NULL, 0, 1e12, "smallest change that counts as improvement", 0},
         {"ckpt-every-steps", OPT_I64, &cfg.ckpt_every_steps, NULL, 0, 1e15, "also write last.h5 every N optimizer steps (0 = per epoch)", 0},
+        {"skip-nonfinite", OPT_FLAG, &cfg.skip_nonfinite, NULL, 0, 0, "skip steps whose gradient is NaN/Inf (counted in train/skipped_steps)", 0},
         {"resume", OPT_STR, &cfg.resume, NULL, 0, 0, "auto (RUNDIR/checkpoints/last.h5 if present) or a checkpoint file", 0},
         {"no-progress", OPT_FLAG, &no_progress, NULL, 0, 0, "no progress line on stderr", 0},
     };

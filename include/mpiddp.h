@@ -208,6 +208,7 @@ typedef struct {
     int ckpt_policy;          /* 0 reduced, 1 rank0, 2 all, 3 any, 4 majority */
     int early_stop_patience;  /* stop after this many epochs without improvement (0: off) */
     double early_stop_min_delta;
+    int skip_nonfinite;       /* a non-finite gradient skips the update (counted as train/skipped_steps) instead of failing */
 } ddp_train_config;
 
 /* Asks a running ddp_train to stop at the next step boundary: the ranks agree through the step's

@@ -51,6 +51,7 @@ ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **out)
     snprintf(t->job_id, sizeof t->job_id, "%s", c->facts.job_id);
     c->device = DDP_DEVICE_CPU;
     c->cuda_device = -1;
+    c->watch_fd = -1;
     *out = c;
     return DDP_OK;
 }

@@ -17,6 +17,12 @@ struct ddp_ctx {
     int cuda_device;
     void *nccl;       /* ncclComm_t on CUDA builds once bootstrapped */
     struct ddp_backend *backends[3]; /* by ddp_device, created on first use */
+    /* watchdog (watchdog.c) */
+    double coll_timeout;
+    int watch_fd;
+    char watch_dir[4200];
+    int64_t watch_step;
+    char watch_phase[48];
 };
 
 /* The shared compute backend for dev (CPU or CUDA), created on first use. */

@@ -2,6 +2,7 @@
 #include "evaluate.h"
 
 #include "status.h"
+#include "watchdog.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +104,8 @@ ddp_status ddp_eval_reduce_confusion(ddp_ctx *ctx, ddp_eval_acc *a)
 {
     int64_t n = a->C * a->C, chunk = (int64_t)1 << 28;
     for (int64_t lo = 0; lo < n; lo += chunk)
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a->conf + lo, (int)(n - lo < chunk ? n - lo : chunk), MPI_INT64_T, MPI_SUM, ctx->world));
+        DDP_CHECK(ddp_allreduce(ctx, a->conf + lo, (int)(n - lo < chunk ? n - lo : chunk), MPI_INT64_T, MPI_SUM,
+                                "the confusion-matrix reduction"));
     return DDP_OK;
 }
 

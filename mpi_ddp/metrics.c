@@ -3,6 +3,7 @@
 #include "metrics.h"
 
 #include "status.h"
+#include "watchdog.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,7 +206,7 @@ ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_r
         }
     int64_t hh = (int64_t)(h >> 2), n = m->acc_sum.n;
     int64_t chk[4] = {hh, -hh, n, -n};
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, chk, 4, MPI_INT64_T, MPI_MIN, c->world));
+    DDP_CHECK(ddp_allreduce(c, chk, 4, MPI_INT64_T, MPI_MIN, "the metric-name check"));
     ddp_status st = DDP_OK;
     if (chk[0] != -chk[1] || chk[2] != -chk[3]) {
         st = explain_mismatch(m);
@@ -222,8 +223,7 @@ ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_r
             if (local) ddp_row_set(local, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
         }
         if (nn) {
-            int rc = MPI_Allreduce(MPI_IN_PLACE, buf, 2 * nn, MPI_DOUBLE, MPI_SUM, c->world);
-            if (rc != MPI_SUCCESS) st = ddp_mpi_error(rc, "MPI_Allreduce(metrics)", __FILE__, __LINE__);
+            st = ddp_allreduce(c, buf, 2 * nn, MPI_DOUBLE, MPI_SUM, "the metric reduction");
         }
     }
     if (st == DDP_OK) {

@@ -4,9 +4,9 @@
 
 #include "cuda_api.h"
 #include "status.h"
+#include "watchdog.h"
 
 #include <stdlib.h>
-#include <time.h>
 
 
 struct ddp_sync {
@@ -21,21 +21,13 @@ struct ddp_sync {
     MPI_Request *req;
     int64_t ready_lo;
     int next;             /* next bucket to launch */
-    double timeout;
     ddp_status st;        /* first launch error */
     int cuda;
     void *comm_stream, *event;
 };
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t n_params, int64_t n_ctl,
-                           int64_t bucket_bytes, double timeout_s, ddp_sync **out)
+                           int64_t bucket_bytes, ddp_sync **out)
 {
     *out = NULL;
     ddp_sync *s = ddp_calloc(1, sizeof *s);
@@ -45,7 +37,6 @@ ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t 
     s->grads = grads;
     s->total = n_params + n_ctl;
     s->n_params = n_params;
-    s->timeout = timeout_s;
     int64_t per = bucket_bytes / 4 < 1 ? 1 : bucket_bytes / 4;
     if (per > INT32_MAX) per = INT32_MAX;
     s->nb = (int)((s->total + per - 1) / per);
@@ -136,13 +127,5 @@ ddp_status ddp_sync_finish(ddp_sync *s, const char *where)
     }
     if (s->st != DDP_OK) return s->st;
     if (s->cuda) return ddp_cuda()->stream_sync(s->comm_stream);
-    double deadline = s->timeout > 0 ? now_s() + s->timeout : 0;
-    for (;;) {
-        int flag = 0;
-        MPI_CHECK(MPI_Testall(s->nb, s->req, &flag, MPI_STATUSES_IGNORE));
-        if (flag) return DDP_OK;
-        if (deadline > 0 && now_s() > deadline)
-            return ddp_set_error(DDP_ERR_MISMATCH, "collective timeout: rank %d waited %.0f s in the gradient allreduce (%s); another rank is stalled or dead",
-                                 s->ctx->topo.rank, s->timeout, where);
-    }
+    return ddp_wait(s->ctx, s->nb, s->req, where);
 }

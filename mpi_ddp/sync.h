@@ -9,15 +9,17 @@
 
 typedef struct ddp_sync ddp_sync;
 
-/* grads: n_params + n_ctl floats in backend memory. bucket_bytes: bucket size (>= 4). */
+/* grads: n_params + n_ctl floats in backend memory. bucket_bytes: bucket size (>= 4). Waits are bounded by
+ * the context's collective timeout (watchdog.h). */
 ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t n_params, int64_t n_ctl,
-                           int64_t bucket_bytes, double timeout_s, ddp_sync **out);
+                           int64_t bucket_bytes, ddp_sync **out);
 void ddp_sync_destroy(ddp_sync *s);
 /* Begins a step: nothing is launched; the control floats count as ready. */
 void ddp_sync_begin(ddp_sync *s);
 /* ddp_grad_ready_fn: [lo, hi) of the gradient buffer is final. Launches the buckets now complete. */
 void ddp_sync_ready(void *s, int64_t lo, int64_t hi);
-/* Launches what is left and waits for every bucket (polled against the collective timeout). */
+/* Launches what is left and waits for every bucket (polled against the collective timeout). where names
+ * the step in a timeout report. */
 ddp_status ddp_sync_finish(ddp_sync *s, const char *where);
 int ddp_sync_num_buckets(const ddp_sync *s);
 

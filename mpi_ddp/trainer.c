@@ -14,6 +14,7 @@
 #include "runinfo.h"
 #include "status.h"
 #include "sync.h"
+#include "watchdog.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -73,7 +74,7 @@ typedef struct {
     ddp_sync *sync;
     ddp_metrics *metrics;
     ddp_csv *csv, *csv_rank;
-    int64_t global_step, optim_step;
+    int64_t global_step, optim_step, skipped;
     ddp_metric_row row, lrow;
     int tty;
     char ckpt_dir[4200];
@@ -122,7 +123,7 @@ static ddp_status mkdir_p(const char *dir)
 static ddp_status agree_steps(ddp_ctx *ctx, int64_t mine, const char *what)
 {
     int64_t v[2] = {mine, -mine};
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MIN, ctx->world));
+    DDP_CHECK(ddp_allreduce(ctx, v, 2, MPI_INT64_T, MPI_MIN, what));
     ddp_status st = DDP_OK;
     if (v[0] != -v[1])
         st = ddp_set_error(DDP_ERR_MISMATCH, "%s: ranks disagree on the number of steps (%lld..%lld)", what,
@@ -171,6 +172,7 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
     int64_t last = *mb + c->accumulate < nmb ? *mb + c->accumulate : nmb;
     float ctl[N_CTL] = {0};
     ctl[CTL_STOP] = (float)stop_wanted(t); /* agreed through this step's allreduce: no extra collective */
+    ddp_watch_mark(t->ctx, t->global_step + 1, "forward/backward");
     for (int64_t k = *mb; k < last; k++) {
         const ddp_batch *b;
         DDP_CHECK(ddp_loader_next(ld, k, &b));
@@ -186,9 +188,8 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
         DDP_CHECK(ddp_log(t->metrics, "train/loss", out.loss_sum, (double)out.count));
     }
     *mb = last;
-    char where[64];
-    snprintf(where, sizeof where, "step %lld", (long long)t->global_step + 1);
-    DDP_CHECK(ddp_sync_finish(t->sync, where));
+    ddp_watch_mark(t->ctx, t->global_step + 1, "gradient allreduce");
+    DDP_CHECK(ddp_sync_finish(t->sync, "the gradient allreduce"));
     float g[N_CTL];
     DDP_CHECK(be->download(be, g, t->grads + t->n, sizeof g));
     double count = g[CTL_COUNT];
@@ -198,9 +199,15 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
     for (int k = 0; k < t->model->ntensors; k++) {
         double s;
         DDP_CHECK(be->sumsq(be, t->grads + t->toff[k], t->toff[k + 1] - t->toff[k], &s));
-        if (!isfinite(s))
-            return ddp_set_error(DDP_ERR_NUMERIC, "non-finite gradient at step %lld in parameter '%s' (check the data and --lr)",
-                                 (long long)t->global_step + 1, t->model->tensors[k].name);
+        if (!isfinite(s)) { /* the reduced gradient is the same on every rank: all decide alike */
+            if (!c->skip_nonfinite)
+                return ddp_set_error(DDP_ERR_NUMERIC,
+                                     "non-finite gradient at step %lld in parameter '%s' (check the data and --lr; --skip-nonfinite skips such steps)",
+                                     (long long)t->global_step + 1, t->model->tensors[k].name);
+            t->skipped++;
+            t->global_step++;
+            return DDP_OK;
+        }
         norm2 += s;
     }
     double norm = sqrt(norm2) * gscale, coef = 1.0;
@@ -241,6 +248,7 @@ static ddp_status validate(trainer *t, ddp_loader *ld, ddp_sampler *sm, int64_t 
 {
     int64_t steps = sm->steps;
     if (t->cfg->fast_dev_run > 0 && steps > t->cfg->fast_dev_run) steps = t->cfg->fast_dev_run;
+    ddp_watch_mark(t->ctx, t->global_step, "validation");
     DDP_CHECK(agree_steps(t->ctx, steps, "validation"));
     DDP_CHECK(ddp_loader_start_epoch(ld, 0, 0));
     ddp_eval_acc *a = &t->eval;
@@ -488,7 +496,7 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
         MPI_CHECK(MPI_Bcast(t->h_params + lo, (int)cnt, MPI_FLOAT, 0, ctx->world));
     }
     DDP_CHECK(be->upload(be, t->params, t->h_params, bytes));
-    DDP_CHECK(ddp_sync_create(ctx, be, t->grads, t->n, N_CTL, (int64_t)(c->bucket_mb * 1048576.0), c->collective_timeout, &t->sync));
+    DDP_CHECK(ddp_sync_create(ctx, be, t->grads, t->n, N_CTL, (int64_t)(c->bucket_mb * 1048576.0), &t->sync));
     DDP_CHECK(ddp_metrics_create(ctx, &t->metrics));
     t->model->metrics = t->metrics;
     ddp_decider_init(&t->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max, c->fast_dev_run > 0 ? 0 : c->save_top_k,
@@ -523,6 +531,7 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
         st = ddp_csv_open(path, ctx->topo.rank, cols, 6, keep, &t->csv_rank);
         DDP_CHECK(ddp_agree_status(ctx, st));
     }
+    DDP_CHECK(ddp_watch_init(ctx, c->out_dir, c->collective_timeout));
     char note[160];
     snprintf(note, sizeof note, "%s", be->name);
     snprintf(path, sizeof path, "%s/run.json", c->out_dir);
@@ -533,6 +542,7 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
 
 static void teardown(trainer *t)
 {
+    ddp_watch_close(t->ctx);
     ddp_backend *be = t->be;
     if (be) {
         if (t->params) be->release(be, t->params);
@@ -596,6 +606,7 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
                 double sps = dt > 0 ? win_samples / dt : 0;
                 DDP_TRY(ddp_log_rank0(t->metrics, "train/samples_per_s", sps));
                 DDP_TRY(ddp_log_rank0(t->metrics, "lr", c->lr));
+                if (c->skip_nonfinite) DDP_TRY(ddp_log_rank0(t->metrics, "train/skipped_steps", (double)t->skipped));
                 DDP_TRY(ddp_metrics_sync(t->metrics, &t->row, &t->lrow));
                 DDP_TRY(write_rows(t, e));
                 int li = ddp_row_find(&t->row, "train/loss");

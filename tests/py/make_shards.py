@@ -4,6 +4,7 @@
   make_shards.py variants OUT   same samples as 7 uneven h5py shards (contiguous; chunked+gzip; big-endian
                                 index arrays) and as 1 fixed-string shard: every reader path must agree
   make_shards.py bad OUT        one directory per SPEC §7 bad-input case + OUT/cases.txt ("case|regex")
+  make_shards.py nan OUT        a valid dataset with one NaN feature value (sample 7)
   make_shards.py pack-input F   an HDF5 file with /samples/<name> (rows x D) and /labels, as `pack` takes
   make_shards.py check-pack F DIR   the packed shards hold exactly F's samples, labels and order
 """
@@ -142,6 +143,13 @@ def bad(out):
             f.write(f"{name}|{regex}\n")
 
 
+def nan_data(out):
+    feats, offsets, labels = base_data()
+    feats[offsets[7] + 1, 2] = np.nan   # one value of sample 7
+    os.makedirs(out, exist_ok=True)
+    write_shard(f"{out}/s0.h5", feats, offsets, labels)
+
+
 def pack_input(path, n=57, seed=11):
     rng = np.random.default_rng(seed)
     names = [f"item_{rng.integers(0, 10**6):07d}_{i}" for i in range(n)]
@@ -181,6 +189,8 @@ if __name__ == "__main__":
         variants(sys.argv[2])
     elif cmd == "bad":
         bad(sys.argv[2])
+    elif cmd == "nan":
+        nan_data(sys.argv[2])
     elif cmd == "pack-input":
         pack_input(sys.argv[2])
     elif cmd == "check-pack":

@@ -1,0 +1,139 @@
+/* watchdog.c — timed collectives and the progress board; see watchdog.h. */
+#include "watchdog.h"
+
+#include "status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int64_t step;
+    double when;      /* CLOCK_REALTIME seconds: comparable across nodes with synchronised clocks */
+    char phase[48];
+} board_entry;
+
+static double wall(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double mono(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+ddp_status ddp_watch_init(ddp_ctx *ctx, const char *run_dir, double timeout_s)
+{
+    ctx->coll_timeout = timeout_s;
+    ctx->watch_fd = -1;
+    if (timeout_s <= 0) return DDP_OK;
+    snprintf(ctx->watch_dir, sizeof ctx->watch_dir, "%s/progress", run_dir);
+    ddp_status st = DDP_OK;
+    if (ctx->topo.rank == 0 && mkdir(ctx->watch_dir, 0777) != 0 && errno != EEXIST)
+        st = ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", ctx->watch_dir, strerror(errno));
+    DDP_CHECK(ddp_agree_status(ctx, st));
+    char p[4400];
+    snprintf(p, sizeof p, "%s/rank%d", ctx->watch_dir, ctx->topo.rank);
+    ctx->watch_fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    st = ctx->watch_fd < 0 ? ddp_set_error(DDP_ERR_IO, "%s: %s", p, strerror(errno)) : DDP_OK;
+    DDP_CHECK(ddp_agree_status(ctx, st));
+    ddp_watch_mark(ctx, 0, "start");
+    return DDP_OK;
+}
+
+void ddp_watch_close(ddp_ctx *ctx)
+{
+    if (ctx->watch_fd >= 0) close(ctx->watch_fd);
+    ctx->watch_fd = -1;
+}
+
+void ddp_watch_mark(ddp_ctx *ctx, int64_t step, const char *phase)
+{
+    ctx->watch_step = step;
+    if (phase != ctx->watch_phase) snprintf(ctx->watch_phase, sizeof ctx->watch_phase, "%s", phase);
+    if (ctx->watch_fd < 0) return;
+    board_entry e = {.step = step, .when = wall()};
+    snprintf(e.phase, sizeof e.phase, "%s", phase);
+    if (pwrite(ctx->watch_fd, &e, sizeof e, 0) != (ssize_t)sizeof e) { /* the board is best effort */
+    }
+}
+
+#define HEARTBEAT 0.5 /* seconds between board refreshes while a rank waits in a collective */
+
+/* Names the ranks that stopped answering: a waiting rank refreshes its record every HEARTBEAT, so a
+ * record older than a few heartbeats belongs to a rank that is stopped, dead, or stuck outside MPI. */
+static void report(ddp_ctx *ctx, const char *where, double waited)
+{
+    char msg[1024];
+    size_t k = (size_t)snprintf(msg, sizeof msg, "collective timeout: rank %d waited %.0f s in %s at step %lld (--collective-timeout %.0f)",
+                                ctx->topo.rank, waited, where, (long long)ctx->watch_step, ctx->coll_timeout);
+    int behind = 0;
+    double now = wall(), stale = 6 * HEARTBEAT < ctx->coll_timeout / 2 ? 6 * HEARTBEAT : ctx->coll_timeout / 2;
+    for (int r = 0; r < ctx->topo.size && k + 120 < sizeof msg; r++) {
+        if (r == ctx->topo.rank) continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/rank%d", ctx->watch_dir, r);
+        board_entry e;
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        ssize_t got = fd >= 0 ? pread(fd, &e, sizeof e, 0) : -1;
+        if (fd >= 0) close(fd);
+        if (got != (ssize_t)sizeof e) {
+            k += (size_t)snprintf(msg + k, sizeof msg - k, "%s rank %d: no progress record", behind++ ? ";" : "; missing:", r);
+            continue;
+        }
+        e.phase[sizeof e.phase - 1] = 0;
+        if (now - e.when > stale)
+            k += (size_t)snprintf(msg + k, sizeof msg - k, "%s rank %d silent for %.1f s (last at step %lld in '%s')",
+                                  behind++ ? ";" : "; missing:", r, now - e.when, (long long)e.step, e.phase);
+    }
+    if (!behind) snprintf(msg + k, sizeof msg - k, "; every rank is alive and waiting (network or MPI problem?)");
+    ddp_set_error(DDP_ERR_MISMATCH, "%s", msg);
+}
+
+ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
+{
+    if (ctx->coll_timeout <= 0) {
+        MPI_CHECK(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
+        return DDP_OK;
+    }
+    double t0 = mono(), deadline = t0 + ctx->coll_timeout, beat = t0 + HEARTBEAT;
+    for (long spins = 0;; spins++) {
+        int flag = 0;
+        MPI_CHECK(MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE));
+        if (flag) return DDP_OK;
+        double t = mono();
+        if (t > beat) { /* still alive, still waiting */
+            ddp_watch_mark(ctx, ctx->watch_step, ctx->watch_phase);
+            beat = t + HEARTBEAT;
+        }
+        if (t > deadline) {
+            report(ctx, where, t - t0);
+            return DDP_ERR_MISMATCH;
+        }
+        if (spins > 1000) { /* long waits (validation on other ranks): stop burning the core */
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, MPI_Op op, const char *where)
+{
+    if (ctx->coll_timeout <= 0) {
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, ctx->world));
+        return DDP_OK;
+    }
+    MPI_Request r;
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, op, ctx->world, &r));
+    return ddp_wait(ctx, 1, &r, where);
+}

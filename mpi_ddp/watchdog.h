@@ -1,0 +1,20 @@
+/* watchdog.h — collectives that cannot hang: nonblocking MPI requests polled against --collective-timeout,
+ * and a progress board (RUNDIR/progress/rank<R>: last step and phase of each rank, one pwrite per mark)
+ * from which a rank that times out reports which collective it waits in and which ranks are missing. */
+#ifndef DDP_WATCHDOG_H
+#define DDP_WATCHDOG_H
+
+#include "ctx.h"
+
+/* Collective. timeout_s <= 0 disables both the deadline and the board. */
+ddp_status ddp_watch_init(ddp_ctx *ctx, const char *run_dir, double timeout_s);
+void ddp_watch_close(ddp_ctx *ctx);
+/* Records this rank's position (cheap: one pwrite; no-op without a board). */
+void ddp_watch_mark(ddp_ctx *ctx, int64_t step, const char *phase);
+/* Completes n requests, or fails after the timeout with "collective timeout: rank R waited T s in WHERE at
+ * step S; rank(s) ... last seen ..." (a local error: the caller aborts the job). */
+ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where);
+/* In-place allreduce through ddp_wait. */
+ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, MPI_Op op, const char *where);
+
+#endif
