@@ -4,8 +4,13 @@
 
 #include "../mpi_ddp/ctx.h"
 #include "../mpi_ddp/status.h"
+#include "../slurm/env.h"
 
 #include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +58,15 @@ static ddp_status list_shards(const char *dir, char ***names, int64_t *n)
     return DDP_OK;
 }
 
-ddp_status ddp_dataset_scan(const char *dir, ddp_shard_meta **metas, int64_t *nshards, ddp_shard_stats *stats)
+/* The progress callback of the validation shards: the current file, then the object HDF5 reads. */
+static const char *g_scan_file;
+static void (*g_scan_note)(const char *file, const char *what);
+static void scan_progress(const char *what)
+{
+    if (g_scan_note) g_scan_note(g_scan_file, what);
+}
+
+static ddp_status scan_inprocess(const char *dir, ddp_shard_meta **metas, int64_t *nshards, ddp_shard_stats *stats)
 {
     char **names = NULL;
     int64_t n = 0;
@@ -64,6 +77,7 @@ ddp_status ddp_dataset_scan(const char *dir, ddp_shard_meta **metas, int64_t *ns
     char path[8192];
     for (int64_t i = 0; i < n && st == DDP_OK; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        g_scan_file = path;
         if (i == 0 && stats) { /* class counts need num_classes: peek at the first shard */
             st = ddp_shard_validate(path, names[i], &m[i], NULL);
             if (st == DDP_OK) {
@@ -94,6 +108,174 @@ ddp_status ddp_dataset_scan(const char *dir, ddp_shard_meta **metas, int64_t *ns
     }
     *metas = m;
     *nshards = n;
+    return DDP_OK;
+}
+
+/* ---- validation in a child process: HDF5 1.10 can crash, hang or corrupt memory on some malformed files
+ * (tests/fuzz/regressions). The child validates and sends back the result; the parent survives whatever
+ * HDF5 does, kills the child when one object takes longer than MPIDDP_VALIDATE_TIMEOUT seconds (default
+ * 120), and names the file and object it was reading. Records: 'P' progress text, 'R' result. */
+static int g_pipe = -1;
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static void send_rec(char type, const void *p, uint64_t n)
+{
+    if (write_all(g_pipe, &type, 1) == 0 && write_all(g_pipe, &n, sizeof n) == 0) write_all(g_pipe, p, n);
+}
+
+static void child_note(const char *file, const char *what)
+{
+    char buf[8400];
+    int n = snprintf(buf, sizeof buf, "%s: %s", file ? file : "?", what);
+    send_rec('P', buf, (uint64_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1));
+}
+
+typedef struct {
+    int32_t status;
+    char msg[1024];
+    int64_t nshards;
+    ddp_shard_stats stats; /* class_counts pointer not meaningful across processes */
+    int64_t nclasses;
+} scan_result;
+
+static void child_scan(const char *dir, int want_stats)
+{
+    ddp_shard_meta *m = NULL;
+    int64_t n = 0;
+    ddp_shard_stats st = {0};
+    g_scan_note = child_note;
+    ddp_shard_progress = scan_progress;
+    scan_result r = {0};
+    r.status = (int32_t)scan_inprocess(dir, &m, &n, want_stats ? &st : NULL);
+    snprintf(r.msg, sizeof r.msg, "%s", ddp_last_error());
+    r.nshards = r.status == DDP_OK ? n : 0;
+    r.stats = st;
+    r.nclasses = st.class_counts ? st.classes_cap : 0;
+    size_t bytes = sizeof r + (size_t)r.nshards * sizeof *m + (size_t)r.nclasses * sizeof(int64_t);
+    char *buf = malloc(bytes);
+    if (buf) {
+        memcpy(buf, &r, sizeof r);
+        if (r.nshards) memcpy(buf + sizeof r, m, (size_t)r.nshards * sizeof *m);
+        if (r.nclasses) memcpy(buf + sizeof r + (size_t)r.nshards * sizeof *m, st.class_counts, (size_t)r.nclasses * sizeof(int64_t));
+        send_rec('R', buf, bytes);
+    }
+    _exit(0); /* no atexit handlers: HDF5's could hang on a corrupt file, MPI's belong to the parent */
+}
+
+ddp_status ddp_dataset_scan(const char *dir, ddp_shard_meta **metas, int64_t *nshards, ddp_shard_stats *stats)
+{
+    if (ddp_env_int("VALIDATE_FORK", 1) == 0) {
+        ddp_status st = scan_inprocess(dir, metas, nshards, stats);
+        if (st == DDP_OK) ddp_io_counters_get()->validated += *nshards;
+        return st;
+    }
+    int fds[2];
+    if (pipe(fds) != 0) return ddp_set_error(DDP_ERR_IO, "pipe: %s", strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return ddp_set_error(DDP_ERR_IO, "fork for validation: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        g_pipe = fds[1];
+        child_scan(dir, stats != NULL);
+    }
+    close(fds[1]);
+    int64_t secs = ddp_env_int("VALIDATE_TIMEOUT", 120);
+    char last[8400] = "";
+    char *res = NULL;
+    uint64_t reslen = 0;
+    int timed_out = 0;
+    for (;;) { /* read records; each one restarts the per-object clock */
+        struct pollfd p = {.fd = fds[0], .events = POLLIN};
+        int pr = poll(&p, 1, secs > 0 ? (int)(secs * 1000) : -1);
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr == 0) {
+            timed_out = 1;
+            kill(pid, SIGKILL);
+            break;
+        }
+        char type;
+        uint64_t n;
+        if (read(fds[0], &type, 1) != 1) break;
+        FILE *f = fdopen(dup(fds[0]), "r"); /* blocking reads of the record body */
+        if (!f) break;
+        setvbuf(f, NULL, _IONBF, 0);
+        int ok = fread(&n, sizeof n, 1, f) == 1 && n < ((uint64_t)1 << 40);
+        char *body = ok ? malloc(n + 1) : NULL;
+        ok = body && fread(body, 1, n, f) == n;
+        fclose(f);
+        if (!ok) {
+            free(body);
+            break;
+        }
+        body[n] = 0;
+        if (type == 'P') {
+            snprintf(last, sizeof last, "%s", body);
+            free(body);
+        } else {
+            free(res);
+            res = body;
+            reslen = n;
+        }
+    }
+    close(fds[0]);
+    int wst = 0;
+    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
+    }
+    ddp_status st = DDP_OK;
+    if (timed_out)
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: HDF5 did not finish reading it in %lld s (corrupt file?)", last[0] ? last : dir, (long long)secs);
+    else if (!res || reslen < sizeof(scan_result))
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: HDF5 crashed reading it (%s %d; corrupt file?)", last[0] ? last : dir,
+                           WIFSIGNALED(wst) ? "signal" : "exit", WIFSIGNALED(wst) ? WTERMSIG(wst) : WEXITSTATUS(wst));
+    if (st != DDP_OK) {
+        free(res);
+        return st;
+    }
+    scan_result r;
+    memcpy(&r, res, sizeof r);
+    size_t need = sizeof r + (size_t)r.nshards * sizeof(ddp_shard_meta) + (size_t)r.nclasses * sizeof(int64_t);
+    if (r.status != DDP_OK) {
+        free(res);
+        return ddp_set_error((ddp_status)r.status, "%s", r.msg);
+    }
+    if (reslen != need || r.nshards < 1) {
+        free(res);
+        return ddp_set_error(DDP_ERR_INTERNAL, "%s: validation result truncated", dir);
+    }
+    ddp_shard_meta *m = ddp_calloc((size_t)r.nshards, sizeof *m);
+    if (!m) {
+        free(res);
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    }
+    memcpy(m, res + sizeof r, (size_t)r.nshards * sizeof *m);
+    if (stats) {
+        int64_t *cc = ddp_calloc((size_t)(r.nclasses ? r.nclasses : 1), sizeof *cc);
+        *stats = r.stats;
+        stats->class_counts = cc;
+        stats->classes_cap = cc ? r.nclasses : 0;
+        if (cc && r.nclasses) memcpy(cc, res + sizeof r + (size_t)r.nshards * sizeof *m, (size_t)r.nclasses * sizeof *cc);
+    }
+    free(res);
+    *metas = m;
+    *nshards = r.nshards;
+    ddp_io_counters_get()->validated += r.nshards;
     return DDP_OK;
 }
 

@@ -15,7 +15,9 @@ struct ddp_dataset {
 };
 
 /* Lists *.h5 in dir (sorted) and validates every shard; serial, no MPI. stats may be NULL, else
- * stats->class_counts is allocated here (free it). Used by rank 0 of ddp_dataset_open and by inspect. */
+ * stats->class_counts is allocated here (free it). Used by rank 0 of ddp_dataset_open and by inspect.
+ * Runs in a forked child (MPIDDP_VALIDATE_FORK=0: in process) so that HDF5 crashing or hanging on a
+ * corrupt file becomes a one-line error naming the file and object. */
 ddp_status ddp_dataset_scan(const char *dir, ddp_shard_meta **metas, int64_t *nshards, ddp_shard_stats *stats);
 /* Opens now, in the calling thread, every shard whose index arrays need HDF5 reads, so that a worker
  * thread afterwards only ever maps (HDF5 is not thread-safe). Fails if features themselves need HDF5. */

@@ -4,9 +4,13 @@
 #include "shard.h"
 
 #include "../mpi_ddp/status.h"
+#include "../slurm/env.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +42,18 @@ typedef struct {
 
 #define BAD(...) return ddp_set_error(DDP_ERR_FORMAT, __VA_ARGS__)
 
+/* What HDF5 is reading right now, for the message when a corrupt file makes HDF5 itself crash or hang. */
+static char g_obj[96] = "the superblock";
+void (*ddp_shard_progress)(const char *what);
+static void reading(const char *kind, const char *name)
+{
+    snprintf(g_obj, sizeof g_obj, "%s '%s'", kind, name);
+    if (ddp_shard_progress) ddp_shard_progress(g_obj);
+}
+
 static ddp_status attr_open(vctx *v, const char *name, hid_t *attr, hid_t *type)
 {
+    reading("attribute", name);
     htri_t ex = H5Aexists(v->file, name);
     if (ex < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: attribute '%s': cannot be queried", v->path, name);
     if (ex == 0) BAD("%s: attribute '%s': missing", v->path, name);
@@ -114,6 +128,7 @@ static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank
                             size_t *elsize, int optional, int *present)
 {
     if (present) *present = 0;
+    reading("dataset", name);
     htri_t ex = H5Lexists(v->file, name, H5P_DEFAULT);
     if (ex <= 0) {
         if (optional) return DDP_OK;
@@ -337,15 +352,59 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
     return DDP_OK;
 }
 
+/* HDF5 1.10 can crash or loop forever on some corrupt files (found by tests/fuzz). Validation therefore
+ * runs under a guard: SIGSEGV/SIGBUS/SIGFPE, or SIGALRM after MPIDDP_VALIDATE_TIMEOUT seconds (default
+ * 120), jump back here and become a one-line error. HDF5's state is then unusable: the process must exit
+ * without calling HDF5 again (ddp_hdf5_poisoned). */
+static sigjmp_buf g_jmp;
+static volatile sig_atomic_t g_guard, g_poisoned;
+
+int ddp_hdf5_poisoned(void) { return g_poisoned; }
+
+static void guard_handler(int sig)
+{
+    if (g_guard) siglongjmp(g_jmp, sig);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta *m, ddp_shard_stats *stats)
 {
+    if (g_poisoned) return ddp_set_error(DDP_ERR_FORMAT, "%s: not validated: HDF5 is unusable after an earlier corrupt file", path);
     ddp_h5_quiet();
     vctx v = {.path = path, .file = -1};
     hid_t ds[4] = {-1, -1, -1, -1};
-    ddp_status st = validate_open(&v, name, m, stats, ds);
-    for (int i = 0; i < 4; i++)
-        if (ds[i] >= 0) H5Dclose(ds[i]);
-    if (v.file >= 0) H5Fclose(v.file);
+    snprintf(g_obj, sizeof g_obj, "the file structure");
+    if (ddp_shard_progress) ddp_shard_progress(g_obj);
+    const int sigs[4] = {SIGSEGV, SIGBUS, SIGFPE, SIGALRM};
+    struct sigaction sa, old[4];
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = guard_handler;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 4; i++) sigaction(sigs[i], &sa, &old[i]);
+    int64_t secs = ddp_env_int("VALIDATE_TIMEOUT", 120);
+    struct itimerval tv = {{0, 0}, {(time_t)(secs > 0 ? secs : 0), 0}}, off = {{0, 0}, {0, 0}};
+    volatile ddp_status st = DDP_OK;
+    int sig = sigsetjmp(g_jmp, 1);
+    if (sig == 0) {
+        setitimer(ITIMER_REAL, &tv, NULL);
+        g_guard = 1;
+        st = validate_open(&v, name, m, stats, ds);
+        g_guard = 0;
+        setitimer(ITIMER_REAL, &off, NULL);
+        for (int i = 0; i < 4; i++)
+            if (ds[i] >= 0) H5Dclose(ds[i]);
+        if (v.file >= 0) H5Fclose(v.file);
+    } else {
+        g_guard = 0;
+        g_poisoned = 1;
+        setitimer(ITIMER_REAL, &off, NULL);
+        if (sig == SIGALRM)
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: %s: HDF5 did not finish reading it in %lld s (corrupt file?)", path, g_obj, (long long)secs);
+        else
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: %s: HDF5 crashed reading it (signal %d; corrupt file?)", path, g_obj, sig);
+    }
+    for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
     return st;
 }
 

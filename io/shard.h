@@ -37,6 +37,13 @@ typedef struct {
  * DDP_ERR_IO) with "FILE: OBJECT[INDEX]: problem". stats may be NULL; it is accumulated into. */
 ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta *m, ddp_shard_stats *stats);
 
+/* Called with "attribute 'format'" etc. before each HDF5 read during validation (the isolated scan in
+ * dataset.c reports it to its parent), NULL by default. */
+extern void (*ddp_shard_progress)(const char *what);
+/* 1 after a corrupt file crashed or hung HDF5 during validation: the process must not call HDF5 again
+ * and should leave with _exit (HDF5's exit handlers could hang on the file too). */
+int ddp_hdf5_poisoned(void);
+
 /* Runtime handle of one shard on one rank, opened on first use. */
 typedef struct {
     ddp_shard_meta meta;
@@ -64,7 +71,8 @@ void ddp_shard_prefetch(ddp_shard *s, int64_t i);
 
 /* Process-wide I/O counters, for tests and benchmarks. */
 typedef struct {
-    int64_t h5_opens;    /* H5Fopen calls made by io/ */
+    int64_t h5_opens;    /* H5Fopen calls made by io/ in this process */
+    int64_t validated;   /* shard files validated for this process (in a child by default) */
     int64_t shards_mapped;
     int64_t hdf5_reads;  /* per-sample H5Dread fallbacks */
 } ddp_io_counters;
