@@ -12,6 +12,7 @@ typedef int (*cmd_fn)(ddp_ctx *ctx, int argc, char **argv);
 int cmd_train(ddp_ctx *ctx, int argc, char **argv);
 int cmd_env(ddp_ctx *ctx, int argc, char **argv);
 int cmd_eval(ddp_ctx *ctx, int argc, char **argv);
+int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv);
 int cmd_synth(ddp_ctx *ctx, int argc, char **argv);
 int cmd_pack(ddp_ctx *ctx, int argc, char **argv);
 int cmd_inspect(ddp_ctx *ctx, int argc, char **argv);

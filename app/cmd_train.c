@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include "mpi_ddp/status.h"
+#include "slurm/preempt.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -80,6 +81,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.progress = !no_progress;
     cfg.collective_timeout = timeout;
     cfg.mode_max = mode == 1;
+    if (!cfg.resume && getenv("SLURM_RESTART_COUNT") && atoi(getenv("SLURM_RESTART_COUNT")) > 0)
+        cfg.resume = "auto"; /* a requeued SLURM job continues where it stopped */
     cfg.ckpt_policy = policy;
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     char why[160];
@@ -127,9 +130,17 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     ddp_dataset_close(tr);
     ddp_dataset_close(va);
     free(json);
-    if (st == DDP_STOPPED) {
-        if (cli_rank0(ctx)) printf("mpiddp train: %s\n", ddp_last_error());
-        return 0;
+    if (st == DDP_STOPPED) { /* every rank saved last.h5; under SLURM rank 0 requeues the job */
+        char stopped[1024], msg[256];
+        snprintf(stopped, sizeof stopped, "%s", ddp_last_error());
+        ddp_requeue rq;
+        if (ddp_slurm_requeue(ctx, &rq, msg) != DDP_OK) return cli_fail(ctx, "train", DDP_ERR_MPI);
+        if (cli_rank0(ctx)) {
+            printf("mpiddp train: %s\n", stopped);
+            if (rq != DDP_REQUEUE_NOT_SLURM) printf("mpiddp train: %s\n", msg);
+            if (rq == DDP_REQUEUE_FAILED || rq == DDP_REQUEUE_NO_SCONTROL) fprintf(stderr, "mpiddp train: error: %s\n", msg);
+        }
+        return rq == DDP_REQUEUE_NO_SCONTROL ? 3 : rq == DDP_REQUEUE_FAILED ? 1 : 0;
     }
     if (st != DDP_OK) return cli_fail(ctx, "train", st);
     if (cli_rank0(ctx)) {

@@ -20,6 +20,7 @@ static const struct {
     {"inspect", cmd_inspect, "validate a dataset and print its statistics"},
     {"train", cmd_train, "train the reference model (under mpirun / srun)"},
     {"eval", cmd_eval, "evaluate a checkpoint on a dataset; predictions CSV"},
+    {"slurm-script", cmd_slurm_script, "print an sbatch script (signal-safe preemption and requeue)"},
     {"env", cmd_env, "print each rank's topology, device and library versions"},
 };
 #define NCMD (int)(sizeof commands / sizeof commands[0])

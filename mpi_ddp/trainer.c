@@ -437,7 +437,7 @@ static ddp_status resume_from(trainer *t, const char *path)
     }
     free(cs.best_local);
     free(cs.topk_json);
-    if (ctx->topo.rank == 0 && c->progress)
+    if (ctx->topo.rank == 0) /* a notice even with --no-progress: where the run continues from matters */
         fprintf(stderr, "mpiddp train: resuming from %s at epoch %lld, micro-batch %lld, step %lld\n", path, (long long)t->epoch + 1,
                 (long long)t->mb, (long long)t->global_step);
     return DDP_OK;

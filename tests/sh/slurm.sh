@@ -1,0 +1,73 @@
+# SLURM, against a real two-node cluster on this machine (slurm/local-cluster.sh): srun --mpi=pmix launch
+# and topology, training under srun, an sbatch job preempted with SIGUSR1 mid-epoch that checkpoints,
+# requeues itself, resumes and ends bitwise identical to an uninterrupted run, mpirun inside an
+# allocation, the generated script passing `sbatch --test-only`, and a clear exit code without scontrol.
+. "$(dirname "$0")/lib.sh"
+command -v slurmctld >/dev/null && command -v munged >/dev/null || { echo "SKIP: slurm-wlm/munge not installed"; exit 77; }
+export MPIDDP_SLURM_DIR=/var/tmp/mpiddp-slurm-test   # not under /tmp: node2 gets a private /tmp
+SL="$SRC/slurm/local-cluster.sh"
+$SL reset >/dev/null 2>&1 || true
+$SL start
+trap '$SL stop >/dev/null 2>&1; $SL reset >/dev/null 2>&1' EXIT
+eval "$($SL env)"
+# the job runs on both simulated nodes: binaries and data outside /tmp (node2's /tmp is private)
+J=/var/tmp/mpiddp-slurm-test-work
+rm -rf $J && mkdir -p $J && cp "$MPIDDP" $J/mpiddp && cd $J
+wait_job() { # wait_job ID STATE...: until the job reaches one of the states (120 s)
+  local id=$1; shift
+  for _ in $(seq 240); do
+    st=$(scontrol show job "$id" 2>/dev/null | grep -oE 'JobState=[A-Z_]+' | cut -d= -f2)
+    for s in "$@"; do [ "$st" = "$s" ] && return 0; done
+    sleep 0.5
+  done
+  scontrol show job "$id" >&2; fail "job $id did not reach $* (state $st)"
+}
+
+# 1. srun -N2 -n4 --mpi=pmix: 2 nodes, local ranks 0..1 on each, job facts from PMIx
+timeout 120 srun -N2 -n4 --mpi=pmix ./mpiddp env > env.txt
+cat env.txt
+[ "$(grep -c '^rank=' env.txt)" = 4 ] || fail "env: expected 4 ranks"
+for r in 0 1 2 3; do
+  grep -q "^rank=$r size=4 local_rank=$((r % 2)) local_size=2 node=$((r / 2)) nodes=2 .* launcher=pmix" env.txt || fail "env rank $r topology"
+done
+
+# 2. training under srun on 2 nodes
+./mpiddp synth --out d/t --samples 6000 --dim 16 --classes 3 --shards 4 --seed 2 >/dev/null
+./mpiddp synth --out d/v --samples 300 --dim 16 --classes 3 --shards 1 --seed 2 --first-id 99999 >/dev/null
+args=(--train d/t --val d/v --epochs 3 --batch-size 8 --log-every 20 --no-progress)
+timeout 300 srun -N2 -n4 --mpi=pmix ./mpiddp train "${args[@]}" --out ref > ref.txt
+grep -q "run directory: $J/ref" ref.txt || fail "srun training did not finish"
+$PY -c "import json; j=json.load(open('ref/run.json')); assert j['num_nodes'] == 2 and j['world_size'] == 4 and j['launcher'] == 'pmix', j"
+
+# 3. sbatch, SIGUSR1 mid-epoch, checkpoint, requeue, resume: bitwise equal to the uninterrupted run
+./mpiddp slurm-script --nodes 2 --ntasks-per-node 2 --time 00:20:00 --output job-%j.log --mpiddp $J/mpiddp -- "${args[@]}" --out pre > job.sh
+sbatch --test-only job.sh 2> testonly.txt || { cat testonly.txt; fail "sbatch --test-only rejected the generated script"; }
+grep -q "to start at" testonly.txt || fail "sbatch --test-only: $(cat testonly.txt)"
+jid=$(sbatch --parsable job.sh)
+wait_job $jid RUNNING
+for _ in $(seq 240); do [ -f pre/metrics.csv ] && [ "$(wc -l < pre/metrics.csv)" -ge 3 ] && break; sleep 0.25; done
+scancel --signal=USR1 $jid
+wait_job $jid PENDING
+grep -q "stopped on request at step" job-$jid.log || { cat job-$jid.log; fail "no stop message"; }
+grep -q "job $jid requeued" job-$jid.log || { cat job-$jid.log; fail "not requeued"; }
+$PY -c "import h5py,sys; f=h5py.File('pre/checkpoints/last.h5','r'); s=int(f.attrs['step_in_epoch']); print('saved at micro-batch', s, 'of epoch', int(f.attrs['epoch'])); sys.exit(s == 0)" ||
+  fail "the preemption checkpoint is not mid-epoch"
+scontrol update JobId=$jid StartTime=now   # Slurm holds a requeued job ~2 minutes; as admin, release it
+wait_job $jid COMPLETED
+grep -q "restart 1" job-$jid.log || fail "the job did not restart"
+grep -q "resuming from" job-$jid.log || fail "the requeued job did not resume"
+$PY "$SRC/tests/py/compare_ckpt.py" ref/checkpoints/last.h5 pre/checkpoints/last.h5 0 || fail "requeued run differs from the uninterrupted one"
+
+# 4. mpirun inside an allocation (2 nodes)
+jm=$(sbatch --parsable -N2 -n4 -o mpirun-%j.log --wrap "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 4 $J/mpiddp env")
+wait_job $jm COMPLETED FAILED
+[ "$(grep -c '^rank=.* nodes=2 ' mpirun-$jm.log)" = 4 ] || { cat mpirun-$jm.log; fail "mpirun inside sbatch"; }
+
+# 5. preempted where scontrol cannot be run: a clear message and exit code 3
+set +e
+MPIDDP_TEST_STOP_AT_STEP=5 timeout 120 srun -N1 -n2 --mpi=pmix /usr/bin/env PATH=/nonexistent ./mpiddp train "${args[@]}" --out noscontrol > ns.out 2> ns.err
+rc=$?
+set -e
+[ $rc = 3 ] || { cat ns.out ns.err; fail "expected exit 3 without scontrol, got $rc"; }
+grep -q "NOT requeued: scontrol cannot be run" ns.err || fail "no scontrol message: $(cat ns.err)"
+pass "srun launch, 2-node training, preemption + requeue bitwise exact, mpirun in allocation, --test-only, no scontrol"
