@@ -81,6 +81,7 @@ int main(int argc, char **argv)
     ddp_status st = ddp_init(&argc, &argv, &ctx);
     if (st != DDP_OK) {
         fprintf(stderr, "mpiddp %s: error: %s\n", argv[1], ddp_last_error());
+        ddp_finalize(ctx);
         return 1;
     }
     int rc = fn(ctx, argc, argv);

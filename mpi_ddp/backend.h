@@ -51,6 +51,8 @@ ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out);
 /* The reference model on a given backend (ddp_refmodel_create picks the context's shared one). */
 ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t dim, int64_t hidden, int64_t classes, int64_t max_batch_rows,
                                   int64_t max_batch_samples, ddp_model *out);
+/* Cumulative seconds the reference model spent in forward and backward of train_step (for benchmarks). */
+void ddp_refmodel_times(const ddp_model *m, double *fwd, double *bwd);
 /* Available when built with CUDA; device is the CUDA ordinal. */
 ddp_status ddp_backend_cuda_create(int device, ddp_backend **out);
 

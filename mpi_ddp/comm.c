@@ -47,6 +47,12 @@ ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **out)
     MPI_CHECK(MPI_Get_processor_name(host, &len));
     snprintf(t->host, sizeof t->host, "%s", host);
     ddp_jobfacts_read(&c->facts);
+    ddp_status fst = ddp_jobfacts_check(&c->facts, t->rank, t->size);
+    if (fst != DDP_OK) { /* every process of a mis-launched job fails alike: nothing to agree with */
+        ddp_mark_error_shared();
+        *out = c; /* the caller finalizes */
+        return fst;
+    }
     snprintf(t->launcher, sizeof t->launcher, "%s", c->facts.source);
     snprintf(t->job_id, sizeof t->job_id, "%s", c->facts.job_id);
     c->device = DDP_DEVICE_CPU;

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     ddp_backend *be;
@@ -23,7 +24,22 @@ typedef struct {
     int64_t *off_dev, *lab_dev;
     float *h_loss, *h_prob;         /* host staging */
     int64_t *h_pred;
+    double t_fwd, t_bwd;            /* cumulative seconds in train_step's forward and backward (benchmarks) */
 } refmodel;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void ddp_refmodel_times(const ddp_model *model, double *fwd, double *bwd)
+{
+    const refmodel *m = model->self;
+    *fwd = m->t_fwd;
+    *bwd = m->t_bwd;
+}
 
 enum { W1, B1, W2, B2, W3, B3 };
 
@@ -121,8 +137,12 @@ static ddp_status ref_train_step(void *self, const ddp_batch *b, const float *P,
     ddp_backend *be = m->be;
     const float *x = NULL;
     const int64_t *off = NULL, *lab = NULL;
+    double t0 = now_s();
     DDP_CHECK(stage(m, b, &x, &off, &lab));
     DDP_CHECK(forward(m, b, P, x, off, lab, 1));
+    if (!be->host_memory) DDP_CHECK(be->synchronize(be));
+    double t1 = now_s();
+    m->t_fwd += t1 - t0;
     int64_t R = b->nrows, B = b->nsamples, D = m->D, H = m->H, C = m->C;
     /* head */
     DDP_CHECK(be->gemm(be, 1, 0, C, H, B, 1.0f, m->dlogits, C, m->p, H, 1.0f, G + m->off[W3], H));
@@ -141,7 +161,9 @@ static ddp_status ref_train_step(void *self, const ddp_batch *b, const float *P,
     DDP_CHECK(be->gemm(be, 1, 0, H, D, R, 1.0f, m->a1, H, x, D, 1.0f, G + m->off[W1], D));
     DDP_CHECK(be->colsum(be, m->a1, G + m->off[B1], R, H, 1.0f));
     if (ready) ready(ready_arg, m->off[W1], m->off[W2]);
-    return collect(m, b, out);
+    ddp_status st = collect(m, b, out);
+    m->t_bwd += now_s() - t1;
+    return st;
 }
 
 static ddp_status ref_eval_step(void *self, const ddp_batch *b, const float *P, ddp_forward_out *out)

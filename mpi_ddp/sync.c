@@ -95,6 +95,14 @@ static ddp_status launch(ddp_sync *s, int k)
     int64_t n = s->hi[k] - s->lo[k];
     s->launched[k] = 1;
     if (!s->cuda) {
+        /* Without a collective timeout the bucket is reduced right away with the blocking MPI_Allreduce:
+         * on CPU there is no progress thread to overlap with, and Open MPI's tuned blocking allreduce is
+         * faster than its nonblocking one (libnbc). With a timeout the request is polled (watchdog.h). */
+        if (s->ctx->coll_timeout <= 0) {
+            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, s->ctx->world));
+            s->req[k] = MPI_REQUEST_NULL;
+            return DDP_OK;
+        }
         MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, s->ctx->world, &s->req[k]));
         return DDP_OK;
     }
@@ -113,7 +121,7 @@ void ddp_sync_ready(void *arg, int64_t lo, int64_t hi)
         if (s->st != DDP_OK) return;
         s->next++;
     }
-    if (!s->cuda && s->next > 0) { /* give MPI a chance to progress what is in flight */
+    if (!s->cuda && s->next > 0 && s->ctx->coll_timeout > 0) { /* give MPI a chance to progress what is in flight */
         int flag;
         MPI_Testall(s->next, s->req, &flag, MPI_STATUSES_IGNORE);
     }

@@ -1,6 +1,7 @@
-/* sync.h — gradient synchronisation: one flat gradient buffer (parameters, then a few control floats
- * such as the step's sample count, loss sum and stop flag) split into buckets that are summed across
- * ranks as backward marks them ready — MPI_Iallreduce on CPU, NCCL on a separate stream on GPU. */
+/* sync.h — gradient synchronisation: one flat gradient buffer (parameters, then a few control floats:
+ * the step's sample count and stop flag) split into buckets that are summed across ranks as backward
+ * marks them ready — on CPU with MPI_Allreduce (MPI_Iallreduce polled against the deadline when a
+ * collective timeout is set), on GPU with NCCL on a separate stream ordered after backward by an event. */
 #ifndef DDP_SYNC_H
 #define DDP_SYNC_H
 

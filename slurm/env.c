@@ -1,6 +1,8 @@
 /* env.c — job facts from PMIx and the SLURM / Open MPI environment. */
 #include "env.h"
 
+#include "../mpi_ddp/status.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +102,22 @@ void ddp_jobfacts_read(ddp_jobfacts *f)
         f->local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
     }
     if (!f->job_id[0]) copy_env(f->job_id, sizeof f->job_id, "OMPI_MCA_ess_base_jobid");
+}
+
+ddp_status ddp_jobfacts_check(const ddp_jobfacts *f, int mpi_rank, int mpi_size)
+{
+    int rank = -1, size = -1;
+    const char *who = NULL;
+    if (!strcmp(f->source, "pmix")) {
+        rank = f->rank, size = f->size, who = "PMIx";
+    } else if (getenv("SLURM_STEP_NUM_TASKS") && getenv("SLURM_PROCID") && !getenv("OMPI_COMM_WORLD_SIZE")) {
+        rank = env_int("SLURM_PROCID", -1), size = env_int("SLURM_STEP_NUM_TASKS", -1), who = "srun";
+    }
+    if (!who || rank < 0 || size < 1 || (rank == mpi_rank && size == mpi_size)) return DDP_OK;
+    return ddp_set_error(DDP_ERR_MISMATCH,
+                         "%s started this process as rank %d of %d but MPI says rank %d of %d: launch with `srun --mpi=pmix` (or mpirun), "
+                         "not plain srun",
+                         who, rank, size, mpi_rank, mpi_size);
 }
 
 int ddp_blas_threads_from_env(void)

@@ -17,6 +17,9 @@ typedef struct {
 
 /* Reads what the environment says about this process; never fails (unknown fields are -1 or ""). */
 void ddp_jobfacts_read(ddp_jobfacts *f);
+/* Cross-checks what the launcher says (PMIx, or srun's SLURM_PROCID / SLURM_STEP_NUM_TASKS) against MPI's
+ * rank and size; a mismatch (typically `srun` without --mpi=pmix: every task an MPI singleton) is an error. */
+ddp_status ddp_jobfacts_check(const ddp_jobfacts *f, int mpi_rank, int mpi_size);
 /* Threads for the CPU GEMMs: SLURM_CPUS_PER_TASK, else OMP_NUM_THREADS, else 1. */
 int ddp_blas_threads_from_env(void);
 /* Integer environment knob (NCCL_PARAM style): MPIDDP_<name>, default when unset or malformed. */

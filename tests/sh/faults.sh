@@ -7,8 +7,8 @@ synth --out v --samples 200 --dim 16 --classes 3 --shards 1 --seed 1 --first-id 
 base=(--train t --val v --batch-size 8 --hidden 32 --no-progress)
 rank_pid() { # pid of MPI rank $1 of a running job
   for p in /proc/[0-9]*; do
-    tr '\0' '\n' < $p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" &&
-      tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q "$MPIDDP train" && { basename $p; return; }
+    { tr '\0' '\n' < $p/environ | grep -qx "OMPI_COMM_WORLD_RANK=$1" &&
+      tr '\0' ' ' < $p/cmdline | grep -q "$MPIDDP train" && { basename $p; return; }; } 2>/dev/null
   done
 }
 wait_for() { for _ in $(seq 200); do [ -e "$1" ] && return 0; sleep 0.1; done; fail "timed out waiting for $1"; }

@@ -20,6 +20,22 @@ static void test_gelu_values(void **state)
     }
 }
 
+static void test_expf(void **state)
+{
+    (void)state;
+    double worst = 0;
+    for (double x = -87.0; x <= 87.0; x += 0.01) {
+        double ref = exp((float)x), got = ddp_expf((float)x);
+        double rel = fabs(got - ref) / ref;
+        if (rel > worst) worst = rel;
+    }
+    print_message("  ddp_expf worst relative error on [-87, 87]: %.2e\n", worst);
+    assert_true(worst < 5e-7);
+    assert_true(isnan(ddp_expf(NAN)) && isnan(ddp_gelu(NAN)) && isnan(ddp_gelu_grad(NAN)));
+    assert_true(fabsf(ddp_gelu(-200.0f)) < 1e-30f && ddp_gelu(200.0f) == 200.0f); /* saturated ends, no NaN */
+    assert_true(isfinite(ddp_gelu_grad(-200.0f)) && isfinite(ddp_gelu_grad(200.0f)));
+}
+
 static void test_gelu_grad_fd(void **state)
 {
     (void)state;
@@ -80,6 +96,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gelu_values),
+        cmocka_unit_test(test_expf),
         cmocka_unit_test(test_gelu_grad_fd),
         cmocka_unit_test(test_softmax_xent_grad_fd),
         cmocka_unit_test(test_adamw_formula),

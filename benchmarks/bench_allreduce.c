@@ -1,0 +1,157 @@
+/* bench_allreduce.c — allreduce bandwidth in nccl-tests' conventions (flags -b -e -f -n -w -c; columns
+ * size, count, type, time, algbw, busbw = algbw * 2(n-1)/n, #wrong), MPI on CPU, NCCL with -d cuda;
+ * then mpiddp's bucketed gradient sync against one raw MPI_Allreduce of the same bytes, for the reference
+ * model's gradient sizes. CSV to -o.
+ *
+ *   mpirun -np 2 bench_allreduce -b 8 -e 64M -f 4 -n 20 -w 5 [-d cpu|cuda] [-o allreduce.csv]
+ */
+#include "mpi_ddp/backend.h"
+#include "mpi_ddp/ctx.h"
+#include "mpi_ddp/cuda_api.h"
+#include "mpi_ddp/sync.h"
+#include "mpiddp.h"
+
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int64_t parse_size(const char *s)
+{
+    char *e;
+    double v = strtod(s, &e);
+    if (*e == 'K' || *e == 'k') v *= 1024;
+    else if (*e == 'M' || *e == 'm') v *= 1024 * 1024;
+    else if (*e == 'G' || *e == 'g') v *= 1024.0 * 1024 * 1024;
+    return (int64_t)v;
+}
+
+int main(int argc, char **argv)
+{
+    ddp_ctx *ctx;
+    if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
+    int64_t minb = 8, maxb = 64 << 20, factor = 4;
+    int iters = 20, warm = 5, check = 1;
+    const char *dev = "cpu", *csv = "allreduce.csv";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-b")) minb = parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "-e")) maxb = parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "-f")) factor = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-w")) warm = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-c")) check = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-d")) dev = argv[i + 1];
+        else if (!strcmp(argv[i], "-o")) csv = argv[i + 1];
+    }
+    const ddp_topology *t = ddp_topo(ctx);
+    int W = t->size, cuda = !strcmp(dev, "cuda");
+    ddp_backend *be = NULL;
+    if (cuda) {
+        ddp_device got;
+        if (ddp_select_device(ctx, DDP_DEVICE_CUDA, &got, NULL) != DDP_OK || ddp_ctx_backend(ctx, DDP_DEVICE_CUDA, &be) != DDP_OK ||
+            ddp_nccl_init(ctx) != DDP_OK) {
+            fprintf(stderr, "bench_allreduce: %s\n", ddp_last_error());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    } else {
+        ddp_ctx_backend(ctx, DDP_DEVICE_CPU, &be);
+    }
+    void *stream = NULL;
+    if (cuda) ddp_cuda()->stream_create(&stream);
+    int64_t maxn = maxb / 4;
+    float *host = malloc((size_t)maxn * 4), *buf = NULL;
+    void *vb;
+    be->alloc(be, &vb, (size_t)maxn * 4);
+    buf = vb;
+    FILE *f = t->rank == 0 ? fopen(csv, "w") : NULL;
+    if (f) fprintf(f, "table,backend,ranks,size_bytes,count,time_us,algbw_GBps,busbw_GBps,wrong,buckets,raw_time_us,ratio\n");
+    if (t->rank == 0)
+        printf("# mpiddp bench_allreduce: %d ranks, backend %s, in-place float sum\n#\n%12s %12s %6s %10s %10s %10s %8s\n", W,
+               cuda ? "nccl" : "mpi", "size(B)", "count", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    for (int64_t bytes = minb; bytes <= maxb; bytes *= factor) {
+        int64_t cnt = bytes / 4;
+        if (cnt < 1) continue;
+        double tt = 0;
+        long wrong = 0;
+        for (int it = -warm; it < iters; it++) {
+            if (check || it < 0) {
+                for (int64_t i = 0; i < cnt; i++) host[i] = (float)(t->rank + 1) * (float)((i % 13) + 1);
+                be->upload(be, buf, host, (size_t)cnt * 4);
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
+            double a = now_s();
+            if (cuda) {
+                ddp_nccl_allreduce_sum(ctx, buf, cnt, stream);
+                ddp_cuda()->stream_sync(stream);
+            } else {
+                MPI_Allreduce(MPI_IN_PLACE, buf, (int)cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            }
+            double d = now_s() - a;
+            MPI_Allreduce(MPI_IN_PLACE, &d, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            if (it >= 0) tt += d;
+            if (check && it >= 0) {
+                be->download(be, host, buf, (size_t)cnt * 4);
+                float ranks = (float)W * (float)(W + 1) / 2.0f;
+                for (int64_t i = 0; i < cnt; i++) wrong += host[i] != ranks * (float)((i % 13) + 1);
+            }
+        }
+        MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        double us = tt / iters * 1e6, alg = (double)bytes / (tt / iters) / 1e9, bus = alg * 2.0 * (W - 1) / W;
+        if (t->rank == 0) {
+            printf("%12lld %12lld %6s %10.1f %10.3f %10.3f %8ld\n", (long long)bytes, (long long)cnt, "float", us, alg, bus, wrong);
+            if (f) fprintf(f, "allreduce,%s,%d,%lld,%lld,%.2f,%.4f,%.4f,%ld,,,\n", cuda ? "nccl" : "mpi", W, (long long)bytes, (long long)cnt, us, alg, bus, wrong);
+        }
+    }
+    /* bucketed gradient sync vs one raw MPI_Allreduce of the same bytes (CPU) */
+    if (!cuda) {
+        const int64_t hs[3] = {64, 256, 512};
+        if (t->rank == 0)
+            printf("#\n# gradient sync (reference model, D=64, C=10, 25 MiB buckets) vs one MPI_Allreduce of the same bytes\n"
+                   "%8s %12s %8s %12s %12s %8s\n", "hidden", "bytes", "buckets", "sync(us)", "raw(us)", "ratio");
+        for (int k = 0; k < 3; k++) {
+            int64_t H = hs[k], n = H * 64 + H + H * H + H + 10 * H + 10;
+            float *g = calloc((size_t)n + 2, 4);
+            ddp_sync *s;
+            ddp_sync_create(ctx, be, g, n, 2, 25 << 20, &s);
+            double ts = 0, tr = 0;
+            for (int it = -warm; it < iters; it++) {
+                MPI_Barrier(MPI_COMM_WORLD);
+                double a = now_s();
+                ddp_sync_begin(s);
+                ddp_sync_ready(s, 0, n); /* the whole gradient ready at once: the transport cost only */
+                ddp_sync_finish(s, "bench");
+                double d1 = now_s() - a;
+                MPI_Barrier(MPI_COMM_WORLD);
+                a = now_s();
+                MPI_Allreduce(MPI_IN_PLACE, g, (int)(n + 2), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                double d2 = now_s() - a;
+                double dd[2] = {d1, d2};
+                MPI_Allreduce(MPI_IN_PLACE, dd, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                if (it >= 0) ts += dd[0], tr += dd[1];
+            }
+            if (t->rank == 0) {
+                printf("%8lld %12lld %8d %12.1f %12.1f %8.2f\n", (long long)H, (long long)(n + 2) * 4, ddp_sync_num_buckets(s),
+                       ts / iters * 1e6, tr / iters * 1e6, ts / tr);
+                if (f) fprintf(f, "sync,mpi,%d,%lld,%lld,%.2f,,,,%d,%.2f,%.3f\n", W, (long long)(n + 2) * 4, (long long)(n + 2),
+                               ts / iters * 1e6, ddp_sync_num_buckets(s), tr / iters * 1e6, ts / tr);
+            }
+            ddp_sync_destroy(s);
+            free(g);
+        }
+    }
+    if (f) fclose(f);
+    if (stream) ddp_cuda()->stream_destroy(stream);
+    be->release(be, buf);
+    free(host);
+    ddp_finalize(ctx);
+    return 0;
+}

@@ -1,0 +1,164 @@
+/* bench_train.c — training throughput of mpiddp's reference model: samples/s, rows/s, a per-step time
+ * breakdown (data wait, forward, backward, gradient sync wait, optimizer), achieved GFLOP/s against the
+ * sgemm rate measured in the same process, and peak RSS. One row per run appended to --csv by rank 0;
+ * run_train.sh runs it beside the PyTorch DDP peer (peers/torch_ddp.py) and reports the ratios.
+ *
+ *   mpirun -np R bench_train --data DIR --hidden H [--batch 64] [--steps N] [--warmup W] [--csv FILE]
+ */
+#include "io/dataset.h"
+#include "io/loader.h"
+#include "mpi_ddp/backend.h"
+#include "mpi_ddp/ctx.h"
+#include "mpi_ddp/sync.h"
+#include "mpiddp.h"
+
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+#define DIE(...)                                                                                   \
+    do {                                                                                           \
+        fprintf(stderr, "bench_train: " __VA_ARGS__);                                              \
+        fprintf(stderr, ": %s\n", ddp_last_error());                                              \
+        MPI_Abort(MPI_COMM_WORLD, 1);                                                              \
+    } while (0)
+
+/* sgemm rate of the shapes the model runs: [rows x H] x [H x H] */
+static double sgemm_gflops(ddp_backend *be, int64_t M, int64_t H)
+{
+    float *a = calloc((size_t)(M * H), 4), *b = calloc((size_t)(H * H), 4), *c = calloc((size_t)(M * H), 4);
+    for (int64_t i = 0; i < M * H; i++) a[i] = (float)(i % 7) * 0.1f;
+    for (int64_t i = 0; i < H * H; i++) b[i] = (float)(i % 5) * 0.1f;
+    be->gemm(be, 0, 1, M, H, H, 1.0f, a, H, b, H, 0.0f, c, H); /* warm */
+    int reps = 0;
+    double t0 = now_s(), t;
+    do {
+        be->gemm(be, 0, 1, M, H, H, 1.0f, a, H, b, H, 0.0f, c, H);
+        reps++;
+    } while ((t = now_s() - t0) < 0.5);
+    free(a), free(b), free(c);
+    return 2.0 * (double)M * (double)H * (double)H * reps / t / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    ddp_ctx *ctx;
+    if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
+    const char *data = NULL, *csv = "train_raw.csv";
+    int64_t H = 64, B = 64, steps = 50, warmup = 5;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--data")) data = argv[i + 1];
+        else if (!strcmp(argv[i], "--hidden")) H = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch")) B = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--steps")) steps = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--warmup")) warmup = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--csv")) csv = argv[i + 1];
+    }
+    const ddp_topology *t = ddp_topo(ctx);
+    if (!data) {
+        if (t->rank == 0) fprintf(stderr, "usage: bench_train --data DIR --hidden H [--batch B] [--steps N] [--warmup W] [--csv F]\n");
+        ddp_finalize(ctx);
+        return 2;
+    }
+    ddp_dataset *ds;
+    if (ddp_dataset_open(ctx, data, &ds) != DDP_OK) DIE("open %s", data);
+    ddp_sampler sm;
+    if (ddp_sampler_init(&sm, DDP_SAMPLE_GLOBAL, ds->info.num_samples, t->size, t->rank, 1, 0, B, NULL, 0) != DDP_OK) DIE("sampler");
+    ddp_loader *ld;
+    if (ddp_loader_create(ds, &sm, 1, &ld) != DDP_OK) DIE("loader");
+    ddp_model m;
+    if (ddp_refmodel_create(ctx, DDP_DEVICE_CPU, ds->info.dim, H, ds->info.num_classes, ddp_loader_max_rows(ld), B, &m) != DDP_OK)
+        DIE("model");
+    ddp_backend *be;
+    ddp_ctx_backend(ctx, DDP_DEVICE_CPU, &be);
+    int64_t n = ddp_model_num_params(&m);
+    float *p = calloc((size_t)n, 4), *g = calloc((size_t)n + 2, 4), *mo = calloc((size_t)n, 4), *v = calloc((size_t)n, 4);
+    m.init(m.self, p, 1);
+    ddp_sync *sync;
+    if (ddp_sync_create(ctx, be, g, n, 2, 25 << 20, &sync) != DDP_OK) DIE("sync");
+    if (ddp_loader_start_epoch(ld, 0, 0) != DDP_OK) DIE("epoch");
+    int64_t total = warmup + steps;
+    if (total > sm.steps) total = sm.steps, steps = total - warmup;
+    double tm[5] = {0}, fwd0 = 0, bwd0 = 0, t_start = 0;
+    int64_t rows = 0, samples = 0;
+    for (int64_t s = 0; s < total; s++) {
+        if (s == warmup) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            memset(tm, 0, sizeof tm);
+            ddp_refmodel_times(&m, &fwd0, &bwd0);
+            rows = samples = 0;
+            t_start = now_s();
+        }
+        double a = now_s();
+        const ddp_batch *b;
+        if (ddp_loader_next(ld, s, &b) != DDP_OK) DIE("batch");
+        double b0 = now_s();
+        memset(g, 0, (size_t)(n + 2) * 4);
+        g[n] = (float)b->nsamples;
+        ddp_sync_begin(sync);
+        ddp_forward_out out = {0};
+        if (m.train_step(m.self, b, p, g, &out, ddp_sync_ready, sync) != DDP_OK) DIE("step");
+        double c = now_s();
+        if (ddp_sync_finish(sync, "bench") != DDP_OK) DIE("sync");
+        double d = now_s();
+        double ss;
+        be->sumsq(be, g, n, &ss);
+        ddp_adamw_args aw = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                             .bc1 = (float)(1 - pow(0.9, (double)s + 1)), .bc2_sqrt = (float)sqrt(1 - pow(0.999, (double)s + 1)),
+                             .gscale = 1.0f / g[n]};
+        be->adamw(be, p, g, mo, v, n, &aw);
+        double e = now_s();
+        tm[0] += b0 - a, tm[1] += c - b0, tm[2] += d - c, tm[3] += e - d;
+        rows += b->nrows;
+        samples += b->nsamples;
+    }
+    double wall = now_s() - t_start, fwd, bwd;
+    ddp_refmodel_times(&m, &fwd, &bwd);
+    fwd -= fwd0, bwd -= bwd0;
+    /* the step is as slow as its slowest rank */
+    double w = wall;
+    MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    int64_t agg[2] = {rows, samples};
+    MPI_Allreduce(MPI_IN_PLACE, agg, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double rss = (double)ru.ru_maxrss / 1024.0;
+    MPI_Allreduce(MPI_IN_PLACE, &rss, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    int64_t D = ds->info.dim;
+    double flops = (double)rows * (4.0 * (double)D * (double)H + 6.0 * (double)H * (double)H); /* this rank's GEMM work */
+    double gf = flops / (fwd + bwd) / 1e9;
+    double sg = sgemm_gflops(be, (int64_t)((double)rows / (double)steps), H);
+    if (t->rank == 0) {
+        double ms = 1e3 / (double)steps;
+        FILE *f = fopen(csv, "a");
+        if (f) {
+            fprintf(f, "mpiddp,%d,%lld,%lld,%lld,%.1f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.1f\n", t->size, (long long)H,
+                    (long long)B, (long long)steps, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms,
+                    tm[2] * ms, tm[3] * ms, gf, sg, rss);
+            fclose(f);
+        }
+        printf("mpiddp np=%d H=%lld: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f bwd %.2f sync %.2f opt %.2f), "
+               "%.2f GFLOP/s of %.2f sgemm, peak RSS %.1f MiB\n",
+               t->size, (long long)H, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms,
+               tm[3] * ms, gf, sg, rss);
+    }
+    ddp_sync_destroy(sync);
+    m.destroy(m.self);
+    ddp_loader_destroy(ld);
+    ddp_sampler_free(&sm);
+    ddp_dataset_close(ds);
+    free(p), free(g), free(mo), free(v);
+    ddp_finalize(ctx);
+    return 0;
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/python3
+"""report_train.py RAW.csv OUTDIR | --plots-only OUTDIR — the training table (mpiddp beside PyTorch DDP per
+hidden size and rank count, with the speed ratio, weak-scaling efficiency and the share of the measured
+sgemm rate) as train.csv + text, and the PNG plots: throughput vs hidden, scaling vs ranks, allreduce
+busbw vs size (from OUTDIR/allreduce.csv when present)."""
+import csv
+import os
+import subprocess
+import sys
+
+COLS = ["impl", "ranks", "hidden", "batch", "steps", "samples_per_s", "rows_per_s", "step_ms", "data_ms", "fwd_ms", "bwd_ms",
+        "sync_ms", "opt_ms", "gflops", "sgemm_gflops", "peak_rss_mib"]
+
+
+def gnuplot(script):
+    try:
+        subprocess.run(["gnuplot"], input=script.encode(), check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"(no plot: {e})")
+
+
+def plots(out):
+    rows = list(csv.DictReader(open(f"{out}/train.csv"))) if os.path.exists(f"{out}/train.csv") else []
+    if rows:
+        hs = sorted({int(r["hidden"]) for r in rows})
+        ranks = sorted({int(r["ranks"]) for r in rows})
+        with open(f"{out}/train_hidden.dat", "w") as f:
+            f.write("hidden mpiddp torch-ddp\n")
+            for h in hs:
+                v = {r["impl"]: r["samples_per_s"] for r in rows if int(r["hidden"]) == h and int(r["ranks"]) == 2}
+                f.write(f"{h} {v.get('mpiddp', 'NaN')} {v.get('torch-ddp', 'NaN')}\n")
+        with open(f"{out}/train_ranks.dat", "w") as f:
+            f.write("ranks " + " ".join(f"mpiddp-H{h} torch-H{h}" for h in hs) + "\n")
+            for n in ranks:
+                vals = []
+                for h in hs:
+                    for impl in ("mpiddp", "torch-ddp"):
+                        m = [r["samples_per_s"] for r in rows if int(r["hidden"]) == h and int(r["ranks"]) == n and r["impl"] == impl]
+                        vals.append(m[0] if m else "NaN")
+                f.write(f"{n} " + " ".join(vals) + "\n")
+        gnuplot(f"""set terminal pngcairo size 900,450
+set output '{out}/train_hidden.png'
+set title 'samples/s at 2 ranks (higher is better)' noenhanced
+set logscale y
+set xlabel 'hidden units'
+set ylabel 'samples/s'
+set key autotitle columnhead
+plot '{out}/train_hidden.dat' using 1:2 with linespoints lw 2 pt 7, '' using 1:3 with linespoints lw 2 pt 5
+set output '{out}/train_ranks.png'
+set title 'samples/s vs ranks (2 cores: 4 ranks oversubscribe)' noenhanced
+set xlabel 'ranks'
+plot for [i=2:{1 + 2 * len(hs)}] '{out}/train_ranks.dat' using 1:i with linespoints lw 2
+""")
+    if os.path.exists(f"{out}/allreduce.csv"):
+        ar = [r for r in csv.DictReader(open(f"{out}/allreduce.csv")) if r["table"] == "allreduce"]
+        with open(f"{out}/allreduce.dat", "w") as f:
+            for r in ar:
+                f.write(f"{r['size_bytes']} {r['busbw_GBps']}\n")
+        gnuplot(f"""set terminal pngcairo size 900,450
+set output '{out}/allreduce.png'
+set title 'MPI_Allreduce busbw, 2 ranks' noenhanced
+set logscale x 2
+set xlabel 'bytes'
+set ylabel 'busbw (GB/s)'
+plot '{out}/allreduce.dat' using 1:2 with linespoints lw 2 pt 7 title 'MPI (Open MPI 4.1, shared memory)'
+""")
+
+
+if sys.argv[1] == "--plots-only":
+    plots(sys.argv[2])
+    sys.exit(0)
+raw, out = sys.argv[1], sys.argv[2]
+rows = [dict(zip(COLS, r)) for r in csv.reader(open(raw))]
+by = {(r["impl"], int(r["ranks"]), int(r["hidden"])): r for r in rows}
+for r in rows:
+    peer = by.get(("torch-ddp", int(r["ranks"]), int(r["hidden"])))
+    r["vs_peer"] = f"{float(r['samples_per_s']) / float(peer['samples_per_s']):.2f}" if peer and r["impl"] == "mpiddp" else ""
+    one = by.get((r["impl"], 1, int(r["hidden"])))
+    r["weak_eff"] = f"{float(r['samples_per_s']) / int(r['ranks']) / float(one['samples_per_s']):.2f}" if one else ""
+    r["of_sgemm"] = f"{float(r['gflops']) / float(r['sgemm_gflops']):.2f}" if r["gflops"] else ""
+keys = COLS + ["vs_peer", "weak_eff", "of_sgemm"]
+rows.sort(key=lambda r: (int(r["hidden"]), int(r["ranks"]), r["impl"]))
+with open(f"{out}/train.csv", "w") as f:
+    w = csv.DictWriter(f, keys)
+    w.writeheader()
+    w.writerows(rows)
+print(f"{'impl':>10} {'np':>3} {'H':>4} {'samples/s':>10} {'rows/s':>10} {'step ms':>8} {'data':>6} {'fwd':>6} {'bwd':>6} {'sync':>6} "
+      f"{'opt':>6} {'GF/s':>6} {'sgemm':>6} {'%sgemm':>6} {'RSS MiB':>8} {'x peer':>7} {'weak eff':>8}")
+for r in rows:
+    print(f"{r['impl']:>10} {r['ranks']:>3} {r['hidden']:>4} {float(r['samples_per_s']):>10.0f} {float(r['rows_per_s']):>10.0f} "
+          f"{float(r['step_ms']):>8.2f} {r['data_ms']:>6.6} {r['fwd_ms']:>6.6} {r['bwd_ms']:>6.6} {r['sync_ms'] or '-':>6.6} "
+          f"{r['opt_ms']:>6.6} {r['gflops'] or '-':>6.6} {r['sgemm_gflops'] or '-':>6.6} {r['of_sgemm'] or '-':>6} "
+          f"{float(r['peak_rss_mib']):>8.1f} {r['vs_peer'] or '-':>7} {r['weak_eff']:>8}")
+plots(out)
