@@ -41,14 +41,19 @@ static double sgemm_gflops(ddp_backend *be, int64_t M, int64_t H)
     for (int64_t i = 0; i < M * H; i++) a[i] = (float)(i % 7) * 0.1f;
     for (int64_t i = 0; i < H * H; i++) b[i] = (float)(i % 5) * 0.1f;
     be->gemm(be, 0, 1, M, H, H, 1.0f, a, H, b, H, 0.0f, c, H); /* warm */
-    int reps = 0;
-    double t0 = now_s(), t;
-    do {
-        be->gemm(be, 0, 1, M, H, H, 1.0f, a, H, b, H, 0.0f, c, H);
-        reps++;
-    } while ((t = now_s() - t0) < 0.5);
+    double best = 0;
+    for (int round = 0; round < 3; round++) { /* best of three windows: other ranks share the cores */
+        int reps = 0;
+        double t0 = now_s(), t;
+        do {
+            be->gemm(be, 0, 1, M, H, H, 1.0f, a, H, b, H, 0.0f, c, H);
+            reps++;
+        } while ((t = now_s() - t0) < 0.2);
+        double r = 2.0 * (double)M * (double)H * (double)H * reps / t / 1e9;
+        if (r > best) best = r;
+    }
     free(a), free(b), free(c);
-    return 2.0 * (double)M * (double)H * (double)H * reps / t / 1e9;
+    return best;
 }
 
 int main(int argc, char **argv)

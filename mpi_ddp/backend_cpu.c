@@ -8,6 +8,14 @@
 
 extern void openblas_set_num_threads(int num_threads);
 
+/* The element-wise loops are compiled for AVX-512, AVX2 and the baseline, picked at load time (ifunc),
+ * so one binary runs everywhere and uses the widest vectors the CPU has. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define DDP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DDP_CLONES
+#endif
+
 static ddp_status cpu_alloc(ddp_backend *b, void **p, size_t bytes)
 {
     (void)b;
@@ -49,7 +57,7 @@ static ddp_status cpu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
     return DDP_OK;
 }
 
-static ddp_status cpu_bias_gelu(ddp_backend *b, float *z, const float *bias, float *a, int64_t rows, int64_t cols)
+DDP_CLONES static ddp_status cpu_bias_gelu(ddp_backend *b, float *z, const float *bias, float *a, int64_t rows, int64_t cols)
 {
     (void)b;
     for (int64_t r = 0; r < rows; r++) {
@@ -62,14 +70,14 @@ static ddp_status cpu_bias_gelu(ddp_backend *b, float *z, const float *bias, flo
     return DDP_OK;
 }
 
-static ddp_status cpu_gelu_backward(ddp_backend *b, const float *da, const float *z, float *dz, int64_t n)
+DDP_CLONES static ddp_status cpu_gelu_backward(ddp_backend *b, const float *da, const float *z, float *dz, int64_t n)
 {
     (void)b;
     for (int64_t i = 0; i < n; i++) dz[i] = da[i] * ddp_gelu_grad(z[i]);
     return DDP_OK;
 }
 
-static ddp_status cpu_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
+DDP_CLONES static ddp_status cpu_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
 {
     (void)b;
     for (int64_t c = 0; c < cols; c++) out[c] = beta == 0.0f ? 0.0f : beta * out[c];
@@ -78,7 +86,7 @@ static ddp_status cpu_colsum(ddp_backend *b, const float *x, float *out, int64_t
     return DDP_OK;
 }
 
-static ddp_status cpu_segment_mean(ddp_backend *b, const float *a, const int64_t *off, int64_t nseg, int64_t cols,
+DDP_CLONES static ddp_status cpu_segment_mean(ddp_backend *b, const float *a, const int64_t *off, int64_t nseg, int64_t cols,
                                    float *out)
 {
     (void)b;
@@ -93,7 +101,7 @@ static ddp_status cpu_segment_mean(ddp_backend *b, const float *a, const int64_t
     return DDP_OK;
 }
 
-static ddp_status cpu_segment_mean_backward(ddp_backend *b, const float *dp, const int64_t *off, int64_t nseg,
+DDP_CLONES static ddp_status cpu_segment_mean_backward(ddp_backend *b, const float *dp, const int64_t *off, int64_t nseg,
                                             int64_t cols, float *da)
 {
     (void)b;
@@ -123,7 +131,7 @@ static ddp_status cpu_softmax_xent(ddp_backend *b, const float *logits, const in
     return DDP_OK;
 }
 
-static ddp_status cpu_adamw(ddp_backend *b, float *p, const float *g, float *m, float *v, int64_t n,
+DDP_CLONES static ddp_status cpu_adamw(ddp_backend *b, float *p, const float *g, float *m, float *v, int64_t n,
                             const ddp_adamw_args *a)
 {
     (void)b;

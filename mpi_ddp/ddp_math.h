@@ -15,11 +15,12 @@
 #define DDP_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define DDP_GELU_C 0.044715f
 
-/* exp(x) for float, Cephes' polynomial (about 1 ulp) in plain arithmetic so the CPU loops vectorize
- * without -ffast-math or libmvec; the same code runs in the CUDA kernels. x is clamped to [-87, 87]. */
+/* exp(x) for float, Cephes' polynomial (about 1 ulp) in branch-free arithmetic so the CPU loops vectorize
+ * without -ffast-math or libmvec; the same code runs in the CUDA kernels. x is clamped to [-87, 87] (NaN
+ * becomes -87: callers that must propagate NaN, like gelu, multiply by x). */
 DDP_HD static inline float ddp_expf(float x)
 {
-    float v = x != x ? 0.0f : x > 87.0f ? 87.0f : x < -87.0f ? -87.0f : x; /* NaN is carried through below */
+    float v = fminf(fmaxf(x, -87.0f), 87.0f);
     float fx = v * 1.44269504088896341f + 0.5f;
     int n = (int)fx;
     n -= (float)n > fx; /* floor */
@@ -34,7 +35,7 @@ DDP_HD static inline float ddp_expf(float x)
         float f;
     } p;
     p.u = (uint32_t)(n + 127) << 23; /* 2^n; n + 127 is in [1, 253] */
-    return x != x ? x : y * p.f;
+    return y * p.f;
 }
 
 /* gelu, tanh approximation (PyTorch approximate="tanh"): 0.5 x (1 + tanh(u)) = x * sigmoid(2u),

@@ -70,4 +70,11 @@ rc=$?
 set -e
 [ $rc = 3 ] || { cat ns.out ns.err; fail "expected exit 3 without scontrol, got $rc"; }
 grep -q "NOT requeued: scontrol cannot be run" ns.err || fail "no scontrol message: $(cat ns.err)"
+# 6. the scaling benchmark script, in CPU mode on this cluster (when the benchmarks are built)
+if [ -x "${BENCH_DIR:-}/bench_train" ]; then
+  mkdir -p b/benchmarks && cp ./mpiddp b/ && cp "$BENCH_DIR/bench_train" "$BENCH_DIR/bench_allreduce" b/benchmarks/
+  js=$(BUILD=$J/b OUT=$J/scal STEPS=3 HIDDEN=64 sbatch --parsable -N2 --ntasks-per-node=1 -o scal-%j.log "$SRC/benchmarks/slurm/scaling.sbatch")
+  wait_job $js COMPLETED FAILED
+  [ "$(grep -c '^mpiddp,' scal/weak.csv 2>/dev/null)" = 2 ] && [ -s scal/allreduce-2.csv ] || { cat scal-$js.log; fail "scaling.sbatch"; }
+fi
 pass "srun launch, 2-node training, preemption + requeue bitwise exact, mpirun in allocation, --test-only, no scontrol"
