@@ -104,20 +104,24 @@ void ddp_jobfacts_read(ddp_jobfacts *f)
     if (!f->job_id[0]) copy_env(f->job_id, sizeof f->job_id, "OMPI_MCA_ess_base_jobid");
 }
 
-ddp_status ddp_jobfacts_check(const ddp_jobfacts *f, int mpi_rank, int mpi_size)
+static ddp_status mismatch(const char *who, int rank, int size, int mpi_rank, int mpi_size)
 {
-    int rank = -1, size = -1;
-    const char *who = NULL;
-    if (!strcmp(f->source, "pmix")) {
-        rank = f->rank, size = f->size, who = "PMIx";
-    } else if (getenv("SLURM_STEP_NUM_TASKS") && getenv("SLURM_PROCID") && !getenv("OMPI_COMM_WORLD_SIZE")) {
-        rank = env_int("SLURM_PROCID", -1), size = env_int("SLURM_STEP_NUM_TASKS", -1), who = "srun";
-    }
-    if (!who || rank < 0 || size < 1 || (rank == mpi_rank && size == mpi_size)) return DDP_OK;
     return ddp_set_error(DDP_ERR_MISMATCH,
                          "%s started this process as rank %d of %d but MPI says rank %d of %d: launch with `srun --mpi=pmix` (or mpirun), "
                          "not plain srun",
                          who, rank, size, mpi_rank, mpi_size);
+}
+
+ddp_status ddp_jobfacts_check(const ddp_jobfacts *f, int mpi_rank, int mpi_size)
+{
+    if (!strcmp(f->source, "pmix") && f->rank >= 0 && f->size >= 1 && (f->rank != mpi_rank || f->size != mpi_size))
+        return mismatch("PMIx", f->rank, f->size, mpi_rank, mpi_size);
+    /* a task started by srun (not by mpirun inside it) must be the MPI rank srun says it is */
+    if (getenv("SLURM_STEP_NUM_TASKS") && getenv("SLURM_PROCID") && !getenv("OMPI_COMM_WORLD_SIZE")) {
+        int rank = env_int("SLURM_PROCID", -1), size = env_int("SLURM_STEP_NUM_TASKS", -1);
+        if (rank >= 0 && size >= 1 && (rank != mpi_rank || size != mpi_size)) return mismatch("srun", rank, size, mpi_rank, mpi_size);
+    }
+    return DDP_OK;
 }
 
 int ddp_blas_threads_from_env(void)

@@ -31,6 +31,13 @@ for r in 0 1 2 3; do
   grep -q "^rank=$r size=4 local_rank=$((r % 2)) local_size=2 node=$((r / 2)) nodes=2 .* launcher=pmix" env.txt || fail "env rank $r topology"
 done
 
+# 1b. plain srun without --mpi=pmix must fail, not run 2 independent singletons (Open MPI refuses itself;
+#     with an MPI that starts singletons, mpiddp's rank/size cross-check says the same)
+set +e; timeout 60 srun -N1 -n2 ./mpiddp env > plain.out 2> plain.err; rc=$?; set -e
+[ $rc != 0 ] || fail "plain srun: expected a failure"
+grep -qE "srun started this process as rank [01] of 2 but MPI says rank 0 of 1|direct launched using \"srun\"" plain.err ||
+  { cat plain.err; fail "plain srun: no clear message"; }
+
 # 2. training under srun on 2 nodes
 ./mpiddp synth --out d/t --samples 6000 --dim 16 --classes 3 --shards 4 --seed 2 >/dev/null
 ./mpiddp synth --out d/v --samples 300 --dim 16 --classes 3 --shards 1 --seed 2 --first-id 99999 >/dev/null
