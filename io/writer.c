@@ -3,6 +3,7 @@
 
 #include "../mpi_ddp/status.h"
 #include "shard.h"
+#include "../mpi_ddp/fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -20,17 +21,6 @@
         if ((call) < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: %s failed", path, what);                        \
     } while (0)
 
-static ddp_status fsync_path(const char *p, int dir)
-{
-    int fd = open(p, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: open for fsync: %s", p, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (rc != 0) return ddp_set_error(DDP_ERR_IO, "%s: fsync: %s", p, strerror(e));
-    return DDP_OK;
-}
-
 static hid_t make_dset(hid_t f, const char *name, hid_t type, int rank, const hsize_t *dims)
 {
     hid_t sp = H5Screate_simple(rank, dims, NULL);
@@ -42,30 +32,6 @@ static hid_t make_dset(hid_t f, const char *name, hid_t type, int rank, const hs
     H5Pclose(pl);
     H5Sclose(sp);
     return d;
-}
-
-static herr_t write_int_attr(hid_t f, const char *name, int64_t v)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(f, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t e = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT64, &v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    return e;
-}
-
-static herr_t write_str_attr(hid_t f, const char *name, const char *v)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, strlen(v) + 1);
-    H5Tset_strpad(t, H5T_STR_NULLTERM);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(f, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t e = a < 0 ? -1 : H5Awrite(a, t, v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(t);
-    return e;
 }
 
 ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64_t n, const int64_t *offsets,
@@ -86,9 +52,9 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     H5W(H5Pset_alignment(fapl, 1, 4096), "H5Pset_alignment");
     f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0) DDP_FAIL(DDP_ERR_IO, "%s: cannot create (directory missing or not writable?)", tmp);
-    H5W(write_str_attr(f, "format", "mpiddp-shard"), "writing attribute 'format'");
-    H5W(write_int_attr(f, "version", 1), "writing attribute 'version'");
-    H5W(write_int_attr(f, "num_classes", classes), "writing attribute 'num_classes'");
+    H5W(ddp_h5_attr_str(f, "format", "mpiddp-shard"), "writing attribute 'format'");
+    H5W(ddp_h5_attr_i64(f, "version", 1), "writing attribute 'version'");
+    H5W(ddp_h5_attr_i64(f, "num_classes", classes), "writing attribute 'num_classes'");
     hsize_t dn1 = (hsize_t)n + 1, dn = (hsize_t)n;
     hid_t od = make_dset(f, "offsets", H5T_STD_I64LE, 1, &dn1);
     H5W(od, "creating dataset 'offsets'");
@@ -140,9 +106,9 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     e = H5Fclose(f);
     f = -1;
     H5W(e, "H5Fclose");
-    DDP_TRY(fsync_path(tmp, 0));
+    DDP_TRY(ddp_fsync_path(tmp, 0));
     if (rename(tmp, path) != 0) DDP_FAIL(DDP_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
-    DDP_TRY(fsync_path(dir, 1));
+    DDP_TRY(ddp_fsync_path(dir, 1));
 done:
     free(buf);
     if (ms >= 0) H5Sclose(ms);
@@ -156,15 +122,8 @@ done:
 
 ddp_status ddp_prepare_out_dir(const char *dir)
 {
-    char p[4096];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
-        *s = '/';
-    }
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
+    DDP_CHECK(ddp_mkdir_p(dir));
+    const char *p = dir;
     DIR *d = opendir(p);
     if (!d) return ddp_set_error(DDP_ERR_IO, "%s: %s", p, strerror(errno));
     struct dirent *e;

@@ -3,6 +3,7 @@
 
 #include "../io/shard.h" /* ddp_h5_quiet */
 #include "status.h"
+#include "fsutil.h"
 #include "../slurm/env.h"
 
 #include <errno.h>
@@ -20,39 +21,6 @@
     do {                                                                                           \
         if ((call) < 0) DDP_FAIL(DDP_ERR_HDF5, __VA_ARGS__);                                        \
     } while (0)
-
-static herr_t attr_i64(hid_t o, const char *name, int64_t v)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(o, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t e = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT64, &v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    return e;
-}
-
-static herr_t attr_f64(hid_t o, const char *name, double v)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(o, name, H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t e = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    return e;
-}
-
-static herr_t attr_str(hid_t o, const char *name, const char *v)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, strlen(v) + 1);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t e = a < 0 ? -1 : H5Awrite(a, t, v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(t);
-    return e;
-}
 
 static herr_t write_tensors(hid_t f, const char *group, const ddp_model *model, const float *data)
 {
@@ -79,16 +47,6 @@ static herr_t write_tensors(hid_t f, const char *group, const ddp_model *model, 
     return e;
 }
 
-static ddp_status fsync_file(const char *p, int dir)
-{
-    int fd = open(p, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: open for fsync: %s", p, strerror(errno));
-    int rc = fsync(fd), e = errno;
-    close(fd);
-    if (rc != 0) return ddp_set_error(DDP_ERR_IO, "%s: fsync: %s", p, strerror(e));
-    return DDP_OK;
-}
-
 ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float *params, const float *m,
                           const float *v, const ddp_ckpt_state *cs)
 {
@@ -99,20 +57,20 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     ddp_status st = DDP_OK;
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot create checkpoint (directory missing, full or read-only?)", tmp);
-    CK(attr_str(f, "format", "mpiddp-checkpoint"), "%s: writing attributes", tmp);
-    CK(attr_i64(f, "version", 1), "%s: writing attributes", tmp);
-    CK(attr_str(f, "model", model->name ? model->name : ""), "%s: writing attributes", tmp);
-    CK(attr_i64(f, "epoch", cs->epoch), "%s: writing attributes", tmp);
-    CK(attr_i64(f, "step_in_epoch", cs->step_in_epoch), "%s: writing attributes", tmp);
-    CK(attr_i64(f, "global_step", cs->global_step), "%s: writing attributes", tmp);
-    CK(attr_i64(f, "optim_step", cs->optim_step), "%s: writing attributes", tmp);
-    CK(attr_i64(f, "seed", (int64_t)cs->seed), "%s: writing attributes", tmp);
-    CK(attr_i64(f, "world_size", cs->world_size), "%s: writing attributes", tmp);
-    CK(attr_f64(f, "best_score", cs->best_score), "%s: writing attributes", tmp);
-    CK(attr_str(f, "monitor", cs->monitor), "%s: writing attributes", tmp);
-    CK(attr_i64(f, "bad_epochs", cs->bad_epochs), "%s: writing attributes", tmp);
-    CK(attr_i64(f, "global_batch", cs->global_batch), "%s: writing attributes", tmp);
-    CK(attr_str(f, "topk", cs->topk_json ? cs->topk_json : "[]"), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_str(f, "format", "mpiddp-checkpoint"), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "version", 1), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_str(f, "model", model->name ? model->name : ""), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "epoch", cs->epoch), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "step_in_epoch", cs->step_in_epoch), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "global_step", cs->global_step), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "optim_step", cs->optim_step), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "seed", (int64_t)cs->seed), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "world_size", cs->world_size), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_f64(f, "best_score", cs->best_score), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_str(f, "monitor", cs->monitor), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "bad_epochs", cs->bad_epochs), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "global_batch", cs->global_batch), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_str(f, "topk", cs->topk_json ? cs->topk_json : "[]"), "%s: writing attributes", tmp);
     if (cs->best_local) {
         hsize_t w = (hsize_t)cs->world_size;
         hid_t sp = H5Screate_simple(1, &w, NULL);
@@ -122,7 +80,7 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
         H5Sclose(sp);
         CK(e2, "%s: writing /best_local", tmp);
     }
-    CK(attr_str(f, "config", cs->config_json ? cs->config_json : "{}"), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_str(f, "config", cs->config_json ? cs->config_json : "{}"), "%s: writing attributes", tmp);
     CK(write_tensors(f, "params", model, params), "%s: writing /params (disk full?)", tmp);
     if (m && v) {
         hid_t g = H5Gcreate2(f, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -135,14 +93,14 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     herr_t e = H5Fclose(f);
     f = -1;
     CK(e, "%s: close failed (disk full?)", tmp);
-    DDP_TRY(fsync_file(tmp, 0));
+    DDP_TRY(ddp_fsync_path(tmp, 0));
     { /* test hook: die between writing the temporary file and the rename (atomicity test) */
         static int64_t writes;
         int64_t die_at = ddp_env_int("TEST_DIE_IN_SAVE", 0);
         if (die_at > 0 && ++writes == die_at) raise(SIGKILL);
     }
     if (rename(tmp, path) != 0) DDP_FAIL(DDP_ERR_IO, "%s: rename: %s", path, strerror(errno));
-    DDP_TRY(fsync_file(dirname(dcopy), 1));
+    DDP_TRY(ddp_fsync_path(dirname(dcopy), 1));
 done:
     if (f >= 0) H5Fclose(f);
     if (st != DDP_OK) unlink(tmp);

@@ -2,6 +2,7 @@
 #include "decide.h"
 
 #include "status.h"
+#include "fsutil.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -40,21 +41,6 @@ static int enters_topk(const ddp_decider *d, double v, int *worst)
         if (better(d, d->topk[w].value, d->topk[i].value)) w = i;
     *worst = w;
     return better(d, v, d->topk[w].value);
-}
-
-static void rank_list(const int *v, int W, int want, char *buf, size_t n)
-{
-    size_t k = 0;
-    buf[0] = 0;
-    for (int r = 0; r < W && k + 16 < n; r++) {
-        if ((v[r] != 0) != want) continue;
-        int e = r;
-        while (e + 1 < W && ((v[e + 1] != 0) == want)) e++;
-        k += (size_t)snprintf(buf + k, n - k, "%s%d", k ? "," : "", r);
-        if (e > r) k += (size_t)snprintf(buf + k, n - k, "-%d", e);
-        r = e;
-    }
-    if (!k) snprintf(buf, n, "none");
 }
 
 static const char *policy_name(ddp_policy p)
@@ -111,8 +97,8 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         int stop = d->patience > 0 && !improved && d->bad_epochs + 1 >= d->patience;
         dec[0] = improved, dec[1] = stop, dec[2] = view, dec[3] = save ? worst : -2;
         char yesl[200], nol[200];
-        rank_list(imp, W, 1, yesl, sizeof yesl);
-        rank_list(imp, W, 0, nol, sizeof nol);
+        ddp_rank_list(imp, W, 1, yesl, sizeof yesl);
+        ddp_rank_list(imp, W, 0, nol, sizeof nol);
         if (vote)
             snprintf(out->note, sizeof out->note, "epoch %lld step %lld: %s=%.6g; policy %s: %s (improved on ranks %s; not on ranks %s)%s",
                      (long long)epoch + 1, (long long)step, d->monitor, view, policy_name(d->policy), save ? "save" : "no save", yesl, nol,

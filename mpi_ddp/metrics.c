@@ -3,6 +3,7 @@
 #include "metrics.h"
 
 #include "status.h"
+#include "fsutil.h"
 #include "watchdog.h"
 
 #include <stdio.h>
@@ -118,20 +119,6 @@ static void sort_acc(ddp_metrics *m)
 }
 
 /* Formats "ranks 0,2-3" into buf from a membership bitmap. */
-static void rank_list(const unsigned char *in, int world, int want, char *buf, size_t n)
-{
-    size_t k = 0;
-    buf[0] = 0;
-    for (int r = 0; r < world && k + 16 < n; r++) {
-        if ((in[r] != 0) != want) continue;
-        int e = r;
-        while (e + 1 < world && ((in[e + 1] != 0) == want)) e++;
-        k += (size_t)snprintf(buf + k, n - k, "%s%d", k ? "," : "", r);
-        if (e > r) k += (size_t)snprintf(buf + k, n - k, "-%d", e);
-        r = e;
-    }
-}
-
 static ddp_status explain_mismatch(ddp_metrics *m)
 {
     ddp_ctx *c = m->ctx;
@@ -162,7 +149,7 @@ static ddp_status explain_mismatch(ddp_metrics *m)
     else if (!all) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     else {
         /* first name not logged by every rank (in rank order, then name order) */
-        unsigned char *in = ddp_calloc((size_t)W, 1);
+        int *in = ddp_calloc((size_t)W, sizeof *in);
         const char *bad = NULL;
         for (int r = 0; r < W && !bad && in; r++)
             for (int k = displ[r]; k < displ[r] + lens[r] && !bad; k += (int)strlen(all + k) + 1) {
@@ -178,8 +165,8 @@ static ddp_status explain_mismatch(ddp_metrics *m)
             }
         if (bad) {
             char yes[256], no[256];
-            rank_list(in, W, 1, yes, sizeof yes);
-            rank_list(in, W, 0, no, sizeof no);
+            ddp_rank_list(in, W, 1, yes, sizeof yes);
+            ddp_rank_list(in, W, 0, no, sizeof no);
             st = ddp_set_error(DDP_ERR_MISMATCH, "metric '%s' was logged on rank(s) %s but not on rank(s) %s before the same sync point; "
                                "log collective metrics on every rank (use ddp_log_rank0 for rank-0-only values)", bad, yes, no);
         } else {

@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "decide.h"
+#include "fsutil.h"
 #include "../slurm/env.h"
 #include "evaluate.h"
 #include "ctx.h"
@@ -101,21 +102,6 @@ static ddp_status check_config(const ddp_train_config *c)
     if (c->early_stop_patience < 0) return ddp_set_error(DDP_ERR_ARG, "--early-stop-patience %d: must be >= 0", c->early_stop_patience);
     if (c->ckpt_every_steps < 0) return ddp_set_error(DDP_ERR_ARG, "--ckpt-every-steps: must be >= 0");
     if (!c->monitor || !*c->monitor) return ddp_set_error(DDP_ERR_ARG, "--monitor: empty metric name");
-    return DDP_OK;
-}
-
-static ddp_status mkdir_p(const char *dir)
-{
-    char p[4400];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
-        *s = '/';
-    }
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
-    if (access(p, W_OK) != 0) return ddp_set_error(DDP_ERR_IO, "%s: not writable: %s", p, strerror(errno));
     return DDP_OK;
 }
 
@@ -516,7 +502,7 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     }
     if (resuming) DDP_CHECK(resume_from(t, path));
     /* run directory; on resume the metric files keep the rows up to the checkpoint's step */
-    if (ctx->topo.rank == 0) st = mkdir_p(t->ckpt_dir);
+    if (ctx->topo.rank == 0) st = ddp_mkdir_p(t->ckpt_dir);
     if (ctx->topo.rank == 0 && st == DDP_OK) remove_stale_tmp(t->ckpt_dir);
     DDP_CHECK(ddp_agree_status(ctx, st));
     static const char *cols[] = {"train/loss", "train/samples_per_s", "lr", "val/loss", "val/acc", "val/macro_f1"};

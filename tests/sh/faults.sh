@@ -14,25 +14,29 @@ rank_pid() { # pid of MPI rank $1 of a running job
 wait_for() { for _ in $(seq 200); do [ -e "$1" ] && return 0; sleep 0.1; done; fail "timed out waiting for $1"; }
 
 # 1. dead rank: SIGKILL rank 1 after the first mid-epoch checkpoint; the job ends non-zero within 30 s
-mpirun -np 4 --oversubscribe "$MPIDDP" train "${base[@]}" --epochs 3 --ckpt-every-steps 20 --out dead > dead.out 2>&1 &
+mpirun -np 4 --oversubscribe "$MPIDDP" train "${base[@]}" --epochs 20 --ckpt-every-steps 20 --out dead > dead.out 2>&1 &
 job=$!
 wait_for dead/checkpoints/last.h5
 sleep 0.5
-kill -9 "$(rank_pid 1)"
+victim=$(rank_pid 1)
+[ -n "$victim" ] || fail "rank 1 not found (job already finished?)"
+kill -9 "$victim"
 start=$(date +%s)
 set +e; wait $job; rc=$?; set -e
 [ "$rc" != 0 ] || fail "job survived a dead rank"
 [ $(( $(date +%s) - start )) -le 30 ] || fail "dead rank: job took more than 30 s to end"
 "$MPIDDP" eval --ckpt dead/checkpoints/last.h5 --data v > /dev/null || fail "last.h5 not loadable after a dead rank"
-mpirun_np 4 "$MPIDDP" train "${base[@]}" --epochs 3 --ckpt-every-steps 20 --out dead --resume auto > /dev/null || fail "resume after a dead rank"
-[ "$(awk -F, 'NR>1 && $6!=""' dead/metrics.csv | wc -l)" = 3 ] || fail "resumed run did not finish 3 epochs"
+mpirun_np 4 "$MPIDDP" train "${base[@]}" --epochs 20 --ckpt-every-steps 20 --out dead --resume auto > /dev/null || fail "resume after a dead rank"
+[ "$(awk -F, 'NR>1 && $6!=""' dead/metrics.csv | wc -l)" = 20 ] || fail "resumed run did not finish 20 epochs"
 
 # 2. stalled rank: SIGSTOP rank 2; the others report the collective and the missing rank within the timeout
-mpirun -np 4 --oversubscribe "$MPIDDP" train "${base[@]}" --epochs 50 --collective-timeout 5 --out stall > stall.out 2> stall.err &
+mpirun -np 4 --oversubscribe "$MPIDDP" train "${base[@]}" --epochs 500 --collective-timeout 5 --out stall > stall.out 2> stall.err &
 job=$!
 wait_for stall/progress/rank3
 sleep 1
-kill -STOP "$(rank_pid 2)"
+victim=$(rank_pid 2)
+[ -n "$victim" ] || fail "rank 2 not found"
+kill -STOP "$victim"
 start=$(date +%s)
 set +e; wait $job; rc=$?; set -e
 took=$(( $(date +%s) - start ))

@@ -1,0 +1,74 @@
+/* fsutil.c — see fsutil.h. */
+#include "fsutil.h"
+
+#include "status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+ddp_status ddp_fsync_path(const char *p, int is_dir)
+{
+    int fd = open(p, (is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: open for fsync: %s", p, strerror(errno));
+    int rc = fsync(fd), e = errno;
+    close(fd);
+    if (rc != 0) return ddp_set_error(DDP_ERR_IO, "%s: fsync: %s", p, strerror(e));
+    return DDP_OK;
+}
+
+ddp_status ddp_mkdir_p(const char *dir)
+{
+    char p[4400];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
+        *s = '/';
+    }
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
+    if (access(p, W_OK) != 0) return ddp_set_error(DDP_ERR_IO, "%s: not writable: %s", p, strerror(errno));
+    return DDP_OK;
+}
+
+static herr_t scalar_attr(hid_t obj, const char *name, hid_t file_type, hid_t mem_type, const void *v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(obj, name, file_type, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t e = a < 0 ? -1 : H5Awrite(a, mem_type, v);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(sp);
+    return e;
+}
+
+herr_t ddp_h5_attr_i64(hid_t obj, const char *name, int64_t v) { return scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v); }
+herr_t ddp_h5_attr_f64(hid_t obj, const char *name, double v) { return scalar_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v); }
+
+herr_t ddp_h5_attr_str(hid_t obj, const char *name, const char *v)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, strlen(v) + 1);
+    H5Tset_strpad(t, H5T_STR_NULLTERM);
+    herr_t e = scalar_attr(obj, name, t, t, v);
+    H5Tclose(t);
+    return e;
+}
+
+void ddp_rank_list(const int *flags, int n, int want, char *buf, size_t len)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int r = 0; r < n && k + 16 < len; r++) {
+        if ((flags[r] != 0) != want) continue;
+        int e = r;
+        while (e + 1 < n && ((flags[e + 1] != 0) == want)) e++;
+        k += (size_t)snprintf(buf + k, len - k, "%s%d", k ? "," : "", r);
+        if (e > r) k += (size_t)snprintf(buf + k, len - k, "-%d", e);
+        r = e;
+    }
+    if (!k) snprintf(buf, len, "none");
+}

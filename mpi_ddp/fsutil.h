@@ -1,0 +1,22 @@
+/* fsutil.h — small file-system and HDF5 helpers shared by the shard writer, checkpoints and the trainer:
+ * durable writes (fsync of a file or directory), mkdir -p, scalar HDF5 attributes, and rank lists for
+ * messages ("0,2-3"). */
+#ifndef DDP_FSUTIL_H
+#define DDP_FSUTIL_H
+
+#include "mpiddp.h"
+
+#include <hdf5.h>
+#include <stddef.h>
+
+ddp_status ddp_fsync_path(const char *path, int is_dir);
+/* Creates dir and its parents; fails if it cannot be written. */
+ddp_status ddp_mkdir_p(const char *dir);
+herr_t ddp_h5_attr_i64(hid_t obj, const char *name, int64_t v);
+herr_t ddp_h5_attr_f64(hid_t obj, const char *name, double v);
+/* Fixed-length, NUL-terminated string attribute (what C writers produce). */
+herr_t ddp_h5_attr_str(hid_t obj, const char *name, const char *v);
+/* The ranks r < n with (flags[r] != 0) == want, as "0,2-3" ("none" when empty). */
+void ddp_rank_list(const int *flags, int n, int want, char *buf, size_t len);
+
+#endif
