@@ -10,7 +10,7 @@ STATE=${MPIDDP_SLURM_DIR:-/var/tmp/mpiddp-slurm}
 CONF=$STATE/slurm.conf
 HOST=$(hostname -s)
 CPUS=${MPIDDP_SLURM_CPUS:-2}   # CPUs each simulated node advertises (oversubscribing this machine)
-PORT_CTLD=${MPIDDP_SLURM_PORT:-16817}
+PORT_CTLD=${MPIDDP_SLURM_PORT:-16817}   # slurmd of node1 and node2 listen on the next two ports
 
 say() { echo "local-cluster: $*" >&2; }
 
@@ -48,8 +48,8 @@ MinJobAge=600
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
-NodeName=node1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=16818 CPUs=$CPUS State=UNKNOWN
-NodeName=node2 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=16819 CPUs=$CPUS State=UNKNOWN
+NodeName=node1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((PORT_CTLD + 1)) CPUs=$CPUS State=UNKNOWN
+NodeName=node2 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((PORT_CTLD + 2)) CPUs=$CPUS State=UNKNOWN
 PartitionName=debug Nodes=node[1-2] Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
 }

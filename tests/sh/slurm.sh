@@ -5,6 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 command -v slurmctld >/dev/null && command -v munged >/dev/null || { echo "SKIP: slurm-wlm/munge not installed"; exit 77; }
 export MPIDDP_SLURM_DIR=/var/tmp/mpiddp-slurm-test   # not under /tmp: node2 gets a private /tmp
+export MPIDDP_SLURM_PORT=17817                         # apart from a demo cluster on the default ports
 SL="$SRC/slurm/local-cluster.sh"
 $SL reset >/dev/null 2>&1 || true
 $SL start
