@@ -4,6 +4,7 @@
 #include "backend.h"
 #include "cuda_api.h"
 #include "status.h"
+#include "watchdog.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,7 +113,7 @@ ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char 
 ddp_status ddp_all_ok(ddp_ctx *c, int ok, int *all)
 {
     int v = ok ? 1 : 0;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, c->world));
+    DDP_CHECK(ddp_allreduce(c, &v, 1, MPI_INT, MPI_MIN, "an agreement"));
     *all = v;
     return DDP_OK;
 }
@@ -121,9 +122,11 @@ ddp_status ddp_agree_status(ddp_ctx *c, ddp_status mine)
 {
     int who = mine == DDP_OK ? c->topo.size : c->topo.rank;
     char msg[1024];
-    int rc = MPI_Allreduce(MPI_IN_PLACE, &who, 1, MPI_INT, MPI_MIN, c->world);
-    if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce(agree)", __FILE__, __LINE__);
+    /* timed like every collective of the training loop: a stalled rank is reported, not waited for */
+    ddp_status wst = ddp_allreduce(c, &who, 1, MPI_INT, MPI_MIN, "a status agreement");
+    if (wst != DDP_OK) return wst;
     if (who == c->topo.size) return DDP_OK;
+    int rc;
     int code = (int)mine;
     snprintf(msg, sizeof msg, "%s", ddp_last_error());
     rc = MPI_Bcast(&code, 1, MPI_INT, who, c->world);

@@ -2,6 +2,7 @@
 #include "decide.h"
 
 #include "status.h"
+#include "watchdog.h"
 #include "fsutil.h"
 
 #include <math.h>
@@ -71,7 +72,13 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     int mine = better(d, lv, d->best_local);
     int *votes = me == 0 ? ddp_calloc((size_t)W, sizeof *votes) : NULL;
     if (me == 0 && !votes) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-    MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, votes, 1, MPI_INT, 0, ctx->world));
+    MPI_Request rq;
+    MPI_CHECK(MPI_Igather(&mine, 1, MPI_INT, votes, 1, MPI_INT, 0, ctx->world, &rq));
+    ddp_status wst = ddp_wait(ctx, 1, &rq, "the checkpoint vote");
+    if (wst != DDP_OK) {
+        free(votes);
+        return wst;
+    }
     /* 3. rank 0 decides; one broadcast carries the decision */
     double dec[4] = {0, 0, NAN, -1}; /* improved, stop, value, drop */
     if (me == 0) {
@@ -109,7 +116,8 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         free(imp);
     }
     free(votes);
-    MPI_CHECK(MPI_Bcast(dec, 4, MPI_DOUBLE, 0, ctx->world));
+    MPI_CHECK(MPI_Ibcast(dec, 4, MPI_DOUBLE, 0, ctx->world, &rq));
+    DDP_CHECK(ddp_wait(ctx, 1, &rq, "the checkpoint decision"));
     int improved = dec[0] != 0;
     out->stop = dec[1] != 0;
     out->value = dec[2];

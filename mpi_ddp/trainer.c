@@ -277,10 +277,12 @@ static char *topk_json(const ddp_decider *d)
     return s;
 }
 
-/* Collective: rank 0 writes the full state at position (t->epoch, t->mb) to path; the others wait. */
+/* Collective: rank 0 writes the full state at position (t->epoch, t->mb) to path; the others wait (within
+ * --collective-timeout, which must therefore exceed the time a checkpoint write takes). */
 static ddp_status save_ckpt(trainer *t, const char *path)
 {
     ddp_ctx *ctx = t->ctx;
+    ddp_watch_mark(ctx, t->global_step, "checkpoint");
     int W = ctx->topo.size;
     double *bl = ctx->topo.rank == 0 ? ddp_calloc((size_t)W, sizeof *bl) : NULL;
     int ok = ctx->topo.rank != 0 || bl, all;
@@ -289,7 +291,13 @@ static ddp_status save_ckpt(trainer *t, const char *path)
         free(bl);
         return ddp_agree_status(ctx, ddp_set_error(DDP_ERR_NOMEM, "out of memory"));
     }
-    MPI_CHECK(MPI_Gather(&t->dec.best_local, 1, MPI_DOUBLE, bl, 1, MPI_DOUBLE, 0, ctx->world));
+    MPI_Request rq;
+    MPI_CHECK(MPI_Igather(&t->dec.best_local, 1, MPI_DOUBLE, bl, 1, MPI_DOUBLE, 0, ctx->world, &rq));
+    ddp_status wst = ddp_wait(ctx, 1, &rq, "the checkpoint state gather");
+    if (wst != DDP_OK) {
+        free(bl);
+        return wst;
+    }
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) {
         size_t bytes = (size_t)t->n * sizeof(float);
