@@ -107,13 +107,19 @@ done:
     return st;
 }
 
-static ddp_status read_i64_attr(hid_t f, const char *path, const char *name, int64_t *v)
+/* A scalar attribute read as mem_type (HDF5 converts): missing or unreadable is a format error. */
+static ddp_status read_attr(hid_t f, const char *path, const char *name, hid_t mem_type, void *v)
 {
     hid_t a = H5Aexists(f, name) > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
-    herr_t e = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT64, v);
+    herr_t e = a < 0 ? -1 : H5Aread(a, mem_type, v);
     if (a >= 0) H5Aclose(a);
     if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': missing or unreadable", path, name);
     return DDP_OK;
+}
+
+static ddp_status read_i64_attr(hid_t f, const char *path, const char *name, int64_t *v)
+{
+    return read_attr(f, path, name, H5T_NATIVE_INT64, v);
 }
 
 static ddp_status read_str_attr(hid_t f, const char *path, const char *name, char **out)
@@ -131,15 +137,6 @@ static ddp_status read_str_attr(hid_t f, const char *path, const char *name, cha
         return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': unreadable", path, name);
     }
     *out = buf;
-    return DDP_OK;
-}
-
-static ddp_status read_f64_attr(hid_t f, const char *path, const char *name, double *v)
-{
-    hid_t a = H5Aexists(f, name) > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
-    herr_t e = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_DOUBLE, v);
-    if (a >= 0) H5Aclose(a);
-    if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': missing or unreadable", path, name);
     return DDP_OK;
 }
 
@@ -185,6 +182,13 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     ddp_status st = DDP_OK;
     int64_t version = 0, seed = 0;
     memset(cs, 0, sizeof *cs);
+    {
+        char *fmt = NULL;
+        DDP_TRY(read_str_attr(f, path, "format", &fmt));
+        int ok = strcmp(fmt, "mpiddp-checkpoint") == 0;
+        free(fmt);
+        if (!ok) DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'format': not an mpiddp checkpoint", path);
+    }
     DDP_TRY(read_i64_attr(f, path, "version", &version));
     if (version != 1) DDP_FAIL(DDP_ERR_FORMAT, "%s: checkpoint version %lld is not supported (expected 1)", path, (long long)version);
     DDP_TRY(read_i64_attr(f, path, "epoch", &cs->epoch));
@@ -194,16 +198,9 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     DDP_TRY(read_i64_attr(f, path, "seed", &seed));
     DDP_TRY(read_i64_attr(f, path, "world_size", &cs->world_size));
     cs->seed = (uint64_t)seed;
-    {
-        char *fmt = NULL;
-        DDP_TRY(read_str_attr(f, path, "format", &fmt));
-        int ok = strcmp(fmt, "mpiddp-checkpoint") == 0;
-        free(fmt);
-        if (!ok) DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'format': not an mpiddp checkpoint", path);
-    }
     DDP_TRY(read_i64_attr(f, path, "bad_epochs", &cs->bad_epochs));
     DDP_TRY(read_i64_attr(f, path, "global_batch", &cs->global_batch));
-    DDP_TRY(read_f64_attr(f, path, "best_score", &cs->best_score));
+    DDP_TRY(read_attr(f, path, "best_score", H5T_NATIVE_DOUBLE, &cs->best_score));
     {
         char *mon = NULL;
         DDP_TRY(read_str_attr(f, path, "monitor", &mon));

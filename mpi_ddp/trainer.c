@@ -76,6 +76,7 @@ typedef struct {
     ddp_metrics *metrics;
     ddp_csv *csv, *csv_rank;
     int64_t global_step, optim_step, skipped;
+    int64_t test_stop_at, test_stop_rank; /* MPIDDP_TEST_STOP_AT_STEP / _RANK, read once */
     ddp_metric_row row, lrow;
     int tty;
     char ckpt_dir[4200];
@@ -146,8 +147,7 @@ static ddp_status write_rows(trainer *t, int64_t epoch)
 static int stop_wanted(const trainer *t)
 {
     if (g_stop_requested) return 1;
-    int64_t at = ddp_env_int("TEST_STOP_AT_STEP", -1);
-    return at >= 0 && t->global_step + 1 == at && t->ctx->topo.rank == ddp_env_int("TEST_STOP_RANK", 0);
+    return t->test_stop_at >= 0 && t->global_step + 1 == t->test_stop_at && t->ctx->topo.rank == t->test_stop_rank;
 }
 
 static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nmb, double *samples, int *stop)
@@ -493,6 +493,8 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     DDP_CHECK(ddp_sync_create(ctx, be, t->grads, t->n, N_CTL, (int64_t)(c->bucket_mb * 1048576.0), &t->sync));
     DDP_CHECK(ddp_metrics_create(ctx, &t->metrics));
     t->model->metrics = t->metrics;
+    t->test_stop_at = ddp_env_int("TEST_STOP_AT_STEP", -1);
+    t->test_stop_rank = ddp_env_int("TEST_STOP_RANK", 0);
     ddp_decider_init(&t->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max, c->fast_dev_run > 0 ? 0 : c->save_top_k,
                      c->early_stop_patience, c->early_stop_min_delta);
     /* resume: an explicit file must exist; `auto` resumes when RUNDIR/checkpoints/last.h5 exists */

@@ -106,6 +106,9 @@ for bad in trunc.h5 v2.h5 v/shard-00000.h5 missing.h5; do
   [ "$(printf '%s\n' "$ERR" | grep -c error:)" = 1 ] || fail "resume from $bad: $ERR"
 done
 
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${base[@]}" --out rb --resume v/shard-00000.h5
+printf '%s' "$ERR" | grep -q "v/shard-00000.h5: attribute 'format': not an mpiddp checkpoint" || fail "foreign checkpoint message: $ERR"
+
 # 7. the PyTorch bridge reproduces eval's val/loss
 "$MPIDDP" eval --ckpt full2/checkpoints/last.h5 --data v > ev.txt
 $PY "$SRC/scripts/ckpt_to_torch.py" full2/checkpoints/last.h5 --data v > pt.txt
