@@ -12,6 +12,8 @@ typedef struct ddp_backend ddp_backend;
 struct ddp_backend {
     const char *name;   /* "cpu" or "cuda" */
     int host_memory;    /* 1 when backend pointers are host pointers */
+    int64_t row_block_bytes; /* the model's forward runs in blocks of rows of about this many bytes per
+                              * activation (cache blocking); 0: the whole batch at once */
     void *impl;
     ddp_status (*alloc)(ddp_backend *b, void **p, size_t bytes); /* zeroed */
     void (*release)(ddp_backend *b, void *p);
@@ -23,18 +25,23 @@ struct ddp_backend {
     ddp_status (*gemm)(ddp_backend *b, int transa, int transb, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                        int64_t ldc);
-    /* z[r,:] += bias; a = gelu(z). */
-    ddp_status (*bias_gelu)(ddp_backend *b, float *z, const float *bias, float *a, int64_t rows, int64_t cols);
-    /* dz = da * gelu'(z). */
-    ddp_status (*gelu_backward)(ddp_backend *b, const float *da, const float *z, float *dz, int64_t n);
+    /* a = gelu(z[r,:] + bias); with dgelu non-NULL also dgelu = gelu'(z[r,:] + bias), kept for the
+     * backward pass instead of the pre-activation. a or dgelu may be z. */
+    ddp_status (*bias_gelu)(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu, int64_t rows,
+                            int64_t cols);
+    /* out[s,:] = mean over the rows r of segment s (offsets[s] .. offsets[s+1]-1) of gelu(z[r,:] + bias):
+     * the last hidden layer and mean pooling in one pass, its activations never stored; dgelu as above. */
+    ddp_status (*bias_gelu_pool)(ddp_backend *b, const float *z, const float *bias, float *dgelu,
+                                 const int64_t *offsets, int64_t nseg, int64_t cols, float *out);
+    /* dz = da * dgelu (element-wise, dz may be da) and dbias[c] += sum_r dz[r,c]. */
+    ddp_status (*gelu_backward)(ddp_backend *b, const float *da, const float *dgelu, float *dz, int64_t rows,
+                                int64_t cols, float *dbias);
+    /* The backward of bias_gelu_pool: dz[r,:] = dp[s,:] / rows(s) * dgelu[r,:] for every row r of segment
+     * s, and dbias[c] += sum_r dz[r,c]; rows = offsets[nseg] (known to the caller without reading offsets). */
+    ddp_status (*pool_gelu_backward)(ddp_backend *b, const float *dp, const int64_t *offsets, int64_t nseg,
+                                     const float *dgelu, float *dz, int64_t rows, int64_t cols, float *dbias);
     /* out[c] = beta * out[c] + sum_r x[r,c]. */
     ddp_status (*colsum)(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta);
-    /* out[s,:] = mean of a[offsets[s] .. offsets[s+1]-1, :]. */
-    ddp_status (*segment_mean)(ddp_backend *b, const float *a, const int64_t *offsets, int64_t nseg,
-                               int64_t cols, float *out);
-    /* da[r,:] = dp[s,:] / rows(s) for every row r of segment s. */
-    ddp_status (*segment_mean_backward)(ddp_backend *b, const float *dp, const int64_t *offsets, int64_t nseg,
-                                        int64_t cols, float *da);
     /* x[r,:] += bias. */
     ddp_status (*add_bias)(ddp_backend *b, float *x, const float *bias, int64_t rows, int64_t cols);
     /* Per row: loss[r], and optionally dlogits (softmax - onehot), pred, prob. */

@@ -57,23 +57,90 @@ static ddp_status cpu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
     return DDP_OK;
 }
 
-DDP_CLONES static ddp_status cpu_bias_gelu(ddp_backend *b, float *z, const float *bias, float *a, int64_t rows, int64_t cols)
+DDP_CLONES static ddp_status cpu_bias_gelu(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
+                                           int64_t rows, int64_t cols)
 {
     (void)b;
     for (int64_t r = 0; r < rows; r++) {
-        float *zr = z + r * cols, *ar = a + r * cols;
-        for (int64_t c = 0; c < cols; c++) {
-            zr[c] += bias[c];
-            ar[c] = ddp_gelu(zr[c]);
+        const float *zr = z + r * cols;
+        float *ar = a + r * cols;
+        if (dgelu) {
+            float *gr = dgelu + r * cols;
+            for (int64_t c = 0; c < cols; c++) {
+                float g, v = zr[c] + bias[c];
+                ar[c] = ddp_gelu_fwd(v, &g);
+                gr[c] = g;
+            }
+        } else {
+            for (int64_t c = 0; c < cols; c++) ar[c] = ddp_gelu(zr[c] + bias[c]);
         }
     }
     return DDP_OK;
 }
 
-DDP_CLONES static ddp_status cpu_gelu_backward(ddp_backend *b, const float *da, const float *z, float *dz, int64_t n)
+DDP_CLONES static ddp_status cpu_bias_gelu_pool(ddp_backend *b, const float *z, const float *bias, float *dgelu,
+                                                const int64_t *off, int64_t nseg, int64_t cols, float *out)
 {
     (void)b;
-    for (int64_t i = 0; i < n; i++) dz[i] = da[i] * ddp_gelu_grad(z[i]);
+    for (int64_t s = 0; s < nseg; s++) {
+        float *restrict o = out + s * cols;
+        memset(o, 0, (size_t)cols * sizeof *o);
+        for (int64_t r = off[s]; r < off[s + 1]; r++) {
+            const float *zr = z + r * cols;
+            if (dgelu) {
+                float *gr = dgelu + r * cols;
+                for (int64_t c = 0; c < cols; c++) {
+                    float g;
+                    o[c] += ddp_gelu_fwd(zr[c] + bias[c], &g);
+                    gr[c] = g;
+                }
+            } else {
+                for (int64_t c = 0; c < cols; c++) o[c] += ddp_gelu(zr[c] + bias[c]);
+            }
+        }
+        float inv = 1.0f / (float)(off[s + 1] - off[s]);
+        for (int64_t c = 0; c < cols; c++) o[c] *= inv;
+    }
+    return DDP_OK;
+}
+
+DDP_CLONES static ddp_status cpu_gelu_backward(ddp_backend *b, const float *da, const float *dgelu, float *dz, int64_t rows,
+                                               int64_t cols, float *dbias)
+{
+    (void)b;
+    float *restrict db = dbias;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *dar = da + r * cols, *gr = dgelu + r * cols;
+        float *dzr = dz + r * cols;
+        for (int64_t c = 0; c < cols; c++) {
+            float v = dar[c] * gr[c];
+            dzr[c] = v;
+            db[c] += v;
+        }
+    }
+    return DDP_OK;
+}
+
+DDP_CLONES static ddp_status cpu_pool_gelu_backward(ddp_backend *b, const float *dp, const int64_t *off, int64_t nseg,
+                                                    const float *dgelu, float *dz, int64_t rows, int64_t cols,
+                                                    float *dbias)
+{
+    (void)b;
+    (void)rows;
+    float *restrict db = dbias;
+    for (int64_t s = 0; s < nseg; s++) {
+        float inv = 1.0f / (float)(off[s + 1] - off[s]);
+        const float *dps = dp + s * cols;
+        for (int64_t r = off[s]; r < off[s + 1]; r++) {
+            const float *gr = dgelu + r * cols;
+            float *dzr = dz + r * cols;
+            for (int64_t c = 0; c < cols; c++) {
+                float v = dps[c] * inv * gr[c];
+                dzr[c] = v;
+                db[c] += v;
+            }
+        }
+    }
     return DDP_OK;
 }
 
@@ -83,33 +150,6 @@ DDP_CLONES static ddp_status cpu_colsum(ddp_backend *b, const float *x, float *o
     for (int64_t c = 0; c < cols; c++) out[c] = beta == 0.0f ? 0.0f : beta * out[c];
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) out[c] += x[r * cols + c];
-    return DDP_OK;
-}
-
-DDP_CLONES static ddp_status cpu_segment_mean(ddp_backend *b, const float *a, const int64_t *off, int64_t nseg, int64_t cols,
-                                   float *out)
-{
-    (void)b;
-    for (int64_t s = 0; s < nseg; s++) {
-        float *o = out + s * cols;
-        memset(o, 0, (size_t)cols * sizeof *o);
-        for (int64_t r = off[s]; r < off[s + 1]; r++)
-            for (int64_t c = 0; c < cols; c++) o[c] += a[r * cols + c];
-        float inv = 1.0f / (float)(off[s + 1] - off[s]);
-        for (int64_t c = 0; c < cols; c++) o[c] *= inv;
-    }
-    return DDP_OK;
-}
-
-DDP_CLONES static ddp_status cpu_segment_mean_backward(ddp_backend *b, const float *dp, const int64_t *off, int64_t nseg,
-                                            int64_t cols, float *da)
-{
-    (void)b;
-    for (int64_t s = 0; s < nseg; s++) {
-        float inv = 1.0f / (float)(off[s + 1] - off[s]);
-        for (int64_t r = off[s]; r < off[s + 1]; r++)
-            for (int64_t c = 0; c < cols; c++) da[r * cols + c] = dp[s * cols + c] * inv;
-    }
     return DDP_OK;
 }
 
@@ -150,6 +190,15 @@ static ddp_status cpu_sumsq(ddp_backend *b, const float *x, int64_t n, double *o
 
 static void cpu_destroy(ddp_backend *b) { free(b); }
 
+/* Forward blocks of about 2 MiB per activation keep a block's pre-activations in cache between
+ * the GEMM and the gelu (MPIDDP_ROW_BLOCK_KB overrides; 0 turns blocking off). */
+static int64_t cpu_row_block_bytes(void)
+{
+    const char *e = getenv("MPIDDP_ROW_BLOCK_KB");
+    long long kb = e && *e ? atoll(e) : 2048;
+    return kb > 0 ? (int64_t)kb * 1024 : 0;
+}
+
 ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out)
 {
     ddp_backend *b;
@@ -157,6 +206,7 @@ ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out)
     openblas_set_num_threads(threads < 1 ? 1 : threads);
     *b = (ddp_backend){.name = "cpu",
                        .host_memory = 1,
+                       .row_block_bytes = cpu_row_block_bytes(),
                        .alloc = cpu_alloc,
                        .release = cpu_release,
                        .upload = cpu_copy,
@@ -166,9 +216,9 @@ ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out)
                        .gemm = cpu_gemm,
                        .bias_gelu = cpu_bias_gelu,
                        .gelu_backward = cpu_gelu_backward,
+                       .bias_gelu_pool = cpu_bias_gelu_pool,
+                       .pool_gelu_backward = cpu_pool_gelu_backward,
                        .colsum = cpu_colsum,
-                       .segment_mean = cpu_segment_mean,
-                       .segment_mean_backward = cpu_segment_mean_backward,
                        .add_bias = cpu_add_bias,
                        .softmax_xent = cpu_softmax_xent,
                        .adamw = cpu_adamw,

@@ -1,5 +1,5 @@
 /* backend_cuda.cu — (in the plugin libmpiddp_cuda.so) the CUDA backend: cuBLAS GEMMs and the kernels for bias+gelu, gelu backward,
- * segment mean pooling, softmax cross-entropy, AdamW and sum of squares. Element-wise math comes from
+ * mean pooling, softmax cross-entropy, AdamW and sum of squares. Element-wise math comes from
  * ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked. */
 extern "C" {
 #include "backend.h"
@@ -49,19 +49,20 @@ __global__ void k_fill(float *x, float v, int64_t n)
     if (i < n) x[i] = v;
 }
 
-__global__ void k_bias_gelu(float *z, const float *bias, float *a, int64_t rows, int64_t cols)
+__global__ void k_bias_gelu(const float *z, const float *bias, float *a, float *dg, int64_t rows, int64_t cols)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * cols) return;
-    float v = z[i] + bias[i % cols];
-    z[i] = v;
-    a[i] = ddp_gelu(v);
+    float g, v = z[i] + bias[i % cols];
+    a[i] = ddp_gelu_fwd(v, dg ? &g : NULL);
+    if (dg) dg[i] = g;
 }
 
-__global__ void k_gelu_backward(const float *da, const float *z, float *dz, int64_t n)
+/* dz = da * dg */
+__global__ void k_mul(const float *da, const float *dg, float *dz, int64_t n)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dz[i] = da[i] * ddp_gelu_grad(z[i]);
+    if (i < n) dz[i] = da[i] * dg[i];
 }
 
 __global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t cols)
@@ -70,27 +71,30 @@ __global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t co
     if (i < rows * cols) x[i] += bias[i % cols];
 }
 
-/* one block per segment, threads over columns */
-__global__ void k_segment_mean(const float *a, const int64_t *off, int64_t cols, float *out)
+/* one block per segment, threads over columns: gelu(z + bias) pooled by mean, gelu' kept when dg */
+__global__ void k_bias_gelu_pool(const float *z, const float *bias, float *dg, const int64_t *off, int64_t cols, float *out)
 {
     int64_t s = blockIdx.x;
     int64_t lo = off[s], hi = off[s + 1];
     float inv = 1.0f / (float)(hi - lo);
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-        float acc = 0.0f;
-        for (int64_t r = lo; r < hi; r++) acc += a[r * cols + c];
+        float acc = 0.0f, g;
+        for (int64_t r = lo; r < hi; r++) {
+            acc += ddp_gelu_fwd(z[r * cols + c] + bias[c], dg ? &g : NULL);
+            if (dg) dg[r * cols + c] = g;
+        }
         out[s * cols + c] = acc * inv;
     }
 }
 
-__global__ void k_segment_mean_backward(const float *dp, const int64_t *off, int64_t cols, float *da)
+__global__ void k_pool_gelu_backward(const float *dp, const int64_t *off, int64_t cols, const float *dg, float *dz)
 {
     int64_t s = blockIdx.x;
     int64_t lo = off[s], hi = off[s + 1];
     float inv = 1.0f / (float)(hi - lo);
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-        float g = dp[s * cols + c] * inv;
-        for (int64_t r = lo; r < hi; r++) da[r * cols + c] = g;
+        float d = dp[s * cols + c] * inv;
+        for (int64_t r = lo; r < hi; r++) dz[r * cols + c] = d * dg[r * cols + c];
     }
 }
 
@@ -177,18 +181,11 @@ static ddp_status cu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, 
     return DDP_OK;
 }
 
-static ddp_status cu_bias_gelu(ddp_backend *b, float *z, const float *bias, float *a, int64_t rows, int64_t cols)
+static ddp_status cu_bias_gelu(ddp_backend *b, const float *z, const float *bias, float *a, float *dg, int64_t rows,
+                               int64_t cols)
 {
     if (rows * cols == 0) return DDP_OK;
-    k_bias_gelu<<<blocks_for(rows * cols, 256), 256, 0, I(b)->stream>>>(z, bias, a, rows, cols);
-    LAUNCH_CHECK();
-    return DDP_OK;
-}
-
-static ddp_status cu_gelu_backward(ddp_backend *b, const float *da, const float *z, float *dz, int64_t n)
-{
-    if (!n) return DDP_OK;
-    k_gelu_backward<<<blocks_for(n, 256), 256, 0, I(b)->stream>>>(da, z, dz, n);
+    k_bias_gelu<<<blocks_for(rows * cols, 256), 256, 0, I(b)->stream>>>(z, bias, a, dg, rows, cols);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -210,22 +207,31 @@ static ddp_status cu_colsum(ddp_backend *b, const float *x, float *out, int64_t 
     return DDP_OK;
 }
 
-static ddp_status cu_segment_mean(ddp_backend *b, const float *a, const int64_t *off, int64_t nseg, int64_t cols,
-                                  float *out)
+static ddp_status cu_bias_gelu_pool(ddp_backend *b, const float *z, const float *bias, float *dg, const int64_t *off,
+                                    int64_t nseg, int64_t cols, float *out)
 {
     if (!nseg) return DDP_OK;
-    k_segment_mean<<<(unsigned)nseg, 128, 0, I(b)->stream>>>(a, off, cols, out);
+    k_bias_gelu_pool<<<(unsigned)nseg, 128, 0, I(b)->stream>>>(z, bias, dg, off, cols, out);
     LAUNCH_CHECK();
     return DDP_OK;
 }
 
-static ddp_status cu_segment_mean_backward(ddp_backend *b, const float *dp, const int64_t *off, int64_t nseg,
-                                           int64_t cols, float *da)
+static ddp_status cu_gelu_backward(ddp_backend *b, const float *da, const float *dg, float *dz, int64_t rows, int64_t cols,
+                                   float *dbias)
+{
+    if (rows * cols == 0) return DDP_OK;
+    k_mul<<<blocks_for(rows * cols, 256), 256, 0, I(b)->stream>>>(da, dg, dz, rows * cols);
+    LAUNCH_CHECK();
+    return cu_colsum(b, dz, dbias, rows, cols, 1.0f);
+}
+
+static ddp_status cu_pool_gelu_backward(ddp_backend *b, const float *dp, const int64_t *off, int64_t nseg, const float *dg,
+                                        float *dz, int64_t rows, int64_t cols, float *dbias)
 {
     if (!nseg) return DDP_OK;
-    k_segment_mean_backward<<<(unsigned)nseg, 128, 0, I(b)->stream>>>(dp, off, cols, da);
+    k_pool_gelu_backward<<<(unsigned)nseg, 128, 0, I(b)->stream>>>(dp, off, cols, dg, dz);
     LAUNCH_CHECK();
-    return DDP_OK;
+    return cu_colsum(b, dz, dbias, rows, cols, 1.0f);
 }
 
 static ddp_status cu_add_bias(ddp_backend *b, float *x, const float *bias, int64_t rows, int64_t cols)
@@ -304,9 +310,9 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->gemm = cu_gemm;
     b->bias_gelu = cu_bias_gelu;
     b->gelu_backward = cu_gelu_backward;
+    b->bias_gelu_pool = cu_bias_gelu_pool;
+    b->pool_gelu_backward = cu_pool_gelu_backward;
     b->colsum = cu_colsum;
-    b->segment_mean = cu_segment_mean;
-    b->segment_mean_backward = cu_segment_mean_backward;
     b->add_bias = cu_add_bias;
     b->softmax_xent = cu_softmax_xent;
     b->adamw = cu_adamw;

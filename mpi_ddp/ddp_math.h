@@ -39,20 +39,29 @@ DDP_HD static inline float ddp_expf(float x)
 }
 
 /* gelu, tanh approximation (PyTorch approximate="tanh"): 0.5 x (1 + tanh(u)) = x * sigmoid(2u),
- * u = sqrt(2/pi) (x + 0.044715 x^3). */
-DDP_HD static inline float ddp_gelu(float x)
+ * u = sqrt(2/pi) (x + 0.044715 x^3). ddp_gelu_fwd returns gelu(x) and, through *grad when grad is
+ * non-NULL, its derivative: with s = sigmoid(2u), 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s), so
+ * gelu'(x) = s + 2 x s (1 - s) du/dx. Training computes both in the forward pass (one exp, one division)
+ * and keeps gelu' instead of the pre-activation, so the backward pass is a multiply. */
+DDP_HD static inline float ddp_gelu_fwd(float x, float *grad)
 {
-    float u = DDP_GELU_K * (x + DDP_GELU_C * x * x * x);
-    return x / (1.0f + ddp_expf(-2.0f * u));
+    float x2 = x * x;
+    float u = DDP_GELU_K * (x + DDP_GELU_C * x2 * x);
+    float s = 1.0f / (1.0f + ddp_expf(-2.0f * u));
+    if (grad) {
+        float du = DDP_GELU_K * (1.0f + 3.0f * DDP_GELU_C * x2);
+        *grad = s + 2.0f * x * s * (1.0f - s) * du;
+    }
+    return x * s;
 }
 
-/* d gelu / dx at x: with s = sigmoid(2u), 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s). */
+DDP_HD static inline float ddp_gelu(float x) { return ddp_gelu_fwd(x, (float *)0); }
+
 DDP_HD static inline float ddp_gelu_grad(float x)
 {
-    float u = DDP_GELU_K * (x + DDP_GELU_C * x * x * x);
-    float s = 1.0f / (1.0f + ddp_expf(-2.0f * u));
-    float du = DDP_GELU_K * (1.0f + 3.0f * DDP_GELU_C * x * x);
-    return s + 2.0f * x * s * (1.0f - s) * du;
+    float g;
+    ddp_gelu_fwd(x, &g);
+    return g;
 }
 
 /* Softmax cross-entropy of one row of c logits against label y. Returns the loss; writes the

@@ -17,7 +17,7 @@ typedef struct {
     int64_t D, H, C, maxR, maxB;
     ddp_tensor_spec spec[6];
     int64_t off[7];                 /* element offsets of the tensors in the flat buffer */
-    float *z1, *a1, *z2, *a2;       /* [maxR, H] */
+    float *z1, *a1, *z2;            /* [maxR, H]; after a training forward z1/z2 hold gelu', then z2 dZ2 */
     float *p, *dp, *logits, *dlogits, *loss, *prob;
     int64_t *pred;
     float *x_dev;                   /* device copy of the batch (non-host backends) */
@@ -90,16 +90,33 @@ static ddp_status stage(refmodel *m, const ddp_batch *b, const float **x, const 
     return DDP_OK;
 }
 
+/* Rows per forward block: the hidden layers run block by block (whole samples per block) so that a block's
+ * pre-activations stay in cache from the GEMM that writes them to the gelu that reads them. */
+static int64_t block_rows(const refmodel *m)
+{
+    if (m->be->row_block_bytes <= 0) return INT64_MAX;
+    int64_t r = m->be->row_block_bytes / (m->H * (int64_t)sizeof(float));
+    return r < 16 ? 16 : r;
+}
+
 static ddp_status forward(refmodel *m, const ddp_batch *b, const float *P, const float *x, const int64_t *off,
                           const int64_t *lab, int want_grad)
 {
     ddp_backend *be = m->be;
-    int64_t R = b->nrows, B = b->nsamples, D = m->D, H = m->H, C = m->C;
-    DDP_CHECK(be->gemm(be, 0, 1, R, H, D, 1.0f, x, D, P + m->off[W1], D, 0.0f, m->z1, H));
-    DDP_CHECK(be->bias_gelu(be, m->z1, P + m->off[B1], m->a1, R, H));
-    DDP_CHECK(be->gemm(be, 0, 1, R, H, H, 1.0f, m->a1, H, P + m->off[W2], H, 0.0f, m->z2, H));
-    DDP_CHECK(be->bias_gelu(be, m->z2, P + m->off[B2], m->a2, R, H));
-    DDP_CHECK(be->segment_mean(be, m->a2, off, B, H, m->p));
+    int64_t B = b->nsamples, D = m->D, H = m->H, C = m->C, blk = block_rows(m);
+    const int64_t *hoff = b->offsets; /* host copy of off: block boundaries */
+    for (int64_t s0 = 0, s1; s0 < B; s0 = s1) {
+        for (s1 = s0 + 1; s1 < B && hoff[s1 + 1] - hoff[s0] <= blk; s1++) {}
+        int64_t r0 = hoff[s0], n = hoff[s1] - r0;
+        float *z1 = m->z1 + r0 * H, *a1 = m->a1 + r0 * H, *z2 = m->z2 + r0 * H;
+        /* training keeps gelu' in place of each pre-activation (z1, z2); layer 2's activations are pooled
+         * as they are computed, never stored */
+        DDP_CHECK(be->gemm(be, 0, 1, n, H, D, 1.0f, x + r0 * D, D, P + m->off[W1], D, 0.0f, z1, H));
+        DDP_CHECK(be->bias_gelu(be, z1, P + m->off[B1], a1, want_grad ? z1 : NULL, n, H));
+        DDP_CHECK(be->gemm(be, 0, 1, n, H, H, 1.0f, a1, H, P + m->off[W2], H, 0.0f, z2, H));
+        DDP_CHECK(be->bias_gelu_pool(be, m->z2, P + m->off[B2], want_grad ? m->z2 : NULL, off + s0, s1 - s0, H,
+                                     m->p + s0 * H));
+    }
     DDP_CHECK(be->gemm(be, 0, 1, B, C, H, 1.0f, m->p, H, P + m->off[W3], H, 0.0f, m->logits, C));
     DDP_CHECK(be->add_bias(be, m->logits, P + m->off[B3], B, C));
     DDP_CHECK(be->softmax_xent(be, m->logits, lab, B, C, want_grad ? m->dlogits : NULL, m->loss, m->pred, m->prob));
@@ -149,17 +166,14 @@ static ddp_status ref_train_step(void *self, const ddp_batch *b, const float *P,
     DDP_CHECK(be->colsum(be, m->dlogits, G + m->off[B3], B, C, 1.0f));
     if (ready) ready(ready_arg, m->off[W3], m->off[6]);
     DDP_CHECK(be->gemm(be, 0, 0, B, H, C, 1.0f, m->dlogits, C, P + m->off[W3], H, 0.0f, m->dp, H));
-    /* pooling and layer 2: dA2 -> dZ2 in a2 */
-    DDP_CHECK(be->segment_mean_backward(be, m->dp, off, B, H, m->a2));
-    DDP_CHECK(be->gelu_backward(be, m->a2, m->z2, m->a2, R * H));
-    DDP_CHECK(be->gemm(be, 1, 0, H, H, R, 1.0f, m->a2, H, m->a1, H, 1.0f, G + m->off[W2], H));
-    DDP_CHECK(be->colsum(be, m->a2, G + m->off[B2], R, H, 1.0f));
+    /* pooling and layer 2: dZ2 in place of gelu'(z2), bias gradient in the same pass */
+    DDP_CHECK(be->pool_gelu_backward(be, m->dp, off, B, m->z2, m->z2, R, H, G + m->off[B2]));
+    DDP_CHECK(be->gemm(be, 1, 0, H, H, R, 1.0f, m->z2, H, m->a1, H, 1.0f, G + m->off[W2], H));
     if (ready) ready(ready_arg, m->off[W2], m->off[W3]);
     /* layer 1: dA1 -> dZ1 in a1 */
-    DDP_CHECK(be->gemm(be, 0, 0, R, H, H, 1.0f, m->a2, H, P + m->off[W2], H, 0.0f, m->a1, H));
-    DDP_CHECK(be->gelu_backward(be, m->a1, m->z1, m->a1, R * H));
+    DDP_CHECK(be->gemm(be, 0, 0, R, H, H, 1.0f, m->z2, H, P + m->off[W2], H, 0.0f, m->a1, H));
+    DDP_CHECK(be->gelu_backward(be, m->a1, m->z1, m->a1, R, H, G + m->off[B1]));
     DDP_CHECK(be->gemm(be, 1, 0, H, D, R, 1.0f, m->a1, H, x, D, 1.0f, G + m->off[W1], D));
-    DDP_CHECK(be->colsum(be, m->a1, G + m->off[B1], R, H, 1.0f));
     if (ready) ready(ready_arg, m->off[W1], m->off[W2]);
     ddp_status st = collect(m, b, out);
     m->t_bwd += now_s() - t1;
@@ -181,7 +195,7 @@ static void ref_destroy(void *self)
     refmodel *m = self;
     if (!m) return;
     ddp_backend *be = m->be;
-    void *dev[] = {m->z1, m->a1, m->z2, m->a2, m->p, m->dp, m->logits, m->dlogits, m->loss, m->prob, m->pred,
+    void *dev[] = {m->z1, m->a1, m->z2, m->p, m->dp, m->logits, m->dlogits, m->loss, m->prob, m->pred,
                    m->x_dev, m->off_dev, m->lab_dev};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) be->release(be, dev[i]);
@@ -243,7 +257,6 @@ ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t
     BALLOC(m->z1, maxR * H);
     BALLOC(m->a1, maxR * H);
     BALLOC(m->z2, maxR * H);
-    BALLOC(m->a2, maxR * H);
     BALLOC(m->p, maxB * H);
     BALLOC(m->dp, maxB * H);
     BALLOC(m->logits, maxB * C);

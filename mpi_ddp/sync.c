@@ -24,6 +24,7 @@ struct ddp_sync {
     ddp_status st;        /* first launch error */
     int cuda;
     void *comm_stream, *event;
+    double comm_s;        /* seconds this rank spent inside allreduce calls and waits (benchmarks) */
 };
 
 ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t n_params, int64_t n_ctl,
@@ -99,7 +100,9 @@ static ddp_status launch(ddp_sync *s, int k)
          * on CPU there is no progress thread to overlap with, and Open MPI's tuned blocking allreduce is
          * faster than its nonblocking one (libnbc). With a timeout the request is polled (watchdog.h). */
         if (s->ctx->coll_timeout <= 0) {
+            double t0 = MPI_Wtime();
             MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, s->ctx->world));
+            s->comm_s += MPI_Wtime() - t0;
             s->req[k] = MPI_REQUEST_NULL;
             return DDP_OK;
         }
@@ -134,6 +137,10 @@ ddp_status ddp_sync_finish(ddp_sync *s, const char *where)
         s->next++;
     }
     if (s->st != DDP_OK) return s->st;
-    if (s->cuda) return ddp_cuda()->stream_sync(s->comm_stream);
-    return ddp_wait(s->ctx, s->nb, s->req, where);
+    double t0 = MPI_Wtime();
+    ddp_status st = s->cuda ? ddp_cuda()->stream_sync(s->comm_stream) : ddp_wait(s->ctx, s->nb, s->req, where);
+    s->comm_s += MPI_Wtime() - t0;
+    return st;
 }
+
+double ddp_sync_comm_seconds(const ddp_sync *s) { return s->comm_s; }

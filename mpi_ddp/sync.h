@@ -23,5 +23,8 @@ void ddp_sync_ready(void *s, int64_t lo, int64_t hi);
  * the step in a timeout report. */
 ddp_status ddp_sync_finish(ddp_sync *s, const char *where);
 int ddp_sync_num_buckets(const ddp_sync *s);
+/* Cumulative seconds spent in blocking allreduce calls (made from ddp_sync_ready during backward on CPU)
+ * and in ddp_sync_finish's wait, including waiting for slower ranks: benchmarks subtract it from backward. */
+double ddp_sync_comm_seconds(const ddp_sync *s);
 
 #endif

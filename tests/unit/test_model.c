@@ -1,5 +1,5 @@
 /* test_model.c — finite-difference gradient checks of the reference model on the CPU backend: each
- * layer's backward (gelu, segment mean pooling, softmax cross-entropy, the GEMM-based linear layers)
+ * layer's backward (bias + gelu, gelu + mean pooling, softmax cross-entropy, the GEMM-based linear layers)
  * and every parameter of the whole model; plus packing: a batch's loss equals the sum of its samples
  * run one at a time (no padding rows influence anything). */
 #include <setjmp.h>
@@ -118,25 +118,40 @@ static void test_layers_fd(void **state)
     (void)state;
     ddp_backend *be;
     assert_int_equal(ddp_backend_cpu_create(1, &be), DDP_OK);
-    /* segment mean: L = sum(w * mean) -> dA[r] = w / rows(s) */
-    float a[7 * 2], pooled[NS * 2], w[NS * 2] = {0.5f, -1, 2, 0.25f, -0.75f, 1.5f}, da[7 * 2];
+    /* layer 2 + mean pooling: L = sum(w * mean_r gelu(z[r] + bias)) -> dz, dbias by central differences */
+    enum { PC = 2 };
+    float z[7 * PC], bz[PC] = {0.3f, -0.4f}, pooled[NS * PC], pooled2[NS * PC], w[NS * PC] = {0.5f, -1, 2, 0.25f, -0.75f, 1.5f};
+    float dg[7 * PC], dzp[7 * PC], dbp[PC] = {0.125f, -0.5f}; /* dbias accumulates onto what is there */
     uint64_t s = 3;
-    for (int i = 0; i < 14; i++) a[i] = frand(&s);
-    be->segment_mean_backward(be, w, OFF, NS, 2, da);
-    for (int i = 0; i < 14; i++) {
-        float keep = a[i];
+    for (int i = 0; i < 7 * PC; i++) z[i] = frand(&s) * 2;
+    be->bias_gelu_pool(be, z, bz, NULL, OFF, NS, PC, pooled);
+    be->bias_gelu_pool(be, z, bz, dg, OFF, NS, PC, pooled2);
+    assert_memory_equal(pooled, pooled2, sizeof pooled); /* keeping gelu' does not change the forward */
+    for (int sg = 0; sg < NS; sg++) /* against a plain per-row mean of ddp_gelu */
+        for (int c = 0; c < PC; c++) {
+            double ref = 0;
+            for (int64_t r = OFF[sg]; r < OFF[sg + 1]; r++) ref += ddp_gelu(z[r * PC + c] + bz[c]);
+            assert_true(fabs(ref / (double)(OFF[sg + 1] - OFF[sg]) - pooled[sg * PC + c]) < 1e-6);
+        }
+    be->pool_gelu_backward(be, w, OFF, NS, dg, dzp, 7, PC, dbp);
+    double dcol[PC] = {0, 0}; /* dL/dbias = the column sums of dz, added onto dbias */
+    for (int i = 0; i < 7 * PC; i++) dcol[i % PC] += dzp[i];
+    assert_true(fabs(0.125 + dcol[0] - dbp[0]) < 1e-6 && fabs(-0.5 + dcol[1] - dbp[1]) < 1e-6);
+    for (int i = 0; i < 7 * PC + PC; i++) { /* every z, then every bias */
+        float *t = i < 7 * PC ? &z[i] : &bz[i - 7 * PC], keep = *t;
         double l[2];
         for (int k = 0; k < 2; k++) {
-            a[i] = keep + (k ? -1e-2f : 1e-2f);
-            be->segment_mean(be, a, OFF, NS, 2, pooled);
+            *t = keep + (k ? -1e-2f : 1e-2f);
+            be->bias_gelu_pool(be, z, bz, NULL, OFF, NS, PC, pooled);
             l[k] = 0;
-            for (int j = 0; j < NS * 2; j++) l[k] += w[j] * pooled[j];
+            for (int j = 0; j < NS * PC; j++) l[k] += w[j] * pooled[j];
         }
-        a[i] = keep;
-        assert_true(fabs((l[0] - l[1]) / 2e-2 - da[i]) < 1e-4);
+        *t = keep;
+        double want = i < 7 * PC ? dzp[i] : dcol[i - 7 * PC];
+        assert_true(fabs((l[0] - l[1]) / 2e-2 - want) < 2e-4);
     }
     /* linear layer through gemm: Z = X W^T; L = sum(V * Z); dW = V^T X */
-    float x[4 * 3], wt[2 * 3], v[4 * 2], z[4 * 2], dw[2 * 3];
+    float x[4 * 3], wt[2 * 3], v[4 * 2], zl[4 * 2], dw[2 * 3];
     for (int i = 0; i < 12; i++) x[i] = frand(&s);
     for (int i = 0; i < 6; i++) wt[i] = frand(&s);
     for (int i = 0; i < 8; i++) v[i] = frand(&s);
@@ -146,25 +161,30 @@ static void test_layers_fd(void **state)
         float keep = wt[i];
         for (int k = 0; k < 2; k++) {
             wt[i] = keep + (k ? -1e-2f : 1e-2f);
-            be->gemm(be, 0, 1, 4, 2, 3, 1.0f, x, 3, wt, 3, 0.0f, z, 2);
+            be->gemm(be, 0, 1, 4, 2, 3, 1.0f, x, 3, wt, 3, 0.0f, zl, 2);
             l[k] = 0;
-            for (int j = 0; j < 8; j++) l[k] += v[j] * z[j];
+            for (int j = 0; j < 8; j++) l[k] += v[j] * zl[j];
         }
         wt[i] = keep;
         assert_true(fabs((l[0] - l[1]) / 2e-2 - dw[i]) < 1e-4);
     }
-    /* bias + gelu forward and its backward */
-    float zz[6], bias[3] = {0.1f, -0.2f, 0.3f}, act[6], up[6], dz[6];
+    /* bias + gelu forward and its backward: L = sum(up * gelu(zz + bias)); gelu' kept in place of zz */
+    float zz[6], bias[3] = {0.1f, -0.2f, 0.3f}, act[6], act2[6], up[6], dz[6], db[3] = {0};
     for (int i = 0; i < 6; i++) zz[i] = frand(&s) * 3, up[i] = frand(&s);
     float z0[6];
     memcpy(z0, zz, sizeof zz);
-    be->bias_gelu(be, zz, bias, act, 2, 3);
-    be->gelu_backward(be, up, zz, dz, 6);
+    be->bias_gelu(be, zz, bias, act2, NULL, 2, 3);
+    assert_memory_equal(zz, z0, sizeof zz); /* without dgelu the input is left alone */
+    be->bias_gelu(be, zz, bias, act, zz, 2, 3);
+    assert_memory_equal(act, act2, sizeof act);
+    be->gelu_backward(be, up, zz, dz, 2, 3, db);
     for (int i = 0; i < 6; i++) {
-        double fd = (ddp_gelu(zz[i] + 1e-3f) - ddp_gelu(zz[i] - 1e-3f)) / 2e-3 * up[i];
+        float v = z0[i] + bias[i % 3];
+        assert_true(fabs(act[i] - ddp_gelu(v)) < 1e-7);
+        double fd = (ddp_gelu(v + 1e-3f) - ddp_gelu(v - 1e-3f)) / 2e-3 * up[i];
         assert_true(fabs(fd - dz[i]) < 2e-3);
-        assert_true(fabs(zz[i] - (z0[i] + bias[i % 3])) < 1e-6);
     }
+    for (int c = 0; c < 3; c++) assert_true(fabs(db[c] - (dz[c] + dz[3 + c])) < 1e-6);
     be->destroy(be);
 }
 
