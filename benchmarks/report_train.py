@@ -2,14 +2,16 @@
 """report_train.py RAW.csv OUTDIR | --plots-only OUTDIR — the training table (mpiddp beside PyTorch DDP per
 hidden size and rank count, with the speed ratio, weak-scaling efficiency and the share of the measured
 sgemm rate) as train.csv + text, and the PNG plots: throughput vs hidden, scaling vs ranks, allreduce
-busbw vs size (from OUTDIR/allreduce.csv when present)."""
+busbw vs size (from OUTDIR/allreduce.csv when present). When RAW holds repeated runs of a configuration,
+each row is its median run by samples/s (the range over the runs is kept in samples_min/samples_max), and
+the sgemm share is the median of the runs' shares."""
 import csv
 import os
 import subprocess
 import sys
 
 COLS = ["impl", "ranks", "hidden", "batch", "steps", "samples_per_s", "rows_per_s", "step_ms", "data_ms", "fwd_ms", "bwd_ms",
-        "sync_ms", "opt_ms", "gflops", "sgemm_gflops", "peak_rss_mib"]
+        "sync_ms", "opt_ms", "gflops", "sgemm_gflops", "peak_rss_mib", "private_mib"]
 
 
 def gnuplot(script):
@@ -70,25 +72,37 @@ if sys.argv[1] == "--plots-only":
     plots(sys.argv[2])
     sys.exit(0)
 raw, out = sys.argv[1], sys.argv[2]
-rows = [dict(zip(COLS, r)) for r in csv.reader(open(raw))]
+runs = {}
+for r in csv.reader(open(raw)):
+    r = dict(zip(COLS, r))
+    runs.setdefault((r["impl"], int(r["ranks"]), int(r["hidden"])), []).append(r)
+rows = []
+for key, rs in runs.items():
+    rs.sort(key=lambda r: float(r["samples_per_s"]))
+    r = dict(rs[(len(rs) - 1) // 2])  # the median run (the lower middle one for an even count)
+    r["runs"] = str(len(rs))
+    r["samples_min"], r["samples_max"] = rs[0]["samples_per_s"], rs[-1]["samples_per_s"]
+    shares = sorted(float(x["gflops"]) / float(x["sgemm_gflops"]) for x in rs if x["gflops"])
+    r["of_sgemm"] = f"{shares[(len(shares) - 1) // 2]:.2f}" if shares else ""
+    rows.append(r)
 by = {(r["impl"], int(r["ranks"]), int(r["hidden"])): r for r in rows}
 for r in rows:
     peer = by.get(("torch-ddp", int(r["ranks"]), int(r["hidden"])))
     r["vs_peer"] = f"{float(r['samples_per_s']) / float(peer['samples_per_s']):.2f}" if peer and r["impl"] == "mpiddp" else ""
     one = by.get((r["impl"], 1, int(r["hidden"])))
     r["weak_eff"] = f"{float(r['samples_per_s']) / int(r['ranks']) / float(one['samples_per_s']):.2f}" if one else ""
-    r["of_sgemm"] = f"{float(r['gflops']) / float(r['sgemm_gflops']):.2f}" if r["gflops"] else ""
-keys = COLS + ["vs_peer", "weak_eff", "of_sgemm"]
+keys = COLS + ["runs", "samples_min", "samples_max", "vs_peer", "weak_eff", "of_sgemm"]
 rows.sort(key=lambda r: (int(r["hidden"]), int(r["ranks"]), r["impl"]))
 with open(f"{out}/train.csv", "w") as f:
     w = csv.DictWriter(f, keys)
     w.writeheader()
     w.writerows(rows)
 print(f"{'impl':>10} {'np':>3} {'H':>4} {'samples/s':>10} {'rows/s':>10} {'step ms':>8} {'data':>6} {'fwd':>6} {'bwd':>6} {'sync':>6} "
-      f"{'opt':>6} {'GF/s':>6} {'sgemm':>6} {'%sgemm':>6} {'RSS MiB':>8} {'x peer':>7} {'weak eff':>8}")
+      f"{'opt':>6} {'GF/s':>6} {'sgemm':>6} {'%sgemm':>6} {'RSS MiB':>8} {'priv MiB':>8} {'x peer':>7} {'weak eff':>8} {'runs: samples/s range':>22}")
 for r in rows:
     print(f"{r['impl']:>10} {r['ranks']:>3} {r['hidden']:>4} {float(r['samples_per_s']):>10.0f} {float(r['rows_per_s']):>10.0f} "
           f"{float(r['step_ms']):>8.2f} {r['data_ms']:>6.6} {r['fwd_ms']:>6.6} {r['bwd_ms']:>6.6} {r['sync_ms'] or '-':>6.6} "
           f"{r['opt_ms']:>6.6} {r['gflops'] or '-':>6.6} {r['sgemm_gflops'] or '-':>6.6} {r['of_sgemm'] or '-':>6} "
-          f"{float(r['peak_rss_mib']):>8.1f} {r['vs_peer'] or '-':>7} {r['weak_eff']:>8}")
+          f"{float(r['peak_rss_mib']):>8.1f} {float(r.get('private_mib') or 'nan'):>8.1f} {r['vs_peer'] or '-':>7} {r['weak_eff']:>8} "
+          f"{r['runs'] + ': ' + format(float(r['samples_min']), '.0f') + '-' + format(float(r['samples_max']), '.0f'):>22}")
 plots(out)

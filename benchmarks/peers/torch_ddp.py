@@ -109,13 +109,20 @@ w = torch.tensor([wall], dtype=torch.float64)
 dist.all_reduce(w, op=dist.ReduceOp.MAX)
 rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0], dtype=torch.float64)
 dist.all_reduce(rss, op=dist.ReduceOp.MAX)
+anon = 0.0  # private (anonymous) resident memory now, the part that is this process's own
+with open("/proc/self/status") as st:
+    for line in st:
+        if line.startswith("RssAnon:"):
+            anon = float(line.split()[1]) / 1024.0
+anon = torch.tensor([anon], dtype=torch.float64)
+dist.all_reduce(anon, op=dist.ReduceOp.MAX)
 if rank == 0:
     ms = 1e3 / a.steps
     wall = w.item()
     with open(a.csv, "a") as f:
         f.write(f"torch-ddp,{world},{a.hidden},{a.batch},{a.steps},{agg[1].item() / wall:.1f},{agg[0].item() / wall:.0f},"
-                f"{wall * ms:.3f},{tm['data'] * ms:.3f},{tm['fwd'] * ms:.3f},{tm['bwd'] * ms:.3f},,{tm['opt'] * ms:.3f},,,{rss.item():.1f}\n")
+                f"{wall * ms:.3f},{tm['data'] * ms:.3f},{tm['fwd'] * ms:.3f},{tm['bwd'] * ms:.3f},,{tm['opt'] * ms:.3f},,,{rss.item():.1f},{anon.item():.1f}\n")
     print(f"torch-ddp np={world} H={a.hidden}: {agg[1].item() / wall:.0f} samples/s, step {wall * ms:.2f} ms "
           f"(data {tm['data'] * ms:.2f} fwd {tm['fwd'] * ms:.2f} bwd+allreduce {tm['bwd'] * ms:.2f} opt {tm['opt'] * ms:.2f}), "
-          f"peak RSS {rss.item():.1f} MiB")
+          f"peak RSS {rss.item():.1f} MiB, private {anon.item():.1f} MiB")
 dist.destroy_process_group()
