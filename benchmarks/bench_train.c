@@ -171,20 +171,24 @@ int main(int argc, char **argv)
     int64_t D = ds->info.dim;
     double flops = (double)rows * (4.0 * (double)D * (double)H + 6.0 * (double)H * (double)H); /* this rank's GEMM work */
     double gf = flops / (fwd + bwd) / 1e9;
+    /* the slowest rank's compute (fwd + bwd): far above rank 0's means one rank was slowed (a busy core),
+     * which every other rank then waits for in sync */
+    double cmax = fwd + bwd;
+    MPI_Allreduce(MPI_IN_PLACE, &cmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     double sg = sgemm_gflops(be, (int64_t)((double)rows / (double)steps), H);
     if (t->rank == 0) {
         double ms = 1e3 / (double)steps;
         FILE *f = fopen(csv, "a");
         if (f) {
-            fprintf(f, "mpiddp,%d,%lld,%lld,%lld,%.1f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.1f,%.1f\n", t->size, (long long)H,
+            fprintf(f, "mpiddp,%d,%lld,%lld,%lld,%.1f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.1f,%.1f,%.3f\n", t->size, (long long)H,
                     (long long)B, (long long)steps, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms,
-                    tm[2] * ms, tm[3] * ms, gf, sg, rss, anon);
+                    tm[2] * ms, tm[3] * ms, gf, sg, rss, anon, cmax * ms);
             fclose(f);
         }
         printf("mpiddp np=%d H=%lld: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f bwd %.2f sync %.2f opt %.2f), "
-               "%.2f GFLOP/s of %.2f sgemm, peak RSS %.1f MiB, private %.1f MiB\n",
+               "%.2f GFLOP/s of %.2f sgemm, peak RSS %.1f MiB, private %.1f MiB, slowest rank's fwd+bwd %.2f ms\n",
                t->size, (long long)H, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms,
-               tm[3] * ms, gf, sg, rss, anon);
+               tm[3] * ms, gf, sg, rss, anon, cmax * ms);
     }
     ddp_sync_destroy(sync);
     m.destroy(m.self);

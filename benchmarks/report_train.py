@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 COLS = ["impl", "ranks", "hidden", "batch", "steps", "samples_per_s", "rows_per_s", "step_ms", "data_ms", "fwd_ms", "bwd_ms",
-        "sync_ms", "opt_ms", "gflops", "sgemm_gflops", "peak_rss_mib", "private_mib"]
+        "sync_ms", "opt_ms", "gflops", "sgemm_gflops", "peak_rss_mib", "private_mib", "compute_max_ms"]
 
 
 def gnuplot(script):
@@ -98,11 +98,22 @@ with open(f"{out}/train.csv", "w") as f:
     w.writeheader()
     w.writerows(rows)
 print(f"{'impl':>10} {'np':>3} {'H':>4} {'samples/s':>10} {'rows/s':>10} {'step ms':>8} {'data':>6} {'fwd':>6} {'bwd':>6} {'sync':>6} "
-      f"{'opt':>6} {'GF/s':>6} {'sgemm':>6} {'%sgemm':>6} {'RSS MiB':>8} {'priv MiB':>8} {'x peer':>7} {'weak eff':>8} {'runs: samples/s range':>22}")
+      f"{'opt':>6} {'maxcmp':>6} {'GF/s':>6} {'sgemm':>6} {'%sgemm':>6} {'RSS MiB':>8} {'priv MiB':>8} {'x peer':>7} {'weak eff':>8} {'runs: samples/s range':>22}")
 for r in rows:
     print(f"{r['impl']:>10} {r['ranks']:>3} {r['hidden']:>4} {float(r['samples_per_s']):>10.0f} {float(r['rows_per_s']):>10.0f} "
           f"{float(r['step_ms']):>8.2f} {r['data_ms']:>6.6} {r['fwd_ms']:>6.6} {r['bwd_ms']:>6.6} {r['sync_ms'] or '-':>6.6} "
-          f"{r['opt_ms']:>6.6} {r['gflops'] or '-':>6.6} {r['sgemm_gflops'] or '-':>6.6} {r['of_sgemm'] or '-':>6} "
+          f"{r['opt_ms']:>6.6} {r.get('compute_max_ms') or '-':>6.6} {r['gflops'] or '-':>6.6} {r['sgemm_gflops'] or '-':>6.6} {r['of_sgemm'] or '-':>6} "
           f"{float(r['peak_rss_mib']):>8.1f} {float(r.get('private_mib') or 'nan'):>8.1f} {r['vs_peer'] or '-':>7} {r['weak_eff']:>8} "
           f"{r['runs'] + ': ' + format(float(r['samples_min']), '.0f') + '-' + format(float(r['samples_max']), '.0f'):>22}")
+with open(f"{out}/train_table.md", "w") as f:  # the same table for benchmarks/RESULTS.md
+    f.write("| impl | np | H | samples/s (median; range) | step ms | data | fwd | bwd | sync | opt | slowest fwd+bwd | GFLOP/s | sgemm GFLOP/s "
+            "| of sgemm | peak RSS MiB | private MiB | × peer | weak eff. |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "---:|---:|---:|---:|---:|---:|\n")
+    num = lambda x, n=2: "" if not x else f"{float(x):.{n}f}"
+    for r in rows:
+        sp = f"{float(r['samples_per_s']):,.0f} ({float(r['samples_min']):,.0f}–{float(r['samples_max']):,.0f})".replace(",", " ")
+        f.write(f"| {r['impl']} | {r['ranks']} | {r['hidden']} | {sp} | {num(r['step_ms'])} | {num(r['data_ms'])} | {num(r['fwd_ms'])} "
+                f"| {num(r['bwd_ms'])} | {num(r['sync_ms']) or '–'} | {num(r['opt_ms'])} | {num(r.get('compute_max_ms')) or '–'} | {num(r['gflops'], 1)} "
+                f"| {num(r['sgemm_gflops'], 1)} | {r['of_sgemm']} | {num(r['peak_rss_mib'], 0)} | {num(r.get('private_mib'), 1)} "
+                f"| {('**' + r['vs_peer'] + '**') if r['vs_peer'] else ''} | {r['weak_eff']} |\n")
 plots(out)
