@@ -3,9 +3,9 @@
  * sgemm rate measured in the same process, and peak RSS. One row per run appended to --csv by rank 0;
  * run_train.sh runs it beside the PyTorch DDP peer (peers/torch_ddp.py) and reports the ratios.
  *
- * The timed steps are the start of the second epoch: an untimed loader pass over the first epoch maps the
- * rank's share of the dataset first (the steady state of training, as the peer holds its data in memory);
- * --cold 1 times the first epoch instead, page faults and all.
+ * Before the timed steps an untimed pass reads every sample once, so the whole dataset is mapped (the steady
+ * state of training after its first epochs, as the peer holds its data in memory); --cold 1 skips it and
+ * times first-touch page faults too. The steps run on into further epochs when they outnumber one epoch's.
  *
  *   mpirun -np R bench_train --data DIR --hidden H [--batch 64] [--steps N] [--warmup W] [--cold 0|1] [--csv FILE]
  */
@@ -97,16 +97,20 @@ int main(int argc, char **argv)
     m.init(m.self, p, 1);
     ddp_sync *sync;
     if (ddp_sync_create(ctx, be, g, n, 2, 25 << 20, &sync) != DDP_OK) DIE("sync");
-    if (!cold) { /* epoch 0, data only: every page of this rank's samples mapped */
-        if (ddp_loader_start_epoch(ld, 0, 0) != DDP_OK) DIE("epoch");
-        for (int64_t s = 0; s < sm.steps; s++) {
-            const ddp_batch *b;
-            if (ddp_loader_next(ld, s, &b) != DDP_OK) DIE("batch");
+    if (!cold) { /* every sample read once, untimed: the whole dataset mapped in this process, as after the
+                  * first epochs of training (each epoch gives a rank other samples) */
+        float *scratch = calloc((size_t)(ds->info.max_sample_rows * ds->info.dim), sizeof(float));
+        if (!scratch) DIE("scratch");
+        for (int64_t i = 0; i < ds->info.num_samples; i++) {
+            const float *src;
+            int64_t nr, label, id;
+            if (ddp_dataset_sample(ds, i, scratch, &src, &nr, &label, &id) != DDP_OK) DIE("sample %lld", (long long)i);
+            if (src != scratch) memcpy(scratch, src, (size_t)(nr * ds->info.dim) * sizeof(float));
         }
+        free(scratch);
     }
-    if (ddp_loader_start_epoch(ld, cold ? 0 : 1, 0) != DDP_OK) DIE("epoch");
+    if (ddp_loader_start_epoch(ld, 0, 0) != DDP_OK) DIE("epoch");
     int64_t total = warmup + steps;
-    if (total > sm.steps) total = sm.steps, steps = total - warmup;
     double tm[5] = {0}, fwd0 = 0, bwd0 = 0, t_start = 0; /* data, step, sync wait, optimizer, allreduce inside step */
     int64_t rows = 0, samples = 0;
     for (int64_t s = 0; s < total; s++) {
@@ -118,8 +122,9 @@ int main(int argc, char **argv)
             t_start = now_s();
         }
         double a = now_s();
-        const ddp_batch *b;
-        if (ddp_loader_next(ld, s, &b) != DDP_OK) DIE("batch");
+        const ddp_batch *b; /* runs on into further epochs when the steps outnumber one epoch's */
+        if (s > 0 && s % sm.steps == 0 && ddp_loader_start_epoch(ld, s / sm.steps, 0) != DDP_OK) DIE("epoch");
+        if (ddp_loader_next(ld, s % sm.steps, &b) != DDP_OK) DIE("batch");
         double b0 = now_s();
         memset(g, 0, (size_t)(n + 2) * 4);
         g[n] = (float)b->nsamples;
