@@ -90,13 +90,12 @@ static ddp_status stage(refmodel *m, const ddp_batch *b, const float **x, const 
     return DDP_OK;
 }
 
-/* Rows per forward block: the hidden layers run block by block (whole samples per block) so that a block's
- * pre-activations stay in cache from the GEMM that writes them to the gelu that reads them. */
+/* Rows per forward block: the hidden layers run block by block (whole samples per block, at least one) so
+ * that a block's pre-activations stay in cache from the GEMM that writes them to the gelu that reads them. */
 static int64_t block_rows(const refmodel *m)
 {
     if (m->be->row_block_bytes <= 0) return INT64_MAX;
-    int64_t r = m->be->row_block_bytes / (m->H * (int64_t)sizeof(float));
-    return r < 16 ? 16 : r;
+    return m->be->row_block_bytes / (m->H * (int64_t)sizeof(float));
 }
 
 static ddp_status forward(refmodel *m, const ddp_batch *b, const float *P, const float *x, const int64_t *off,
@@ -114,6 +113,7 @@ static ddp_status forward(refmodel *m, const ddp_batch *b, const float *P, const
         DDP_CHECK(be->gemm(be, 0, 1, n, H, D, 1.0f, x + r0 * D, D, P + m->off[W1], D, 0.0f, z1, H));
         DDP_CHECK(be->bias_gelu(be, z1, P + m->off[B1], a1, want_grad ? z1 : NULL, n, H));
         DDP_CHECK(be->gemm(be, 0, 1, n, H, H, 1.0f, a1, H, P + m->off[W2], H, 0.0f, z2, H));
+        /* offsets are absolute row indices: the pool reads rows off[s0] .. off[s1]-1 of the whole z2 */
         DDP_CHECK(be->bias_gelu_pool(be, m->z2, P + m->off[B2], want_grad ? m->z2 : NULL, off + s0, s1 - s0, H,
                                      m->p + s0 * H));
     }

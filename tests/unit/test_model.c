@@ -112,6 +112,43 @@ static void test_packing_equals_one_by_one(void **state)
     m.destroy(m.self);
 }
 
+/* cache blocking: a forward run block by block (here one sample per block) computes what the whole batch
+ * at once does — losses, gradients, predictions */
+static void test_row_blocks(void **state)
+{
+    (void)state;
+    ddp_backend *whole, *blocked;
+    assert_int_equal(ddp_backend_cpu_create(1, &whole), DDP_OK);
+    assert_int_equal(ddp_backend_cpu_create(1, &blocked), DDP_OK);
+    whole->row_block_bytes = 0;
+    blocked->row_block_bytes = 1; /* below one row: every block is a single sample */
+    ddp_model mw, mb;
+    assert_int_equal(ddp_refmodel_create_on(whole, D, H, C, 16, 4, &mw), DDP_OK);
+    assert_int_equal(ddp_refmodel_create_on(blocked, D, H, C, 16, 4, &mb), DDP_OK);
+    int64_t n = ddp_model_num_params(&mw);
+    float *p = calloc((size_t)n, sizeof *p), *gw = calloc((size_t)n, sizeof *gw), *gb = calloc((size_t)n, sizeof *gb);
+    assert_int_equal(mw.init(mw.self, p, 5), DDP_OK);
+    uint64_t s = 17;
+    for (int i = 0; i < 7 * D; i++) X[i] = 2.0f * frand(&s);
+    ddp_batch b = make_batch();
+    float lw[NS], lb[NS];
+    int64_t pw[NS], pb[NS];
+    ddp_forward_out ow = {.loss = lw, .pred = pw}, ob = {.loss = lb, .pred = pb};
+    assert_int_equal(mw.train_step(mw.self, &b, p, gw, &ow, NULL, NULL), DDP_OK);
+    assert_int_equal(mb.train_step(mb.self, &b, p, gb, &ob, NULL, NULL), DDP_OK);
+    for (int i = 0; i < NS; i++) {
+        assert_true(fabsf(lw[i] - lb[i]) <= 1e-6f * (1 + fabsf(lw[i])));
+        assert_int_equal(pw[i], pb[i]);
+    }
+    for (int64_t j = 0; j < n; j++) assert_true(fabsf(gw[j] - gb[j]) <= 1e-6f * (1 + fabsf(gw[j])));
+    assert_true(fabs(loss_of(&mw, &b, p) - loss_of(&mb, &b, p)) < 1e-6);
+    free(p), free(gw), free(gb);
+    mw.destroy(mw.self);
+    mb.destroy(mb.self);
+    whole->destroy(whole);
+    blocked->destroy(blocked);
+}
+
 /* layer-level checks on the backend ops themselves */
 static void test_layers_fd(void **state)
 {
@@ -194,6 +231,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_model_fd),
         cmocka_unit_test(test_packing_equals_one_by_one),
+        cmocka_unit_test(test_row_blocks),
         cmocka_unit_test(test_layers_fd),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
