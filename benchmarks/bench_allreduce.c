@@ -41,6 +41,15 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Every status is checked: a failing call stops the benchmark on every rank instead of printing timings. */
+#define BENCH_CHECK(call)                                                                          \
+    do {                                                                                           \
+        if ((call) != DDP_OK) {                                                                    \
+            fprintf(stderr, "bench_allreduce: %s failed: %s\n", #call, ddp_last_error());          \
+            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
+        }                                                                                          \
+    } while (0)
+
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
@@ -61,22 +70,20 @@ int main(int argc, char **argv)
     const ddp_topology *t = ddp_topo(ctx);
     int W = t->size, cuda = !strcmp(dev, "cuda");
     ddp_backend *be = NULL;
+    ddp_sync_nccl *nccl = NULL; /* the trainer's NCCL path: comm stream, event, polled waits */
     if (cuda) {
         ddp_device got;
-        if (ddp_select_device(ctx, DDP_DEVICE_CUDA, &got, NULL) != DDP_OK || ddp_ctx_backend(ctx, DDP_DEVICE_CUDA, &be) != DDP_OK ||
-            ddp_nccl_init(ctx) != DDP_OK) {
-            fprintf(stderr, "bench_allreduce: %s\n", ddp_last_error());
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+        BENCH_CHECK(ddp_select_device(ctx, DDP_DEVICE_CUDA, &got, NULL));
+        BENCH_CHECK(ddp_ctx_backend(ctx, DDP_DEVICE_CUDA, &be));
+        BENCH_CHECK(ddp_sync_nccl_create(ctx, be, &nccl));
     } else {
-        ddp_ctx_backend(ctx, DDP_DEVICE_CPU, &be);
+        BENCH_CHECK(ddp_ctx_backend(ctx, DDP_DEVICE_CPU, &be));
     }
-    void *stream = NULL;
-    if (cuda) ddp_cuda()->stream_create(&stream);
     int64_t maxn = maxb / 4;
     float *host = malloc((size_t)maxn * 4), *buf = NULL;
     void *vb;
-    be->alloc(be, &vb, (size_t)maxn * 4);
+    if (!host) BENCH_CHECK(DDP_ERR_NOMEM);
+    BENCH_CHECK(be->alloc(be, &vb, (size_t)maxn * 4));
     buf = vb;
     FILE *f = t->rank == 0 ? fopen(csv, "w") : NULL;
     if (f) fprintf(f, "table,backend,ranks,size_bytes,count,time_us,algbw_GBps,busbw_GBps,wrong,buckets,raw_time_us,ratio\n");
@@ -91,21 +98,21 @@ int main(int argc, char **argv)
         for (int it = -warm; it < iters; it++) {
             if (check || it < 0) {
                 for (int64_t i = 0; i < cnt; i++) host[i] = (float)(t->rank + 1) * (float)((i % 13) + 1);
-                be->upload(be, buf, host, (size_t)cnt * 4);
+                BENCH_CHECK(be->upload(be, buf, host, (size_t)cnt * 4));
             }
             MPI_Barrier(MPI_COMM_WORLD);
             double a = now_s();
             if (cuda) {
-                ddp_nccl_allreduce_sum(ctx, buf, cnt, stream);
-                ddp_cuda()->stream_sync(stream);
-            } else {
-                MPI_Allreduce(MPI_IN_PLACE, buf, (int)cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                BENCH_CHECK(ddp_sync_nccl_launch(nccl, buf, cnt, "bench_allreduce"));
+                BENCH_CHECK(ddp_sync_nccl_finish(nccl, "bench_allreduce"));
+            } else if (MPI_Allreduce(MPI_IN_PLACE, buf, (int)cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
+                BENCH_CHECK(DDP_ERR_MPI);
             }
             double d = now_s() - a;
             MPI_Allreduce(MPI_IN_PLACE, &d, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             if (it >= 0) tt += d;
             if (check && it >= 0) {
-                be->download(be, host, buf, (size_t)cnt * 4);
+                BENCH_CHECK(be->download(be, host, buf, (size_t)cnt * 4));
                 float ranks = (float)W * (float)(W + 1) / 2.0f;
                 for (int64_t i = 0; i < cnt; i++) wrong += host[i] != ranks * (float)((i % 13) + 1);
             }
@@ -162,7 +169,7 @@ int main(int argc, char **argv)
         }
     }
     if (f) fclose(f);
-    if (stream) ddp_cuda()->stream_destroy(stream);
+    ddp_sync_nccl_destroy(nccl);
     be->release(be, buf);
     free(host);
     ddp_finalize(ctx);

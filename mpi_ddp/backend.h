@@ -10,7 +10,7 @@
 
 typedef struct ddp_backend ddp_backend;
 struct ddp_backend {
-    const char *name;   /* "cpu" or "cuda" */
+    const char *name;   /* "cpu", "cuda" or "cuda-emu" (the CUDA backend on the host emulator) */
     int host_memory;    /* 1 when backend pointers are host pointers */
     int64_t row_block_bytes; /* the model's forward runs in blocks of rows of about this many bytes per
                               * activation (cache blocking); 0: the whole batch at once */
@@ -21,6 +21,9 @@ struct ddp_backend {
     ddp_status (*download)(ddp_backend *b, void *dst, const void *src, size_t bytes);
     ddp_status (*zero)(ddp_backend *b, void *p, size_t bytes);
     ddp_status (*synchronize)(ddp_backend *b);
+    /* Sizes the scratch of the reductions (colsum) for up to `rows` rows. Called when a model is created,
+     * never during a step: colsum over more rows than reserved is an error. */
+    ddp_status (*reserve)(ddp_backend *b, int64_t rows);
     /* C[M,N] = alpha * op(A) * op(B) + beta * C; op(A) is [M,K], op(B) is [K,N]. */
     ddp_status (*gemm)(ddp_backend *b, int transa, int transb, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,

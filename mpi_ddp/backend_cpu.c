@@ -190,6 +190,12 @@ static ddp_status cpu_sumsq(ddp_backend *b, const float *x, int64_t n, double *o
 
 static void cpu_destroy(ddp_backend *b) { free(b); }
 
+static ddp_status cpu_reserve(ddp_backend *b, int64_t rows)
+{
+    (void)b, (void)rows; /* the CPU reductions need no scratch */
+    return DDP_OK;
+}
+
 /* Forward blocks of about 2 MiB per activation keep a block's pre-activations in cache between
  * the GEMM and the gelu (MPIDDP_ROW_BLOCK_KB overrides; 0 turns blocking off). */
 static int64_t cpu_row_block_bytes(void)
@@ -213,6 +219,7 @@ ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out)
                        .download = cpu_copy,
                        .zero = cpu_zero,
                        .synchronize = cpu_sync,
+                       .reserve = cpu_reserve,
                        .gemm = cpu_gemm,
                        .bias_gelu = cpu_bias_gelu,
                        .gelu_backward = cpu_gelu_backward,

@@ -1,45 +1,41 @@
-/* backend_cuda.cu — (in the plugin libmpiddp_cuda.so) the CUDA backend: cuBLAS GEMMs and the kernels for bias+gelu, gelu backward,
- * mean pooling, softmax cross-entropy, AdamW and sum of squares. Element-wise math comes from
- * ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked. */
+/* backend_cuda.cu — (in the plugin libmpiddp_cuda.so) the CUDA backend: cuBLAS GEMMs and the kernels for
+ * bias+gelu, gelu backward, mean pooling, softmax cross-entropy, AdamW and sum of squares. Element-wise
+ * math comes from ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked.
+ * The same file is compiled for the host emulator (libmpiddp_cudaemu.so, through backend_cuda_emu.cpp):
+ * kernels are launched only through DDP_LAUNCH and every header comes from cuda_compat.h. All work runs on
+ * the backend's non-blocking stream; nothing touches the legacy default stream. */
 extern "C" {
 #include "backend.h"
 #include "cuda_api.h"
 #include "status.h"
 }
 
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
+#include "cuda_compat.h"
+#include "cuda_checks.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CUDA_CHECK(call)                                                                           \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return ddp_set_error(DDP_ERR_CUDA, "CUDA error in %s (%s:%d): %s", #call, __FILE__,     \
-                                 __LINE__, cudaGetErrorString(e_));                                \
-    } while (0)
-
-#define CUBLAS_CHECK(call)                                                                         \
-    do {                                                                                           \
-        cublasStatus_t s_ = (call);                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return ddp_set_error(DDP_ERR_CUDA, "cuBLAS error in %s (%s:%d): status %d", #call,      \
-                                 __FILE__, __LINE__, (int)s_);                                     \
-    } while (0)
-
-#define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+#define SUMSQ_BLOCKS 1024 /* blocks of k_sumsq: one partial sum each, added on the host in block order */
 
 typedef struct {
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
-    float *ones;       /* for column sums through gemv */
+    float *ones;       /* [ones_len] ones for column sums through gemv, sized by reserve() */
     int64_t ones_len;
-    double *dsum;      /* device scratch for sumsq */
+    double *dpart;     /* [SUMSQ_BLOCKS] per-block partial sums of sumsq */
+    double *hpart;     /* host copy of dpart */
 } cuda_impl;
 
 static cuda_impl *I(ddp_backend *b) { return (cuda_impl *)b->impl; }
+static long long g_host_syncs; /* cudaStreamSynchronize calls made by the backend, for benchmarks */
+extern "C" long long ddp_cuda_backend_host_syncs_impl(void) { return g_host_syncs; }
+static cudaError_t host_sync(cudaStream_t s)
+{
+    g_host_syncs++;
+    return cudaStreamSynchronize(s);
+}
 static unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
 /* ------------------------------------------------------------------ kernels */
@@ -113,7 +109,9 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, int64_t n,
     if (i < n) ddp_adamw_elem(p + i, g[i], m + i, v + i, &a);
 }
 
-__global__ void k_sumsq(const float *x, int64_t n, double *out)
+/* Per-block partial sums of x^2 in a fixed order (grid-stride, then a tree over the block): the host adds
+ * the partials in block order, so the norm is the same bits on every rank and every run. */
+__global__ void k_sumsq(const float *x, int64_t n, double *part)
 {
     __shared__ double sh[256];
     double s = 0.0;
@@ -125,16 +123,22 @@ __global__ void k_sumsq(const float *x, int64_t n, double *out)
         if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
         __syncthreads();
     }
-    if (threadIdx.x == 0) atomicAdd(out, sh[0]);
+    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
 }
 
 /* ------------------------------------------------------------------ backend functions */
+/* Zeroed on the backend stream, so the zeroing is ordered before every later use on that stream (a plain
+ * cudaMemset would run on the legacy default stream, unordered with our non-blocking one). */
 static ddp_status cu_alloc(ddp_backend *b, void **p, size_t bytes)
 {
-    (void)b;
     *p = NULL;
     CUDA_CHECK(cudaMalloc(p, bytes ? bytes : 1));
-    CUDA_CHECK(cudaMemset(*p, 0, bytes ? bytes : 1));
+    cudaError_t e = cudaMemsetAsync(*p, 0, bytes ? bytes : 1, I(b)->stream);
+    if (e != cudaSuccess) {
+        cudaFree(*p);
+        *p = NULL;
+        return DDP_CUDA_ERR_(cudaMemsetAsync, e);
+    }
     return DDP_OK;
 }
 static void cu_release(ddp_backend *b, void *p)
@@ -146,14 +150,14 @@ static ddp_status cu_upload(ddp_backend *b, void *dst, const void *src, size_t b
 {
     if (!bytes) return DDP_OK;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, I(b)->stream));
-    CUDA_CHECK(cudaStreamSynchronize(I(b)->stream)); /* src is host memory the caller may reuse */
+    CUDA_CHECK(host_sync(I(b)->stream)); /* src is host memory the caller may reuse */
     return DDP_OK;
 }
 static ddp_status cu_download(ddp_backend *b, void *dst, const void *src, size_t bytes)
 {
     if (!bytes) return DDP_OK;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, I(b)->stream));
-    CUDA_CHECK(cudaStreamSynchronize(I(b)->stream));
+    CUDA_CHECK(host_sync(I(b)->stream));
     return DDP_OK;
 }
 static ddp_status cu_zero(ddp_backend *b, void *p, size_t bytes)
@@ -164,7 +168,7 @@ static ddp_status cu_zero(ddp_backend *b, void *p, size_t bytes)
 }
 static ddp_status cu_sync(ddp_backend *b)
 {
-    CUDA_CHECK(cudaStreamSynchronize(I(b)->stream));
+    CUDA_CHECK(host_sync(I(b)->stream));
     return DDP_OK;
 }
 
@@ -185,22 +189,38 @@ static ddp_status cu_bias_gelu(ddp_backend *b, const float *z, const float *bias
                                int64_t cols)
 {
     if (rows * cols == 0) return DDP_OK;
-    k_bias_gelu<<<blocks_for(rows * cols, 256), 256, 0, I(b)->stream>>>(z, bias, a, dg, rows, cols);
+    DDP_LAUNCH(k_bias_gelu, blocks_for(rows * cols, 256), 256, 0, I(b)->stream, z, bias, a, dg, rows, cols);
     LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+/* Sizes the reduction scratch once, when a model is created: cudaFree in the middle of backward would
+ * stall the rank behind the gradient buckets in flight. */
+static ddp_status cu_reserve(ddp_backend *b, int64_t rows)
+{
+    cuda_impl *c = I(b);
+    if (rows <= c->ones_len) return DDP_OK;
+    float *ones = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&ones, (size_t)rows * sizeof(float)));
+    DDP_LAUNCH(k_fill, blocks_for(rows, 256), 256, 0, c->stream, ones, 1.0f, rows);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        cudaFree(ones);
+        return DDP_CUDA_ERR_(k_fill, e);
+    }
+    if (c->ones) CUDA_CHECK(cudaFree(c->ones)); /* only before training: cudaFree waits for the device */
+    c->ones = ones;
+    c->ones_len = rows;
     return DDP_OK;
 }
 
 static ddp_status cu_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
 {
     cuda_impl *c = I(b);
-    if (rows > c->ones_len) {
-        if (c->ones) CUDA_CHECK(cudaFree(c->ones));
-        c->ones = NULL;
-        CUDA_CHECK(cudaMalloc((void **)&c->ones, (size_t)rows * sizeof(float)));
-        c->ones_len = rows;
-        k_fill<<<blocks_for(rows, 256), 256, 0, c->stream>>>(c->ones, 1.0f, rows);
-        LAUNCH_CHECK();
-    }
+    if (rows > c->ones_len)
+        return ddp_set_error(DDP_ERR_ARG, "cuda colsum over %lld rows: the backend reserved %lld (reserve() at model creation)",
+                             (long long)rows, (long long)c->ones_len);
+    if (rows <= 0 || cols <= 0) return DDP_OK;
     float one = 1.0f;
     /* x row-major [rows, cols] is column-major [cols, rows]; out = x_cm * ones */
     CUBLAS_CHECK(cublasSgemv(c->blas, CUBLAS_OP_N, (int)cols, (int)rows, &one, x, (int)cols, c->ones, 1, &beta, out, 1));
@@ -211,7 +231,7 @@ static ddp_status cu_bias_gelu_pool(ddp_backend *b, const float *z, const float 
                                     int64_t nseg, int64_t cols, float *out)
 {
     if (!nseg) return DDP_OK;
-    k_bias_gelu_pool<<<(unsigned)nseg, 128, 0, I(b)->stream>>>(z, bias, dg, off, cols, out);
+    DDP_LAUNCH(k_bias_gelu_pool, (unsigned)nseg, 128, 0, I(b)->stream, z, bias, dg, off, cols, out);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -220,7 +240,7 @@ static ddp_status cu_gelu_backward(ddp_backend *b, const float *da, const float 
                                    float *dbias)
 {
     if (rows * cols == 0) return DDP_OK;
-    k_mul<<<blocks_for(rows * cols, 256), 256, 0, I(b)->stream>>>(da, dg, dz, rows * cols);
+    DDP_LAUNCH(k_mul, blocks_for(rows * cols, 256), 256, 0, I(b)->stream, da, dg, dz, rows * cols);
     LAUNCH_CHECK();
     return cu_colsum(b, dz, dbias, rows, cols, 1.0f);
 }
@@ -229,7 +249,7 @@ static ddp_status cu_pool_gelu_backward(ddp_backend *b, const float *dp, const i
                                         float *dz, int64_t rows, int64_t cols, float *dbias)
 {
     if (!nseg) return DDP_OK;
-    k_pool_gelu_backward<<<(unsigned)nseg, 128, 0, I(b)->stream>>>(dp, off, cols, dg, dz);
+    DDP_LAUNCH(k_pool_gelu_backward, (unsigned)nseg, 128, 0, I(b)->stream, dp, off, cols, dg, dz);
     LAUNCH_CHECK();
     return cu_colsum(b, dz, dbias, rows, cols, 1.0f);
 }
@@ -237,7 +257,7 @@ static ddp_status cu_pool_gelu_backward(ddp_backend *b, const float *dp, const i
 static ddp_status cu_add_bias(ddp_backend *b, float *x, const float *bias, int64_t rows, int64_t cols)
 {
     if (rows * cols == 0) return DDP_OK;
-    k_add_bias<<<blocks_for(rows * cols, 256), 256, 0, I(b)->stream>>>(x, bias, rows, cols);
+    DDP_LAUNCH(k_add_bias, blocks_for(rows * cols, 256), 256, 0, I(b)->stream, x, bias, rows, cols);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -246,7 +266,7 @@ static ddp_status cu_softmax_xent(ddp_backend *b, const float *logits, const int
                                   float *dlogits, float *loss, int64_t *pred, float *prob)
 {
     if (!n) return DDP_OK;
-    k_softmax_xent<<<blocks_for(n, 128), 128, 0, I(b)->stream>>>(logits, labels, n, c, dlogits, loss, pred, prob);
+    DDP_LAUNCH(k_softmax_xent, blocks_for(n, 128), 128, 0, I(b)->stream, logits, labels, n, c, dlogits, loss, pred, prob);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -255,7 +275,7 @@ static ddp_status cu_adamw(ddp_backend *b, float *p, const float *g, float *m, f
                            const ddp_adamw_args *a)
 {
     if (!n) return DDP_OK;
-    k_adamw<<<blocks_for(n, 256), 256, 0, I(b)->stream>>>(p, g, m, v, n, *a);
+    DDP_LAUNCH(k_adamw, blocks_for(n, 256), 256, 0, I(b)->stream, p, g, m, v, n, *a);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -263,15 +283,17 @@ static ddp_status cu_adamw(ddp_backend *b, float *p, const float *g, float *m, f
 static ddp_status cu_sumsq(ddp_backend *b, const float *x, int64_t n, double *out)
 {
     cuda_impl *c = I(b);
-    CUDA_CHECK(cudaMemsetAsync(c->dsum, 0, sizeof(double), c->stream));
-    if (n) {
-        unsigned nb = blocks_for(n, 256);
-        if (nb > 1024) nb = 1024;
-        k_sumsq<<<nb, 256, 0, c->stream>>>(x, n, c->dsum);
-        LAUNCH_CHECK();
-    }
-    CUDA_CHECK(cudaMemcpyAsync(out, c->dsum, sizeof(double), cudaMemcpyDeviceToHost, c->stream));
-    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    *out = 0.0;
+    if (!n) return DDP_OK;
+    unsigned nb = blocks_for(n, 256);
+    if (nb > SUMSQ_BLOCKS) nb = SUMSQ_BLOCKS;
+    DDP_LAUNCH(k_sumsq, nb, 256, 0, c->stream, x, n, c->dpart);
+    LAUNCH_CHECK();
+    CUDA_CHECK(cudaMemcpyAsync(c->hpart, c->dpart, nb * sizeof(double), cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(host_sync(c->stream));
+    double s = 0.0;
+    for (unsigned k = 0; k < nb; k++) s += c->hpart[k];
+    *out = s;
     return DDP_OK;
 }
 
@@ -280,8 +302,10 @@ static void cu_destroy(ddp_backend *b)
     if (!b) return;
     cuda_impl *c = I(b);
     if (c) {
+        if (c->stream) cudaStreamSynchronize(c->stream);
         if (c->ones) cudaFree(c->ones);
-        if (c->dsum) cudaFree(c->dsum);
+        if (c->dpart) cudaFree(c->dpart);
+        if (c->hpart) cudaFreeHost(c->hpart);
         if (c->blas) cublasDestroy(c->blas);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
@@ -292,6 +316,7 @@ static void cu_destroy(ddp_backend *b)
 extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out)
 {
     *out = NULL;
+    ddp_status st = DDP_OK;
     ddp_backend *b = (ddp_backend *)calloc(1, sizeof *b);
     cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
     if (!b || !c) {
@@ -299,7 +324,8 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
         free(c);
         return ddp_set_error(DDP_ERR_NOMEM, "out of memory creating the CUDA backend");
     }
-    b->name = "cuda";
+    b->name = DDP_CUDA_EMULATED ? "cuda-emu" : "cuda";
+    b->host_memory = 0;
     b->impl = c;
     b->alloc = cu_alloc;
     b->release = cu_release;
@@ -307,6 +333,7 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->download = cu_download;
     b->zero = cu_zero;
     b->synchronize = cu_sync;
+    b->reserve = cu_reserve;
     b->gemm = cu_gemm;
     b->bias_gelu = cu_bias_gelu;
     b->gelu_backward = cu_gelu_backward;
@@ -319,24 +346,19 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->sumsq = cu_sumsq;
     b->destroy = cu_destroy;
     c->device = device;
-    ddp_status st = DDP_OK;
-    cudaError_t e = cudaSetDevice(device);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&c->dsum, sizeof(double));
-    if (e != cudaSuccess) st = ddp_set_error(DDP_ERR_CUDA, "CUDA device %d: %s", device, cudaGetErrorString(e));
-    if (st == DDP_OK && cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS)
-        st = ddp_set_error(DDP_ERR_CUDA, "cublasCreate failed on device %d", device);
-    if (st == DDP_OK && cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS)
-        st = ddp_set_error(DDP_ERR_CUDA, "cublasSetStream failed on device %d", device);
+    CUDA_TRY(cudaSetDevice(device));
+    CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaMalloc((void **)&c->dpart, SUMSQ_BLOCKS * sizeof(double)));
+    CUDA_TRY(cudaMallocHost((void **)&c->hpart, SUMSQ_BLOCKS * sizeof(double)));
+    CUBLAS_TRY(cublasCreate(&c->blas));
+    CUBLAS_TRY(cublasSetStream(c->blas, c->stream));
     /* exact fp32 GEMMs (no TF32) so GPU results track the CPU reference */
-    if (st == DDP_OK && cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS)
-        st = ddp_set_error(DDP_ERR_CUDA, "cublasSetMathMode failed on device %d", device);
-    if (st != DDP_OK) {
-        cu_destroy(b);
-        return st;
-    }
+    CUBLAS_TRY(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH));
     *out = b;
     return DDP_OK;
+done:
+    cu_destroy(b);
+    return st;
 }
 
 /* CUDA stream of a CUDA backend, for the gradient-sync stream to wait on. */

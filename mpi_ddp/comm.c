@@ -80,29 +80,55 @@ void ddp_finalize(ddp_ctx *c)
 
 const ddp_topology *ddp_topo(const ddp_ctx *c) { return &c->topo; }
 
+/* One rank per GPU: a node with more ranks than visible devices is refused (NCCL would reject two ranks
+ * on one GPU with "Duplicate GPU detected" deep inside its init). Collective over the node's ranks. */
+static ddp_status check_ranks_per_gpu(ddp_ctx *c, int ndev)
+{
+    ddp_topology *t = &c->topo;
+    int *ranks = ddp_calloc((size_t)t->local_size, sizeof *ranks);
+    if (!ranks) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    int rc = MPI_Allgather(&t->rank, 1, MPI_INT, ranks, 1, MPI_INT, c->local);
+    if (rc != MPI_SUCCESS) {
+        free(ranks);
+        return ddp_mpi_error(rc, "MPI_Allgather(node ranks)", __FILE__, __LINE__);
+    }
+    ddp_status st = DDP_OK;
+    if (t->local_size > ndev) {
+        char list[256];
+        size_t k = 0;
+        for (int i = 0; i < t->local_size && k + 16 < sizeof list; i++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", i ? "," : "", ranks[i]);
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "--device cuda: node %d (%s) runs %d ranks (%s) but sees %d CUDA device(s) "
+                           "(CUDA_VISIBLE_DEVICES=%s): mpiddp uses one GPU per rank; start at most %d rank(s) per node, or use --device cpu",
+                           t->node_id, t->host, t->local_size, list, ndev, vis ? vis : "unset", ndev);
+    }
+    free(ranks);
+    return st;
+}
+
 ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char *why)
 {
-    int n = ddp_cuda_device_count();
+    int n = want == DDP_DEVICE_CPU ? 0 : ddp_cuda_device_count();
     char buf[160];
     ddp_device d = want;
     if (want == DDP_DEVICE_AUTO) {
         d = n > 0 ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
         if (n > 0)
-            snprintf(buf, sizeof buf, "--device auto: %d CUDA device(s) visible, using cuda", n);
+            snprintf(buf, sizeof buf, "--device auto: %d CUDA device(s) visible%s, using cuda", n,
+                     ddp_cuda() && ddp_cuda()->emulated ? " (host emulator)" : "");
         else
-            snprintf(buf, sizeof buf, "--device auto: %s, using cpu",
-                     !ddp_cuda_maybe_present() ? "no NVIDIA GPU on this node"
-                     : ddp_cuda_built()        ? "no CUDA device visible"
-                                               : "CUDA plugin unavailable");
+            snprintf(buf, sizeof buf, "--device auto: %s, using cpu", ddp_cuda_device_why());
     } else {
         snprintf(buf, sizeof buf, "--device %s", want == DDP_DEVICE_CUDA ? "cuda" : "cpu");
     }
     if (d == DDP_DEVICE_CUDA) {
         if (!ddp_cuda_built())
             return ddp_set_error(DDP_ERR_ARG, "--device cuda: CUDA plugin unavailable: %s", ddp_cuda_why());
-        if (n == 0) return ddp_set_error(DDP_ERR_ARG, "--device cuda: no CUDA device is visible on %s", c->topo.host);
-        /* GPU = local rank (modulo the visible devices, for oversubscribed nodes) */
-        c->cuda_device = c->topo.local_rank % n;
+        if (n == 0) return ddp_set_error(DDP_ERR_ARG, "--device cuda: %s on %s", ddp_cuda_device_why(), c->topo.host);
+        DDP_CHECK(check_ranks_per_gpu(c, n));
+        c->cuda_device = c->topo.local_rank; /* GPU = node-local rank */
     }
     c->device = d;
     if (why) snprintf(why, 160, "%s", buf);

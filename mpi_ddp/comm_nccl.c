@@ -1,19 +1,83 @@
 /* comm_nccl.c — the NCCL communicator over the world communicator: rank 0 makes the ncclUniqueId, MPI
- * broadcasts it, every rank joins on its GPU (local rank). Calls go through the CUDA plugin. */
+ * broadcasts it, every rank joins on its GPU (node-local rank) with a non-blocking init that is polled
+ * against a deadline, so a peer whose init failed (or that died) gives an error, never a hang. The outcome
+ * is agreed over MPI: a rank whose init failed outright is reported in preference to ranks that only
+ * timed out waiting for it. Calls go through the CUDA plugin. */
 #include "ctx.h"
+#include "../slurm/env.h"
 #include "cuda_api.h"
 #include "status.h"
+
+#include <stdio.h>
+#include <time.h>
+
+static double mono(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Seconds an init may take: MPIDDP_NCCL_INIT_TIMEOUT, else --collective-timeout, else 300. */
+static double init_timeout(const ddp_ctx *c)
+{
+    int64_t env = ddp_env_int("NCCL_INIT_TIMEOUT", 0);
+    if (env > 0) return (double)env;
+    return c->nccl_init_timeout > 0 ? c->nccl_init_timeout : 300.0;
+}
+
+enum { INIT_FAILED, INIT_TIMED_OUT, INIT_OK }; /* ordered: the agreement reports the lowest */
 
 ddp_status ddp_nccl_init(ddp_ctx *c)
 {
     if (c->nccl) return DDP_OK;
     const ddp_cuda_api *cu = ddp_cuda();
-    if (!cu) return ddp_set_error(DDP_ERR_NCCL, "NCCL: CUDA plugin unavailable: %s", ddp_cuda_why());
+    ddp_status st = cu ? DDP_OK : ddp_set_error(DDP_ERR_NCCL, "NCCL: CUDA plugin unavailable: %s", ddp_cuda_why());
     unsigned char id[DDP_NCCL_ID_BYTES] = {0};
-    ddp_status st = c->topo.rank == 0 ? cu->nccl_unique_id(id) : DDP_OK;
+    if (st == DDP_OK && c->topo.rank == 0) st = cu->nccl_unique_id(id);
     DDP_CHECK(ddp_agree_status(c, st));
     MPI_CHECK(MPI_Bcast(id, DDP_NCCL_ID_BYTES, MPI_BYTE, 0, c->world));
-    return cu->nccl_init(&c->nccl, c->topo.size, id, c->topo.rank, c->cuda_device);
+    void *comm = NULL;
+    int outcome = INIT_OK;
+    double limit = init_timeout(c), t0 = mono();
+    st = cu->nccl_init_start(&comm, c->topo.size, id, c->topo.rank, c->cuda_device);
+    for (int busy = 1; st == DDP_OK && busy;) {
+        st = cu->nccl_poll(comm, &busy);
+        if (st == DDP_OK && busy && mono() - t0 > limit) {
+            st = ddp_set_error(DDP_ERR_NCCL, "NCCL communicator init on rank %d (%s, device %d) did not complete in %.0f s: "
+                               "a peer rank failed or never joined (MPIDDP_NCCL_INIT_TIMEOUT)",
+                               c->topo.rank, c->topo.host, c->cuda_device, limit);
+            outcome = INIT_TIMED_OUT;
+        } else if (st == DDP_OK && busy) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (st != DDP_OK && outcome == INIT_OK) outcome = INIT_FAILED;
+    /* agree: every rank learns the outcome; the first rank that failed outright names the problem */
+    struct {
+        int outcome, rank;
+    } mine = {outcome, c->topo.rank}, first;
+    int rc = MPI_Allreduce(&mine, &first, 1, MPI_2INT, MPI_MINLOC, c->world);
+    if (rc == MPI_SUCCESS && first.outcome == INIT_OK) {
+        c->nccl = comm;
+        return DDP_OK;
+    }
+    if (comm) cu->nccl_abort(comm); /* also on ranks whose own init succeeded: the job cannot go on */
+    if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce(NCCL init outcome)", __FILE__, __LINE__);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ddp_last_error());
+    MPI_CHECK(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first.rank, c->world));
+    msg[sizeof msg - 1] = 0;
+    ddp_set_error_text(msg);
+    ddp_mark_error_shared();
+    return DDP_ERR_NCCL;
+}
+
+void ddp_nccl_abort(ddp_ctx *c)
+{
+    if (c->nccl && ddp_cuda()) ddp_cuda()->nccl_abort(c->nccl);
+    c->nccl = NULL;
 }
 
 void ddp_nccl_destroy(ddp_ctx *c)

@@ -15,7 +15,8 @@ struct ddp_ctx {
     int owns_mpi;     /* ddp_init called MPI_Init */
     ddp_device device;
     int cuda_device;
-    void *nccl;       /* ncclComm_t on CUDA builds once bootstrapped */
+    void *nccl;       /* ncclComm_t on CUDA builds once bootstrapped; NULL again after an abort */
+    double nccl_init_timeout; /* seconds (the trainer sets --collective-timeout); 0: 300 */
     struct ddp_backend *backends[3]; /* by ddp_device, created on first use */
     /* watchdog (watchdog.c) */
     double coll_timeout;
@@ -31,6 +32,8 @@ ddp_status ddp_ctx_backend(ddp_ctx *ctx, ddp_device dev, struct ddp_backend **ou
 /* NCCL communicator over ctx->world on ctx->cuda_device; the ncclUniqueId travels by MPI_Bcast. */
 ddp_status ddp_nccl_init(ddp_ctx *ctx);
 void ddp_nccl_destroy(ddp_ctx *ctx);
+/* ncclCommAbort: pending NCCL work returns; the communicator is gone (ctx->nccl = NULL). */
+void ddp_nccl_abort(ddp_ctx *ctx);
 /* In-place float sum over ctx->nccl on the given cudaStream_t. */
 ddp_status ddp_nccl_allreduce_sum(ddp_ctx *ctx, float *buf, int64_t count, void *stream);
 

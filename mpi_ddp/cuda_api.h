@@ -15,41 +15,60 @@ extern "C" {
 struct ddp_backend;
 typedef ddp_status (*ddp_set_error_fn)(ddp_status st, const char *fmt, ...);
 
-#define DDP_CUDA_API_VERSION 1
+#define DDP_CUDA_API_VERSION 2
 #define DDP_NCCL_ID_BYTES 128
 
-/* What the plugin exports (ddp_cuda_plugin_api). Streams, events and communicators are opaque. */
+/* What the plugin exports (ddp_cuda_plugin_api). Streams, events and communicators are opaque. The same
+ * table comes from the real plugin (libmpiddp_cuda.so) and from the host emulator (libmpiddp_cudaemu.so). */
 typedef struct {
     int version;
-    int (*device_count)(void);
+    int emulated; /* 1: the host emulator, which needs no NVIDIA device nodes */
+    /* Visible devices; on a CUDA error -1, with the CUDA error text in err (e.g. driver too old). */
+    int (*device_count)(char *err, size_t n);
     void (*device_name)(int dev, char *buf, size_t n);
     void (*version_string)(char *buf, size_t n);
     void (*nccl_version_string)(char *buf, size_t n);
     ddp_status (*backend_create)(int dev, struct ddp_backend **out);
     void *(*backend_stream)(struct ddp_backend *b);
     ddp_status (*nccl_unique_id)(void *id /* DDP_NCCL_ID_BYTES */);
-    ddp_status (*nccl_init)(void **comm, int nranks, const void *id, int rank, int dev);
-    void (*nccl_destroy)(void *comm);
+    /* Starts a non-blocking communicator init (ncclCommInitRankConfig, blocking = 0) on device dev; poll
+     * it with nccl_poll. *comm is set even when the start fails, and must then be aborted. */
+    ddp_status (*nccl_init_start)(void **comm, int nranks, const void *id, int rank, int dev);
+    /* The communicator's asynchronous state (ncclCommGetAsyncError): DDP_OK with *busy = 1 while an init or
+     * an enqueue is in progress, DDP_OK with *busy = 0 when idle and healthy, else the NCCL error. */
+    ddp_status (*nccl_poll)(void *comm, int *busy);
+    void (*nccl_abort)(void *comm);   /* ncclCommAbort: pending operations return, the stream drains */
+    void (*nccl_destroy)(void *comm); /* ncclCommDestroy of a healthy communicator */
+    /* Enqueues an in-place float sum on stream; with a non-blocking communicator it may still be in
+     * progress when it returns (nccl_poll says when). */
     ddp_status (*nccl_allreduce_sum)(void *comm, float *buf, int64_t count, void *stream);
     ddp_status (*stream_create)(void **stream);
     void (*stream_destroy)(void *stream);
+    /* *done = 1 when everything queued on the stream has run (cudaStreamQuery). */
+    ddp_status (*stream_query)(void *stream, int *done);
     ddp_status (*event_create)(void **event);
     void (*event_destroy)(void *event);
     /* `to` waits for all work queued on `from` so far (event record + stream wait). */
     ddp_status (*stream_wait)(void *event, void *from, void *to);
     ddp_status (*stream_sync)(void *stream);
+    /* Host synchronisations the plugin made so far (stream/device synchronize), for benchmarks. */
+    long long (*host_syncs)(void);
 } ddp_cuda_api;
 
 /* Plugin entry point. */
 typedef const ddp_cuda_api *(*ddp_cuda_plugin_fn)(ddp_set_error_fn set_error);
 const ddp_cuda_api *ddp_cuda_plugin_api(ddp_set_error_fn set_error);
 
-/* The loaded plugin, or NULL (then ddp_cuda_why() says why). Thread-safe after the first call. */
+/* The loaded plugin, or NULL (then ddp_cuda_why() says why). Thread-safe after the first call. The plugin
+ * file is $MPIDDP_CUDA_PLUGIN when set (the real one or the emulator), else libmpiddp_cuda.so. */
 const ddp_cuda_api *ddp_cuda(void);
 const char *ddp_cuda_why(void);
+/* Why ddp_cuda_device_count() returned 0: "" when it did not, else a one-line reason. */
+const char *ddp_cuda_device_why(void);
 
 /* Conveniences over ddp_cuda(): 0 devices / "not available" when there is no plugin. They do not load
- * the plugin on a machine without NVIDIA device nodes (see ddp_cuda_maybe_present). */
+ * the plugin on a machine without NVIDIA device nodes unless MPIDDP_CUDA_PLUGIN names one (see
+ * ddp_cuda_maybe_present). */
 int ddp_cuda_maybe_present(void);
 int ddp_cuda_loaded(void);
 int ddp_cuda_device_count(void);

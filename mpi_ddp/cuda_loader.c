@@ -1,10 +1,13 @@
-/* cuda_loader.c — finds and dlopens libmpiddp_cuda.so: $MPIDDP_CUDA_PLUGIN, next to the executable,
- * ../lib beside it, the build tree, then the loader's search path. */
+/* cuda_loader.c — finds and dlopens the GPU plugin: $MPIDDP_CUDA_PLUGIN (the real plugin or the host
+ * emulator, libmpiddp_cudaemu.so) when set, else libmpiddp_cuda.so next to the executable, in ../lib
+ * beside it, in the build tree, then on the loader's search path. A plugin file that exists but does not
+ * load (libcublas or libnccl missing, say) is reported with the loader's own message. */
 #include "backend.h"
 #include "cuda_api.h"
 #include "status.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <libgen.h>
 #include <limits.h>
 #include <pthread.h>
@@ -25,13 +28,20 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static const ddp_cuda_api *g_api;
 static char g_why[600] = "not loaded";
 
+static char g_dev_why[700];
+static int g_found; /* a plugin file existed somewhere on the search path */
+
+/* dlopens path when the file exists; a file that exists but fails to load keeps the loader's message */
 static void *try_open(const char *path)
 {
+    if (strchr(path, '/') && access(path, F_OK) != 0) return NULL;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
-        /* keep the most informative failure: a plugin that exists but cannot load (missing CUDA libs) */
-        if (e && !strstr(e, "No such file")) snprintf(g_why, sizeof g_why, "%s", e);
+        if (strchr(path, '/') || (e && !strstr(e, "No such file") && !strstr(e, "cannot open shared object file"))) {
+            snprintf(g_why, sizeof g_why, "%s", e ? e : path);
+            g_found = 1;
+        }
     }
     return h;
 }
@@ -42,21 +52,28 @@ static void load(void)
     char exe[PATH_MAX], dir[PATH_MAX], path[PATH_MAX + 64];
     const char *env = getenv("MPIDDP_CUDA_PLUGIN");
     void *h = NULL;
-    if (env && *env) h = try_open(env);
+    if (env && *env) { /* an explicit choice: no fallback to another plugin */
+        if (access(env, F_OK) != 0) {
+            snprintf(g_why, sizeof g_why, "MPIDDP_CUDA_PLUGIN=%s: %s", env, strerror(errno));
+            return;
+        }
+        h = try_open(env);
+        if (!h) return;
+    }
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (!h && n > 0) {
+    if (!h && !g_found && n > 0) {
         exe[n] = 0;
         snprintf(dir, sizeof dir, "%s", dirname(exe));
         snprintf(path, sizeof path, "%s/%s", dir, PLUGIN);
         h = try_open(path);
-        if (!h) {
+        if (!h && !g_found) {
             snprintf(path, sizeof path, "%s/../lib/%s", dir, PLUGIN);
             h = try_open(path);
         }
     }
-    if (!h && *MPIDDP_PLUGIN_BUILD_DIR) h = try_open(MPIDDP_PLUGIN_BUILD_DIR "/" PLUGIN);
-    if (!h && *MPIDDP_PLUGIN_INSTALL_DIR) h = try_open(MPIDDP_PLUGIN_INSTALL_DIR "/" PLUGIN);
-    if (!h) h = try_open(PLUGIN);
+    if (!h && !g_found && *MPIDDP_PLUGIN_BUILD_DIR) h = try_open(MPIDDP_PLUGIN_BUILD_DIR "/" PLUGIN);
+    if (!h && !g_found && *MPIDDP_PLUGIN_INSTALL_DIR) h = try_open(MPIDDP_PLUGIN_INSTALL_DIR "/" PLUGIN);
+    if (!h && !g_found) h = try_open(PLUGIN);
     if (!h) return;
     ddp_cuda_plugin_fn fn;
     *(void **)&fn = dlsym(h, "ddp_cuda_plugin_api");
@@ -89,6 +106,8 @@ int ddp_cuda_loaded(void) { return g_api != NULL; }
 
 int ddp_cuda_maybe_present(void)
 {
+    const char *plugin = getenv("MPIDDP_CUDA_PLUGIN");
+    if (plugin && *plugin) return 1; /* an explicit plugin (the emulator needs no device nodes) */
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     if (vis && (!*vis || !strcmp(vis, "-1") || !strcmp(vis, "none"))) return 0;
     return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0 || access("/proc/driver/nvidia/gpus", F_OK) == 0;
@@ -96,9 +115,23 @@ int ddp_cuda_maybe_present(void)
 
 int ddp_cuda_device_count(void)
 {
-    if (!ddp_cuda_maybe_present()) return 0; /* no NVIDIA device nodes: do not load CUDA at all */
-    return ddp_cuda() ? ddp_cuda()->device_count() : 0;
+    g_dev_why[0] = 0;
+    if (!ddp_cuda_maybe_present()) { /* no NVIDIA device nodes: do not load CUDA at all */
+        snprintf(g_dev_why, sizeof g_dev_why, "no NVIDIA GPU on this node");
+        return 0;
+    }
+    if (!ddp_cuda()) {
+        snprintf(g_dev_why, sizeof g_dev_why, "CUDA plugin unavailable: %s", g_why);
+        return 0;
+    }
+    char err[400] = "";
+    int n = ddp_cuda()->device_count(err, sizeof err);
+    if (n < 0) snprintf(g_dev_why, sizeof g_dev_why, "%s", err);
+    else if (n == 0) snprintf(g_dev_why, sizeof g_dev_why, "no CUDA device visible");
+    return n < 0 ? 0 : n;
 }
+
+const char *ddp_cuda_device_why(void) { return g_dev_why; }
 
 void ddp_cuda_device_name(int dev, char *buf, size_t n)
 {

@@ -1,12 +1,15 @@
-/* cuda_plugin.c — the entry point of libmpiddp_cuda.so: device facts, versions, NCCL (unique id,
- * communicator, allreduce) and the stream/event calls gradient sync needs, each CUDA/NCCL call checked.
- * The backend itself (cuBLAS + kernels) is backend_cuda.cu. */
+/* cuda_plugin.c — the entry point of the GPU plugin: device facts, versions, NCCL (unique id, non-blocking
+ * communicator init, async-error polling, abort, allreduce) and the stream/event calls gradient sync needs,
+ * each CUDA/NCCL call checked. The backend itself (cuBLAS + kernels) is backend_cuda.cu. Built twice from
+ * this one source: against CUDA and NCCL (libmpiddp_cuda.so), and with DDP_CUDA_EMU against the host
+ * emulator (libmpiddp_cudaemu.so, see cuda_emu.h). */
 #include "backend.h"
 #include "cuda_api.h"
 #include "status.h"
 
-#include <cuda_runtime_api.h>
-#include <nccl.h>
+#include "cuda_compat.h"
+#include "cuda_checks.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -15,34 +18,32 @@ ddp_status (*ddp_plugin_set_error)(ddp_status st, const char *fmt, ...);
 ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out);
 void *ddp_cuda_backend_stream_impl(ddp_backend *b);
 
-#define CUDA_OK(call, what)                                                                        \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) return ddp_set_error(DDP_ERR_CUDA, "%s: %s", what, cudaGetErrorString(e_)); \
-    } while (0)
-#define NCCL_OK(call)                                                                              \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess)                                                                     \
-            return ddp_set_error(DDP_ERR_NCCL, "NCCL error in %s: %s", #call, ncclGetErrorString(r_)); \
-    } while (0)
+static long long g_host_syncs; /* stream synchronisations made through this table (one rank, one thread) */
 
-static int device_count(void)
+static int device_count(char *err, size_t n)
 {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError(); /* no driver / no device: clear the sticky error */
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (n) err[0] = 0;
+    if (e == cudaErrorNoDevice) { /* a machine without a GPU: no devices, not an error */
+        cudaGetLastError();
         return 0;
     }
-    return n;
+    if (e != cudaSuccess) { /* driver too old, driver not loaded, ...: keep CUDA's own words */
+        snprintf(err, n, "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        cudaGetLastError();
+        return -1;
+    }
+    return count;
 }
 
 static void device_name(int dev, char *buf, size_t n)
 {
     struct cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+    cudaError_t e = cudaGetDeviceProperties(&p, dev);
+    if (e != cudaSuccess) {
         cudaGetLastError();
-        if (n) buf[0] = 0;
+        snprintf(buf, n, "unknown (%s)", cudaGetErrorString(e));
         return;
     }
     snprintf(buf, n, "%s (cc %d.%d)", p.name, p.major, p.minor);
@@ -54,35 +55,60 @@ static void version_string(char *buf, size_t n)
     if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
     if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
     cudaGetLastError();
-    snprintf(buf, n, "runtime %d.%d driver %d.%d", rt / 1000, (rt % 1000) / 10, drv / 1000, (drv % 1000) / 10);
+    snprintf(buf, n, "%sruntime %d.%d driver %d.%d", DDP_CUDA_EMULATED ? "emulated " : "", rt / 1000, (rt % 1000) / 10,
+             drv / 1000, (drv % 1000) / 10);
 }
 
 static void nccl_version_string(char *buf, size_t n)
 {
     int v = 0;
     if (ncclGetVersion(&v) != ncclSuccess) v = 0;
-    snprintf(buf, n, "%d.%d.%d", v / 10000, (v / 100) % 100, v % 100);
+    snprintf(buf, n, "%s%d.%d.%d", DDP_CUDA_EMULATED ? "emulated " : "", v / 10000, (v / 100) % 100, v % 100);
 }
 
 static ddp_status nccl_unique_id(void *id)
 {
     _Static_assert(sizeof(ncclUniqueId) <= DDP_NCCL_ID_BYTES, "ncclUniqueId larger than expected");
     ncclUniqueId u;
-    NCCL_OK(ncclGetUniqueId(&u));
+    NCCL_CHECK(ncclGetUniqueId(&u));
     memset(id, 0, DDP_NCCL_ID_BYTES);
     memcpy(id, &u, sizeof u);
     return DDP_OK;
 }
 
-static ddp_status nccl_init(void **comm, int nranks, const void *id, int rank, int dev)
+/* Non-blocking init: a peer that never joins (its own init failed, it died) cannot hang this rank; the
+ * caller polls nccl_poll against a deadline and aborts. */
+static ddp_status nccl_init_start(void **comm, int nranks, const void *id, int rank, int dev)
 {
+    *comm = NULL;
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
-    CUDA_OK(cudaSetDevice(dev), "cudaSetDevice");
-    ncclComm_t c;
-    NCCL_OK(ncclCommInitRank(&c, nranks, u, rank));
+    CUDA_CHECK(cudaSetDevice(dev));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t c = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&c, nranks, u, rank, &cfg);
     *comm = c;
+    if (r != ncclSuccess && r != ncclInProgress)
+        return ddp_set_error(DDP_ERR_NCCL, "NCCL error in ncclCommInitRankConfig (rank %d of %d, device %d): %s%s%s", rank,
+                             nranks, dev, ncclGetErrorString(r), c ? ": " : "", c ? ncclGetLastError(c) : "");
     return DDP_OK;
+}
+
+static ddp_status nccl_poll(void *comm, int *busy)
+{
+    ncclResult_t a = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError((ncclComm_t)comm, &a));
+    *busy = a == ncclInProgress;
+    if (a != ncclSuccess && a != ncclInProgress)
+        return ddp_set_error(DDP_ERR_NCCL, "NCCL asynchronous error: %s (%s)", ncclGetErrorString(a),
+                             ncclGetLastError((ncclComm_t)comm));
+    return DDP_OK;
+}
+
+static void nccl_abort(void *comm)
+{
+    if (comm) ncclCommAbort((ncclComm_t)comm);
 }
 
 static void nccl_destroy(void *comm)
@@ -92,14 +118,14 @@ static void nccl_destroy(void *comm)
 
 static ddp_status nccl_allreduce_sum(void *comm, float *buf, int64_t count, void *stream)
 {
-    NCCL_OK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, (ncclComm_t)comm, (cudaStream_t)stream));
+    NCCL_CHECK(ncclAllReduce(buf, buf, (size_t)count, ncclFloat, ncclSum, (ncclComm_t)comm, (cudaStream_t)stream));
     return DDP_OK;
 }
 
 static ddp_status stream_create(void **s)
 {
     cudaStream_t st;
-    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     *s = st;
     return DDP_OK;
 }
@@ -109,10 +135,19 @@ static void stream_destroy(void *s)
     if (s) cudaStreamDestroy((cudaStream_t)s);
 }
 
+static ddp_status stream_query(void *s, int *done)
+{
+    cudaError_t e = cudaStreamQuery((cudaStream_t)s);
+    *done = e == cudaSuccess;
+    if (e == cudaErrorNotReady) cudaGetLastError(); /* not an error: still running */
+    else CUDA_CHECK(e);
+    return DDP_OK;
+}
+
 static ddp_status event_create(void **e)
 {
     cudaEvent_t ev;
-    CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     *e = ev;
     return DDP_OK;
 }
@@ -124,19 +159,24 @@ static void event_destroy(void *e)
 
 static ddp_status stream_wait(void *event, void *from, void *to)
 {
-    CUDA_OK(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)from), "cudaEventRecord");
-    CUDA_OK(cudaStreamWaitEvent((cudaStream_t)to, (cudaEvent_t)event, 0), "cudaStreamWaitEvent");
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)from));
+    CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)to, (cudaEvent_t)event, 0));
     return DDP_OK;
 }
 
 static ddp_status stream_sync(void *s)
 {
-    CUDA_OK(cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize");
+    g_host_syncs++;
+    CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)s));
     return DDP_OK;
 }
 
+long long ddp_cuda_backend_host_syncs_impl(void);
+static long long host_syncs(void) { return g_host_syncs + ddp_cuda_backend_host_syncs_impl(); }
+
 static const ddp_cuda_api g_api = {
     .version = DDP_CUDA_API_VERSION,
+    .emulated = DDP_CUDA_EMULATED,
     .device_count = device_count,
     .device_name = device_name,
     .version_string = version_string,
@@ -144,15 +184,19 @@ static const ddp_cuda_api g_api = {
     .backend_create = ddp_cuda_backend_create_impl,
     .backend_stream = ddp_cuda_backend_stream_impl,
     .nccl_unique_id = nccl_unique_id,
-    .nccl_init = nccl_init,
+    .nccl_init_start = nccl_init_start,
+    .nccl_poll = nccl_poll,
+    .nccl_abort = nccl_abort,
     .nccl_destroy = nccl_destroy,
     .nccl_allreduce_sum = nccl_allreduce_sum,
     .stream_create = stream_create,
     .stream_destroy = stream_destroy,
+    .stream_query = stream_query,
     .event_create = event_create,
     .event_destroy = event_destroy,
     .stream_wait = stream_wait,
     .stream_sync = stream_sync,
+    .host_syncs = host_syncs,
 };
 
 const ddp_cuda_api *ddp_cuda_plugin_api(ddp_set_error_fn set_error)

@@ -254,6 +254,7 @@ ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t
         m->spec[t].shape[1] = shapes[t][1];
         m->off[t + 1] = m->off[t] + shapes[t][0] * (shapes[t][1] ? shapes[t][1] : 1);
     }
+    DDP_TRY(be->reserve(be, maxR > maxB ? maxR : maxB));
     BALLOC(m->z1, maxR * H);
     BALLOC(m->a1, maxR * H);
     BALLOC(m->z2, maxR * H);

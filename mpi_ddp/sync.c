@@ -1,8 +1,7 @@
 /* sync.c — bucketed gradient allreduce; see sync.h. Buckets are laid out from the end of the buffer,
- * because backward finishes the last layer first. */
+ * because backward finishes the last layer first. The MPI path is here; the NCCL one is sync_nccl.c. */
 #include "sync.h"
 
-#include "cuda_api.h"
 #include "status.h"
 #include "watchdog.h"
 
@@ -22,8 +21,7 @@ struct ddp_sync {
     int64_t ready_lo;
     int next;             /* next bucket to launch */
     ddp_status st;        /* first launch error */
-    int cuda;
-    void *comm_stream, *event;
+    ddp_sync_nccl *nccl;  /* GPU backends: NCCL on a communication stream */
     double comm_s;        /* seconds this rank spent inside allreduce calls and waits (benchmarks) */
 };
 
@@ -54,11 +52,8 @@ ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t 
         s->lo[k] = s->hi[k] - per < 0 ? 0 : s->hi[k] - per;
         s->req[k] = MPI_REQUEST_NULL;
     }
-    s->cuda = !be->host_memory;
-    if (s->cuda) { /* NCCL on its own stream, ordered after backward through an event */
-        ddp_status st = ddp_nccl_init(ctx);
-        if (st == DDP_OK) st = ddp_cuda()->stream_create(&s->comm_stream);
-        if (st == DDP_OK) st = ddp_cuda()->event_create(&s->event);
+    if (!be->host_memory) {
+        ddp_status st = ddp_sync_nccl_create(ctx, be, &s->nccl);
         if (st != DDP_OK) {
             ddp_sync_destroy(s);
             return st;
@@ -71,8 +66,7 @@ ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t 
 void ddp_sync_destroy(ddp_sync *s)
 {
     if (!s) return;
-    if (s->event) ddp_cuda()->event_destroy(s->event);
-    if (s->comm_stream) ddp_cuda()->stream_destroy(s->comm_stream);
+    ddp_sync_nccl_destroy(s->nccl);
     free(s->lo);
     free(s->hi);
     free(s->launched);
@@ -95,7 +89,7 @@ static ddp_status launch(ddp_sync *s, int k)
     float *p = s->grads + s->lo[k];
     int64_t n = s->hi[k] - s->lo[k];
     s->launched[k] = 1;
-    if (!s->cuda) {
+    if (!s->nccl) {
         /* Without a collective timeout the bucket is reduced right away with the blocking MPI_Allreduce:
          * on CPU there is no progress thread to overlap with, and Open MPI's tuned blocking allreduce is
          * faster than its nonblocking one (libnbc). With a timeout the request is polled (watchdog.h). */
@@ -109,8 +103,7 @@ static ddp_status launch(ddp_sync *s, int k)
         MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, s->ctx->world, &s->req[k]));
         return DDP_OK;
     }
-    DDP_CHECK(ddp_cuda()->stream_wait(s->event, ddp_backend_cuda_stream(s->be), s->comm_stream));
-    return ddp_nccl_allreduce_sum(s->ctx, p, n, s->comm_stream);
+    return ddp_sync_nccl_launch(s->nccl, p, n, "the gradient allreduce");
 }
 
 void ddp_sync_ready(void *arg, int64_t lo, int64_t hi)
@@ -124,7 +117,7 @@ void ddp_sync_ready(void *arg, int64_t lo, int64_t hi)
         if (s->st != DDP_OK) return;
         s->next++;
     }
-    if (!s->cuda && s->next > 0 && s->ctx->coll_timeout > 0) { /* give MPI a chance to progress what is in flight */
+    if (!s->nccl && s->next > 0 && s->ctx->coll_timeout > 0) { /* give MPI a chance to progress what is in flight */
         int flag;
         MPI_Testall(s->next, s->req, &flag, MPI_STATUSES_IGNORE);
     }
@@ -138,7 +131,7 @@ ddp_status ddp_sync_finish(ddp_sync *s, const char *where)
     }
     if (s->st != DDP_OK) return s->st;
     double t0 = MPI_Wtime();
-    ddp_status st = s->cuda ? ddp_cuda()->stream_sync(s->comm_stream) : ddp_wait(s->ctx, s->nb, s->req, where);
+    ddp_status st = s->nccl ? ddp_sync_nccl_finish(s->nccl, where) : ddp_wait(s->ctx, s->nb, s->req, where);
     s->comm_s += MPI_Wtime() - t0;
     return st;
 }

@@ -27,4 +27,13 @@ int ddp_sync_num_buckets(const ddp_sync *s);
  * and in ddp_sync_finish's wait, including waiting for slower ranks: benchmarks subtract it from backward. */
 double ddp_sync_comm_seconds(const ddp_sync *s);
 
+/* The NCCL half (sync_nccl.c): a communication stream ordered after the backend's stream by an event,
+ * in-place ncclAllReduce per bucket, and waits that poll the stream and the communicator's asynchronous
+ * error against the collective timeout, aborting the communicator when it expires. */
+typedef struct ddp_sync_nccl ddp_sync_nccl;
+ddp_status ddp_sync_nccl_create(ddp_ctx *ctx, ddp_backend *be, ddp_sync_nccl **out);
+void ddp_sync_nccl_destroy(ddp_sync_nccl *n);
+ddp_status ddp_sync_nccl_launch(ddp_sync_nccl *n, float *buf, int64_t count, const char *where);
+ddp_status ddp_sync_nccl_finish(ddp_sync_nccl *n, const char *where);
+
 #endif

@@ -490,6 +490,7 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
         MPI_CHECK(MPI_Bcast(t->h_params + lo, (int)cnt, MPI_FLOAT, 0, ctx->world));
     }
     DDP_CHECK(be->upload(be, t->params, t->h_params, bytes));
+    ctx->nccl_init_timeout = c->collective_timeout;
     DDP_CHECK(ddp_sync_create(ctx, be, t->grads, t->n, N_CTL, (int64_t)(c->bucket_mb * 1048576.0), &t->sync));
     DDP_CHECK(ddp_metrics_create(ctx, &t->metrics));
     t->model->metrics = t->metrics;

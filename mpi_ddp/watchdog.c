@@ -68,11 +68,11 @@ void ddp_watch_mark(ddp_ctx *ctx, int64_t step, const char *phase)
     }
 }
 
-#define HEARTBEAT 0.5 /* seconds between board refreshes while a rank waits in a collective */
+#define HEARTBEAT DDP_WATCH_HEARTBEAT
 
 /* Names the ranks that stopped answering: a waiting rank refreshes its record every HEARTBEAT, so a
  * record older than a few heartbeats belongs to a rank that is stopped, dead, or stuck outside MPI. */
-static void report(ddp_ctx *ctx, const char *where, double waited)
+void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
 {
     char msg[1024];
     size_t k = (size_t)snprintf(msg, sizeof msg, "collective timeout: rank %d waited %.0f s in %s at step %lld (--collective-timeout %.0f)",
@@ -117,7 +117,7 @@ ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
             beat = t + HEARTBEAT;
         }
         if (t > deadline) {
-            report(ctx, where, t - t0);
+            ddp_watch_report(ctx, where, t - t0);
             return DDP_ERR_MISMATCH;
         }
         if (spins > 1000) { /* long waits (validation on other ranks): stop burning the core */

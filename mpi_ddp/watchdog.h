@@ -14,6 +14,11 @@ void ddp_watch_mark(ddp_ctx *ctx, int64_t step, const char *phase);
 /* Completes n requests, or fails after the timeout with "collective timeout: rank R waited T s in WHERE at
  * step S; rank(s) ... last seen ..." (a local error: the caller aborts the job). */
 ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where);
+/* Seconds between board refreshes while a rank waits in a collective. */
+#define DDP_WATCH_HEARTBEAT 0.5
+/* Sets the timeout error for a wait of `waited` seconds in `where`, naming the ranks whose board records
+ * went stale (used by ddp_wait and by the NCCL waits in sync_nccl.c). */
+void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited);
 /* In-place allreduce through ddp_wait. */
 ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, MPI_Op op, const char *where);
 

@@ -12,7 +12,7 @@ done < bad/cases.txt
 synth --out good --samples 40 --dim 5 --classes 3 --shards 2
 for name in $(cut -d'|' -f1 bad/cases.txt); do
   start=$(date +%s)
-  expect_rc 1 timeout 10 mpirun -np 4 --oversubscribe "$MPIDDP" train --train "bad/$name" --val good --out "run_$name"
+  expect_rc 1 timeout 10 mpirun -np 4 --oversubscribe "$MPIDDP" train --device "$DEVICE" --train "bad/$name" --val good --out "run_$name"
   [ $(( $(date +%s) - start )) -le 10 ] || fail "$name: took more than 10 s"
   [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "$name: expected one error line, got: $ERR"
   [ ! -e "run_$name" ] || fail "$name: run directory was created"
@@ -23,7 +23,7 @@ for f in "$SRC"/tests/fuzz/regressions/*; do
   expect_rc 1 env MPIDDP_VALIDATE_TIMEOUT=3 timeout 20 "$MPIDDP" inspect "$d"
   [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] && printf '%s' "$ERR" | grep -q "$d/s0.h5" || fail "$d: $ERR"
   start=$(date +%s)
-  expect_rc 1 env MPIDDP_VALIDATE_TIMEOUT=3 timeout 20 mpirun -np 4 --oversubscribe "$MPIDDP" train --train "$d" --val good --out "run_$d"
+  expect_rc 1 env MPIDDP_VALIDATE_TIMEOUT=3 timeout 20 mpirun -np 4 --oversubscribe "$MPIDDP" train --device "$DEVICE" --train "$d" --val good --out "run_$d"
   [ $(( $(date +%s) - start )) -le 10 ] || fail "$d: took more than 10 s"
   n=$((n + 1))
 done

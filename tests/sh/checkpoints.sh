@@ -8,7 +8,7 @@ base=(--train t --val v --batch-size 5 --lr 0.01 --hidden 16 --no-progress)
 #    ranks' votes disagree; every decision must match an independent re-computation from the per-rank and
 #    global metric files, and Lightning's `all` must skip the epoch-2 save that `reduced` makes.
 for pol in reduced rank0 all any majority; do
-  MPIDDP_TEST_MONITOR_OFFSET="3:1:10,0:2:10" mpirun_np 4 "$MPIDDP" train "${base[@]}" --epochs 3 --out p_$pol \
+  MPIDDP_TEST_MONITOR_OFFSET="3:1:10,0:2:10" mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 3 --out p_$pol \
     --ckpt-policy $pol --log-per-rank >/dev/null
 done
 $PY - <<'PY' || fail "checkpoint policy decisions"
@@ -58,12 +58,12 @@ PY
 grep -q "improved on ranks 0-2; not on ranks 3) - ranks disagree" p_all/checkpoints/decisions.log || fail "vote log does not name the ranks"
 
 # 2. a monitor that is never logged: one clear error on every rank at the first decision
-expect_rc 1 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 1 --out badmon --monitor val/nope
+expect_rc 1 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 1 --out badmon --monitor val/nope
 [ "$(printf '%s\n' "$ERR" | grep -c "monitor 'val/nope' was never logged")" = 1 ] || fail "missing monitor: $ERR"
 
 # 3. early stopping (watching val/loss with --mode max, it never improves after the first epoch):
 #    every rank stops after epoch 1 + patience, at the same step
-mpirun_np 4 "$MPIDDP" train "${base[@]}" --epochs 10 --out es --monitor val/loss --mode max --early-stop-patience 2 --log-per-rank >/dev/null
+mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 10 --out es --monitor val/loss --mode max --early-stop-patience 2 --log-per-rank >/dev/null
 nval=$(awk -F, 'NR>1 && $6!=""' es/metrics.csv | wc -l)
 [ "$nval" = 3 ] || fail "early stop: expected 3 validations, got $nval"
 for r in 0 1 2 3; do
@@ -74,43 +74,43 @@ done
 #    only, agreed in the step's allreduce) and resumed with --resume auto ends bitwise identical
 for np in 2 4; do
   bs=$((20 / np))
-  mpirun_np $np "$MPIDDP" train "${base[@]}" --batch-size $bs --epochs 3 --out full$np >/dev/null
-  expect_rc 0 env MPIDDP_TEST_STOP_AT_STEP=37 MPIDDP_TEST_STOP_RANK=1 mpirun -np $np --oversubscribe "$MPIDDP" train "${base[@]}" --batch-size $bs --epochs 3 --out part$np
+  mpirun_np $np "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size $bs --epochs 3 --out full$np >/dev/null
+  expect_rc 0 env MPIDDP_TEST_STOP_AT_STEP=37 MPIDDP_TEST_STOP_RANK=1 mpirun -np $np --oversubscribe "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size $bs --epochs 3 --out part$np
   printf '%s' "$OUT" | grep -q "stopped on request at step 37" || fail "stop message: $OUT"
-  mpirun_np $np "$MPIDDP" train "${base[@]}" --batch-size $bs --epochs 3 --out part$np --resume auto >/dev/null
+  mpirun_np $np "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size $bs --epochs 3 --out part$np --resume auto >/dev/null
   $PY "$SRC/tests/py/compare_ckpt.py" full$np/checkpoints/last.h5 part$np/checkpoints/last.h5 0 || fail "resume at np $np is not bitwise exact"
   cmp -s <(awk -F, '$6!=""' full$np/metrics.csv | cut -d, -f1,2,6-) <(awk -F, '$6!=""' part$np/metrics.csv | cut -d, -f1,2,6-) ||
     fail "np $np: validation rows differ after resume"
 done
 # a different world size with the same global batch resumes (global sampler); a different global batch is refused
-MPIDDP_TEST_STOP_AT_STEP=37 mpirun_np 2 "$MPIDDP" train "${base[@]}" --batch-size 10 --epochs 3 --out ws >/dev/null
-expect_rc 1 mpirun_np 4 "$MPIDDP" train "${base[@]}" --batch-size 10 --epochs 3 --out ws --resume auto
+MPIDDP_TEST_STOP_AT_STEP=37 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size 10 --epochs 3 --out ws >/dev/null
+expect_rc 1 mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size 10 --epochs 3 --out ws --resume auto
 printf '%s' "$ERR" | grep -q "saved by 2 ranks with a global batch of 20; resuming on 4 ranks needs --sampling global and the same global batch (batch-size x ranks x accumulate = 40 now)" || fail "world-size refusal: $ERR"
-mpirun_np 4 "$MPIDDP" train "${base[@]}" --batch-size 5 --epochs 3 --out ws --resume auto >/dev/null
+mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size 5 --epochs 3 --out ws --resume auto >/dev/null
 $PY "$SRC/tests/py/compare_ckpt.py" full2/checkpoints/last.h5 ws/checkpoints/last.h5 1e-5 || fail "resume on 4 ranks diverged"
 
 # 5. atomicity: rank 0 killed between writing the temporary file and the rename of its 3rd checkpoint
-expect_rc 137 env MPIDDP_TEST_DIE_IN_SAVE=3 bash -c "mpirun -np 2 --oversubscribe '$MPIDDP' train ${base[*]} --epochs 3 --save-top-k 0 --out atom; exit 137"
+expect_rc 137 env MPIDDP_TEST_DIE_IN_SAVE=3 bash -c "mpirun -np 2 --oversubscribe '$MPIDDP' train --device $DEVICE ${base[*]} --epochs 3 --save-top-k 0 --out atom; exit 137"
 ls atom/checkpoints/last.h5.tmp.* >/dev/null 2>&1 || fail "expected a leftover temporary file"
-"$MPIDDP" eval --ckpt atom/checkpoints/last.h5 --data v >/dev/null || fail "previous last.h5 not loadable"
-mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 3 --save-top-k 0 --out atom --resume auto >/dev/null || fail "resume after a killed save"
+"$MPIDDP" eval --device "$DEVICE" --ckpt atom/checkpoints/last.h5 --data v >/dev/null || fail "previous last.h5 not loadable"
+mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 3 --save-top-k 0 --out atom --resume auto >/dev/null || fail "resume after a killed save"
 ! ls atom/checkpoints/*.tmp.* >/dev/null 2>&1 || fail "stale temporary file not cleaned up"
 
 # 6. bad checkpoints: one line, exit 1, never a crash
 cp full2/checkpoints/last.h5 trunc.h5 && truncate -s 5000 trunc.h5
 $PY -c "import h5py,shutil; shutil.copy('full2/checkpoints/last.h5','v2.h5'); f=h5py.File('v2.h5','a'); f.attrs['version']=2"
 for bad in trunc.h5 v2.h5 v/shard-00000.h5 missing.h5; do
-  expect_rc 1 "$MPIDDP" eval --ckpt $bad --data v
+  expect_rc 1 "$MPIDDP" eval --device "$DEVICE" --ckpt $bad --data v
   [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] && printf '%s' "$ERR" | grep -q "$bad" || fail "bad checkpoint $bad: $ERR"
-  expect_rc 1 mpirun_np 2 "$MPIDDP" train "${base[@]}" --out rb --resume $bad
+  expect_rc 1 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --out rb --resume $bad
   [ "$(printf '%s\n' "$ERR" | grep -c error:)" = 1 ] || fail "resume from $bad: $ERR"
 done
 
-expect_rc 1 mpirun_np 2 "$MPIDDP" train "${base[@]}" --out rb --resume v/shard-00000.h5
+expect_rc 1 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --out rb --resume v/shard-00000.h5
 printf '%s' "$ERR" | grep -q "v/shard-00000.h5: attribute 'format': not an mpiddp checkpoint" || fail "foreign checkpoint message: $ERR"
 
 # 7. the PyTorch bridge reproduces eval's val/loss
-"$MPIDDP" eval --ckpt full2/checkpoints/last.h5 --data v > ev.txt
+"$MPIDDP" eval --device "$DEVICE" --ckpt full2/checkpoints/last.h5 --data v > ev.txt
 $PY "$SRC/scripts/ckpt_to_torch.py" full2/checkpoints/last.h5 --data v > pt.txt
 $PY - <<'PY' || fail "PyTorch round trip"
 a = dict(x.split("=") for x in open("ev.txt").read().split())

@@ -5,13 +5,13 @@ for c in synth pack inspect train env; do expect_rc 0 "$MPIDDP" $c --help; done
 expect_rc 0 "$MPIDDP" --help
 expect_rc 2 "$MPIDDP" frobnicate
 for bad in "--epochs 0" "--epochs x" "--lr -1" "--sampling both" "--batch-size" "--nope 1"; do
-  expect_rc 2 "$MPIDDP" train --train t --val v --out o $bad
+  expect_rc 2 "$MPIDDP" train --device "$DEVICE" --train t --val v --out o $bad
   [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] || fail "'$bad': expected one line: $ERR"
 done
 synth --out t --samples 120 --shards 2 --dim 6 --classes 3
 synth --out v --samples 50 --shards 1 --dim 6 --classes 3 --first-id 9999
 printf '[train]\nepochs = 1\nbatch_size = 5\nhidden = 12\nlr = 0.002\n' > good.ini
-mpirun_np 2 "$MPIDDP" train --config good.ini --train t --val v --out r --hidden 10 --log-per-rank --log-every 3 --no-progress > o.txt
+mpirun_np 2 "$MPIDDP" train --device "$DEVICE" --config good.ini --train t --val v --out r --hidden 10 --log-per-rank --log-every 3 --no-progress > o.txt
 grep -q "run directory: $WORK/r" o.txt || fail "run directory not printed"
 head -1 r/metrics.csv | grep -q '^epoch,step,train/loss,train/samples_per_s,lr,val/loss,val/acc,val/macro_f1' || fail "metrics.csv header: $(head -1 r/metrics.csv)"
 $PY - <<'PY' || fail "run.json / config precedence / per-rank files"
@@ -38,10 +38,10 @@ assert sum(n) == 50, n
 assert abs(sum(float(x["val/loss"]) * m for x, m in zip(v, n)) / 50 - vg) < 1e-6
 PY
 printf 'epochs = 1\nwarp = 9\n' > bad.ini
-expect_rc 2 "$MPIDDP" train --config bad.ini --train t --val v --out r2
+expect_rc 2 "$MPIDDP" train --device "$DEVICE" --config bad.ini --train t --val v --out r2
 printf '%s' "$ERR" | grep -q "bad.ini:2: unknown key 'warp'" || fail "bad config message: $ERR"
 for np in 1 2 4; do
-  mpirun_np $np "$MPIDDP" train --train t --val v --out f$np --fast-dev-run 2 --batch-size 4 --no-progress >/dev/null
+  mpirun_np $np "$MPIDDP" train --device "$DEVICE" --train t --val v --out f$np --fast-dev-run 2 --batch-size 4 --no-progress >/dev/null
   [ ! -e f$np/checkpoints/last.h5 ] || fail "fast-dev-run wrote a checkpoint"
   [ "$(grep -c . f$np/metrics.csv)" -ge 3 ] || fail "fast-dev-run np $np metrics"
 done

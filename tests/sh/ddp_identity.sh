@@ -4,11 +4,11 @@
 synth --out train --samples 96 --dim 8 --classes 3 --min-rows 2 --max-rows 6 --shards 3 --seed 5
 synth --out val --samples 30 --dim 8 --classes 3 --min-rows 2 --max-rows 6 --shards 2 --seed 5 --first-id 1000
 common=(--train train --val val --epochs 2 --hidden 16 --lr 0.01 --log-every 1 --no-progress --grad-clip 1.0)
-mpirun_np 1 "$MPIDDP" train "${common[@]}" --batch-size 8 --out r1 >/dev/null
-mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --out r2 >/dev/null
-mpirun_np 4 "$MPIDDP" train "${common[@]}" --batch-size 2 --out r4 >/dev/null
-mpirun_np 1 "$MPIDDP" train "${common[@]}" --batch-size 4 --accumulate 2 --out r1acc >/dev/null
-mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 2 --accumulate 2 --out r2acc --bucket-mb 0.0005 >/dev/null
+mpirun_np 1 "$MPIDDP" train --device "$DEVICE" "${common[@]}" --batch-size 8 --out r1 >/dev/null
+mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${common[@]}" --batch-size 4 --out r2 >/dev/null
+mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${common[@]}" --batch-size 2 --out r4 >/dev/null
+mpirun_np 1 "$MPIDDP" train --device "$DEVICE" "${common[@]}" --batch-size 4 --accumulate 2 --out r1acc >/dev/null
+mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${common[@]}" --batch-size 2 --accumulate 2 --out r2acc --bucket-mb 0.0005 >/dev/null
 for r in r2 r4 r1acc r2acc; do
   $PY "$SRC/tests/py/compare_ckpt.py" r1/checkpoints/last.h5 $r/checkpoints/last.h5 1e-5 || fail "$r differs from r1"
 done
@@ -24,3 +24,8 @@ assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4 and max(abs(x - y) for x, y 
 assert a[-1] < a[0], "loss did not decrease"
 PY
 pass "np 1/2/4 and accumulation agree on all parameters after 24 steps"
+if [ "$DEVICE" != cpu ]; then # the CUDA path (GPU or host emulator) tracks the CPU backend
+  mpirun_np 1 "$MPIDDP" train --device cpu "${common[@]}" --batch-size 8 --out r1cpu >/dev/null
+  $PY "$SRC/tests/py/compare_ckpt.py" r1cpu/checkpoints/last.h5 r1/checkpoints/last.h5 1e-4 || fail "--device $DEVICE differs from cpu"
+  pass "--device $DEVICE tracks --device cpu after 24 steps"
+fi

@@ -14,7 +14,7 @@ rank_pid() { # pid of MPI rank $1 of a running job
 wait_for() { for _ in $(seq 200); do [ -e "$1" ] && return 0; sleep 0.1; done; fail "timed out waiting for $1"; }
 
 # 1. dead rank: SIGKILL rank 1 after the first mid-epoch checkpoint; the job ends non-zero within 30 s
-mpirun -np 4 --oversubscribe "$MPIDDP" train "${base[@]}" --epochs 20 --ckpt-every-steps 20 --out dead > dead.out 2>&1 &
+mpirun -np 4 --oversubscribe "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 20 --ckpt-every-steps 20 --out dead > dead.out 2>&1 &
 job=$!
 wait_for dead/checkpoints/last.h5
 sleep 0.5
@@ -25,12 +25,12 @@ start=$(date +%s)
 set +e; wait $job; rc=$?; set -e
 [ "$rc" != 0 ] || fail "job survived a dead rank"
 [ $(( $(date +%s) - start )) -le 30 ] || fail "dead rank: job took more than 30 s to end"
-"$MPIDDP" eval --ckpt dead/checkpoints/last.h5 --data v > /dev/null || fail "last.h5 not loadable after a dead rank"
-mpirun_np 4 "$MPIDDP" train "${base[@]}" --epochs 20 --ckpt-every-steps 20 --out dead --resume auto > /dev/null || fail "resume after a dead rank"
+"$MPIDDP" eval --device "$DEVICE" --ckpt dead/checkpoints/last.h5 --data v > /dev/null || fail "last.h5 not loadable after a dead rank"
+mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 20 --ckpt-every-steps 20 --out dead --resume auto > /dev/null || fail "resume after a dead rank"
 [ "$(awk -F, 'NR>1 && $6!=""' dead/metrics.csv | wc -l)" = 20 ] || fail "resumed run did not finish 20 epochs"
 
 # 2. stalled rank: SIGSTOP rank 2; the others report the collective and the missing rank within the timeout
-mpirun -np 4 --oversubscribe "$MPIDDP" train "${base[@]}" --epochs 500 --collective-timeout 5 --out stall > stall.out 2> stall.err &
+mpirun -np 4 --oversubscribe "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 500 --collective-timeout 5 --out stall > stall.out 2> stall.err &
 job=$!
 wait_for stall/progress/rank3
 sleep 1
@@ -48,12 +48,12 @@ grep -q "collective timeout: rank 0 waited [0-9]* s in the gradient allreduce at
 # 3. NaN in the data: stops with the step and the parameter; --skip-nonfinite skips and counts instead
 $PY "$SRC/tests/py/make_shards.py" nan nan
 $PY "$SRC/tests/py/make_shards.py" variants vv >/dev/null
-expect_rc 1 mpirun_np 4 "$MPIDDP" train --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanrun
+expect_rc 1 mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanrun
 printf '%s' "$ERR" | grep -q "error: non-finite gradient at step [0-9]* in parameter 'l[0-9].\(weight\|bias\)'" || fail "NaN message: $ERR"
-mpirun_np 4 "$MPIDDP" train --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanskip --skip-nonfinite --epochs 2 >/dev/null
+mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanskip --skip-nonfinite --epochs 2 >/dev/null
 skipped=$(csv_last nanskip/metrics.csv train/skipped_steps)
 [ "$skipped" = 2 ] || fail "expected 2 skipped steps (one per epoch), got '$skipped'"
-"$MPIDDP" eval --ckpt nanskip/checkpoints/last.h5 --data vv/one_shard | grep -qv nan || fail "parameters became NaN"
+"$MPIDDP" eval --device "$DEVICE" --ckpt nanskip/checkpoints/last.h5 --data vv/one_shard | grep -qv nan || fail "parameters became NaN"
 
 # 4. full and read-only run directories (a small tmpfs in a private mount namespace)
 if unshare -m true 2>/dev/null; then
@@ -61,14 +61,14 @@ if unshare -m true 2>/dev/null; then
   cat > disk.sh <<EOS
 set -u
 mount -t tmpfs -o size=1400k tmpfs small || exit 77
-mpirun -np 2 --oversubscribe "$MPIDDP" train ${base[*]} --hidden 256 --epochs 1 --save-top-k 0 --out small/r >/dev/null 2>&1 || exit 10
+mpirun -np 2 --oversubscribe "$MPIDDP" train --device "$DEVICE" ${base[*]} --hidden 256 --epochs 1 --save-top-k 0 --out small/r >/dev/null 2>&1 || exit 10
 cp small/r/checkpoints/last.h5 good.h5
-mpirun -np 2 --oversubscribe "$MPIDDP" train ${base[*]} --hidden 256 --epochs 2 --save-top-k 1 --out small/r --resume auto > full.out 2> full.err
+mpirun -np 2 --oversubscribe "$MPIDDP" train --device "$DEVICE" ${base[*]} --hidden 256 --epochs 2 --save-top-k 1 --out small/r --resume auto > full.out 2> full.err
 echo "full rc=\$?" > full.rc
-"$MPIDDP" eval --ckpt small/r/checkpoints/last.h5 --data v > full.eval 2>&1 || exit 11
+"$MPIDDP" eval --device "$DEVICE" --ckpt small/r/checkpoints/last.h5 --data v > full.eval 2>&1 || exit 11
 cmp -s good.h5 small/r/checkpoints/last.h5 || exit 12
 mount -o remount,ro small
-mpirun -np 2 --oversubscribe "$MPIDDP" train ${base[*]} --hidden 256 --epochs 3 --out small/r --resume auto > ro.out 2> ro.err
+mpirun -np 2 --oversubscribe "$MPIDDP" train --device "$DEVICE" ${base[*]} --hidden 256 --epochs 3 --out small/r --resume auto > ro.out 2> ro.err
 echo "ro rc=\$?" > ro.rc
 EOS
   set +e; unshare -m bash disk.sh; rc=$?; set -e

@@ -15,8 +15,8 @@ grep -q "7 of 7 shard(s) memory-mappable" h5py_contig.inspect || fail "contiguou
 grep -q "0 of 7 shard(s) memory-mappable" h5py_gzip.inspect || fail "gzip shards should use the HDF5 read path"
 # training over the gzip (HDF5 read) path and the mmap path gives the same parameters
 common=(--val v/one_shard --epochs 1 --batch-size 4 --hidden 8 --no-progress)
-mpirun_np 2 "$MPIDDP" train --train v/h5py_contig "${common[@]}" --out ra >/dev/null
-mpirun_np 2 "$MPIDDP" train --train v/h5py_gzip "${common[@]}" --out rb >/dev/null 2>notice.txt
+mpirun_np 2 "$MPIDDP" train --device "$DEVICE" --train v/h5py_contig "${common[@]}" --out ra >/dev/null
+mpirun_np 2 "$MPIDDP" train --device "$DEVICE" --train v/h5py_gzip "${common[@]}" --out rb >/dev/null 2>notice.txt
 [ "$(grep -c 'notice: 7 of 7 shard(s) of v/h5py_gzip have chunked or compressed features' notice.txt)" = 1 ] || fail "one-time notice: $(cat notice.txt)"
 $PY "$SRC/tests/py/compare_ckpt.py" ra/checkpoints/last.h5 rb/checkpoints/last.h5 0 || fail "gzip vs mmap training differs"
 pass "all reader paths agree bitwise"

@@ -42,7 +42,7 @@ grep -qE "srun started this process as rank [01] of 2 but MPI says rank 0 of 1|d
 # 2. training under srun on 2 nodes
 ./mpiddp synth --out d/t --samples 6000 --dim 16 --classes 3 --shards 4 --seed 2 >/dev/null
 ./mpiddp synth --out d/v --samples 300 --dim 16 --classes 3 --shards 1 --seed 2 --first-id 99999 >/dev/null
-args=(--train d/t --val d/v --epochs 3 --batch-size 8 --log-every 20 --no-progress)
+args=(--train d/t --val d/v --epochs 3 --batch-size 8 --log-every 20 --no-progress --device cpu)
 timeout 300 srun -N2 -n4 --mpi=pmix ./mpiddp train "${args[@]}" --out ref > ref.txt
 grep -q "run directory: $J/ref" ref.txt || fail "srun training did not finish"
 $PY -c "import json; j=json.load(open('ref/run.json')); assert j['num_nodes'] == 2 and j['world_size'] == 4 and j['launcher'] == 'pmix', j"

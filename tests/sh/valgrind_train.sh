@@ -7,7 +7,7 @@ synth --out v --samples 20 --dim 4 --classes 2 --shards 1 --max-rows 5 --first-i
 set +e
 valgrind --error-exitcode=9 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
   --suppressions="$SRC/tests/valgrind/openmpi.supp" \
-  "$MPIDDP" train --train t --val v --out r --epochs 2 --batch-size 8 --no-progress > vg.out 2> vg.err
+  "$MPIDDP" train --device "$DEVICE" --train t --val v --out r --epochs 2 --batch-size 8 --no-progress > vg.out 2> vg.err
 rc=$?
 set -e
 grep -E "ERROR SUMMARY|definitely lost:" vg.err

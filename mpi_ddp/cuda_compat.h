@@ -1,0 +1,31 @@
+/* cuda_compat.h — the one place that tells nvcc from the host emulator. backend_cuda.cu and cuda_plugin.c
+ * include this instead of the CUDA, cuBLAS and NCCL headers: under nvcc (or a plain CUDA build of
+ * cuda_plugin.c) it includes the real ones; with DDP_CUDA_EMU it includes cuda_emu.h, which implements
+ * the same subset on the host (streams as worker threads, kernels as loops of fibers, cuBLAS over cblas,
+ * NCCL over shared memory), so the same source runs on a machine without a GPU.
+ *
+ * DDP_LAUNCH(kernel, grid, block, dyn_smem, stream, args...) is the only way kernels are launched:
+ * `kernel<<<grid, block, dyn_smem, stream>>>(args...)` on a GPU, ddp_emu_launch over the grid on the host.
+ * A launch reports configuration errors through cudaGetLastError in both cases. */
+#ifndef DDP_CUDA_COMPAT_H
+#define DDP_CUDA_COMPAT_H
+
+#ifdef DDP_CUDA_EMU
+#define DDP_CUDA_EMU_KERNELS 1
+#include "cuda_emu.h"
+#ifdef __cplusplus
+#define DDP_LAUNCH(k, grid, block, smem, stream, ...) (void)DDP_EMU_LAUNCH(k, grid, block, smem, stream, __VA_ARGS__)
+#endif
+#define DDP_CUDA_EMULATED 1
+#else
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#ifdef __CUDACC__
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#define DDP_LAUNCH(k, grid, block, smem, stream, ...) k<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#endif
+#define DDP_CUDA_EMULATED 0
+#endif
+
+#endif
