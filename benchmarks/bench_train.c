@@ -64,7 +64,7 @@ int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
-    const char *data = NULL, *csv = "train_raw.csv";
+    const char *data = NULL, *csv = "train_raw.csv", *device = "cpu";
     int64_t H = 64, B = 64, steps = 50, warmup = 5, cold = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--data")) data = argv[i + 1];
@@ -74,10 +74,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--warmup")) warmup = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--cold")) cold = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--csv")) csv = argv[i + 1];
+        else if (!strcmp(argv[i], "--device")) device = argv[i + 1];
     }
+    ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
+    if (dev == DDP_DEVICE_CUDA && ddp_select_device(ctx, DDP_DEVICE_CUDA, NULL, NULL) != DDP_OK) DIE("--device cuda");
     const ddp_topology *t = ddp_topo(ctx);
     if (!data) {
-        if (t->rank == 0) fprintf(stderr, "usage: bench_train --data DIR --hidden H [--batch B] [--steps N] [--warmup W] [--cold 0|1] [--csv F]\n");
+        if (t->rank == 0) fprintf(stderr, "usage: bench_train --data DIR --hidden H [--batch B] [--steps N] [--warmup W] [--cold 0|1] [--csv F] [--device cpu|cuda]\n");
         ddp_finalize(ctx);
         return 2;
     }
@@ -88,13 +91,17 @@ int main(int argc, char **argv)
     ddp_loader *ld;
     if (ddp_loader_create(ds, &sm, 1, &ld) != DDP_OK) DIE("loader");
     ddp_model m;
-    if (ddp_refmodel_create(ctx, DDP_DEVICE_CPU, ds->info.dim, H, ds->info.num_classes, ddp_loader_max_rows(ld), B, &m) != DDP_OK)
+    if (ddp_refmodel_create(ctx, dev, ds->info.dim, H, ds->info.num_classes, ddp_loader_max_rows(ld), B, &m) != DDP_OK)
         DIE("model");
     ddp_backend *be;
-    ddp_ctx_backend(ctx, DDP_DEVICE_CPU, &be);
+    if (ddp_ctx_backend(ctx, dev, &be) != DDP_OK) DIE("backend");
     int64_t n = ddp_model_num_params(&m);
-    float *p = calloc((size_t)n, 4), *g = calloc((size_t)n + 2, 4), *mo = calloc((size_t)n, 4), *v = calloc((size_t)n, 4);
-    m.init(m.self, p, 1);
+    float *p, *g, *mo, *v; /* backend memory (device memory on CUDA), zeroed */
+    void *q[4];
+    for (int k = 0; k < 4; k++)
+        if (be->alloc(be, &q[k], (size_t)(n + (k == 1 ? 2 : 0)) * 4) != DDP_OK) DIE("alloc");
+    p = q[0], g = q[1], mo = q[2], v = q[3];
+    if (m.init(m.self, p, 1) != DDP_OK) DIE("init");
     ddp_sync *sync;
     if (ddp_sync_create(ctx, be, g, n, 2, 25 << 20, &sync) != DDP_OK) DIE("sync");
     if (!cold) { /* every sample read once, untimed: the whole dataset mapped in this process, as after the
@@ -126,8 +133,8 @@ int main(int argc, char **argv)
         if (s > 0 && s % sm.steps == 0 && ddp_loader_start_epoch(ld, s / sm.steps, 0) != DDP_OK) DIE("epoch");
         if (ddp_loader_next(ld, s % sm.steps, &b) != DDP_OK) DIE("batch");
         double b0 = now_s();
-        memset(g, 0, (size_t)(n + 2) * 4);
-        g[n] = (float)b->nsamples;
+        float ctl[2] = {(float)b->nsamples, 0.0f};
+        if (be->zero(be, g, (size_t)n * 4) != DDP_OK || be->upload(be, g + n, ctl, sizeof ctl) != DDP_OK) DIE("step");
         ddp_sync_begin(sync);
         ddp_forward_out out = {0};
         double comm0 = ddp_sync_comm_seconds(sync);
@@ -137,11 +144,12 @@ int main(int argc, char **argv)
         if (ddp_sync_finish(sync, "bench") != DDP_OK) DIE("sync");
         double d = now_s();
         double ss;
-        be->sumsq(be, g, n, &ss);
+        if (be->download(be, ctl, g + n, sizeof ctl) != DDP_OK || be->sumsq(be, g, n, &ss) != DDP_OK) DIE("step");
         ddp_adamw_args aw = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
                              .bc1 = (float)(1 - pow(0.9, (double)s + 1)), .bc2_sqrt = (float)sqrt(1 - pow(0.999, (double)s + 1)),
-                             .gscale = 1.0f / g[n]};
-        be->adamw(be, p, g, mo, v, n, &aw);
+                             .gscale = 1.0f / ctl[0]};
+        if (be->adamw(be, p, g, mo, v, n, &aw) != DDP_OK) DIE("adamw");
+        if (be->synchronize(be) != DDP_OK) DIE("step");
         double e = now_s();
         tm[0] += b0 - a, tm[1] += c - b0, tm[2] += d - c, tm[3] += e - d;
         rows += b->nrows;
@@ -180,7 +188,7 @@ int main(int argc, char **argv)
      * which every other rank then waits for in sync */
     double cmax = fwd + bwd;
     MPI_Allreduce(MPI_IN_PLACE, &cmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    double sg = sgemm_gflops(be, (int64_t)((double)rows / (double)steps), H);
+    double sg = be->host_memory ? sgemm_gflops(be, (int64_t)((double)rows / (double)steps), H) : 0.0; /* CPU only */
     if (t->rank == 0) {
         double ms = 1e3 / (double)steps;
         FILE *f = fopen(csv, "a");
@@ -190,9 +198,9 @@ int main(int argc, char **argv)
                     tm[2] * ms, tm[3] * ms, gf, sg, rss, anon, cmax * ms);
             fclose(f);
         }
-        printf("mpiddp np=%d H=%lld: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f bwd %.2f sync %.2f opt %.2f), "
+        printf("mpiddp %s np=%d H=%lld: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f bwd %.2f sync %.2f opt %.2f), "
                "%.2f GFLOP/s of %.2f sgemm, peak RSS %.1f MiB, private %.1f MiB, slowest rank's fwd+bwd %.2f ms\n",
-               t->size, (long long)H, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms,
+               be->name, t->size, (long long)H, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms,
                tm[3] * ms, gf, sg, rss, anon, cmax * ms);
     }
     ddp_sync_destroy(sync);
@@ -200,7 +208,7 @@ int main(int argc, char **argv)
     ddp_loader_destroy(ld);
     ddp_sampler_free(&sm);
     ddp_dataset_close(ds);
-    free(p), free(g), free(mo), free(v);
+    for (int k = 0; k < 4; k++) be->release(be, q[k]);
     ddp_finalize(ctx);
     return 0;
 }

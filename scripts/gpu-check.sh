@@ -1,30 +1,71 @@
 #!/usr/bin/env bash
-# gpu-check.sh — on a machine with an NVIDIA GPU: builds the CUDA configuration, runs the GPU-labelled
-# tests and a short GPU training benchmark (CPU vs CUDA on the same data). Without a GPU it says so, exit 0.
-set -euo pipefail
+# gpu-check.sh — everything that needs a real NVIDIA GPU, in one command, with one report file
+# (gpu-check-report.txt, or $REPORT): the gpu-labelled tests (CUDA backend against its CPU twin); the
+# multi-rank --device cuda suites (needs >= 4 GPUs on the node: they run np 1, 2 and 4, one GPU per rank;
+# with fewer GPUs the report says so); compute-sanitizer memcheck and racecheck over test_cuda_backend;
+# bench_allreduce -d cuda and bench_train --device cuda beside the CPU.
+# Where no NVIDIA device node exists it says so and exits 0. Where one exists, any failure — the plugin
+# not loading, a device query failing, a test, the sanitizer, a benchmark — makes it exit non-zero.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "gpu-check: no NVIDIA GPU visible on $(hostname); nothing to do"
+REPORT=${REPORT:-$PWD/gpu-check-report.txt}
+if ! ls /dev/nvidia* >/dev/null 2>&1 && [ ! -e /proc/driver/nvidia/gpus ]; then
+  echo "gpu-check: no NVIDIA device node on $(hostname); nothing to check here" | tee "$REPORT"
   exit 0
 fi
-nvidia-smi -L
-./scripts/deps.sh
+: > "$REPORT"
+failed=0
+section() { printf '\n== %s\n' "$*" | tee -a "$REPORT"; }
+run() { # run CMD...: output into the report; a failure is counted, never skipped
+  "$@" >>"$REPORT" 2>&1; local rc=$?
+  if [ $rc != 0 ]; then echo "FAILED ($rc): $*" | tee -a "$REPORT"; failed=$((failed + 1)); else echo "ok: $*" | tee -a "$REPORT"; fi
+  return 0
+}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+section "machine"
+{ hostname; date -u; nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } >>"$REPORT" 2>&1 ||
+  { echo "FAILED: nvidia-smi" | tee -a "$REPORT"; failed=$((failed + 1)); }
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+echo "GPUs: $ngpu" | tee -a "$REPORT"
+[ "$(id -u)" = 0 ] && ./scripts/deps.sh >/dev/null   # elsewhere: load the modules INSTALL names
 BUILD=${BUILD:-build-gpu}
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMPIDDP_CUDA=ON >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" >/dev/null
-(cd "$BUILD" && ctest --output-on-failure -L gpu)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+section "build ($BUILD, MPIDDP_CUDA=ON)"
+run cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMPIDDP_CUDA=ON -DMPIDDP_TESTS=ON -DMPIDDP_BENCHMARKS=ON
+run cmake --build "$BUILD" -j"$(nproc)"
+B=$(realpath "$BUILD")
+section "mpiddp env --device cuda"
+run "$B/mpiddp" env --device cuda
+section "gpu-labelled tests"
+run bash -c "cd '$B' && ctest --output-on-failure --no-tests=error -L gpu"
+if [ "$ngpu" -ge 4 ]; then
+  section "multi-rank suites with --device cuda (np 1, 2, 4; one GPU per rank)"
+  for t in ddp_identity exact_validation checkpoints_gpu faults_gpu; do
+    run env MPIDDP="$B/mpiddp" TESTTOOL="$B/tests/testtool" EXAMPLE="$B/example_user_model" SRC="$PWD" \
+      BENCH_DIR="$B/benchmarks" WORK="$B/gpu-check/$t" MPIDDP_TEST_DEVICE=cuda bash "tests/sh/$t.sh"
+  done
+else
+  section "multi-rank suites with --device cuda: SKIPPED, they need 4 GPUs on one node and this one has $ngpu"
+fi
+section "compute-sanitizer over test_cuda_backend"
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -z "$CS" ]; then
+  echo "FAILED: compute-sanitizer not found (CUDA toolkit's bin/)" | tee -a "$REPORT"; failed=$((failed + 1))
+else
+  for tool in memcheck racecheck; do run "$CS" --tool $tool --error-exitcode 1 "$B/tests/test_cuda_backend"; done
+fi
+section "bench_allreduce -d cuda (NCCL) at np = $ngpu"
+run mpirun -np "$ngpu" "$B/benchmarks/bench_allreduce" -d cuda -b 1K -e 256M -f 4 -o "$B/allreduce_cuda.csv"
+section "bench_train: cpu vs cuda, 1 rank"
 W=$(mktemp -d)
-"$BUILD/mpiddp" synth --out "$W/train" --samples 20000 --dim 64 --classes 10 --shards 4 --seed 1 >/dev/null
-"$BUILD/mpiddp" synth --out "$W/val" --samples 2000 --dim 64 --classes 10 --shards 1 --seed 1 --first-id 1000000 >/dev/null
-printf '%-6s %8s %14s %10s\n' device hidden samples/s val/acc
+run "$B/mpiddp" synth --out "$W/train" --samples 20000 --dim 64 --classes 10 --shards 4 --seed 1
 for dev in cpu cuda; do
   for h in 256 1024; do
-    mpirun -np 1 "$BUILD/mpiddp" train --train "$W/train" --val "$W/val" --out "$W/run-$dev-$h" --device $dev \
-      --epochs 1 --batch-size 256 --hidden $h --no-progress --log-every 1000000 >/dev/null
-    sps=$(awk -F, 'NR==1{for(i=1;i<=NF;i++)if($i=="train/samples_per_s")c=i;next} $c!=""{v=$c} END{print v}' "$W/run-$dev-$h/metrics.csv")
-    acc=$(awk -F, 'NR==1{for(i=1;i<=NF;i++)if($i=="val/acc")c=i;next} $c!=""{v=$c} END{print v}' "$W/run-$dev-$h/metrics.csv")
-    printf '%-6s %8s %14.0f %10s\n' $dev $h "$sps" "$acc"
+    run mpirun -np 1 "$B/benchmarks/bench_train" --data "$W/train" --hidden $h --batch 256 --steps 50 --device $dev --csv "$B/train_gpu.csv"
   done
 done
+grep -h "^mpiddp " "$REPORT" | tail -4
 rm -rf "$W"
+section "result"
+if [ $failed = 0 ]; then echo "gpu-check: all passed" | tee -a "$REPORT"; else echo "gpu-check: $failed step(s) FAILED" | tee -a "$REPORT"; fi
+echo "report: $REPORT"
+[ $failed = 0 ]

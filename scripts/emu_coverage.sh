@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# emu_coverage.sh BUILD [MIN] — gcov line coverage of the GPU code after the emu-labelled tests ran in BUILD
+# (configured with -DMPIDDP_CUDA_EMULATION=ON -DMPIDDP_COVERAGE=ON): backend_cuda.cu and cuda_plugin.c as
+# compiled into libmpiddp_cudaemu.so, and the NCCL half of gradient sync (sync_nccl.c) with the NCCL
+# bootstrap (comm_nccl.c). Prints one line per file and fails when any is below MIN percent (default 95).
+set -euo pipefail
+BUILD=$(realpath "${1:?usage: emu_coverage.sh BUILD [MIN]}")
+MIN=${2:-95}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# file to measure -> object (.gcda) that holds its counters
+declare -A OBJ=(
+  [mpi_ddp/backend_cuda.cu]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend_cuda_emu.cpp.gcda
+  [mpi_ddp/cuda_plugin.c]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/cuda_plugin.c.gcda
+  [mpi_ddp/sync_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/sync_nccl.c.gcda
+  [mpi_ddp/comm_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm_nccl.c.gcda
+)
+fail=0
+printf '%-28s %9s %8s\n' file lines covered
+for f in mpi_ddp/backend_cuda.cu mpi_ddp/cuda_plugin.c mpi_ddp/sync_nccl.c mpi_ddp/comm_nccl.c; do
+  gcda="$BUILD/${OBJ[$f]}"
+  if [ ! -e "$gcda" ]; then echo "$f: no coverage data ($gcda): did the emu tests run in a -DMPIDDP_COVERAGE=ON build?"; fail=1; continue; fi
+  # gcov prints "File '<path>'" then "Lines executed:P% of N" for every source the object covers
+  line=$(cd "$tmp" && gcov -n -o "$(dirname "$gcda")" "$gcda" 2>/dev/null |
+         awk -v want="$SRC/$f" '/^File /{cur=$2; gsub(/\x27/, "", cur)} /^Lines executed/{ if (cur == want) { print; exit } }')
+  pct=$(printf '%s' "$line" | sed -n 's/Lines executed:\([0-9.]*\)% of \([0-9]*\)/\1/p')
+  n=$(printf '%s' "$line" | sed -n 's/Lines executed:\([0-9.]*\)% of \([0-9]*\)/\2/p')
+  if [ -z "$pct" ]; then echo "$f: gcov found no lines"; fail=1; continue; fi
+  printf '%-28s %9s %7s%%\n' "$f" "$n" "$pct"
+  awk -v p="$pct" -v m="$MIN" 'BEGIN{exit !(p >= m)}' || { echo "  below $MIN%"; fail=1; }
+done
+exit $fail
