@@ -83,7 +83,7 @@ int cmd_inspect(ddp_ctx *ctx, int argc, char **argv)
     int rc = cli_parse("inspect", NULL, 0, argc, argv, 2, pos, 1, &np, err, sizeof err);
     if (rc == CLI_OK && np != 1) rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp inspect: expected one dataset directory");
     int done = cli_parsed(ctx, rc, "inspect", "DIR",
-                          "Validates every rule of the dataset format (SPEC §1) and prints counts, row-length statistics,\n"
+                          "Validates every rule of the dataset format (docs/dataset-format.md) and prints counts, row-length statistics,\n"
                           "class counts, bytes and whether each shard can be memory-mapped. Exit 0 only when valid.",
                           NULL, 0, err);
     if (done >= 0) return done;

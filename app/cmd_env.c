@@ -24,7 +24,7 @@ int cmd_env(ddp_ctx *ctx, int argc, char **argv)
     if (done >= 0) return done;
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     char why[160];
-    ddp_status st = ddp_agree_status(ctx, ddp_select_device(ctx, want, &got, why));
+    ddp_status st = ddp_select_device_all(ctx, want, &got, why);
     if (st != DDP_OK) return cli_fail(ctx, "env", st);
     const ddp_topology *t = ddp_topo(ctx);
     ddp_versions v;

@@ -122,7 +122,7 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
                           opts, n, err);
     if (done >= 0) return done;
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
-    ddp_status st = ddp_agree_status(ctx, ddp_select_device(ctx, want, &got, NULL));
+    ddp_status st = ddp_select_device_all(ctx, want, &got, NULL);
     if (st == DDP_OK) st = evaluate(ctx, ckpt, data, out, batch, got);
     if (st != DDP_OK) return cli_fail(ctx, "eval", st);
     return 0;

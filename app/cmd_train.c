@@ -13,7 +13,7 @@
 
 static const char *USAGE = "--train DIR --val DIR --out RUNDIR [options]";
 static const char *ABOUT =
-    "Trains the reference model (SPEC §2) with data-parallel AdamW across the MPI ranks, validates after each\n"
+    "Trains the reference model (docs/model.md) with data-parallel AdamW across the MPI ranks, validates after each\n"
     "epoch and writes RUNDIR/{metrics.csv, run.json, checkpoints/last.h5}. Options may also come from an INI\n"
     "file (--config FILE, keys are option names); the command line wins.";
 
@@ -86,7 +86,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.ckpt_policy = policy;
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     char why[160];
-    ddp_status st = ddp_agree_status(ctx, ddp_select_device(ctx, want, &got, why));
+    ddp_status st = ddp_select_device_all(ctx, want, &got, why);
     if (st != DDP_OK) return cli_fail(ctx, "train", st);
     if (cli_rank0(ctx) && cfg.progress) fprintf(stderr, "mpiddp train: %s\n", why);
     cfg.device = got;

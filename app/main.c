@@ -1,6 +1,7 @@
 /* main.c — the `mpiddp` executable: subcommand dispatch, MPI start/stop, and exit codes
  * (0 success, 1 runtime error, 2 usage error). The only place besides the cmd_* files that prints. */
 #include "cli.h"
+#include "mpi_ddp/cuda_api.h"
 
 #include "io/shard.h"
 
@@ -43,6 +44,7 @@ int cli_fail(ddp_ctx *ctx, const char *cmd, ddp_status st)
     }
     fprintf(stderr, "mpiddp %s: rank %d: error: %s\n", cmd, t->rank, ddp_last_error());
     fflush(stderr);
+    ddp_coverage_flush(); /* no-op unless built for coverage: MPI_Abort skips the exit handlers */
     if (t->size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     (void)st;
     return 1;

@@ -72,6 +72,9 @@ const ddp_topology *ddp_topo(const ddp_ctx *ctx);
 /* Resolves --device for this rank: AUTO becomes CUDA when a GPU is visible, else CPU.
  * `why` (may be NULL, 160 bytes) receives a one-line explanation. */
 ddp_status ddp_select_device(ddp_ctx *ctx, ddp_device want, ddp_device *got, char *why);
+/* Collective: ddp_select_device on every rank, its status agreed, and every rank on the same kind of device
+ * (--device auto may not leave some nodes on cpu and others on cuda). */
+ddp_status ddp_select_device_all(ddp_ctx *ctx, ddp_device want, ddp_device *got, char *why);
 /* True when every rank passes ok != 0. A collective; use it to agree before diverging paths. */
 ddp_status ddp_all_ok(ddp_ctx *ctx, int ok, int *all);
 /* Shares the error of the lowest failing rank with every rank: each rank passes its own status;
@@ -152,7 +155,7 @@ typedef struct ddp_model {
 
 int64_t ddp_model_num_params(const ddp_model *m);
 
-/* The reference model of SPEC §2 on a backend chosen by device. params/grads passed to its callbacks
+/* The reference model of docs/model.md on a backend chosen by device. params/grads passed to its callbacks
  * are host memory for CPU and device memory for CUDA. */
 ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t dim, int64_t hidden, int64_t classes,
                                int64_t max_batch_rows, int64_t max_batch_samples, ddp_model *out);

@@ -1,4 +1,4 @@
-/* shard.c — validates one shard against SPEC §1 and gives a rank zero-copy access to its samples:
+/* shard.c — validates one shard against docs/dataset-format.md and gives a rank zero-copy access to its samples:
  * contiguous little-endian arrays are memory-mapped in page-aligned windows at the offsets HDF5 reports
  * (H5Dget_offset); anything else (chunked, compressed, big-endian) is read through HDF5. */
 #include "shard.h"

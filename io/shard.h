@@ -1,4 +1,4 @@
-/* shard.h — one shard file: validation of every SPEC §1 rule (rank 0 at start-up), and the runtime
+/* shard.h — one shard file: validation of every docs/dataset-format.md rule (rank 0 at start-up), and the runtime
  * handle through which a rank maps (or, for chunked/filtered files, reads) the samples it needs. */
 #ifndef DDP_SHARD_H
 #define DDP_SHARD_H
@@ -33,7 +33,7 @@ typedef struct {
     int64_t classes_cap;
 } ddp_shard_stats;
 
-/* Opens path with HDF5 and checks every rule of SPEC §1. On failure returns DDP_ERR_FORMAT (or
+/* Opens path with HDF5 and checks every rule of docs/dataset-format.md. On failure returns DDP_ERR_FORMAT (or
  * DDP_ERR_IO) with "FILE: OBJECT[INDEX]: problem". stats may be NULL; it is accumulated into. */
 ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta *m, ddp_shard_stats *stats);
 

@@ -54,6 +54,9 @@ struct ddp_backend {
                         const ddp_adamw_args *a);
     /* *out = sum x[i]^2 (double accumulation on the host side of the result). */
     ddp_status (*sumsq)(ddp_backend *b, const float *x, int64_t n, double *out);
+    /* out[k] = sum of x[i]^2 over [off[k], off[k+1]) for k < n: every tensor's squared norm with one host
+     * synchronisation; deterministic (the same bits on every rank and run). */
+    ddp_status (*sumsq_many)(ddp_backend *b, const float *x, const int64_t *off, int n, double *out);
     void (*destroy)(ddp_backend *b);
 };
 

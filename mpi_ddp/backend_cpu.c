@@ -188,6 +188,12 @@ static ddp_status cpu_sumsq(ddp_backend *b, const float *x, int64_t n, double *o
     return DDP_OK;
 }
 
+static ddp_status cpu_sumsq_many(ddp_backend *b, const float *x, const int64_t *off, int n, double *out)
+{
+    for (int k = 0; k < n; k++) DDP_CHECK(cpu_sumsq(b, x + off[k], off[k + 1] - off[k], &out[k]));
+    return DDP_OK;
+}
+
 static void cpu_destroy(ddp_backend *b) { free(b); }
 
 static ddp_status cpu_reserve(ddp_backend *b, int64_t rows)
@@ -230,6 +236,7 @@ ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out)
                        .softmax_xent = cpu_softmax_xent,
                        .adamw = cpu_adamw,
                        .sumsq = cpu_sumsq,
+                       .sumsq_many = cpu_sumsq_many,
                        .destroy = cpu_destroy};
     *out = b;
     return DDP_OK;

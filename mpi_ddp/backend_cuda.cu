@@ -297,6 +297,37 @@ static ddp_status cu_sumsq(ddp_backend *b, const float *x, int64_t n, double *ou
     return DDP_OK;
 }
 
+/* One launch of k_sumsq per tensor, each into its own slice of the partial sums, then one download: the
+ * tensors share SUMSQ_BLOCKS blocks (at least one each); beyond that many tensors, one tensor at a time. */
+static ddp_status cu_sumsq_many(ddp_backend *b, const float *x, const int64_t *off, int n, double *out)
+{
+    cuda_impl *c = I(b);
+    if (n > SUMSQ_BLOCKS) {
+        for (int k = 0; k < n; k++) DDP_CHECK(cu_sumsq(b, x + off[k], off[k + 1] - off[k], &out[k]));
+        return DDP_OK;
+    }
+    unsigned per = SUMSQ_BLOCKS / (unsigned)(n > 0 ? n : 1), used = 0, nbk[SUMSQ_BLOCKS];
+    for (int k = 0; k < n; k++) {
+        int64_t len = off[k + 1] - off[k];
+        unsigned nb = len ? blocks_for(len, 256) : 0;
+        if (nb > per) nb = per;
+        nbk[k] = nb;
+        if (nb) {
+            DDP_LAUNCH(k_sumsq, nb, 256, 0, c->stream, x + off[k], len, c->dpart + used);
+            LAUNCH_CHECK();
+        }
+        used += nb;
+    }
+    if (used) CUDA_CHECK(cudaMemcpyAsync(c->hpart, c->dpart, used * sizeof(double), cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(host_sync(c->stream));
+    for (int k = 0, at = 0; k < n; k++) {
+        double s = 0.0;
+        for (unsigned j = 0; j < nbk[k]; j++) s += c->hpart[at++];
+        out[k] = s;
+    }
+    return DDP_OK;
+}
+
 static void cu_destroy(ddp_backend *b)
 {
     if (!b) return;
@@ -344,6 +375,7 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->softmax_xent = cu_softmax_xent;
     b->adamw = cu_adamw;
     b->sumsq = cu_sumsq;
+    b->sumsq_many = cu_sumsq_many;
     b->destroy = cu_destroy;
     c->device = device;
     CUDA_TRY(cudaSetDevice(device));

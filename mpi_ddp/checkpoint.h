@@ -1,4 +1,4 @@
-/* checkpoint.h — HDF5 checkpoints (SPEC §4): /params/<name> in PyTorch names and layouts, /optim/exp_avg
+/* checkpoint.h — HDF5 checkpoints (docs/run-directory.md): /params/<name> in PyTorch names and layouts, /optim/exp_avg
  * and /optim/exp_avg_sq per tensor, and attributes for the position, seed, world size, best scores and
  * configuration. Written to a temporary name, fsynced and renamed, so readers never see partial files. */
 #ifndef DDP_CHECKPOINT_H

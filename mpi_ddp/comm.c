@@ -127,11 +127,34 @@ ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char 
         if (!ddp_cuda_built())
             return ddp_set_error(DDP_ERR_ARG, "--device cuda: CUDA plugin unavailable: %s", ddp_cuda_why());
         if (n == 0) return ddp_set_error(DDP_ERR_ARG, "--device cuda: %s on %s", ddp_cuda_device_why(), c->topo.host);
-        DDP_CHECK(check_ranks_per_gpu(c, n));
-        c->cuda_device = c->topo.local_rank; /* GPU = node-local rank */
+        if (want == DDP_DEVICE_AUTO && c->topo.local_size > n) { /* auto never oversubscribes a GPU */
+            snprintf(buf, sizeof buf, "--device auto: %d CUDA device(s) for %d ranks on this node (one GPU per rank), using cpu", n,
+                     c->topo.local_size);
+            d = DDP_DEVICE_CPU;
+        } else {
+            DDP_CHECK(check_ranks_per_gpu(c, n));
+            c->cuda_device = c->topo.local_rank; /* GPU = node-local rank */
+        }
     }
     c->device = d;
     if (why) snprintf(why, 160, "%s", buf);
+    if (got) *got = d;
+    return DDP_OK;
+}
+
+ddp_status ddp_select_device_all(ddp_ctx *c, ddp_device want, ddp_device *got, char *why)
+{
+    ddp_device d = DDP_DEVICE_CPU;
+    DDP_CHECK(ddp_agree_status(c, ddp_select_device(c, want, &d, why)));
+    /* --device auto decides per node: one job must not mix CPU and GPU ranks (MPI and NCCL sync) */
+    int mine[2] = {(int)d, -(int)d}, all[2];
+    MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, c->world));
+    if (all[0] != -all[1]) {
+        ddp_set_error(DDP_ERR_ARG, "--device auto chose cuda on some nodes and cpu on others (rank %d: %s); pass --device cpu or "
+                      "--device cuda", c->topo.rank, d == DDP_DEVICE_CUDA ? "cuda" : "cpu");
+        ddp_mark_error_shared();
+        return DDP_ERR_ARG;
+    }
     if (got) *got = d;
     return DDP_OK;
 }

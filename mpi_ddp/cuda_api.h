@@ -50,8 +50,7 @@ typedef struct {
     void (*event_destroy)(void *event);
     /* `to` waits for all work queued on `from` so far (event record + stream wait). */
     ddp_status (*stream_wait)(void *event, void *from, void *to);
-    ddp_status (*stream_sync)(void *stream);
-    /* Host synchronisations the plugin made so far (stream/device synchronize), for benchmarks. */
+    /* Host synchronisations the backend made so far (cudaStreamSynchronize), for benchmarks. */
     long long (*host_syncs)(void);
 } ddp_cuda_api;
 
@@ -76,6 +75,9 @@ void ddp_cuda_device_name(int dev, char *buf, size_t n);
 void ddp_cuda_version_string(char *buf, size_t n);
 void ddp_nccl_version_string(char *buf, size_t n);
 int ddp_cuda_built(void);
+/* Coverage builds (MPIDDP_COVERAGE): writes the gcov counters of this process and of the plugin before an
+ * MPI_Abort ends it; otherwise does nothing. */
+void ddp_coverage_flush(void);
 void *ddp_backend_cuda_stream(struct ddp_backend *b);
 
 #ifdef __cplusplus

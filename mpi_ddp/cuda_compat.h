@@ -1,6 +1,6 @@
 /* cuda_compat.h — the one place that tells nvcc from the host emulator. backend_cuda.cu and cuda_plugin.c
  * include this instead of the CUDA, cuBLAS and NCCL headers: under nvcc (or a plain CUDA build of
- * cuda_plugin.c) it includes the real ones; with DDP_CUDA_EMU it includes cuda_emu.h, which implements
+ * cuda_plugin.c) it includes the real ones; with DDP_CUDA_EMU it includes emu_cuda.h, which implements
  * the same subset on the host (streams as worker threads, kernels as loops of fibers, cuBLAS over cblas,
  * NCCL over shared memory), so the same source runs on a machine without a GPU.
  *
@@ -12,7 +12,7 @@
 
 #ifdef DDP_CUDA_EMU
 #define DDP_CUDA_EMU_KERNELS 1
-#include "cuda_emu.h"
+#include "emu_cuda.h"
 #ifdef __cplusplus
 #define DDP_LAUNCH(k, grid, block, smem, stream, ...) (void)DDP_EMU_LAUNCH(k, grid, block, smem, stream, __VA_ARGS__)
 #endif

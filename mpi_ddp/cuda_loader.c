@@ -26,6 +26,7 @@
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static const ddp_cuda_api *g_api;
+static void *g_handle;
 static char g_why[600] = "not loaded";
 
 static char g_dev_why[700];
@@ -85,6 +86,7 @@ static void load(void)
         return;
     }
     g_api = api;
+    g_handle = h;
     snprintf(g_why, sizeof g_why, "loaded");
 }
 
@@ -101,6 +103,19 @@ const char *ddp_cuda_why(void)
 }
 
 int ddp_cuda_built(void) { return ddp_cuda() != NULL; }
+
+#ifdef MPIDDP_COVERAGE
+void __gcov_dump(void);
+#endif
+void ddp_coverage_flush(void)
+{
+#ifdef MPIDDP_COVERAGE
+    void (*flush)(void) = NULL;
+    if (g_handle) *(void **)&flush = dlsym(g_handle, "ddp_plugin_coverage_flush");
+    if (flush) flush();
+    __gcov_dump();
+#endif
+}
 
 int ddp_cuda_loaded(void) { return g_api != NULL; }
 

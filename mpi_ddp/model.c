@@ -1,4 +1,4 @@
-/* model.c — the reference model of SPEC §2 (two gelu layers per row, mean pooling per sample, linear
+/* model.c — the reference model of docs/model.md (two gelu layers per row, mean pooling per sample, linear
  * head, softmax cross-entropy) on a compute backend, exposed through the public ddp_model interface.
  * Packed batches: GEMMs run over the concatenated rows; no padding rows are computed. */
 #include "backend.h"

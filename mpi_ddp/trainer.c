@@ -72,6 +72,7 @@ typedef struct {
     float *params, *grads, *m, *v;
     float *h_params, *h_m, *h_v;
     int64_t *toff;             /* tensor offsets [ntensors+1] */
+    double *sumsq;             /* [ntensors] squared gradient norms of the step */
     ddp_sync *sync;
     ddp_metrics *metrics;
     ddp_csv *csv, *csv_rank;
@@ -182,9 +183,9 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
     *samples = count;
     *stop = g[CTL_STOP] > 0;
     double gscale = 1.0 / count, norm2 = 0.0;
+    DDP_CHECK(be->sumsq_many(be, t->grads, t->toff, t->model->ntensors, t->sumsq));
     for (int k = 0; k < t->model->ntensors; k++) {
-        double s;
-        DDP_CHECK(be->sumsq(be, t->grads + t->toff[k], t->toff[k + 1] - t->toff[k], &s));
+        double s = t->sumsq[k];
         if (!isfinite(s)) { /* the reduced gradient is the same on every rank: all decide alike */
             if (!c->skip_nonfinite)
                 return ddp_set_error(DDP_ERR_NUMERIC,
@@ -459,6 +460,7 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     ddp_backend *be = t->be;
     t->n = ddp_model_num_params(t->model);
     DDP_ALLOC(t->toff, t->model->ntensors + 1);
+    DDP_ALLOC(t->sumsq, t->model->ntensors);
     for (int k = 0; k < t->model->ntensors; k++) {
         int64_t e = 1;
         for (int d = 0; d < t->model->tensors[k].ndim; d++) e *= t->model->tensors[k].shape[d];
@@ -557,6 +559,7 @@ static void teardown(trainer *t)
     free(t->h_m);
     free(t->h_v);
     free(t->toff);
+    free(t->sumsq);
     ddp_eval_acc_free(&t->eval);
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""ckpt_to_torch.py — the bridge to PyTorch: loads an mpiddp checkpoint into a torch.nn.Module of SPEC §2
+"""ckpt_to_torch.py — the bridge to PyTorch: loads an mpiddp checkpoint into a torch.nn.Module of the reference model (docs/model.md)
 (state_dict names and layouts are the checkpoint's /params), and optionally evaluates it on a dataset.
 
   /usr/bin/python3 scripts/ckpt_to_torch.py CKPT.h5 [--data DIR] [--save model.pt]

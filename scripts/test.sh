@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test.sh — quick start 2: installs what is missing, builds (with the CUDA backend when nvcc is present,
 # so the GPU code is compiled and linked even without a GPU) and runs the whole CTest suite; reruns the
-# tests whose claims depend on the BLAS kernels under a second OpenBLAS core type; fuzzes shard validation
-# for 60 s; then builds with ASan+UBSan and runs the suite under the sanitizers. Fails when any test fails
+# tests whose claims depend on the BLAS kernels under a second OpenBLAS core type; builds the CUDA plugin
+# on the host emulator and runs the GPU tests and the multi-rank --device cuda suites on it, with gcov line
+# coverage of the GPU code (at least 95%); fuzzes shard validation for 60 s; then builds with ASan+UBSan
+# and runs the suite under the sanitizers. Fails when any test fails
 # or when a pass finds no test. Every pass configures every option it relies on, so the order of
 # demo.sh and test.sh, and repeated runs, do not matter.
 #   SANITIZE=0 ./scripts/test.sh   skips the sanitizer pass; FUZZ_SECONDS=0 only replays the fuzz regressions
@@ -29,6 +31,14 @@ other_core=$(./scripts/other_coretype.sh "$default_core")
 echo "== determinism-sensitive tests again with OPENBLAS_CORETYPE=$other_core (this machine's default: $default_core)"
 [ "$(OPENBLAS_CORETYPE=$other_core build/tests/blas_core)" = "$other_core" ] || { echo "OPENBLAS_CORETYPE=$other_core not honoured"; exit 1; }
 OPENBLAS_CORETYPE=$other_core ctest_in build -L determinism
+
+echo "== the GPU path on the host CUDA emulator: backend vs CPU twin, --device cuda at np 1/2/4, faults"
+build build-emu -DCMAKE_BUILD_TYPE=Release -DMPIDDP_CUDA=OFF -DMPIDDP_CUDA_EMULATION=ON -DMPIDDP_COVERAGE=ON \
+  -DMPIDDP_SANITIZE=OFF -DMPIDDP_TESTS=ON -DMPIDDP_BENCHMARKS=ON
+find build-emu -name '*.gcda' -delete   # coverage of this run only
+ctest_in build-emu -L emu
+echo "== line coverage of the GPU code under the emulator"
+./scripts/emu_coverage.sh build-emu 95
 
 echo "== fuzzing shard validation (libFuzzer, ASan+UBSan, ${FUZZ_SECONDS:-60} s)"
 ./tests/fuzz/run.sh "${FUZZ_SECONDS:-60}"

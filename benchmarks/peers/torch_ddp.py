@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The PyTorch peer of bench_train: SPEC §2's model under torch DDP (gloo, CPU, one thread per rank like
+"""The PyTorch peer of bench_train: the reference model of docs/model.md under torch DDP (gloo, CPU, one thread per rank like
 mpiddp's default), packed batches built from the same shards held in memory (the strongest fair
 configuration: no DataLoader workers, no padding), AdamW, the same batch per rank. Launched by mpirun in
 the same benchmark run; appends one row in bench_train's CSV format (impl torch-ddp).

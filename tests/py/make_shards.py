@@ -3,7 +3,7 @@
 
   make_shards.py variants OUT   same samples as 7 uneven h5py shards (contiguous; chunked+gzip; big-endian
                                 index arrays) and as 1 fixed-string shard: every reader path must agree
-  make_shards.py bad OUT        one directory per SPEC §7 bad-input case + OUT/cases.txt ("case|regex")
+  make_shards.py bad OUT        one directory per docs/faults.md bad-input case + OUT/cases.txt ("case|regex")
   make_shards.py nan OUT        a valid dataset with one NaN feature value (sample 7)
   make_shards.py pack-input F   an HDF5 file with /samples/<name> (rows x D) and /labels, as `pack` takes
   make_shards.py check-pack F DIR   the packed shards hold exactly F's samples, labels and order

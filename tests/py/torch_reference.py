@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The reference comparison: mpiddp's loss, gradients and two AdamW steps (from `testtool refdump`)
-against PyTorch (float64) running SPEC §2's model on the same parameters and packed batch.
+against PyTorch (float64) running the reference model of docs/model.md on the same parameters and packed batch.
 Tolerance: 1e-5 relative to each tensor's largest magnitude."""
 import sys
 

@@ -1,4 +1,4 @@
-# Every SPEC §7 data case, written with h5py: `inspect` exits 1 with one line naming file, object and
+# Every docs/faults.md data case, written with h5py: `inspect` exits 1 with one line naming file, object and
 # index; under mpirun -np 4 `train` stops every rank non-zero within 10 s and writes no run directory.
 . "$(dirname "$0")/lib.sh"
 $PY "$SRC/tests/py/make_shards.py" bad bad

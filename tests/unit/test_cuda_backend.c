@@ -199,6 +199,27 @@ static void test_loss_optim(void)
     CHECK(sg == sg2, "sumsq is not deterministic: %.17g then %.17g", sg, sg2);
     OK(gpu->sumsq(gpu, dgg, 0, &sg));
     CHECK(sg == 0.0, "sumsq of nothing is %g", sg);
+    /* per-tensor norms in one pass: an empty tensor, a 1-element one, one larger than a grid's share */
+    int64_t offs[5] = {0, 1, 1, 1000, n};
+    double mc[4], mg[4], mg2[4];
+    OK(cpu->sumsq_many(cpu, g, offs, 4, mc));
+    OK(gpu->sumsq_many(gpu, dgg, offs, 4, mg));
+    OK(gpu->sumsq_many(gpu, dgg, offs, 4, mg2));
+    for (int k = 0; k < 4; k++) {
+        CHECK(fabs(mc[k] - mg[k]) <= 1e-9 * mc[k], "sumsq_many tensor %d: cpu %.17g cuda %.17g", k, mc[k], mg[k]);
+        CHECK(mg[k] == mg2[k], "sumsq_many tensor %d is not deterministic", k);
+    }
+    /* more tensors than the kernel has partial-sum slots: one tensor at a time */
+    enum { T = 1500 };
+    int64_t *to = malloc((T + 1) * sizeof *to);
+    double *tc = malloc(T * sizeof *tc), *tg = malloc(T * sizeof *tg);
+    for (int k = 0; k <= T; k++) to[k] = (int64_t)k * 200;
+    OK(cpu->sumsq_many(cpu, g, to, T, tc));
+    OK(gpu->sumsq_many(gpu, dgg, to, T, tg));
+    int same = 1;
+    for (int k = 0; k < T; k++) same &= fabs(tc[k] - tg[k]) <= 1e-9 * tc[k];
+    CHECK(same, "sumsq_many over %d tensors differs from the CPU", T);
+    free(to), free(tc), free(tg);
     void *ptrs[] = {dlg, dlab, ddl, dloss, dprob, dpred, dpp, dgg, dm, dv};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) gpu->release(gpu, ptrs[i]);
     free(lg), free(dl), free(loss), free(prob), free(p), free(g), free(m), free(v);
@@ -295,6 +316,20 @@ int main(void)
     if (failures) return 1;
     make_offsets();
     OK(gpu->reserve(gpu, off[NSEG]));
+    /* errors come back as statuses with a message, never a crash */
+    ddp_backend *bad = NULL;
+    CHECK(ddp_backend_cuda_create(ndev + 7, &bad) != DDP_OK && !bad, "a backend on device %d must fail", ndev + 7);
+    CHECK(strstr(ddp_last_error(), "cudaSetDevice") != NULL, "bad device error: %s", ddp_last_error());
+    CHECK(gpu->gemm(gpu, 0, 0, (int64_t)1 << 31, 1, 1, 1.0f, NULL, 1, NULL, 1, 0.0f, NULL, 1) != DDP_OK,
+          "a GEMM beyond cuBLAS's int range must be refused");
+    char name[200];
+    ddp_cuda_device_name(ndev + 7, name, sizeof name);
+    CHECK(strncmp(name, "unknown (", 9) == 0, "name of a missing device: %s", name);
+    long long syncs = ddp_cuda()->host_syncs();
+    float one = 1.0f;
+    void *d1 = dev(&one, sizeof one);
+    CHECK(ddp_cuda()->host_syncs() > syncs, "host synchronisations are not counted");
+    gpu->release(gpu, d1);
     test_gemm();
     test_elementwise();
     test_loss_optim();

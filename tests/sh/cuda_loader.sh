@@ -1,0 +1,52 @@
+# Loading the GPU plugin and asking it for devices, on the host emulator: every failure says what really
+# happened. A plugin file that exists but does not load (not ELF; a library it needs is missing) reports
+# the loader's own message, not "built without CUDA"; a missing MPIDDP_CUDA_PLUGIN file says so; a CUDA
+# error in the device query (driver too old) is shown by `mpiddp env` and by --device auto's explanation;
+# test_cuda_backend fails (never skips) where a plugin is named but unusable; bench_allreduce -d cuda
+# stops on a failing NCCL call instead of printing timings.
+. "$(dirname "$0")/lib.sh"
+: "${MPIDDP_CUDA_PLUGIN:?needs the emulator plugin}"
+EMU=$MPIDDP_CUDA_PLUGIN
+CUDA_TEST=$(dirname "$TESTTOOL")/test_cuda_backend
+# 1. the emulated device, as env and --device auto see it
+expect_rc 0 "$MPIDDP" env
+printf '%s' "$OUT" | grep -q "# --device auto: [0-9]* CUDA device(s) visible (host emulator), using cuda" || fail "auto with the emulator: $OUT"
+printf '%s' "$OUT" | grep -q 'device=cuda:0(mpiddp CUDA emulator' || fail "env device: $OUT"
+# a machine where CUDA works but shows no device
+expect_rc 0 env MPIDDP_EMU_DEVICES=0 "$MPIDDP" env
+printf '%s' "$OUT" | grep -q "# --device auto: no CUDA device visible, using cpu" || fail "no device: $OUT"
+# --device auto never puts two ranks on one GPU: with 1 device for 2 ranks it chooses the CPU and says why
+expect_rc 0 env MPIDDP_EMU_DEVICES=1 mpirun -np 2 --oversubscribe "$MPIDDP" env
+printf '%s' "$OUT" | grep -q "# --device auto: 1 CUDA device(s) for 2 ranks on this node (one GPU per rank), using cpu" || fail "auto, 2 ranks, 1 GPU: $OUT"
+# 2. a CUDA error in the device query keeps CUDA's words
+expect_rc 0 env MPIDDP_EMU_FAIL=driver "$MPIDDP" env
+printf '%s' "$OUT" | grep -q "# --device auto: cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver), using cpu" ||
+  fail "driver error not shown by env: $OUT"
+expect_rc 1 env MPIDDP_EMU_FAIL=driver "$MPIDDP" env --device cuda
+printf '%s' "$ERR" | grep -q "insufficient for CUDA runtime" || fail "--device cuda with a failing driver: $ERR"
+expect_rc 1 env MPIDDP_EMU_FAIL=driver "$CUDA_TEST"
+printf '%s' "$ERR" | grep -q "FAIL: MPIDDP_CUDA_PLUGIN exists but no CUDA device is usable: .*insufficient" || fail "test_cuda_backend with a failing driver: $ERR"
+# 3. no file at MPIDDP_CUDA_PLUGIN
+expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/none.so" "$MPIDDP" env --device cuda
+printf '%s' "$ERR" | grep -q "MPIDDP_CUDA_PLUGIN=$WORK/none.so: No such file or directory" || fail "missing plugin file: $ERR"
+expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/none.so" "$CUDA_TEST"
+# 4. a file that exists but is not a shared object
+echo "not a library" > notelf.so
+expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/notelf.so" "$MPIDDP" env --device cuda
+printf '%s' "$ERR" | grep -q "notelf.so: .*\(invalid ELF header\|file too short\)" || fail "non-ELF plugin: $ERR"
+# 5. a plugin whose dependency is missing (as libnccl.so.2 would be): the loader names the library
+printf 'int ddp_missing_dep(void) { return 1; }\n' > dep.c
+printf 'int ddp_missing_dep(void); int ddp_use(void) { return ddp_missing_dep(); }\n' > plug.c
+cc -shared -fPIC -o libddpmissing.so dep.c && cc -shared -fPIC -o plug.so plug.c -L. -lddpmissing && rm libddpmissing.so
+expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/plug.so" "$MPIDDP" env --device cuda
+printf '%s' "$ERR" | grep -q "libddpmissing.so: cannot open shared object file" || fail "missing dependency not named: $ERR"
+! printf '%s' "$ERR" | grep -q "built without CUDA" || fail "missing dependency reported as 'built without CUDA': $ERR"
+# 6. bench_allreduce -d cuda stops on a failing NCCL init (no timings printed)
+if [ -x "$BENCH_DIR/bench_allreduce" ]; then
+  expect_rc 1 env MPIDDP_EMU_DEVICES=2 MPIDDP_EMU_NCCL_FAULT=init:1 MPIDDP_NCCL_INIT_TIMEOUT=3 mpirun -np 2 --oversubscribe "$BENCH_DIR/bench_allreduce" -d cuda -e 1K -o b.csv
+  printf '%s' "$ERR" | grep -q "bench_allreduce: .* failed: .*injected" || fail "bench_allreduce did not stop on the NCCL failure: $ERR"
+  ! printf '%s' "$OUT" | grep -q "^ *[0-9]\+ \+[0-9]\+ \+float" || fail "bench_allreduce printed timings after a failure: $OUT"
+  expect_rc 0 env MPIDDP_EMU_DEVICES=2 mpirun -np 2 --oversubscribe "$BENCH_DIR/bench_allreduce" -d cuda -e 64K -n 3 -w 1 -o b.csv
+  printf '%s' "$OUT" | awk '$3=="float" && $7!=0 {bad=1} END{exit bad}' || fail "bench_allreduce -d cuda: wrong results: $OUT"
+fi
+pass "plugin and device-query errors reported as they are; bench_allreduce checks every status"
