@@ -12,6 +12,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "mpi_ddp/backend.h"
+#include "mpi_ddp/cuda_api.h"
 #include "mpi_ddp/ctx.h"
 #include "mpi_ddp/sync.h"
 #include "mpiddp.h"
@@ -120,8 +121,10 @@ int main(int argc, char **argv)
     int64_t total = warmup + steps;
     double tm[5] = {0}, fwd0 = 0, bwd0 = 0, t_start = 0; /* data, step, sync wait, optimizer, allreduce inside step */
     int64_t rows = 0, samples = 0;
+    long long syncs0 = 0; /* the CUDA backend's host synchronisations before the timed steps */
     for (int64_t s = 0; s < total; s++) {
         if (s == warmup) {
+            syncs0 = dev == DDP_DEVICE_CUDA ? ddp_cuda()->host_syncs() : 0;
             MPI_Barrier(MPI_COMM_WORLD);
             memset(tm, 0, sizeof tm);
             ddp_refmodel_times(&m, &fwd0, &bwd0);
@@ -203,6 +206,9 @@ int main(int argc, char **argv)
                be->name, t->size, (long long)H, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms,
                tm[3] * ms, gf, sg, rss, anon, cmax * ms);
     }
+    if (dev == DDP_DEVICE_CUDA && t->rank == 0)
+        printf("mpiddp %s: %.1f host synchronisations per step (cudaStreamSynchronize; the NCCL wait is polled)\n", be->name,
+               (double)(ddp_cuda()->host_syncs() - syncs0) / (double)steps);
     ddp_sync_destroy(sync);
     m.destroy(m.self);
     ddp_loader_destroy(ld);

@@ -18,6 +18,9 @@ struct ddp_backend {
     ddp_status (*alloc)(ddp_backend *b, void **p, size_t bytes); /* zeroed */
     void (*release)(ddp_backend *b, void *p);
     ddp_status (*upload)(ddp_backend *b, void *dst, const void *src, size_t bytes);
+    /* Queued on the backend's stream without waiting: src must stay valid and unchanged until the next
+     * download or synchronize on this backend (which wait for it). */
+    ddp_status (*upload_async)(ddp_backend *b, void *dst, const void *src, size_t bytes);
     ddp_status (*download)(ddp_backend *b, void *dst, const void *src, size_t bytes);
     ddp_status (*zero)(ddp_backend *b, void *p, size_t bytes);
     ddp_status (*synchronize)(ddp_backend *b);

@@ -222,6 +222,7 @@ ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out)
                        .alloc = cpu_alloc,
                        .release = cpu_release,
                        .upload = cpu_copy,
+                       .upload_async = cpu_copy,
                        .download = cpu_copy,
                        .zero = cpu_zero,
                        .synchronize = cpu_sync,

@@ -153,6 +153,12 @@ static ddp_status cu_upload(ddp_backend *b, void *dst, const void *src, size_t b
     CUDA_CHECK(host_sync(I(b)->stream)); /* src is host memory the caller may reuse */
     return DDP_OK;
 }
+static ddp_status cu_upload_async(ddp_backend *b, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return DDP_OK;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, I(b)->stream));
+    return DDP_OK;
+}
 static ddp_status cu_download(ddp_backend *b, void *dst, const void *src, size_t bytes)
 {
     if (!bytes) return DDP_OK;
@@ -361,6 +367,7 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->alloc = cu_alloc;
     b->release = cu_release;
     b->upload = cu_upload;
+    b->upload_async = cu_upload_async;
     b->download = cu_download;
     b->zero = cu_zero;
     b->synchronize = cu_sync;

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ knobs, errors */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -27,8 +28,17 @@ long ddp_emu_env_long(const char *name, long dflt)
     return *end ? dflt : x;
 }
 
+static ddp_emu_counters g_stats;
+static void print_stats(void)
+{
+    fprintf(stderr, "cuda-emu: pid %d: %lld kernel launches, %lld host synchronisations, %lld H2D copies (%lld bytes), %lld D2H copies (%lld bytes)\n",
+            (int)getpid(), g_stats.launches, g_stats.host_syncs, g_stats.memcpy_h2d, g_stats.bytes_h2d, g_stats.memcpy_d2h,
+            g_stats.bytes_d2h);
+}
+
 static void init_knobs(void)
 {
+    if (ddp_emu_env_long("MPIDDP_EMU_STATS", 0) > 0) atexit(print_stats);
     g_ndev = ddp_emu_env_long("MPIDDP_EMU_DEVICES", 1);
     g_jitter_us = ddp_emu_env_long("MPIDDP_EMU_JITTER_US", 0);
     g_seed = (unsigned long)ddp_emu_env_long("MPIDDP_EMU_SEED", (long)time(NULL));
@@ -42,7 +52,6 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static cudaError_t g_sticky;
 static char g_fault[512];
-static ddp_emu_counters g_stats;
 
 static cudaError_t fail(cudaError_t e)
 {

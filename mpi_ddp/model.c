@@ -18,12 +18,13 @@ typedef struct {
     ddp_tensor_spec spec[6];
     int64_t off[7];                 /* element offsets of the tensors in the flat buffer */
     float *z1, *a1, *z2;            /* [maxR, H]; after a training forward z1/z2 hold gelu', then z2 dZ2 */
-    float *p, *dp, *logits, *dlogits, *loss, *prob;
+    float *p, *dp, *logits, *dlogits;
+    void *out;                      /* one block: loss [maxB], prob [maxB], pred [maxB] (one download) */
+    float *loss, *prob;
     int64_t *pred;
     float *x_dev;                   /* device copy of the batch (non-host backends) */
     int64_t *off_dev, *lab_dev;
-    float *h_loss, *h_prob;         /* host staging */
-    int64_t *h_pred;
+    void *h_out;                    /* host staging of `out`, same layout */
     double t_fwd, t_bwd;            /* cumulative seconds in train_step's forward and backward (benchmarks) */
 } refmodel;
 
@@ -81,9 +82,10 @@ static ddp_status stage(refmodel *m, const ddp_batch *b, const float **x, const 
         *lab = b->labels;
         return DDP_OK;
     }
-    DDP_CHECK(be->upload(be, m->x_dev, b->x, (size_t)(b->nrows * m->D) * sizeof(float)));
-    DDP_CHECK(be->upload(be, m->off_dev, b->offsets, (size_t)(b->nsamples + 1) * sizeof(int64_t)));
-    DDP_CHECK(be->upload(be, m->lab_dev, b->labels, (size_t)b->nsamples * sizeof(int64_t)));
+    /* no host synchronisation: the batch stays valid until the step's results are downloaded (collect) */
+    DDP_CHECK(be->upload_async(be, m->x_dev, b->x, (size_t)(b->nrows * m->D) * sizeof(float)));
+    DDP_CHECK(be->upload_async(be, m->off_dev, b->offsets, (size_t)(b->nsamples + 1) * sizeof(int64_t)));
+    DDP_CHECK(be->upload_async(be, m->lab_dev, b->labels, (size_t)b->nsamples * sizeof(int64_t)));
     *x = m->x_dev;
     *off = m->off_dev;
     *lab = m->lab_dev;
@@ -129,13 +131,11 @@ static ddp_status collect(refmodel *m, const ddp_batch *b, ddp_forward_out *out)
     int64_t B = b->nsamples;
     const float *loss = m->loss, *prob = m->prob;
     const int64_t *pred = m->pred;
-    if (!be->host_memory) {
-        DDP_CHECK(be->download(be, m->h_loss, m->loss, (size_t)B * sizeof(float)));
-        DDP_CHECK(be->download(be, m->h_prob, m->prob, (size_t)B * sizeof(float)));
-        DDP_CHECK(be->download(be, m->h_pred, m->pred, (size_t)B * sizeof(int64_t)));
-        loss = m->h_loss;
-        prob = m->h_prob;
-        pred = m->h_pred;
+    if (!be->host_memory) { /* loss, prob and pred in one download (one host synchronisation) */
+        DDP_CHECK(be->download(be, m->h_out, m->out, (size_t)m->maxB * 8 + (size_t)B * sizeof(int64_t)));
+        loss = m->h_out;
+        prob = loss + m->maxB;
+        pred = (const int64_t *)(prob + m->maxB);
     }
     double s = 0.0;
     for (int64_t i = 0; i < B; i++) s += loss[i];
@@ -195,13 +195,10 @@ static void ref_destroy(void *self)
     refmodel *m = self;
     if (!m) return;
     ddp_backend *be = m->be;
-    void *dev[] = {m->z1, m->a1, m->z2, m->p, m->dp, m->logits, m->dlogits, m->loss, m->prob, m->pred,
-                   m->x_dev, m->off_dev, m->lab_dev};
+    void *dev[] = {m->z1, m->a1, m->z2, m->p, m->dp, m->logits, m->dlogits, m->out, m->x_dev, m->off_dev, m->lab_dev};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) be->release(be, dev[i]);
-    free(m->h_loss);
-    free(m->h_prob);
-    free(m->h_pred);
+    free(m->h_out);
     free(m);
 }
 
@@ -262,17 +259,16 @@ ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t
     BALLOC(m->dp, maxB * H);
     BALLOC(m->logits, maxB * C);
     BALLOC(m->dlogits, maxB * C);
-    BALLOC(m->loss, maxB);
-    BALLOC(m->prob, maxB);
-    BALLOC(m->pred, maxB);
+    DDP_TRY(be->alloc(be, &m->out, (size_t)maxB * (2 * sizeof(float) + sizeof(int64_t))));
+    m->loss = m->out;
+    m->prob = m->loss + maxB;
+    m->pred = (int64_t *)(m->prob + maxB); /* 8 * maxB bytes in: aligned */
     if (!be->host_memory) {
         BALLOC(m->x_dev, maxR * D);
         BALLOC(m->off_dev, maxB + 1);
         BALLOC(m->lab_dev, maxB);
-        m->h_loss = ddp_calloc((size_t)maxB, sizeof(float));
-        m->h_prob = ddp_calloc((size_t)maxB, sizeof(float));
-        m->h_pred = ddp_calloc((size_t)maxB, sizeof(int64_t));
-        if (!m->h_loss || !m->h_prob || !m->h_pred) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+        m->h_out = ddp_calloc((size_t)maxB, 2 * sizeof(float) + sizeof(int64_t));
+        if (!m->h_out) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     }
     *out = (ddp_model){.name = "reference",
                        .ntensors = 6,

@@ -73,11 +73,13 @@ typedef struct {
     float *h_params, *h_m, *h_v;
     int64_t *toff;             /* tensor offsets [ntensors+1] */
     double *sumsq;             /* [ntensors] squared gradient norms of the step */
+    float ctl[N_CTL];          /* the step's control floats, host side */
     ddp_sync *sync;
     ddp_metrics *metrics;
     ddp_csv *csv, *csv_rank;
     int64_t global_step, optim_step, skipped;
     int64_t test_stop_at, test_stop_rank; /* MPIDDP_TEST_STOP_AT_STEP / _RANK, read once */
+    int64_t test_step_delay_ms;           /* MPIDDP_TEST_STEP_DELAY_MS: a slower job for signal tests */
     ddp_metric_row row, lrow;
     int tty;
     char ckpt_dir[4200];
@@ -157,7 +159,12 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
     ddp_backend *be = t->be;
     DDP_CHECK(be->zero(be, t->grads, (size_t)(t->n + N_CTL) * sizeof(float)));
     int64_t last = *mb + c->accumulate < nmb ? *mb + c->accumulate : nmb;
-    float ctl[N_CTL] = {0};
+    if (t->test_step_delay_ms > 0) { /* test hook: keeps a short job running long enough to be signalled */
+        struct timespec ts = {t->test_step_delay_ms / 1000, (t->test_step_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    float *ctl = t->ctl; /* lives in the trainer: uploaded without a host synchronisation */
+    ctl[CTL_COUNT] = 0.0f;
     ctl[CTL_STOP] = (float)stop_wanted(t); /* agreed through this step's allreduce: no extra collective */
     ddp_watch_mark(t->ctx, t->global_step + 1, "forward/backward");
     for (int64_t k = *mb; k < last; k++) {
@@ -167,7 +174,7 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
         ddp_forward_out out = {0};
         int is_last = k == last - 1;
         if (is_last) {
-            DDP_CHECK(be->upload(be, t->grads + t->n, ctl, sizeof ctl));
+            DDP_CHECK(be->upload_async(be, t->grads + t->n, ctl, N_CTL * sizeof(float)));
             ddp_sync_begin(t->sync);
         }
         DDP_CHECK(t->model->train_step(t->model->self, b, t->params, t->grads, &out, is_last ? ddp_sync_ready : NULL,
@@ -498,6 +505,7 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     t->model->metrics = t->metrics;
     t->test_stop_at = ddp_env_int("TEST_STOP_AT_STEP", -1);
     t->test_stop_rank = ddp_env_int("TEST_STOP_RANK", 0);
+    t->test_step_delay_ms = ddp_env_int("TEST_STEP_DELAY_MS", 0);
     ddp_decider_init(&t->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max, c->fast_dev_run > 0 ? 0 : c->save_top_k,
                      c->early_stop_patience, c->early_stop_min_delta);
     /* resume: an explicit file must exist; `auto` resumes when RUNDIR/checkpoints/last.h5 exists */

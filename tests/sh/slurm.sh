@@ -51,7 +51,7 @@ $PY -c "import json; j=json.load(open('ref/run.json')); assert j['num_nodes'] ==
 ./mpiddp slurm-script --nodes 2 --ntasks-per-node 2 --time 00:20:00 --output job-%j.log --mpiddp $J/mpiddp -- "${args[@]}" --out pre > job.sh
 sbatch --test-only job.sh 2> testonly.txt || { cat testonly.txt; fail "sbatch --test-only rejected the generated script"; }
 grep -q "to start at" testonly.txt || fail "sbatch --test-only: $(cat testonly.txt)"
-jid=$(sbatch --parsable job.sh)
+jid=$(MPIDDP_TEST_STEP_DELAY_MS=20 sbatch --parsable job.sh)   # ~11 s of steps: time to be signalled
 wait_job $jid RUNNING
 for _ in $(seq 240); do [ -f pre/metrics.csv ] && [ "$(wc -l < pre/metrics.csv)" -ge 3 ] && break; sleep 0.25; done
 scancel --signal=USR1 $jid
