@@ -29,7 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { CTL_COUNT, CTL_STOP, N_CTL };
+/* Control floats after the gradients, summed by the same allreduce: the step's sample count, the stop flag,
+ * then one slot per rank for that rank's rows (zero elsewhere), so every rank learns every rank's load. */
+enum { CTL_COUNT, CTL_STOP, CTL_ROWS };
 
 static volatile sig_atomic_t g_stop_requested;
 void ddp_request_stop(void) { g_stop_requested = 1; }
@@ -73,7 +75,8 @@ typedef struct {
     float *h_params, *h_m, *h_v;
     int64_t *toff;             /* tensor offsets [ntensors+1] */
     double *sumsq;             /* [ntensors] squared gradient norms of the step */
-    float ctl[N_CTL];          /* the step's control floats, host side */
+    int64_t nctl;              /* CTL_ROWS + world size */
+    float *ctl, *ctl_back;     /* the step's control floats, host side: sent, and reduced */
     ddp_sync *sync;
     ddp_metrics *metrics;
     ddp_csv *csv, *csv_rank;
@@ -157,24 +160,25 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
 {
     const ddp_train_config *c = t->cfg;
     ddp_backend *be = t->be;
-    DDP_CHECK(be->zero(be, t->grads, (size_t)(t->n + N_CTL) * sizeof(float)));
+    DDP_CHECK(be->zero(be, t->grads, (size_t)(t->n + t->nctl) * sizeof(float)));
     int64_t last = *mb + c->accumulate < nmb ? *mb + c->accumulate : nmb;
     if (t->test_step_delay_ms > 0) { /* test hook: keeps a short job running long enough to be signalled */
         struct timespec ts = {t->test_step_delay_ms / 1000, (t->test_step_delay_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
     float *ctl = t->ctl; /* lives in the trainer: uploaded without a host synchronisation */
-    ctl[CTL_COUNT] = 0.0f;
+    memset(ctl, 0, (size_t)t->nctl * sizeof(float));
     ctl[CTL_STOP] = (float)stop_wanted(t); /* agreed through this step's allreduce: no extra collective */
     ddp_watch_mark(t->ctx, t->global_step + 1, "forward/backward");
     for (int64_t k = *mb; k < last; k++) {
         const ddp_batch *b;
         DDP_CHECK(ddp_loader_next(ld, k, &b));
         ctl[CTL_COUNT] += (float)b->nsamples;
+        ctl[CTL_ROWS + t->ctx->topo.rank] += (float)b->nrows;
         ddp_forward_out out = {0};
         int is_last = k == last - 1;
         if (is_last) {
-            DDP_CHECK(be->upload_async(be, t->grads + t->n, ctl, N_CTL * sizeof(float)));
+            DDP_CHECK(be->upload_async(be, t->grads + t->n, ctl, (size_t)t->nctl * sizeof(float)));
             ddp_sync_begin(t->sync);
         }
         DDP_CHECK(t->model->train_step(t->model->self, b, t->params, t->grads, &out, is_last ? ddp_sync_ready : NULL,
@@ -184,11 +188,19 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
     *mb = last;
     ddp_watch_mark(t->ctx, t->global_step + 1, "gradient allreduce");
     DDP_CHECK(ddp_sync_finish(t->sync, "the gradient allreduce"));
-    float g[N_CTL];
-    DDP_CHECK(be->download(be, g, t->grads + t->n, sizeof g));
+    float *g = t->ctl_back;
+    DDP_CHECK(be->download(be, g, t->grads + t->n, (size_t)t->nctl * sizeof(float)));
     double count = g[CTL_COUNT];
     *samples = count;
     *stop = g[CTL_STOP] > 0;
+    /* load balance: the busiest rank's rows over the mean (1 = balanced); every rank computes the same */
+    double rmax = 0.0, rsum = 0.0;
+    for (int64_t r = CTL_ROWS; r < t->nctl; r++) {
+        rsum += g[r];
+        rmax = g[r] > rmax ? g[r] : rmax;
+    }
+    if (rsum > 0)
+        DDP_CHECK(ddp_log(t->metrics, "train/rows_per_rank_max_over_mean", rmax * (double)(t->nctl - CTL_ROWS) / rsum, 1.0));
     double gscale = 1.0 / count, norm2 = 0.0;
     DDP_CHECK(be->sumsq_many(be, t->grads, t->toff, t->model->ntensors, t->sumsq));
     for (int k = 0; k < t->model->ntensors; k++) {
@@ -477,7 +489,10 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     void *p;
     DDP_CHECK(be->alloc(be, &p, bytes));
     t->params = p;
-    DDP_CHECK(be->alloc(be, &p, bytes + N_CTL * sizeof(float)));
+    t->nctl = CTL_ROWS + ctx->topo.size;
+    DDP_ALLOC(t->ctl, t->nctl);
+    DDP_ALLOC(t->ctl_back, t->nctl);
+    DDP_CHECK(be->alloc(be, &p, bytes + (size_t)t->nctl * sizeof(float)));
     t->grads = p;
     DDP_CHECK(be->alloc(be, &p, bytes));
     t->m = p;
@@ -500,7 +515,7 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     }
     DDP_CHECK(be->upload(be, t->params, t->h_params, bytes));
     ctx->nccl_init_timeout = c->collective_timeout;
-    DDP_CHECK(ddp_sync_create(ctx, be, t->grads, t->n, N_CTL, (int64_t)(c->bucket_mb * 1048576.0), &t->sync));
+    DDP_CHECK(ddp_sync_create(ctx, be, t->grads, t->n, t->nctl, (int64_t)(c->bucket_mb * 1048576.0), &t->sync));
     DDP_CHECK(ddp_metrics_create(ctx, &t->metrics));
     t->model->metrics = t->metrics;
     t->test_stop_at = ddp_env_int("TEST_STOP_AT_STEP", -1);
@@ -526,16 +541,17 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     if (ctx->topo.rank == 0) st = ddp_mkdir_p(t->ckpt_dir);
     if (ctx->topo.rank == 0 && st == DDP_OK) remove_stale_tmp(t->ckpt_dir);
     DDP_CHECK(ddp_agree_status(ctx, st));
-    static const char *cols[] = {"train/loss", "train/samples_per_s", "lr", "val/loss", "val/acc", "val/macro_f1"};
+    static const char *cols[] = {"train/loss", "train/samples_per_s", "lr", "val/loss", "val/acc", "val/macro_f1",
+                                 "train/rows_per_rank_max_over_mean"};
     int64_t keep = resuming ? t->global_step : -1;
     if (ctx->topo.rank == 0) {
         snprintf(path, sizeof path, "%s/metrics.csv", c->out_dir);
-        st = ddp_csv_open(path, -1, cols, 6, keep, &t->csv);
+        st = ddp_csv_open(path, -1, cols, 7, keep, &t->csv);
     }
     DDP_CHECK(ddp_agree_status(ctx, st));
     if (c->log_per_rank) {
         snprintf(path, sizeof path, "%s/metrics_rank%d.csv", c->out_dir, ctx->topo.rank);
-        st = ddp_csv_open(path, ctx->topo.rank, cols, 6, keep, &t->csv_rank);
+        st = ddp_csv_open(path, ctx->topo.rank, cols, 7, keep, &t->csv_rank);
         DDP_CHECK(ddp_agree_status(ctx, st));
     }
     DDP_CHECK(ddp_watch_init(ctx, c->out_dir, c->collective_timeout));
@@ -568,6 +584,8 @@ static void teardown(trainer *t)
     free(t->h_v);
     free(t->toff);
     free(t->sumsq);
+    free(t->ctl);
+    free(t->ctl_back);
     ddp_eval_acc_free(&t->eval);
 }
 

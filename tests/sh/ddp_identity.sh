@@ -23,6 +23,19 @@ assert len(a) == len(b) == len(c) == 24, (len(a), len(b), len(c))
 assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4 and max(abs(x - y) for x, y in zip(a, c)) < 1e-4
 assert a[-1] < a[0], "loss did not decrease"
 PY
+# the load-balance metric: exactly 1 on one rank; at np 2 and 4 between 1 and W, and above 1 somewhere
+# (samples have 2-6 rows, so equal sample counts rarely mean equal rows)
+$PY - <<'PY' || fail "train/rows_per_rank_max_over_mean"
+import csv
+def col(p):
+    return [float(r["train/rows_per_rank_max_over_mean"]) for r in csv.DictReader(open(p)) if r["train/rows_per_rank_max_over_mean"]]
+one, two, four = col("r1/metrics.csv"), col("r2/metrics.csv"), col("r4/metrics.csv")
+assert len(one) == len(two) == len(four) == 24, (len(one), len(two), len(four))
+assert all(v == 1.0 for v in one), one
+assert all(1.0 <= v <= 2.0 for v in two) and max(two) > 1.0, two
+assert all(1.0 <= v <= 4.0 for v in four) and max(four) > max(two) * 0.9, four
+print(f"rows max/mean per step: np 2 mean {sum(two) / len(two):.3f}, np 4 mean {sum(four) / len(four):.3f}")
+PY
 pass "np 1/2/4 and accumulation agree on all parameters after 24 steps"
 if [ "$DEVICE" != cpu ]; then # the CUDA path (GPU or host emulator) tracks the CPU backend
   mpirun_np 1 "$MPIDDP" train --device cpu "${common[@]}" --batch-size 8 --out r1cpu >/dev/null
