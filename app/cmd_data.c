@@ -24,13 +24,19 @@ int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
         {"shards", OPT_I64, &o.shards, NULL, 1, 1e9, "number of shard files (default 4)", 0},
         {"seed", OPT_I64, &seed, NULL, 0, 9.2e18, "seed: class prototypes and every sample (default 0)", 0},
         {"first-id", OPT_I64, &o.first_id, NULL, 0, 9.2e18, "id of the first sample; use disjoint ranges for train/val (default 0)", 0},
+        {"task", OPT_CHOICE, &o.task, "class|order", 0, 0,
+         "class: label from the row mean; order: label = first of C markers, needs --min-rows >= --classes (default class)", 0},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     char err[1024];
     int rc = cli_parse("synth", opts, n, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
     if (rc == CLI_OK && !o.out) rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp synth: --out is required");
+    if (rc == CLI_OK && o.task == 1 && o.min_rows < o.classes)
+        rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp synth: --task order needs --min-rows >= --classes (%lld < %lld)",
+                                 (long long)o.min_rows, (long long)o.classes);
     int done = cli_parsed(ctx, rc, "synth", "--out DIR [options]",
-                          "Writes a variable-length dataset whose class is learnable from the mean of a sample's rows.\n"
+                          "Writes a variable-length dataset whose class is learnable from the mean of a sample's rows\n"
+                          "(--task class), or only from the order of its rows (--task order: the first of C markers).\n"
                           "Sample `id` depends only on (seed, id), so train and validation sets are made with the same\n"
                           "seed and disjoint --first-id ranges. Under mpirun the ranks write shards in parallel.",
                           opts, n, err);
@@ -39,8 +45,9 @@ int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
     ddp_status st = ddp_synth(ctx, &o);
     if (st != DDP_OK) return cli_fail(ctx, "synth", st);
     if (cli_rank0(ctx))
-        printf("synth: wrote %lld samples (D=%lld, %lld classes, %lld-%lld rows) in %lld shards to %s\n", (long long)o.samples,
-               (long long)o.dim, (long long)o.classes, (long long)o.min_rows, (long long)o.max_rows, (long long)o.shards, o.out);
+        printf("synth: wrote %lld %ssamples (D=%lld, %lld classes, %lld-%lld rows) in %lld shards to %s\n", (long long)o.samples,
+               o.task == 1 ? "order-task " : "", (long long)o.dim, (long long)o.classes, (long long)o.min_rows,
+               (long long)o.max_rows, (long long)o.shards, o.out);
     return 0;
 }
 

@@ -3,6 +3,7 @@
  * with --out writes sample_id,label,pred,prob with one row per sample, gathered to rank 0. */
 #include "cli.h"
 
+#include "io/dataset.h"
 #include "io/loader.h"
 #include "mpi_ddp/backend.h"
 #include "mpi_ddp/checkpoint.h"
@@ -34,11 +35,12 @@ static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
 
 static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, const char *out, int batch, ddp_device dev)
 {
-    int64_t dims[3] = {0, 0, 0};
+    ddp_model_config mc; /* the checkpoint alone says which model it holds */
     ddp_status st = DDP_OK;
-    if (ctx->topo.rank == 0) st = ddp_ckpt_peek_refmodel(ckpt, &dims[0], &dims[1], &dims[2]);
+    if (ctx->topo.rank == 0) st = ddp_ckpt_peek_model(ckpt, &mc);
     DDP_CHECK(ddp_agree_status(ctx, st));
-    MPI_CHECK(MPI_Bcast(dims, 3, MPI_INT64_T, 0, ctx->world));
+    MPI_CHECK(MPI_Bcast(&mc, (int)sizeof mc, MPI_BYTE, 0, ctx->world));
+    int64_t dims[3] = {mc.dim, mc.hidden, mc.classes};
     ddp_dataset *ds = NULL;
     DDP_CHECK(ddp_dataset_open(ctx, data, &ds));
     const ddp_dataset_info *in = ddp_dataset_get_info(ds);
@@ -55,7 +57,10 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
                                                  (long long)dims[2]));
         goto done;
     }
-    DDP_TRY(ddp_agree_status(ctx, ddp_refmodel_create(ctx, dev, dims[0], dims[1], dims[2], batch * in->max_sample_rows, batch, &m)));
+    if (mc.kind == DDP_MODEL_TRANSFORMER) DDP_TRY(ddp_dataset_check_max_rows(ctx, ds, mc.max_positions, "the model's max_positions"));
+    mc.max_batch_rows = batch * in->max_sample_rows;
+    mc.max_batch_samples = batch;
+    DDP_TRY(ddp_agree_status(ctx, ddp_model_create(ctx, dev, &mc, &m)));
     int64_t n = ddp_model_num_params(&m);
     host = ddp_calloc((size_t)n, sizeof *host);
     if (!host) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");

@@ -2,6 +2,7 @@
  * on the chosen device, and ddp_train. Prints where the run directory is. */
 #include "cli.h"
 
+#include "io/dataset.h"
 #include "mpi_ddp/status.h"
 #include "slurm/preempt.h"
 
@@ -13,7 +14,7 @@
 
 static const char *USAGE = "--train DIR --val DIR --out RUNDIR [options]";
 static const char *ABOUT =
-    "Trains the reference model (docs/model.md) with data-parallel AdamW across the MPI ranks, validates after each\n"
+    "Trains a model (docs/model.md: --model mlp, or transformer) with data-parallel AdamW across the MPI ranks, validates after each\n"
     "epoch and writes RUNDIR/{metrics.csv, run.json, checkpoints/last.h5}. Options may also come from an INI\n"
     "file (--config FILE, keys are option names); the command line wins.";
 
@@ -29,7 +30,9 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     ddp_train_config cfg;
     ddp_train_config_default(&cfg);
     int64_t seed = 0;
-    int hidden = 64, sampling = 0, device = 0, no_progress = 0;
+    int hidden = 64, sampling = 0, device = 0, no_progress = 0, kind = 0, positions = 0;
+    ddp_model_config mc;
+    ddp_model_config_default(&mc);
     double timeout = 0;
     int mode = 0, policy = 0;
     cli_opt opts[] = {
@@ -39,7 +42,14 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"config", OPT_STR, &config, NULL, 0, 0, "INI file with any of these options", 0},
         {"epochs", OPT_INT, &cfg.epochs, NULL, 1, 1e6, "epochs (default 3)", 0},
         {"batch-size", OPT_INT, &cfg.batch_size, NULL, 1, 1e7, "samples per rank per step (default 32)", 0},
-        {"hidden", OPT_INT, &hidden, NULL, 1, 1e5, "hidden units H (default 64)", 0},
+        {"model", OPT_CHOICE, &kind, "mlp|transformer", 0, 0, "per-row MLP with mean pooling (default), or the Transformer encoder", 0},
+        {"hidden", OPT_INT, &hidden, NULL, 1, 1e5, "MLP hidden units H, or the transformer's width d (default 64)", 0},
+        {"layers", OPT_INT, &mc.layers, NULL, 1, 1e3, "transformer: encoder layers L (default 2)", 0},
+        {"heads", OPT_INT, &mc.heads, NULL, 1, 1e4, "transformer: attention heads, must divide --hidden (default 4)", 0},
+        {"ff", OPT_I64, &mc.ff, NULL, 0, 1e7, "transformer: FFN width f (default 2 x --hidden)", 0},
+        {"max-positions", OPT_I64, &mc.max_positions, NULL, 1, 1e7, "transformer: longest sample in rows, P (default 512)", 0},
+        {"positions", OPT_CHOICE, &positions, "learned|none", 0, 0, "transformer: learned position embeddings (default) or none (sets)", 0},
+        {"dropout", OPT_F64, &mc.dropout, NULL, 0, 0.99, "transformer: dropout probability (default 0)", 0},
         {"lr", OPT_F64, &cfg.lr, NULL, 1e-12, 1e3, "AdamW learning rate (default 1e-3)", 0},
         {"weight-decay", OPT_F64, &cfg.weight_decay, NULL, 0, 1e3, "decoupled weight decay (default 0.01)", 0},
         {"seed", OPT_I64, &seed, NULL, 0, 9.2e18, "seed of init and sampling (default 0)", 0},
@@ -111,8 +121,16 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
                                                      (long long)ti->num_classes, (long long)vi->num_classes));
         } else {
             int64_t maxrows = ti->max_sample_rows > vi->max_sample_rows ? ti->max_sample_rows : vi->max_sample_rows;
-            st = ddp_agree_status(ctx, ddp_refmodel_create(ctx, got, ti->dim, hidden, ti->num_classes,
-                                                           (int64_t)cfg.batch_size * maxrows, cfg.batch_size, &model));
+            mc.kind = kind == 1 ? DDP_MODEL_TRANSFORMER : DDP_MODEL_MLP;
+            mc.positions = positions == 0;
+            mc.dim = ti->dim, mc.classes = ti->num_classes, mc.hidden = hidden;
+            mc.max_batch_rows = (int64_t)cfg.batch_size * maxrows, mc.max_batch_samples = cfg.batch_size;
+            if (mc.kind == DDP_MODEL_TRANSFORMER) { /* a sample longer than P: one line naming it, before any step */
+                st = ddp_dataset_check_max_rows(ctx, tr, mc.max_positions, "--max-positions");
+                if (st == DDP_OK) st = ddp_dataset_check_max_rows(ctx, va, mc.max_positions, "--max-positions");
+            }
+            if (st == DDP_OK) st = ddp_agree_status(ctx, ddp_model_create(ctx, got, &mc, &model));
+            cfg.model_config = &mc;
         }
     }
     if (st == DDP_OK) {

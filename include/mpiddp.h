@@ -111,6 +111,7 @@ typedef struct {
     const int64_t *indices;   /* [nsamples] global sample index in the dataset */
     const uint8_t *is_pad;    /* [nsamples]: 1 for a sampler-padding duplicate */
     const float *x;           /* [nrows, dim] host memory */
+    int64_t step;             /* the optimizer step it is trained in (0-based; dropout keys); 0 in eval */
 } ddp_batch;
 
 /* ---------------------------------------------------------------- model interface */
@@ -159,6 +160,28 @@ int64_t ddp_model_num_params(const ddp_model *m);
  * are host memory for CPU and device memory for CUDA. */
 ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t dim, int64_t hidden, int64_t classes,
                                int64_t max_batch_rows, int64_t max_batch_samples, ddp_model *out);
+
+/* The built-in models (docs/model.md): the per-row MLP with mean pooling, and the packed pre-LayerNorm
+ * Transformer encoder. ddp_model_config_default() fills the defaults; set dim and classes from the dataset
+ * and the workspace limits from the batches the model will see. */
+typedef enum { DDP_MODEL_MLP = 0, DDP_MODEL_TRANSFORMER = 1 } ddp_model_kind;
+
+typedef struct ddp_model_config {
+    ddp_model_kind kind;
+    int64_t dim, classes;     /* input features D and classes C */
+    int64_t hidden;           /* MLP: hidden units H; transformer: model width d (default 64) */
+    int layers, heads;        /* transformer: encoder layers L (2), attention heads (4, must divide d) */
+    int64_t ff;               /* transformer: FFN width f (0: 2*d) */
+    int64_t max_positions;    /* transformer: P, the longest sample it takes (512) */
+    int positions;            /* transformer: 1 learned positions (default), 0 none (unordered sets) */
+    double dropout;           /* transformer: dropout probability (0) */
+    int64_t max_batch_rows, max_batch_samples; /* workspace: the largest packed batch */
+} ddp_model_config;
+
+void ddp_model_config_default(ddp_model_config *c);
+const char *ddp_model_kind_name(ddp_model_kind k);
+/* Builds a built-in model on the backend of device (params/grads in its memory). */
+ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config *c, ddp_model *out);
 
 /* ---------------------------------------------------------------- metrics */
 
@@ -212,6 +235,8 @@ typedef struct {
     int early_stop_patience;  /* stop after this many epochs without improvement (0: off) */
     double early_stop_min_delta;
     int skip_nonfinite;       /* a non-finite gradient skips the update (counted as train/skipped_steps) instead of failing */
+    const struct ddp_model_config *model_config; /* optional: a built-in model's kind and hyperparameters,
+                                                    recorded in checkpoints so eval rebuilds the model */
 } ddp_train_config;
 
 /* Asks a running ddp_train to stop at the next step boundary: the ranks agree through the step's

@@ -24,6 +24,9 @@ ddp_status ddp_dataset_scan(const char *dir, ddp_shard_meta **metas, int64_t *ns
 ddp_status ddp_dataset_preopen_for_threads(ddp_dataset *ds, int *ok);
 /* Shard holding global sample index, and the index inside it. */
 ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard, int64_t *local);
+/* Collective: DDP_ERR_ARG on every rank when a sample has more than limit rows, naming the first such sample
+ * by file, /offsets index and id ("option" names the limit in the message). */
+ddp_status ddp_dataset_check_max_rows(ddp_ctx *ctx, ddp_dataset *ds, int64_t limit, const char *option);
 /* madvise(WILLNEED) the rows of a sample, opening its shard if needed. */
 void ddp_dataset_prefetch(ddp_dataset *ds, int64_t index);
 

@@ -4,11 +4,24 @@
 #define DDP_BACKEND_H
 
 #include "ddp_math.h"
+#include "kern_enc.h"
 #include "mpiddp.h"
 
 #include <stddef.h>
 
 typedef struct ddp_backend ddp_backend;
+typedef struct ddp_enc_ops ddp_enc_ops;
+
+/* How a packed batch's rows belong to its samples, as the encoder ops read it. */
+typedef struct {
+    int64_t B, R;          /* samples, rows */
+    const int64_t *off;    /* [B+1] row offsets, backend memory */
+    const int64_t *seg;    /* [R] sample of each row, backend memory */
+    const int64_t *sid;    /* [B] sample ids (dropout keys), backend memory */
+    const int64_t *hoff;   /* [B+1] the same offsets in host memory */
+    int64_t max_rows;      /* longest sample of the batch */
+} ddp_packing;
+
 struct ddp_backend {
     const char *name;   /* "cpu", "cuda" or "cuda-emu" (the CUDA backend on the host emulator) */
     int host_memory;    /* 1 when backend pointers are host pointers */
@@ -61,7 +74,59 @@ struct ddp_backend {
      * synchronisation; deterministic (the same bits on every rank and run). */
     ddp_status (*sumsq_many)(ddp_backend *b, const float *x, const int64_t *off, int n, double *out);
     void (*destroy)(ddp_backend *b);
+    const ddp_enc_ops *enc; /* the Transformer encoder's ops (below); NULL when the backend lacks them */
 };
+
+/* The ops of the Transformer encoder (model_transformer.c), on top of gemm, colsum, add_bias,
+ * softmax_xent and adamw above. Row bodies are in kern_enc.h. Shapes: R rows, d model width, f FFN width;
+ * qkv is [R, 3d] (q | k | v, head h at columns h*dh .. (h+1)*dh of each third). Outputs marked "+=" accumulate;
+ * the others are written. A dropout with p = 0 is the identity. */
+struct ddp_enc_ops {
+    /* h[r,:] += bias + pos[r - off[seg[r]], :]  (pos NULL: no positions) */
+    ddp_status (*embed_fwd)(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pk,
+                            int64_t d);
+    /* dbias += sum_r dh[r,:];  dpos[j,:] += sum of dh over the rows at position j (dpos NULL: skipped) */
+    ddp_status (*embed_bwd)(ddp_backend *b, const float *dh, float *dbias, float *dpos, const ddp_packing *pk,
+                            int64_t d);
+    /* y = layernorm(x) * w + b per row; mean[r], rstd[r] kept for the backward pass */
+    ddp_status (*layernorm_fwd)(ddp_backend *b, const float *x, const float *w, const float *bias, float *y,
+                                float *mean, float *rstd, int64_t R, int64_t d);
+    /* dx += d(loss)/dx;  dw += sum_r dy*xhat;  db += sum_r dy */
+    ddp_status (*layernorm_bwd)(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
+                                const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t d);
+    /* o[r, head h] = sum_j drop(softmax_j(q_r . k_j / sqrt(dh))) v_j over the rows j of r's sample;
+     * lse[r*heads + h] = log-sum-exp of the scaled scores, kept for the backward pass */
+    ddp_status (*attention_fwd)(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pk,
+                                int64_t d, int heads, const ddp_dropout *dr);
+    /* dqkv (written) from dout; ws is backend scratch of R*heads floats */
+    ddp_status (*attention_bwd)(ddp_backend *b, const float *qkv, const float *o, const float *dout, const float *lse,
+                                float *dqkv, float *ws, const ddp_packing *pk, int64_t d, int heads,
+                                const ddp_dropout *dr);
+    /* a = drop(gelu_erf(z + bias)); dgelu = gelu_erf'(z + bias) when non-NULL (may be z) */
+    ddp_status (*gelu_erf_fwd)(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
+                               const ddp_packing *pk, int64_t cols, const ddp_dropout *dr);
+    /* dz = drop(da) * dgelu (dz may be da);  dbias += sum_r dz */
+    ddp_status (*gelu_erf_bwd)(ddp_backend *b, const float *da, const float *dgelu, float *dz, float *dbias,
+                               const ddp_packing *pk, int64_t cols, const ddp_dropout *dr);
+    /* out = h + drop(t + bias)  (out may be h) */
+    ddp_status (*residual_fwd)(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
+                               const ddp_packing *pk, int64_t d, const ddp_dropout *dr);
+    /* dt = drop(dh), the mask of residual_fwd;  dbias += sum_r dt */
+    ddp_status (*residual_bwd)(ddp_backend *b, const float *dh, float *dt, float *dbias, const ddp_packing *pk,
+                               int64_t d, const ddp_dropout *dr);
+    /* out[s,:] = mean of x over the rows of sample s */
+    ddp_status (*pool_mean_fwd)(ddp_backend *b, const float *x, float *out, const ddp_packing *pk, int64_t d);
+    /* dx[r,:] = dp[s,:] / rows(s) for every row r of sample s (written) */
+    ddp_status (*pool_mean_bwd)(ddp_backend *b, const float *dp, float *dx, const ddp_packing *pk, int64_t d);
+};
+
+/* The names of the encoder ops, in table order: ddp_backend_require() checks a backend has them all. */
+#define DDP_ENC_OPS(X)                                                                                      \
+    X(embed_fwd) X(embed_bwd) X(layernorm_fwd) X(layernorm_bwd) X(attention_fwd) X(attention_bwd)        \
+    X(gelu_erf_fwd) X(gelu_erf_bwd) X(residual_fwd) X(residual_bwd) X(pool_mean_fwd) X(pool_mean_bwd)
+/* DDP_ERR_ARG naming the backend and the first missing encoder op, else DDP_OK. */
+ddp_status ddp_backend_require_enc(const ddp_backend *b);
+const ddp_enc_ops *ddp_cpu_enc_ops(void);
 
 ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out);
 /* The reference model on a given backend (ddp_refmodel_create picks the context's shared one). */
@@ -69,6 +134,11 @@ ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t dim, int64_t hidden, 
                                   int64_t max_batch_samples, ddp_model *out);
 /* Cumulative seconds the reference model spent in forward and backward of train_step (for benchmarks). */
 void ddp_refmodel_times(const ddp_model *m, double *fwd, double *bwd);
+/* The Transformer encoder (model_transformer.c) and any built-in model on a given backend (models.c). */
+ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out);
+ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out);
+/* Cumulative seconds of a transformer: forward, backward, attention, GEMMs (the last two on host backends). */
+void ddp_transformer_times(const ddp_model *m, double t[4]);
 /* Available when built with CUDA; device is the CUDA ordinal. */
 ddp_status ddp_backend_cuda_create(int device, ddp_backend **out);
 

@@ -238,7 +238,8 @@ ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out)
                        .adamw = cpu_adamw,
                        .sumsq = cpu_sumsq,
                        .sumsq_many = cpu_sumsq_many,
-                       .destroy = cpu_destroy};
+                       .destroy = cpu_destroy,
+                       .enc = ddp_cpu_enc_ops()};
     *out = b;
     return DDP_OK;
 }

@@ -81,6 +81,16 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
         CK(e2, "%s: writing /best_local", tmp);
     }
     CK(ddp_h5_attr_str(f, "config", cs->config_json ? cs->config_json : "{}"), "%s: writing attributes", tmp);
+    if (cs->model_cfg) { /* the hyperparameters the shapes do not tell (eval and the PyTorch bridge read them) */
+        const ddp_model_config *mc = cs->model_cfg;
+        CK(ddp_h5_attr_i64(f, "model_hidden", mc->hidden), "%s: writing attributes", tmp);
+        CK(ddp_h5_attr_i64(f, "model_layers", mc->layers), "%s: writing attributes", tmp);
+        CK(ddp_h5_attr_i64(f, "model_heads", mc->heads), "%s: writing attributes", tmp);
+        CK(ddp_h5_attr_i64(f, "model_ff", mc->ff > 0 ? mc->ff : 2 * mc->hidden), "%s: writing attributes", tmp);
+        CK(ddp_h5_attr_i64(f, "model_max_positions", mc->max_positions), "%s: writing attributes", tmp);
+        CK(ddp_h5_attr_i64(f, "model_positions", mc->positions), "%s: writing attributes", tmp);
+        CK(ddp_h5_attr_f64(f, "model_dropout", mc->dropout), "%s: writing attributes", tmp);
+    }
     CK(write_tensors(f, "params", model, params), "%s: writing /params (disk full?)", tmp);
     if (m && v) {
         hid_t g = H5Gcreate2(f, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -268,4 +278,43 @@ ddp_status ddp_ckpt_peek_refmodel(const char *path, int64_t *dim, int64_t *hidde
     *classes = (int64_t)w3[0];
     if ((int64_t)w3[1] != *hidden) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/params/l3.weight': shape does not match l1.weight", path);
     return DDP_OK;
+}
+
+static ddp_status peek_transformer(hid_t f, const char *path, ddp_model_config *c)
+{
+    hsize_t wi[2] = {0, 0}, wh[2] = {0, 0};
+    int64_t v[6];
+    static const char *names[6] = {"model_layers", "model_heads", "model_ff", "model_max_positions", "model_positions",
+                                   "model_hidden"};
+    DDP_CHECK(dims2(f, path, "params/inp.weight", wi));
+    DDP_CHECK(dims2(f, path, "params/head.weight", wh));
+    for (int k = 0; k < 6; k++) DDP_CHECK(read_i64_attr(f, path, names[k], &v[k]));
+    DDP_CHECK(read_attr(f, path, "model_dropout", H5T_NATIVE_DOUBLE, &c->dropout));
+    c->kind = DDP_MODEL_TRANSFORMER;
+    c->hidden = (int64_t)wi[0];
+    c->dim = (int64_t)wi[1];
+    c->classes = (int64_t)wh[0];
+    c->layers = (int)v[0], c->heads = (int)v[1], c->ff = v[2], c->max_positions = v[3], c->positions = (int)v[4];
+    if (v[5] != c->hidden || (int64_t)wh[1] != c->hidden || c->layers < 1 || c->heads < 1 || c->hidden % c->heads)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: attributes 'model_*': inconsistent with /params/inp.weight and head.weight", path);
+    return DDP_OK;
+}
+
+ddp_status ddp_ckpt_peek_model(const char *path, ddp_model_config *c)
+{
+    ddp_model_config_default(c);
+    ddp_h5_quiet();
+    if (access(path, R_OK) != 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    if (!ddp_h5_is_hdf5(path)) return ddp_set_error(DDP_ERR_FORMAT, "%s: not an HDF5 file (or truncated)", path);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: cannot be opened by HDF5 (truncated?)", path);
+    char *kind = NULL;
+    ddp_status st = H5Aexists(f, "model") > 0 ? read_str_attr(f, path, "model", &kind) : DDP_OK;
+    int tx = st == DDP_OK && kind && !strcmp(kind, "transformer");
+    if (st == DDP_OK && tx) st = peek_transformer(f, path, c);
+    H5Fclose(f);
+    free(kind);
+    if (st != DDP_OK || tx) return st;
+    c->kind = DDP_MODEL_MLP; /* "mlp", or "reference" in checkpoints of earlier versions */
+    return ddp_ckpt_peek_refmodel(path, &c->dim, &c->hidden, &c->classes);
 }

@@ -22,6 +22,7 @@ typedef struct {
     double *best_local;
     /* top-k list as JSON [[value, epoch, step, "path"], ...]; read: allocated, caller frees */
     char *topk_json;
+    const ddp_model_config *model_cfg; /* write: a built-in model's hyperparameters (may be NULL); read: unused */
 } ddp_ckpt_state;
 
 /* Host arrays in the model's flat layout; m/v may be NULL (written as zeros are not: omitted). */
@@ -29,6 +30,9 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
                           const float *v, const ddp_ckpt_state *st);
 /* Shape of the reference model stored in a checkpoint: D, H, C from /params/l1.weight and l3.weight. */
 ddp_status ddp_ckpt_peek_refmodel(const char *path, int64_t *dim, int64_t *hidden, int64_t *classes);
+/* The built-in model a checkpoint holds: kind ("model" attribute: mlp, or transformer with its recorded
+ * hyperparameters), D, width and classes from the parameter shapes; workspace limits are left 0. */
+ddp_status ddp_ckpt_peek_model(const char *path, ddp_model_config *c);
 /* Reads into host arrays (m, v may be NULL); shapes must match model. */
 ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params, float *m, float *v,
                          ddp_ckpt_state *st);

@@ -171,8 +171,11 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
     ctl[CTL_STOP] = (float)stop_wanted(t); /* agreed through this step's allreduce: no extra collective */
     ddp_watch_mark(t->ctx, t->global_step + 1, "forward/backward");
     for (int64_t k = *mb; k < last; k++) {
-        const ddp_batch *b;
-        DDP_CHECK(ddp_loader_next(ld, k, &b));
+        const ddp_batch *lb;
+        DDP_CHECK(ddp_loader_next(ld, k, &lb));
+        ddp_batch bs = *lb; /* dropout keys: the optimizer step, not the position in a (resumed) run */
+        bs.step = t->global_step;
+        const ddp_batch *b = &bs;
         ctl[CTL_COUNT] += (float)b->nsamples;
         ctl[CTL_ROWS + t->ctx->topo.rank] += (float)b->nrows;
         ddp_forward_out out = {0};
@@ -336,7 +339,8 @@ static ddp_status save_ckpt(trainer *t, const char *path)
                              .config_json = t->cfg->config_json,
                              .global_batch = (int64_t)t->cfg->batch_size * W * t->cfg->accumulate,
                              .best_local = bl,
-                             .topk_json = tk};
+                             .topk_json = tk,
+                             .model_cfg = t->cfg->model_config};
         snprintf(cs.monitor, sizeof cs.monitor, "%s", t->dec.monitor);
         if (st == DDP_OK) st = ddp_ckpt_write(path, t->model, t->h_params, t->h_m, t->h_v, &cs);
         free(tk);

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
-"""ckpt_to_torch.py — the bridge to PyTorch: loads an mpiddp checkpoint into a torch.nn.Module of the reference model (docs/model.md)
-(state_dict names and layouts are the checkpoint's /params), and optionally evaluates it on a dataset.
+"""ckpt_to_torch.py — the bridge to PyTorch: loads an mpiddp checkpoint into the torch.nn.Module of its model
+(docs/model.md: the MLP, or the Transformer encoder built from the checkpoint's recorded hyperparameters;
+state_dict names and layouts are the checkpoint's /params, loaded with strict=True), and optionally evaluates
+it on a dataset.
 
   /usr/bin/python3 scripts/ckpt_to_torch.py CKPT.h5 [--data DIR] [--save model.pt]
 
@@ -33,14 +35,63 @@ class MpiddpReference(torch.nn.Module):
         return self.l3(pooled)
 
 
+class MpiddpTransformer(torch.nn.Module):
+    """Pre-LayerNorm Transformer encoder over each sample's rows (exact gelu, LayerNorm eps 1e-5), learned
+    positions unless positions=False, mean pooling of the final norm over the sample's rows, linear head."""
+
+    def __init__(self, dim, d, layers, heads, ff, max_positions, classes, positions=True, dropout=0.0):
+        super().__init__()
+        self.inp = torch.nn.Linear(dim, d)
+        self.pos = torch.nn.Embedding(max_positions, d) if positions else None
+        layer = torch.nn.TransformerEncoderLayer(d, heads, ff, dropout, activation="gelu", batch_first=True,
+                                                 norm_first=True)
+        self.enc = torch.nn.TransformerEncoder(layer, layers, norm=torch.nn.LayerNorm(d), enable_nested_tensor=False)
+        self.head = torch.nn.Linear(d, classes)
+
+    def forward(self, x, pad):
+        """x: [batch, T, dim] zero-padded samples; pad: [batch, T] bool, True at padding rows"""
+        h = self.inp(x)
+        if self.pos is not None:
+            h = h + self.pos(torch.arange(x.shape[1]))[None]
+        h = self.enc(h, src_key_padding_mask=pad)
+        keep = (~pad).to(h.dtype)[..., None]
+        return self.head((h * keep).sum(1) / keep.sum(1))
+
+    def forward_packed(self, x, offsets):
+        """x: [rows, dim] packed rows; offsets: [n+1] sample boundaries (numpy or torch)"""
+        offsets = [int(v) for v in offsets]
+        n, T = len(offsets) - 1, max(offsets[i + 1] - offsets[i] for i in range(len(offsets) - 1))
+        xp = torch.zeros(n, T, x.shape[1], dtype=x.dtype)
+        pad = torch.ones(n, T, dtype=torch.bool)
+        for i in range(n):
+            k = offsets[i + 1] - offsets[i]
+            xp[i, :k] = x[offsets[i]:offsets[i + 1]]
+            pad[i, :k] = False
+        return self(xp, pad)
+
+
+def _attr(f, name, default=None):
+    v = f.attrs.get(name, default)
+    return v.decode() if isinstance(v, bytes) else v
+
+
 def load_model(path):
     with h5py.File(path, "r") as f:
-        if f.attrs.get("format") not in (b"mpiddp-checkpoint", "mpiddp-checkpoint"):
+        if _attr(f, "format") != "mpiddp-checkpoint":
             raise ValueError(f"{path}: not an mpiddp checkpoint")
         state = {k: torch.from_numpy(f["params"][k][()]) for k in f["params"]}
-    hidden, dim = state["l1.weight"].shape
-    model = MpiddpReference(dim, hidden, state["l3.weight"].shape[0])
-    model.load_state_dict(state)
+        kind = _attr(f, "model", "mlp")
+        hp = {k: _attr(f, "model_" + k) for k in ("layers", "heads", "ff", "max_positions", "positions", "dropout")}
+    if kind == "transformer":
+        d, dim = state["inp.weight"].shape
+        model = MpiddpTransformer(dim, d, int(hp["layers"]), int(hp["heads"]), int(hp["ff"]), int(hp["max_positions"]),
+                                  state["head.weight"].shape[0], bool(int(hp["positions"])), float(hp["dropout"]))
+    elif kind == "mlp":
+        hidden, dim = state["l1.weight"].shape
+        model = MpiddpReference(dim, hidden, state["l3.weight"].shape[0])
+    else:
+        raise ValueError(f"{path}: unknown model kind {kind!r}")
+    model.load_state_dict(state, strict=True)
     return model.eval()
 
 
@@ -56,7 +107,7 @@ def evaluate(model, data, batch=512):
                 x = torch.from_numpy(feats[off[a]:off[b]])
                 o = torch.from_numpy(off[a:b + 1] - off[a])
                 y = torch.from_numpy(lab[a:b])
-                logits = model(x, o)
+                logits = model.forward_packed(x, o) if isinstance(model, MpiddpTransformer) else model(x, o)
                 loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
                 correct += (logits.argmax(1) == y).sum().item()
                 n += b - a

@@ -2,7 +2,7 @@
 . "$(dirname "$0")/lib.sh"
 synth --out t --samples 400 --dim 8 --classes 3 --shards 2 --seed 3
 synth --out v --samples 400 --dim 8 --classes 3 --shards 2 --seed 3 --first-id 9000
-base=(--train t --val v --batch-size 5 --lr 0.01 --hidden 16 --no-progress)
+base=(--train t --val v --batch-size 5 --lr 0.01 --hidden 16 --no-progress "${MODEL_ARGS[@]}")
 
 # 1. policies: rank 3's local val/loss is pushed up at epoch 2 and rank 0's at epoch 3 (test hook), so the
 #    ranks' votes disagree; every decision must match an independent re-computation from the per-rank and
@@ -55,15 +55,19 @@ for pol in ("reduced", "rank0", "all", "any", "majority"):
 assert seen["reduced"][1] and not seen["all"][1], seen   # the Lightning pitfall, designed out by `reduced`
 print("policies:", seen)
 PY
-grep -q "improved on ranks 0-2; not on ranks 3) - ranks disagree" p_all/checkpoints/decisions.log || fail "vote log does not name the ranks"
+if [ ${#MODEL_ARGS[@]} = 0 ]; then # the MLP's trajectory makes exactly ranks 0-2 improve at epoch 2
+  grep -q "improved on ranks 0-2; not on ranks 3) - ranks disagree" p_all/checkpoints/decisions.log || fail "vote log does not name the ranks"
+fi
 
 # 2. a monitor that is never logged: one clear error on every rank at the first decision
 expect_rc 1 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 1 --out badmon --monitor val/nope
 [ "$(printf '%s\n' "$ERR" | grep -c "monitor 'val/nope' was never logged")" = 1 ] || fail "missing monitor: $ERR"
 
-# 3. early stopping (watching val/loss with --mode max, it never improves after the first epoch):
+# 3. early stopping (watching val/loss with --mode max, it never improves after the first epoch; the huge
+#    --early-stop-min-delta makes that hold for any model's trajectory):
 #    every rank stops after epoch 1 + patience, at the same step
-mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 10 --out es --monitor val/loss --mode max --early-stop-patience 2 --log-per-rank >/dev/null
+mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 10 --out es --monitor val/loss --mode max --early-stop-patience 2 \
+  --early-stop-min-delta 1e9 --log-per-rank >/dev/null
 nval=$(awk -F, 'NR>1 && $6!=""' es/metrics.csv | wc -l)
 [ "$nval" = 3 ] || fail "early stop: expected 3 validations, got $nval"
 for r in 0 1 2 3; do

@@ -3,7 +3,7 @@
 . "$(dirname "$0")/lib.sh"
 synth --out train --samples 96 --dim 8 --classes 3 --min-rows 2 --max-rows 6 --shards 3 --seed 5
 synth --out val --samples 30 --dim 8 --classes 3 --min-rows 2 --max-rows 6 --shards 2 --seed 5 --first-id 1000
-common=(--train train --val val --epochs 2 --hidden 16 --lr 0.01 --log-every 1 --no-progress --grad-clip 1.0)
+common=(--train train --val val --epochs 2 --hidden 16 --lr 0.01 --log-every 1 --no-progress --grad-clip 1.0 "${MODEL_ARGS[@]}")
 mpirun_np 1 "$MPIDDP" train --device "$DEVICE" "${common[@]}" --batch-size 8 --out r1 >/dev/null
 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${common[@]}" --batch-size 4 --out r2 >/dev/null
 mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${common[@]}" --batch-size 2 --out r4 >/dev/null

@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 synth --out train --samples 400 --dim 8 --classes 5 --min-rows 1 --max-rows 9 --shards 3 --seed 2
 synth --out val --samples 1001 --dim 8 --classes 5 --min-rows 1 --max-rows 9 --shards 3 --seed 2 --first-id 50000
-mpirun_np 1 "$MPIDDP" train --device "$DEVICE" --train train --val val --out run --epochs 3 --batch-size 16 --hidden 16 --lr 0.01 --no-progress >/dev/null
+mpirun_np 1 "$MPIDDP" train --device "$DEVICE" --train train --val val --out run --epochs 3 --batch-size 16 --hidden 16 --lr 0.01 --no-progress "${MODEL_ARGS[@]}" >/dev/null
 for np in 1 2 3 4; do
   mpirun_np $np "$MPIDDP" eval --device "$DEVICE" --ckpt run/checkpoints/last.h5 --data val --out pred$np.csv --batch-size 7 > eval$np.txt
   cat eval$np.txt

@@ -6,6 +6,9 @@ PY=/usr/bin/python3
 # The device train/eval run on: cpu unless a test is registered for the CUDA path (on a GPU, or on the
 # host emulator with MPIDDP_CUDA_PLUGIN=libmpiddp_cudaemu.so). Tests that mean the CPU pass it explicitly.
 DEVICE=${MPIDDP_TEST_DEVICE:-cpu}
+# Extra train options naming the model under test: CTest registers some suites a second time with the
+# Transformer encoder (MPIDDP_TEST_MODEL_ARGS="--model transformer ..."); empty for the MLP.
+read -r -a MODEL_ARGS <<< "${MPIDDP_TEST_MODEL_ARGS:-}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
 export OMPI_MCA_btl_vader_single_copy_mechanism=none

@@ -1,4 +1,4 @@
-/* model.c — the reference model of docs/model.md (two gelu layers per row, mean pooling per sample, linear
+/* model_mlp.c — the MLP of docs/model.md ("mlp": two gelu layers per row, mean pooling per sample, linear
  * head, softmax cross-entropy) on a compute backend, exposed through the public ddp_model interface.
  * Packed batches: GEMMs run over the concatenated rows; no padding rows are computed. */
 #include "backend.h"
@@ -270,7 +270,7 @@ ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t
         m->h_out = ddp_calloc((size_t)maxB, 2 * sizeof(float) + sizeof(int64_t));
         if (!m->h_out) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     }
-    *out = (ddp_model){.name = "reference",
+    *out = (ddp_model){.name = "mlp",
                        .ntensors = 6,
                        .tensors = m->spec,
                        .num_classes = (int)C,

@@ -1,0 +1,368 @@
+/* backend_cpu_enc.c — the CPU backend's Transformer encoder ops (ddp_enc_ops in backend.h): loops over the
+ * row bodies of kern_enc.h, and attention two ways, picked per sample by MPIDDP_ATTENTION:
+ *   fused  one pass per query row with online softmax (kern_enc.h, the same body the CUDA kernels run);
+ *   gemm   per sample and head, S = Q K^T and O = P V as OpenBLAS sgemm calls on an n x n scratch;
+ *   auto   (default) gemm for samples of at least MPIDDP_ATTENTION_GEMM_MIN rows (default 24), else fused.
+ * Both are exact (no padding rows or scores); they differ only in summation order. */
+#include "backend.h"
+#include "status.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define DDP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DDP_CLONES
+#endif
+
+/* read at every call (once per layer and pass), so tests and benchmarks can switch methods */
+static int64_t attn_gemm_min(void)
+{
+    const char *m = getenv("MPIDDP_ATTENTION"), *t = getenv("MPIDDP_ATTENTION_GEMM_MIN");
+    if (m && !strcmp(m, "fused")) return INT64_MAX;
+    if (m && !strcmp(m, "gemm")) return 0;
+    return t && *t ? atoll(t) : 24;
+}
+
+static uint64_t rowkey(const ddp_dropout *dr, const ddp_packing *pk, int64_t s, int64_t i)
+{
+    return dr && dr->p > 0.0f ? ddp_drop_rowkey(dr->key, pk->sid[s], i) : 0;
+}
+
+static ddp_status cpu_embed_fwd(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pk,
+                                int64_t d)
+{
+    (void)b;
+    for (int64_t s = 0; s < pk->B; s++)
+        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
+            float *hr = h + r * d;
+            const float *pr = pos ? pos + (r - pk->off[s]) * d : NULL;
+            for (int64_t c = 0; c < d; c++) hr[c] += bias[c] + (pr ? pr[c] : 0.0f);
+        }
+    return DDP_OK;
+}
+
+static ddp_status cpu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, float *dpos, const ddp_packing *pk,
+                                int64_t d)
+{
+    (void)b;
+    for (int64_t s = 0; s < pk->B; s++)
+        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
+            const float *g = dh + r * d;
+            float *dp = dpos ? dpos + (r - pk->off[s]) * d : NULL;
+            for (int64_t c = 0; c < d; c++) dbias[c] += g[c];
+            if (dp)
+                for (int64_t c = 0; c < d; c++) dp[c] += g[c];
+        }
+    return DDP_OK;
+}
+
+DDP_CLONES static ddp_status cpu_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, float *y,
+                                               float *mean, float *rstd, int64_t R, int64_t d)
+{
+    (void)b;
+    for (int64_t r = 0; r < R; r++) ddp_layernorm_row(x + r * d, w, bias, y + r * d, &mean[r], &rstd[r], d);
+    return DDP_OK;
+}
+
+DDP_CLONES static ddp_status cpu_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w,
+                                               const float *mean, const float *rstd, float *dx, float *dw, float *db,
+                                               int64_t R, int64_t d)
+{
+    (void)b;
+    for (int64_t r = 0; r < R; r++) {
+        const float *dyr = dy + r * d, *xr = x + r * d;
+        float mu = mean[r], rs = rstd[r];
+        ddp_layernorm_row_bwd(dyr, xr, w, mu, rs, dx + r * d, d);
+        for (int64_t c = 0; c < d; c++) {
+            dw[c] += dyr[c] * (xr[c] - mu) * rs;
+            db[c] += dyr[c];
+        }
+    }
+    return DDP_OK;
+}
+
+/* ------------------------------------------------------------------ attention */
+static void attn_fused_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pk, int64_t s, int64_t d,
+                           int heads, const ddp_dropout *dr)
+{
+    int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
+    float scale = 1.0f / sqrtf((float)dh);
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t rk = rowkey(dr, pk, s, i);
+        for (int h = 0; h < heads; h++) {
+            const float *base = qkv + lo * ld + h * dh;
+            lse[(lo + i) * heads + h] = ddp_attn_row_fwd(base + i * ld, base + d, base + 2 * d, ld, n, dh, scale,
+                                                         o + (lo + i) * d + h * dh, dr, rk, (uint64_t)h << 32);
+        }
+    }
+}
+
+/* scores of head h of sample s: S[i,j] = scale q_i . k_j, then P = exp(S - lse_i) when lse is given, else
+ * softmax rows with lse written */
+static void attn_probs(const float *qkv, const ddp_packing *pk, int64_t s, int64_t d, int heads, int h, float *S,
+                       float *lse, int have_lse)
+{
+    int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
+    const float *q = qkv + lo * ld + h * dh;
+    float scale = 1.0f / sqrtf((float)dh);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)dh, scale, q, (int)ld, q + d, (int)ld,
+                0.0f, S, (int)n);
+    for (int64_t i = 0; i < n; i++) {
+        float *Si = S + i * n;
+        float *li = &lse[(lo + i) * heads + h];
+        if (!have_lse) {
+            float m = Si[0], l = 0.0f;
+            for (int64_t j = 1; j < n; j++) m = Si[j] > m ? Si[j] : m;
+            for (int64_t j = 0; j < n; j++) l += ddp_expf(Si[j] - m);
+            *li = m + logf(l);
+        }
+        for (int64_t j = 0; j < n; j++) Si[j] = ddp_expf(Si[j] - *li);
+    }
+}
+
+/* P := P * mask (the dropped attention weights) */
+static void attn_drop(float *P, const ddp_packing *pk, int64_t s, int h, const ddp_dropout *dr)
+{
+    if (!dr || dr->p <= 0.0f) return;
+    int64_t n = pk->off[s + 1] - pk->off[s];
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t rk = rowkey(dr, pk, s, i);
+        for (int64_t j = 0; j < n; j++) P[i * n + j] *= ddp_drop_scale(dr, rk, ((uint64_t)h << 32) + (uint64_t)j);
+    }
+}
+
+static void attn_gemm_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pk, int64_t s, int64_t d,
+                          int heads, const ddp_dropout *dr, float *S)
+{
+    int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
+    for (int h = 0; h < heads; h++) {
+        attn_probs(qkv, pk, s, d, heads, h, S, lse, 0);
+        attn_drop(S, pk, s, h, dr);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, S, (int)n,
+                    qkv + lo * ld + 2 * d + h * dh, (int)ld, 0.0f, o + lo * d + h * dh, (int)d);
+    }
+}
+
+static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pk,
+                                    int64_t d, int heads, const ddp_dropout *dr)
+{
+    (void)b;
+    int64_t gmin = attn_gemm_min(), nmax = pk->max_rows;
+    float *S = NULL;
+    if (nmax >= gmin && !(S = malloc((size_t)(nmax * nmax) * sizeof *S)))
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scores (%lld x %lld)", (long long)nmax,
+                             (long long)nmax);
+    for (int64_t s = 0; s < pk->B; s++) {
+        if (pk->off[s + 1] - pk->off[s] >= gmin) attn_gemm_fwd(qkv, o, lse, pk, s, d, heads, dr, S);
+        else attn_fused_fwd(qkv, o, lse, pk, s, d, heads, dr);
+    }
+    free(S);
+    return DDP_OK;
+}
+
+static void attn_fused_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
+                           const ddp_packing *pk, int64_t s, int64_t d, int heads, const ddp_dropout *dr)
+{
+    int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
+    float scale = 1.0f / sqrtf((float)dh);
+    for (int h = 0; h < heads; h++) {
+        const float *base = qkv + lo * ld + h * dh;
+        float *dbase = dqkv + lo * ld + h * dh;
+        const float *dob = dout + lo * d + h * dh;
+        const float *lb = lse + lo * heads + h, *Db = D + lo * heads + h;
+        for (int64_t i = 0; i < n; i++)
+            ddp_attn_row_bwd_q(base + i * ld, base + d, base + 2 * d, ld, n, dh, scale, dob + i * d, lb[i * heads],
+                               Db[i * heads], dbase + i * ld, dr, rowkey(dr, pk, s, i), (uint64_t)h << 32);
+        for (int64_t j = 0; j < n; j++)
+            ddp_attn_row_bwd_kv(base, base + d + j * ld, base + 2 * d + j * ld, ld, n, dh, scale, dob, d, lb, Db,
+                                heads, dbase + d + j * ld, dbase + 2 * d + j * ld, dr, dr->p > 0.0f ? pk->sid[s] : 0,
+                                ((uint64_t)h << 32) + (uint64_t)j);
+    }
+}
+
+static void attn_gemm_bwd(const float *qkv, const float *dout, float *lse, const float *D, float *dqkv,
+                          const ddp_packing *pk, int64_t s, int64_t d, int heads, const ddp_dropout *dr, float *S)
+{
+    int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
+    float scale = 1.0f / sqrtf((float)dh);
+    float *Pd = S + n * n, *dP = Pd + n * n;
+    int drop = dr && dr->p > 0.0f;
+    for (int h = 0; h < heads; h++) {
+        const float *q = qkv + lo * ld + h * dh, *k = q + d, *v = q + 2 * d, *dO = dout + lo * d + h * dh;
+        float *dq = dqkv + lo * ld + h * dh, *dk = dq + d, *dv = dq + 2 * d;
+        attn_probs(qkv, pk, s, d, heads, h, S, lse, 1);
+        if (drop) {
+            memcpy(Pd, S, (size_t)(n * n) * sizeof *Pd);
+            attn_drop(Pd, pk, s, h, dr);
+        }
+        const float *Pu = drop ? Pd : S;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, Pu, (int)n, dO, (int)d, 0.0f,
+                    dv, (int)ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)dh, 1.0f, dO, (int)d, v, (int)ld, 0.0f,
+                    dP, (int)n);
+        for (int64_t i = 0; i < n; i++) {
+            float Di = D[(lo + i) * heads + h];
+            uint64_t rk = drop ? rowkey(dr, pk, s, i) : 0;
+            for (int64_t j = 0; j < n; j++) {
+                float dp = dP[i * n + j];
+                if (drop) dp *= ddp_drop_scale(dr, rk, ((uint64_t)h << 32) + (uint64_t)j);
+                dP[i * n + j] = S[i * n + j] * (dp - Di) * scale;
+            }
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, dP, (int)n, k, (int)ld, 0.0f,
+                    dq, (int)ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, dP, (int)n, q, (int)ld, 0.0f,
+                    dk, (int)ld);
+    }
+}
+
+static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout,
+                                    const float *lse, float *dqkv, float *ws, const ddp_packing *pk, int64_t d,
+                                    int heads, const ddp_dropout *dr)
+{
+    (void)b;
+    int64_t dh = d / heads, gmin = attn_gemm_min(), nmax = pk->max_rows;
+    for (int64_t r = 0; r < pk->R; r++) /* D_i = dO_i . O_i per head */
+        for (int h = 0; h < heads; h++) ws[r * heads + h] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
+    float *S = NULL;
+    if (nmax >= gmin && !(S = malloc((size_t)(3 * nmax * nmax) * sizeof *S)))
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scores (%lld x %lld)", (long long)nmax,
+                             (long long)nmax);
+    for (int64_t s = 0; s < pk->B; s++) {
+        if (pk->off[s + 1] - pk->off[s] >= gmin) attn_gemm_bwd(qkv, dout, (float *)lse, ws, dqkv, pk, s, d, heads, dr, S);
+        else attn_fused_bwd(qkv, dout, lse, ws, dqkv, pk, s, d, heads, dr);
+    }
+    free(S);
+    return DDP_OK;
+}
+
+/* ------------------------------------------------------------------ element-wise */
+DDP_CLONES static ddp_status cpu_gelu_erf_fwd(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
+                                              const ddp_packing *pk, int64_t cols, const ddp_dropout *dr)
+{
+    (void)b;
+    int drop = dr && dr->p > 0.0f;
+    for (int64_t s = 0; s < pk->B; s++)
+        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
+            const float *zr = z + r * cols;
+            float *ar = a + r * cols, *gr = dgelu ? dgelu + r * cols : NULL;
+            uint64_t rk = drop ? rowkey(dr, pk, s, r - pk->off[s]) : 0;
+            for (int64_t c = 0; c < cols; c++) {
+                float g, v = ddp_gelu_erf_fwd(zr[c] + bias[c], gr ? &g : NULL);
+                if (gr) gr[c] = g;
+                ar[c] = drop ? v * ddp_drop_scale(dr, rk, (uint64_t)c) : v;
+            }
+        }
+    return DDP_OK;
+}
+
+DDP_CLONES static ddp_status cpu_gelu_erf_bwd(ddp_backend *b, const float *da, const float *dgelu, float *dz, float *dbias,
+                                              const ddp_packing *pk, int64_t cols, const ddp_dropout *dr)
+{
+    (void)b;
+    int drop = dr && dr->p > 0.0f;
+    for (int64_t s = 0; s < pk->B; s++)
+        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
+            const float *dar = da + r * cols, *gr = dgelu + r * cols;
+            float *dzr = dz + r * cols;
+            uint64_t rk = drop ? rowkey(dr, pk, s, r - pk->off[s]) : 0;
+            for (int64_t c = 0; c < cols; c++) {
+                float v = (drop ? dar[c] * ddp_drop_scale(dr, rk, (uint64_t)c) : dar[c]) * gr[c];
+                dzr[c] = v;
+                dbias[c] += v;
+            }
+        }
+    return DDP_OK;
+}
+
+DDP_CLONES static ddp_status cpu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
+                                              const ddp_packing *pk, int64_t d, const ddp_dropout *dr)
+{
+    (void)b;
+    int drop = dr && dr->p > 0.0f;
+    for (int64_t s = 0; s < pk->B; s++)
+        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
+            const float *hr = h + r * d, *tr = t + r * d;
+            float *orow = out + r * d;
+            uint64_t rk = drop ? rowkey(dr, pk, s, r - pk->off[s]) : 0;
+            for (int64_t c = 0; c < d; c++) {
+                float v = tr[c] + bias[c];
+                orow[c] = hr[c] + (drop ? v * ddp_drop_scale(dr, rk, (uint64_t)c) : v);
+            }
+        }
+    return DDP_OK;
+}
+
+DDP_CLONES static ddp_status cpu_residual_bwd(ddp_backend *b, const float *dh, float *dt, float *dbias,
+                                              const ddp_packing *pk, int64_t d, const ddp_dropout *dr)
+{
+    (void)b;
+    int drop = dr && dr->p > 0.0f;
+    for (int64_t s = 0; s < pk->B; s++)
+        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
+            const float *g = dh + r * d;
+            float *tr = dt + r * d;
+            uint64_t rk = drop ? rowkey(dr, pk, s, r - pk->off[s]) : 0;
+            for (int64_t c = 0; c < d; c++) {
+                float v = drop ? g[c] * ddp_drop_scale(dr, rk, (uint64_t)c) : g[c];
+                tr[c] = v;
+                dbias[c] += v;
+            }
+        }
+    return DDP_OK;
+}
+
+static ddp_status cpu_pool_mean_fwd(ddp_backend *b, const float *x, float *out, const ddp_packing *pk, int64_t d)
+{
+    (void)b;
+    for (int64_t s = 0; s < pk->B; s++) {
+        float *o = out + s * d;
+        memset(o, 0, (size_t)d * sizeof *o);
+        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++)
+            for (int64_t c = 0; c < d; c++) o[c] += x[r * d + c];
+        float inv = 1.0f / (float)(pk->off[s + 1] - pk->off[s]);
+        for (int64_t c = 0; c < d; c++) o[c] *= inv;
+    }
+    return DDP_OK;
+}
+
+static ddp_status cpu_pool_mean_bwd(ddp_backend *b, const float *dp, float *dx, const ddp_packing *pk, int64_t d)
+{
+    (void)b;
+    for (int64_t s = 0; s < pk->B; s++) {
+        float inv = 1.0f / (float)(pk->off[s + 1] - pk->off[s]);
+        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++)
+            for (int64_t c = 0; c < d; c++) dx[r * d + c] = dp[s * d + c] * inv;
+    }
+    return DDP_OK;
+}
+
+static const ddp_enc_ops cpu_enc = {
+    .embed_fwd = cpu_embed_fwd,
+    .embed_bwd = cpu_embed_bwd,
+    .layernorm_fwd = cpu_layernorm_fwd,
+    .layernorm_bwd = cpu_layernorm_bwd,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .gelu_erf_fwd = cpu_gelu_erf_fwd,
+    .gelu_erf_bwd = cpu_gelu_erf_bwd,
+    .residual_fwd = cpu_residual_fwd,
+    .residual_bwd = cpu_residual_bwd,
+    .pool_mean_fwd = cpu_pool_mean_fwd,
+    .pool_mean_bwd = cpu_pool_mean_bwd,
+};
+
+const ddp_enc_ops *ddp_cpu_enc_ops(void) { return &cpu_enc; }
+
+ddp_status ddp_backend_require_enc(const ddp_backend *b)
+{
+    if (!b->enc) return ddp_set_error(DDP_ERR_ARG, "backend %s has no Transformer encoder ops", b->name);
+#define DDP_REQ(op)                                                                                        \
+    if (!b->enc->op) return ddp_set_error(DDP_ERR_ARG, "backend %s lacks enc.%s", b->name, #op);
+    DDP_ENC_OPS(DDP_REQ)
+#undef DDP_REQ
+    return DDP_OK;
+}

@@ -1,0 +1,156 @@
+/* kern_enc.h — the per-row bodies of the Transformer encoder's ops (docs/model.md, "transformer"), written
+ * once for host and device: layernorm, exact (erf) gelu, the counter-based dropout mask, and attention of
+ * one query row (or one key row) over the rows of its own sample. backend_cpu_enc.c loops over them;
+ * backend_cuda_enc.cu runs one thread per row. Rows are packed: a sample's rows are [lo, lo + n). */
+#ifndef DDP_KERN_ENC_H
+#define DDP_KERN_ENC_H
+
+#include "ddp_math.h"
+
+#define DDP_LN_EPS 1e-5f
+
+/* splitmix64's finaliser: the mixing function of every counter-based key (same as io/sampler.c). */
+DDP_HD static inline uint64_t ddp_hmix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+/* Dropout of one op: p = 0 disables it. key = f(seed, optimizer step, site) is computed by the model, so a
+ * mask depends on (seed, step, site, sample id, row of the sample, unit) only: never on world size, batch
+ * composition or resume point. */
+typedef struct {
+    float p;
+    uint64_t key;
+} ddp_dropout;
+
+/* The key of one row: sample id and row within the sample. */
+DDP_HD static inline uint64_t ddp_drop_rowkey(uint64_t key, int64_t sample_id, int64_t row)
+{
+    return ddp_hmix(key ^ ddp_hmix((uint64_t)sample_id * 0x9e3779b97f4a7c15ULL ^ ddp_hmix((uint64_t)row + 0x51)));
+}
+
+/* The multiplier of one unit: 0 (dropped) or 1/(1-p) (kept). */
+DDP_HD static inline float ddp_drop_scale(const ddp_dropout *d, uint64_t rowkey, uint64_t unit)
+{
+    uint64_t h = ddp_hmix(rowkey ^ (unit * 0xd6e8feb86659fd93ULL));
+    float u = (float)(h >> 40) * (1.0f / 16777216.0f); /* [0, 1), 24 bits */
+    return u < d->p ? 0.0f : 1.0f / (1.0f - d->p);
+}
+
+/* Exact gelu, x Φ(x), and its derivative Φ(x) + x φ(x). */
+DDP_HD static inline float ddp_gelu_erf_fwd(float x, float *grad)
+{
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    if (grad) *grad = cdf + x * 0.39894228040143268f * ddp_expf(-0.5f * x * x);
+    return x * cdf;
+}
+
+/* y = (x - mean) * rstd * w + b over one row of d values; mean and 1/sqrt(var + eps) returned. */
+DDP_HD static inline void ddp_layernorm_row(const float *x, const float *w, const float *b, float *y, float *mean,
+                                            float *rstd, int64_t d)
+{
+    float s = 0.0f;
+    for (int64_t c = 0; c < d; c++) s += x[c];
+    float mu = s / (float)d, v = 0.0f;
+    for (int64_t c = 0; c < d; c++) v += (x[c] - mu) * (x[c] - mu);
+    float rs = 1.0f / sqrtf(v / (float)d + DDP_LN_EPS);
+    for (int64_t c = 0; c < d; c++) y[c] = (x[c] - mu) * rs * w[c] + b[c];
+    *mean = mu;
+    *rstd = rs;
+}
+
+/* dx += the input gradient of one layernorm row (dw, db are reduced over rows by the caller). */
+DDP_HD static inline void ddp_layernorm_row_bwd(const float *dy, const float *x, const float *w, float mean, float rstd,
+                                                float *dx, int64_t d)
+{
+    float sg = 0.0f, sgx = 0.0f;
+    for (int64_t c = 0; c < d; c++) {
+        float g = dy[c] * w[c];
+        sg += g;
+        sgx += g * (x[c] - mean) * rstd;
+    }
+    sg /= (float)d;
+    sgx /= (float)d;
+    for (int64_t c = 0; c < d; c++) dx[c] += rstd * (dy[c] * w[c] - sg - (x[c] - mean) * rstd * sgx);
+}
+
+DDP_HD static inline float ddp_dot(const float *a, const float *b, int64_t n)
+{
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Attention of query row i (position qi in its sample) for one head over the sample's n rows, whose
+ * q/k/v vectors are q + j*ld, k + j*ld, v + j*ld (ld = 3d in the packed qkv buffer). Online softmax in one
+ * pass; o[0..dh) = sum_j drop(P_ij) v_j, returns log-sum-exp of the scaled scores. */
+DDP_HD static inline float ddp_attn_row_fwd(const float *qi, const float *k, const float *v, int64_t ld, int64_t n,
+                                            int64_t dh, float scale, float *o, const ddp_dropout *dr,
+                                            uint64_t rowkey, uint64_t unit0)
+{
+    float m = -1e30f, l = 0.0f; /* below any finite score; never an infinity (fast-math builds) */
+    for (int64_t c = 0; c < dh; c++) o[c] = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        float s = ddp_dot(qi, k + j * ld, dh) * scale;
+        if (s > m) {
+            float corr = ddp_expf(m - s); /* first row: clamped to ~0, and l, o are 0 anyway */
+            l *= corr;
+            for (int64_t c = 0; c < dh; c++) o[c] *= corr;
+            m = s;
+        }
+        float e = ddp_expf(s - m);
+        l += e;
+        float w = dr->p > 0.0f ? e * ddp_drop_scale(dr, rowkey, unit0 + (uint64_t)j) : e;
+        const float *vj = v + j * ld;
+        for (int64_t c = 0; c < dh; c++) o[c] += w * vj[c];
+    }
+    float inv = 1.0f / l;
+    for (int64_t c = 0; c < dh; c++) o[c] *= inv;
+    return m + logf(l);
+}
+
+/* dq_i of one query row: dS_ij = P_ij (dP_ij - D_i), dP_ij = drop(dO_i · v_j), D_i = dO_i · O_i;
+ * dq = scale sum_j dS_ij k_j (written, not accumulated). */
+DDP_HD static inline void ddp_attn_row_bwd_q(const float *qi, const float *k, const float *v, int64_t ld, int64_t n,
+                                             int64_t dh, float scale, const float *doi, float lse, float Di, float *dq,
+                                             const ddp_dropout *dr, uint64_t rowkey, uint64_t unit0)
+{
+    for (int64_t c = 0; c < dh; c++) dq[c] = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        float p = ddp_expf(ddp_dot(qi, k + j * ld, dh) * scale - lse);
+        float dp = ddp_dot(doi, v + j * ld, dh);
+        if (dr->p > 0.0f) dp *= ddp_drop_scale(dr, rowkey, unit0 + (uint64_t)j);
+        float ds = p * (dp - Di) * scale;
+        const float *kj = k + j * ld;
+        for (int64_t c = 0; c < dh; c++) dq[c] += ds * kj[c];
+    }
+}
+
+/* dk_j and dv_j of one key row j (position j in the sample) over the sample's n query rows: q + i*ld,
+ * dO rows dout + i*ldo, lse and D of row i at lse[i*hs], D[i*hs]; sid is the sample id (the query rows'
+ * dropout keys, used only when dropout is on). Written, not accumulated. */
+DDP_HD static inline void ddp_attn_row_bwd_kv(const float *q, const float *kj, const float *vj, int64_t ld, int64_t n,
+                                              int64_t dh, float scale, const float *dout, int64_t ldo, const float *lse,
+                                              const float *D, int64_t hs, float *dk, float *dv, const ddp_dropout *dr,
+                                              int64_t sid, uint64_t unit)
+{
+    for (int64_t c = 0; c < dh; c++) dk[c] = dv[c] = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float *qi = q + i * ld, *doi = dout + i * ldo;
+        float p = ddp_expf(ddp_dot(qi, kj, dh) * scale - lse[i * hs]);
+        float ms = dr->p > 0.0f ? ddp_drop_scale(dr, ddp_drop_rowkey(dr->key, sid, i), unit) : 1.0f;
+        float dp = ddp_dot(doi, vj, dh) * ms;
+        float ds = p * (dp - D[i * hs]) * scale, pm = p * ms;
+        for (int64_t c = 0; c < dh; c++) {
+            dv[c] += pm * doi[c];
+            dk[c] += ds * qi[c];
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,319 @@
+/* model_transformer.c — the packed pre-LayerNorm Transformer encoder of docs/model.md ("transformer"):
+ * its parameter tensors in the PyTorch state_dict's names, order and layouts, PyTorch's default init drawn
+ * from the run's seed, the activation buffers, staging a batch on the backend, and the ddp_model callbacks.
+ * The passes themselves are in transformer_pass.c; the ops in backend_cpu_enc.c / backend_cuda_enc.cu. */
+#include "ctx.h"
+#include "model_transformer.h"
+#include "status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *layer_names[T_PER_LAYER] = {
+    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
+    "linear1.weight",           "linear1.bias",           "linear2.weight",            "linear2.bias",
+    "norm1.weight",             "norm1.bias",             "norm2.weight",              "norm2.bias"};
+
+static int add_tensor(txmodel *m, const char *name, int64_t d0, int64_t d1)
+{
+    int k = m->ntensors++;
+    snprintf(m->names[k], sizeof m->names[k], "%s", name);
+    m->spec[k] = (ddp_tensor_spec){.name = m->names[k], .ndim = d1 ? 2 : 1, .shape = {d0, d1}};
+    m->toff[k + 1] = m->toff[k] + d0 * (d1 ? d1 : 1);
+    return k;
+}
+
+static void layout(txmodel *m)
+{
+    int64_t d = m->d, f = m->f;
+    m->inp_w = m->toff[add_tensor(m, "inp.weight", d, m->D)];
+    m->inp_b = m->toff[add_tensor(m, "inp.bias", d, 0)];
+    m->pos_w = m->positions ? m->toff[add_tensor(m, "pos.weight", m->P, d)] : -1;
+    m->body_lo = m->toff[m->ntensors];
+    int64_t shapes[T_PER_LAYER][2] = {{3 * d, d}, {3 * d, 0}, {d, d}, {d, 0}, {f, d}, {f, 0},
+                                      {d, f},     {d, 0},     {d, 0}, {d, 0}, {d, 0}, {d, 0}};
+    for (int64_t l = 0; l < m->L; l++) {
+        tx_layer *y = &m->lay[l];
+        y->lo = m->toff[m->ntensors];
+        for (int t = 0; t < T_PER_LAYER; t++) {
+            char name[64];
+            snprintf(name, sizeof name, "enc.layers.%lld.%s", (long long)l, layer_names[t]);
+            y->p[t] = m->toff[add_tensor(m, name, shapes[t][0], shapes[t][1])];
+        }
+        y->hi = m->toff[m->ntensors];
+    }
+    m->nf_w = m->toff[add_tensor(m, "enc.norm.weight", d, 0)];
+    m->nf_b = m->toff[add_tensor(m, "enc.norm.bias", d, 0)];
+    m->head_w = m->toff[add_tensor(m, "head.weight", m->C, d)];
+    m->head_b = m->toff[add_tensor(m, "head.bias", m->C, 0)];
+    m->total = m->toff[m->ntensors];
+}
+
+/* ------------------------------------------------------------------ init */
+static double unif01(uint64_t key, uint64_t i) { return ((ddp_hmix(key ^ ddp_hmix(i)) >> 11) + 0.5) * 0x1.0p-53; }
+
+/* PyTorch's defaults (docs/model.md): nn.Linear U(+-1/sqrt(fan_in)) for weight and bias, in_proj xavier
+ * uniform with zero bias, out_proj bias 0, LayerNorm 1 and 0, nn.Embedding N(0, 1). Every tensor has its
+ * own key (name-independent: its index), so every layer draws its own values. */
+static void init_tensor(const txmodel *m, int k, float *dst, uint64_t seed)
+{
+    const ddp_tensor_spec *s = &m->spec[k];
+    const char *nm = s->name;
+    int64_t n = m->toff[k + 1] - m->toff[k];
+    uint64_t key = ddp_hmix(seed ^ ddp_hmix(0x7e40000 + (uint64_t)k));
+    size_t len = strlen(nm);
+#define ENDS(x) (len >= sizeof(x) - 1 && !strcmp(nm + len - (sizeof(x) - 1), x))
+    if (ENDS("norm1.weight") || ENDS("norm2.weight") || !strcmp(nm, "enc.norm.weight")) {
+        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
+    } else if (ENDS("norm1.bias") || ENDS("norm2.bias") || !strcmp(nm, "enc.norm.bias") || ENDS("in_proj_bias") ||
+               ENDS("out_proj.bias")) {
+        memset(dst, 0, (size_t)n * sizeof *dst);
+    } else if (!strcmp(nm, "pos.weight")) {
+        for (int64_t i = 0; i < n; i++) /* Box-Muller */
+            dst[i] = (float)(sqrt(-2.0 * log(unif01(key, 2 * (uint64_t)i))) * cos(6.283185307179586 * unif01(key, 2 * (uint64_t)i + 1)));
+    } else {
+        double bound;
+        if (ENDS("in_proj_weight")) bound = sqrt(6.0 / (double)(s->shape[0] + s->shape[1]));
+        else if (s->ndim == 2) bound = 1.0 / sqrt((double)s->shape[1]);
+        else bound = 1.0 / sqrt((double)m->spec[k - 1].shape[1]); /* a bias follows its weight */
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)((2.0 * unif01(key, (uint64_t)i) - 1.0) * bound);
+    }
+#undef ENDS
+}
+
+static ddp_status tx_init(void *self, float *params, uint64_t seed)
+{
+    txmodel *m = self;
+    m->seed = seed;
+    float *host = m->be->host_memory ? params : ddp_calloc((size_t)m->total, sizeof(float));
+    if (!host) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < m->ntensors; k++) init_tensor(m, k, host + m->toff[k], seed);
+    ddp_status st = DDP_OK;
+    if (!m->be->host_memory) {
+        st = m->be->upload(m->be, params, host, (size_t)m->total * sizeof(float));
+        free(host);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------ steps */
+/* Checks the batch, builds the row -> sample map and moves the batch to the backend (no host sync). */
+static ddp_status stage(txmodel *m, const ddp_batch *b, const float **x, const int64_t **lab)
+{
+    if (b->nrows > m->maxR || b->nsamples > m->maxB)
+        return ddp_set_error(DDP_ERR_ARG, "batch of %lld samples / %lld rows exceeds the model's workspace (%lld / %lld)",
+                             (long long)b->nsamples, (long long)b->nrows, (long long)m->maxB, (long long)m->maxR);
+    if (b->dim != m->D)
+        return ddp_set_error(DDP_ERR_ARG, "batch has D=%lld, model expects D=%lld", (long long)b->dim, (long long)m->D);
+    int64_t B = b->nsamples, R = b->nrows, nmax = 0;
+    for (int64_t s = 0; s < B; s++) {
+        int64_t n = b->offsets[s + 1] - b->offsets[s];
+        if (n > m->P)
+            return ddp_set_error(DDP_ERR_ARG, "sample %lld (id %lld) has %lld rows, more than --max-positions %lld",
+                                 (long long)(b->indices ? b->indices[s] : s), (long long)b->sample_ids[s], (long long)n,
+                                 (long long)m->P);
+        nmax = n > nmax ? n : nmax;
+        for (int64_t r = b->offsets[s]; r < b->offsets[s + 1]; r++) m->seg_h[r] = s;
+    }
+    m->pk = (ddp_packing){.B = B, .R = R, .hoff = b->offsets, .max_rows = nmax};
+    ddp_backend *be = m->be;
+    if (be->host_memory) {
+        m->pk.off = b->offsets;
+        m->pk.seg = m->seg_h;
+        m->pk.sid = b->sample_ids;
+        *x = b->x;
+        *lab = b->labels;
+        return DDP_OK;
+    }
+    DDP_CHECK(be->upload_async(be, m->x_dev, b->x, (size_t)(R * m->D) * sizeof(float)));
+    DDP_CHECK(be->upload_async(be, m->off_dev, b->offsets, (size_t)(B + 1) * sizeof(int64_t)));
+    DDP_CHECK(be->upload_async(be, m->lab_dev, b->labels, (size_t)B * sizeof(int64_t)));
+    DDP_CHECK(be->upload_async(be, m->sid_dev, b->sample_ids, (size_t)B * sizeof(int64_t)));
+    DDP_CHECK(be->upload_async(be, m->seg_dev, m->seg_h, (size_t)R * sizeof(int64_t)));
+    m->pk.off = m->off_dev;
+    m->pk.seg = m->seg_dev;
+    m->pk.sid = m->sid_dev;
+    *x = m->x_dev;
+    *lab = m->lab_dev;
+    return DDP_OK;
+}
+
+static ddp_status collect(txmodel *m, const ddp_batch *b, ddp_forward_out *out)
+{
+    int64_t B = b->nsamples;
+    const float *loss = m->loss, *prob = m->prob;
+    const int64_t *pred = m->pred;
+    if (!m->be->host_memory && B > 0) { /* loss, prob and pred in one download */
+        DDP_CHECK(m->be->download(m->be, m->h_out, m->out, (size_t)m->maxB * 8 + (size_t)B * sizeof(int64_t)));
+        loss = m->h_out;
+        prob = loss + m->maxB;
+        pred = (const int64_t *)(prob + m->maxB);
+    }
+    double s = 0.0;
+    for (int64_t i = 0; i < B; i++) s += loss[i];
+    out->loss_sum = s;
+    out->count = B;
+    if (B > 0 && out->loss) memcpy(out->loss, loss, (size_t)B * sizeof(float));
+    if (B > 0 && out->prob) memcpy(out->prob, prob, (size_t)B * sizeof(float));
+    if (B > 0 && out->pred) memcpy(out->pred, pred, (size_t)B * sizeof(int64_t));
+    return DDP_OK;
+}
+
+static ddp_status tx_train_step(void *self, const ddp_batch *b, const float *P, float *G, ddp_forward_out *out,
+                                ddp_grad_ready_fn ready, void *ready_arg)
+{
+    txmodel *m = self;
+    const float *x = NULL;
+    const int64_t *lab = NULL;
+    DDP_CHECK(stage(m, b, &x, &lab));
+    if (b->nsamples == 0) { /* no sample on this rank (token budgets): still releases every gradient bucket */
+        if (ready) ready(ready_arg, 0, m->total);
+        return collect(m, b, out);
+    }
+    DDP_CHECK(ddp_tx_forward(m, b, P, x, lab, 1));
+    DDP_CHECK(ddp_tx_backward(m, b, P, G, x, ready, ready_arg));
+    return collect(m, b, out);
+}
+
+static ddp_status tx_eval_step(void *self, const ddp_batch *b, const float *P, ddp_forward_out *out)
+{
+    txmodel *m = self;
+    const float *x = NULL;
+    const int64_t *lab = NULL;
+    DDP_CHECK(stage(m, b, &x, &lab));
+    if (b->nsamples > 0) DDP_CHECK(ddp_tx_forward(m, b, P, x, lab, 0));
+    return collect(m, b, out);
+}
+
+static void tx_destroy(void *self)
+{
+    txmodel *m = self;
+    if (!m) return;
+    ddp_backend *be = m->be;
+#define REL(ptr)                                                                                   \
+    do {                                                                                           \
+        if (ptr) be->release(be, ptr);                                                             \
+    } while (0)
+    for (int64_t l = 0; m->lay && l < m->L; l++) {
+        tx_layer *y = &m->lay[l];
+        float *bufs[] = {y->h, y->y1, y->mu1, y->rs1, y->qkv, y->o, y->lse, y->hmid, y->y2, y->mu2, y->rs2, y->dg, y->a2};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) REL(bufs[i]);
+    }
+    void *bufs[] = {m->hL, m->yf, m->muf, m->rsf, m->p, m->dp, m->logits, m->dlogits, m->t, m->dh, m->dy, m->dqkv,
+                    m->da, m->ws, m->out, m->x_dev, m->off_dev, m->lab_dev, m->sid_dev, m->seg_dev};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) REL(bufs[i]);
+#undef REL
+    free(m->h_out);
+    free(m->seg_h);
+    free(m->lay);
+    free(m->spec);
+    free(m->names);
+    free(m->toff);
+    free(m);
+}
+
+#define BALLOC(ptr, count)                                                                         \
+    do {                                                                                           \
+        void *p_;                                                                                  \
+        DDP_TRY(be->alloc(be, &p_, (size_t)(count) * sizeof *(ptr)));                              \
+        (ptr) = p_;                                                                                \
+    } while (0)
+
+ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out)
+{
+    int64_t d = c->hidden, f = c->ff > 0 ? c->ff : 2 * c->hidden;
+    if (c->dim < 1 || d < 1 || c->classes < 2 || c->max_batch_rows < 1 || c->max_batch_samples < 1)
+        return ddp_set_error(DDP_ERR_ARG, "transformer: need D, hidden >= 1 and classes >= 2 (got %lld, %lld, %lld)",
+                             (long long)c->dim, (long long)d, (long long)c->classes);
+    if (c->layers < 1 || c->heads < 1 || d % c->heads)
+        return ddp_set_error(DDP_ERR_ARG, "transformer: --heads %d must divide --hidden %lld (and --layers %d >= 1)",
+                             c->heads, (long long)d, c->layers);
+    if (c->max_positions < 1 || !(c->dropout >= 0.0 && c->dropout < 1.0))
+        return ddp_set_error(DDP_ERR_ARG, "transformer: need --max-positions >= 1 and 0 <= --dropout < 1 (got %lld, %g)",
+                             (long long)c->max_positions, c->dropout);
+    DDP_CHECK(ddp_backend_require_enc(be));
+    txmodel *m = ddp_calloc(1, sizeof *m);
+    if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    ddp_status st = DDP_OK;
+    int64_t L = c->layers, H = c->heads, R = c->max_batch_rows, B = c->max_batch_samples;
+    *m = (txmodel){.be = be, .E = be->enc, .D = c->dim, .d = d, .f = f, .C = c->classes, .P = c->max_positions,
+                   .L = L, .heads = H, .maxR = R, .maxB = B, .positions = c->positions != 0,
+                   .dropout = (float)c->dropout};
+    int cap = 8 + (int)L * T_PER_LAYER;
+    m->spec = ddp_calloc((size_t)cap, sizeof *m->spec);
+    m->names = ddp_calloc((size_t)cap, sizeof *m->names);
+    m->toff = ddp_calloc((size_t)cap + 1, sizeof *m->toff);
+    m->lay = ddp_calloc((size_t)L, sizeof *m->lay);
+    m->seg_h = ddp_calloc((size_t)R, sizeof *m->seg_h);
+    if (!m->spec || !m->names || !m->toff || !m->lay || !m->seg_h) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    layout(m);
+    DDP_TRY(be->reserve(be, R > B ? R : B));
+    for (int64_t l = 0; l < L; l++) {
+        tx_layer *y = &m->lay[l];
+        BALLOC(y->h, R * d);
+        BALLOC(y->y1, R * d);
+        BALLOC(y->mu1, R);
+        BALLOC(y->rs1, R);
+        BALLOC(y->qkv, R * 3 * d);
+        BALLOC(y->o, R * d);
+        BALLOC(y->lse, R * H);
+        BALLOC(y->hmid, R * d);
+        BALLOC(y->y2, R * d);
+        BALLOC(y->mu2, R);
+        BALLOC(y->rs2, R);
+        BALLOC(y->dg, R * f);
+        BALLOC(y->a2, R * f);
+    }
+    BALLOC(m->hL, R * d);
+    BALLOC(m->yf, R * d);
+    BALLOC(m->muf, R);
+    BALLOC(m->rsf, R);
+    BALLOC(m->p, B * d);
+    BALLOC(m->dp, B * d);
+    BALLOC(m->logits, B * m->C);
+    BALLOC(m->dlogits, B * m->C);
+    BALLOC(m->t, R * d);
+    BALLOC(m->dh, R * d);
+    BALLOC(m->dy, R * d);
+    BALLOC(m->dqkv, R * 3 * d);
+    BALLOC(m->da, R * f);
+    BALLOC(m->ws, R * H);
+    DDP_TRY(be->alloc(be, &m->out, (size_t)B * (2 * sizeof(float) + sizeof(int64_t))));
+    m->loss = m->out;
+    m->prob = m->loss + B;
+    m->pred = (int64_t *)(m->prob + B);
+    if (!be->host_memory) {
+        BALLOC(m->x_dev, R * m->D);
+        BALLOC(m->off_dev, B + 1);
+        BALLOC(m->lab_dev, B);
+        BALLOC(m->sid_dev, B);
+        BALLOC(m->seg_dev, R);
+        m->h_out = ddp_calloc((size_t)B, 2 * sizeof(float) + sizeof(int64_t));
+        if (!m->h_out) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    }
+    *out = (ddp_model){.name = "transformer",
+                       .ntensors = m->ntensors,
+                       .tensors = m->spec,
+                       .num_classes = (int)m->C,
+                       .device = be->host_memory ? DDP_DEVICE_CPU : DDP_DEVICE_CUDA,
+                       .self = m,
+                       .init = tx_init,
+                       .train_step = tx_train_step,
+                       .eval_step = tx_eval_step,
+                       .destroy = tx_destroy};
+    return DDP_OK;
+done:
+    tx_destroy(m);
+    return st;
+}
+
+void ddp_transformer_times(const ddp_model *model, double t[4])
+{
+    const txmodel *m = model->self;
+    t[0] = m->t_fwd;
+    t[1] = m->t_bwd;
+    t[2] = m->t_attn;
+    t[3] = m->t_gemm;
+}

@@ -1,0 +1,57 @@
+/* model_transformer.h — the Transformer encoder model's private state, shared by model_transformer.c
+ * (parameters, init, buffers, staging) and transformer_pass.c (forward and backward passes). */
+#ifndef DDP_MODEL_TRANSFORMER_H
+#define DDP_MODEL_TRANSFORMER_H
+
+#include "backend.h"
+
+/* Parameter tensors of one layer, in PyTorch's state_dict order. */
+enum { T_QKV_W, T_QKV_B, T_OUT_W, T_OUT_B, T_L1_W, T_L1_B, T_L2_W, T_L2_B, T_N1_W, T_N1_B, T_N2_W, T_N2_B, T_PER_LAYER };
+
+typedef struct {
+    int64_t p[T_PER_LAYER];  /* element offsets of the layer's tensors in the flat parameter buffer */
+    int64_t lo, hi;          /* the layer's element range (one gradient-ready call) */
+    /* saved activations of a training forward, [maxR, ...] */
+    float *h;                /* layer input (residual stream) [R, d] */
+    float *y1, *mu1, *rs1;   /* norm1 output and row statistics */
+    float *qkv;              /* [R, 3d] */
+    float *o, *lse;          /* attention output [R, d] (heads concatenated), log-sum-exp [R, heads] */
+    float *hmid;             /* residual stream after the attention block */
+    float *y2, *mu2, *rs2;   /* norm2 */
+    float *dg, *a2;          /* gelu' of linear1's output [R, f]; dropped gelu output [R, f] */
+} tx_layer;
+
+typedef struct {
+    ddp_backend *be;
+    const ddp_enc_ops *E;
+    int64_t D, d, f, C, P, L, heads, maxR, maxB;
+    int positions;
+    float dropout;
+    uint64_t seed;
+    int ntensors;
+    ddp_tensor_spec *spec;
+    char (*names)[64];
+    int64_t *toff;            /* [ntensors+1] element offsets */
+    int64_t inp_w, inp_b, pos_w, nf_w, nf_b, head_w, head_b, total; /* offsets; pos_w -1 without positions */
+    int64_t body_lo;          /* first element of layer 0 (inp and pos are [0, body_lo)) */
+    tx_layer *lay;
+    float *hL, *yf, *muf, *rsf; /* final residual stream and final norm */
+    float *p, *dp, *logits, *dlogits;
+    float *t, *dh, *dy, *dqkv, *da, *ws; /* backward scratch */
+    void *out;                /* loss [maxB], prob [maxB], pred [maxB]: one download */
+    float *loss, *prob;
+    int64_t *pred;
+    void *h_out;
+    int64_t *seg_h;           /* [maxR] host: sample of each row */
+    float *x_dev;
+    int64_t *off_dev, *lab_dev, *sid_dev, *seg_dev;
+    ddp_packing pk;
+    double t_fwd, t_bwd, t_attn, t_gemm; /* cumulative seconds (host backends: per op class) */
+} txmodel;
+
+ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const float *x, const int64_t *lab,
+                          int train);
+ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float *G, const float *x,
+                           ddp_grad_ready_fn ready, void *ready_arg);
+
+#endif

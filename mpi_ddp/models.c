@@ -1,0 +1,37 @@
+/* models.c — the built-in models behind one config struct: defaults, names, and ddp_model_create, which
+ * builds the MLP (model_mlp.c) or the Transformer encoder (model_transformer.c) on the device's backend. */
+#include "backend.h"
+#include "ctx.h"
+#include "status.h"
+
+void ddp_model_config_default(ddp_model_config *c)
+{
+    *c = (ddp_model_config){.kind = DDP_MODEL_MLP,
+                            .hidden = 64,
+                            .layers = 2,
+                            .heads = 4,
+                            .ff = 0,
+                            .max_positions = 512,
+                            .positions = 1,
+                            .dropout = 0.0};
+}
+
+const char *ddp_model_kind_name(ddp_model_kind k) { return k == DDP_MODEL_TRANSFORMER ? "transformer" : "mlp"; }
+
+ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out)
+{
+    switch (c->kind) {
+    case DDP_MODEL_MLP:
+        return ddp_refmodel_create_on(be, c->dim, c->hidden, c->classes, c->max_batch_rows, c->max_batch_samples, out);
+    case DDP_MODEL_TRANSFORMER:
+        return ddp_transformer_create_on(be, c, out);
+    }
+    return ddp_set_error(DDP_ERR_ARG, "unknown model kind %d", (int)c->kind);
+}
+
+ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config *c, ddp_model *out)
+{
+    ddp_backend *be;
+    DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));
+    return ddp_model_create_on(be, c, out);
+}

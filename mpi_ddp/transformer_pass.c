@@ -1,0 +1,137 @@
+/* transformer_pass.c — the Transformer encoder's forward and backward passes over a packed batch
+ * (docs/model.md, "transformer"), as calls of backend ops: GEMMs over all rows of the batch, attention per
+ * sample over its own rows, and the fused element-wise ops of ddp_enc_ops. Gradients accumulate into G;
+ * each layer's range is handed to the gradient allreduce as soon as it is final. */
+#include "model_transformer.h"
+#include "status.h"
+
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Times an op class on host backends (device work is asynchronous: no per-op times there). */
+#define TIMED(acc, call)                                                                           \
+    do {                                                                                           \
+        double t0_ = m->be->host_memory ? now_s() : 0.0;                                           \
+        DDP_CHECK(call);                                                                           \
+        if (m->be->host_memory) (acc) += now_s() - t0_;                                            \
+    } while (0)
+
+/* y[R,N] = x[R,K] . W[N,K]^T (+ beta y) */
+#define LINEAR(x, W, y, R, N, K, beta) TIMED(m->t_gemm, be->gemm(be, 0, 1, R, N, K, 1.0f, x, K, W, K, beta, y, N))
+
+enum { SITE_ATTN, SITE_RES1, SITE_FFN, SITE_RES2 };
+
+/* The dropout of one site: keyed by (seed, optimizer step, layer, site); p = 0 in eval. */
+static ddp_dropout drop_at(const txmodel *m, const ddp_batch *b, int train, int64_t layer, int site)
+{
+    ddp_dropout d = {.p = train ? m->dropout : 0.0f, .key = 0};
+    if (d.p > 0.0f)
+        d.key = ddp_hmix(m->seed ^ ddp_hmix((uint64_t)b->step * 0x2545f4914f6cdd1dULL ^
+                                            ddp_hmix(0xd0 + (uint64_t)layer * 4 + (uint64_t)site)));
+    return d;
+}
+
+ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const float *x, const int64_t *lab,
+                          int train)
+{
+    ddp_backend *be = m->be;
+    const ddp_enc_ops *E = m->E;
+    const ddp_packing *pk = &m->pk;
+    int64_t R = pk->R, B = pk->B, d = m->d, f = m->f, H = m->heads;
+    double t0 = now_s();
+    float *h = m->L > 0 ? m->lay[0].h : m->hL;
+    LINEAR(x, P + m->inp_w, h, R, d, m->D, 0.0f);
+    DDP_CHECK(E->embed_fwd(be, h, P + m->inp_b, m->pos_w >= 0 ? P + m->pos_w : NULL, pk, d));
+    for (int64_t l = 0; l < m->L; l++) {
+        tx_layer *y = &m->lay[l];
+        const int64_t *w = y->p;
+        float *next = l + 1 < m->L ? m->lay[l + 1].h : m->hL;
+        ddp_dropout da = drop_at(m, b, train, l, SITE_ATTN), d1 = drop_at(m, b, train, l, SITE_RES1),
+                    df = drop_at(m, b, train, l, SITE_FFN), d2 = drop_at(m, b, train, l, SITE_RES2);
+        DDP_CHECK(E->layernorm_fwd(be, y->h, P + w[T_N1_W], P + w[T_N1_B], y->y1, y->mu1, y->rs1, R, d));
+        LINEAR(y->y1, P + w[T_QKV_W], y->qkv, R, 3 * d, d, 0.0f);
+        DDP_CHECK(be->add_bias(be, y->qkv, P + w[T_QKV_B], R, 3 * d));
+        TIMED(m->t_attn, E->attention_fwd(be, y->qkv, y->o, y->lse, pk, d, (int)H, &da));
+        LINEAR(y->o, P + w[T_OUT_W], m->t, R, d, d, 0.0f);
+        DDP_CHECK(E->residual_fwd(be, y->hmid, y->h, m->t, P + w[T_OUT_B], pk, d, &d1));
+        DDP_CHECK(E->layernorm_fwd(be, y->hmid, P + w[T_N2_W], P + w[T_N2_B], y->y2, y->mu2, y->rs2, R, d));
+        LINEAR(y->y2, P + w[T_L1_W], y->dg, R, f, d, 0.0f);
+        DDP_CHECK(E->gelu_erf_fwd(be, y->dg, P + w[T_L1_B], y->a2, train ? y->dg : NULL, pk, f, &df));
+        LINEAR(y->a2, P + w[T_L2_W], m->t, R, d, f, 0.0f);
+        DDP_CHECK(E->residual_fwd(be, next, y->hmid, m->t, P + w[T_L2_B], pk, d, &d2));
+    }
+    DDP_CHECK(E->layernorm_fwd(be, m->hL, P + m->nf_w, P + m->nf_b, m->yf, m->muf, m->rsf, R, d));
+    DDP_CHECK(E->pool_mean_fwd(be, m->yf, m->p, pk, d));
+    LINEAR(m->p, P + m->head_w, m->logits, B, m->C, d, 0.0f);
+    DDP_CHECK(be->add_bias(be, m->logits, P + m->head_b, B, m->C));
+    DDP_CHECK(be->softmax_xent(be, m->logits, lab, B, m->C, train ? m->dlogits : NULL, m->loss, m->pred, m->prob));
+    if (train && !be->host_memory) DDP_CHECK(be->synchronize(be)); /* forward time, as the MLP reports it */
+    m->t_fwd += now_s() - t0;
+    return DDP_OK;
+}
+
+/* dW[N,K] += dy[R,N]^T . x[R,K] */
+#define WGRAD(dy, x, dW, R, N, K) TIMED(m->t_gemm, be->gemm(be, 1, 0, N, K, R, 1.0f, dy, N, x, K, 1.0f, dW, K))
+/* dx[R,K] = dy[R,N] . W[N,K] */
+#define DGRAD(dy, W, dx, R, N, K) TIMED(m->t_gemm, be->gemm(be, 0, 0, R, K, N, 1.0f, dy, N, W, K, 0.0f, dx, K))
+
+ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float *G, const float *x,
+                           ddp_grad_ready_fn ready, void *ready_arg)
+{
+    ddp_backend *be = m->be;
+    const ddp_enc_ops *E = m->E;
+    const ddp_packing *pk = &m->pk;
+    int64_t R = pk->R, B = pk->B, d = m->d, f = m->f, C = m->C, H = m->heads;
+    double t0 = now_s();
+    /* head, pooling and the final norm */
+    WGRAD(m->dlogits, m->p, G + m->head_w, B, C, d);
+    DDP_CHECK(be->colsum(be, m->dlogits, G + m->head_b, B, C, 1.0f));
+    DGRAD(m->dlogits, P + m->head_w, m->dp, B, C, d);
+    DDP_CHECK(E->pool_mean_bwd(be, m->dp, m->dy, pk, d));
+    DDP_CHECK(be->zero(be, m->dh, (size_t)(R * d) * sizeof(float)));
+    DDP_CHECK(E->layernorm_bwd(be, m->dy, m->hL, P + m->nf_w, m->muf, m->rsf, m->dh, G + m->nf_w, G + m->nf_b, R, d));
+    if (ready) ready(ready_arg, m->nf_w, m->total);
+    /* dh: the gradient of the residual stream, flowing down through the layers */
+    for (int64_t l = m->L - 1; l >= 0; l--) {
+        tx_layer *y = &m->lay[l];
+        const int64_t *w = y->p;
+        ddp_dropout da = drop_at(m, b, 1, l, SITE_ATTN), d1 = drop_at(m, b, 1, l, SITE_RES1),
+                    df = drop_at(m, b, 1, l, SITE_FFN), d2 = drop_at(m, b, 1, l, SITE_RES2);
+        /* FFN block: h_next = hmid + drop2(linear2(drop(gelu(linear1(norm2(hmid)))))) */
+        DDP_CHECK(E->residual_bwd(be, m->dh, m->t, G + w[T_L2_B], pk, d, &d2));
+        WGRAD(m->t, y->a2, G + w[T_L2_W], R, d, f);
+        DGRAD(m->t, P + w[T_L2_W], m->da, R, d, f);
+        DDP_CHECK(E->gelu_erf_bwd(be, m->da, y->dg, m->da, G + w[T_L1_B], pk, f, &df));
+        WGRAD(m->da, y->y2, G + w[T_L1_W], R, f, d);
+        DGRAD(m->da, P + w[T_L1_W], m->dy, R, f, d);
+        DDP_CHECK(E->layernorm_bwd(be, m->dy, y->hmid, P + w[T_N2_W], y->mu2, y->rs2, m->dh, G + w[T_N2_W],
+                                   G + w[T_N2_B], R, d));
+        /* attention block: hmid = h + drop1(out_proj(attention(in_proj(norm1(h))))) */
+        DDP_CHECK(E->residual_bwd(be, m->dh, m->t, G + w[T_OUT_B], pk, d, &d1));
+        WGRAD(m->t, y->o, G + w[T_OUT_W], R, d, d);
+        DGRAD(m->t, P + w[T_OUT_W], m->dy, R, d, d);
+        TIMED(m->t_attn, E->attention_bwd(be, y->qkv, y->o, m->dy, y->lse, m->dqkv, m->ws, pk, d, (int)H, &da));
+        DDP_CHECK(be->colsum(be, m->dqkv, G + w[T_QKV_B], R, 3 * d, 1.0f));
+        /* The key bias adds q.b_k to every score of a row, which softmax ignores: its gradient is exactly 0.
+         * Summed, it is rounding noise that depends on the batch's packing, and AdamW would turn that noise
+         * into +-lr steps that differ between world sizes. It is written as the exact 0 instead. */
+        DDP_CHECK(be->zero(be, G + w[T_QKV_B] + d, (size_t)d * sizeof(float)));
+        WGRAD(m->dqkv, y->y1, G + w[T_QKV_W], R, 3 * d, d);
+        DGRAD(m->dqkv, P + w[T_QKV_W], m->dy, R, 3 * d, d);
+        DDP_CHECK(E->layernorm_bwd(be, m->dy, y->h, P + w[T_N1_W], y->mu1, y->rs1, m->dh, G + w[T_N1_W],
+                                   G + w[T_N1_B], R, d));
+        if (ready) ready(ready_arg, y->lo, y->hi);
+    }
+    /* input projection and positions */
+    WGRAD(m->dh, x, G + m->inp_w, R, d, m->D);
+    DDP_CHECK(E->embed_bwd(be, m->dh, G + m->inp_b, m->pos_w >= 0 ? G + m->pos_w : NULL, pk, d));
+    if (ready) ready(ready_arg, 0, m->body_lo);
+    m->t_bwd += now_s() - t0;
+    return DDP_OK;
+}
