@@ -33,7 +33,8 @@ static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
     return DDP_OK;
 }
 
-static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, const char *out, int batch, ddp_device dev)
+static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, const char *out, int batch, int64_t batch_rows,
+                           ddp_device dev)
 {
     ddp_model_config mc; /* the checkpoint alone says which model it holds */
     ddp_status st = DDP_OK;
@@ -50,6 +51,7 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     ddp_eval_acc a = {0}, all = {0};
     float *host = NULL;
     void *params = NULL;
+    int32_t *lens = NULL;
     ddp_backend *be = NULL;
     if (in->dim != dims[0] || in->num_classes != dims[2]) { /* every rank sees the same facts */
         st = ddp_agree_status(ctx, ddp_set_error(DDP_ERR_FORMAT, "%s has D=%lld and %lld classes but %s was trained on D=%lld, %lld classes",
@@ -60,6 +62,10 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     if (mc.kind == DDP_MODEL_TRANSFORMER) DDP_TRY(ddp_dataset_check_max_rows(ctx, ds, mc.max_positions, "the model's max_positions"));
     mc.max_batch_rows = batch * in->max_sample_rows;
     mc.max_batch_samples = batch;
+    if (batch_rows > 0) { /* token budgets: a rank's share is at most the mean load plus one sample */
+        DDP_TRY(ddp_dataset_check_max_rows(ctx, ds, batch_rows, "--batch-rows"));
+        mc.max_batch_rows = mc.max_batch_samples = batch_rows + in->max_sample_rows;
+    }
     DDP_TRY(ddp_agree_status(ctx, ddp_model_create(ctx, dev, &mc, &m)));
     int64_t n = ddp_model_num_params(&m);
     host = ddp_calloc((size_t)n, sizeof *host);
@@ -77,8 +83,13 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     DDP_TRY(be->upload(be, params, host, (size_t)n * sizeof(float)));
     DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&sm, DDP_SAMPLE_SEQUENTIAL, in->num_samples, ctx->topo.size, ctx->topo.rank, 0, 0,
                                                    batch, NULL, 0)));
+    if (batch_rows > 0) {
+        double sq = mc.kind == DDP_MODEL_TRANSFORMER ? 1.0 / (double)(2 * mc.hidden + (mc.ff > 0 ? mc.ff : 2 * mc.hidden)) : 0.0;
+        DDP_TRY(ddp_dataset_row_counts(ctx, ds, &lens));
+        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&sm, batch_rows, 1, lens, in->max_sample_rows, sq)));
+    }
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(ds, &sm, 1, &ld)));
-    DDP_TRY(ddp_agree_status(ctx, ddp_eval_acc_init(&a, dims[2], batch, out != NULL)));
+    DDP_TRY(ddp_agree_status(ctx, ddp_eval_acc_init(&a, dims[2], sm.batch, out != NULL)));
     DDP_TRY(ddp_loader_start_epoch(ld, 0, 0));
     DDP_TRY(ddp_eval_run(&m, params, ld, sm.steps, &a));
     double sums[2] = {a.loss_sum, (double)a.count};
@@ -101,6 +112,7 @@ done:
     ddp_eval_acc_free(&all);
     ddp_loader_destroy(ld);
     ddp_sampler_free(&sm);
+    free(lens);
     if (m.destroy) m.destroy(m.self);
     ddp_dataset_close(ds);
     return st;
@@ -110,11 +122,13 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
 {
     const char *ckpt = NULL, *data = NULL, *out = NULL;
     int batch = 256, device = 0;
+    int64_t batch_rows = 0;
     cli_opt opts[] = {
         {"ckpt", OPT_STR, &ckpt, NULL, 0, 0, "checkpoint file (required)", 0},
         {"data", OPT_STR, &data, NULL, 0, 0, "dataset directory (required)", 0},
         {"out", OPT_STR, &out, NULL, 0, 0, "write predictions CSV: sample_id,label,pred,prob", 0},
         {"batch-size", OPT_INT, &batch, NULL, 1, 1e7, "samples per rank per step (default 256)", 0},
+        {"batch-rows", OPT_I64, &batch_rows, NULL, 1, 1e12, "token budget instead: about N rows per rank per step, split by cost", 0},
         {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
@@ -128,7 +142,7 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
     if (done >= 0) return done;
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     ddp_status st = ddp_select_device_all(ctx, want, &got, NULL);
-    if (st == DDP_OK) st = evaluate(ctx, ckpt, data, out, batch, got);
+    if (st == DDP_OK) st = evaluate(ctx, ckpt, data, out, batch, batch_rows, got);
     if (st != DDP_OK) return cli_fail(ctx, "eval", st);
     return 0;
 }

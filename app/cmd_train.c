@@ -42,6 +42,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"config", OPT_STR, &config, NULL, 0, 0, "INI file with any of these options", 0},
         {"epochs", OPT_INT, &cfg.epochs, NULL, 1, 1e6, "epochs (default 3)", 0},
         {"batch-size", OPT_INT, &cfg.batch_size, NULL, 1, 1e7, "samples per rank per step (default 32)", 0},
+        {"batch-rows", OPT_I64, &cfg.batch_rows, NULL, 1, 1e12,
+         "token budget instead: about N rows per rank per step, samples split over ranks by cost, no padding", 0},
         {"model", OPT_CHOICE, &kind, "mlp|transformer", 0, 0, "per-row MLP with mean pooling (default), or the Transformer encoder", 0},
         {"hidden", OPT_INT, &hidden, NULL, 1, 1e5, "MLP hidden units H, or the transformer's width d (default 64)", 0},
         {"layers", OPT_INT, &mc.layers, NULL, 1, 1e3, "transformer: encoder layers L (default 2)", 0},
@@ -125,6 +127,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
             mc.positions = positions == 0;
             mc.dim = ti->dim, mc.classes = ti->num_classes, mc.hidden = hidden;
             mc.max_batch_rows = (int64_t)cfg.batch_size * maxrows, mc.max_batch_samples = cfg.batch_size;
+            if (cfg.batch_rows > 0) /* a rank's share: at most the mean load plus one sample */
+                mc.max_batch_rows = mc.max_batch_samples = cfg.batch_rows + maxrows;
             if (mc.kind == DDP_MODEL_TRANSFORMER) { /* a sample longer than P: one line naming it, before any step */
                 st = ddp_dataset_check_max_rows(ctx, tr, mc.max_positions, "--max-positions");
                 if (st == DDP_OK) st = ddp_dataset_check_max_rows(ctx, va, mc.max_positions, "--max-positions");

@@ -1,4 +1,5 @@
-/* bench_train.c — training throughput of mpiddp's reference model: samples/s, rows/s, a per-step time
+/* bench_train.c — training throughput of mpiddp's models (the MLP, or with --model transformer the
+ * Transformer encoder, whose breakdown adds attention and GEMM time): samples/s, rows/s, a per-step time
  * breakdown (data wait, forward, backward, gradient sync wait, optimizer), achieved GFLOP/s against the
  * sgemm rate measured in the same process, and peak RSS. One row per run appended to --csv by rank 0;
  * run_train.sh runs it beside the PyTorch DDP peer (peers/torch_ddp.py) and reports the ratios.
@@ -8,6 +9,9 @@
  * times first-touch page faults too. The steps run on into further epochs when they outnumber one epoch's.
  *
  *   mpirun -np R bench_train --data DIR --hidden H [--batch 64] [--steps N] [--warmup W] [--cold 0|1] [--csv FILE]
+ *   mpirun -np R bench_train --data DIR --model transformer --hidden d --layers L --heads N [--ff f] [--lens LABEL]
+ *                            [--batches-out PREFIX] ...   (run_tx.sh: rank r writes PREFIX.r<r>, one line of global
+ *                            sample indices per step, which the PyTorch peer trains on: the same batches)
  */
 #include "io/dataset.h"
 #include "io/loader.h"
@@ -65,8 +69,8 @@ int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
-    const char *data = NULL, *csv = "train_raw.csv", *device = "cpu";
-    int64_t H = 64, B = 64, steps = 50, warmup = 5, cold = 0;
+    const char *data = NULL, *csv = "train_raw.csv", *device = "cpu", *model = "mlp", *lens = "", *bout = NULL;
+    int64_t H = 64, B = 64, steps = 50, warmup = 5, cold = 0, L = 2, heads = 4, ff = 0, brows = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--data")) data = argv[i + 1];
         else if (!strcmp(argv[i], "--hidden")) H = atoll(argv[i + 1]);
@@ -76,7 +80,15 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--cold")) cold = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--csv")) csv = argv[i + 1];
         else if (!strcmp(argv[i], "--device")) device = argv[i + 1];
+        else if (!strcmp(argv[i], "--model")) model = argv[i + 1];
+        else if (!strcmp(argv[i], "--layers")) L = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--heads")) heads = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ff")) ff = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--lens")) lens = argv[i + 1];
+        else if (!strcmp(argv[i], "--batches-out")) bout = argv[i + 1];
+        else if (!strcmp(argv[i], "--batch-rows")) brows = atoll(argv[i + 1]);
     }
+    int tx = !strcmp(model, "transformer");
     ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
     if (dev == DDP_DEVICE_CUDA && ddp_select_device(ctx, DDP_DEVICE_CUDA, NULL, NULL) != DDP_OK) DIE("--device cuda");
     const ddp_topology *t = ddp_topo(ctx);
@@ -89,11 +101,30 @@ int main(int argc, char **argv)
     if (ddp_dataset_open(ctx, data, &ds) != DDP_OK) DIE("open %s", data);
     ddp_sampler sm;
     if (ddp_sampler_init(&sm, DDP_SAMPLE_GLOBAL, ds->info.num_samples, t->size, t->rank, 1, 0, B, NULL, 0) != DDP_OK) DIE("sampler");
+    int32_t *rowcounts = NULL;
+    if (brows > 0) { /* token budgets: the trainer's --batch-rows path (split by cost, no padding) */
+        double sq = tx ? 1.0 / (double)(2 * H + (ff > 0 ? ff : 2 * H)) : 0.0;
+        if (ddp_dataset_row_counts(ctx, ds, &rowcounts) != DDP_OK) DIE("row counts");
+        if (ddp_sampler_set_budget(&sm, brows, 1, rowcounts, ds->info.max_sample_rows, sq) != DDP_OK) DIE("--batch-rows");
+        if (ddp_sampler_set_epoch(&sm, 0) != DDP_OK) DIE("epoch");
+        B = sm.batch; /* the model's workspace in samples */
+    }
     ddp_loader *ld;
     if (ddp_loader_create(ds, &sm, 1, &ld) != DDP_OK) DIE("loader");
     ddp_model m;
-    if (ddp_refmodel_create(ctx, dev, ds->info.dim, H, ds->info.num_classes, ddp_loader_max_rows(ld), B, &m) != DDP_OK)
-        DIE("model");
+    ddp_model_config mc;
+    ddp_model_config_default(&mc);
+    mc.kind = tx ? DDP_MODEL_TRANSFORMER : DDP_MODEL_MLP;
+    mc.dim = ds->info.dim, mc.classes = ds->info.num_classes, mc.hidden = H, mc.layers = (int)L, mc.heads = (int)heads;
+    mc.ff = ff, mc.max_batch_rows = ddp_loader_max_rows(ld), mc.max_batch_samples = B;
+    if (ff <= 0) ff = 2 * H;
+    if (ddp_model_create(ctx, dev, &mc, &m) != DDP_OK) DIE("model");
+    FILE *bf = NULL;
+    if (bout) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s.r%d", bout, t->rank);
+        if (!(bf = fopen(path, "w"))) DIE("cannot write %s", path);
+    }
     ddp_backend *be;
     if (ddp_ctx_backend(ctx, dev, &be) != DDP_OK) DIE("backend");
     int64_t n = ddp_model_num_params(&m);
@@ -120,21 +151,39 @@ int main(int argc, char **argv)
     if (ddp_loader_start_epoch(ld, 0, 0) != DDP_OK) DIE("epoch");
     int64_t total = warmup + steps;
     double tm[5] = {0}, fwd0 = 0, bwd0 = 0, t_start = 0; /* data, step, sync wait, optimizer, allreduce inside step */
-    int64_t rows = 0, samples = 0;
+    double tx0[4] = {0}, tx1[4] = {0}; /* transformer: forward, backward, attention, GEMMs */
+    int64_t rows = 0, samples = 0, epoch = 0, k_in_epoch = 0;
+    double sq = 0;
+    double *step_rows = calloc((size_t)steps, sizeof *step_rows), *step_max = calloc((size_t)steps, sizeof *step_max);
+    if (!step_rows || !step_max) DIE("alloc"); /* sum over the timed steps' samples of rows^2 (attention FLOPs) */
     long long syncs0 = 0; /* the CUDA backend's host synchronisations before the timed steps */
     for (int64_t s = 0; s < total; s++) {
         if (s == warmup) {
             syncs0 = dev == DDP_DEVICE_CUDA ? ddp_cuda()->host_syncs() : 0;
             MPI_Barrier(MPI_COMM_WORLD);
             memset(tm, 0, sizeof tm);
-            ddp_refmodel_times(&m, &fwd0, &bwd0);
+            if (tx) {
+                ddp_transformer_times(&m, tx0);
+                fwd0 = tx0[0], bwd0 = tx0[1];
+            } else {
+                ddp_refmodel_times(&m, &fwd0, &bwd0);
+            }
             rows = samples = 0;
+            sq = 0;
             t_start = now_s();
         }
         double a = now_s();
         const ddp_batch *b; /* runs on into further epochs when the steps outnumber one epoch's */
-        if (s > 0 && s % sm.steps == 0 && ddp_loader_start_epoch(ld, s / sm.steps, 0) != DDP_OK) DIE("epoch");
-        if (ddp_loader_next(ld, s % sm.steps, &b) != DDP_OK) DIE("batch");
+        if (k_in_epoch == sm.steps) { /* token budgets: each epoch has its own step count */
+            if (ddp_loader_start_epoch(ld, ++epoch, 0) != DDP_OK) DIE("epoch");
+            k_in_epoch = 0;
+        }
+        if (ddp_loader_next(ld, k_in_epoch++, &b) != DDP_OK) DIE("batch");
+        if (s >= warmup) step_rows[s - warmup] = (double)b->nrows;
+        if (bf) {
+            for (int64_t k = 0; k < b->nsamples; k++) fprintf(bf, k ? " %lld" : "%lld", (long long)b->indices[k]);
+            fputc('\n', bf);
+        }
         double b0 = now_s();
         float ctl[2] = {(float)b->nsamples, 0.0f};
         if (be->zero(be, g, (size_t)n * 4) != DDP_OK || be->upload(be, g + n, ctl, sizeof ctl) != DDP_OK) DIE("step");
@@ -157,9 +206,26 @@ int main(int argc, char **argv)
         tm[0] += b0 - a, tm[1] += c - b0, tm[2] += d - c, tm[3] += e - d;
         rows += b->nrows;
         samples += b->nsamples;
+        for (int64_t k = 0; k < b->nsamples; k++) {
+            double n = (double)(b->offsets[k + 1] - b->offsets[k]);
+            sq += n * n;
+        }
     }
+    if (bf) fclose(bf);
+    /* balance: per timed step the busiest rank's rows over the mean rows per rank, averaged over the steps */
+    MPI_Allreduce(step_rows, step_max, (int)steps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, step_rows, (int)steps, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double bal = 0;
+    for (int64_t k = 0; k < steps; k++) bal += step_rows[k] > 0 ? step_max[k] * t->size / step_rows[k] : 1.0;
+    bal /= (double)steps;
+    free(step_rows), free(step_max);
     double wall = now_s() - t_start, fwd, bwd;
-    ddp_refmodel_times(&m, &fwd, &bwd);
+    if (tx) {
+        ddp_transformer_times(&m, tx1);
+        fwd = tx1[0], bwd = tx1[1];
+    } else {
+        ddp_refmodel_times(&m, &fwd, &bwd);
+    }
     fwd -= fwd0, bwd -= bwd0;
     /* On CPU the buckets are reduced by blocking MPI_Allreduce calls made from backward as gradients become
      * ready; that time (including waiting for a slower rank) is sync, not backward compute. */
@@ -186,25 +252,45 @@ int main(int argc, char **argv)
     MPI_Allreduce(MPI_IN_PLACE, &anon, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     int64_t D = ds->info.dim;
     double flops = (double)rows * (4.0 * (double)D * (double)H + 6.0 * (double)H * (double)H); /* this rank's GEMM work */
+    if (tx) /* the encoder's training FLOPs: 3 x forward (projections, FFN, attention scores and weighted sums) */
+        flops = 3.0 * ((double)rows * (2.0 * (double)D * (double)H + (double)L * (8.0 * (double)H * (double)H + 4.0 * (double)H * (double)ff)) +
+                       (double)L * 4.0 * sq * (double)H);
     double gf = flops / (fwd + bwd) / 1e9;
     /* the slowest rank's compute (fwd + bwd): far above rank 0's means one rank was slowed (a busy core),
      * which every other rank then waits for in sync */
     double cmax = fwd + bwd;
     MPI_Allreduce(MPI_IN_PLACE, &cmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     double sg = be->host_memory ? sgemm_gflops(be, (int64_t)((double)rows / (double)steps), H) : 0.0; /* CPU only */
-    if (t->rank == 0) {
+    if (tx && t->rank == 0) { /* run_tx.sh's format (report_tx.py) */
+        double ms = 1e3 / (double)steps, attn = (tx1[2] - tx0[2]) * ms, gemm = (tx1[3] - tx0[3]) * ms;
+        FILE *f = fopen(csv, "a");
+        if (f) {
+            fprintf(f, "mpiddp,%d,%lld,%lld,%lld,%lld,%s,%lld,%lld,%.1f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,0,%.1f,%.1f\n",
+                    t->size, (long long)H, (long long)L, (long long)heads, (long long)ff, lens, (long long)B, (long long)steps,
+                    (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, attn, gemm, tm[2] * ms,
+                    tm[3] * ms, gf, sg, rss, anon);
+            fclose(f);
+        }
+        printf("mpiddp %s transformer np=%d d=%lld L=%lld lens %s: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f "
+               "bwd %.2f [attention %.2f, GEMM %.2f, element-wise %.2f] sync %.2f opt %.2f), %.2f GFLOP/s of %.2f sgemm, "
+               "peak RSS %.1f MiB, private %.1f MiB\n",
+               be->name, t->size, (long long)H, (long long)L, lens, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms,
+               fwd * ms, bwd * ms, attn, gemm, (fwd + bwd) * ms - attn - gemm, tm[2] * ms, tm[3] * ms, gf, sg, rss, anon);
+    } else if (t->rank == 0) {
         double ms = 1e3 / (double)steps;
         FILE *f = fopen(csv, "a");
         if (f) {
-            fprintf(f, "mpiddp,%d,%lld,%lld,%lld,%.1f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.1f,%.1f,%.3f\n", t->size, (long long)H,
-                    (long long)B, (long long)steps, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms,
-                    tm[2] * ms, tm[3] * ms, gf, sg, rss, anon, cmax * ms);
+            /* impl "mpiddp-rows": token budgets (batch = rows per rank); the last column is the balance */
+            fprintf(f, "%s,%d,%lld,%lld,%lld,%.1f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.1f,%.1f,%.3f,%.4f\n",
+                    brows > 0 ? "mpiddp-rows" : "mpiddp", t->size, (long long)H, (long long)(brows > 0 ? brows : B), (long long)steps,
+                    (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms, tm[3] * ms, gf, sg, rss,
+                    anon, cmax * ms, bal);
             fclose(f);
         }
-        printf("mpiddp %s np=%d H=%lld: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f bwd %.2f sync %.2f opt %.2f), "
-               "%.2f GFLOP/s of %.2f sgemm, peak RSS %.1f MiB, private %.1f MiB, slowest rank's fwd+bwd %.2f ms\n",
-               be->name, t->size, (long long)H, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms,
-               tm[3] * ms, gf, sg, rss, anon, cmax * ms);
+        printf("mpiddp %s np=%d H=%lld%s: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f bwd %.2f sync %.2f opt %.2f), "
+               "%.2f GFLOP/s of %.2f sgemm, peak RSS %.1f MiB, private %.1f MiB, slowest rank's fwd+bwd %.2f ms, rows max/mean %.3f\n",
+               be->name, t->size, (long long)H, brows > 0 ? " --batch-rows" : "", (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms,
+               tm[3] * ms, gf, sg, rss, anon, cmax * ms, bal);
     }
     if (dev == DDP_DEVICE_CUDA && t->rank == 0)
         printf("mpiddp %s: %.1f host synchronisations per step (cudaStreamSynchronize; the NCCL wait is polled)\n", be->name,
@@ -213,6 +299,7 @@ int main(int argc, char **argv)
     m.destroy(m.self);
     ddp_loader_destroy(ld);
     ddp_sampler_free(&sm);
+    free(rowcounts);
     ddp_dataset_close(ds);
     for (int k = 0; k < 4; k++) be->release(be, q[k]);
     ddp_finalize(ctx);

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 COLS = ["impl", "ranks", "hidden", "batch", "steps", "samples_per_s", "rows_per_s", "step_ms", "data_ms", "fwd_ms", "bwd_ms",
-        "sync_ms", "opt_ms", "gflops", "sgemm_gflops", "peak_rss_mib", "private_mib", "compute_max_ms"]
+        "sync_ms", "opt_ms", "gflops", "sgemm_gflops", "peak_rss_mib", "private_mib", "compute_max_ms", "rows_max_over_mean"]
 
 
 def gnuplot(script):
@@ -21,7 +21,19 @@ def gnuplot(script):
         print(f"(no plot: {e})")
 
 
-def plots(out):
+def # issue #15: balance with token budgets (mpiddp-rows) against sample-count batches (mpiddp), at 2 ranks
+bal = [r for r in rows if r["impl"] in ("mpiddp", "mpiddp-rows") and int(r["ranks"]) == 2]
+if any(r["impl"] == "mpiddp-rows" for r in bal):
+    print("\nbalance at 2 ranks (rows max/mean per step, weak-scaling efficiency 1->2):")
+    for r in sorted(bal, key=lambda r: (int(r["hidden"]), r["impl"])):
+        mm = r.get("rows_max_over_mean") or ""
+        line = f"  {r['impl']:>12} H {r['hidden']:>4}: rows max/mean {mm or '-':>6}, weak eff {r['weak_eff'] or '-'}"
+        if r["impl"] == "mpiddp-rows":
+            ok_w = r["weak_eff"] and float(r["weak_eff"]) >= 0.97
+            ok_b = mm and float(mm) <= 1.02
+            line += f"   target weak eff >= 0.97: {'PASS' if ok_w else 'MISS'}; max/mean <= 1.02: {'PASS' if ok_b else 'MISS'}"
+        print(line)
+plots(out):
     rows = list(csv.DictReader(open(f"{out}/train.csv"))) if os.path.exists(f"{out}/train.csv") else []
     if rows:
         hs = sorted({int(r["hidden"]) for r in rows})

@@ -210,6 +210,9 @@ typedef struct {
     const char *out_dir;
     int epochs;
     int batch_size;           /* samples per rank per micro-step */
+    int64_t batch_rows;       /* > 0: token-budget batches instead (--batch-rows): an optimizer step takes the next
+                                 samples of the epoch's order within batch_rows x ranks x accumulate rows, split
+                                 over the ranks by cost; no padding duplicates (docs/distributed.md) */
     int accumulate;           /* micro-steps per optimizer step */
     double lr, weight_decay, beta1, beta2, eps;
     double grad_clip;         /* global-norm clip; 0 = off */

@@ -423,3 +423,51 @@ ddp_status ddp_dataset_check_max_rows(ddp_ctx *ctx, ddp_dataset *ds, int64_t lim
     }
     return ddp_agree_status(ctx, st);
 }
+
+ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out)
+{
+    *out = NULL;
+    int W = ctx->topo.size, me = ctx->topo.rank;
+    int64_t n = ds->info.num_samples;
+    int32_t *lens = ddp_calloc((size_t)n, sizeof *lens);
+    int *cnt = ddp_calloc((size_t)W, sizeof *cnt), *dsp = ddp_calloc((size_t)W, sizeof *dsp);
+    ddp_status st = lens && cnt && dsp ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld row counts", (long long)n);
+    if (st == DDP_OK && n > INT32_MAX) st = ddp_set_error(DDP_ERR_ARG, "%s: more than 2^31 samples", ds->dir);
+    /* rank r contributes shards r, r + W, ...: pack their counts contiguously, then put them in place */
+    int32_t *mine = NULL;
+    int64_t nmine = 0;
+    for (int64_t k = me; st == DDP_OK && k < ds->nshards; k += W) nmine += ds->shards[k].meta.n;
+    if (st == DDP_OK && !(mine = ddp_calloc((size_t)(nmine ? nmine : 1), sizeof *mine))) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    int64_t at = 0;
+    for (int64_t k = me; st == DDP_OK && k < ds->nshards; k += W) {
+        ddp_shard *s;
+        int64_t local;
+        st = ddp_dataset_locate(ds, ds->shards[k].meta.first, &s, &local);
+        for (int64_t i = 0; st == DDP_OK && i < s->meta.n; i++) mine[at++] = (int32_t)(s->offsets[i + 1] - s->offsets[i]);
+    }
+    st = ddp_agree_status(ctx, st);
+    if (st == DDP_OK) {
+        for (int r = 0; r < W; r++)
+            for (int64_t k = r; k < ds->nshards; k += W) cnt[r] += (int)ds->shards[k].meta.n;
+        for (int r = 1; r < W; r++) dsp[r] = dsp[r - 1] + cnt[r - 1];
+        int32_t *all = ddp_calloc((size_t)n, sizeof *all);
+        int rc = all ? MPI_Allgatherv(mine, (int)nmine, MPI_INT32_T, all, cnt, dsp, MPI_INT32_T, ctx->world) : MPI_SUCCESS;
+        if (!all) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+        else if (rc != MPI_SUCCESS) st = ddp_mpi_error(rc, "MPI_Allgatherv(row counts)", __FILE__, __LINE__);
+        for (int r = 0; st == DDP_OK && r < W; r++) { /* rank r's block holds shards r, r + W, ... in order */
+            int64_t p = dsp[r];
+            for (int64_t k = r; k < ds->nshards; k += W) {
+                memcpy(lens + ds->shards[k].meta.first, all + p, (size_t)ds->shards[k].meta.n * sizeof *lens);
+                p += ds->shards[k].meta.n;
+            }
+        }
+        free(all);
+    }
+    free(mine), free(cnt), free(dsp);
+    if (st != DDP_OK) {
+        free(lens);
+        return st;
+    }
+    *out = lens;
+    return DDP_OK;
+}

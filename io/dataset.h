@@ -27,6 +27,9 @@ ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard,
 /* Collective: DDP_ERR_ARG on every rank when a sample has more than limit rows, naming the first such sample
  * by file, /offsets index and id ("option" names the limit in the message). */
 ddp_status ddp_dataset_check_max_rows(ddp_ctx *ctx, ddp_dataset *ds, int64_t limit, const char *option);
+/* Collective: every sample's row count, [num_samples] by global index, for token-budget batches. Rank r reads
+ * the offsets of shards r, r + W, ... and the counts are allgathered. Allocated; the caller frees. */
+ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out);
 /* madvise(WILLNEED) the rows of a sample, opening its shard if needed. */
 void ddp_dataset_prefetch(ddp_dataset *ds, int64_t index);
 

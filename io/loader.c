@@ -55,7 +55,7 @@ static ddp_status assemble(ddp_loader *ld, slot *s)
     s->b = (ddp_batch){.nsamples = count, .nrows = rows, .dim = ld->dim, .offsets = s->offsets, .labels = s->labels,
                        .sample_ids = s->ids, .indices = s->idx, .is_pad = s->pad, .x = s->x};
     /* read-ahead hint for the batch after this one */
-    if (ld->threaded && s->step + 1 < ld->sm->steps) {
+    if (ld->threaded && s->step + 1 < ld->sm->steps && ld->sm->budget == 0) {
         int64_t lo = (s->step + 1) * ld->sm->batch;
         int64_t hi = lo + ld->sm->batch < ld->sm->per_rank ? lo + ld->sm->batch : ld->sm->per_rank;
         uint8_t pad;
@@ -121,7 +121,7 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
     ld->ds = ds;
     ld->sm = sm;
     ld->dim = ds->info.dim;
-    ld->max_rows = sm->batch * ds->info.max_sample_rows;
+    ld->max_rows = sm->max_rows > 0 ? sm->max_rows : sm->batch * ds->info.max_sample_rows;
     /* shuffled orders read randomly: no kernel readahead, the loader prefetches exactly what it needs;
      * the sequential order (validation) reads the file front to back: aggressive readahead */
     if (ddp_env_int("MADVISE", 1) == 0) ds->access_hint = DDP_ACCESS_NORMAL;

@@ -128,12 +128,122 @@ void ddp_sampler_free(ddp_sampler *s)
 {
     free(s->mine_first);
     free(s->mine_cum);
+    free(s->plan);
     s->mine_first = s->mine_cum = NULL;
+    s->plan = NULL;
+}
+
+/* sample at position p of the epoch's global order */
+static int64_t order_at(const ddp_sampler *s, int64_t p)
+{
+    return s->mode == DDP_SAMPLE_SEQUENTIAL ? p : ddp_permute(p, s->n, epoch_key(s->seed, s->epoch));
+}
+
+/* The epoch's optimizer steps: greedy runs of the order within the global budget (pure: seed, epoch, budget). */
+static ddp_status make_plan(ddp_sampler *s)
+{
+    s->nplan = 0;
+    int64_t rows = 0;
+    for (int64_t p = 0; p < s->n; p++) {
+        int64_t len = s->lens[order_at(s, p)];
+        if (p == 0 || rows + len > s->budget) { /* a new step starts here */
+            if (s->nplan + 2 > s->cap_plan) {
+                int64_t cap = s->cap_plan ? 2 * s->cap_plan : 1024;
+                int64_t *np = realloc(s->plan, (size_t)cap * sizeof *np);
+                if (!np) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch plan");
+                s->plan = np;
+                s->cap_plan = cap;
+            }
+            s->plan[s->nplan++] = p;
+            rows = 0;
+        }
+        rows += len;
+    }
+    s->plan[s->nplan] = s->n;
+    s->steps = s->nplan * s->acc;
+    return DDP_OK;
+}
+
+ddp_status ddp_sampler_set_budget(ddp_sampler *s, int64_t rows_per_rank, int accumulate, const int32_t *lens,
+                                  int64_t max_len, double cost_sq)
+{
+    if (s->mode == DDP_SAMPLE_SHARD)
+        return ddp_set_error(DDP_ERR_ARG, "--batch-rows needs --sampling global (shard sampling keeps sample-count batches)");
+    if (rows_per_rank < 1) return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld: must be >= 1", (long long)rows_per_rank);
+    if (rows_per_rank < max_len)
+        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld is smaller than the longest sample (%lld rows)", (long long)rows_per_rank,
+                             (long long)max_len);
+    s->budget = rows_per_rank * s->world * (accumulate < 1 ? 1 : accumulate);
+    s->acc = accumulate < 1 ? 1 : accumulate;
+    s->lens = lens;
+    s->cost_sq = cost_sq;
+    /* a bin gets at most the mean load plus one sample (LPT): rows_per_rank + max_len */
+    s->max_rows = rows_per_rank + max_len;
+    s->batch = s->max_rows;
+    s->per_rank = 0;
+    s->epoch = 0;
+    return make_plan(s); /* sequential order: the plan of every epoch */
 }
 
 ddp_status ddp_sampler_set_epoch(ddp_sampler *s, int64_t epoch)
 {
+    int changed = s->epoch != epoch;
     s->epoch = epoch;
+    if (s->budget > 0 && s->mode != DDP_SAMPLE_SEQUENTIAL && (changed || !s->plan)) return make_plan(s);
+    return DDP_OK;
+}
+
+typedef struct {
+    double cost;
+    int64_t pos;
+} lpt_item;
+
+static int cmp_lpt(const void *a, const void *b)
+{
+    const lpt_item *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
+    return x->pos < y->pos ? -1 : (x->pos > y->pos);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : (x > y);
+}
+
+/* This rank's share of micro-batch m of optimizer step os: longest-processing-time-first over the step's
+ * samples (cost descending, position ascending), each to the least-loaded of the world x acc bins (lowest
+ * bin on ties); bin m x world + rank, in order of position. Every rank computes the same assignment. */
+static ddp_status budget_batch(const ddp_sampler *s, int64_t os, int64_t m, int64_t *indices, uint8_t *is_pad, int64_t *count)
+{
+    int64_t lo = s->plan[os], hi = s->plan[os + 1], k = hi - lo, nb = (int64_t)s->world * s->acc, mine = m * s->world + s->rank;
+    lpt_item *it = malloc((size_t)k * sizeof *it);
+    double *load = calloc((size_t)nb, sizeof *load);
+    int64_t *pos = malloc((size_t)k * sizeof *pos);
+    if (!it || !load || !pos) {
+        free(it), free(load), free(pos);
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory splitting a batch");
+    }
+    for (int64_t i = 0; i < k; i++) {
+        double len = (double)s->lens[order_at(s, lo + i)];
+        it[i] = (lpt_item){len + s->cost_sq * len * len, lo + i};
+    }
+    qsort(it, (size_t)k, sizeof *it, cmp_lpt);
+    int64_t n = 0;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t best = 0;
+        for (int64_t b = 1; b < nb; b++)
+            if (load[b] < load[best]) best = b;
+        load[best] += it[i].cost;
+        if (best == mine) pos[n++] = it[i].pos;
+    }
+    qsort(pos, (size_t)n, sizeof *pos, cmp_i64);
+    for (int64_t i = 0; i < n; i++) {
+        indices[i] = order_at(s, pos[i]);
+        is_pad[i] = 0;
+    }
+    *count = n;
+    free(it), free(load), free(pos);
     return DDP_OK;
 }
 
@@ -163,6 +273,7 @@ ddp_status ddp_sampler_batch(const ddp_sampler *s, int64_t step, int64_t *indice
     if (s->epoch < 0) return ddp_set_error(DDP_ERR_INTERNAL, "sampler: no epoch set");
     if (step < 0 || step >= s->steps)
         return ddp_set_error(DDP_ERR_ARG, "sampler: step %lld out of range [0, %lld)", (long long)step, (long long)s->steps);
+    if (s->budget > 0) return budget_batch(s, step / s->acc, step % s->acc, indices, is_pad, count);
     int64_t lo = step * s->batch, hi = lo + s->batch < s->per_rank ? lo + s->batch : s->per_rank;
     for (int64_t j = lo; j < hi; j++) indices[j - lo] = ddp_sampler_at(s, j, &is_pad[j - lo]);
     *count = hi - lo;

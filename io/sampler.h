@@ -26,6 +26,14 @@ typedef struct {
     int64_t *mine_first;  /* global index of each owned shard's first sample */
     int64_t *mine_cum;    /* [nmine+1] prefix sums of owned shard sizes */
     int64_t my_count;     /* real samples owned */
+    /* token-budget batches (--batch-rows, ddp_sampler_set_budget); budget 0: sample-count batches */
+    int64_t budget;       /* global rows per optimizer step: rows per rank x world x accumulate */
+    int acc;              /* micro-batches per optimizer step */
+    const int32_t *lens;  /* [n] rows of each sample (borrowed) */
+    double cost_sq;       /* a sample's cost: rows + cost_sq x rows^2 */
+    int64_t max_rows;     /* largest micro-batch of one rank, in rows (loader buffers); 0: batch x longest sample */
+    int64_t nplan, cap_plan;
+    int64_t *plan;        /* per epoch: [nplan+1] first position of each optimizer step in the epoch's order */
 } ddp_sampler;
 
 /* shard_sizes: samples per shard (shard mode only; may be NULL otherwise). Pure and local: every rank
@@ -37,7 +45,15 @@ void ddp_sampler_free(ddp_sampler *s);
 ddp_status ddp_sampler_set_epoch(ddp_sampler *s, int64_t epoch);
 /* Fills indices/is_pad for step (count <= batch samples). */
 ddp_status ddp_sampler_batch(const ddp_sampler *s, int64_t step, int64_t *indices, uint8_t *is_pad, int64_t *count);
-/* Sample at position j (< per_rank) of this rank. */
+/* Token-budget batches (docs/distributed.md): after ddp_sampler_init in global or sequential mode, an optimizer
+ * step takes the next samples of the epoch's order whose rows fit rows_per_rank x world x accumulate (at
+ * least one sample); they are split over world x accumulate (rank, micro-batch) bins by longest-processing-
+ * time-first on cost = rows + cost_sq x rows^2. `steps` becomes (optimizer steps of the epoch) x accumulate
+ * and is known after ddp_sampler_set_epoch. No padding: a bin may be empty. lens must outlive the sampler.
+ * rows_per_rank below the longest sample (max_len) is an error. */
+ddp_status ddp_sampler_set_budget(ddp_sampler *s, int64_t rows_per_rank, int accumulate, const int32_t *lens,
+                                  int64_t max_len, double cost_sq);
+/* Sample at position j (< per_rank) of this rank (sample-count batches only). */
 int64_t ddp_sampler_at(const ddp_sampler *s, int64_t j, uint8_t *is_pad);
 
 /* Bijection of [0, n) keyed by key: a Feistel network with cycle walking, O(1) memory. */

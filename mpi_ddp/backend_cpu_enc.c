@@ -1,6 +1,7 @@
 /* backend_cpu_enc.c — the CPU backend's Transformer encoder ops (ddp_enc_ops in backend.h): loops over the
  * row bodies of kern_enc.h, and attention two ways, picked per sample by MPIDDP_ATTENTION:
- *   fused  one pass per query row with online softmax (kern_enc.h, the same body the CUDA kernels run);
+ *   fused  per query row: scores, softmax and weighted sum in loops vectorised over the sample's rows (K and V
+ *          transposed once per sample and head); no n x n matrix, no library call per sample;
  *   gemm   per sample and head, S = Q K^T and O = P V as OpenBLAS sgemm calls on an n x n scratch;
  *   auto   (default) gemm for samples of at least MPIDDP_ATTENTION_GEMM_MIN rows (default 24), else fused.
  * Both are exact (no padding rows or scores); they differ only in summation order. */
@@ -85,17 +86,46 @@ DDP_CLONES static ddp_status cpu_layernorm_bwd(ddp_backend *b, const float *dy, 
 }
 
 /* ------------------------------------------------------------------ attention */
-static void attn_fused_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pk, int64_t s, int64_t d,
-                           int heads, const ddp_dropout *dr)
+/* The fused method on the CPU: per sample and head, K and V are transposed once into [dh, n] scratch, then
+ * each query row's scores, softmax and weighted sum run as loops vectorised over the sample's rows or the
+ * head's columns; no n x n matrix, no library call per sample. (The CUDA kernels run kern_enc.h's one-pass
+ * online softmax per row; both are exact, in other summation orders.) ws holds 2 dh n + n floats. */
+DDP_CLONES static void attn_fused_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pk, int64_t s, int64_t d,
+                                      int heads, const ddp_dropout *dr, float *ws)
 {
     int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
-    float scale = 1.0f / sqrtf((float)dh);
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t rk = rowkey(dr, pk, s, i);
-        for (int h = 0; h < heads; h++) {
-            const float *base = qkv + lo * ld + h * dh;
-            lse[(lo + i) * heads + h] = ddp_attn_row_fwd(base + i * ld, base + d, base + 2 * d, ld, n, dh, scale,
-                                                         o + (lo + i) * d + h * dh, dr, rk, (uint64_t)h << 32);
+    float scale = 1.0f / sqrtf((float)dh), *Kt = ws, *sr = ws + dh * n;
+    int drop = dr && dr->p > 0.0f;
+    for (int h = 0; h < heads; h++) {
+        const float *q = qkv + lo * ld + h * dh, *k = q + d, *v = q + 2 * d;
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t c = 0; c < dh; c++) Kt[c * n + j] = k[j * ld + c];
+        for (int64_t i = 0; i < n; i++) {
+            const float *qi = q + i * ld;
+            for (int64_t j = 0; j < n; j++) sr[j] = 0.0f;
+            for (int64_t c = 0; c < dh; c++) {
+                float qc = qi[c] * scale;
+                const float *kc = Kt + c * n;
+                for (int64_t j = 0; j < n; j++) sr[j] += qc * kc[j];
+            }
+            float m = sr[0], l = 0.0f;
+            for (int64_t j = 1; j < n; j++) m = sr[j] > m ? sr[j] : m;
+            for (int64_t j = 0; j < n; j++) {
+                sr[j] = ddp_expf(sr[j] - m);
+                l += sr[j];
+            }
+            float inv = 1.0f / l;
+            lse[(lo + i) * heads + h] = m + logf(l);
+            uint64_t rk = drop ? rowkey(dr, pk, s, i) : 0;
+            for (int64_t j = 0; j < n; j++)
+                sr[j] *= drop ? inv * ddp_drop_scale(dr, rk, ((uint64_t)h << 32) + (uint64_t)j) : inv;
+            float *oi = o + (lo + i) * d + h * dh;
+            for (int64_t c = 0; c < dh; c++) oi[c] = 0.0f;
+            for (int64_t j = 0; j < n; j++) {
+                float w = sr[j];
+                const float *vj = v + j * ld;
+                for (int64_t c = 0; c < dh; c++) oi[c] += w * vj[c];
+            }
         }
     }
 }
@@ -150,36 +180,69 @@ static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, float *o, 
                                     int64_t d, int heads, const ddp_dropout *dr)
 {
     (void)b;
-    int64_t gmin = attn_gemm_min(), nmax = pk->max_rows;
-    float *S = NULL;
-    if (nmax >= gmin && !(S = malloc((size_t)(nmax * nmax) * sizeof *S)))
-        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scores (%lld x %lld)", (long long)nmax,
-                             (long long)nmax);
+    int64_t gmin = attn_gemm_min(), nmax = pk->max_rows, dh = d / heads;
+    /* scratch: the gemm method's n x n scores, or the fused method's transposed K and a score row */
+    size_t need = (size_t)(nmax >= gmin ? nmax * nmax : 0);
+    if ((size_t)((2 * dh + 2) * nmax) > need) need = (size_t)((2 * dh + 2) * nmax);
+    float *S = malloc(need * sizeof *S);
+    if (!S) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scratch (%zu floats)", need);
     for (int64_t s = 0; s < pk->B; s++) {
         if (pk->off[s + 1] - pk->off[s] >= gmin) attn_gemm_fwd(qkv, o, lse, pk, s, d, heads, dr, S);
-        else attn_fused_fwd(qkv, o, lse, pk, s, d, heads, dr);
+        else attn_fused_fwd(qkv, o, lse, pk, s, d, heads, dr, S);
     }
     free(S);
     return DDP_OK;
 }
 
-static void attn_fused_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                           const ddp_packing *pk, int64_t s, int64_t d, int heads, const ddp_dropout *dr)
+/* The backward pass of the fused method: probabilities recomputed from the saved log-sum-exp, dq per query row;
+ * dk and dv accumulated row by row. ws: 2 dh n + 2 n floats. */
+DDP_CLONES static void attn_fused_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
+                                      const ddp_packing *pk, int64_t s, int64_t d, int heads, const ddp_dropout *dr, float *ws)
 {
     int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
-    float scale = 1.0f / sqrtf((float)dh);
+    float scale = 1.0f / sqrtf((float)dh), *Kt = ws, *Vt = ws + dh * n, *pr = Vt + dh * n, *dp = pr + n;
+    int drop = dr && dr->p > 0.0f;
     for (int h = 0; h < heads; h++) {
-        const float *base = qkv + lo * ld + h * dh;
-        float *dbase = dqkv + lo * ld + h * dh;
-        const float *dob = dout + lo * d + h * dh;
-        const float *lb = lse + lo * heads + h, *Db = D + lo * heads + h;
-        for (int64_t i = 0; i < n; i++)
-            ddp_attn_row_bwd_q(base + i * ld, base + d, base + 2 * d, ld, n, dh, scale, dob + i * d, lb[i * heads],
-                               Db[i * heads], dbase + i * ld, dr, rowkey(dr, pk, s, i), (uint64_t)h << 32);
-        for (int64_t j = 0; j < n; j++)
-            ddp_attn_row_bwd_kv(base, base + d + j * ld, base + 2 * d + j * ld, ld, n, dh, scale, dob, d, lb, Db,
-                                heads, dbase + d + j * ld, dbase + 2 * d + j * ld, dr, dr->p > 0.0f ? pk->sid[s] : 0,
-                                ((uint64_t)h << 32) + (uint64_t)j);
+        const float *q = qkv + lo * ld + h * dh, *k = q + d, *v = q + 2 * d;
+        float *dq = dqkv + lo * ld + h * dh, *dk = dq + d, *dv = dq + 2 * d;
+        for (int64_t j = 0; j < n; j++) {
+            for (int64_t c = 0; c < dh; c++) {
+                Kt[c * n + j] = k[j * ld + c];
+                Vt[c * n + j] = v[j * ld + c];
+                dk[j * ld + c] = dv[j * ld + c] = 0.0f;
+            }
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const float *qi = q + i * ld, *doi = dout + (lo + i) * d + h * dh;
+            float li = lse[(lo + i) * heads + h], Di = D[(lo + i) * heads + h];
+            for (int64_t j = 0; j < n; j++) pr[j] = dp[j] = 0.0f;
+            for (int64_t c = 0; c < dh; c++) {
+                float qc = qi[c] * scale, oc = doi[c];
+                const float *kc = Kt + c * n, *vc = Vt + c * n;
+                for (int64_t j = 0; j < n; j++) {
+                    pr[j] += qc * kc[j];
+                    dp[j] += oc * vc[j];
+                }
+            }
+            uint64_t rk = drop ? rowkey(dr, pk, s, i) : 0;
+            for (int64_t j = 0; j < n; j++) {
+                float p = ddp_expf(pr[j] - li), ms = drop ? ddp_drop_scale(dr, rk, ((uint64_t)h << 32) + (uint64_t)j) : 1.0f;
+                pr[j] = p * ms;                           /* the dropped weight, for dv */
+                dp[j] = p * (dp[j] * ms - Di) * scale;    /* ds, for dq and dk */
+            }
+            float *dqi = dq + i * ld;
+            for (int64_t c = 0; c < dh; c++) dqi[c] = 0.0f;
+            for (int64_t j = 0; j < n; j++) {
+                float ds = dp[j], pw = pr[j];
+                const float *kj = k + j * ld;
+                float *dkj = dk + j * ld, *dvj = dv + j * ld;
+                for (int64_t c = 0; c < dh; c++) {
+                    dqi[c] += ds * kj[c];
+                    dkj[c] += ds * qi[c];
+                    dvj[c] += pw * doi[c];
+                }
+            }
+        }
     }
 }
 
@@ -227,13 +290,13 @@ static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const floa
     int64_t dh = d / heads, gmin = attn_gemm_min(), nmax = pk->max_rows;
     for (int64_t r = 0; r < pk->R; r++) /* D_i = dO_i . O_i per head */
         for (int h = 0; h < heads; h++) ws[r * heads + h] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
-    float *S = NULL;
-    if (nmax >= gmin && !(S = malloc((size_t)(3 * nmax * nmax) * sizeof *S)))
-        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scores (%lld x %lld)", (long long)nmax,
-                             (long long)nmax);
+    size_t need = (size_t)(nmax >= gmin ? 3 * nmax * nmax : 0);
+    if ((size_t)((2 * dh + 2) * nmax) > need) need = (size_t)((2 * dh + 2) * nmax);
+    float *S = malloc(need * sizeof *S);
+    if (!S) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scratch (%zu floats)", need);
     for (int64_t s = 0; s < pk->B; s++) {
         if (pk->off[s + 1] - pk->off[s] >= gmin) attn_gemm_bwd(qkv, dout, (float *)lse, ws, dqkv, pk, s, d, heads, dr, S);
-        else attn_fused_bwd(qkv, dout, lse, ws, dqkv, pk, s, d, heads, dr);
+        else attn_fused_bwd(qkv, dout, lse, ws, dqkv, pk, s, d, heads, dr, S);
     }
     free(S);
     return DDP_OK;

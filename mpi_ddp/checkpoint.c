@@ -70,6 +70,7 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     CK(ddp_h5_attr_str(f, "monitor", cs->monitor), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "bad_epochs", cs->bad_epochs), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "global_batch", cs->global_batch), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "global_batch_rows", cs->global_batch_rows), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "topk", cs->topk_json ? cs->topk_json : "[]"), "%s: writing attributes", tmp);
     if (cs->best_local) {
         hsize_t w = (hsize_t)cs->world_size;
@@ -210,6 +211,8 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     cs->seed = (uint64_t)seed;
     DDP_TRY(read_i64_attr(f, path, "bad_epochs", &cs->bad_epochs));
     DDP_TRY(read_i64_attr(f, path, "global_batch", &cs->global_batch));
+    cs->global_batch_rows = 0; /* absent in checkpoints of sample-count runs written before token budgets */
+    if (H5Aexists(f, "global_batch_rows") > 0) DDP_TRY(read_i64_attr(f, path, "global_batch_rows", &cs->global_batch_rows));
     DDP_TRY(read_attr(f, path, "best_score", H5T_NATIVE_DOUBLE, &cs->best_score));
     {
         char *mon = NULL;

@@ -18,6 +18,7 @@ typedef struct {
     char monitor[128];
     const char *config_json;/* write: configuration; read: NULL */
     int64_t global_batch;   /* samples per optimizer step over all ranks */
+    int64_t global_batch_rows; /* token-budget runs: the global budget in rows (0: sample-count batches) */
     /* each rank's best local monitor value [world_size] (vote policies); read: allocated, caller frees */
     double *best_local;
     /* top-k list as JSON [[value, epoch, step, "path"], ...]; read: allocated, caller frees */

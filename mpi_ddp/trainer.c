@@ -83,12 +83,15 @@ typedef struct {
     int64_t global_step, optim_step, skipped;
     int64_t test_stop_at, test_stop_rank; /* MPIDDP_TEST_STOP_AT_STEP / _RANK, read once */
     int64_t test_step_delay_ms;           /* MPIDDP_TEST_STEP_DELAY_MS: a slower job for signal tests */
+    FILE *trace;                          /* MPIDDP_TEST_TRACE_SAMPLES=PREFIX: each rank writes PREFIX.r<rank>, one
+                                             line "epoch step id..." per micro-batch it trains (tests) */
     ddp_metric_row row, lrow;
     int tty;
     char ckpt_dir[4200];
     ddp_eval_acc eval;
     ddp_decider dec;
     int64_t epoch, mb;         /* position: next micro-batch of this epoch */
+    int32_t *lens_train, *lens_val; /* token budgets: every sample's rows */
 } trainer;
 
 static ddp_status check_config(const ddp_train_config *c)
@@ -97,6 +100,9 @@ static ddp_status check_config(const ddp_train_config *c)
     if (c->epochs < 1) return ddp_set_error(DDP_ERR_ARG, "--epochs %d: must be >= 1", c->epochs);
     if (c->batch_size < 1) return ddp_set_error(DDP_ERR_ARG, "--batch-size %d: must be >= 1", c->batch_size);
     if (c->accumulate < 1) return ddp_set_error(DDP_ERR_ARG, "--accumulate %d: must be >= 1", c->accumulate);
+    if (c->batch_rows < 0) return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld: must be >= 1", (long long)c->batch_rows);
+    if (c->batch_rows > 0 && c->sampling_shard)
+        return ddp_set_error(DDP_ERR_ARG, "--batch-rows needs --sampling global (shard sampling keeps sample-count batches)");
     if (!(c->lr > 0) || !isfinite(c->lr)) return ddp_set_error(DDP_ERR_ARG, "--lr %g: must be a positive number", c->lr);
     if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
         return ddp_set_error(DDP_ERR_ARG, "--weight-decay %g: must be >= 0", c->weight_decay);
@@ -176,6 +182,12 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
         ddp_batch bs = *lb; /* dropout keys: the optimizer step, not the position in a (resumed) run */
         bs.step = t->global_step;
         const ddp_batch *b = &bs;
+        if (t->trace) {
+            fprintf(t->trace, "%lld %lld", (long long)t->epoch, (long long)t->global_step);
+            for (int64_t i = 0; i < b->nsamples; i++) fprintf(t->trace, " %lld", (long long)b->sample_ids[i]);
+            fputc('\n', t->trace);
+            fflush(t->trace);
+        }
         ctl[CTL_COUNT] += (float)b->nsamples;
         ctl[CTL_ROWS + t->ctx->topo.rank] += (float)b->nrows;
         ddp_forward_out out = {0};
@@ -338,6 +350,7 @@ static ddp_status save_ckpt(trainer *t, const char *path)
                              .bad_epochs = t->dec.bad_epochs,
                              .config_json = t->cfg->config_json,
                              .global_batch = (int64_t)t->cfg->batch_size * W * t->cfg->accumulate,
+                             .global_batch_rows = t->cfg->batch_rows * W * t->cfg->accumulate,
                              .best_local = bl,
                              .topk_json = tk,
                              .model_cfg = t->cfg->model_config};
@@ -395,12 +408,20 @@ static ddp_status resume_from(trainer *t, const char *path)
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) st = ddp_ckpt_read(path, t->model, t->h_params, t->h_m, t->h_v, &cs);
     DDP_CHECK(ddp_agree_status(ctx, st));
-    int64_t facts[6] = {cs.epoch, cs.step_in_epoch, cs.global_step, cs.optim_step, cs.world_size, cs.global_batch};
-    MPI_CHECK(MPI_Bcast(facts, 6, MPI_INT64_T, 0, ctx->world));
+    int64_t facts[7] = {cs.epoch, cs.step_in_epoch, cs.global_step, cs.optim_step, cs.world_size, cs.global_batch,
+                        cs.global_batch_rows};
+    MPI_CHECK(MPI_Bcast(facts, 7, MPI_INT64_T, 0, ctx->world));
     int W = ctx->topo.size;
-    int64_t gb = (int64_t)c->batch_size * W * c->accumulate;
+    int64_t gb = (int64_t)c->batch_size * W * c->accumulate, gr = c->batch_rows * W * c->accumulate;
     st = DDP_OK;
-    if (facts[4] != W && (c->sampling_shard || facts[5] != gb))
+    if ((facts[6] > 0) != (gr > 0))
+        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with %s batches; this run uses %s (--batch-rows)", path,
+                           facts[6] > 0 ? "token-budget" : "sample-count", gr > 0 ? "token budgets" : "sample counts");
+    else if (gr > 0) { /* token budgets: the order depends on the global budget only, any world size resumes */
+        if (facts[6] != gr)
+            st = ddp_set_error(DDP_ERR_ARG, "%s: saved with a global budget of %lld rows; this run's is %lld (batch-rows x ranks x accumulate)",
+                               path, (long long)facts[6], (long long)gr);
+    } else if (facts[4] != W && (c->sampling_shard || facts[5] != gb))
         st = ddp_set_error(DDP_ERR_ARG,
                            "%s: saved by %lld ranks with a global batch of %lld; resuming on %d ranks needs --sampling global and the same "
                            "global batch (batch-size x ranks x accumulate = %lld now)",
@@ -408,7 +429,7 @@ static ddp_status resume_from(trainer *t, const char *path)
     else if (facts[5] != gb)
         st = ddp_set_error(DDP_ERR_ARG, "%s: global batch %lld differs from this run's %lld (batch-size x ranks x accumulate)", path,
                            (long long)facts[5], (long long)gb);
-    else if (facts[0] > c->epochs)
+    if (st == DDP_OK && facts[0] > c->epochs)
         st = ddp_set_error(DDP_ERR_ARG, "%s: already at epoch %lld of --epochs %d", path, (long long)facts[0], c->epochs);
     if (st != DDP_OK) ddp_mark_error_shared(); /* every rank computed the same facts */
     if (st != DDP_OK) {
@@ -509,7 +530,7 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     if (C != ddp_dataset_get_info(train)->num_classes || C != ddp_dataset_get_info(val)->num_classes)
         return ddp_set_error(DDP_ERR_ARG, "model has %lld classes but the datasets have %lld (train) and %lld (val)", (long long)C,
                              (long long)ddp_dataset_get_info(train)->num_classes, (long long)ddp_dataset_get_info(val)->num_classes);
-    DDP_CHECK(ddp_eval_acc_init(&t->eval, C, c->batch_size, 0));
+    DDP_CHECK(ddp_eval_acc_init(&t->eval, C, c->batch_rows > 0 ? 2 * c->batch_rows : c->batch_size, 0));
     /* identical start on every rank: init, then rank 0's parameters are broadcast (as PyTorch DDP does) */
     DDP_CHECK(t->model->init(t->model->self, t->params, c->seed));
     DDP_CHECK(be->download(be, t->h_params, t->params, bytes));
@@ -525,6 +546,13 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     t->test_stop_at = ddp_env_int("TEST_STOP_AT_STEP", -1);
     t->test_stop_rank = ddp_env_int("TEST_STOP_RANK", 0);
     t->test_step_delay_ms = ddp_env_int("TEST_STEP_DELAY_MS", 0);
+    const char *trace = getenv("MPIDDP_TEST_TRACE_SAMPLES");
+    if (trace && *trace) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s.r%d", trace, t->ctx->topo.rank);
+        t->trace = fopen(path, "a");
+        if (!t->trace) return ddp_set_error(DDP_ERR_IO, "%s: cannot open (MPIDDP_TEST_TRACE_SAMPLES)", path);
+    }
     ddp_decider_init(&t->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max, c->fast_dev_run > 0 ? 0 : c->save_top_k,
                      c->early_stop_patience, c->early_stop_min_delta);
     /* resume: an explicit file must exist; `auto` resumes when RUNDIR/checkpoints/last.h5 exists */
@@ -588,6 +616,9 @@ static void teardown(trainer *t)
     free(t->h_v);
     free(t->toff);
     free(t->sumsq);
+    if (t->trace) fclose(t->trace);
+    free(t->lens_train);
+    free(t->lens_val);
     free(t->ctl);
     free(t->ctl_back);
     ddp_eval_acc_free(&t->eval);
@@ -610,9 +641,22 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
     if (st != DDP_OK) return st;
     DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&vsm, DDP_SAMPLE_SEQUENTIAL, val->info.num_samples, ctx->topo.size,
                                                    ctx->topo.rank, c->seed, 0, c->batch_size, NULL, 0)));
+    if (c->batch_rows > 0) { /* token budgets: every sample's rows, then the plans (docs/distributed.md) */
+        const ddp_model_config *mc = c->model_config;
+        /* the transformer's cost of a sample: its rows plus its attention, n^2 / (2d + f) row-equivalents */
+        double sq = mc && mc->kind == DDP_MODEL_TRANSFORMER ? 1.0 / (double)(2 * mc->hidden + (mc->ff > 0 ? mc->ff : 2 * mc->hidden)) : 0.0;
+        DDP_TRY(ddp_dataset_check_max_rows(ctx, train, c->batch_rows, "--batch-rows"));
+        DDP_TRY(ddp_dataset_check_max_rows(ctx, val, c->batch_rows, "--batch-rows"));
+        DDP_TRY(ddp_dataset_row_counts(ctx, train, &t->lens_train));
+        DDP_TRY(ddp_dataset_row_counts(ctx, val, &t->lens_val));
+        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&tsm, c->batch_rows, c->accumulate, t->lens_train,
+                                                             train->info.max_sample_rows, sq)));
+        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&vsm, c->batch_rows, 1, t->lens_val, val->info.max_sample_rows, sq)));
+    }
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(train, &tsm, 1, &tl)));
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(val, &vsm, 1, &vl)));
-    int64_t nmb = tsm.steps; /* micro-batches per epoch */
+    DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, t->epoch)));
+    int64_t nmb = tsm.steps; /* micro-batches of the first epoch (token budgets: they vary by epoch) */
     if (c->fast_dev_run > 0 && nmb > c->fast_dev_run) nmb = c->fast_dev_run;
     DDP_TRY(agree_steps(ctx, nmb, "training epoch"));
     if (t->mb > nmb) DDP_FAIL(DDP_ERR_ARG, "resume position %lld is past the epoch's %lld batches", (long long)t->mb, (long long)nmb);
@@ -623,6 +667,12 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
     for (; t->epoch < epochs; t->epoch++, t->mb = 0) {
         int64_t e = t->epoch;
         DDP_TRY(ddp_agree_status(ctx, ddp_loader_start_epoch(tl, e, t->mb)));
+        if (c->batch_rows > 0) { /* this epoch's plan (every rank computed the same; checked all the same) */
+            nmb = tsm.steps;
+            if (c->fast_dev_run > 0 && nmb > c->fast_dev_run) nmb = c->fast_dev_run;
+            DDP_TRY(agree_steps(ctx, nmb, "training epoch"));
+            opt_steps = (nmb + c->accumulate - 1) / c->accumulate;
+        }
         double win_t = now_s(), win_samples = 0;
         int stop = 0;
         while (t->mb < nmb) {

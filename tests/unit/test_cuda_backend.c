@@ -2,7 +2,8 @@
  * inputs, compared tensor by tensor (each element against its own magnitude, not the tensor's maximum),
  * with shapes that run every loop of the kernels (H >= 200, more elements than one grid covers, many
  * segments, accumulation into non-zero gradients); then several whole train steps of the reference model
- * with AdamW, gradients, parameters, losses, predictions and probabilities per tensor, and an eval step.
+ * with AdamW, gradients, parameters, losses, predictions and probabilities per tensor, and an eval step;
+ * the same for the Transformer encoder: each ddp_enc_ops op, then whole steps with dropout.
  * Runs on a GPU (label gpu) and on the host emulator (label emu, MPIDDP_CUDA_PLUGIN=libmpiddp_cudaemu.so).
  * Skips (exit 77) only where no NVIDIA device node exists and no plugin is named; where device nodes
  * exist, a plugin that fails to load or a failing device query is a failure, not a skip. */
@@ -296,6 +297,194 @@ static void test_model_steps(void)
     free(x), free(pc), free(gc), free(mmc), free(vvc);
 }
 
+/* The Transformer encoder's ops (ddp_enc_ops), each against the CPU twin on the same packed batch: lengths
+ * 1..40 with 1-row samples, d = 24 (heads of 6), dropout 0.1 where the op has one. */
+static void test_enc_ops(void)
+{
+    enum { B = 12, d = 24, H = 4, F = 40 };
+    int64_t o[B + 1] = {0}, sid[B];
+    uint64_t s = 5;
+    for (int i = 0; i < B; i++) o[i + 1] = o[i] + (i % 5 == 2 ? 1 : 1 + (int64_t)((frand(&s) + 1) * 20)), sid[i] = 100 + 3 * i;
+    int64_t R = o[B], mx = 0, *seg = malloc((size_t)R * sizeof *seg);
+    for (int i = 0; i < B; i++) {
+        mx = o[i + 1] - o[i] > mx ? o[i + 1] - o[i] : mx;
+        for (int64_t r = o[i]; r < o[i + 1]; r++) seg[r] = i;
+    }
+    ddp_packing pc = {.B = B, .R = R, .off = o, .seg = seg, .sid = sid, .hoff = o, .max_rows = mx};
+    ddp_packing pg = pc;
+    pg.off = dev(o, sizeof o), pg.seg = dev(seg, (size_t)R * 8), pg.sid = dev(sid, sizeof sid);
+    const ddp_enc_ops *C = cpu->enc, *G = gpu->enc;
+    OK(ddp_backend_require_enc(gpu));
+    ddp_dropout dr = {.p = 0.1f, .key = 4242};
+    float *x = rnd(R * d, 1, 2), *w = rnd(d, 2, 1), *bb = rnd(d, 3, 1), *qkv = rnd(R * 3 * d, 4, 1.5f), *dout = rnd(R * d, 5, 1),
+          *z = rnd(R * F, 6, 2), *bf = rnd(F, 7, 1), *pos = rnd(mx * d, 8, 1);
+    void *xg = dev(x, (size_t)R * d * 4), *wg = dev(w, d * 4), *bg = dev(bb, d * 4), *qg = dev(qkv, (size_t)R * 3 * d * 4),
+         *dog = dev(dout, (size_t)R * d * 4), *zg = dev(z, (size_t)R * F * 4), *bfg = dev(bf, F * 4), *posg = dev(pos, (size_t)mx * d * 4);
+    float *y = calloc((size_t)R * 3 * d, 4), *y2 = calloc((size_t)R * 3 * d, 4), *mu = calloc((size_t)R * H, 4),
+          *rs = calloc((size_t)R * H, 4), *acc = calloc((size_t)mx * d, 4), *acc2 = calloc((size_t)d, 4), *acc3 = calloc((size_t)F, 4);
+    void *yg, *y2g, *mug, *rsg, *accg, *acc2g, *acc3g;
+    OK(gpu->alloc(gpu, &yg, (size_t)R * 3 * d * 4));
+    OK(gpu->alloc(gpu, &y2g, (size_t)R * 3 * d * 4));
+    OK(gpu->alloc(gpu, &mug, (size_t)R * H * 4));
+    OK(gpu->alloc(gpu, &rsg, (size_t)R * H * 4));
+    OK(gpu->alloc(gpu, &accg, (size_t)mx * d * 4));
+    OK(gpu->alloc(gpu, &acc2g, (size_t)d * 4));
+    OK(gpu->alloc(gpu, &acc3g, (size_t)F * 4));
+    /* embedding: h += bias + pos; backward: dbias, dpos */
+    memcpy(y, x, (size_t)R * d * 4);
+    OK(gpu->upload(gpu, yg, x, (size_t)R * d * 4));
+    OK(C->embed_fwd(cpu, y, bb, pos, &pc, d));
+    OK(G->embed_fwd(gpu, yg, bg, posg, &pg, d));
+    expect_dev_close("embed_fwd", yg, y, R * d, 1e-6);
+    OK(C->embed_bwd(cpu, x, acc2, acc, &pc, d));
+    OK(G->embed_bwd(gpu, xg, acc2g, accg, &pg, d));
+    expect_dev_close("embed_bwd dbias", acc2g, acc2, d, 1e-5);
+    expect_dev_close("embed_bwd dpos", accg, acc, mx * d, 1e-5);
+    /* layernorm forward and backward (dx accumulates onto dout's copy) */
+    OK(C->layernorm_fwd(cpu, x, w, bb, y, mu, rs, R, d));
+    OK(G->layernorm_fwd(gpu, xg, wg, bg, yg, mug, rsg, R, d));
+    expect_dev_close("layernorm y", yg, y, R * d, 1e-5);
+    expect_dev_close("layernorm rstd", rsg, rs, R, 1e-5);
+    memcpy(y2, dout, (size_t)R * d * 4);
+    OK(gpu->upload(gpu, y2g, dout, (size_t)R * d * 4));
+    memset(acc, 0, (size_t)d * 4);
+    OK(gpu->zero(gpu, accg, (size_t)d * 4));
+    OK(C->layernorm_bwd(cpu, dout, x, w, mu, rs, y2, acc, acc2, R, d));
+    OK(G->layernorm_bwd(gpu, dog, xg, wg, mug, rsg, y2g, accg, acc2g, R, d));
+    expect_dev_close("layernorm dx", y2g, y2, R * d, 1e-4);
+    expect_dev_close("layernorm dw", accg, acc, d, 1e-3);
+    expect_dev_close("layernorm db", acc2g, acc2, d, 1e-3);
+    /* attention, both CPU methods against the kernels, with and without dropout */
+    const char *methods[2] = {"fused", "gemm"};
+    for (int k = 0; k < 4; k++) {
+        ddp_dropout dk = {.p = k < 2 ? 0.0f : 0.1f, .key = 99};
+        setenv("MPIDDP_ATTENTION", methods[k % 2], 1);
+        char what[96];
+        OK(C->attention_fwd(cpu, qkv, y, mu, &pc, d, H, &dk));
+        OK(G->attention_fwd(gpu, qg, yg, mug, &pg, d, H, &dk));
+        snprintf(what, sizeof what, "attention (cpu %s, p %.1f) output", methods[k % 2], (double)dk.p);
+        expect_dev_close(what, yg, y, R * d, 1e-3); /* sums of up to 40 terms, in another order */
+        snprintf(what, sizeof what, "attention (cpu %s, p %.1f) lse", methods[k % 2], (double)dk.p);
+        expect_dev_close(what, mug, mu, R * H, 1e-5);
+        OK(C->attention_bwd(cpu, qkv, y, dout, mu, y2, rs, &pc, d, H, &dk));
+        OK(G->attention_bwd(gpu, qg, yg, dog, mug, y2g, rsg, &pg, d, H, &dk));
+        snprintf(what, sizeof what, "attention (cpu %s, p %.1f) dqkv", methods[k % 2], (double)dk.p);
+        expect_dev_close(what, y2g, y2, R * 3 * d, 1e-3);
+    }
+    unsetenv("MPIDDP_ATTENTION");
+    /* gelu (erf) with dropout, its backward with the bias gradient */
+    memset(acc3, 0, (size_t)F * 4);
+    OK(gpu->zero(gpu, acc3g, (size_t)F * 4));
+    OK(C->gelu_erf_fwd(cpu, z, bf, y, y2, &pc, F, &dr));
+    OK(G->gelu_erf_fwd(gpu, zg, bfg, yg, y2g, &pg, F, &dr));
+    expect_dev_close("gelu_erf a", yg, y, R * F, 1e-5);
+    expect_dev_close("gelu_erf dgelu", y2g, y2, R * F, 1e-5);
+    OK(C->gelu_erf_bwd(cpu, z, y2, y, acc3, &pc, F, &dr));
+    OK(G->gelu_erf_bwd(gpu, zg, y2g, yg, acc3g, &pg, F, &dr));
+    expect_dev_close("gelu_erf dz", yg, y, R * F, 1e-5);
+    expect_dev_close("gelu_erf dbias", acc3g, acc3, F, 1e-4);
+    /* residual with dropout; its backward */
+    OK(C->residual_fwd(cpu, y, x, dout, bb, &pc, d, &dr));
+    OK(G->residual_fwd(gpu, yg, xg, dog, bg, &pg, d, &dr));
+    expect_dev_close("residual_fwd", yg, y, R * d, 1e-6);
+    memset(acc2, 0, (size_t)d * 4);
+    OK(gpu->zero(gpu, acc2g, (size_t)d * 4));
+    OK(C->residual_bwd(cpu, dout, y, acc2, &pc, d, &dr));
+    OK(G->residual_bwd(gpu, dog, yg, acc2g, &pg, d, &dr));
+    expect_dev_close("residual_bwd dt", yg, y, R * d, 1e-6);
+    expect_dev_close("residual_bwd dbias", acc2g, acc2, d, 1e-4);
+    /* mean pooling */
+    OK(C->pool_mean_fwd(cpu, x, y, &pc, d));
+    OK(G->pool_mean_fwd(gpu, xg, yg, &pg, d));
+    expect_dev_close("pool_mean_fwd", yg, y, B * d, 1e-5);
+    OK(C->pool_mean_bwd(cpu, dout, y, &pc, d));
+    OK(G->pool_mean_bwd(gpu, dog, yg, &pg, d));
+    expect_dev_close("pool_mean_bwd", yg, y, R * d, 1e-6);
+    void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, xg, wg, bg, qg, dog, zg, bfg, posg, yg, y2g, mug, rsg, accg, acc2g, acc3g};
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
+    free(seg), free(x), free(w), free(bb), free(qkv), free(dout), free(z), free(bf), free(pos);
+    free(y), free(y2), free(mu), free(rs), free(acc), free(acc2), free(acc3);
+}
+
+/* Two training steps of the Transformer encoder (dropout 0.1, accumulate 2) on both backends, AdamW in
+ * between, then eval: losses, every gradient tensor, parameters and predictions. */
+static void test_transformer_steps(void)
+{
+    enum { D = 13, B = 16 };
+    int64_t o[B + 1] = {0}, lab[B], ids[B];
+    uint64_t s = 2;
+    for (int i = 0; i < B; i++) o[i + 1] = o[i] + (i % 7 == 3 ? 1 : 1 + (int64_t)((frand(&s) + 1) * 20));
+    for (int i = 0; i < B; i++) lab[i] = (i * 5) % 3, ids[i] = 500 + i;
+    int64_t R = o[B];
+    float *x = rnd(R * D, 78, 2);
+    ddp_model_config c;
+    ddp_model_config_default(&c);
+    c.kind = DDP_MODEL_TRANSFORMER, c.dim = D, c.classes = 3, c.hidden = 24, c.heads = 4, c.ff = 40, c.layers = 2;
+    c.max_positions = 64, c.dropout = 0.1, c.max_batch_rows = R, c.max_batch_samples = B;
+    ddp_model mc, mg;
+    OK(ddp_model_create_on(cpu, &c, &mc));
+    OK(ddp_model_create_on(gpu, &c, &mg));
+    if (failures) return;
+    int64_t n = ddp_model_num_params(&mc);
+    float *pc = calloc((size_t)n, 4), *gc = calloc((size_t)n, 4), *mmc = calloc((size_t)n, 4), *vvc = calloc((size_t)n, 4);
+    void *pg, *gg, *mmg, *vvg;
+    OK(gpu->alloc(gpu, &pg, (size_t)n * 4));
+    OK(gpu->alloc(gpu, &gg, (size_t)n * 4));
+    OK(gpu->alloc(gpu, &mmg, (size_t)n * 4));
+    OK(gpu->alloc(gpu, &vvg, (size_t)n * 4));
+    OK(mc.init(mc.self, pc, 3));
+    OK(mg.init(mg.self, pg, 3));
+    float *h = host_of(pg, n);
+    CHECK(memcmp(pc, h, (size_t)n * 4) == 0, "transformer init differs between CPU and CUDA");
+    free(h);
+    uint8_t pad[B] = {0};
+    float lc[B], lg[B], prc[B], prg[B];
+    int64_t pdc[B], pdg[B];
+    ddp_forward_out oc = {.loss = lc, .prob = prc, .pred = pdc}, og = {.loss = lg, .prob = prg, .pred = pdg};
+    for (int step = 1; step <= 2; step++) {
+        ddp_batch b = {.nsamples = B, .nrows = R, .dim = D, .offsets = o, .labels = lab, .sample_ids = ids, .is_pad = pad,
+                       .x = x, .step = step};
+        OK(cpu->zero(cpu, gc, (size_t)n * 4));
+        OK(gpu->zero(gpu, gg, (size_t)n * 4));
+        for (int micro = 0; micro < 2; micro++) {
+            OK(mc.train_step(mc.self, &b, pc, gc, &oc, NULL, NULL));
+            OK(mg.train_step(mg.self, &b, pg, gg, &og, NULL, NULL));
+        }
+        char what[128];
+        snprintf(what, sizeof what, "transformer step %d losses", step);
+        expect_close(what, lg, lc, B, 1e-4);
+        float *hg = host_of(gg, n);
+        for (int t = 0, lo = 0; t < mc.ntensors; t++) {
+            int64_t k = mc.tensors[t].shape[0] * (mc.tensors[t].ndim > 1 ? mc.tensors[t].shape[1] : 1);
+            snprintf(what, sizeof what, "transformer step %d gradient %s", step, mc.tensors[t].name);
+            expect_close(what, hg + lo, gc + lo, k, 2e-3);
+            lo += (int)k;
+        }
+        free(hg);
+        ddp_adamw_args a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                            .bc1 = 1.0f - powf(0.9f, (float)step), .bc2_sqrt = sqrtf(1.0f - powf(0.999f, (float)step)),
+                            .gscale = 1.0f / (2 * B)};
+        OK(cpu->adamw(cpu, pc, gc, mmc, vvc, n, &a));
+        OK(gpu->adamw(gpu, pg, gg, mmg, vvg, n, &a));
+        snprintf(what, sizeof what, "transformer step %d parameters", step);
+        expect_dev_close(what, pg, pc, n, 1e-3); /* AdamW's first steps amplify the rounding of tiny gradients */
+        /* the next step starts both backends from the same state, so its gradients are compared on equal inputs */
+        OK(gpu->upload(gpu, pg, pc, (size_t)n * 4));
+        OK(gpu->upload(gpu, mmg, mmc, (size_t)n * 4));
+        OK(gpu->upload(gpu, vvg, vvc, (size_t)n * 4));
+    }
+    ddp_batch b = {.nsamples = B, .nrows = R, .dim = D, .offsets = o, .labels = lab, .sample_ids = ids, .is_pad = pad, .x = x};
+    OK(mc.eval_step(mc.self, &b, pc, &oc));
+    OK(mg.eval_step(mg.self, &b, pg, &og));
+    CHECK(fabs(oc.loss_sum - og.loss_sum) <= 1e-4 * fabs(oc.loss_sum), "transformer eval loss differs: %g vs %g", oc.loss_sum,
+          og.loss_sum);
+    for (int i = 0; i < B; i++) CHECK(pdc[i] == pdg[i], "transformer eval prediction %d differs", i);
+    mc.destroy(mc.self);
+    mg.destroy(mg.self);
+    gpu->release(gpu, pg), gpu->release(gpu, gg), gpu->release(gpu, mmg), gpu->release(gpu, vvg);
+    free(x), free(pc), free(gc), free(mmc), free(vvc);
+}
+
 int main(void)
 {
     const char *plugin = getenv("MPIDDP_CUDA_PLUGIN");
@@ -333,6 +522,8 @@ int main(void)
     test_gemm();
     test_elementwise();
     test_loss_optim();
+    test_enc_ops();
+    test_transformer_steps();
     test_model_steps();
     cpu->destroy(cpu);
     gpu->destroy(gpu);

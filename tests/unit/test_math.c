@@ -1,12 +1,14 @@
 /* test_math.c — the element-wise math shared by the CPU backend and the CUDA kernels (ddp_math.h):
  * gelu's derivative and softmax cross-entropy's gradient against central differences, and one AdamW
- * element update against the textbook formula in double precision. */
+ * element update against the textbook formula in double precision; the encoder's exact gelu (kern_enc.h)
+ * against libm in double, and the dropout mask's rate, scale and independence. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
 #include "mpi_ddp/ddp_math.h"
+#include "mpi_ddp/kern_enc.h"
 
 #include <math.h>
 
@@ -70,6 +72,48 @@ static void test_softmax_xent_grad_fd(void **state)
     }
 }
 
+/* the encoder's exact gelu against libm's erfc in double: erfc to 1.5e-6 relative on [-4, 4] (float's exp of
+ * a rounded -x^2: about 2|x|^2 ulp), gelu and its derivative to 1e-6 max(1, |x|) absolute on [-12, 12] */
+static void test_gelu_erf(void **state)
+{
+    (void)state;
+    double worst = 0, worst_abs = 0;
+    for (double x = -12.0; x <= 12.0; x += 1.0 / 1024) {
+        if (fabs(x) <= 4.0) {
+            double ec = erfc(x), e = fabs(ddp_erfcf((float)x) - ec) / ec;
+            worst = e > worst ? e : worst;
+        }
+        double cdf = 0.5 * erfc(-x / sqrt(2.0));
+        float g;
+        float y = ddp_gelu_erf_fwd((float)x, &g);
+        double want_g = cdf + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+        double e = fmax(fabs(y - x * cdf), fabs(g - want_g)) / fmax(1.0, fabs(x));
+        worst_abs = e > worst_abs ? e : worst_abs;
+    }
+    print_message("  erfc relative error on [-4, 4]: %.2e; gelu_erf and its derivative: %.2e\n", worst, worst_abs);
+    assert_true(worst < 1.5e-6);
+    assert_true(worst_abs < 1e-6);
+}
+
+/* dropout masks: the drop rate is p, kept units are scaled by 1/(1-p), and a key, row or unit change
+ * gives another mask */
+static void test_dropout_mask(void **state)
+{
+    (void)state;
+    ddp_dropout d = {.p = 0.3f, .key = 12345};
+    int dropped = 0, n = 200000, same_other_key = 0;
+    ddp_dropout d2 = {.p = 0.3f, .key = 12346};
+    for (int i = 0; i < n; i++) {
+        uint64_t rk = ddp_drop_rowkey(d.key, i / 100, i % 100), rk2 = ddp_drop_rowkey(d2.key, i / 100, i % 100);
+        float s = ddp_drop_scale(&d, rk, (uint64_t)(i % 7)), s2 = ddp_drop_scale(&d2, rk2, (uint64_t)(i % 7));
+        assert_true(s == 0.0f || fabsf(s - 1.0f / 0.7f) < 1e-6f);
+        dropped += s == 0.0f;
+        same_other_key += (s == 0.0f) == (s2 == 0.0f);
+    }
+    assert_true(fabs((double)dropped / n - 0.3) < 0.005);
+    assert_true(fabs((double)same_other_key / n - 0.58) < 0.01); /* independent masks agree 0.7^2 + 0.3^2 */
+}
+
 static void test_adamw_formula(void **state)
 {
     (void)state;
@@ -100,6 +144,8 @@ int main(void)
         cmocka_unit_test(test_gelu_grad_fd),
         cmocka_unit_test(test_softmax_xent_grad_fd),
         cmocka_unit_test(test_adamw_formula),
+        cmocka_unit_test(test_gelu_erf),
+        cmocka_unit_test(test_dropout_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

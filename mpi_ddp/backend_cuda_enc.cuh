@@ -1,0 +1,283 @@
+/* backend_cuda_enc.cuh — the CUDA backend's Transformer encoder ops (ddp_enc_ops in backend.h), included by
+ * backend_cuda.cu (one translation unit: the same stream, cuBLAS handle and colsum). Each kernel runs one
+ * row body of kern_enc.h per thread, the code the CPU backend loops over, so the emulator tests run the
+ * same arithmetic the GPU does. Column reductions (layernorm dw/db, bias gradients, position gradients) run
+ * one thread per column in row order, or through cu_colsum: deterministic, no atomics. Attention: one thread
+ * per (query row, head) for the output and dq, one per (key row, head) for dk and dv, over the rows of the
+ * thread's own sample only (offsets and the row -> sample map), with the online softmax of the CPU's fused
+ * method. These are the reference kernels; faster ones (a warp per row, tiles in shared memory) must be
+ * checked against them. */
+
+static __device__ __host__ inline uint64_t row_dropkey(const ddp_dropout &dr, const int64_t *sid, int64_t s, int64_t pos)
+{
+    return dr.p > 0.0f ? ddp_drop_rowkey(dr.key, sid[s], pos) : 0;
+}
+
+__global__ void k_embed_fwd(float *h, const float *bias, const float *pos, const int64_t *off, const int64_t *seg,
+                            int64_t R, int64_t d)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * d) return;
+    int64_t r = i / d, c = i % d;
+    h[i] += bias[c] + (pos ? pos[(r - off[seg[r]]) * d + c] : 0.0f);
+}
+
+/* dpos[j, c] += sum over samples s longer than j of dh[off[s] + j, c], in sample order */
+__global__ void k_embed_bwd_pos(const float *dh, float *dpos, const int64_t *off, int64_t B, int64_t maxlen, int64_t d)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= maxlen * d) return;
+    int64_t j = i / d, c = i % d;
+    float acc = 0.0f;
+    for (int64_t s = 0; s < B; s++)
+        if (off[s + 1] - off[s] > j) acc += dh[(off[s] + j) * d + c];
+    dpos[i] += acc;
+}
+
+__global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
+                                int64_t R, int64_t d)
+{
+    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < R) ddp_layernorm_row(x + r * d, w, b, y + r * d, &mean[r], &rstd[r], d);
+}
+
+__global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float *w, const float *mean, const float *rstd,
+                                   float *dx, int64_t R, int64_t d)
+{
+    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < R) ddp_layernorm_row_bwd(dy + r * d, x + r * d, w, mean[r], rstd[r], dx + r * d, d);
+}
+
+__global__ void k_layernorm_bwd_dwdb(const float *dy, const float *x, const float *mean, const float *rstd, float *dw,
+                                     float *db, int64_t R, int64_t d)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= d) return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int64_t r = 0; r < R; r++) {
+        float g = dy[r * d + c];
+        sw += g * (x[r * d + c] - mean[r]) * rstd[r];
+        sb += g;
+    }
+    dw[c] += sw;
+    db[c] += sb;
+}
+
+__global__ void k_attn_fwd(const float *qkv, float *o, float *lse, const int64_t *off, const int64_t *seg,
+                           const int64_t *sid, int64_t R, int64_t d, int64_t H, ddp_dropout dr)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * H) return;
+    int64_t r = i / H, h = i % H, s = seg[r], lo = off[s], n = off[s + 1] - lo, dh = d / H, ld = 3 * d;
+    const float *base = qkv + lo * ld + h * dh;
+    lse[i] = ddp_attn_row_fwd(qkv + r * ld + h * dh, base + d, base + 2 * d, ld, n, dh, 1.0f / sqrtf((float)dh),
+                              o + r * d + h * dh, &dr, row_dropkey(dr, sid, s, r - lo), (uint64_t)h << 32);
+}
+
+/* D[r, h] = dO[r, head h] . O[r, head h] */
+__global__ void k_attn_D(const float *dout, const float *o, float *D, int64_t R, int64_t d, int64_t H)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * H) return;
+    int64_t r = i / H, h = i % H, dh = d / H;
+    D[i] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
+}
+
+__global__ void k_attn_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
+                             const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t R, int64_t d, int64_t H,
+                             ddp_dropout dr)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * H) return;
+    int64_t r = i / H, h = i % H, s = seg[r], lo = off[s], n = off[s + 1] - lo, dh = d / H, ld = 3 * d;
+    const float *base = qkv + lo * ld + h * dh;
+    ddp_attn_row_bwd_q(qkv + r * ld + h * dh, base + d, base + 2 * d, ld, n, dh, 1.0f / sqrtf((float)dh),
+                       dout + r * d + h * dh, lse[i], D[i], dqkv + r * ld + h * dh, &dr, row_dropkey(dr, sid, s, r - lo),
+                       (uint64_t)h << 32);
+}
+
+__global__ void k_attn_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
+                              const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t R, int64_t d, int64_t H,
+                              ddp_dropout dr)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * H) return;
+    int64_t r = i / H, h = i % H, s = seg[r], lo = off[s], n = off[s + 1] - lo, dh = d / H, ld = 3 * d;
+    const float *row = qkv + r * ld + h * dh;
+    float *drow = dqkv + r * ld + h * dh;
+    ddp_attn_row_bwd_kv(qkv + lo * ld + h * dh, row + d, row + 2 * d, ld, n, dh, 1.0f / sqrtf((float)dh),
+                        dout + lo * d + h * dh, d, lse + lo * H + h, D + lo * H + h, H, drow + d, drow + 2 * d, &dr,
+                        dr.p > 0.0f ? sid[s] : 0, ((uint64_t)h << 32) + (uint64_t)(r - lo));
+}
+
+__global__ void k_gelu_erf_fwd(const float *z, const float *bias, float *a, float *dg, const int64_t *off,
+                               const int64_t *seg, const int64_t *sid, int64_t R, int64_t cols, ddp_dropout dr)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * cols) return;
+    int64_t r = i / cols, c = i % cols;
+    float g, v = ddp_gelu_erf_fwd(z[i] + bias[c], dg ? &g : NULL);
+    if (dg) dg[i] = g;
+    if (dr.p > 0.0f) v *= ddp_drop_scale(&dr, row_dropkey(dr, sid, seg[r], r - off[seg[r]]), (uint64_t)c);
+    a[i] = v;
+}
+
+/* dz = drop(da) * dg */
+__global__ void k_gelu_erf_bwd(const float *da, const float *dg, float *dz, const int64_t *off, const int64_t *seg,
+                               const int64_t *sid, int64_t R, int64_t cols, ddp_dropout dr)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * cols) return;
+    int64_t r = i / cols, c = i % cols;
+    float v = da[i];
+    if (dr.p > 0.0f) v *= ddp_drop_scale(&dr, row_dropkey(dr, sid, seg[r], r - off[seg[r]]), (uint64_t)c);
+    dz[i] = v * dg[i];
+}
+
+/* out = h + drop(t + bias) */
+__global__ void k_residual_fwd(float *out, const float *h, const float *t, const float *bias, const int64_t *off,
+                               const int64_t *seg, const int64_t *sid, int64_t R, int64_t d, ddp_dropout dr)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * d) return;
+    int64_t r = i / d, c = i % d;
+    float v = t[i] + bias[c];
+    if (dr.p > 0.0f) v *= ddp_drop_scale(&dr, row_dropkey(dr, sid, seg[r], r - off[seg[r]]), (uint64_t)c);
+    out[i] = h[i] + v;
+}
+
+/* dt = drop(dh) */
+__global__ void k_drop(const float *dh, float *dt, const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t R,
+                       int64_t d, ddp_dropout dr)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * d) return;
+    int64_t r = i / d, c = i % d;
+    float v = dh[i];
+    if (dr.p > 0.0f) v *= ddp_drop_scale(&dr, row_dropkey(dr, sid, seg[r], r - off[seg[r]]), (uint64_t)c);
+    dt[i] = v;
+}
+
+/* one block per sample, threads over columns, rows in order */
+__global__ void k_pool_mean_fwd(const float *x, float *out, const int64_t *off, int64_t d)
+{
+    int64_t s = blockIdx.x, lo = off[s], hi = off[s + 1];
+    float inv = 1.0f / (float)(hi - lo);
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t r = lo; r < hi; r++) acc += x[r * d + c];
+        out[s * d + c] = acc * inv;
+    }
+}
+
+__global__ void k_pool_mean_bwd(const float *dp, float *dx, const int64_t *off, const int64_t *seg, int64_t R, int64_t d)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * d) return;
+    int64_t r = i / d, c = i % d, s = seg[r];
+    dx[i] = dp[s * d + c] / (float)(off[s + 1] - off[s]);
+}
+
+/* ------------------------------------------------------------------ ops */
+#define ENC_LAUNCH(kernel, n, ...)                                                                 \
+    do {                                                                                           \
+        if ((n) > 0) {                                                                             \
+            DDP_LAUNCH(kernel, blocks_for((n), 128), 128, 0, I(b)->stream, __VA_ARGS__);           \
+            LAUNCH_CHECK();                                                                        \
+        }                                                                                          \
+    } while (0)
+
+static ddp_status cu_embed_fwd(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pk,
+                               int64_t d)
+{
+    ENC_LAUNCH(k_embed_fwd, pk->R * d, h, bias, pos, pk->off, pk->seg, pk->R, d);
+    return DDP_OK;
+}
+
+static ddp_status cu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, float *dpos, const ddp_packing *pk,
+                               int64_t d)
+{
+    if (dpos) ENC_LAUNCH(k_embed_bwd_pos, pk->max_rows * d, dh, dpos, pk->off, pk->B, pk->max_rows, d);
+    return cu_colsum(b, dh, dbias, pk->R, d, 1.0f);
+}
+
+static ddp_status cu_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, float *y,
+                                   float *mean, float *rstd, int64_t R, int64_t d)
+{
+    ENC_LAUNCH(k_layernorm_fwd, R, x, w, bias, y, mean, rstd, R, d);
+    return DDP_OK;
+}
+
+static ddp_status cu_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
+                                   const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t d)
+{
+    ENC_LAUNCH(k_layernorm_bwd_dx, R, dy, x, w, mean, rstd, dx, R, d);
+    if (R > 0) ENC_LAUNCH(k_layernorm_bwd_dwdb, d, dy, x, mean, rstd, dw, db, R, d);
+    return DDP_OK;
+}
+
+static ddp_status cu_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pk,
+                                   int64_t d, int heads, const ddp_dropout *dr)
+{
+    ENC_LAUNCH(k_attn_fwd, pk->R * heads, qkv, o, lse, pk->off, pk->seg, pk->sid, pk->R, d, (int64_t)heads, *dr);
+    return DDP_OK;
+}
+
+static ddp_status cu_attention_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout, const float *lse,
+                                   float *dqkv, float *ws, const ddp_packing *pk, int64_t d, int heads,
+                                   const ddp_dropout *dr)
+{
+    int64_t n = pk->R * heads, H = heads;
+    ENC_LAUNCH(k_attn_D, n, dout, o, ws, pk->R, d, H);
+    ENC_LAUNCH(k_attn_bwd_q, n, qkv, dout, lse, ws, dqkv, pk->off, pk->seg, pk->sid, pk->R, d, H, *dr);
+    ENC_LAUNCH(k_attn_bwd_kv, n, qkv, dout, lse, ws, dqkv, pk->off, pk->seg, pk->sid, pk->R, d, H, *dr);
+    return DDP_OK;
+}
+
+static ddp_status cu_gelu_erf_fwd(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
+                                  const ddp_packing *pk, int64_t cols, const ddp_dropout *dr)
+{
+    ENC_LAUNCH(k_gelu_erf_fwd, pk->R * cols, z, bias, a, dgelu, pk->off, pk->seg, pk->sid, pk->R, cols, *dr);
+    return DDP_OK;
+}
+
+static ddp_status cu_gelu_erf_bwd(ddp_backend *b, const float *da, const float *dgelu, float *dz, float *dbias,
+                                  const ddp_packing *pk, int64_t cols, const ddp_dropout *dr)
+{
+    ENC_LAUNCH(k_gelu_erf_bwd, pk->R * cols, da, dgelu, dz, pk->off, pk->seg, pk->sid, pk->R, cols, *dr);
+    return cu_colsum(b, dz, dbias, pk->R, cols, 1.0f);
+}
+
+static ddp_status cu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
+                                  const ddp_packing *pk, int64_t d, const ddp_dropout *dr)
+{
+    ENC_LAUNCH(k_residual_fwd, pk->R * d, out, h, t, bias, pk->off, pk->seg, pk->sid, pk->R, d, *dr);
+    return DDP_OK;
+}
+
+static ddp_status cu_residual_bwd(ddp_backend *b, const float *dh, float *dt, float *dbias, const ddp_packing *pk,
+                                  int64_t d, const ddp_dropout *dr)
+{
+    ENC_LAUNCH(k_drop, pk->R * d, dh, dt, pk->off, pk->seg, pk->sid, pk->R, d, *dr);
+    return cu_colsum(b, dt, dbias, pk->R, d, 1.0f);
+}
+
+static ddp_status cu_pool_mean_fwd(ddp_backend *b, const float *x, float *out, const ddp_packing *pk, int64_t d)
+{
+    if (pk->B > 0) {
+        DDP_LAUNCH(k_pool_mean_fwd, (unsigned)pk->B, 128, 0, I(b)->stream, x, out, pk->off, d);
+        LAUNCH_CHECK();
+    }
+    return DDP_OK;
+}
+
+static ddp_status cu_pool_mean_bwd(ddp_backend *b, const float *dp, float *dx, const ddp_packing *pk, int64_t d)
+{
+    ENC_LAUNCH(k_pool_mean_bwd, pk->R * d, dp, dx, pk->off, pk->seg, pk->R, d);
+    return DDP_OK;
+}
+
+static const ddp_enc_ops cu_enc = {
+    cu_embed_fwd,  cu_embed_bwd,    cu_layernorm_fwd, cu_layernorm_bwd, cu_attention_fwd, cu_attention_bwd,
+    cu_gelu_erf_fwd, cu_gelu_erf_bwd, cu_residual_fwd, cu_residual_bwd, cu_pool_mean_fwd, cu_pool_mean_bwd,
+};
