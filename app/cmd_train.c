@@ -30,7 +30,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     ddp_train_config cfg;
     ddp_train_config_default(&cfg);
     int64_t seed = 0;
-    int hidden = 64, sampling = 0, device = 0, no_progress = 0, kind = 0, positions = 0;
+    int hidden = 64, sampling = 0, device = 0, no_progress = 0, kind = 0, positions = 0, shuffle = 0;
     ddp_model_config mc;
     ddp_model_config_default(&mc);
     double timeout = 0;
@@ -58,6 +58,10 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"grad-clip", OPT_F64, &cfg.grad_clip, NULL, 0, 1e12, "clip gradients to this global L2 norm (0 = off)", 0},
         {"accumulate", OPT_INT, &cfg.accumulate, NULL, 1, 1e6, "micro-batches per optimizer step (default 1)", 0},
         {"sampling", OPT_CHOICE, &sampling, "global|shard", 0, 0, "global permutation, or whole shards per rank", 0},
+        {"shuffle", OPT_CHOICE, &shuffle, "full|block", 0, 0,
+         "full permutation (default), or blocks of consecutive samples shuffled within windows (data larger than memory)", 0},
+        {"shuffle-block-mb", OPT_F64, &cfg.shuffle_block_mb, NULL, 0.001, 1e6, "--shuffle block: MiB of features per block (default 4)", 0},
+        {"shuffle-window", OPT_INT, &cfg.shuffle_window, NULL, 1, 64, "--shuffle block: blocks per shuffle window, read ahead together (default 16)", 0},
         {"drop-last", OPT_FLAG, &cfg.drop_last, NULL, 0, 0, "truncate the epoch to a multiple of the world size", 0},
         {"log-every", OPT_INT, &cfg.log_every, NULL, 1, 1e9, "optimizer steps between train rows (default 50)", 0},
         {"log-per-rank", OPT_FLAG, &cfg.log_per_rank, NULL, 0, 0, "also write metrics_rank<R>.csv with local values", 0},
@@ -90,6 +94,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.seed = (uint64_t)seed;
     cfg.hidden = hidden;
     cfg.sampling_shard = sampling == 1;
+    cfg.shuffle_block = shuffle == 1;
     cfg.progress = !no_progress;
     cfg.collective_timeout = timeout;
     cfg.mode_max = mode == 1;

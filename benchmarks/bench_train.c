@@ -70,7 +70,8 @@ int main(int argc, char **argv)
     ddp_ctx *ctx;
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
     const char *data = NULL, *csv = "train_raw.csv", *device = "cpu", *model = "mlp", *lens = "", *bout = NULL;
-    int64_t H = 64, B = 64, steps = 50, warmup = 5, cold = 0, L = 2, heads = 4, ff = 0, brows = 0;
+    int64_t H = 64, B = 64, steps = 50, warmup = 5, cold = 0, L = 2, heads = 4, ff = 0, brows = 0, block = 0, window = 16;
+    double block_mb = 4.0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--data")) data = argv[i + 1];
         else if (!strcmp(argv[i], "--hidden")) H = atoll(argv[i + 1]);
@@ -87,6 +88,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--lens")) lens = argv[i + 1];
         else if (!strcmp(argv[i], "--batches-out")) bout = argv[i + 1];
         else if (!strcmp(argv[i], "--batch-rows")) brows = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--shuffle")) block = !strcmp(argv[i + 1], "block");
+        else if (!strcmp(argv[i], "--shuffle-block-mb")) block_mb = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--shuffle-window")) window = atoll(argv[i + 1]);
     }
     int tx = !strcmp(model, "transformer");
     ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
@@ -102,12 +106,25 @@ int main(int argc, char **argv)
     ddp_sampler sm;
     if (ddp_sampler_init(&sm, DDP_SAMPLE_GLOBAL, ds->info.num_samples, t->size, t->rank, 1, 0, B, NULL, 0) != DDP_OK) DIE("sampler");
     int32_t *rowcounts = NULL;
+    if ((brows > 0 || block) && ddp_dataset_row_counts(ctx, ds, &rowcounts) != DDP_OK) DIE("row counts");
+    if (block) { /* --shuffle block: the trainer's block shuffle, with window read-ahead in the loader */
+        int64_t *first = calloc((size_t)ds->nshards + 1, sizeof *first);
+        for (int64_t k = 0; k < ds->nshards; k++) first[k] = ds->shards[k].meta.first;
+        first[ds->nshards] = ds->info.num_samples;
+        if (ddp_sampler_set_blocks(&sm, rowcounts, ds->info.dim, first, ds->nshards, block_mb * 1048576.0, window) != DDP_OK)
+            DIE("--shuffle block");
+        free(first);
+    }
     if (brows > 0) { /* token budgets: the trainer's --batch-rows path (split by cost, no padding) */
         double sq = tx ? 1.0 / (double)(2 * H + (ff > 0 ? ff : 2 * H)) : 0.0;
-        if (ddp_dataset_row_counts(ctx, ds, &rowcounts) != DDP_OK) DIE("row counts");
         if (ddp_sampler_set_budget(&sm, brows, 1, rowcounts, ds->info.max_sample_rows, sq) != DDP_OK) DIE("--batch-rows");
         if (ddp_sampler_set_epoch(&sm, 0) != DDP_OK) DIE("epoch");
         B = sm.batch; /* the model's workspace in samples */
+    }
+    if (ddp_sampler_set_epoch(&sm, 0) != DDP_OK) DIE("epoch");
+    if (steps == 0) { /* --steps 0: exactly one epoch, timed from its first step (a cold epoch: --cold 1 --warmup 0) */
+        steps = sm.steps - warmup;
+        if (steps < 1) DIE("--steps 0 with --warmup %lld: the epoch has %lld steps", (long long)warmup, (long long)sm.steps);
     }
     ddp_loader *ld;
     if (ddp_loader_create(ds, &sm, 1, &ld) != DDP_OK) DIE("loader");
@@ -241,15 +258,23 @@ int main(int argc, char **argv)
     double rss = (double)ru.ru_maxrss / 1024.0;
     MPI_Allreduce(MPI_IN_PLACE, &rss, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     /* ru_maxrss counts the mapped dataset pages (shared page cache); RssAnon is this process's own memory */
-    double anon = 0;
+    double anon = 0, filemb = 0;
     FILE *st = fopen("/proc/self/status", "r");
     if (st) {
         char line[256];
-        while (fgets(line, sizeof line, st))
+        while (fgets(line, sizeof line, st)) {
             if (!strncmp(line, "RssAnon:", 8)) anon = atof(line + 8) / 1024.0;
+            if (!strncmp(line, "RssFile:", 8)) filemb = atof(line + 8) / 1024.0;
+        }
         fclose(st);
     }
     MPI_Allreduce(MPI_IN_PLACE, &anon, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &filemb, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (t->rank == 0 && (block || cold)) /* the read side: feature bytes over the wall time, per-rank memory */
+        printf("bench_train read: %s shuffle, %.1f MB/s of features, %.0f samples/s, per rank: private %.1f MiB, file-backed %.1f MiB, "
+               "%lld block runs read ahead on rank 0\n",
+               block ? "block" : "full", (double)agg[0] * (double)ds->info.dim * 4.0 / w / 1e6, (double)agg[1] / w, anon, filemb,
+               (long long)ddp_io_counters_get()->ahead_runs);
     int64_t D = ds->info.dim;
     double flops = (double)rows * (4.0 * (double)D * (double)H + 6.0 * (double)H * (double)H); /* this rank's GEMM work */
     if (tx) /* the encoder's training FLOPs: 3 x forward (projections, FFN, attention scores and weighted sums) */

@@ -21,19 +21,7 @@ def gnuplot(script):
         print(f"(no plot: {e})")
 
 
-def # issue #15: balance with token budgets (mpiddp-rows) against sample-count batches (mpiddp), at 2 ranks
-bal = [r for r in rows if r["impl"] in ("mpiddp", "mpiddp-rows") and int(r["ranks"]) == 2]
-if any(r["impl"] == "mpiddp-rows" for r in bal):
-    print("\nbalance at 2 ranks (rows max/mean per step, weak-scaling efficiency 1->2):")
-    for r in sorted(bal, key=lambda r: (int(r["hidden"]), r["impl"])):
-        mm = r.get("rows_max_over_mean") or ""
-        line = f"  {r['impl']:>12} H {r['hidden']:>4}: rows max/mean {mm or '-':>6}, weak eff {r['weak_eff'] or '-'}"
-        if r["impl"] == "mpiddp-rows":
-            ok_w = r["weak_eff"] and float(r["weak_eff"]) >= 0.97
-            ok_b = mm and float(mm) <= 1.02
-            line += f"   target weak eff >= 0.97: {'PASS' if ok_w else 'MISS'}; max/mean <= 1.02: {'PASS' if ok_b else 'MISS'}"
-        print(line)
-plots(out):
+def plots(out):
     rows = list(csv.DictReader(open(f"{out}/train.csv"))) if os.path.exists(f"{out}/train.csv") else []
     if rows:
         hs = sorted({int(r["hidden"]) for r in rows})
@@ -128,4 +116,16 @@ with open(f"{out}/train_table.md", "w") as f:  # the same table for benchmarks/R
                 f"| {num(r['bwd_ms'])} | {num(r['sync_ms']) or '–'} | {num(r['opt_ms'])} | {num(r.get('compute_max_ms')) or '–'} | {num(r['gflops'], 1)} "
                 f"| {num(r['sgemm_gflops'], 1)} | {r['of_sgemm']} | {num(r['peak_rss_mib'], 0)} | {num(r.get('private_mib'), 1)} "
                 f"| {('**' + r['vs_peer'] + '**') if r['vs_peer'] else ''} | {r['weak_eff']} |\n")
+# issue #15: balance with token budgets (mpiddp-rows) against sample-count batches (mpiddp), at 2 ranks
+bal = [r for r in rows if r["impl"] in ("mpiddp", "mpiddp-rows") and int(r["ranks"]) == 2]
+if any(r["impl"] == "mpiddp-rows" for r in bal):
+    print("\nbalance at 2 ranks (rows max/mean per step, weak-scaling efficiency 1->2):")
+    for r in sorted(bal, key=lambda r: (int(r["hidden"]), r["impl"])):
+        mm = r.get("rows_max_over_mean") or ""
+        line = f"  {r['impl']:>12} H {r['hidden']:>4}: rows max/mean {mm or '-':>6}, weak eff {r['weak_eff'] or '-'}"
+        if r["impl"] == "mpiddp-rows":
+            ok_w = r["weak_eff"] and float(r["weak_eff"]) >= 0.97
+            ok_b = mm and float(mm) <= 1.02
+            line += f"   target weak eff >= 0.97: {'PASS' if ok_w else 'MISS'}; max/mean <= 1.02: {'PASS' if ok_b else 'MISS'}"
+        print(line)
 plots(out)

@@ -213,6 +213,10 @@ typedef struct {
     int64_t batch_rows;       /* > 0: token-budget batches instead (--batch-rows): an optimizer step takes the next
                                  samples of the epoch's order within batch_rows x ranks x accumulate rows, split
                                  over the ranks by cost; no padding duplicates (docs/distributed.md) */
+    int shuffle_block;        /* 1: --shuffle block: permute blocks of consecutive samples, shuffle within windows of
+                                 blocks (datasets larger than memory read in long sequential runs); 0: full shuffle */
+    double shuffle_block_mb;  /* features per block, MiB (default 4) */
+    int shuffle_window;       /* blocks per window (default 16, at most 64) */
     int accumulate;           /* micro-steps per optimizer step */
     double lr, weight_decay, beta1, beta2, eps;
     double grad_clip;         /* global-norm clip; 0 = off */

@@ -389,6 +389,20 @@ ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, co
     return ddp_shard_sample(s, i, scratch, rows, nrows, label, sample_id);
 }
 
+int ddp_dataset_range(ddp_dataset *ds, int64_t lo, int64_t hi, void **addr, size_t *len)
+{
+    ddp_shard *s;
+    int64_t i;
+    return hi > lo && ddp_dataset_locate(ds, lo, &s, &i) == DDP_OK && ddp_shard_range(s, i, i + (hi - lo), addr, len);
+}
+
+void ddp_dataset_prefetch_range(ddp_dataset *ds, int64_t lo, int64_t hi)
+{
+    ddp_shard *s;
+    int64_t i;
+    if (hi > lo && ddp_dataset_locate(ds, lo, &s, &i) == DDP_OK) ddp_shard_prefetch_range(s, i, i + (hi - lo));
+}
+
 void ddp_dataset_prefetch(ddp_dataset *ds, int64_t index)
 {
     ddp_shard *s;

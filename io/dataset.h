@@ -30,6 +30,10 @@ ddp_status ddp_dataset_check_max_rows(ddp_ctx *ctx, ddp_dataset *ds, int64_t lim
 /* Collective: every sample's row count, [num_samples] by global index, for token-budget batches. Rank r reads
  * the offsets of shards r, r + W, ... and the counts are allgathered. Allocated; the caller frees. */
 ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out);
+/* madvise(WILLNEED) the rows of global samples [lo, hi), which lie in one shard. */
+void ddp_dataset_prefetch_range(ddp_dataset *ds, int64_t lo, int64_t hi);
+/* The mapped bytes of the rows of global samples [lo, hi) (one shard; opened if needed): 1, or 0 if unmapped. */
+int ddp_dataset_range(ddp_dataset *ds, int64_t lo, int64_t hi, void **addr, size_t *len);
 /* madvise(WILLNEED) the rows of a sample, opening its shard if needed. */
 void ddp_dataset_prefetch(ddp_dataset *ds, int64_t index);
 

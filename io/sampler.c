@@ -129,14 +129,109 @@ void ddp_sampler_free(ddp_sampler *s)
     free(s->mine_first);
     free(s->mine_cum);
     free(s->plan);
+    free(s->blk_first);
+    free(s->bperm);
+    free(s->bcum);
     s->mine_first = s->mine_cum = NULL;
     s->plan = NULL;
+    s->blk_first = s->bperm = s->bcum = NULL;
+}
+
+ddp_status ddp_sampler_set_blocks(ddp_sampler *s, const int32_t *lens, int64_t dim, const int64_t *shard_first,
+                                  int64_t nshards, double block_bytes, int64_t window)
+{
+    if (s->mode != DDP_SAMPLE_GLOBAL)
+        return ddp_set_error(DDP_ERR_ARG, "--shuffle block needs --sampling global (shard sampling shuffles within each rank's shards)");
+    if (!(block_bytes > 0) || window < 1)
+        return ddp_set_error(DDP_ERR_ARG, "--shuffle-block-mb must be > 0 and --shuffle-window >= 1");
+    int64_t cap = 1024, nb = 0;
+    int64_t *bf = malloc((size_t)cap * sizeof *bf);
+    if (!bf) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    for (int64_t k = 0; k < nshards; k++) {
+        double bytes = 0;
+        for (int64_t i = shard_first[k]; i < shard_first[k + 1]; i++) {
+            if (i == shard_first[k] || bytes >= block_bytes) { /* a block starts here */
+                if (nb + 2 > cap) {
+                    int64_t *nbf = realloc(bf, (size_t)(cap *= 2) * sizeof *nbf);
+                    if (!nbf) {
+                        free(bf);
+                        return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+                    }
+                    bf = nbf;
+                }
+                bf[nb++] = i;
+                bytes = 0;
+            }
+            bytes += (double)lens[i] * (double)dim * sizeof(float);
+        }
+    }
+    bf[nb] = s->n;
+    free(s->blk_first);
+    s->blk_first = bf;
+    s->nblocks = nb;
+    s->window = window;
+    s->bperm = malloc((size_t)nb * sizeof *s->bperm);
+    s->bcum = malloc((size_t)(nb + 1) * sizeof *s->bcum);
+    s->blk_epoch = -1;
+    if (!s->bperm || !s->bcum) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    return DDP_OK;
+}
+
+/* the epoch's block order and where each permuted block starts (pure: seed, epoch, blocks) */
+static void make_block_order(ddp_sampler *s)
+{
+    uint64_t key = ddp_mix64(epoch_key(s->seed, s->epoch) ^ 0xb10c);
+    s->bcum[0] = 0;
+    for (int64_t b = 0; b < s->nblocks; b++) {
+        s->bperm[b] = ddp_permute(b, s->nblocks, key);
+        s->bcum[b + 1] = s->bcum[b] + (s->blk_first[s->bperm[b] + 1] - s->blk_first[s->bperm[b]]);
+    }
+    s->blk_epoch = s->epoch;
+}
+
+/* last b in [lo, hi) with bcum[b] <= p */
+static int64_t find_block(const ddp_sampler *s, int64_t p, int64_t lo, int64_t hi)
+{
+    hi--;
+    while (lo < hi) {
+        int64_t mid = (lo + hi + 1) / 2;
+        if (s->bcum[mid] <= p) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* position p of a block-shuffled epoch: its window (window consecutive permuted blocks), a permutation of the
+ * window's positions keyed by (seed, epoch, window), then the block and the sample inside it */
+static int64_t block_order_at(const ddp_sampler *s, int64_t p)
+{
+    int64_t w = find_block(s, p, 0, s->nblocks) / s->window;
+    int64_t b0 = w * s->window, b1 = b0 + s->window < s->nblocks ? b0 + s->window : s->nblocks;
+    int64_t base = s->bcum[b0], m = s->bcum[b1] - base;
+    int64_t r = base + ddp_permute(p - base, m, ddp_mix64(epoch_key(s->seed, s->epoch) ^ ddp_mix64((uint64_t)w + 0x77)));
+    int64_t b = find_block(s, r, b0, b1);
+    return s->blk_first[s->bperm[b]] + (r - s->bcum[b]);
 }
 
 /* sample at position p of the epoch's global order */
 static int64_t order_at(const ddp_sampler *s, int64_t p)
 {
-    return s->mode == DDP_SAMPLE_SEQUENTIAL ? p : ddp_permute(p, s->n, epoch_key(s->seed, s->epoch));
+    if (s->mode == DDP_SAMPLE_SEQUENTIAL) return p;
+    if (s->nblocks > 0) return block_order_at(s, p);
+    return ddp_permute(p, s->n, epoch_key(s->seed, s->epoch));
+}
+
+int64_t ddp_sampler_order(const ddp_sampler *s, int64_t p) { return order_at(s, p); }
+
+int64_t ddp_sampler_window_runs(const ddp_sampler *s, int64_t p, int64_t ahead, int64_t *runs, int64_t cap)
+{
+    if (s->nblocks == 0 || p < 0 || p >= s->n) return 0;
+    int64_t w = find_block(s, p, 0, s->nblocks) / s->window + ahead, k = 0;
+    for (int64_t b = w * s->window; b < (w + 1) * s->window && b < s->nblocks && k < cap; b++, k++) {
+        runs[2 * k] = s->blk_first[s->bperm[b]];
+        runs[2 * k + 1] = s->blk_first[s->bperm[b] + 1];
+    }
+    return k;
 }
 
 /* The epoch's optimizer steps: greedy runs of the order within the global budget (pure: seed, epoch, budget). */
@@ -182,6 +277,7 @@ ddp_status ddp_sampler_set_budget(ddp_sampler *s, int64_t rows_per_rank, int acc
     s->batch = s->max_rows;
     s->per_rank = 0;
     s->epoch = 0;
+    if (s->nblocks > 0 && s->blk_epoch != s->epoch) make_block_order(s);
     return make_plan(s); /* sequential order: the plan of every epoch */
 }
 
@@ -189,6 +285,7 @@ ddp_status ddp_sampler_set_epoch(ddp_sampler *s, int64_t epoch)
 {
     int changed = s->epoch != epoch;
     s->epoch = epoch;
+    if (s->nblocks > 0 && s->blk_epoch != epoch) make_block_order(s);
     if (s->budget > 0 && s->mode != DDP_SAMPLE_SEQUENTIAL && (changed || !s->plan)) return make_plan(s);
     return DDP_OK;
 }
@@ -265,7 +362,8 @@ int64_t ddp_sampler_at(const ddp_sampler *s, int64_t j, uint8_t *is_pad)
     int64_t p = j * s->world + s->rank;
     *is_pad = p >= s->n;
     p %= s->n;
-    return s->mode == DDP_SAMPLE_SEQUENTIAL ? p : ddp_permute(p, s->n, key);
+    (void)key;
+    return order_at(s, p);
 }
 
 ddp_status ddp_sampler_batch(const ddp_sampler *s, int64_t step, int64_t *indices, uint8_t *is_pad, int64_t *count)

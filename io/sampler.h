@@ -34,6 +34,13 @@ typedef struct {
     int64_t max_rows;     /* largest micro-batch of one rank, in rows (loader buffers); 0: batch x longest sample */
     int64_t nplan, cap_plan;
     int64_t *plan;        /* per epoch: [nplan+1] first position of each optimizer step in the epoch's order */
+    /* --shuffle block (ddp_sampler_set_blocks): the epoch's order permutes blocks of consecutive samples and
+     * shuffles samples within windows of consecutive permuted blocks; nblocks 0: --shuffle full */
+    int64_t nblocks, window;
+    int64_t *blk_first;   /* [nblocks+1] first global index of each block (a run of consecutive samples) */
+    int64_t *bperm;       /* per epoch: [nblocks] the blocks in the epoch's order */
+    int64_t *bcum;        /* per epoch: [nblocks+1] positions where each permuted block starts */
+    int64_t blk_epoch;    /* epoch bperm/bcum were built for (-1 none) */
 } ddp_sampler;
 
 /* shard_sizes: samples per shard (shard mode only; may be NULL otherwise). Pure and local: every rank
@@ -53,6 +60,16 @@ ddp_status ddp_sampler_batch(const ddp_sampler *s, int64_t step, int64_t *indice
  * rows_per_rank below the longest sample (max_len) is an error. */
 ddp_status ddp_sampler_set_budget(ddp_sampler *s, int64_t rows_per_rank, int accumulate, const int32_t *lens,
                                   int64_t max_len, double cost_sq);
+/* --shuffle block: blocks of consecutive samples of about block_bytes of features each (never crossing a
+ * shard: shard_first[k] is shard k's first global index, shard_first[nshards] = n), window blocks per window.
+ * Call before ddp_sampler_set_budget. lens: every sample's rows; dim: floats per row. */
+ddp_status ddp_sampler_set_blocks(ddp_sampler *s, const int32_t *lens, int64_t dim, const int64_t *shard_first,
+                                  int64_t nshards, double block_bytes, int64_t window);
+/* Block shuffle, for read-ahead: the blocks of the window `ahead` windows after the one holding position p, as
+ * runs of global indices [runs[2i], runs[2i+1]); returns how many (0 past the last window). */
+int64_t ddp_sampler_window_runs(const ddp_sampler *s, int64_t p, int64_t ahead, int64_t *runs, int64_t cap);
+/* The global index at position p of the epoch's order (global or sequential modes). */
+int64_t ddp_sampler_order(const ddp_sampler *s, int64_t p);
 /* Sample at position j (< per_rank) of this rank (sample-count batches only). */
 int64_t ddp_sampler_at(const ddp_sampler *s, int64_t j, uint8_t *is_pad);
 

@@ -557,6 +557,27 @@ ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float
     return DDP_OK;
 }
 
+int ddp_shard_range(ddp_shard *s, int64_t i, int64_t j, void **addr, size_t *len)
+{
+    if (!s->features || j <= i) return 0;
+    long page = sysconf(_SC_PAGESIZE);
+    const char *a = (const char *)(s->features + s->offsets[i] * s->meta.dim);
+    const char *b = (const char *)(s->features + s->offsets[j] * s->meta.dim);
+    uintptr_t lo = (uintptr_t)a & ~(uintptr_t)(page - 1);
+    *addr = (void *)lo;
+    *len = (size_t)((uintptr_t)b - lo);
+    return 1;
+}
+
+void ddp_shard_prefetch_range(ddp_shard *s, int64_t i, int64_t j)
+{
+    void *a;
+    size_t n;
+    if (!ddp_shard_range(s, i, j, &a, &n)) return;
+    madvise(a, n, MADV_WILLNEED);
+    ddp_io_counters_get()->ahead_runs++;
+}
+
 void ddp_shard_prefetch(ddp_shard *s, int64_t i)
 {
     if (!s->features) return;

@@ -68,6 +68,10 @@ ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float
                             int64_t *label, int64_t *sample_id);
 /* Hint the kernel to read sample i's rows ahead (mapped shards only). */
 void ddp_shard_prefetch(ddp_shard *s, int64_t i);
+/* The same for the rows of samples [i, j) of the shard: one sequential run of the file. */
+void ddp_shard_prefetch_range(ddp_shard *s, int64_t i, int64_t j);
+/* The page-aligned mapped bytes holding the rows of samples [i, j): 1, or 0 when the shard is not mapped. */
+int ddp_shard_range(ddp_shard *s, int64_t i, int64_t j, void **addr, size_t *len);
 
 /* Process-wide I/O counters, for tests and benchmarks. */
 typedef struct {
@@ -75,6 +79,7 @@ typedef struct {
     int64_t validated;   /* shard files validated for this process (in a child by default) */
     int64_t shards_mapped;
     int64_t hdf5_reads;  /* per-sample H5Dread fallbacks */
+    int64_t ahead_runs;  /* --shuffle block: block-long runs of a shard file advised for read-ahead (WILLNEED) */
 } ddp_io_counters;
 ddp_io_counters *ddp_io_counters_get(void);
 

@@ -3,7 +3,7 @@
  *   fused  per query row: scores, softmax and weighted sum in loops vectorised over the sample's rows (K and V
  *          transposed once per sample and head); no n x n matrix, no library call per sample;
  *   gemm   per sample and head, S = Q K^T and O = P V as OpenBLAS sgemm calls on an n x n scratch;
- *   auto   (default) gemm for samples of at least MPIDDP_ATTENTION_GEMM_MIN rows (default 24), else fused.
+ *   auto   (default) gemm for samples of at least MPIDDP_ATTENTION_GEMM_MIN rows (default 8), else fused.
  * Both are exact (no padding rows or scores); they differ only in summation order. */
 #include "backend.h"
 #include "status.h"
@@ -24,7 +24,32 @@ static int64_t attn_gemm_min(void)
     const char *m = getenv("MPIDDP_ATTENTION"), *t = getenv("MPIDDP_ATTENTION_GEMM_MIN");
     if (m && !strcmp(m, "fused")) return INT64_MAX;
     if (m && !strcmp(m, "gemm")) return 0;
-    return t && *t ? atoll(t) : 24;
+    return t && *t ? atoll(t) : 8;
+}
+
+/* y += a x, and the backward's three updates of one (query, key) pair: restrict lets the compiler vectorise
+ * (the pointers are distinct column blocks of distinct rows) */
+static inline void axpy(float *restrict y, const float *restrict x, float a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+static inline void axpy3(float *restrict dq, float *restrict dk, float *restrict dv, const float *restrict k,
+                         const float *restrict q, const float *restrict dout, float ds, float pw, int64_t n)
+{
+    for (int64_t c = 0; c < n; c++) {
+        dq[c] += ds * k[c];
+        dk[c] += ds * q[c];
+        dv[c] += pw * dout[c];
+    }
+}
+/* s1 += a1 x1 and s2 += a2 x2 (two score rows at once) */
+static inline void axpy2(float *restrict s1, float *restrict s2, const float *restrict x1, const float *restrict x2, float a1,
+                         float a2, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++) {
+        s1[j] += a1 * x1[j];
+        s2[j] += a2 * x2[j];
+    }
 }
 
 static uint64_t rowkey(const ddp_dropout *dr, const ddp_packing *pk, int64_t s, int64_t i)
@@ -103,11 +128,7 @@ DDP_CLONES static void attn_fused_fwd(const float *qkv, float *o, float *lse, co
         for (int64_t i = 0; i < n; i++) {
             const float *qi = q + i * ld;
             for (int64_t j = 0; j < n; j++) sr[j] = 0.0f;
-            for (int64_t c = 0; c < dh; c++) {
-                float qc = qi[c] * scale;
-                const float *kc = Kt + c * n;
-                for (int64_t j = 0; j < n; j++) sr[j] += qc * kc[j];
-            }
+            for (int64_t c = 0; c < dh; c++) axpy(sr, Kt + c * n, qi[c] * scale, n);
             float m = sr[0], l = 0.0f;
             for (int64_t j = 1; j < n; j++) m = sr[j] > m ? sr[j] : m;
             for (int64_t j = 0; j < n; j++) {
@@ -121,11 +142,7 @@ DDP_CLONES static void attn_fused_fwd(const float *qkv, float *o, float *lse, co
                 sr[j] *= drop ? inv * ddp_drop_scale(dr, rk, ((uint64_t)h << 32) + (uint64_t)j) : inv;
             float *oi = o + (lo + i) * d + h * dh;
             for (int64_t c = 0; c < dh; c++) oi[c] = 0.0f;
-            for (int64_t j = 0; j < n; j++) {
-                float w = sr[j];
-                const float *vj = v + j * ld;
-                for (int64_t c = 0; c < dh; c++) oi[c] += w * vj[c];
-            }
+            for (int64_t j = 0; j < n; j++) axpy(oi, v + j * ld, sr[j], dh);
         }
     }
 }
@@ -216,14 +233,7 @@ DDP_CLONES static void attn_fused_bwd(const float *qkv, const float *dout, const
             const float *qi = q + i * ld, *doi = dout + (lo + i) * d + h * dh;
             float li = lse[(lo + i) * heads + h], Di = D[(lo + i) * heads + h];
             for (int64_t j = 0; j < n; j++) pr[j] = dp[j] = 0.0f;
-            for (int64_t c = 0; c < dh; c++) {
-                float qc = qi[c] * scale, oc = doi[c];
-                const float *kc = Kt + c * n, *vc = Vt + c * n;
-                for (int64_t j = 0; j < n; j++) {
-                    pr[j] += qc * kc[j];
-                    dp[j] += oc * vc[j];
-                }
-            }
+            for (int64_t c = 0; c < dh; c++) axpy2(pr, dp, Kt + c * n, Vt + c * n, qi[c] * scale, doi[c], n);
             uint64_t rk = drop ? rowkey(dr, pk, s, i) : 0;
             for (int64_t j = 0; j < n; j++) {
                 float p = ddp_expf(pr[j] - li), ms = drop ? ddp_drop_scale(dr, rk, ((uint64_t)h << 32) + (uint64_t)j) : 1.0f;
@@ -232,16 +242,7 @@ DDP_CLONES static void attn_fused_bwd(const float *qkv, const float *dout, const
             }
             float *dqi = dq + i * ld;
             for (int64_t c = 0; c < dh; c++) dqi[c] = 0.0f;
-            for (int64_t j = 0; j < n; j++) {
-                float ds = dp[j], pw = pr[j];
-                const float *kj = k + j * ld;
-                float *dkj = dk + j * ld, *dvj = dv + j * ld;
-                for (int64_t c = 0; c < dh; c++) {
-                    dqi[c] += ds * kj[c];
-                    dkj[c] += ds * qi[c];
-                    dvj[c] += pw * doi[c];
-                }
-            }
+            for (int64_t j = 0; j < n; j++) axpy3(dqi, dk + j * ld, dv + j * ld, k + j * ld, qi, doi, dp[j], pr[j], dh);
         }
     }
 }
@@ -311,12 +312,20 @@ DDP_CLONES static ddp_status cpu_gelu_erf_fwd(ddp_backend *b, const float *z, co
     for (int64_t s = 0; s < pk->B; s++)
         for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
             const float *zr = z + r * cols;
-            float *ar = a + r * cols, *gr = dgelu ? dgelu + r * cols : NULL;
-            uint64_t rk = drop ? rowkey(dr, pk, s, r - pk->off[s]) : 0;
-            for (int64_t c = 0; c < cols; c++) {
-                float g, v = ddp_gelu_erf_fwd(zr[c] + bias[c], gr ? &g : NULL);
-                if (gr) gr[c] = g;
-                ar[c] = drop ? v * ddp_drop_scale(dr, rk, (uint64_t)c) : v;
+            float *ar = a + r * cols;
+            if (dgelu) { /* gr may be zr (in place): element by element, so still vectorisable */
+                float *gr = dgelu + r * cols;
+                for (int64_t c = 0; c < cols; c++) {
+                    float g, v = ddp_gelu_erf_fwd(zr[c] + bias[c], &g);
+                    gr[c] = g;
+                    ar[c] = v;
+                }
+            } else {
+                for (int64_t c = 0; c < cols; c++) ar[c] = ddp_gelu_erf_fwd(zr[c] + bias[c], NULL);
+            }
+            if (drop) {
+                uint64_t rk = rowkey(dr, pk, s, r - pk->off[s]);
+                for (int64_t c = 0; c < cols; c++) ar[c] *= ddp_drop_scale(dr, rk, (uint64_t)c);
             }
         }
     return DDP_OK;

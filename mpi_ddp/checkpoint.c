@@ -71,6 +71,7 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     CK(ddp_h5_attr_i64(f, "bad_epochs", cs->bad_epochs), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "global_batch", cs->global_batch), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "global_batch_rows", cs->global_batch_rows), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_str(f, "shuffle", cs->shuffle[0] ? cs->shuffle : "full"), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "topk", cs->topk_json ? cs->topk_json : "[]"), "%s: writing attributes", tmp);
     if (cs->best_local) {
         hsize_t w = (hsize_t)cs->world_size;
@@ -213,6 +214,13 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     DDP_TRY(read_i64_attr(f, path, "global_batch", &cs->global_batch));
     cs->global_batch_rows = 0; /* absent in checkpoints of sample-count runs written before token budgets */
     if (H5Aexists(f, "global_batch_rows") > 0) DDP_TRY(read_i64_attr(f, path, "global_batch_rows", &cs->global_batch_rows));
+    snprintf(cs->shuffle, sizeof cs->shuffle, "full");
+    if (H5Aexists(f, "shuffle") > 0) {
+        char *sh = NULL;
+        DDP_TRY(read_str_attr(f, path, "shuffle", &sh));
+        snprintf(cs->shuffle, sizeof cs->shuffle, "%s", sh);
+        free(sh);
+    }
     DDP_TRY(read_attr(f, path, "best_score", H5T_NATIVE_DOUBLE, &cs->best_score));
     {
         char *mon = NULL;

@@ -19,6 +19,7 @@ typedef struct {
     const char *config_json;/* write: configuration; read: NULL */
     int64_t global_batch;   /* samples per optimizer step over all ranks */
     int64_t global_batch_rows; /* token-budget runs: the global budget in rows (0: sample-count batches) */
+    char shuffle[64];       /* the epoch order: "full", or "block:<MiB>:<window>" ("full" when absent) */
     /* each rank's best local monitor value [world_size] (vote policies); read: allocated, caller frees */
     double *best_local;
     /* top-k list as JSON [[value, epoch, step, "path"], ...]; read: allocated, caller frees */

@@ -56,6 +56,8 @@ void ddp_train_config_default(ddp_train_config *c)
     c->hidden = 0;
     c->monitor = "val/loss";
     c->save_top_k = 1;
+    c->shuffle_block_mb = 4.0;
+    c->shuffle_window = 16;
 }
 
 static double now_s(void)
@@ -101,6 +103,10 @@ static ddp_status check_config(const ddp_train_config *c)
     if (c->batch_size < 1) return ddp_set_error(DDP_ERR_ARG, "--batch-size %d: must be >= 1", c->batch_size);
     if (c->accumulate < 1) return ddp_set_error(DDP_ERR_ARG, "--accumulate %d: must be >= 1", c->accumulate);
     if (c->batch_rows < 0) return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld: must be >= 1", (long long)c->batch_rows);
+    if (c->shuffle_block && (!(c->shuffle_block_mb > 0) || c->shuffle_window < 1 || c->shuffle_window > 64))
+        return ddp_set_error(DDP_ERR_ARG, "--shuffle block: need --shuffle-block-mb > 0 and --shuffle-window in [1, 64]");
+    if (c->shuffle_block && c->sampling_shard)
+        return ddp_set_error(DDP_ERR_ARG, "--shuffle block needs --sampling global (shard sampling shuffles within each rank's shards)");
     if (c->batch_rows > 0 && c->sampling_shard)
         return ddp_set_error(DDP_ERR_ARG, "--batch-rows needs --sampling global (shard sampling keeps sample-count batches)");
     if (!(c->lr > 0) || !isfinite(c->lr)) return ddp_set_error(DDP_ERR_ARG, "--lr %g: must be a positive number", c->lr);
@@ -314,6 +320,13 @@ static char *topk_json(const ddp_decider *d)
 
 /* Collective: rank 0 writes the full state at position (t->epoch, t->mb) to path; the others wait (within
  * --collective-timeout, which must therefore exceed the time a checkpoint write takes). */
+/* The epoch order as checkpoints record it: "full" or "block:<MiB>:<window>". */
+static void shuffle_name(const ddp_train_config *c, char *buf, size_t len)
+{
+    if (c->shuffle_block) snprintf(buf, len, "block:%g:%d", c->shuffle_block_mb, c->shuffle_window);
+    else snprintf(buf, len, "full");
+}
+
 static ddp_status save_ckpt(trainer *t, const char *path)
 {
     ddp_ctx *ctx = t->ctx;
@@ -355,6 +368,7 @@ static ddp_status save_ckpt(trainer *t, const char *path)
                              .topk_json = tk,
                              .model_cfg = t->cfg->model_config};
         snprintf(cs.monitor, sizeof cs.monitor, "%s", t->dec.monitor);
+        shuffle_name(t->cfg, cs.shuffle, sizeof cs.shuffle);
         if (st == DDP_OK) st = ddp_ckpt_write(path, t->model, t->h_params, t->h_m, t->h_v, &cs);
         free(tk);
     }
@@ -429,6 +443,12 @@ static ddp_status resume_from(trainer *t, const char *path)
     else if (facts[5] != gb)
         st = ddp_set_error(DDP_ERR_ARG, "%s: global batch %lld differs from this run's %lld (batch-size x ranks x accumulate)", path,
                            (long long)facts[5], (long long)gb);
+    char mine[64], saved[64];
+    shuffle_name(c, mine, sizeof mine);
+    snprintf(saved, sizeof saved, "%s", cs.shuffle);
+    MPI_CHECK(MPI_Bcast(saved, (int)sizeof saved, MPI_CHAR, 0, ctx->world));
+    if (st == DDP_OK && strcmp(saved, mine) != 0) /* another order would not continue the saved epoch exactly */
+        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --shuffle %s; this run uses --shuffle %s", path, saved, mine);
     if (st == DDP_OK && facts[0] > c->epochs)
         st = ddp_set_error(DDP_ERR_ARG, "%s: already at epoch %lld of --epochs %d", path, (long long)facts[0], c->epochs);
     if (st != DDP_OK) ddp_mark_error_shared(); /* every rank computed the same facts */
@@ -641,13 +661,23 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
     if (st != DDP_OK) return st;
     DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&vsm, DDP_SAMPLE_SEQUENTIAL, val->info.num_samples, ctx->topo.size,
                                                    ctx->topo.rank, c->seed, 0, c->batch_size, NULL, 0)));
+    if (c->batch_rows > 0 || c->shuffle_block) DDP_TRY(ddp_dataset_row_counts(ctx, train, &t->lens_train));
+    if (c->shuffle_block) { /* blocks of consecutive samples within each shard, permuted per epoch */
+        int64_t *first = ddp_calloc((size_t)train->nshards + 1, sizeof *first);
+        if (!first) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+        for (int64_t k = 0; k < train->nshards; k++) first[k] = train->shards[k].meta.first;
+        first[train->nshards] = train->info.num_samples;
+        st = ddp_sampler_set_blocks(&tsm, t->lens_train, train->info.dim, first, train->nshards,
+                                    c->shuffle_block_mb * 1048576.0, c->shuffle_window);
+        free(first);
+        DDP_TRY(ddp_agree_status(ctx, st));
+    }
     if (c->batch_rows > 0) { /* token budgets: every sample's rows, then the plans (docs/distributed.md) */
         const ddp_model_config *mc = c->model_config;
         /* the transformer's cost of a sample: its rows plus its attention, n^2 / (2d + f) row-equivalents */
         double sq = mc && mc->kind == DDP_MODEL_TRANSFORMER ? 1.0 / (double)(2 * mc->hidden + (mc->ff > 0 ? mc->ff : 2 * mc->hidden)) : 0.0;
         DDP_TRY(ddp_dataset_check_max_rows(ctx, train, c->batch_rows, "--batch-rows"));
         DDP_TRY(ddp_dataset_check_max_rows(ctx, val, c->batch_rows, "--batch-rows"));
-        DDP_TRY(ddp_dataset_row_counts(ctx, train, &t->lens_train));
         DDP_TRY(ddp_dataset_row_counts(ctx, val, &t->lens_val));
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&tsm, c->batch_rows, c->accumulate, t->lens_train,
                                                              train->info.max_sample_rows, sq)));

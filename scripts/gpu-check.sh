@@ -43,6 +43,11 @@ if [ "$ngpu" -ge 4 ]; then
     run env MPIDDP="$B/mpiddp" TESTTOOL="$B/tests/testtool" EXAMPLE="$B/example_user_model" SRC="$PWD" \
       BENCH_DIR="$B/benchmarks" WORK="$B/gpu-check/$t" MPIDDP_TEST_DEVICE=cuda bash "tests/sh/$t.sh"
   done
+  for t in ddp_identity exact_validation batch_rows; do # the Transformer encoder's kernels, dropout on
+    run env MPIDDP="$B/mpiddp" TESTTOOL="$B/tests/testtool" EXAMPLE="$B/example_user_model" SRC="$PWD" \
+      BENCH_DIR="$B/benchmarks" WORK="$B/gpu-check/${t}_tx" MPIDDP_TEST_DEVICE=cuda \
+      MPIDDP_TEST_MODEL_ARGS="--model transformer --heads 4 --dropout 0.1" bash "tests/sh/$t.sh"
+  done
 else
   section "multi-rank suites with --device cuda: SKIPPED, they need 4 GPUs on one node and this one has $ngpu"
 fi
@@ -63,7 +68,11 @@ for dev in cpu cuda; do
     run mpirun -np 1 "$B/benchmarks/bench_train" --data "$W/train" --hidden $h --batch 256 --steps 50 --device $dev --csv "$B/train_gpu.csv"
   done
 done
-grep -h "^mpiddp " "$REPORT" | tail -4
+for dev in cpu cuda; do # the Transformer encoder, d 256 L 4, lengths 4-64
+  run mpirun -np 1 "$B/benchmarks/bench_train" --data "$W/train" --model transformer --hidden 256 --layers 4 --heads 4 \
+    --batch 64 --steps 20 --lens 4-64 --device $dev --csv "$B/tx_gpu.csv"
+done
+grep -h "^mpiddp " "$REPORT" | tail -6
 rm -rf "$W"
 section "result"
 if [ $failed = 0 ]; then echo "gpu-check: all passed" | tee -a "$REPORT"; else echo "gpu-check: $failed step(s) FAILED" | tee -a "$REPORT"; fi

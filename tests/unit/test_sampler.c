@@ -1,7 +1,8 @@
 /* test_sampler.c — the counter-based sampler: the Feistel permutation is a bijection; the global order
  * is independent of world size (the union over ranks, position by position, is the 1-rank order);
  * padding duplicates are flagged; shard mode gives equal step counts over uneven shards and each rank
- * reads only its own shards; epochs and seeds change the order. */
+ * reads only its own shards; epochs and seeds change the order; the block shuffle's windows and read-ahead
+ * runs; the token-budget plan and split. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -139,12 +140,140 @@ static void test_shard_mode_equal_steps(void **state)
     assert_int_not_equal(ddp_sampler_init(&s, DDP_SAMPLE_SHARD, 10, 4, 0, 3, 0, 2, sizes, 2), DDP_OK);
 }
 
+/* --shuffle block: each epoch's order is a permutation; blocks are runs of consecutive samples within a
+ * shard of about the block size; every window of the order covers exactly the samples of at most `window`
+ * blocks (so it is read as that many sequential runs of the files); the order does not depend on the world
+ * size; epochs differ; the read-ahead runs are the next window's blocks. */
+static void test_block_shuffle(void **state)
+{
+    (void)state;
+    enum { N = 997, D = 4, NSH = 3, WIN = 3 };
+    int32_t lens[N];
+    for (int i = 0; i < N; i++) lens[i] = 1 + (int32_t)((i * 7919) % 13);
+    const int64_t first[NSH + 1] = {0, 300, 640, N};
+    int64_t *prev = calloc(N, sizeof *prev);
+    for (int64_t epoch = 0; epoch < 3; epoch++) {
+        ddp_sampler s;
+        assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, N, 1, 0, 42, 0, 5, NULL, 0), DDP_OK);
+        assert_int_equal(ddp_sampler_set_blocks(&s, lens, D, first, NSH, 512.0, WIN), DDP_OK);
+        assert_int_equal(ddp_sampler_set_epoch(&s, epoch), DDP_OK);
+        /* blocks: consecutive, inside one shard, about 512 bytes (the last of a shard may be shorter) */
+        for (int64_t b = 0; b < s.nblocks; b++) {
+            int64_t lo = s.blk_first[b], hi = s.blk_first[b + 1], k = 0;
+            while (first[k + 1] <= lo) k++;
+            assert_true(hi <= first[k + 1] && hi > lo);
+            double bytes = 0;
+            for (int64_t i = lo; i < hi; i++) bytes += lens[i] * D * 4.0;
+            assert_true(bytes - lens[hi - 1] * D * 4.0 < 512.0); /* it closed at the first sample reaching 512 */
+        }
+        char seen[N];
+        memset(seen, 0, sizeof seen);
+        int64_t *order = calloc(N, sizeof *order), same = 0;
+        for (int64_t p = 0; p < N; p++) {
+            order[p] = ddp_sampler_order(&s, p);
+            assert_true(order[p] >= 0 && order[p] < N && !seen[order[p]]);
+            seen[order[p]] = 1;
+            same += epoch > 0 && order[p] == prev[p];
+        }
+        assert_true(same < N / 10); /* another epoch, another order */
+        /* windows: the positions of window w are exactly the samples of its <= WIN blocks */
+        int64_t runs[2 * WIN], nwin = 0;
+        for (int64_t p = 0; p < N;) {
+            int64_t k = ddp_sampler_window_runs(&s, p, 0, runs, WIN), m = 0;
+            assert_true(k >= 1 && k <= WIN);
+            for (int64_t i = 0; i < k; i++) m += runs[2 * i + 1] - runs[2 * i];
+            for (int64_t q = p; q < p + m; q++) {
+                int inside = 0;
+                for (int64_t i = 0; i < k; i++) inside |= order[q] >= runs[2 * i] && order[q] < runs[2 * i + 1];
+                assert_true(inside);
+            }
+            if (p + m < N) { /* the read-ahead of window w is window w + 1 */
+                int64_t next[2 * WIN], k2 = ddp_sampler_window_runs(&s, p, 1, next, WIN), k3 = ddp_sampler_window_runs(&s, p + m, 0, runs, WIN);
+                assert_int_equal(k2, k3);
+                assert_memory_equal(next, runs, (size_t)(2 * k2) * sizeof *runs);
+            }
+            p += m;
+            nwin++;
+        }
+        assert_true(nwin > 10);
+        /* world-size independence: rank r of W takes positions r, r + W, ... of the same order */
+        for (int W = 2; W <= 4; W++)
+            for (int r = 0; r < W; r++) {
+                ddp_sampler t;
+                assert_int_equal(ddp_sampler_init(&t, DDP_SAMPLE_GLOBAL, N, W, r, 42, 0, 5, NULL, 0), DDP_OK);
+                assert_int_equal(ddp_sampler_set_blocks(&t, lens, D, first, NSH, 512.0, WIN), DDP_OK);
+                assert_int_equal(ddp_sampler_set_epoch(&t, epoch), DDP_OK);
+                for (int64_t j = 0; j * W + r < N; j++) {
+                    uint8_t pad;
+                    assert_int_equal(ddp_sampler_at(&t, j, &pad), order[j * W + r]);
+                }
+                ddp_sampler_free(&t);
+            }
+        memcpy(prev, order, N * sizeof *order);
+        free(order);
+        ddp_sampler_free(&s);
+    }
+    free(prev);
+    ddp_sampler s;
+    assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_SHARD, N, 2, 0, 1, 0, 5, (const int64_t[]){300, 340, 357}, 3), DDP_OK);
+    assert_int_equal(ddp_sampler_set_blocks(&s, lens, D, first, NSH, 512.0, WIN), DDP_ERR_ARG);
+    ddp_sampler_free(&s);
+}
+
+/* token budgets: steps fit the global budget (at least one sample), the epoch's samples once each, the split
+ * over W x acc bins is a partition of the step, and the per-bin cost stays within one sample of the mean */
+static void test_budget_plan(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    int32_t lens[N];
+    int64_t maxl = 0;
+    for (int i = 0; i < N; i++) lens[i] = 1 + (int32_t)((i * 104729) % 64), maxl = lens[i] > maxl ? lens[i] : maxl;
+    for (int W = 1; W <= 4; W *= 2)
+        for (int acc = 1; acc <= 2; acc++) {
+            int64_t count[N] = {0}, idx[4096];
+            uint8_t pad[4096];
+            ddp_sampler s[4];
+            for (int r = 0; r < W; r++) {
+                assert_int_equal(ddp_sampler_init(&s[r], DDP_SAMPLE_GLOBAL, N, W, r, 7, 0, 1, NULL, 0), DDP_OK);
+                assert_int_equal(ddp_sampler_set_budget(&s[r], 1024 / W / acc, acc, lens, maxl, 0.0), DDP_OK);
+                assert_int_equal(ddp_sampler_set_epoch(&s[r], 1), DDP_OK);
+                assert_int_equal(s[r].steps, s[0].steps);
+            }
+            for (int64_t k = 0; k < s[0].steps; k++) {
+                int64_t rows = 0;
+                for (int r = 0; r < W; r++) {
+                    int64_t n;
+                    assert_int_equal(ddp_sampler_batch(&s[r], k, idx, pad, &n), DDP_OK);
+                    int64_t brows = 0;
+                    for (int64_t i = 0; i < n; i++) count[idx[i]]++, brows += lens[idx[i]], assert_int_equal(pad[i], 0);
+                    assert_true(brows <= s[r].max_rows);
+                    rows += brows;
+                }
+                (void)rows;
+            }
+            for (int i = 0; i < N; i++) assert_int_equal(count[i], 1);
+            for (int64_t os = 0; os < s[0].nplan; os++) { /* greedy: the next sample would not have fit */
+                int64_t rows = 0;
+                for (int64_t p = s[0].plan[os]; p < s[0].plan[os + 1]; p++) rows += lens[ddp_sampler_order(&s[0], p)];
+                assert_true(rows <= 1024 || s[0].plan[os + 1] - s[0].plan[os] == 1);
+                if (os + 1 < s[0].nplan) assert_true(rows + lens[ddp_sampler_order(&s[0], s[0].plan[os + 1])] > 1024);
+            }
+            for (int r = 0; r < W; r++) ddp_sampler_free(&s[r]);
+        }
+    ddp_sampler s;
+    assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, N, 2, 0, 7, 0, 1, NULL, 0), DDP_OK);
+    assert_int_equal(ddp_sampler_set_budget(&s, maxl - 1, 1, lens, maxl, 0.0), DDP_ERR_ARG);
+    ddp_sampler_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_permute_bijection),      cmocka_unit_test(test_global_union_equals_one_rank),
         cmocka_unit_test(test_drop_last_and_batches),  cmocka_unit_test(test_epoch_and_seed_change_order),
-        cmocka_unit_test(test_shard_mode_equal_steps),
+        cmocka_unit_test(test_shard_mode_equal_steps),    cmocka_unit_test(test_block_shuffle),
+        cmocka_unit_test(test_budget_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,97 @@
+#!/usr/bin/python3
+"""The PyTorch peer of run_bigdata.sh: the MLP of docs/model.md under DDP (gloo) trained on a dataset larger
+than memory the only way a per-process Dataset can hold it: each sample read through h5py when it is drawn
+(offsets loaded once per shard, then features[lo:hi]), a random permutation per epoch split over the ranks,
+64 samples per rank per step. It stops after --seconds of training (a whole cold epoch would take far
+longer) and prints samples/s, the rate it trains at cold.
+
+  mpirun -np 2 /usr/bin/python3 peers/torch_h5py_train.py --data DIR --hidden 64 --seconds 60 [--port P]
+"""
+import argparse
+import os
+import time
+
+import h5py
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--data", required=True)
+ap.add_argument("--hidden", type=int, default=64)
+ap.add_argument("--batch", type=int, default=64)
+ap.add_argument("--seconds", type=float, default=60)
+ap.add_argument("--port", type=int, default=29717)
+a = ap.parse_args()
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
+world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("MASTER_PORT", str(a.port))
+torch.set_num_threads(1)
+dist.init_process_group("gloo", rank=rank, world_size=world)
+
+names = sorted(p for p in os.listdir(a.data) if p.endswith(".h5") and not p.startswith("."))
+files = [h5py.File(os.path.join(a.data, n), "r") for n in names]
+offs = [f["offsets"][()] for f in files]
+labs = [f["labels"][()].astype(np.int64) for f in files]
+first = np.cumsum([0] + [len(o) - 1 for o in offs])
+N, D = int(first[-1]), files[0]["features"].shape[1]
+C = int(max(l.max() for l in labs)) + 1
+
+
+class Ref(torch.nn.Module):
+    def __init__(self, d, h, c):
+        super().__init__()
+        self.l1, self.l2, self.l3 = torch.nn.Linear(d, h), torch.nn.Linear(h, h), torch.nn.Linear(h, c)
+
+    def forward(self, x, seg, counts):
+        h = F.gelu(self.l2(F.gelu(self.l1(x), approximate="tanh")), approximate="tanh")
+        pooled = torch.zeros(len(counts), h.shape[1]).index_add_(0, seg, h) / counts[:, None]
+        return self.l3(pooled)
+
+
+torch.manual_seed(1)
+model = torch.nn.parallel.DistributedDataParallel(Ref(D, a.hidden, C))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+mine = np.random.default_rng(1).permutation(N)[rank::world]
+
+
+def sample(i):  # one h5py read per sample, as a map-style Dataset.__getitem__ does
+    k = int(np.searchsorted(first, i, side="right") - 1)
+    j = i - first[k]
+    lo, hi = offs[k][j], offs[k][j + 1]
+    return files[k]["features"][lo:hi], labs[k][j]
+
+
+samples = rows = step = 0
+t0 = time.perf_counter()
+while True:
+    idx = mine[step * a.batch:(step + 1) * a.batch]
+    xs, ys = zip(*(sample(int(i)) for i in idx))
+    counts = torch.tensor([len(x) for x in xs], dtype=torch.float32)
+    seg = torch.repeat_interleave(torch.arange(len(xs)), counts.long())
+    loss = F.cross_entropy(model(torch.from_numpy(np.concatenate(xs)), seg, counts), torch.tensor(ys))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    samples += len(idx)
+    rows += int(counts.sum())
+    step += 1
+    done = torch.tensor([time.perf_counter() - t0 >= a.seconds], dtype=torch.int32)
+    dist.all_reduce(done, op=dist.ReduceOp.MAX)  # every rank stops at the same step
+    if done.item():
+        break
+wall = time.perf_counter() - t0
+agg = torch.tensor([samples, rows], dtype=torch.float64)
+dist.all_reduce(agg)
+anon = 0.0
+with open("/proc/self/status") as st:
+    for line in st:
+        if line.startswith("RssAnon:"):
+            anon = float(line.split()[1]) / 1024.0
+if rank == 0:
+    print(f"torch-h5py np={world}: {agg[0].item() / wall:.0f} samples/s, {agg[1].item() * D * 4 / wall / 1e6:.1f} MB/s of features "
+          f"over {wall:.0f} s ({agg[0].item():.0f} of {N} samples: a cold epoch at this rate takes {N / (agg[0].item() / wall) / 60:.0f} min), "
+          f"private {anon:.1f} MiB on rank 0")
+dist.destroy_process_group()
