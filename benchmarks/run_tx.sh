@@ -9,7 +9,9 @@
 # Synthetic data: D 64, 10 classes; 20 000 samples of 4-64 rows and 6 000 of 16-256 rows, 4 shards each.
 # Timed windows: ~6 s of the peer at 2 ranks on the 2-core dev VM (mpiddp: ~2-3 s at 2-2.5x the peer);
 # STEPS_SCALE=0.5 halves them. ~5 minutes at REPEATS=2 on that VM.
-#   BUILD=build OUT=benchmarks/out [RANKS="1 2"] [REPEATS=2] [STEPS_SCALE=1] [WARMUP=3] ./benchmarks/run_tx.sh
+# BATCH_ROWS=N: mpiddp batches by token budgets (--batch-rows N, balanced across ranks) and the peer trains
+# those same batches, zero-padded (default 0: sample-count batches of B per rank, as users build them).
+#   BUILD=build OUT=benchmarks/out [RANKS="1 2"] [REPEATS=2] [STEPS_SCALE=1] [WARMUP=3] [BATCH_ROWS=0] ./benchmarks/run_tx.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -18,6 +20,9 @@ RANKS=${RANKS:-"1 2"}
 REPEATS=${REPEATS:-2}
 STEPS_SCALE=${STEPS_SCALE:-1}
 WARMUP=${WARMUP:-3}
+BATCH_ROWS=${BATCH_ROWS:-0}
+rows_opt=()
+[ "$BATCH_ROWS" = 0 ] || rows_opt=(--batch-rows "$BATCH_ROWS")
 HEADS=4
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
 mkdir -p "$OUT"
@@ -44,7 +49,7 @@ for rep in $(seq "$REPEATS"); do
       rm -f "$OUT/batches-$tag".r*
       mpirun -np "$np" --oversubscribe "$BUILD/benchmarks/bench_train" --data "$(data "$lens")" --model transformer \
         --hidden "$d" --layers "$L" --heads $HEADS --batch "$B" --steps "$s" --warmup "$WARMUP" --lens "$lens" \
-        --csv "$RAW" --batches-out "$OUT/batches-$tag"
+        --csv "$RAW" --batches-out "$OUT/batches-$tag" "${rows_opt[@]}"
       port=$((port + 1))
       mpirun -np "$np" --oversubscribe /usr/bin/python3 benchmarks/peers/torch_tx.py --data "$(data "$lens")" --hidden "$d" \
         --layers "$L" --heads $HEADS --batches "$OUT/batches-$tag" --steps "$s" --warmup "$WARMUP" --lens "$lens" \
