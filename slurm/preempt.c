@@ -19,7 +19,23 @@ static ddp_requeue run_scontrol(const char *job, char *msg)
 {
     char *argv[] = {"scontrol", "requeue", (char *)job, NULL};
     pid_t pid;
-    int rc = posix_spawnp(&pid, "scontrol", NULL, NULL, argv, environ);
+    /* The requeue itself makes SLURM signal every process of the job step, scontrol included, with SIGTERM
+     * (SIGKILL only after KillWait): scontrol starts with SIGTERM, SIGINT, SIGHUP and SIGUSR1 blocked, so
+     * the signal its own request causes cannot kill it before it reports. */
+    posix_spawnattr_t attr;
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGHUP);
+    sigaddset(&block, SIGUSR1);
+    int have_attr = posix_spawnattr_init(&attr) == 0;
+    if (have_attr && (posix_spawnattr_setsigmask(&attr, &block) != 0 || posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK) != 0)) {
+        posix_spawnattr_destroy(&attr);
+        have_attr = 0;
+    }
+    int rc = posix_spawnp(&pid, "scontrol", NULL, have_attr ? &attr : NULL, argv, environ);
+    if (have_attr) posix_spawnattr_destroy(&attr);
     if (rc != 0) {
         snprintf(msg, 256, "job %s NOT requeued: scontrol cannot be run (%s); resubmit the job, it resumes from last.h5", job,
                  strerror(rc));
