@@ -84,7 +84,7 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&sm, DDP_SAMPLE_SEQUENTIAL, in->num_samples, ctx->topo.size, ctx->topo.rank, 0, 0,
                                                    batch, NULL, 0)));
     if (batch_rows > 0) {
-        double sq = mc.kind == DDP_MODEL_TRANSFORMER ? 1.0 / (double)(2 * mc.hidden + (mc.ff > 0 ? mc.ff : 2 * mc.hidden)) : 0.0;
+        double sq = ddp_model_cost_sq(&mc);
         DDP_TRY(ddp_dataset_row_counts(ctx, ds, &lens));
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&sm, batch_rows, 1, lens, in->max_sample_rows, sq)));
     }

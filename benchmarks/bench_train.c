@@ -103,6 +103,12 @@ int main(int argc, char **argv)
     }
     ddp_dataset *ds;
     if (ddp_dataset_open(ctx, data, &ds) != DDP_OK) DIE("open %s", data);
+    ddp_model_config mc;
+    ddp_model_config_default(&mc);
+    mc.kind = tx ? DDP_MODEL_TRANSFORMER : DDP_MODEL_MLP;
+    mc.dim = ds->info.dim, mc.classes = ds->info.num_classes, mc.hidden = H, mc.layers = (int)L, mc.heads = (int)heads;
+    mc.ff = ff;
+    if (ff <= 0) ff = 2 * H;
     ddp_sampler sm;
     if (ddp_sampler_init(&sm, DDP_SAMPLE_GLOBAL, ds->info.num_samples, t->size, t->rank, 1, 0, B, NULL, 0) != DDP_OK) DIE("sampler");
     int32_t *rowcounts = NULL;
@@ -116,9 +122,8 @@ int main(int argc, char **argv)
         free(first);
     }
     if (brows > 0) { /* token budgets: the trainer's --batch-rows path (split by cost, no padding) */
-        double sq = tx ? 1.0 / (double)(2 * H + (ff > 0 ? ff : 2 * H)) : 0.0;
-        if (ddp_sampler_set_budget(&sm, brows, 1, rowcounts, ds->info.max_sample_rows, sq) != DDP_OK) DIE("--batch-rows");
-        if (ddp_sampler_set_epoch(&sm, 0) != DDP_OK) DIE("epoch");
+        if (ddp_sampler_set_budget(&sm, brows, 1, rowcounts, ds->info.max_sample_rows, ddp_model_cost_sq(&mc)) != DDP_OK)
+            DIE("--batch-rows");
         B = sm.batch; /* the model's workspace in samples */
     }
     if (ddp_sampler_set_epoch(&sm, 0) != DDP_OK) DIE("epoch");
@@ -129,12 +134,7 @@ int main(int argc, char **argv)
     ddp_loader *ld;
     if (ddp_loader_create(ds, &sm, 1, &ld) != DDP_OK) DIE("loader");
     ddp_model m;
-    ddp_model_config mc;
-    ddp_model_config_default(&mc);
-    mc.kind = tx ? DDP_MODEL_TRANSFORMER : DDP_MODEL_MLP;
-    mc.dim = ds->info.dim, mc.classes = ds->info.num_classes, mc.hidden = H, mc.layers = (int)L, mc.heads = (int)heads;
-    mc.ff = ff, mc.max_batch_rows = ddp_loader_max_rows(ld), mc.max_batch_samples = B;
-    if (ff <= 0) ff = 2 * H;
+    mc.max_batch_rows = ddp_loader_max_rows(ld), mc.max_batch_samples = B;
     if (ddp_model_create(ctx, dev, &mc, &m) != DDP_OK) DIE("model");
     FILE *bf = NULL;
     if (bout) {

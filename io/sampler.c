@@ -346,11 +346,10 @@ static ddp_status budget_batch(const ddp_sampler *s, int64_t os, int64_t m, int6
 
 int64_t ddp_sampler_at(const ddp_sampler *s, int64_t j, uint8_t *is_pad)
 {
-    uint64_t key = epoch_key(s->seed, s->epoch);
     if (s->mode == DDP_SAMPLE_SHARD) {
         int64_t q = j % s->my_count;
         *is_pad = j >= s->my_count;
-        int64_t l = ddp_permute(q, s->my_count, key);
+        int64_t l = ddp_permute(q, s->my_count, epoch_key(s->seed, s->epoch));
         int64_t lo = 0, hi = s->nmine - 1; /* owned shard holding local index l */
         while (lo < hi) {
             int64_t mid = (lo + hi + 1) / 2;
@@ -362,7 +361,6 @@ int64_t ddp_sampler_at(const ddp_sampler *s, int64_t j, uint8_t *is_pad)
     int64_t p = j * s->world + s->rank;
     *is_pad = p >= s->n;
     p %= s->n;
-    (void)key;
     return order_at(s, p);
 }
 

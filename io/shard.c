@@ -580,10 +580,7 @@ void ddp_shard_prefetch_range(ddp_shard *s, int64_t i, int64_t j)
 
 void ddp_shard_prefetch(ddp_shard *s, int64_t i)
 {
-    if (!s->features) return;
-    long page = sysconf(_SC_PAGESIZE);
-    const char *a = (const char *)(s->features + s->offsets[i] * s->meta.dim);
-    const char *b = (const char *)(s->features + s->offsets[i + 1] * s->meta.dim);
-    uintptr_t lo = (uintptr_t)a & ~(uintptr_t)(page - 1);
-    madvise((void *)lo, (size_t)((uintptr_t)b - lo), MADV_WILLNEED);
+    void *a;
+    size_t n;
+    if (ddp_shard_range(s, i, i + 1, &a, &n)) madvise(a, n, MADV_WILLNEED);
 }

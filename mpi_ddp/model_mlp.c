@@ -127,24 +127,7 @@ static ddp_status forward(refmodel *m, const ddp_batch *b, const float *P, const
 
 static ddp_status collect(refmodel *m, const ddp_batch *b, ddp_forward_out *out)
 {
-    ddp_backend *be = m->be;
-    int64_t B = b->nsamples;
-    const float *loss = m->loss, *prob = m->prob;
-    const int64_t *pred = m->pred;
-    if (!be->host_memory) { /* loss, prob and pred in one download (one host synchronisation) */
-        DDP_CHECK(be->download(be, m->h_out, m->out, (size_t)m->maxB * 8 + (size_t)B * sizeof(int64_t)));
-        loss = m->h_out;
-        prob = loss + m->maxB;
-        pred = (const int64_t *)(prob + m->maxB);
-    }
-    double s = 0.0;
-    for (int64_t i = 0; i < B; i++) s += loss[i];
-    out->loss_sum = s;
-    out->count = B;
-    if (out->loss) memcpy(out->loss, loss, (size_t)B * sizeof(float));
-    if (out->prob) memcpy(out->prob, prob, (size_t)B * sizeof(float));
-    if (out->pred) memcpy(out->pred, pred, (size_t)B * sizeof(int64_t));
-    return DDP_OK;
+    return ddp_model_collect(m->be, m->out, m->h_out, m->maxB, b->nsamples, out);
 }
 
 static ddp_status ref_train_step(void *self, const ddp_batch *b, const float *P, float *G, ddp_forward_out *out,

@@ -142,23 +142,7 @@ static ddp_status stage(txmodel *m, const ddp_batch *b, const float **x, const i
 
 static ddp_status collect(txmodel *m, const ddp_batch *b, ddp_forward_out *out)
 {
-    int64_t B = b->nsamples;
-    const float *loss = m->loss, *prob = m->prob;
-    const int64_t *pred = m->pred;
-    if (!m->be->host_memory && B > 0) { /* loss, prob and pred in one download */
-        DDP_CHECK(m->be->download(m->be, m->h_out, m->out, (size_t)m->maxB * 8 + (size_t)B * sizeof(int64_t)));
-        loss = m->h_out;
-        prob = loss + m->maxB;
-        pred = (const int64_t *)(prob + m->maxB);
-    }
-    double s = 0.0;
-    for (int64_t i = 0; i < B; i++) s += loss[i];
-    out->loss_sum = s;
-    out->count = B;
-    if (B > 0 && out->loss) memcpy(out->loss, loss, (size_t)B * sizeof(float));
-    if (B > 0 && out->prob) memcpy(out->prob, prob, (size_t)B * sizeof(float));
-    if (B > 0 && out->pred) memcpy(out->pred, pred, (size_t)B * sizeof(int64_t));
-    return DDP_OK;
+    return ddp_model_collect(m->be, m->out, m->h_out, m->maxB, b->nsamples, out);
 }
 
 static ddp_status tx_train_step(void *self, const ddp_batch *b, const float *P, float *G, ddp_forward_out *out,

@@ -4,6 +4,8 @@
 #include "ctx.h"
 #include "status.h"
 
+#include <string.h>
+
 void ddp_model_config_default(ddp_model_config *c)
 {
     *c = (ddp_model_config){.kind = DDP_MODEL_MLP,
@@ -34,4 +36,29 @@ ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config
     ddp_backend *be;
     DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));
     return ddp_model_create_on(be, c, out);
+}
+
+ddp_status ddp_model_collect(ddp_backend *be, const void *dev_out, void *h_out, int64_t maxB, int64_t B, ddp_forward_out *out)
+{
+    const float *loss = dev_out;
+    if (!be->host_memory && B > 0) { /* loss, prob and pred in one download (one host synchronisation) */
+        DDP_CHECK(be->download(be, h_out, dev_out, (size_t)maxB * 8 + (size_t)B * sizeof(int64_t)));
+        loss = h_out;
+    }
+    const float *prob = loss + maxB;
+    const int64_t *pred = (const int64_t *)(prob + maxB);
+    double s = 0.0;
+    for (int64_t i = 0; i < B; i++) s += loss[i];
+    out->loss_sum = s;
+    out->count = B;
+    if (B > 0 && out->loss) memcpy(out->loss, loss, (size_t)B * sizeof(float));
+    if (B > 0 && out->prob) memcpy(out->prob, prob, (size_t)B * sizeof(float));
+    if (B > 0 && out->pred) memcpy(out->pred, pred, (size_t)B * sizeof(int64_t));
+    return DDP_OK;
+}
+
+double ddp_model_cost_sq(const ddp_model_config *c)
+{
+    if (!c || c->kind != DDP_MODEL_TRANSFORMER) return 0.0;
+    return 1.0 / (double)(2 * c->hidden + (c->ff > 0 ? c->ff : 2 * c->hidden));
 }

@@ -429,9 +429,7 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
         DDP_TRY(ddp_agree_status(ctx, st));
     }
     if (c->batch_rows > 0) { /* token budgets: every sample's rows, then the plans (docs/distributed.md) */
-        const ddp_model_config *mc = c->model_config;
-        /* the transformer's cost of a sample: its rows plus its attention, n^2 / (2d + f) row-equivalents */
-        double sq = mc && mc->kind == DDP_MODEL_TRANSFORMER ? 1.0 / (double)(2 * mc->hidden + (mc->ff > 0 ? mc->ff : 2 * mc->hidden)) : 0.0;
+        double sq = ddp_model_cost_sq(c->model_config); /* a user's own model: rows only */
         DDP_TRY(ddp_dataset_check_max_rows(ctx, train, c->batch_rows, "--batch-rows"));
         DDP_TRY(ddp_dataset_check_max_rows(ctx, val, c->batch_rows, "--batch-rows"));
         DDP_TRY(ddp_dataset_row_counts(ctx, val, &t->lens_val));
@@ -449,11 +447,11 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
     int64_t opt_steps = (nmb + c->accumulate - 1) / c->accumulate;
     int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
     double t0 = now_s();
-    int64_t first_step = t->global_step, total_steps = opt_steps * epochs;
+    int64_t first_step = t->global_step, total_steps = opt_steps * epochs, first_epoch = t->epoch;
     for (; t->epoch < epochs; t->epoch++, t->mb = 0) {
         int64_t e = t->epoch;
         DDP_TRY(ddp_agree_status(ctx, ddp_loader_start_epoch(tl, e, t->mb)));
-        if (c->batch_rows > 0) { /* this epoch's plan (every rank computed the same; checked all the same) */
+        if (c->batch_rows > 0 && e != first_epoch) { /* this epoch's plan (every rank computed the same; checked) */
             nmb = tsm.steps;
             if (c->fast_dev_run > 0 && nmb > c->fast_dev_run) nmb = c->fast_dev_run;
             DDP_TRY(agree_steps(ctx, nmb, "training epoch"));

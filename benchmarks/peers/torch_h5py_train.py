@@ -9,6 +9,7 @@ longer) and prints samples/s, the rate it trains at cold.
 """
 import argparse
 import os
+import sys
 import time
 
 import h5py
@@ -16,6 +17,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from ckpt_to_torch import MpiddpReference  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--data", required=True)
@@ -40,19 +44,8 @@ N, D = int(first[-1]), files[0]["features"].shape[1]
 C = int(max(l.max() for l in labs)) + 1
 
 
-class Ref(torch.nn.Module):
-    def __init__(self, d, h, c):
-        super().__init__()
-        self.l1, self.l2, self.l3 = torch.nn.Linear(d, h), torch.nn.Linear(h, h), torch.nn.Linear(h, c)
-
-    def forward(self, x, seg, counts):
-        h = F.gelu(self.l2(F.gelu(self.l1(x), approximate="tanh")), approximate="tanh")
-        pooled = torch.zeros(len(counts), h.shape[1]).index_add_(0, seg, h) / counts[:, None]
-        return self.l3(pooled)
-
-
 torch.manual_seed(1)
-model = torch.nn.parallel.DistributedDataParallel(Ref(D, a.hidden, C))
+model = torch.nn.parallel.DistributedDataParallel(MpiddpReference(D, a.hidden, C))  # the bridge's MLP module
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 mine = np.random.default_rng(1).permutation(N)[rank::world]
 
@@ -67,11 +60,12 @@ def sample(i):  # one h5py read per sample, as a map-style Dataset.__getitem__ d
 samples = rows = step = 0
 t0 = time.perf_counter()
 while True:
-    idx = mine[step * a.batch:(step + 1) * a.batch]
+    k = step % max(1, len(mine) // a.batch)  # a run longer than an epoch starts the order again
+    idx = mine[k * a.batch:(k + 1) * a.batch]
     xs, ys = zip(*(sample(int(i)) for i in idx))
     counts = torch.tensor([len(x) for x in xs], dtype=torch.float32)
-    seg = torch.repeat_interleave(torch.arange(len(xs)), counts.long())
-    loss = F.cross_entropy(model(torch.from_numpy(np.concatenate(xs)), seg, counts), torch.tensor(ys))
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(counts.long(), 0)])
+    loss = F.cross_entropy(model(torch.from_numpy(np.concatenate(xs)), offsets), torch.tensor(ys))
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
