@@ -24,7 +24,7 @@ typedef struct {
 struct ddp_loader {
     ddp_dataset *ds;
     ddp_sampler *sm;
-    int64_t max_rows, dim;
+    int64_t max_rows, max_samples, dim;
     slot slots[2];
     int threaded;
     pthread_t thread;
@@ -99,13 +99,22 @@ static ddp_status assemble(ddp_loader *ld, slot *s)
     DDP_CHECK(ddp_sampler_batch(ld->sm, s->step, s->idx, s->pad, &count));
     int64_t rows = 0;
     s->offsets[0] = 0;
+    if (count > ld->max_samples)
+        return ddp_set_error(DDP_ERR_INTERNAL, "batch of step %lld: %lld samples, more than the loader's %lld", (long long)s->step,
+                             (long long)count, (long long)ld->max_samples);
     for (int64_t i = 0; i < count; i++) {
         const float *src;
-        int64_t nr;
+        ddp_shard *sh;
+        int64_t li;
+        DDP_CHECK(ddp_dataset_locate(ld->ds, s->idx[i], &sh, &li));
+        int64_t nr = sh->offsets[li + 1] - sh->offsets[li];
+        if (rows + nr > ld->max_rows) /* checked before the sample is read into the buffer */
+            return ddp_set_error(DDP_ERR_INTERNAL,
+                                 "batch of step %lld: sample %lld (%d of %lld) brings it to %lld rows, more than the loader's %lld",
+                                 (long long)s->step, (long long)s->idx[i], (int)i + 1, (long long)count, (long long)(rows + nr),
+                                 (long long)ld->max_rows);
         float *dst = s->x + rows * ld->dim;
-        DDP_CHECK(ddp_dataset_sample(ld->ds, s->idx[i], dst, &src, &nr, &s->labels[i], &s->ids[i]));
-        if (rows + nr > ld->max_rows)
-            return ddp_set_error(DDP_ERR_INTERNAL, "batch overflow at sample %lld", (long long)s->idx[i]);
+        DDP_CHECK(ddp_shard_sample(sh, li, dst, &src, &nr, &s->labels[i], &s->ids[i]));
         if (src != dst) memcpy(dst, src, (size_t)(nr * ld->dim) * sizeof(float));
         rows += nr;
         s->offsets[i + 1] = rows;
@@ -187,46 +196,53 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
 {
     *out = NULL;
     ddp_loader *ld = ddp_calloc(1, sizeof *ld);
-    if (!ld) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    if (!ld) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch loader (%zu bytes)", sizeof *ld);
     ld->ds = ds;
     ld->sm = sm;
     ld->dim = ds->info.dim;
     ld->max_rows = sm->max_rows > 0 ? sm->max_rows : sm->batch * ds->info.max_sample_rows;
+    ld->max_samples = sm->batch;
     /* shuffled orders read randomly: no kernel readahead, the loader prefetches exactly what it needs;
      * the sequential order (validation) reads the file front to back: aggressive readahead */
     if (ddp_env_int("MADVISE", 1) == 0) ds->access_hint = DDP_ACCESS_NORMAL;
     else if (sm->nblocks > 0) ds->access_hint = DDP_ACCESS_NORMAL; /* block shuffle: window read-ahead (below) */
     else ds->access_hint = sm->mode == DDP_SAMPLE_SEQUENTIAL ? DDP_ACCESS_SEQUENTIAL : DDP_ACCESS_RANDOM;
-    int can = 0;
-    if (threaded) {
-        ddp_status st = ddp_dataset_preopen_for_threads(ds, &can);
-        if (st != DDP_OK) {
-            free(ld);
-            return st;
-        }
-    }
-    ld->threaded = threaded && can;
     ld->job = -1;
     ld->ahead_first[0] = ld->ahead_first[1] = ld->ahead_first[2] = -1;
+    /* the buffers first: a failure here leaves no thread, mutex or slot to undo but memory */
     for (int k = 0; k < 2; k++) {
         slot *s = &ld->slots[k];
+        s->step = -1;
         s->x = ddp_calloc((size_t)(ld->max_rows * ld->dim), sizeof(float));
         s->offsets = ddp_calloc((size_t)sm->batch + 1, sizeof(int64_t));
         s->labels = ddp_calloc((size_t)sm->batch, sizeof(int64_t));
         s->ids = ddp_calloc((size_t)sm->batch, sizeof(int64_t));
         s->idx = ddp_calloc((size_t)sm->batch, sizeof(int64_t));
         s->pad = ddp_calloc((size_t)sm->batch, 1);
-        s->step = -1;
         if (!s->x || !s->offsets || !s->labels || !s->ids || !s->idx || !s->pad) {
             ddp_loader_destroy(ld);
-            return ddp_set_error(DDP_ERR_NOMEM, "out of memory for batch buffers (%lld rows x %lld)",
-                                 (long long)ld->max_rows, (long long)ld->dim);
+            return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch buffers (2 x %lld rows x %lld floats, %.1f MiB)",
+                                 (long long)ld->max_rows, (long long)ld->dim,
+                                 2.0 * (double)ld->max_rows * (double)ld->dim * sizeof(float) / 1048576.0);
         }
     }
-    if (ld->threaded) {
+    int can = 0;
+    if (threaded) {
+        ddp_status st = ddp_dataset_preopen_for_threads(ds, &can);
+        if (st != DDP_OK) {
+            ddp_loader_destroy(ld);
+            return st;
+        }
+    }
+    /* threads last; each is marked only once it exists, so destroy undoes exactly what was made */
+    if (threaded && can) {
         pthread_mutex_init(&ld->mu, NULL);
         pthread_cond_init(&ld->cv, NULL);
-        if (pthread_create(&ld->thread, NULL, worker, ld) != 0) ld->threaded = 0;
+        ld->threaded = pthread_create(&ld->thread, NULL, worker, ld) == 0;
+        if (!ld->threaded) {
+            pthread_mutex_destroy(&ld->mu);
+            pthread_cond_destroy(&ld->cv);
+        }
     }
     if (ld->threaded && sm->nblocks > 0) {
         pthread_mutex_init(&ld->ra_mu, NULL);
@@ -244,15 +260,7 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
 void ddp_loader_destroy(ddp_loader *ld)
 {
     if (!ld) return;
-    if (ld->ra_on) {
-        pthread_mutex_lock(&ld->ra_mu);
-        ld->ra_quit = 1;
-        pthread_cond_signal(&ld->ra_cv);
-        pthread_mutex_unlock(&ld->ra_mu);
-        pthread_join(ld->ra_thread, NULL);
-        pthread_mutex_destroy(&ld->ra_mu);
-        pthread_cond_destroy(&ld->ra_cv);
-    }
+    /* the batch worker first: a job it is running may still queue runs for the read-ahead thread */
     if (ld->threaded) {
         pthread_mutex_lock(&ld->mu);
         for (int k = 0; k < 2; k++) /* let a running job finish */
@@ -263,6 +271,15 @@ void ddp_loader_destroy(ddp_loader *ld)
         pthread_join(ld->thread, NULL);
         pthread_mutex_destroy(&ld->mu);
         pthread_cond_destroy(&ld->cv);
+    }
+    if (ld->ra_on) {
+        pthread_mutex_lock(&ld->ra_mu);
+        ld->ra_quit = 1;
+        pthread_cond_signal(&ld->ra_cv);
+        pthread_mutex_unlock(&ld->ra_mu);
+        pthread_join(ld->ra_thread, NULL);
+        pthread_mutex_destroy(&ld->ra_mu);
+        pthread_cond_destroy(&ld->ra_cv);
     }
     for (int k = 0; k < 2; k++) {
         slot *s = &ld->slots[k];

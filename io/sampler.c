@@ -292,7 +292,7 @@ ddp_status ddp_sampler_set_epoch(ddp_sampler *s, int64_t epoch)
 
 typedef struct {
     double cost;
-    int64_t pos;
+    int64_t pos, len;
 } lpt_item;
 
 static int cmp_lpt(const void *a, const void *b)
@@ -309,29 +309,40 @@ static int cmp_i64(const void *a, const void *b)
 }
 
 /* This rank's share of micro-batch m of optimizer step os: longest-processing-time-first over the step's
- * samples (cost descending, position ascending), each to the least-loaded of the world x acc bins (lowest
- * bin on ties); bin m x world + rank, in order of position. Every rank computes the same assignment. */
+ * samples (cost descending, position ascending), each to the cheapest of the world x acc bins that still has
+ * room for its rows (lowest bin on ties); bin m x world + rank, in order of position. Every rank computes the
+ * same assignment. Room: a bin holds at most max_rows rows (the loader's and the model's buffers; a sample has
+ * at least one row, so at most max_rows samples too). The bin with the fewest rows always has room: the step's
+ * rows fit the global budget, so that bin holds at most budget / bins = rows_per_rank rows, and a sample adds at
+ * most max_len (max_rows = rows_per_rank + max_len). Balancing by cost alone could give a bin of short samples
+ * far more rows than that, next to a bin with one long sample. */
 static ddp_status budget_batch(const ddp_sampler *s, int64_t os, int64_t m, int64_t *indices, uint8_t *is_pad, int64_t *count)
 {
     int64_t lo = s->plan[os], hi = s->plan[os + 1], k = hi - lo, nb = (int64_t)s->world * s->acc, mine = m * s->world + s->rank;
-    lpt_item *it = malloc((size_t)k * sizeof *it);
-    double *load = calloc((size_t)nb, sizeof *load);
-    int64_t *pos = malloc((size_t)k * sizeof *pos);
-    if (!it || !load || !pos) {
-        free(it), free(load), free(pos);
-        return ddp_set_error(DDP_ERR_NOMEM, "out of memory splitting a batch");
+    lpt_item *it = ddp_calloc((size_t)k, sizeof *it);
+    double *load = ddp_calloc((size_t)nb, sizeof *load);
+    int64_t *rows = ddp_calloc((size_t)nb, sizeof *rows);
+    int64_t *pos = ddp_calloc((size_t)k, sizeof *pos);
+    ddp_status st = DDP_OK;
+    if (!it || !load || !rows || !pos) {
+        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory splitting a batch of %lld samples over %lld bins", (long long)k, (long long)nb);
+        goto done;
     }
     for (int64_t i = 0; i < k; i++) {
-        double len = (double)s->lens[order_at(s, lo + i)];
-        it[i] = (lpt_item){len + s->cost_sq * len * len, lo + i};
+        int64_t len = s->lens[order_at(s, lo + i)];
+        it[i] = (lpt_item){(double)len + s->cost_sq * (double)len * (double)len, lo + i, len};
     }
     qsort(it, (size_t)k, sizeof *it, cmp_lpt);
     int64_t n = 0;
     for (int64_t i = 0; i < k; i++) {
-        int64_t best = 0;
-        for (int64_t b = 1; b < nb; b++)
-            if (load[b] < load[best]) best = b;
+        int64_t len = it[i].len, best = -1, fewest = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            if (rows[b] < rows[fewest]) fewest = b;
+            if (rows[b] + len <= s->max_rows && (best < 0 || load[b] < load[best])) best = b;
+        }
+        if (best < 0) best = fewest; /* cannot happen (see above); the loader's check would name it */
         load[best] += it[i].cost;
+        rows[best] += len;
         if (best == mine) pos[n++] = it[i].pos;
     }
     qsort(pos, (size_t)n, sizeof *pos, cmp_i64);
@@ -340,8 +351,9 @@ static ddp_status budget_batch(const ddp_sampler *s, int64_t os, int64_t m, int6
         is_pad[i] = 0;
     }
     *count = n;
-    free(it), free(load), free(pos);
-    return DDP_OK;
+done:
+    free(it), free(load), free(rows), free(pos);
+    return st;
 }
 
 int64_t ddp_sampler_at(const ddp_sampler *s, int64_t j, uint8_t *is_pad)

@@ -7,6 +7,8 @@
   make_shards.py nan OUT        a valid dataset with one NaN feature value (sample 7)
   make_shards.py pack-input F   an HDF5 file with /samples/<name> (rows x D) and /labels, as `pack` takes
   make_shards.py check-pack F DIR   the packed shards hold exactly F's samples, labels and order
+  make_shards.py spiky OUT N EVERY LONG [FIRST_ID]   one-row samples with a LONG-row sample every EVERY (D 8,
+                                2 classes, 2 shards): the adversarial mix for token-budget splits
 """
 import os
 import re
@@ -160,6 +162,19 @@ def pack_input(path, n=57, seed=11):
         f.create_dataset("labels", data=rng.integers(0, C, size=n).astype(np.int32))
 
 
+def spiky(out, n, every, long_rows, first_id=0):
+    rng = np.random.default_rng(n + every)
+    rows = np.array([long_rows if i % every == every // 2 else 1 for i in range(n)])
+    offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+    feats = rng.standard_normal((int(offsets[-1]), 8)).astype(np.float32)
+    labels = rng.integers(0, 2, size=n)
+    os.makedirs(out, exist_ok=True)
+    for k, (f, o, lab) in enumerate(split(feats, offsets, labels, [0, n // 2, n])):
+        first = first_id + (0 if k == 0 else n // 2)
+        write_shard(os.path.join(out, f"shard-{k:05d}.h5"), f, o, lab, classes=2,
+                    sample_ids=np.arange(first, first + len(lab)))
+
+
 def check_pack(path, out):
     with h5py.File(path, "r") as f:
         names = sorted(f["samples"].keys(), key=lambda s: s.encode())
@@ -193,6 +208,8 @@ if __name__ == "__main__":
         nan_data(sys.argv[2])
     elif cmd == "pack-input":
         pack_input(sys.argv[2])
+    elif cmd == "spiky":
+        spiky(sys.argv[2], *(int(a) for a in sys.argv[3:]))
     elif cmd == "check-pack":
         check_pack(sys.argv[2], sys.argv[3])
     else:

@@ -267,13 +267,52 @@ static void test_budget_plan(void **state)
     ddp_sampler_free(&s);
 }
 
+/* token budgets with the transformer's cost (rows + rows^2 / (2d + f)) on an adversarial mix: one-row samples
+ * with a 128-row sample every 200. Balancing by cost alone packs a bin of short samples far past the rows a
+ * rank's buffers hold (rows_per_rank + longest sample); every bin must stay within them, in rows and samples,
+ * and the bins must still partition each step. */
+static void test_budget_capacity(void **state)
+{
+    (void)state;
+    enum { N = 3000, LONG = 128 };
+    static int32_t lens[N];
+    for (int i = 0; i < N; i++) lens[i] = i % 200 == 100 ? LONG : 1;
+    static int64_t idx[4096];
+    static uint8_t pad[4096];
+    for (int W = 1; W <= 4; W *= 2)
+        for (int acc = 1; acc <= 2; acc++) {
+            static int64_t count[N];
+            memset(count, 0, sizeof count);
+            ddp_sampler s[4];
+            for (int r = 0; r < W; r++) {
+                assert_int_equal(ddp_sampler_init(&s[r], DDP_SAMPLE_GLOBAL, N, W, r, 3, 0, 1, NULL, 0), DDP_OK);
+                assert_int_equal(ddp_sampler_set_budget(&s[r], 1024 / W / acc, acc, lens, LONG, 1.0 / 32.0), DDP_OK);
+                assert_int_equal(ddp_sampler_set_epoch(&s[r], 0), DDP_OK);
+                assert_true(s[r].max_rows <= 4096);
+            }
+            double worst = 0;
+            for (int64_t k = 0; k < s[0].steps; k++)
+                for (int r = 0; r < W; r++) {
+                    int64_t n, brows = 0;
+                    assert_int_equal(ddp_sampler_batch(&s[r], k, idx, pad, &n), DDP_OK);
+                    assert_true(n <= s[r].batch);
+                    for (int64_t i = 0; i < n; i++) count[idx[i]]++, brows += lens[idx[i]];
+                    if ((double)brows / (double)s[r].max_rows > worst) worst = (double)brows / (double)s[r].max_rows;
+                    assert_true(brows <= s[r].max_rows);
+                }
+            for (int i = 0; i < N; i++) assert_int_equal(count[i], 1);
+            print_message("budget capacity W %d acc %d: fullest bin %.2f of its rows\n", W, acc, worst);
+            for (int r = 0; r < W; r++) ddp_sampler_free(&s[r]);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_permute_bijection),      cmocka_unit_test(test_global_union_equals_one_rank),
         cmocka_unit_test(test_drop_last_and_batches),  cmocka_unit_test(test_epoch_and_seed_change_order),
         cmocka_unit_test(test_shard_mode_equal_steps),    cmocka_unit_test(test_block_shuffle),
-        cmocka_unit_test(test_budget_plan),
+        cmocka_unit_test(test_budget_plan),            cmocka_unit_test(test_budget_capacity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
