@@ -61,13 +61,16 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     CK(ddp_h5_attr_i64(f, "version", 1), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "model", model->name ? model->name : ""), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "epoch", cs->epoch), "%s: writing attributes", tmp);
-    CK(ddp_h5_attr_i64(f, "step_in_epoch", cs->step_in_epoch), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "optim_step_in_epoch", cs->optim_step_in_epoch), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "samples_in_epoch", cs->samples_in_epoch), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "global_step", cs->global_step), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "optim_step", cs->optim_step), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "seed", (int64_t)cs->seed), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "world_size", cs->world_size), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_f64(f, "best_score", cs->best_score), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "monitor", cs->monitor), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_str(f, "mode", cs->mode_max ? "max" : "min"), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_i64(f, "skipped_steps", cs->skipped_steps), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "bad_epochs", cs->bad_epochs), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "global_batch", cs->global_batch), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "global_batch_rows", cs->global_batch_rows), "%s: writing attributes", tmp);
@@ -204,7 +207,16 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     DDP_TRY(read_i64_attr(f, path, "version", &version));
     if (version != 1) DDP_FAIL(DDP_ERR_FORMAT, "%s: checkpoint version %lld is not supported (expected 1)", path, (long long)version);
     DDP_TRY(read_i64_attr(f, path, "epoch", &cs->epoch));
-    DDP_TRY(read_i64_attr(f, path, "step_in_epoch", &cs->step_in_epoch));
+    cs->legacy_micro_batch = -1;
+    if (H5Aexists(f, "optim_step_in_epoch") > 0) {
+        DDP_TRY(read_i64_attr(f, path, "optim_step_in_epoch", &cs->optim_step_in_epoch));
+        DDP_TRY(read_i64_attr(f, path, "samples_in_epoch", &cs->samples_in_epoch));
+        if (cs->optim_step_in_epoch < 0 || cs->samples_in_epoch < 0)
+            DDP_FAIL(DDP_ERR_FORMAT, "%s: attributes 'optim_step_in_epoch'/'samples_in_epoch': negative position", path);
+    } else { /* written before positions were world-size independent: a micro-batch index */
+        DDP_TRY(read_i64_attr(f, path, "step_in_epoch", &cs->legacy_micro_batch));
+        if (cs->legacy_micro_batch < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'step_in_epoch': negative position", path);
+    }
     DDP_TRY(read_i64_attr(f, path, "global_step", &cs->global_step));
     DDP_TRY(read_i64_attr(f, path, "optim_step", &cs->optim_step));
     DDP_TRY(read_i64_attr(f, path, "seed", &seed));
@@ -228,6 +240,14 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         snprintf(cs->monitor, sizeof cs->monitor, "%s", mon);
         free(mon);
     }
+    cs->mode_max = -1;
+    if (H5Aexists(f, "mode") > 0) {
+        char *mode = NULL;
+        DDP_TRY(read_str_attr(f, path, "mode", &mode));
+        cs->mode_max = strcmp(mode, "max") == 0;
+        free(mode);
+    }
+    if (H5Aexists(f, "skipped_steps") > 0) DDP_TRY(read_i64_attr(f, path, "skipped_steps", &cs->skipped_steps));
     DDP_TRY(read_str_attr(f, path, "topk", &cs->topk_json));
     if (cs->world_size < 1 || cs->world_size > (1 << 24))
         DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'world_size': %lld out of range", path, (long long)cs->world_size);

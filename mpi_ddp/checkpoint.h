@@ -7,8 +7,12 @@
 #include "mpiddp.h"
 
 typedef struct {
+    /* position, in units that do not depend on the world size or --accumulate (docs/run-directory.md) */
     int64_t epoch;          /* epoch the position refers to */
-    int64_t step_in_epoch;  /* next step to run inside that epoch */
+    int64_t optim_step_in_epoch; /* optimizer steps of that epoch done */
+    int64_t samples_in_epoch;    /* positions of the epoch's global order consumed (the sample count, padding
+                                    included, or the token-budget plan's next position); num_samples: the end */
+    int64_t legacy_micro_batch;  /* read: -1, or the micro-batch index older checkpoints stored (step_in_epoch) */
     int64_t global_step;    /* optimizer steps done */
     int64_t optim_step;     /* AdamW t */
     uint64_t seed;
@@ -16,6 +20,8 @@ typedef struct {
     double best_score;      /* best monitored value so far, the policy's view (NaN if none) */
     int64_t bad_epochs;     /* early-stopping counter */
     char monitor[128];
+    int mode_max;           /* --mode max; read: -1 when the checkpoint does not say */
+    int64_t skipped_steps;  /* steps skipped for a non-finite gradient (--skip-nonfinite) */
     const char *config_json;/* write: configuration; read: NULL */
     int64_t global_batch;   /* samples per optimizer step over all ranks */
     int64_t global_batch_rows; /* token-budget runs: the global budget in rows (0: sample-count batches) */

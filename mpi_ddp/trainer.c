@@ -66,8 +66,15 @@ static double now_s(void)
 }
 
 
-static ddp_status check_config(const ddp_train_config *c)
+static ddp_status check_config(const ddp_train_config *c, int world)
 {
+    /* global batch and budget: products of options that must fit int64 (and a float for the sample count) */
+    if (c->accumulate >= 1 && c->batch_rows > 0 && c->batch_rows > (INT64_MAX / 4) / world / c->accumulate)
+        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld x %d ranks x --accumulate %d: the global budget is too large",
+                             (long long)c->batch_rows, world, c->accumulate);
+    if (c->accumulate >= 1 && c->batch_size > 0 && (double)c->batch_size * world * c->accumulate > 16777216.0)
+        return ddp_set_error(DDP_ERR_ARG, "--batch-size %d x %d ranks x --accumulate %d: more than 2^24 samples per optimizer step",
+                             c->batch_size, world, c->accumulate);
     if (!c->out_dir || !*c->out_dir) return ddp_set_error(DDP_ERR_ARG, "--out: a run directory is required");
     if (c->epochs < 1) return ddp_set_error(DDP_ERR_ARG, "--epochs %d: must be >= 1", c->epochs);
     if (c->batch_size < 1) return ddp_set_error(DDP_ERR_ARG, "--batch-size %d: must be >= 1", c->batch_size);
@@ -197,10 +204,13 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
     for (int k = 0; k < t->model->ntensors; k++) {
         double s = t->sumsq[k];
         if (!isfinite(s)) { /* the reduced gradient is the same on every rank: all decide alike */
-            if (!c->skip_nonfinite)
-                return ddp_set_error(DDP_ERR_NUMERIC,
-                                     "non-finite gradient at step %lld in parameter '%s' (check the data and --lr; --skip-nonfinite skips such steps)",
-                                     (long long)t->global_step + 1, t->model->tensors[k].name);
+            if (!c->skip_nonfinite) {
+                ddp_set_error(DDP_ERR_NUMERIC,
+                              "non-finite gradient at step %lld in parameter '%s' (check the data and --lr; --skip-nonfinite skips such steps)",
+                              (long long)t->global_step + 1, t->model->tensors[k].name);
+                ddp_mark_error_shared();
+                return DDP_ERR_NUMERIC;
+            }
             t->skipped++;
             t->global_step++;
             return DDP_OK;
@@ -400,6 +410,44 @@ static void teardown(trainer *t)
     ddp_eval_acc_free(&t->eval);
 }
 
+int64_t ddp_trainer_epoch_position(const trainer *t, int64_t os)
+{
+    const ddp_sampler *sm = t->tsm;
+    if (sm->budget > 0) return os < sm->nplan ? sm->plan[os] : sm->n; /* the plan is a function of the global budget */
+    int64_t gb = (int64_t)t->cfg->batch_size * t->ctx->topo.size * t->cfg->accumulate;
+    int64_t pos = os * gb; /* sample-count batches: optimizer step k covers positions [k gb, (k + 1) gb) */
+    return pos < sm->per_rank * sm->world ? pos : sm->n;
+}
+
+/* A resumed run's position in this run's micro-batches: optimizer steps of the epoch x --accumulate, checked
+ * against the positions of the epoch's order the checkpoint had consumed. Every rank computes the same. */
+static ddp_status resume_position(trainer *t, int64_t opt_steps)
+{
+    ddp_status st = DDP_OK;
+    int64_t os = t->resume_os, acc = t->cfg->accumulate;
+    if (t->resume_legacy_mb >= 0) { /* same world size and global batch (checked): the same micro-batches */
+        t->mb = t->resume_legacy_mb;
+        if (t->mb > t->nmb)
+            st = ddp_set_error(DDP_ERR_ARG, "resume position: micro-batch %lld is past the epoch's %lld", (long long)t->mb,
+                               (long long)t->nmb);
+    } else if (os >= 0) {
+        int64_t end = t->tsm->n;
+        if (t->resume_pos >= end) /* saved at the epoch's end: validation comes next */
+            t->mb = t->nmb;
+        else if (os > opt_steps || ddp_trainer_epoch_position(t, os) != t->resume_pos)
+            st = ddp_set_error(DDP_ERR_ARG,
+                               "resume position: %lld optimizer steps and %lld samples into epoch %lld cannot be continued exactly "
+                               "(this run's epoch has %lld steps; step %lld starts at sample %lld)",
+                               (long long)os, (long long)t->resume_pos, (long long)t->epoch + 1, (long long)opt_steps, (long long)os,
+                               (long long)(os <= opt_steps ? ddp_trainer_epoch_position(t, os) : -1));
+        else
+            t->mb = os * acc < t->nmb ? os * acc : t->nmb;
+    }
+    t->resume_os = t->resume_legacy_mb = -1;
+    if (st != DDP_OK) ddp_mark_error_shared();
+    return st;
+}
+
 static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
 {
     ddp_ctx *ctx = t->ctx;
@@ -443,8 +491,10 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
     int64_t nmb = tsm.steps; /* micro-batches of the first epoch (token budgets: they vary by epoch) */
     if (c->fast_dev_run > 0 && nmb > c->fast_dev_run) nmb = c->fast_dev_run;
     DDP_TRY(agree_steps(ctx, nmb, "training epoch"));
-    if (t->mb > nmb) DDP_FAIL(DDP_ERR_ARG, "resume position %lld is past the epoch's %lld batches", (long long)t->mb, (long long)nmb);
+    t->tsm = &tsm;
+    t->nmb = nmb;
     int64_t opt_steps = (nmb + c->accumulate - 1) / c->accumulate;
+    DDP_TRY(resume_position(t, opt_steps));
     int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
     double t0 = now_s();
     int64_t first_step = t->global_step, total_steps = opt_steps * epochs, first_epoch = t->epoch;
@@ -455,6 +505,7 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
             nmb = tsm.steps;
             if (c->fast_dev_run > 0 && nmb > c->fast_dev_run) nmb = c->fast_dev_run;
             DDP_TRY(agree_steps(ctx, nmb, "training epoch"));
+            t->nmb = nmb;
             opt_steps = (nmb + c->accumulate - 1) / c->accumulate;
         }
         double win_t = now_s(), win_samples = 0;
@@ -514,8 +565,8 @@ done:
 
 ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train, ddp_dataset *val)
 {
-    DDP_CHECK(ddp_agree_status(ctx, check_config(cfg)));
-    trainer t = {.ctx = ctx, .cfg = cfg, .model = model};
+    DDP_CHECK(ddp_agree_status(ctx, check_config(cfg, ctx->topo.size)));
+    trainer t = {.ctx = ctx, .cfg = cfg, .model = model, .resume_os = -1, .resume_pos = -1, .resume_legacy_mb = -1};
     ddp_status st = ddp_agree_status(ctx, setup(&t, train, val));
     if (st == DDP_OK) st = run(&t, train, val);
     teardown(&t);

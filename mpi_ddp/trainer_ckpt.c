@@ -65,8 +65,12 @@ static ddp_status save_ckpt(trainer *t, const char *path)
         if (st == DDP_OK) st = t->be->download(t->be, t->h_m, t->m, bytes);
         if (st == DDP_OK) st = t->be->download(t->be, t->h_v, t->v, bytes);
         char *tk = topk_json(&t->dec);
+        int64_t acc = t->cfg->accumulate, os = t->mb >= t->nmb ? (t->nmb + acc - 1) / acc : t->mb / acc;
         ddp_ckpt_state cs = {.epoch = t->epoch,
-                             .step_in_epoch = t->mb,
+                             .optim_step_in_epoch = os,
+                             .samples_in_epoch = t->mb >= t->nmb ? t->tsm->n : ddp_trainer_epoch_position(t, os),
+                             .mode_max = t->cfg->mode_max,
+                             .skipped_steps = t->skipped,
                              .global_step = t->global_step,
                              .optim_step = t->optim_step,
                              .seed = t->cfg->seed,
@@ -134,9 +138,10 @@ ddp_status ddp_trainer_resume(trainer *t, const char *path)
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) st = ddp_ckpt_read(path, t->model, t->h_params, t->h_m, t->h_v, &cs);
     DDP_CHECK(ddp_agree_status(ctx, st));
-    int64_t facts[7] = {cs.epoch, cs.step_in_epoch, cs.global_step, cs.optim_step, cs.world_size, cs.global_batch,
-                        cs.global_batch_rows};
-    MPI_CHECK(MPI_Bcast(facts, 7, MPI_INT64_T, 0, ctx->world));
+    int64_t facts[12] = {cs.epoch,           cs.optim_step_in_epoch, cs.global_step,      cs.optim_step,
+                         cs.world_size,      cs.global_batch,        cs.global_batch_rows, cs.samples_in_epoch,
+                         cs.legacy_micro_batch, (int64_t)cs.seed,    cs.mode_max,          cs.skipped_steps};
+    MPI_CHECK(MPI_Bcast(facts, 12, MPI_INT64_T, 0, ctx->world));
     int W = ctx->topo.size;
     int64_t gb = (int64_t)c->batch_size * W * c->accumulate, gr = c->batch_rows * W * c->accumulate;
     st = DDP_OK;
@@ -155,12 +160,26 @@ ddp_status ddp_trainer_resume(trainer *t, const char *path)
     else if (facts[5] != gb)
         st = ddp_set_error(DDP_ERR_ARG, "%s: global batch %lld differs from this run's %lld (batch-size x ranks x accumulate)", path,
                            (long long)facts[5], (long long)gb);
-    char mine[64], saved[64];
+    if (st == DDP_OK && facts[8] >= 0 && facts[4] != W) /* a micro-batch index means nothing at another world size */
+        st = ddp_set_error(DDP_ERR_ARG, "%s: written by an older mpiddp that stored the position in micro-batches; resume it on %lld ranks",
+                           path, (long long)facts[4]);
+    if (st == DDP_OK && (uint64_t)facts[9] != c->seed) /* the epoch order and the dropout masks come from the seed */
+        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --seed %llu; this run uses --seed %llu (the epoch order would change)", path,
+                           (unsigned long long)facts[9], (unsigned long long)c->seed);
+    if (st == DDP_OK && facts[10] >= 0 && facts[10] != c->mode_max)
+        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --mode %s; this run uses --mode %s (the best score and top-k would be misread)",
+                           path, facts[10] ? "max" : "min", c->mode_max ? "max" : "min");
+    char mine[64], saved[64], monitor[128];
     shuffle_name(c, mine, sizeof mine);
     snprintf(saved, sizeof saved, "%s", cs.shuffle);
+    snprintf(monitor, sizeof monitor, "%s", cs.monitor);
     MPI_CHECK(MPI_Bcast(saved, (int)sizeof saved, MPI_CHAR, 0, ctx->world));
+    MPI_CHECK(MPI_Bcast(monitor, (int)sizeof monitor, MPI_CHAR, 0, ctx->world));
     if (st == DDP_OK && strcmp(saved, mine) != 0) /* another order would not continue the saved epoch exactly */
         st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --shuffle %s; this run uses --shuffle %s", path, saved, mine);
+    if (st == DDP_OK && monitor[0] && strcmp(monitor, c->monitor) != 0)
+        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --monitor %s; this run uses --monitor %s (the best score and top-k would be misread)",
+                           path, monitor, c->monitor);
     if (st == DDP_OK && facts[0] > c->epochs)
         st = ddp_set_error(DDP_ERR_ARG, "%s: already at epoch %lld of --epochs %d", path, (long long)facts[0], c->epochs);
     if (st != DDP_OK) ddp_mark_error_shared(); /* every rank computed the same facts */
@@ -180,9 +199,13 @@ ddp_status ddp_trainer_resume(trainer *t, const char *path)
     DDP_CHECK(t->be->upload(t->be, t->m, t->h_m, bytes));
     DDP_CHECK(t->be->upload(t->be, t->v, t->h_v, bytes));
     t->epoch = facts[0];
-    t->mb = facts[1];
+    t->mb = 0; /* set in micro-batches by the trainer once the epoch's plan is known */
+    t->resume_os = facts[8] >= 0 ? -1 : facts[1];
+    t->resume_pos = facts[7];
+    t->resume_legacy_mb = facts[8];
     t->global_step = facts[2];
     t->optim_step = facts[3];
+    t->skipped = facts[11];
     /* decision state: rank 0's view is broadcast; each rank gets its own best local value when the world
      * size matches (else the votes start afresh) */
     double dstate[2] = {cs.best_score, (double)cs.bad_epochs}, mybest = NAN;
@@ -209,8 +232,8 @@ ddp_status ddp_trainer_resume(trainer *t, const char *path)
     free(cs.best_local);
     free(cs.topk_json);
     if (ctx->topo.rank == 0) /* a notice even with --no-progress: where the run continues from matters */
-        fprintf(stderr, "mpiddp train: resuming from %s at epoch %lld, micro-batch %lld, step %lld\n", path, (long long)t->epoch + 1,
-                (long long)t->mb, (long long)t->global_step);
+        fprintf(stderr, "mpiddp train: resuming from %s at epoch %lld, optimizer step %lld of the epoch, step %lld\n", path,
+                (long long)t->epoch + 1, (long long)(facts[8] >= 0 ? facts[8] / c->accumulate : facts[1]), (long long)t->global_step);
     return DDP_OK;
 }
 

@@ -4,6 +4,7 @@
 #define DDP_TRAINER_PRIV_H
 
 #include "../io/dataset.h"
+#include "../io/sampler.h"
 #include "decide.h"
 #include "evaluate.h"
 #include "metrics.h"
@@ -40,6 +41,10 @@ typedef struct {
     ddp_eval_acc eval;
     ddp_decider dec;
     int64_t epoch, mb;         /* position: next micro-batch of this epoch */
+    int64_t nmb;               /* micro-batches of this epoch */
+    const ddp_sampler *tsm;    /* the training order (checkpoints record positions in its units) */
+    /* a resume's position, converted to micro-batches once the first epoch's plan is known (run) */
+    int64_t resume_os, resume_pos, resume_legacy_mb; /* -1: none */
     int32_t *lens_train, *lens_val; /* token budgets: every sample's rows */
 } trainer;
 
@@ -49,6 +54,9 @@ ddp_status ddp_trainer_save_last(trainer *t);
 ddp_status ddp_trainer_decide(trainer *t, int64_t epoch, int *stop);
 /* Restores the state from a checkpoint read by rank 0 and broadcast. */
 ddp_status ddp_trainer_resume(trainer *t, const char *path);
+/* Positions of the epoch's global order consumed after `os` optimizer steps of the epoch (the epoch's end:
+ * the number of training samples), the same at every world size and accumulation for one global batch. */
+int64_t ddp_trainer_epoch_position(const trainer *t, int64_t os);
 /* Temporary files of a save that was killed before its rename. */
 void ddp_trainer_remove_stale_tmp(const char *dir);
 

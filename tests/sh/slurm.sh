@@ -58,7 +58,7 @@ scancel --signal=USR1 $jid
 wait_job $jid PENDING
 grep -q "stopped on request at step" job-$jid.log || { cat job-$jid.log; fail "no stop message"; }
 grep -q "job $jid requeued" job-$jid.log || { cat job-$jid.log; fail "not requeued"; }
-$PY -c "import h5py,sys; f=h5py.File('pre/checkpoints/last.h5','r'); s=int(f.attrs['step_in_epoch']); print('saved at micro-batch', s, 'of epoch', int(f.attrs['epoch'])); sys.exit(s == 0)" ||
+$PY -c "import h5py,sys; f=h5py.File('pre/checkpoints/last.h5','r'); s=int(f.attrs['optim_step_in_epoch']); print('saved after optimizer step', s, 'of epoch', int(f.attrs['epoch'])); sys.exit(s == 0)" ||
   fail "the preemption checkpoint is not mid-epoch"
 scontrol update JobId=$jid StartTime=now   # Slurm holds a requeued job ~2 minutes; as admin, release it
 wait_job $jid COMPLETED

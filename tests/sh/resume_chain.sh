@@ -1,0 +1,43 @@
+# Resume across world sizes and accumulation (docs/run-directory.md, "Position"): checkpoints store the
+# position as optimizer steps and samples of the epoch, so a job stopped at np 4 x accumulate 1, resumed at np 2
+# x accumulate 2, stopped again and finished at np 1 x accumulate 4 (the same global batch throughout) ends
+# where the uninterrupted np 4 run ends (1e-5: the float summation order differs), with sample-count batches
+# and with token budgets. A position that cannot be continued exactly is refused in one line; so are a
+# different seed, monitor or mode.
+. "$(dirname "$0")/lib.sh"
+# 216 samples: a multiple of 4 ranks, so no world size pads the epoch with duplicates (which are trained)
+synth --out train --samples 216 --dim 8 --classes 3 --min-rows 1 --max-rows 12 --shards 3 --seed 5
+synth --out val --samples 71 --dim 8 --classes 3 --min-rows 1 --max-rows 12 --shards 2 --seed 5 --first-id 1000
+common=(--train train --val val --epochs 3 --hidden 16 --lr 0.01 --log-every 1 --no-progress --grad-clip 1.0 --device "$DEVICE" "${MODEL_ARGS[@]}")
+for mode in count rows; do
+  if [ $mode = count ]; then per=(--batch-size 4); else per=(--batch-rows 48); fi
+  mpirun_np 4 "$MPIDDP" train "${common[@]}" "${per[@]}" --out full_$mode >/dev/null
+  # stops land mid-epoch: step 5 of epoch 1 and step 5 of epoch 2 (14 steps per epoch with 16 samples a step)
+  steps=$($PY -c "import csv; print(max(int(r['step']) for r in csv.DictReader(open('full_$mode/metrics.csv'))))")
+  s1=5; s2=$((steps / 3 + 5))
+  MPIDDP_TEST_STOP_AT_STEP=$s1 mpirun_np 4 "$MPIDDP" train "${common[@]}" "${per[@]}" --out chain_$mode >/dev/null
+  MPIDDP_TEST_STOP_AT_STEP=$s2 mpirun_np 2 "$MPIDDP" train "${common[@]}" "${per[@]}" --accumulate 2 --out chain_$mode --resume auto >/dev/null
+  $PY -c "import h5py; f = h5py.File('chain_$mode/checkpoints/last.h5'); a = f.attrs
+assert int(a['global_step']) == $s2 and int(a['epoch']) == 1 and 0 < int(a['optim_step_in_epoch']) < $steps // 3, dict(a)
+print('$mode: saved at epoch', int(a['epoch']), 'after', int(a['optim_step_in_epoch']), 'steps,', int(a['samples_in_epoch']), 'samples')" ||
+    fail "$mode: the second stop did not land mid-epoch"
+  mpirun_np 1 "$MPIDDP" train "${common[@]}" "${per[@]}" --accumulate 4 --out chain_$mode --resume auto >/dev/null
+  $PY "$SRC/tests/py/compare_ckpt.py" full_$mode/checkpoints/last.h5 chain_$mode/checkpoints/last.h5 1e-5 ||
+    fail "$mode: np 4 x1 -> np 2 x2 -> np 1 x4 differs from the uninterrupted run"
+  [ "$(csv_last chain_$mode/metrics.csv step)" = "$steps" ] || fail "$mode: the chain ran another number of steps"
+done
+# a position this run's order cannot continue exactly (a hand-edited checkpoint) is refused in one line
+MPIDDP_TEST_STOP_AT_STEP=5 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out bad >/dev/null
+$PY -c "import h5py; f = h5py.File('bad/checkpoints/last.h5', 'r+'); f.attrs['samples_in_epoch'] = f.attrs['samples_in_epoch'] - 3"
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out bad --resume auto
+printf '%s' "$ERR" | grep -q "cannot be continued exactly" || fail "inexact position: $ERR"
+[ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "inexact position: not one line: $ERR"
+printf '%s' "$ERR" | grep -q "MPI_ABORT" && fail "inexact position ended in MPI_Abort: $ERR"
+# seed, monitor and mode must match the checkpoint's
+MPIDDP_TEST_STOP_AT_STEP=5 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out ok >/dev/null
+for opt in "--seed 9|saved with --seed 0" "--monitor val/acc --mode max|saved with --mode min" "--monitor val/acc|saved with --monitor val/loss"; do
+  read -r -a extra <<< "${opt%%|*}"
+  expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out ok --resume auto "${extra[@]}"
+  printf '%s' "$ERR" | grep -qF "${opt#*|}" || fail "resume with ${opt%%|*}: $ERR"
+done
+pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode refused"
