@@ -101,6 +101,10 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     if (!cfg.resume && getenv("SLURM_RESTART_COUNT") && atoi(getenv("SLURM_RESTART_COUNT")) > 0)
         cfg.resume = "auto"; /* a requeued SLURM job continues where it stopped */
     cfg.ckpt_policy = policy;
+    if (ddp_train_config_check(&cfg, ddp_topo(ctx)->size) != DDP_OK) { /* before buffers are sized from it */
+        if (cli_rank0(ctx)) fprintf(stderr, "mpiddp train: %s\n", ddp_last_error());
+        return 2;
+    }
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     char why[160];
     ddp_status st = ddp_select_device_all(ctx, want, &got, why);

@@ -251,6 +251,9 @@ typedef struct {
 void ddp_request_stop(void);
 
 void ddp_train_config_default(ddp_train_config *cfg);
+/* Checks cfg for a job of `world` ranks (ranges, conflicts, the global batch and budget fit their types):
+ * DDP_ERR_ARG with one line naming the option. Local; ddp_train runs it too. */
+ddp_status ddp_train_config_check(const ddp_train_config *cfg, int world);
 /* Collective. Trains model on train, validates on val after each epoch, writes the run directory. */
 ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train,
                      ddp_dataset *val);

@@ -220,10 +220,11 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
         s->idx = ddp_calloc((size_t)sm->batch, sizeof(int64_t));
         s->pad = ddp_calloc((size_t)sm->batch, 1);
         if (!s->x || !s->offsets || !s->labels || !s->ids || !s->idx || !s->pad) {
+            ddp_status st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch buffers (2 x %lld rows x %lld floats, %.1f MiB)",
+                                          (long long)ld->max_rows, (long long)ld->dim,
+                                          2.0 * (double)ld->max_rows * (double)ld->dim * sizeof(float) / 1048576.0);
             ddp_loader_destroy(ld);
-            return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch buffers (2 x %lld rows x %lld floats, %.1f MiB)",
-                                 (long long)ld->max_rows, (long long)ld->dim,
-                                 2.0 * (double)ld->max_rows * (double)ld->dim * sizeof(float) / 1048576.0);
+            return st;
         }
     }
     int can = 0;

@@ -145,14 +145,14 @@ ddp_status ddp_sampler_set_blocks(ddp_sampler *s, const int32_t *lens, int64_t d
     if (!(block_bytes > 0) || window < 1)
         return ddp_set_error(DDP_ERR_ARG, "--shuffle-block-mb must be > 0 and --shuffle-window >= 1");
     int64_t cap = 1024, nb = 0;
-    int64_t *bf = malloc((size_t)cap * sizeof *bf);
+    int64_t *bf = ddp_calloc((size_t)cap * sizeof *bf, 1);
     if (!bf) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     for (int64_t k = 0; k < nshards; k++) {
         double bytes = 0;
         for (int64_t i = shard_first[k]; i < shard_first[k + 1]; i++) {
             if (i == shard_first[k] || bytes >= block_bytes) { /* a block starts here */
                 if (nb + 2 > cap) {
-                    int64_t *nbf = realloc(bf, (size_t)(cap *= 2) * sizeof *nbf);
+                    int64_t *nbf = ddp_realloc(bf, (size_t)(cap *= 2) * sizeof *nbf, 1);
                     if (!nbf) {
                         free(bf);
                         return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
@@ -170,8 +170,8 @@ ddp_status ddp_sampler_set_blocks(ddp_sampler *s, const int32_t *lens, int64_t d
     s->blk_first = bf;
     s->nblocks = nb;
     s->window = window;
-    s->bperm = malloc((size_t)nb * sizeof *s->bperm);
-    s->bcum = malloc((size_t)(nb + 1) * sizeof *s->bcum);
+    s->bperm = ddp_calloc((size_t)nb * sizeof *s->bperm, 1);
+    s->bcum = ddp_calloc((size_t)(nb + 1) * sizeof *s->bcum, 1);
     s->blk_epoch = -1;
     if (!s->bperm || !s->bcum) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     return DDP_OK;
@@ -244,7 +244,7 @@ static ddp_status make_plan(ddp_sampler *s)
         if (p == 0 || rows + len > s->budget) { /* a new step starts here */
             if (s->nplan + 2 > s->cap_plan) {
                 int64_t cap = s->cap_plan ? 2 * s->cap_plan : 1024;
-                int64_t *np = realloc(s->plan, (size_t)cap * sizeof *np);
+                int64_t *np = ddp_realloc(s->plan, (size_t)cap * sizeof *np, 1);
                 if (!np) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch plan");
                 s->plan = np;
                 s->cap_plan = cap;

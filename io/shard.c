@@ -4,6 +4,7 @@
 #include "shard.h"
 
 #include "../mpi_ddp/status.h"
+#include "sigbus.h"
 #include "../slurm/env.h"
 
 #include <errno.h>
@@ -333,6 +334,10 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
         hid_t fsp = H5Dget_space(ds[0]);
         hsize_t start[2] = {(hsize_t)m->rows - 1, 0}, count[2] = {1, (hsize_t)m->dim};
         float *row = ddp_calloc((size_t)m->dim, sizeof *row);
+        if (!row) {
+            H5Sclose(fsp);
+            return ddp_set_error(DDP_ERR_NOMEM, "%s: dataset 'features': out of memory for one row", path);
+        }
         hid_t ms = H5Screate_simple(2, count, NULL);
         herr_t e = row ? H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL) : -1;
         if (e >= 0) e = H5Dread(ds[0], H5T_NATIVE_FLOAT, ms, fsp, H5P_DEFAULT, row);
@@ -409,7 +414,9 @@ ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta
 }
 
 /* ------------------------------------------------------------------ runtime access */
-static ddp_status map_window(ddp_shard *s, int slot, int64_t off, int64_t bytes, const void **ptr, const char *obj)
+/* Maps a window of the file and registers it with the SIGBUS handler (sigbus.c): a read the file's
+ * truncation took away then ends the process with one line naming path, not a crash. */
+static ddp_status map_window(ddp_shard *s, const char *path, int slot, int64_t off, int64_t bytes, const void **ptr, const char *obj)
 {
     long page = sysconf(_SC_PAGESIZE);
     int64_t base = off - off % page;
@@ -419,6 +426,7 @@ static ddp_status map_window(ddp_shard *s, int slot, int64_t off, int64_t bytes,
         return ddp_set_error(DDP_ERR_IO, "%s: dataset '%s': mmap of %zu bytes failed: %s", s->meta.name, obj, len, strerror(errno));
     s->maps[slot] = p;
     s->map_lens[slot] = len;
+    DDP_CHECK(ddp_sigbus_register(p, len, path, obj, base, s->fd, &s->sigbus[slot]));
     *ptr = (const char *)p + (off - base);
     return DDP_OK;
 }
@@ -462,7 +470,7 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
     }
     const void *p = NULL;
     if (m->feat_off >= 0) {
-        DDP_TRY(map_window(s, 0, m->feat_off, m->rows * m->dim * 4, &p, "features"));
+        DDP_TRY(map_window(s, path, 0, m->feat_off, m->rows * m->dim * 4, &p, "features"));
         s->features = p;
         if (s->access_hint != DDP_ACCESS_NORMAL) /* shuffled: no readahead waste; in order: aggressive readahead */
             madvise(s->maps[0], s->map_lens[0], s->access_hint == DDP_ACCESS_RANDOM ? MADV_RANDOM : MADV_SEQUENTIAL);
@@ -472,7 +480,7 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
         if (s->h5features < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: dataset 'features': cannot be opened", path);
     }
     if (m->off_off >= 0) {
-        DDP_TRY(map_window(s, 1, m->off_off, (m->n + 1) * 8, &p, "offsets"));
+        DDP_TRY(map_window(s, path, 1, m->off_off, (m->n + 1) * 8, &p, "offsets"));
         s->offsets = p;
     } else {
         int64_t *o;
@@ -481,7 +489,7 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
         s->offsets = o;
     }
     if (m->lab_off >= 0) {
-        DDP_TRY(map_window(s, 2, m->lab_off, m->n * m->lab_width, &p, "labels"));
+        DDP_TRY(map_window(s, path, 2, m->lab_off, m->n * m->lab_width, &p, "labels"));
         s->labels = p;
         s->lab_width = m->lab_width;
     } else {
@@ -493,7 +501,7 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
     }
     if (m->has_ids) {
         if (m->ids_off >= 0) {
-            DDP_TRY(map_window(s, 3, m->ids_off, m->n * 8, &p, "sample_ids"));
+            DDP_TRY(map_window(s, path, 3, m->ids_off, m->n * 8, &p, "sample_ids"));
             s->ids = p;
         } else {
             int64_t *ids;
@@ -512,6 +520,7 @@ done:
 void ddp_shard_close(ddp_shard *s)
 {
     for (int i = 0; i < 4; i++) {
+        ddp_sigbus_unregister(&s->sigbus[i]);
         if (s->maps[i]) munmap(s->maps[i], s->map_lens[i]);
         s->maps[i] = NULL;
     }

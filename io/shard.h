@@ -52,6 +52,7 @@ typedef struct {
     int fd;
     void *maps[4];
     size_t map_lens[4];
+    int64_t sigbus[4];             /* handles of the maps in io/sigbus.c's table (0: none) */
     const float *features;         /* mapped, or NULL for the HDF5 read path */
     const int64_t *offsets;        /* mapped or owned */
     const void *labels;            /* mapped (width lab_width) or owned int64 */

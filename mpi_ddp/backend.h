@@ -148,4 +148,17 @@ void ddp_transformer_times(const ddp_model *m, double t[4]);
 /* Available when built with CUDA; device is the CUDA ordinal. */
 ddp_status ddp_backend_cuda_create(int device, ddp_backend **out);
 
+#ifndef DDP_PLUGIN
+/* A backend allocation through the allocation-failure test hook (status.h): the call site may be made to fail
+ * as a device out of memory would. */
+#include "status.h"
+static inline ddp_status ddp_backend_alloc_at(ddp_backend *be, void **p, size_t bytes, const char *file, int line)
+{
+    if (ddp_alloc_inject(file, line, bytes))
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory on the %s device: %zu bytes (test hook)", be->name, bytes);
+    return be->alloc(be, p, bytes);
+}
+#define DDP_BE_ALLOC(be, pp, bytes) ddp_backend_alloc_at((be), (pp), (bytes), __FILE__, __LINE__)
+#endif
+
 #endif

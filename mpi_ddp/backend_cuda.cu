@@ -39,6 +39,24 @@ static cudaError_t host_sync(cudaStream_t s)
 }
 static unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
+/* A failed allocation in the one-line format of cuda_checks.h, with its size, device and purpose. */
+#define DDP_ALLOC_ERR_(call, e, bytes, dev, what)                                                  \
+    ddp_set_error(DDP_ERR_CUDA, "CUDA error in %s (%s:%d): %s: %llu bytes (%.1f MiB) on cuda:%d for %s", #call, __FILE__, \
+                  __LINE__, cudaGetErrorString(e), (unsigned long long)(bytes), (double)(bytes) / 1048576.0, (dev), (what))
+#define ALLOC_CHECK(call, bytes, dev, what)                                                        \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) return DDP_ALLOC_ERR_(call, e_, bytes, dev, what);                  \
+    } while (0)
+#define ALLOC_TRY(call, bytes, dev, what)                                                          \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            st = DDP_ALLOC_ERR_(call, e_, bytes, dev, what);                                       \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+
 /* ------------------------------------------------------------------ kernels */
 __global__ void k_fill(float *x, float v, int64_t n)
 {
@@ -133,7 +151,7 @@ __global__ void k_sumsq(const float *x, int64_t n, double *part)
 static ddp_status cu_alloc(ddp_backend *b, void **p, size_t bytes)
 {
     *p = NULL;
-    CUDA_CHECK(cudaMalloc(p, bytes ? bytes : 1));
+    ALLOC_CHECK(cudaMalloc(p, bytes ? bytes : 1), bytes, I(b)->device, "a model buffer (parameters, gradients, AdamW moments or the batch workspace)");
     cudaError_t e = cudaMemsetAsync(*p, 0, bytes ? bytes : 1, I(b)->stream);
     if (e != cudaSuccess) {
         cudaFree(*p);
@@ -208,7 +226,8 @@ static ddp_status cu_reserve(ddp_backend *b, int64_t rows)
     cuda_impl *c = I(b);
     if (rows <= c->ones_len) return DDP_OK;
     float *ones = NULL;
-    CUDA_CHECK(cudaMalloc((void **)&ones, (size_t)rows * sizeof(float)));
+    ALLOC_CHECK(cudaMalloc((void **)&ones, (size_t)rows * sizeof(float)), (size_t)rows * sizeof(float), c->device,
+                "the column-sum vector of the largest batch's rows");
     DDP_LAUNCH(k_fill, blocks_for(rows, 256), 256, 0, c->stream, ones, 1.0f, rows);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
@@ -391,8 +410,10 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     c->device = device;
     CUDA_TRY(cudaSetDevice(device));
     CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    CUDA_TRY(cudaMalloc((void **)&c->dpart, SUMSQ_BLOCKS * sizeof(double)));
-    CUDA_TRY(cudaMallocHost((void **)&c->hpart, SUMSQ_BLOCKS * sizeof(double)));
+    ALLOC_TRY(cudaMalloc((void **)&c->dpart, SUMSQ_BLOCKS * sizeof(double)), SUMSQ_BLOCKS * sizeof(double), device,
+              "the gradient-norm partial sums");
+    ALLOC_TRY(cudaMallocHost((void **)&c->hpart, SUMSQ_BLOCKS * sizeof(double)), SUMSQ_BLOCKS * sizeof(double), device,
+              "pinned host memory for the gradient-norm partial sums");
     CUBLAS_TRY(cublasCreate(&c->blas));
     CUBLAS_TRY(cublasSetStream(c->blas, c->stream));
     /* exact fp32 GEMMs (no TF32) so GPU results track the CPU reference */

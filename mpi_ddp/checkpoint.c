@@ -143,10 +143,12 @@ static ddp_status read_str_attr(hid_t f, const char *path, const char *name, cha
     if (a < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': missing", path, name);
     hid_t t = H5Aget_type(a);
     size_t n = H5Tget_size(t);
-    char *buf = H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) <= 0 ? ddp_calloc(n + 1, 1) : NULL;
+    int fixed_string = H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) <= 0;
+    char *buf = fixed_string ? ddp_calloc(n + 1, 1) : NULL;
     herr_t e = buf ? H5Aread(a, t, buf) : -1;
     H5Tclose(t);
     H5Aclose(a);
+    if (fixed_string && !buf) return ddp_set_error(DDP_ERR_NOMEM, "%s: checkpoint attribute '%s': out of memory", path, name);
     if (e < 0) {
         free(buf);
         return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': unreadable", path, name);

@@ -25,6 +25,7 @@ ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **out)
     MPI_CHECK(MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN));
     ddp_topology *t = &c->topo;
     MPI_CHECK(MPI_Comm_rank(c->world, &t->rank));
+    ddp_alloc_hook_rank(t->rank);
     MPI_CHECK(MPI_Comm_size(c->world, &t->size));
     MPI_CHECK(MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, t->rank, MPI_INFO_NULL, &c->local));
     MPI_CHECK(MPI_Comm_set_errhandler(c->local, MPI_ERRORS_RETURN));

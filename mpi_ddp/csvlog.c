@@ -56,7 +56,7 @@ static ddp_status add_row(ddp_csv *c, int64_t epoch, int64_t step, const ddp_met
 {
     if (c->nrows == c->cap) {
         int64_t nc = c->cap ? c->cap * 2 : 64;
-        csv_row *nr = realloc(c->rows, (size_t)nc * sizeof *nr);
+        csv_row *nr = ddp_realloc(c->rows, (size_t)nc * sizeof *nr, 1);
         if (!nr) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
         c->rows = nr;
         c->cap = nc;
@@ -66,24 +66,26 @@ static ddp_status add_row(ddp_csv *c, int64_t epoch, int64_t step, const ddp_met
     r->epoch = epoch;
     r->step = step;
     for (int i = 0; i < row->n; i++) {
-        ddp_row_set(&r->vals, row->names[i], row->vals[i]);
-        if (ddp_row_find(&c->cols, row->names[i]) < 0) ddp_row_set(&c->cols, row->names[i], 0);
+        DDP_CHECK(ddp_row_set(&r->vals, row->names[i], row->vals[i]));
+        if (ddp_row_find(&c->cols, row->names[i]) < 0) DDP_CHECK(ddp_row_set(&c->cols, row->names[i], 0));
     }
     return DDP_OK;
 }
 
 /* Reads an existing metrics file back (resume), keeping rows up to keep_step. */
-static void load_existing(ddp_csv *c, int64_t keep_step)
+static ddp_status load_existing(ddp_csv *c, int64_t keep_step)
 {
     FILE *f = fopen(c->path, "r");
-    if (!f) return;
+    if (!f) return DDP_OK;
+    ddp_status st = DDP_OK;
     char line[1 << 16];
     ddp_metric_row hdr = {0}, row = {0};
     if (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\r\n")] = 0;
-        for (char *save = NULL, *tok = strtok_r(line, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) ddp_row_set(&hdr, tok, 0);
+        for (char *save = NULL, *tok = strtok_r(line, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            if (st == DDP_OK) st = ddp_row_set(&hdr, tok, 0);
     }
-    while (hdr.n >= 2 && fgets(line, sizeof line, f)) {
+    while (st == DDP_OK && hdr.n >= 2 && fgets(line, sizeof line, f)) {
         line[strcspn(line, "\r\n")] = 0;
         ddp_row_clear(&row);
         int64_t epoch = 0, step = 0;
@@ -93,14 +95,15 @@ static void load_existing(ddp_csv *c, int64_t keep_step)
             if (comma) *comma = 0;
             if (k == 0) epoch = strtoll(p, NULL, 10);
             else if (k == 1) step = strtoll(p, NULL, 10);
-            else if (*p && strcmp(hdr.names[k], "rank") != 0) ddp_row_set(&row, hdr.names[k], strtod(p, NULL));
+            else if (*p && strcmp(hdr.names[k], "rank") != 0 && st == DDP_OK) st = ddp_row_set(&row, hdr.names[k], strtod(p, NULL));
             p = comma ? comma + 1 : NULL;
         }
-        if (step <= keep_step) add_row(c, epoch, step, &row);
+        if (step <= keep_step && st == DDP_OK) st = add_row(c, epoch, step, &row);
     }
     ddp_row_free(&hdr);
     ddp_row_free(&row);
     fclose(f);
+    return st;
 }
 
 ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, int64_t keep_upto_step, ddp_csv **out)
@@ -109,13 +112,17 @@ ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, in
     if (!c) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     snprintf(c->path, sizeof c->path, "%s", path);
     c->rank = rank;
-    for (int i = 0; i < nfirst; i++) ddp_row_set(&c->cols, first[i], 0);
-    if (keep_upto_step >= 0) load_existing(c, keep_upto_step);
+    ddp_status st = DDP_OK;
+    for (int i = 0; i < nfirst && st == DDP_OK; i++) st = ddp_row_set(&c->cols, first[i], 0);
+    if (st == DDP_OK && keep_upto_step >= 0) st = load_existing(c, keep_upto_step);
+    if (st != DDP_OK) {
+        ddp_csv_close(c);
+        return st;
+    }
     c->f = fopen(path, "w");
     if (!c->f) {
         int e = errno;
-        ddp_row_free(&c->cols);
-        free(c);
+        ddp_csv_close(c);
         return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", path, strerror(e));
     }
     put_header(c, c->f);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,11 +77,22 @@ static void load(void)
     if (!h && !g_found && *MPIDDP_PLUGIN_INSTALL_DIR) h = try_open(MPIDDP_PLUGIN_INSTALL_DIR "/" PLUGIN);
     if (!h && !g_found) h = try_open(PLUGIN);
     if (!h) return;
+    /* the file actually loaded (MPIDDP_CUDA_PLUGIN's, or where the search found libmpiddp_cuda.so) */
+    const char *file = env && *env ? env : PLUGIN;
+    struct link_map *lm = NULL;
+    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) file = lm->l_name;
     ddp_cuda_plugin_fn fn;
+    dlerror();
     *(void **)&fn = dlsym(h, "ddp_cuda_plugin_api");
-    const ddp_cuda_api *api = fn ? fn(ddp_set_error) : NULL;
+    if (!fn) {
+        const char *e = dlerror();
+        snprintf(g_why, sizeof g_why, "%s: not an mpiddp CUDA plugin: %s", file, e ? e : "ddp_cuda_plugin_api is NULL");
+        dlclose(h);
+        return;
+    }
+    const ddp_cuda_api *api = fn(ddp_set_error);
     if (!api || api->version != DDP_CUDA_API_VERSION) {
-        snprintf(g_why, sizeof g_why, "%s: incompatible plugin (API version %d, expected %d)", PLUGIN, api ? api->version : -1,
+        snprintf(g_why, sizeof g_why, "%s: incompatible plugin (API version %d, expected %d)", file, api ? api->version : -1,
                  DDP_CUDA_API_VERSION);
         dlclose(h);
         return;

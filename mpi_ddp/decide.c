@@ -71,12 +71,19 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     /* 2. each rank's vote: its local value improved over its own best */
     int mine = better(d, lv, d->best_local);
     int *votes = me == 0 ? ddp_calloc((size_t)W, sizeof *votes) : NULL;
-    if (me == 0 && !votes) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    int *imp = me == 0 ? ddp_calloc((size_t)W, sizeof *imp) : NULL;
+    ddp_status ast = ddp_agree_status(ctx, me == 0 && (!votes || !imp) ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for the checkpoint vote") : DDP_OK);
+    if (ast != DDP_OK) {
+        free(votes);
+        free(imp);
+        return ast;
+    }
     MPI_Request rq;
     MPI_CHECK(MPI_Igather(&mine, 1, MPI_INT, votes, 1, MPI_INT, 0, ctx->world, &rq));
     ddp_status wst = ddp_wait(ctx, 1, &rq, "the checkpoint vote");
     if (wst != DDP_OK) {
         free(votes);
+        free(imp);
         return wst;
     }
     /* 3. rank 0 decides; one broadcast carries the decision */
@@ -84,11 +91,6 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     if (me == 0) {
         double view = d->policy == DDP_POLICY_RANK0 ? lv : global->vals[gi];
         int improved, yes = 0;
-        int *imp = ddp_calloc((size_t)W, sizeof *imp);
-        if (!imp) {
-            free(votes);
-            return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-        }
         for (int r = 0; r < W; r++) yes += imp[r] = votes[r];
         if (d->policy == DDP_POLICY_ALL) improved = yes == W;
         else if (d->policy == DDP_POLICY_ANY) improved = yes > 0;

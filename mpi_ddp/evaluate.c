@@ -1,6 +1,7 @@
 /* evaluate.c — exact evaluation; see evaluate.h. */
 #include "evaluate.h"
 
+#include "../slurm/env.h"
 #include "status.h"
 #include "watchdog.h"
 
@@ -115,18 +116,27 @@ static int cmp_idx(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+/* Elements (int64) per message of the prediction gather: every MPI count stays far below INT_MAX whatever
+ * the number of predictions (5 elements each; a single int count overflowed above ~429 M). The test hook
+ * MPIDDP_TEST_GATHER_CHUNK makes messages small so that tests cross message boundaries. */
+#define GATHER_CHUNK ((int64_t)1 << 27)
+#define GATHER_TAG 7305
+
 ddp_status ddp_eval_gather(ddp_ctx *ctx, ddp_eval_acc *a, ddp_eval_acc *all)
 {
     int W = ctx->topo.size, root = ctx->topo.rank == 0;
-    /* pack rows as 5 int64 (index, id, label, pred, prob bits) so one Gatherv moves them */
-    int64_t *mine = ddp_calloc((size_t)(a->n * 5), sizeof *mine);
-    int cnt = (int)(a->n * 5), *cnts = root ? ddp_calloc((size_t)W, sizeof(int)) : NULL, *displ = root ? ddp_calloc((size_t)W, sizeof(int)) : NULL;
-    int ok = mine && (!root || (cnts && displ)), allok;
-    DDP_CHECK(ddp_all_ok(ctx, ok, &allok));
-    if (!allok) {
-        free(mine), free(cnts), free(displ);
-        return ddp_agree_status(ctx, ddp_set_error(DDP_ERR_NOMEM, "out of memory gathering predictions"));
-    }
+    int64_t chunk = ddp_env_int("TEST_GATHER_CHUNK", GATHER_CHUNK);
+    if (chunk < 1 || chunk > GATHER_CHUNK) chunk = GATHER_CHUNK;
+    /* pack rows as 5 int64 (index, id, label, pred, prob bits) */
+    int64_t cnt = a->n * 5, total = 0;
+    int64_t *mine = ddp_calloc((size_t)cnt + 1, sizeof *mine), *rows = NULL;
+    int64_t *cnts = root ? ddp_calloc((size_t)W, sizeof *cnts) : NULL;
+    int ok = mine && (!root || cnts), allok, agree = 0; /* agree: every rank is at the same point */
+    ddp_status st = DDP_OK;
+    DDP_TRY(ddp_all_ok(ctx, ok, &allok));
+    agree = 1;
+    if (!allok) DDP_FAIL(DDP_ERR_NOMEM, "out of memory gathering predictions");
+    agree = 0;
     for (int64_t i = 0; i < a->n; i++) {
         int64_t *r = mine + 5 * i;
         r[0] = a->idx[i], r[1] = a->ids[i], r[2] = a->labels[i], r[3] = a->preds[i];
@@ -134,16 +144,35 @@ ddp_status ddp_eval_gather(ddp_ctx *ctx, ddp_eval_acc *a, ddp_eval_acc *all)
         r[4] = 0;
         memcpy(&r[4], &p, sizeof p);
     }
-    MPI_CHECK(MPI_Gather(&cnt, 1, MPI_INT, cnts, 1, MPI_INT, 0, ctx->world));
-    int64_t total = 0;
-    if (root)
-        for (int r = 0; r < W; r++) {
-            displ[r] = (int)total;
-            total += cnts[r];
+    int rc = MPI_Gather(&cnt, 1, MPI_INT64_T, cnts, 1, MPI_INT64_T, 0, ctx->world);
+    if (rc != MPI_SUCCESS) DDP_TRY(ddp_mpi_error(rc, "MPI_Gather", __FILE__, __LINE__));
+    if (root) {
+        for (int r = 0; r < W; r++) total += cnts[r];
+        rows = ddp_calloc((size_t)total + 1, sizeof *rows);
+    }
+    DDP_TRY(ddp_all_ok(ctx, !root || rows, &allok));
+    agree = 1;
+    if (!allok) DDP_FAIL(DDP_ERR_NOMEM, "out of memory gathering %lld predictions on rank 0", (long long)(total / 5));
+    /* rank r's rows land after those of ranks < r, in messages of at most `chunk` elements */
+    if (root) {
+        memcpy(rows, mine, (size_t)cnt * sizeof *rows);
+        int64_t at = cnt;
+        for (int r = 1; r < W; r++) {
+            for (int64_t lo = 0; lo < cnts[r]; lo += chunk) {
+                int len = (int)(cnts[r] - lo < chunk ? cnts[r] - lo : chunk);
+                rc = MPI_Recv(rows + at + lo, len, MPI_INT64_T, r, GATHER_TAG, ctx->world, MPI_STATUS_IGNORE);
+                if (rc != MPI_SUCCESS) DDP_TRY(ddp_mpi_error(rc, "MPI_Recv", __FILE__, __LINE__));
+            }
+            at += cnts[r];
         }
-    int64_t *rows = root ? ddp_calloc((size_t)total + 1, sizeof *rows) : NULL;
-    MPI_CHECK(MPI_Gatherv(mine, cnt, MPI_INT64_T, rows, cnts, displ, MPI_INT64_T, 0, ctx->world));
-    ddp_status st = DDP_OK;
+    } else {
+        for (int64_t lo = 0; lo < cnt; lo += chunk) {
+            int len = (int)(cnt - lo < chunk ? cnt - lo : chunk);
+            rc = MPI_Send(mine + lo, len, MPI_INT64_T, 0, GATHER_TAG, ctx->world);
+            if (rc != MPI_SUCCESS) DDP_TRY(ddp_mpi_error(rc, "MPI_Send", __FILE__, __LINE__));
+        }
+    }
+    agree = 1;
     if (root) {
         int64_t n = total / 5;
         qsort(rows, (size_t)n, 5 * sizeof *rows, cmp_idx);
@@ -157,6 +186,7 @@ ddp_status ddp_eval_gather(ddp_ctx *ctx, ddp_eval_acc *a, ddp_eval_acc *all)
                 st = keep(all, rows[5 * i], rows[5 * i + 1], rows[5 * i + 2], rows[5 * i + 3], p);
         }
     }
-    free(rows), free(mine), free(cnts), free(displ);
-    return ddp_agree_status(ctx, st);
+done: /* after an MPI error the ranks may stand at different calls: no agreement then */
+    free(rows), free(mine), free(cnts);
+    return agree ? ddp_agree_status(ctx, st) : st;
 }

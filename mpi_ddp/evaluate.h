@@ -29,7 +29,8 @@ ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64
 void ddp_confusion_metrics(const int64_t *conf, int64_t C, double *acc, double *macro_f1);
 /* Sums the confusion matrices over ranks in place (collective). */
 ddp_status ddp_eval_reduce_confusion(ddp_ctx *ctx, ddp_eval_acc *a);
-/* Gathers every rank's predictions to rank 0 (MPI_Gatherv) sorted by global index (collective). */
+/* Gathers every rank's predictions to rank 0 sorted by global index (collective; int64 counts: messages of
+ * at most 2^27 elements, so any number of predictions fits MPI's int counts). */
 ddp_status ddp_eval_gather(ddp_ctx *ctx, ddp_eval_acc *a, ddp_eval_acc *all);
 
 #endif

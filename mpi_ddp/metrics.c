@@ -23,26 +23,30 @@ int ddp_row_find(const ddp_metric_row *r, const char *name)
     return -1;
 }
 
-void ddp_row_set(ddp_metric_row *r, const char *name, double v)
+ddp_status ddp_row_set(ddp_metric_row *r, const char *name, double v)
 {
     int i = ddp_row_find(r, name);
     if (i >= 0) {
         r->vals[i] = v;
-        return;
+        return DDP_OK;
     }
     if (r->n == r->cap) {
         int nc = r->cap ? r->cap * 2 : 16;
-        char **nn = realloc(r->names, (size_t)nc * sizeof *nn);
-        if (!nn) return;
+        char **nn = ddp_realloc(r->names, (size_t)nc * sizeof *nn, 1);
+        if (!nn) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for metric '%s'", name);
         r->names = nn;
-        double *nv = realloc(r->vals, (size_t)nc * sizeof *nv);
-        if (!nv) return;
+        double *nv = ddp_realloc(r->vals, (size_t)nc * sizeof *nv, 1);
+        if (!nv) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for metric '%s'", name);
         r->vals = nv;
         r->cap = nc;
     }
-    r->names[r->n] = strdup(name);
-    if (!r->names[r->n]) return;
+    size_t len = strlen(name) + 1;
+    char *copy = ddp_calloc(len, 1);
+    if (!copy) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for metric '%s'", name);
+    memcpy(copy, name, len);
+    r->names[r->n] = copy;
     r->vals[r->n++] = v;
+    return DDP_OK;
 }
 
 void ddp_row_clear(ddp_metric_row *r)
@@ -88,10 +92,10 @@ ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)
     if (!valid_name(name)) return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas", name ? name : "(null)");
     int i = ddp_row_find(&m->acc_sum, name);
     if (i < 0) {
-        ddp_row_set(&m->acc_sum, name, sum);
-        ddp_row_set(&m->acc_cnt, name, count);
-        if (ddp_row_find(&m->acc_sum, name) < 0) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-        return DDP_OK;
+        DDP_CHECK(ddp_row_set(&m->acc_sum, name, sum));
+        ddp_status st = ddp_row_set(&m->acc_cnt, name, count);
+        if (st != DDP_OK) free(m->acc_sum.names[--m->acc_sum.n]); /* the two rows stay in step */
+        return st;
     }
     m->acc_sum.vals[i] += sum;
     m->acc_cnt.vals[i] += count;
@@ -101,8 +105,7 @@ ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)
 ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value)
 {
     if (!valid_name(name)) return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas", name ? name : "(null)");
-    if (m->ctx->topo.rank == 0) ddp_row_set(&m->rank0, name, value);
-    return DDP_OK;
+    return m->ctx->topo.rank == 0 ? ddp_row_set(&m->rank0, name, value) : DDP_OK;
 }
 
 /* sorts both accumulators by name, in step */
@@ -199,24 +202,24 @@ ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_r
         st = explain_mismatch(m);
         ddp_mark_error_shared();
     }
-    int nn = m->acc_sum.n;
+    int nn = m->acc_sum.n, mismatch = st != DDP_OK; /* a mismatch is known to every rank */
     double *buf = st == DDP_OK ? ddp_calloc((size_t)(2 * nn + 1), sizeof *buf) : NULL;
-    if (st == DDP_OK && !buf) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    if (st == DDP_OK && !buf) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for the metric reduction");
     if (st == DDP_OK) {
         if (local) ddp_row_clear(local);
         for (int i = 0; i < nn; i++) {
             buf[i] = m->acc_sum.vals[i];
             buf[nn + i] = m->acc_cnt.vals[i];
-            if (local) ddp_row_set(local, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
-        }
-        if (nn) {
-            st = ddp_allreduce(c, buf, 2 * nn, MPI_DOUBLE, MPI_SUM, "the metric reduction");
+            if (local && st == DDP_OK) st = ddp_row_set(local, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
         }
     }
+    if (!mismatch) st = ddp_agree_status(c, st); /* a rank out of memory here: agreed before the allreduce */
+    if (st == DDP_OK && nn) st = ddp_allreduce(c, buf, 2 * nn, MPI_DOUBLE, MPI_SUM, "the metric reduction");
     if (st == DDP_OK) {
         ddp_row_clear(global);
-        for (int i = 0; i < nn; i++) ddp_row_set(global, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
-        for (int i = 0; i < m->rank0.n; i++) ddp_row_set(global, m->rank0.names[i], m->rank0.vals[i]);
+        for (int i = 0; i < nn && st == DDP_OK; i++)
+            st = ddp_row_set(global, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
+        for (int i = 0; i < m->rank0.n && st == DDP_OK; i++) st = ddp_row_set(global, m->rank0.names[i], m->rank0.vals[i]);
     }
     free(buf);
     ddp_row_clear(&m->acc_sum);

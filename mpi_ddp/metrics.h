@@ -7,7 +7,8 @@
 
 /* Index of name in r, or -1. */
 int ddp_row_find(const ddp_metric_row *r, const char *name);
-void ddp_row_set(ddp_metric_row *r, const char *name, double v);
+/* Sets (or adds) name = v; DDP_ERR_NOMEM leaves r as it was. */
+ddp_status ddp_row_set(ddp_metric_row *r, const char *name, double v);
 void ddp_row_clear(ddp_metric_row *r);
 void ddp_row_free(ddp_metric_row *r);
 

@@ -199,7 +199,7 @@ int64_t ddp_model_num_params(const ddp_model *m)
 #define BALLOC(ptr, count)                                                                         \
     do {                                                                                           \
         void *p_;                                                                                  \
-        DDP_TRY(be->alloc(be, &p_, (size_t)(count) * sizeof *(ptr)));                              \
+        DDP_TRY(DDP_BE_ALLOC(be, &p_, (size_t)(count) * sizeof *(ptr)));                              \
         (ptr) = p_;                                                                                \
     } while (0)
 
@@ -213,9 +213,12 @@ ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t D, int64_t 
 
 ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t C, int64_t maxR, int64_t maxB, ddp_model *out)
 {
-    if (D < 1 || H < 1 || C < 2 || maxR < 1 || maxB < 1)
+    if (D < 1 || H < 1 || C < 2)
         return ddp_set_error(DDP_ERR_ARG, "reference model: need D, hidden >= 1 and classes >= 2 (got %lld, %lld, %lld)",
                              (long long)D, (long long)H, (long long)C);
+    if (maxR < 1 || maxB < 1)
+        return ddp_set_error(DDP_ERR_ARG, "reference model: the largest batch must hold >= 1 row and >= 1 sample (got %lld rows, %lld samples)",
+                             (long long)maxR, (long long)maxB);
     refmodel *m = ddp_calloc(1, sizeof *m);
     if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     ddp_status st = DDP_OK;
@@ -242,7 +245,7 @@ ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t
     BALLOC(m->dp, maxB * H);
     BALLOC(m->logits, maxB * C);
     BALLOC(m->dlogits, maxB * C);
-    DDP_TRY(be->alloc(be, &m->out, (size_t)maxB * (2 * sizeof(float) + sizeof(int64_t))));
+    DDP_TRY(DDP_BE_ALLOC(be, &m->out, (size_t)maxB * (2 * sizeof(float) + sizeof(int64_t))));
     m->loss = m->out;
     m->prob = m->loss + maxB;
     m->pred = (int64_t *)(m->prob + maxB); /* 8 * maxB bytes in: aligned */

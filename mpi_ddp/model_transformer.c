@@ -201,16 +201,19 @@ static void tx_destroy(void *self)
 #define BALLOC(ptr, count)                                                                         \
     do {                                                                                           \
         void *p_;                                                                                  \
-        DDP_TRY(be->alloc(be, &p_, (size_t)(count) * sizeof *(ptr)));                              \
+        DDP_TRY(DDP_BE_ALLOC(be, &p_, (size_t)(count) * sizeof *(ptr)));                              \
         (ptr) = p_;                                                                                \
     } while (0)
 
 ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out)
 {
     int64_t d = c->hidden, f = c->ff > 0 ? c->ff : 2 * c->hidden;
-    if (c->dim < 1 || d < 1 || c->classes < 2 || c->max_batch_rows < 1 || c->max_batch_samples < 1)
-        return ddp_set_error(DDP_ERR_ARG, "transformer: need D, hidden >= 1 and classes >= 2 (got %lld, %lld, %lld)",
+    if (c->dim < 1 || d < 1 || c->classes < 2)
+        return ddp_set_error(DDP_ERR_ARG, "transformer: need D >= 1, --hidden >= 1 and classes >= 2 (got D=%lld, hidden=%lld, classes=%lld)",
                              (long long)c->dim, (long long)d, (long long)c->classes);
+    if (c->max_batch_rows < 1 || c->max_batch_samples < 1)
+        return ddp_set_error(DDP_ERR_ARG, "transformer: the largest batch must hold >= 1 sample and >= 1 row (got %lld samples, %lld rows)",
+                             (long long)c->max_batch_samples, (long long)c->max_batch_rows);
     if (c->layers < 1 || c->heads < 1 || d % c->heads)
         return ddp_set_error(DDP_ERR_ARG, "transformer: --heads %d must divide --hidden %lld (and --layers %d >= 1)",
                              c->heads, (long long)d, c->layers);
@@ -264,7 +267,7 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     BALLOC(m->dqkv, R * 3 * d);
     BALLOC(m->da, R * f);
     BALLOC(m->ws, R * H);
-    DDP_TRY(be->alloc(be, &m->out, (size_t)B * (2 * sizeof(float) + sizeof(int64_t))));
+    DDP_TRY(DDP_BE_ALLOC(be, &m->out, (size_t)B * (2 * sizeof(float) + sizeof(int64_t))));
     m->loss = m->out;
     m->prob = m->loss + B;
     m->pred = (int64_t *)(m->prob + B);

@@ -32,6 +32,28 @@ void ddp_versions_get(ddp_versions *v)
     snprintf(v->blas, sizeof v->blas, "%s", b ? b : "");
 }
 
+/* One key per name in run.json (JSON readers keep only the last of duplicates, silently). */
+static void set_item(cJSON *o, const char *key, cJSON *v)
+{
+    if (cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_ReplaceItemInObjectCaseSensitive(o, key, v);
+    else cJSON_AddItemToObject(o, key, v);
+}
+
+/* Drops all but the last of each duplicated key of an object parsed from text (cJSON keeps them all). */
+static void dedupe(cJSON *o)
+{
+    cJSON *it = o ? o->child : NULL;
+    while (it) {
+        cJSON *next = it->next;
+        for (cJSON *later = next; later && it->string; later = later->next)
+            if (later->string && strcmp(later->string, it->string) == 0) {
+                cJSON_Delete(cJSON_DetachItemViaPointer(o, it));
+                break;
+            }
+        it = next;
+    }
+}
+
 static cJSON *info_json(const ddp_dataset_info *i)
 {
     cJSON *o = cJSON_CreateObject();
@@ -102,18 +124,21 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         cJSON_AddStringToObject(ver, "nccl", v.nccl);
         cJSON_AddStringToObject(ver, "openblas", v.blas);
         cJSON *c = extra ? cJSON_Parse(extra) : NULL;
+        if (c && !cJSON_IsObject(c)) cJSON_Delete(c), c = NULL;
         if (!c) c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "epochs", cfg->epochs);
-        cJSON_AddNumberToObject(c, "batch_size", cfg->batch_size);
-        cJSON_AddNumberToObject(c, "global_batch", (double)cfg->batch_size * W * cfg->accumulate);
-        cJSON_AddNumberToObject(c, "accumulate", cfg->accumulate);
-        cJSON_AddNumberToObject(c, "lr", cfg->lr);
-        cJSON_AddNumberToObject(c, "weight_decay", cfg->weight_decay);
-        cJSON_AddNumberToObject(c, "grad_clip", cfg->grad_clip);
-        cJSON_AddNumberToObject(c, "seed", (double)cfg->seed);
-        cJSON_AddStringToObject(c, "sampling", cfg->sampling_shard ? "shard" : "global");
-        cJSON_AddBoolToObject(c, "drop_last", cfg->drop_last);
-        cJSON_AddNumberToObject(c, "bucket_mb", cfg->bucket_mb);
+        dedupe(c);
+        /* the effective values; a key the options already hold (epochs, lr, seed, ...) is set, not repeated */
+        set_item(c, "epochs", cJSON_CreateNumber(cfg->epochs));
+        set_item(c, "batch_size", cJSON_CreateNumber(cfg->batch_size));
+        set_item(c, "global_batch", cJSON_CreateNumber((double)cfg->batch_size * W * cfg->accumulate));
+        set_item(c, "accumulate", cJSON_CreateNumber(cfg->accumulate));
+        set_item(c, "lr", cJSON_CreateNumber(cfg->lr));
+        set_item(c, "weight_decay", cJSON_CreateNumber(cfg->weight_decay));
+        set_item(c, "grad_clip", cJSON_CreateNumber(cfg->grad_clip));
+        set_item(c, "seed", cJSON_CreateNumber((double)cfg->seed));
+        set_item(c, "sampling", cJSON_CreateString(cfg->sampling_shard ? "shard" : "global"));
+        set_item(c, "drop_last", cJSON_CreateBool(cfg->drop_last));
+        set_item(c, "bucket_mb", cJSON_CreateNumber(cfg->bucket_mb));
         cJSON_AddItemToObject(root, "config", c);
         if (train) cJSON_AddItemToObject(root, "train_data", info_json(train));
         if (val) cJSON_AddItemToObject(root, "val_data", info_json(val));

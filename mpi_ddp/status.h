@@ -53,13 +53,23 @@ ddp_status ddp_mpi_error(int rc, const char *call, const char *file, int line);
         if (ddp_rc_ != 0) return ddp_mpi_error(ddp_rc_, #call, __FILE__, __LINE__);                 \
     } while (0)
 
-/* Allocation helpers: zeroed, size-checked. */
-void *ddp_calloc(size_t n, size_t size);
+/* Allocation helpers: zeroed, size-checked, and seen by the allocation-failure test hook: each call site
+ * (file:line) can be made to fail once on one rank (MPIDDP_TEST_FAIL_ALLOC=dir/file.c:LINE, with
+ * MPIDDP_TEST_FAIL_ALLOC_RANK, default 0), and MPIDDP_TEST_ALLOC_SITES=PREFIX lists the sites a run
+ * reaches in PREFIX.r<rank> (docs/faults.md). A failed allocation is remembered per thread, so that the next
+ * DDP_ERR_NOMEM message says how many bytes could not be allocated and where. */
+void *ddp_calloc_at(size_t n, size_t size, const char *file, int line);
+void *ddp_realloc_at(void *p, size_t n, size_t size, const char *file, int line);
+#define ddp_calloc(n, size) ddp_calloc_at((n), (size), __FILE__, __LINE__)
+#define ddp_realloc(p, n, size) ddp_realloc_at((p), (n), (size), __FILE__, __LINE__)
+/* The hook's decision for an allocation of `bytes` at file:line (1: fail it); backends' allocations ask it too. */
+int ddp_alloc_inject(const char *file, int line, size_t bytes);
+/* The rank the hook acts on (set once MPI is up; before that no allocation is failed). */
+void ddp_alloc_hook_rank(int rank);
 #define DDP_ALLOC(ptr, n)                                                                          \
     do {                                                                                           \
         (ptr) = ddp_calloc((size_t)(n), sizeof *(ptr));                                            \
-        if (!(ptr)) return ddp_set_error(DDP_ERR_NOMEM, "out of memory (%zu bytes) at %s:%d",       \
-                                         (size_t)(n) * sizeof *(ptr), __FILE__, __LINE__);          \
+        if (!(ptr)) return ddp_set_error(DDP_ERR_NOMEM, "out of memory"); /* + bytes and site */     \
     } while (0)
 
 #endif

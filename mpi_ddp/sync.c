@@ -30,7 +30,7 @@ ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t 
 {
     *out = NULL;
     ddp_sync *s = ddp_calloc(1, sizeof *s);
-    if (!s) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    if (!s) return ddp_agree_status(ctx, ddp_set_error(DDP_ERR_NOMEM, "out of memory for the gradient sync"));
     s->ctx = ctx;
     s->be = be;
     s->grads = grads;
@@ -43,9 +43,13 @@ ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t 
     s->hi = ddp_calloc((size_t)s->nb, sizeof *s->hi);
     s->launched = ddp_calloc((size_t)s->nb, sizeof *s->launched);
     s->req = ddp_calloc((size_t)s->nb, sizeof *s->req);
-    if (!s->lo || !s->hi || !s->launched || !s->req) {
+    /* agreed before anything collective: a rank out of memory here must not leave the others waiting */
+    ddp_status ast = ddp_agree_status(ctx, !s->lo || !s->hi || !s->launched || !s->req
+                                               ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for %d gradient buckets", s->nb)
+                                               : DDP_OK);
+    if (ast != DDP_OK) {
         ddp_sync_destroy(s);
-        return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+        return ast;
     }
     for (int k = 0; k < s->nb; k++) {
         s->hi[k] = s->total - (int64_t)k * per;

@@ -66,7 +66,7 @@ static double now_s(void)
 }
 
 
-static ddp_status check_config(const ddp_train_config *c, int world)
+ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
 {
     /* global batch and budget: products of options that must fit int64 (and a float for the sample count) */
     if (c->accumulate >= 1 && c->batch_rows > 0 && c->batch_rows > (INT64_MAX / 4) / world / c->accumulate)
@@ -282,7 +282,9 @@ static ddp_status validate(trainer *t, ddp_loader *ld, ddp_sampler *sm, int64_t 
     return DDP_OK;
 }
 
-static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
+/* Set-up's rank-local part: buffers, the model's initial parameters; no collective, so that a rank that fails
+ * here (out of host or device memory) is agreed before anything waits for it. */
+static ddp_status setup_local(trainer *t, ddp_dataset *train, ddp_dataset *val)
 {
     ddp_ctx *ctx = t->ctx;
     const ddp_train_config *c = t->cfg;
@@ -298,16 +300,16 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     }
     size_t bytes = (size_t)t->n * sizeof(float);
     void *p;
-    DDP_CHECK(be->alloc(be, &p, bytes));
+    DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes));
     t->params = p;
     t->nctl = CTL_ROWS + ctx->topo.size;
     DDP_ALLOC(t->ctl, t->nctl);
     DDP_ALLOC(t->ctl_back, t->nctl);
-    DDP_CHECK(be->alloc(be, &p, bytes + (size_t)t->nctl * sizeof(float)));
+    DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes + (size_t)t->nctl * sizeof(float)));
     t->grads = p;
-    DDP_CHECK(be->alloc(be, &p, bytes));
+    DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes));
     t->m = p;
-    DDP_CHECK(be->alloc(be, &p, bytes));
+    DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes));
     t->v = p;
     DDP_ALLOC(t->h_params, t->n);
     DDP_ALLOC(t->h_m, t->n);
@@ -317,21 +319,8 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
         return ddp_set_error(DDP_ERR_ARG, "model has %lld classes but the datasets have %lld (train) and %lld (val)", (long long)C,
                              (long long)ddp_dataset_get_info(train)->num_classes, (long long)ddp_dataset_get_info(val)->num_classes);
     DDP_CHECK(ddp_eval_acc_init(&t->eval, C, c->batch_rows > 0 ? 2 * c->batch_rows : c->batch_size, 0));
-    /* identical start on every rank: init, then rank 0's parameters are broadcast (as PyTorch DDP does) */
-    DDP_CHECK(t->model->init(t->model->self, t->params, c->seed));
-    DDP_CHECK(be->download(be, t->h_params, t->params, bytes));
-    for (int64_t lo = 0; lo < t->n; lo += INT32_MAX / 2) {
-        int64_t cnt = t->n - lo < INT32_MAX / 2 ? t->n - lo : INT32_MAX / 2;
-        MPI_CHECK(MPI_Bcast(t->h_params + lo, (int)cnt, MPI_FLOAT, 0, ctx->world));
-    }
-    DDP_CHECK(be->upload(be, t->params, t->h_params, bytes));
-    ctx->nccl_init_timeout = c->collective_timeout;
-    DDP_CHECK(ddp_sync_create(ctx, be, t->grads, t->n, t->nctl, (int64_t)(c->bucket_mb * 1048576.0), &t->sync));
     DDP_CHECK(ddp_metrics_create(ctx, &t->metrics));
     t->model->metrics = t->metrics;
-    t->test_stop_at = ddp_env_int("TEST_STOP_AT_STEP", -1);
-    t->test_stop_rank = ddp_env_int("TEST_STOP_RANK", 0);
-    t->test_step_delay_ms = ddp_env_int("TEST_STEP_DELAY_MS", 0);
     const char *trace = getenv("MPIDDP_TEST_TRACE_SAMPLES");
     if (trace && *trace) {
         char path[4200];
@@ -339,6 +328,29 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
         t->trace = fopen(path, "a");
         if (!t->trace) return ddp_set_error(DDP_ERR_IO, "%s: cannot open (MPIDDP_TEST_TRACE_SAMPLES)", path);
     }
+    /* identical start on every rank: init, then rank 0's parameters are broadcast (as PyTorch DDP does) */
+    DDP_CHECK(t->model->init(t->model->self, t->params, c->seed));
+    return be->download(be, t->h_params, t->params, bytes);
+}
+
+/* Every step that can fail on one rank alone is agreed before the next collective (docs/faults.md). */
+static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
+{
+    ddp_ctx *ctx = t->ctx;
+    const ddp_train_config *c = t->cfg;
+    DDP_CHECK(ddp_agree_status(ctx, setup_local(t, train, val)));
+    ddp_backend *be = t->be;
+    size_t bytes = (size_t)t->n * sizeof(float);
+    for (int64_t lo = 0; lo < t->n; lo += INT32_MAX / 2) {
+        int64_t cnt = t->n - lo < INT32_MAX / 2 ? t->n - lo : INT32_MAX / 2;
+        MPI_CHECK(MPI_Bcast(t->h_params + lo, (int)cnt, MPI_FLOAT, 0, ctx->world));
+    }
+    DDP_CHECK(ddp_agree_status(ctx, be->upload(be, t->params, t->h_params, bytes)));
+    ctx->nccl_init_timeout = c->collective_timeout;
+    DDP_CHECK(ddp_sync_create(ctx, be, t->grads, t->n, t->nctl, (int64_t)(c->bucket_mb * 1048576.0), &t->sync));
+    t->test_stop_at = ddp_env_int("TEST_STOP_AT_STEP", -1);
+    t->test_stop_rank = ddp_env_int("TEST_STOP_RANK", 0);
+    t->test_step_delay_ms = ddp_env_int("TEST_STEP_DELAY_MS", 0);
     ddp_decider_init(&t->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max, c->fast_dev_run > 0 ? 0 : c->save_top_k,
                      c->early_stop_patience, c->early_stop_min_delta);
     /* resume: an explicit file must exist; `auto` resumes when RUNDIR/checkpoints/last.h5 exists */
@@ -456,10 +468,11 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
     ddp_loader *tl = NULL, *vl = NULL;
     ddp_status st = DDP_OK;
     int64_t *sizes = ddp_calloc((size_t)train->nshards, sizeof *sizes);
-    if (!sizes) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < train->nshards; i++) sizes[i] = train->shards[i].meta.n;
-    st = ddp_sampler_init(&tsm, c->sampling_shard ? DDP_SAMPLE_SHARD : DDP_SAMPLE_GLOBAL, train->info.num_samples,
-                          ctx->topo.size, ctx->topo.rank, c->seed, c->drop_last, c->batch_size, sizes, train->nshards);
+    if (!sizes) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld shard sizes", (long long)train->nshards);
+    for (int64_t i = 0; sizes && i < train->nshards; i++) sizes[i] = train->shards[i].meta.n;
+    if (sizes)
+        st = ddp_sampler_init(&tsm, c->sampling_shard ? DDP_SAMPLE_SHARD : DDP_SAMPLE_GLOBAL, train->info.num_samples,
+                              ctx->topo.size, ctx->topo.rank, c->seed, c->drop_last, c->batch_size, sizes, train->nshards);
     free(sizes);
     st = ddp_agree_status(ctx, st);
     if (st != DDP_OK) return st;
@@ -565,7 +578,7 @@ done:
 
 ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train, ddp_dataset *val)
 {
-    DDP_CHECK(ddp_agree_status(ctx, check_config(cfg, ctx->topo.size)));
+    DDP_CHECK(ddp_agree_status(ctx, ddp_train_config_check(cfg, ctx->topo.size)));
     trainer t = {.ctx = ctx, .cfg = cfg, .model = model, .resume_os = -1, .resume_pos = -1, .resume_legacy_mb = -1};
     ddp_status st = ddp_agree_status(ctx, setup(&t, train, val));
     if (st == DDP_OK) st = run(&t, train, val);

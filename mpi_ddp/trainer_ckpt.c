@@ -195,9 +195,10 @@ ddp_status ddp_trainer_resume(trainer *t, const char *path)
         MPI_CHECK(MPI_Bcast(t->h_v + lo, cnt, MPI_FLOAT, 0, ctx->world));
     }
     size_t bytes = (size_t)t->n * sizeof(float);
-    DDP_CHECK(t->be->upload(t->be, t->params, t->h_params, bytes));
-    DDP_CHECK(t->be->upload(t->be, t->m, t->h_m, bytes));
-    DDP_CHECK(t->be->upload(t->be, t->v, t->h_v, bytes));
+    st = t->be->upload(t->be, t->params, t->h_params, bytes);
+    if (st == DDP_OK) st = t->be->upload(t->be, t->m, t->h_m, bytes);
+    if (st == DDP_OK) st = t->be->upload(t->be, t->v, t->h_v, bytes);
+    DDP_CHECK(ddp_agree_status(ctx, st));
     t->epoch = facts[0];
     t->mb = 0; /* set in micro-batches by the trainer once the epoch's plan is known */
     t->resume_os = facts[8] >= 0 ? -1 : facts[1];

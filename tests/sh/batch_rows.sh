@@ -93,6 +93,6 @@ expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-rows 7 --out bad
 grep -q "train/shard-0000[0-2].h5: /offsets\[[0-9]*\]: sample (id [0-9]*) has [0-9]* rows, more than --batch-rows 7" <<<"$ERR" \
   || fail "budget below the longest sample: $ERR"
 [ "$(grep -c "error:" <<<"$ERR")" -ge 1 ] || fail "no error line: $ERR"
-expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-rows 48 --sampling shard --out bad
+expect_rc 2 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-rows 48 --sampling shard --out bad
 grep -q -- "--batch-rows needs --sampling global" <<<"$ERR" || fail "shard sampling: $ERR"
 pass "token budgets: np 1/2/4 and accumulation agree, each sample once per epoch, exact resume, exact eval, errors"

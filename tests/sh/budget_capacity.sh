@@ -30,4 +30,10 @@ for name in ("r1", "r1a", "r2", "r2a", "r4"):
         assert len(ids) == len(set(ids)) == 3000, (name, e, len(ids), len(set(ids)))
     print(f"{name}: each of 3000 samples once in each epoch")
 PY
+# a global budget or batch too large for its types is a usage error before any buffer is sized from it
+expect_rc 2 mpirun_np 4 "$MPIDDP" train "${common[@]}" --batch-rows 1000000000000 --accumulate 1000000 --out big
+grep -q -- "--batch-rows 1000000000000 x 4 ranks x --accumulate 1000000: the global budget is too large" <<<"$ERR" || fail "budget overflow: $ERR"
+expect_rc 2 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 10000000 --accumulate 1000 --out big
+grep -q -- "more than 2^24 samples per optimizer step" <<<"$ERR" || fail "batch overflow: $ERR"
+[ ! -e big ] || fail "a refused run left a run directory"
 pass "adversarial token budgets: np 1/2/4 and accumulation agree, every sample once per epoch"

@@ -1,6 +1,8 @@
 # Loading the GPU plugin and asking it for devices, on the host emulator: every failure says what really
 # happened. A plugin file that exists but does not load (not ELF; a library it needs is missing) reports
-# the loader's own message, not "built without CUDA"; a missing MPIDDP_CUDA_PLUGIN file says so; a CUDA
+# the loader's own message, not "built without CUDA"; a missing MPIDDP_CUDA_PLUGIN file says so; a file
+# without the plugin's entry point or of another API version is named with the loader's words; a failed
+# cudaMalloc says its size, device and purpose; a CUDA
 # error in the device query (driver too old) is shown by `mpiddp env` and by --device auto's explanation;
 # test_cuda_backend fails (never skips) where a plugin is named but unusable; bench_allreduce -d cuda
 # stops on a failing NCCL call instead of printing timings.
@@ -41,6 +43,24 @@ cc -shared -fPIC -o libddpmissing.so dep.c && cc -shared -fPIC -o plug.so plug.c
 expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/plug.so" "$MPIDDP" env --device cuda
 printf '%s' "$ERR" | grep -q "libddpmissing.so: cannot open shared object file" || fail "missing dependency not named: $ERR"
 ! printf '%s' "$ERR" | grep -q "built without CUDA" || fail "missing dependency reported as 'built without CUDA': $ERR"
+# 5b. a shared object that loads but is no mpiddp plugin, or one of another API version: the message keeps
+# the loader's words and names the file MPIDDP_CUDA_PLUGIN chose, not the default libmpiddp_cuda.so
+printf 'int ddp_not_a_plugin(void) { return 1; }\n' > nosym.c
+printf 'static struct { int version; } api = {9999};\nconst void *ddp_cuda_plugin_api(void *f) { (void)f; return &api; }\n' > oldapi.c
+cc -shared -fPIC -o nosym.so nosym.c && cc -shared -fPIC -o oldapi.so oldapi.c
+expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/nosym.so" "$MPIDDP" env --device cuda
+printf '%s' "$ERR" | grep -q "$WORK/nosym.so: not an mpiddp CUDA plugin: .*nosym.so: undefined symbol: ddp_cuda_plugin_api" ||
+  fail "missing plugin symbol: $ERR"
+! printf '%s' "$ERR" | grep -q "libmpiddp_cuda.so" || fail "missing symbol reported against the default plugin file: $ERR"
+expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/oldapi.so" "$MPIDDP" env --device cuda
+printf '%s' "$ERR" | grep -q "$WORK/oldapi.so: incompatible plugin (API version 9999, expected [0-9]*)" || fail "wrong API version: $ERR"
+! printf '%s' "$ERR" | grep -q "libmpiddp_cuda.so" || fail "wrong API version reported against the default plugin file: $ERR"
+# 5c. a failed device allocation says how many bytes, on which device, for what (a 2.4 TB workspace)
+synth --out bigt --samples 40 --dim 4 --classes 2 --shards 1
+expect_rc 1 "$MPIDDP" train --device cuda --train bigt --val bigt --out big --hidden 100000 --batch-size 100000 --no-progress
+printf '%s' "$ERR" | grep -q "CUDA error in cudaMalloc.*: out of memory: [0-9]\{13\} bytes ([0-9.]* MiB) on cuda:0 for a model buffer" ||
+  fail "cudaMalloc failure without its size and device: $ERR"
+[ "$(printf '%s\n' "$ERR" | grep -c .)" = 1 ] || fail "cudaMalloc failure: expected one line: $ERR"
 # 6. bench_allreduce -d cuda stops on a failing NCCL init (no timings printed)
 if [ -x "$BENCH_DIR/bench_allreduce" ]; then
   expect_rc 1 env MPIDDP_EMU_DEVICES=2 MPIDDP_EMU_NCCL_FAULT=init:1 MPIDDP_NCCL_INIT_TIMEOUT=3 mpirun -np 2 --oversubscribe "$BENCH_DIR/bench_allreduce" -d cuda -e 1K -o b.csv

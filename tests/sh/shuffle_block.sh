@@ -56,7 +56,7 @@ for mode in "--batch-size 4" "--batch-rows 48"; do
 done
 expect_rc 1 mpirun_np 2 "$MPIDDP" train "${base[@]}" --shuffle full --batch-size 4 --out part_batchsize4 --resume auto
 grep -q "saved with --shuffle block:0.002:3; this run uses --shuffle full" <<<"$ERR" || fail "shuffle change on resume: $ERR"
-expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --sampling shard --out bad
+expect_rc 2 mpirun_np 2 "$MPIDDP" train "${common[@]}" --sampling shard --out bad
 grep -q -- "--shuffle block needs --sampling global" <<<"$ERR" || fail "shard + block: $ERR"
 expect_rc 2 "$MPIDDP" train "${common[@]}" --shuffle-window 0 --out bad
 expect_rc 2 "$MPIDDP" train "${common[@]}" --shuffle random --out bad

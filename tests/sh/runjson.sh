@@ -1,0 +1,38 @@
+# run.json has one key per name in every object (JSON readers keep only the last of duplicates), at np 1
+# and 2, with the effective values under config; and the prediction gather of `mpiddp eval --out`, which
+# moves int64 counts in bounded messages, gives the same CSV when the messages are tiny (test hook
+# MPIDDP_TEST_GATHER_CHUNK: elements per message) as with the default size, at np 1, 2 and 3.
+. "$(dirname "$0")/lib.sh"
+synth --out t --samples 90 --shards 2 --dim 6 --classes 3
+synth --out v --samples 41 --shards 2 --dim 6 --classes 3 --first-id 5000
+for np in 1 2; do
+  mpirun_np "$np" "$MPIDDP" train --device "$DEVICE" "${MODEL_ARGS[@]}" --train t --val v --out r$np --epochs 2 --batch-size 4 \
+    --lr 0.003 --seed 7 --accumulate 2 --sampling shard --hidden 8 --no-progress > /dev/null
+  $PY - "r$np/run.json" "$np" <<'PY' || fail "run.json at np $np"
+import json, sys
+path, np = sys.argv[1], int(sys.argv[2])
+dups = []
+def pairs(kv):
+    seen = set()
+    for k, _ in kv:
+        if k in seen:
+            dups.append(k)
+        seen.add(k)
+    return dict(kv)
+j = json.load(open(path), object_pairs_hook=pairs)
+assert not dups, f"{path}: duplicate keys {dups}"
+c = j["config"]
+assert j["world_size"] == np and len(j["ranks"]) == np, j
+assert c["epochs"] == 2 and c["lr"] == 0.003 and c["seed"] == 7 and c["accumulate"] == 2 and c["sampling"] == "shard", c
+assert c["batch-size"] == 4 and c["batch_size"] == 4 and c["global_batch"] == 4 * np * 2, c
+PY
+done
+for np in 1 2 3; do
+  mpirun_np "$np" "$MPIDDP" eval --device "$DEVICE" --ckpt r2/checkpoints/last.h5 --data v --batch-size 4 --out p$np.csv > /dev/null
+  MPIDDP_TEST_GATHER_CHUNK=7 mpirun_np "$np" -x MPIDDP_TEST_GATHER_CHUNK "$MPIDDP" eval --device "$DEVICE" --ckpt r2/checkpoints/last.h5 \
+    --data v --batch-size 4 --out q$np.csv > /dev/null
+  [ "$(tail -n +2 p$np.csv | wc -l)" = 41 ] || fail "np $np: expected 41 prediction rows: $(wc -l < p$np.csv)"
+  cmp -s p$np.csv q$np.csv || fail "np $np: predictions differ when gathered in messages of 7 elements"
+done
+cmp -s p1.csv p3.csv || fail "predictions at np 3 differ from np 1"
+pass "run.json keys are unique at np 1 and 2; predictions gathered in small messages are the same"
