@@ -206,6 +206,7 @@ ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count);
 ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value);
 
 /* ---------------------------------------------------------------- training */
+enum { DDP_LR_CONSTANT = 0, DDP_LR_COSINE = 1, DDP_LR_LINEAR = 2 };
 typedef struct {
     const char *out_dir;
     int epochs;
@@ -219,6 +220,10 @@ typedef struct {
     int shuffle_window;       /* blocks per window (default 16, at most 64) */
     int accumulate;           /* micro-steps per optimizer step */
     double lr, weight_decay, beta1, beta2, eps;
+    int lr_schedule;          /* DDP_LR_CONSTANT (default), DDP_LR_COSINE or DDP_LR_LINEAR: after the warmup, lr decays
+                                 to min_lr over the run's optimizer steps (epochs x the first epoch's steps) */
+    double warmup;            /* warmup steps (>= 1), or a fraction in (0, 1) of the run's optimizer steps; 0 none */
+    double min_lr;            /* the decay's end value (default 0) */
     double grad_clip;         /* global-norm clip; 0 = off */
     uint64_t seed;
     int sampling_shard;       /* 0 global, 1 shard */

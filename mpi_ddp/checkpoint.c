@@ -71,6 +71,13 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     CK(ddp_h5_attr_str(f, "monitor", cs->monitor), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "mode", cs->mode_max ? "max" : "min"), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "skipped_steps", cs->skipped_steps), "%s: writing attributes", tmp);
+    if (cs->lr_schedule) {
+        CK(ddp_h5_attr_str(f, "lr_schedule", cs->lr_schedule), "%s: writing attributes", tmp);
+        CK(ddp_h5_attr_i64(f, "lr_warmup_steps", cs->lr_warmup_steps), "%s: writing attributes", tmp);
+        CK(ddp_h5_attr_i64(f, "lr_total_steps", cs->lr_total_steps), "%s: writing attributes", tmp);
+        CK(ddp_h5_attr_f64(f, "lr", cs->lr), "%s: writing attributes", tmp);
+        CK(ddp_h5_attr_f64(f, "min_lr", cs->min_lr), "%s: writing attributes", tmp);
+    }
     CK(ddp_h5_attr_i64(f, "bad_epochs", cs->bad_epochs), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "global_batch", cs->global_batch), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "global_batch_rows", cs->global_batch_rows), "%s: writing attributes", tmp);

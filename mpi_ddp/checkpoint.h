@@ -22,6 +22,10 @@ typedef struct {
     char monitor[128];
     int mode_max;           /* --mode max; read: -1 when the checkpoint does not say */
     int64_t skipped_steps;  /* steps skipped for a non-finite gradient (--skip-nonfinite) */
+    /* write: the learning-rate schedule (may be NULL): name, warmup and horizon in optimizer steps, lr, min-lr */
+    const char *lr_schedule;
+    int64_t lr_warmup_steps, lr_total_steps;
+    double lr, min_lr;
     const char *config_json;/* write: configuration; read: NULL */
     int64_t global_batch;   /* samples per optimizer step over all ranks */
     int64_t global_batch_rows; /* token-budget runs: the global budget in rows (0: sample-count batches) */

@@ -11,6 +11,7 @@
 #include "../slurm/env.h"
 #include "evaluate.h"
 #include "ctx.h"
+#include "lr_schedule.h"
 #include "metrics.h"
 #include "runinfo.h"
 #include "status.h"
@@ -98,6 +99,11 @@ ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
     if (c->early_stop_patience < 0) return ddp_set_error(DDP_ERR_ARG, "--early-stop-patience %d: must be >= 0", c->early_stop_patience);
     if (c->ckpt_every_steps < 0) return ddp_set_error(DDP_ERR_ARG, "--ckpt-every-steps: must be >= 0");
     if (!c->monitor || !*c->monitor) return ddp_set_error(DDP_ERR_ARG, "--monitor: empty metric name");
+    if (c->lr_schedule < DDP_LR_CONSTANT || c->lr_schedule > DDP_LR_LINEAR) return ddp_set_error(DDP_ERR_ARG, "--lr-schedule: unknown schedule");
+    if (!(c->warmup >= 0) || !(c->min_lr >= 0) || !isfinite(c->warmup))
+        return ddp_set_error(DDP_ERR_ARG, "--warmup-steps and --min-lr must be >= 0");
+    if (c->lr_schedule != DDP_LR_CONSTANT && c->min_lr > c->lr)
+        return ddp_set_error(DDP_ERR_ARG, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
     return DDP_OK;
 }
 
@@ -220,7 +226,8 @@ static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nm
     double norm = sqrt(norm2) * gscale, coef = 1.0;
     if (c->grad_clip > 0 && norm > c->grad_clip) coef = c->grad_clip / (norm + 1e-6);
     t->optim_step++;
-    ddp_adamw_args a = {.lr = (float)c->lr,
+    t->lr_last = ddp_lr_at(c, t->global_step, t->lr_total);
+    ddp_adamw_args a = {.lr = (float)t->lr_last,
                         .beta1 = (float)c->beta1,
                         .beta2 = (float)c->beta2,
                         .eps = (float)c->eps,
@@ -509,6 +516,17 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
     int64_t opt_steps = (nmb + c->accumulate - 1) / c->accumulate;
     DDP_TRY(resume_position(t, opt_steps));
     int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
+    /* the schedule's horizon: with token budgets the first epoch's plan stands for every epoch's (a function of
+     * seed and global budget, like the plan itself; the schedule holds min-lr past it) */
+    int64_t steps0 = opt_steps;
+    if (c->batch_rows > 0 && t->epoch != 0) { /* resumed in a later epoch: epoch 0's plan, as the first run saw it */
+        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, 0)));
+        int64_t nmb0 = c->fast_dev_run > 0 && tsm.steps > c->fast_dev_run ? c->fast_dev_run : tsm.steps;
+        steps0 = (nmb0 + c->accumulate - 1) / c->accumulate;
+        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, t->epoch)));
+    }
+    t->lr_total = steps0 * epochs;
+    t->lr_last = ddp_lr_at(c, t->global_step, t->lr_total);
     double t0 = now_s();
     int64_t first_step = t->global_step, total_steps = opt_steps * epochs, first_epoch = t->epoch;
     for (; t->epoch < epochs; t->epoch++, t->mb = 0) {
@@ -533,7 +551,7 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
                 double dt = now_s() - win_t;
                 double sps = dt > 0 ? win_samples / dt : 0;
                 DDP_TRY(ddp_log_rank0(t->metrics, "train/samples_per_s", sps));
-                DDP_TRY(ddp_log_rank0(t->metrics, "lr", c->lr));
+                DDP_TRY(ddp_log_rank0(t->metrics, "lr", t->lr_last));
                 if (c->skip_nonfinite) DDP_TRY(ddp_log_rank0(t->metrics, "train/skipped_steps", (double)t->skipped));
                 DDP_TRY(ddp_metrics_sync(t->metrics, &t->row, &t->lrow));
                 DDP_TRY(write_rows(t, e));

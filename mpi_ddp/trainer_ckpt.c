@@ -3,6 +3,7 @@
  * the checks that keep a resume exact (world size, global batch or budget, shuffle). */
 #include "checkpoint.h"
 #include "ctx.h"
+#include "lr_schedule.h"
 #include "status.h"
 #include "trainer_priv.h"
 #include "watchdog.h"
@@ -71,6 +72,11 @@ static ddp_status save_ckpt(trainer *t, const char *path)
                              .samples_in_epoch = t->mb >= t->nmb ? t->tsm->n : ddp_trainer_epoch_position(t, os),
                              .mode_max = t->cfg->mode_max,
                              .skipped_steps = t->skipped,
+                             .lr_schedule = ddp_lr_schedule_name(t->cfg->lr_schedule),
+                             .lr_warmup_steps = ddp_lr_warmup_steps(t->cfg, t->lr_total),
+                             .lr_total_steps = t->lr_total,
+                             .lr = t->cfg->lr,
+                             .min_lr = t->cfg->min_lr,
                              .global_step = t->global_step,
                              .optim_step = t->optim_step,
                              .seed = t->cfg->seed,

@@ -42,6 +42,8 @@ typedef struct {
     ddp_decider dec;
     int64_t epoch, mb;         /* position: next micro-batch of this epoch */
     int64_t nmb;               /* micro-batches of this epoch */
+    int64_t lr_total;          /* optimizer steps of the run, the schedule's horizon: epochs x the first epoch's */
+    double lr_last;            /* learning rate of the last optimizer step (the lr column) */
     const ddp_sampler *tsm;    /* the training order (checkpoints record positions in its units) */
     /* a resume's position, converted to micro-batches once the first epoch's plan is known (run) */
     int64_t resume_os, resume_pos, resume_legacy_mb; /* -1: none */
