@@ -31,9 +31,8 @@ int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
     char err[1024];
     int rc = cli_parse("synth", opts, n, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
     if (rc == CLI_OK && !o.out) rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp synth: --out is required");
-    if (rc == CLI_OK && o.task == 1 && o.min_rows < o.classes)
-        rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp synth: --task order needs --min-rows >= --classes (%lld < %lld)",
-                                 (long long)o.min_rows, (long long)o.classes);
+    if (rc == CLI_OK && ddp_synth_check(&o) != DDP_OK) /* ranges that depend on each other: usage errors too */
+        rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp synth: %s", ddp_last_error());
     int done = cli_parsed(ctx, rc, "synth", "--out DIR [options]",
                           "Writes a variable-length dataset whose class is learnable from the mean of a sample's rows\n"
                           "(--task class), or only from the order of its rows (--task order: the first of C markers).\n"
@@ -54,21 +53,24 @@ int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
 int cmd_pack(ddp_ctx *ctx, int argc, char **argv)
 {
     const char *input = NULL, *out = NULL;
-    int64_t shards = 1;
+    int64_t shards = 1, classes = 0;
     cli_opt opts[] = {
         {"input", OPT_STR, &input, NULL, 0, 0, "HDF5 file with /samples/<name> (rows x D) and /labels (required)", 0},
-        {"out", OPT_STR, &out, NULL, 0, 0, "output dataset directory (required)", 0},
+        {"out", OPT_STR, &out, NULL, 0, 0, "output dataset directory (required; must hold no *.h5)", 0},
         {"shards", OPT_I64, &shards, NULL, 1, 1e9, "number of shards, balanced by rows (default 1)", 0},
+        {"classes", OPT_I64, &classes, NULL, 2, 1e9, "num_classes of the dataset (default: largest label + 1; give it when a split may lack the top class)", 0},
     };
     char err[1024];
-    int rc = cli_parse("pack", opts, 3, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    int rc = cli_parse("pack", opts, nopts, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
     if (rc == CLI_OK && (!input || !out)) rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp pack: --input and --out are required");
-    int done = cli_parsed(ctx, rc, "pack", "--input FILE.h5 --out DIR [--shards S]",
+    int done = cli_parsed(ctx, rc, "pack", "--input FILE.h5 --out DIR [--shards S] [--classes C]",
                           "Converts one 2-D dataset per sample under /samples (taken in sorted name order) plus a 1-D /labels\n"
-                          "into a sharded dataset; sample_ids are the positions in that order; num_classes = max label + 1.",
-                          opts, 3, err);
+                          "into a sharded dataset; sample_ids are the positions in that order; num_classes = max label + 1\n"
+                          "unless --classes says more.",
+                          opts, nopts, err);
     if (done >= 0) return done;
-    ddp_status st = ddp_pack(ctx, input, out, shards);
+    ddp_status st = ddp_pack(ctx, input, out, shards, classes);
     if (st != DDP_OK) return cli_fail(ctx, "pack", st);
     if (cli_rank0(ctx)) printf("pack: wrote %lld shard(s) to %s\n", (long long)shards, out);
     return 0;

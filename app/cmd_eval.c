@@ -135,7 +135,7 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
     char err[1024];
     int rc = cli_parse("eval", opts, n, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
     if (rc == CLI_OK && (!ckpt || !data)) rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp eval: --ckpt and --data are required");
-    int done = cli_parsed(ctx, rc, "eval", "--ckpt FILE --data DIR [--out FILE.csv]",
+    int done = cli_parsed(ctx, rc, "eval", "--ckpt FILE --data DIR [--out FILE.csv] [--batch-size N | --batch-rows N] [--device auto|cpu|cuda]",
                           "Evaluates a checkpoint exactly over a dataset (every sample once, at any number of ranks) and prints\n"
                           "val/loss, val/acc and val/macro_f1; --out writes one prediction row per sample.",
                           opts, n, err);

@@ -41,9 +41,9 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"out", OPT_STR, &cfg.out_dir, NULL, 0, 0, "run directory (required)", 0},
         {"config", OPT_STR, &config, NULL, 0, 0, "INI file with any of these options", 0},
         {"epochs", OPT_INT, &cfg.epochs, NULL, 1, 1e6, "epochs (default 3)", 0},
-        {"batch-size", OPT_INT, &cfg.batch_size, NULL, 1, 1e7, "samples per rank per step (default 32)", 0},
+        {"batch-size", OPT_INT, &cfg.batch_size, NULL, 1, 1e7, "samples per rank per micro-batch, also the validation batch (default 32)", 0},
         {"batch-rows", OPT_I64, &cfg.batch_rows, NULL, 1, 1e12,
-         "token budget instead: about N rows per rank per step, samples split over ranks by cost, no padding", 0},
+         "token budget instead of --batch-size: N x ranks x accumulate rows per optimizer step, split over ranks by cost, no padding; also for validation (at least the longest sample)", 0},
         {"model", OPT_CHOICE, &kind, "mlp|transformer", 0, 0, "per-row MLP with mean pooling (default), or the Transformer encoder", 0},
         {"hidden", OPT_INT, &hidden, NULL, 1, 1e5, "MLP hidden units H, or the transformer's width d (default 64)", 0},
         {"layers", OPT_INT, &mc.layers, NULL, 1, 1e3, "transformer: encoder layers L (default 2)", 0},
@@ -62,7 +62,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"seed", OPT_I64, &seed, NULL, 0, 9.2e18, "seed of init and sampling (default 0)", 0},
         {"grad-clip", OPT_F64, &cfg.grad_clip, NULL, 0, 1e12, "clip gradients to this global L2 norm (0 = off)", 0},
         {"accumulate", OPT_INT, &cfg.accumulate, NULL, 1, 1e6, "micro-batches per optimizer step (default 1)", 0},
-        {"sampling", OPT_CHOICE, &sampling, "global|shard", 0, 0, "global permutation, or whole shards per rank", 0},
+        {"sampling", OPT_CHOICE, &sampling, "global|shard", 0, 0, "global permutation (default), or whole shards per rank", 0},
         {"shuffle", OPT_CHOICE, &shuffle, "full|block", 0, 0,
          "full permutation (default), or blocks of consecutive samples shuffled within windows (data larger than memory)", 0},
         {"shuffle-block-mb", OPT_F64, &cfg.shuffle_block_mb, NULL, 0.001, 1e6, "--shuffle block: MiB of features per block (default 4)", 0},
@@ -72,7 +72,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"log-per-rank", OPT_FLAG, &cfg.log_per_rank, NULL, 0, 0, "also write metrics_rank<R>.csv with local values", 0},
         {"fast-dev-run", OPT_INT, &cfg.fast_dev_run, NULL, 0, 1e9, "run N train and N val batches, no checkpoint", 0},
         {"bucket-mb", OPT_F64, &cfg.bucket_mb, NULL, 1e-6, 1e5, "gradient bucket size in MiB (default 25)", 0},
-        {"collective-timeout", OPT_F64, &timeout, NULL, 0, 1e7, "seconds before a stalled gradient allreduce stops the job (0 = none)", 0},
+        {"collective-timeout", OPT_F64, &timeout, NULL, 0, 1e7, "seconds a rank may wait in a collective of the training loop before the job stops with a report (0 = forever)", 0},
         {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
         {"monitor", OPT_STR, &cfg.monitor, NULL, 0, 0, "metric for checkpoint and early-stop decisions (default val/loss)", 0},
         {"mode", OPT_CHOICE, &mode, "min|max", 0, 0, "whether lower or higher --monitor is better (default min)", 0},
@@ -106,8 +106,23 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     if (!cfg.resume && getenv("SLURM_RESTART_COUNT") && atoi(getenv("SLURM_RESTART_COUNT")) > 0)
         cfg.resume = "auto"; /* a requeued SLURM job continues where it stopped */
     cfg.ckpt_policy = policy;
-    if (ddp_train_config_check(&cfg, ddp_topo(ctx)->size) != DDP_OK) { /* before buffers are sized from it */
-        if (cli_rank0(ctx)) fprintf(stderr, "mpiddp train: %s\n", ddp_last_error());
+    /* usage errors found by combining options: one line from rank 0, exit 2, before anything is created */
+    const char *conflict = NULL;
+    static const char *monitors[] = {"val/loss", "val/acc", "val/macro_f1"};
+    int known_monitor = 0;
+    for (int i = 0; i < 3; i++) known_monitor |= strcmp(cfg.monitor, monitors[i]) == 0;
+    mc.kind = kind == 1 ? DDP_MODEL_TRANSFORMER : DDP_MODEL_MLP;
+    mc.hidden = hidden;
+    if (cli_seen(opts, n, "batch-size") && cli_seen(opts, n, "batch-rows"))
+        conflict = "--batch-size and --batch-rows: give one (samples per rank per step, or a token budget per rank per step)";
+    else if (!known_monitor) {
+        ddp_set_error(DDP_ERR_ARG, "--monitor %s: must be one of val/loss, val/acc, val/macro_f1 (decisions are taken after each validation)",
+                      cfg.monitor);
+        conflict = ddp_last_error();
+    } else if (ddp_train_config_check(&cfg, ddp_topo(ctx)->size) != DDP_OK || ddp_model_config_check(&mc) != DDP_OK)
+        conflict = ddp_last_error(); /* before buffers are sized from them */
+    if (conflict) {
+        if (cli_rank0(ctx)) fprintf(stderr, "mpiddp train: %s\n", conflict);
         return 2;
     }
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
@@ -146,6 +161,10 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
             if (mc.kind == DDP_MODEL_TRANSFORMER) { /* a sample longer than P: one line naming it, before any step */
                 st = ddp_dataset_check_max_rows(ctx, tr, mc.max_positions, "--max-positions");
                 if (st == DDP_OK) st = ddp_dataset_check_max_rows(ctx, va, mc.max_positions, "--max-positions");
+            }
+            if (cfg.batch_rows > 0) { /* the same for a budget below the longest sample, before the run directory */
+                if (st == DDP_OK) st = ddp_dataset_check_max_rows(ctx, tr, cfg.batch_rows, "--batch-rows");
+                if (st == DDP_OK) st = ddp_dataset_check_max_rows(ctx, va, cfg.batch_rows, "--batch-rows");
             }
             if (st == DDP_OK) st = ddp_agree_status(ctx, ddp_model_create(ctx, got, &mc, &model));
             cfg.model_config = &mc;

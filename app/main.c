@@ -19,7 +19,7 @@ static const struct {
     {"synth", cmd_synth, "write a deterministic synthetic dataset"},
     {"pack", cmd_pack, "convert an HDF5 file of per-sample datasets into shards"},
     {"inspect", cmd_inspect, "validate a dataset and print its statistics"},
-    {"train", cmd_train, "train the reference model (under mpirun / srun)"},
+    {"train", cmd_train, "train the MLP or the Transformer encoder (under mpirun / srun)"},
     {"eval", cmd_eval, "evaluate a checkpoint on a dataset; predictions CSV"},
     {"slurm-script", cmd_slurm_script, "print an sbatch script (signal-safe preemption and requeue)"},
     {"env", cmd_env, "print each rank's topology, device and library versions"},

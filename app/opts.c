@@ -156,14 +156,22 @@ int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, 
         if (!o) return snprintf(err, errlen, "mpiddp %s: unknown option '--%s' (see mpiddp %s --help)", cmd, name, cmd), CLI_USAGE;
         const char *v = eq ? eq + 1 : NULL;
         if (o->kind == OPT_FLAG && !v) v = "true";
-        if (!v) {
-            if (i + 1 >= argc) return snprintf(err, errlen, "mpiddp %s: --%s needs a value", cmd, name), CLI_USAGE;
+        if (!v) { /* the next word is the value, unless it is another option (--resume --epochs 3) */
+            if (i + 1 >= argc || (!strncmp(argv[i + 1], "--", 2) && o->kind != OPT_F64 && o->kind != OPT_INT && o->kind != OPT_I64))
+                return snprintf(err, errlen, "mpiddp %s: --%s needs a value", cmd, name), CLI_USAGE;
             v = argv[++i];
         }
         if (!set_value(o, v, msg, sizeof msg)) return snprintf(err, errlen, "mpiddp %s: %s", cmd, msg), CLI_USAGE;
     }
     if (npos_out) *npos_out = np;
     return CLI_OK;
+}
+
+int cli_seen(const cli_opt *opts, int nopts, const char *name)
+{
+    for (int i = 0; i < nopts; i++)
+        if (strcmp(opts[i].name, name) == 0) return opts[i].seen;
+    return 0;
 }
 
 void cli_help(FILE *f, const char *cmd, const char *usage, const char *about, const cli_opt *opts, int nopts)

@@ -26,6 +26,8 @@ enum { CLI_OK = 0, CLI_HELP = 1, CLI_USAGE = 2 };
 int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, int first, const char **pos, int npos,
               int *npos_out, char *err, size_t errlen);
 void cli_help(FILE *f, const char *cmd, const char *usage, const char *about, const cli_opt *opts, int nopts);
+/* Whether the option was given (on the command line or in the --config file). */
+int cli_seen(const cli_opt *opts, int nopts, const char *name);
 /* Renders the options that were set (or all) as a JSON object, for run.json. Caller frees. */
 char *cli_to_json(const cli_opt *opts, int nopts);
 

@@ -180,6 +180,9 @@ typedef struct ddp_model_config {
 
 void ddp_model_config_default(ddp_model_config *c);
 const char *ddp_model_kind_name(ddp_model_kind k);
+/* The hyperparameter checks of a built-in model that need no data (heads divide hidden, ...): DDP_ERR_ARG with one
+ * line naming the option. ddp_model_create runs them too. */
+ddp_status ddp_model_config_check(const ddp_model_config *c);
 /* Builds a built-in model on the backend of device (params/grads in its memory). */
 ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config *c, ddp_model *out);
 

@@ -414,17 +414,18 @@ ddp_status ddp_dataset_check_max_rows(ddp_ctx *ctx, ddp_dataset *ds, int64_t lim
 {
     if (ds->info.max_sample_rows <= limit) return DDP_OK; /* every rank knows this from the broadcast metadata */
     ddp_status st = DDP_ERR_REMOTE;
-    if (ctx->topo.rank == 0) { /* name the first such sample: file, object and index */
-        st = ddp_set_error(DDP_ERR_ARG, "%s: a sample has %lld rows, more than %s %lld", ds->dir,
-                           (long long)ds->info.max_sample_rows, option, (long long)limit);
+    if (ctx->topo.rank == 0) { /* name the longest sample (the first of that length): file, object and index */
+        int64_t longest = ds->info.max_sample_rows;
+        st = ddp_set_error(DDP_ERR_ARG, "%s: the longest sample has %lld rows, more than %s %lld", ds->dir, (long long)longest,
+                           option, (long long)limit);
         for (int64_t k = 0; k < ds->nshards; k++) {
-            if (ds->shards[k].meta.max_rows <= limit) continue;
+            if (ds->shards[k].meta.max_rows != longest) continue;
             ddp_shard *s;
             int64_t local;
             if (ddp_dataset_locate(ds, ds->shards[k].meta.first, &s, &local) != DDP_OK) break;
             for (int64_t i = 0; i < s->meta.n; i++) {
                 int64_t n = s->offsets[i + 1] - s->offsets[i];
-                if (n > limit) {
+                if (n == longest) {
                     st = ddp_set_error(DDP_ERR_ARG, "%s/%s: /offsets[%lld]: sample (id %lld) has %lld rows, more than %s %lld",
                                        ds->dir, s->meta.name, (long long)i,
                                        (long long)(s->ids ? s->ids[i] : s->meta.first + i), (long long)n, option,

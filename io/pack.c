@@ -124,7 +124,7 @@ static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l,
     return DDP_OK;
 }
 
-ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards)
+ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards, int64_t want_classes)
 {
     ddp_h5_quiet();
     ddp_status st = DDP_OK;
@@ -139,6 +139,12 @@ ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t sh
         if (f < 0) st = ddp_set_error(DDP_ERR_FORMAT, "%s: cannot be opened by HDF5", input);
     }
     if (st == DDP_OK) st = scan_input(input, f, &g, &l, &rows, &labels, &dim, &classes);
+    if (st == DDP_OK && want_classes > 0) { /* a split may lack the top class: the class count is the user's */
+        if (want_classes < classes)
+            st = ddp_set_error(DDP_ERR_ARG, "%s: dataset '/labels' holds label %lld, not below --classes %lld", input,
+                               (long long)classes - 1, (long long)want_classes);
+        else classes = want_classes;
+    }
     if (st == DDP_OK && shards > l.n)
         st = ddp_set_error(DDP_ERR_ARG, "--shards %lld: more shards than the %lld samples", (long long)shards, (long long)l.n);
     if (st == DDP_OK && ctx->topo.rank == 0) st = ddp_prepare_out_dir(out);

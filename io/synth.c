@@ -120,7 +120,7 @@ static ddp_status fill_rows(void *arg, int64_t i, float *rows, int64_t nrows)
     return DDP_OK;
 }
 
-ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o)
+ddp_status ddp_synth_check(const ddp_synth_opts *o)
 {
     if (o->samples < 1) return ddp_set_error(DDP_ERR_ARG, "--samples %lld: must be >= 1", (long long)o->samples);
     if (o->dim < 1) return ddp_set_error(DDP_ERR_ARG, "--dim %lld: must be >= 1", (long long)o->dim);
@@ -135,7 +135,16 @@ ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o)
     if (o->shards < 1 || o->shards > o->samples)
         return ddp_set_error(DDP_ERR_ARG, "--shards %lld: must be in [1, samples=%lld]", (long long)o->shards,
                              (long long)o->samples);
-    ddp_status st = DDP_OK;
+    return DDP_OK;
+}
+
+ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o)
+{
+    ddp_status st = ddp_synth_check(o);
+    if (st != DDP_OK) { /* every rank checked the same options */
+        ddp_mark_error_shared();
+        return st;
+    }
     if (ctx->topo.rank == 0) st = ddp_prepare_out_dir(o->out);
     DDP_CHECK(ddp_agree_status(ctx, st));
 

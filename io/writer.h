@@ -24,8 +24,11 @@ typedef struct {
 
 /* Collective over ctx: shards are written round-robin by the ranks. */
 ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o);
+/* The option checks ddp_synth starts with (local): DDP_ERR_ARG with one line naming the option. */
+ddp_status ddp_synth_check(const ddp_synth_opts *o);
 /* Collective over ctx. */
-ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards);
+/* want_classes > 0 sets num_classes (at least the largest label + 1); 0: the largest label + 1. */
+ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards, int64_t want_classes);
 
 /* Creates dir (and parents); fails if it already holds *.h5 files. */
 ddp_status ddp_prepare_out_dir(const char *dir);

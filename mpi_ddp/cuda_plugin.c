@@ -54,8 +54,12 @@ static void version_string(char *buf, size_t n)
     if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
     if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
     cudaGetLastError();
-    snprintf(buf, n, "%sruntime %d.%d driver %d.%d", DDP_CUDA_EMULATED ? "emulated " : "", rt / 1000, (rt % 1000) / 10,
-             drv / 1000, (drv % 1000) / 10);
+    if (drv == 0) /* a plugin, but no driver on this node: the same word run.json uses */
+        snprintf(buf, n, "not available (no driver; %sruntime %d.%d)", DDP_CUDA_EMULATED ? "emulated " : "",
+                 rt / 1000, (rt % 1000) / 10);
+    else
+        snprintf(buf, n, "%sruntime %d.%d driver %d.%d", DDP_CUDA_EMULATED ? "emulated " : "", rt / 1000, (rt % 1000) / 10,
+                 drv / 1000, (drv % 1000) / 10);
 }
 
 static void nccl_version_string(char *buf, size_t n)

@@ -110,10 +110,10 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         ddp_rank_list(imp, W, 0, nol, sizeof nol);
         if (vote)
             snprintf(out->note, sizeof out->note, "epoch %lld step %lld: %s=%.6g; policy %s: %s (improved on ranks %s; not on ranks %s)%s",
-                     (long long)epoch + 1, (long long)step, d->monitor, view, policy_name(d->policy), save ? "save" : "no save", yesl, nol,
+                     (long long)epoch, (long long)step, d->monitor, view, policy_name(d->policy), save ? "save" : "no save", yesl, nol,
                      yes != 0 && yes != W ? " - ranks disagree" : "");
         else
-            snprintf(out->note, sizeof out->note, "epoch %lld step %lld: %s=%.6g; policy %s: %s", (long long)epoch + 1, (long long)step,
+            snprintf(out->note, sizeof out->note, "epoch %lld step %lld: %s=%.6g; policy %s: %s", (long long)epoch, (long long)step,
                      d->monitor, view, policy_name(d->policy), save ? "save" : improved ? "improved" : "no improvement");
         free(imp);
     }

@@ -214,12 +214,7 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     if (c->max_batch_rows < 1 || c->max_batch_samples < 1)
         return ddp_set_error(DDP_ERR_ARG, "transformer: the largest batch must hold >= 1 sample and >= 1 row (got %lld samples, %lld rows)",
                              (long long)c->max_batch_samples, (long long)c->max_batch_rows);
-    if (c->layers < 1 || c->heads < 1 || d % c->heads)
-        return ddp_set_error(DDP_ERR_ARG, "transformer: --heads %d must divide --hidden %lld (and --layers %d >= 1)",
-                             c->heads, (long long)d, c->layers);
-    if (c->max_positions < 1 || !(c->dropout >= 0.0 && c->dropout < 1.0))
-        return ddp_set_error(DDP_ERR_ARG, "transformer: need --max-positions >= 1 and 0 <= --dropout < 1 (got %lld, %g)",
-                             (long long)c->max_positions, c->dropout);
+    DDP_CHECK(ddp_model_config_check(c));
     DDP_CHECK(ddp_backend_require_enc(be));
     txmodel *m = ddp_calloc(1, sizeof *m);
     if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");

@@ -125,12 +125,13 @@ static ddp_status agree_steps(ddp_ctx *ctx, int64_t mine, const char *what)
 static void progress(trainer *t, int epoch, int64_t step, int64_t steps, double loss, double sps, double eta)
 {
     if (!t->cfg->progress || t->ctx->topo.rank != 0) return;
+    int epochs = t->cfg->fast_dev_run > 0 ? 1 : t->cfg->epochs; /* epochs are 0-based, as in metrics.csv and file names */
     int m = (int)(eta / 60), s = (int)eta % 60;
     if (t->tty)
-        fprintf(stderr, "\r\033[Kepoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %d:%02d", epoch + 1, t->cfg->epochs,
+        fprintf(stderr, "\r\033[Kepoch %d (of %d)  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %d:%02d", epoch, epochs,
                 (long long)step, (long long)steps, loss, sps, m, s);
     else
-        fprintf(stderr, "epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f eta %d:%02d\n", epoch + 1, t->cfg->epochs,
+        fprintf(stderr, "epoch %d (of %d) step %lld/%lld loss %.4f samples/s %.0f eta %d:%02d\n", epoch, epochs,
                 (long long)step, (long long)steps, loss, sps, m, s);
 }
 
@@ -283,7 +284,7 @@ static ddp_status validate(trainer *t, ddp_loader *ld, ddp_sampler *sm, int64_t 
     DDP_CHECK(write_rows(t, epoch));
     if (t->ctx->topo.rank == 0 && t->cfg->progress) {
         if (t->tty) fputc('\n', stderr);
-        fprintf(stderr, "epoch %lld: val/loss=%.6g val/acc=%.6g val/macro_f1=%.6g\n", (long long)epoch + 1,
+        fprintf(stderr, "epoch %lld: val/loss=%.6g val/acc=%.6g val/macro_f1=%.6g\n", (long long)epoch,
                 t->row.vals[ddp_row_find(&t->row, "val/loss")], acc, f1);
     }
     return DDP_OK;
@@ -457,7 +458,7 @@ static ddp_status resume_position(trainer *t, int64_t opt_steps)
             st = ddp_set_error(DDP_ERR_ARG,
                                "resume position: %lld optimizer steps and %lld samples into epoch %lld cannot be continued exactly "
                                "(this run's epoch has %lld steps; step %lld starts at sample %lld)",
-                               (long long)os, (long long)t->resume_pos, (long long)t->epoch + 1, (long long)opt_steps, (long long)os,
+                               (long long)os, (long long)t->resume_pos, (long long)t->epoch, (long long)opt_steps, (long long)os,
                                (long long)(os <= opt_steps ? ddp_trainer_epoch_position(t, os) : -1));
         else
             t->mb = os * acc < t->nmb ? os * acc : t->nmb;
@@ -566,7 +567,7 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
                 if (c->fast_dev_run <= 0) DDP_TRY(ddp_trainer_save_last(t));
                 if (ctx->topo.rank == 0 && c->progress && t->tty) fputc('\n', stderr);
                 st = ddp_set_error(DDP_STOPPED, "stopped on request at step %lld (epoch %lld, batch %lld of %lld); %s",
-                                   (long long)t->global_step, (long long)e + 1, (long long)t->mb, (long long)nmb,
+                                   (long long)t->global_step, (long long)e, (long long)t->mb, (long long)nmb,
                                    c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)" : "last.h5 saved, continue with --resume auto");
                 ddp_mark_error_shared();
                 goto done;

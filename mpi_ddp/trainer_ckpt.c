@@ -186,8 +186,6 @@ ddp_status ddp_trainer_resume(trainer *t, const char *path)
     if (st == DDP_OK && monitor[0] && strcmp(monitor, c->monitor) != 0)
         st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --monitor %s; this run uses --monitor %s (the best score and top-k would be misread)",
                            path, monitor, c->monitor);
-    if (st == DDP_OK && facts[0] > c->epochs)
-        st = ddp_set_error(DDP_ERR_ARG, "%s: already at epoch %lld of --epochs %d", path, (long long)facts[0], c->epochs);
     if (st != DDP_OK) ddp_mark_error_shared(); /* every rank computed the same facts */
     if (st != DDP_OK) {
         free(cs.best_local);
@@ -239,8 +237,16 @@ ddp_status ddp_trainer_resume(trainer *t, const char *path)
     free(cs.best_local);
     free(cs.topk_json);
     if (ctx->topo.rank == 0) /* a notice even with --no-progress: where the run continues from matters */
-        fprintf(stderr, "mpiddp train: resuming from %s at epoch %lld, optimizer step %lld of the epoch, step %lld\n", path,
-                (long long)t->epoch + 1, (long long)(facts[8] >= 0 ? facts[8] / c->accumulate : facts[1]), (long long)t->global_step);
+    {
+        int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
+        if (t->epoch >= epochs) /* every epoch asked for is done: say so, and train nothing */
+            fprintf(stderr, "mpiddp train: nothing to do: %s has finished %lld epoch(s) (epochs 0-%lld) and --epochs is %d; "
+                            "raise --epochs to train more\n",
+                    path, (long long)t->epoch, (long long)t->epoch - 1, epochs);
+        else
+            fprintf(stderr, "mpiddp train: resuming from %s at epoch %lld (0-based), optimizer step %lld of the epoch, step %lld\n",
+                    path, (long long)t->epoch, (long long)(facts[8] >= 0 ? facts[8] / c->accumulate : facts[1]), (long long)t->global_step);
+    }
     return DDP_OK;
 }
 

@@ -34,6 +34,8 @@ class MpiddpReference(torch.nn.Module):
         pooled = torch.zeros(len(counts), h.shape[1], dtype=h.dtype).index_add_(0, seg, h) / counts[:, None].to(h.dtype)
         return self.l3(pooled)
 
+    forward_packed = forward  # the same call as MpiddpTransformer.forward_packed(x, offsets)
+
 
 class MpiddpTransformer(torch.nn.Module):
     """Pre-LayerNorm Transformer encoder over each sample's rows (exact gelu, LayerNorm eps 1e-5), learned

@@ -9,7 +9,9 @@
 . "$(dirname "$0")/lib.sh"
 synth --out train --samples 96 --dim 6 --classes 3 --min-rows 1 --max-rows 9 --shards 2 --seed 3
 synth --out val --samples 40 --dim 6 --classes 3 --min-rows 1 --max-rows 9 --shards 2 --seed 4 --first-id 500
-common=(--train train --val val --hidden 8 --batch-size 6 --log-every 2 --log-per-rank --no-progress --device "$DEVICE"
+sizes=(--batch-size 6) # unless the registration picks token budgets
+[[ " ${MODEL_ARGS[*]} " == *" --batch-rows "* ]] && sizes=()
+common=(--train train --val val --hidden 8 "${sizes[@]}" --log-every 2 --log-per-rank --no-progress --device "$DEVICE"
         --collective-timeout 20 "${MODEL_ARGS[@]}" "$@")
 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 1 --out base >/dev/null
 cp -r base listing

@@ -60,8 +60,9 @@ if [ ${#MODEL_ARGS[@]} = 0 ]; then # the MLP's trajectory makes exactly ranks 0-
 fi
 
 # 2. a monitor that is never logged: one clear error on every rank at the first decision
-expect_rc 1 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 1 --out badmon --monitor val/nope
-[ "$(printf '%s\n' "$ERR" | grep -c "monitor 'val/nope' was never logged")" = 1 ] || fail "missing monitor: $ERR"
+expect_rc 2 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 1 --out badmon --monitor val/nope
+[ "$(printf '%s\n' "$ERR" | grep -c -- "--monitor val/nope: must be one of val/loss, val/acc, val/macro_f1")" = 1 ] || fail "missing monitor: $ERR"
+[ ! -e badmon ] || fail "a misspelt monitor left a run directory (it must be refused before the first step)"
 
 # 3. early stopping (watching val/loss with --mode max, it never improves after the first epoch; the huge
 #    --early-stop-min-delta makes that hold for any model's trajectory):

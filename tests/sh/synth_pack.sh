@@ -15,6 +15,12 @@ $PY "$SRC/tests/py/make_shards.py" pack-input in.h5
 mpirun_np 2 "$MPIDDP" pack --input in.h5 --out packed --shards 4 >/dev/null
 $PY "$SRC/tests/py/make_shards.py" check-pack in.h5 packed
 "$MPIDDP" inspect packed | grep -q "samples 57" || fail "inspect of packed dataset"
+# --classes sets num_classes above the largest label (a split without the top class), and refuses one below it
+mpirun_np 2 "$MPIDDP" pack --input in.h5 --out packed9 --classes 9 >/dev/null
+$PY -c "import h5py, glob; assert all(int(h5py.File(p).attrs['num_classes']) == 9 for p in glob.glob('packed9/*.h5'))" || fail "pack --classes 9"
+top=$($PY -c "import h5py; print(int(h5py.File('in.h5')['labels'][()].max()))")
+expect_rc 1 mpirun_np 2 "$MPIDDP" pack --input in.h5 --out packed_low --classes "$top"
+grep -q "holds label $top, not below --classes $top" <<<"$ERR" || fail "pack --classes below a label: $ERR"
 expect_rc 1 "$MPIDDP" pack --input missing.h5 --out p2
 printf '%s' "$ERR" | grep -q "missing.h5" || fail "pack error does not name the file"
 pass "synth and pack"

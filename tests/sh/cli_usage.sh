@@ -1,0 +1,60 @@
+# The command line as docs/cli.md states it (issue: a newcomer's first day): usage and range errors, option
+# conflicts and errors found by combining options exit 2 with one line from rank 0 and no MPI_Abort, at np 1
+# and 2, and leave no run directory; epochs are 0-based everywhere (progress, validation lines, resume notice,
+# metrics.csv, file names); a resume with nothing left to train says so and exits 0; help texts.
+. "$(dirname "$0")/lib.sh"
+synth --out train --samples 64 --dim 4 --classes 2 --min-rows 1 --max-rows 9 --shards 2 --seed 1
+synth --out val --samples 20 --dim 4 --classes 2 --min-rows 1 --max-rows 9 --shards 1 --seed 1 --first-id 100
+common=(--train train --val val --hidden 8 --device "$DEVICE")
+one_line() { # $1: expected text; checks ERR has it exactly once, from rank 0, without MPI_Abort
+  [ "$(grep -cF -- "$1" <<<"$ERR")" = 1 ] || fail "expected one line '$1': $ERR"
+  ! grep -q "MPI_ABORT\|rank [0-9]*: error" <<<"$ERR" || fail "not a clean usage error: $ERR"
+}
+for np in 1 2; do
+  expect_rc 2 mpirun_np $np "$MPIDDP" synth --out s1 --samples 3 --shards 4
+  one_line "mpiddp synth: --shards 4: must be in [1, samples=3]"
+  expect_rc 2 mpirun_np $np "$MPIDDP" synth --out s2 --min-rows 10 --max-rows 5
+  one_line "mpiddp synth: --min-rows 10 --max-rows 5: need 1 <= min <= max"
+  [ ! -e s1 ] && [ ! -e s2 ] || fail "a refused synth wrote a directory"
+  while IFS='|' read -r args msg; do
+    read -r -a extra <<<"$args"
+    expect_rc 2 mpirun_np $np "$MPIDDP" train "${common[@]}" --out bad "${extra[@]}"
+    one_line "$msg"
+    [ ! -e bad ] || fail "'$args' left a run directory"
+  done <<'CASES'
+--model transformer --hidden 64 --heads 3|mpiddp train: transformer: --heads 3 must divide --hidden 64
+--batch-rows 48 --sampling shard|--batch-rows needs --sampling global
+--shuffle block --sampling shard|--shuffle block needs --sampling global
+--batch-size 16 --batch-rows 300|--batch-size and --batch-rows: give one
+--monitor train/loss|--monitor train/loss: must be one of val/loss, val/acc, val/macro_f1
+--monitor val/los|--monitor val/los: must be one of
+--resume --epochs 3|mpiddp train: --resume needs a value
+--lr-schedule cosine --lr 0.001 --min-lr 0.01|--min-lr 0.01 is above --lr 0.001
+CASES
+  # a budget below the longest sample: a runtime error naming the longest sample, and still no run directory
+  longest=$($PY -c "import h5py, glob, numpy as np; print(max(int(np.diff(h5py.File(p)['offsets'][()]).max()) for p in glob.glob('train/*.h5') + glob.glob('val/*.h5')))")
+  expect_rc 1 mpirun_np $np "$MPIDDP" train "${common[@]}" --out bad --batch-rows 2
+  grep -q "has $longest rows, more than --batch-rows 2" <<<"$ERR" || fail "the budget error does not name the longest sample ($longest rows): $ERR"
+  [ ! -e bad ] || fail "--batch-rows below the longest sample left a run directory"
+done
+# epochs are 0-based on every line and in every file
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 8 --log-every 100 --out r >out.txt 2>err.txt
+grep -q "^epoch 0 (of 2) step" err.txt && grep -q "^epoch 1 (of 2) step" err.txt || fail "progress lines: $(cat err.txt)"
+grep -q "^epoch 0: val/loss=" err.txt && grep -q "^epoch 1: val/loss=" err.txt && ! grep -q "^epoch 2" err.txt || fail "validation lines: $(cat err.txt)"
+[ "$(cut -d, -f1 r/metrics.csv | sort -u | grep -v epoch | tr '\n' ' ')" = "0 1 " ] || fail "metrics.csv epochs"
+ls r/checkpoints | grep -q "^epoch=[01]-" || fail "checkpoint names: $(ls r/checkpoints)"
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --fast-dev-run 3 --log-every 1 --out fdr 2>err.txt >/dev/null
+grep -q "^epoch 0 (of 1) step" err.txt && ! grep -q "of 3" err.txt || fail "fast-dev-run progress: $(cat err.txt)"
+# nothing left to train: one clear line and exit 0, whether --epochs equals or is below what is done
+for e in 2 1; do
+  expect_rc 0 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs $e --batch-size 8 --out r --resume auto
+  grep -q "nothing to do: r/checkpoints/last.h5 has finished 2 epoch(s)" <<<"$ERR" || fail "--epochs $e on a finished run: $ERR"
+done
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 3 --batch-size 8 --out r --resume auto --log-every 100
+grep -q "resuming from r/checkpoints/last.h5 at epoch 2 (0-based)" <<<"$ERR" && grep -q "^epoch 2: val/loss" <<<"$ERR" || fail "resume notice: $ERR"
+# help texts and the environment report (captured first: grep -q would end the pipe early under pipefail)
+h=$("$MPIDDP" eval --help); head -1 <<<"$h" | grep -q -- "--batch-rows N" || fail "eval usage line: $h"
+h=$("$MPIDDP" train --help); grep -q -- "--sampling.*(default)" <<<"$h" || fail "train --sampling default"
+h=$("$MPIDDP" pack --help); grep -q "must hold no \*.h5" <<<"$h" || fail "pack --out"
+h=$("$MPIDDP" env); ! grep -q 'driver 0\.0' <<<"$h" || fail "env reports a driver 0.0 where there is none: $h"
+pass "usage errors exit 2 with one line at np 1 and 2; 0-based epochs; nothing-to-do resume; help texts"
