@@ -71,7 +71,7 @@ int main(int argc, char **argv)
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
     const char *data = NULL, *csv = "train_raw.csv", *device = "cpu", *model = "mlp", *lens = "", *bout = NULL;
     int64_t H = 64, B = 64, steps = 50, warmup = 5, cold = 0, L = 2, heads = 4, ff = 0, brows = 0, block = 0, window = 16;
-    double block_mb = 4.0;
+    double block_mb = 4.0, bucket_mb = 25.0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--data")) data = argv[i + 1];
         else if (!strcmp(argv[i], "--hidden")) H = atoll(argv[i + 1]);
@@ -91,13 +91,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--shuffle")) block = !strcmp(argv[i + 1], "block");
         else if (!strcmp(argv[i], "--shuffle-block-mb")) block_mb = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--shuffle-window")) window = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--bucket-mb")) bucket_mb = atof(argv[i + 1]);
     }
     int tx = !strcmp(model, "transformer");
     ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
     if (dev == DDP_DEVICE_CUDA && ddp_select_device(ctx, DDP_DEVICE_CUDA, NULL, NULL) != DDP_OK) DIE("--device cuda");
     const ddp_topology *t = ddp_topo(ctx);
     if (!data) {
-        if (t->rank == 0) fprintf(stderr, "usage: bench_train --data DIR --hidden H [--batch B] [--steps N] [--warmup W] [--cold 0|1] [--csv F] [--device cpu|cuda]\n");
+        if (t->rank == 0) fprintf(stderr, "usage: bench_train --data DIR --hidden H [--batch B] [--steps N] [--warmup W] [--cold 0|1] [--csv F] [--device cpu|cuda] [--bucket-mb M]\n");
         ddp_finalize(ctx);
         return 2;
     }
@@ -152,7 +153,7 @@ int main(int argc, char **argv)
     p = q[0], g = q[1], mo = q[2], v = q[3];
     if (m.init(m.self, p, 1) != DDP_OK) DIE("init");
     ddp_sync *sync;
-    if (ddp_sync_create(ctx, be, g, n, 2, 25 << 20, &sync) != DDP_OK) DIE("sync");
+    if (ddp_sync_create(ctx, be, g, n, 2, (int64_t)(bucket_mb * 1048576.0), &sync) != DDP_OK) DIE("sync");
     if (!cold) { /* every sample read once, untimed: the whole dataset mapped in this process, as after the
                   * first epochs of training (each epoch gives a rank other samples) */
         float *scratch = calloc((size_t)(ds->info.max_sample_rows * ds->info.dim), sizeof(float));
@@ -317,6 +318,9 @@ int main(int argc, char **argv)
                be->name, t->size, (long long)H, brows > 0 ? " --batch-rows" : "", (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms,
                tm[3] * ms, gf, sg, rss, anon, cmax * ms, bal);
     }
+    if (t->rank == 0) /* for the scaling model: the buckets, and the busiest rank's compute (token budgets) */
+        printf("bench_train sync: %d buckets of %.4g MiB for %lld parameters; slowest rank's fwd+bwd %.3f ms\n",
+               ddp_sync_num_buckets(sync), bucket_mb, (long long)n, cmax * 1e3 / (double)steps);
     if (dev == DDP_DEVICE_CUDA && t->rank == 0)
         printf("mpiddp %s: %.1f host synchronisations per step (cudaStreamSynchronize; the NCCL wait is polled)\n", be->name,
                (double)(ddp_cuda()->host_syncs() - syncs0) / (double)steps);
