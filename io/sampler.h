@@ -5,6 +5,7 @@
 #define DDP_SAMPLER_H
 
 #include "mpiddp.h"
+#include "permute.h"
 
 #include <stdint.h>
 
@@ -73,8 +74,5 @@ int64_t ddp_sampler_order(const ddp_sampler *s, int64_t p);
 /* Sample at position j (< per_rank) of this rank (sample-count batches only). */
 int64_t ddp_sampler_at(const ddp_sampler *s, int64_t j, uint8_t *is_pad);
 
-/* Bijection of [0, n) keyed by key: a Feistel network with cycle walking, O(1) memory. */
-int64_t ddp_permute(int64_t x, int64_t n, uint64_t key);
-uint64_t ddp_mix64(uint64_t x);
 
 #endif

@@ -87,8 +87,18 @@ static ddp_status check_ranks_per_gpu(ddp_ctx *c, int ndev)
 {
     ddp_topology *t = &c->topo;
     int *ranks = ddp_calloc((size_t)t->local_size, sizeof *ranks);
-    if (!ranks) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-    int rc = MPI_Allgather(&t->rank, 1, MPI_INT, ranks, 1, MPI_INT, c->local);
+    int ok = ranks != NULL; /* agreed by the node's ranks before their allgather */
+    int rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, c->local);
+    if (rc != MPI_SUCCESS) {
+        free(ranks);
+        return ddp_mpi_error(rc, "MPI_Allreduce(node ranks)", __FILE__, __LINE__);
+    }
+    if (!ok) {
+        free(ranks);
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the list of %d node ranks (%zu bytes on one of them)", t->local_size,
+                             (size_t)t->local_size * sizeof *ranks);
+    }
+    rc = MPI_Allgather(&t->rank, 1, MPI_INT, ranks, 1, MPI_INT, c->local);
     if (rc != MPI_SUCCESS) {
         free(ranks);
         return ddp_mpi_error(rc, "MPI_Allgather(node ranks)", __FILE__, __LINE__);

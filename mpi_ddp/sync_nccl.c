@@ -33,7 +33,12 @@ ddp_status ddp_sync_nccl_create(ddp_ctx *ctx, ddp_backend *be, ddp_sync_nccl **o
 {
     *out = NULL;
     ddp_sync_nccl *n = ddp_calloc(1, sizeof *n);
-    if (!n) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    /* agreed before the NCCL communicator's collective start-up */
+    ddp_status ast = ddp_agree_status(ctx, n ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory for the NCCL sync"));
+    if (ast != DDP_OK) {
+        free(n);
+        return ast;
+    }
     n->ctx = ctx;
     n->be = be;
     n->cu = ddp_cuda();

@@ -1,0 +1,121 @@
+/* sampler_budget.c — token-budget batches (--batch-rows): the epoch's plan of optimizer steps within the
+ * global budget, and each step's split over ranks and micro-batches by cost, within what a rank's buffers
+ * hold. Pure functions of seed, epoch and the global budget: every rank computes the same. */
+#include "sampler_priv.h"
+
+#include "../mpi_ddp/status.h"
+
+#include <stdlib.h>
+
+/* The epoch's optimizer steps: greedy runs of the order within the global budget (pure: seed, epoch, budget). */
+ddp_status ddp_sampler_make_plan(ddp_sampler *s)
+{
+    s->nplan = 0;
+    int64_t rows = 0;
+    for (int64_t p = 0; p < s->n; p++) {
+        int64_t len = s->lens[ddp_sampler_order(s, p)];
+        if (p == 0 || rows + len > s->budget) { /* a new step starts here */
+            if (s->nplan + 2 > s->cap_plan) {
+                int64_t cap = s->cap_plan ? 2 * s->cap_plan : 1024;
+                int64_t *np = ddp_realloc(s->plan, (size_t)cap * sizeof *np, 1);
+                if (!np) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch plan");
+                s->plan = np;
+                s->cap_plan = cap;
+            }
+            s->plan[s->nplan++] = p;
+            rows = 0;
+        }
+        rows += len;
+    }
+    s->plan[s->nplan] = s->n;
+    s->steps = s->nplan * s->acc;
+    return DDP_OK;
+}
+
+ddp_status ddp_sampler_set_budget(ddp_sampler *s, int64_t rows_per_rank, int accumulate, const int32_t *lens,
+                                  int64_t max_len, double cost_sq)
+{
+    if (s->mode == DDP_SAMPLE_SHARD)
+        return ddp_set_error(DDP_ERR_ARG, "--batch-rows needs --sampling global (shard sampling keeps sample-count batches)");
+    if (rows_per_rank < 1) return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld: must be >= 1", (long long)rows_per_rank);
+    if (rows_per_rank < max_len)
+        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld is smaller than the longest sample (%lld rows)", (long long)rows_per_rank,
+                             (long long)max_len);
+    s->budget = rows_per_rank * s->world * (accumulate < 1 ? 1 : accumulate);
+    s->acc = accumulate < 1 ? 1 : accumulate;
+    s->lens = lens;
+    s->cost_sq = cost_sq;
+    /* a bin gets at most the mean load plus one sample (LPT): rows_per_rank + max_len */
+    s->max_rows = rows_per_rank + max_len;
+    s->batch = s->max_rows;
+    s->per_rank = 0;
+    s->epoch = 0;
+    if (s->nblocks > 0 && s->blk_epoch != s->epoch) ddp_sampler_make_block_order(s);
+    return ddp_sampler_make_plan(s); /* sequential order: the plan of every epoch */
+}
+
+typedef struct {
+    double cost;
+    int64_t pos, len;
+} lpt_item;
+
+static int cmp_lpt(const void *a, const void *b)
+{
+    const lpt_item *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
+    return x->pos < y->pos ? -1 : (x->pos > y->pos);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : (x > y);
+}
+
+/* This rank's share of micro-batch m of optimizer step os: longest-processing-time-first over the step's
+ * samples (cost descending, position ascending), each to the cheapest of the world x acc bins that still has
+ * room for its rows (lowest bin on ties); bin m x world + rank, in order of position. Every rank computes the
+ * same assignment. Room: a bin holds at most max_rows rows (the loader's and the model's buffers; a sample has
+ * at least one row, so at most max_rows samples too). The bin with the fewest rows always has room: the step's
+ * rows fit the global budget, so that bin holds at most budget / bins = rows_per_rank rows, and a sample adds at
+ * most max_len (max_rows = rows_per_rank + max_len). Balancing by cost alone could give a bin of short samples
+ * far more rows than that, next to a bin with one long sample. */
+ddp_status ddp_sampler_budget_batch(const ddp_sampler *s, int64_t os, int64_t m, int64_t *indices, uint8_t *is_pad, int64_t *count)
+{
+    int64_t lo = s->plan[os], hi = s->plan[os + 1], k = hi - lo, nb = (int64_t)s->world * s->acc, mine = m * s->world + s->rank;
+    lpt_item *it = ddp_calloc((size_t)k, sizeof *it);
+    double *load = ddp_calloc((size_t)nb, sizeof *load);
+    int64_t *rows = ddp_calloc((size_t)nb, sizeof *rows);
+    int64_t *pos = ddp_calloc((size_t)k, sizeof *pos);
+    ddp_status st = DDP_OK;
+    if (!it || !load || !rows || !pos) {
+        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory splitting a batch of %lld samples over %lld bins", (long long)k, (long long)nb);
+        goto done;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        int64_t len = s->lens[ddp_sampler_order(s, lo + i)];
+        it[i] = (lpt_item){(double)len + s->cost_sq * (double)len * (double)len, lo + i, len};
+    }
+    qsort(it, (size_t)k, sizeof *it, cmp_lpt);
+    int64_t n = 0;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t len = it[i].len, best = -1, fewest = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            if (rows[b] < rows[fewest]) fewest = b;
+            if (rows[b] + len <= s->max_rows && (best < 0 || load[b] < load[best])) best = b;
+        }
+        if (best < 0) best = fewest; /* cannot happen (see above); the loader's check would name it */
+        load[best] += it[i].cost;
+        rows[best] += len;
+        if (best == mine) pos[n++] = it[i].pos;
+    }
+    qsort(pos, (size_t)n, sizeof *pos, cmp_i64);
+    for (int64_t i = 0; i < n; i++) {
+        indices[i] = ddp_sampler_order(s, pos[i]);
+        is_pad[i] = 0;
+    }
+    *count = n;
+done:
+    free(it), free(load), free(rows), free(pos);
+    return st;
+}
