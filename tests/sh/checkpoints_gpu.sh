@@ -8,11 +8,7 @@ synth --out v --samples 400 --dim 8 --classes 3 --shards 2 --seed 3 --first-id 9
 base=(--train t --val v --lr 0.01 --hidden 24 --no-progress --grad-clip 1.0)
 for np in 2 4; do
   bs=$((20 / np))
-  mpirun_np $np "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size $bs --epochs 3 --out full$np >/dev/null
-  expect_rc 0 env MPIDDP_TEST_STOP_AT_STEP=37 MPIDDP_TEST_STOP_RANK=1 mpirun -np $np --oversubscribe "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size $bs --epochs 3 --out part$np
-  printf '%s' "$OUT" | grep -q "stopped on request at step 37" || fail "stop message: $OUT"
-  mpirun_np $np "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size $bs --epochs 3 --out part$np --resume auto >/dev/null
-  $PY "$SRC/tests/py/compare_ckpt.py" full$np/checkpoints/last.h5 part$np/checkpoints/last.h5 0 || fail "resume at np $np on $DEVICE is not bitwise exact"
+  resume_bitwise $np --device "$DEVICE" "${base[@]}" --batch-size $bs --epochs 3
 done
 grep -q "\"device\": *\"cuda\"\|cuda" full2/run.json || fail "run.json does not record the CUDA backend"
 mpirun_np 2 "$MPIDDP" train --device cpu "${base[@]}" --batch-size 10 --epochs 3 --out cpu2 >/dev/null

@@ -27,3 +27,54 @@ expect_rc() {
 # last value of column NAME in a CSV (non-empty cells only)
 csv_last() { awk -F, -v col="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==col) c=i; next} c && $c!="" {v=$c} END{print v}' "$1"; }
 synth() { "$MPIDDP" synth "$@" >/dev/null; }
+
+# --- fault scenarios shared by faults.sh (cpu) and faults_gpu.sh (cuda) ---
+rank_pid() { # pid of MPI rank $1 of a running `mpiddp train`
+  for p in /proc/[0-9]*; do
+    { tr '\0' '\n' < $p/environ | grep -qx "OMPI_COMM_WORLD_RANK=$1" &&
+      tr '\0' ' ' < $p/cmdline | grep -q "$MPIDDP train" && { basename $p; return; }; } 2>/dev/null
+  done
+}
+wait_for() { for _ in $(seq 300); do [ -e "$1" ] && return 0; sleep 0.1; done; fail "timed out waiting for $1"; }
+# dead_rank TRAIN_ARGS...: a 4-rank job writing last.h5 every 20 steps loses rank 1 to SIGKILL after its first
+# save; it must end non-zero within 30 s and leave a last.h5 that eval loads (run directory: dead)
+dead_rank() {
+  mpirun -np 4 --oversubscribe "$MPIDDP" train "$@" --ckpt-every-steps 20 --out dead > dead.out 2>&1 &
+  local job=$! victim start rc
+  wait_for dead/checkpoints/last.h5
+  sleep 0.5
+  victim=$(rank_pid 1)
+  [ -n "$victim" ] || fail "rank 1 not found (job already finished?)"
+  kill -9 "$victim"
+  start=$(date +%s)
+  set +e; wait $job; rc=$?; set -e
+  [ "$rc" != 0 ] || fail "job survived a dead rank"
+  [ $(( $(date +%s) - start )) -le 30 ] || fail "dead rank: job took more than 30 s to end"
+  "$MPIDDP" eval --device "$DEVICE" --ckpt dead/checkpoints/last.h5 --data "$VAL_DIR" > /dev/null || fail "last.h5 not loadable after a dead rank"
+}
+# stalled_rank TRAIN_ARGS...: SIGSTOP rank 2 of a 4-rank job with --collective-timeout 5; the job must end
+# non-zero within 20 s; stall.err holds the report (run directory: stall)
+stalled_rank() {
+  mpirun -np 4 --oversubscribe "$MPIDDP" train "$@" --epochs 500 --collective-timeout 5 --out stall > stall.out 2> stall.err &
+  local job=$! victim start rc took
+  wait_for stall/progress/rank3
+  sleep 1
+  victim=$(rank_pid 2)
+  [ -n "$victim" ] || fail "rank 2 not found"
+  kill -STOP "$victim"
+  start=$(date +%s)
+  set +e; wait $job; rc=$?; set -e
+  took=$(( $(date +%s) - start ))
+  [ "$rc" != 0 ] || fail "stalled job exited 0"
+  [ "$took" -le 20 ] || fail "stalled job took $took s to stop (timeout 5 s)"
+}
+# resume_bitwise NP TRAIN_ARGS...: a run stopped at step 37 by a stop request on rank 1 and resumed with
+# --resume auto ends bitwise identical to the uninterrupted run (run directories fullNP, partNP)
+resume_bitwise() {
+  local np=$1; shift
+  mpirun_np $np "$MPIDDP" train "$@" --out full$np >/dev/null
+  expect_rc 0 env MPIDDP_TEST_STOP_AT_STEP=37 MPIDDP_TEST_STOP_RANK=1 mpirun -np $np --oversubscribe "$MPIDDP" train "$@" --out part$np
+  printf '%s' "$OUT" | grep -q "stopped on request at step 37" || fail "stop message: $OUT"
+  mpirun_np $np "$MPIDDP" train "$@" --out part$np --resume auto >/dev/null
+  $PY "$SRC/tests/py/compare_ckpt.py" full$np/checkpoints/last.h5 part$np/checkpoints/last.h5 0 || fail "resume at np $np on $DEVICE is not bitwise exact"
+}
