@@ -2,7 +2,7 @@
 # CTest), an mpirun wrapper that works as root and oversubscribed, and small assertion functions.
 set -euo pipefail
 : "${MPIDDP:?}" "${SRC:?}" "${WORK:?}"
-PY=/usr/bin/python3
+PY=${PY:-/usr/bin/python3}
 # The device train/eval run on: cpu unless a test is registered for the CUDA path (on a GPU, or on the
 # host emulator with MPIDDP_CUDA_PLUGIN=libmpiddp_cudaemu.so). Tests that mean the CPU pass it explicitly.
 DEVICE=${MPIDDP_TEST_DEVICE:-cpu}
