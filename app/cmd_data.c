@@ -4,7 +4,7 @@
 
 #include "io/dataset.h"
 #include "io/writer.h"
-#include "mpi_ddp/status.h"
+#include "mpi_ddp/core/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>

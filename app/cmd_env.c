@@ -2,10 +2,10 @@
  * rank, node, host, device, backend, launcher and the MPI / HDF5 / CUDA / NCCL versions. */
 #include "cli.h"
 
-#include "mpi_ddp/ctx.h"
-#include "mpi_ddp/cuda_api.h"
-#include "mpi_ddp/runinfo.h"
-#include "mpi_ddp/status.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/train/runinfo.h"
+#include "mpi_ddp/core/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,11 +5,11 @@
 
 #include "io/dataset.h"
 #include "io/loader.h"
-#include "mpi_ddp/backend.h"
-#include "mpi_ddp/checkpoint.h"
-#include "mpi_ddp/ctx.h"
-#include "mpi_ddp/evaluate.h"
-#include "mpi_ddp/status.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/train/checkpoint.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/train/evaluate.h"
+#include "mpi_ddp/core/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #include "cli.h"
 
 #include "io/dataset.h"
-#include "mpi_ddp/status.h"
+#include "mpi_ddp/core/status.h"
 #include "slurm/preempt.h"
 
 #include <limits.h>

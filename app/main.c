@@ -1,7 +1,7 @@
 /* main.c — the `mpiddp` executable: subcommand dispatch, MPI start/stop, and exit codes
  * (0 success, 1 runtime error, 2 usage error). The only place besides the cmd_* files that prints. */
 #include "cli.h"
-#include "mpi_ddp/cuda_api.h"
+#include "mpi_ddp/backend/cuda_api.h"
 
 #include "io/shard.h"
 

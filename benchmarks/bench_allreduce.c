@@ -5,10 +5,10 @@
  *
  *   mpirun -np 2 bench_allreduce -b 8 -e 64M -f 4 -n 20 -w 5 [-d cpu|cuda] [-o allreduce.csv]
  */
-#include "mpi_ddp/backend.h"
-#include "mpi_ddp/ctx.h"
-#include "mpi_ddp/cuda_api.h"
-#include "mpi_ddp/sync.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/comm/sync.h"
 #include "mpiddp.h"
 
 #include <math.h>

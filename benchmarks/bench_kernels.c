@@ -16,8 +16,8 @@
  * --check runs each op once on the chosen device and on the CPU backend from the same inputs and compares
  * the outputs (max relative difference; --device cuda on the host emulator: MPIDDP_CUDA_PLUGIN=
  * <build>/libmpiddp_cudaemu.so). Exit 1 when a check fails. */
-#include "mpi_ddp/backend.h"
-#include "mpi_ddp/ctx.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/core/ctx.h"
 #include "mpiddp.h"
 
 #include <math.h>

@@ -15,10 +15,10 @@
  */
 #include "io/dataset.h"
 #include "io/loader.h"
-#include "mpi_ddp/backend.h"
-#include "mpi_ddp/cuda_api.h"
-#include "mpi_ddp/ctx.h"
-#include "mpi_ddp/sync.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/comm/sync.h"
 #include "mpiddp.h"
 
 #include <math.h>

@@ -5,7 +5,7 @@
 
 * compute per rank (forward + backward + optimizer): measured (bench_train on this machine; a GPU report CSV
   from the device kit with --gpu-report) or, for GPUs without a report, a per-op roofline estimate;
-* the gradient allreduce of mpi_ddp/sync.c: the flat gradient buffer cut into buckets of --bucket-mb from
+* the gradient allreduce of mpi_ddp/comm/sync.c: the flat gradient buffer cut into buckets of --bucket-mb from
   its END (backward finishes the last layer first); a bucket is launched as soon as backward has made every
   gradient in it final, the buckets run one after another on the communication stream (NCCL) and overlap
   the rest of backward, so only what is left after backward ends is exposed. On CPU (validation) sync.c

@@ -1,10 +1,10 @@
 /* dataset.c — many shards as one dataset: directory listing, rank-0 validation and broadcast of the
  * shard metadata (no metadata storm on a parallel file system), lazy per-rank shard opening. */
-#include "dataset.h"
+#include "io/dataset.h"
 
-#include "../mpi_ddp/ctx.h"
-#include "../mpi_ddp/status.h"
-#include "../slurm/env.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/core/settings.h"
 
 #include <dirent.h>
 #include <fcntl.h>

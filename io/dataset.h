@@ -3,7 +3,7 @@
 #ifndef DDP_DATASET_H
 #define DDP_DATASET_H
 
-#include "shard.h"
+#include "io/shard.h"
 
 struct ddp_dataset {
     char dir[4096];

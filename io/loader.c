@@ -1,8 +1,8 @@
 /* loader.c — double-buffered packed batches; see loader.h. */
-#include "loader.h"
+#include "io/loader.h"
 
-#include "../mpi_ddp/status.h"
-#include "../slurm/env.h"
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/core/settings.h"
 
 #include <pthread.h>
 #include <sys/mman.h>

@@ -6,8 +6,8 @@
 #ifndef DDP_LOADER_H
 #define DDP_LOADER_H
 
-#include "dataset.h"
-#include "sampler.h"
+#include "io/dataset.h"
+#include "io/sampler.h"
 
 typedef struct ddp_loader ddp_loader;
 

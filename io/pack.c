@@ -1,10 +1,10 @@
 /* pack.c — `mpiddp pack`: converts an HDF5 file with one 2-D dataset per sample under /samples (rows x D,
  * any names, taken in sorted name order) and a 1-D /labels into a sharded dataset. Shards are contiguous
  * runs of samples balanced by rows (bytes), written round-robin by the ranks. */
-#include "../mpi_ddp/ctx.h"
-#include "../mpi_ddp/status.h"
-#include "shard.h"
-#include "writer.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/status.h"
+#include "io/shard.h"
+#include "io/writer.h"
 
 #include <hdf5.h>
 #include <stdio.h>

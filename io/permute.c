@@ -1,5 +1,5 @@
 /* permute.c — the samplers' counter-based randomness; see permute.h. */
-#include "permute.h"
+#include "io/permute.h"
 
 uint64_t ddp_mix64(uint64_t x)
 { /* splitmix64 finaliser */

@@ -1,9 +1,9 @@
 /* sampler.c — which samples each rank reads in each step: the epoch's global order (a keyed permutation,
  * permute.c; or the block shuffle, sampler_blocks.c), shard-wise sampling with whole shards per rank, padding
  * to equal length with flagged duplicates, and each rank's batches (token budgets: sampler_budget.c). */
-#include "sampler_priv.h"
+#include "io/sampler_priv.h"
 
-#include "../mpi_ddp/status.h"
+#include "mpi_ddp/core/status.h"
 
 #include <stdlib.h>
 #include <string.h>

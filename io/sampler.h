@@ -5,7 +5,7 @@
 #define DDP_SAMPLER_H
 
 #include "mpiddp.h"
-#include "permute.h"
+#include "io/permute.h"
 
 #include <stdint.h>
 

@@ -1,9 +1,9 @@
 /* sampler_blocks.c — --shuffle block: blocks of consecutive samples (never crossing a shard) permuted per
  * epoch, samples shuffled within windows of consecutive permuted blocks, and the runs the loader reads ahead.
  * A pure function of seed and epoch, like the full shuffle. */
-#include "sampler_priv.h"
+#include "io/sampler_priv.h"
 
-#include "../mpi_ddp/status.h"
+#include "mpi_ddp/core/status.h"
 
 #include <stdlib.h>
 

@@ -1,9 +1,9 @@
 /* sampler_budget.c — token-budget batches (--batch-rows): the epoch's plan of optimizer steps within the
  * global budget, and each step's split over ranks and micro-batches by cost, within what a rank's buffers
  * hold. Pure functions of seed, epoch and the global budget: every rank computes the same. */
-#include "sampler_priv.h"
+#include "io/sampler_priv.h"
 
-#include "../mpi_ddp/status.h"
+#include "mpi_ddp/core/status.h"
 
 #include <stdlib.h>
 

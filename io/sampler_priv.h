@@ -3,8 +3,8 @@
 #ifndef DDP_SAMPLER_PRIV_H
 #define DDP_SAMPLER_PRIV_H
 
-#include "permute.h"
-#include "sampler.h"
+#include "io/permute.h"
+#include "io/sampler.h"
 
 /* --shuffle block: the epoch's block order (pure: seed, epoch, blocks), and the sample at position p. */
 void ddp_sampler_make_block_order(ddp_sampler *s);

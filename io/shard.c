@@ -1,11 +1,11 @@
 /* shard.c — validates one shard against docs/dataset-format.md and gives a rank zero-copy access to its samples:
  * contiguous little-endian arrays are memory-mapped in page-aligned windows at the offsets HDF5 reports
  * (H5Dget_offset); anything else (chunked, compressed, big-endian) is read through HDF5. */
-#include "shard.h"
+#include "io/shard.h"
 
-#include "../mpi_ddp/status.h"
-#include "sigbus.h"
-#include "../slurm/env.h"
+#include "mpi_ddp/core/status.h"
+#include "io/sigbus.h"
+#include "mpi_ddp/core/settings.h"
 
 #include <errno.h>
 #include <fcntl.h>

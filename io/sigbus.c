@@ -4,9 +4,9 @@
  * then ends the other ranks. Everything the handler touches is async-signal-safe: atomics, fstat,
  * write, sigaction, raise, _exit. The table is blocks of entries that are never freed, published with
  * release stores, so the handler can walk it while another thread registers a map. */
-#include "sigbus.h"
+#include "io/sigbus.h"
 
-#include "../mpi_ddp/status.h"
+#include "mpi_ddp/core/status.h"
 
 #include <pthread.h>
 #include <signal.h>

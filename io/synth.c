@@ -5,10 +5,10 @@
  * a zero filler, all rows get N(0, 0.3^2) noise; the label is the marker that comes first. The multiset of
  * rows has the same distribution for every label, so only the row order carries the class.
  * Shards are written round-robin by the ranks. */
-#include "../mpi_ddp/ctx.h"
-#include "../mpi_ddp/status.h"
-#include "sampler.h"
-#include "writer.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/status.h"
+#include "io/sampler.h"
+#include "io/writer.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,9 +1,9 @@
 /* writer.c — the atomic shard writer shared by synth and pack. */
-#include "writer.h"
+#include "io/writer.h"
 
-#include "../mpi_ddp/status.h"
-#include "shard.h"
-#include "../mpi_ddp/fsutil.h"
+#include "mpi_ddp/core/status.h"
+#include "io/shard.h"
+#include "mpi_ddp/core/fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -12,15 +12,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # file to measure -> object (.gcda) that holds its counters
 declare -A OBJ=(
-  [mpi_ddp/backend_cuda.cu]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend_cuda_emu.cpp.gcda
-  [mpi_ddp/backend_cuda_enc.cuh]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend_cuda_emu.cpp.gcda
-  [mpi_ddp/cuda_plugin.c]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/cuda_plugin.c.gcda
-  [mpi_ddp/sync_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/sync_nccl.c.gcda
-  [mpi_ddp/comm_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm_nccl.c.gcda
+  [mpi_ddp/backend/backend_cuda.cu]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend/backend_cuda_emu.cpp.gcda
+  [mpi_ddp/backend/backend_cuda_enc.cuh]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend/backend_cuda_emu.cpp.gcda
+  [mpi_ddp/backend/cuda_plugin.c]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend/cuda_plugin.c.gcda
+  [mpi_ddp/comm/sync_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm/sync_nccl.c.gcda
+  [mpi_ddp/comm/comm_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm/comm_nccl.c.gcda
 )
 fail=0
-printf '%-28s %9s %8s\n' file lines covered
-for f in mpi_ddp/backend_cuda.cu mpi_ddp/backend_cuda_enc.cuh mpi_ddp/cuda_plugin.c mpi_ddp/sync_nccl.c mpi_ddp/comm_nccl.c; do
+printf '%-36s %9s %8s\n' file lines covered
+for f in mpi_ddp/backend/backend_cuda.cu mpi_ddp/backend/backend_cuda_enc.cuh mpi_ddp/backend/cuda_plugin.c mpi_ddp/comm/sync_nccl.c mpi_ddp/comm/comm_nccl.c; do
   gcda="$BUILD/${OBJ[$f]}"
   if [ ! -e "$gcda" ]; then echo "$f: no coverage data ($gcda): did the emu tests run in a -DMPIDDP_COVERAGE=ON build?"; fail=1; continue; fi
   # gcov prints "File '<path>'" then "Lines executed:P% of N" for every source the object covers
@@ -29,7 +29,7 @@ for f in mpi_ddp/backend_cuda.cu mpi_ddp/backend_cuda_enc.cuh mpi_ddp/cuda_plugi
   pct=$(printf '%s' "$line" | sed -n 's/Lines executed:\([0-9.]*\)% of \([0-9]*\)/\1/p')
   n=$(printf '%s' "$line" | sed -n 's/Lines executed:\([0-9.]*\)% of \([0-9]*\)/\2/p')
   if [ -z "$pct" ]; then echo "$f: gcov found no lines"; fail=1; continue; fi
-  printf '%-28s %9s %7s%%\n' "$f" "$n" "$pct"
+  printf '%-36s %9s %7s%%\n' "$f" "$n" "$pct"
   awk -v p="$pct" -v m="$MIN" 'BEGIN{exit !(p >= m)}' || { echo "  below $MIN%"; fail=1; }
 done
 exit $fail

@@ -1,7 +1,7 @@
 /* env.c — job facts from PMIx and the SLURM / Open MPI environment. */
-#include "env.h"
+#include "slurm/env.h"
 
-#include "../mpi_ddp/status.h"
+#include "mpi_ddp/core/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,17 +19,6 @@ static int env_int(const char *name, int dflt)
     long x = strtol(v, &end, 10);
     if (*end && *end != '(') return dflt; /* SLURM_TASKS_PER_NODE style "2(x2)" keeps the first number */
     return (int)x;
-}
-
-int64_t ddp_env_int(const char *name, int64_t dflt)
-{
-    char key[128];
-    snprintf(key, sizeof key, "MPIDDP_%s", name);
-    const char *v = getenv(key);
-    if (!v || !*v) return dflt;
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    return *end ? dflt : (int64_t)x;
 }
 
 static void copy_env(char *dst, size_t n, const char *name)
@@ -124,9 +113,3 @@ ddp_status ddp_jobfacts_check(const ddp_jobfacts *f, int mpi_rank, int mpi_size)
     return DDP_OK;
 }
 
-int ddp_blas_threads_from_env(void)
-{
-    int n = env_int("SLURM_CPUS_PER_TASK", -1);
-    if (n < 1) n = env_int("OMP_NUM_THREADS", -1);
-    return n < 1 ? 1 : n;
-}

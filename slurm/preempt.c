@@ -1,10 +1,10 @@
 /* preempt.c — requeue after a stop request; see preempt.h. The signal handler itself only sets a flag
  * (ddp_request_stop); the ranks agree on it in the step's allreduce and save before this runs. */
-#include "preempt.h"
+#include "slurm/preempt.h"
 
-#include "../mpi_ddp/ctx.h"
-#include "../mpi_ddp/status.h"
-#include "env.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/status.h"
+#include "slurm/env.h"
 
 #include <errno.h>
 #include <spawn.h>

@@ -3,8 +3,8 @@
 #ifndef DDP_BACKEND_H
 #define DDP_BACKEND_H
 
-#include "ddp_math.h"
-#include "kern_enc.h"
+#include "mpi_ddp/backend/ddp_math.h"
+#include "mpi_ddp/backend/kern_enc.h"
 #include "mpiddp.h"
 
 #include <stddef.h>
@@ -151,7 +151,7 @@ ddp_status ddp_backend_cuda_create(int device, ddp_backend **out);
 #ifndef DDP_PLUGIN
 /* A backend allocation through the allocation-failure test hook (status.h): the call site may be made to fail
  * as a device out of memory would. */
-#include "status.h"
+#include "mpi_ddp/core/status.h"
 static inline ddp_status ddp_backend_alloc_at(ddp_backend *be, void **p, size_t bytes, const char *file, int line)
 {
     if (ddp_alloc_inject(file, line, bytes))

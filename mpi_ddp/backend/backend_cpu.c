@@ -1,6 +1,6 @@
 /* backend_cpu.c — the CPU backend: OpenBLAS sgemm and the element-wise loops of ddp_math.h. */
-#include "backend.h"
-#include "status.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/core/status.h"
 
 #include <cblas.h>
 #include <stdlib.h>

@@ -5,8 +5,8 @@
  *   gemm   per sample and head, S = Q K^T and O = P V as OpenBLAS sgemm calls on an n x n scratch;
  *   auto   (default) gemm for samples of at least MPIDDP_ATTENTION_GEMM_MIN rows (default 8), else fused.
  * Both are exact (no padding rows or scores); they differ only in summation order. */
-#include "backend.h"
-#include "status.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/core/status.h"
 
 #include <cblas.h>
 #include <stdlib.h>

@@ -6,13 +6,13 @@
  * kernels are launched only through DDP_LAUNCH and every header comes from cuda_compat.h. All work runs on
  * the backend's non-blocking stream; nothing touches the legacy default stream. */
 extern "C" {
-#include "backend.h"
-#include "cuda_api.h"
-#include "status.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/core/status.h"
 }
 
-#include "cuda_compat.h"
-#include "cuda_checks.h"
+#include "mpi_ddp/backend/cuda_compat.h"
+#include "mpi_ddp/backend/cuda_checks.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -354,7 +354,7 @@ static ddp_status cu_sumsq_many(ddp_backend *b, const float *x, const int64_t *o
     return DDP_OK;
 }
 
-#include "backend_cuda_enc.cuh" /* the Transformer encoder's kernels and ops (cu_enc) */
+#include "mpi_ddp/backend/backend_cuda_enc.cuh" /* the Transformer encoder's kernels and ops (cu_enc) */
 
 static void cu_destroy(ddp_backend *b)
 {

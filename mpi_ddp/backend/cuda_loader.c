@@ -2,9 +2,9 @@
  * emulator, libmpiddp_cudaemu.so) when set, else libmpiddp_cuda.so next to the executable, in ../lib
  * beside it, in the build tree, then on the loader's search path. A plugin file that exists but does not
  * load (libcublas or libnccl missing, say) is reported with the loader's own message. */
-#include "backend.h"
-#include "cuda_api.h"
-#include "status.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/core/status.h"
 
 #include <dlfcn.h>
 #include <errno.h>

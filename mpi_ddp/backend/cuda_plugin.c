@@ -3,12 +3,12 @@
  * each CUDA/NCCL call checked. The backend itself (cuBLAS + kernels) is backend_cuda.cu. Built twice from
  * this one source: against CUDA and NCCL (libmpiddp_cuda.so), and with DDP_CUDA_EMU against the host
  * emulator (libmpiddp_cudaemu.so, see emu_cuda.h). */
-#include "backend.h"
-#include "cuda_api.h"
-#include "status.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/core/status.h"
 
-#include "cuda_compat.h"
-#include "cuda_checks.h"
+#include "mpi_ddp/backend/cuda_compat.h"
+#include "mpi_ddp/backend/cuda_checks.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -5,7 +5,7 @@
 #ifndef DDP_KERN_ENC_H
 #define DDP_KERN_ENC_H
 
-#include "ddp_math.h"
+#include "mpi_ddp/backend/ddp_math.h"
 
 #define DDP_LN_EPS 1e-5f
 

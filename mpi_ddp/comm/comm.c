@@ -1,10 +1,11 @@
 /* comm.c — MPI start-up and topology: world and node-local communicators, local rank, node id,
  * device selection, and the collective status agreement every multi-rank error path uses. */
-#include "ctx.h"
-#include "backend.h"
-#include "cuda_api.h"
-#include "status.h"
-#include "watchdog.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/comm/watchdog.h"
+#include "slurm/env.h"
 
 #include <stdio.h>
 #include <stdlib.h>

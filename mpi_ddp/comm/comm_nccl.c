@@ -3,10 +3,10 @@
  * against a deadline, so a peer whose init failed (or that died) gives an error, never a hang. The outcome
  * is agreed over MPI: a rank whose init failed outright is reported in preference to ranks that only
  * timed out waiting for it. Calls go through the CUDA plugin. */
-#include "ctx.h"
-#include "../slurm/env.h"
-#include "cuda_api.h"
-#include "status.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/settings.h"
+#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/core/status.h"
 
 #include <stdio.h>
 #include <time.h>

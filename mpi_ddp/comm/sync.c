@@ -1,9 +1,9 @@
 /* sync.c — bucketed gradient allreduce; see sync.h. Buckets are laid out from the end of the buffer,
  * because backward finishes the last layer first. The MPI path is here; the NCCL one is sync_nccl.c. */
-#include "sync.h"
+#include "mpi_ddp/comm/sync.h"
 
-#include "status.h"
-#include "watchdog.h"
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/comm/watchdog.h"
 
 #include <stdlib.h>
 

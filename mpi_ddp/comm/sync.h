@@ -5,8 +5,8 @@
 #ifndef DDP_SYNC_H
 #define DDP_SYNC_H
 
-#include "backend.h"
-#include "ctx.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/core/ctx.h"
 
 typedef struct ddp_sync ddp_sync;
 

@@ -4,11 +4,11 @@
  * asynchronous error; with --collective-timeout it stops at the deadline, aborts the communicator (its
  * pending operations return) and reports, as the MPI path does, who waits where and which ranks are
  * silent. Calls go through the CUDA plugin (the real one or the host emulator). */
-#include "sync.h"
+#include "mpi_ddp/comm/sync.h"
 
-#include "cuda_api.h"
-#include "status.h"
-#include "watchdog.h"
+#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/comm/watchdog.h"
 
 #include <math.h>
 #include <stdio.h>

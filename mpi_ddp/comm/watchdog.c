@@ -1,7 +1,7 @@
 /* watchdog.c — timed collectives and the progress board; see watchdog.h. */
-#include "watchdog.h"
+#include "mpi_ddp/comm/watchdog.h"
 
-#include "status.h"
+#include "mpi_ddp/core/status.h"
 
 #include <errno.h>
 #include <fcntl.h>

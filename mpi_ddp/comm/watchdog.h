@@ -4,7 +4,7 @@
 #ifndef DDP_WATCHDOG_H
 #define DDP_WATCHDOG_H
 
-#include "ctx.h"
+#include "mpi_ddp/core/ctx.h"
 
 /* Collective. timeout_s <= 0 disables both the deadline and the board. */
 ddp_status ddp_watch_init(ddp_ctx *ctx, const char *run_dir, double timeout_s);

@@ -2,10 +2,20 @@
 #ifndef DDP_CTX_H
 #define DDP_CTX_H
 
-#include "../slurm/env.h"
 #include "mpiddp.h"
 
 #include <mpi.h>
+
+/* What the launcher says about this process (filled by slurm/env.c from PMIx, SLURM_* and OMPI_*). */
+typedef struct {
+    char source[16];         /* "pmix", "slurm", "ompi", "none" */
+    char job_id[64];
+    char array_job_id[32], array_task_id[32];
+    int rank, size;          /* -1 when unknown */
+    int local_rank, node_id, num_nodes;
+    int cpus_per_task;       /* -1 when unknown */
+    int restart_count;       /* SLURM_RESTART_COUNT, 0 when absent */
+} ddp_jobfacts;
 
 struct ddp_ctx {
     MPI_Comm world;   /* dup of MPI_COMM_WORLD, errors return */

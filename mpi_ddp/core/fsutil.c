@@ -1,7 +1,7 @@
 /* fsutil.c — see fsutil.h. */
-#include "fsutil.h"
+#include "mpi_ddp/core/fsutil.h"
 
-#include "status.h"
+#include "mpi_ddp/core/status.h"
 
 #include <errno.h>
 #include <fcntl.h>

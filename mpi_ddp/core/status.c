@@ -1,5 +1,5 @@
 /* status.c — the per-thread last-error line and status names. */
-#include "status.h"
+#include "mpi_ddp/core/status.h"
 
 #include <mpi.h>
 #include <pthread.h>

@@ -1,11 +1,11 @@
 /* model_mlp.c — the MLP of docs/model.md ("mlp": two gelu layers per row, mean pooling per sample, linear
  * head, softmax cross-entropy) on a compute backend, exposed through the public ddp_model interface.
  * Packed batches: GEMMs run over the concatenated rows; no padding rows are computed. */
-#include "backend.h"
-#include "ctx.h"
-#include "status.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/status.h"
 
-#include "../io/sampler.h" /* ddp_mix64 */
+#include "io/sampler.h" /* ddp_mix64 */
 
 #include <math.h>
 #include <stdlib.h>

@@ -2,9 +2,9 @@
  * its parameter tensors in the PyTorch state_dict's names, order and layouts, PyTorch's default init drawn
  * from the run's seed, the activation buffers, staging a batch on the backend, and the ddp_model callbacks.
  * The passes themselves are in transformer_pass.c; the ops in backend_cpu_enc.c / backend_cuda_enc.cu. */
-#include "ctx.h"
-#include "model_transformer.h"
-#include "status.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/model/model_transformer.h"
+#include "mpi_ddp/core/status.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 #ifndef DDP_MODEL_TRANSFORMER_H
 #define DDP_MODEL_TRANSFORMER_H
 
-#include "backend.h"
+#include "mpi_ddp/backend/backend.h"
 
 /* Parameter tensors of one layer, in PyTorch's state_dict order. */
 enum { T_QKV_W, T_QKV_B, T_OUT_W, T_OUT_B, T_L1_W, T_L1_B, T_L2_W, T_L2_B, T_N1_W, T_N1_B, T_N2_W, T_N2_B, T_PER_LAYER };

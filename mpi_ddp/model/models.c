@@ -1,8 +1,8 @@
 /* models.c — the built-in models behind one config struct: defaults, names, and ddp_model_create, which
  * builds the MLP (model_mlp.c) or the Transformer encoder (model_transformer.c) on the device's backend. */
-#include "backend.h"
-#include "ctx.h"
-#include "status.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/status.h"
 
 #include <string.h>
 

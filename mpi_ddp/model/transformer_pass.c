@@ -2,8 +2,8 @@
  * (docs/model.md, "transformer"), as calls of backend ops: GEMMs over all rows of the batch, attention per
  * sample over its own rows, and the fused element-wise ops of ddp_enc_ops. Gradients accumulate into G;
  * each layer's range is handed to the gradient allreduce as soon as it is final. */
-#include "model_transformer.h"
-#include "status.h"
+#include "mpi_ddp/model/model_transformer.h"
+#include "mpi_ddp/core/status.h"
 
 #include <time.h>
 

@@ -1,10 +1,10 @@
 /* checkpoint.c — checkpoint files; see checkpoint.h. */
-#include "checkpoint.h"
+#include "mpi_ddp/train/checkpoint.h"
 
-#include "../io/shard.h" /* ddp_h5_quiet */
-#include "status.h"
-#include "fsutil.h"
-#include "../slurm/env.h"
+#include "io/shard.h" /* ddp_h5_quiet */
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/core/fsutil.h"
+#include "mpi_ddp/core/settings.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,8 +1,8 @@
 /* csvlog.c — metrics CSV files: header `epoch,step,` + one column per metric (+ `rank`), blank cells
  * where a metric is absent from a row. A metric first seen after the header was written widens the
  * header: the file is rewritten from the rows kept in memory (tmp + rename), as Lightning's CSVLogger does. */
-#include "metrics.h"
-#include "status.h"
+#include "mpi_ddp/train/metrics.h"
+#include "mpi_ddp/core/status.h"
 
 #include <errno.h>
 #include <math.h>

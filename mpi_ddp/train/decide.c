@@ -1,9 +1,9 @@
 /* decide.c — checkpoint / early-stop policies; see decide.h. */
-#include "decide.h"
+#include "mpi_ddp/train/decide.h"
 
-#include "status.h"
-#include "watchdog.h"
-#include "fsutil.h"
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/comm/watchdog.h"
+#include "mpi_ddp/core/fsutil.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -5,8 +5,8 @@
 #ifndef DDP_DECIDE_H
 #define DDP_DECIDE_H
 
-#include "ctx.h"
-#include "metrics.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/train/metrics.h"
 
 typedef enum { DDP_POLICY_REDUCED = 0, DDP_POLICY_RANK0, DDP_POLICY_ALL, DDP_POLICY_ANY, DDP_POLICY_MAJORITY } ddp_policy;
 

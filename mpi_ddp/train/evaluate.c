@@ -1,9 +1,9 @@
 /* evaluate.c — exact evaluation; see evaluate.h. */
-#include "evaluate.h"
+#include "mpi_ddp/train/evaluate.h"
 
-#include "../slurm/env.h"
-#include "status.h"
-#include "watchdog.h"
+#include "mpi_ddp/core/settings.h"
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/comm/watchdog.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,8 +4,8 @@
 #ifndef DDP_EVALUATE_H
 #define DDP_EVALUATE_H
 
-#include "../io/loader.h"
-#include "ctx.h"
+#include "io/loader.h"
+#include "mpi_ddp/core/ctx.h"
 
 typedef struct {
     int64_t C;

@@ -1,7 +1,7 @@
 /* lr_schedule.c — learning-rate schedules on optimizer steps of the global batch: constant, or linear warmup
  * followed by cosine or linear decay to --min-lr (the shapes of PyTorch's LinearLR, CosineAnnealingLR and
  * LambdaLR, and of llm.c's schedulers). See lr_schedule.h and docs/cli.md. */
-#include "lr_schedule.h"
+#include "mpi_ddp/train/lr_schedule.h"
 
 #include <math.h>
 

@@ -1,10 +1,10 @@
 /* metrics.c — (sum, count) accumulation per name, the cross-rank name-set check, and one batched
  * allreduce per sync point. Rank-0-only values are kept aside and never enter a collective. */
-#include "metrics.h"
+#include "mpi_ddp/train/metrics.h"
 
-#include "status.h"
-#include "fsutil.h"
-#include "watchdog.h"
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/core/fsutil.h"
+#include "mpi_ddp/comm/watchdog.h"
 
 #include <stdio.h>
 #include <stdlib.h>

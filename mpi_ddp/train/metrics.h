@@ -3,7 +3,7 @@
 #ifndef DDP_METRICS_H
 #define DDP_METRICS_H
 
-#include "ctx.h"
+#include "mpi_ddp/core/ctx.h"
 
 /* Index of name in r, or -1. */
 int ddp_row_find(const ddp_metric_row *r, const char *name);

@@ -1,8 +1,8 @@
 /* runinfo.c — library versions and run.json (configuration, world size, hosts, versions, start time). */
-#include "runinfo.h"
+#include "mpi_ddp/train/runinfo.h"
 
-#include "cuda_api.h"
-#include "status.h"
+#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/core/status.h"
 
 #include <cjson/cJSON.h>
 #include <hdf5.h>

@@ -2,7 +2,7 @@
 #ifndef DDP_RUNINFO_H
 #define DDP_RUNINFO_H
 
-#include "ctx.h"
+#include "mpi_ddp/core/ctx.h"
 
 typedef struct {
     char mpi[256], hdf5[64], cuda[64], nccl[32], blas[128];

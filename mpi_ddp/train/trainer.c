@@ -2,22 +2,22 @@
  * clipping, AdamW), exact validation after each epoch, metric sync points, metrics CSV files, run.json,
  * stop requests agreed through the step's allreduce, and the progress line. Checkpoint saves, decisions
  * (top-k, early stop) and resume are in trainer_ckpt.c. Every collective is reached by every rank on every path. */
-#include "../io/dataset.h"
-#include "../io/loader.h"
-#include "backend.h"
-#include "checkpoint.h"
-#include "decide.h"
-#include "fsutil.h"
-#include "../slurm/env.h"
-#include "evaluate.h"
-#include "ctx.h"
-#include "lr_schedule.h"
-#include "metrics.h"
-#include "runinfo.h"
-#include "status.h"
-#include "sync.h"
-#include "trainer_priv.h"
-#include "watchdog.h"
+#include "io/dataset.h"
+#include "io/loader.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/train/checkpoint.h"
+#include "mpi_ddp/train/decide.h"
+#include "mpi_ddp/core/fsutil.h"
+#include "mpi_ddp/core/settings.h"
+#include "mpi_ddp/train/evaluate.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/train/lr_schedule.h"
+#include "mpi_ddp/train/metrics.h"
+#include "mpi_ddp/train/runinfo.h"
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/comm/sync.h"
+#include "mpi_ddp/train/trainer_priv.h"
+#include "mpi_ddp/comm/watchdog.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -1,12 +1,12 @@
 /* trainer_ckpt.c — the trainer's checkpoints: saving last.h5 and the top-k files (state, optimizer moments,
  * position, decisions), the policy's decision after each validation, and resuming from a checkpoint with
  * the checks that keep a resume exact (world size, global batch or budget, shuffle). */
-#include "checkpoint.h"
-#include "ctx.h"
-#include "lr_schedule.h"
-#include "status.h"
-#include "trainer_priv.h"
-#include "watchdog.h"
+#include "mpi_ddp/train/checkpoint.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/train/lr_schedule.h"
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/train/trainer_priv.h"
+#include "mpi_ddp/comm/watchdog.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

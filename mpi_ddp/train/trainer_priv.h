@@ -3,12 +3,12 @@
 #ifndef DDP_TRAINER_PRIV_H
 #define DDP_TRAINER_PRIV_H
 
-#include "../io/dataset.h"
-#include "../io/sampler.h"
-#include "decide.h"
-#include "evaluate.h"
-#include "metrics.h"
-#include "sync.h"
+#include "io/dataset.h"
+#include "io/sampler.h"
+#include "mpi_ddp/train/decide.h"
+#include "mpi_ddp/train/evaluate.h"
+#include "mpi_ddp/train/metrics.h"
+#include "mpi_ddp/comm/sync.h"
 
 #include <stdio.h>
 

@@ -6,9 +6,9 @@
  *                         the mismatch error naming the metric and ranks, and exit 0 if so
  */
 #include "io/dataset.h"
-#include "mpi_ddp/backend.h"
-#include "mpi_ddp/ctx.h"
-#include "mpi_ddp/metrics.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/train/metrics.h"
 #include "mpiddp.h"
 
 #include <hdf5.h>

@@ -2,8 +2,8 @@
  * packed batch with lengths 1..64 (1-row samples included, d = 24 not a power of two) and writes its
  * configuration, batch, initial parameters, per-sample losses, summed gradients and the parameters after
  * two AdamW steps, tensor by tensor under their state_dict names, for tests/py/torch_transformer.py. */
-#include "mpi_ddp/backend.h"
-#include "mpi_ddp/ctx.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/core/ctx.h"
 #include "mpiddp.h"
 
 #include <hdf5.h>

@@ -7,8 +7,8 @@
  * Runs on a GPU (label gpu) and on the host emulator (label emu, MPIDDP_CUDA_PLUGIN=libmpiddp_cudaemu.so).
  * Skips (exit 77) only where no NVIDIA device node exists and no plugin is named; where device nodes
  * exist, a plugin that fails to load or a failing device query is a failure, not a skip. */
-#include "mpi_ddp/backend.h"
-#include "mpi_ddp/cuda_api.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/cuda_api.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "mpi_ddp/ddp_math.h"
-#include "mpi_ddp/kern_enc.h"
+#include "mpi_ddp/backend/ddp_math.h"
+#include "mpi_ddp/backend/kern_enc.h"
 
 #include <math.h>
 

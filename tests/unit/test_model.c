@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "mpi_ddp/backend.h"
+#include "mpi_ddp/backend/backend.h"
 #include "mpiddp.h"
 
 #include <math.h>

@@ -1,0 +1,34 @@
+/* settings.c — environment knobs; see settings.h. */
+#include "mpi_ddp/core/settings.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int first_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end && *end != '(') return dflt; /* SLURM_TASKS_PER_NODE style "2(x2)" keeps the first number */
+    return (int)x;
+}
+
+int64_t ddp_env_int(const char *name, int64_t dflt)
+{
+    char key[128];
+    snprintf(key, sizeof key, "MPIDDP_%s", name);
+    const char *v = getenv(key);
+    if (!v || !*v) return dflt;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    return *end ? dflt : (int64_t)x;
+}
+
+int ddp_blas_threads_from_env(void)
+{
+    int n = first_int("SLURM_CPUS_PER_TASK", -1);
+    if (n < 1) n = first_int("OMP_NUM_THREADS", -1);
+    return n < 1 ? 1 : n;
+}
+

@@ -1,0 +1,13 @@
+/* settings.h — the knobs mpiddp reads from the environment (NCCL_PARAM style): MPIDDP_<name> integers,
+ * and the CPU GEMMs' thread count. Used by every layer; uses nothing above core/. */
+#ifndef DDP_SETTINGS_H
+#define DDP_SETTINGS_H
+
+#include <stdint.h>
+
+/* Integer environment knob: MPIDDP_<name>, default when unset or malformed. */
+int64_t ddp_env_int(const char *name, int64_t dflt);
+/* Threads for the CPU GEMMs: SLURM_CPUS_PER_TASK, else OMP_NUM_THREADS, else 1. */
+int ddp_blas_threads_from_env(void);
+
+#endif
