@@ -89,7 +89,7 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&sm, batch_rows, 1, lens, in->max_sample_rows, sq)));
     }
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(ds, &sm, 1, &ld)));
-    DDP_TRY(ddp_agree_status(ctx, ddp_eval_acc_init(&a, dims[2], sm.batch, out != NULL)));
+    DDP_TRY(ddp_agree_status(ctx, ddp_eval_acc_init(&a, dims[2], sm.max_samples, out != NULL)));
     DDP_TRY(ddp_loader_start_epoch(ld, 0, 0));
     DDP_TRY(ddp_eval_run(&m, params, ld, sm.steps, &a));
     double sums[2] = {a.loss_sum, (double)a.count};

@@ -125,7 +125,7 @@ int main(int argc, char **argv)
     if (brows > 0) { /* token budgets: the trainer's --batch-rows path (split by cost, no padding) */
         if (ddp_sampler_set_budget(&sm, brows, 1, rowcounts, ds->info.max_sample_rows, ddp_model_cost_sq(&mc)) != DDP_OK)
             DIE("--batch-rows");
-        B = sm.batch; /* the model's workspace in samples */
+        B = sm.max_samples; /* the model's workspace in samples */
     }
     if (ddp_sampler_set_epoch(&sm, 0) != DDP_OK) DIE("epoch");
     if (steps == 0) { /* --steps 0: exactly one epoch, timed from its first step (a cold epoch: --cold 1 --warmup 0) */

@@ -200,8 +200,8 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
     ld->ds = ds;
     ld->sm = sm;
     ld->dim = ds->info.dim;
-    ld->max_rows = sm->max_rows > 0 ? sm->max_rows : sm->batch * ds->info.max_sample_rows;
-    ld->max_samples = sm->batch;
+    ld->max_rows = sm->max_rows > 0 ? sm->max_rows : sm->max_samples * ds->info.max_sample_rows;
+    ld->max_samples = sm->max_samples;
     /* shuffled orders read randomly: no kernel readahead, the loader prefetches exactly what it needs;
      * the sequential order (validation) reads the file front to back: aggressive readahead */
     if (ddp_env_int("MADVISE", 1) == 0) ds->access_hint = DDP_ACCESS_NORMAL;
@@ -214,11 +214,11 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
         slot *s = &ld->slots[k];
         s->step = -1;
         s->x = ddp_calloc((size_t)(ld->max_rows * ld->dim), sizeof(float));
-        s->offsets = ddp_calloc((size_t)sm->batch + 1, sizeof(int64_t));
-        s->labels = ddp_calloc((size_t)sm->batch, sizeof(int64_t));
-        s->ids = ddp_calloc((size_t)sm->batch, sizeof(int64_t));
-        s->idx = ddp_calloc((size_t)sm->batch, sizeof(int64_t));
-        s->pad = ddp_calloc((size_t)sm->batch, 1);
+        s->offsets = ddp_calloc((size_t)sm->max_samples + 1, sizeof(int64_t));
+        s->labels = ddp_calloc((size_t)sm->max_samples, sizeof(int64_t));
+        s->ids = ddp_calloc((size_t)sm->max_samples, sizeof(int64_t));
+        s->idx = ddp_calloc((size_t)sm->max_samples, sizeof(int64_t));
+        s->pad = ddp_calloc((size_t)sm->max_samples, 1);
         if (!s->x || !s->offsets || !s->labels || !s->ids || !s->idx || !s->pad) {
             ddp_status st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch buffers (2 x %lld rows x %lld floats, %.1f MiB)",
                                           (long long)ld->max_rows, (long long)ld->dim,

@@ -29,7 +29,7 @@ ddp_status ddp_sampler_init(ddp_sampler *s, ddp_sample_mode mode, int64_t n, int
     s->rank = rank;
     s->seed = seed;
     s->drop_last = drop_last;
-    s->batch = batch;
+    s->batch = s->max_samples = batch;
     s->epoch = -1;
     if (batch < 1) return ddp_set_error(DDP_ERR_ARG, "--batch-size %lld: must be >= 1", (long long)batch);
     if (n < 1) return ddp_set_error(DDP_ERR_ARG, "sampler: dataset has no samples");

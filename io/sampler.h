@@ -17,7 +17,8 @@ typedef struct {
     int world, rank;
     uint64_t seed;
     int drop_last;
-    int64_t batch;        /* samples per rank per step */
+    int64_t batch;        /* sample-count batches: samples per rank per step (0 with token budgets) */
+    int64_t max_samples;  /* the most samples one rank's micro-batch holds (the loader's and models' buffers) */
     /* per epoch */
     int64_t epoch;
     int64_t per_rank;     /* samples per rank this epoch, padding included */

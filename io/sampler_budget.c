@@ -47,7 +47,8 @@ ddp_status ddp_sampler_set_budget(ddp_sampler *s, int64_t rows_per_rank, int acc
     s->cost_sq = cost_sq;
     /* a bin gets at most the mean load plus one sample (LPT): rows_per_rank + max_len */
     s->max_rows = rows_per_rank + max_len;
-    s->batch = s->max_rows;
+    s->batch = 0;
+    s->max_samples = s->max_rows; /* a sample has at least one row */
     s->per_rank = 0;
     s->epoch = 0;
     if (s->nblocks > 0 && s->blk_epoch != s->epoch) ddp_sampler_make_block_order(s);

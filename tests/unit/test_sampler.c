@@ -295,7 +295,7 @@ static void test_budget_capacity(void **state)
                 for (int r = 0; r < W; r++) {
                     int64_t n, brows = 0;
                     assert_int_equal(ddp_sampler_batch(&s[r], k, idx, pad, &n), DDP_OK);
-                    assert_true(n <= s[r].batch);
+                    assert_true(n <= s[r].max_samples);
                     for (int64_t i = 0; i < n; i++) count[idx[i]]++, brows += lens[idx[i]];
                     if ((double)brows / (double)s[r].max_rows > worst) worst = (double)brows / (double)s[r].max_rows;
                     assert_true(brows <= s[r].max_rows);
