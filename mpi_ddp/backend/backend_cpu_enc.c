@@ -139,7 +139,7 @@ DDP_CLONES static void attn_fused_fwd(const float *qkv, float *o, float *lse, co
             lse[(lo + i) * heads + h] = m + logf(l);
             uint64_t rk = drop ? rowkey(dr, pk, s, i) : 0;
             for (int64_t j = 0; j < n; j++)
-                sr[j] *= drop ? inv * ddp_drop_scale(dr, rk, ((uint64_t)h << 32) + (uint64_t)j) : inv;
+                sr[j] *= drop ? inv * ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j)) : inv;
             float *oi = o + (lo + i) * d + h * dh;
             for (int64_t c = 0; c < dh; c++) oi[c] = 0.0f;
             for (int64_t j = 0; j < n; j++) axpy(oi, v + j * ld, sr[j], dh);
@@ -177,7 +177,7 @@ static void attn_drop(float *P, const ddp_packing *pk, int64_t s, int h, const d
     int64_t n = pk->off[s + 1] - pk->off[s];
     for (int64_t i = 0; i < n; i++) {
         uint64_t rk = rowkey(dr, pk, s, i);
-        for (int64_t j = 0; j < n; j++) P[i * n + j] *= ddp_drop_scale(dr, rk, ((uint64_t)h << 32) + (uint64_t)j);
+        for (int64_t j = 0; j < n; j++) P[i * n + j] *= ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j));
     }
 }
 
@@ -236,7 +236,7 @@ DDP_CLONES static void attn_fused_bwd(const float *qkv, const float *dout, const
             for (int64_t c = 0; c < dh; c++) axpy2(pr, dp, Kt + c * n, Vt + c * n, qi[c] * scale, doi[c], n);
             uint64_t rk = drop ? rowkey(dr, pk, s, i) : 0;
             for (int64_t j = 0; j < n; j++) {
-                float p = ddp_expf(pr[j] - li), ms = drop ? ddp_drop_scale(dr, rk, ((uint64_t)h << 32) + (uint64_t)j) : 1.0f;
+                float p = ddp_expf(pr[j] - li), ms = drop ? ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j)) : 1.0f;
                 pr[j] = p * ms;                           /* the dropped weight, for dv */
                 dp[j] = p * (dp[j] * ms - Di) * scale;    /* ds, for dq and dk */
             }
@@ -272,7 +272,7 @@ static void attn_gemm_bwd(const float *qkv, const float *dout, float *lse, const
             uint64_t rk = drop ? rowkey(dr, pk, s, i) : 0;
             for (int64_t j = 0; j < n; j++) {
                 float dp = dP[i * n + j];
-                if (drop) dp *= ddp_drop_scale(dr, rk, ((uint64_t)h << 32) + (uint64_t)j);
+                if (drop) dp *= ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j));
                 dP[i * n + j] = S[i * n + j] * (dp - Di) * scale;
             }
         }

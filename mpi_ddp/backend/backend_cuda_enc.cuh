@@ -71,7 +71,7 @@ __global__ void k_attn_fwd(const float *qkv, float *o, float *lse, const int64_t
     int64_t r = i / H, h = i % H, s = seg[r], lo = off[s], n = off[s + 1] - lo, dh = d / H, ld = 3 * d;
     const float *base = qkv + lo * ld + h * dh;
     lse[i] = ddp_attn_row_fwd(qkv + r * ld + h * dh, base + d, base + 2 * d, ld, n, dh, 1.0f / sqrtf((float)dh),
-                              o + r * d + h * dh, &dr, row_dropkey(dr, sid, s, r - lo), (uint64_t)h << 32);
+                              o + r * d + h * dh, &dr, row_dropkey(dr, sid, s, r - lo), ddp_drop_attn_unit(h, 0));
 }
 
 /* D[r, h] = dO[r, head h] . O[r, head h] */
@@ -93,7 +93,7 @@ __global__ void k_attn_bwd_q(const float *qkv, const float *dout, const float *l
     const float *base = qkv + lo * ld + h * dh;
     ddp_attn_row_bwd_q(qkv + r * ld + h * dh, base + d, base + 2 * d, ld, n, dh, 1.0f / sqrtf((float)dh),
                        dout + r * d + h * dh, lse[i], D[i], dqkv + r * ld + h * dh, &dr, row_dropkey(dr, sid, s, r - lo),
-                       (uint64_t)h << 32);
+                       ddp_drop_attn_unit(h, 0));
 }
 
 __global__ void k_attn_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
@@ -107,7 +107,7 @@ __global__ void k_attn_bwd_kv(const float *qkv, const float *dout, const float *
     float *drow = dqkv + r * ld + h * dh;
     ddp_attn_row_bwd_kv(qkv + lo * ld + h * dh, row + d, row + 2 * d, ld, n, dh, 1.0f / sqrtf((float)dh),
                         dout + lo * d + h * dh, d, lse + lo * H + h, D + lo * H + h, H, drow + d, drow + 2 * d, &dr,
-                        dr.p > 0.0f ? sid[s] : 0, ((uint64_t)h << 32) + (uint64_t)(r - lo));
+                        dr.p > 0.0f ? sid[s] : 0, ddp_drop_attn_unit(h, r - lo));
 }
 
 __global__ void k_gelu_erf_fwd(const float *z, const float *bias, float *a, float *dg, const int64_t *off,

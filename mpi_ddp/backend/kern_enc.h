@@ -42,6 +42,10 @@ DDP_HD static inline float ddp_drop_scale(const ddp_dropout *d, uint64_t rowkey,
     return u < d->p ? 0.0f : 1.0f / (1.0f - d->p);
 }
 
+/* The dropout unit of an attention weight: head h, key row j of the query row's sample (the one definition every
+ * attention path uses; the element-wise ops' unit is the column). */
+DDP_HD static inline uint64_t ddp_drop_attn_unit(int64_t h, int64_t j) { return ((uint64_t)h << 32) + (uint64_t)j; }
+
 /* erfc(x) with a relative error below 1.2e-7 everywhere (the Chebyshev fit of Numerical Recipes, 6.2), in
  * branch-free arithmetic over ddp_expf so the CPU loops vectorize (libm's erff does not) and the CUDA
  * kernels compute the same values. */
