@@ -1,11 +1,12 @@
-/* loader.c — double-buffered packed batches; see loader.h. */
+/* loader.c — double-buffered packed batches: a worker thread assembles the next batch from the mapped shards
+ * while a step computes (what to read ahead beyond it: readahead.c); see loader.h. */
 #include "io/loader.h"
+#include "io/readahead.h"
 
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/core/settings.h"
 
 #include <pthread.h>
-#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,67 +32,11 @@ struct ddp_loader {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int job;           /* slot index to assemble, -1 none */
-    int64_t ahead_first[3]; /* --shuffle block: first samples of the three windows last advised for read-ahead */
-    /* --shuffle block, threaded: a read-ahead thread populates the mapped pages of queued block runs
-     * (MADV_POPULATE_READ: read and mapped, so the loader copies without faults or waits) */
-    int ra_on, ra_quit, ra_head, ra_tail;
-    pthread_t ra_thread;
-    pthread_mutex_t ra_mu;
-    pthread_cond_t ra_cv;
-    struct {
-        void *addr;
-        size_t len;
-    } ra_q[256];
+    ddp_readahead *ra; /* the read-ahead policy of this loader's order (readahead.c) */
     int quit;
 };
 
 int64_t ddp_loader_max_rows(const ddp_loader *ld) { return ld->max_rows; }
-
-/* One block's run of a shard for read-ahead: to the read-ahead thread when there is one and room in its
- * queue, else madvise(WILLNEED) here. The shard is located (opened) in this thread, never in that one. */
-static void ahead_run(ddp_loader *ld, int64_t lo, int64_t hi)
-{
-    void *a;
-    size_t n;
-    if (!ld->ra_on || !ddp_dataset_range(ld->ds, lo, hi, &a, &n)) {
-        ddp_dataset_prefetch_range(ld->ds, lo, hi);
-        return;
-    }
-    pthread_mutex_lock(&ld->ra_mu);
-    int next = (ld->ra_tail + 1) % 256;
-    if (next != ld->ra_head) {
-        ld->ra_q[ld->ra_tail].addr = a;
-        ld->ra_q[ld->ra_tail].len = n;
-        ld->ra_tail = next;
-        ddp_io_counters_get()->ahead_runs++;
-        pthread_cond_signal(&ld->ra_cv);
-        n = 0;
-    }
-    pthread_mutex_unlock(&ld->ra_mu);
-    if (n) madvise(a, n, MADV_WILLNEED); /* queue full */
-}
-
-static void *read_ahead(void *arg)
-{
-    ddp_loader *ld = arg;
-    pthread_mutex_lock(&ld->ra_mu);
-    for (;;) {
-        while (ld->ra_head == ld->ra_tail && !ld->ra_quit) pthread_cond_wait(&ld->ra_cv, &ld->ra_mu);
-        if (ld->ra_quit) break;
-        void *a = ld->ra_q[ld->ra_head].addr;
-        size_t n = ld->ra_q[ld->ra_head].len;
-        ld->ra_head = (ld->ra_head + 1) % 256;
-        pthread_mutex_unlock(&ld->ra_mu);
-#ifdef MADV_POPULATE_READ
-        if (madvise(a, n, MADV_POPULATE_READ) != 0) madvise(a, n, MADV_WILLNEED); /* kernels before 5.14 */
-#else
-        madvise(a, n, MADV_WILLNEED);
-#endif
-        pthread_mutex_lock(&ld->ra_mu);
-    }
-    pthread_mutex_unlock(&ld->ra_mu);
-    return NULL;
-}
 
 static ddp_status assemble(ddp_loader *ld, slot *s)
 {
@@ -121,25 +66,7 @@ static ddp_status assemble(ddp_loader *ld, slot *s)
     }
     s->b = (ddp_batch){.nsamples = count, .nrows = rows, .dim = ld->dim, .offsets = s->offsets, .labels = s->labels,
                        .sample_ids = s->ids, .indices = s->idx, .is_pad = s->pad, .x = s->x};
-    /* --shuffle block: the next window's blocks are read ahead, each a sequential run of a shard file */
-    if (ld->sm->nblocks > 0) {
-        const ddp_sampler *sm = ld->sm;
-        int64_t p = sm->budget > 0 ? sm->plan[s->step / sm->acc] : s->step * sm->batch * sm->world;
-        for (int64_t ahead = 0; ahead < 3; ahead++) { /* this batch's window (epoch start), then the next two */
-            int64_t runs[2 * 64], k = ddp_sampler_window_runs(sm, p, ahead, runs, 64);
-            if (k > 0 && runs[0] != ld->ahead_first[0] && runs[0] != ld->ahead_first[1] && runs[0] != ld->ahead_first[2]) {
-                for (int64_t i = 0; i < k; i++) ahead_run(ld, runs[2 * i], runs[2 * i + 1]);
-                ld->ahead_first[0] = ld->ahead_first[1];
-                ld->ahead_first[1] = ld->ahead_first[2];
-                ld->ahead_first[2] = runs[0];
-            }
-        }
-    } else if (ld->threaded && s->step + 1 < ld->sm->steps && ld->sm->budget == 0) { /* read-ahead of the next batch */
-        int64_t lo = (s->step + 1) * ld->sm->batch;
-        int64_t hi = lo + ld->sm->batch < ld->sm->per_rank ? lo + ld->sm->batch : ld->sm->per_rank;
-        uint8_t pad;
-        for (int64_t j = lo; j < hi; j++) ddp_dataset_prefetch(ld->ds, ddp_sampler_at(ld->sm, j, &pad));
-    }
+    ddp_readahead_after(ld->ra, s->step); /* hint or populate what the next batches read */
     return DDP_OK;
 }
 
@@ -208,7 +135,6 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
     else if (sm->nblocks > 0) ds->access_hint = DDP_ACCESS_NORMAL; /* block shuffle: window read-ahead (below) */
     else ds->access_hint = sm->mode == DDP_SAMPLE_SEQUENTIAL ? DDP_ACCESS_SEQUENTIAL : DDP_ACCESS_RANDOM;
     ld->job = -1;
-    ld->ahead_first[0] = ld->ahead_first[1] = ld->ahead_first[2] = -1;
     /* the buffers first: a failure here leaves no thread, mutex or slot to undo but memory */
     for (int k = 0; k < 2; k++) {
         slot *s = &ld->slots[k];
@@ -245,14 +171,10 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
             pthread_cond_destroy(&ld->cv);
         }
     }
-    if (ld->threaded && sm->nblocks > 0) {
-        pthread_mutex_init(&ld->ra_mu, NULL);
-        pthread_cond_init(&ld->ra_cv, NULL);
-        ld->ra_on = pthread_create(&ld->ra_thread, NULL, read_ahead, ld) == 0;
-        if (!ld->ra_on) {
-            pthread_mutex_destroy(&ld->ra_mu);
-            pthread_cond_destroy(&ld->ra_cv);
-        }
+    ddp_status st = ddp_readahead_create(ds, sm, ld->threaded, &ld->ra);
+    if (st != DDP_OK) {
+        ddp_loader_destroy(ld);
+        return st;
     }
     *out = ld;
     return DDP_OK;
@@ -273,15 +195,7 @@ void ddp_loader_destroy(ddp_loader *ld)
         pthread_mutex_destroy(&ld->mu);
         pthread_cond_destroy(&ld->cv);
     }
-    if (ld->ra_on) {
-        pthread_mutex_lock(&ld->ra_mu);
-        ld->ra_quit = 1;
-        pthread_cond_signal(&ld->ra_cv);
-        pthread_mutex_unlock(&ld->ra_mu);
-        pthread_join(ld->ra_thread, NULL);
-        pthread_mutex_destroy(&ld->ra_mu);
-        pthread_cond_destroy(&ld->ra_cv);
-    }
+    ddp_readahead_destroy(ld->ra); /* after the worker, whose jobs queue runs for it */
     for (int k = 0; k < 2; k++) {
         slot *s = &ld->slots[k];
         free(s->x); free(s->offsets); free(s->labels); free(s->ids); free(s->idx); free(s->pad);
