@@ -11,15 +11,6 @@
 #include <pmix.h>
 #endif
 
-static int env_int(const char *name, int dflt)
-{
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end && *end != '(') return dflt; /* SLURM_TASKS_PER_NODE style "2(x2)" keeps the first number */
-    return (int)x;
-}
 
 static void copy_env(char *dst, size_t n, const char *name)
 {
@@ -71,24 +62,24 @@ void ddp_jobfacts_read(ddp_jobfacts *f)
     copy_env(f->job_id, sizeof f->job_id, "SLURM_JOB_ID");
     copy_env(f->array_job_id, sizeof f->array_job_id, "SLURM_ARRAY_JOB_ID");
     copy_env(f->array_task_id, sizeof f->array_task_id, "SLURM_ARRAY_TASK_ID");
-    f->cpus_per_task = env_int("SLURM_CPUS_PER_TASK", -1);
-    f->restart_count = env_int("SLURM_RESTART_COUNT", 0);
+    f->cpus_per_task = ddp_env_plain_int("SLURM_CPUS_PER_TASK", -1);
+    f->restart_count = ddp_env_plain_int("SLURM_RESTART_COUNT", 0);
     int have = 0;
 #ifdef DDP_HAVE_PMIX
     have = read_pmix(f);
 #endif
     if (!have && getenv("SLURM_PROCID")) {
         snprintf(f->source, sizeof f->source, "slurm");
-        f->rank = env_int("SLURM_PROCID", -1);
-        f->size = env_int("SLURM_NTASKS", -1);
-        f->local_rank = env_int("SLURM_LOCALID", -1);
-        f->node_id = env_int("SLURM_NODEID", -1);
-        f->num_nodes = env_int("SLURM_JOB_NUM_NODES", env_int("SLURM_NNODES", -1));
+        f->rank = ddp_env_plain_int("SLURM_PROCID", -1);
+        f->size = ddp_env_plain_int("SLURM_NTASKS", -1);
+        f->local_rank = ddp_env_plain_int("SLURM_LOCALID", -1);
+        f->node_id = ddp_env_plain_int("SLURM_NODEID", -1);
+        f->num_nodes = ddp_env_plain_int("SLURM_JOB_NUM_NODES", ddp_env_plain_int("SLURM_NNODES", -1));
     } else if (!have && getenv("OMPI_COMM_WORLD_RANK")) {
         snprintf(f->source, sizeof f->source, "ompi");
-        f->rank = env_int("OMPI_COMM_WORLD_RANK", -1);
-        f->size = env_int("OMPI_COMM_WORLD_SIZE", -1);
-        f->local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
+        f->rank = ddp_env_plain_int("OMPI_COMM_WORLD_RANK", -1);
+        f->size = ddp_env_plain_int("OMPI_COMM_WORLD_SIZE", -1);
+        f->local_rank = ddp_env_plain_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
     }
     if (!f->job_id[0]) copy_env(f->job_id, sizeof f->job_id, "OMPI_MCA_ess_base_jobid");
 }
@@ -107,7 +98,7 @@ ddp_status ddp_jobfacts_check(const ddp_jobfacts *f, int mpi_rank, int mpi_size)
         return mismatch("PMIx", f->rank, f->size, mpi_rank, mpi_size);
     /* a task started by srun (not by mpirun inside it) must be the MPI rank srun says it is */
     if (getenv("SLURM_STEP_NUM_TASKS") && getenv("SLURM_PROCID") && !getenv("OMPI_COMM_WORLD_SIZE")) {
-        int rank = env_int("SLURM_PROCID", -1), size = env_int("SLURM_STEP_NUM_TASKS", -1);
+        int rank = ddp_env_plain_int("SLURM_PROCID", -1), size = ddp_env_plain_int("SLURM_STEP_NUM_TASKS", -1);
         if (rank >= 0 && size >= 1 && (rank != mpi_rank || size != mpi_size)) return mismatch("srun", rank, size, mpi_rank, mpi_size);
     }
     return DDP_OK;

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int first_int(const char *name, int dflt)
+int ddp_env_plain_int(const char *name, int dflt)
 {
     const char *v = getenv(name);
     if (!v || !*v) return dflt;
@@ -27,8 +27,8 @@ int64_t ddp_env_int(const char *name, int64_t dflt)
 
 int ddp_blas_threads_from_env(void)
 {
-    int n = first_int("SLURM_CPUS_PER_TASK", -1);
-    if (n < 1) n = first_int("OMP_NUM_THREADS", -1);
+    int n = ddp_env_plain_int("SLURM_CPUS_PER_TASK", -1);
+    if (n < 1) n = ddp_env_plain_int("OMP_NUM_THREADS", -1);
     return n < 1 ? 1 : n;
 }
 

@@ -7,6 +7,9 @@
 
 /* Integer environment knob: MPIDDP_<name>, default when unset or malformed. */
 int64_t ddp_env_int(const char *name, int64_t dflt);
+/* A launcher's integer variable (SLURM_CPUS_PER_TASK, OMPI_...): its leading number ("2(x2)" gives 2), default
+ * when unset or malformed. */
+int ddp_env_plain_int(const char *name, int dflt);
 /* Threads for the CPU GEMMs: SLURM_CPUS_PER_TASK, else OMP_NUM_THREADS, else 1. */
 int ddp_blas_threads_from_env(void);
 
