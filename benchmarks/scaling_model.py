@@ -471,8 +471,11 @@ VCONFIGS = [
 ]
 
 
+LAUNCHER = "mpirun -np {np} --oversubscribe"  # --launcher: e.g. "srun -N{np} -n{np} --mpi=pmix" on a cluster
+
+
 def mpirun(np_, argv, timeout=120):
-    cmd = ["mpirun", "-np", str(np_), "--oversubscribe"] + argv
+    cmd = (LAUNCHER.format(np=np_) if np_ > 1 else "mpirun -np 1 --oversubscribe").split() + argv
     r = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     out = r.stdout.decode(errors="replace")
     if r.returncode != 0:
@@ -657,6 +660,9 @@ def main():
     ap.add_argument("--fit-max", type=int, default=4 << 20,
                     help="validation: largest message in the alpha-beta fit (bytes; the gradients here are < 2 MB)")
     ap.add_argument("--steps-scale", type=float, default=1.0, help="validation: scale the timed steps")
+    ap.add_argument("--launcher", default=LAUNCHER,
+                    help="validation: how multi-rank runs start ({np} = ranks), e.g. 'srun -N{np} -n{np} --mpi=pmix' "
+                         "(binaries and --work must be on a path every node sees)")
     ap.add_argument("--gpu-report", help="the device kit's report CSV (GPU compute per step)")
     ap.add_argument("--bucket-mb", type=float, default=25.0)
     ap.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help="rows (tokens) per GPU per step")
@@ -666,6 +672,7 @@ def main():
     ap.add_argument("--ib-alpha", type=float, default=IB_ALPHA * 1e6, help="us per hop")
     ap.add_argument("--out", default=os.path.join(here, "results"))
     args = ap.parse_args()
+    globals()["LAUNCHER"] = args.launcher
     if args.selftest:
         return selftest()
     if args.validate:
