@@ -201,7 +201,7 @@ static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, float *o, 
     /* scratch: the gemm method's n x n scores, or the fused method's transposed K and a score row */
     size_t need = (size_t)(nmax >= gmin ? nmax * nmax : 0);
     if ((size_t)((2 * dh + 2) * nmax) > need) need = (size_t)((2 * dh + 2) * nmax);
-    float *S = ddp_calloc(need * sizeof *S, 1);
+    float *S = ddp_malloc(need, sizeof *S); /* scratch, written before read */
     if (!S) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scratch (%zu floats)", need);
     for (int64_t s = 0; s < pk->B; s++) {
         if (pk->off[s + 1] - pk->off[s] >= gmin) attn_gemm_fwd(qkv, o, lse, pk, s, d, heads, dr, S);
@@ -293,7 +293,7 @@ static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const floa
         for (int h = 0; h < heads; h++) ws[r * heads + h] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
     size_t need = (size_t)(nmax >= gmin ? 3 * nmax * nmax : 0);
     if ((size_t)((2 * dh + 2) * nmax) > need) need = (size_t)((2 * dh + 2) * nmax);
-    float *S = ddp_calloc(need * sizeof *S, 1);
+    float *S = ddp_malloc(need, sizeof *S); /* scratch, written before read */
     if (!S) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scratch (%zu floats)", need);
     for (int64_t s = 0; s < pk->B; s++) {
         if (pk->off[s + 1] - pk->off[s] >= gmin) attn_gemm_bwd(qkv, dout, (float *)lse, ws, dqkv, pk, s, d, heads, dr, S);

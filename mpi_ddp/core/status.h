@@ -61,6 +61,8 @@ ddp_status ddp_mpi_error(int rc, const char *call, const char *file, int line);
 void *ddp_calloc_at(size_t n, size_t size, const char *file, int line);
 void *ddp_realloc_at(void *p, size_t n, size_t size, const char *file, int line);
 #define ddp_calloc(n, size) ddp_calloc_at((n), (size), __FILE__, __LINE__)
+/* Not zeroed: scratch that is written before it is read (the hot path). */
+#define ddp_malloc(n, size) ddp_realloc_at(NULL, (n), (size), __FILE__, __LINE__)
 #define ddp_realloc(p, n, size) ddp_realloc_at((p), (n), (size), __FILE__, __LINE__)
 /* The hook's decision for an allocation of `bytes` at file:line (1: fail it); backends' allocations ask it too. */
 int ddp_alloc_inject(const char *file, int line, size_t bytes);
