@@ -52,8 +52,8 @@ struct ddp_backend {
      * the last hidden layer and mean pooling in one pass, its activations never stored; dgelu as above. */
     ddp_status (*bias_gelu_pool)(ddp_backend *b, const float *z, const float *bias, float *dgelu,
                                  const int64_t *offsets, int64_t nseg, int64_t cols, float *out);
-    /* dz = da * dgelu (element-wise, dz may be da) and dbias[c] += sum_r dz[r,c]. */
-    ddp_status (*gelu_backward)(ddp_backend *b, const float *da, const float *dgelu, float *dz, int64_t rows,
+    /* dz = dact * dgelu (element-wise, dz may be dact) and dbias[c] += sum_r dz[r,c]. */
+    ddp_status (*gelu_backward)(ddp_backend *b, const float *dact, const float *dgelu, float *dz, int64_t rows,
                                 int64_t cols, float *dbias);
     /* The backward of bias_gelu_pool: dz[r,:] = dp[s,:] / rows(s) * dgelu[r,:] for every row r of segment
      * s, and dbias[c] += sum_r dz[r,c]; rows = offsets[nseg] (known to the caller without reading offsets). */
@@ -83,10 +83,10 @@ struct ddp_backend {
  * the others are written. A dropout with p = 0 is the identity. */
 struct ddp_enc_ops {
     /* h[r,:] += bias + pos[r - off[seg[r]], :]  (pos NULL: no positions) */
-    ddp_status (*embed_fwd)(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pk,
+    ddp_status (*embed_fwd)(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pack,
                             int64_t d);
     /* dbias += sum_r dh[r,:];  dpos[j,:] += sum of dh over the rows at position j (dpos NULL: skipped) */
-    ddp_status (*embed_bwd)(ddp_backend *b, const float *dh, float *dbias, float *dpos, const ddp_packing *pk,
+    ddp_status (*embed_bwd)(ddp_backend *b, const float *dh, float *dbias, float *dpos, const ddp_packing *pack,
                             int64_t d);
     /* y = layernorm(x) * w + b per row; mean[r], rstd[r] kept for the backward pass */
     ddp_status (*layernorm_fwd)(ddp_backend *b, const float *x, const float *w, const float *bias, float *y,
@@ -96,28 +96,28 @@ struct ddp_enc_ops {
                                 const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t d);
     /* o[r, head h] = sum_j drop(softmax_j(q_r . k_j / sqrt(dh))) v_j over the rows j of r's sample;
      * lse[r*heads + h] = log-sum-exp of the scaled scores, kept for the backward pass */
-    ddp_status (*attention_fwd)(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pk,
+    ddp_status (*attention_fwd)(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
                                 int64_t d, int heads, const ddp_dropout *dr);
-    /* dqkv (written) from dout; ws is backend scratch of R*heads floats */
+    /* dqkv (written) from dout; delta is backend scratch of R*heads floats: rowsum(dout * o) per head */
     ddp_status (*attention_bwd)(ddp_backend *b, const float *qkv, const float *o, const float *dout, const float *lse,
-                                float *dqkv, float *ws, const ddp_packing *pk, int64_t d, int heads,
+                                float *dqkv, float *delta, const ddp_packing *pack, int64_t d, int heads,
                                 const ddp_dropout *dr);
     /* a = drop(gelu_erf(z + bias)); dgelu = gelu_erf'(z + bias) when non-NULL (may be z) */
     ddp_status (*gelu_erf_fwd)(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
-                               const ddp_packing *pk, int64_t cols, const ddp_dropout *dr);
-    /* dz = drop(da) * dgelu (dz may be da);  dbias += sum_r dz */
-    ddp_status (*gelu_erf_bwd)(ddp_backend *b, const float *da, const float *dgelu, float *dz, float *dbias,
-                               const ddp_packing *pk, int64_t cols, const ddp_dropout *dr);
+                               const ddp_packing *pack, int64_t cols, const ddp_dropout *dr);
+    /* dz = drop(dact) * dgelu (dz may be dact);  dbias += sum_r dz */
+    ddp_status (*gelu_erf_bwd)(ddp_backend *b, const float *dact, const float *dgelu, float *dz, float *dbias,
+                               const ddp_packing *pack, int64_t cols, const ddp_dropout *dr);
     /* out = h + drop(t + bias)  (out may be h) */
     ddp_status (*residual_fwd)(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
-                               const ddp_packing *pk, int64_t d, const ddp_dropout *dr);
+                               const ddp_packing *pack, int64_t d, const ddp_dropout *dr);
     /* dt = drop(dh), the mask of residual_fwd;  dbias += sum_r dt */
-    ddp_status (*residual_bwd)(ddp_backend *b, const float *dh, float *dt, float *dbias, const ddp_packing *pk,
+    ddp_status (*residual_bwd)(ddp_backend *b, const float *dh, float *dt, float *dbias, const ddp_packing *pack,
                                int64_t d, const ddp_dropout *dr);
     /* out[s,:] = mean of x over the rows of sample s */
-    ddp_status (*pool_mean_fwd)(ddp_backend *b, const float *x, float *out, const ddp_packing *pk, int64_t d);
+    ddp_status (*pool_mean_fwd)(ddp_backend *b, const float *x, float *out, const ddp_packing *pack, int64_t d);
     /* dx[r,:] = dp[s,:] / rows(s) for every row r of sample s (written) */
-    ddp_status (*pool_mean_bwd)(ddp_backend *b, const float *dp, float *dx, const ddp_packing *pk, int64_t d);
+    ddp_status (*pool_mean_bwd)(ddp_backend *b, const float *dp, float *dx, const ddp_packing *pack, int64_t d);
 };
 
 /* The names of the encoder ops, in table order: ddp_backend_require() checks a backend has them all. */

@@ -104,16 +104,16 @@ DDP_CLONES static ddp_status cpu_bias_gelu_pool(ddp_backend *b, const float *z, 
     return DDP_OK;
 }
 
-DDP_CLONES static ddp_status cpu_gelu_backward(ddp_backend *b, const float *da, const float *dgelu, float *dz, int64_t rows,
+DDP_CLONES static ddp_status cpu_gelu_backward(ddp_backend *b, const float *dact, const float *dgelu, float *dz, int64_t rows,
                                                int64_t cols, float *dbias)
 {
     (void)b;
     float *restrict db = dbias;
     for (int64_t r = 0; r < rows; r++) {
-        const float *dar = da + r * cols, *gr = dgelu + r * cols;
+        const float *dact_r = dact + r * cols, *gr = dgelu + r * cols;
         float *dzr = dz + r * cols;
         for (int64_t c = 0; c < cols; c++) {
-            float v = dar[c] * gr[c];
+            float v = dact_r[c] * gr[c];
             dzr[c] = v;
             db[c] += v;
         }

@@ -52,32 +52,32 @@ static inline void axpy2(float *restrict s1, float *restrict s2, const float *re
     }
 }
 
-static uint64_t rowkey(const ddp_dropout *dr, const ddp_packing *pk, int64_t s, int64_t i)
+static uint64_t rowkey(const ddp_dropout *dr, const ddp_packing *pack, int64_t s, int64_t i)
 {
-    return dr && dr->p > 0.0f ? ddp_drop_rowkey(dr->key, pk->sid[s], i) : 0;
+    return dr && dr->p > 0.0f ? ddp_drop_rowkey(dr->key, pack->sid[s], i) : 0;
 }
 
-static ddp_status cpu_embed_fwd(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pk,
+static ddp_status cpu_embed_fwd(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pack,
                                 int64_t d)
 {
     (void)b;
-    for (int64_t s = 0; s < pk->B; s++)
-        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
+    for (int64_t s = 0; s < pack->B; s++)
+        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++) {
             float *hr = h + r * d;
-            const float *pr = pos ? pos + (r - pk->off[s]) * d : NULL;
+            const float *pr = pos ? pos + (r - pack->off[s]) * d : NULL;
             for (int64_t c = 0; c < d; c++) hr[c] += bias[c] + (pr ? pr[c] : 0.0f);
         }
     return DDP_OK;
 }
 
-static ddp_status cpu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, float *dpos, const ddp_packing *pk,
+static ddp_status cpu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, float *dpos, const ddp_packing *pack,
                                 int64_t d)
 {
     (void)b;
-    for (int64_t s = 0; s < pk->B; s++)
-        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
+    for (int64_t s = 0; s < pack->B; s++)
+        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++) {
             const float *g = dh + r * d;
-            float *dp = dpos ? dpos + (r - pk->off[s]) * d : NULL;
+            float *dp = dpos ? dpos + (r - pack->off[s]) * d : NULL;
             for (int64_t c = 0; c < d; c++) dbias[c] += g[c];
             if (dp)
                 for (int64_t c = 0; c < d; c++) dp[c] += g[c];
@@ -114,12 +114,12 @@ DDP_CLONES static ddp_status cpu_layernorm_bwd(ddp_backend *b, const float *dy, 
 /* The fused method on the CPU: per sample and head, K and V are transposed once into [dh, n] scratch, then
  * each query row's scores, softmax and weighted sum run as loops vectorised over the sample's rows or the
  * head's columns; no n x n matrix, no library call per sample. (The CUDA kernels run kern_enc.h's one-pass
- * online softmax per row; both are exact, in other summation orders.) ws holds 2 dh n + n floats. */
-DDP_CLONES static void attn_fused_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pk, int64_t s, int64_t d,
-                                      int heads, const ddp_dropout *dr, float *ws)
+ * online softmax per row; both are exact, in other summation orders.) scratch holds 2 dh n + n floats. */
+DDP_CLONES static void attn_fused_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t s, int64_t d,
+                                      int heads, const ddp_dropout *dr, float *scratch)
 {
-    int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
-    float scale = 1.0f / sqrtf((float)dh), *Kt = ws, *sr = ws + dh * n;
+    int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
+    float scale = 1.0f / sqrtf((float)dh), *Kt = scratch, *sr = scratch + dh * n;
     int drop = dr && dr->p > 0.0f;
     for (int h = 0; h < heads; h++) {
         const float *q = qkv + lo * ld + h * dh, *k = q + d, *v = q + 2 * d;
@@ -137,7 +137,7 @@ DDP_CLONES static void attn_fused_fwd(const float *qkv, float *o, float *lse, co
             }
             float inv = 1.0f / l;
             lse[(lo + i) * heads + h] = m + logf(l);
-            uint64_t rk = drop ? rowkey(dr, pk, s, i) : 0;
+            uint64_t rk = drop ? rowkey(dr, pack, s, i) : 0;
             for (int64_t j = 0; j < n; j++)
                 sr[j] *= drop ? inv * ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j)) : inv;
             float *oi = o + (lo + i) * d + h * dh;
@@ -149,10 +149,10 @@ DDP_CLONES static void attn_fused_fwd(const float *qkv, float *o, float *lse, co
 
 /* scores of head h of sample s: S[i,j] = scale q_i . k_j, then P = exp(S - lse_i) when lse is given, else
  * softmax rows with lse written */
-static void attn_probs(const float *qkv, const ddp_packing *pk, int64_t s, int64_t d, int heads, int h, float *S,
+static void attn_probs(const float *qkv, const ddp_packing *pack, int64_t s, int64_t d, int heads, int h, float *S,
                        float *lse, int have_lse)
 {
-    int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
+    int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
     const float *q = qkv + lo * ld + h * dh;
     float scale = 1.0f / sqrtf((float)dh);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)dh, scale, q, (int)ld, q + d, (int)ld,
@@ -171,53 +171,53 @@ static void attn_probs(const float *qkv, const ddp_packing *pk, int64_t s, int64
 }
 
 /* P := P * mask (the dropped attention weights) */
-static void attn_drop(float *P, const ddp_packing *pk, int64_t s, int h, const ddp_dropout *dr)
+static void attn_drop(float *P, const ddp_packing *pack, int64_t s, int h, const ddp_dropout *dr)
 {
     if (!dr || dr->p <= 0.0f) return;
-    int64_t n = pk->off[s + 1] - pk->off[s];
+    int64_t n = pack->off[s + 1] - pack->off[s];
     for (int64_t i = 0; i < n; i++) {
-        uint64_t rk = rowkey(dr, pk, s, i);
+        uint64_t rk = rowkey(dr, pack, s, i);
         for (int64_t j = 0; j < n; j++) P[i * n + j] *= ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j));
     }
 }
 
-static void attn_gemm_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pk, int64_t s, int64_t d,
+static void attn_gemm_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t s, int64_t d,
                           int heads, const ddp_dropout *dr, float *S)
 {
-    int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
+    int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
     for (int h = 0; h < heads; h++) {
-        attn_probs(qkv, pk, s, d, heads, h, S, lse, 0);
-        attn_drop(S, pk, s, h, dr);
+        attn_probs(qkv, pack, s, d, heads, h, S, lse, 0);
+        attn_drop(S, pack, s, h, dr);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, S, (int)n,
                     qkv + lo * ld + 2 * d + h * dh, (int)ld, 0.0f, o + lo * d + h * dh, (int)d);
     }
 }
 
-static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pk,
+static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
                                     int64_t d, int heads, const ddp_dropout *dr)
 {
     (void)b;
-    int64_t gmin = attn_gemm_min(), nmax = pk->max_rows, dh = d / heads;
+    int64_t gmin = attn_gemm_min(), nmax = pack->max_rows, dh = d / heads;
     /* scratch: the gemm method's n x n scores, or the fused method's transposed K and a score row */
     size_t need = (size_t)(nmax >= gmin ? nmax * nmax : 0);
     if ((size_t)((2 * dh + 2) * nmax) > need) need = (size_t)((2 * dh + 2) * nmax);
     float *S = ddp_malloc(need, sizeof *S); /* scratch, written before read */
     if (!S) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scratch (%zu floats)", need);
-    for (int64_t s = 0; s < pk->B; s++) {
-        if (pk->off[s + 1] - pk->off[s] >= gmin) attn_gemm_fwd(qkv, o, lse, pk, s, d, heads, dr, S);
-        else attn_fused_fwd(qkv, o, lse, pk, s, d, heads, dr, S);
+    for (int64_t s = 0; s < pack->B; s++) {
+        if (pack->off[s + 1] - pack->off[s] >= gmin) attn_gemm_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
+        else attn_fused_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
     }
     free(S);
     return DDP_OK;
 }
 
 /* The backward pass of the fused method: probabilities recomputed from the saved log-sum-exp, dq per query row;
- * dk and dv accumulated row by row. ws: 2 dh n + 2 n floats. */
+ * dk and dv accumulated row by row. scratch: 2 dh n + 2 n floats. */
 DDP_CLONES static void attn_fused_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                                      const ddp_packing *pk, int64_t s, int64_t d, int heads, const ddp_dropout *dr, float *ws)
+                                      const ddp_packing *pack, int64_t s, int64_t d, int heads, const ddp_dropout *dr, float *scratch)
 {
-    int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
-    float scale = 1.0f / sqrtf((float)dh), *Kt = ws, *Vt = ws + dh * n, *pr = Vt + dh * n, *dp = pr + n;
+    int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
+    float scale = 1.0f / sqrtf((float)dh), *Kt = scratch, *Vt = scratch + dh * n, *pr = Vt + dh * n, *dp = pr + n;
     int drop = dr && dr->p > 0.0f;
     for (int h = 0; h < heads; h++) {
         const float *q = qkv + lo * ld + h * dh, *k = q + d, *v = q + 2 * d;
@@ -234,7 +234,7 @@ DDP_CLONES static void attn_fused_bwd(const float *qkv, const float *dout, const
             float li = lse[(lo + i) * heads + h], Di = D[(lo + i) * heads + h];
             for (int64_t j = 0; j < n; j++) pr[j] = dp[j] = 0.0f;
             for (int64_t c = 0; c < dh; c++) axpy2(pr, dp, Kt + c * n, Vt + c * n, qi[c] * scale, doi[c], n);
-            uint64_t rk = drop ? rowkey(dr, pk, s, i) : 0;
+            uint64_t rk = drop ? rowkey(dr, pack, s, i) : 0;
             for (int64_t j = 0; j < n; j++) {
                 float p = ddp_expf(pr[j] - li), ms = drop ? ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j)) : 1.0f;
                 pr[j] = p * ms;                           /* the dropped weight, for dv */
@@ -248,19 +248,19 @@ DDP_CLONES static void attn_fused_bwd(const float *qkv, const float *dout, const
 }
 
 static void attn_gemm_bwd(const float *qkv, const float *dout, float *lse, const float *D, float *dqkv,
-                          const ddp_packing *pk, int64_t s, int64_t d, int heads, const ddp_dropout *dr, float *S)
+                          const ddp_packing *pack, int64_t s, int64_t d, int heads, const ddp_dropout *dr, float *S)
 {
-    int64_t lo = pk->off[s], n = pk->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
+    int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
     float scale = 1.0f / sqrtf((float)dh);
     float *Pd = S + n * n, *dP = Pd + n * n;
     int drop = dr && dr->p > 0.0f;
     for (int h = 0; h < heads; h++) {
         const float *q = qkv + lo * ld + h * dh, *k = q + d, *v = q + 2 * d, *dO = dout + lo * d + h * dh;
         float *dq = dqkv + lo * ld + h * dh, *dk = dq + d, *dv = dq + 2 * d;
-        attn_probs(qkv, pk, s, d, heads, h, S, lse, 1);
+        attn_probs(qkv, pack, s, d, heads, h, S, lse, 1);
         if (drop) {
             memcpy(Pd, S, (size_t)(n * n) * sizeof *Pd);
-            attn_drop(Pd, pk, s, h, dr);
+            attn_drop(Pd, pack, s, h, dr);
         }
         const float *Pu = drop ? Pd : S;
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, Pu, (int)n, dO, (int)d, 0.0f,
@@ -269,7 +269,7 @@ static void attn_gemm_bwd(const float *qkv, const float *dout, float *lse, const
                     dP, (int)n);
         for (int64_t i = 0; i < n; i++) {
             float Di = D[(lo + i) * heads + h];
-            uint64_t rk = drop ? rowkey(dr, pk, s, i) : 0;
+            uint64_t rk = drop ? rowkey(dr, pack, s, i) : 0;
             for (int64_t j = 0; j < n; j++) {
                 float dp = dP[i * n + j];
                 if (drop) dp *= ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j));
@@ -284,20 +284,20 @@ static void attn_gemm_bwd(const float *qkv, const float *dout, float *lse, const
 }
 
 static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout,
-                                    const float *lse, float *dqkv, float *ws, const ddp_packing *pk, int64_t d,
+                                    const float *lse, float *dqkv, float *delta, const ddp_packing *pack, int64_t d,
                                     int heads, const ddp_dropout *dr)
 {
     (void)b;
-    int64_t dh = d / heads, gmin = attn_gemm_min(), nmax = pk->max_rows;
-    for (int64_t r = 0; r < pk->R; r++) /* D_i = dO_i . O_i per head */
-        for (int h = 0; h < heads; h++) ws[r * heads + h] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
+    int64_t dh = d / heads, gmin = attn_gemm_min(), nmax = pack->max_rows;
+    for (int64_t r = 0; r < pack->R; r++) /* D_i = dO_i . O_i per head */
+        for (int h = 0; h < heads; h++) delta[r * heads + h] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
     size_t need = (size_t)(nmax >= gmin ? 3 * nmax * nmax : 0);
     if ((size_t)((2 * dh + 2) * nmax) > need) need = (size_t)((2 * dh + 2) * nmax);
     float *S = ddp_malloc(need, sizeof *S); /* scratch, written before read */
     if (!S) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scratch (%zu floats)", need);
-    for (int64_t s = 0; s < pk->B; s++) {
-        if (pk->off[s + 1] - pk->off[s] >= gmin) attn_gemm_bwd(qkv, dout, (float *)lse, ws, dqkv, pk, s, d, heads, dr, S);
-        else attn_fused_bwd(qkv, dout, lse, ws, dqkv, pk, s, d, heads, dr, S);
+    for (int64_t s = 0; s < pack->B; s++) {
+        if (pack->off[s + 1] - pack->off[s] >= gmin) attn_gemm_bwd(qkv, dout, (float *)lse, delta, dqkv, pack, s, d, heads, dr, S);
+        else attn_fused_bwd(qkv, dout, lse, delta, dqkv, pack, s, d, heads, dr, S);
     }
     free(S);
     return DDP_OK;
@@ -305,12 +305,12 @@ static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const floa
 
 /* ------------------------------------------------------------------ element-wise */
 DDP_CLONES static ddp_status cpu_gelu_erf_fwd(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
-                                              const ddp_packing *pk, int64_t cols, const ddp_dropout *dr)
+                                              const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
     (void)b;
     int drop = dr && dr->p > 0.0f;
-    for (int64_t s = 0; s < pk->B; s++)
-        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
+    for (int64_t s = 0; s < pack->B; s++)
+        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++) {
             const float *zr = z + r * cols;
             float *ar = a + r * cols;
             if (dgelu) { /* gr may be zr (in place): element by element, so still vectorisable */
@@ -324,25 +324,25 @@ DDP_CLONES static ddp_status cpu_gelu_erf_fwd(ddp_backend *b, const float *z, co
                 for (int64_t c = 0; c < cols; c++) ar[c] = ddp_gelu_erf_fwd(zr[c] + bias[c], NULL);
             }
             if (drop) {
-                uint64_t rk = rowkey(dr, pk, s, r - pk->off[s]);
+                uint64_t rk = rowkey(dr, pack, s, r - pack->off[s]);
                 for (int64_t c = 0; c < cols; c++) ar[c] *= ddp_drop_scale(dr, rk, (uint64_t)c);
             }
         }
     return DDP_OK;
 }
 
-DDP_CLONES static ddp_status cpu_gelu_erf_bwd(ddp_backend *b, const float *da, const float *dgelu, float *dz, float *dbias,
-                                              const ddp_packing *pk, int64_t cols, const ddp_dropout *dr)
+DDP_CLONES static ddp_status cpu_gelu_erf_bwd(ddp_backend *b, const float *dact, const float *dgelu, float *dz, float *dbias,
+                                              const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
     (void)b;
     int drop = dr && dr->p > 0.0f;
-    for (int64_t s = 0; s < pk->B; s++)
-        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
-            const float *dar = da + r * cols, *gr = dgelu + r * cols;
+    for (int64_t s = 0; s < pack->B; s++)
+        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++) {
+            const float *dact_r = dact + r * cols, *gr = dgelu + r * cols;
             float *dzr = dz + r * cols;
-            uint64_t rk = drop ? rowkey(dr, pk, s, r - pk->off[s]) : 0;
+            uint64_t rk = drop ? rowkey(dr, pack, s, r - pack->off[s]) : 0;
             for (int64_t c = 0; c < cols; c++) {
-                float v = (drop ? dar[c] * ddp_drop_scale(dr, rk, (uint64_t)c) : dar[c]) * gr[c];
+                float v = (drop ? dact_r[c] * ddp_drop_scale(dr, rk, (uint64_t)c) : dact_r[c]) * gr[c];
                 dzr[c] = v;
                 dbias[c] += v;
             }
@@ -351,15 +351,15 @@ DDP_CLONES static ddp_status cpu_gelu_erf_bwd(ddp_backend *b, const float *da, c
 }
 
 DDP_CLONES static ddp_status cpu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
-                                              const ddp_packing *pk, int64_t d, const ddp_dropout *dr)
+                                              const ddp_packing *pack, int64_t d, const ddp_dropout *dr)
 {
     (void)b;
     int drop = dr && dr->p > 0.0f;
-    for (int64_t s = 0; s < pk->B; s++)
-        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
+    for (int64_t s = 0; s < pack->B; s++)
+        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++) {
             const float *hr = h + r * d, *tr = t + r * d;
             float *orow = out + r * d;
-            uint64_t rk = drop ? rowkey(dr, pk, s, r - pk->off[s]) : 0;
+            uint64_t rk = drop ? rowkey(dr, pack, s, r - pack->off[s]) : 0;
             for (int64_t c = 0; c < d; c++) {
                 float v = tr[c] + bias[c];
                 orow[c] = hr[c] + (drop ? v * ddp_drop_scale(dr, rk, (uint64_t)c) : v);
@@ -369,15 +369,15 @@ DDP_CLONES static ddp_status cpu_residual_fwd(ddp_backend *b, float *out, const 
 }
 
 DDP_CLONES static ddp_status cpu_residual_bwd(ddp_backend *b, const float *dh, float *dt, float *dbias,
-                                              const ddp_packing *pk, int64_t d, const ddp_dropout *dr)
+                                              const ddp_packing *pack, int64_t d, const ddp_dropout *dr)
 {
     (void)b;
     int drop = dr && dr->p > 0.0f;
-    for (int64_t s = 0; s < pk->B; s++)
-        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++) {
+    for (int64_t s = 0; s < pack->B; s++)
+        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++) {
             const float *g = dh + r * d;
             float *tr = dt + r * d;
-            uint64_t rk = drop ? rowkey(dr, pk, s, r - pk->off[s]) : 0;
+            uint64_t rk = drop ? rowkey(dr, pack, s, r - pack->off[s]) : 0;
             for (int64_t c = 0; c < d; c++) {
                 float v = drop ? g[c] * ddp_drop_scale(dr, rk, (uint64_t)c) : g[c];
                 tr[c] = v;
@@ -387,26 +387,26 @@ DDP_CLONES static ddp_status cpu_residual_bwd(ddp_backend *b, const float *dh, f
     return DDP_OK;
 }
 
-static ddp_status cpu_pool_mean_fwd(ddp_backend *b, const float *x, float *out, const ddp_packing *pk, int64_t d)
+static ddp_status cpu_pool_mean_fwd(ddp_backend *b, const float *x, float *out, const ddp_packing *pack, int64_t d)
 {
     (void)b;
-    for (int64_t s = 0; s < pk->B; s++) {
+    for (int64_t s = 0; s < pack->B; s++) {
         float *o = out + s * d;
         memset(o, 0, (size_t)d * sizeof *o);
-        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++)
+        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++)
             for (int64_t c = 0; c < d; c++) o[c] += x[r * d + c];
-        float inv = 1.0f / (float)(pk->off[s + 1] - pk->off[s]);
+        float inv = 1.0f / (float)(pack->off[s + 1] - pack->off[s]);
         for (int64_t c = 0; c < d; c++) o[c] *= inv;
     }
     return DDP_OK;
 }
 
-static ddp_status cpu_pool_mean_bwd(ddp_backend *b, const float *dp, float *dx, const ddp_packing *pk, int64_t d)
+static ddp_status cpu_pool_mean_bwd(ddp_backend *b, const float *dp, float *dx, const ddp_packing *pack, int64_t d)
 {
     (void)b;
-    for (int64_t s = 0; s < pk->B; s++) {
-        float inv = 1.0f / (float)(pk->off[s + 1] - pk->off[s]);
-        for (int64_t r = pk->off[s]; r < pk->off[s + 1]; r++)
+    for (int64_t s = 0; s < pack->B; s++) {
+        float inv = 1.0f / (float)(pack->off[s + 1] - pack->off[s]);
+        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++)
             for (int64_t c = 0; c < d; c++) dx[r * d + c] = dp[s * d + c] * inv;
     }
     return DDP_OK;

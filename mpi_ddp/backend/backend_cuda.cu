@@ -29,7 +29,7 @@ typedef struct {
     double *hpart;     /* host copy of dpart */
 } cuda_impl;
 
-static cuda_impl *I(ddp_backend *b) { return (cuda_impl *)b->impl; }
+static cuda_impl *cuda_of(ddp_backend *b) { return (cuda_impl *)b->impl; }
 static long long g_host_syncs; /* cudaStreamSynchronize calls made by the backend, for benchmarks */
 extern "C" long long ddp_cuda_backend_host_syncs_impl(void) { return g_host_syncs; }
 static cudaError_t host_sync(cudaStream_t s)
@@ -73,11 +73,11 @@ __global__ void k_bias_gelu(const float *z, const float *bias, float *a, float *
     if (dg) dg[i] = g;
 }
 
-/* dz = da * dg */
-__global__ void k_mul(const float *da, const float *dg, float *dz, int64_t n)
+/* dz = dact * dg */
+__global__ void k_mul(const float *dact, const float *dg, float *dz, int64_t n)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dz[i] = da[i] * dg[i];
+    if (i < n) dz[i] = dact[i] * dg[i];
 }
 
 __global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t cols)
@@ -151,8 +151,8 @@ __global__ void k_sumsq(const float *x, int64_t n, double *part)
 static ddp_status cu_alloc(ddp_backend *b, void **p, size_t bytes)
 {
     *p = NULL;
-    ALLOC_CHECK(cudaMalloc(p, bytes ? bytes : 1), bytes, I(b)->device, "a model buffer (parameters, gradients, AdamW moments or the batch workspace)");
-    cudaError_t e = cudaMemsetAsync(*p, 0, bytes ? bytes : 1, I(b)->stream);
+    ALLOC_CHECK(cudaMalloc(p, bytes ? bytes : 1), bytes, cuda_of(b)->device, "a model buffer (parameters, gradients, AdamW moments or the batch workspace)");
+    cudaError_t e = cudaMemsetAsync(*p, 0, bytes ? bytes : 1, cuda_of(b)->stream);
     if (e != cudaSuccess) {
         cudaFree(*p);
         *p = NULL;
@@ -168,32 +168,32 @@ static void cu_release(ddp_backend *b, void *p)
 static ddp_status cu_upload(ddp_backend *b, void *dst, const void *src, size_t bytes)
 {
     if (!bytes) return DDP_OK;
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, I(b)->stream));
-    CUDA_CHECK(host_sync(I(b)->stream)); /* src is host memory the caller may reuse */
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_of(b)->stream));
+    CUDA_CHECK(host_sync(cuda_of(b)->stream)); /* src is host memory the caller may reuse */
     return DDP_OK;
 }
 static ddp_status cu_upload_async(ddp_backend *b, void *dst, const void *src, size_t bytes)
 {
     if (!bytes) return DDP_OK;
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, I(b)->stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_of(b)->stream));
     return DDP_OK;
 }
 static ddp_status cu_download(ddp_backend *b, void *dst, const void *src, size_t bytes)
 {
     if (!bytes) return DDP_OK;
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, I(b)->stream));
-    CUDA_CHECK(host_sync(I(b)->stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_of(b)->stream));
+    CUDA_CHECK(host_sync(cuda_of(b)->stream));
     return DDP_OK;
 }
 static ddp_status cu_zero(ddp_backend *b, void *p, size_t bytes)
 {
     if (!bytes) return DDP_OK;
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, I(b)->stream));
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_of(b)->stream));
     return DDP_OK;
 }
 static ddp_status cu_sync(ddp_backend *b)
 {
-    CUDA_CHECK(host_sync(I(b)->stream));
+    CUDA_CHECK(host_sync(cuda_of(b)->stream));
     return DDP_OK;
 }
 
@@ -205,7 +205,7 @@ static ddp_status cu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, 
     if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
         return ddp_set_error(DDP_ERR_ARG, "gemm dimensions exceed cuBLAS int range");
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
-    CUBLAS_CHECK(cublasSgemm(I(b)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
+    CUBLAS_CHECK(cublasSgemm(cuda_of(b)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
                              (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
     return DDP_OK;
 }
@@ -214,7 +214,7 @@ static ddp_status cu_bias_gelu(ddp_backend *b, const float *z, const float *bias
                                int64_t cols)
 {
     if (rows * cols == 0) return DDP_OK;
-    DDP_LAUNCH(k_bias_gelu, blocks_for(rows * cols, 256), 256, 0, I(b)->stream, z, bias, a, dg, rows, cols);
+    DDP_LAUNCH(k_bias_gelu, blocks_for(rows * cols, 256), 256, 0, cuda_of(b)->stream, z, bias, a, dg, rows, cols);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -223,7 +223,7 @@ static ddp_status cu_bias_gelu(ddp_backend *b, const float *z, const float *bias
  * stall the rank behind the gradient buckets in flight. */
 static ddp_status cu_reserve(ddp_backend *b, int64_t rows)
 {
-    cuda_impl *c = I(b);
+    cuda_impl *c = cuda_of(b);
     if (rows <= c->ones_len) return DDP_OK;
     float *ones = NULL;
     ALLOC_CHECK(cudaMalloc((void **)&ones, (size_t)rows * sizeof(float)), (size_t)rows * sizeof(float), c->device,
@@ -242,7 +242,7 @@ static ddp_status cu_reserve(ddp_backend *b, int64_t rows)
 
 static ddp_status cu_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
 {
-    cuda_impl *c = I(b);
+    cuda_impl *c = cuda_of(b);
     if (rows > c->ones_len)
         return ddp_set_error(DDP_ERR_ARG, "cuda colsum over %lld rows: the backend reserved %lld (reserve() at model creation)",
                              (long long)rows, (long long)c->ones_len);
@@ -257,16 +257,16 @@ static ddp_status cu_bias_gelu_pool(ddp_backend *b, const float *z, const float 
                                     int64_t nseg, int64_t cols, float *out)
 {
     if (!nseg) return DDP_OK;
-    DDP_LAUNCH(k_bias_gelu_pool, (unsigned)nseg, 128, 0, I(b)->stream, z, bias, dg, off, cols, out);
+    DDP_LAUNCH(k_bias_gelu_pool, (unsigned)nseg, 128, 0, cuda_of(b)->stream, z, bias, dg, off, cols, out);
     LAUNCH_CHECK();
     return DDP_OK;
 }
 
-static ddp_status cu_gelu_backward(ddp_backend *b, const float *da, const float *dg, float *dz, int64_t rows, int64_t cols,
+static ddp_status cu_gelu_backward(ddp_backend *b, const float *dact, const float *dg, float *dz, int64_t rows, int64_t cols,
                                    float *dbias)
 {
     if (rows * cols == 0) return DDP_OK;
-    DDP_LAUNCH(k_mul, blocks_for(rows * cols, 256), 256, 0, I(b)->stream, da, dg, dz, rows * cols);
+    DDP_LAUNCH(k_mul, blocks_for(rows * cols, 256), 256, 0, cuda_of(b)->stream, dact, dg, dz, rows * cols);
     LAUNCH_CHECK();
     return cu_colsum(b, dz, dbias, rows, cols, 1.0f);
 }
@@ -275,7 +275,7 @@ static ddp_status cu_pool_gelu_backward(ddp_backend *b, const float *dp, const i
                                         float *dz, int64_t rows, int64_t cols, float *dbias)
 {
     if (!nseg) return DDP_OK;
-    DDP_LAUNCH(k_pool_gelu_backward, (unsigned)nseg, 128, 0, I(b)->stream, dp, off, cols, dg, dz);
+    DDP_LAUNCH(k_pool_gelu_backward, (unsigned)nseg, 128, 0, cuda_of(b)->stream, dp, off, cols, dg, dz);
     LAUNCH_CHECK();
     return cu_colsum(b, dz, dbias, rows, cols, 1.0f);
 }
@@ -283,7 +283,7 @@ static ddp_status cu_pool_gelu_backward(ddp_backend *b, const float *dp, const i
 static ddp_status cu_add_bias(ddp_backend *b, float *x, const float *bias, int64_t rows, int64_t cols)
 {
     if (rows * cols == 0) return DDP_OK;
-    DDP_LAUNCH(k_add_bias, blocks_for(rows * cols, 256), 256, 0, I(b)->stream, x, bias, rows, cols);
+    DDP_LAUNCH(k_add_bias, blocks_for(rows * cols, 256), 256, 0, cuda_of(b)->stream, x, bias, rows, cols);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -292,7 +292,7 @@ static ddp_status cu_softmax_xent(ddp_backend *b, const float *logits, const int
                                   float *dlogits, float *loss, int64_t *pred, float *prob)
 {
     if (!n) return DDP_OK;
-    DDP_LAUNCH(k_softmax_xent, blocks_for(n, 128), 128, 0, I(b)->stream, logits, labels, n, c, dlogits, loss, pred, prob);
+    DDP_LAUNCH(k_softmax_xent, blocks_for(n, 128), 128, 0, cuda_of(b)->stream, logits, labels, n, c, dlogits, loss, pred, prob);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -301,14 +301,14 @@ static ddp_status cu_adamw(ddp_backend *b, float *p, const float *g, float *m, f
                            const ddp_adamw_args *a)
 {
     if (!n) return DDP_OK;
-    DDP_LAUNCH(k_adamw, blocks_for(n, 256), 256, 0, I(b)->stream, p, g, m, v, n, *a);
+    DDP_LAUNCH(k_adamw, blocks_for(n, 256), 256, 0, cuda_of(b)->stream, p, g, m, v, n, *a);
     LAUNCH_CHECK();
     return DDP_OK;
 }
 
 static ddp_status cu_sumsq(ddp_backend *b, const float *x, int64_t n, double *out)
 {
-    cuda_impl *c = I(b);
+    cuda_impl *c = cuda_of(b);
     *out = 0.0;
     if (!n) return DDP_OK;
     unsigned nb = blocks_for(n, 256);
@@ -327,7 +327,7 @@ static ddp_status cu_sumsq(ddp_backend *b, const float *x, int64_t n, double *ou
  * tensors share SUMSQ_BLOCKS blocks (at least one each); beyond that many tensors, one tensor at a time. */
 static ddp_status cu_sumsq_many(ddp_backend *b, const float *x, const int64_t *off, int n, double *out)
 {
-    cuda_impl *c = I(b);
+    cuda_impl *c = cuda_of(b);
     if (n > SUMSQ_BLOCKS) {
         for (int k = 0; k < n; k++) DDP_CHECK(cu_sumsq(b, x + off[k], off[k + 1] - off[k], &out[k]));
         return DDP_OK;
@@ -359,7 +359,7 @@ static ddp_status cu_sumsq_many(ddp_backend *b, const float *x, const int64_t *o
 static void cu_destroy(ddp_backend *b)
 {
     if (!b) return;
-    cuda_impl *c = I(b);
+    cuda_impl *c = cuda_of(b);
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         if (c->ones) cudaFree(c->ones);
@@ -426,4 +426,4 @@ done:
 }
 
 /* CUDA stream of a CUDA backend, for the gradient-sync stream to wait on. */
-extern "C" void *ddp_cuda_backend_stream_impl(ddp_backend *b) { return (void *)I(b)->stream; }
+extern "C" void *ddp_cuda_backend_stream_impl(ddp_backend *b) { return (void *)cuda_of(b)->stream; }

@@ -122,14 +122,14 @@ __global__ void k_gelu_erf_fwd(const float *z, const float *bias, float *a, floa
     a[i] = v;
 }
 
-/* dz = drop(da) * dg */
-__global__ void k_gelu_erf_bwd(const float *da, const float *dg, float *dz, const int64_t *off, const int64_t *seg,
+/* dz = drop(dact) * dg */
+__global__ void k_gelu_erf_bwd(const float *dact, const float *dg, float *dz, const int64_t *off, const int64_t *seg,
                                const int64_t *sid, int64_t R, int64_t cols, ddp_dropout dr)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= R * cols) return;
     int64_t r = i / cols, c = i % cols;
-    float v = da[i];
+    float v = dact[i];
     if (dr.p > 0.0f) v *= ddp_drop_scale(&dr, row_dropkey(dr, sid, seg[r], r - off[seg[r]]), (uint64_t)c);
     dz[i] = v * dg[i];
 }
@@ -182,23 +182,23 @@ __global__ void k_pool_mean_bwd(const float *dp, float *dx, const int64_t *off, 
 #define ENC_LAUNCH(kernel, n, ...)                                                                 \
     do {                                                                                           \
         if ((n) > 0) {                                                                             \
-            DDP_LAUNCH(kernel, blocks_for((n), 128), 128, 0, I(b)->stream, __VA_ARGS__);           \
+            DDP_LAUNCH(kernel, blocks_for((n), 128), 128, 0, cuda_of(b)->stream, __VA_ARGS__);           \
             LAUNCH_CHECK();                                                                        \
         }                                                                                          \
     } while (0)
 
-static ddp_status cu_embed_fwd(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pk,
+static ddp_status cu_embed_fwd(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pack,
                                int64_t d)
 {
-    ENC_LAUNCH(k_embed_fwd, pk->R * d, h, bias, pos, pk->off, pk->seg, pk->R, d);
+    ENC_LAUNCH(k_embed_fwd, pack->R * d, h, bias, pos, pack->off, pack->seg, pack->R, d);
     return DDP_OK;
 }
 
-static ddp_status cu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, float *dpos, const ddp_packing *pk,
+static ddp_status cu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, float *dpos, const ddp_packing *pack,
                                int64_t d)
 {
-    if (dpos) ENC_LAUNCH(k_embed_bwd_pos, pk->max_rows * d, dh, dpos, pk->off, pk->B, pk->max_rows, d);
-    return cu_colsum(b, dh, dbias, pk->R, d, 1.0f);
+    if (dpos) ENC_LAUNCH(k_embed_bwd_pos, pack->max_rows * d, dh, dpos, pack->off, pack->B, pack->max_rows, d);
+    return cu_colsum(b, dh, dbias, pack->R, d, 1.0f);
 }
 
 static ddp_status cu_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, float *y,
@@ -216,64 +216,64 @@ static ddp_status cu_layernorm_bwd(ddp_backend *b, const float *dy, const float 
     return DDP_OK;
 }
 
-static ddp_status cu_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pk,
+static ddp_status cu_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
                                    int64_t d, int heads, const ddp_dropout *dr)
 {
-    ENC_LAUNCH(k_attn_fwd, pk->R * heads, qkv, o, lse, pk->off, pk->seg, pk->sid, pk->R, d, (int64_t)heads, *dr);
+    ENC_LAUNCH(k_attn_fwd, pack->R * heads, qkv, o, lse, pack->off, pack->seg, pack->sid, pack->R, d, (int64_t)heads, *dr);
     return DDP_OK;
 }
 
 static ddp_status cu_attention_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout, const float *lse,
-                                   float *dqkv, float *ws, const ddp_packing *pk, int64_t d, int heads,
+                                   float *dqkv, float *delta, const ddp_packing *pack, int64_t d, int heads,
                                    const ddp_dropout *dr)
 {
-    int64_t n = pk->R * heads, H = heads;
-    ENC_LAUNCH(k_attn_D, n, dout, o, ws, pk->R, d, H);
-    ENC_LAUNCH(k_attn_bwd_q, n, qkv, dout, lse, ws, dqkv, pk->off, pk->seg, pk->sid, pk->R, d, H, *dr);
-    ENC_LAUNCH(k_attn_bwd_kv, n, qkv, dout, lse, ws, dqkv, pk->off, pk->seg, pk->sid, pk->R, d, H, *dr);
+    int64_t n = pack->R * heads, H = heads;
+    ENC_LAUNCH(k_attn_D, n, dout, o, delta, pack->R, d, H);
+    ENC_LAUNCH(k_attn_bwd_q, n, qkv, dout, lse, delta, dqkv, pack->off, pack->seg, pack->sid, pack->R, d, H, *dr);
+    ENC_LAUNCH(k_attn_bwd_kv, n, qkv, dout, lse, delta, dqkv, pack->off, pack->seg, pack->sid, pack->R, d, H, *dr);
     return DDP_OK;
 }
 
 static ddp_status cu_gelu_erf_fwd(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
-                                  const ddp_packing *pk, int64_t cols, const ddp_dropout *dr)
+                                  const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
-    ENC_LAUNCH(k_gelu_erf_fwd, pk->R * cols, z, bias, a, dgelu, pk->off, pk->seg, pk->sid, pk->R, cols, *dr);
+    ENC_LAUNCH(k_gelu_erf_fwd, pack->R * cols, z, bias, a, dgelu, pack->off, pack->seg, pack->sid, pack->R, cols, *dr);
     return DDP_OK;
 }
 
-static ddp_status cu_gelu_erf_bwd(ddp_backend *b, const float *da, const float *dgelu, float *dz, float *dbias,
-                                  const ddp_packing *pk, int64_t cols, const ddp_dropout *dr)
+static ddp_status cu_gelu_erf_bwd(ddp_backend *b, const float *dact, const float *dgelu, float *dz, float *dbias,
+                                  const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
-    ENC_LAUNCH(k_gelu_erf_bwd, pk->R * cols, da, dgelu, dz, pk->off, pk->seg, pk->sid, pk->R, cols, *dr);
-    return cu_colsum(b, dz, dbias, pk->R, cols, 1.0f);
+    ENC_LAUNCH(k_gelu_erf_bwd, pack->R * cols, dact, dgelu, dz, pack->off, pack->seg, pack->sid, pack->R, cols, *dr);
+    return cu_colsum(b, dz, dbias, pack->R, cols, 1.0f);
 }
 
 static ddp_status cu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
-                                  const ddp_packing *pk, int64_t d, const ddp_dropout *dr)
+                                  const ddp_packing *pack, int64_t d, const ddp_dropout *dr)
 {
-    ENC_LAUNCH(k_residual_fwd, pk->R * d, out, h, t, bias, pk->off, pk->seg, pk->sid, pk->R, d, *dr);
+    ENC_LAUNCH(k_residual_fwd, pack->R * d, out, h, t, bias, pack->off, pack->seg, pack->sid, pack->R, d, *dr);
     return DDP_OK;
 }
 
-static ddp_status cu_residual_bwd(ddp_backend *b, const float *dh, float *dt, float *dbias, const ddp_packing *pk,
+static ddp_status cu_residual_bwd(ddp_backend *b, const float *dh, float *dt, float *dbias, const ddp_packing *pack,
                                   int64_t d, const ddp_dropout *dr)
 {
-    ENC_LAUNCH(k_drop, pk->R * d, dh, dt, pk->off, pk->seg, pk->sid, pk->R, d, *dr);
-    return cu_colsum(b, dt, dbias, pk->R, d, 1.0f);
+    ENC_LAUNCH(k_drop, pack->R * d, dh, dt, pack->off, pack->seg, pack->sid, pack->R, d, *dr);
+    return cu_colsum(b, dt, dbias, pack->R, d, 1.0f);
 }
 
-static ddp_status cu_pool_mean_fwd(ddp_backend *b, const float *x, float *out, const ddp_packing *pk, int64_t d)
+static ddp_status cu_pool_mean_fwd(ddp_backend *b, const float *x, float *out, const ddp_packing *pack, int64_t d)
 {
-    if (pk->B > 0) {
-        DDP_LAUNCH(k_pool_mean_fwd, (unsigned)pk->B, 128, 0, I(b)->stream, x, out, pk->off, d);
+    if (pack->B > 0) {
+        DDP_LAUNCH(k_pool_mean_fwd, (unsigned)pack->B, 128, 0, cuda_of(b)->stream, x, out, pack->off, d);
         LAUNCH_CHECK();
     }
     return DDP_OK;
 }
 
-static ddp_status cu_pool_mean_bwd(ddp_backend *b, const float *dp, float *dx, const ddp_packing *pk, int64_t d)
+static ddp_status cu_pool_mean_bwd(ddp_backend *b, const float *dp, float *dx, const ddp_packing *pack, int64_t d)
 {
-    ENC_LAUNCH(k_pool_mean_bwd, pk->R * d, dp, dx, pk->off, pk->seg, pk->R, d);
+    ENC_LAUNCH(k_pool_mean_bwd, pack->R * d, dp, dx, pack->off, pack->seg, pack->R, d);
     return DDP_OK;
 }
 

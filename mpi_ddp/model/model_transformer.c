@@ -117,12 +117,12 @@ static ddp_status stage(txmodel *m, const ddp_batch *b, const float **x, const i
         nmax = n > nmax ? n : nmax;
         for (int64_t r = b->offsets[s]; r < b->offsets[s + 1]; r++) m->seg_h[r] = s;
     }
-    m->pk = (ddp_packing){.B = B, .R = R, .hoff = b->offsets, .max_rows = nmax};
+    m->pack = (ddp_packing){.B = B, .R = R, .hoff = b->offsets, .max_rows = nmax};
     ddp_backend *be = m->be;
     if (be->host_memory) {
-        m->pk.off = b->offsets;
-        m->pk.seg = m->seg_h;
-        m->pk.sid = b->sample_ids;
+        m->pack.off = b->offsets;
+        m->pack.seg = m->seg_h;
+        m->pack.sid = b->sample_ids;
         *x = b->x;
         *lab = b->labels;
         return DDP_OK;
@@ -132,9 +132,9 @@ static ddp_status stage(txmodel *m, const ddp_batch *b, const float **x, const i
     DDP_CHECK(be->upload_async(be, m->lab_dev, b->labels, (size_t)B * sizeof(int64_t)));
     DDP_CHECK(be->upload_async(be, m->sid_dev, b->sample_ids, (size_t)B * sizeof(int64_t)));
     DDP_CHECK(be->upload_async(be, m->seg_dev, m->seg_h, (size_t)R * sizeof(int64_t)));
-    m->pk.off = m->off_dev;
-    m->pk.seg = m->seg_dev;
-    m->pk.sid = m->sid_dev;
+    m->pack.off = m->off_dev;
+    m->pack.seg = m->seg_dev;
+    m->pack.sid = m->sid_dev;
     *x = m->x_dev;
     *lab = m->lab_dev;
     return DDP_OK;
@@ -185,8 +185,8 @@ static void tx_destroy(void *self)
         float *bufs[] = {y->h, y->y1, y->mu1, y->rs1, y->qkv, y->o, y->lse, y->hmid, y->y2, y->mu2, y->rs2, y->dg, y->a2};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) REL(bufs[i]);
     }
-    void *bufs[] = {m->hL, m->yf, m->muf, m->rsf, m->p, m->dp, m->logits, m->dlogits, m->t, m->dh, m->dy, m->dqkv,
-                    m->da, m->ws, m->out, m->x_dev, m->off_dev, m->lab_dev, m->sid_dev, m->seg_dev};
+    void *bufs[] = {m->hL, m->yf, m->muf, m->rsf, m->p, m->dp, m->logits, m->dlogits, m->branch, m->dh, m->dy, m->dqkv,
+                    m->dffn, m->attn_delta, m->out, m->x_dev, m->off_dev, m->lab_dev, m->sid_dev, m->seg_dev};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) REL(bufs[i]);
 #undef REL
     free(m->h_out);
@@ -256,12 +256,12 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     BALLOC(m->dp, B * d);
     BALLOC(m->logits, B * m->C);
     BALLOC(m->dlogits, B * m->C);
-    BALLOC(m->t, R * d);
+    BALLOC(m->branch, R * d);
     BALLOC(m->dh, R * d);
     BALLOC(m->dy, R * d);
     BALLOC(m->dqkv, R * 3 * d);
-    BALLOC(m->da, R * f);
-    BALLOC(m->ws, R * H);
+    BALLOC(m->dffn, R * f);
+    BALLOC(m->attn_delta, R * H);
     DDP_TRY(DDP_BE_ALLOC(be, &m->out, (size_t)B * (2 * sizeof(float) + sizeof(int64_t))));
     m->loss = m->out;
     m->prob = m->loss + B;

@@ -37,7 +37,11 @@ typedef struct {
     tx_layer *lay;
     float *hL, *yf, *muf, *rsf; /* final residual stream and final norm */
     float *p, *dp, *logits, *dlogits;
-    float *t, *dh, *dy, *dqkv, *da, *ws; /* backward scratch */
+    float *branch;            /* [R,d] a residual branch's linear output before bias and dropout (forward),
+                                 then its gradient (backward) */
+    float *dh, *dy, *dqkv;    /* backward: residual-stream, block-input and q|k|v gradients */
+    float *dffn;              /* [R,f] gradient of the feed-forward hidden activations */
+    float *attn_delta;        /* [R,heads] attention backward's rowsum(dO * O) per head */
     void *out;                /* loss [maxB], prob [maxB], pred [maxB]: one download */
     float *loss, *prob;
     int64_t *pred;
@@ -45,7 +49,7 @@ typedef struct {
     int64_t *seg_h;           /* [maxR] host: sample of each row */
     float *x_dev;
     int64_t *off_dev, *lab_dev, *sid_dev, *seg_dev;
-    ddp_packing pk;
+    ddp_packing pack;
     double t_fwd, t_bwd, t_attn, t_gemm; /* cumulative seconds (host backends: per op class) */
 } txmodel;
 

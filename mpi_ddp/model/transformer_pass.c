@@ -42,32 +42,32 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
 {
     ddp_backend *be = m->be;
     const ddp_enc_ops *E = m->E;
-    const ddp_packing *pk = &m->pk;
-    int64_t R = pk->R, B = pk->B, d = m->d, f = m->f, H = m->heads;
+    const ddp_packing *pack = &m->pack;
+    int64_t R = pack->R, B = pack->B, d = m->d, f = m->f, H = m->heads;
     double t0 = now_s();
     float *h = m->L > 0 ? m->lay[0].h : m->hL;
     LINEAR(x, P + m->inp_w, h, R, d, m->D, 0.0f);
-    DDP_CHECK(E->embed_fwd(be, h, P + m->inp_b, m->pos_w >= 0 ? P + m->pos_w : NULL, pk, d));
+    DDP_CHECK(E->embed_fwd(be, h, P + m->inp_b, m->pos_w >= 0 ? P + m->pos_w : NULL, pack, d));
     for (int64_t l = 0; l < m->L; l++) {
         tx_layer *y = &m->lay[l];
         const int64_t *w = y->p;
         float *next = l + 1 < m->L ? m->lay[l + 1].h : m->hL;
-        ddp_dropout da = drop_at(m, b, train, l, SITE_ATTN), d1 = drop_at(m, b, train, l, SITE_RES1),
-                    df = drop_at(m, b, train, l, SITE_FFN), d2 = drop_at(m, b, train, l, SITE_RES2);
+        ddp_dropout drop_attn = drop_at(m, b, train, l, SITE_ATTN), drop_res1 = drop_at(m, b, train, l, SITE_RES1),
+                    drop_ffn = drop_at(m, b, train, l, SITE_FFN), drop_res2 = drop_at(m, b, train, l, SITE_RES2);
         DDP_CHECK(E->layernorm_fwd(be, y->h, P + w[T_N1_W], P + w[T_N1_B], y->y1, y->mu1, y->rs1, R, d));
         LINEAR(y->y1, P + w[T_QKV_W], y->qkv, R, 3 * d, d, 0.0f);
         DDP_CHECK(be->add_bias(be, y->qkv, P + w[T_QKV_B], R, 3 * d));
-        TIMED(m->t_attn, E->attention_fwd(be, y->qkv, y->o, y->lse, pk, d, (int)H, &da));
-        LINEAR(y->o, P + w[T_OUT_W], m->t, R, d, d, 0.0f);
-        DDP_CHECK(E->residual_fwd(be, y->hmid, y->h, m->t, P + w[T_OUT_B], pk, d, &d1));
+        TIMED(m->t_attn, E->attention_fwd(be, y->qkv, y->o, y->lse, pack, d, (int)H, &drop_attn));
+        LINEAR(y->o, P + w[T_OUT_W], m->branch, R, d, d, 0.0f);
+        DDP_CHECK(E->residual_fwd(be, y->hmid, y->h, m->branch, P + w[T_OUT_B], pack, d, &drop_res1));
         DDP_CHECK(E->layernorm_fwd(be, y->hmid, P + w[T_N2_W], P + w[T_N2_B], y->y2, y->mu2, y->rs2, R, d));
         LINEAR(y->y2, P + w[T_L1_W], y->dg, R, f, d, 0.0f);
-        DDP_CHECK(E->gelu_erf_fwd(be, y->dg, P + w[T_L1_B], y->a2, train ? y->dg : NULL, pk, f, &df));
-        LINEAR(y->a2, P + w[T_L2_W], m->t, R, d, f, 0.0f);
-        DDP_CHECK(E->residual_fwd(be, next, y->hmid, m->t, P + w[T_L2_B], pk, d, &d2));
+        DDP_CHECK(E->gelu_erf_fwd(be, y->dg, P + w[T_L1_B], y->a2, train ? y->dg : NULL, pack, f, &drop_ffn));
+        LINEAR(y->a2, P + w[T_L2_W], m->branch, R, d, f, 0.0f);
+        DDP_CHECK(E->residual_fwd(be, next, y->hmid, m->branch, P + w[T_L2_B], pack, d, &drop_res2));
     }
     DDP_CHECK(E->layernorm_fwd(be, m->hL, P + m->nf_w, P + m->nf_b, m->yf, m->muf, m->rsf, R, d));
-    DDP_CHECK(E->pool_mean_fwd(be, m->yf, m->p, pk, d));
+    DDP_CHECK(E->pool_mean_fwd(be, m->yf, m->p, pack, d));
     LINEAR(m->p, P + m->head_w, m->logits, B, m->C, d, 0.0f);
     DDP_CHECK(be->add_bias(be, m->logits, P + m->head_b, B, m->C));
     DDP_CHECK(be->softmax_xent(be, m->logits, lab, B, m->C, train ? m->dlogits : NULL, m->loss, m->pred, m->prob));
@@ -86,14 +86,14 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
 {
     ddp_backend *be = m->be;
     const ddp_enc_ops *E = m->E;
-    const ddp_packing *pk = &m->pk;
-    int64_t R = pk->R, B = pk->B, d = m->d, f = m->f, C = m->C, H = m->heads;
+    const ddp_packing *pack = &m->pack;
+    int64_t R = pack->R, B = pack->B, d = m->d, f = m->f, C = m->C, H = m->heads;
     double t0 = now_s();
     /* head, pooling and the final norm */
     WGRAD(m->dlogits, m->p, G + m->head_w, B, C, d);
     DDP_CHECK(be->colsum(be, m->dlogits, G + m->head_b, B, C, 1.0f));
     DGRAD(m->dlogits, P + m->head_w, m->dp, B, C, d);
-    DDP_CHECK(E->pool_mean_bwd(be, m->dp, m->dy, pk, d));
+    DDP_CHECK(E->pool_mean_bwd(be, m->dp, m->dy, pack, d));
     DDP_CHECK(be->zero(be, m->dh, (size_t)(R * d) * sizeof(float)));
     DDP_CHECK(E->layernorm_bwd(be, m->dy, m->hL, P + m->nf_w, m->muf, m->rsf, m->dh, G + m->nf_w, G + m->nf_b, R, d));
     if (ready) ready(ready_arg, m->nf_w, m->total);
@@ -101,22 +101,23 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
     for (int64_t l = m->L - 1; l >= 0; l--) {
         tx_layer *y = &m->lay[l];
         const int64_t *w = y->p;
-        ddp_dropout da = drop_at(m, b, 1, l, SITE_ATTN), d1 = drop_at(m, b, 1, l, SITE_RES1),
-                    df = drop_at(m, b, 1, l, SITE_FFN), d2 = drop_at(m, b, 1, l, SITE_RES2);
+        ddp_dropout drop_attn = drop_at(m, b, 1, l, SITE_ATTN), drop_res1 = drop_at(m, b, 1, l, SITE_RES1),
+                    drop_ffn = drop_at(m, b, 1, l, SITE_FFN), drop_res2 = drop_at(m, b, 1, l, SITE_RES2);
         /* FFN block: h_next = hmid + drop2(linear2(drop(gelu(linear1(norm2(hmid)))))) */
-        DDP_CHECK(E->residual_bwd(be, m->dh, m->t, G + w[T_L2_B], pk, d, &d2));
-        WGRAD(m->t, y->a2, G + w[T_L2_W], R, d, f);
-        DGRAD(m->t, P + w[T_L2_W], m->da, R, d, f);
-        DDP_CHECK(E->gelu_erf_bwd(be, m->da, y->dg, m->da, G + w[T_L1_B], pk, f, &df));
-        WGRAD(m->da, y->y2, G + w[T_L1_W], R, f, d);
-        DGRAD(m->da, P + w[T_L1_W], m->dy, R, f, d);
+        DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, G + w[T_L2_B], pack, d, &drop_res2));
+        WGRAD(m->branch, y->a2, G + w[T_L2_W], R, d, f);
+        DGRAD(m->branch, P + w[T_L2_W], m->dffn, R, d, f);
+        DDP_CHECK(E->gelu_erf_bwd(be, m->dffn, y->dg, m->dffn, G + w[T_L1_B], pack, f, &drop_ffn));
+        WGRAD(m->dffn, y->y2, G + w[T_L1_W], R, f, d);
+        DGRAD(m->dffn, P + w[T_L1_W], m->dy, R, f, d);
         DDP_CHECK(E->layernorm_bwd(be, m->dy, y->hmid, P + w[T_N2_W], y->mu2, y->rs2, m->dh, G + w[T_N2_W],
                                    G + w[T_N2_B], R, d));
         /* attention block: hmid = h + drop1(out_proj(attention(in_proj(norm1(h))))) */
-        DDP_CHECK(E->residual_bwd(be, m->dh, m->t, G + w[T_OUT_B], pk, d, &d1));
-        WGRAD(m->t, y->o, G + w[T_OUT_W], R, d, d);
-        DGRAD(m->t, P + w[T_OUT_W], m->dy, R, d, d);
-        TIMED(m->t_attn, E->attention_bwd(be, y->qkv, y->o, m->dy, y->lse, m->dqkv, m->ws, pk, d, (int)H, &da));
+        DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, G + w[T_OUT_B], pack, d, &drop_res1));
+        WGRAD(m->branch, y->o, G + w[T_OUT_W], R, d, d);
+        DGRAD(m->branch, P + w[T_OUT_W], m->dy, R, d, d);
+        TIMED(m->t_attn, E->attention_bwd(be, y->qkv, y->o, m->dy, y->lse, m->dqkv, m->attn_delta, pack, d, (int)H,
+                                            &drop_attn));
         DDP_CHECK(be->colsum(be, m->dqkv, G + w[T_QKV_B], R, 3 * d, 1.0f));
         /* The key bias adds q.b_k to every score of a row, which softmax ignores: its gradient is exactly 0.
          * Summed, it is rounding noise that depends on the batch's packing, and AdamW would turn that noise
@@ -130,7 +131,7 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
     }
     /* input projection and positions */
     WGRAD(m->dh, x, G + m->inp_w, R, d, m->D);
-    DDP_CHECK(E->embed_bwd(be, m->dh, G + m->inp_b, m->pos_w >= 0 ? G + m->pos_w : NULL, pk, d));
+    DDP_CHECK(E->embed_bwd(be, m->dh, G + m->inp_b, m->pos_w >= 0 ? G + m->pos_w : NULL, pack, d));
     if (ready) ready(ready_arg, 0, m->body_lo);
     m->t_bwd += now_s() - t0;
     return DDP_OK;
