@@ -9,23 +9,13 @@
  * exist, a plugin that fails to load or a failing device query is a failure, not a skip. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures, checks;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 #define OK(call) CHECK((call) == DDP_OK, "%s: %s", #call, ddp_last_error())
 
 static ddp_backend *cpu, *gpu;
@@ -96,14 +86,17 @@ static void test_gemm(void)
         }
 }
 
+/* Offsets of b packed samples: sample i has 1 row where i % every == at, else 1 + (frand + 1) * spread rows. */
+static void pack_offsets(int64_t *o, int b, uint64_t seed, int every, int at, float spread)
+{
+    o[0] = 0;
+    for (int i = 0; i < b; i++) o[i + 1] = o[i] + (i % every == at ? 1 : 1 + (int64_t)((frand(&seed) + 1) * spread));
+}
+
 /* packed segments: 70 samples of 1..40 rows (1-row samples included) */
 enum { NSEG = 70, COLS = 211 };
 static int64_t off[NSEG + 1];
-static void make_offsets(void)
-{
-    uint64_t s = 11;
-    for (int i = 0; i < NSEG; i++) off[i + 1] = off[i] + (i % 9 == 0 ? 1 : 1 + (int64_t)((frand(&s) + 1) * 19.5f));
-}
+static void make_offsets(void) { pack_offsets(off, NSEG, 11, 9, 0, 19.5f); }
 
 static void test_elementwise(void)
 {
@@ -226,75 +219,125 @@ static void test_loss_optim(void)
     free(lg), free(dl), free(loss), free(prob), free(p), free(g), free(m), free(v);
 }
 
+/* One model on each backend with its parameters, gradients and AdamW moments (host memory for the CPU one,
+ * device memory for the CUDA one), for the whole-step tests; every message starts with name. */
+typedef struct {
+    const char *name;
+    ddp_model mc, mg;
+    int64_t n;
+    float *pc, *gc, *mmc, *vvc;
+    void *pg, *gg, *mmg, *vvg;
+} twin;
+
+/* After both models are created: their buffers, and parameters from seed 3, identical to the bit. */
+static void twin_init(twin *t)
+{
+    int64_t n = t->n = ddp_model_num_params(&t->mc);
+    t->pc = calloc((size_t)n, 4), t->gc = calloc((size_t)n, 4), t->mmc = calloc((size_t)n, 4), t->vvc = calloc((size_t)n, 4);
+    OK(gpu->alloc(gpu, &t->pg, (size_t)n * 4));
+    OK(gpu->alloc(gpu, &t->gg, (size_t)n * 4));
+    OK(gpu->alloc(gpu, &t->mmg, (size_t)n * 4));
+    OK(gpu->alloc(gpu, &t->vvg, (size_t)n * 4));
+    OK(t->mc.init(t->mc.self, t->pc, 3));
+    OK(t->mg.init(t->mg.self, t->pg, 3));
+    float *h = host_of(t->pg, n);
+    CHECK(memcmp(t->pc, h, (size_t)n * 4) == 0, "%sinit differs between CPU and CUDA", t->name);
+    free(h);
+}
+
+/* One step's gradients: they accumulate into the zeroed buffer over two micro-batches, as --accumulate 2
+ * does; then the per-sample losses of the last one. */
+static void twin_gradients(twin *t, const ddp_batch *b, int step, ddp_forward_out *oc, ddp_forward_out *og)
+{
+    OK(cpu->zero(cpu, t->gc, (size_t)t->n * 4));
+    OK(gpu->zero(gpu, t->gg, (size_t)t->n * 4));
+    for (int micro = 0; micro < 2; micro++) {
+        OK(t->mc.train_step(t->mc.self, b, t->pc, t->gc, oc, NULL, NULL));
+        OK(t->mg.train_step(t->mg.self, b, t->pg, t->gg, og, NULL, NULL));
+    }
+    char what[128];
+    snprintf(what, sizeof what, "%sstep %d losses", t->name, step);
+    expect_close(what, og->loss, oc->loss, b->nsamples, 1e-4);
+}
+
+/* The gradients per tensor, by name. */
+static void twin_expect_gradients(twin *t, int step)
+{
+    char what[128];
+    float *hg = host_of(t->gg, t->n);
+    for (int k = 0, lo = 0; k < t->mc.ntensors; k++) {
+        const ddp_tensor_spec *ts = &t->mc.tensors[k];
+        int64_t len = ts->shape[0] * (ts->ndim > 1 ? ts->shape[1] : 1);
+        snprintf(what, sizeof what, "%sstep %d gradient %s", t->name, step, ts->name);
+        expect_close(what, hg + lo, t->gc + lo, len, 2e-3);
+        lo += (int)len;
+    }
+    free(hg);
+}
+
+/* AdamW on both (the gradients of two micro-batches of `samples` each), then the parameters within tol. */
+static void twin_adamw(twin *t, int step, int samples, double tol)
+{
+    ddp_adamw_args a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                        .bc1 = 1.0f - powf(0.9f, (float)step), .bc2_sqrt = sqrtf(1.0f - powf(0.999f, (float)step)),
+                        .gscale = 1.0f / (2 * samples)};
+    OK(cpu->adamw(cpu, t->pc, t->gc, t->mmc, t->vvc, t->n, &a));
+    OK(gpu->adamw(gpu, t->pg, t->gg, t->mmg, t->vvg, t->n, &a));
+    char what[128];
+    snprintf(what, sizeof what, "%sstep %d parameters", t->name, step);
+    expect_dev_close(what, t->pg, t->pc, t->n, tol);
+}
+
+/* An eval step on both: the loss sum and every prediction. */
+static void twin_eval(twin *t, const ddp_batch *b, ddp_forward_out *oc, ddp_forward_out *og)
+{
+    OK(t->mc.eval_step(t->mc.self, b, t->pc, oc));
+    OK(t->mg.eval_step(t->mg.self, b, t->pg, og));
+    CHECK(fabs(oc->loss_sum - og->loss_sum) <= 1e-4 * fabs(oc->loss_sum), "%seval loss differs: %g vs %g", t->name,
+          oc->loss_sum, og->loss_sum);
+    for (int i = 0; i < b->nsamples; i++)
+        CHECK(oc->pred[i] == og->pred[i], "%seval prediction %d differs", t->name, i);
+}
+
+static void twin_close(twin *t)
+{
+    t->mc.destroy(t->mc.self);
+    t->mg.destroy(t->mg.self);
+    gpu->release(gpu, t->pg), gpu->release(gpu, t->gg), gpu->release(gpu, t->mmg), gpu->release(gpu, t->vvg);
+    free(t->pc), free(t->gc), free(t->mmc), free(t->vvc);
+}
+
 /* Three train steps of the reference model (H 200) on both backends with AdamW in between, then eval. */
 static void test_model_steps(void)
 {
     enum { D = 37, H = 200, C = 7, B = 64 };
-    int64_t o[B + 1] = {0};
-    uint64_t s = 1;
-    for (int i = 0; i < B; i++) o[i + 1] = o[i] + (i % 10 == 3 ? 1 : 1 + (int64_t)((frand(&s) + 1) * 24));
+    int64_t o[B + 1];
+    pack_offsets(o, B, 1, 10, 3, 24);
     int64_t R = o[B], lab[B], ids[B];
     for (int i = 0; i < B; i++) lab[i] = (i * 5) % C, ids[i] = i;
     float *x = rnd(R * D, 77, 2);
-    ddp_model mc, mg;
-    OK(ddp_refmodel_create_on(cpu, D, H, C, R, B, &mc));
-    OK(ddp_refmodel_create_on(gpu, D, H, C, R, B, &mg));
-    int64_t n = ddp_model_num_params(&mc);
-    float *pc = calloc((size_t)n, 4), *gc = calloc((size_t)n, 4), *mmc = calloc((size_t)n, 4), *vvc = calloc((size_t)n, 4);
-    void *pg, *gg, *mmg, *vvg;
-    OK(gpu->alloc(gpu, &pg, (size_t)n * 4));
-    OK(gpu->alloc(gpu, &gg, (size_t)n * 4));
-    OK(gpu->alloc(gpu, &mmg, (size_t)n * 4));
-    OK(gpu->alloc(gpu, &vvg, (size_t)n * 4));
-    OK(mc.init(mc.self, pc, 3));
-    OK(mg.init(mg.self, pg, 3));
-    float *h = host_of(pg, n);
-    CHECK(memcmp(pc, h, (size_t)n * 4) == 0, "init differs between CPU and CUDA");
-    free(h);
+    twin t = {.name = ""};
+    OK(ddp_refmodel_create_on(cpu, D, H, C, R, B, &t.mc));
+    OK(ddp_refmodel_create_on(gpu, D, H, C, R, B, &t.mg));
+    twin_init(&t);
     uint8_t pad[B] = {0};
     ddp_batch b = {.nsamples = B, .nrows = R, .dim = D, .offsets = o, .labels = lab, .sample_ids = ids, .is_pad = pad, .x = x};
     float lc[B], lg[B], prc[B], prg[B];
     int64_t pdc[B], pdg[B];
     ddp_forward_out oc = {.loss = lc, .prob = prc, .pred = pdc}, og = {.loss = lg, .prob = prg, .pred = pdg};
     for (int step = 1; step <= 3; step++) {
-        /* gradients accumulate into the buffer: two micro-batches per step, as --accumulate 2 does */
-        OK(cpu->zero(cpu, gc, (size_t)n * 4));
-        OK(gpu->zero(gpu, gg, (size_t)n * 4));
-        for (int micro = 0; micro < 2; micro++) {
-            OK(mc.train_step(mc.self, &b, pc, gc, &oc, NULL, NULL));
-            OK(mg.train_step(mg.self, &b, pg, gg, &og, NULL, NULL));
-        }
+        twin_gradients(&t, &b, step, &oc, &og);
         char what[64];
-        snprintf(what, sizeof what, "step %d losses", step);
-        expect_close(what, lg, lc, B, 1e-4);
         snprintf(what, sizeof what, "step %d probabilities", step);
         expect_close(what, prg, prc, B, 1e-4);
         for (int i = 0; i < B; i++) CHECK(pdc[i] == pdg[i], "step %d prediction %d differs", step, i);
-        float *hg = host_of(gg, n);
-        for (int t = 0, lo = 0; t < mc.ntensors; t++) { /* per tensor, by name */
-            int64_t k = mc.tensors[t].shape[0] * (mc.tensors[t].ndim > 1 ? mc.tensors[t].shape[1] : 1);
-            snprintf(what, sizeof what, "step %d gradient %s", step, mc.tensors[t].name);
-            expect_close(what, hg + lo, gc + lo, k, 2e-3);
-            lo += (int)k;
-        }
-        free(hg);
-        ddp_adamw_args a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
-                            .bc1 = 1.0f - powf(0.9f, (float)step), .bc2_sqrt = sqrtf(1.0f - powf(0.999f, (float)step)),
-                            .gscale = 1.0f / (2 * B)};
-        OK(cpu->adamw(cpu, pc, gc, mmc, vvc, n, &a));
-        OK(gpu->adamw(gpu, pg, gg, mmg, vvg, n, &a));
-        snprintf(what, sizeof what, "step %d parameters", step);
-        expect_dev_close(what, pg, pc, n, 1e-4);
+        twin_expect_gradients(&t, step);
+        twin_adamw(&t, step, B, 1e-4);
     }
-    OK(mc.eval_step(mc.self, &b, pc, &oc));
-    OK(mg.eval_step(mg.self, &b, pg, &og));
-    CHECK(fabs(oc.loss_sum - og.loss_sum) <= 1e-4 * fabs(oc.loss_sum), "eval loss differs: %g vs %g", oc.loss_sum, og.loss_sum);
+    twin_eval(&t, &b, &oc, &og);
     expect_close("eval probabilities", prg, prc, B, 1e-4);
-    for (int i = 0; i < B; i++) CHECK(pdc[i] == pdg[i], "eval prediction %d differs", i);
-    mc.destroy(mc.self);
-    mg.destroy(mg.self);
-    gpu->release(gpu, pg), gpu->release(gpu, gg), gpu->release(gpu, mmg), gpu->release(gpu, vvg);
-    free(x), free(pc), free(gc), free(mmc), free(vvc);
+    twin_close(&t);
+    free(x);
 }
 
 /* The Transformer encoder's ops (ddp_enc_ops), each against the CPU twin on the same packed batch: lengths
@@ -302,9 +345,9 @@ static void test_model_steps(void)
 static void test_enc_ops(void)
 {
     enum { B = 12, d = 24, H = 4, F = 40 };
-    int64_t o[B + 1] = {0}, sid[B];
-    uint64_t s = 5;
-    for (int i = 0; i < B; i++) o[i + 1] = o[i] + (i % 5 == 2 ? 1 : 1 + (int64_t)((frand(&s) + 1) * 20)), sid[i] = 100 + 3 * i;
+    int64_t o[B + 1], sid[B];
+    pack_offsets(o, B, 5, 5, 2, 20);
+    for (int i = 0; i < B; i++) sid[i] = 100 + 3 * i;
     int64_t R = o[B], mx = 0, *seg = malloc((size_t)R * sizeof *seg);
     for (int i = 0; i < B; i++) {
         mx = o[i + 1] - o[i] > mx ? o[i + 1] - o[i] : mx;
@@ -411,9 +454,8 @@ static void test_enc_ops(void)
 static void test_transformer_steps(void)
 {
     enum { D = 13, B = 16 };
-    int64_t o[B + 1] = {0}, lab[B], ids[B];
-    uint64_t s = 2;
-    for (int i = 0; i < B; i++) o[i + 1] = o[i] + (i % 7 == 3 ? 1 : 1 + (int64_t)((frand(&s) + 1) * 20));
+    int64_t o[B + 1], lab[B], ids[B];
+    pack_offsets(o, B, 2, 7, 3, 20);
     for (int i = 0; i < B; i++) lab[i] = (i * 5) % 3, ids[i] = 500 + i;
     int64_t R = o[B];
     float *x = rnd(R * D, 78, 2);
@@ -421,22 +463,11 @@ static void test_transformer_steps(void)
     ddp_model_config_default(&c);
     c.kind = DDP_MODEL_TRANSFORMER, c.dim = D, c.classes = 3, c.hidden = 24, c.heads = 4, c.ff = 40, c.layers = 2;
     c.max_positions = 64, c.dropout = 0.1, c.max_batch_rows = R, c.max_batch_samples = B;
-    ddp_model mc, mg;
-    OK(ddp_model_create_on(cpu, &c, &mc));
-    OK(ddp_model_create_on(gpu, &c, &mg));
+    twin t = {.name = "transformer "};
+    OK(ddp_model_create_on(cpu, &c, &t.mc));
+    OK(ddp_model_create_on(gpu, &c, &t.mg));
     if (failures) return;
-    int64_t n = ddp_model_num_params(&mc);
-    float *pc = calloc((size_t)n, 4), *gc = calloc((size_t)n, 4), *mmc = calloc((size_t)n, 4), *vvc = calloc((size_t)n, 4);
-    void *pg, *gg, *mmg, *vvg;
-    OK(gpu->alloc(gpu, &pg, (size_t)n * 4));
-    OK(gpu->alloc(gpu, &gg, (size_t)n * 4));
-    OK(gpu->alloc(gpu, &mmg, (size_t)n * 4));
-    OK(gpu->alloc(gpu, &vvg, (size_t)n * 4));
-    OK(mc.init(mc.self, pc, 3));
-    OK(mg.init(mg.self, pg, 3));
-    float *h = host_of(pg, n);
-    CHECK(memcmp(pc, h, (size_t)n * 4) == 0, "transformer init differs between CPU and CUDA");
-    free(h);
+    twin_init(&t);
     uint8_t pad[B] = {0};
     float lc[B], lg[B], prc[B], prg[B];
     int64_t pdc[B], pdg[B];
@@ -444,45 +475,18 @@ static void test_transformer_steps(void)
     for (int step = 1; step <= 2; step++) {
         ddp_batch b = {.nsamples = B, .nrows = R, .dim = D, .offsets = o, .labels = lab, .sample_ids = ids, .is_pad = pad,
                        .x = x, .step = step};
-        OK(cpu->zero(cpu, gc, (size_t)n * 4));
-        OK(gpu->zero(gpu, gg, (size_t)n * 4));
-        for (int micro = 0; micro < 2; micro++) {
-            OK(mc.train_step(mc.self, &b, pc, gc, &oc, NULL, NULL));
-            OK(mg.train_step(mg.self, &b, pg, gg, &og, NULL, NULL));
-        }
-        char what[128];
-        snprintf(what, sizeof what, "transformer step %d losses", step);
-        expect_close(what, lg, lc, B, 1e-4);
-        float *hg = host_of(gg, n);
-        for (int t = 0, lo = 0; t < mc.ntensors; t++) {
-            int64_t k = mc.tensors[t].shape[0] * (mc.tensors[t].ndim > 1 ? mc.tensors[t].shape[1] : 1);
-            snprintf(what, sizeof what, "transformer step %d gradient %s", step, mc.tensors[t].name);
-            expect_close(what, hg + lo, gc + lo, k, 2e-3);
-            lo += (int)k;
-        }
-        free(hg);
-        ddp_adamw_args a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
-                            .bc1 = 1.0f - powf(0.9f, (float)step), .bc2_sqrt = sqrtf(1.0f - powf(0.999f, (float)step)),
-                            .gscale = 1.0f / (2 * B)};
-        OK(cpu->adamw(cpu, pc, gc, mmc, vvc, n, &a));
-        OK(gpu->adamw(gpu, pg, gg, mmg, vvg, n, &a));
-        snprintf(what, sizeof what, "transformer step %d parameters", step);
-        expect_dev_close(what, pg, pc, n, 1e-3); /* AdamW's first steps amplify the rounding of tiny gradients */
+        twin_gradients(&t, &b, step, &oc, &og);
+        twin_expect_gradients(&t, step);
+        twin_adamw(&t, step, B, 1e-3); /* AdamW's first steps amplify the rounding of tiny gradients */
         /* the next step starts both backends from the same state, so its gradients are compared on equal inputs */
-        OK(gpu->upload(gpu, pg, pc, (size_t)n * 4));
-        OK(gpu->upload(gpu, mmg, mmc, (size_t)n * 4));
-        OK(gpu->upload(gpu, vvg, vvc, (size_t)n * 4));
+        OK(gpu->upload(gpu, t.pg, t.pc, (size_t)t.n * 4));
+        OK(gpu->upload(gpu, t.mmg, t.mmc, (size_t)t.n * 4));
+        OK(gpu->upload(gpu, t.vvg, t.vvc, (size_t)t.n * 4));
     }
     ddp_batch b = {.nsamples = B, .nrows = R, .dim = D, .offsets = o, .labels = lab, .sample_ids = ids, .is_pad = pad, .x = x};
-    OK(mc.eval_step(mc.self, &b, pc, &oc));
-    OK(mg.eval_step(mg.self, &b, pg, &og));
-    CHECK(fabs(oc.loss_sum - og.loss_sum) <= 1e-4 * fabs(oc.loss_sum), "transformer eval loss differs: %g vs %g", oc.loss_sum,
-          og.loss_sum);
-    for (int i = 0; i < B; i++) CHECK(pdc[i] == pdg[i], "transformer eval prediction %d differs", i);
-    mc.destroy(mc.self);
-    mg.destroy(mg.self);
-    gpu->release(gpu, pg), gpu->release(gpu, gg), gpu->release(gpu, mmg), gpu->release(gpu, vvg);
-    free(x), free(pc), free(gc), free(mmc), free(vvc);
+    twin_eval(&t, &b, &oc, &og);
+    twin_close(&t);
+    free(x);
 }
 
 int main(void)
@@ -527,6 +531,5 @@ int main(void)
     test_model_steps();
     cpu->destroy(cpu);
     gpu->destroy(gpu);
-    printf("%d passed, %d failed\n", checks - failures, failures);
-    return failures ? 1 : 0;
+    return check_summary();
 }

@@ -4,6 +4,7 @@
  * tracked device memory, kernels whose threads meet at __syncthreads, launch limits, a divergent barrier
  * reported as a fault, cuBLAS in column-major, and NCCL over shared memory between forked processes
  * (exact sums, duplicate devices refused, an injected init failure and a hung allreduce ended by abort). */
+#include "check.h"
 #include "emu_cuda.h"
 
 #include <math.h>
@@ -15,18 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int passed, failed;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 #define EQ(a, b) CHECK((a) == (b), "%s == %s: %lld vs %lld", #a, #b, (long long)(a), (long long)(b))
 
 static sem_t gate;
@@ -209,7 +198,7 @@ static void test_blas(void)
 static int nccl_child(int rank, int nranks, ncclUniqueId id, int dev, int blocking, const char *fault)
 {
     if (fault) setenv("MPIDDP_EMU_NCCL_FAULT", fault, 1);
-    passed = failed = 0;
+    checks = failures = 0;
     EQ(cudaSetDevice(dev), cudaSuccess);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = blocking;
@@ -223,7 +212,7 @@ static int nccl_child(int rank, int nranks, ncclUniqueId id, int dev, int blocki
         if (rank == 1) EQ(a, ncclSystemError);
         else CHECK(a == ncclInProgress || a == ncclRemoteError, "rank %d: init should still wait (or see a peer abort): %d", rank, a);
         ncclCommAbort(c);
-        return failed;
+        return failures;
     }
     if (a != ncclSuccess) {
         ncclCommAbort(c);
@@ -243,7 +232,7 @@ static int nccl_child(int rank, int nranks, ncclUniqueId id, int dev, int blocki
         sleep_ms(700);
         ncclCommAbort(c);
         EQ(cudaStreamSynchronize(s), cudaSuccess);
-        return failed;
+        return failures;
     }
     EQ(cudaStreamSynchronize(s), cudaSuccess);
     cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost);
@@ -255,7 +244,7 @@ static int nccl_child(int rank, int nranks, ncclUniqueId id, int dev, int blocki
     }
     CHECK(ok, "allreduce result differs from the rank-ordered sum on rank %d", rank);
     ncclCommDestroy(c);
-    return failed;
+    return failures;
 }
 
 static void run_nccl(int nranks, const int *devs, int blocking, const char *fault, int want_status)
@@ -292,6 +281,5 @@ int main(void)
     test_blas();
     test_streams();
     test_kernels(); /* last: it leaves the sticky fault set */
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }
