@@ -10,6 +10,7 @@
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/comm/sync.h"
 #include "mpiddp.h"
+#include "bench_util.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -17,13 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int64_t parse_size(const char *s)
 {

@@ -10,6 +10,7 @@
 #include "io/dataset.h"
 #include "io/sampler.h"
 #include "mpiddp.h"
+#include "bench_util.h"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -19,13 +20,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void rss(long *anon_kb, long *file_kb)
 {

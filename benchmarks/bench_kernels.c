@@ -19,6 +19,7 @@
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpiddp.h"
+#include "bench_util.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -29,13 +30,6 @@
 
 #define H100_FP32 67e12
 #define H100_HBM 3.35e12
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 #define CK(call)                                                                                   \
     do {                                                                                           \

@@ -20,6 +20,7 @@
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/comm/sync.h"
 #include "mpiddp.h"
+#include "bench_util.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -28,13 +29,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 #define DIE(...)                                                                                   \
     do {                                                                                           \

@@ -25,6 +25,10 @@ import os
 import re
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in benchmarks/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_common import fnum  # noqa: E402
+
 TRAIN_COLS = ["model", "config", "hidden", "layers", "lens", "batch", "ranks", "steps", "impl", "precision", "attention", "status",
               "samples_per_s", "tokens_per_s", "step_ms", "data_ms", "fwd_ms", "bwd_ms", "attn_ms", "gemm_ms", "sync_ms",
               "opt_ms", "params", "tokens_per_step", "sum_n2_per_step", "gflop_per_step", "tflops", "peak_tflops", "mfu",
@@ -34,13 +38,6 @@ TX_COLS = ["impl", "ranks", "d", "layers", "heads", "ff", "lens", "batch", "step
            "peak_rss_mib", "private_mib", "attn", "tokens", "sum_n2", "params", "gpu_alloc_mib", "device"]
 MLP_COLS = ["impl", "ranks", "d", "batch", "steps", "samples_per_s", "rows_per_s", "step_ms", "data_ms", "fwd_ms", "bwd_ms",
             "sync_ms", "opt_ms", "gflops", "sgemm_gflops", "peak_rss_mib", "private_mib", "cmax_ms", "balance"]
-
-
-def fnum(x):
-    try:
-        return float(x) if x not in (None, "") else None
-    except ValueError:
-        return None
 
 
 def fmt(x, nd=1):
@@ -142,6 +139,11 @@ def add(a):
         w.writerow(row)
 
 
+def section(L, title):
+    """a markdown section: the heading ### title between blank lines"""
+    L += ["", f"### {title}", ""]
+
+
 def read_csv(path):
     if not path or not os.path.exists(path) or os.path.getsize(path) == 0:
         return []
@@ -162,9 +164,7 @@ def report(a):
              "`MFU bf16` against the bf16 peak for both. Both sides train the same batches (`bench_train --batches-out`). "
              "`device MiB`: peak of nvidia-smi's memory.used during the run minus before it (includes the CUDA context, "
              "cuBLAS/NCCL workspaces); `alloc MiB`: `torch.cuda.max_memory_allocated()`.")
-    L.append("")
-    L.append("### Training throughput: mpiddp beside PyTorch (same GPU, same batches)")
-    L.append("")
+    section(L, "Training throughput: mpiddp beside PyTorch (same GPU, same batches)")
     if rows:
         L.append("| model | lens | B | impl | precision | attention | samples/s | tokens/s | step ms | TFLOP/s | MFU | MFU bf16 "
                  "| padding | device MiB | alloc MiB | × best PyTorch |")
@@ -185,9 +185,7 @@ def report(a):
                      + (f"{fmt(r['samples_per_s'])} | {fmt(r['tokens_per_s'], 0)} | {fmt(r['step_ms'], 2)} | {fmt(r['tflops'], 2)} | "
                         f"{mfu} | {mfub} | {pad} | {fmt(r['device_mib'], 0)} | {fmt(r['alloc_mib'], 0)} | {ratio or '–'} |"
                         if ok else f"**{r['status']}** | | | | | | | | | |"))
-        L.append("")
-        L.append("### Step breakdown (ms per step, rank 0)")
-        L.append("")
+        section(L, "Step breakdown (ms per step, rank 0)")
         L.append("mpiddp: data = waiting for the loader and the host-to-device copy; fwd and bwd from the model's own "
                  "timers (attention and GEMM are parts of them); sync = waiting for the gradient allreduce after "
                  "backward; opt = AdamW. These are host-side timers: on a GPU, kernels queued in one phase can finish "
@@ -206,9 +204,7 @@ def report(a):
                      f"{fmt(r['gflop_per_step'], 2)} |")
     else:
         L.append("(no training runs)")
-    L.append("")
-    L.append("### Per-kernel table: `bench_kernels`")
-    L.append("")
+    section(L, "Per-kernel table: `bench_kernels`")
     kern = read_csv(a.kernels)
     if kern:
         k0 = kern[0]
@@ -226,9 +222,7 @@ def report(a):
             L.append("Furthest from the roofline: " + "; ".join(f"{r['op']} ({r['config']}) {fnum(r['roofline_frac']):.2f}" for r in worst) + ".")
     else:
         L.append("(not run)")
-    L.append("")
-    L.append("### Allreduce: `bench_allreduce`")
-    L.append("")
+    section(L, "Allreduce: `bench_allreduce`")
     ar = read_csv(a.allreduce)
     if ar:
         L.append("| table | backend | ranks | bytes | time us | algbw GB/s | busbw GB/s | buckets | raw MPI us | ratio |")
@@ -242,9 +236,7 @@ def report(a):
     else:
         L.append("(not run)")
     if steps:
-        L.append("")
-        L.append("### Steps")
-        L.append("")
+        section(L, "Steps")
         L.append("| step | result | seconds | note |")
         L.append("|---|---|---:|---|")
         for ln in steps.splitlines():

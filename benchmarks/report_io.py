@@ -8,8 +8,11 @@ over each peer. Writes io.csv and io.png (gnuplot).
 import collections
 import csv
 import os
-import subprocess
 import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in benchmarks/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_common import gnuplot, write_csv  # noqa: E402
 
 raw, out = sys.argv[1], sys.argv[2]
 cols = ["ranks", "rank", "reader", "order", "cache", "samples", "bytes", "seconds", "rss_anon_mib", "rss_file_mib", "check"]
@@ -32,10 +35,7 @@ for r in rows:
     r["mmap_speedup"] = m["samples_per_s"] / r["samples_per_s"] if m else float("nan")
 os.makedirs(out, exist_ok=True)
 keys = list(rows[0].keys())
-with open(f"{out}/io.csv", "w") as f:
-    w = csv.DictWriter(f, keys)
-    w.writeheader()
-    w.writerows(rows)
+write_csv(f"{out}/io.csv", keys, rows)
 hdr = f"{'ranks':>5} {'reader':>8} {'order':>5} {'cache':>5} {'samples':>8} {'samples/s':>12} {'GB/s':>8} {'RssAnon MiB':>12} {'RssFile MiB':>12} {'mmap x':>7}"
 print(hdr)
 for r in rows:
@@ -50,7 +50,7 @@ with open(dat, "w") as f:
     for c in confs:
         vals = [by.get((c[0], rd, c[1], c[2]), {}).get("samples_per_s", 0) for rd in readers]
         f.write(f"np{c[0]}-{c[1]}-{c[2]} " + " ".join(f"{v:.1f}" for v in vals) + "\n")
-gp = f"""set terminal pngcairo size 1000,500
+gnuplot(f"""set terminal pngcairo size 1000,500
 set output '{out}/io.png'
 set title 'mpiddp bench_io: sample reads (higher is better)' noenhanced
 set style data histograms
@@ -61,8 +61,4 @@ set ylabel 'samples/s (all ranks)'
 set xtics rotate by -30
 set key autotitle columnhead
 plot for [i=2:{len(readers) + 1}] '{dat}' using i:xtic(1)
-"""
-try:
-    subprocess.run(["gnuplot"], input=gp.encode(), check=True)
-except (OSError, subprocess.CalledProcessError) as e:
-    print(f"(no plot: {e})")
+""")

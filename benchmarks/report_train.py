@@ -7,18 +7,14 @@ each row is its median run by samples/s (the range over the runs is kept in samp
 the sgemm share is the median of the runs' shares."""
 import csv
 import os
-import subprocess
 import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in benchmarks/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_common import gnuplot, median_runs, runs_range, samples_md, write_csv  # noqa: E402
 
 COLS = ["impl", "ranks", "hidden", "batch", "steps", "samples_per_s", "rows_per_s", "step_ms", "data_ms", "fwd_ms", "bwd_ms",
         "sync_ms", "opt_ms", "gflops", "sgemm_gflops", "peak_rss_mib", "private_mib", "compute_max_ms", "rows_max_over_mean"]
-
-
-def gnuplot(script):
-    try:
-        subprocess.run(["gnuplot"], input=script.encode(), check=True)
-    except (OSError, subprocess.CalledProcessError) as e:
-        print(f"(no plot: {e})")
 
 
 def plots(out):
@@ -76,15 +72,7 @@ runs = {}
 for r in csv.reader(open(raw)):
     r = dict(zip(COLS, r))
     runs.setdefault((r["impl"], int(r["ranks"]), int(r["hidden"])), []).append(r)
-rows = []
-for key, rs in runs.items():
-    rs.sort(key=lambda r: float(r["samples_per_s"]))
-    r = dict(rs[(len(rs) - 1) // 2])  # the median run (the lower middle one for an even count)
-    r["runs"] = str(len(rs))
-    r["samples_min"], r["samples_max"] = rs[0]["samples_per_s"], rs[-1]["samples_per_s"]
-    shares = sorted(float(x["gflops"]) / float(x["sgemm_gflops"]) for x in rs if x["gflops"])
-    r["of_sgemm"] = f"{shares[(len(shares) - 1) // 2]:.2f}" if shares else ""
-    rows.append(r)
+rows = median_runs(runs, lambda x: float(x["gflops"]) / float(x["sgemm_gflops"]) if x["gflops"] else None)
 by = {(r["impl"], int(r["ranks"]), int(r["hidden"])): r for r in rows}
 for r in rows:
     peer = by.get(("torch-ddp", int(r["ranks"]), int(r["hidden"])))
@@ -93,10 +81,7 @@ for r in rows:
     r["weak_eff"] = f"{float(r['samples_per_s']) / int(r['ranks']) / float(one['samples_per_s']):.2f}" if one else ""
 keys = COLS + ["runs", "samples_min", "samples_max", "vs_peer", "weak_eff", "of_sgemm"]
 rows.sort(key=lambda r: (int(r["hidden"]), int(r["ranks"]), r["impl"]))
-with open(f"{out}/train.csv", "w") as f:
-    w = csv.DictWriter(f, keys)
-    w.writeheader()
-    w.writerows(rows)
+write_csv(f"{out}/train.csv", keys, rows)
 print(f"{'impl':>10} {'np':>3} {'H':>4} {'samples/s':>10} {'rows/s':>10} {'step ms':>8} {'data':>6} {'fwd':>6} {'bwd':>6} {'sync':>6} "
       f"{'opt':>6} {'maxcmp':>6} {'GF/s':>6} {'sgemm':>6} {'%sgemm':>6} {'RSS MiB':>8} {'priv MiB':>8} {'x peer':>7} {'weak eff':>8} {'runs: samples/s range':>22}")
 for r in rows:
@@ -104,15 +89,14 @@ for r in rows:
           f"{float(r['step_ms']):>8.2f} {r['data_ms']:>6.6} {r['fwd_ms']:>6.6} {r['bwd_ms']:>6.6} {r['sync_ms'] or '-':>6.6} "
           f"{r['opt_ms']:>6.6} {r.get('compute_max_ms') or '-':>6.6} {r['gflops'] or '-':>6.6} {r['sgemm_gflops'] or '-':>6.6} {r['of_sgemm'] or '-':>6} "
           f"{float(r['peak_rss_mib']):>8.1f} {float(r.get('private_mib') or 'nan'):>8.1f} {r['vs_peer'] or '-':>7} {r['weak_eff']:>8} "
-          f"{r['runs'] + ': ' + format(float(r['samples_min']), '.0f') + '-' + format(float(r['samples_max']), '.0f'):>22}")
+          f"{runs_range(r):>22}")
 with open(f"{out}/train_table.md", "w") as f:  # the same table for benchmarks/RESULTS.md
     f.write("| impl | np | H | samples/s (median; range) | step ms | data | fwd | bwd | sync | opt | slowest fwd+bwd | GFLOP/s | sgemm GFLOP/s "
             "| of sgemm | peak RSS MiB | private MiB | × peer | weak eff. |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
             "---:|---:|---:|---:|---:|---:|\n")
     num = lambda x, n=2: "" if not x else f"{float(x):.{n}f}"
     for r in rows:
-        sp = f"{float(r['samples_per_s']):,.0f} ({float(r['samples_min']):,.0f}–{float(r['samples_max']):,.0f})".replace(",", " ")
-        f.write(f"| {r['impl']} | {r['ranks']} | {r['hidden']} | {sp} | {num(r['step_ms'])} | {num(r['data_ms'])} | {num(r['fwd_ms'])} "
+        f.write(f"| {r['impl']} | {r['ranks']} | {r['hidden']} | {samples_md(r)} | {num(r['step_ms'])} | {num(r['data_ms'])} | {num(r['fwd_ms'])} "
                 f"| {num(r['bwd_ms'])} | {num(r['sync_ms']) or '–'} | {num(r['opt_ms'])} | {num(r.get('compute_max_ms')) or '–'} | {num(r['gflops'], 1)} "
                 f"| {num(r['sgemm_gflops'], 1)} | {r['of_sgemm']} | {num(r['peak_rss_mib'], 0)} | {num(r.get('private_mib'), 1)} "
                 f"| {('**' + r['vs_peer'] + '**') if r['vs_peer'] else ''} | {r['weak_eff']} |\n")

@@ -15,22 +15,17 @@ and the issue's targets (PASS/MISS) on stdout, and the plots OUTDIR/tx_samples.p
 configuration, both impls, 2 ranks) and OUTDIR/tx_breakdown.png (mpiddp's step breakdown, 2 ranks)."""
 import csv
 import os
-import subprocess
 import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in benchmarks/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_common import fnum as f, gnuplot, median_runs, runs_range, samples_md, write_csv  # noqa: E402
 
 COLS = ["impl", "ranks", "d", "layers", "heads", "ff", "lens", "batch", "steps", "samples_per_s", "rows_per_s", "step_ms",
         "data_ms", "fwd_ms", "bwd_ms", "attn_ms", "gemm_ms", "sync_ms", "opt_ms", "gflops", "sgemm_gflops", "pad_share",
         "peak_rss_mib", "private_mib"]
 PEER = "torch-ddp"
 PLOT_RANKS = 2
-
-
-def f(x):
-    """float of a CSV cell, None when empty"""
-    try:
-        return float(x) if x not in (None, "") else None
-    except ValueError:
-        return None
 
 
 def lens_key(lens):
@@ -47,13 +42,6 @@ def cfg_key(r):
 
 def cfg_label(r):
     return f"d{r['d']} L{r['layers']} {r['lens']}"
-
-
-def gnuplot(script):
-    try:
-        subprocess.run(["gnuplot"], input=script.encode(), check=True)
-    except (OSError, subprocess.CalledProcessError) as e:
-        print(f"(no plot: {e})")
 
 
 def plots(out):
@@ -138,15 +126,7 @@ for lineno, row in enumerate(csv.reader(open(raw)), 1):
         continue
     r = dict(zip(COLS, row))
     runs.setdefault((r["impl"], int(r["ranks"]), int(r["d"]), int(r["layers"]), r["lens"]), []).append(r)
-rows = []
-for key, rs in runs.items():
-    rs.sort(key=lambda r: float(r["samples_per_s"]))
-    r = dict(rs[(len(rs) - 1) // 2])  # the median run (the lower middle one for an even count)
-    r["runs"] = str(len(rs))
-    r["samples_min"], r["samples_max"] = rs[0]["samples_per_s"], rs[-1]["samples_per_s"]
-    shares = sorted(f(x["gflops"]) / f(x["sgemm_gflops"]) for x in rs if f(x["gflops"]) and f(x["sgemm_gflops"]))
-    r["of_sgemm"] = f"{shares[(len(shares) - 1) // 2]:.2f}" if shares else ""
-    rows.append(r)
+rows = median_runs(runs, lambda x: f(x["gflops"]) / f(x["sgemm_gflops"]) if f(x["gflops"]) and f(x["sgemm_gflops"]) else None)
 by = {(r["impl"], int(r["ranks"]), int(r["d"]), int(r["layers"]), r["lens"]): r for r in rows}
 for r in rows:
     k = (int(r["ranks"]), int(r["d"]), int(r["layers"]), r["lens"])
@@ -156,10 +136,7 @@ for r in rows:
     r["weak_eff"] = f"{float(r['samples_per_s']) / int(r['ranks']) / float(one['samples_per_s']):.2f}" if one else ""
 keys = COLS + ["runs", "samples_min", "samples_max", "vs_peer", "weak_eff", "of_sgemm"]
 rows.sort(key=lambda r: cfg_key(r) + (int(r["ranks"]), r["impl"] != "mpiddp", r["impl"]))
-with open(f"{out}/tx.csv", "w") as fh:
-    w = csv.DictWriter(fh, keys)
-    w.writeheader()
-    w.writerows(rows)
+write_csv(f"{out}/tx.csv", keys, rows)
 
 
 def cell(x, n=2, dash="-"):
@@ -178,15 +155,14 @@ for r in rows:
           f"{cell(r['fwd_ms']):>7} {cell(r['bwd_ms']):>7} {cell(r['attn_ms']):>7} {cell(r['gemm_ms']):>7} {cell(r['sync_ms']):>6} "
           f"{cell(r['opt_ms']):>6} {cell(r['gflops'], 1):>6} {cell(r['sgemm_gflops'], 1):>6} {share:>6} {pad:>5} "
           f"{cell(r['peak_rss_mib'], 0):>7} {cell(r['private_mib'], 1):>8} {r['vs_peer'] or '-':>6} {r['weak_eff'] or '-':>8} "
-          f"{r['runs'] + ': ' + format(float(r['samples_min']), '.0f') + '-' + format(float(r['samples_max']), '.0f'):>22}")
+          f"{runs_range(r):>22}")
 with open(f"{out}/tx_table.md", "w") as fh:  # the same table for benchmarks/RESULTS.md
     fh.write("| impl | np | d | L | lens | B | samples/s (median; range) | rows/s | step ms | data | fwd | bwd | attn | gemm | sync "
              "| opt | GFLOP/s | sgemm GFLOP/s | of sgemm | padding | peak RSS MiB | private MiB | × peer | weak eff. |\n"
              "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     for r in rows:
-        sp = f"{float(r['samples_per_s']):,.0f} ({float(r['samples_min']):,.0f}–{float(r['samples_max']):,.0f})".replace(",", " ")
         pad = f"{100 * f(r['pad_share']):.0f}%" if f(r["pad_share"]) is not None else ""
-        fh.write(f"| {r['impl']} | {r['ranks']} | {r['d']} | {r['layers']} | {r['lens']} | {r['batch']} | {sp} "
+        fh.write(f"| {r['impl']} | {r['ranks']} | {r['d']} | {r['layers']} | {r['lens']} | {r['batch']} | {samples_md(r)} "
                  f"| {float(r['rows_per_s']):,.0f} | {cell(r['step_ms'])} | {cell(r['data_ms'])} | {cell(r['fwd_ms'])} "
                  f"| {cell(r['bwd_ms'])} | {cell(r['attn_ms'], dash='–')} | {cell(r['gemm_ms'], dash='–')} "
                  f"| {cell(r['sync_ms'], dash='–')} | {cell(r['opt_ms'])} | {cell(r['gflops'], 1, '')} "

@@ -6,64 +6,26 @@ the same benchmark run; appends one row in bench_train's CSV format (impl torch-
 
   mpirun -np R /usr/bin/python3 peers/torch_ddp.py --data DIR --hidden H [--batch 64] [--steps N] [--warmup W] --csv F
 """
-import argparse
 import os
-import resource
+import sys
 import time
 
-import h5py
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--data", required=True)
-ap.add_argument("--hidden", type=int, default=64)
-ap.add_argument("--batch", type=int, default=64)
-ap.add_argument("--steps", type=int, default=50)
-ap.add_argument("--warmup", type=int, default=5)
-ap.add_argument("--csv", default="train_raw.csv")
-ap.add_argument("--port", type=int, default=29517)
-a = ap.parse_args()
+sys.dont_write_bytecode = True  # no __pycache__ beside the peers or in scripts/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_common import (PHASES, Mlp, all_reduce64, init_dist, load_in_memory, peak_rss_mib, peer_parser,  # noqa: E402
+                         private_mib, timed_step)
 
-rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("SLURM_PROCID", 0)))
-world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("SLURM_NTASKS", 1)))
-os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-os.environ.setdefault("MASTER_PORT", str(a.port))
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-dist.init_process_group("gloo", rank=rank, world_size=world)
+a = peer_parser(hidden=64, port=29517, batch=64, csv="train_raw.csv").parse_args()
 
-# whole dataset in memory (what a map-style Dataset with preloading does)
-shards = sorted(p for p in os.listdir(a.data) if p.endswith(".h5") and not p.startswith("."))
-feats, offs, labs, base = [], [], [], 0
-for s in shards:
-    with h5py.File(os.path.join(a.data, s), "r") as f:
-        feats.append(f["features"][()])
-        offs.append(f["offsets"][()][:-1] + base)
-        labs.append(f["labels"][()].astype(np.int64))
-        base += f["features"].shape[0]
-X = torch.from_numpy(np.concatenate(feats))
-starts = np.concatenate(offs)
-ends = np.append(starts[1:], base)
-Y = torch.from_numpy(np.concatenate(labs))
-N, D = len(Y), X.shape[1]
-C = int(Y.max()) + 1
-
-
-class Ref(torch.nn.Module):
-    def __init__(self, d, h, c):
-        super().__init__()
-        self.l1, self.l2, self.l3 = torch.nn.Linear(d, h), torch.nn.Linear(h, h), torch.nn.Linear(h, c)
-
-    def forward(self, x, seg, counts):
-        h = F.gelu(self.l2(F.gelu(self.l1(x), approximate="tanh")), approximate="tanh")
-        pooled = torch.zeros(len(counts), h.shape[1]).index_add_(0, seg, h) / counts[:, None]
-        return self.l3(pooled)
-
+rank, world = init_dist(a.port)
+X, starts, ends, Y, N, D, C = load_in_memory(a.data)  # whole dataset in memory
 
 torch.manual_seed(1)
-model = torch.nn.parallel.DistributedDataParallel(Ref(D, a.hidden, C))
+model = torch.nn.parallel.DistributedDataParallel(Mlp(D, a.hidden, C))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 g = torch.Generator().manual_seed(1)
 perm = torch.randperm(N, generator=g).numpy()
@@ -75,10 +37,10 @@ def batch(step):
     rows = [np.arange(starts[i], ends[i]) for i in idx]
     counts = torch.tensor([len(r) for r in rows], dtype=torch.float32)
     seg = torch.repeat_interleave(torch.arange(len(rows)), counts.long())
-    return X[torch.from_numpy(np.concatenate(rows))], seg, counts, Y[torch.from_numpy(idx)]
+    return (X[torch.from_numpy(np.concatenate(rows))], seg, counts), Y[torch.from_numpy(idx)], None
 
 
-tm = {"data": 0.0, "fwd": 0.0, "bwd": 0.0, "opt": 0.0}
+tm = dict.fromkeys(PHASES, 0.0)
 rows_done = samples_done = 0
 for step in range(a.warmup + a.steps):
     if step == a.warmup:
@@ -86,36 +48,16 @@ for step in range(a.warmup + a.steps):
         tm = {k: 0.0 for k in tm}
         rows_done = samples_done = 0
         t_start = time.perf_counter()
-    t0 = time.perf_counter()
-    x, seg, counts, y = batch(step)
-    t1 = time.perf_counter()
-    loss = F.cross_entropy(model(x, seg, counts), y)
-    t2 = time.perf_counter()
-    opt.zero_grad(set_to_none=True)
-    loss.backward()  # includes DDP's bucketed gloo allreduce
-    t3 = time.perf_counter()
-    opt.step()
-    t4 = time.perf_counter()
-    tm["data"] += t1 - t0
-    tm["fwd"] += t2 - t1
-    tm["bwd"] += t3 - t2
-    tm["opt"] += t4 - t3
+    _, (x, _, _), y, _, dt = timed_step(lambda: batch(step), model, opt)
+    for k, v in zip(PHASES, dt):
+        tm[k] += v
     rows_done += x.shape[0]
     samples_done += len(y)
 wall = time.perf_counter() - t_start
-agg = torch.tensor([rows_done, samples_done], dtype=torch.float64)
-dist.all_reduce(agg)
-w = torch.tensor([wall], dtype=torch.float64)
-dist.all_reduce(w, op=dist.ReduceOp.MAX)
-rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0], dtype=torch.float64)
-dist.all_reduce(rss, op=dist.ReduceOp.MAX)
-anon = 0.0  # private (anonymous) resident memory now, the part that is this process's own
-with open("/proc/self/status") as st:
-    for line in st:
-        if line.startswith("RssAnon:"):
-            anon = float(line.split()[1]) / 1024.0
-anon = torch.tensor([anon], dtype=torch.float64)
-dist.all_reduce(anon, op=dist.ReduceOp.MAX)
+agg = all_reduce64([rows_done, samples_done])
+w = all_reduce64([wall], dist.ReduceOp.MAX)
+rss = all_reduce64([peak_rss_mib()], dist.ReduceOp.MAX)
+anon = all_reduce64([private_mib()], dist.ReduceOp.MAX)
 if rank == 0:
     ms = 1e3 / a.steps
     wall = w.item()

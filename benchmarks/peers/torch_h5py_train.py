@@ -7,7 +7,6 @@ longer) and prints samples/s, the rate it trains at cold.
 
   mpirun -np 2 /usr/bin/python3 peers/torch_h5py_train.py --data DIR --hidden 64 --seconds 60 [--port P]
 """
-import argparse
 import os
 import sys
 import time
@@ -18,25 +17,16 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from ckpt_to_torch import MpiddpReference  # noqa: E402
+sys.dont_write_bytecode = True  # no __pycache__ beside the peers or in scripts/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_common import MpiddpReference, all_reduce64, init_dist, peer_parser, private_mib, shard_names  # noqa: E402
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--data", required=True)
-ap.add_argument("--hidden", type=int, default=64)
-ap.add_argument("--batch", type=int, default=64)
+ap = peer_parser(hidden=64, port=29717, batch=64)
 ap.add_argument("--seconds", type=float, default=60)
-ap.add_argument("--port", type=int, default=29717)
 a = ap.parse_args()
-rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
-world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
-os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-os.environ.setdefault("MASTER_PORT", str(a.port))
-torch.set_num_threads(1)
-dist.init_process_group("gloo", rank=rank, world_size=world)
+rank, world = init_dist(a.port, threads=1)
 
-names = sorted(p for p in os.listdir(a.data) if p.endswith(".h5") and not p.startswith("."))
-files = [h5py.File(os.path.join(a.data, n), "r") for n in names]
+files = [h5py.File(os.path.join(a.data, n), "r") for n in shard_names(a.data)]
 offs = [f["offsets"][()] for f in files]
 labs = [f["labels"][()].astype(np.int64) for f in files]
 first = np.cumsum([0] + [len(o) - 1 for o in offs])
@@ -77,13 +67,8 @@ while True:
     if done.item():
         break
 wall = time.perf_counter() - t0
-agg = torch.tensor([samples, rows], dtype=torch.float64)
-dist.all_reduce(agg)
-anon = 0.0
-with open("/proc/self/status") as st:
-    for line in st:
-        if line.startswith("RssAnon:"):
-            anon = float(line.split()[1]) / 1024.0
+agg = all_reduce64([samples, rows])
+anon = private_mib()
 if rank == 0:
     print(f"torch-h5py np={world}: {agg[0].item() / wall:.0f} samples/s, {agg[1].item() * D * 4 / wall / 1e6:.1f} MB/s of features "
           f"over {wall:.0f} s ({agg[0].item():.0f} of {N} samples: a cold epoch at this rate takes {N / (agg[0].item() / wall) / 60:.0f} min), "

@@ -42,36 +42,29 @@ With any of these the row gains six columns after private_mib: attn (the attenti
 sum_n2 (real rows and Σ n_i² of the timed steps, all ranks), params, gpu_alloc_mib (torch.cuda.max_memory_
 allocated over the run, max over ranks; empty on the CPU) and device (the GPU's name, or cpu).
 """
-import argparse
 import contextlib
 import os
-import resource
 import sys
 import time
 
-import h5py
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-sys.dont_write_bytecode = True  # no __pycache__ in scripts/
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from ckpt_to_torch import MpiddpTransformer  # noqa: E402  (the module of docs/transformer.md)
+sys.dont_write_bytecode = True  # no __pycache__ beside the peers or in scripts/
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_common import (PHASES, Mlp, all_reduce64, init_dist, load_in_memory, peak_rss_mib, peer_parser,  # noqa: E402
+                         private_mib, timed_step)
+from ckpt_to_torch import MpiddpTransformer  # noqa: E402  (the module of docs/transformer.md; scripts/ is on the path)
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--data", required=True)
-ap.add_argument("--hidden", type=int, default=128)
+ap = peer_parser(hidden=128, port=29517, csv="tx_raw.csv")
 ap.add_argument("--layers", type=int, default=2)
 ap.add_argument("--heads", type=int, default=4)
 ap.add_argument("--ff", type=int, default=0, help="feed-forward width (default 2*hidden, as mpiddp)")
 ap.add_argument("--max-positions", type=int, default=512, help="size of pos.weight (mpiddp's default 512)")
 ap.add_argument("--batches", required=True, help="PREFIX: rank r reads PREFIX.r<r>")
-ap.add_argument("--steps", type=int, default=50)
-ap.add_argument("--warmup", type=int, default=5)
 ap.add_argument("--lens", default="", help="label of the length range, e.g. 4-64 (CSV column lens)")
-ap.add_argument("--csv", default="tx_raw.csv")
-ap.add_argument("--port", type=int, default=29517)
 ap.add_argument("--model", choices=["transformer", "mlp"], default="transformer")
 ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
 ap.add_argument("--autocast", choices=["none", "bf16"], default="none")
@@ -84,11 +77,7 @@ MLP = a.model == "mlp"
 if MLP:
     a.layers, a.heads, ff = 0, 0, 0
 
-rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("SLURM_PROCID", 0)))
-world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("SLURM_NTASKS", 1)))
-os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-os.environ.setdefault("MASTER_PORT", str(a.port))
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+rank, world = init_dist(a.port, backend=None)
 CUDA = a.device == "cuda"
 if CUDA:
     if not torch.cuda.is_available():
@@ -96,28 +85,10 @@ if CUDA:
     lrank = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank)))
     torch.cuda.set_device(lrank % torch.cuda.device_count())
     dev = torch.device("cuda", torch.cuda.current_device())
-    dist.init_process_group("nccl", rank=rank, world_size=world)
 else:
     dev = torch.device("cpu")
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-
-# whole dataset in memory (what a map-style Dataset with preloading does)
-shards = sorted(p for p in os.listdir(a.data) if p.endswith(".h5") and not p.startswith("."))
-feats, starts, ends, labs, base = [], [], [], [], 0
-for s in shards:
-    with h5py.File(os.path.join(a.data, s), "r") as f:
-        feats.append(f["features"][()])
-        off = f["offsets"][()].astype(np.int64)
-        starts.append(off[:-1] + base)
-        ends.append(off[1:] + base)
-        labs.append(f["labels"][()].astype(np.int64))
-        base += f["features"].shape[0]
-X = torch.from_numpy(np.concatenate(feats))
-starts, ends = np.concatenate(starts), np.concatenate(ends)
-Y = torch.from_numpy(np.concatenate(labs))
-N, D = len(Y), X.shape[1]
-C = int(Y.max()) + 1
-del feats
+dist.init_process_group("nccl" if CUDA else "gloo", rank=rank, world_size=world)
+X, starts, ends, Y, N, D, C = load_in_memory(a.data)  # whole dataset in memory
 
 # this rank's batches: exactly what mpiddp trained, one line per step
 path = f"{a.batches}.r{rank}"
@@ -144,19 +115,6 @@ class DeviceTransformer(MpiddpTransformer):
         h = self.enc(h, src_key_padding_mask=pad)
         keep = (~pad).to(h.dtype)[..., None]
         return self.head((h * keep).sum(1) / keep.sum(1))
-
-
-class Mlp(torch.nn.Module):
-    """MpiddpReference of scripts/ckpt_to_torch.py (same parameter names), pooling on the input's device"""
-
-    def __init__(self, dim, hidden, classes):
-        super().__init__()
-        self.l1, self.l2, self.l3 = torch.nn.Linear(dim, hidden), torch.nn.Linear(hidden, hidden), torch.nn.Linear(hidden, classes)
-
-    def forward(self, x, seg, counts):
-        h = F.gelu(self.l2(F.gelu(self.l1(x), approximate="tanh")), approximate="tanh")
-        pooled = torch.zeros(len(counts), h.shape[1], dtype=h.dtype, device=h.device).index_add_(0, seg, h)
-        return self.l3(pooled / counts[:, None].to(h.dtype))
 
 
 def attn_math(q, k, v):
@@ -271,12 +229,13 @@ if not a.impl:
 
 
 def batch(step):
-    """the step's samples zero-padded to [B, T_max, D] and the padding mask (True at padding rows)"""
+    """the step's samples zero-padded to [B, T_max, D] and the padding mask (True at padding rows), the labels,
+    the lengths: ((x, pad), y, n)"""
     idx = plan[step]
     n = torch.from_numpy(ends[idx] - starts[idx])
     x = torch.nn.utils.rnn.pad_sequence([X[s:e] for s, e in zip(starts[idx], ends[idx])], batch_first=True)
     pad = torch.arange(x.shape[1])[None, :] >= n[:, None]
-    return x, pad, Y[torch.from_numpy(idx)], n
+    return (x, pad), Y[torch.from_numpy(idx)], n
 
 
 def packed_batch(step):
@@ -316,7 +275,7 @@ def run_step(step):
             out = model(x, seg, counts) if MLP else model(x, pos_idx, seg, counts, lens, cu, maxn)
         padded = x.shape[0]
     else:
-        x, pad, y, n = batch(step)
+        (x, pad), y, n = batch(step)
         if CUDA:
             x, pad, y = to_dev(x, pad, y)
         mark(1)
@@ -348,7 +307,7 @@ if CUDA:
     EV = [[torch.cuda.Event(enable_timing=True) for _ in range(5)] for _ in range(a.steps)]
 
 
-tm = {"data": 0.0, "fwd": 0.0, "bwd": 0.0, "opt": 0.0}
+tm = dict.fromkeys(PHASES, 0.0)
 rows_done = samples_done = padded_rows = 0
 flops = sum_n2 = 0.0
 if CUDA:
@@ -363,26 +322,15 @@ for cur_step in range(a.warmup + a.steps):
         flops = sum_n2 = 0.0
         t_start = time.perf_counter()
     if not EXT:  # the CPU peer of run_tx.sh, unchanged
-        t0 = time.perf_counter()
-        x, pad, y, n = batch(cur_step)
-        t1 = time.perf_counter()
-        loss = F.cross_entropy(model(x, pad), y)
-        t2 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()  # includes DDP's bucketed gloo allreduce
-        t3 = time.perf_counter()
-        opt.step()
-        t4 = time.perf_counter()
+        loss, (x, _), y, n, dt = timed_step(lambda: batch(cur_step), model, opt)
         padded = x.shape[0] * x.shape[1]
         nsamp = len(y)
     else:
         loss, nsamp, padded, n = run_step(cur_step)
-        t0, t1, t2, t3, t4 = T
+        dt = [T[k + 1] - T[k] for k in range(4)]
     if EV is None or cur_step < a.warmup:
-        tm["data"] += t1 - t0
-        tm["fwd"] += t2 - t1
-        tm["bwd"] += t3 - t2
-        tm["opt"] += t4 - t3
+        for k, v in zip(PHASES, dt):
+            tm[k] += v
     rows_done += int(n.sum())
     samples_done += nsamp
     padded_rows += padded
@@ -392,32 +340,17 @@ if CUDA:
     torch.cuda.synchronize()
     tm = {k: 0.0 for k in tm}
     for ev in EV:
-        for k, name in enumerate(("data", "fwd", "bwd", "opt")):
+        for k, name in enumerate(PHASES):
             tm[name] += ev[k].elapsed_time(ev[k + 1]) / 1e3
 wall = time.perf_counter() - t_start
 if not torch.isfinite(loss):
     sys.exit(f"rank {rank}: non-finite loss {loss.item()}")
 CDEV = dev if CUDA else torch.device("cpu")  # NCCL reduces device tensors
-agg = torch.tensor([rows_done, samples_done, padded_rows, sum_n2], dtype=torch.float64, device=CDEV)
-dist.all_reduce(agg)
-agg = agg.cpu()
-w = torch.tensor([wall], dtype=torch.float64, device=CDEV)
-dist.all_reduce(w, op=dist.ReduceOp.MAX)
-w = w.cpu()
-rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0], dtype=torch.float64, device=CDEV)
-dist.all_reduce(rss, op=dist.ReduceOp.MAX)
-rss = rss.cpu()
-galloc = torch.tensor([torch.cuda.max_memory_allocated() / 1048576.0 if CUDA else 0.0], dtype=torch.float64, device=CDEV)
-dist.all_reduce(galloc, op=dist.ReduceOp.MAX)
-galloc = galloc.cpu()
-anon = 0.0  # private (anonymous) resident memory now, the part that is this process's own
-with open("/proc/self/status") as st:
-    for line in st:
-        if line.startswith("RssAnon:"):
-            anon = float(line.split()[1]) / 1024.0
-anon = torch.tensor([anon], dtype=torch.float64, device=CDEV)
-dist.all_reduce(anon, op=dist.ReduceOp.MAX)
-anon = anon.cpu()
+agg = all_reduce64([rows_done, samples_done, padded_rows, sum_n2], device=CDEV)
+w = all_reduce64([wall], dist.ReduceOp.MAX, CDEV)
+rss = all_reduce64([peak_rss_mib()], dist.ReduceOp.MAX, CDEV)
+galloc = all_reduce64([torch.cuda.max_memory_allocated() / 1048576.0 if CUDA else 0.0], dist.ReduceOp.MAX, CDEV)
+anon = all_reduce64([private_mib()], dist.ReduceOp.MAX, CDEV)
 if rank == 0:
     ms = 1e3 / a.steps
     wall = w.item()
