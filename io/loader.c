@@ -2,6 +2,7 @@
  * while a step computes (what to read ahead beyond it: readahead.c); see loader.h. */
 #include "io/loader.h"
 #include "io/readahead.h"
+#include "io/thread.h"
 
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/core/settings.h"
@@ -162,15 +163,7 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
         }
     }
     /* threads last; each is marked only once it exists, so destroy undoes exactly what was made */
-    if (threaded && can) {
-        pthread_mutex_init(&ld->mu, NULL);
-        pthread_cond_init(&ld->cv, NULL);
-        ld->threaded = pthread_create(&ld->thread, NULL, worker, ld) == 0;
-        if (!ld->threaded) {
-            pthread_mutex_destroy(&ld->mu);
-            pthread_cond_destroy(&ld->cv);
-        }
-    }
+    if (threaded && can) ld->threaded = ddp_io_thread_start(&ld->mu, &ld->cv, &ld->thread, worker, ld);
     ddp_status st = ddp_readahead_create(ds, sm, ld->threaded, &ld->ra);
     if (st != DDP_OK) {
         ddp_loader_destroy(ld);
@@ -188,12 +181,7 @@ void ddp_loader_destroy(ddp_loader *ld)
         pthread_mutex_lock(&ld->mu);
         for (int k = 0; k < 2; k++) /* let a running job finish */
             while (ld->slots[k].step >= 0 && !ld->slots[k].ready) pthread_cond_wait(&ld->cv, &ld->mu);
-        ld->quit = 1;
-        pthread_cond_broadcast(&ld->cv);
-        pthread_mutex_unlock(&ld->mu);
-        pthread_join(ld->thread, NULL);
-        pthread_mutex_destroy(&ld->mu);
-        pthread_cond_destroy(&ld->cv);
+        ddp_io_thread_stop(&ld->mu, &ld->cv, ld->thread, &ld->quit);
     }
     ddp_readahead_destroy(ld->ra); /* after the worker, whose jobs queue runs for it */
     for (int k = 0; k < 2; k++) {

@@ -1,5 +1,6 @@
 /* readahead.c — the loader's read-ahead policy; see readahead.h. */
 #include "io/readahead.h"
+#include "io/thread.h"
 
 #include "mpi_ddp/core/status.h"
 
@@ -57,15 +58,7 @@ ddp_status ddp_readahead_create(ddp_dataset *ds, const ddp_sampler *sm, int thre
     ra->sm = sm;
     ra->threaded = threaded;
     ra->ahead_first[0] = ra->ahead_first[1] = ra->ahead_first[2] = -1;
-    if (threaded && sm->nblocks > 0) {
-        pthread_mutex_init(&ra->mu, NULL);
-        pthread_cond_init(&ra->cv, NULL);
-        ra->on = pthread_create(&ra->thread, NULL, populate, ra) == 0;
-        if (!ra->on) {
-            pthread_mutex_destroy(&ra->mu);
-            pthread_cond_destroy(&ra->cv);
-        }
-    }
+    if (threaded && sm->nblocks > 0) ra->on = ddp_io_thread_start(&ra->mu, &ra->cv, &ra->thread, populate, ra);
     *out = ra;
     return DDP_OK;
 }
@@ -75,12 +68,7 @@ void ddp_readahead_destroy(ddp_readahead *ra)
     if (!ra) return;
     if (ra->on) {
         pthread_mutex_lock(&ra->mu);
-        ra->quit = 1;
-        pthread_cond_signal(&ra->cv);
-        pthread_mutex_unlock(&ra->mu);
-        pthread_join(ra->thread, NULL);
-        pthread_mutex_destroy(&ra->mu);
-        pthread_cond_destroy(&ra->cv);
+        ddp_io_thread_stop(&ra->mu, &ra->cv, ra->thread, &ra->quit); /* populate() is the only waiter on cv */
     }
     free(ra);
 }

@@ -446,6 +446,19 @@ static ddp_status read_whole(ddp_shard *s, const char *name, int64_t n, int64_t 
     return DDP_OK;
 }
 
+/* A column of n values beside the features (offsets: map slot 1, labels: 2, sample_ids: 3): mapped where the
+ * file stores it contiguously (off >= 0, bytes long), else read whole through HDF5 as int64 into owned[slot - 1]. */
+static ddp_status map_or_read(ddp_shard *s, const char *path, int slot, int64_t off, int64_t bytes, int64_t n, const char *obj,
+                              const void **ptr)
+{
+    if (off >= 0) return map_window(s, path, slot, off, bytes, ptr, obj);
+    int64_t *buf = NULL;
+    DDP_CHECK(read_whole(s, obj, n, &buf));
+    s->owned[slot - 1] = buf;
+    *ptr = buf;
+    return DDP_OK;
+}
+
 ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
 {
     if (s->opened) return DDP_OK;
@@ -479,36 +492,14 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
         s->h5features = H5Dopen2(s->h5file, "features", H5P_DEFAULT);
         if (s->h5features < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: dataset 'features': cannot be opened", path);
     }
-    if (m->off_off >= 0) {
-        DDP_TRY(map_window(s, path, 1, m->off_off, (m->n + 1) * 8, &p, "offsets"));
-        s->offsets = p;
-    } else {
-        int64_t *o;
-        DDP_TRY(read_whole(s, "offsets", m->n + 1, &o));
-        s->owned[0] = o;
-        s->offsets = o;
-    }
-    if (m->lab_off >= 0) {
-        DDP_TRY(map_window(s, path, 2, m->lab_off, m->n * m->lab_width, &p, "labels"));
-        s->labels = p;
-        s->lab_width = m->lab_width;
-    } else {
-        int64_t *l;
-        DDP_TRY(read_whole(s, "labels", m->n, &l));
-        s->owned[1] = l;
-        s->labels = l;
-        s->lab_width = 8;
-    }
+    DDP_TRY(map_or_read(s, path, 1, m->off_off, (m->n + 1) * 8, m->n + 1, "offsets", &p));
+    s->offsets = p;
+    DDP_TRY(map_or_read(s, path, 2, m->lab_off, m->n * m->lab_width, m->n, "labels", &p));
+    s->labels = p;
+    s->lab_width = m->lab_off >= 0 ? m->lab_width : 8;
     if (m->has_ids) {
-        if (m->ids_off >= 0) {
-            DDP_TRY(map_window(s, path, 3, m->ids_off, m->n * 8, &p, "sample_ids"));
-            s->ids = p;
-        } else {
-            int64_t *ids;
-            DDP_TRY(read_whole(s, "sample_ids", m->n, &ids));
-            s->owned[2] = ids;
-            s->ids = ids;
-        }
+        DDP_TRY(map_or_read(s, path, 3, m->ids_off, m->n * 8, m->n, "sample_ids", &p));
+        s->ids = p;
     }
     s->opened = 1;
     return DDP_OK;

@@ -19,35 +19,29 @@ static void copy_env(char *dst, size_t n, const char *name)
 }
 
 #ifdef DDP_HAVE_PMIX
+/* One job (proc: the wildcard rank) or process fact: *dst when PMIx has it with the type given (PMIX_UINT16
+ * or PMIX_UINT32), else left as it was. */
+static void get_pmix_int(const pmix_proc_t *proc, const char *key, pmix_data_type_t type, int *dst)
+{
+    pmix_value_t *val = NULL;
+    if (PMIx_Get(proc, key, NULL, 0, &val) != PMIX_SUCCESS || !val) return;
+    if (val->type == type) *dst = type == PMIX_UINT16 ? (int)val->data.uint16 : (int)val->data.uint32;
+    PMIX_VALUE_RELEASE(val);
+}
+
 /* PMIx_Init is reference counted, so this is safe beside Open MPI's own client. */
 static int read_pmix(ddp_jobfacts *f)
 {
     if (!getenv("PMIX_RANK") && !getenv("PMIX_NAMESPACE")) return 0;
     pmix_proc_t me, wild;
     if (PMIx_Init(&me, NULL, 0) != PMIX_SUCCESS) return 0;
-    pmix_value_t *val = NULL;
     PMIX_PROC_CONSTRUCT(&wild);
     PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
     f->rank = (int)me.rank;
-    if (PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &val) == PMIX_SUCCESS && val) {
-        if (val->type == PMIX_UINT32) f->size = (int)val->data.uint32;
-        PMIX_VALUE_RELEASE(val);
-    }
-    val = NULL;
-    if (PMIx_Get(&wild, PMIX_NUM_NODES, NULL, 0, &val) == PMIX_SUCCESS && val) {
-        if (val->type == PMIX_UINT32) f->num_nodes = (int)val->data.uint32;
-        PMIX_VALUE_RELEASE(val);
-    }
-    val = NULL;
-    if (PMIx_Get(&me, PMIX_LOCAL_RANK, NULL, 0, &val) == PMIX_SUCCESS && val) {
-        if (val->type == PMIX_UINT16) f->local_rank = (int)val->data.uint16;
-        PMIX_VALUE_RELEASE(val);
-    }
-    val = NULL;
-    if (PMIx_Get(&me, PMIX_NODEID, NULL, 0, &val) == PMIX_SUCCESS && val) {
-        if (val->type == PMIX_UINT32) f->node_id = (int)val->data.uint32;
-        PMIX_VALUE_RELEASE(val);
-    }
+    get_pmix_int(&wild, PMIX_JOB_SIZE, PMIX_UINT32, &f->size);
+    get_pmix_int(&wild, PMIX_NUM_NODES, PMIX_UINT32, &f->num_nodes);
+    get_pmix_int(&me, PMIX_LOCAL_RANK, PMIX_UINT16, &f->local_rank);
+    get_pmix_int(&me, PMIX_NODEID, PMIX_UINT32, &f->node_id);
     PMIx_Finalize(NULL, 0);
     snprintf(f->source, sizeof f->source, "pmix");
     return 1;
