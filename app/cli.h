@@ -1,9 +1,11 @@
-/* cli.h — what the subcommands share: their entry points and the one place errors become output. */
+/* cli.h — what the subcommands share: their entry points, the command-line parse each starts with, and the one
+ * place errors (runtime and usage) become output. */
 #ifndef DDP_APP_CLI_H
 #define DDP_APP_CLI_H
 
 #include "mpiddp.h"
 #include "opts.h"
+#include "mpi_ddp/core/status.h"
 
 #include <stdio.h>
 
@@ -20,10 +22,24 @@ int cmd_inspect(ddp_ctx *ctx, int argc, char **argv);
 /* Reports a failed library call and returns the exit code (1). A shared error is printed once by rank
  * 0 and the job shuts down cleanly; an error only this rank holds is printed by it and aborts the job. */
 int cli_fail(ddp_ctx *ctx, const char *cmd, ddp_status st);
-/* Handles cli_parse's result: prints help or the usage error on rank 0; returns -1 to continue, else
- * the exit code. */
-int cli_parsed(ddp_ctx *ctx, int rc, const char *cmd, const char *usage, const char *about, const cli_opt *opts, int nopts,
-               const char *err);
+
+/* A subcommand's command line: what its --help prints and the options it takes. */
+typedef struct {
+    const char *name;  /* as in `mpiddp NAME` */
+    const char *usage; /* the arguments, after `usage: mpiddp NAME` */
+    const char *about; /* what the command does */
+    cli_opt *opts;
+    int nopts;
+} cli_cmd;
+
+/* Parses argv[2..argc) for c; positional arguments go to pos (up to npos, may be NULL) and their count to
+ * *npos_out (may be NULL). Returns -1 to go on, or the exit code once --help (0) or a usage error (2) has
+ * been printed on rank 0. */
+int cli_cmd_parse(ddp_ctx *ctx, const cli_cmd *c, int argc, char **argv, const char **pos, int npos, int *npos_out);
+/* A usage error found after parsing: prints "mpiddp CMD: MESSAGE" (printf-style) on rank 0 and returns the
+ * exit code (2). */
+int cli_usage(ddp_ctx *ctx, const char *cmd, const char *fmt, ...) DDP_PRINTF(3, 4);
+/* Whether this is rank 0, the rank that prints what all ranks share. */
 int cli_rank0(ddp_ctx *ctx);
 
 #endif

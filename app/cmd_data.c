@@ -27,19 +27,17 @@ int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
         {"task", OPT_CHOICE, &o.task, "class|order", 0, 0,
          "class: label from the row mean; order: label = first of C markers, needs --min-rows >= --classes (default class)", 0},
     };
-    int n = (int)(sizeof opts / sizeof opts[0]);
-    char err[1024];
-    int rc = cli_parse("synth", opts, n, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
-    if (rc == CLI_OK && !o.out) rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp synth: --out is required");
-    if (rc == CLI_OK && ddp_synth_check(&o) != DDP_OK) /* ranges that depend on each other: usage errors too */
-        rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp synth: %s", ddp_last_error());
-    int done = cli_parsed(ctx, rc, "synth", "--out DIR [options]",
-                          "Writes a variable-length dataset whose class is learnable from the mean of a sample's rows\n"
-                          "(--task class), or only from the order of its rows (--task order: the first of C markers).\n"
-                          "Sample `id` depends only on (seed, id), so train and validation sets are made with the same\n"
-                          "seed and disjoint --first-id ranges. Under mpirun the ranks write shards in parallel.",
-                          opts, n, err);
+    const cli_cmd cmd = {"synth", "--out DIR [options]",
+                         "Writes a variable-length dataset whose class is learnable from the mean of a sample's rows\n"
+                         "(--task class), or only from the order of its rows (--task order: the first of C markers).\n"
+                         "Sample `id` depends only on (seed, id), so train and validation sets are made with the same\n"
+                         "seed and disjoint --first-id ranges. Under mpirun the ranks write shards in parallel.",
+                         opts, (int)(sizeof opts / sizeof opts[0])};
+    int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
+    if (!o.out) return cli_usage(ctx, "synth", "--out is required");
+    if (ddp_synth_check(&o) != DDP_OK) /* ranges that depend on each other: usage errors too */
+        return cli_usage(ctx, "synth", "%s", ddp_last_error());
     o.seed = (uint64_t)seed;
     ddp_status st = ddp_synth(ctx, &o);
     if (st != DDP_OK) return cli_fail(ctx, "synth", st);
@@ -60,16 +58,14 @@ int cmd_pack(ddp_ctx *ctx, int argc, char **argv)
         {"shards", OPT_I64, &shards, NULL, 1, 1e9, "number of shards, balanced by rows (default 1)", 0},
         {"classes", OPT_I64, &classes, NULL, 2, 1e9, "num_classes of the dataset (default: largest label + 1; give it when a split may lack the top class)", 0},
     };
-    char err[1024];
-    int nopts = (int)(sizeof opts / sizeof opts[0]);
-    int rc = cli_parse("pack", opts, nopts, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
-    if (rc == CLI_OK && (!input || !out)) rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp pack: --input and --out are required");
-    int done = cli_parsed(ctx, rc, "pack", "--input FILE.h5 --out DIR [--shards S] [--classes C]",
-                          "Converts one 2-D dataset per sample under /samples (taken in sorted name order) plus a 1-D /labels\n"
-                          "into a sharded dataset; sample_ids are the positions in that order; num_classes = max label + 1\n"
-                          "unless --classes says more.",
-                          opts, nopts, err);
+    const cli_cmd cmd = {"pack", "--input FILE.h5 --out DIR [--shards S] [--classes C]",
+                         "Converts one 2-D dataset per sample under /samples (taken in sorted name order) plus a 1-D /labels\n"
+                         "into a sharded dataset; sample_ids are the positions in that order; num_classes = max label + 1\n"
+                         "unless --classes says more.",
+                         opts, (int)(sizeof opts / sizeof opts[0])};
+    int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
+    if (!input || !out) return cli_usage(ctx, "pack", "--input and --out are required");
     ddp_status st = ddp_pack(ctx, input, out, shards, classes);
     if (st != DDP_OK) return cli_fail(ctx, "pack", st);
     if (cli_rank0(ctx)) printf("pack: wrote %lld shard(s) to %s\n", (long long)shards, out);
@@ -88,14 +84,13 @@ int cmd_inspect(ddp_ctx *ctx, int argc, char **argv)
 {
     const char *pos[1] = {NULL};
     int np = 0;
-    char err[1024];
-    int rc = cli_parse("inspect", NULL, 0, argc, argv, 2, pos, 1, &np, err, sizeof err);
-    if (rc == CLI_OK && np != 1) rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp inspect: expected one dataset directory");
-    int done = cli_parsed(ctx, rc, "inspect", "DIR",
-                          "Validates every rule of the dataset format (docs/dataset-format.md) and prints counts, row-length statistics,\n"
-                          "class counts, bytes and whether each shard can be memory-mapped. Exit 0 only when valid.",
-                          NULL, 0, err);
+    const cli_cmd cmd = {"inspect", "DIR",
+                         "Validates every rule of the dataset format (docs/dataset-format.md) and prints counts, row-length statistics,\n"
+                         "class counts, bytes and whether each shard can be memory-mapped. Exit 0 only when valid.",
+                         NULL, 0};
+    int done = cli_cmd_parse(ctx, &cmd, argc, argv, pos, 1, &np);
     if (done >= 0) return done;
+    if (np != 1) return cli_usage(ctx, "inspect", "expected one dataset directory");
     ddp_status st = DDP_OK;
     if (cli_rank0(ctx)) {
         ddp_shard_meta *m = NULL;

@@ -17,10 +17,9 @@ int cmd_env(ddp_ctx *ctx, int argc, char **argv)
 {
     int device = 0;
     cli_opt opts[] = {{"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "device to resolve (default auto)", 0}};
-    char err[512];
-    int rc = cli_parse("env", opts, 1, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
-    int done = cli_parsed(ctx, rc, "env", "[--device auto|cpu|cuda]",
-                          "Prints one line per rank: topology as MPI sees it, job facts, device and library versions.", opts, 1, err);
+    const cli_cmd cmd = {"env", "[--device auto|cpu|cuda]",
+                         "Prints one line per rank: topology as MPI sees it, job facts, device and library versions.", opts, 1};
+    int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     char why[160];

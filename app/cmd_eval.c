@@ -131,15 +131,13 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
         {"batch-rows", OPT_I64, &batch_rows, NULL, 1, 1e12, "token budget instead: about N rows per rank per step, split by cost", 0},
         {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
     };
-    int n = (int)(sizeof opts / sizeof opts[0]);
-    char err[1024];
-    int rc = cli_parse("eval", opts, n, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
-    if (rc == CLI_OK && (!ckpt || !data)) rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp eval: --ckpt and --data are required");
-    int done = cli_parsed(ctx, rc, "eval", "--ckpt FILE --data DIR [--out FILE.csv] [--batch-size N | --batch-rows N] [--device auto|cpu|cuda]",
-                          "Evaluates a checkpoint exactly over a dataset (every sample once, at any number of ranks) and prints\n"
-                          "val/loss, val/acc and val/macro_f1; --out writes one prediction row per sample.",
-                          opts, n, err);
+    const cli_cmd cmd = {"eval", "--ckpt FILE --data DIR [--out FILE.csv] [--batch-size N | --batch-rows N] [--device auto|cpu|cuda]",
+                         "Evaluates a checkpoint exactly over a dataset (every sample once, at any number of ranks) and prints\n"
+                         "val/loss, val/acc and val/macro_f1; --out writes one prediction row per sample.",
+                         opts, (int)(sizeof opts / sizeof opts[0])};
+    int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
+    if (!ckpt || !data) return cli_usage(ctx, "eval", "--ckpt and --data are required");
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     ddp_status st = ddp_select_device_all(ctx, want, &got, NULL);
     if (st == DDP_OK) st = evaluate(ctx, ckpt, data, out, batch, batch_rows, got);

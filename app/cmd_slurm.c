@@ -46,16 +46,14 @@ int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv)
             dd = i;
             break;
         }
-    char err[1024];
-    int rc = cli_parse("slurm-script", opts, n, dd, argv, 2, NULL, 0, NULL, err, sizeof err);
-    if (rc == CLI_OK && dd >= argc - 1)
-        rc = CLI_USAGE, snprintf(err, sizeof err, "mpiddp slurm-script: give the train arguments after --");
-    int done = cli_parsed(ctx, rc, "slurm-script", "[sbatch options] -- <train arguments>",
-                          "Prints an sbatch script that runs `srun --mpi=pmix mpiddp train ARGS --resume auto` with --signal=USR1@90\n"
-                          "and --requeue: before the time limit (or on preemption) every rank saves last.h5 at the next step, rank 0\n"
-                          "requeues the job, and the requeued job continues from that step. Submit it with sbatch.",
-                          opts, n, err);
+    const cli_cmd cmd = {"slurm-script", "[sbatch options] -- <train arguments>",
+                         "Prints an sbatch script that runs `srun --mpi=pmix mpiddp train ARGS --resume auto` with --signal=USR1@90\n"
+                         "and --requeue: before the time limit (or on preemption) every rank saves last.h5 at the next step, rank 0\n"
+                         "requeues the job, and the requeued job continues from that step. Submit it with sbatch.",
+                         opts, n};
+    int done = cli_cmd_parse(ctx, &cmd, dd, argv, NULL, 0, NULL); /* the options before -- */
     if (done >= 0) return done;
+    if (dd >= argc - 1) return cli_usage(ctx, "slurm-script", "give the train arguments after --");
     if (!cli_rank0(ctx)) return 0;
     char self[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -87,14 +87,11 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"no-progress", OPT_FLAG, &no_progress, NULL, 0, 0, "no progress line on stderr", 0},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
-    char err[1024];
-    int rc = cli_parse("train", opts, n, argc, argv, 2, NULL, 0, NULL, err, sizeof err);
-    if (rc == CLI_OK && (!train_dir || !val_dir || !opts[2].seen)) {
-        snprintf(err, sizeof err, "mpiddp train: --train, --val and --out are required (see mpiddp train --help)");
-        rc = CLI_USAGE;
-    }
-    int done = cli_parsed(ctx, rc, "train", USAGE, ABOUT, opts, n, err);
+    const cli_cmd cmd = {"train", USAGE, ABOUT, opts, n};
+    int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
+    if (!train_dir || !val_dir || !cli_seen(opts, n, "out"))
+        return cli_usage(ctx, "train", "--train, --val and --out are required (see mpiddp train --help)");
 
     cfg.seed = (uint64_t)seed;
     cfg.hidden = hidden;
@@ -121,10 +118,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         conflict = ddp_last_error();
     } else if (ddp_train_config_check(&cfg, ddp_topo(ctx)->size) != DDP_OK || ddp_model_config_check(&mc) != DDP_OK)
         conflict = ddp_last_error(); /* before buffers are sized from them */
-    if (conflict) {
-        if (cli_rank0(ctx)) fprintf(stderr, "mpiddp train: %s\n", conflict);
-        return 2;
-    }
+    if (conflict) return cli_usage(ctx, "train", "%s", conflict);
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     char why[160];
     ddp_status st = ddp_select_device_all(ctx, want, &got, why);

@@ -6,6 +6,7 @@
 #include "io/shard.h"
 
 #include <mpi.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,12 +51,26 @@ int cli_fail(ddp_ctx *ctx, const char *cmd, ddp_status st)
     return 1;
 }
 
-int cli_parsed(ddp_ctx *ctx, int rc, const char *cmd, const char *usage_line, const char *about, const cli_opt *opts, int nopts,
-               const char *err)
+int cli_usage(ddp_ctx *ctx, const char *cmd, const char *fmt, ...)
 {
+    if (cli_rank0(ctx)) {
+        char msg[2048]; /* formatted first: the line goes out in one write */
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "mpiddp %s: %s\n", cmd, msg);
+    }
+    return 2;
+}
+
+int cli_cmd_parse(ddp_ctx *ctx, const cli_cmd *c, int argc, char **argv, const char **pos, int npos, int *npos_out)
+{
+    char err[1024]; /* one line, already "mpiddp NAME: ..." */
+    int rc = cli_parse(c->name, c->opts, c->nopts, argc, argv, 2, pos, npos, npos_out, err, sizeof err);
     if (rc == CLI_OK) return -1;
     if (rc == CLI_HELP) {
-        if (cli_rank0(ctx)) cli_help(stdout, cmd, usage_line, about, opts, nopts);
+        if (cli_rank0(ctx)) cli_help(stdout, c->name, c->usage, c->about, c->opts, c->nopts);
         return 0;
     }
     if (cli_rank0(ctx)) fprintf(stderr, "%s\n", err);
