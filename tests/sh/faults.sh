@@ -14,9 +14,9 @@ mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 20 --ckpt-e
 
 # 2. stalled rank: SIGSTOP rank 2; the others report the collective and the missing rank within the timeout
 stalled_rank --device "$DEVICE" "${base[@]}"
-# (the stop lands in training or in validation: the gradient allreduce, the metric reduction or another
-# collective is named)
-grep -Eq "collective timeout: rank 0 waited [0-9]+ s in the [a-z -]+ at step [0-9]+ \(--collective-timeout 5\); missing: rank 2 silent" stall.err ||
+# (the stop lands in training, validation or a checkpoint: the gradient allreduce, the metric reduction, a
+# status agreement or another collective is named, as "the ..." or "a/an ...")
+grep -Eq "collective timeout: rank 0 waited [0-9]+ s in (the|an?) [a-z -]+ at step [0-9]+ \(--collective-timeout 5\); missing: rank 2 silent" stall.err ||
   { cat stall.err; fail "no report naming the collective and rank 2"; }
 
 # 3. NaN in the data: stops with the step and the parameter; --skip-nonfinite skips and counts instead
