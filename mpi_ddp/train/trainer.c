@@ -1,11 +1,11 @@
 /* trainer.c — the training loop: epochs of optimizer steps (micro-batches, bucketed gradient sync,
  * clipping, AdamW), exact validation after each epoch, metric sync points, metrics CSV files, run.json,
- * stop requests agreed through the step's allreduce, and the progress line. Checkpoint saves, decisions
- * (top-k, early stop) and resume are in trainer_ckpt.c. Every collective is reached by every rank on every path. */
+ * stop requests agreed through the step's allreduce, and the progress line. Owns the trainer struct (private
+ * here); checkpoint saves, decisions (top-k, early stop) and resume are in trainer_ckpt.c, over the part of the
+ * state in train_state.h. Every collective is reached by every rank on every path. */
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "mpi_ddp/backend/backend.h"
-#include "mpi_ddp/train/checkpoint.h"
 #include "mpi_ddp/train/decide.h"
 #include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/core/settings.h"
@@ -16,21 +16,42 @@
 #include "mpi_ddp/train/runinfo.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/comm/sync.h"
-#include "mpi_ddp/train/trainer_priv.h"
+#include "mpi_ddp/train/train_state.h"
 #include "mpi_ddp/comm/watchdog.h"
 
-#include <errno.h>
 #include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 /* Control floats after the gradients, summed by the same allreduce: the step's sample count, the stop flag,
  * then one slot per rank for that rank's rows (zero elsewhere), so every rank learns every rank's load. */
+enum { CTL_COUNT, CTL_STOP, CTL_ROWS };
+
+/* The trainer: the checkpointed state (train_state.h, all trainer_ckpt.c sees) and what only the loop uses. */
+typedef struct {
+    ddp_train_state state;
+    float *grads;              /* device: the flat gradient, then the step's control floats */
+    int64_t *toff;             /* tensor offsets [ntensors+1] */
+    double *sumsq;             /* [ntensors] squared gradient norms of the step */
+    int64_t nctl;              /* CTL_ROWS + world size */
+    float *ctl, *ctl_back;     /* the step's control floats, host side: sent, and reduced */
+    ddp_sync *sync;
+    ddp_metrics *metrics;
+    ddp_csv *csv, *csv_rank;
+    ddp_metric_row row, lrow;  /* the last sync point's metrics: reduced, and this rank's */
+    ddp_eval_acc eval;
+    double lr_last;            /* learning rate of the last optimizer step (the lr column) */
+    int32_t *lens_train, *lens_val; /* token budgets: every sample's rows */
+    int tty;
+    int64_t test_stop_at, test_stop_rank; /* MPIDDP_TEST_STOP_AT_STEP / _RANK, read once */
+    int64_t test_step_delay_ms;           /* MPIDDP_TEST_STEP_DELAY_MS: a slower job for signal tests */
+    FILE *trace;                          /* MPIDDP_TEST_TRACE_SAMPLES=PREFIX: each rank writes PREFIX.r<rank>, one
+                                             line "epoch step id..." per micro-batch it trains (tests) */
+} trainer;
 
 static volatile sig_atomic_t g_stop_requested;
 void ddp_request_stop(void) { g_stop_requested = 1; }
@@ -65,7 +86,6 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
-
 
 ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
 {
@@ -122,12 +142,13 @@ static ddp_status agree_steps(ddp_ctx *ctx, int64_t mine, const char *what)
     return st;
 }
 
-static void progress(trainer *t, int epoch, int64_t step, int64_t steps, double loss, double sps, double eta)
+static void progress(trainer *tr, int epoch, int64_t step, int64_t steps, double loss, double sps, double eta)
 {
-    if (!t->cfg->progress || t->ctx->topo.rank != 0) return;
-    int epochs = t->cfg->fast_dev_run > 0 ? 1 : t->cfg->epochs; /* epochs are 0-based, as in metrics.csv and file names */
+    ddp_train_state *ts = &tr->state;
+    if (!ts->cfg->progress || ts->ctx->topo.rank != 0) return;
+    int epochs = ts->cfg->fast_dev_run > 0 ? 1 : ts->cfg->epochs; /* epochs are 0-based, as in metrics.csv and file names */
     int m = (int)(eta / 60), s = (int)eta % 60;
-    if (t->tty)
+    if (tr->tty)
         fprintf(stderr, "\r\033[Kepoch %d (of %d)  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %d:%02d", epoch, epochs,
                 (long long)step, (long long)steps, loss, sps, m, s);
     else
@@ -135,261 +156,268 @@ static void progress(trainer *t, int epoch, int64_t step, int64_t steps, double 
                 (long long)step, (long long)steps, loss, sps, m, s);
 }
 
-static ddp_status write_rows(trainer *t, int64_t epoch)
+static ddp_status write_rows(trainer *tr, int64_t epoch)
 {
+    ddp_train_state *ts = &tr->state;
     ddp_status st = DDP_OK;
-    if (t->csv && t->row.n) st = ddp_csv_write(t->csv, epoch, t->global_step, &t->row);
-    if (st == DDP_OK && t->csv_rank && t->lrow.n) st = ddp_csv_write(t->csv_rank, epoch, t->global_step, &t->lrow);
+    if (tr->csv && tr->row.n) st = ddp_csv_write(tr->csv, epoch, ts->global_step, &tr->row);
+    if (st == DDP_OK && tr->csv_rank && tr->lrow.n) st = ddp_csv_write(tr->csv_rank, epoch, ts->global_step, &tr->lrow);
     return st;
 }
 
-/* One optimizer step over up to `accumulate` micro-batches starting at *mb. */
 /* Stop requested on this rank: a signal, or the test hook MPIDDP_TEST_STOP_AT_STEP (with
  * MPIDDP_TEST_STOP_RANK, default 0) that plays a preemption arriving on one rank before a given step. */
-static int stop_wanted(const trainer *t)
+static int stop_wanted(const trainer *tr)
 {
+    const ddp_train_state *ts = &tr->state;
     if (g_stop_requested) return 1;
-    return t->test_stop_at >= 0 && t->global_step + 1 == t->test_stop_at && t->ctx->topo.rank == t->test_stop_rank;
+    return tr->test_stop_at >= 0 && ts->global_step + 1 == tr->test_stop_at && ts->ctx->topo.rank == tr->test_stop_rank;
 }
 
-static ddp_status train_step(trainer *t, ddp_loader *ld, int64_t *mb, int64_t nmb, double *samples, int *stop)
+/* One optimizer step over up to `accumulate` micro-batches starting at *mb. */
+static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t nmb, double *samples, int *stop)
 {
-    const ddp_train_config *c = t->cfg;
-    ddp_backend *be = t->be;
-    DDP_CHECK(be->zero(be, t->grads, (size_t)(t->n + t->nctl) * sizeof(float)));
+    ddp_train_state *ts = &tr->state;
+    const ddp_train_config *c = ts->cfg;
+    ddp_backend *be = ts->be;
+    DDP_CHECK(be->zero(be, tr->grads, (size_t)(ts->n + tr->nctl) * sizeof(float)));
     int64_t last = *mb + c->accumulate < nmb ? *mb + c->accumulate : nmb;
-    if (t->test_step_delay_ms > 0) { /* test hook: keeps a short job running long enough to be signalled */
-        struct timespec ts = {t->test_step_delay_ms / 1000, (t->test_step_delay_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
+    if (tr->test_step_delay_ms > 0) { /* test hook: keeps a short job running long enough to be signalled */
+        struct timespec delay = {tr->test_step_delay_ms / 1000, (tr->test_step_delay_ms % 1000) * 1000000L};
+        nanosleep(&delay, NULL);
     }
-    float *ctl = t->ctl; /* lives in the trainer: uploaded without a host synchronisation */
-    memset(ctl, 0, (size_t)t->nctl * sizeof(float));
-    ctl[CTL_STOP] = (float)stop_wanted(t); /* agreed through this step's allreduce: no extra collective */
-    ddp_watch_mark(t->ctx, t->global_step + 1, "forward/backward");
+    float *ctl = tr->ctl; /* lives in the trainer: uploaded without a host synchronisation */
+    memset(ctl, 0, (size_t)tr->nctl * sizeof(float));
+    ctl[CTL_STOP] = (float)stop_wanted(tr); /* agreed through this step's allreduce: no extra collective */
+    ddp_watch_mark(ts->ctx, ts->global_step + 1, "forward/backward");
     for (int64_t k = *mb; k < last; k++) {
         const ddp_batch *lb;
         DDP_CHECK(ddp_loader_next(ld, k, &lb));
         ddp_batch bs = *lb; /* dropout keys: the optimizer step, not the position in a (resumed) run */
-        bs.step = t->global_step;
+        bs.step = ts->global_step;
         const ddp_batch *b = &bs;
-        if (t->trace) {
-            fprintf(t->trace, "%lld %lld", (long long)t->epoch, (long long)t->global_step);
-            for (int64_t i = 0; i < b->nsamples; i++) fprintf(t->trace, " %lld", (long long)b->sample_ids[i]);
-            fputc('\n', t->trace);
-            fflush(t->trace);
+        if (tr->trace) {
+            fprintf(tr->trace, "%lld %lld", (long long)ts->epoch, (long long)ts->global_step);
+            for (int64_t i = 0; i < b->nsamples; i++) fprintf(tr->trace, " %lld", (long long)b->sample_ids[i]);
+            fputc('\n', tr->trace);
+            fflush(tr->trace);
         }
         ctl[CTL_COUNT] += (float)b->nsamples;
-        ctl[CTL_ROWS + t->ctx->topo.rank] += (float)b->nrows;
+        ctl[CTL_ROWS + ts->ctx->topo.rank] += (float)b->nrows;
         ddp_forward_out out = {0};
         int is_last = k == last - 1;
         if (is_last) {
-            DDP_CHECK(be->upload_async(be, t->grads + t->n, ctl, (size_t)t->nctl * sizeof(float)));
-            ddp_sync_begin(t->sync);
+            DDP_CHECK(be->upload_async(be, tr->grads + ts->n, ctl, (size_t)tr->nctl * sizeof(float)));
+            ddp_sync_begin(tr->sync);
         }
-        DDP_CHECK(t->model->train_step(t->model->self, b, t->params, t->grads, &out, is_last ? ddp_sync_ready : NULL,
-                                       is_last ? t->sync : NULL));
-        DDP_CHECK(ddp_log(t->metrics, "train/loss", out.loss_sum, (double)out.count));
+        DDP_CHECK(ts->model->train_step(ts->model->self, b, ts->params, tr->grads, &out, is_last ? ddp_sync_ready : NULL,
+                                        is_last ? tr->sync : NULL));
+        DDP_CHECK(ddp_log(tr->metrics, "train/loss", out.loss_sum, (double)out.count));
     }
     *mb = last;
-    ddp_watch_mark(t->ctx, t->global_step + 1, "gradient allreduce");
-    DDP_CHECK(ddp_sync_finish(t->sync, "the gradient allreduce"));
-    float *g = t->ctl_back;
-    DDP_CHECK(be->download(be, g, t->grads + t->n, (size_t)t->nctl * sizeof(float)));
+    ddp_watch_mark(ts->ctx, ts->global_step + 1, "gradient allreduce");
+    DDP_CHECK(ddp_sync_finish(tr->sync, "the gradient allreduce"));
+    float *g = tr->ctl_back;
+    DDP_CHECK(be->download(be, g, tr->grads + ts->n, (size_t)tr->nctl * sizeof(float)));
     double count = g[CTL_COUNT];
     *samples = count;
     *stop = g[CTL_STOP] > 0;
     /* load balance: the busiest rank's rows over the mean (1 = balanced); every rank computes the same */
     double rmax = 0.0, rsum = 0.0;
-    for (int64_t r = CTL_ROWS; r < t->nctl; r++) {
+    for (int64_t r = CTL_ROWS; r < tr->nctl; r++) {
         rsum += g[r];
         rmax = g[r] > rmax ? g[r] : rmax;
     }
     if (rsum > 0)
-        DDP_CHECK(ddp_log(t->metrics, "train/rows_per_rank_max_over_mean", rmax * (double)(t->nctl - CTL_ROWS) / rsum, 1.0));
+        DDP_CHECK(ddp_log(tr->metrics, "train/rows_per_rank_max_over_mean", rmax * (double)(tr->nctl - CTL_ROWS) / rsum, 1.0));
     double gscale = 1.0 / count, norm2 = 0.0;
-    DDP_CHECK(be->sumsq_many(be, t->grads, t->toff, t->model->ntensors, t->sumsq));
-    for (int k = 0; k < t->model->ntensors; k++) {
-        double s = t->sumsq[k];
+    DDP_CHECK(be->sumsq_many(be, tr->grads, tr->toff, ts->model->ntensors, tr->sumsq));
+    for (int k = 0; k < ts->model->ntensors; k++) {
+        double s = tr->sumsq[k];
         if (!isfinite(s)) { /* the reduced gradient is the same on every rank: all decide alike */
             if (!c->skip_nonfinite) {
                 ddp_set_error(DDP_ERR_NUMERIC,
                               "non-finite gradient at step %lld in parameter '%s' (check the data and --lr; --skip-nonfinite skips such steps)",
-                              (long long)t->global_step + 1, t->model->tensors[k].name);
+                              (long long)ts->global_step + 1, ts->model->tensors[k].name);
                 ddp_mark_error_shared();
                 return DDP_ERR_NUMERIC;
             }
-            t->skipped++;
-            t->global_step++;
+            ts->skipped++;
+            ts->global_step++;
             return DDP_OK;
         }
         norm2 += s;
     }
     double norm = sqrt(norm2) * gscale, coef = 1.0;
     if (c->grad_clip > 0 && norm > c->grad_clip) coef = c->grad_clip / (norm + 1e-6);
-    t->optim_step++;
-    t->lr_last = ddp_lr_at(c, t->global_step, t->lr_total);
-    ddp_adamw_args a = {.lr = (float)t->lr_last,
+    ts->optim_step++;
+    tr->lr_last = ddp_lr_at(c, ts->global_step, ts->lr_total);
+    ddp_adamw_args a = {.lr = (float)tr->lr_last,
                         .beta1 = (float)c->beta1,
                         .beta2 = (float)c->beta2,
                         .eps = (float)c->eps,
                         .weight_decay = (float)c->weight_decay,
-                        .bc1 = (float)(1.0 - pow(c->beta1, (double)t->optim_step)),
-                        .bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, (double)t->optim_step)),
+                        .bc1 = (float)(1.0 - pow(c->beta1, (double)ts->optim_step)),
+                        .bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, (double)ts->optim_step)),
                         .gscale = (float)(gscale * coef)};
-    DDP_CHECK(be->adamw(be, t->params, t->grads, t->m, t->v, t->n, &a));
-    t->global_step++;
+    DDP_CHECK(be->adamw(be, ts->params, tr->grads, ts->m, ts->v, ts->n, &a));
+    ts->global_step++;
     return DDP_OK;
 }
 
 /* Test hook MPIDDP_TEST_MONITOR_OFFSET="rank:epoch:offset,...": adds offset to that rank's *local* view of
  * the monitored metric at that epoch (0-based), so tests can make ranks' votes disagree deterministically.
  * The globally reduced value is untouched. */
-static void monitor_test_offset(trainer *t, int64_t epoch)
+static void monitor_test_offset(trainer *tr, int64_t epoch)
 {
+    ddp_train_state *ts = &tr->state;
     const char *spec = getenv("MPIDDP_TEST_MONITOR_OFFSET");
-    int i = ddp_row_find(&t->lrow, t->cfg->monitor);
+    int i = ddp_row_find(&tr->lrow, ts->cfg->monitor);
     for (const char *p = spec; p && *p && i >= 0;) {
         int r;
         long long e;
         double off;
-        if (sscanf(p, "%d:%lld:%lf", &r, &e, &off) == 3 && r == t->ctx->topo.rank && e == epoch) t->lrow.vals[i] += off;
+        if (sscanf(p, "%d:%lld:%lf", &r, &e, &off) == 3 && r == ts->ctx->topo.rank && e == epoch) tr->lrow.vals[i] += off;
         p = strchr(p, ',');
         if (p) p++;
     }
 }
 
 /* Exact validation: padding duplicates excluded, confusion matrix reduced across ranks. */
-static ddp_status validate(trainer *t, ddp_loader *ld, ddp_sampler *sm, int64_t epoch)
+static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t epoch)
 {
+    ddp_train_state *ts = &tr->state;
     int64_t steps = sm->steps;
-    if (t->cfg->fast_dev_run > 0 && steps > t->cfg->fast_dev_run) steps = t->cfg->fast_dev_run;
-    ddp_watch_mark(t->ctx, t->global_step, "validation");
-    DDP_CHECK(agree_steps(t->ctx, steps, "validation"));
+    if (ts->cfg->fast_dev_run > 0 && steps > ts->cfg->fast_dev_run) steps = ts->cfg->fast_dev_run;
+    ddp_watch_mark(ts->ctx, ts->global_step, "validation");
+    DDP_CHECK(agree_steps(ts->ctx, steps, "validation"));
     DDP_CHECK(ddp_loader_start_epoch(ld, 0, 0));
-    ddp_eval_acc *a = &t->eval;
+    ddp_eval_acc *a = &tr->eval;
     ddp_eval_acc_reset(a);
-    DDP_CHECK(ddp_eval_run(t->model, t->params, ld, steps, a));
+    DDP_CHECK(ddp_eval_run(ts->model, ts->params, ld, steps, a));
     double lacc, lf1, acc, f1;
     ddp_confusion_metrics(a->conf, a->C, &lacc, &lf1);
-    DDP_CHECK(ddp_eval_reduce_confusion(t->ctx, a));
+    DDP_CHECK(ddp_eval_reduce_confusion(ts->ctx, a));
     ddp_confusion_metrics(a->conf, a->C, &acc, &f1);
-    DDP_CHECK(ddp_log(t->metrics, "val/loss", a->loss_sum, (double)a->count));
-    DDP_CHECK(ddp_log_rank0(t->metrics, "val/acc", acc));
-    DDP_CHECK(ddp_log_rank0(t->metrics, "val/macro_f1", f1));
-    DDP_CHECK(ddp_metrics_sync(t->metrics, &t->row, &t->lrow));
-    ddp_row_set(&t->lrow, "val/acc", lacc);
-    ddp_row_set(&t->lrow, "val/macro_f1", lf1);
-    ddp_row_set(&t->lrow, "val/count", (double)a->count);
-    monitor_test_offset(t, epoch);
-    DDP_CHECK(write_rows(t, epoch));
-    if (t->ctx->topo.rank == 0 && t->cfg->progress) {
-        if (t->tty) fputc('\n', stderr);
+    DDP_CHECK(ddp_log(tr->metrics, "val/loss", a->loss_sum, (double)a->count));
+    DDP_CHECK(ddp_log_rank0(tr->metrics, "val/acc", acc));
+    DDP_CHECK(ddp_log_rank0(tr->metrics, "val/macro_f1", f1));
+    DDP_CHECK(ddp_metrics_sync(tr->metrics, &tr->row, &tr->lrow));
+    ddp_row_set(&tr->lrow, "val/acc", lacc);
+    ddp_row_set(&tr->lrow, "val/macro_f1", lf1);
+    ddp_row_set(&tr->lrow, "val/count", (double)a->count);
+    monitor_test_offset(tr, epoch);
+    DDP_CHECK(write_rows(tr, epoch));
+    if (ts->ctx->topo.rank == 0 && ts->cfg->progress) {
+        if (tr->tty) fputc('\n', stderr);
         fprintf(stderr, "epoch %lld: val/loss=%.6g val/acc=%.6g val/macro_f1=%.6g\n", (long long)epoch,
-                t->row.vals[ddp_row_find(&t->row, "val/loss")], acc, f1);
+                tr->row.vals[ddp_row_find(&tr->row, "val/loss")], acc, f1);
     }
     return DDP_OK;
 }
 
 /* Set-up's rank-local part: buffers, the model's initial parameters; no collective, so that a rank that fails
  * here (out of host or device memory) is agreed before anything waits for it. */
-static ddp_status setup_local(trainer *t, ddp_dataset *train, ddp_dataset *val)
+static ddp_status setup_local(trainer *tr, ddp_dataset *train, ddp_dataset *val)
 {
-    ddp_ctx *ctx = t->ctx;
-    const ddp_train_config *c = t->cfg;
-    DDP_CHECK(ddp_ctx_backend(ctx, t->model->device, &t->be));
-    ddp_backend *be = t->be;
-    t->n = ddp_model_num_params(t->model);
-    DDP_ALLOC(t->toff, t->model->ntensors + 1);
-    DDP_ALLOC(t->sumsq, t->model->ntensors);
-    for (int k = 0; k < t->model->ntensors; k++) {
+    ddp_train_state *ts = &tr->state;
+    ddp_ctx *ctx = ts->ctx;
+    const ddp_train_config *c = ts->cfg;
+    DDP_CHECK(ddp_ctx_backend(ctx, ts->model->device, &ts->be));
+    ddp_backend *be = ts->be;
+    ts->n = ddp_model_num_params(ts->model);
+    DDP_ALLOC(tr->toff, ts->model->ntensors + 1);
+    DDP_ALLOC(tr->sumsq, ts->model->ntensors);
+    for (int k = 0; k < ts->model->ntensors; k++) {
         int64_t e = 1;
-        for (int d = 0; d < t->model->tensors[k].ndim; d++) e *= t->model->tensors[k].shape[d];
-        t->toff[k + 1] = t->toff[k] + e;
+        for (int d = 0; d < ts->model->tensors[k].ndim; d++) e *= ts->model->tensors[k].shape[d];
+        tr->toff[k + 1] = tr->toff[k] + e;
     }
-    size_t bytes = (size_t)t->n * sizeof(float);
+    size_t bytes = (size_t)ts->n * sizeof(float);
     void *p;
     DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes));
-    t->params = p;
-    t->nctl = CTL_ROWS + ctx->topo.size;
-    DDP_ALLOC(t->ctl, t->nctl);
-    DDP_ALLOC(t->ctl_back, t->nctl);
-    DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes + (size_t)t->nctl * sizeof(float)));
-    t->grads = p;
+    ts->params = p;
+    tr->nctl = CTL_ROWS + ctx->topo.size;
+    DDP_ALLOC(tr->ctl, tr->nctl);
+    DDP_ALLOC(tr->ctl_back, tr->nctl);
+    DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes + (size_t)tr->nctl * sizeof(float)));
+    tr->grads = p;
     DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes));
-    t->m = p;
+    ts->m = p;
     DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes));
-    t->v = p;
-    DDP_ALLOC(t->h_params, t->n);
-    DDP_ALLOC(t->h_m, t->n);
-    DDP_ALLOC(t->h_v, t->n);
-    int64_t C = t->model->num_classes;
+    ts->v = p;
+    DDP_ALLOC(ts->h_params, ts->n);
+    DDP_ALLOC(ts->h_m, ts->n);
+    DDP_ALLOC(ts->h_v, ts->n);
+    int64_t C = ts->model->num_classes;
     if (C != ddp_dataset_get_info(train)->num_classes || C != ddp_dataset_get_info(val)->num_classes)
         return ddp_set_error(DDP_ERR_ARG, "model has %lld classes but the datasets have %lld (train) and %lld (val)", (long long)C,
                              (long long)ddp_dataset_get_info(train)->num_classes, (long long)ddp_dataset_get_info(val)->num_classes);
-    DDP_CHECK(ddp_eval_acc_init(&t->eval, C, c->batch_rows > 0 ? 2 * c->batch_rows : c->batch_size, 0));
-    DDP_CHECK(ddp_metrics_create(ctx, &t->metrics));
-    t->model->metrics = t->metrics;
+    DDP_CHECK(ddp_eval_acc_init(&tr->eval, C, c->batch_rows > 0 ? 2 * c->batch_rows : c->batch_size, 0));
+    DDP_CHECK(ddp_metrics_create(ctx, &tr->metrics));
+    ts->model->metrics = tr->metrics;
     const char *trace = getenv("MPIDDP_TEST_TRACE_SAMPLES");
     if (trace && *trace) {
         char path[4200];
-        snprintf(path, sizeof path, "%s.r%d", trace, t->ctx->topo.rank);
-        t->trace = fopen(path, "a");
-        if (!t->trace) return ddp_set_error(DDP_ERR_IO, "%s: cannot open (MPIDDP_TEST_TRACE_SAMPLES)", path);
+        snprintf(path, sizeof path, "%s.r%d", trace, ts->ctx->topo.rank);
+        tr->trace = fopen(path, "a");
+        if (!tr->trace) return ddp_set_error(DDP_ERR_IO, "%s: cannot open (MPIDDP_TEST_TRACE_SAMPLES)", path);
     }
     /* identical start on every rank: init, then rank 0's parameters are broadcast (as PyTorch DDP does) */
-    DDP_CHECK(t->model->init(t->model->self, t->params, c->seed));
-    return be->download(be, t->h_params, t->params, bytes);
+    DDP_CHECK(ts->model->init(ts->model->self, ts->params, c->seed));
+    return be->download(be, ts->h_params, ts->params, bytes);
 }
 
 /* Every step that can fail on one rank alone is agreed before the next collective (docs/faults.md). */
-static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
+static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
 {
-    ddp_ctx *ctx = t->ctx;
-    const ddp_train_config *c = t->cfg;
-    DDP_CHECK(ddp_agree_status(ctx, setup_local(t, train, val)));
-    ddp_backend *be = t->be;
-    size_t bytes = (size_t)t->n * sizeof(float);
-    for (int64_t lo = 0; lo < t->n; lo += INT32_MAX / 2) {
-        int64_t cnt = t->n - lo < INT32_MAX / 2 ? t->n - lo : INT32_MAX / 2;
-        MPI_CHECK(MPI_Bcast(t->h_params + lo, (int)cnt, MPI_FLOAT, 0, ctx->world));
+    ddp_train_state *ts = &tr->state;
+    ddp_ctx *ctx = ts->ctx;
+    const ddp_train_config *c = ts->cfg;
+    DDP_CHECK(ddp_agree_status(ctx, setup_local(tr, train, val)));
+    ddp_backend *be = ts->be;
+    size_t bytes = (size_t)ts->n * sizeof(float);
+    for (int64_t lo = 0; lo < ts->n; lo += INT32_MAX / 2) {
+        int64_t cnt = ts->n - lo < INT32_MAX / 2 ? ts->n - lo : INT32_MAX / 2;
+        MPI_CHECK(MPI_Bcast(ts->h_params + lo, (int)cnt, MPI_FLOAT, 0, ctx->world));
     }
-    DDP_CHECK(ddp_agree_status(ctx, be->upload(be, t->params, t->h_params, bytes)));
+    DDP_CHECK(ddp_agree_status(ctx, be->upload(be, ts->params, ts->h_params, bytes)));
     ctx->nccl_init_timeout = c->collective_timeout;
-    DDP_CHECK(ddp_sync_create(ctx, be, t->grads, t->n, t->nctl, (int64_t)(c->bucket_mb * 1048576.0), &t->sync));
-    t->test_stop_at = ddp_env_int("TEST_STOP_AT_STEP", -1);
-    t->test_stop_rank = ddp_env_int("TEST_STOP_RANK", 0);
-    t->test_step_delay_ms = ddp_env_int("TEST_STEP_DELAY_MS", 0);
-    ddp_decider_init(&t->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max, c->fast_dev_run > 0 ? 0 : c->save_top_k,
+    DDP_CHECK(ddp_sync_create(ctx, be, tr->grads, ts->n, tr->nctl, (int64_t)(c->bucket_mb * 1048576.0), &tr->sync));
+    tr->test_stop_at = ddp_env_int("TEST_STOP_AT_STEP", -1);
+    tr->test_stop_rank = ddp_env_int("TEST_STOP_RANK", 0);
+    tr->test_step_delay_ms = ddp_env_int("TEST_STEP_DELAY_MS", 0);
+    ddp_decider_init(&ts->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max, c->fast_dev_run > 0 ? 0 : c->save_top_k,
                      c->early_stop_patience, c->early_stop_min_delta);
     /* resume: an explicit file must exist; `auto` resumes when RUNDIR/checkpoints/last.h5 exists */
-    snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s/checkpoints", c->out_dir);
+    snprintf(ts->ckpt_dir, sizeof ts->ckpt_dir, "%s/checkpoints", c->out_dir);
     char path[4400];
     int resuming = 0;
     ddp_status st = DDP_OK;
     if (c->resume && strcmp(c->resume, "auto") == 0) {
-        snprintf(path, sizeof path, "%s/last.h5", t->ckpt_dir);
+        snprintf(path, sizeof path, "%s/last.h5", ts->ckpt_dir);
         resuming = ctx->topo.rank == 0 && access(path, F_OK) == 0;
         MPI_CHECK(MPI_Bcast(&resuming, 1, MPI_INT, 0, ctx->world));
     } else if (c->resume) {
         snprintf(path, sizeof path, "%s", c->resume);
         resuming = 1;
     }
-    if (resuming) DDP_CHECK(ddp_trainer_resume(t, path));
+    if (resuming) DDP_CHECK(ddp_train_state_resume(ts, path));
     /* run directory; on resume the metric files keep the rows up to the checkpoint's step */
-    if (ctx->topo.rank == 0) st = ddp_mkdir_p(t->ckpt_dir);
-    if (ctx->topo.rank == 0 && st == DDP_OK) ddp_trainer_remove_stale_tmp(t->ckpt_dir);
+    if (ctx->topo.rank == 0) st = ddp_mkdir_p(ts->ckpt_dir);
+    if (ctx->topo.rank == 0 && st == DDP_OK) ddp_train_state_remove_stale_tmp(ts->ckpt_dir);
     DDP_CHECK(ddp_agree_status(ctx, st));
     static const char *cols[] = {"train/loss", "train/samples_per_s", "lr", "val/loss", "val/acc", "val/macro_f1",
                                  "train/rows_per_rank_max_over_mean"};
-    int64_t keep = resuming ? t->global_step : -1;
+    int64_t keep = resuming ? ts->global_step : -1;
     if (ctx->topo.rank == 0) {
         snprintf(path, sizeof path, "%s/metrics.csv", c->out_dir);
-        st = ddp_csv_open(path, -1, cols, 7, keep, &t->csv);
+        st = ddp_csv_open(path, -1, cols, 7, keep, &tr->csv);
     }
     DDP_CHECK(ddp_agree_status(ctx, st));
     if (c->log_per_rank) {
         snprintf(path, sizeof path, "%s/metrics_rank%d.csv", c->out_dir, ctx->topo.rank);
-        st = ddp_csv_open(path, ctx->topo.rank, cols, 7, keep, &t->csv_rank);
+        st = ddp_csv_open(path, ctx->topo.rank, cols, 7, keep, &tr->csv_rank);
         DDP_CHECK(ddp_agree_status(ctx, st));
     }
     DDP_CHECK(ddp_watch_init(ctx, c->out_dir, c->collective_timeout));
@@ -397,81 +425,45 @@ static ddp_status setup(trainer *t, ddp_dataset *train, ddp_dataset *val)
     snprintf(note, sizeof note, "%s", be->name);
     snprintf(path, sizeof path, "%s/run.json", c->out_dir);
     DDP_CHECK(ddp_write_run_json(ctx, path, c, c->config_json, ddp_dataset_get_info(train), ddp_dataset_get_info(val), note));
-    t->tty = isatty(2);
+    tr->tty = isatty(2);
     return DDP_OK;
 }
 
-static void teardown(trainer *t)
+static void teardown(trainer *tr)
 {
-    ddp_watch_close(t->ctx);
-    ddp_backend *be = t->be;
+    ddp_train_state *ts = &tr->state;
+    ddp_watch_close(ts->ctx);
+    ddp_backend *be = ts->be;
     if (be) {
-        if (t->params) be->release(be, t->params);
-        if (t->grads) be->release(be, t->grads);
-        if (t->m) be->release(be, t->m);
-        if (t->v) be->release(be, t->v);
+        if (ts->params) be->release(be, ts->params);
+        if (tr->grads) be->release(be, tr->grads);
+        if (ts->m) be->release(be, ts->m);
+        if (ts->v) be->release(be, ts->v);
     }
-    ddp_sync_destroy(t->sync);
-    ddp_metrics_destroy(t->metrics);
-    ddp_csv_close(t->csv);
-    ddp_csv_close(t->csv_rank);
-    ddp_row_free(&t->row);
-    ddp_row_free(&t->lrow);
-    free(t->h_params);
-    free(t->h_m);
-    free(t->h_v);
-    free(t->toff);
-    free(t->sumsq);
-    if (t->trace) fclose(t->trace);
-    free(t->lens_train);
-    free(t->lens_val);
-    free(t->ctl);
-    free(t->ctl_back);
-    ddp_eval_acc_free(&t->eval);
+    ddp_sync_destroy(tr->sync);
+    ddp_metrics_destroy(tr->metrics);
+    ddp_csv_close(tr->csv);
+    ddp_csv_close(tr->csv_rank);
+    ddp_row_free(&tr->row);
+    ddp_row_free(&tr->lrow);
+    free(ts->h_params);
+    free(ts->h_m);
+    free(ts->h_v);
+    free(tr->toff);
+    free(tr->sumsq);
+    if (tr->trace) fclose(tr->trace);
+    free(tr->lens_train);
+    free(tr->lens_val);
+    free(tr->ctl);
+    free(tr->ctl_back);
+    ddp_eval_acc_free(&tr->eval);
 }
 
-int64_t ddp_trainer_epoch_position(const trainer *t, int64_t os)
+static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
 {
-    const ddp_sampler *sm = t->tsm;
-    if (sm->budget > 0) return os < sm->nplan ? sm->plan[os] : sm->n; /* the plan is a function of the global budget */
-    int64_t gb = (int64_t)t->cfg->batch_size * t->ctx->topo.size * t->cfg->accumulate;
-    int64_t pos = os * gb; /* sample-count batches: optimizer step k covers positions [k gb, (k + 1) gb) */
-    return pos < sm->per_rank * sm->world ? pos : sm->n;
-}
-
-/* A resumed run's position in this run's micro-batches: optimizer steps of the epoch x --accumulate, checked
- * against the positions of the epoch's order the checkpoint had consumed. Every rank computes the same. */
-static ddp_status resume_position(trainer *t, int64_t opt_steps)
-{
-    ddp_status st = DDP_OK;
-    int64_t os = t->resume_os, acc = t->cfg->accumulate;
-    if (t->resume_legacy_mb >= 0) { /* same world size and global batch (checked): the same micro-batches */
-        t->mb = t->resume_legacy_mb;
-        if (t->mb > t->nmb)
-            st = ddp_set_error(DDP_ERR_ARG, "resume position: micro-batch %lld is past the epoch's %lld", (long long)t->mb,
-                               (long long)t->nmb);
-    } else if (os >= 0) {
-        int64_t end = t->tsm->n;
-        if (t->resume_pos >= end) /* saved at the epoch's end: validation comes next */
-            t->mb = t->nmb;
-        else if (os > opt_steps || ddp_trainer_epoch_position(t, os) != t->resume_pos)
-            st = ddp_set_error(DDP_ERR_ARG,
-                               "resume position: %lld optimizer steps and %lld samples into epoch %lld cannot be continued exactly "
-                               "(this run's epoch has %lld steps; step %lld starts at sample %lld)",
-                               (long long)os, (long long)t->resume_pos, (long long)t->epoch, (long long)opt_steps, (long long)os,
-                               (long long)(os <= opt_steps ? ddp_trainer_epoch_position(t, os) : -1));
-        else
-            t->mb = os * acc < t->nmb ? os * acc : t->nmb;
-    }
-    t->resume_os = t->resume_legacy_mb = -1;
-    if (st != DDP_OK) ddp_mark_error_shared();
-    return st;
-}
-
-static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
-{
-    ddp_ctx *ctx = t->ctx;
-    const ddp_train_config *c = t->cfg;
+    ddp_train_state *ts = &tr->state;
+    ddp_ctx *ctx = ts->ctx;
+    const ddp_train_config *c = ts->cfg;
     ddp_sampler tsm = {0}, vsm = {0};
     ddp_loader *tl = NULL, *vl = NULL;
     ddp_status st = DDP_OK;
@@ -486,13 +478,13 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
     if (st != DDP_OK) return st;
     DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&vsm, DDP_SAMPLE_SEQUENTIAL, val->info.num_samples, ctx->topo.size,
                                                    ctx->topo.rank, c->seed, 0, c->batch_size, NULL, 0)));
-    if (c->batch_rows > 0 || c->shuffle_block) DDP_TRY(ddp_dataset_row_counts(ctx, train, &t->lens_train));
+    if (c->batch_rows > 0 || c->shuffle_block) DDP_TRY(ddp_dataset_row_counts(ctx, train, &tr->lens_train));
     if (c->shuffle_block) { /* blocks of consecutive samples within each shard, permuted per epoch */
         int64_t *first = ddp_calloc((size_t)train->nshards + 1, sizeof *first);
         if (!first) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
         for (int64_t k = 0; k < train->nshards; k++) first[k] = train->shards[k].meta.first;
         first[train->nshards] = train->info.num_samples;
-        st = ddp_sampler_set_blocks(&tsm, t->lens_train, train->info.dim, first, train->nshards,
+        st = ddp_sampler_set_blocks(&tsm, tr->lens_train, train->info.dim, first, train->nshards,
                                     c->shuffle_block_mb * 1048576.0, c->shuffle_window);
         free(first);
         DDP_TRY(ddp_agree_status(ctx, st));
@@ -501,89 +493,89 @@ static ddp_status run(trainer *t, ddp_dataset *train, ddp_dataset *val)
         double sq = ddp_model_cost_sq(c->model_config); /* a user's own model: rows only */
         DDP_TRY(ddp_dataset_check_max_rows(ctx, train, c->batch_rows, "--batch-rows"));
         DDP_TRY(ddp_dataset_check_max_rows(ctx, val, c->batch_rows, "--batch-rows"));
-        DDP_TRY(ddp_dataset_row_counts(ctx, val, &t->lens_val));
-        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&tsm, c->batch_rows, c->accumulate, t->lens_train,
+        DDP_TRY(ddp_dataset_row_counts(ctx, val, &tr->lens_val));
+        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&tsm, c->batch_rows, c->accumulate, tr->lens_train,
                                                              train->info.max_sample_rows, sq)));
-        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&vsm, c->batch_rows, 1, t->lens_val, val->info.max_sample_rows, sq)));
+        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&vsm, c->batch_rows, 1, tr->lens_val, val->info.max_sample_rows, sq)));
     }
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(train, &tsm, 1, &tl)));
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(val, &vsm, 1, &vl)));
-    DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, t->epoch)));
+    DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, ts->epoch)));
     int64_t nmb = tsm.steps; /* micro-batches of the first epoch (token budgets: they vary by epoch) */
     if (c->fast_dev_run > 0 && nmb > c->fast_dev_run) nmb = c->fast_dev_run;
     DDP_TRY(agree_steps(ctx, nmb, "training epoch"));
-    t->tsm = &tsm;
-    t->nmb = nmb;
+    ts->tsm = &tsm;
+    ts->nmb = nmb;
     int64_t opt_steps = (nmb + c->accumulate - 1) / c->accumulate;
-    DDP_TRY(resume_position(t, opt_steps));
+    DDP_TRY(ddp_train_state_resume_position(ts, opt_steps));
     int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
     /* the schedule's horizon: with token budgets the first epoch's plan stands for every epoch's (a function of
      * seed and global budget, like the plan itself; the schedule holds min-lr past it) */
     int64_t steps0 = opt_steps;
-    if (c->batch_rows > 0 && t->epoch != 0) { /* resumed in a later epoch: epoch 0's plan, as the first run saw it */
+    if (c->batch_rows > 0 && ts->epoch != 0) { /* resumed in a later epoch: epoch 0's plan, as the first run saw it */
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, 0)));
         int64_t nmb0 = c->fast_dev_run > 0 && tsm.steps > c->fast_dev_run ? c->fast_dev_run : tsm.steps;
         steps0 = (nmb0 + c->accumulate - 1) / c->accumulate;
-        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, t->epoch)));
+        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, ts->epoch)));
     }
-    t->lr_total = steps0 * epochs;
-    t->lr_last = ddp_lr_at(c, t->global_step, t->lr_total);
+    ts->lr_total = steps0 * epochs;
+    tr->lr_last = ddp_lr_at(c, ts->global_step, ts->lr_total);
     double t0 = now_s();
-    int64_t first_step = t->global_step, total_steps = opt_steps * epochs, first_epoch = t->epoch;
-    for (; t->epoch < epochs; t->epoch++, t->mb = 0) {
-        int64_t e = t->epoch;
-        DDP_TRY(ddp_agree_status(ctx, ddp_loader_start_epoch(tl, e, t->mb)));
+    int64_t first_step = ts->global_step, total_steps = opt_steps * epochs, first_epoch = ts->epoch;
+    for (; ts->epoch < epochs; ts->epoch++, ts->mb = 0) {
+        int64_t e = ts->epoch;
+        DDP_TRY(ddp_agree_status(ctx, ddp_loader_start_epoch(tl, e, ts->mb)));
         if (c->batch_rows > 0 && e != first_epoch) { /* this epoch's plan (every rank computed the same; checked) */
             nmb = tsm.steps;
             if (c->fast_dev_run > 0 && nmb > c->fast_dev_run) nmb = c->fast_dev_run;
             DDP_TRY(agree_steps(ctx, nmb, "training epoch"));
-            t->nmb = nmb;
+            ts->nmb = nmb;
             opt_steps = (nmb + c->accumulate - 1) / c->accumulate;
         }
         double win_t = now_s(), win_samples = 0;
         int stop = 0;
-        while (t->mb < nmb) {
+        while (ts->mb < nmb) {
             double samples = 0;
-            st = train_step(t, tl, &t->mb, nmb, &samples, &stop);
+            st = train_step(tr, tl, &ts->mb, nmb, &samples, &stop);
             if (st != DDP_OK) goto done; /* a local failure here: the CLI aborts the job */
             win_samples += samples;
-            int64_t s = (t->mb + c->accumulate - 1) / c->accumulate; /* optimizer steps done in this epoch */
-            if (t->global_step % c->log_every == 0 || t->mb == nmb || stop) {
+            int64_t s = (ts->mb + c->accumulate - 1) / c->accumulate; /* optimizer steps done in this epoch */
+            if (ts->global_step % c->log_every == 0 || ts->mb == nmb || stop) {
                 double dt = now_s() - win_t;
                 double sps = dt > 0 ? win_samples / dt : 0;
-                DDP_TRY(ddp_log_rank0(t->metrics, "train/samples_per_s", sps));
-                DDP_TRY(ddp_log_rank0(t->metrics, "lr", t->lr_last));
-                if (c->skip_nonfinite) DDP_TRY(ddp_log_rank0(t->metrics, "train/skipped_steps", (double)t->skipped));
-                DDP_TRY(ddp_metrics_sync(t->metrics, &t->row, &t->lrow));
-                DDP_TRY(write_rows(t, e));
-                int li = ddp_row_find(&t->row, "train/loss");
-                double done_steps = (double)(t->global_step - first_step);
-                double eta = (now_s() - t0) / done_steps * (double)(total_steps - t->global_step);
-                progress(t, (int)e, s, opt_steps, li >= 0 ? t->row.vals[li] : NAN, sps, eta > 0 ? eta : 0);
+                DDP_TRY(ddp_log_rank0(tr->metrics, "train/samples_per_s", sps));
+                DDP_TRY(ddp_log_rank0(tr->metrics, "lr", tr->lr_last));
+                if (c->skip_nonfinite) DDP_TRY(ddp_log_rank0(tr->metrics, "train/skipped_steps", (double)ts->skipped));
+                DDP_TRY(ddp_metrics_sync(tr->metrics, &tr->row, &tr->lrow));
+                DDP_TRY(write_rows(tr, e));
+                int li = ddp_row_find(&tr->row, "train/loss");
+                double done_steps = (double)(ts->global_step - first_step);
+                double eta = (now_s() - t0) / done_steps * (double)(total_steps - ts->global_step);
+                progress(tr, (int)e, s, opt_steps, li >= 0 ? tr->row.vals[li] : NAN, sps, eta > 0 ? eta : 0);
                 win_t = now_s();
                 win_samples = 0;
             }
             if (stop) { /* every rank saw the flag in the same allreduce */
-                if (c->fast_dev_run <= 0) DDP_TRY(ddp_trainer_save_last(t));
-                if (ctx->topo.rank == 0 && c->progress && t->tty) fputc('\n', stderr);
+                if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_save_last(ts));
+                if (ctx->topo.rank == 0 && c->progress && tr->tty) fputc('\n', stderr);
                 st = ddp_set_error(DDP_STOPPED, "stopped on request at step %lld (epoch %lld, batch %lld of %lld); %s",
-                                   (long long)t->global_step, (long long)e, (long long)t->mb, (long long)nmb,
+                                   (long long)ts->global_step, (long long)e, (long long)ts->mb, (long long)nmb,
                                    c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)" : "last.h5 saved, continue with --resume auto");
                 ddp_mark_error_shared();
                 goto done;
             }
-            if (c->ckpt_every_steps > 0 && t->global_step % c->ckpt_every_steps == 0 && t->mb < nmb && c->fast_dev_run <= 0)
-                DDP_TRY(ddp_trainer_save_last(t));
+            if (c->ckpt_every_steps > 0 && ts->global_step % c->ckpt_every_steps == 0 && ts->mb < nmb && c->fast_dev_run <= 0)
+                DDP_TRY(ddp_train_state_save_last(ts));
         }
-        DDP_TRY(validate(t, vl, &vsm, e));
+        DDP_TRY(validate(tr, vl, &vsm, e));
         int early = 0;
-        if (c->fast_dev_run <= 0) DDP_TRY(ddp_trainer_decide(t, e, &early));
-        t->epoch = e + 1; /* position: start of the next epoch */
-        t->mb = 0;
-        if (c->fast_dev_run <= 0) DDP_TRY(ddp_trainer_save_last(t));
-        t->epoch = e;
+        if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_decide(ts, &tr->row, &tr->lrow, e, &early));
+        ts->epoch = e + 1; /* position: start of the next epoch */
+        ts->mb = 0;
+        if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_save_last(ts));
+        ts->epoch = e;
         if (early) {
-            t->epoch = epochs;
+            ts->epoch = epochs;
             break;
         }
     }
@@ -598,9 +590,9 @@ done:
 ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train, ddp_dataset *val)
 {
     DDP_CHECK(ddp_agree_status(ctx, ddp_train_config_check(cfg, ctx->topo.size)));
-    trainer t = {.ctx = ctx, .cfg = cfg, .model = model, .resume_os = -1, .resume_pos = -1, .resume_legacy_mb = -1};
-    ddp_status st = ddp_agree_status(ctx, setup(&t, train, val));
-    if (st == DDP_OK) st = run(&t, train, val);
-    teardown(&t);
+    trainer tr = {.state = {.ctx = ctx, .cfg = cfg, .model = model, .resume_os = -1, .resume_pos = -1, .resume_legacy_mb = -1}};
+    ddp_status st = ddp_agree_status(ctx, setup(&tr, train, val));
+    if (st == DDP_OK) st = run(&tr, train, val);
+    teardown(&tr);
     return st;
 }

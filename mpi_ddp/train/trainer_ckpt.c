@@ -1,11 +1,12 @@
-/* trainer_ckpt.c — the trainer's checkpoints: saving last.h5 and the top-k files (state, optimizer moments,
- * position, decisions), the policy's decision after each validation, and resuming from a checkpoint with
- * the checks that keep a resume exact (world size, global batch or budget, shuffle). */
+/* trainer_ckpt.c — the trainer's checkpoints, over the checkpointed state alone (train_state.h): saving
+ * last.h5 and the top-k files (state, optimizer moments, position, decisions), the policy's decision after
+ * each validation, and resuming from a checkpoint with the checks that keep a resume exact (world size,
+ * global batch or budget, shuffle), down to the resumed position in this run's micro-batches. */
 #include "mpi_ddp/train/checkpoint.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/train/lr_schedule.h"
 #include "mpi_ddp/core/status.h"
-#include "mpi_ddp/train/trainer_priv.h"
+#include "mpi_ddp/train/train_state.h"
 #include "mpi_ddp/comm/watchdog.h"
 
 #include <cjson/cJSON.h>
@@ -31,8 +32,6 @@ static char *topk_json(const ddp_decider *d)
     return s;
 }
 
-/* Collective: rank 0 writes the full state at position (t->epoch, t->mb) to path; the others wait (within
- * --collective-timeout, which must therefore exceed the time a checkpoint write takes). */
 /* The epoch order as checkpoints record it: "full" or "block:<MiB>:<window>". */
 static void shuffle_name(const ddp_train_config *c, char *buf, size_t len)
 {
@@ -40,10 +39,23 @@ static void shuffle_name(const ddp_train_config *c, char *buf, size_t len)
     else snprintf(buf, len, "full");
 }
 
-static ddp_status save_ckpt(trainer *t, const char *path)
+/* Positions of the epoch's global order consumed after `os` optimizer steps of the epoch (the epoch's end:
+ * the number of training samples), the same at every world size and accumulation for one global batch. */
+static int64_t epoch_position(const ddp_train_state *ts, int64_t os)
 {
-    ddp_ctx *ctx = t->ctx;
-    ddp_watch_mark(ctx, t->global_step, "checkpoint");
+    const ddp_sampler *sm = ts->tsm;
+    if (sm->budget > 0) return os < sm->nplan ? sm->plan[os] : sm->n; /* the plan is a function of the global budget */
+    int64_t gb = (int64_t)ts->cfg->batch_size * ts->ctx->topo.size * ts->cfg->accumulate;
+    int64_t pos = os * gb; /* sample-count batches: optimizer step k covers positions [k gb, (k + 1) gb) */
+    return pos < sm->per_rank * sm->world ? pos : sm->n;
+}
+
+/* Collective: rank 0 writes the full state at position (ts->epoch, ts->mb) to path; the others wait (within
+ * --collective-timeout, which must therefore exceed the time a checkpoint write takes). */
+static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
+{
+    ddp_ctx *ctx = ts->ctx;
+    ddp_watch_mark(ctx, ts->global_step, "checkpoint");
     int W = ctx->topo.size;
     double *bl = ctx->topo.rank == 0 ? ddp_calloc((size_t)W, sizeof *bl) : NULL;
     int ok = ctx->topo.rank != 0 || bl, all;
@@ -53,7 +65,7 @@ static ddp_status save_ckpt(trainer *t, const char *path)
         return ddp_agree_status(ctx, ddp_set_error(DDP_ERR_NOMEM, "out of memory"));
     }
     MPI_Request rq;
-    MPI_CHECK(MPI_Igather(&t->dec.best_local, 1, MPI_DOUBLE, bl, 1, MPI_DOUBLE, 0, ctx->world, &rq));
+    MPI_CHECK(MPI_Igather(&ts->dec.best_local, 1, MPI_DOUBLE, bl, 1, MPI_DOUBLE, 0, ctx->world, &rq));
     ddp_status wst = ddp_wait(ctx, 1, &rq, "the checkpoint state gather");
     if (wst != DDP_OK) {
         free(bl);
@@ -61,60 +73,61 @@ static ddp_status save_ckpt(trainer *t, const char *path)
     }
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) {
-        size_t bytes = (size_t)t->n * sizeof(float);
-        st = t->be->download(t->be, t->h_params, t->params, bytes);
-        if (st == DDP_OK) st = t->be->download(t->be, t->h_m, t->m, bytes);
-        if (st == DDP_OK) st = t->be->download(t->be, t->h_v, t->v, bytes);
-        char *tk = topk_json(&t->dec);
-        int64_t acc = t->cfg->accumulate, os = t->mb >= t->nmb ? (t->nmb + acc - 1) / acc : t->mb / acc;
-        ddp_ckpt_state cs = {.epoch = t->epoch,
+        size_t bytes = (size_t)ts->n * sizeof(float);
+        st = ts->be->download(ts->be, ts->h_params, ts->params, bytes);
+        if (st == DDP_OK) st = ts->be->download(ts->be, ts->h_m, ts->m, bytes);
+        if (st == DDP_OK) st = ts->be->download(ts->be, ts->h_v, ts->v, bytes);
+        char *tk = topk_json(&ts->dec);
+        int64_t acc = ts->cfg->accumulate, os = ts->mb >= ts->nmb ? (ts->nmb + acc - 1) / acc : ts->mb / acc;
+        ddp_ckpt_state cs = {.epoch = ts->epoch,
                              .optim_step_in_epoch = os,
-                             .samples_in_epoch = t->mb >= t->nmb ? t->tsm->n : ddp_trainer_epoch_position(t, os),
-                             .mode_max = t->cfg->mode_max,
-                             .skipped_steps = t->skipped,
-                             .lr_schedule = ddp_lr_schedule_name(t->cfg->lr_schedule),
-                             .lr_warmup_steps = ddp_lr_warmup_steps(t->cfg, t->lr_total),
-                             .lr_total_steps = t->lr_total,
-                             .lr = t->cfg->lr,
-                             .min_lr = t->cfg->min_lr,
-                             .global_step = t->global_step,
-                             .optim_step = t->optim_step,
-                             .seed = t->cfg->seed,
+                             .samples_in_epoch = ts->mb >= ts->nmb ? ts->tsm->n : epoch_position(ts, os),
+                             .mode_max = ts->cfg->mode_max,
+                             .skipped_steps = ts->skipped,
+                             .lr_schedule = ddp_lr_schedule_name(ts->cfg->lr_schedule),
+                             .lr_warmup_steps = ddp_lr_warmup_steps(ts->cfg, ts->lr_total),
+                             .lr_total_steps = ts->lr_total,
+                             .lr = ts->cfg->lr,
+                             .min_lr = ts->cfg->min_lr,
+                             .global_step = ts->global_step,
+                             .optim_step = ts->optim_step,
+                             .seed = ts->cfg->seed,
                              .world_size = W,
-                             .best_score = t->dec.best,
-                             .bad_epochs = t->dec.bad_epochs,
-                             .config_json = t->cfg->config_json,
-                             .global_batch = (int64_t)t->cfg->batch_size * W * t->cfg->accumulate,
-                             .global_batch_rows = t->cfg->batch_rows * W * t->cfg->accumulate,
+                             .best_score = ts->dec.best,
+                             .bad_epochs = ts->dec.bad_epochs,
+                             .config_json = ts->cfg->config_json,
+                             .global_batch = (int64_t)ts->cfg->batch_size * W * ts->cfg->accumulate,
+                             .global_batch_rows = ts->cfg->batch_rows * W * ts->cfg->accumulate,
                              .best_local = bl,
                              .topk_json = tk,
-                             .model_cfg = t->cfg->model_config};
-        snprintf(cs.monitor, sizeof cs.monitor, "%s", t->dec.monitor);
-        shuffle_name(t->cfg, cs.shuffle, sizeof cs.shuffle);
-        if (st == DDP_OK) st = ddp_ckpt_write(path, t->model, t->h_params, t->h_m, t->h_v, &cs);
+                             .model_cfg = ts->cfg->model_config};
+        snprintf(cs.monitor, sizeof cs.monitor, "%s", ts->dec.monitor);
+        shuffle_name(ts->cfg, cs.shuffle, sizeof cs.shuffle);
+        if (st == DDP_OK) st = ddp_ckpt_write(path, ts->model, ts->h_params, ts->h_m, ts->h_v, &cs);
         free(tk);
     }
     free(bl);
     return ddp_agree_status(ctx, st);
 }
 
-ddp_status ddp_trainer_save_last(trainer *t)
+ddp_status ddp_train_state_save_last(ddp_train_state *ts)
 {
     char path[4400];
-    snprintf(path, sizeof path, "%s/last.h5", t->ckpt_dir);
-    return save_ckpt(t, path);
+    snprintf(path, sizeof path, "%s/last.h5", ts->ckpt_dir);
+    return save_ckpt(ts, path);
 }
 
 /* After validation: the policy's decision, the top-k file, early stopping. */
-ddp_status ddp_trainer_decide(trainer *t, int64_t epoch, int *stop)
+ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row, const ddp_metric_row *lrow, int64_t epoch,
+                                  int *stop)
 {
     ddp_decision d;
-    DDP_CHECK(ddp_decide(t->ctx, &t->dec, &t->row, &t->lrow, epoch, t->global_step, &d));
-    int rank0 = t->ctx->topo.rank == 0;
-    if (rank0 && t->cfg->progress) fprintf(stderr, "checkpoint: %s\n", d.note);
+    DDP_CHECK(ddp_decide(ts->ctx, &ts->dec, row, lrow, epoch, ts->global_step, &d));
+    int rank0 = ts->ctx->topo.rank == 0;
+    if (rank0 && ts->cfg->progress) fprintf(stderr, "checkpoint: %s\n", d.note);
     if (rank0 && d.note[0]) { /* the decision log, one line per decision */
         char p[4400];
-        snprintf(p, sizeof p, "%s/decisions.log", t->ckpt_dir);
+        snprintf(p, sizeof p, "%s/decisions.log", ts->ckpt_dir);
         FILE *f = fopen(p, "a");
         if (f) {
             fprintf(f, "%s\n", d.note);
@@ -123,26 +136,26 @@ ddp_status ddp_trainer_decide(trainer *t, int64_t epoch, int *stop)
     }
     if (d.save) {
         char name[512], path[4800], removed[4800];
-        ddp_topk_name(name, sizeof name, &t->dec, epoch, t->global_step, d.value);
-        snprintf(path, sizeof path, "%s/%s", t->ckpt_dir, name);
-        ddp_decider_commit(&t->dec, &d, epoch, t->global_step, path, removed, sizeof removed);
-        DDP_CHECK(save_ckpt(t, path));
+        ddp_topk_name(name, sizeof name, &ts->dec, epoch, ts->global_step, d.value);
+        snprintf(path, sizeof path, "%s/%s", ts->ckpt_dir, name);
+        ddp_decider_commit(&ts->dec, &d, epoch, ts->global_step, path, removed, sizeof removed);
+        DDP_CHECK(save_ckpt(ts, path));
         if (rank0 && removed[0] && strcmp(removed, path) != 0) remove(removed);
     }
     *stop = d.stop;
-    if (d.stop && rank0 && t->cfg->progress)
-        fprintf(stderr, "early stopping: %s did not improve for %d epoch(s)\n", t->dec.monitor, t->cfg->early_stop_patience);
+    if (d.stop && rank0 && ts->cfg->progress)
+        fprintf(stderr, "early stopping: %s did not improve for %d epoch(s)\n", ts->dec.monitor, ts->cfg->early_stop_patience);
     return DDP_OK;
 }
 
 /* Restores the state from a checkpoint read by rank 0 and broadcast. */
-ddp_status ddp_trainer_resume(trainer *t, const char *path)
+ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
 {
-    ddp_ctx *ctx = t->ctx;
-    const ddp_train_config *c = t->cfg;
+    ddp_ctx *ctx = ts->ctx;
+    const ddp_train_config *c = ts->cfg;
     ddp_ckpt_state cs = {0};
     ddp_status st = DDP_OK;
-    if (ctx->topo.rank == 0) st = ddp_ckpt_read(path, t->model, t->h_params, t->h_m, t->h_v, &cs);
+    if (ctx->topo.rank == 0) st = ddp_ckpt_read(path, ts->model, ts->h_params, ts->h_m, ts->h_v, &cs);
     DDP_CHECK(ddp_agree_status(ctx, st));
     int64_t facts[12] = {cs.epoch,           cs.optim_step_in_epoch, cs.global_step,      cs.optim_step,
                          cs.world_size,      cs.global_batch,        cs.global_batch_rows, cs.samples_in_epoch,
@@ -192,41 +205,41 @@ ddp_status ddp_trainer_resume(trainer *t, const char *path)
         free(cs.topk_json);
         return st;
     }
-    for (int64_t lo = 0; lo < t->n; lo += 1 << 28) {
-        int cnt = (int)(t->n - lo < (1 << 28) ? t->n - lo : (1 << 28));
-        MPI_CHECK(MPI_Bcast(t->h_params + lo, cnt, MPI_FLOAT, 0, ctx->world));
-        MPI_CHECK(MPI_Bcast(t->h_m + lo, cnt, MPI_FLOAT, 0, ctx->world));
-        MPI_CHECK(MPI_Bcast(t->h_v + lo, cnt, MPI_FLOAT, 0, ctx->world));
+    for (int64_t lo = 0; lo < ts->n; lo += 1 << 28) {
+        int cnt = (int)(ts->n - lo < (1 << 28) ? ts->n - lo : (1 << 28));
+        MPI_CHECK(MPI_Bcast(ts->h_params + lo, cnt, MPI_FLOAT, 0, ctx->world));
+        MPI_CHECK(MPI_Bcast(ts->h_m + lo, cnt, MPI_FLOAT, 0, ctx->world));
+        MPI_CHECK(MPI_Bcast(ts->h_v + lo, cnt, MPI_FLOAT, 0, ctx->world));
     }
-    size_t bytes = (size_t)t->n * sizeof(float);
-    st = t->be->upload(t->be, t->params, t->h_params, bytes);
-    if (st == DDP_OK) st = t->be->upload(t->be, t->m, t->h_m, bytes);
-    if (st == DDP_OK) st = t->be->upload(t->be, t->v, t->h_v, bytes);
+    size_t bytes = (size_t)ts->n * sizeof(float);
+    st = ts->be->upload(ts->be, ts->params, ts->h_params, bytes);
+    if (st == DDP_OK) st = ts->be->upload(ts->be, ts->m, ts->h_m, bytes);
+    if (st == DDP_OK) st = ts->be->upload(ts->be, ts->v, ts->h_v, bytes);
     DDP_CHECK(ddp_agree_status(ctx, st));
-    t->epoch = facts[0];
-    t->mb = 0; /* set in micro-batches by the trainer once the epoch's plan is known */
-    t->resume_os = facts[8] >= 0 ? -1 : facts[1];
-    t->resume_pos = facts[7];
-    t->resume_legacy_mb = facts[8];
-    t->global_step = facts[2];
-    t->optim_step = facts[3];
-    t->skipped = facts[11];
+    ts->epoch = facts[0];
+    ts->mb = 0; /* set in micro-batches by the trainer once the epoch's plan is known */
+    ts->resume_os = facts[8] >= 0 ? -1 : facts[1];
+    ts->resume_pos = facts[7];
+    ts->resume_legacy_mb = facts[8];
+    ts->global_step = facts[2];
+    ts->optim_step = facts[3];
+    ts->skipped = facts[11];
     /* decision state: rank 0's view is broadcast; each rank gets its own best local value when the world
      * size matches (else the votes start afresh) */
     double dstate[2] = {cs.best_score, (double)cs.bad_epochs}, mybest = NAN;
     MPI_CHECK(MPI_Bcast(dstate, 2, MPI_DOUBLE, 0, ctx->world));
     if (facts[4] == W) MPI_CHECK(MPI_Scatter(cs.best_local, 1, MPI_DOUBLE, &mybest, 1, MPI_DOUBLE, 0, ctx->world));
-    t->dec.best = dstate[0];
-    t->dec.bad_epochs = (int64_t)dstate[1];
-    t->dec.best_local = mybest;
+    ts->dec.best = dstate[0];
+    ts->dec.bad_epochs = (int64_t)dstate[1];
+    ts->dec.best_local = mybest;
     if (ctx->topo.rank == 0 && cs.topk_json) { /* the top-k list lives on rank 0, which manages the files */
         cJSON *a = cJSON_Parse(cs.topk_json);
         cJSON *e;
-        t->dec.ntopk = 0;
+        ts->dec.ntopk = 0;
         cJSON_ArrayForEach(e, a)
         {
-            if (t->dec.ntopk >= DDP_TOPK_MAX || cJSON_GetArraySize(e) != 4) continue;
-            ddp_topk_entry *k = &t->dec.topk[t->dec.ntopk++];
+            if (ts->dec.ntopk >= DDP_TOPK_MAX || cJSON_GetArraySize(e) != 4) continue;
+            ddp_topk_entry *k = &ts->dec.topk[ts->dec.ntopk++];
             k->value = cJSON_GetArrayItem(e, 0)->valuedouble;
             k->epoch = (int64_t)cJSON_GetArrayItem(e, 1)->valuedouble;
             k->step = (int64_t)cJSON_GetArrayItem(e, 2)->valuedouble;
@@ -239,19 +252,48 @@ ddp_status ddp_trainer_resume(trainer *t, const char *path)
     if (ctx->topo.rank == 0) /* a notice even with --no-progress: where the run continues from matters */
     {
         int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
-        if (t->epoch >= epochs) /* every epoch asked for is done: say so, and train nothing */
+        if (ts->epoch >= epochs) /* every epoch asked for is done: say so, and train nothing */
             fprintf(stderr, "mpiddp train: nothing to do: %s has finished %lld epoch(s) (epochs 0-%lld) and --epochs is %d; "
                             "raise --epochs to train more\n",
-                    path, (long long)t->epoch, (long long)t->epoch - 1, epochs);
+                    path, (long long)ts->epoch, (long long)ts->epoch - 1, epochs);
         else
             fprintf(stderr, "mpiddp train: resuming from %s at epoch %lld (0-based), optimizer step %lld of the epoch, step %lld\n",
-                    path, (long long)t->epoch, (long long)(facts[8] >= 0 ? facts[8] / c->accumulate : facts[1]), (long long)t->global_step);
+                    path, (long long)ts->epoch, (long long)(facts[8] >= 0 ? facts[8] / c->accumulate : facts[1]), (long long)ts->global_step);
     }
     return DDP_OK;
 }
 
+/* A resumed run's position in this run's micro-batches: optimizer steps of the epoch x --accumulate, checked
+ * against the positions of the epoch's order the checkpoint had consumed. Every rank computes the same. */
+ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps)
+{
+    ddp_status st = DDP_OK;
+    int64_t os = ts->resume_os, acc = ts->cfg->accumulate;
+    if (ts->resume_legacy_mb >= 0) { /* same world size and global batch (checked): the same micro-batches */
+        ts->mb = ts->resume_legacy_mb;
+        if (ts->mb > ts->nmb)
+            st = ddp_set_error(DDP_ERR_ARG, "resume position: micro-batch %lld is past the epoch's %lld", (long long)ts->mb,
+                               (long long)ts->nmb);
+    } else if (os >= 0) {
+        int64_t end = ts->tsm->n;
+        if (ts->resume_pos >= end) /* saved at the epoch's end: validation comes next */
+            ts->mb = ts->nmb;
+        else if (os > opt_steps || epoch_position(ts, os) != ts->resume_pos)
+            st = ddp_set_error(DDP_ERR_ARG,
+                               "resume position: %lld optimizer steps and %lld samples into epoch %lld cannot be continued exactly "
+                               "(this run's epoch has %lld steps; step %lld starts at sample %lld)",
+                               (long long)os, (long long)ts->resume_pos, (long long)ts->epoch, (long long)opt_steps, (long long)os,
+                               (long long)(os <= opt_steps ? epoch_position(ts, os) : -1));
+        else
+            ts->mb = os * acc < ts->nmb ? os * acc : ts->nmb;
+    }
+    ts->resume_os = ts->resume_legacy_mb = -1;
+    if (st != DDP_OK) ddp_mark_error_shared();
+    return st;
+}
+
 /* Temporary files of a save that was killed before its rename (never read: last.h5 is still whole). */
-void ddp_trainer_remove_stale_tmp(const char *dir)
+void ddp_train_state_remove_stale_tmp(const char *dir)
 {
     DIR *d = opendir(dir);
     struct dirent *e;

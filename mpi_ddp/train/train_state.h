@@ -1,0 +1,50 @@
+/* train_state.h — the part of the trainer's state that checkpoints save and restore: parameters and AdamW
+ * moments (device buffers and their host copies), step counters, the position in the epoch order, the
+ * learning-rate horizon, the checkpoint decider, and a resume's pending position; and the checkpoint
+ * functions of trainer_ckpt.c (saves, decisions and top-k files, resume), which see only this. The rest of
+ * the trainer (gradient sync, metrics, CSV files, validation, test hooks) is private to trainer.c. Not part
+ * of the public API. */
+#ifndef DDP_TRAIN_STATE_H
+#define DDP_TRAIN_STATE_H
+
+#include "io/sampler.h"
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/train/decide.h"
+#include "mpi_ddp/train/metrics.h"
+
+typedef struct {
+    ddp_ctx *ctx;
+    const ddp_train_config *cfg;
+    ddp_model *model;
+    ddp_backend *be;
+    int64_t n;                     /* parameters */
+    float *params, *m, *v;         /* device: parameters, AdamW moments */
+    float *h_params, *h_m, *h_v;   /* host copies: what rank 0 writes and reads, and broadcasts */
+    int64_t global_step, optim_step, skipped;
+    int64_t epoch, mb;             /* position: next micro-batch of this epoch */
+    int64_t nmb;                   /* micro-batches of this epoch */
+    int64_t lr_total;              /* optimizer steps of the run, the schedule's horizon: epochs x the first epoch's */
+    const ddp_sampler *tsm;        /* the training order (checkpoints record positions in its units) */
+    /* a resume's position, converted to micro-batches once the first epoch's plan is known
+     * (ddp_train_state_resume_position) */
+    int64_t resume_os, resume_pos, resume_legacy_mb; /* -1: none */
+    ddp_decider dec;
+    char ckpt_dir[4200];
+} ddp_train_state;
+
+/* Collective: saves the state at its position (epoch, mb) to ckpt_dir/last.h5. */
+ddp_status ddp_train_state_save_last(ddp_train_state *ts);
+/* After validation (row: the reduced metrics, lrow: this rank's): the policy's decision, the top-k file,
+ * early stopping (*stop). */
+ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row, const ddp_metric_row *lrow, int64_t epoch,
+                                  int *stop);
+/* Restores the state from a checkpoint read by rank 0 and broadcast. */
+ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path);
+/* A resumed run's position in this run's micro-batches (ts->mb), once tsm and nmb hold the epoch's plan of
+ * opt_steps optimizer steps; clears the pending position. Every rank computes the same. */
+ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps);
+/* Temporary files of a save that was killed before its rename. */
+void ddp_train_state_remove_stale_tmp(const char *dir);
+
+#endif
