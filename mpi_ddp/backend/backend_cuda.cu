@@ -1,6 +1,6 @@
 /* backend_cuda.cu — (in the plugin libmpiddp_cuda.so) the CUDA backend: cuBLAS GEMMs and the kernels for
  * bias+gelu, gelu backward, mean pooling, softmax cross-entropy, AdamW and sum of squares; the Transformer
- * encoder's ops are in backend_cuda_enc.cuh, included below. Element-wise
+ * encoder's ops are in backend_cuda_enc.cu, included below. Element-wise
  * math comes from ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked.
  * The same file is compiled for the host emulator (libmpiddp_cudaemu.so, through backend_cuda_emu.cpp):
  * kernels are launched only through DDP_LAUNCH and every header comes from cuda_compat.h. All work runs on
@@ -354,7 +354,7 @@ static ddp_status cu_sumsq_many(ddp_backend *b, const float *x, const int64_t *o
     return DDP_OK;
 }
 
-#include "mpi_ddp/backend/backend_cuda_enc.cuh" /* the Transformer encoder's kernels and ops (cu_enc) */
+#include "mpi_ddp/backend/backend_cuda_enc.cu" /* the Transformer encoder's kernels and ops (cu_enc) */
 
 static void cu_destroy(ddp_backend *b)
 {
