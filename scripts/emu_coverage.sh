@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # emu_coverage.sh BUILD [MIN] — gcov line coverage of the GPU code after the emu-labelled tests ran in BUILD
-# (configured with -DMPIDDP_CUDA_EMULATION=ON -DMPIDDP_COVERAGE=ON): backend_cuda.cu (with the encoder's
-# kernels it includes, backend_cuda_enc.cu) and cuda_plugin.c as
+# (configured with -DMPIDDP_CUDA_EMULATION=ON -DMPIDDP_COVERAGE=ON): backend_cuda.cu, the encoder's
+# kernels and ops (backend_cuda_enc.cu) and cuda_plugin.c as
 # compiled into libmpiddp_cudaemu.so, and the NCCL half of gradient sync (sync_nccl.c) with the NCCL
 # bootstrap (comm_nccl.c). Prints one line per file and fails when any is below MIN percent (default 95).
 set -euo pipefail
@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 # file to measure -> object (.gcda) that holds its counters
 declare -A OBJ=(
   [mpi_ddp/backend/backend_cuda.cu]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend/backend_cuda_emu.cpp.gcda
-  [mpi_ddp/backend/backend_cuda_enc.cu]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend/backend_cuda_emu.cpp.gcda
+  [mpi_ddp/backend/backend_cuda_enc.cu]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend/backend_cuda_enc_emu.cpp.gcda
   [mpi_ddp/backend/cuda_plugin.c]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend/cuda_plugin.c.gcda
   [mpi_ddp/comm/sync_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm/sync_nccl.c.gcda
   [mpi_ddp/comm/comm_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm/comm_nccl.c.gcda

@@ -52,11 +52,6 @@ static inline void axpy2(float *restrict s1, float *restrict s2, const float *re
     }
 }
 
-static uint64_t rowkey(const ddp_dropout *dr, const ddp_packing *pack, int64_t s, int64_t i)
-{
-    return dr && dr->p > 0.0f ? ddp_drop_rowkey(dr->key, pack->sid[s], i) : 0;
-}
-
 static ddp_status cpu_embed_fwd(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pack,
                                 int64_t d)
 {
@@ -137,7 +132,7 @@ DDP_CLONES static void attn_fused_fwd(const float *qkv, float *o, float *lse, co
             }
             float inv = 1.0f / l;
             lse[(lo + i) * heads + h] = m + logf(l);
-            uint64_t rk = drop ? rowkey(dr, pack, s, i) : 0;
+            uint64_t rk = ddp_drop_samplekey(dr, pack->sid, s, i);
             for (int64_t j = 0; j < n; j++)
                 sr[j] *= drop ? inv * ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j)) : inv;
             float *oi = o + (lo + i) * d + h * dh;
@@ -176,7 +171,7 @@ static void attn_drop(float *P, const ddp_packing *pack, int64_t s, int h, const
     if (!dr || dr->p <= 0.0f) return;
     int64_t n = pack->off[s + 1] - pack->off[s];
     for (int64_t i = 0; i < n; i++) {
-        uint64_t rk = rowkey(dr, pack, s, i);
+        uint64_t rk = ddp_drop_samplekey(dr, pack->sid, s, i);
         for (int64_t j = 0; j < n; j++) P[i * n + j] *= ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j));
     }
 }
@@ -234,7 +229,7 @@ DDP_CLONES static void attn_fused_bwd(const float *qkv, const float *dout, const
             float li = lse[(lo + i) * heads + h], Di = D[(lo + i) * heads + h];
             for (int64_t j = 0; j < n; j++) pr[j] = dp[j] = 0.0f;
             for (int64_t c = 0; c < dh; c++) axpy2(pr, dp, Kt + c * n, Vt + c * n, qi[c] * scale, doi[c], n);
-            uint64_t rk = drop ? rowkey(dr, pack, s, i) : 0;
+            uint64_t rk = ddp_drop_samplekey(dr, pack->sid, s, i);
             for (int64_t j = 0; j < n; j++) {
                 float p = ddp_expf(pr[j] - li), ms = drop ? ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j)) : 1.0f;
                 pr[j] = p * ms;                           /* the dropped weight, for dv */
@@ -269,7 +264,7 @@ static void attn_gemm_bwd(const float *qkv, const float *dout, float *lse, const
                     dP, (int)n);
         for (int64_t i = 0; i < n; i++) {
             float Di = D[(lo + i) * heads + h];
-            uint64_t rk = drop ? rowkey(dr, pack, s, i) : 0;
+            uint64_t rk = ddp_drop_samplekey(dr, pack->sid, s, i);
             for (int64_t j = 0; j < n; j++) {
                 float dp = dP[i * n + j];
                 if (drop) dp *= ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j));
@@ -309,44 +304,51 @@ DDP_CLONES static ddp_status cpu_gelu_erf_fwd(ddp_backend *b, const float *z, co
 {
     (void)b;
     int drop = dr && dr->p > 0.0f;
-    for (int64_t s = 0; s < pack->B; s++)
-        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++) {
-            const float *zr = z + r * cols;
-            float *ar = a + r * cols;
-            if (dgelu) { /* gr may be zr (in place): element by element, so still vectorisable */
-                float *gr = dgelu + r * cols;
-                for (int64_t c = 0; c < cols; c++) {
-                    float g, v = ddp_gelu_erf_fwd(zr[c] + bias[c], &g);
-                    gr[c] = g;
-                    ar[c] = v;
-                }
-            } else {
-                for (int64_t c = 0; c < cols; c++) ar[c] = ddp_gelu_erf_fwd(zr[c] + bias[c], NULL);
+    for (int64_t r = 0; r < pack->R; r++) {
+        const float *zr = z + r * cols;
+        float *ar = a + r * cols;
+        if (dgelu) { /* gr may be zr (in place): element by element, so still vectorisable */
+            float *gr = dgelu + r * cols;
+            for (int64_t c = 0; c < cols; c++) {
+                float g, v = ddp_gelu_erf_fwd(zr[c] + bias[c], &g);
+                gr[c] = g;
+                ar[c] = v;
             }
-            if (drop) {
-                uint64_t rk = rowkey(dr, pack, s, r - pack->off[s]);
-                for (int64_t c = 0; c < cols; c++) ar[c] *= ddp_drop_scale(dr, rk, (uint64_t)c);
-            }
+        } else {
+            for (int64_t c = 0; c < cols; c++) ar[c] = ddp_gelu_erf_fwd(zr[c] + bias[c], NULL);
         }
+        if (drop) {
+            uint64_t rk = ddp_drop_packedkey(dr, pack->off, pack->seg, pack->sid, r);
+            for (int64_t c = 0; c < cols; c++) ar[c] *= ddp_drop_scale(dr, rk, (uint64_t)c);
+        }
+    }
     return DDP_OK;
+}
+
+/* dst = drop(src) * mul (mul NULL: drop(src)), dbias += dst: the backward of gelu_erf (mul = gelu') and of the
+ * residual's dropout, as the CUDA backend's k_drop_mul */
+static inline void drop_mul_rows(const float *src, const float *mul, float *dst, float *dbias, const ddp_packing *pack,
+                                 int64_t cols, const ddp_dropout *dr)
+{
+    int drop = dr && dr->p > 0.0f;
+    for (int64_t r = 0; r < pack->R; r++) {
+        const float *sr = src + r * cols, *mr = mul ? mul + r * cols : NULL;
+        float *dstr = dst + r * cols;
+        uint64_t rk = ddp_drop_packedkey(dr, pack->off, pack->seg, pack->sid, r);
+        for (int64_t c = 0; c < cols; c++) {
+            float v = ddp_drop_apply(drop, dr, rk, (uint64_t)c, sr[c]);
+            if (mr) v *= mr[c];
+            dstr[c] = v;
+            dbias[c] += v;
+        }
+    }
 }
 
 DDP_CLONES static ddp_status cpu_gelu_erf_bwd(ddp_backend *b, const float *dact, const float *dgelu, float *dz, float *dbias,
                                               const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
     (void)b;
-    int drop = dr && dr->p > 0.0f;
-    for (int64_t s = 0; s < pack->B; s++)
-        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++) {
-            const float *dact_r = dact + r * cols, *gr = dgelu + r * cols;
-            float *dzr = dz + r * cols;
-            uint64_t rk = drop ? rowkey(dr, pack, s, r - pack->off[s]) : 0;
-            for (int64_t c = 0; c < cols; c++) {
-                float v = (drop ? dact_r[c] * ddp_drop_scale(dr, rk, (uint64_t)c) : dact_r[c]) * gr[c];
-                dzr[c] = v;
-                dbias[c] += v;
-            }
-        }
+    drop_mul_rows(dact, dgelu, dz, dbias, pack, cols, dr);
     return DDP_OK;
 }
 
@@ -355,16 +357,12 @@ DDP_CLONES static ddp_status cpu_residual_fwd(ddp_backend *b, float *out, const 
 {
     (void)b;
     int drop = dr && dr->p > 0.0f;
-    for (int64_t s = 0; s < pack->B; s++)
-        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++) {
-            const float *hr = h + r * d, *tr = t + r * d;
-            float *orow = out + r * d;
-            uint64_t rk = drop ? rowkey(dr, pack, s, r - pack->off[s]) : 0;
-            for (int64_t c = 0; c < d; c++) {
-                float v = tr[c] + bias[c];
-                orow[c] = hr[c] + (drop ? v * ddp_drop_scale(dr, rk, (uint64_t)c) : v);
-            }
-        }
+    for (int64_t r = 0; r < pack->R; r++) {
+        const float *hr = h + r * d, *tr = t + r * d;
+        float *orow = out + r * d;
+        uint64_t rk = ddp_drop_packedkey(dr, pack->off, pack->seg, pack->sid, r);
+        for (int64_t c = 0; c < d; c++) orow[c] = hr[c] + ddp_drop_apply(drop, dr, rk, (uint64_t)c, tr[c] + bias[c]);
+    }
     return DDP_OK;
 }
 
@@ -372,18 +370,7 @@ DDP_CLONES static ddp_status cpu_residual_bwd(ddp_backend *b, const float *dh, f
                                               const ddp_packing *pack, int64_t d, const ddp_dropout *dr)
 {
     (void)b;
-    int drop = dr && dr->p > 0.0f;
-    for (int64_t s = 0; s < pack->B; s++)
-        for (int64_t r = pack->off[s]; r < pack->off[s + 1]; r++) {
-            const float *g = dh + r * d;
-            float *tr = dt + r * d;
-            uint64_t rk = drop ? rowkey(dr, pack, s, r - pack->off[s]) : 0;
-            for (int64_t c = 0; c < d; c++) {
-                float v = drop ? g[c] * ddp_drop_scale(dr, rk, (uint64_t)c) : g[c];
-                tr[c] = v;
-                dbias[c] += v;
-            }
-        }
+    drop_mul_rows(dh, NULL, dt, dbias, pack, d, dr);
     return DDP_OK;
 }
 

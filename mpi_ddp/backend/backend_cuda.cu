@@ -1,35 +1,18 @@
-/* backend_cuda.cu — (in the plugin libmpiddp_cuda.so) the CUDA backend: cuBLAS GEMMs and the kernels for
- * bias+gelu, gelu backward, mean pooling, softmax cross-entropy, AdamW and sum of squares; the Transformer
- * encoder's ops are in backend_cuda_enc.cu, included below. Element-wise
- * math comes from ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked.
+/* backend_cuda.cu — (in the plugin libmpiddp_cuda.so) the CUDA backend: memory and copies on the backend's
+ * stream, cuBLAS GEMMs and column sums, the kernels for bias+gelu, gelu backward, mean pooling, softmax
+ * cross-entropy, AdamW and sum of squares, and the backend's creation. The Transformer encoder's kernels and
+ * ops are their own translation unit, backend_cuda_enc.cu; what both share is backend_cuda_priv.h.
+ * Element-wise math comes from ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked.
  * The same file is compiled for the host emulator (libmpiddp_cudaemu.so, through backend_cuda_emu.cpp):
  * kernels are launched only through DDP_LAUNCH and every header comes from cuda_compat.h. All work runs on
  * the backend's non-blocking stream; nothing touches the legacy default stream. */
-extern "C" {
-#include "mpi_ddp/backend/backend.h"
-#include "mpi_ddp/backend/cuda_api.h"
-#include "mpi_ddp/core/status.h"
-}
-
-#include "mpi_ddp/backend/cuda_compat.h"
-#include "mpi_ddp/backend/cuda_checks.h"
+#include "mpi_ddp/backend/backend_cuda_priv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 #define SUMSQ_BLOCKS 1024 /* blocks of k_sumsq: one partial sum each, added on the host in block order */
 
-typedef struct {
-    int device;
-    cudaStream_t stream;
-    cublasHandle_t blas;
-    float *ones;       /* [ones_len] ones for column sums through gemv, sized by reserve() */
-    int64_t ones_len;
-    double *dpart;     /* [SUMSQ_BLOCKS] per-block partial sums of sumsq */
-    double *hpart;     /* host copy of dpart */
-} cuda_impl;
-
-static cuda_impl *cuda_of(ddp_backend *b) { return (cuda_impl *)b->impl; }
 static long long g_host_syncs; /* cudaStreamSynchronize calls made by the backend, for benchmarks */
 extern "C" long long ddp_cuda_backend_host_syncs_impl(void) { return g_host_syncs; }
 static cudaError_t host_sync(cudaStream_t s)
@@ -37,25 +20,15 @@ static cudaError_t host_sync(cudaStream_t s)
     g_host_syncs++;
     return cudaStreamSynchronize(s);
 }
-static unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
 /* A failed allocation in the one-line format of cuda_checks.h, with its size, device and purpose. */
 #define DDP_ALLOC_ERR_(call, e, bytes, dev, what)                                                  \
     ddp_set_error(DDP_ERR_CUDA, "CUDA error in %s (%s:%d): %s: %llu bytes (%.1f MiB) on cuda:%d for %s", #call, __FILE__, \
                   __LINE__, cudaGetErrorString(e), (unsigned long long)(bytes), (double)(bytes) / 1048576.0, (dev), (what))
 #define ALLOC_CHECK(call, bytes, dev, what)                                                        \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) return DDP_ALLOC_ERR_(call, e_, bytes, dev, what);                  \
-    } while (0)
+    DDP_CALL_CHECK_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_ALLOC_ERR_(call, ddp_r_, bytes, dev, what))
 #define ALLOC_TRY(call, bytes, dev, what)                                                          \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            st = DDP_ALLOC_ERR_(call, e_, bytes, dev, what);                                       \
-            goto done;                                                                             \
-        }                                                                                          \
-    } while (0)
+    DDP_CALL_TRY_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_ALLOC_ERR_(call, ddp_r_, bytes, dev, what))
 
 /* ------------------------------------------------------------------ kernels */
 __global__ void k_fill(float *x, float v, int64_t n)
@@ -240,7 +213,7 @@ static ddp_status cu_reserve(ddp_backend *b, int64_t rows)
     return DDP_OK;
 }
 
-static ddp_status cu_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
+ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
 {
     cuda_impl *c = cuda_of(b);
     if (rows > c->ones_len)
@@ -268,7 +241,7 @@ static ddp_status cu_gelu_backward(ddp_backend *b, const float *dact, const floa
     if (rows * cols == 0) return DDP_OK;
     DDP_LAUNCH(k_mul, blocks_for(rows * cols, 256), 256, 0, cuda_of(b)->stream, dact, dg, dz, rows * cols);
     LAUNCH_CHECK();
-    return cu_colsum(b, dz, dbias, rows, cols, 1.0f);
+    return ddp_cuda_colsum(b, dz, dbias, rows, cols, 1.0f);
 }
 
 static ddp_status cu_pool_gelu_backward(ddp_backend *b, const float *dp, const int64_t *off, int64_t nseg, const float *dg,
@@ -277,7 +250,7 @@ static ddp_status cu_pool_gelu_backward(ddp_backend *b, const float *dp, const i
     if (!nseg) return DDP_OK;
     DDP_LAUNCH(k_pool_gelu_backward, (unsigned)nseg, 128, 0, cuda_of(b)->stream, dp, off, cols, dg, dz);
     LAUNCH_CHECK();
-    return cu_colsum(b, dz, dbias, rows, cols, 1.0f);
+    return ddp_cuda_colsum(b, dz, dbias, rows, cols, 1.0f);
 }
 
 static ddp_status cu_add_bias(ddp_backend *b, float *x, const float *bias, int64_t rows, int64_t cols)
@@ -354,8 +327,6 @@ static ddp_status cu_sumsq_many(ddp_backend *b, const float *x, const int64_t *o
     return DDP_OK;
 }
 
-#include "mpi_ddp/backend/backend_cuda_enc.cu" /* the Transformer encoder's kernels and ops (cu_enc) */
-
 static void cu_destroy(ddp_backend *b)
 {
     if (!b) return;
@@ -399,14 +370,14 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->gelu_backward = cu_gelu_backward;
     b->bias_gelu_pool = cu_bias_gelu_pool;
     b->pool_gelu_backward = cu_pool_gelu_backward;
-    b->colsum = cu_colsum;
+    b->colsum = ddp_cuda_colsum;
     b->add_bias = cu_add_bias;
     b->softmax_xent = cu_softmax_xent;
     b->adamw = cu_adamw;
     b->sumsq = cu_sumsq;
     b->sumsq_many = cu_sumsq_many;
     b->destroy = cu_destroy;
-    b->enc = &cu_enc;
+    b->enc = ddp_cuda_enc_ops(); /* backend_cuda_enc.cu */
     c->device = device;
     CUDA_TRY(cudaSetDevice(device));
     CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));

@@ -1,18 +1,17 @@
-/* backend_cuda_enc.cuh — the CUDA backend's Transformer encoder ops (ddp_enc_ops in backend.h), included by
- * backend_cuda.cu (one translation unit: the same stream, cuBLAS handle and colsum). Each kernel runs one
- * row body of kern_enc.h per thread, the code the CPU backend loops over, so the emulator tests run the
- * same arithmetic the GPU does. Column reductions (layernorm dw/db, bias gradients, position gradients) run
- * one thread per column in row order, or through cu_colsum: deterministic, no atomics. Attention: one thread
- * per (query row, head) for the output and dq, one per (key row, head) for dk and dv, over the rows of the
- * thread's own sample only (offsets and the row -> sample map), with the online softmax of the CPU's fused
- * method. These are the reference kernels; faster ones (a warp per row, tiles in shared memory) must be
- * checked against them. */
+/* backend_cuda_enc.cu — the CUDA backend's Transformer encoder ops (ddp_enc_ops in backend.h): their kernels,
+ * the cu_* ops that launch them on the backend's stream, and the op table backend_cuda.cu installs
+ * (ddp_cuda_enc_ops). A translation unit of its own; the backend's state, launch helpers and column sums
+ * come through backend_cuda_priv.h. Each kernel runs one row body of kern_enc.h per thread, the code the
+ * CPU backend loops over, so the emulator tests run the same arithmetic the GPU does. Column reductions
+ * (layernorm dw/db, bias gradients, position gradients) run one thread per column in row order, or through
+ * ddp_cuda_colsum: deterministic, no atomics. Attention: one thread per (row, head), for the output, and
+ * for the backward dq as a query row and dk, dv as a key row, over the rows of the thread's own sample
+ * only (offsets and the row -> sample map), with the online softmax of the CPU's fused method. These are
+ * the reference kernels; faster ones (a warp per row, tiles in shared memory) must be checked against
+ * them. Compiled for the host emulator too (backend_cuda_enc_emu.cpp). */
+#include "mpi_ddp/backend/backend_cuda_priv.h"
 
-static __device__ __host__ inline uint64_t row_dropkey(const ddp_dropout &dr, const int64_t *sid, int64_t s, int64_t pos)
-{
-    return dr.p > 0.0f ? ddp_drop_rowkey(dr.key, sid[s], pos) : 0;
-}
-
+/* ------------------------------------------------------------------ kernels */
 __global__ void k_embed_fwd(float *h, const float *bias, const float *pos, const int64_t *off, const int64_t *seg,
                             int64_t R, int64_t d)
 {
@@ -63,15 +62,30 @@ __global__ void k_layernorm_bwd_dwdb(const float *dy, const float *x, const floa
     db[c] += sb;
 }
 
+/* Where thread i of an attention kernel works: row r and head h (i = r H + h), the row's sample s, its first
+ * row lo and length n; offsets into qkv (ld = 3d) of this row's and the sample's first row's head h, and
+ * into the [R, d] o/dout arrays of this row's head h. */
+struct attn_at {
+    int64_t r, h, s, lo, n, dh, ld, row, first, orow;
+    float scale;
+};
+static __device__ __host__ inline attn_at attn_locate(int64_t i, const int64_t *off, const int64_t *seg, int64_t d, int64_t H)
+{
+    attn_at a;
+    a.r = i / H, a.h = i % H, a.s = seg[a.r], a.lo = off[a.s], a.n = off[a.s + 1] - a.lo, a.dh = d / H, a.ld = 3 * d;
+    a.row = a.r * a.ld + a.h * a.dh, a.first = a.lo * a.ld + a.h * a.dh, a.orow = a.r * d + a.h * a.dh;
+    a.scale = 1.0f / sqrtf((float)a.dh);
+    return a;
+}
+
 __global__ void k_attn_fwd(const float *qkv, float *o, float *lse, const int64_t *off, const int64_t *seg,
                            const int64_t *sid, int64_t R, int64_t d, int64_t H, ddp_dropout dr)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= R * H) return;
-    int64_t r = i / H, h = i % H, s = seg[r], lo = off[s], n = off[s + 1] - lo, dh = d / H, ld = 3 * d;
-    const float *base = qkv + lo * ld + h * dh;
-    lse[i] = ddp_attn_row_fwd(qkv + r * ld + h * dh, base + d, base + 2 * d, ld, n, dh, 1.0f / sqrtf((float)dh),
-                              o + r * d + h * dh, &dr, row_dropkey(dr, sid, s, r - lo), ddp_drop_attn_unit(h, 0));
+    attn_at a = attn_locate(i, off, seg, d, H);
+    lse[i] = ddp_attn_row_fwd(qkv + a.row, qkv + a.first + d, qkv + a.first + 2 * d, a.ld, a.n, a.dh, a.scale, o + a.orow,
+                              &dr, ddp_drop_samplekey(&dr, sid, a.s, a.r - a.lo), ddp_drop_attn_unit(a.h, 0));
 }
 
 /* D[r, h] = dO[r, head h] . O[r, head h] */
@@ -83,31 +97,28 @@ __global__ void k_attn_D(const float *dout, const float *o, float *D, int64_t R,
     D[i] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
 }
 
-__global__ void k_attn_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                             const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t R, int64_t d, int64_t H,
-                             ddp_dropout dr)
+/* Thread (r, h) writes row r's gradients of head h: dq as a query row, over the sample's key rows, and dk, dv
+ * as a key row, over its query rows. The two halves read only the forward's values, so one launch does both. */
+__global__ void k_attn_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
+                           const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t R, int64_t d, int64_t H,
+                           ddp_dropout dr)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= R * H) return;
-    int64_t r = i / H, h = i % H, s = seg[r], lo = off[s], n = off[s + 1] - lo, dh = d / H, ld = 3 * d;
-    const float *base = qkv + lo * ld + h * dh;
-    ddp_attn_row_bwd_q(qkv + r * ld + h * dh, base + d, base + 2 * d, ld, n, dh, 1.0f / sqrtf((float)dh),
-                       dout + r * d + h * dh, lse[i], D[i], dqkv + r * ld + h * dh, &dr, row_dropkey(dr, sid, s, r - lo),
-                       ddp_drop_attn_unit(h, 0));
+    attn_at a = attn_locate(i, off, seg, d, H);
+    ddp_attn_row_bwd_q(qkv + a.row, qkv + a.first + d, qkv + a.first + 2 * d, a.ld, a.n, a.dh, a.scale, dout + a.orow,
+                       lse[i], D[i], dqkv + a.row, &dr, ddp_drop_samplekey(&dr, sid, a.s, a.r - a.lo),
+                       ddp_drop_attn_unit(a.h, 0));
+    ddp_attn_row_bwd_kv(qkv + a.first, qkv + a.row + d, qkv + a.row + 2 * d, a.ld, a.n, a.dh, a.scale,
+                        dout + a.lo * d + a.h * a.dh, d, lse + a.lo * H + a.h, D + a.lo * H + a.h, H, dqkv + a.row + d,
+                        dqkv + a.row + 2 * d, &dr, dr.p > 0.0f ? sid[a.s] : 0, ddp_drop_attn_unit(a.h, a.r - a.lo));
 }
 
-__global__ void k_attn_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                              const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t R, int64_t d, int64_t H,
-                              ddp_dropout dr)
+/* v, element i of a packed [R, cols] array, times its dropout multiplier (the unit is the column) */
+static __device__ __host__ inline float elem_drop(const ddp_dropout &dr, const int64_t *off, const int64_t *seg,
+                                                  const int64_t *sid, int64_t i, int64_t cols, float v)
 {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= R * H) return;
-    int64_t r = i / H, h = i % H, s = seg[r], lo = off[s], n = off[s + 1] - lo, dh = d / H, ld = 3 * d;
-    const float *row = qkv + r * ld + h * dh;
-    float *drow = dqkv + r * ld + h * dh;
-    ddp_attn_row_bwd_kv(qkv + lo * ld + h * dh, row + d, row + 2 * d, ld, n, dh, 1.0f / sqrtf((float)dh),
-                        dout + lo * d + h * dh, d, lse + lo * H + h, D + lo * H + h, H, drow + d, drow + 2 * d, &dr,
-                        dr.p > 0.0f ? sid[s] : 0, ddp_drop_attn_unit(h, r - lo));
+    return ddp_drop_apply(dr.p > 0.0f, &dr, ddp_drop_packedkey(&dr, off, seg, sid, i / cols), (uint64_t)(i % cols), v);
 }
 
 __global__ void k_gelu_erf_fwd(const float *z, const float *bias, float *a, float *dg, const int64_t *off,
@@ -115,23 +126,20 @@ __global__ void k_gelu_erf_fwd(const float *z, const float *bias, float *a, floa
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= R * cols) return;
-    int64_t r = i / cols, c = i % cols;
-    float g, v = ddp_gelu_erf_fwd(z[i] + bias[c], dg ? &g : NULL);
+    float g, v = ddp_gelu_erf_fwd(z[i] + bias[i % cols], dg ? &g : NULL);
     if (dg) dg[i] = g;
-    if (dr.p > 0.0f) v *= ddp_drop_scale(&dr, row_dropkey(dr, sid, seg[r], r - off[seg[r]]), (uint64_t)c);
-    a[i] = v;
+    a[i] = elem_drop(dr, off, seg, sid, i, cols, v);
 }
 
-/* dz = drop(dact) * dg */
-__global__ void k_gelu_erf_bwd(const float *dact, const float *dg, float *dz, const int64_t *off, const int64_t *seg,
-                               const int64_t *sid, int64_t R, int64_t cols, ddp_dropout dr)
+/* dst = drop(src) * mul, or drop(src) when mul is NULL: the backward of gelu_erf (mul = gelu') and of the
+ * residual's dropout */
+__global__ void k_drop_mul(const float *src, const float *mul, float *dst, const int64_t *off, const int64_t *seg,
+                           const int64_t *sid, int64_t R, int64_t cols, ddp_dropout dr)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= R * cols) return;
-    int64_t r = i / cols, c = i % cols;
-    float v = dact[i];
-    if (dr.p > 0.0f) v *= ddp_drop_scale(&dr, row_dropkey(dr, sid, seg[r], r - off[seg[r]]), (uint64_t)c);
-    dz[i] = v * dg[i];
+    float v = elem_drop(dr, off, seg, sid, i, cols, src[i]);
+    dst[i] = mul ? v * mul[i] : v;
 }
 
 /* out = h + drop(t + bias) */
@@ -139,23 +147,7 @@ __global__ void k_residual_fwd(float *out, const float *h, const float *t, const
                                const int64_t *seg, const int64_t *sid, int64_t R, int64_t d, ddp_dropout dr)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= R * d) return;
-    int64_t r = i / d, c = i % d;
-    float v = t[i] + bias[c];
-    if (dr.p > 0.0f) v *= ddp_drop_scale(&dr, row_dropkey(dr, sid, seg[r], r - off[seg[r]]), (uint64_t)c);
-    out[i] = h[i] + v;
-}
-
-/* dt = drop(dh) */
-__global__ void k_drop(const float *dh, float *dt, const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t R,
-                       int64_t d, ddp_dropout dr)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= R * d) return;
-    int64_t r = i / d, c = i % d;
-    float v = dh[i];
-    if (dr.p > 0.0f) v *= ddp_drop_scale(&dr, row_dropkey(dr, sid, seg[r], r - off[seg[r]]), (uint64_t)c);
-    dt[i] = v;
+    if (i < R * d) out[i] = h[i] + elem_drop(dr, off, seg, sid, i, d, t[i] + bias[i % d]);
 }
 
 /* one block per sample, threads over columns, rows in order */
@@ -198,7 +190,7 @@ static ddp_status cu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, fl
                                int64_t d)
 {
     if (dpos) ENC_LAUNCH(k_embed_bwd_pos, pack->max_rows * d, dh, dpos, pack->off, pack->B, pack->max_rows, d);
-    return cu_colsum(b, dh, dbias, pack->R, d, 1.0f);
+    return ddp_cuda_colsum(b, dh, dbias, pack->R, d, 1.0f);
 }
 
 static ddp_status cu_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, float *y,
@@ -229,8 +221,7 @@ static ddp_status cu_attention_bwd(ddp_backend *b, const float *qkv, const float
 {
     int64_t n = pack->R * heads, H = heads;
     ENC_LAUNCH(k_attn_D, n, dout, o, delta, pack->R, d, H);
-    ENC_LAUNCH(k_attn_bwd_q, n, qkv, dout, lse, delta, dqkv, pack->off, pack->seg, pack->sid, pack->R, d, H, *dr);
-    ENC_LAUNCH(k_attn_bwd_kv, n, qkv, dout, lse, delta, dqkv, pack->off, pack->seg, pack->sid, pack->R, d, H, *dr);
+    ENC_LAUNCH(k_attn_bwd, n, qkv, dout, lse, delta, dqkv, pack->off, pack->seg, pack->sid, pack->R, d, H, *dr);
     return DDP_OK;
 }
 
@@ -241,11 +232,18 @@ static ddp_status cu_gelu_erf_fwd(ddp_backend *b, const float *z, const float *b
     return DDP_OK;
 }
 
+/* dst = drop(src) * mul (k_drop_mul), dbias += column sums of dst */
+static ddp_status drop_mul_colsum(ddp_backend *b, const float *src, const float *mul, float *dst, float *dbias,
+                                  const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
+{
+    ENC_LAUNCH(k_drop_mul, pack->R * cols, src, mul, dst, pack->off, pack->seg, pack->sid, pack->R, cols, *dr);
+    return ddp_cuda_colsum(b, dst, dbias, pack->R, cols, 1.0f);
+}
+
 static ddp_status cu_gelu_erf_bwd(ddp_backend *b, const float *dact, const float *dgelu, float *dz, float *dbias,
                                   const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
-    ENC_LAUNCH(k_gelu_erf_bwd, pack->R * cols, dact, dgelu, dz, pack->off, pack->seg, pack->sid, pack->R, cols, *dr);
-    return cu_colsum(b, dz, dbias, pack->R, cols, 1.0f);
+    return drop_mul_colsum(b, dact, dgelu, dz, dbias, pack, cols, dr);
 }
 
 static ddp_status cu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
@@ -258,8 +256,7 @@ static ddp_status cu_residual_fwd(ddp_backend *b, float *out, const float *h, co
 static ddp_status cu_residual_bwd(ddp_backend *b, const float *dh, float *dt, float *dbias, const ddp_packing *pack,
                                   int64_t d, const ddp_dropout *dr)
 {
-    ENC_LAUNCH(k_drop, pack->R * d, dh, dt, pack->off, pack->seg, pack->sid, pack->R, d, *dr);
-    return cu_colsum(b, dt, dbias, pack->R, d, 1.0f);
+    return drop_mul_colsum(b, dh, NULL, dt, dbias, pack, d, dr);
 }
 
 static ddp_status cu_pool_mean_fwd(ddp_backend *b, const float *x, float *out, const ddp_packing *pack, int64_t d)
@@ -281,3 +278,5 @@ static const ddp_enc_ops cu_enc = {
     cu_embed_fwd,  cu_embed_bwd,    cu_layernorm_fwd, cu_layernorm_bwd, cu_attention_fwd, cu_attention_bwd,
     cu_gelu_erf_fwd, cu_gelu_erf_bwd, cu_residual_fwd, cu_residual_bwd, cu_pool_mean_fwd, cu_pool_mean_bwd,
 };
+
+const ddp_enc_ops *ddp_cuda_enc_ops(void) { return &cu_enc; }

@@ -12,37 +12,31 @@
 #define DDP_NCCL_ERR_(call, r)                                                                     \
     ddp_set_error(DDP_ERR_NCCL, "NCCL error in %s (%s:%d): %s", #call, __FILE__, __LINE__, ncclGetErrorString(r))
 
-#define CUDA_CHECK(call)                                                                           \
+/* The one shape of every check: evaluate `call` once into ddp_r_; when `ok` (an expression of ddp_r_) is
+ * false, return the ddp_status that `err` makes (DDP_CALL_CHECK_) or store it in `st` and jump to `done`
+ * (DDP_CALL_TRY_). backend_cuda.cu's allocation checks use them too, with a longer message. */
+#define DDP_CALL_CHECK_(T, call, ok, err)                                                          \
     do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) return DDP_CUDA_ERR_(call, e_);                                     \
+        T ddp_r_ = (call);                                                                         \
+        if (!(ok)) return err;                                                                     \
     } while (0)
-#define CUDA_TRY(call)                                                                             \
+#define DDP_CALL_TRY_(T, call, ok, err)                                                            \
     do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            st = DDP_CUDA_ERR_(call, e_);                                                          \
+        T ddp_r_ = (call);                                                                         \
+        if (!(ok)) {                                                                               \
+            st = err;                                                                              \
             goto done;                                                                             \
         }                                                                                          \
     } while (0)
+
+#define CUDA_CHECK(call) DDP_CALL_CHECK_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_CUDA_ERR_(call, ddp_r_))
+#define CUDA_TRY(call) DDP_CALL_TRY_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_CUDA_ERR_(call, ddp_r_))
 #define CUBLAS_CHECK(call)                                                                         \
-    do {                                                                                           \
-        cublasStatus_t s_ = (call);                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) return DDP_CUBLAS_ERR_(call, s_);                         \
-    } while (0)
+    DDP_CALL_CHECK_(cublasStatus_t, call, ddp_r_ == CUBLAS_STATUS_SUCCESS, DDP_CUBLAS_ERR_(call, ddp_r_))
 #define CUBLAS_TRY(call)                                                                           \
-    do {                                                                                           \
-        cublasStatus_t s_ = (call);                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            st = DDP_CUBLAS_ERR_(call, s_);                                                        \
-            goto done;                                                                             \
-        }                                                                                          \
-    } while (0)
+    DDP_CALL_TRY_(cublasStatus_t, call, ddp_r_ == CUBLAS_STATUS_SUCCESS, DDP_CUBLAS_ERR_(call, ddp_r_))
 #define NCCL_CHECK(call)                                                                           \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess && r_ != ncclInProgress) return DDP_NCCL_ERR_(call, r_);             \
-    } while (0)
+    DDP_CALL_CHECK_(ncclResult_t, call, ddp_r_ == ncclSuccess || ddp_r_ == ncclInProgress, DDP_NCCL_ERR_(call, ddp_r_))
 
 /* A kernel launch: configuration errors come back through cudaGetLastError on a GPU and in the emulator. */
 #define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())

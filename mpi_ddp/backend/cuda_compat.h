@@ -1,8 +1,9 @@
-/* cuda_compat.h — the one place that tells nvcc from the host emulator. backend_cuda.cu and cuda_plugin.c
- * include this instead of the CUDA, cuBLAS and NCCL headers: under nvcc (or a plain CUDA build of
- * cuda_plugin.c) it includes the real ones; with DDP_CUDA_EMU it includes emu_cuda.h, which implements
- * the same subset on the host (streams as worker threads, kernels as loops of fibers, cuBLAS over cblas,
- * NCCL over shared memory), so the same source runs on a machine without a GPU.
+/* cuda_compat.h — the one place that tells nvcc from the host emulator. The CUDA backend (both .cu files,
+ * through backend_cuda_priv.h) and cuda_plugin.c include this instead of the CUDA, cuBLAS and NCCL headers:
+ * under nvcc (or a plain CUDA build of cuda_plugin.c) it includes the real ones; with DDP_CUDA_EMU it
+ * includes emu_cuda.h, which implements the same subset on the host (streams as worker threads, kernels as
+ * loops of fibers, cuBLAS over cblas, NCCL over shared memory), so the same source runs on a machine
+ * without a GPU.
  *
  * DDP_LAUNCH(kernel, grid, block, dyn_smem, stream, args...) is the only way kernels are launched:
  * `kernel<<<grid, block, dyn_smem, stream>>>(args...)` on a GPU, ddp_emu_launch over the grid on the host.

@@ -1,8 +1,8 @@
 /* cuda_plugin.c — the entry point of the GPU plugin: device facts, versions, NCCL (unique id, non-blocking
  * communicator init, async-error polling, abort, allreduce) and the stream/event calls gradient sync needs,
- * each CUDA/NCCL call checked. The backend itself (cuBLAS + kernels) is backend_cuda.cu. Built twice from
- * this one source: against CUDA and NCCL (libmpiddp_cuda.so), and with DDP_CUDA_EMU against the host
- * emulator (libmpiddp_cudaemu.so, see emu_cuda.h). */
+ * each CUDA/NCCL call checked. The backend itself (cuBLAS + kernels) is backend_cuda.cu and
+ * backend_cuda_enc.cu. Built twice from this one source: against CUDA and NCCL (libmpiddp_cuda.so), and
+ * with DDP_CUDA_EMU against the host emulator (libmpiddp_cudaemu.so, see emu_cuda.h). */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/core/status.h"

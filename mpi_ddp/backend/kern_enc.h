@@ -34,12 +34,32 @@ DDP_HD static inline uint64_t ddp_drop_rowkey(uint64_t key, int64_t sample_id, i
     return ddp_hmix(key ^ ddp_hmix((uint64_t)sample_id * 0x9e3779b97f4a7c15ULL ^ ddp_hmix((uint64_t)row + 0x51)));
 }
 
+/* The key of row pos of sample s (sid: the batch's sample ids); 0 when dropout is off. */
+DDP_HD static inline uint64_t ddp_drop_samplekey(const ddp_dropout *d, const int64_t *sid, int64_t s, int64_t pos)
+{
+    return d && d->p > 0.0f ? ddp_drop_rowkey(d->key, sid[s], pos) : 0;
+}
+
+/* The key of packed row r (sample seg[r], position r - off[seg[r]]): the element-wise ops' masks, per row on
+ * the CPU and per element on the GPU. 0 when dropout is off (seg, off and sid are not read then). */
+DDP_HD static inline uint64_t ddp_drop_packedkey(const ddp_dropout *d, const int64_t *off, const int64_t *seg,
+                                                 const int64_t *sid, int64_t r)
+{
+    return d && d->p > 0.0f ? ddp_drop_samplekey(d, sid, seg[r], r - off[seg[r]]) : 0;
+}
+
 /* The multiplier of one unit: 0 (dropped) or 1/(1-p) (kept). */
 DDP_HD static inline float ddp_drop_scale(const ddp_dropout *d, uint64_t rowkey, uint64_t unit)
 {
     uint64_t h = ddp_hmix(rowkey ^ (unit * 0xd6e8feb86659fd93ULL));
     float u = (float)(h >> 40) * (1.0f / 16777216.0f); /* [0, 1), 24 bits */
     return u < d->p ? 0.0f : 1.0f / (1.0f - d->p);
+}
+
+/* v times the multiplier of one unit when on (dropout is on: a flag the caller hoists out of its loop). */
+DDP_HD static inline float ddp_drop_apply(int on, const ddp_dropout *d, uint64_t rowkey, uint64_t unit, float v)
+{
+    return on ? v * ddp_drop_scale(d, rowkey, unit) : v;
 }
 
 /* The dropout unit of an attention weight: head h, key row j of the query row's sample (the one definition every
