@@ -137,9 +137,6 @@ void ddp_refmodel_times(const ddp_model *m, double *fwd, double *bwd);
 /* The Transformer encoder (model_transformer.c) and any built-in model on a given backend (models.c). */
 ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out);
 ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out);
-/* A step's per-sample results into out: `dev_out` is one block on the backend holding loss [maxB], prob [maxB]
- * and pred [maxB] (int64); device backends download it once into h_out (same layout). */
-ddp_status ddp_model_collect(ddp_backend *be, const void *dev_out, void *h_out, int64_t maxB, int64_t B, ddp_forward_out *out);
 /* Token budgets: a sample's cost is rows + cost_sq x rows^2; 1/(2d + f) for the transformer (its attention
  * against its per-row work), 0 for the MLP. */
 double ddp_model_cost_sq(const ddp_model_config *c);

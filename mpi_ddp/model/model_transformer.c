@@ -1,7 +1,9 @@
 /* model_transformer.c — the packed pre-LayerNorm Transformer encoder of docs/model.md ("transformer"):
  * its parameter tensors in the PyTorch state_dict's names, order and layouts, PyTorch's default init drawn
- * from the run's seed, the activation buffers, staging a batch on the backend, and the ddp_model callbacks.
- * The passes themselves are in transformer_pass.c; the ops in backend_cpu_enc.c / backend_cuda_enc.cu. */
+ * from the run's seed, the activation buffers, the packing of a batch (row -> sample map, sample ids) on the
+ * backend, and the ddp_model callbacks. The parameter table, staging and output collection it shares with the
+ * MLP are in model_common.c; the passes themselves in transformer_pass.c; the ops in backend_cpu_enc.c /
+ * backend_cuda_enc.cu. */
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/model/model_transformer.h"
 #include "mpi_ddp/core/status.h"
@@ -16,39 +18,36 @@ static const char *layer_names[T_PER_LAYER] = {
     "linear1.weight",           "linear1.bias",           "linear2.weight",            "linear2.bias",
     "norm1.weight",             "norm1.bias",             "norm2.weight",              "norm2.bias"};
 
-static int add_tensor(txmodel *m, const char *name, int64_t d0, int64_t d1)
+/* Appends a tensor; returns its element offset. */
+static int64_t add_tensor(txmodel *m, const char *name, int64_t d0, int64_t d1)
 {
-    int k = m->ntensors++;
-    snprintf(m->names[k], sizeof m->names[k], "%s", name);
-    m->spec[k] = (ddp_tensor_spec){.name = m->names[k], .ndim = d1 ? 2 : 1, .shape = {d0, d1}};
-    m->toff[k + 1] = m->toff[k] + d0 * (d1 ? d1 : 1);
-    return k;
+    return m->tab.off[ddp_param_table_add(&m->tab, name, d0, d1)];
 }
 
 static void layout(txmodel *m)
 {
     int64_t d = m->d, f = m->f;
-    m->inp_w = m->toff[add_tensor(m, "inp.weight", d, m->D)];
-    m->inp_b = m->toff[add_tensor(m, "inp.bias", d, 0)];
-    m->pos_w = m->positions ? m->toff[add_tensor(m, "pos.weight", m->P, d)] : -1;
-    m->body_lo = m->toff[m->ntensors];
+    m->inp_w = add_tensor(m, "inp.weight", d, m->D);
+    m->inp_b = add_tensor(m, "inp.bias", d, 0);
+    m->pos_w = m->positions ? add_tensor(m, "pos.weight", m->P, d) : -1;
+    m->body_lo = m->tab.off[m->tab.n];
     int64_t shapes[T_PER_LAYER][2] = {{3 * d, d}, {3 * d, 0}, {d, d}, {d, 0}, {f, d}, {f, 0},
                                       {d, f},     {d, 0},     {d, 0}, {d, 0}, {d, 0}, {d, 0}};
     for (int64_t l = 0; l < m->L; l++) {
         tx_layer *y = &m->lay[l];
-        y->lo = m->toff[m->ntensors];
+        y->lo = m->tab.off[m->tab.n];
         for (int t = 0; t < T_PER_LAYER; t++) {
             char name[64];
             snprintf(name, sizeof name, "enc.layers.%lld.%s", (long long)l, layer_names[t]);
-            y->p[t] = m->toff[add_tensor(m, name, shapes[t][0], shapes[t][1])];
+            y->p[t] = add_tensor(m, name, shapes[t][0], shapes[t][1]);
         }
-        y->hi = m->toff[m->ntensors];
+        y->hi = m->tab.off[m->tab.n];
     }
-    m->nf_w = m->toff[add_tensor(m, "enc.norm.weight", d, 0)];
-    m->nf_b = m->toff[add_tensor(m, "enc.norm.bias", d, 0)];
-    m->head_w = m->toff[add_tensor(m, "head.weight", m->C, d)];
-    m->head_b = m->toff[add_tensor(m, "head.bias", m->C, 0)];
-    m->total = m->toff[m->ntensors];
+    m->nf_w = add_tensor(m, "enc.norm.weight", d, 0);
+    m->nf_b = add_tensor(m, "enc.norm.bias", d, 0);
+    m->head_w = add_tensor(m, "head.weight", m->C, d);
+    m->head_b = add_tensor(m, "head.bias", m->C, 0);
+    m->total = m->tab.off[m->tab.n];
 }
 
 /* ------------------------------------------------------------------ init */
@@ -57,11 +56,12 @@ static double unif01(uint64_t key, uint64_t i) { return ((ddp_hmix(key ^ ddp_hmi
 /* PyTorch's defaults (docs/model.md): nn.Linear U(+-1/sqrt(fan_in)) for weight and bias, in_proj xavier
  * uniform with zero bias, out_proj bias 0, LayerNorm 1 and 0, nn.Embedding N(0, 1). Every tensor has its
  * own key (name-independent: its index), so every layer draws its own values. */
-static void init_tensor(const txmodel *m, int k, float *dst, uint64_t seed)
+static void init_tensor(const void *self, int k, float *dst, uint64_t seed)
 {
-    const ddp_tensor_spec *s = &m->spec[k];
+    const txmodel *m = self;
+    const ddp_tensor_spec *s = &m->tab.spec[k];
     const char *nm = s->name;
-    int64_t n = m->toff[k + 1] - m->toff[k];
+    int64_t n = m->tab.off[k + 1] - m->tab.off[k];
     uint64_t key = ddp_hmix(seed ^ ddp_hmix(0x7e40000 + (uint64_t)k));
     size_t len = strlen(nm);
 #define ENDS(x) (len >= sizeof(x) - 1 && !strcmp(nm + len - (sizeof(x) - 1), x))
@@ -77,7 +77,7 @@ static void init_tensor(const txmodel *m, int k, float *dst, uint64_t seed)
         double bound;
         if (ENDS("in_proj_weight")) bound = sqrt(6.0 / (double)(s->shape[0] + s->shape[1]));
         else if (s->ndim == 2) bound = 1.0 / sqrt((double)s->shape[1]);
-        else bound = 1.0 / sqrt((double)m->spec[k - 1].shape[1]); /* a bias follows its weight */
+        else bound = 1.0 / sqrt((double)m->tab.spec[k - 1].shape[1]); /* a bias follows its weight */
         for (int64_t i = 0; i < n; i++) dst[i] = (float)((2.0 * unif01(key, (uint64_t)i) - 1.0) * bound);
     }
 #undef ENDS
@@ -87,26 +87,14 @@ static ddp_status tx_init(void *self, float *params, uint64_t seed)
 {
     txmodel *m = self;
     m->seed = seed;
-    float *host = m->be->host_memory ? params : ddp_calloc((size_t)m->total, sizeof(float));
-    if (!host) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-    for (int k = 0; k < m->ntensors; k++) init_tensor(m, k, host + m->toff[k], seed);
-    ddp_status st = DDP_OK;
-    if (!m->be->host_memory) {
-        st = m->be->upload(m->be, params, host, (size_t)m->total * sizeof(float));
-        free(host);
-    }
-    return st;
+    return ddp_model_init_params(m->be, &m->tab, params, seed, init_tensor, m);
 }
 
 /* ------------------------------------------------------------------ steps */
 /* Checks the batch, builds the row -> sample map and moves the batch to the backend (no host sync). */
 static ddp_status stage(txmodel *m, const ddp_batch *b, const float **x, const int64_t **lab)
 {
-    if (b->nrows > m->maxR || b->nsamples > m->maxB)
-        return ddp_set_error(DDP_ERR_ARG, "batch of %lld samples / %lld rows exceeds the model's workspace (%lld / %lld)",
-                             (long long)b->nsamples, (long long)b->nrows, (long long)m->maxB, (long long)m->maxR);
-    if (b->dim != m->D)
-        return ddp_set_error(DDP_ERR_ARG, "batch has D=%lld, model expects D=%lld", (long long)b->dim, (long long)m->D);
+    DDP_CHECK(ddp_model_io_check(&m->io, b));
     int64_t B = b->nsamples, R = b->nrows, nmax = 0;
     for (int64_t s = 0; s < B; s++) {
         int64_t n = b->offsets[s + 1] - b->offsets[s];
@@ -119,30 +107,26 @@ static ddp_status stage(txmodel *m, const ddp_batch *b, const float **x, const i
     }
     m->pack = (ddp_packing){.B = B, .R = R, .hoff = b->offsets, .max_rows = nmax};
     ddp_backend *be = m->be;
+    ddp_staged s;
+    DDP_CHECK(ddp_model_io_stage(be, &m->io, b, &s));
+    m->pack.off = s.off;
+    *x = s.x;
+    *lab = s.lab;
     if (be->host_memory) {
-        m->pack.off = b->offsets;
         m->pack.seg = m->seg_h;
         m->pack.sid = b->sample_ids;
-        *x = b->x;
-        *lab = b->labels;
         return DDP_OK;
     }
-    DDP_CHECK(be->upload_async(be, m->x_dev, b->x, (size_t)(R * m->D) * sizeof(float)));
-    DDP_CHECK(be->upload_async(be, m->off_dev, b->offsets, (size_t)(B + 1) * sizeof(int64_t)));
-    DDP_CHECK(be->upload_async(be, m->lab_dev, b->labels, (size_t)B * sizeof(int64_t)));
     DDP_CHECK(be->upload_async(be, m->sid_dev, b->sample_ids, (size_t)B * sizeof(int64_t)));
     DDP_CHECK(be->upload_async(be, m->seg_dev, m->seg_h, (size_t)R * sizeof(int64_t)));
-    m->pack.off = m->off_dev;
     m->pack.seg = m->seg_dev;
     m->pack.sid = m->sid_dev;
-    *x = m->x_dev;
-    *lab = m->lab_dev;
     return DDP_OK;
 }
 
 static ddp_status collect(txmodel *m, const ddp_batch *b, ddp_forward_out *out)
 {
-    return ddp_model_collect(m->be, m->out, m->h_out, m->maxB, b->nsamples, out);
+    return ddp_model_io_collect(m->be, &m->io, b->nsamples, out);
 }
 
 static ddp_status tx_train_step(void *self, const ddp_batch *b, const float *P, float *G, ddp_forward_out *out,
@@ -176,34 +160,22 @@ static void tx_destroy(void *self)
     txmodel *m = self;
     if (!m) return;
     ddp_backend *be = m->be;
-#define REL(ptr)                                                                                   \
-    do {                                                                                           \
-        if (ptr) be->release(be, ptr);                                                             \
-    } while (0)
     for (int64_t l = 0; m->lay && l < m->L; l++) {
         tx_layer *y = &m->lay[l];
-        float *bufs[] = {y->h, y->y1, y->mu1, y->rs1, y->qkv, y->o, y->lse, y->hmid, y->y2, y->mu2, y->rs2, y->dg, y->a2};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) REL(bufs[i]);
+        void *bufs[] = {y->h, y->y1, y->mu1, y->rs1, y->qkv, y->o, y->lse, y->hmid, y->y2, y->mu2, y->rs2, y->dg, y->a2};
+        ddp_model_release_all(be, bufs, sizeof bufs / sizeof bufs[0]);
     }
     void *bufs[] = {m->hL, m->yf, m->muf, m->rsf, m->p, m->dp, m->logits, m->dlogits, m->branch, m->dh, m->dy, m->dqkv,
-                    m->dffn, m->attn_delta, m->out, m->x_dev, m->off_dev, m->lab_dev, m->sid_dev, m->seg_dev};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) REL(bufs[i]);
-#undef REL
-    free(m->h_out);
+                    m->dffn, m->attn_delta, m->sid_dev, m->seg_dev};
+    ddp_model_release_all(be, bufs, sizeof bufs / sizeof bufs[0]);
+    ddp_model_io_release(be, &m->io);
+    ddp_param_table_free(&m->tab);
     free(m->seg_h);
     free(m->lay);
-    free(m->spec);
-    free(m->names);
-    free(m->toff);
     free(m);
 }
 
-#define BALLOC(ptr, count)                                                                         \
-    do {                                                                                           \
-        void *p_;                                                                                  \
-        DDP_TRY(DDP_BE_ALLOC(be, &p_, (size_t)(count) * sizeof *(ptr)));                              \
-        (ptr) = p_;                                                                                \
-    } while (0)
+#define BALLOC(ptr, count) DDP_MODEL_ALLOC(be, ptr, count)
 
 ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out)
 {
@@ -223,13 +195,10 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     *m = (txmodel){.be = be, .E = be->enc, .D = c->dim, .d = d, .f = f, .C = c->classes, .P = c->max_positions,
                    .L = L, .heads = H, .maxR = R, .maxB = B, .positions = c->positions != 0,
                    .dropout = (float)c->dropout};
-    int cap = 8 + (int)L * T_PER_LAYER;
-    m->spec = ddp_calloc((size_t)cap, sizeof *m->spec);
-    m->names = ddp_calloc((size_t)cap, sizeof *m->names);
-    m->toff = ddp_calloc((size_t)cap + 1, sizeof *m->toff);
+    DDP_TRY(ddp_param_table_alloc(&m->tab, 8 + (int)L * T_PER_LAYER));
     m->lay = ddp_calloc((size_t)L, sizeof *m->lay);
     m->seg_h = ddp_calloc((size_t)R, sizeof *m->seg_h);
-    if (!m->spec || !m->names || !m->toff || !m->lay || !m->seg_h) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    if (!m->lay || !m->seg_h) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     layout(m);
     DDP_TRY(be->reserve(be, R > B ? R : B));
     for (int64_t l = 0; l < L; l++) {
@@ -262,22 +231,14 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     BALLOC(m->dqkv, R * 3 * d);
     BALLOC(m->dffn, R * f);
     BALLOC(m->attn_delta, R * H);
-    DDP_TRY(DDP_BE_ALLOC(be, &m->out, (size_t)B * (2 * sizeof(float) + sizeof(int64_t))));
-    m->loss = m->out;
-    m->prob = m->loss + B;
-    m->pred = (int64_t *)(m->prob + B);
+    DDP_TRY(ddp_model_io_alloc(be, &m->io, m->D, R, B));
     if (!be->host_memory) {
-        BALLOC(m->x_dev, R * m->D);
-        BALLOC(m->off_dev, B + 1);
-        BALLOC(m->lab_dev, B);
         BALLOC(m->sid_dev, B);
         BALLOC(m->seg_dev, R);
-        m->h_out = ddp_calloc((size_t)B, 2 * sizeof(float) + sizeof(int64_t));
-        if (!m->h_out) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     }
     *out = (ddp_model){.name = "transformer",
-                       .ntensors = m->ntensors,
-                       .tensors = m->spec,
+                       .ntensors = m->tab.n,
+                       .tensors = m->tab.spec,
                        .num_classes = (int)m->C,
                        .device = be->host_memory ? DDP_DEVICE_CPU : DDP_DEVICE_CUDA,
                        .self = m,

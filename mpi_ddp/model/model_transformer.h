@@ -3,7 +3,7 @@
 #ifndef DDP_MODEL_TRANSFORMER_H
 #define DDP_MODEL_TRANSFORMER_H
 
-#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/model/model_common.h"
 
 /* Parameter tensors of one layer, in PyTorch's state_dict order. */
 enum { T_QKV_W, T_QKV_B, T_OUT_W, T_OUT_B, T_L1_W, T_L1_B, T_L2_W, T_L2_B, T_N1_W, T_N1_B, T_N2_W, T_N2_B, T_PER_LAYER };
@@ -28,10 +28,7 @@ typedef struct {
     int positions;
     float dropout;
     uint64_t seed;
-    int ntensors;
-    ddp_tensor_spec *spec;
-    char (*names)[64];
-    int64_t *toff;            /* [ntensors+1] element offsets */
+    ddp_param_table tab;      /* the tensors; tab.off: their element offsets */
     int64_t inp_w, inp_b, pos_w, nf_w, nf_b, head_w, head_b, total; /* offsets; pos_w -1 without positions */
     int64_t body_lo;          /* first element of layer 0 (inp and pos are [0, body_lo)) */
     tx_layer *lay;
@@ -42,13 +39,9 @@ typedef struct {
     float *dh, *dy, *dqkv;    /* backward: residual-stream, block-input and q|k|v gradients */
     float *dffn;              /* [R,f] gradient of the feed-forward hidden activations */
     float *attn_delta;        /* [R,heads] attention backward's rowsum(dO * O) per head */
-    void *out;                /* loss [maxB], prob [maxB], pred [maxB]: one download */
-    float *loss, *prob;
-    int64_t *pred;
-    void *h_out;
+    ddp_model_io io;          /* the batch on the backend, the loss/prob/pred block */
     int64_t *seg_h;           /* [maxR] host: sample of each row */
-    float *x_dev;
-    int64_t *off_dev, *lab_dev, *sid_dev, *seg_dev;
+    int64_t *sid_dev, *seg_dev; /* device copies of the sample ids and seg_h (device backends) */
     ddp_packing pack;
     double t_fwd, t_bwd, t_attn, t_gemm; /* cumulative seconds (host backends: per op class) */
 } txmodel;

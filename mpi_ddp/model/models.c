@@ -1,10 +1,9 @@
 /* models.c — the built-in models behind one config struct: defaults, names, and ddp_model_create, which
- * builds the MLP (model_mlp.c) or the Transformer encoder (model_transformer.c) on the device's backend. */
+ * builds the MLP (model_mlp.c) or the Transformer encoder (model_transformer.c) on the device's backend
+ * (what the two share is in model_common.c). */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/status.h"
-
-#include <string.h>
 
 void ddp_model_config_default(ddp_model_config *c)
 {
@@ -48,25 +47,6 @@ ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config
     ddp_backend *be;
     DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));
     return ddp_model_create_on(be, c, out);
-}
-
-ddp_status ddp_model_collect(ddp_backend *be, const void *dev_out, void *h_out, int64_t maxB, int64_t B, ddp_forward_out *out)
-{
-    const float *loss = dev_out;
-    if (!be->host_memory && B > 0) { /* loss, prob and pred in one download (one host synchronisation) */
-        DDP_CHECK(be->download(be, h_out, dev_out, (size_t)maxB * 8 + (size_t)B * sizeof(int64_t)));
-        loss = h_out;
-    }
-    const float *prob = loss + maxB;
-    const int64_t *pred = (const int64_t *)(prob + maxB);
-    double s = 0.0;
-    for (int64_t i = 0; i < B; i++) s += loss[i];
-    out->loss_sum = s;
-    out->count = B;
-    if (B > 0 && out->loss) memcpy(out->loss, loss, (size_t)B * sizeof(float));
-    if (B > 0 && out->prob) memcpy(out->prob, prob, (size_t)B * sizeof(float));
-    if (B > 0 && out->pred) memcpy(out->pred, pred, (size_t)B * sizeof(int64_t));
-    return DDP_OK;
 }
 
 double ddp_model_cost_sq(const ddp_model_config *c)

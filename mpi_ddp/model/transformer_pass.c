@@ -5,21 +5,12 @@
 #include "mpi_ddp/model/model_transformer.h"
 #include "mpi_ddp/core/status.h"
 
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Times an op class on host backends (device work is asynchronous: no per-op times there). */
 #define TIMED(acc, call)                                                                           \
     do {                                                                                           \
-        double t0_ = m->be->host_memory ? now_s() : 0.0;                                           \
+        double t0_ = m->be->host_memory ? ddp_model_clock() : 0.0;                                 \
         DDP_CHECK(call);                                                                           \
-        if (m->be->host_memory) (acc) += now_s() - t0_;                                            \
+        if (m->be->host_memory) (acc) += ddp_model_clock() - t0_;                                  \
     } while (0)
 
 /* y[R,N] = x[R,K] . W[N,K]^T (+ beta y) */
@@ -44,7 +35,7 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
     const ddp_enc_ops *E = m->E;
     const ddp_packing *pack = &m->pack;
     int64_t R = pack->R, B = pack->B, d = m->d, f = m->f, H = m->heads;
-    double t0 = now_s();
+    double t0 = ddp_model_clock();
     float *h = m->L > 0 ? m->lay[0].h : m->hL;
     LINEAR(x, P + m->inp_w, h, R, d, m->D, 0.0f);
     DDP_CHECK(E->embed_fwd(be, h, P + m->inp_b, m->pos_w >= 0 ? P + m->pos_w : NULL, pack, d));
@@ -70,9 +61,10 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
     DDP_CHECK(E->pool_mean_fwd(be, m->yf, m->p, pack, d));
     LINEAR(m->p, P + m->head_w, m->logits, B, m->C, d, 0.0f);
     DDP_CHECK(be->add_bias(be, m->logits, P + m->head_b, B, m->C));
-    DDP_CHECK(be->softmax_xent(be, m->logits, lab, B, m->C, train ? m->dlogits : NULL, m->loss, m->pred, m->prob));
+    DDP_CHECK(be->softmax_xent(be, m->logits, lab, B, m->C, train ? m->dlogits : NULL, m->io.loss, m->io.pred,
+                               m->io.prob));
     if (train && !be->host_memory) DDP_CHECK(be->synchronize(be)); /* forward time, as the MLP reports it */
-    m->t_fwd += now_s() - t0;
+    m->t_fwd += ddp_model_clock() - t0;
     return DDP_OK;
 }
 
@@ -88,7 +80,7 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
     const ddp_enc_ops *E = m->E;
     const ddp_packing *pack = &m->pack;
     int64_t R = pack->R, B = pack->B, d = m->d, f = m->f, C = m->C, H = m->heads;
-    double t0 = now_s();
+    double t0 = ddp_model_clock();
     /* head, pooling and the final norm */
     WGRAD(m->dlogits, m->p, G + m->head_w, B, C, d);
     DDP_CHECK(be->colsum(be, m->dlogits, G + m->head_b, B, C, 1.0f));
@@ -133,6 +125,6 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
     WGRAD(m->dh, x, G + m->inp_w, R, d, m->D);
     DDP_CHECK(E->embed_bwd(be, m->dh, G + m->inp_b, m->pos_w >= 0 ? G + m->pos_w : NULL, pack, d));
     if (ready) ready(ready_arg, 0, m->body_lo);
-    m->t_bwd += now_s() - t0;
+    m->t_bwd += ddp_model_clock() - t0;
     return DDP_OK;
 }
