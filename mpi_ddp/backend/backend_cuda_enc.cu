@@ -1,14 +1,12 @@
-/* backend_cuda_enc.cu — the CUDA backend's Transformer encoder ops (ddp_enc_ops in backend.h): their kernels,
- * the cu_* ops that launch them on the backend's stream, and the op table backend_cuda.cu installs
- * (ddp_cuda_enc_ops). A translation unit of its own; the backend's state, launch helpers and column sums
- * come through backend_cuda_priv.h. Each kernel runs one row body of kern_enc.h per thread, the code the
- * CPU backend loops over, so the emulator tests run the same arithmetic the GPU does. Column reductions
- * (layernorm dw/db, bias gradients, position gradients) run one thread per column in row order, or through
- * ddp_cuda_colsum: deterministic, no atomics. Attention: one thread per (row, head), for the output, and
- * for the backward dq as a query row and dk, dv as a key row, over the rows of the thread's own sample
- * only (offsets and the row -> sample map), with the online softmax of the CPU's fused method. These are
- * the reference kernels; faster ones (a warp per row, tiles in shared memory) must be checked against
- * them. Compiled for the host emulator too (backend_cuda_enc_emu.cpp). */
+/* backend_cuda_enc.cu — the CUDA backend's Transformer encoder ops (ddp_enc_ops in backend.h) other than
+ * layernorm (backend_cuda_norm.cu) and attention (backend_cuda_attn.cu): embedding, bias + gelu + dropout,
+ * bias + dropout + residual, mean pooling; their kernels, the cu_* ops that launch them on the backend's
+ * stream, and the op table backend_cuda.cu installs (ddp_cuda_enc_ops). A translation unit of its own; the
+ * backend's state, launch helpers and column sums come through backend_cuda_priv.h. Each kernel runs one
+ * row body of kern_enc.h per thread, the code the CPU backend loops over, so the emulator tests run the
+ * same arithmetic the GPU does. Column reductions (bias and position gradients) run one thread per column
+ * in row order, or through ddp_cuda_colsum: deterministic, no atomics. Compiled for the host emulator too
+ * (backend_cuda_enc_emu.cpp). */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
 /* ------------------------------------------------------------------ kernels */
@@ -31,87 +29,6 @@ __global__ void k_embed_bwd_pos(const float *dh, float *dpos, const int64_t *off
     for (int64_t s = 0; s < B; s++)
         if (off[s + 1] - off[s] > j) acc += dh[(off[s] + j) * d + c];
     dpos[i] += acc;
-}
-
-__global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
-                                int64_t R, int64_t d)
-{
-    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < R) ddp_layernorm_row(x + r * d, w, b, y + r * d, &mean[r], &rstd[r], d);
-}
-
-__global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float *w, const float *mean, const float *rstd,
-                                   float *dx, int64_t R, int64_t d)
-{
-    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < R) ddp_layernorm_row_bwd(dy + r * d, x + r * d, w, mean[r], rstd[r], dx + r * d, d);
-}
-
-__global__ void k_layernorm_bwd_dwdb(const float *dy, const float *x, const float *mean, const float *rstd, float *dw,
-                                     float *db, int64_t R, int64_t d)
-{
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= d) return;
-    float sw = 0.0f, sb = 0.0f;
-    for (int64_t r = 0; r < R; r++) {
-        float g = dy[r * d + c];
-        sw += g * (x[r * d + c] - mean[r]) * rstd[r];
-        sb += g;
-    }
-    dw[c] += sw;
-    db[c] += sb;
-}
-
-/* Where thread i of an attention kernel works: row r and head h (i = r H + h), the row's sample s, its first
- * row lo and length n; offsets into qkv (ld = 3d) of this row's and the sample's first row's head h, and
- * into the [R, d] o/dout arrays of this row's head h. */
-struct attn_at {
-    int64_t r, h, s, lo, n, dh, ld, row, first, orow;
-    float scale;
-};
-static __device__ __host__ inline attn_at attn_locate(int64_t i, const int64_t *off, const int64_t *seg, int64_t d, int64_t H)
-{
-    attn_at a;
-    a.r = i / H, a.h = i % H, a.s = seg[a.r], a.lo = off[a.s], a.n = off[a.s + 1] - a.lo, a.dh = d / H, a.ld = 3 * d;
-    a.row = a.r * a.ld + a.h * a.dh, a.first = a.lo * a.ld + a.h * a.dh, a.orow = a.r * d + a.h * a.dh;
-    a.scale = 1.0f / sqrtf((float)a.dh);
-    return a;
-}
-
-__global__ void k_attn_fwd(const float *qkv, float *o, float *lse, const int64_t *off, const int64_t *seg,
-                           const int64_t *sid, int64_t R, int64_t d, int64_t H, ddp_dropout dr)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= R * H) return;
-    attn_at a = attn_locate(i, off, seg, d, H);
-    lse[i] = ddp_attn_row_fwd(qkv + a.row, qkv + a.first + d, qkv + a.first + 2 * d, a.ld, a.n, a.dh, a.scale, o + a.orow,
-                              &dr, ddp_drop_samplekey(&dr, sid, a.s, a.r - a.lo), ddp_drop_attn_unit(a.h, 0));
-}
-
-/* D[r, h] = dO[r, head h] . O[r, head h] */
-__global__ void k_attn_D(const float *dout, const float *o, float *D, int64_t R, int64_t d, int64_t H)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= R * H) return;
-    int64_t r = i / H, h = i % H, dh = d / H;
-    D[i] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
-}
-
-/* Thread (r, h) writes row r's gradients of head h: dq as a query row, over the sample's key rows, and dk, dv
- * as a key row, over its query rows. The two halves read only the forward's values, so one launch does both. */
-__global__ void k_attn_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                           const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t R, int64_t d, int64_t H,
-                           ddp_dropout dr)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= R * H) return;
-    attn_at a = attn_locate(i, off, seg, d, H);
-    ddp_attn_row_bwd_q(qkv + a.row, qkv + a.first + d, qkv + a.first + 2 * d, a.ld, a.n, a.dh, a.scale, dout + a.orow,
-                       lse[i], D[i], dqkv + a.row, &dr, ddp_drop_samplekey(&dr, sid, a.s, a.r - a.lo),
-                       ddp_drop_attn_unit(a.h, 0));
-    ddp_attn_row_bwd_kv(qkv + a.first, qkv + a.row + d, qkv + a.row + 2 * d, a.ld, a.n, a.dh, a.scale,
-                        dout + a.lo * d + a.h * a.dh, d, lse + a.lo * H + a.h, D + a.lo * H + a.h, H, dqkv + a.row + d,
-                        dqkv + a.row + 2 * d, &dr, dr.p > 0.0f ? sid[a.s] : 0, ddp_drop_attn_unit(a.h, a.r - a.lo));
 }
 
 /* v, element i of a packed [R, cols] array, times its dropout multiplier (the unit is the column) */
@@ -171,13 +88,6 @@ __global__ void k_pool_mean_bwd(const float *dp, float *dx, const int64_t *off, 
 }
 
 /* ------------------------------------------------------------------ ops */
-#define ENC_LAUNCH(kernel, n, ...)                                                                 \
-    do {                                                                                           \
-        if ((n) > 0) {                                                                             \
-            DDP_LAUNCH(kernel, blocks_for((n), 128), 128, 0, cuda_of(b)->stream, __VA_ARGS__);           \
-            LAUNCH_CHECK();                                                                        \
-        }                                                                                          \
-    } while (0)
 
 static ddp_status cu_embed_fwd(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pack,
                                int64_t d)
@@ -191,38 +101,6 @@ static ddp_status cu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, fl
 {
     if (dpos) ENC_LAUNCH(k_embed_bwd_pos, pack->max_rows * d, dh, dpos, pack->off, pack->B, pack->max_rows, d);
     return ddp_cuda_colsum(b, dh, dbias, pack->R, d, 1.0f);
-}
-
-static ddp_status cu_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, float *y,
-                                   float *mean, float *rstd, int64_t R, int64_t d)
-{
-    ENC_LAUNCH(k_layernorm_fwd, R, x, w, bias, y, mean, rstd, R, d);
-    return DDP_OK;
-}
-
-static ddp_status cu_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
-                                   const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t d)
-{
-    ENC_LAUNCH(k_layernorm_bwd_dx, R, dy, x, w, mean, rstd, dx, R, d);
-    if (R > 0) ENC_LAUNCH(k_layernorm_bwd_dwdb, d, dy, x, mean, rstd, dw, db, R, d);
-    return DDP_OK;
-}
-
-static ddp_status cu_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
-                                   int64_t d, int heads, const ddp_dropout *dr)
-{
-    ENC_LAUNCH(k_attn_fwd, pack->R * heads, qkv, o, lse, pack->off, pack->seg, pack->sid, pack->R, d, (int64_t)heads, *dr);
-    return DDP_OK;
-}
-
-static ddp_status cu_attention_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout, const float *lse,
-                                   float *dqkv, float *delta, const ddp_packing *pack, int64_t d, int heads,
-                                   const ddp_dropout *dr)
-{
-    int64_t n = pack->R * heads, H = heads;
-    ENC_LAUNCH(k_attn_D, n, dout, o, delta, pack->R, d, H);
-    ENC_LAUNCH(k_attn_bwd, n, qkv, dout, lse, delta, dqkv, pack->off, pack->seg, pack->sid, pack->R, d, H, *dr);
-    return DDP_OK;
 }
 
 static ddp_status cu_gelu_erf_fwd(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
@@ -275,7 +153,7 @@ static ddp_status cu_pool_mean_bwd(ddp_backend *b, const float *dp, float *dx, c
 }
 
 static const ddp_enc_ops cu_enc = {
-    cu_embed_fwd,  cu_embed_bwd,    cu_layernorm_fwd, cu_layernorm_bwd, cu_attention_fwd, cu_attention_bwd,
+    cu_embed_fwd,  cu_embed_bwd,    ddp_cuda_layernorm_fwd, ddp_cuda_layernorm_bwd, ddp_cuda_attention_fwd, ddp_cuda_attention_bwd,
     cu_gelu_erf_fwd, cu_gelu_erf_bwd, cu_residual_fwd, cu_residual_bwd, cu_pool_mean_fwd, cu_pool_mean_bwd,
 };
 

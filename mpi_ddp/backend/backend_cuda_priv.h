@@ -1,8 +1,9 @@
-/* backend_cuda_priv.h — what the CUDA backend's two translation units share, private to the plugin:
- * backend_cuda.cu (memory, cuBLAS, the MLP's kernels, creation) and backend_cuda_enc.cu (the Transformer
- * encoder's kernels and ops). It owns the backend's state (cuda_impl), the headers both need (the CUDA ones
+/* backend_cuda_priv.h — what the CUDA backend's translation units share, private to the plugin:
+ * backend_cuda.cu (memory, cuBLAS, the MLP's kernels, creation), backend_cuda_enc.cu (the Transformer
+ * encoder's element-wise kernels and its op table), backend_cuda_norm.cu (layernorm) and backend_cuda_attn.cu
+ * (attention). It owns the backend's state (cuda_impl), the headers all need (the CUDA ones
  * through cuda_compat.h, so the same source builds for nvcc and the host emulator, and the check macros of
- * cuda_checks.h), the launch-size helper and the two functions one file calls in the other. C++ only. */
+ * cuda_checks.h), the launch helpers and the functions one file calls in another. C++ only. */
 #ifndef DDP_BACKEND_CUDA_PRIV_H
 #define DDP_BACKEND_CUDA_PRIV_H
 
@@ -33,5 +34,27 @@ __attribute__((visibility("hidden"))) ddp_status ddp_cuda_colsum(ddp_backend *b,
                                                                  int64_t cols, float beta);
 /* the encoder's op table (backend_cuda_enc.cu) */
 __attribute__((visibility("hidden"))) const ddp_enc_ops *ddp_cuda_enc_ops(void);
+/* its layernorm (backend_cuda_norm.cu) and attention (backend_cuda_attn.cu): the ddp_enc_ops entries */
+#define DDP_CUDA_HIDDEN __attribute__((visibility("hidden")))
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias,
+                                                  float *y, float *mean, float *rstd, int64_t R, int64_t d);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w,
+                                                  const float *mean, const float *rstd, float *dx, float *dw, float *db,
+                                                  int64_t R, int64_t d);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse,
+                                                  const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout,
+                                                  const float *lse, float *dqkv, float *delta, const ddp_packing *pack,
+                                                  int64_t d, int heads, const ddp_dropout *dr);
+
+/* Launches `kernel` over n threads (128 a block) on the backend's stream, when n > 0; in an op returning
+ * ddp_status with the backend `b` in scope. */
+#define ENC_LAUNCH(kernel, n, ...)                                                                 \
+    do {                                                                                           \
+        if ((n) > 0) {                                                                             \
+            DDP_LAUNCH(kernel, blocks_for((n), 128), 128, 0, cuda_of(b)->stream, __VA_ARGS__);     \
+            LAUNCH_CHECK();                                                                        \
+        }                                                                                          \
+    } while (0)
 
 #endif
