@@ -216,6 +216,9 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 #define __restrict__ __restrict
 #define __shared__ static __thread
 #define __syncthreads() ddp_emu_syncthreads()
+#ifdef __cplusplus
+#include "emu_intrinsics.h"
+#endif
 #endif
 
 #ifdef __cplusplus
