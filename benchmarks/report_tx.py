@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """report_tx.py RAW.csv OUTDIR | --plots-only OUTDIR — the Transformer training table: mpiddp (`bench_train
---model transformer`) beside the PyTorch DDP peer (peers/torch_tx.py, zero-padded batches with
-src_key_padding_mask, the same batches) per configuration (d, layers, sample lengths) and rank count.
+--model transformer`) beside the PyTorch DDP peers (peers/torch_tx.py, zero-padded batches with
+src_key_padding_mask, the same batches: impl torch-ddp in fp32 and, where run_tx.sh ran it, impl torch-bf16
+under torch.autocast('cpu', bfloat16)) per configuration (d, layers, sample lengths) and rank count.
 
 RAW is what bench_train and the peer append: one row per run, no header (a header row is skipped), columns
 
   impl,ranks,d,layers,heads,ff,lens,batch,steps,samples_per_s,rows_per_s,step_ms,data_ms,fwd_ms,bwd_ms,
   attn_ms,gemm_ms,sync_ms,opt_ms,gflops,sgemm_gflops,pad_share,peak_rss_mib,private_mib
 
+(the peer's rows with --autocast carry six more columns, attn,tokens,sum_n2,params,gpu_alloc_mib,device; they
+are read and not reported). The ratios: vs_peer = samples/s over torch-ddp's (the targets), vs_bf16 = over
+torch-bf16's (the last column of tx.csv; the tables show it only where a torch-bf16 row exists).
 Repeated runs of a configuration (impl, ranks, d, layers, lens) become their median run by samples/s (the
 lower middle one for an even count; the range is kept in samples_min/samples_max), and the share of the
 sgemm rate is the median of the runs' shares. Writes OUTDIR/tx.csv (header), OUTDIR/tx_table.md, the table
@@ -25,6 +29,8 @@ COLS = ["impl", "ranks", "d", "layers", "heads", "ff", "lens", "batch", "steps",
         "data_ms", "fwd_ms", "bwd_ms", "attn_ms", "gemm_ms", "sync_ms", "opt_ms", "gflops", "sgemm_gflops", "pad_share",
         "peak_rss_mib", "private_mib"]
 PEER = "torch-ddp"
+PEER_BF16 = "torch-bf16"  # the same peer under CPU bf16 autocast (run_tx.sh PEERS=torch-bf16)
+EXT_COLS = 6  # the peer's extra columns with --autocast (attn, tokens, sum_n2, params, gpu_alloc_mib, device)
 PLOT_RANKS = 2
 
 
@@ -57,7 +63,7 @@ def plots(out):
     for r in sorted(at, key=cfg_key):
         if cfg_label(r) not in [c for c, _ in cfgs]:
             cfgs.append((cfg_label(r), r))
-    impls = [i for i in ("mpiddp", PEER) if any(r["impl"] == i for r in at)]  # plot only the impls measured
+    impls = [i for i in ("mpiddp", PEER, PEER_BF16) if any(r["impl"] == i for r in at)]  # plot only the impls measured
     with open(f"{out}/tx_samples.dat", "w") as fh:
         fh.write("config " + " ".join(impls) + "\n")
         for label, _ in cfgs:
@@ -121,21 +127,26 @@ runs = {}
 for lineno, row in enumerate(csv.reader(open(raw)), 1):
     if not row or row[0] == "impl":
         continue
-    if len(row) != len(COLS):
-        print(f"{raw}:{lineno}: {len(row)} columns, expected {len(COLS)}; row skipped", file=sys.stderr)
+    if len(row) not in (len(COLS), len(COLS) + EXT_COLS):
+        print(f"{raw}:{lineno}: {len(row)} columns, expected {len(COLS)} (or {len(COLS) + EXT_COLS}); row skipped",
+              file=sys.stderr)
         continue
-    r = dict(zip(COLS, row))
+    r = dict(zip(COLS, row[:len(COLS)]))
     runs.setdefault((r["impl"], int(r["ranks"]), int(r["d"]), int(r["layers"]), r["lens"]), []).append(r)
 rows = median_runs(runs, lambda x: f(x["gflops"]) / f(x["sgemm_gflops"]) if f(x["gflops"]) and f(x["sgemm_gflops"]) else None)
 by = {(r["impl"], int(r["ranks"]), int(r["d"]), int(r["layers"]), r["lens"]): r for r in rows}
 for r in rows:
     k = (int(r["ranks"]), int(r["d"]), int(r["layers"]), r["lens"])
-    peer = by.get((PEER,) + k)
-    r["vs_peer"] = f"{float(r['samples_per_s']) / float(peer['samples_per_s']):.2f}" if peer and r["impl"] != PEER else ""
+    for key, name in (("vs_peer", PEER), ("vs_bf16", PEER_BF16)):
+        peer = by.get((name,) + k)
+        ok = peer and r["impl"] not in (PEER, PEER_BF16)
+        r[key] = f"{float(r['samples_per_s']) / float(peer['samples_per_s']):.2f}" if ok else ""
     one = by.get((r["impl"], 1) + k[1:])
     r["weak_eff"] = f"{float(r['samples_per_s']) / int(r['ranks']) / float(one['samples_per_s']):.2f}" if one else ""
-keys = COLS + ["runs", "samples_min", "samples_max", "vs_peer", "weak_eff", "of_sgemm"]
-rows.sort(key=lambda r: cfg_key(r) + (int(r["ranks"]), r["impl"] != "mpiddp", r["impl"]))
+keys = COLS + ["runs", "samples_min", "samples_max", "vs_peer", "weak_eff", "of_sgemm", "vs_bf16"]
+ORDER = {"mpiddp": 0, PEER: 2, PEER_BF16: 3}  # mpiddp first, then its other impls, then the peers
+rows.sort(key=lambda r: cfg_key(r) + (int(r["ranks"]), ORDER.get(r["impl"], 1), r["impl"]))
+BF16 = any(r["impl"] == PEER_BF16 for r in rows)  # the "x bf16" columns only where that peer ran
 write_csv(f"{out}/tx.csv", keys, rows)
 
 
@@ -144,30 +155,35 @@ def cell(x, n=2, dash="-"):
     return dash if v is None else f"{v:.{n}f}"
 
 
-print(f"{'impl':>9} {'np':>2} {'d':>4} {'L':>2} {'lens':>7} {'B':>3} {'samples/s':>9} {'rows/s':>8} {'step ms':>8} {'data':>6} "
+IW = 10 if BF16 else 9  # the impl column's width
+print(f"{'impl':>{IW}} {'np':>2} {'d':>4} {'L':>2} {'lens':>7} {'B':>3} {'samples/s':>9} {'rows/s':>8} {'step ms':>8} {'data':>6} "
       f"{'fwd':>7} {'bwd':>7} {'attn':>7} {'gemm':>7} {'sync':>6} {'opt':>6} {'GF/s':>6} {'sgemm':>6} {'%sgemm':>6} {'pad':>5} "
-      f"{'RSS MiB':>7} {'priv MiB':>8} {'x peer':>6} {'weak eff':>8} {'runs: samples/s range':>22}")
+      f"{'RSS MiB':>7} {'priv MiB':>8} {'x peer':>6}{' x bf16' if BF16 else ''} {'weak eff':>8} {'runs: samples/s range':>22}")
 for r in rows:
     share = f"{100 * float(r['of_sgemm']):.0f}%" if r["of_sgemm"] else "-"
     pad = f"{100 * f(r['pad_share']):.0f}%" if f(r["pad_share"]) is not None else "-"
-    print(f"{r['impl']:>9} {r['ranks']:>2} {r['d']:>4} {r['layers']:>2} {r['lens']:>7} {r['batch']:>3} "
+    xb = f" {r['vs_bf16'] or '-':>6}" if BF16 else ""
+    print(f"{r['impl']:>{IW}} {r['ranks']:>2} {r['d']:>4} {r['layers']:>2} {r['lens']:>7} {r['batch']:>3} "
           f"{float(r['samples_per_s']):>9.0f} {float(r['rows_per_s']):>8.0f} {float(r['step_ms']):>8.2f} {cell(r['data_ms']):>6} "
           f"{cell(r['fwd_ms']):>7} {cell(r['bwd_ms']):>7} {cell(r['attn_ms']):>7} {cell(r['gemm_ms']):>7} {cell(r['sync_ms']):>6} "
           f"{cell(r['opt_ms']):>6} {cell(r['gflops'], 1):>6} {cell(r['sgemm_gflops'], 1):>6} {share:>6} {pad:>5} "
-          f"{cell(r['peak_rss_mib'], 0):>7} {cell(r['private_mib'], 1):>8} {r['vs_peer'] or '-':>6} {r['weak_eff'] or '-':>8} "
+          f"{cell(r['peak_rss_mib'], 0):>7} {cell(r['private_mib'], 1):>8} {r['vs_peer'] or '-':>6}{xb} {r['weak_eff'] or '-':>8} "
           f"{runs_range(r):>22}")
 with open(f"{out}/tx_table.md", "w") as fh:  # the same table for benchmarks/RESULTS.md
     fh.write("| impl | np | d | L | lens | B | samples/s (median; range) | rows/s | step ms | data | fwd | bwd | attn | gemm | sync "
-             "| opt | GFLOP/s | sgemm GFLOP/s | of sgemm | padding | peak RSS MiB | private MiB | × peer | weak eff. |\n"
-             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+             "| opt | GFLOP/s | sgemm GFLOP/s | of sgemm | padding | peak RSS MiB | private MiB | × peer |"
+             + (" × bf16 peer |" if BF16 else "") + " weak eff. |\n"
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+             + ("---:|" if BF16 else "") + "---:|\n")
     for r in rows:
         pad = f"{100 * f(r['pad_share']):.0f}%" if f(r["pad_share"]) is not None else ""
-        fh.write(f"| {r['impl']} | {r['ranks']} | {r['d']} | {r['layers']} | {r['lens']} | {r['batch']} | {samples_md(r)} "
+        fh.write((f"| {r['impl']} | {r['ranks']} | {r['d']} | {r['layers']} | {r['lens']} | {r['batch']} | {samples_md(r)} "
                  f"| {float(r['rows_per_s']):,.0f} | {cell(r['step_ms'])} | {cell(r['data_ms'])} | {cell(r['fwd_ms'])} "
                  f"| {cell(r['bwd_ms'])} | {cell(r['attn_ms'], dash='–')} | {cell(r['gemm_ms'], dash='–')} "
                  f"| {cell(r['sync_ms'], dash='–')} | {cell(r['opt_ms'])} | {cell(r['gflops'], 1, '')} "
                  f"| {cell(r['sgemm_gflops'], 1, '')} | {r['of_sgemm']} | {pad} | {cell(r['peak_rss_mib'], 0)} "
-                 f"| {cell(r['private_mib'], 1)} | {('**' + r['vs_peer'] + '**') if r['vs_peer'] else ''} | {r['weak_eff']} |\n"
+                 f"| {cell(r['private_mib'], 1)} | {('**' + r['vs_peer'] + '**') if r['vs_peer'] else ''} |"
+                 + (f" {r['vs_bf16']} |" if BF16 else "") + f" {r['weak_eff']} |\n")
                  .replace(",", " "))
 
 # the issue's targets, at 2 ranks
@@ -205,4 +221,9 @@ if not m2:
 for r in m2:
     what = f"mpiddp weak-scaling efficiency 1 -> 2 ranks >= 0.90 at {cfg_label(r)}"
     target(bool(r["weak_eff"]) and float(r["weak_eff"]) >= 0.90, what, r["weak_eff"] or "no 1-rank run")
+if BF16:  # no target: the padded peer under CPU bf16 autocast, for reference
+    print("\nbeside the bf16-autocast peer (torch-bf16; no target):")
+    for r in rows:
+        if r["impl"] == "mpiddp" and r["vs_bf16"]:
+            print(f"  np {r['ranks']} {cfg_label(r)}: mpiddp/torch-bf16 {r['vs_bf16']}x (mpiddp/torch-ddp {r['vs_peer'] or '-'}x)")
 plots(out)

@@ -2,16 +2,20 @@
 # run_tx.sh — bench_train --model transformer (mpiddp: packed batches, attention per sample) beside
 # peers/torch_tx.py (PyTorch DDP, gloo: the identical module on zero-padded batches with
 # src_key_padding_mask) in one invocation, on THE SAME BATCHES: bench_train writes each rank's batches
-# (--batches-out), the peer trains exactly those. Configurations (4 heads, ff 2d, batch per rank):
+# (--batches-out), the peers train exactly those. PEERS picks the peers (default both): torch = fp32 (impl
+# torch-ddp, the issue's targets), torch-bf16 = the same peer under torch.autocast('cpu', bfloat16) (impl
+# torch-bf16, --autocast bf16). Configurations (4 heads, ff 2d, batch per rank):
 #   d 128 L 2 lengths 4-64 B 64 | d 128 L 2 16-256 B 16 | d 256 L 2 4-64 B 64 | d 256 L 4 16-256 B 16
 # x RANKS, the whole matrix REPEATS times; then report_tx.py writes tx.csv (the median run of each
-# configuration), tx_table.md, the mpiddp/peer ratios, weak scaling, the targets and the plots.
+# configuration), tx_table.md, the mpiddp/peer ratios (x peer: torch-ddp, x bf16: torch-bf16), weak scaling,
+# the targets and the plots.
 # Synthetic data: D 64, 10 classes; 20 000 samples of 4-64 rows and 6 000 of 16-256 rows, 4 shards each.
 # Timed windows: ~6 s of the peer at 2 ranks on the 2-core dev VM (mpiddp: ~2-3 s at 2-2.5x the peer);
-# STEPS_SCALE=0.5 halves them. ~5 minutes at REPEATS=2 on that VM.
+# STEPS_SCALE=0.5 halves them. ~5 minutes at REPEATS=2 on that VM with PEERS=torch, ~7 with both peers.
 # BATCH_ROWS=N: mpiddp batches by token budgets (--batch-rows N, balanced across ranks) and the peer trains
 # those same batches, zero-padded (default 0: sample-count batches of B per rank, as users build them).
-#   BUILD=build OUT=benchmarks/out [RANKS="1 2"] [REPEATS=2] [STEPS_SCALE=1] [WARMUP=3] [BATCH_ROWS=0] ./benchmarks/run_tx.sh
+#   BUILD=build OUT=benchmarks/out [RANKS="1 2"] [REPEATS=2] [STEPS_SCALE=1] [WARMUP=3] [BATCH_ROWS=0]
+#   [PEERS="torch torch-bf16"] ./benchmarks/run_tx.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -21,6 +25,10 @@ REPEATS=${REPEATS:-2}
 STEPS_SCALE=${STEPS_SCALE:-1}
 WARMUP=${WARMUP:-3}
 BATCH_ROWS=${BATCH_ROWS:-0}
+PEERS=${PEERS-"torch torch-bf16"}
+for peer in $PEERS; do
+  case $peer in torch | torch-bf16) ;; *) echo "run_tx.sh: PEERS: unknown peer '$peer' (torch, torch-bf16)" >&2; exit 2 ;; esac
+done
 rows_opt=()
 [ "$BATCH_ROWS" = 0 ] || rows_opt=(--batch-rows "$BATCH_ROWS")
 HEADS=4
@@ -50,10 +58,14 @@ for rep in $(seq "$REPEATS"); do
       mpirun -np "$np" --oversubscribe "$BUILD/benchmarks/bench_train" --data "$(data "$lens")" --model transformer \
         --hidden "$d" --layers "$L" --heads $HEADS --batch "$B" --steps "$s" --warmup "$WARMUP" --lens "$lens" \
         --csv "$RAW" --batches-out "$OUT/batches-$tag" "${rows_opt[@]}"
-      port=$((port + 1))
-      mpirun -np "$np" --oversubscribe /usr/bin/python3 benchmarks/peers/torch_tx.py --data "$(data "$lens")" --hidden "$d" \
-        --layers "$L" --heads $HEADS --batches "$OUT/batches-$tag" --steps "$s" --warmup "$WARMUP" --lens "$lens" \
-        --csv "$RAW" --port $port 2>&1 | grep -v "^\[W" || true
+      for peer in $PEERS; do
+        peer_opt=()
+        [ "$peer" = torch-bf16 ] && peer_opt=(--autocast bf16 --impl torch-bf16)
+        port=$((port + 1))
+        mpirun -np "$np" --oversubscribe /usr/bin/python3 benchmarks/peers/torch_tx.py --data "$(data "$lens")" --hidden "$d" \
+          --layers "$L" --heads $HEADS --batches "$OUT/batches-$tag" --steps "$s" --warmup "$WARMUP" --lens "$lens" \
+          --csv "$RAW" --port $port "${peer_opt[@]}" 2>&1 | grep -v "^\[W" || true
+      done
     done
   done
 done

@@ -27,7 +27,8 @@ of all ranks.
 GPU options (benchmarks/run_gpu.sh; without them nothing above changes):
   --device cuda      the model and each step's batch on the GPU (local rank's device), DDP over NCCL; phases
                      timed with CUDA events, wall time between torch.cuda.synchronize() calls
-  --autocast bf16    forward under torch.autocast(bf16) (CUDA, or CPU autocast with --device cpu)
+  --autocast bf16    forward under torch.autocast(bf16) (CUDA, or CPU autocast with --device cpu:
+                     torch.autocast('cpu', dtype=torch.bfloat16), run_tx.sh's peer torch-bf16 with --impl torch-bf16)
   --packed [IMPL]    no padding: the same module's parameters applied to the step's packed rows [R, d], attention
                      per sample by IMPL, detected at run time in this order (auto): varlen =
                      torch.nn.attention.varlen.varlen_attn (flash, bf16/fp16 on CUDA, PyTorch >= 2.10), njt =
