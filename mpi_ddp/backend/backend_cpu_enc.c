@@ -1,10 +1,15 @@
 /* backend_cpu_enc.c — the CPU backend's Transformer encoder ops (ddp_enc_ops in backend.h): loops over the
- * row bodies of kern_enc.h, and attention two ways, picked per sample by MPIDDP_ATTENTION:
+ * row bodies of kern_enc.h, and attention three ways, picked per sample by MPIDDP_ATTENTION (the switch:
+ * attn_method() below):
  *   fused  per query row: scores, softmax and weighted sum in loops vectorised over the sample's rows (K and V
  *          transposed once per sample and head); no n x n matrix, no library call per sample;
  *   gemm   per sample and head, S = Q K^T and O = P V as OpenBLAS sgemm calls on an n x n scratch;
- *   auto   (default) gemm for samples of at least MPIDDP_ATTENTION_GEMM_MIN rows (default 8), else fused.
- * Both are exact (no padding rows or scores); they differ only in summation order. */
+ *   tiled  per sample and head, blocked kernels in backend_cpu_attn.c: tiles of query rows, scores -> softmax ->
+ *          P V in cache, register-blocked products, backward recomputed from the saved lse;
+ *   auto   (default) the fastest measured per length (2-core Sapphire Rapids, d 128, dh 32 and 64): tiled for
+ *          samples of at least MPIDDP_ATTENTION_TILED_MIN rows (default 24), else gemm from
+ *          MPIDDP_ATTENTION_GEMM_MIN rows (default 8), else fused.
+ * All are exact (no padding rows or scores); they differ only in summation order, fixed by the sample alone. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/core/status.h"
 
@@ -18,14 +23,29 @@
 #define DDP_CLONES
 #endif
 
-/* read at every call (once per layer and pass), so tests and benchmarks can switch methods */
-static int64_t attn_gemm_min(void)
+/* backend_cpu_attn.c: the tiled method, one sample at a time in a scratch of ddp_cpu_attn_tiled_scratch floats */
+size_t ddp_cpu_attn_tiled_scratch(int64_t nmax, int64_t dh);
+void ddp_cpu_attn_tiled_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t s, int64_t d,
+                            int heads, const ddp_dropout *dr, float *scratch);
+void ddp_cpu_attn_tiled_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
+                            const ddp_packing *pack, int64_t s, int64_t d, int heads, const ddp_dropout *dr, float *scratch);
+
+/* The method switch, read at every call (once per layer and pass) so tests and benchmarks can switch methods:
+ * MPIDDP_ATTENTION=fused|gemm|tiled|auto; auto: tiled from MPIDDP_ATTENTION_TILED_MIN rows (24), gemm from
+ * MPIDDP_ATTENTION_GEMM_MIN (8), fused below. */
+enum { ATT_FUSED, ATT_GEMM, ATT_TILED };
+typedef struct {
+    int64_t gemm_min, tiled_min; /* a sample of n rows: tiled if n >= tiled_min, else gemm if n >= gemm_min */
+} attn_pick;
+static attn_pick attn_method(void)
 {
-    const char *m = getenv("MPIDDP_ATTENTION"), *t = getenv("MPIDDP_ATTENTION_GEMM_MIN");
-    if (m && !strcmp(m, "fused")) return INT64_MAX;
-    if (m && !strcmp(m, "gemm")) return 0;
-    return t && *t ? atoll(t) : 8;
+    const char *m = getenv("MPIDDP_ATTENTION"), *t = getenv("MPIDDP_ATTENTION_TILED_MIN"), *g = getenv("MPIDDP_ATTENTION_GEMM_MIN");
+    if (m && !strcmp(m, "fused")) return (attn_pick){INT64_MAX, INT64_MAX};
+    if (m && !strcmp(m, "gemm")) return (attn_pick){0, INT64_MAX};
+    if (m && !strcmp(m, "tiled")) return (attn_pick){INT64_MAX, 0};
+    return (attn_pick){g && *g ? atoll(g) : 8, t && *t ? atoll(t) : 24};
 }
+static int attn_which(attn_pick k, int64_t n) { return n >= k.tiled_min ? ATT_TILED : n >= k.gemm_min ? ATT_GEMM : ATT_FUSED; }
 
 /* y += a x, and the backward's three updates of one (query, key) pair: restrict lets the compiler vectorise
  * (the pointers are distinct column blocks of distinct rows) */
@@ -192,14 +212,18 @@ static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, float *o, 
                                     int64_t d, int heads, const ddp_dropout *dr)
 {
     (void)b;
-    int64_t gmin = attn_gemm_min(), nmax = pack->max_rows, dh = d / heads;
-    /* scratch: the gemm method's n x n scores, or the fused method's transposed K and a score row */
-    size_t need = (size_t)(nmax >= gmin ? nmax * nmax : 0);
+    attn_pick k = attn_method();
+    int64_t nmax = pack->max_rows, dh = d / heads;
+    /* scratch: the gemm method's n x n scores, the fused method's transposed K and a score row, the tiled blocks */
+    size_t need = (size_t)(nmax >= k.gemm_min ? nmax * nmax : 0), tn = ddp_cpu_attn_tiled_scratch(nmax, dh);
     if ((size_t)((2 * dh + 2) * nmax) > need) need = (size_t)((2 * dh + 2) * nmax);
+    if (nmax >= k.tiled_min && tn > need) need = tn;
     float *S = ddp_malloc(need, sizeof *S); /* scratch, written before read */
     if (!S) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scratch (%zu floats)", need);
     for (int64_t s = 0; s < pack->B; s++) {
-        if (pack->off[s + 1] - pack->off[s] >= gmin) attn_gemm_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
+        int w = attn_which(k, pack->off[s + 1] - pack->off[s]);
+        if (w == ATT_TILED) ddp_cpu_attn_tiled_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
+        else if (w == ATT_GEMM) attn_gemm_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
         else attn_fused_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
     }
     free(S);
@@ -283,15 +307,19 @@ static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const floa
                                     int heads, const ddp_dropout *dr)
 {
     (void)b;
-    int64_t dh = d / heads, gmin = attn_gemm_min(), nmax = pack->max_rows;
+    attn_pick k = attn_method();
+    int64_t dh = d / heads, nmax = pack->max_rows;
     for (int64_t r = 0; r < pack->R; r++) /* D_i = dO_i . O_i per head */
         for (int h = 0; h < heads; h++) delta[r * heads + h] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
-    size_t need = (size_t)(nmax >= gmin ? 3 * nmax * nmax : 0);
+    size_t need = (size_t)(nmax >= k.gemm_min ? 3 * nmax * nmax : 0), tn = ddp_cpu_attn_tiled_scratch(nmax, dh);
     if ((size_t)((2 * dh + 2) * nmax) > need) need = (size_t)((2 * dh + 2) * nmax);
+    if (nmax >= k.tiled_min && tn > need) need = tn;
     float *S = ddp_malloc(need, sizeof *S); /* scratch, written before read */
     if (!S) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scratch (%zu floats)", need);
     for (int64_t s = 0; s < pack->B; s++) {
-        if (pack->off[s + 1] - pack->off[s] >= gmin) attn_gemm_bwd(qkv, dout, (float *)lse, delta, dqkv, pack, s, d, heads, dr, S);
+        int w = attn_which(k, pack->off[s + 1] - pack->off[s]);
+        if (w == ATT_TILED) ddp_cpu_attn_tiled_bwd(qkv, dout, lse, delta, dqkv, pack, s, d, heads, dr, S);
+        else if (w == ATT_GEMM) attn_gemm_bwd(qkv, dout, (float *)lse, delta, dqkv, pack, s, d, heads, dr, S);
         else attn_fused_bwd(qkv, dout, lse, delta, dqkv, pack, s, d, heads, dr, S);
     }
     free(S);

@@ -1,8 +1,8 @@
 /* test_transformer.c — the Transformer encoder on the CPU backend: central-difference checks of the
- * layernorm, attention (both CPU methods, with and without dropout) and FFN ops and of every parameter
+ * layernorm, attention (the three CPU methods, with and without dropout) and FFN ops and of every parameter
  * tensor of the whole model (dropout 0 and 0.1); packing (a batch's loss is the sum of its samples run one
- * at a time, with dropout on: masks depend on sample id and row, never on the batch); the two attention
- * methods agree; --max-positions is enforced; init follows PyTorch's defaults. */
+ * at a time, with dropout on: masks depend on sample id and row, never on the batch); the attention
+ * methods agree (tiled against fused at lengths around its tile sizes, dh 8..64); --max-positions is enforced; init follows PyTorch's defaults. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -112,31 +112,92 @@ static void test_attention_fd(void **state)
     (void)state;
     attention_fd("fused", 0.0f);
     attention_fd("gemm", 0.0f);
+    attention_fd("tiled", 0.0f);
     attention_fd("fused", 0.3f);
     attention_fd("gemm", 0.3f);
+    attention_fd("tiled", 0.3f);
 }
 
-/* the two CPU methods compute the same attention (to float rounding) */
+/* the CPU methods compute the same attention (to float rounding) */
 static void test_attention_methods_agree(void **state)
 {
     (void)state;
     const ddp_enc_ops *E = g_be->enc;
     ddp_packing pk = packing();
     ddp_dropout dr = {.p = 0.2f, .key = 9};
-    float qkv[R * 3 * DM], o[2][R * DM], lse[2][R * HEADS], dout[R * DM], dq[2][R * 3 * DM], ws[R * HEADS];
+    float qkv[R * 3 * DM], o[3][R * DM], lse[3][R * HEADS], dout[R * DM], dq[3][R * 3 * DM], ws[R * HEADS];
     uint64_t s = 8;
     for (int i = 0; i < R * 3 * DM; i++) qkv[i] = 2.0f * frand(&s);
     for (int i = 0; i < R * DM; i++) dout[i] = frand(&s);
-    const char *methods[2] = {"fused", "gemm"};
-    for (int k = 0; k < 2; k++) {
+    const char *methods[3] = {"fused", "gemm", "tiled"};
+    for (int k = 0; k < 3; k++) {
         setenv("MPIDDP_ATTENTION", methods[k], 1);
         assert_int_equal(E->attention_fwd(g_be, qkv, o[k], lse[k], &pk, DM, HEADS, &dr), DDP_OK);
         assert_int_equal(E->attention_bwd(g_be, qkv, o[k], dout, lse[k], dq[k], ws, &pk, DM, HEADS, &dr), DDP_OK);
     }
     unsetenv("MPIDDP_ATTENTION");
-    for (int i = 0; i < R * DM; i++) assert_true(fabsf(o[0][i] - o[1][i]) < 1e-5f);
-    for (int i = 0; i < R * HEADS; i++) assert_true(fabsf(lse[0][i] - lse[1][i]) < 1e-5f);
-    for (int i = 0; i < R * 3 * DM; i++) assert_true(fabsf(dq[0][i] - dq[1][i]) < 1e-4f);
+    for (int k = 1; k < 3; k++) {
+        for (int i = 0; i < R * DM; i++) assert_true(fabsf(o[0][i] - o[k][i]) < 1e-5f);
+        for (int i = 0; i < R * HEADS; i++) assert_true(fabsf(lse[0][i] - lse[k][i]) < 1e-5f);
+        for (int i = 0; i < R * 3 * DM; i++) assert_true(fabsf(dq[0][i] - dq[k][i]) < 1e-4f);
+    }
+}
+
+/* the tiled method (backend_cpu_attn.c: tiles of 32 query rows, keys and dh padded to 32, micro-kernel rows of 4)
+ * against fused at lengths 1, 2, around every tile edge and long, dh 8..64, with and without dropout; each
+ * sample's result alone equals its result inside the batch, bit for bit */
+static float relerr(float a, float b) { return fabsf(a - b) / fmaxf(1.0f, fabsf(a)); }
+static void test_attention_tiled_agree(void **state)
+{
+    (void)state;
+    const ddp_enc_ops *E = g_be->enc;
+    enum { NB = 13, HT = 2 };
+    static const int64_t lens[NB] = {1, 2, 3, 4, 5, 31, 32, 33, 63, 64, 65, 100, 300};
+    int64_t off[NB + 1] = {0}, seg[1024], sid[NB];
+    for (int k = 0; k < NB; k++) {
+        off[k + 1] = off[k] + lens[k], sid[k] = 100 + k;
+        for (int64_t r = off[k]; r < off[k + 1]; r++) seg[r] = k;
+    }
+    int64_t Rt = off[NB];
+    ddp_packing pk = {.B = NB, .R = Rt, .off = off, .seg = seg, .sid = sid, .hoff = off, .max_rows = 300};
+    static const int dhs[5] = {8, 16, 24, 32, 64};
+    for (int di = 0; di < 5; di++)
+        for (int pd = 0; pd < 2; pd++) {
+            int64_t dm = (int64_t)dhs[di] * HT;
+            ddp_dropout dr = {.p = pd ? 0.2f : 0.0f, .key = 21};
+            size_t nq = (size_t)(Rt * 3 * dm), no = (size_t)(Rt * dm), nl = (size_t)(Rt * HT);
+            float *qkv = malloc(nq * sizeof *qkv), *dout = malloc(no * sizeof *dout), *ws = malloc(nl * sizeof *ws);
+            float *o[2], *lse[2], *dq[2];
+            for (int k = 0; k < 2; k++)
+                o[k] = malloc(no * sizeof *o[k]), lse[k] = malloc(nl * sizeof *lse[k]), dq[k] = malloc(nq * sizeof *dq[k]);
+            uint64_t s = 31 + (uint64_t)di;
+            for (size_t i = 0; i < nq; i++) qkv[i] = 1.5f * frand(&s);
+            for (size_t i = 0; i < no; i++) dout[i] = frand(&s);
+            const char *methods[2] = {"fused", "tiled"};
+            for (int k = 0; k < 2; k++) {
+                setenv("MPIDDP_ATTENTION", methods[k], 1);
+                assert_int_equal(E->attention_fwd(g_be, qkv, o[k], lse[k], &pk, dm, HT, &dr), DDP_OK);
+                assert_int_equal(E->attention_bwd(g_be, qkv, o[k], dout, lse[k], dq[k], ws, &pk, dm, HT, &dr), DDP_OK);
+            }
+            for (size_t i = 0; i < no; i++)
+                if (!(relerr(o[0][i], o[1][i]) < 1e-5f)) fail_msg("tiled o[%zu] dh %d p %.1f: %g vs %g", i, dhs[di], (double)dr.p, (double)o[1][i], (double)o[0][i]);
+            for (size_t i = 0; i < nl; i++) assert_true(relerr(lse[0][i], lse[1][i]) < 1e-5f);
+            for (size_t i = 0; i < nq; i++)
+                if (!(relerr(dq[0][i], dq[1][i]) < 1e-4f)) fail_msg("tiled dqkv[%zu] dh %d p %.1f: %g vs %g", i, dhs[di], (double)dr.p, (double)dq[1][i], (double)dq[0][i]);
+            /* sample 11 alone (its rows moved to the front of a one-sample batch): the same bits */
+            int64_t k1 = 11, n1 = lens[k1], off1[2] = {0, n1}, seg1[100] = {0};
+            ddp_packing p1 = {.B = 1, .R = n1, .off = off1, .seg = seg1, .sid = &sid[k1], .hoff = off1, .max_rows = n1};
+            float *o1 = malloc((size_t)(n1 * dm) * sizeof *o1), *l1 = malloc((size_t)(n1 * HT) * sizeof *l1);
+            float *q1 = malloc((size_t)(n1 * 3 * dm) * sizeof *q1);
+            assert_int_equal(E->attention_fwd(g_be, qkv + off[k1] * 3 * dm, o1, l1, &p1, dm, HT, &dr), DDP_OK);
+            assert_int_equal(E->attention_bwd(g_be, qkv + off[k1] * 3 * dm, o1, dout + off[k1] * dm, l1, q1, ws, &p1, dm, HT, &dr), DDP_OK);
+            assert_memory_equal(o1, o[1] + off[k1] * dm, (size_t)(n1 * dm) * sizeof *o1);
+            assert_memory_equal(l1, lse[1] + off[k1] * HT, (size_t)(n1 * HT) * sizeof *l1);
+            assert_memory_equal(q1, dq[1] + off[k1] * 3 * dm, (size_t)(n1 * 3 * dm) * sizeof *q1);
+            unsetenv("MPIDDP_ATTENTION");
+            free(o1), free(l1), free(q1), free(qkv), free(dout), free(ws);
+            for (int k = 0; k < 2; k++) free(o[k]), free(lse[k]), free(dq[k]);
+        }
 }
 
 static void test_gelu_erf_fd(void **state)
@@ -319,7 +380,8 @@ int main(void)
     if (ddp_backend_cpu_create(1, &g_be) != DDP_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm_fd),       cmocka_unit_test(test_attention_fd),
-        cmocka_unit_test(test_attention_methods_agree), cmocka_unit_test(test_gelu_erf_fd),
+        cmocka_unit_test(test_attention_methods_agree), cmocka_unit_test(test_attention_tiled_agree),
+        cmocka_unit_test(test_gelu_erf_fd),
         cmocka_unit_test(test_whole_model_fd),     cmocka_unit_test(test_packing_equals_one_by_one),
         cmocka_unit_test(test_limits_and_init),
     };
