@@ -34,7 +34,7 @@ static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
 }
 
 static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, const char *out, int batch, int64_t batch_rows,
-                           ddp_device dev)
+                           ddp_device dev, ddp_precision precision)
 {
     ddp_model_config mc; /* the checkpoint alone says which model it holds */
     ddp_status st = DDP_OK;
@@ -79,6 +79,7 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
         if (rc != MPI_SUCCESS) DDP_FAIL(ddp_mpi_error(rc, "MPI_Bcast(params)", __FILE__, __LINE__), "%s", ddp_last_error());
     }
     DDP_TRY(ddp_ctx_backend(ctx, m.device, &be));
+    DDP_TRY(ddp_agree_status(ctx, ddp_backend_set_precision(be, precision))); /* any precision, whatever trained it */
     DDP_TRY(be->alloc(be, &params, (size_t)n * sizeof(float)));
     DDP_TRY(be->upload(be, params, host, (size_t)n * sizeof(float)));
     DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&sm, DDP_SAMPLE_SEQUENTIAL, in->num_samples, ctx->topo.size, ctx->topo.rank, 0, 0,
@@ -106,6 +107,7 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     }
     if (ctx->topo.rank == 0) printf("val/loss=%.9g val/acc=%.9g val/macro_f1=%.9g\n", sums[1] > 0 ? sums[0] / sums[1] : 0.0, acc, f1);
 done:
+    if (be) (void)ddp_backend_set_precision(be, DDP_PRECISION_FP32);
     if (params) be->release(be, params);
     free(host);
     ddp_eval_acc_free(&a);
@@ -121,7 +123,7 @@ done:
 int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
 {
     const char *ckpt = NULL, *data = NULL, *out = NULL;
-    int batch = 256, device = 0;
+    int batch = 256, device = 0, precision = 0;
     int64_t batch_rows = 0;
     cli_opt opts[] = {
         {"ckpt", OPT_STR, &ckpt, NULL, 0, 0, "checkpoint file (required)", 0},
@@ -130,8 +132,12 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
         {"batch-size", OPT_INT, &batch, NULL, 1, 1e7, "samples per rank per step (default 256)", 0},
         {"batch-rows", OPT_I64, &batch_rows, NULL, 1, 1e12, "token budget instead: about N rows per rank per step, split by cost", 0},
         {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
+        {"precision", OPT_CHOICE, &precision, "fp32|tf32|bf16", 0, 0,
+         "GEMM arithmetic: fp32 (default, exact), tf32 or bf16 operands with fp32 accumulation (--device cuda)", 0},
     };
-    const cli_cmd cmd = {"eval", "--ckpt FILE --data DIR [--out FILE.csv] [--batch-size N | --batch-rows N] [--device auto|cpu|cuda]",
+    const cli_cmd cmd = {"eval",
+                         "--ckpt FILE --data DIR [--out FILE.csv] [--batch-size N | --batch-rows N] [--device auto|cpu|cuda] "
+                         "[--precision fp32|tf32|bf16]",
                          "Evaluates a checkpoint exactly over a dataset (every sample once, at any number of ranks) and prints\n"
                          "val/loss, val/acc and val/macro_f1; --out writes one prediction row per sample.",
                          opts, (int)(sizeof opts / sizeof opts[0])};
@@ -140,7 +146,10 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
     if (!ckpt || !data) return cli_usage(ctx, "eval", "--ckpt and --data are required");
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     ddp_status st = ddp_select_device_all(ctx, want, &got, NULL);
-    if (st == DDP_OK) st = evaluate(ctx, ckpt, data, out, batch, batch_rows, got);
+    if (st == DDP_OK && got == DDP_DEVICE_CPU && precision != DDP_PRECISION_FP32)
+        return cli_usage(ctx, "eval", "--precision %s needs --device cuda (the CPU backend computes in fp32)",
+                         ddp_precision_name((ddp_precision)precision));
+    if (st == DDP_OK) st = evaluate(ctx, ckpt, data, out, batch, batch_rows, got, (ddp_precision)precision);
     if (st != DDP_OK) return cli_fail(ctx, "eval", st);
     return 0;
 }

@@ -34,7 +34,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     ddp_model_config mc;
     ddp_model_config_default(&mc);
     double timeout = 0;
-    int mode = 0, policy = 0;
+    int mode = 0, policy = 0, precision = 0;
     cli_opt opts[] = {
         {"train", OPT_STR, &train_dir, NULL, 0, 0, "training dataset directory (required)", 0},
         {"val", OPT_STR, &val_dir, NULL, 0, 0, "validation dataset directory (required)", 0},
@@ -74,6 +74,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"bucket-mb", OPT_F64, &cfg.bucket_mb, NULL, 1e-6, 1e5, "gradient bucket size in MiB (default 25)", 0},
         {"collective-timeout", OPT_F64, &timeout, NULL, 0, 1e7, "seconds a rank may wait in a collective of the training loop before the job stops with a report (0 = forever)", 0},
         {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
+        {"precision", OPT_CHOICE, &precision, "fp32|tf32|bf16", 0, 0,
+         "GEMM arithmetic: fp32 (default, exact), tf32 or bf16 operands with fp32 accumulation (--device cuda)", 0},
         {"monitor", OPT_STR, &cfg.monitor, NULL, 0, 0, "metric for checkpoint and early-stop decisions (default val/loss)", 0},
         {"mode", OPT_CHOICE, &mode, "min|max", 0, 0, "whether lower or higher --monitor is better (default min)", 0},
         {"save-top-k", OPT_INT, &cfg.save_top_k, NULL, 0, 64, "keep the k best checkpoints by --monitor (default 1, 0 = none)", 0},
@@ -100,6 +102,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.progress = !no_progress;
     cfg.collective_timeout = timeout;
     cfg.mode_max = mode == 1;
+    cfg.precision = (ddp_precision)precision;
     if (!cfg.resume && getenv("SLURM_RESTART_COUNT") && atoi(getenv("SLURM_RESTART_COUNT")) > 0)
         cfg.resume = "auto"; /* a requeued SLURM job continues where it stopped */
     cfg.ckpt_policy = policy;
@@ -123,6 +126,9 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     char why[160];
     ddp_status st = ddp_select_device_all(ctx, want, &got, why);
     if (st != DDP_OK) return cli_fail(ctx, "train", st);
+    if (got == DDP_DEVICE_CPU && cfg.precision != DDP_PRECISION_FP32) /* every rank is on the same kind of device */
+        return cli_usage(ctx, "train", "--precision %s needs --device cuda (the CPU backend computes in fp32)",
+                         ddp_precision_name(cfg.precision));
     if (cli_rank0(ctx) && cfg.progress) fprintf(stderr, "mpiddp train: %s\n", why);
     cfg.device = got;
     ddp_dataset *tr = NULL, *va = NULL;

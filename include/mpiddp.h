@@ -210,6 +210,13 @@ ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value);
 
 /* ---------------------------------------------------------------- training */
 enum { DDP_LR_CONSTANT = 0, DDP_LR_COSINE = 1, DDP_LR_LINEAR = 2 };
+/* The arithmetic of the model's GEMMs (docs/cli.md, --precision). fp32: exact fp32, the reference. tf32: fp32
+ * operands rounded to TF32 (10-bit mantissa) by tensor cores, fp32 accumulation. bf16: operands rounded to bf16
+ * (8-bit significand), fp32 accumulation and outputs. Everything else (parameters, AdamW, the gradient allreduce,
+ * loss, normalisation, attention) stays fp32. tf32 and bf16 need the CUDA backend. */
+typedef enum { DDP_PRECISION_FP32 = 0, DDP_PRECISION_TF32 = 1, DDP_PRECISION_BF16 = 2 } ddp_precision;
+/* "fp32", "tf32", "bf16" ("?" for another value). */
+const char *ddp_precision_name(ddp_precision p);
 typedef struct {
     const char *out_dir;
     int epochs;
@@ -252,6 +259,8 @@ typedef struct {
     int skip_nonfinite;       /* a non-finite gradient skips the update (counted as train/skipped_steps) instead of failing */
     const struct ddp_model_config *model_config; /* optional: a built-in model's kind and hyperparameters,
                                                     recorded in checkpoints so eval rebuilds the model */
+    ddp_precision precision;  /* the GEMMs' arithmetic (default fp32; tf32 and bf16 need a CUDA model), recorded in
+                                 run.json and checkpoints; a resume may change it (parameters are fp32 either way) */
 } ddp_train_config;
 
 /* Asks a running ddp_train to stop at the next step boundary: the ranks agree through the step's

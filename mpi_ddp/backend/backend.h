@@ -75,6 +75,9 @@ struct ddp_backend {
     ddp_status (*sumsq_many)(ddp_backend *b, const float *x, const int64_t *off, int n, double *out);
     void (*destroy)(ddp_backend *b);
     const ddp_enc_ops *enc; /* the Transformer encoder's ops (below); NULL when the backend lacks them */
+    /* The arithmetic of gemm from now on (ddp_precision, mpiddp.h); the other ops stay fp32. DDP_ERR_ARG with one
+     * line where the backend lacks it (the CPU backend computes in fp32 only). New backends start at fp32. */
+    ddp_status (*set_precision)(ddp_backend *b, ddp_precision p);
 };
 
 /* The ops of the Transformer encoder (model_transformer.c), on top of gemm, colsum, add_bias,
@@ -156,6 +159,14 @@ static inline ddp_status ddp_backend_alloc_at(ddp_backend *be, void **p, size_t 
     return be->alloc(be, p, bytes);
 }
 #define DDP_BE_ALLOC(be, pp, bytes) ddp_backend_alloc_at((be), (pp), (bytes), __FILE__, __LINE__)
+/* be->set_precision; a backend without one computes in fp32 only. */
+static inline ddp_status ddp_backend_set_precision(ddp_backend *be, ddp_precision p)
+{
+    if (be->set_precision) return be->set_precision(be, p);
+    if (p == DDP_PRECISION_FP32) return DDP_OK;
+    return ddp_set_error(DDP_ERR_ARG, "--precision %s needs --device cuda (the %s backend computes in fp32)", ddp_precision_name(p),
+                         be->name);
+}
 #endif
 
 #endif

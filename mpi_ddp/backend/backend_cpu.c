@@ -196,6 +196,19 @@ static ddp_status cpu_sumsq_many(ddp_backend *b, const float *x, const int64_t *
 
 static void cpu_destroy(ddp_backend *b) { free(b); }
 
+const char *ddp_precision_name(ddp_precision p)
+{
+    return p == DDP_PRECISION_FP32 ? "fp32" : p == DDP_PRECISION_TF32 ? "tf32" : p == DDP_PRECISION_BF16 ? "bf16" : "?";
+}
+
+/* fp32 only (OpenBLAS sgemm); a later step may add bf16 GEMMs here. */
+static ddp_status cpu_set_precision(ddp_backend *b, ddp_precision p)
+{
+    if (p == DDP_PRECISION_FP32) return DDP_OK;
+    return ddp_set_error(DDP_ERR_ARG, "--precision %s needs --device cuda (the %s backend computes in fp32)", ddp_precision_name(p),
+                         b->name);
+}
+
 static ddp_status cpu_reserve(ddp_backend *b, int64_t rows)
 {
     (void)b, (void)rows; /* the CPU reductions need no scratch */
@@ -239,7 +252,8 @@ ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out)
                        .sumsq = cpu_sumsq,
                        .sumsq_many = cpu_sumsq_many,
                        .destroy = cpu_destroy,
-                       .enc = ddp_cpu_enc_ops()};
+                       .enc = ddp_cpu_enc_ops(),
+                       .set_precision = cpu_set_precision};
     *out = b;
     return DDP_OK;
 }

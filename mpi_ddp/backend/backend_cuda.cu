@@ -1,6 +1,7 @@
 /* backend_cuda.cu — (in the plugin libmpiddp_cuda.so) the CUDA backend: memory and copies on the backend's
- * stream, cuBLAS GEMMs and column sums, the kernels for bias+gelu, gelu backward, mean pooling, softmax
- * cross-entropy, AdamW and sum of squares, and the backend's creation. The Transformer encoder's kernels and
+ * stream, cuBLAS GEMMs (fp32, or TF32 or bf16 operands with fp32 accumulation: set_precision) and column sums,
+ * the kernels for bias+gelu, gelu backward, mean pooling, softmax cross-entropy, AdamW and sum of squares, and
+ * the backend's creation. The Transformer encoder's kernels and
  * ops are their own translation unit, backend_cuda_enc.cu; what both share is backend_cuda_priv.h.
  * Element-wise math comes from ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked.
  * The same file is compiled for the host emulator (libmpiddp_cudaemu.so, through backend_cuda_emu.cpp):
@@ -51,6 +52,13 @@ __global__ void k_mul(const float *dact, const float *dg, float *dz, int64_t n)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dz[i] = dact[i] * dg[i];
+}
+
+/* y (rows x cols, packed) = x (rows x cols, leading dimension ld) rounded to bf16, nearest even */
+__global__ void k_to_bf16(const float *x, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *y)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < rows * cols) y[i] = __float2bfloat16_rn(x[i / cols * ld + i % cols]);
 }
 
 __global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t cols)
@@ -170,6 +178,15 @@ static ddp_status cu_sync(ddp_backend *b)
     return DDP_OK;
 }
 
+/* The rows x cols row-major matrix x (leading dimension ld) rounded to bf16 into y, packed. */
+static ddp_status to_bf16(cuda_impl *c, const float *x, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *y)
+{
+    if (rows * cols == 0) return DDP_OK;
+    DDP_LAUNCH(k_to_bf16, blocks_for(rows * cols, 256), 256, 0, c->stream, x, rows, cols, ld, y);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
 static ddp_status cu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                           const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                           int64_t ldc)
@@ -177,9 +194,44 @@ static ddp_status cu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, 
     if (M <= 0 || N <= 0) return DDP_OK;
     if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
         return ddp_set_error(DDP_ERR_ARG, "gemm dimensions exceed cuBLAS int range");
+    cuda_impl *c = cuda_of(b);
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
-    CUBLAS_CHECK(cublasSgemm(cuda_of(b)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
-                             (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
+    if (c->precision == DDP_PRECISION_FP32) { /* exact fp32 (pedantic math): the reference */
+        CUBLAS_CHECK(cublasSgemm(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
+        return DDP_OK;
+    }
+    if (c->precision == DDP_PRECISION_TF32) { /* tensor cores read A and B as TF32; fp32 accumulation and C */
+        CUBLAS_CHECK(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, (int)ldb, A, CUDA_R_32F,
+                                  (int)lda, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+        return DDP_OK;
+    }
+    /* bf16: A and B as stored (ar x ac, br x bc) rounded to bf16 into the scratch, packed (B's copy 16-byte
+     * aligned), then bf16 x bf16 products accumulated in fp32 into the fp32 C */
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    size_t na = ((size_t)(ar * ac) + 7) & ~(size_t)7, need = na + (size_t)(br * bc);
+    if (need > c->bf16_cap) { /* a larger gemm than any before (the first steps): cudaFree waits for the device */
+        size_t cap = need + need / 4;
+        if (c->bf16) CUDA_CHECK(cudaFree(c->bf16));
+        c->bf16 = NULL, c->bf16_cap = 0;
+        ALLOC_CHECK(cudaMalloc((void **)&c->bf16, cap * sizeof(__nv_bfloat16)), cap * sizeof(__nv_bfloat16), c->device,
+                    "the bf16 copies of the GEMM operands (--precision bf16)");
+        c->bf16_cap = cap;
+    }
+    __nv_bfloat16 *a16 = c->bf16, *b16 = c->bf16 + na;
+    DDP_CHECK(to_bf16(c, A, ar, ac, lda, a16));
+    DDP_CHECK(to_bf16(c, B, br, bc, ldb, b16));
+    CUBLAS_CHECK(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, b16, CUDA_R_16BF, bc > 1 ? (int)bc : 1, a16,
+                              CUDA_R_16BF, ac > 1 ? (int)ac : 1, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+    return DDP_OK;
+}
+
+static ddp_status cu_set_precision(ddp_backend *b, ddp_precision p)
+{
+    if (p != DDP_PRECISION_FP32 && p != DDP_PRECISION_TF32 && p != DDP_PRECISION_BF16)
+        return ddp_set_error(DDP_ERR_ARG, "the CUDA backend has no precision %d (fp32, tf32 or bf16)", (int)p);
+    cuda_of(b)->precision = p;
     return DDP_OK;
 }
 
@@ -334,7 +386,9 @@ static void cu_destroy(ddp_backend *b)
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         if (c->ones) cudaFree(c->ones);
+        if (c->bf16) cudaFree(c->bf16);
         if (c->dpart) cudaFree(c->dpart);
+        if (c->colpart) cudaFree(c->colpart);
         if (c->hpart) cudaFreeHost(c->hpart);
         if (c->blas) cublasDestroy(c->blas);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -378,16 +432,20 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->sumsq_many = cu_sumsq_many;
     b->destroy = cu_destroy;
     b->enc = ddp_cuda_enc_ops(); /* backend_cuda_enc.cu */
+    b->set_precision = cu_set_precision;
     c->device = device;
     CUDA_TRY(cudaSetDevice(device));
     CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     ALLOC_TRY(cudaMalloc((void **)&c->dpart, SUMSQ_BLOCKS * sizeof(double)), SUMSQ_BLOCKS * sizeof(double), device,
               "the gradient-norm partial sums");
+    ALLOC_TRY(cudaMalloc((void **)&c->colpart, DDP_COLPART_FLOATS * sizeof(float)), DDP_COLPART_FLOATS * sizeof(float),
+              device, "the column partial sums of layernorm and bias gradients");
     ALLOC_TRY(cudaMallocHost((void **)&c->hpart, SUMSQ_BLOCKS * sizeof(double)), SUMSQ_BLOCKS * sizeof(double), device,
               "pinned host memory for the gradient-norm partial sums");
     CUBLAS_TRY(cublasCreate(&c->blas));
     CUBLAS_TRY(cublasSetStream(c->blas, c->stream));
-    /* exact fp32 GEMMs (no TF32) so GPU results track the CPU reference */
+    /* exact fp32 GEMMs (no TF32) so GPU results track the CPU reference; --precision tf32 and bf16 ask cublasGemmEx
+     * for their compute type explicitly, which the math mode does not override (cublas_api.h) */
     CUBLAS_TRY(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH));
     *out = b;
     return DDP_OK;

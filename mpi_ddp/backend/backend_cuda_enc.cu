@@ -2,69 +2,179 @@
  * layernorm (backend_cuda_norm.cu) and attention (backend_cuda_attn.cu): embedding, bias + gelu + dropout,
  * bias + dropout + residual, mean pooling; their kernels, the cu_* ops that launch them on the backend's
  * stream, and the op table backend_cuda.cu installs (ddp_cuda_enc_ops). A translation unit of its own; the
- * backend's state, launch helpers and column sums come through backend_cuda_priv.h. Each kernel runs one
- * row body of kern_enc.h per thread, the code the CPU backend loops over, so the emulator tests run the
- * same arithmetic the GPU does. Column reductions (bias and position gradients) run one thread per column
- * in row order, or through ddp_cuda_colsum: deterministic, no atomics. Compiled for the host emulator too
- * (backend_cuda_enc_emu.cpp). */
+ * backend's state, launch helpers and column sums come through backend_cuda_priv.h. Compiled for the host
+ * emulator too (backend_cuda_enc_emu.cpp).
+ * Design: the element-wise kernels index in two dimensions, one block per row (blockIdx.x) and the block's
+ * threads over the row's columns, V at a time (V = 4, float4 loads and stores, where cols % 4 == 0 and every
+ * pointer is 16-byte aligned; else 1): no per-element division. A row's sample, position and dropout key
+ * are computed once, by thread 0, and shared through static __shared__ memory; the mask of a unit is
+ * ddp_drop_scale(row key, column), the CPU twin's (kern_enc.h), so masks are the same bits. The backward
+ * ops fuse the dropout multiply with the bias gradient: block (column tile, row chunk) writes dst and sums
+ * its chunk's rows per column into partials [nchunks, cols] (the backend's colpart scratch), a second
+ * kernel adds them per column in chunk order into dbias. Deterministic, no atomics. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
+#include <stdint.h>
+
+#define EW_THREADS 128   /* most threads of a block */
+#define EW_MIN_CHUNK 16  /* fewest rows of a bias-gradient chunk */
+#define EW_MAX_CHUNKS 256
+
+/* ------------------------------------------------------------------ device helpers */
+template <int V> static __device__ inline void ld(const float *p, int64_t c, float *o)
+{
+    if (V == 4) {
+        float4 t = *(const float4 *)(p + c);
+        o[0] = t.x, o[1] = t.y, o[2] = t.z, o[3] = t.w;
+    } else {
+        o[0] = p[c];
+    }
+}
+template <int V> static __device__ inline void st(float *p, int64_t c, const float *o)
+{
+    if (V == 4)
+        *(float4 *)(p + c) = make_float4(o[0], o[1], o[2], o[3]);
+    else
+        p[c] = o[0];
+}
+
+/* The dropout key of packed row r, computed by thread 0 and shared with the block (0 when dropout is off; the
+ * barrier is unconditional, so every launch of a kernel synchronises alike). */
+static __device__ inline uint64_t block_rowkey(const ddp_dropout &dr, const int64_t *off, const int64_t *seg,
+                                               const int64_t *sid, int64_t r)
+{
+    __shared__ uint64_t key;
+    if (threadIdx.x == 0) key = ddp_drop_packedkey(&dr, off, seg, sid, r);
+    __syncthreads();
+    return key;
+}
+
 /* ------------------------------------------------------------------ kernels */
+/* one block per row: h[r,:] += bias + pos[position of r, :] */
+template <int V>
 __global__ void k_embed_fwd(float *h, const float *bias, const float *pos, const int64_t *off, const int64_t *seg,
-                            int64_t R, int64_t d)
+                            int64_t d)
 {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= R * d) return;
-    int64_t r = i / d, c = i % d;
-    h[i] += bias[c] + (pos ? pos[(r - off[seg[r]]) * d + c] : 0.0f);
+    __shared__ int64_t prow;
+    const int64_t r = blockIdx.x;
+    if (threadIdx.x == 0) prow = pos ? r - off[seg[r]] : 0;
+    __syncthreads();
+    float *hr = h + r * d;
+    const float *pr = pos ? pos + prow * d : NULL;
+    for (int64_t c = (int64_t)threadIdx.x * V; c < d; c += (int64_t)blockDim.x * V) {
+        float o[V], bv[V], pv[V];
+        ld<V>(hr, c, o);
+        ld<V>(bias, c, bv);
+        if (pr) ld<V>(pr, c, pv);
+        for (int j = 0; j < V; j++) o[j] += bv[j] + (pr ? pv[j] : 0.0f);
+        st<V>(hr, c, o);
+    }
 }
 
-/* dpos[j, c] += sum over samples s longer than j of dh[off[s] + j, c], in sample order */
-__global__ void k_embed_bwd_pos(const float *dh, float *dpos, const int64_t *off, int64_t B, int64_t maxlen, int64_t d)
+/* one block per position j, threads over columns: dpos[j, c] += sum over the samples s longer than j of
+ * dh[off[s] + j, c], in sample order */
+__global__ void k_embed_bwd_pos(const float *dh, float *dpos, const int64_t *off, int64_t B, int64_t d)
 {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= maxlen * d) return;
-    int64_t j = i / d, c = i % d;
-    float acc = 0.0f;
-    for (int64_t s = 0; s < B; s++)
-        if (off[s + 1] - off[s] > j) acc += dh[(off[s] + j) * d + c];
-    dpos[i] += acc;
+    const int64_t j = blockIdx.x;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t s = 0; s < B; s++)
+            if (off[s + 1] - off[s] > j) acc += dh[(off[s] + j) * d + c];
+        dpos[j * d + c] += acc;
+    }
 }
 
-/* v, element i of a packed [R, cols] array, times its dropout multiplier (the unit is the column) */
-static __device__ __host__ inline float elem_drop(const ddp_dropout &dr, const int64_t *off, const int64_t *seg,
-                                                  const int64_t *sid, int64_t i, int64_t cols, float v)
-{
-    return ddp_drop_apply(dr.p > 0.0f, &dr, ddp_drop_packedkey(&dr, off, seg, sid, i / cols), (uint64_t)(i % cols), v);
-}
-
+/* one block per row: a = drop(gelu_erf(z + bias)), dg = gelu_erf'(z + bias) */
+template <int V>
 __global__ void k_gelu_erf_fwd(const float *z, const float *bias, float *a, float *dg, const int64_t *off,
-                               const int64_t *seg, const int64_t *sid, int64_t R, int64_t cols, ddp_dropout dr)
+                               const int64_t *seg, const int64_t *sid, int64_t cols, ddp_dropout dr)
 {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= R * cols) return;
-    float g, v = ddp_gelu_erf_fwd(z[i] + bias[i % cols], dg ? &g : NULL);
-    if (dg) dg[i] = g;
-    a[i] = elem_drop(dr, off, seg, sid, i, cols, v);
+    const int64_t r = blockIdx.x;
+    const int drop = dr.p > 0.0f;
+    const uint64_t rk = block_rowkey(dr, off, seg, sid, r);
+    const float *zr = z + r * cols;
+    float *ar = a + r * cols, *gr = dg ? dg + r * cols : NULL;
+    for (int64_t c = (int64_t)threadIdx.x * V; c < cols; c += (int64_t)blockDim.x * V) {
+        float zv[V], bv[V], g[V], o[V];
+        ld<V>(zr, c, zv);
+        ld<V>(bias, c, bv);
+        for (int j = 0; j < V; j++)
+            o[j] = ddp_drop_apply(drop, &dr, rk, (uint64_t)(c + j), ddp_gelu_erf_fwd(zv[j] + bv[j], gr ? &g[j] : NULL));
+        if (gr) st<V>(gr, c, g);
+        st<V>(ar, c, o);
+    }
 }
 
-/* dst = drop(src) * mul, or drop(src) when mul is NULL: the backward of gelu_erf (mul = gelu') and of the
- * residual's dropout */
-__global__ void k_drop_mul(const float *src, const float *mul, float *dst, const int64_t *off, const int64_t *seg,
-                           const int64_t *sid, int64_t R, int64_t cols, ddp_dropout dr)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= R * cols) return;
-    float v = elem_drop(dr, off, seg, sid, i, cols, src[i]);
-    dst[i] = mul ? v * mul[i] : v;
-}
-
-/* out = h + drop(t + bias) */
+/* out = h + drop(t + bias), one block per row */
+template <int V>
 __global__ void k_residual_fwd(float *out, const float *h, const float *t, const float *bias, const int64_t *off,
-                               const int64_t *seg, const int64_t *sid, int64_t R, int64_t d, ddp_dropout dr)
+                               const int64_t *seg, const int64_t *sid, int64_t d, ddp_dropout dr)
 {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < R * d) out[i] = h[i] + elem_drop(dr, off, seg, sid, i, d, t[i] + bias[i % d]);
+    const int64_t r = blockIdx.x;
+    const int drop = dr.p > 0.0f;
+    const uint64_t rk = block_rowkey(dr, off, seg, sid, r);
+    for (int64_t c = (int64_t)threadIdx.x * V; c < d; c += (int64_t)blockDim.x * V) {
+        float hv[V], tv[V], bv[V], o[V];
+        ld<V>(h + r * d, c, hv);
+        ld<V>(t + r * d, c, tv);
+        ld<V>(bias, c, bv);
+        for (int j = 0; j < V; j++) o[j] = hv[j] + ddp_drop_apply(drop, &dr, rk, (uint64_t)(c + j), tv[j] + bv[j]);
+        st<V>(out + r * d, c, o);
+    }
+}
+
+/* dst = drop(src) * mul (mul NULL: drop(src)) and the bias gradient's stage 1: block (x: column tile of
+ * blockDim.x * V columns, y: chunk of `rows` rows) sums dst over its rows in row order; one chunk: added into
+ * dbias at once, else written to part [gridDim.y, cols]. Row keys are computed blockDim.x rows at a time, one
+ * row per thread, into shared memory. */
+template <int V>
+__global__ void k_drop_mul_part(const float *src, const float *mul, float *dst, float *dbias, float *part,
+                                const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t R, int64_t cols,
+                                int64_t rows, ddp_dropout dr)
+{
+    __shared__ uint64_t keys[EW_THREADS];
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    const int64_t lo = (int64_t)blockIdx.y * rows, hi = lo + rows < R ? lo + rows : R;
+    const int drop = dr.p > 0.0f, in = c < cols;
+    float acc[V];
+    for (int j = 0; j < V; j++) acc[j] = 0.0f;
+    for (int64_t r0 = lo; r0 < hi; r0 += blockDim.x) {
+        const int64_t n = hi - r0 < (int64_t)blockDim.x ? hi - r0 : (int64_t)blockDim.x;
+        __syncthreads(); /* the previous window's keys are used (barriers unconditional: see block_rowkey) */
+        if (drop && (int64_t)threadIdx.x < n) keys[threadIdx.x] = ddp_drop_packedkey(&dr, off, seg, sid, r0 + threadIdx.x);
+        __syncthreads();
+        for (int64_t i = 0; in && i < n; i++) {
+            const int64_t r = r0 + i;
+            float v[V], m[V];
+            ld<V>(src + r * cols, c, v);
+            if (mul) ld<V>(mul + r * cols, c, m);
+            for (int j = 0; j < V; j++) {
+                v[j] = ddp_drop_apply(drop, &dr, drop ? keys[i] : 0, (uint64_t)(c + j), v[j]);
+                if (mul) v[j] *= m[j];
+                acc[j] += v[j];
+            }
+            st<V>(dst + r * cols, c, v);
+        }
+    }
+    if (!in) return;
+    if (gridDim.y == 1) {
+        float o[V];
+        ld<V>(dbias, c, o);
+        for (int j = 0; j < V; j++) o[j] += acc[j];
+        st<V>(dbias, c, o);
+    } else {
+        st<V>(part + (int64_t)blockIdx.y * cols, c, acc);
+    }
+}
+
+/* stage 2: one thread per column adds the partials in chunk order into dbias */
+__global__ void k_part_sum(const float *part, float *dbias, int64_t nchunks, int64_t cols)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float s = 0.0f;
+    for (int64_t k = 0; k < nchunks; k++) s += part[k * cols + c];
+    dbias[c] += s;
 }
 
 /* one block per sample, threads over columns, rows in order */
@@ -79,43 +189,102 @@ __global__ void k_pool_mean_fwd(const float *x, float *out, const int64_t *off, 
     }
 }
 
-__global__ void k_pool_mean_bwd(const float *dp, float *dx, const int64_t *off, const int64_t *seg, int64_t R, int64_t d)
+/* one block per row: dx[r,:] = dp[s,:] / rows(s), s the row's sample */
+template <int V>
+__global__ void k_pool_mean_bwd(const float *dp, float *dx, const int64_t *off, const int64_t *seg, int64_t d)
 {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= R * d) return;
-    int64_t r = i / d, c = i % d, s = seg[r];
-    dx[i] = dp[s * d + c] / (float)(off[s + 1] - off[s]);
+    __shared__ int64_t srow;
+    __shared__ float inv;
+    const int64_t r = blockIdx.x;
+    if (threadIdx.x == 0) {
+        srow = seg[r];
+        inv = 1.0f / (float)(off[srow + 1] - off[srow]);
+    }
+    __syncthreads();
+    for (int64_t c = (int64_t)threadIdx.x * V; c < d; c += (int64_t)blockDim.x * V) {
+        float o[V];
+        ld<V>(dp + srow * d, c, o);
+        for (int j = 0; j < V; j++) o[j] *= inv;
+        st<V>(dx + r * d, c, o);
+    }
 }
 
 /* ------------------------------------------------------------------ ops */
+/* 4 where cols % 4 == 0 and every pointer is 16-byte aligned (NULL counts as aligned), else 1 */
+static int vec_width(int64_t cols, const void *p0, const void *p1, const void *p2, const void *p3)
+{
+    uintptr_t a = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3;
+    return cols % 4 == 0 && (a & 15) == 0 ? 4 : 1;
+}
+/* the smallest multiple of 32 in [32, EW_THREADS] covering n groups */
+static unsigned row_threads(int64_t n) { return n >= EW_THREADS ? EW_THREADS : (unsigned)((n + 31) / 32 * 32); }
+
+/* Launches kern<4> or kern<1> (v) one block per row of pack->R rows, threads over cols columns. */
+#define ROW_LAUNCH(kern, v, cols, ...)                                                                   \
+    do {                                                                                                 \
+        if (pack->R > 0 && (cols) > 0) {                                                                 \
+            if ((v) == 4)                                                                                \
+                DDP_LAUNCH(kern<4>, (unsigned)pack->R, row_threads((cols) / 4), 0, cuda_of(b)->stream, __VA_ARGS__); \
+            else                                                                                         \
+                DDP_LAUNCH(kern<1>, (unsigned)pack->R, row_threads(cols), 0, cuda_of(b)->stream, __VA_ARGS__); \
+            LAUNCH_CHECK();                                                                              \
+        }                                                                                                \
+    } while (0)
 
 static ddp_status cu_embed_fwd(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pack,
                                int64_t d)
 {
-    ENC_LAUNCH(k_embed_fwd, pack->R * d, h, bias, pos, pack->off, pack->seg, pack->R, d);
+    ROW_LAUNCH(k_embed_fwd, vec_width(d, h, bias, pos, NULL), d, h, bias, pos, pack->off, pack->seg, d);
     return DDP_OK;
 }
 
 static ddp_status cu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, float *dpos, const ddp_packing *pack,
                                int64_t d)
 {
-    if (dpos) ENC_LAUNCH(k_embed_bwd_pos, pack->max_rows * d, dh, dpos, pack->off, pack->B, pack->max_rows, d);
+    if (dpos && pack->max_rows > 0 && d > 0) {
+        DDP_LAUNCH(k_embed_bwd_pos, (unsigned)pack->max_rows, row_threads(d), 0, cuda_of(b)->stream, dh, dpos, pack->off,
+                   pack->B, d);
+        LAUNCH_CHECK();
+    }
     return ddp_cuda_colsum(b, dh, dbias, pack->R, d, 1.0f);
 }
 
 static ddp_status cu_gelu_erf_fwd(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
                                   const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
-    ENC_LAUNCH(k_gelu_erf_fwd, pack->R * cols, z, bias, a, dgelu, pack->off, pack->seg, pack->sid, pack->R, cols, *dr);
+    ROW_LAUNCH(k_gelu_erf_fwd, vec_width(cols, z, bias, a, dgelu), cols, z, bias, a, dgelu, pack->off, pack->seg,
+               pack->sid, cols, *dr);
     return DDP_OK;
 }
 
-/* dst = drop(src) * mul (k_drop_mul), dbias += column sums of dst */
+/* dst = drop(src) * mul and dbias += its column sums: k_drop_mul_part over row chunks (as many as the scratch
+ * holds, each of at least EW_MIN_CHUNK rows; the chunking depends on (R, cols) only), then k_part_sum */
 static ddp_status drop_mul_colsum(ddp_backend *b, const float *src, const float *mul, float *dst, float *dbias,
                                   const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
-    ENC_LAUNCH(k_drop_mul, pack->R * cols, src, mul, dst, pack->off, pack->seg, pack->sid, pack->R, cols, *dr);
-    return ddp_cuda_colsum(b, dst, dbias, pack->R, cols, 1.0f);
+    const int64_t R = pack->R;
+    if (R <= 0 || cols <= 0) return DDP_OK;
+    cuda_impl *ci = cuda_of(b);
+    const int v = vec_width(cols, src, mul, dst, dbias);
+    int64_t nch = (R + EW_MIN_CHUNK - 1) / EW_MIN_CHUNK, cap = DDP_COLPART_FLOATS / cols;
+    if (nch > cap) nch = cap;
+    if (nch > EW_MAX_CHUNKS) nch = EW_MAX_CHUNKS;
+    if (nch < 1) nch = 1;
+    const int64_t rows = (R + nch - 1) / nch;
+    nch = (R + rows - 1) / rows;
+    dim3 grid(blocks_for(cols / v, EW_THREADS), (unsigned)nch);
+    if (v == 4)
+        DDP_LAUNCH(k_drop_mul_part<4>, grid, EW_THREADS, 0, ci->stream, src, mul, dst, dbias, ci->colpart, pack->off,
+                   pack->seg, pack->sid, R, cols, rows, *dr);
+    else
+        DDP_LAUNCH(k_drop_mul_part<1>, grid, EW_THREADS, 0, ci->stream, src, mul, dst, dbias, ci->colpart, pack->off,
+                   pack->seg, pack->sid, R, cols, rows, *dr);
+    LAUNCH_CHECK();
+    if (nch > 1) {
+        DDP_LAUNCH(k_part_sum, blocks_for(cols, 128), 128, 0, ci->stream, ci->colpart, dbias, nch, cols);
+        LAUNCH_CHECK();
+    }
+    return DDP_OK;
 }
 
 static ddp_status cu_gelu_erf_bwd(ddp_backend *b, const float *dact, const float *dgelu, float *dz, float *dbias,
@@ -127,7 +296,8 @@ static ddp_status cu_gelu_erf_bwd(ddp_backend *b, const float *dact, const float
 static ddp_status cu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
                                   const ddp_packing *pack, int64_t d, const ddp_dropout *dr)
 {
-    ENC_LAUNCH(k_residual_fwd, pack->R * d, out, h, t, bias, pack->off, pack->seg, pack->sid, pack->R, d, *dr);
+    const int v = vec_width(d, out, h, t, bias);
+    ROW_LAUNCH(k_residual_fwd, v, d, out, h, t, bias, pack->off, pack->seg, pack->sid, d, *dr);
     return DDP_OK;
 }
 
@@ -140,7 +310,7 @@ static ddp_status cu_residual_bwd(ddp_backend *b, const float *dh, float *dt, fl
 static ddp_status cu_pool_mean_fwd(ddp_backend *b, const float *x, float *out, const ddp_packing *pack, int64_t d)
 {
     if (pack->B > 0) {
-        DDP_LAUNCH(k_pool_mean_fwd, (unsigned)pack->B, 128, 0, cuda_of(b)->stream, x, out, pack->off, d);
+        DDP_LAUNCH(k_pool_mean_fwd, (unsigned)pack->B, row_threads(d), 0, cuda_of(b)->stream, x, out, pack->off, d);
         LAUNCH_CHECK();
     }
     return DDP_OK;
@@ -148,7 +318,7 @@ static ddp_status cu_pool_mean_fwd(ddp_backend *b, const float *x, float *out, c
 
 static ddp_status cu_pool_mean_bwd(ddp_backend *b, const float *dp, float *dx, const ddp_packing *pack, int64_t d)
 {
-    ENC_LAUNCH(k_pool_mean_bwd, pack->R * d, dp, dx, pack->off, pack->seg, pack->R, d);
+    ROW_LAUNCH(k_pool_mean_bwd, vec_width(d, dp, dx, NULL, NULL), d, dp, dx, pack->off, pack->seg, d);
     return DDP_OK;
 }
 

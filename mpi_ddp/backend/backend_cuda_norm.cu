@@ -1,52 +1,306 @@
 /* backend_cuda_norm.cu — the CUDA backend's layernorm (ddp_enc_ops.layernorm_fwd/_bwd in backend.h): its
  * kernels and the ops that launch them on the backend's stream, installed in the encoder's op table by
- * backend_cuda_enc.cu. Forward and input gradient run the row bodies of kern_enc.h (the CPU backend's
- * code) one thread per row; dw/db one thread per column in row order: deterministic, no atomics. Compiled
- * for the host emulator too (backend_cuda_norm_emu.cpp). */
+ * backend_cuda_enc.cu. Compiled for the host emulator too (backend_cuda_norm_emu.cpp).
+ * Design: forward and input gradient run one block per row (32, 64 or 128 threads, the smallest power of two
+ * covering the row's groups). A thread owns the groups t, t + nt, t + 2nt, ... of V columns (V = 4: float4
+ * loads, where d % 4 == 0 and every pointer is 16-byte aligned; else V = 1), so each load instruction of the
+ * block reads consecutive memory. The first LN_REG floats a thread owns stay in registers between the
+ * passes; columns past nt * LN_REG are read again from memory. The forward's mean and variance are summed in
+ * the CPU's order (row_stats: one thread over the row staged in static __shared__ memory), so y, mean and
+ * rstd are the CPU twin's bits; the input gradient's two row sums are per-thread sums in a fixed order, then
+ * a tree over static __shared__ memory (no warp shuffles): deterministic. dw/db are a two-stage reduction
+ * without atomics: stage 1, block (column tile, row chunk) sums its chunk's rows for its columns into
+ * partials [nchunks, d] (the backend's colpart scratch), stage 2 adds the partials per column in chunk order
+ * into dw/db. The chunking depends on (R, d) only, so the bits are the same on every run. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
+#include <stdint.h>
+
+#define LN_THREADS 128 /* most threads of a block */
+#define LN_REG 8       /* floats of a row a thread keeps in registers */
+#define LN_MIN_CHUNK 16 /* fewest rows of a dw/db chunk */
+#define LN_MAX_CHUNKS 256
+#define LN_SMEM (LN_THREADS * LN_REG) /* longest row the forward stages in shared memory: the registers' columns */
+#ifdef __CUDACC__ /* the register array's loops unrolled, so v[] stays in registers */
+#define LN_UNROLL _Pragma("unroll")
+#else
+#define LN_UNROLL
+#endif
+
+/* ------------------------------------------------------------------ device helpers */
+template <int V> static __device__ inline void ld(const float *p, int64_t c, float *o)
+{
+    if (V == 4) {
+        float4 t = *(const float4 *)(p + c);
+        o[0] = t.x, o[1] = t.y, o[2] = t.z, o[3] = t.w;
+    } else {
+        o[0] = p[c];
+    }
+}
+template <int V> static __device__ inline void st(float *p, int64_t c, const float *o)
+{
+    if (V == 4)
+        *(float4 *)(p + c) = make_float4(o[0], o[1], o[2], o[3]);
+    else
+        p[c] = o[0];
+}
+
+/* The sum of every thread's a (and b) over the block, a tree in static shared memory; blockDim.x is a power of
+ * two at most LN_THREADS. Every thread gets the sums. */
+static __device__ inline void block_sum2(float *a, float *b, float (*sh)[LN_THREADS])
+{
+    unsigned t = threadIdx.x;
+    sh[0][t] = *a;
+    sh[1][t] = *b;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (t < w) {
+            sh[0][t] += sh[0][t + w];
+            sh[1][t] += sh[1][t + w];
+        }
+        __syncthreads();
+    }
+    *a = sh[0][0];
+    *b = sh[1][0];
+    __syncthreads(); /* sh is free again */
+}
+
 /* ------------------------------------------------------------------ kernels */
+/* The mean and rstd of row xr in the CPU's order (ddp_layernorm_row: sequential sums over the columns), by
+ * thread 0 over the row staged in shared memory (sh, d <= LN_SMEM) or over memory; returned to every thread.
+ * Summed in the CPU's order so y matches the CPU twin to the last bits where its elements cancel (a tree
+ * moves the mean by an ulp, and y = xhat w + b near 0 by far more relative to itself). */
+static __device__ inline void row_stats(const float *xr, const float *sh, int64_t d, float *mean, float *rstd)
+{
+    __shared__ float st2[2];
+    if (threadIdx.x == 0) {
+        const float *p = d <= LN_SMEM ? sh : xr;
+        float s = 0.0f;
+        for (int64_t c = 0; c < d; c++) s += p[c];
+        float mu = s / (float)d, v = 0.0f;
+        for (int64_t c = 0; c < d; c++) v += (p[c] - mu) * (p[c] - mu);
+        st2[0] = mu;
+        st2[1] = 1.0f / sqrtf(v / (float)d + DDP_LN_EPS);
+    }
+    __syncthreads();
+    *mean = st2[0];
+    *rstd = st2[1];
+}
+
+/* one block per row: y = (x - mean) * rstd * w + b */
+template <int V>
 __global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
-                                int64_t R, int64_t d)
+                                int64_t d)
 {
-    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < R) ddp_layernorm_row(x + r * d, w, b, y + r * d, &mean[r], &rstd[r], d);
+    __shared__ float4 row4[LN_SMEM / 4]; /* float4: 16-byte aligned for the vector stores */
+    float *row = (float *)row4;
+    const int64_t r = blockIdx.x, step = (int64_t)blockDim.x * V, c0 = (int64_t)threadIdx.x * V;
+    const int64_t cr = c0 + (LN_REG / V) * step; /* first column past the registers */
+    const float *xr = x + r * d;
+    float *yr = y + r * d;
+    float v[LN_REG], mu, rs;
+    LN_UNROLL
+    for (int k = 0; k < LN_REG / V; k++)
+        if (c0 + k * step < d) {
+            ld<V>(xr, c0 + k * step, &v[k * V]);
+            if (d <= LN_SMEM) st<V>(row, c0 + k * step, &v[k * V]);
+        }
+    __syncthreads(); /* rows of up to LN_SMEM columns are all in registers, now staged */
+    row_stats(xr, row, d, &mu, &rs);
+    LN_UNROLL
+    for (int k = 0; k < LN_REG / V; k++) {
+        int64_t c = c0 + k * step;
+        if (c < d) {
+            float wv[V], bv[V], o[V];
+            ld<V>(w, c, wv);
+            ld<V>(b, c, bv);
+            for (int j = 0; j < V; j++) o[j] = (v[k * V + j] - mu) * rs * wv[j] + bv[j];
+            st<V>(yr, c, o);
+        }
+    }
+    for (int64_t c = cr; c < d; c += step) {
+        float u[V], wv[V], bv[V], o[V];
+        ld<V>(xr, c, u);
+        ld<V>(w, c, wv);
+        ld<V>(b, c, bv);
+        for (int j = 0; j < V; j++) o[j] = (u[j] - mu) * rs * wv[j] + bv[j];
+        st<V>(yr, c, o);
+    }
+    if (threadIdx.x == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
 }
 
+/* one block per row: dx += rstd (dy w - mean(dy w) - xhat mean(dy w xhat)) */
+template <int V>
 __global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float *w, const float *mean, const float *rstd,
-                                   float *dx, int64_t R, int64_t d)
+                                   float *dx, int64_t d)
 {
-    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < R) ddp_layernorm_row_bwd(dy + r * d, x + r * d, w, mean[r], rstd[r], dx + r * d, d);
+    __shared__ float sh[2][LN_THREADS];
+    const int64_t r = blockIdx.x, step = (int64_t)blockDim.x * V, c0 = (int64_t)threadIdx.x * V;
+    const int64_t cr = c0 + (LN_REG / V) * step;
+    const float *dyr = dy + r * d, *xr = x + r * d;
+    float *dxr = dx + r * d;
+    const float mu = mean[r], rs = rstd[r];
+    float g[LN_REG], xh[LN_REG], sg = 0.0f, sgx = 0.0f;
+    LN_UNROLL
+    for (int k = 0; k < LN_REG / V; k++) {
+        int64_t c = c0 + k * step;
+        if (c < d) {
+            float wv[V];
+            ld<V>(dyr, c, &g[k * V]);
+            ld<V>(xr, c, &xh[k * V]);
+            ld<V>(w, c, wv);
+            for (int j = 0; j < V; j++) {
+                g[k * V + j] *= wv[j];
+                xh[k * V + j] = (xh[k * V + j] - mu) * rs;
+                sg += g[k * V + j];
+                sgx += g[k * V + j] * xh[k * V + j];
+            }
+        }
+    }
+    for (int64_t c = cr; c < d; c += step) {
+        float u[V], xv[V], wv[V];
+        ld<V>(dyr, c, u);
+        ld<V>(xr, c, xv);
+        ld<V>(w, c, wv);
+        for (int j = 0; j < V; j++) {
+            float gj = u[j] * wv[j];
+            sg += gj;
+            sgx += gj * ((xv[j] - mu) * rs);
+        }
+    }
+    block_sum2(&sg, &sgx, sh);
+    sg /= (float)d;
+    sgx /= (float)d;
+    LN_UNROLL
+    for (int k = 0; k < LN_REG / V; k++) {
+        int64_t c = c0 + k * step;
+        if (c < d) {
+            float o[V];
+            ld<V>(dxr, c, o);
+            for (int j = 0; j < V; j++) o[j] += rs * (g[k * V + j] - sg - xh[k * V + j] * sgx);
+            st<V>(dxr, c, o);
+        }
+    }
+    for (int64_t c = cr; c < d; c += step) {
+        float u[V], xv[V], wv[V], o[V];
+        ld<V>(dyr, c, u);
+        ld<V>(xr, c, xv);
+        ld<V>(w, c, wv);
+        ld<V>(dxr, c, o);
+        for (int j = 0; j < V; j++) o[j] += rs * (u[j] * wv[j] - sg - (xv[j] - mu) * rs * sgx);
+        st<V>(dxr, c, o);
+    }
 }
 
-__global__ void k_layernorm_bwd_dwdb(const float *dy, const float *x, const float *mean, const float *rstd, float *dw,
-                                     float *db, int64_t R, int64_t d)
+/* Stage 1 of dw/db: block (x: column tile of blockDim.x * V columns, y: chunk of `rows` rows) sums
+ * dy * xhat and dy over its rows in row order. One chunk: added into dw/db at once; else written to the
+ * partials pw/pb [gridDim.y, d]. */
+template <int V>
+__global__ void k_layernorm_dwdb_part(const float *dy, const float *x, const float *mean, const float *rstd, float *dw,
+                                      float *db, float *pw, float *pb, int64_t R, int64_t d, int64_t rows)
 {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (c >= d) return;
+    const int64_t lo = (int64_t)blockIdx.y * rows, hi = lo + rows < R ? lo + rows : R;
+    float sw[V], sb[V];
+    for (int j = 0; j < V; j++) sw[j] = sb[j] = 0.0f;
+    for (int64_t r = lo; r < hi; r++) {
+        float g[V], xv[V];
+        const float mu = mean[r], rs = rstd[r];
+        ld<V>(dy + r * d, c, g);
+        ld<V>(x + r * d, c, xv);
+        for (int j = 0; j < V; j++) {
+            sw[j] += g[j] * (xv[j] - mu) * rs;
+            sb[j] += g[j];
+        }
+    }
+    if (gridDim.y == 1) {
+        float ow[V], ob[V];
+        ld<V>(dw, c, ow);
+        ld<V>(db, c, ob);
+        for (int j = 0; j < V; j++) ow[j] += sw[j], ob[j] += sb[j];
+        st<V>(dw, c, ow);
+        st<V>(db, c, ob);
+    } else {
+        st<V>(pw + (int64_t)blockIdx.y * d, c, sw);
+        st<V>(pb + (int64_t)blockIdx.y * d, c, sb);
+    }
+}
+
+/* Stage 2: one thread per column adds the partials in chunk order into dw (and db). */
+__global__ void k_colpart_sum(const float *pw, const float *pb, float *dw, float *db, int64_t nchunks, int64_t d)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= d) return;
     float sw = 0.0f, sb = 0.0f;
-    for (int64_t r = 0; r < R; r++) {
-        float g = dy[r * d + c];
-        sw += g * (x[r * d + c] - mean[r]) * rstd[r];
-        sb += g;
+    for (int64_t k = 0; k < nchunks; k++) {
+        sw += pw[k * d + c];
+        sb += pb[k * d + c];
     }
     dw[c] += sw;
     db[c] += sb;
 }
 
 /* ------------------------------------------------------------------ ops */
+/* 4 where d % 4 == 0 and every pointer is 16-byte aligned, else 1 */
+static int vec_width(int64_t d, const void *p0, const void *p1, const void *p2, const void *p3)
+{
+    uintptr_t a = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3;
+    return d % 4 == 0 && (a & 15) == 0 ? 4 : 1;
+}
+/* the smallest power of two in [32, LN_THREADS] covering n groups */
+static unsigned row_threads(int64_t n)
+{
+    unsigned t = 32;
+    while (t < LN_THREADS && (int64_t)t < n) t *= 2;
+    return t;
+}
+
 ddp_status ddp_cuda_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, float *y,
                                    float *mean, float *rstd, int64_t R, int64_t d)
 {
-    ENC_LAUNCH(k_layernorm_fwd, R, x, w, bias, y, mean, rstd, R, d);
+    if (R <= 0 || d <= 0) return DDP_OK;
+    cudaStream_t s = cuda_of(b)->stream;
+    if (vec_width(d, x, w, bias, y) == 4)
+        DDP_LAUNCH(k_layernorm_fwd<4>, (unsigned)R, row_threads(d / 4), 0, s, x, w, bias, y, mean, rstd, d);
+    else
+        DDP_LAUNCH(k_layernorm_fwd<1>, (unsigned)R, row_threads(d), 0, s, x, w, bias, y, mean, rstd, d);
+    LAUNCH_CHECK();
     return DDP_OK;
 }
 
 ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
                                    const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t d)
 {
-    ENC_LAUNCH(k_layernorm_bwd_dx, R, dy, x, w, mean, rstd, dx, R, d);
-    if (R > 0) ENC_LAUNCH(k_layernorm_bwd_dwdb, d, dy, x, mean, rstd, dw, db, R, d);
+    if (R <= 0 || d <= 0) return DDP_OK;
+    cuda_impl *ci = cuda_of(b);
+    const int v = vec_width(d, dy, x, w, dx) == 4 && vec_width(d, dw, db, ci->colpart, ci->colpart) == 4 ? 4 : 1;
+    if (v == 4)
+        DDP_LAUNCH(k_layernorm_bwd_dx<4>, (unsigned)R, row_threads(d / 4), 0, ci->stream, dy, x, w, mean, rstd, dx, d);
+    else
+        DDP_LAUNCH(k_layernorm_bwd_dx<1>, (unsigned)R, row_threads(d), 0, ci->stream, dy, x, w, mean, rstd, dx, d);
+    LAUNCH_CHECK();
+    /* chunks: as many as the scratch holds for both partials, each of at least LN_MIN_CHUNK rows */
+    int64_t nch = (R + LN_MIN_CHUNK - 1) / LN_MIN_CHUNK, cap = DDP_COLPART_FLOATS / (2 * d);
+    if (nch > cap) nch = cap;
+    if (nch > LN_MAX_CHUNKS) nch = LN_MAX_CHUNKS;
+    if (nch < 1) nch = 1;
+    const int64_t rows = (R + nch - 1) / nch;
+    nch = (R + rows - 1) / rows;
+    float *pw = ci->colpart, *pb = ci->colpart + nch * d;
+    const unsigned nt = 128;
+    dim3 grid(blocks_for(d / v, (int)nt), (unsigned)nch);
+    if (v == 4)
+        DDP_LAUNCH(k_layernorm_dwdb_part<4>, grid, nt, 0, ci->stream, dy, x, mean, rstd, dw, db, pw, pb, R, d, rows);
+    else
+        DDP_LAUNCH(k_layernorm_dwdb_part<1>, grid, nt, 0, ci->stream, dy, x, mean, rstd, dw, db, pw, pb, R, d, rows);
+    LAUNCH_CHECK();
+    if (nch > 1) {
+        DDP_LAUNCH(k_colpart_sum, blocks_for(d, 128), 128, 0, ci->stream, pw, pb, dw, db, nch, d);
+        LAUNCH_CHECK();
+    }
     return DDP_OK;
 }

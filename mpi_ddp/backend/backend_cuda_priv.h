@@ -20,11 +20,16 @@ typedef struct {
     int device;
     cudaStream_t stream; /* non-blocking: every op of the backend runs on it */
     cublasHandle_t blas;
+    ddp_precision precision; /* of gemm (set_precision): fp32 through cublasSgemm, tf32 and bf16 through cublasGemmEx */
+    __nv_bfloat16 *bf16;     /* bf16: gemm's operands rounded to bf16, [bf16_cap], grown by the first larger gemm */
+    size_t bf16_cap;
     float *ones;       /* [ones_len] ones for column sums through gemv, sized by reserve() */
     int64_t ones_len;
     double *dpart;     /* [SUMSQ_BLOCKS] per-block partial sums of sumsq */
     double *hpart;     /* host copy of dpart */
+    float *colpart;    /* [DDP_COLPART_FLOATS] column partial sums (layernorm dw/db, bias gradients), stage 1 */
 } cuda_impl;
+#define DDP_COLPART_FLOATS (1 << 18)
 
 static inline cuda_impl *cuda_of(ddp_backend *b) { return (cuda_impl *)b->impl; }
 static inline unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }

@@ -23,6 +23,7 @@
 #include <nccl.h>
 #ifdef __CUDACC__
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #define DDP_LAUNCH(k, grid, block, smem, stream, ...) k<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 #endif

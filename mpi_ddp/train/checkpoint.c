@@ -93,6 +93,7 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
         CK(e2, "%s: writing /best_local", tmp);
     }
     CK(ddp_h5_attr_str(f, "config", cs->config_json ? cs->config_json : "{}"), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_str(f, "precision", ddp_precision_name(cs->precision)), "%s: writing attributes", tmp);
     if (cs->model_cfg) { /* the hyperparameters the shapes do not tell (eval and the PyTorch bridge read them) */
         const ddp_model_config *mc = cs->model_cfg;
         CK(ddp_h5_attr_i64(f, "model_hidden", mc->hidden), "%s: writing attributes", tmp);
@@ -257,6 +258,14 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         free(mode);
     }
     if (H5Aexists(f, "skipped_steps") > 0) DDP_TRY(read_i64_attr(f, path, "skipped_steps", &cs->skipped_steps));
+    cs->precision = DDP_PRECISION_FP32;
+    if (H5Aexists(f, "precision") > 0) {
+        char *prec = NULL;
+        DDP_TRY(read_str_attr(f, path, "precision", &prec));
+        for (int p = DDP_PRECISION_FP32; p <= DDP_PRECISION_BF16; p++)
+            if (!strcmp(prec, ddp_precision_name((ddp_precision)p))) cs->precision = (ddp_precision)p;
+        free(prec);
+    }
     DDP_TRY(read_str_attr(f, path, "topk", &cs->topk_json));
     if (cs->world_size < 1 || cs->world_size > (1 << 24))
         DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'world_size': %lld out of range", path, (long long)cs->world_size);
@@ -358,3 +367,4 @@ ddp_status ddp_ckpt_peek_model(const char *path, ddp_model_config *c)
     c->kind = DDP_MODEL_MLP; /* "mlp", or "reference" in checkpoints of earlier versions */
     return ddp_ckpt_peek_refmodel(path, &c->dim, &c->hidden, &c->classes);
 }
+

@@ -35,6 +35,8 @@ typedef struct {
     /* top-k list as JSON [[value, epoch, step, "path"], ...]; read: allocated, caller frees */
     char *topk_json;
     const ddp_model_config *model_cfg; /* write: a built-in model's hyperparameters (may be NULL); read: unused */
+    /* the run's --precision (attribute "precision"); read: fp32 when absent (written before --precision) */
+    ddp_precision precision;
 } ddp_ckpt_state;
 
 /* Host arrays in the model's flat layout; m/v may be NULL (written as zeros are not: omitted). */

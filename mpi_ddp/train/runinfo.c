@@ -139,6 +139,7 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         set_item(c, "sampling", cJSON_CreateString(cfg->sampling_shard ? "shard" : "global"));
         set_item(c, "drop_last", cJSON_CreateBool(cfg->drop_last));
         set_item(c, "bucket_mb", cJSON_CreateNumber(cfg->bucket_mb));
+        set_item(c, "precision", cJSON_CreateString(ddp_precision_name(cfg->precision)));
         cJSON_AddItemToObject(root, "config", c);
         if (train) cJSON_AddItemToObject(root, "train_data", info_json(train));
         if (val) cJSON_AddItemToObject(root, "val_data", info_json(val));

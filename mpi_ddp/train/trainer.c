@@ -124,6 +124,7 @@ ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
         return ddp_set_error(DDP_ERR_ARG, "--warmup-steps and --min-lr must be >= 0");
     if (c->lr_schedule != DDP_LR_CONSTANT && c->min_lr > c->lr)
         return ddp_set_error(DDP_ERR_ARG, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
+    if (c->precision < DDP_PRECISION_FP32 || c->precision > DDP_PRECISION_BF16) return ddp_set_error(DDP_ERR_ARG, "--precision: unknown");
     return DDP_OK;
 }
 
@@ -325,6 +326,7 @@ static ddp_status setup_local(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     const ddp_train_config *c = ts->cfg;
     DDP_CHECK(ddp_ctx_backend(ctx, ts->model->device, &ts->be));
     ddp_backend *be = ts->be;
+    DDP_CHECK(ddp_backend_set_precision(be, c->precision)); /* the GEMMs of training and validation */
     ts->n = ddp_model_num_params(ts->model);
     DDP_ALLOC(tr->toff, ts->model->ntensors + 1);
     DDP_ALLOC(tr->sumsq, ts->model->ntensors);
@@ -435,6 +437,7 @@ static void teardown(trainer *tr)
     ddp_watch_close(ts->ctx);
     ddp_backend *be = ts->be;
     if (be) {
+        (void)ddp_backend_set_precision(be, DDP_PRECISION_FP32); /* the context's shared backend back to the default */
         if (ts->params) be->release(be, ts->params);
         if (tr->grads) be->release(be, tr->grads);
         if (ts->m) be->release(be, ts->m);

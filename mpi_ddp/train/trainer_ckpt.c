@@ -100,7 +100,8 @@ static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
                              .global_batch_rows = ts->cfg->batch_rows * W * ts->cfg->accumulate,
                              .best_local = bl,
                              .topk_json = tk,
-                             .model_cfg = ts->cfg->model_config};
+                             .model_cfg = ts->cfg->model_config,
+                             .precision = ts->cfg->precision};
         snprintf(cs.monitor, sizeof cs.monitor, "%s", ts->dec.monitor);
         shuffle_name(ts->cfg, cs.shuffle, sizeof cs.shuffle);
         if (st == DDP_OK) st = ddp_ckpt_write(path, ts->model, ts->h_params, ts->h_m, ts->h_v, &cs);
@@ -249,6 +250,10 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     }
     free(cs.best_local);
     free(cs.topk_json);
+    if (ctx->topo.rank == 0 && cs.precision != c->precision) /* allowed: parameters and moments are fp32 in both */
+        fprintf(stderr, "mpiddp train: notice: %s was trained at --precision %s; this run continues at --precision %s "
+                        "(parameters and AdamW moments are fp32 in both)\n",
+                path, ddp_precision_name(cs.precision), ddp_precision_name(c->precision));
     if (ctx->topo.rank == 0) /* a notice even with --no-progress: where the run continues from matters */
     {
         int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;

@@ -1,6 +1,8 @@
-/* emu_cublas.c — the emulated cuBLAS subset (see emu_cuda.h): a handle holds a stream; Sgemm and Sgemv
- * check their arguments as cuBLAS does (dimensions, leading dimensions, device pointers), take alpha and
- * beta at call time (host pointer mode) and queue a column-major cblas call on the handle's stream. */
+/* emu_cublas.c — the emulated cuBLAS subset (see emu_cuda.h): a handle holds a stream and a math mode; Sgemm,
+ * GemmEx and Sgemv check their arguments as cuBLAS does (dimensions, leading dimensions, types, device
+ * pointers), take alpha and beta at call time (host pointer mode) and queue a column-major cblas call on the
+ * handle's stream. A GEMM whose inputs a GPU rounds (TF32 tensor cores) or converts (bf16) reads them, when
+ * the stream runs it, into fp32 copies holding exactly the values the tensor cores multiply. */
 #include "emu_cuda.h"
 
 #include <cblas.h>
@@ -8,6 +10,7 @@
 
 struct ddp_emu_blas {
     cudaStream_t stream;
+    cublasMath_t math;
 };
 
 const char *cublasGetStatusString(cublasStatus_t s)
@@ -51,21 +54,43 @@ cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s)
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode)
 {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    return mode == CUBLAS_DEFAULT_MATH || mode == CUBLAS_PEDANTIC_MATH || mode == CUBLAS_TF32_TENSOR_OP_MATH
-               ? CUBLAS_STATUS_SUCCESS
-               : CUBLAS_STATUS_INVALID_VALUE;
+    if (mode != CUBLAS_DEFAULT_MATH && mode != CUBLAS_PEDANTIC_MATH && mode != CUBLAS_TF32_TENSOR_OP_MATH)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    h->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
 }
+
+enum { IN_FP32, IN_TF32, IN_BF16 }; /* how a GEMM reads A and B */
 
 typedef struct {
     int gemv, ta, tb, m, n, k, lda, ldb, ldc, incx, incy;
     float alpha, beta;
     const float *A, *B;
     float *C;
+    int in;              /* IN_*: IN_TF32 and IN_BF16 read A and B into ca, cb first */
+    const void *rA, *rB; /* those inputs (fp32 or bf16) */
+    float *ca, *cb;      /* their fp32 copies, packed (leading dimension = rows) */
 } blas_args;
+
+/* The rows x cols column-major matrix at src (leading dimension ld, fp32 or bf16) into dst, as the tensor
+ * cores see it: TF32-rounded, or bf16 widened exactly. */
+static void read_input(int in, const void *src, int rows, int cols, int ld, float *dst)
+{
+    for (int64_t j = 0; j < cols; j++)
+        for (int64_t i = 0; i < rows; i++)
+            dst[j * rows + i] = in == IN_BF16 ? __bfloat162float(((const __nv_bfloat16 *)src)[j * ld + i])
+                                              : ddp_emu_tf32(((const float *)src)[j * ld + i]);
+}
 
 static void run_blas(void *p)
 {
     blas_args *a = p;
+    if (a->in != IN_FP32 && a->k) {
+        int ar = a->ta ? a->k : a->m, ac = a->ta ? a->m : a->k, br = a->tb ? a->n : a->k, bc = a->tb ? a->k : a->n;
+        read_input(a->in, a->rA, ar, ac, a->lda, a->ca);
+        read_input(a->in, a->rB, br, bc, a->ldb, a->cb);
+        a->A = a->ca, a->B = a->cb, a->lda = ar > 1 ? ar : 1, a->ldb = br > 1 ? br : 1;
+    }
     if (a->gemv)
         cblas_sgemv(CblasColMajor, a->ta ? CblasTrans : CblasNoTrans, a->m, a->n, a->alpha, a->A, a->lda, a->B, a->incx, a->beta,
                     a->C, a->incy);
@@ -76,12 +101,31 @@ static void run_blas(void *p)
 
 static int dev(const void *p) { return p && ddp_emu_is_device_ptr(p, 1); }
 
+static void free_blas(void *p)
+{
+    blas_args *a = p;
+    free(a->ca);
+    free(a->cb);
+    free(a);
+}
+
+/* Queues the call; a rounded-input GEMM gets its copies' memory now (cuBLAS's workspace), filled when it runs. */
 static cublasStatus_t submit(cublasHandle_t h, blas_args *a)
 {
-    blas_args *c = malloc(sizeof *c);
+    blas_args *c = calloc(1, sizeof *c);
     if (!c) return CUBLAS_STATUS_ALLOC_FAILED;
     *c = *a;
-    return ddp_emu_enqueue(h->stream, run_blas, c, free) == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+    if (c->in != IN_FP32 && c->k) {
+        c->rA = c->A, c->rB = c->B;
+        c->ca = malloc((size_t)c->m * (size_t)c->k * sizeof(float));
+        c->cb = malloc((size_t)c->k * (size_t)c->n * sizeof(float));
+        if (!c->ca || !c->cb) {
+            free_blas(c);
+            return CUBLAS_STATUS_ALLOC_FAILED;
+        }
+    }
+    return ddp_emu_enqueue(h->stream, run_blas, c, free_blas) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                                                                            : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
@@ -94,7 +138,30 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
     if ((k && (!dev(A) || !dev(B))) || !dev(C)) return CUBLAS_STATUS_INVALID_VALUE; /* host memory given to the GPU */
-    blas_args a = {0, ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, m, n, k, lda, ldb, ldc, 0, 0, *alpha, *beta, A, B, C};
+    blas_args a = {0, ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, m, n, k, lda, ldb, ldc, 0, 0, *alpha, *beta, A, B, C,
+                   h->math == CUBLAS_TF32_TENSOR_OP_MATH ? IN_TF32 : IN_FP32, NULL, NULL, NULL, NULL};
+    return submit(h, &a);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *alpha,
+                            const void *A, cudaDataType Atype, int lda, const void *B, cudaDataType Btype, int ldb,
+                            const void *beta, void *C, cudaDataType Ctype, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo)
+{
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    int bf16 = Atype == CUDA_R_16BF;
+    if (Atype != Btype || (Atype != CUDA_R_32F && !bf16) || Ctype != CUDA_R_32F || algo != CUBLAS_GEMM_DEFAULT ||
+        (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC && (bf16 || compute != CUBLAS_COMPUTE_32F_FAST_TF32)))
+        return CUBLAS_STATUS_NOT_SUPPORTED; /* the combinations mpiddp uses, as cuBLAS's table allows them */
+    int arow = ta == CUBLAS_OP_N ? m : k, brow = tb == CUBLAS_OP_N ? k : n;
+    if (m < 0 || n < 0 || k < 0 || lda < (arow > 1 ? arow : 1) || ldb < (brow > 1 ? brow : 1) || ldc < (m > 1 ? m : 1) ||
+        (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || !alpha || !beta)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (!m || !n) return CUBLAS_STATUS_SUCCESS;
+    if ((k && (!dev(A) || !dev(B))) || !dev(C)) return CUBLAS_STATUS_INVALID_VALUE;
+    int tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32 || (compute == CUBLAS_COMPUTE_32F && h->math == CUBLAS_TF32_TENSOR_OP_MATH);
+    blas_args a = {0, ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, m, n, k, lda, ldb, ldc, 0, 0, *(const float *)alpha, *(const float *)beta,
+                   A, B, C, bf16 ? IN_BF16 : tf32 ? IN_TF32 : IN_FP32, NULL, NULL, NULL, NULL};
     return submit(h, &a);
 }
 
@@ -106,6 +173,6 @@ cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t t, int m, int n, 
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
     if (!dev(A) || !dev(x) || !dev(y)) return CUBLAS_STATUS_INVALID_VALUE;
-    blas_args a = {1, t == CUBLAS_OP_T, 0, m, n, 0, lda, 0, 0, incx, incy, *alpha, *beta, A, x, y};
+    blas_args a = {1, t == CUBLAS_OP_T, 0, m, n, 0, lda, 0, 0, incx, incy, *alpha, *beta, A, x, y, IN_FP32, NULL, NULL, NULL, NULL};
     return submit(h, &a);
 }

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -146,6 +147,14 @@ typedef enum {
 } cublasStatus_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_PEDANTIC_MATH = 2, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
+/* cublasGemmEx's types (library_types.h and cublas_api.h values): fp32 or bf16 A and B, fp32 C */
+typedef enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType;
+typedef enum {
+    CUBLAS_COMPUTE_32F = 68,
+    CUBLAS_COMPUTE_32F_PEDANTIC = 69,
+    CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+} cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 typedef struct ddp_emu_blas *cublasHandle_t;
 cublasStatus_t cublasCreate(cublasHandle_t *h);
 cublasStatus_t cublasDestroy(cublasHandle_t h);
@@ -157,6 +166,47 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            const float *A, int lda, const float *B, int ldb, const float *beta, float *C, int ldc);
 cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t t, int m, int n, const float *alpha, const float *A, int lda,
                            const float *x, int incx, const float *beta, float *y, int incy);
+/* As on a GPU: fp32 A and B with CUBLAS_COMPUTE_32F_FAST_TF32 (or CUBLAS_COMPUTE_32F under
+ * CUBLAS_TF32_TENSOR_OP_MATH; cublasSgemm too) round A and B to TF32 first; bf16 A and B (CUBLAS_COMPUTE_32F)
+ * are widened exactly. Then one fp32 cblas_sgemm: products of rounded operands, fp32 accumulation. */
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *alpha,
+                            const void *A, cudaDataType Atype, int lda, const void *B, cudaDataType Btype, int ldb,
+                            const void *beta, void *C, cudaDataType Ctype, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo);
+
+/* ------------------------------------------------------------------ bf16 and TF32 (cuda_bf16.h subset) */
+/* bfloat16: the upper 16 bits of a float. Conversions round to nearest even, as CUDA's: a NaN becomes the
+ * canonical 0x7FFF, overflow becomes Inf, denormals round in the bf16 denormal range. */
+typedef struct {
+    uint16_t x;
+} __nv_bfloat16;
+static inline uint32_t ddp_emu_f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float ddp_emu_u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f)
+{
+    uint32_t u = ddp_emu_f2u(f);
+    __nv_bfloat16 h;
+    h.x = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)0x7fff : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return h;
+}
+static inline float __bfloat162float(__nv_bfloat16 h) { return ddp_emu_u2f((uint32_t)h.x << 16); }
+/* TF32, as tensor cores read an fp32 operand: the mantissa rounded to 10 bits, nearest even (NaN and Inf kept). */
+static inline float ddp_emu_tf32(float f)
+{
+    uint32_t u = ddp_emu_f2u(f);
+    if ((u & 0x7f800000u) == 0x7f800000u) return f;
+    return ddp_emu_u2f((u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu);
+}
 
 /* ------------------------------------------------------------------ NCCL */
 typedef enum {

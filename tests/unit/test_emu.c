@@ -2,7 +2,8 @@
  * lack of it between streams (made deterministic with a gate: a host operation that blocks a stream until
  * the test opens it), events, the legacy stream against blocking and non-blocking streams, NaN-filled and
  * tracked device memory, kernels whose threads meet at __syncthreads, launch limits, a divergent barrier
- * reported as a fault, cuBLAS in column-major, and NCCL over shared memory between forked processes
+ * reported as a fault, cuBLAS in column-major, bf16 and TF32 rounding (to nearest even) and cublasGemmEx with
+ * TF32 and bf16 inputs, and NCCL over shared memory between forked processes
  * (exact sums, duplicate devices refused, an injected init failure and a hung allreduce ended by abort). */
 #include "check.h"
 #include "emu_cuda.h"
@@ -194,6 +195,164 @@ static void test_blas(void)
     cudaFree(dA), cudaFree(dB), cudaFree(dC);
 }
 
+/* Round-to-nearest-even to a significand of 24 - drop bits, by an independent method: the two neighbours of x
+ * with the low `drop` bits clear, the nearer one in exact double arithmetic, on a tie the even one; past the
+ * largest finite value the upper neighbour is 2^128, i.e. Inf (IEEE's unbounded-exponent rule). */
+static uint32_t rne_ref(uint32_t u, int drop)
+{
+    uint32_t mag = u & 0x7fffffffu, sign = u & 0x80000000u, step = 1u << drop, lo = mag & ~(step - 1);
+    float flo, fx;
+    memcpy(&flo, &lo, 4), memcpy(&fx, &mag, 4);
+    uint32_t hi = lo + step;
+    double dhi;
+    if (hi >= 0x7f800000u) dhi = ldexp(1.0, 128), hi = 0x7f800000u;
+    else {
+        float fhi;
+        memcpy(&fhi, &hi, 4);
+        dhi = fhi;
+    }
+    double dl = (double)fx - flo, dh = dhi - fx;
+    uint32_t r = dl < dh ? lo : dh < dl ? hi : ((lo >> drop) & 1u) ? hi : lo;
+    return sign | r;
+}
+static uint16_t bf16_bits(float f) { return __float2bfloat16_rn(f).x; }
+static float from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* bf16 and TF32 rounding: ties to even both ways, signs, Inf, NaN (canonical 0x7FFF for bf16, NaN kept by TF32),
+ * overflow to Inf, denormals, exact round trips; then 10^6 random bit patterns against rne_ref. */
+static void test_rounding(void)
+{
+    static const struct {
+        uint32_t in;
+        uint16_t bf16;
+    } bf[] = {
+        {0x3f800000u, 0x3f80}, {0x3f808000u, 0x3f80}, {0x3f818000u, 0x3f82}, {0x3f808001u, 0x3f81}, {0x3f807fffu, 0x3f80},
+        {0xbf808000u, 0xbf80}, {0xbf818000u, 0xbf82}, {0x7f800000u, 0x7f80}, {0xff800000u, 0xff80}, {0x7fc00000u, 0x7fff},
+        {0x7f800001u, 0x7fff}, {0xffc00000u, 0x7fff}, {0x7f7fffffu, 0x7f80}, {0x7f7f7fffu, 0x7f7f}, {0x7f7f8000u, 0x7f80},
+        {0xff7fffffu, 0xff80}, {0x00008000u, 0x0000}, {0x00018000u, 0x0002}, {0x00010000u, 0x0001}, {0x00008001u, 0x0001},
+        {0x80008000u, 0x8000}, {0x007fffffu, 0x0080}, {0x00000000u, 0x0000}, {0x80000000u, 0x8000},
+    };
+    for (size_t i = 0; i < sizeof bf / sizeof bf[0]; i++)
+        CHECK(bf16_bits(from_bits(bf[i].in)) == bf[i].bf16, "bf16(0x%08x) = 0x%04x, want 0x%04x", bf[i].in,
+              bf16_bits(from_bits(bf[i].in)), bf[i].bf16);
+    __nv_bfloat16 h = {0x3f81};
+    CHECK(__bfloat162float(h) == 1.0f + 0x1p-7f, "bf16 0x3f81 widens to %.9g", __bfloat162float(h));
+    h.x = 0x0001;
+    CHECK(__bfloat162float(h) == 0x1p-133f, "the smallest bf16 denormal widens to %g", __bfloat162float(h));
+    static const struct {
+        uint32_t in, out;
+    } tf[] = {
+        {0x3f801000u, 0x3f800000u}, {0x3f803000u, 0x3f804000u}, {0x3f801001u, 0x3f802000u}, {0xbf803000u, 0xbf804000u},
+        {0x7f7fffffu, 0x7f800000u}, {0x7f800000u, 0x7f800000u}, {0xff800000u, 0xff800000u}, {0x00001000u, 0x00000000u},
+        {0x00003000u, 0x00004000u}, {0x80003000u, 0x80004000u}, {0x3f802000u, 0x3f802000u},
+    };
+    for (size_t i = 0; i < sizeof tf / sizeof tf[0]; i++)
+        CHECK(bits_of(ddp_emu_tf32(from_bits(tf[i].in))) == tf[i].out, "tf32(0x%08x) = 0x%08x, want 0x%08x", tf[i].in,
+              bits_of(ddp_emu_tf32(from_bits(tf[i].in))), tf[i].out);
+    CHECK(isnan(ddp_emu_tf32(from_bits(0x7f800001u))) && isnan(ddp_emu_tf32(from_bits(0xffc00000u))), "tf32 of a NaN is not NaN");
+    uint64_t seed = 12345;
+    int bad_bf = 0, bad_tf = 0;
+    for (int i = 0; i < 1000000; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t u = (uint32_t)(seed >> 32);
+        if (i % 4 == 1) u = (u & 0xffff0000u) | 0x8000u; /* a bf16 tie */
+        if (i % 4 == 2) u = (u & 0xffffe000u) | 0x1000u; /* a TF32 tie */
+        if ((u & 0x7f800000u) == 0x7f800000u) continue;   /* Inf and NaN: above */
+        bad_bf += (uint32_t)bf16_bits(from_bits(u)) << 16 != rne_ref(u, 16);
+        bad_tf += bits_of(ddp_emu_tf32(from_bits(u))) != rne_ref(u, 13);
+    }
+    CHECK(!bad_bf && !bad_tf, "random patterns: %d bf16 and %d TF32 roundings differ from round-to-nearest-even", bad_bf, bad_tf);
+}
+
+/* cublasGemmEx and the math mode: TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, or Sgemm and COMPUTE_32F under
+ * CUBLAS_TF32_TENSOR_OP_MATH) rounds A and B first, pedantic never does; bf16 A and B are exact inputs; fp32
+ * accumulation. Values chosen so each rounding shows: 1 + 2^-12 is 1 in TF32, 1 + 2^-9 is 1 in bf16 but not in TF32. */
+static void test_gemm_ex(void)
+{
+    enum { M = 3, N = 2, K = 8 };
+    float A[M * K], A2[M * K], Bm[K * N], C[M * N];
+    __nv_bfloat16 A16[M * K], B16[K * N];
+    for (int i = 0; i < M * K; i++) A[i] = 1.0f + 0x1p-12f, A2[i] = 1.0f + 0x1p-9f, A16[i] = __float2bfloat16_rn(A2[i]);
+    for (int i = 0; i < K * N; i++) Bm[i] = 1.0f, B16[i] = __float2bfloat16_rn(Bm[i]);
+    float *dA, *dA2, *dB, *dC;
+    __nv_bfloat16 *dA16, *dB16;
+    cudaMalloc((void **)&dA, sizeof A), cudaMalloc((void **)&dA2, sizeof A2), cudaMalloc((void **)&dB, sizeof Bm);
+    cudaMalloc((void **)&dC, sizeof C), cudaMalloc((void **)&dA16, sizeof A16), cudaMalloc((void **)&dB16, sizeof B16);
+    cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice), cudaMemcpy(dA2, A2, sizeof A2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, Bm, sizeof Bm, cudaMemcpyHostToDevice), cudaMemcpy(dA16, A16, sizeof A16, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB16, B16, sizeof B16, cudaMemcpyHostToDevice);
+    cublasHandle_t h;
+    EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    float one = 1, zero = 0;
+    const float exact = K * (1.0f + 0x1p-12f), tf32 = K;
+#define C00(what, want)                                                                                                  \
+    do {                                                                                                             \
+        cudaMemcpy(C, dC, sizeof C, cudaMemcpyDeviceToHost);                                                         \
+        CHECK(C[0] == (want) && C[M * N - 1] == (want), "%s: C = %.9g, want %.9g", what, C[0], (double)(want));      \
+    } while (0)
+    /* column-major A [M x K] (lda M), B [K x N] (ldb K) */
+    EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA, M, dB, K, &zero, dC, M), CUBLAS_STATUS_SUCCESS);
+    C00("sgemm, default math", exact);
+    EQ(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);
+    EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA, M, dB, K, &zero, dC, M), CUBLAS_STATUS_SUCCESS);
+    C00("sgemm, TF32 math", tf32);
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA, CUDA_R_32F, M, dB, CUDA_R_32F, K, &zero, dC, CUDA_R_32F, M,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_SUCCESS);
+    C00("gemmEx 32F, TF32 math", tf32);
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA, CUDA_R_32F, M, dB, CUDA_R_32F, K, &zero, dC, CUDA_R_32F, M,
+                    CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_SUCCESS);
+    C00("gemmEx 32F pedantic, TF32 math", exact);
+    EQ(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH), CUBLAS_STATUS_SUCCESS);
+    EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA, M, dB, K, &zero, dC, M), CUBLAS_STATUS_SUCCESS);
+    C00("sgemm, pedantic math", exact);
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA, CUDA_R_32F, M, dB, CUDA_R_32F, K, &zero, dC, CUDA_R_32F, M,
+                    CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_SUCCESS);
+    C00("gemmEx FAST_TF32, pedantic math", tf32);
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA2, CUDA_R_32F, M, dB, CUDA_R_32F, K, &zero, dC, CUDA_R_32F, M,
+                    CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_SUCCESS);
+    C00("gemmEx FAST_TF32 of 1 + 2^-9", K * (1.0f + 0x1p-9f));
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA16, CUDA_R_16BF, M, dB16, CUDA_R_16BF, K, &zero, dC, CUDA_R_32F,
+                    M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_SUCCESS);
+    C00("gemmEx bf16 of 1 + 2^-9", (float)K);
+    /* k = 0: C = beta C, nothing read */
+    float two = 2;
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, 0, &one, dA16, CUDA_R_16BF, M, dB16, CUDA_R_16BF, 1, &two, dC, CUDA_R_32F,
+                    M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_SUCCESS);
+    C00("gemmEx bf16, k = 0, beta 2", 2.0f * K);
+    /* what cuBLAS refuses */
+    EQ(cublasSetMathMode(h, (cublasMath_t)7), CUBLAS_STATUS_INVALID_VALUE);
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA16, CUDA_R_16BF, M, dB16, CUDA_R_16BF, K, &zero, dC, CUDA_R_32F,
+                    M, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_NOT_SUPPORTED);
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA16, CUDA_R_16BF, M, dB, CUDA_R_32F, K, &zero, dC, CUDA_R_32F, M,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_NOT_SUPPORTED);
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA16, CUDA_R_16BF, M, dB16, CUDA_R_16BF, K, &zero, dC, CUDA_R_16BF,
+                    M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_NOT_SUPPORTED);
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA, CUDA_R_32F, M, dB, CUDA_R_32F, K, &zero, dC, CUDA_R_32F, M,
+                    CUBLAS_COMPUTE_32F, (cublasGemmAlgo_t)0), CUBLAS_STATUS_NOT_SUPPORTED);
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA, CUDA_R_32F, M - 1, dB, CUDA_R_32F, K, &zero, dC, CUDA_R_32F, M,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_INVALID_VALUE);
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A, CUDA_R_32F, M, dB, CUDA_R_32F, K, &zero, dC, CUDA_R_32F, M,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_INVALID_VALUE);
+    EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 0, N, K, &one, dA, CUDA_R_32F, M, dB, CUDA_R_32F, K, &zero, dC, CUDA_R_32F, M,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_SUCCESS);
+    EQ(cublasGemmEx(NULL, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, dA, CUDA_R_32F, M, dB, CUDA_R_32F, K, &zero, dC, CUDA_R_32F, M,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), CUBLAS_STATUS_NOT_INITIALIZED);
+#undef C00
+    cublasDestroy(h);
+    cudaFree(dA), cudaFree(dA2), cudaFree(dB), cudaFree(dC), cudaFree(dA16), cudaFree(dB16);
+}
+
 /* NCCL between forked ranks; each child exits with the number of its failed checks */
 static int nccl_child(int rank, int nranks, ncclUniqueId id, int dev, int blocking, const char *fault)
 {
@@ -279,6 +438,8 @@ int main(void)
     run_nccl(3, devs, 0, "init:1", 0);
     run_nccl(3, devs, 0, "hang:2", 0);
     test_blas();
+    test_rounding();
+    test_gemm_ex();
     test_streams();
     test_kernels(); /* last: it leaves the sticky fault set */
     return check_summary();

@@ -1,0 +1,148 @@
+/* test_precision.c — the CUDA backend's gemm at --precision fp32, tf32 and bf16 (set_precision), on a GPU (label
+ * gpu) and on the host emulator (label emu, MPIDDP_CUDA_PLUGIN=libmpiddp_cudaemu.so).
+ *
+ * Every shape runs with the four transpositions, leading dimensions wider than the rows (the padding holds NaN,
+ * so a stride mistake shows), alpha and beta not 1 and 0, and K from 0 to 1000, against a double-precision
+ * reference of the unrounded inputs. The bound each precision must meet, per element of C = alpha op(A) op(B) +
+ * beta C0, with S = |alpha| sum_k |a_k b_k| and T = S + |beta c0|:
+ *     |c - ref| <= (2u + u^2) S + (K + 3) 2^-24 (1 + u)^2 T
+ * where u is the relative rounding error of one input: 0 for fp32, 2^-11 for TF32 (10-bit mantissa, nearest
+ * even; 2^-10 on a GPU, whose tensor cores may truncate), 2^-8 for bf16 (8-bit significand, nearest even). The
+ * first term is the product of two rounded inputs (the products themselves are exact in fp32: at most 22 or 16
+ * significant bits); the second the fp32 accumulation of K products, alpha, beta C0 and the final addition
+ * (Higham's gamma_{K+3}, any summation order). So for a K-term dot product bf16 is within about 2^-7 of
+ * sum |a_k b_k| plus K 2^-24 of it, TF32 within 2^-10 (2^-9 on a GPU) plus the same.
+ * On the emulator the results are also exact: fp32 equals the CPU backend's sgemm bit for bit (the path that
+ * existed before --precision), and tf32 and bf16 equal the CPU's sgemm of the inputs rounded on the host. And
+ * the roundings must show: bf16's worst error exceeds TF32's, which exceeds fp32's. The CPU backend refuses
+ * tf32 and bf16 with one line. Prints the worst error of each precision relative to T. */
+#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/cuda_api.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OK(call) CHECK((call) == DDP_OK, "%s: %s", #call, ddp_last_error())
+
+static ddp_backend *cpu, *gpu;
+static int emulated;
+static double worst[3]; /* per precision: the largest |c - ref| / T seen */
+
+static float frand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+static float round_bits(float f, int drop) /* nearest even, dropping `drop` mantissa bits (finite inputs) */
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t half = (1u << (drop - 1)) - 1u;
+    u = (u + half + ((u >> drop) & 1u)) & ~((1u << drop) - 1u);
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float *on_gpu(const float *h, size_t n)
+{
+    void *d = NULL;
+    OK(gpu->alloc(gpu, &d, (n ? n : 1) * sizeof(float)));
+    OK(gpu->upload(gpu, d, h, n * sizeof(float)));
+    return d;
+}
+
+/* One gemm at every precision: ar x ac A (lda = ac + pad), br x bc B (ldb = bc + pad), C M x N (ldc = N + pad). */
+static void gemm_case(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t pad, uint64_t seed)
+{
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N, lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+    size_t na = (size_t)(ar * lda), nb = (size_t)(br * ldb), nc = (size_t)(M * ldc);
+    float *A = malloc((na ? na : 1) * 4), *B = malloc((nb ? nb : 1) * 4), *C0 = malloc(nc * 4), *C = malloc(nc * 4);
+    float *Ar = malloc((na ? na : 1) * 4), *Br = malloc((nb ? nb : 1) * 4), *Cr = malloc(nc * 4);
+    for (size_t i = 0; i < na; i++) A[i] = (int64_t)(i % (size_t)lda) < ac ? frand(&seed) : NAN;
+    for (size_t i = 0; i < nb; i++) B[i] = (int64_t)(i % (size_t)ldb) < bc ? frand(&seed) * 4.0f : NAN;
+    for (size_t i = 0; i < nc; i++) C0[i] = frand(&seed);
+    const float alpha = 0.75f, beta = -0.5f;
+    float *dA = on_gpu(A, na), *dB = on_gpu(B, nb), *dC = on_gpu(C0, nc);
+    static const double us[3] = {0.0, 0x1p-11, 0x1p-8};
+    static const int drop[3] = {0, 13, 16};
+    for (int p = 0; p < 3; p++) {
+        double u = p == 1 && !emulated ? 0x1p-10 : us[p];
+        OK(gpu->set_precision(gpu, (ddp_precision)p));
+        OK(gpu->upload(gpu, dC, C0, nc * 4));
+        OK(gpu->gemm(gpu, ta, tb, M, N, K, alpha, dA, lda, dB, ldb, beta, dC, ldc));
+        OK(gpu->download(gpu, C, dC, nc * 4));
+        double bad = 0, rel = 0;
+        int64_t at = -1;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double ref = 0, S = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    double a = ta ? A[k * lda + i] : A[i * lda + k], b = tb ? B[j * ldb + k] : B[k * ldb + j];
+                    ref += a * b, S += fabs(a * b);
+                }
+                double c0 = C0[i * ldc + j], T = fabs(alpha) * S + fabs(beta * c0);
+                ref = alpha * ref + beta * c0;
+                double err = fabs(C[i * ldc + j] - ref), tol = (2 * u + u * u) * fabs(alpha) * S + (K + 3) * 0x1p-24 * (1 + u) * (1 + u) * T;
+                if (!(err <= tol * (1 + 1e-12) + 1e-30) && at < 0) bad = err / (T + 1e-30), at = i * ldc + j;
+                if (T > 0 && err / T > rel) rel = err / T;
+            }
+        CHECK(at < 0, "%s gemm ta %d tb %d %lldx%lldx%lld: element %lld off by %.3g of T, beyond the bound", ddp_precision_name((ddp_precision)p),
+              ta, tb, (long long)M, (long long)N, (long long)K, (long long)at, bad);
+        if (rel > worst[p]) worst[p] = rel;
+        for (int64_t i = 0; i < M; i++) /* the padding of C is never written */
+            for (int64_t j = N; j < ldc; j++)
+                CHECK(memcmp(&C[i * ldc + j], &C0[i * ldc + j], 4) == 0, "%s gemm wrote C's padding", ddp_precision_name((ddp_precision)p));
+        if (!emulated) continue;
+        /* the emulator's exact result: the CPU's sgemm of the inputs as the tensor cores see them */
+        for (size_t i = 0; i < na; i++) Ar[i] = p && !isnan(A[i]) ? round_bits(A[i], drop[p]) : A[i];
+        for (size_t i = 0; i < nb; i++) Br[i] = p && !isnan(B[i]) ? round_bits(B[i], drop[p]) : B[i];
+        memcpy(Cr, C0, nc * 4);
+        OK(cpu->gemm(cpu, ta, tb, M, N, K, alpha, Ar, lda, Br, ldb, beta, Cr, ldc));
+        CHECK(memcmp(C, Cr, nc * 4) == 0, "%s gemm ta %d tb %d %lldx%lldx%lld: not bit-identical to the CPU's sgemm of the %s inputs",
+              ddp_precision_name((ddp_precision)p), ta, tb, (long long)M, (long long)N, (long long)K, p ? "rounded" : "same");
+    }
+    gpu->release(gpu, dA), gpu->release(gpu, dB), gpu->release(gpu, dC);
+    free(A), free(B), free(C0), free(C), free(Ar), free(Br), free(Cr);
+}
+
+int main(void)
+{
+    const char *plugin = getenv("MPIDDP_CUDA_PLUGIN");
+    int nodes = ddp_cuda_maybe_present();
+    int ndev = ddp_cuda_device_count();
+    if (ndev == 0) {
+        if (!nodes) {
+            printf("SKIP: no NVIDIA device node and no MPIDDP_CUDA_PLUGIN: nothing to test here\n");
+            return 77;
+        }
+        fprintf(stderr, "FAIL: %s: no CUDA device is usable: %s\n", plugin && *plugin ? "MPIDDP_CUDA_PLUGIN" : "NVIDIA device nodes",
+                ddp_cuda_device_why());
+        return 1;
+    }
+    emulated = ddp_cuda()->emulated;
+    OK(ddp_backend_cpu_create(1, &cpu));
+    OK(ddp_backend_cuda_create(0, &gpu));
+    if (failures) return 1;
+    /* the CPU backend computes in fp32 only: one line naming the option */
+    OK(ddp_backend_set_precision(cpu, DDP_PRECISION_FP32));
+    CHECK(ddp_backend_set_precision(cpu, DDP_PRECISION_BF16) == DDP_ERR_ARG &&
+              !strcmp(ddp_last_error(), "--precision bf16 needs --device cuda (the cpu backend computes in fp32)"),
+          "cpu bf16: %s", ddp_last_error());
+    CHECK(ddp_backend_set_precision(cpu, DDP_PRECISION_TF32) == DDP_ERR_ARG, "cpu tf32 accepted");
+    CHECK(gpu->set_precision(gpu, (ddp_precision)3) == DDP_ERR_ARG && strstr(ddp_last_error(), "no precision 3"),
+          "an unknown precision: %s", ddp_last_error());
+    static const int64_t shapes[][4] = {{203, 210, 67, 0}, {64, 48, 1000, 3}, {5, 7, 0, 2}, {1, 1, 1, 0}, {33, 17, 129, 5}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) /* the bf16 scratch grows at the second shape */
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], 17 + s * 4 + ta * 2 + tb);
+    printf("worst |c - ref| / (|alpha| sum|a b| + |beta c0|): fp32 %.3g, tf32 %.3g, bf16 %.3g\n", worst[0], worst[1], worst[2]);
+    CHECK(worst[2] > worst[1] && worst[1] > worst[0], "the roundings do not show: fp32 %.3g, tf32 %.3g, bf16 %.3g", worst[0],
+          worst[1], worst[2]);
+    CHECK(worst[2] > 0x1p-12 && worst[1] > 0x1p-15, "bf16 (%.3g) or tf32 (%.3g) looks like fp32", worst[2], worst[1]);
+    gpu->destroy(gpu);
+    cpu->destroy(cpu);
+    return check_summary();
+}
