@@ -7,7 +7,7 @@
  * register-blocked micro-kernel (TR rows x TW columns of accumulators, fixed widths the compiler vectorises
  * under DDP_CLONES). A tile holds all of a sample's keys, so the softmax is exact in one pass (no running
  * rescale). Sums run in an order fixed by (n, dh) only: each sample's result is independent of its batch. */
-#include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/backend_cpu_attn.h"
 #include "mpi_ddp/core/status.h"
 
 #include <stdint.h>
@@ -30,14 +30,6 @@
 #endif
 
 enum { TR = 4, TW = 32, TQ = 32, TQB = 64 }; /* micro-kernel rows x columns; query rows per tile (forward, backward) */
-
-/* the entry points backend_cpu_enc.c calls (declared there): scratch floats for samples of up to nmax rows,
- * and one sample's forward or backward in that scratch (any alignment) */
-size_t ddp_cpu_attn_tiled_scratch(int64_t nmax, int64_t dh);
-void ddp_cpu_attn_tiled_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t s, int64_t d,
-                            int heads, const ddp_dropout *dr, float *scratch);
-void ddp_cpu_attn_tiled_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                            const ddp_packing *pack, int64_t s, int64_t d, int heads, const ddp_dropout *dr, float *scratch);
 
 static inline int64_t rup(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 

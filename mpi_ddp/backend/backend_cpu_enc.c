@@ -11,6 +11,7 @@
  *          MPIDDP_ATTENTION_GEMM_MIN rows (default 8), else fused.
  * All are exact (no padding rows or scores); they differ only in summation order, fixed by the sample alone. */
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/backend_cpu_attn.h"
 #include "mpi_ddp/core/status.h"
 
 #include <cblas.h>
@@ -22,13 +23,6 @@
 #else
 #define DDP_CLONES
 #endif
-
-/* backend_cpu_attn.c: the tiled method, one sample at a time in a scratch of ddp_cpu_attn_tiled_scratch floats */
-size_t ddp_cpu_attn_tiled_scratch(int64_t nmax, int64_t dh);
-void ddp_cpu_attn_tiled_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t s, int64_t d,
-                            int heads, const ddp_dropout *dr, float *scratch);
-void ddp_cpu_attn_tiled_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                            const ddp_packing *pack, int64_t s, int64_t d, int heads, const ddp_dropout *dr, float *scratch);
 
 /* The method switch, read at every call (once per layer and pass) so tests and benchmarks can switch methods:
  * MPIDDP_ATTENTION=fused|gemm|tiled|auto; auto: tiled from MPIDDP_ATTENTION_TILED_MIN rows (24), gemm from
