@@ -1,12 +1,282 @@
 /* backend_cuda_attn.cu — the CUDA backend's packed attention (ddp_enc_ops.attention_fwd/_bwd in backend.h):
  * its kernels and the ops that launch them on the backend's stream, installed in the encoder's op table by
- * backend_cuda_enc.cu. One thread per (row, head), for the output, and for the backward dq as a query row
- * and dk, dv as a key row, over the rows of the thread's own sample only (offsets and the row -> sample
- * map), with the online softmax of the CPU's fused method (kern_enc.h): deterministic, no atomics. Compiled
- * for the host emulator too (backend_cuda_attn_emu.cpp). */
+ * backend_cuda_enc.cu. Compiled for the host emulator too (backend_cuda_attn_emu.cpp).
+ *
+ * FlashAttention-2-style fp32 SIMT kernels over the batch's packed offsets (no tensor cores yet), templated
+ * on DM, the head width dh rounded up to 16, 32, 64 or 128 (zero-padded: the padding adds exact zeros):
+ *  - forward: a block of ATT_BQ = 64 threads per (sample, query tile of 64 rows, head), grid B x
+ *    ceil(max_rows / 64) x heads; a block past its sample's end exits at once (no host sync, no host map).
+ *    Thread t owns query row t of the tile: q and the output accumulator in registers. K and V pass through
+ *    static __shared__ tiles of ATT_BK = 32 rows x DM (coalesced loads: consecutive threads read consecutive
+ *    floats of a row, float4 when dh % 4 == 0 and qkv is 16-byte aligned); per tile the scores go to a
+ *    shared [32][64] array (a column per thread), then the online softmax (tile maximum, one rescale)
+ *    accumulates in fp32; lse[r, h] saved.
+ *    Q comes in and O goes out through the same tiles (two 32-row halves), so global accesses are row-wise.
+ *  - backward, deterministic, no atomics: delta[r, h] = dO . O (one thread per (row, head)); then dK, dV by a
+ *    block per (sample, key tile of 64 rows, head), thread t owning key row t (k, v, dk, dv in registers),
+ *    walking the sample's query tiles of 32 rows (Q, dO, lse, delta and the rows' dropout keys in shared
+ *    memory) in order and recomputing P from lse; then dQ by a block per (sample, query tile of 64, head),
+ *    thread t owning query row t (q, dO, dq in registers), walking the key tiles in order. Every output
+ *    element is written once by one thread, summing in a fixed order: identical bits on every run, and a
+ *    sample's values do not depend on the rest of the batch.
+ *  - dropout: the CPU's counter-based mask (kern_enc.h): the key of (sample id, query position) computed
+ *    once per query row and block, the unit ddp_drop_attn_unit(head, key position).
+ * Shared memory per block: 2 x 32 x DM floats (4, 8, 16, 32 KiB), plus the forward's 8 KiB of scores and
+ * the dK/dV kernel's 512 bytes of per-row values.
+ * Per thread the forward keeps 2, dQ 3 and dK/dV 4 x DM floats: at DM = 128 beyond the 255 registers, so
+ * those spill to local memory (tensor cores, a later step of #23, replace these SIMT inner products).
+ * Heads wider than ATT_DMAX = 128 take the reference kernels kept below: one thread per (row, head) walking
+ * its sample's rows through global memory with the row bodies of kern_enc.h. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
-/* ------------------------------------------------------------------ kernels */
+#define ATT_BQ 64    /* rows per block: query rows (forward, dQ) or key rows (dK/dV), one thread each */
+#define ATT_BK 32    /* rows per shared tile */
+#define ATT_DMAX 128 /* widest head of the tiled kernels */
+static_assert(ATT_BQ == 2 * ATT_BK, "a block's rows pass through two shared tiles");
+
+#ifdef __CUDACC__
+#define ATT_UNROLL _Pragma("unroll")
+#else
+#define ATT_UNROLL
+#endif
+
+/* ------------------------------------------------------------------ tiles */
+/* Rows [0, ATT_BK) of src (row stride ld, dh columns) into the tile t [ATT_BK][DM], zero past `rows` rows and
+ * past dh columns; consecutive threads take consecutive floats (float4s when vec) of a row. */
+template <int DM>
+static __device__ inline void att_load(float4 *t, const float *src, int64_t ld, int64_t rows, int dh, int vec)
+{
+    if (vec) {
+        for (int e = threadIdx.x; e < ATT_BK * DM / 4; e += blockDim.x) {
+            int r = e / (DM / 4), c = e % (DM / 4) * 4;
+            t[e] = r < rows && c < dh ? *(const float4 *)(src + r * ld + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    } else {
+        float *f = (float *)t;
+        for (int e = threadIdx.x; e < ATT_BK * DM; e += blockDim.x) {
+            int r = e / DM, c = e % DM;
+            f[e] = r < rows && c < dh ? src[r * ld + c] : 0.0f;
+        }
+    }
+}
+
+/* The tile t's first `rows` rows (dh columns) to dst (row stride ld); the access pattern of att_load. */
+template <int DM>
+static __device__ inline void att_store(float *dst, int64_t ld, const float4 *t, int64_t rows, int dh, int vec)
+{
+    if (vec) {
+        for (int e = threadIdx.x; e < ATT_BK * DM / 4; e += blockDim.x) {
+            int r = e / (DM / 4), c = e % (DM / 4) * 4;
+            if (r < rows && c < dh) *(float4 *)(dst + r * ld + c) = t[e];
+        }
+    } else {
+        const float *f = (const float *)t;
+        for (int e = threadIdx.x; e < ATT_BK * DM; e += blockDim.x) {
+            int r = e / DM, c = e % DM;
+            if (r < rows && c < dh) dst[r * ld + c] = f[e];
+        }
+    }
+}
+
+/* This thread's row (row threadIdx.x of the block's 64) of the two tiles a (rows 0..31) and b (32..63). */
+template <int DM> static __device__ inline float *att_own(float4 *a, float4 *b)
+{
+    return (float *)(threadIdx.x < ATT_BK ? a : b) + (threadIdx.x % ATT_BK) * DM;
+}
+
+/* Row threadIdx.x of the 64 rows at src (zero past `rows`) into x, through the tiles a and b. */
+template <int DM>
+static __device__ inline void att_rows_in(float (&x)[DM], float4 *a, float4 *b, const float *src, int64_t ld, int64_t rows,
+                                          int dh, int vec)
+{
+    att_load<DM>(a, src, ld, rows, dh, vec);
+    att_load<DM>(b, src + ATT_BK * ld, ld, rows - ATT_BK, dh, vec);
+    __syncthreads();
+    const float *own = att_own<DM>(a, b);
+    ATT_UNROLL
+    for (int c = 0; c < DM; c++) x[c] = own[c];
+    __syncthreads();
+}
+
+/* x * mul of every thread to row threadIdx.x of the 64 rows at dst (the first `rows` only), through a and b. */
+template <int DM>
+static __device__ inline void att_rows_out(const float (&x)[DM], float mul, float4 *a, float4 *b, float *dst, int64_t ld,
+                                           int64_t rows, int dh, int vec)
+{
+    float *own = att_own<DM>(a, b);
+    ATT_UNROLL
+    for (int c = 0; c < DM; c++) own[c] = x[c] * mul;
+    __syncthreads();
+    att_store<DM>(dst, ld, a, rows, dh, vec);
+    att_store<DM>(dst + ATT_BK * ld, ld, b, rows - ATT_BK, dh, vec);
+    __syncthreads();
+}
+
+template <int DM> static __device__ inline float att_dot(const float (&x)[DM], const float *y)
+{
+    float s = 0.0f;
+    ATT_UNROLL
+    for (int c = 0; c < DM; c++) s += x[c] * y[c];
+    return s;
+}
+
+/* Where a tiled block works: sample s (rows lo .. lo + n), head h, first row i0 of its 64. */
+struct att_blk {
+    int64_t s, h, lo, n, i0, ld;
+    int dh;
+    float scale;
+};
+static __device__ inline att_blk att_block(const int64_t *off, int64_t d, int64_t H)
+{
+    att_blk k;
+    k.s = blockIdx.x, k.i0 = (int64_t)blockIdx.y * ATT_BQ, k.h = blockIdx.z;
+    k.lo = off[k.s], k.n = off[k.s + 1] - k.lo, k.ld = 3 * d, k.dh = (int)(d / H);
+    k.scale = 1.0f / sqrtf((float)k.dh);
+    return k;
+}
+
+/* ------------------------------------------------------------------ tiled kernels */
+template <int DM>
+__global__ void __launch_bounds__(ATT_BQ) k_flash_fwd(const float *qkv, float *o, float *lse, const int64_t *off,
+                                                      const int64_t *sid, int64_t d, int64_t H, int vec, ddp_dropout dr)
+{
+    __shared__ float4 ks[ATT_BK * DM / 4], vs[ATT_BK * DM / 4];
+    __shared__ float sc[ATT_BK][ATT_BQ]; /* a key tile's scores, a column per thread (no bank conflicts) */
+    const att_blk k = att_block(off, d, H);
+    __syncthreads(); /* (uniform, before the exit: the emulator learns from a kernel's first block that it waits) */
+    if (k.i0 >= k.n) return; /* the whole block: past its sample's end */
+    const float *base = qkv + k.lo * k.ld + k.h * k.dh; /* q of the sample's first row, head h */
+    const int64_t i = k.i0 + threadIdx.x;
+    float q[DM], acc[DM];
+    att_rows_in<DM>(q, ks, vs, base + k.i0 * k.ld, k.ld, k.n - k.i0, k.dh, vec);
+    ATT_UNROLL
+    for (int c = 0; c < DM; c++) acc[c] = 0.0f;
+    const int on = dr.p > 0.0f;
+    const uint64_t rk = on && i < k.n ? ddp_drop_samplekey(&dr, sid, k.s, i) : 0, u0 = ddp_drop_attn_unit(k.h, 0);
+    const float *kf = (const float *)ks, *vf = (const float *)vs;
+    float m = -1e30f, l = 0.0f; /* below any finite score; never an infinity (fast-math builds) */
+    for (int64_t j0 = 0; j0 < k.n; j0 += ATT_BK) {
+        att_load<DM>(ks, base + j0 * k.ld + d, k.ld, k.n - j0, k.dh, vec);
+        att_load<DM>(vs, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, k.dh, vec);
+        __syncthreads();
+        const int jn = k.n - j0 < ATT_BK ? (int)(k.n - j0) : ATT_BK;
+        float mt = m;
+        for (int j = 0; j < jn; j++) {
+            float sj = att_dot<DM>(q, kf + j * DM) * k.scale;
+            sc[j][threadIdx.x] = sj;
+            mt = fmaxf(mt, sj);
+        }
+        const float corr = ddp_expf(m - mt); /* first tile: ~0, and l, acc are 0 anyway */
+        l *= corr;
+        m = mt;
+        ATT_UNROLL
+        for (int c = 0; c < DM; c++) acc[c] *= corr;
+        for (int j = 0; j < jn; j++) {
+            float e = ddp_expf(sc[j][threadIdx.x] - m);
+            l += e;
+            if (on) e *= ddp_drop_scale(&dr, rk, u0 + (uint64_t)(j0 + j));
+            ATT_UNROLL
+            for (int c = 0; c < DM; c++) acc[c] += e * vf[j * DM + c];
+        }
+        __syncthreads();
+    }
+    if (i < k.n) lse[(k.lo + i) * H + k.h] = m + logf(l);
+    att_rows_out<DM>(acc, i < k.n ? 1.0f / l : 0.0f, ks, vs, o + (k.lo + k.i0) * d + k.h * k.dh, d, k.n - k.i0, k.dh, vec);
+}
+
+/* dK, dV of the block's 64 key rows: dv_j = sum_i drop(P_ij) dO_i, dk_j = scale sum_i dS_ij q_i over the
+ * sample's query rows i in order, dS_ij = P_ij (drop(dO_i . v_j) - D_i). */
+template <int DM>
+__global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_kv(const float *qkv, const float *dout, const float *lse,
+                                                         const float *D, float *dqkv, const int64_t *off, const int64_t *sid,
+                                                         int64_t d, int64_t H, int vec, ddp_dropout dr)
+{
+    __shared__ float4 qs[ATT_BK * DM / 4], ds[ATT_BK * DM / 4];
+    __shared__ float ls[ATT_BK], Ds[ATT_BK];
+    __shared__ uint64_t rks[ATT_BK];
+    const att_blk k = att_block(off, d, H);
+    __syncthreads(); /* as in k_flash_fwd */
+    if (k.i0 >= k.n) return;
+    const float *base = qkv + k.lo * k.ld + k.h * k.dh, *dob = dout + k.lo * d + k.h * k.dh;
+    const int64_t j = k.i0 + threadIdx.x;
+    float kr[DM], vr[DM], dk[DM], dv[DM];
+    att_rows_in<DM>(kr, qs, ds, base + k.i0 * k.ld + d, k.ld, k.n - k.i0, k.dh, vec);
+    att_rows_in<DM>(vr, qs, ds, base + k.i0 * k.ld + 2 * d, k.ld, k.n - k.i0, k.dh, vec);
+    ATT_UNROLL
+    for (int c = 0; c < DM; c++) dk[c] = dv[c] = 0.0f;
+    const int on = dr.p > 0.0f;
+    const uint64_t unit = ddp_drop_attn_unit(k.h, j);
+    const float *qf = (const float *)qs, *df = (const float *)ds;
+    for (int64_t i0 = 0; i0 < k.n; i0 += ATT_BK) {
+        att_load<DM>(qs, base + i0 * k.ld, k.ld, k.n - i0, k.dh, vec);
+        att_load<DM>(ds, dob + i0 * d, d, k.n - i0, k.dh, vec);
+        const int in = k.n - i0 < ATT_BK ? (int)(k.n - i0) : ATT_BK;
+        if ((int)threadIdx.x < in) {
+            int64_t r = k.lo + i0 + threadIdx.x;
+            ls[threadIdx.x] = lse[r * H + k.h], Ds[threadIdx.x] = D[r * H + k.h];
+            rks[threadIdx.x] = on ? ddp_drop_samplekey(&dr, sid, k.s, i0 + threadIdx.x) : 0;
+        }
+        __syncthreads();
+        for (int ii = 0; ii < in; ii++) {
+            const float *qi = qf + ii * DM, *doi = df + ii * DM;
+            float p = ddp_expf(att_dot<DM>(kr, qi) * k.scale - ls[ii]);
+            float ms = on ? ddp_drop_scale(&dr, rks[ii], unit) : 1.0f;
+            float dp = att_dot<DM>(vr, doi) * ms;
+            float dsv = p * (dp - Ds[ii]) * k.scale, pm = p * ms;
+            ATT_UNROLL
+            for (int c = 0; c < DM; c++) {
+                dv[c] += pm * doi[c];
+                dk[c] += dsv * qi[c];
+            }
+        }
+        __syncthreads();
+    }
+    float *out = dqkv + (k.lo + k.i0) * k.ld + k.h * k.dh;
+    att_rows_out<DM>(dk, 1.0f, qs, ds, out + d, k.ld, k.n - k.i0, k.dh, vec);
+    att_rows_out<DM>(dv, 1.0f, qs, ds, out + 2 * d, k.ld, k.n - k.i0, k.dh, vec);
+}
+
+/* dQ of the block's 64 query rows: dq_i = scale sum_j dS_ij k_j over the sample's key rows j in order. */
+template <int DM>
+__global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_q(const float *qkv, const float *dout, const float *lse,
+                                                        const float *D, float *dqkv, const int64_t *off, const int64_t *sid,
+                                                        int64_t d, int64_t H, int vec, ddp_dropout dr)
+{
+    __shared__ float4 ks[ATT_BK * DM / 4], vs[ATT_BK * DM / 4];
+    const att_blk k = att_block(off, d, H);
+    __syncthreads(); /* as in k_flash_fwd */
+    if (k.i0 >= k.n) return;
+    const float *base = qkv + k.lo * k.ld + k.h * k.dh;
+    const int64_t i = k.i0 + threadIdx.x;
+    float q[DM], dor[DM], dq[DM];
+    att_rows_in<DM>(q, ks, vs, base + k.i0 * k.ld, k.ld, k.n - k.i0, k.dh, vec);
+    att_rows_in<DM>(dor, ks, vs, dout + (k.lo + k.i0) * d + k.h * k.dh, d, k.n - k.i0, k.dh, vec);
+    ATT_UNROLL
+    for (int c = 0; c < DM; c++) dq[c] = 0.0f;
+    const int on = dr.p > 0.0f;
+    const uint64_t rk = on && i < k.n ? ddp_drop_samplekey(&dr, sid, k.s, i) : 0, u0 = ddp_drop_attn_unit(k.h, 0);
+    const float li = i < k.n ? lse[(k.lo + i) * H + k.h] : 0.0f, Di = i < k.n ? D[(k.lo + i) * H + k.h] : 0.0f;
+    const float *kf = (const float *)ks, *vf = (const float *)vs;
+    for (int64_t j0 = 0; j0 < k.n; j0 += ATT_BK) {
+        att_load<DM>(ks, base + j0 * k.ld + d, k.ld, k.n - j0, k.dh, vec);
+        att_load<DM>(vs, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, k.dh, vec);
+        __syncthreads();
+        const int jn = k.n - j0 < ATT_BK ? (int)(k.n - j0) : ATT_BK;
+        for (int j = 0; j < jn; j++) {
+            const float *kj = kf + j * DM;
+            float p = ddp_expf(att_dot<DM>(q, kj) * k.scale - li);
+            float dp = att_dot<DM>(dor, vf + j * DM);
+            if (on) dp *= ddp_drop_scale(&dr, rk, u0 + (uint64_t)(j0 + j));
+            float dsv = p * (dp - Di) * k.scale;
+            ATT_UNROLL
+            for (int c = 0; c < DM; c++) dq[c] += dsv * kj[c];
+        }
+        __syncthreads();
+    }
+    att_rows_out<DM>(dq, 1.0f, ks, vs, dqkv + (k.lo + k.i0) * k.ld + k.h * k.dh, k.ld, k.n - k.i0, k.dh, vec);
+}
+
+/* ------------------------------------------------------------------ reference kernels (dh > ATT_DMAX) */
 /* Where thread i of an attention kernel works: row r and head h (i = r H + h), the row's sample s, its first
  * row lo and length n; offsets into qkv (ld = 3d) of this row's and the sample's first row's head h, and
  * into the [R, d] o/dout arrays of this row's head h. */
@@ -33,7 +303,7 @@ __global__ void k_attn_fwd(const float *qkv, float *o, float *lse, const int64_t
                               &dr, ddp_drop_samplekey(&dr, sid, a.s, a.r - a.lo), ddp_drop_attn_unit(a.h, 0));
 }
 
-/* D[r, h] = dO[r, head h] . O[r, head h] */
+/* D[r, h] = dO[r, head h] . O[r, head h] (the tiled path's too) */
 __global__ void k_attn_D(const float *dout, const float *o, float *D, int64_t R, int64_t d, int64_t H)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -60,9 +330,52 @@ __global__ void k_attn_bwd(const float *qkv, const float *dout, const float *lse
 }
 
 /* ------------------------------------------------------------------ ops */
+/* The tiled kernels' grid: samples x query (or key) tiles x heads; float4 accesses when every row of every
+ * head starts 16-byte aligned (dh % 4 == 0 and the buffers aligned). */
+static dim3 att_grid(const ddp_packing *pack, int heads)
+{
+    return dim3((unsigned)pack->B, (unsigned)((pack->max_rows + ATT_BQ - 1) / ATT_BQ), (unsigned)heads);
+}
+static int att_vec(int64_t dh, const void *a, const void *b, const void *c)
+{
+    return dh % 4 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
+}
+
+template <int DM>
+static ddp_status att_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t d,
+                          int heads, const ddp_dropout *dr)
+{
+    int vec = att_vec(d / heads, qkv, o, o);
+    DDP_LAUNCH(k_flash_fwd<DM>, att_grid(pack, heads), ATT_BQ, 0, cuda_of(b)->stream, qkv, o, lse, pack->off, pack->sid, d,
+               (int64_t)heads, vec, *dr);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+template <int DM>
+static ddp_status att_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse, float *dqkv,
+                          const float *delta, const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
+{
+    int vec = att_vec(d / heads, qkv, dout, dqkv);
+    cudaStream_t st = cuda_of(b)->stream;
+    DDP_LAUNCH(k_flash_bwd_kv<DM>, att_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->off, pack->sid,
+               d, (int64_t)heads, vec, *dr);
+    LAUNCH_CHECK();
+    DDP_LAUNCH(k_flash_bwd_q<DM>, att_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->off, pack->sid,
+               d, (int64_t)heads, vec, *dr);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
 ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
                                    int64_t d, int heads, const ddp_dropout *dr)
 {
+    int64_t dh = d / heads;
+    if (pack->R <= 0 || pack->max_rows <= 0) return DDP_OK;
+    if (dh <= 16) return att_fwd<16>(b, qkv, o, lse, pack, d, heads, dr);
+    if (dh <= 32) return att_fwd<32>(b, qkv, o, lse, pack, d, heads, dr);
+    if (dh <= 64) return att_fwd<64>(b, qkv, o, lse, pack, d, heads, dr);
+    if (dh <= ATT_DMAX) return att_fwd<ATT_DMAX>(b, qkv, o, lse, pack, d, heads, dr);
     ENC_LAUNCH(k_attn_fwd, pack->R * heads, qkv, o, lse, pack->off, pack->seg, pack->sid, pack->R, d, (int64_t)heads, *dr);
     return DDP_OK;
 }
@@ -71,8 +384,13 @@ ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const float 
                                    float *dqkv, float *delta, const ddp_packing *pack, int64_t d, int heads,
                                    const ddp_dropout *dr)
 {
-    int64_t n = pack->R * heads, H = heads;
+    int64_t n = pack->R * heads, H = heads, dh = d / heads;
+    if (n <= 0 || pack->max_rows <= 0) return DDP_OK;
     ENC_LAUNCH(k_attn_D, n, dout, o, delta, pack->R, d, H);
+    if (dh <= 16) return att_bwd<16>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
+    if (dh <= 32) return att_bwd<32>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
+    if (dh <= 64) return att_bwd<64>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
+    if (dh <= ATT_DMAX) return att_bwd<ATT_DMAX>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
     ENC_LAUNCH(k_attn_bwd, n, qkv, dout, lse, delta, dqkv, pack->off, pack->seg, pack->sid, pack->R, d, H, *dr);
     return DDP_OK;
 }

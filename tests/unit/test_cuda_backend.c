@@ -47,7 +47,7 @@ static float *host_of(const void *d, int64_t n)
 }
 /* Each element against its own size: |g - c| <= tol * (|c| + 1e-3 rms(c)) (the floor keeps elements that
  * cancel to ~0 from failing on rounding). Prints the worst element. */
-static void expect_close(const char *what, const float *g, const float *c, int64_t n, double tol)
+static double expect_close(const char *what, const float *g, const float *c, int64_t n, double tol)
 {
     double rms = 0;
     for (int64_t i = 0; i < n; i++) rms += (double)c[i] * c[i];
@@ -60,12 +60,14 @@ static void expect_close(const char *what, const float *g, const float *c, int64
     }
     CHECK(worst <= tol, "%s: element %lld: cuda %.9g vs cpu %.9g (relative %.3g > %.1g)", what, (long long)at,
           n ? g[at] : 0.0, n ? c[at] : 0.0, worst, tol);
+    return worst;
 }
-static void expect_dev_close(const char *what, const void *d, const float *c, int64_t n, double tol)
+static double expect_dev_close(const char *what, const void *d, const float *c, int64_t n, double tol)
 {
     float *h = host_of(d, n);
-    expect_close(what, h, c, n, tol);
+    double worst = expect_close(what, h, c, n, tol);
     free(h);
+    return worst;
 }
 
 static void test_gemm(void)
@@ -449,6 +451,94 @@ static void test_enc_ops(void)
     free(y), free(y2), free(mu), free(rs), free(acc), free(acc2), free(acc3);
 }
 
+/* One batch of attention (samples of len[0..B) rows, heads of dh, H heads) on both backends: the CPU's fused
+ * method and auto (gemm from 8 rows), without and with dropout: output, lse and dqkv within tolerance, the
+ * worst relative errors printed. Then the kernels' determinism (a second run gives the same bits) and their
+ * independence of the batch (sample `solo` alone gives the same bits as inside the batch). */
+static void attn_case(const char *tag, const int64_t *len, int B, int64_t dh, int H, int solo)
+{
+    int64_t d = dh * H, R = 0, mx = 0, *o = malloc((size_t)(B + 1) * 8), *sid = malloc((size_t)B * 8);
+    o[0] = 0;
+    for (int i = 0; i < B; i++) o[i + 1] = o[i] + len[i], mx = len[i] > mx ? len[i] : mx, sid[i] = 7 + 5 * i;
+    R = o[B];
+    int64_t *seg = malloc((size_t)(R ? R : 1) * 8);
+    for (int i = 0; i < B; i++)
+        for (int64_t r = o[i]; r < o[i + 1]; r++) seg[r] = i;
+    ddp_packing pc = {.B = B, .R = R, .off = o, .seg = seg, .sid = sid, .hoff = o, .max_rows = mx}, pg = pc;
+    pg.off = dev(o, (size_t)(B + 1) * 8), pg.seg = dev(seg, (size_t)(R ? R : 1) * 8), pg.sid = dev(sid, (size_t)B * 8);
+    float *qkv = rnd(R * 3 * d, 31 + (uint64_t)dh, 1.5f), *dout = rnd(R * d, 32, 1), *y = calloc((size_t)R * d + 1, 4),
+          *lse = calloc((size_t)R * H + 1, 4), *dq = calloc((size_t)R * 3 * d + 1, 4), *D = calloc((size_t)R * H + 1, 4);
+    void *qg = dev(qkv, (size_t)R * 3 * d * 4 + 4), *dog = dev(dout, (size_t)R * d * 4 + 4), *yg, *lg, *dqg, *Dg;
+    OK(gpu->alloc(gpu, &yg, (size_t)R * d * 4 + 4));
+    OK(gpu->alloc(gpu, &lg, (size_t)R * H * 4 + 4));
+    OK(gpu->alloc(gpu, &dqg, (size_t)R * 3 * d * 4 + 4));
+    OK(gpu->alloc(gpu, &Dg, (size_t)R * H * 4 + 4));
+    const char *methods[2] = {"fused", "auto"};
+    ddp_dropout dk = {0};
+    for (int k = 0; k < 4; k++) {
+        dk = (ddp_dropout){.p = k < 2 ? 0.0f : 0.2f, .key = 77};
+        setenv("MPIDDP_ATTENTION", methods[k % 2], 1);
+        char what[160];
+        OK(cpu->enc->attention_fwd(cpu, qkv, y, lse, &pc, d, H, &dk));
+        if (k % 2 == 0) /* the kernels once per dropout setting, against both CPU methods */
+            OK(gpu->enc->attention_fwd(gpu, qg, yg, lg, &pg, d, H, &dk));
+        snprintf(what, sizeof what, "attention %s dh %lld (cpu %s, p %.1f) output", tag, (long long)dh, methods[k % 2],
+                 (double)dk.p);
+        double eo = expect_dev_close(what, yg, y, R * d, 2e-3); /* sums of up to 300 terms, in another order */
+        snprintf(what, sizeof what, "attention %s dh %lld (cpu %s, p %.1f) lse", tag, (long long)dh, methods[k % 2],
+                 (double)dk.p);
+        double el = expect_dev_close(what, lg, lse, R * H, 1e-5);
+        OK(cpu->enc->attention_bwd(cpu, qkv, y, dout, lse, dq, D, &pc, d, H, &dk));
+        if (k % 2 == 0) OK(gpu->enc->attention_bwd(gpu, qg, yg, dog, lg, dqg, Dg, &pg, d, H, &dk));
+        snprintf(what, sizeof what, "attention %s dh %lld (cpu %s, p %.1f) dqkv", tag, (long long)dh, methods[k % 2],
+                 (double)dk.p);
+        double eg = expect_dev_close(what, dqg, dq, R * 3 * d, 5e-3);
+        printf("attention %-6s dh %3lld H %d rows %4lld (cpu %-5s p %.1f): worst relative error output %.2g lse %.2g "
+               "dqkv %.2g\n", tag, (long long)dh, H, (long long)R, methods[k % 2], (double)dk.p, eo, el, eg);
+    }
+    unsetenv("MPIDDP_ATTENTION");
+    /* determinism: the same call again (dropout on), identical bits */
+    float *y1 = host_of(yg, R * d), *l1 = host_of(lg, R * H), *g1 = host_of(dqg, R * 3 * d);
+    OK(gpu->zero(gpu, dqg, (size_t)R * 3 * d * 4));
+    OK(gpu->enc->attention_fwd(gpu, qg, yg, lg, &pg, d, H, &dk));
+    OK(gpu->enc->attention_bwd(gpu, qg, yg, dog, lg, dqg, Dg, &pg, d, H, &dk));
+    float *y2 = host_of(yg, R * d), *l2 = host_of(lg, R * H), *g2 = host_of(dqg, R * 3 * d);
+    CHECK(!memcmp(y1, y2, (size_t)R * d * 4) && !memcmp(l1, l2, (size_t)R * H * 4) && !memcmp(g1, g2, (size_t)R * 3 * d * 4),
+          "attention %s dh %lld: two runs differ", tag, (long long)dh);
+    /* sample `solo` alone (its id kept): the same bits as in the batch */
+    int64_t lo = o[solo], n = len[solo], o1[2] = {0, n}, *seg1 = calloc((size_t)n + 1, 8);
+    ddp_packing p1 = {.B = 1, .R = n, .off = dev(o1, sizeof o1), .seg = dev(seg1, (size_t)n * 8 + 8),
+                      .sid = dev(&sid[solo], 8), .hoff = o1, .max_rows = n};
+    void *q1 = dev(qkv + lo * 3 * d, (size_t)n * 3 * d * 4), *do1 = dev(dout + lo * d, (size_t)n * d * 4);
+    OK(gpu->enc->attention_fwd(gpu, q1, yg, lg, &p1, d, H, &dk));
+    OK(gpu->enc->attention_bwd(gpu, q1, yg, do1, lg, dqg, Dg, &p1, d, H, &dk));
+    float *y3 = host_of(yg, n * d), *g3 = host_of(dqg, n * 3 * d);
+    CHECK(!memcmp(y3, y1 + lo * d, (size_t)n * d * 4) && !memcmp(g3, g1 + lo * 3 * d, (size_t)n * 3 * d * 4),
+          "attention %s dh %lld: sample %d alone differs from the batch", tag, (long long)dh, solo);
+    void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, (void *)p1.off, (void *)p1.seg, (void *)p1.sid,
+                  qg, dog, yg, lg, dqg, Dg, q1, do1};
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
+    free(o), free(sid), free(seg), free(seg1), free(qkv), free(dout), free(y), free(lse), free(dq), free(D);
+    free(y1), free(l1), free(g1), free(y2), free(l2), free(g2), free(y3), free(g3);
+}
+
+/* The tiled attention kernels (64-row blocks, 32-row shared tiles) across their boundaries: lengths 1, 31..33,
+ * 63..65, 131 (2 x 64 + 3) and a long 300, every compiled head width (dh 8, 16 -> 16; 32; 64; 100 -> 128) and
+ * one past the widest (160: the reference kernels); a batch of 0-3-row samples, the first one empty. */
+static void test_attention_tiles(void)
+{
+    static const int64_t lens[] = {1, 63, 64, 65, 131, 31, 32, 33, 300, 2};
+    static const int64_t tiny[] = {0, 1, 2, 0, 1, 3, 1, 0};
+    static const struct {
+        int64_t dh;
+        int H;
+    } shapes[] = {{8, 3}, {16, 2}, {32, 2}, {64, 1}, {100, 1}, {160, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        attn_case("tiles", lens, (int)(sizeof lens / sizeof lens[0]), shapes[i].dh, shapes[i].H, 8);
+    attn_case("tiny", tiny, (int)(sizeof tiny / sizeof tiny[0]), 16, 4, 5);
+    attn_case("tiny", tiny, (int)(sizeof tiny / sizeof tiny[0]), 6, 2, 2);
+}
+
 /* Two training steps of the Transformer encoder (dropout 0.1, accumulate 2) on both backends, AdamW in
  * between, then eval: losses, every gradient tensor, parameters and predictions. */
 static void test_transformer_steps(void)
@@ -527,6 +617,7 @@ int main(void)
     test_elementwise();
     test_loss_optim();
     test_enc_ops();
+    test_attention_tiles();
     test_transformer_steps();
     test_model_steps();
     cpu->destroy(cpu);
