@@ -202,18 +202,27 @@ static void attn_gemm_fwd(const float *qkv, float *o, float *lse, const ddp_pack
     }
 }
 
+/* The scratch of one pass over a batch whose longest sample has nmax rows: the gemm method's scores (gemm_n
+ * n x n matrices: 1 forward, 3 backward), the fused method's transposed K (and V) and score rows, the tiled
+ * method's blocks; whichever of them the batch uses is largest. Written before it is read. */
+static ddp_status attn_scratch(attn_pick k, int64_t nmax, int64_t dh, int64_t gemm_n, float **S)
+{
+    size_t need = (size_t)(nmax >= k.gemm_min ? gemm_n * nmax * nmax : 0), tn = ddp_cpu_attn_tiled_scratch(nmax, dh);
+    if ((size_t)((2 * dh + 2) * nmax) > need) need = (size_t)((2 * dh + 2) * nmax);
+    if (nmax >= k.tiled_min && tn > need) need = tn;
+    *S = ddp_malloc(need, sizeof **S);
+    if (!*S) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scratch (%zu floats)", need);
+    return DDP_OK;
+}
+
 static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
                                     int64_t d, int heads, const ddp_dropout *dr)
 {
     (void)b;
     attn_pick k = attn_method();
     int64_t nmax = pack->max_rows, dh = d / heads;
-    /* scratch: the gemm method's n x n scores, the fused method's transposed K and a score row, the tiled blocks */
-    size_t need = (size_t)(nmax >= k.gemm_min ? nmax * nmax : 0), tn = ddp_cpu_attn_tiled_scratch(nmax, dh);
-    if ((size_t)((2 * dh + 2) * nmax) > need) need = (size_t)((2 * dh + 2) * nmax);
-    if (nmax >= k.tiled_min && tn > need) need = tn;
-    float *S = ddp_malloc(need, sizeof *S); /* scratch, written before read */
-    if (!S) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scratch (%zu floats)", need);
+    float *S;
+    DDP_CHECK(attn_scratch(k, nmax, dh, 1, &S));
     for (int64_t s = 0; s < pack->B; s++) {
         int w = attn_which(k, pack->off[s + 1] - pack->off[s]);
         if (w == ATT_TILED) ddp_cpu_attn_tiled_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
@@ -305,11 +314,8 @@ static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const floa
     int64_t dh = d / heads, nmax = pack->max_rows;
     for (int64_t r = 0; r < pack->R; r++) /* D_i = dO_i . O_i per head */
         for (int h = 0; h < heads; h++) delta[r * heads + h] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
-    size_t need = (size_t)(nmax >= k.gemm_min ? 3 * nmax * nmax : 0), tn = ddp_cpu_attn_tiled_scratch(nmax, dh);
-    if ((size_t)((2 * dh + 2) * nmax) > need) need = (size_t)((2 * dh + 2) * nmax);
-    if (nmax >= k.tiled_min && tn > need) need = tn;
-    float *S = ddp_malloc(need, sizeof *S); /* scratch, written before read */
-    if (!S) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention scratch (%zu floats)", need);
+    float *S;
+    DDP_CHECK(attn_scratch(k, nmax, dh, 3, &S));
     for (int64_t s = 0; s < pack->B; s++) {
         int w = attn_which(k, pack->off[s + 1] - pack->off[s]);
         if (w == ATT_TILED) ddp_cpu_attn_tiled_bwd(qkv, dout, lse, delta, dqkv, pack, s, d, heads, dr, S);

@@ -21,22 +21,6 @@
 #define EW_MAX_CHUNKS 256
 
 /* ------------------------------------------------------------------ device helpers */
-template <int V> static __device__ inline void ld(const float *p, int64_t c, float *o)
-{
-    if (V == 4) {
-        float4 t = *(const float4 *)(p + c);
-        o[0] = t.x, o[1] = t.y, o[2] = t.z, o[3] = t.w;
-    } else {
-        o[0] = p[c];
-    }
-}
-template <int V> static __device__ inline void st(float *p, int64_t c, const float *o)
-{
-    if (V == 4)
-        *(float4 *)(p + c) = make_float4(o[0], o[1], o[2], o[3]);
-    else
-        p[c] = o[0];
-}
 
 /* The dropout key of packed row r, computed by thread 0 and shared with the block (0 when dropout is off; the
  * barrier is unconditional, so every launch of a kernel synchronises alike). */
@@ -63,11 +47,11 @@ __global__ void k_embed_fwd(float *h, const float *bias, const float *pos, const
     const float *pr = pos ? pos + prow * d : NULL;
     for (int64_t c = (int64_t)threadIdx.x * V; c < d; c += (int64_t)blockDim.x * V) {
         float o[V], bv[V], pv[V];
-        ld<V>(hr, c, o);
-        ld<V>(bias, c, bv);
-        if (pr) ld<V>(pr, c, pv);
+        vld<V>(hr, c, o);
+        vld<V>(bias, c, bv);
+        if (pr) vld<V>(pr, c, pv);
         for (int j = 0; j < V; j++) o[j] += bv[j] + (pr ? pv[j] : 0.0f);
-        st<V>(hr, c, o);
+        vst<V>(hr, c, o);
     }
 }
 
@@ -96,12 +80,12 @@ __global__ void k_gelu_erf_fwd(const float *z, const float *bias, float *a, floa
     float *ar = a + r * cols, *gr = dg ? dg + r * cols : NULL;
     for (int64_t c = (int64_t)threadIdx.x * V; c < cols; c += (int64_t)blockDim.x * V) {
         float zv[V], bv[V], g[V], o[V];
-        ld<V>(zr, c, zv);
-        ld<V>(bias, c, bv);
+        vld<V>(zr, c, zv);
+        vld<V>(bias, c, bv);
         for (int j = 0; j < V; j++)
             o[j] = ddp_drop_apply(drop, &dr, rk, (uint64_t)(c + j), ddp_gelu_erf_fwd(zv[j] + bv[j], gr ? &g[j] : NULL));
-        if (gr) st<V>(gr, c, g);
-        st<V>(ar, c, o);
+        if (gr) vst<V>(gr, c, g);
+        vst<V>(ar, c, o);
     }
 }
 
@@ -115,11 +99,11 @@ __global__ void k_residual_fwd(float *out, const float *h, const float *t, const
     const uint64_t rk = block_rowkey(dr, off, seg, sid, r);
     for (int64_t c = (int64_t)threadIdx.x * V; c < d; c += (int64_t)blockDim.x * V) {
         float hv[V], tv[V], bv[V], o[V];
-        ld<V>(h + r * d, c, hv);
-        ld<V>(t + r * d, c, tv);
-        ld<V>(bias, c, bv);
+        vld<V>(h + r * d, c, hv);
+        vld<V>(t + r * d, c, tv);
+        vld<V>(bias, c, bv);
         for (int j = 0; j < V; j++) o[j] = hv[j] + ddp_drop_apply(drop, &dr, rk, (uint64_t)(c + j), tv[j] + bv[j]);
-        st<V>(out + r * d, c, o);
+        vst<V>(out + r * d, c, o);
     }
 }
 
@@ -146,24 +130,24 @@ __global__ void k_drop_mul_part(const float *src, const float *mul, float *dst, 
         for (int64_t i = 0; in && i < n; i++) {
             const int64_t r = r0 + i;
             float v[V], m[V];
-            ld<V>(src + r * cols, c, v);
-            if (mul) ld<V>(mul + r * cols, c, m);
+            vld<V>(src + r * cols, c, v);
+            if (mul) vld<V>(mul + r * cols, c, m);
             for (int j = 0; j < V; j++) {
                 v[j] = ddp_drop_apply(drop, &dr, drop ? keys[i] : 0, (uint64_t)(c + j), v[j]);
                 if (mul) v[j] *= m[j];
                 acc[j] += v[j];
             }
-            st<V>(dst + r * cols, c, v);
+            vst<V>(dst + r * cols, c, v);
         }
     }
     if (!in) return;
     if (gridDim.y == 1) {
         float o[V];
-        ld<V>(dbias, c, o);
+        vld<V>(dbias, c, o);
         for (int j = 0; j < V; j++) o[j] += acc[j];
-        st<V>(dbias, c, o);
+        vst<V>(dbias, c, o);
     } else {
-        st<V>(part + (int64_t)blockIdx.y * cols, c, acc);
+        vst<V>(part + (int64_t)blockIdx.y * cols, c, acc);
     }
 }
 
@@ -203,9 +187,9 @@ __global__ void k_pool_mean_bwd(const float *dp, float *dx, const int64_t *off, 
     __syncthreads();
     for (int64_t c = (int64_t)threadIdx.x * V; c < d; c += (int64_t)blockDim.x * V) {
         float o[V];
-        ld<V>(dp + srow * d, c, o);
+        vld<V>(dp + srow * d, c, o);
         for (int j = 0; j < V; j++) o[j] *= inv;
-        st<V>(dx + r * d, c, o);
+        vst<V>(dx + r * d, c, o);
     }
 }
 

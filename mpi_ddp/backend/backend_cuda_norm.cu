@@ -28,22 +28,6 @@
 #endif
 
 /* ------------------------------------------------------------------ device helpers */
-template <int V> static __device__ inline void ld(const float *p, int64_t c, float *o)
-{
-    if (V == 4) {
-        float4 t = *(const float4 *)(p + c);
-        o[0] = t.x, o[1] = t.y, o[2] = t.z, o[3] = t.w;
-    } else {
-        o[0] = p[c];
-    }
-}
-template <int V> static __device__ inline void st(float *p, int64_t c, const float *o)
-{
-    if (V == 4)
-        *(float4 *)(p + c) = make_float4(o[0], o[1], o[2], o[3]);
-    else
-        p[c] = o[0];
-}
 
 /* The sum of every thread's a (and b) over the block, a tree in static shared memory; blockDim.x is a power of
  * two at most LN_THREADS. Every thread gets the sums. */
@@ -102,8 +86,8 @@ __global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, 
     LN_UNROLL
     for (int k = 0; k < LN_REG / V; k++)
         if (c0 + k * step < d) {
-            ld<V>(xr, c0 + k * step, &v[k * V]);
-            if (d <= LN_SMEM) st<V>(row, c0 + k * step, &v[k * V]);
+            vld<V>(xr, c0 + k * step, &v[k * V]);
+            if (d <= LN_SMEM) vst<V>(row, c0 + k * step, &v[k * V]);
         }
     __syncthreads(); /* rows of up to LN_SMEM columns are all in registers, now staged */
     row_stats(xr, row, d, &mu, &rs);
@@ -112,19 +96,19 @@ __global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, 
         int64_t c = c0 + k * step;
         if (c < d) {
             float wv[V], bv[V], o[V];
-            ld<V>(w, c, wv);
-            ld<V>(b, c, bv);
+            vld<V>(w, c, wv);
+            vld<V>(b, c, bv);
             for (int j = 0; j < V; j++) o[j] = (v[k * V + j] - mu) * rs * wv[j] + bv[j];
-            st<V>(yr, c, o);
+            vst<V>(yr, c, o);
         }
     }
     for (int64_t c = cr; c < d; c += step) {
         float u[V], wv[V], bv[V], o[V];
-        ld<V>(xr, c, u);
-        ld<V>(w, c, wv);
-        ld<V>(b, c, bv);
+        vld<V>(xr, c, u);
+        vld<V>(w, c, wv);
+        vld<V>(b, c, bv);
         for (int j = 0; j < V; j++) o[j] = (u[j] - mu) * rs * wv[j] + bv[j];
-        st<V>(yr, c, o);
+        vst<V>(yr, c, o);
     }
     if (threadIdx.x == 0) {
         mean[r] = mu;
@@ -149,9 +133,9 @@ __global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float 
         int64_t c = c0 + k * step;
         if (c < d) {
             float wv[V];
-            ld<V>(dyr, c, &g[k * V]);
-            ld<V>(xr, c, &xh[k * V]);
-            ld<V>(w, c, wv);
+            vld<V>(dyr, c, &g[k * V]);
+            vld<V>(xr, c, &xh[k * V]);
+            vld<V>(w, c, wv);
             for (int j = 0; j < V; j++) {
                 g[k * V + j] *= wv[j];
                 xh[k * V + j] = (xh[k * V + j] - mu) * rs;
@@ -162,9 +146,9 @@ __global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float 
     }
     for (int64_t c = cr; c < d; c += step) {
         float u[V], xv[V], wv[V];
-        ld<V>(dyr, c, u);
-        ld<V>(xr, c, xv);
-        ld<V>(w, c, wv);
+        vld<V>(dyr, c, u);
+        vld<V>(xr, c, xv);
+        vld<V>(w, c, wv);
         for (int j = 0; j < V; j++) {
             float gj = u[j] * wv[j];
             sg += gj;
@@ -179,19 +163,19 @@ __global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float 
         int64_t c = c0 + k * step;
         if (c < d) {
             float o[V];
-            ld<V>(dxr, c, o);
+            vld<V>(dxr, c, o);
             for (int j = 0; j < V; j++) o[j] += rs * (g[k * V + j] - sg - xh[k * V + j] * sgx);
-            st<V>(dxr, c, o);
+            vst<V>(dxr, c, o);
         }
     }
     for (int64_t c = cr; c < d; c += step) {
         float u[V], xv[V], wv[V], o[V];
-        ld<V>(dyr, c, u);
-        ld<V>(xr, c, xv);
-        ld<V>(w, c, wv);
-        ld<V>(dxr, c, o);
+        vld<V>(dyr, c, u);
+        vld<V>(xr, c, xv);
+        vld<V>(w, c, wv);
+        vld<V>(dxr, c, o);
         for (int j = 0; j < V; j++) o[j] += rs * (u[j] * wv[j] - sg - (xv[j] - mu) * rs * sgx);
-        st<V>(dxr, c, o);
+        vst<V>(dxr, c, o);
     }
 }
 
@@ -210,8 +194,8 @@ __global__ void k_layernorm_dwdb_part(const float *dy, const float *x, const flo
     for (int64_t r = lo; r < hi; r++) {
         float g[V], xv[V];
         const float mu = mean[r], rs = rstd[r];
-        ld<V>(dy + r * d, c, g);
-        ld<V>(x + r * d, c, xv);
+        vld<V>(dy + r * d, c, g);
+        vld<V>(x + r * d, c, xv);
         for (int j = 0; j < V; j++) {
             sw[j] += g[j] * (xv[j] - mu) * rs;
             sb[j] += g[j];
@@ -219,14 +203,14 @@ __global__ void k_layernorm_dwdb_part(const float *dy, const float *x, const flo
     }
     if (gridDim.y == 1) {
         float ow[V], ob[V];
-        ld<V>(dw, c, ow);
-        ld<V>(db, c, ob);
+        vld<V>(dw, c, ow);
+        vld<V>(db, c, ob);
         for (int j = 0; j < V; j++) ow[j] += sw[j], ob[j] += sb[j];
-        st<V>(dw, c, ow);
-        st<V>(db, c, ob);
+        vst<V>(dw, c, ow);
+        vst<V>(db, c, ob);
     } else {
-        st<V>(pw + (int64_t)blockIdx.y * d, c, sw);
-        st<V>(pb + (int64_t)blockIdx.y * d, c, sb);
+        vst<V>(pw + (int64_t)blockIdx.y * d, c, sw);
+        vst<V>(pb + (int64_t)blockIdx.y * d, c, sb);
     }
 }
 

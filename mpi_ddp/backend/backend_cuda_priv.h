@@ -52,6 +52,25 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *q
                                                   const float *lse, float *dqkv, float *delta, const ddp_packing *pack,
                                                   int64_t d, int heads, const ddp_dropout *dr);
 
+/* V (1 or 4) consecutive floats of p from column c into o[0..V), and back: one float4 access when V is 4 (the
+ * caller checked alignment), for the row-wise kernels of backend_cuda_enc.cu and backend_cuda_norm.cu. */
+template <int V> static __device__ inline void vld(const float *p, int64_t c, float *o)
+{
+    if (V == 4) {
+        float4 t = *(const float4 *)(p + c);
+        o[0] = t.x, o[1] = t.y, o[2] = t.z, o[3] = t.w;
+    } else {
+        o[0] = p[c];
+    }
+}
+template <int V> static __device__ inline void vst(float *p, int64_t c, const float *o)
+{
+    if (V == 4)
+        *(float4 *)(p + c) = make_float4(o[0], o[1], o[2], o[3]);
+    else
+        p[c] = o[0];
+}
+
 /* Launches `kernel` over n threads (128 a block) on the backend's stream, when n > 0; in an op returning
  * ddp_status with the backend `b` in scope. */
 #define ENC_LAUNCH(kernel, n, ...)                                                                 \

@@ -10,6 +10,7 @@
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "check.h"
+#include "cuda_test.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -581,18 +582,8 @@ static void test_transformer_steps(void)
 
 int main(void)
 {
-    const char *plugin = getenv("MPIDDP_CUDA_PLUGIN");
-    int nodes = ddp_cuda_maybe_present();
-    int ndev = ddp_cuda_device_count();
-    if (ndev == 0) {
-        if (!nodes) {
-            printf("SKIP: no NVIDIA device node and no MPIDDP_CUDA_PLUGIN: nothing to test here\n");
-            return 77;
-        }
-        fprintf(stderr, "FAIL: %s exist%s but no CUDA device is usable: %s\n",
-                plugin && *plugin ? "MPIDDP_CUDA_PLUGIN" : "NVIDIA device nodes", plugin && *plugin ? "s" : "", ddp_cuda_device_why());
-        return 1;
-    }
+    int exit_code, ndev = cuda_test_devices(&exit_code);
+    if (ndev == 0) return exit_code;
     printf("plugin: %s; %d device(s); %s\n", ddp_cuda()->emulated ? "host emulator" : "CUDA", ndev, ddp_cuda_why());
     OK(ddp_backend_cpu_create(1, &cpu));
     OK(ddp_backend_cuda_create(0, &gpu));

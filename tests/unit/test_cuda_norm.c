@@ -20,6 +20,7 @@
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "check.h"
+#include "cuda_test.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -346,16 +347,8 @@ static void test_self_check(void)
 
 int main(void)
 {
-    int ndev = ddp_cuda_device_count();
-    if (ndev == 0) {
-        const char *plugin = getenv("MPIDDP_CUDA_PLUGIN");
-        if (!ddp_cuda_maybe_present() && !(plugin && *plugin)) {
-            printf("SKIP: no NVIDIA device node and no MPIDDP_CUDA_PLUGIN\n");
-            return 77;
-        }
-        fprintf(stderr, "FAIL: no usable CUDA device: %s\n", ddp_cuda_device_why());
-        return 1;
-    }
+    int exit_code;
+    if (cuda_test_devices(&exit_code) == 0) return exit_code;
     OK(ddp_backend_cpu_create(1, &cpu));
     OK(ddp_backend_cuda_create(0, &gpu));
     if (failures) return 1;
