@@ -6,6 +6,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/model/models.h"
 #include "mpi_ddp/train/checkpoint.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/train/evaluate.h"

@@ -132,19 +132,6 @@ ddp_status ddp_backend_require_enc(const ddp_backend *b);
 const ddp_enc_ops *ddp_cpu_enc_ops(void);
 
 ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out);
-/* The reference model on a given backend (ddp_refmodel_create picks the context's shared one). */
-ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t dim, int64_t hidden, int64_t classes, int64_t max_batch_rows,
-                                  int64_t max_batch_samples, ddp_model *out);
-/* Cumulative seconds the reference model spent in forward and backward of train_step (for benchmarks). */
-void ddp_refmodel_times(const ddp_model *m, double *fwd, double *bwd);
-/* The Transformer encoder (model_transformer.c) and any built-in model on a given backend (models.c). */
-ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out);
-ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out);
-/* Token budgets: a sample's cost is rows + cost_sq x rows^2; 1/(2d + f) for the transformer (its attention
- * against its per-row work), 0 for the MLP. */
-double ddp_model_cost_sq(const ddp_model_config *c);
-/* Cumulative seconds of a transformer: forward, backward, attention, GEMMs (the last two on host backends). */
-void ddp_transformer_times(const ddp_model *m, double t[4]);
 /* Available when built with CUDA; device is the CUDA ordinal. */
 ddp_status ddp_backend_cuda_create(int device, ddp_backend **out);
 

@@ -3,6 +3,7 @@
  * Packed batches: GEMMs run over the concatenated rows; no padding rows are computed. */
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/model/model_common.h"
+#include "mpi_ddp/model/models.h"
 
 #include "io/sampler.h" /* ddp_mix64 */
 

@@ -6,6 +6,7 @@
  * backend_cuda_enc.cu. */
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/model/model_transformer.h"
+#include "mpi_ddp/model/models.h"
 #include "mpi_ddp/core/status.h"
 
 #include <math.h>

@@ -2,6 +2,7 @@
  * builds the MLP (model_mlp.c) or the Transformer encoder (model_transformer.c) on the device's backend
  * (what the two share is in model_common.c). */
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/model/models.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/status.h"
 

@@ -6,6 +6,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/model/models.h"
 #include "mpi_ddp/train/decide.h"
 #include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/core/settings.h"

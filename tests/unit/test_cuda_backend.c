@@ -8,6 +8,7 @@
  * Skips (exit 77) only where no NVIDIA device node exists and no plugin is named; where device nodes
  * exist, a plugin that fails to load or a failing device query is a failure, not a skip. */
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/model/models.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "check.h"
 #include "cuda_test.h"

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/model/models.h"
 #include "mpiddp.h"
 
 #include <math.h>
