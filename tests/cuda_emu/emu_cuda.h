@@ -93,6 +93,8 @@ cudaError_t cudaPeekAtLastError(void);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s); /* emu_memasync.c */
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind);
@@ -111,6 +113,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 
 /* Kernel launch: fn(arg) for every thread of grid x block, in order on stream s (0: legacy stream); the
  * configuration is checked first (an error is returned, recorded for cudaGetLastError, and nothing runs).
@@ -268,6 +271,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 #define __syncthreads() ddp_emu_syncthreads()
 #ifdef __cplusplus
 #include "emu_intrinsics.h"
+#include "emu_wmma.h" /* nvcuda::wmma, the tensor-core kernels' subset */
 #endif
 #endif
 

@@ -1,5 +1,6 @@
 /* emu_runtime.c — the emulated CUDA runtime (see emu_cuda.h): devices and knobs, error state, tracked device
- * memory, streams as worker threads with FIFO queues, events as positions in a stream, and kernel launches
+ * memory, streams as worker threads with FIFO queues, events as positions in a stream (each record an operation
+ * that stamps the host clock, for cudaEventElapsedTime), and kernel launches
  * whose blocks run their threads as fibers so that __syncthreads keeps CUDA's semantics. One mutex and one
  * condition variable guard all stream state: the emulator is for correctness, not speed. */
 #include "emu_cuda.h"
@@ -218,11 +219,19 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     return cudaSuccess;
 }
 
+cudaError_t ddp_emu__free_now(void *p);
 cudaError_t cudaFree(void *p)
 {
     ENTER();
     if (!p) return cudaSuccess;
     cudaDeviceSynchronize(); /* as on a GPU: cudaFree waits for the device */
+    return ddp_emu__free_now(p);
+}
+
+/* Forgets and frees the allocation that starts at p, at once (cudaFree after its wait; cudaFreeAsync's
+ * stream operation, emu_memasync.c). */
+cudaError_t ddp_emu__free_now(void *p)
+{
     pthread_mutex_lock(&g_mu);
     size_t i = 0;
     while (i < g_nallocs && g_allocs[i].p != p) i++;
@@ -271,6 +280,9 @@ struct ddp_emu_stream {
 struct ddp_emu_event {
     struct ddp_emu_stream *s; /* NULL: never recorded */
     long long seq;
+    double t;                 /* host clock (s) when the stream reached the last record (cudaEventElapsedTime) */
+    int pending;              /* record operations not yet run: the last frees a destroyed event */
+    int dead;                 /* destroyed while records were pending */
 };
 
 static struct ddp_emu_stream *g_streams; /* every live stream, for device synchronisation */
@@ -458,19 +470,65 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
-    free(e);
+    if (!e) return cudaSuccess;
+    pthread_mutex_lock(&g_mu);
+    int later = e->pending > 0; /* as on a GPU, destroying never waits: the last pending record frees it */
+    e->dead = later;
+    pthread_mutex_unlock(&g_mu);
+    if (!later) free(e);
     return cudaSuccess;
+}
+/* A record is an operation of its stream that stamps the host clock into the event when the stream reaches it
+ * (the last record's stamp wins, as on a GPU); the event is complete once that operation ran. */
+typedef struct {
+    cudaEvent_t e;
+    struct ddp_emu_stream *s;
+    long long seq;
+} stamp_args;
+static void run_stamp(void *a)
+{
+    stamp_args *st = a;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    pthread_mutex_lock(&g_mu);
+    if (st->e->s == st->s && st->e->seq == st->seq) st->e->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    int gone = !--st->e->pending && st->e->dead;
+    pthread_mutex_unlock(&g_mu);
+    if (gone) free(st->e);
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream)
 {
     ENTER();
     if (!e) return fail(cudaErrorInvalidResourceHandle);
     struct ddp_emu_stream *s = resolve(stream);
+    op *o = calloc(1, sizeof *o);
+    stamp_args *a = calloc(1, sizeof *a);
+    if (!o || !a) {
+        free(o);
+        free(a);
+        return fail(cudaErrorMemoryAllocation);
+    }
+    o->fn = run_stamp, o->arg = a, o->free_arg = free;
     pthread_mutex_lock(&g_mu);
     e->s = s;
-    e->seq = s->enq; /* complete once everything queued on s so far has run */
+    e->seq = s->enq + 1; /* complete once everything queued on s so far, and the stamp, have run */
+    e->pending++;
+    *a = (stamp_args){.e = e, .s = s, .seq = e->seq};
+    push(s, o);
     pthread_mutex_unlock(&g_mu);
     return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+    ENTER();
+    if (!ms || !start || !end) return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&g_mu);
+    cudaError_t r = !start->s || !end->s ? cudaErrorInvalidResourceHandle
+                    : start->s->done < start->seq || end->s->done < end->seq ? cudaErrorNotReady
+                                                                             : cudaSuccess;
+    if (r == cudaSuccess) *ms = (float)((end->t - start->t) * 1e3);
+    pthread_mutex_unlock(&g_mu);
+    return r == cudaErrorNotReady ? r : fail(r);
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int flags)
 {

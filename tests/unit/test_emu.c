@@ -3,7 +3,8 @@
  * the test opens it), events, the legacy stream against blocking and non-blocking streams, NaN-filled and
  * tracked device memory, kernels whose threads meet at __syncthreads, launch limits, a divergent barrier
  * reported as a fault, cuBLAS in column-major, bf16 and TF32 rounding (to nearest even) and cublasGemmEx with
- * TF32 and bf16 inputs, and NCCL over shared memory between forked processes
+ * TF32 and bf16 inputs, the warp matrix functions of nvcuda::wmma (test_emu_wmma.cpp), and NCCL over shared
+ * memory between forked processes
  * (exact sums, duplicate devices refused, an injected init failure and a hung allreduce ended by abort). */
 #include "check.h"
 #include "emu_cuda.h"
@@ -424,6 +425,15 @@ static void run_nccl(int nranks, const int *devs, int blocking, const char *faul
     }
 }
 
+/* emu_wmma.h against host references (test_emu_wmma.cpp): the number of failed checks, the first one in msg */
+int ddp_test_emu_wmma(char *msg, size_t cap);
+static void test_wmma(void)
+{
+    char msg[256];
+    int f = ddp_test_emu_wmma(msg, sizeof msg);
+    CHECK(f == 0, "wmma: %d checks failed, the first: %s", f, msg);
+}
+
 int main(void)
 {
     setenv("MPIDDP_EMU_DEVICES", "4", 1);
@@ -440,6 +450,7 @@ int main(void)
     test_blas();
     test_rounding();
     test_gemm_ex();
+    test_wmma();
     test_streams();
     test_kernels(); /* last: it leaves the sticky fault set */
     return check_summary();
