@@ -2,7 +2,8 @@
  * its kernels and the ops that launch them on the backend's stream, installed in the encoder's op table by
  * backend_cuda_enc.cu. Compiled for the host emulator too (backend_cuda_attn_emu.cpp).
  *
- * FlashAttention-2-style fp32 SIMT kernels over the batch's packed offsets (no tensor cores yet), templated
+ * FlashAttention-2-style fp32 SIMT kernels over the batch's packed offsets (--precision fp32, and heads wider than
+ * the tensor-core kernels of backend_cuda_attn_tc.cu, which take tf32 and bf16 up to dh 64), templated
  * on DM, the head width dh rounded up to 16, 32, 64 or 128 (zero-padded: the padding adds exact zeros):
  *  - forward: a block of ATT_BQ = 64 threads per (sample, query tile of 64 rows, head), grid B x
  *    ceil(max_rows / 64) x heads; a block past its sample's end exits at once (no host sync, no host map).
@@ -120,20 +121,6 @@ template <int DM> static __device__ inline float att_dot(const float (&x)[DM], c
     return s;
 }
 
-/* Where a tiled block works: sample s (rows lo .. lo + n), head h, first row i0 of its 64. */
-struct att_blk {
-    int64_t s, h, lo, n, i0, ld;
-    int dh;
-    float scale;
-};
-static __device__ inline att_blk att_block(const int64_t *off, int64_t d, int64_t H)
-{
-    att_blk k;
-    k.s = blockIdx.x, k.i0 = (int64_t)blockIdx.y * ATT_BQ, k.h = blockIdx.z;
-    k.lo = off[k.s], k.n = off[k.s + 1] - k.lo, k.ld = 3 * d, k.dh = (int)(d / H);
-    k.scale = 1.0f / sqrtf((float)k.dh);
-    return k;
-}
 
 /* ------------------------------------------------------------------ tiled kernels */
 template <int DM>
@@ -142,13 +129,13 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_fwd(const float *qkv, float *o
 {
     __shared__ float4 ks[ATT_BK * DM / 4], vs[ATT_BK * DM / 4];
     __shared__ float sc[ATT_BK][ATT_BQ]; /* a key tile's scores, a column per thread (no bank conflicts) */
-    const att_blk k = att_block(off, d, H);
+    const ddp_attn_blk k = ddp_attn_block(off, d, H, ATT_BQ);
     __syncthreads(); /* (uniform, before the exit: the emulator learns from a kernel's first block that it waits) */
-    if (k.i0 >= k.n) return; /* the whole block: past its sample's end */
+    if (k.r0 >= k.n) return; /* the whole block: past its sample's end */
     const float *base = qkv + k.lo * k.ld + k.h * k.dh; /* q of the sample's first row, head h */
-    const int64_t i = k.i0 + threadIdx.x;
+    const int64_t i = k.r0 + threadIdx.x;
     float q[DM], acc[DM];
-    att_rows_in<DM>(q, ks, vs, base + k.i0 * k.ld, k.ld, k.n - k.i0, k.dh, vec);
+    att_rows_in<DM>(q, ks, vs, base + k.r0 * k.ld, k.ld, k.n - k.r0, k.dh, vec);
     ATT_UNROLL
     for (int c = 0; c < DM; c++) acc[c] = 0.0f;
     const int on = dr.p > 0.0f;
@@ -181,7 +168,7 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_fwd(const float *qkv, float *o
         __syncthreads();
     }
     if (i < k.n) lse[(k.lo + i) * H + k.h] = m + logf(l);
-    att_rows_out<DM>(acc, i < k.n ? 1.0f / l : 0.0f, ks, vs, o + (k.lo + k.i0) * d + k.h * k.dh, d, k.n - k.i0, k.dh, vec);
+    att_rows_out<DM>(acc, i < k.n ? 1.0f / l : 0.0f, ks, vs, o + (k.lo + k.r0) * d + k.h * k.dh, d, k.n - k.r0, k.dh, vec);
 }
 
 /* dK, dV of the block's 64 key rows: dv_j = sum_i drop(P_ij) dO_i, dk_j = scale sum_i dS_ij q_i over the
@@ -194,14 +181,14 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_kv(const float *qkv, const
     __shared__ float4 qs[ATT_BK * DM / 4], ds[ATT_BK * DM / 4];
     __shared__ float ls[ATT_BK], Ds[ATT_BK];
     __shared__ uint64_t rks[ATT_BK];
-    const att_blk k = att_block(off, d, H);
+    const ddp_attn_blk k = ddp_attn_block(off, d, H, ATT_BQ);
     __syncthreads(); /* as in k_flash_fwd */
-    if (k.i0 >= k.n) return;
+    if (k.r0 >= k.n) return;
     const float *base = qkv + k.lo * k.ld + k.h * k.dh, *dob = dout + k.lo * d + k.h * k.dh;
-    const int64_t j = k.i0 + threadIdx.x;
+    const int64_t j = k.r0 + threadIdx.x;
     float kr[DM], vr[DM], dk[DM], dv[DM];
-    att_rows_in<DM>(kr, qs, ds, base + k.i0 * k.ld + d, k.ld, k.n - k.i0, k.dh, vec);
-    att_rows_in<DM>(vr, qs, ds, base + k.i0 * k.ld + 2 * d, k.ld, k.n - k.i0, k.dh, vec);
+    att_rows_in<DM>(kr, qs, ds, base + k.r0 * k.ld + d, k.ld, k.n - k.r0, k.dh, vec);
+    att_rows_in<DM>(vr, qs, ds, base + k.r0 * k.ld + 2 * d, k.ld, k.n - k.r0, k.dh, vec);
     ATT_UNROLL
     for (int c = 0; c < DM; c++) dk[c] = dv[c] = 0.0f;
     const int on = dr.p > 0.0f;
@@ -231,9 +218,9 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_kv(const float *qkv, const
         }
         __syncthreads();
     }
-    float *out = dqkv + (k.lo + k.i0) * k.ld + k.h * k.dh;
-    att_rows_out<DM>(dk, 1.0f, qs, ds, out + d, k.ld, k.n - k.i0, k.dh, vec);
-    att_rows_out<DM>(dv, 1.0f, qs, ds, out + 2 * d, k.ld, k.n - k.i0, k.dh, vec);
+    float *out = dqkv + (k.lo + k.r0) * k.ld + k.h * k.dh;
+    att_rows_out<DM>(dk, 1.0f, qs, ds, out + d, k.ld, k.n - k.r0, k.dh, vec);
+    att_rows_out<DM>(dv, 1.0f, qs, ds, out + 2 * d, k.ld, k.n - k.r0, k.dh, vec);
 }
 
 /* dQ of the block's 64 query rows: dq_i = scale sum_j dS_ij k_j over the sample's key rows j in order. */
@@ -243,14 +230,14 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_q(const float *qkv, const 
                                                         int64_t d, int64_t H, int vec, ddp_dropout dr)
 {
     __shared__ float4 ks[ATT_BK * DM / 4], vs[ATT_BK * DM / 4];
-    const att_blk k = att_block(off, d, H);
+    const ddp_attn_blk k = ddp_attn_block(off, d, H, ATT_BQ);
     __syncthreads(); /* as in k_flash_fwd */
-    if (k.i0 >= k.n) return;
+    if (k.r0 >= k.n) return;
     const float *base = qkv + k.lo * k.ld + k.h * k.dh;
-    const int64_t i = k.i0 + threadIdx.x;
+    const int64_t i = k.r0 + threadIdx.x;
     float q[DM], dor[DM], dq[DM];
-    att_rows_in<DM>(q, ks, vs, base + k.i0 * k.ld, k.ld, k.n - k.i0, k.dh, vec);
-    att_rows_in<DM>(dor, ks, vs, dout + (k.lo + k.i0) * d + k.h * k.dh, d, k.n - k.i0, k.dh, vec);
+    att_rows_in<DM>(q, ks, vs, base + k.r0 * k.ld, k.ld, k.n - k.r0, k.dh, vec);
+    att_rows_in<DM>(dor, ks, vs, dout + (k.lo + k.r0) * d + k.h * k.dh, d, k.n - k.r0, k.dh, vec);
     ATT_UNROLL
     for (int c = 0; c < DM; c++) dq[c] = 0.0f;
     const int on = dr.p > 0.0f;
@@ -273,7 +260,7 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_q(const float *qkv, const 
         }
         __syncthreads();
     }
-    att_rows_out<DM>(dq, 1.0f, ks, vs, dqkv + (k.lo + k.i0) * k.ld + k.h * k.dh, k.ld, k.n - k.i0, k.dh, vec);
+    att_rows_out<DM>(dq, 1.0f, ks, vs, dqkv + (k.lo + k.r0) * k.ld + k.h * k.dh, k.ld, k.n - k.r0, k.dh, vec);
 }
 
 /* ------------------------------------------------------------------ reference kernels (dh > ATT_DMAX) */
@@ -371,7 +358,10 @@ ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, float *o, fl
                                    int64_t d, int heads, const ddp_dropout *dr)
 {
     int64_t dh = d / heads;
+    int tc = 0;
     if (pack->R <= 0 || pack->max_rows <= 0) return DDP_OK;
+    DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
+    if (tc) return ddp_cuda_attention_tc_fwd(b, qkv, o, lse, pack, d, heads, dr); /* --precision tf32, bf16 */
     if (dh <= 16) return att_fwd<16>(b, qkv, o, lse, pack, d, heads, dr);
     if (dh <= 32) return att_fwd<32>(b, qkv, o, lse, pack, d, heads, dr);
     if (dh <= 64) return att_fwd<64>(b, qkv, o, lse, pack, d, heads, dr);
@@ -386,7 +376,10 @@ ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const float 
 {
     int64_t n = pack->R * heads, H = heads, dh = d / heads;
     if (n <= 0 || pack->max_rows <= 0) return DDP_OK;
+    int tc = 0;
     ENC_LAUNCH(k_attn_D, n, dout, o, delta, pack->R, d, H);
+    DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
+    if (tc) return ddp_cuda_attention_tc_bwd(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
     if (dh <= 16) return att_bwd<16>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
     if (dh <= 32) return att_bwd<32>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
     if (dh <= 64) return att_bwd<64>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);

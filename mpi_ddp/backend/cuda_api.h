@@ -15,7 +15,8 @@ extern "C" {
 struct ddp_backend;
 typedef ddp_status (*ddp_set_error_fn)(ddp_status st, const char *fmt, ...);
 
-#define DDP_CUDA_API_VERSION 3 /* 3: ddp_backend.set_precision */
+#define DDP_CUDA_API_VERSION 4 /* 3: ddp_backend.set_precision; 4: its stage* and timer entries, launches,
+                                * compute_capability */
 #define DDP_NCCL_ID_BYTES 128
 
 /* What the plugin exports (ddp_cuda_plugin_api). Streams, events and communicators are opaque. The same
@@ -26,6 +27,7 @@ typedef struct {
     /* Visible devices; on a CUDA error -1, with the CUDA error text in err (e.g. driver too old). */
     int (*device_count)(char *err, size_t n);
     void (*device_name)(int dev, char *buf, size_t n);
+    int (*compute_capability)(int dev); /* 10 major + minor (90: sm_90), -1 on a CUDA error */
     void (*version_string)(char *buf, size_t n);
     void (*nccl_version_string)(char *buf, size_t n);
     ddp_status (*backend_create)(int dev, struct ddp_backend **out);
@@ -50,8 +52,11 @@ typedef struct {
     void (*event_destroy)(void *event);
     /* `to` waits for all work queued on `from` so far (event record + stream wait). */
     ddp_status (*stream_wait)(void *event, void *from, void *to);
-    /* Host synchronisations the backend made so far (cudaStreamSynchronize), for benchmarks. */
+    /* Host synchronisations the backend made so far (cudaStreamSynchronize, cudaEventSynchronize), for benchmarks
+     * and tests. */
     long long (*host_syncs)(void);
+    /* Kernel launches and cuBLAS compute calls the backend made so far, for benchmarks and tests. */
+    long long (*launches)(void);
 } ddp_cuda_api;
 
 /* Plugin entry point. */

@@ -11,11 +11,16 @@
 #ifndef DDP_CUDA_COMPAT_H
 #define DDP_CUDA_COMPAT_H
 
+/* Called at every DDP_LAUNCH: the backend counts its launches (backend_cuda_priv.h defines it first). */
+#ifndef DDP_LAUNCH_NOTE
+#define DDP_LAUNCH_NOTE() ((void)0)
+#endif
+
 #ifdef DDP_CUDA_EMU
 #define DDP_CUDA_EMU_KERNELS 1
 #include "emu_cuda.h"
 #ifdef __cplusplus
-#define DDP_LAUNCH(k, grid, block, smem, stream, ...) (void)DDP_EMU_LAUNCH(k, grid, block, smem, stream, __VA_ARGS__)
+#define DDP_LAUNCH(k, grid, block, smem, stream, ...) (DDP_LAUNCH_NOTE(), (void)DDP_EMU_LAUNCH(k, grid, block, smem, stream, __VA_ARGS__))
 #endif
 #define DDP_CUDA_EMULATED 1
 #else
@@ -25,7 +30,8 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#define DDP_LAUNCH(k, grid, block, smem, stream, ...) k<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#include <mma.h> /* nvcuda::wmma (backend_cuda_attn_tc.cu) */
+#define DDP_LAUNCH(k, grid, block, smem, stream, ...) (DDP_LAUNCH_NOTE(), k<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__))
 #endif
 #define DDP_CUDA_EMULATED 0
 #endif

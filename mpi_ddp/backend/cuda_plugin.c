@@ -48,6 +48,16 @@ static void device_name(int dev, char *buf, size_t n)
     snprintf(buf, n, "%s (cc %d.%d)", p.name, p.major, p.minor);
 }
 
+static int compute_capability(int dev)
+{
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return 10 * p.major + p.minor;
+}
+
 static void version_string(char *buf, size_t n)
 {
     int rt = 0, drv = 0;
@@ -169,6 +179,8 @@ static ddp_status stream_wait(void *event, void *from, void *to)
 
 long long ddp_cuda_backend_host_syncs_impl(void);
 static long long host_syncs(void) { return ddp_cuda_backend_host_syncs_impl(); }
+long long ddp_cuda_backend_launches_impl(void);
+static long long launches(void) { return ddp_cuda_backend_launches_impl(); }
 
 #ifdef MPIDDP_COVERAGE /* test builds: counters of a process that ends in MPI_Abort are written first */
 void __gcov_dump(void);
@@ -180,6 +192,7 @@ static const ddp_cuda_api g_api = {
     .emulated = DDP_CUDA_EMULATED,
     .device_count = device_count,
     .device_name = device_name,
+    .compute_capability = compute_capability,
     .version_string = version_string,
     .nccl_version_string = nccl_version_string,
     .backend_create = ddp_cuda_backend_create_impl,
@@ -197,6 +210,7 @@ static const ddp_cuda_api g_api = {
     .event_destroy = event_destroy,
     .stream_wait = stream_wait,
     .host_syncs = host_syncs,
+    .launches = launches,
 };
 
 const ddp_cuda_api *ddp_cuda_plugin_api(ddp_set_error_fn set_error)

@@ -1,0 +1,446 @@
+/* backend_cuda_attn_tc.cu — the CUDA backend's packed attention on tensor cores (WMMA, nvcuda::wmma) for
+ * --precision tf32 and bf16: ddp_cuda_attention_fwd/_bwd (backend_cuda_attn.cu) call it when the backend's
+ * precision is not fp32, the head width dh is at most TC_DMAX = 64 and the device has sm_80 (tf32 and bf16
+ * WMMA); everything else stays on the fp32 SIMT kernels there. Compiled for the host emulator too
+ * (backend_cuda_attn_tc_emu.cpp, with tests/cuda_emu/emu_wmma.h).
+ *
+ * FlashAttention-2 as the SIMT kernels (same grids, a fixed summation order per output (the hardware's inside an
+ * mma_sync, so not the SIMT kernels' order), no atomics, the
+ * CPU's counter-based dropout mask), with the GEMMs of each tile on tensor cores: a block of 128 threads
+ * (4 warps) per (sample, 64-row tile, head), warp w owning rows 16w .. 16w + 15 of the tile; DM = dh rounded
+ * up to 16, 32 or 64 (zero padding adds exact zeros). Operands are rounded as they are staged into shared
+ * memory: tf32 (m16n16k8, wmma::__float_to_tf32: 10 mantissa bits, nearest, ties away) or bf16 (m16n16k16,
+ * __float2bfloat16_rn: 7 mantissa bits, nearest even); products accumulate in fp32.
+ *  - forward: the 64 query rows' Q as matrix_a fragments (registers); per key tile of TC_BK = 32 rows, K and V
+ *    staged; S = Q K^T (fragments -> shared fp32); the row's online softmax in SIMT (a thread per row: max,
+ *    one rescale, sum of the unrounded exponentials), P (dropout applied) rounded into shared; the O
+ *    accumulator fragments rescaled per row in registers (a fragment of row indices tells each element's row)
+ *    and O += P V; lse saved; O / l out through a per-warp 16 x 16 staging tile.
+ *  - backward (delta = rowsum(dO O) from backend_cuda_attn.cu): dK, dV per block of 64 key rows (K, V as
+ *    fragments), walking the sample's query tiles of 32 rows in order: S^T = K Q^T, dP^T = V dO^T, then
+ *    P = exp(S scale - lse), dS = P (drop(dP) - delta) scale element-wise, dV += drop(P)^T dO, dK += dS^T Q;
+ *    dQ per block of 64 query rows (Q, dO as fragments) walking key tiles: S, dP, dS, dQ += dS K.
+ * Static shared memory per block (T = 4 bytes for tf32, 2 for bf16): forward 2 x 32 x DM x T + 9.5 KiB
+ * (+ 4 KiB bf16 P); dK/dV and dQ 2 x 32 x DM x T + 17 KiB (+ 8 or 4 KiB bf16 P/dS): at most 33 792 bytes (dQ,
+ * tf32, DM 64). ptxas (sm_80): 56-168 registers per thread; dK/dV at tf32 spills (16 bytes at DM 32 with 128
+ * registers, 32 at DM 64 with 255).
+ * Heads of 65..128 stay on the SIMT kernels: dK/dV would hold 16 key rows x 128 of K, V, dK and dV in
+ * fragments (over 255 registers) and stage over 48 KiB at tf32. */
+#include "mpi_ddp/backend/backend_cuda_priv.h"
+
+#define TC_BQ 64      /* rows of a block: 4 warps of 16 */
+#define TC_BK 32      /* rows of a streamed tile */
+#define TC_THREADS 128
+#define TC_DMAX 64    /* widest head of the tensor-core kernels */
+static_assert(TC_BQ == 2 * TC_BK && TC_BQ == 16 * (TC_THREADS / 32), "a block's 64 rows: two staged tiles, 16 per warp");
+enum { TC_TF32 = 0, TC_BF16 = 1 };
+
+/* tf32 and bf16 WMMA exist from sm_80; the kernels are empty for older targets and never launched there */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define TC_ARCH 1
+namespace wmma = nvcuda::wmma;
+
+/* the element stored in shared memory (st) and the fragments' precision (ft) */
+template <int P> struct tc_t;
+template <> struct tc_t<TC_TF32> {
+    typedef float st;
+    typedef wmma::precision::tf32 ft;
+    enum { KK = 8 };
+};
+template <> struct tc_t<TC_BF16> {
+    typedef __nv_bfloat16 st;
+    typedef __nv_bfloat16 ft;
+    enum { KK = 16 };
+};
+static __device__ inline void tc_put(float *p, float x) { *p = wmma::__float_to_tf32(x); }
+static __device__ inline void tc_put(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+
+/* nrows rows of src (row stride ld; zero past `rows` rows and dh columns) into t [nrows][DM], rounded */
+template <int DM, class T>
+static __device__ inline void tc_stage(T *t, const float *src, int64_t ld, int64_t rows, int nrows, int dh)
+{
+    for (int e = threadIdx.x; e < nrows * DM; e += blockDim.x) {
+        int r = e / DM, c = e % DM;
+        tc_put(t + e, r < rows && c < dh ? src[r * ld + c] : 0.0f);
+    }
+}
+
+/* The warp's accumulator fragments f[DM / 16] (its 16 rows x DM) to dst (row stride ld), rows < `rows` and
+ * columns < dh, each row times mul[row] (mul NULL: 1), through its 16 x 16 staging tile stg. */
+template <int DM, class F>
+static __device__ inline void tc_out(float *dst, int64_t ld, const F (&f)[DM / 16], float *stg, int64_t rows, int dh,
+                                     const float *mul)
+{
+    const int lane = threadIdx.x % 32;
+    for (int t = 0; t < DM / 16; t++) {
+        wmma::store_matrix_sync(stg, f[t], 16, wmma::mem_row_major);
+        __syncthreads();
+        for (int e = lane; e < 256; e += 32) {
+            int r = e / 16, c = t * 16 + e % 16;
+            if (r < rows && c < dh) dst[r * ld + c] = stg[e] * (mul ? mul[r] : 1.0f);
+        }
+        __syncthreads();
+    }
+}
+
+#define TC_TYPES(P)                                                                                                    \
+    typedef typename tc_t<P>::st T;                                                                                    \
+    typedef typename tc_t<P>::ft FT;                                                                                   \
+    const int KK = tc_t<P>::KK;                                                                                        \
+    typedef wmma::fragment<wmma::matrix_a, 16, 16, tc_t<P>::KK, FT, wmma::row_major> frag_a;                            \
+    typedef wmma::fragment<wmma::matrix_b, 16, 16, tc_t<P>::KK, FT, wmma::row_major> frag_b;                            \
+    typedef wmma::fragment<wmma::matrix_b, 16, 16, tc_t<P>::KK, FT, wmma::col_major> frag_bt;                           \
+    typedef wmma::fragment<wmma::accumulator, 16, 16, tc_t<P>::KK, float> frag_c
+#else
+#define TC_ARCH 0
+#endif
+
+/* ------------------------------------------------------------------ forward */
+template <int P, int DM>
+__global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *o, float *lse, const int64_t *off,
+                                                       const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+{
+#if TC_ARCH
+    TC_TYPES(P);
+    __shared__ __align__(32) T kv[2 * TC_BK * DM];  /* K tile | V tile; first the block's 64 Q rows */
+    __shared__ __align__(32) float sc[TC_BQ * TC_BK]; /* scores [64][32]; P over them (tf32), the output's staging */
+    __shared__ __align__(32) T pb[P == TC_TF32 ? 1 : TC_BQ * TC_BK]; /* P (bf16) */
+    __shared__ __align__(32) float rowmap[256];     /* element (r, c) = r */
+    __shared__ float corr[TC_BQ], inv[TC_BQ];
+    T *pp = P == TC_TF32 ? (T *)sc : pb;
+    const ddp_attn_blk k = ddp_attn_block(off, d, H, TC_BQ);
+    __syncthreads(); /* uniform, before the exit (the emulator learns from a kernel's first block that it waits) */
+    if (k.r0 >= k.n) return;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, row = w * 16 + lane;
+    const float *base = qkv + k.lo * k.ld + k.h * k.dh;
+    tc_stage<DM>(kv, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    for (int e = threadIdx.x; e < 256; e += TC_THREADS) rowmap[e] = (float)(e / 16);
+    __syncthreads();
+    frag_a qf[DM / KK], pa;
+    frag_bt kb;
+    frag_b vb;
+    frag_c of[DM / 16], sf, rm;
+    for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(qf[c], kv + w * 16 * DM + c * KK, DM);
+    for (int t = 0; t < DM / 16; t++) wmma::fill_fragment(of[t], 0.0f);
+    wmma::load_matrix_sync(rm, rowmap, 16, wmma::mem_row_major);
+    __syncthreads();
+    const int64_t i = k.r0 + row; /* lanes 0..15: query row `row` of the tile */
+    const int on = dr.p > 0.0f;
+    const uint64_t rk = on && lane < 16 && i < k.n ? ddp_drop_samplekey(&dr, sid, k.s, i) : 0, u0 = ddp_drop_attn_unit(k.h, 0);
+    float m = -1e30f, l = 0.0f; /* below any finite score; never an infinity (fast-math builds) */
+    for (int64_t j0 = 0; j0 < k.n; j0 += TC_BK) {
+        tc_stage<DM>(kv, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
+        tc_stage<DM>(kv + TC_BK * DM, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, TC_BK, k.dh);
+        __syncthreads();
+        for (int t = 0; t < TC_BK / 16; t++) { /* S = Q K^T, the warp's 16 rows x 16 keys at a time */
+            wmma::fill_fragment(sf, 0.0f);
+            for (int c = 0; c < DM / KK; c++) {
+                wmma::load_matrix_sync(kb, kv + t * 16 * DM + c * KK, DM);
+                wmma::mma_sync(sf, qf[c], kb, sf);
+            }
+            wmma::store_matrix_sync(sc + w * 16 * TC_BK + t * 16, sf, TC_BK, wmma::mem_row_major);
+        }
+        __syncthreads();
+        if (lane < 16) { /* the row's online softmax: tile maximum, one rescale, P rounded over the scores */
+            const float *sr = sc + row * TC_BK;
+            const int jn = k.n - j0 < TC_BK ? (int)(k.n - j0) : TC_BK;
+            float mt = m;
+            for (int j = 0; j < jn; j++) mt = fmaxf(mt, sr[j] * k.scale);
+            const float cr = ddp_expf(m - mt); /* first tile: ~0, and l, O are 0 anyway */
+            l *= cr;
+            m = mt;
+            for (int j = 0; j < TC_BK; j++) {
+                float e = j < jn ? ddp_expf(sr[j] * k.scale - m) : 0.0f;
+                l += e;
+                tc_put(pp + row * TC_BK + j, on && j < jn ? e * ddp_drop_scale(&dr, rk, u0 + (uint64_t)(j0 + j)) : e);
+            }
+            corr[row] = cr;
+        }
+        __syncthreads();
+        for (int t = 0; t < DM / 16; t++) { /* O = corr O + P V */
+            for (int e = 0; e < of[t].num_elements; e++) of[t].x[e] *= corr[w * 16 + (int)rm.x[e]];
+            for (int c = 0; c < TC_BK / KK; c++) {
+                wmma::load_matrix_sync(pa, pp + w * 16 * TC_BK + c * KK, TC_BK);
+                wmma::load_matrix_sync(vb, kv + TC_BK * DM + c * KK * DM + t * 16, DM);
+                wmma::mma_sync(of[t], pa, vb, of[t]);
+            }
+        }
+        __syncthreads();
+    }
+    if (lane < 16) {
+        if (i < k.n) lse[(k.lo + i) * H + k.h] = m + logf(l);
+        inv[row] = 1.0f / l;
+    }
+    __syncthreads();
+    tc_out<DM>(o + (k.lo + k.r0 + w * 16) * d + k.h * k.dh, d, of, sc + w * 16 * TC_BK, k.n - k.r0 - w * 16, k.dh,
+               inv + w * 16);
+#else
+    __trap(); /* never launched below sm_80 (tc_device_ok): a wrong launch fails loudly */
+#endif
+}
+
+/* ------------------------------------------------------------------ backward */
+/* dK, dV of the block's 64 key rows over the sample's query rows in order (tiles of 32). */
+template <int P, int DM>
+__global__ void __launch_bounds__(TC_THREADS) k_tc_bwd_kv(const float *qkv, const float *dout, const float *lse,
+                                                          const float *D, float *dqkv, const int64_t *off,
+                                                          const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+{
+#if TC_ARCH
+    TC_TYPES(P);
+    __shared__ __align__(32) T qd[2 * TC_BK * DM];   /* Q tile | dO tile; first the block's K rows, then V rows */
+    __shared__ __align__(32) float st[TC_BQ * TC_BK];  /* S^T [64 keys][32 queries]; drop(P)^T over it (tf32) */
+    __shared__ __align__(32) float dpt[TC_BQ * TC_BK]; /* dP^T; dS^T over it (tf32) */
+    __shared__ __align__(32) T pmb[P == TC_TF32 ? 1 : TC_BQ * TC_BK], dsb[P == TC_TF32 ? 1 : TC_BQ * TC_BK];
+    __shared__ float ls[TC_BK], Ds[TC_BK];
+    __shared__ uint64_t rks[TC_BK];
+    T *pm = P == TC_TF32 ? (T *)st : pmb, *dsp = P == TC_TF32 ? (T *)dpt : dsb;
+    const ddp_attn_blk k = ddp_attn_block(off, d, H, TC_BQ);
+    __syncthreads(); /* as in k_tc_fwd */
+    if (k.r0 >= k.n) return;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float *base = qkv + k.lo * k.ld + k.h * k.dh, *dob = dout + k.lo * d + k.h * k.dh;
+    frag_a kf[DM / KK], vf[DM / KK], pa;
+    frag_b bb;
+    frag_bt bt;
+    frag_c dk[DM / 16], dv[DM / 16], sf;
+    tc_stage<DM>(qd, base + k.r0 * k.ld + d, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    __syncthreads();
+    for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(kf[c], qd + w * 16 * DM + c * KK, DM);
+    __syncthreads();
+    tc_stage<DM>(qd, base + k.r0 * k.ld + 2 * d, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    __syncthreads();
+    for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(vf[c], qd + w * 16 * DM + c * KK, DM);
+    for (int t = 0; t < DM / 16; t++) wmma::fill_fragment(dk[t], 0.0f), wmma::fill_fragment(dv[t], 0.0f);
+    __syncthreads();
+    const int on = dr.p > 0.0f;
+    for (int64_t i0 = 0; i0 < k.n; i0 += TC_BK) {
+        tc_stage<DM>(qd, base + i0 * k.ld, k.ld, k.n - i0, TC_BK, k.dh);
+        tc_stage<DM>(qd + TC_BK * DM, dob + i0 * d, d, k.n - i0, TC_BK, k.dh);
+        const int in = k.n - i0 < TC_BK ? (int)(k.n - i0) : TC_BK;
+        if ((int)threadIdx.x < in) {
+            int64_t r = k.lo + i0 + threadIdx.x;
+            ls[threadIdx.x] = lse[r * H + k.h], Ds[threadIdx.x] = D[r * H + k.h];
+            rks[threadIdx.x] = on ? ddp_drop_samplekey(&dr, sid, k.s, i0 + threadIdx.x) : 0;
+        }
+        __syncthreads();
+        for (int t = 0; t < TC_BK / 16; t++) { /* S^T = K Q^T and dP^T = V dO^T, 16 keys x 16 queries at a time */
+            wmma::fill_fragment(sf, 0.0f);
+            for (int c = 0; c < DM / KK; c++) {
+                wmma::load_matrix_sync(bt, qd + t * 16 * DM + c * KK, DM);
+                wmma::mma_sync(sf, kf[c], bt, sf);
+            }
+            wmma::store_matrix_sync(st + w * 16 * TC_BK + t * 16, sf, TC_BK, wmma::mem_row_major);
+            wmma::fill_fragment(sf, 0.0f);
+            for (int c = 0; c < DM / KK; c++) {
+                wmma::load_matrix_sync(bt, qd + TC_BK * DM + t * 16 * DM + c * KK, DM);
+                wmma::mma_sync(sf, vf[c], bt, sf);
+            }
+            wmma::store_matrix_sync(dpt + w * 16 * TC_BK + t * 16, sf, TC_BK, wmma::mem_row_major);
+        }
+        __syncthreads();
+        for (int e = lane; e < 16 * TC_BK; e += 32) { /* the warp's 16 key rows x the tile's query rows */
+            const int r = w * 16 + e / TC_BK, c = e % TC_BK, x = r * TC_BK + c;
+            float pmv = 0.0f, dsv = 0.0f;
+            if (c < in) { /* past the sample: no lse to read, zero weights */
+                float p = ddp_expf(st[x] * k.scale - ls[c]);
+                float ms = on ? ddp_drop_scale(&dr, rks[c], ddp_drop_attn_unit(k.h, k.r0 + r)) : 1.0f;
+                dsv = p * (dpt[x] * ms - Ds[c]) * k.scale, pmv = p * ms;
+            }
+            tc_put(pm + x, pmv);
+            tc_put(dsp + x, dsv);
+        }
+        __syncthreads();
+        for (int t = 0; t < DM / 16; t++) /* dV += drop(P)^T dO, dK += dS^T Q */
+            for (int c = 0; c < TC_BK / KK; c++) {
+                wmma::load_matrix_sync(pa, pm + w * 16 * TC_BK + c * KK, TC_BK);
+                wmma::load_matrix_sync(bb, qd + TC_BK * DM + c * KK * DM + t * 16, DM);
+                wmma::mma_sync(dv[t], pa, bb, dv[t]);
+                wmma::load_matrix_sync(pa, dsp + w * 16 * TC_BK + c * KK, TC_BK);
+                wmma::load_matrix_sync(bb, qd + c * KK * DM + t * 16, DM);
+                wmma::mma_sync(dk[t], pa, bb, dk[t]);
+            }
+        __syncthreads();
+    }
+    float *out = dqkv + (k.lo + k.r0 + w * 16) * k.ld + k.h * k.dh;
+    const int64_t rows = k.n - k.r0 - w * 16;
+    tc_out<DM>(out + d, k.ld, dk, st + w * 16 * TC_BK, rows, k.dh, (const float *)0);
+    tc_out<DM>(out + 2 * d, k.ld, dv, st + w * 16 * TC_BK, rows, k.dh, (const float *)0);
+#else
+    __trap(); /* never launched below sm_80 (tc_device_ok): a wrong launch fails loudly */
+#endif
+}
+
+/* dQ of the block's 64 query rows over the sample's key rows in order (tiles of 32). */
+template <int P, int DM>
+__global__ void __launch_bounds__(TC_THREADS) k_tc_bwd_q(const float *qkv, const float *dout, const float *lse,
+                                                         const float *D, float *dqkv, const int64_t *off,
+                                                         const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+{
+#if TC_ARCH
+    TC_TYPES(P);
+    __shared__ __align__(32) T kv[2 * TC_BK * DM];    /* K tile | V tile; first the block's Q rows, then dO rows */
+    __shared__ __align__(32) float sc[TC_BQ * TC_BK];  /* S [64 queries][32 keys]; the output's staging */
+    __shared__ __align__(32) float dps[TC_BQ * TC_BK]; /* dP; dS over it (tf32) */
+    __shared__ __align__(32) T dsb[P == TC_TF32 ? 1 : TC_BQ * TC_BK];
+    __shared__ float ls[TC_BQ], Ds[TC_BQ];
+    __shared__ uint64_t rks[TC_BQ];
+    T *dsp = P == TC_TF32 ? (T *)dps : dsb;
+    const ddp_attn_blk k = ddp_attn_block(off, d, H, TC_BQ);
+    __syncthreads(); /* as in k_tc_fwd */
+    if (k.r0 >= k.n) return;
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float *base = qkv + k.lo * k.ld + k.h * k.dh;
+    const int on = dr.p > 0.0f;
+    frag_a qf[DM / KK], df[DM / KK], pa;
+    frag_b bb;
+    frag_bt bt;
+    frag_c dq[DM / 16], sf;
+    tc_stage<DM>(kv, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    if (threadIdx.x < TC_BQ) { /* the rows' lse, delta and dropout keys (0 past the sample: finite, unused) */
+        const int64_t i = k.r0 + threadIdx.x, r = k.lo + i;
+        ls[threadIdx.x] = i < k.n ? lse[r * H + k.h] : 0.0f, Ds[threadIdx.x] = i < k.n ? D[r * H + k.h] : 0.0f;
+        rks[threadIdx.x] = on && i < k.n ? ddp_drop_samplekey(&dr, sid, k.s, i) : 0;
+    }
+    __syncthreads();
+    for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(qf[c], kv + w * 16 * DM + c * KK, DM);
+    __syncthreads();
+    tc_stage<DM>(kv, dout + (k.lo + k.r0) * d + k.h * k.dh, d, k.n - k.r0, TC_BQ, k.dh);
+    __syncthreads();
+    for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(df[c], kv + w * 16 * DM + c * KK, DM);
+    for (int t = 0; t < DM / 16; t++) wmma::fill_fragment(dq[t], 0.0f);
+    __syncthreads();
+    const uint64_t u0 = ddp_drop_attn_unit(k.h, 0);
+    for (int64_t j0 = 0; j0 < k.n; j0 += TC_BK) {
+        tc_stage<DM>(kv, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
+        tc_stage<DM>(kv + TC_BK * DM, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, TC_BK, k.dh);
+        __syncthreads();
+        for (int t = 0; t < TC_BK / 16; t++) { /* S = Q K^T and dP = dO V^T */
+            wmma::fill_fragment(sf, 0.0f);
+            for (int c = 0; c < DM / KK; c++) {
+                wmma::load_matrix_sync(bt, kv + t * 16 * DM + c * KK, DM);
+                wmma::mma_sync(sf, qf[c], bt, sf);
+            }
+            wmma::store_matrix_sync(sc + w * 16 * TC_BK + t * 16, sf, TC_BK, wmma::mem_row_major);
+            wmma::fill_fragment(sf, 0.0f);
+            for (int c = 0; c < DM / KK; c++) {
+                wmma::load_matrix_sync(bt, kv + TC_BK * DM + t * 16 * DM + c * KK, DM);
+                wmma::mma_sync(sf, df[c], bt, sf);
+            }
+            wmma::store_matrix_sync(dps + w * 16 * TC_BK + t * 16, sf, TC_BK, wmma::mem_row_major);
+        }
+        __syncthreads();
+        const int jn = k.n - j0 < TC_BK ? (int)(k.n - j0) : TC_BK;
+        for (int e = lane; e < 16 * TC_BK; e += 32) { /* the warp's 16 query rows x the tile's keys */
+            const int r = w * 16 + e / TC_BK, c = e % TC_BK, x = r * TC_BK + c;
+            float dsv = 0.0f;
+            if (c < jn) {
+                float p = ddp_expf(sc[x] * k.scale - ls[r]), dp = dps[x];
+                if (on) dp *= ddp_drop_scale(&dr, rks[r], u0 + (uint64_t)(j0 + c));
+                dsv = p * (dp - Ds[r]) * k.scale;
+            }
+            tc_put(dsp + x, dsv);
+        }
+        __syncthreads();
+        for (int t = 0; t < DM / 16; t++) /* dQ += dS K */
+            for (int c = 0; c < TC_BK / KK; c++) {
+                wmma::load_matrix_sync(pa, dsp + w * 16 * TC_BK + c * KK, TC_BK);
+                wmma::load_matrix_sync(bb, kv + c * KK * DM + t * 16, DM);
+                wmma::mma_sync(dq[t], pa, bb, dq[t]);
+            }
+        __syncthreads();
+    }
+    tc_out<DM>(dqkv + (k.lo + k.r0 + w * 16) * k.ld + k.h * k.dh, k.ld, dq, sc + w * 16 * TC_BK, k.n - k.r0 - w * 16,
+               k.dh, (const float *)0);
+#else
+    __trap(); /* never launched below sm_80 (tc_device_ok): a wrong launch fails loudly */
+#endif
+}
+
+/* ------------------------------------------------------------------ ops */
+static dim3 tc_grid(const ddp_packing *pack, int heads)
+{
+    return dim3((unsigned)pack->B, (unsigned)((pack->max_rows + TC_BQ - 1) / TC_BQ), (unsigned)heads);
+}
+
+/* 1: the device has tensor cores for tf32 and bf16 WMMA (sm_80 and later), asked once per device */
+static ddp_status tc_device_ok(ddp_backend *b, int *ok)
+{
+    static int known[64]; /* 0: not asked yet, 1: no, 2: yes */
+    const int dev = cuda_of(b)->device;
+    if (dev < 0 || dev >= 64) return *ok = 0, DDP_OK;
+    if (!known[dev]) {
+        cudaDeviceProp p;
+        CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+        int ok8 = p.major >= 8;
+#if !DDP_CUDA_EMULATED
+        if (ok8) { /* and the code the driver loads for it is sm_80 code, not an older target's PTX compiled at load
+                    * time (a build for MPIDDP_CUDA_ARCHITECTURES below 80 only), whose bodies are empty */
+            cudaFuncAttributes fa;
+            CUDA_CHECK(cudaFuncGetAttributes(&fa, k_tc_fwd<TC_TF32, 16>));
+            ok8 = fa.ptxVersion >= 80;
+        }
+#endif
+        known[dev] = ok8 ? 2 : 1;
+    }
+    *ok = known[dev] == 2;
+    return DDP_OK;
+}
+
+ddp_status ddp_cuda_attention_tc(ddp_backend *b, int64_t dh, int *use)
+{
+    *use = 0;
+    if (cuda_of(b)->precision == DDP_PRECISION_FP32 || dh > TC_DMAX) return DDP_OK;
+    return tc_device_ok(b, use);
+}
+
+template <int P, int DM>
+static ddp_status tc_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t d,
+                         int heads, const ddp_dropout *dr)
+{
+    static void (*const kernel)(const float *, float *, float *, const int64_t *, const int64_t *, int64_t, int64_t,
+                         ddp_dropout) = k_tc_fwd<P, DM>;
+    DDP_LAUNCH(kernel, tc_grid(pack, heads), TC_THREADS, 0, cuda_of(b)->stream, qkv, o, lse, pack->off, pack->sid,
+               d, (int64_t)heads, *dr);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+template <int P, int DM>
+static ddp_status tc_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse, float *dqkv,
+                         const float *delta, const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
+{
+    typedef void (*kernel_t)(const float *, const float *, const float *, const float *, float *, const int64_t *,
+                             const int64_t *, int64_t, int64_t, ddp_dropout);
+    static const kernel_t kv = k_tc_bwd_kv<P, DM>, q = k_tc_bwd_q<P, DM>; /* a name without a comma to launch */
+    cudaStream_t s = cuda_of(b)->stream;
+    DDP_LAUNCH(kv, tc_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->off,
+               pack->sid, d, (int64_t)heads, *dr);
+    LAUNCH_CHECK();
+    DDP_LAUNCH(q, tc_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->off,
+               pack->sid, d, (int64_t)heads, *dr);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+/* the width's and precision's instantiation (dh <= TC_DMAX, precision tf32 or bf16: ddp_cuda_attention_tc) */
+#define TC_PICK(fn, ...)                                                                                               \
+    do {                                                                                                               \
+        const int bf = cuda_of(b)->precision == DDP_PRECISION_BF16, dh = (int)(d / heads);                             \
+        if (dh <= 16) return bf ? fn<TC_BF16, 16>(__VA_ARGS__) : fn<TC_TF32, 16>(__VA_ARGS__);                         \
+        if (dh <= 32) return bf ? fn<TC_BF16, 32>(__VA_ARGS__) : fn<TC_TF32, 32>(__VA_ARGS__);                         \
+        return bf ? fn<TC_BF16, 64>(__VA_ARGS__) : fn<TC_TF32, 64>(__VA_ARGS__);                                       \
+    } while (0)
+
+ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
+                                     int64_t d, int heads, const ddp_dropout *dr)
+{
+    TC_PICK(tc_fwd, b, qkv, o, lse, pack, d, heads, dr);
+}
+
+ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse, float *dqkv,
+                                     const float *delta, const ddp_packing *pack, int64_t d, int heads,
+                                     const ddp_dropout *dr)
+{
+    TC_PICK(tc_bwd, b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
+}
