@@ -125,6 +125,9 @@ typedef struct {
  * while backward continues. [lo, hi) are element indices into the flat gradient buffer. */
 typedef void (*ddp_grad_ready_fn)(void *arg, int64_t lo, int64_t hi);
 
+/* The batch a model's next train_step will be given, when it is already assembled; else NULL. Never waits. */
+typedef const ddp_batch *(*ddp_next_batch_fn)(void *arg);
+
 typedef struct {
     double loss_sum;          /* sum of per-sample losses over non-padding samples */
     int64_t count;            /* non-padding samples */
@@ -152,6 +155,12 @@ typedef struct ddp_model {
     /* Forward only: per-sample loss, prediction and probability into out (arrays sized nsamples). */
     ddp_status (*eval_step)(void *self, const ddp_batch *b, const float *params, ddp_forward_out *out);
     void (*destroy)(void *self);
+    /* Optional (NULL: not used). Called by ddp_train before each train_step: during that step, once its work is
+     * queued and before its results are waited for, the model may call next(arg) and start moving the batch it
+     * returns (that of the following train_step; its host memory stays valid and unchanged until that step
+     * returns) to the device, so that the copy overlaps this step's compute. next NULL: no next batch (and
+     * anything moved early is dropped). Results must be the same with or without it. */
+    ddp_status (*prefetch)(void *self, ddp_next_batch_fn next, void *arg);
 } ddp_model;
 
 int64_t ddp_model_num_params(const ddp_model *m);
@@ -213,7 +222,7 @@ enum { DDP_LR_CONSTANT = 0, DDP_LR_COSINE = 1, DDP_LR_LINEAR = 2 };
 /* The arithmetic of the model's GEMMs (docs/cli.md, --precision). fp32: exact fp32, the reference. tf32: fp32
  * operands rounded to TF32 (10-bit mantissa) by tensor cores, fp32 accumulation. bf16: operands rounded to bf16
  * (8-bit significand), fp32 accumulation and outputs. Everything else (parameters, AdamW, the gradient allreduce,
- * loss, normalisation, attention) stays fp32. tf32 and bf16 need the CUDA backend. */
+ * loss, normalisation, attention) stays fp32. tf32 needs the CUDA backend; bf16 also runs on the CPU (oneDNN where built in). */
 typedef enum { DDP_PRECISION_FP32 = 0, DDP_PRECISION_TF32 = 1, DDP_PRECISION_BF16 = 2 } ddp_precision;
 /* "fp32", "tf32", "bf16" ("?" for another value). */
 const char *ddp_precision_name(ddp_precision p);
@@ -259,7 +268,7 @@ typedef struct {
     int skip_nonfinite;       /* a non-finite gradient skips the update (counted as train/skipped_steps) instead of failing */
     const struct ddp_model_config *model_config; /* optional: a built-in model's kind and hyperparameters,
                                                     recorded in checkpoints so eval rebuilds the model */
-    ddp_precision precision;  /* the GEMMs' arithmetic (default fp32; tf32 and bf16 need a CUDA model), recorded in
+    ddp_precision precision;  /* the GEMMs' arithmetic (default fp32; tf32 needs a CUDA model), recorded in
                                  run.json and checkpoints; a resume may change it (parameters are fp32 either way) */
 } ddp_train_config;
 

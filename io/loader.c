@@ -213,3 +213,12 @@ ddp_status ddp_loader_next(ddp_loader *ld, int64_t step, const ddp_batch **out)
     *out = &s->b;
     return DDP_OK;
 }
+
+const ddp_batch *ddp_loader_peek(ddp_loader *ld, int64_t step)
+{
+    slot *s = &ld->slots[step & 1];
+    if (ld->threaded) pthread_mutex_lock(&ld->mu);
+    int ready = s->step == step && s->ready && s->st == DDP_OK;
+    if (ld->threaded) pthread_mutex_unlock(&ld->mu);
+    return ready ? &s->b : NULL;
+}

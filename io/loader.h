@@ -17,6 +17,9 @@ void ddp_loader_destroy(ddp_loader *ld);
 ddp_status ddp_loader_start_epoch(ddp_loader *ld, int64_t epoch, int64_t first_step);
 /* The batch of `step` (steps must be taken in order); valid until the next call. */
 ddp_status ddp_loader_next(ddp_loader *ld, int64_t step, const ddp_batch **out);
+/* The batch of `step` when it is already assembled (the step after the last ddp_loader_next's), else NULL; never
+ * waits. It stays valid until the ddp_loader_next after the one for `step`. */
+const ddp_batch *ddp_loader_peek(ddp_loader *ld, int64_t step);
 /* Largest batch in rows this loader can return. */
 int64_t ddp_loader_max_rows(const ddp_loader *ld);
 

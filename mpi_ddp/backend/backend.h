@@ -10,6 +10,12 @@
 #include <stddef.h>
 
 typedef struct ddp_backend ddp_backend;
+/* One host -> device copy of stage (below). */
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} ddp_copy;
 typedef struct ddp_enc_ops ddp_enc_ops;
 
 /* How a packed batch's rows belong to its samples, as the encoder ops read it. */
@@ -76,9 +82,27 @@ struct ddp_backend {
     void (*destroy)(ddp_backend *b);
     const ddp_enc_ops *enc; /* the Transformer encoder's ops (below); NULL when the backend lacks them */
     /* The arithmetic of gemm from now on (ddp_precision, mpiddp.h); the other ops stay fp32. DDP_ERR_ARG with one
-     * line where the backend lacks it (the CPU backend computes in fp32 only). New backends start at fp32. */
+     * line where the backend lacks it (the CPU backend: fp32 or bf16, backend_cpu_bf16.c). New backends start at fp32. */
     ddp_status (*set_precision)(ddp_backend *b, ddp_precision p);
+    /* Optional (NULL on host backends): a batch's uploads through pinned host staging on a copy stream, so that
+     * one batch's copy runs while another computes. Two staging sets, 0 and 1, each with its own pinned slot:
+     * stage_reserve sizes the slots (at model creation, never per step); stage copies the n regions' host data
+     * into set's slot at once (the sources may be reused when it returns; it waits on the host only for the
+     * copy that last used that slot, when that copy has not finished), then queues the copies to their device
+     * destinations on the copy stream after the compute stream's last stage_release(set); stage_acquire makes
+     * the compute stream wait for set's last stage (no host wait); stage_release marks that the compute work
+     * queued so far is the last to read set's device destinations. */
+    ddp_status (*stage_reserve)(ddp_backend *b, size_t bytes);
+    ddp_status (*stage)(ddp_backend *b, int set, const ddp_copy *cp, int n);
+    ddp_status (*stage_acquire)(ddp_backend *b, int set);
+    ddp_status (*stage_release)(ddp_backend *b, int set);
+    /* Optional (NULL on host backends): device-side timing. mark records timer k (0 <= k < DDP_TIMERS) on the
+     * compute stream; elapsed gives the seconds between two recorded timers, waiting on the host for the later one
+     * (read them after a step's results were downloaded, when the wait costs nothing). */
+    ddp_status (*mark)(ddp_backend *b, int k);
+    ddp_status (*elapsed)(ddp_backend *b, int k0, int k1, double *sec);
 };
+#define DDP_TIMERS 256
 
 /* The ops of the Transformer encoder (model_transformer.c), on top of gemm, colsum, add_bias,
  * softmax_xent and adamw above. Row bodies are in kern_enc.h. Shapes: R rows, d model width, f FFN width;

@@ -6,21 +6,31 @@
  * Element-wise math comes from ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked.
  * The same file is compiled for the host emulator (libmpiddp_cudaemu.so, through backend_cuda_emu.cpp):
  * kernels are launched only through DDP_LAUNCH and every header comes from cuda_compat.h. All work runs on
- * the backend's non-blocking stream; nothing touches the legacy default stream. */
+ * the backend's non-blocking stream, but for the batches' uploads, staged through pinned memory on a second one
+ * (stage*: events order them with the compute); nothing touches the legacy default stream. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define SUMSQ_BLOCKS 1024 /* blocks of k_sumsq: one partial sum each, added on the host in block order */
 
-static long long g_host_syncs; /* cudaStreamSynchronize calls made by the backend, for benchmarks */
+static long long g_host_syncs; /* cudaStreamSynchronize and cudaEventSynchronize calls of the backend (benchmarks) */
 extern "C" long long ddp_cuda_backend_host_syncs_impl(void) { return g_host_syncs; }
 static cudaError_t host_sync(cudaStream_t s)
 {
     g_host_syncs++;
     return cudaStreamSynchronize(s);
 }
+/* A host wait for an event (cudaEventSynchronize), counted with the stream synchronisations. */
+static cudaError_t host_sync_event(cudaEvent_t e)
+{
+    g_host_syncs++;
+    return cudaEventSynchronize(e);
+}
+long long ddp_cuda_launches; /* backend_cuda_priv.h */
+extern "C" long long ddp_cuda_backend_launches_impl(void) { return ddp_cuda_launches; }
 
 /* A failed allocation in the one-line format of cuda_checks.h, with its size, device and purpose. */
 #define DDP_ALLOC_ERR_(call, e, bytes, dev, what)                                                  \
@@ -54,11 +64,14 @@ __global__ void k_mul(const float *dact, const float *dg, float *dz, int64_t n)
     if (i < n) dz[i] = dact[i] * dg[i];
 }
 
-/* y (rows x cols, packed) = x (rows x cols, leading dimension ld) rounded to bf16, nearest even */
+/* y (rows x cols, packed) = x (rows x cols, leading dimension ld) rounded to bf16, nearest even: blockIdx.x
+ * walks a row's columns (consecutive threads, consecutive floats), blockIdx.y the rows in a grid stride (the
+ * grid's y is at most 65535); no division per element. */
 __global__ void k_to_bf16(const float *x, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *y)
 {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < rows * cols) y[i] = __float2bfloat16_rn(x[i / cols * ld + i % cols]);
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) y[r * cols + c] = __float2bfloat16_rn(x[r * ld + c]);
 }
 
 __global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t cols)
@@ -103,10 +116,13 @@ __global__ void k_softmax_xent(const float *logits, const int64_t *labels, int64
                                    pred ? pred + r : NULL, prob ? prob + r : NULL);
 }
 
-__global__ void k_adamw(float *p, const float *g, float *m, float *v, int64_t n, ddp_adamw_args a)
+/* The optimizer step; with w16, the weights' bf16 copy refreshed from the new values in the same pass. */
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, int64_t n, ddp_adamw_args a, __nv_bfloat16 *w16)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) ddp_adamw_elem(p + i, g[i], m + i, v + i, &a);
+    if (i >= n) return;
+    ddp_adamw_elem(p + i, g[i], m + i, v + i, &a);
+    if (w16) w16[i] = __float2bfloat16_rn(p[i]);
 }
 
 /* Per-block partial sums of x^2 in a fixed order (grid-stride, then a tree over the block): the host adds
@@ -127,6 +143,13 @@ __global__ void k_sumsq(const float *x, int64_t n, double *part)
 }
 
 /* ------------------------------------------------------------------ backend functions */
+/* A write of `bytes` at p other than the optimizer's: the weights' bf16 copy is stale if they overlap. */
+static void weights_written(cuda_impl *c, const void *p, size_t bytes)
+{
+    const char *lo = (const char *)c->w_base, *hi = lo + (size_t)c->w_n * sizeof(float), *q = (const char *)p;
+    if (c->w_valid && q < hi && q + bytes > lo) c->w_valid = 0;
+}
+
 /* Zeroed on the backend stream, so the zeroing is ordered before every later use on that stream (a plain
  * cudaMemset would run on the legacy default stream, unordered with our non-blocking one). */
 static ddp_status cu_alloc(ddp_backend *b, void **p, size_t bytes)
@@ -143,12 +166,14 @@ static ddp_status cu_alloc(ddp_backend *b, void **p, size_t bytes)
 }
 static void cu_release(ddp_backend *b, void *p)
 {
-    (void)b;
+    cuda_impl *c = cuda_of(b);
+    if (p && p == (void *)c->w_base) c->w_valid = 0, c->w_base = NULL, c->w_n = 0;
     if (p) cudaFree(p);
 }
 static ddp_status cu_upload(ddp_backend *b, void *dst, const void *src, size_t bytes)
 {
     if (!bytes) return DDP_OK;
+    weights_written(cuda_of(b), dst, bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_of(b)->stream));
     CUDA_CHECK(host_sync(cuda_of(b)->stream)); /* src is host memory the caller may reuse */
     return DDP_OK;
@@ -156,6 +181,7 @@ static ddp_status cu_upload(ddp_backend *b, void *dst, const void *src, size_t b
 static ddp_status cu_upload_async(ddp_backend *b, void *dst, const void *src, size_t bytes)
 {
     if (!bytes) return DDP_OK;
+    weights_written(cuda_of(b), dst, bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_of(b)->stream));
     return DDP_OK;
 }
@@ -166,9 +192,88 @@ static ddp_status cu_download(ddp_backend *b, void *dst, const void *src, size_t
     CUDA_CHECK(host_sync(cuda_of(b)->stream));
     return DDP_OK;
 }
+/* ------------------------------------------------------------------ staging: batches on the copy stream */
+#define STAGE_ALIGN 256 /* each region's offset in a pinned slot */
+
+static ddp_status cu_stage_reserve(ddp_backend *b, size_t bytes)
+{
+    cuda_impl *c = cuda_of(b);
+    if (bytes <= c->pin_cap) return DDP_OK;
+    for (int k = 0; k < 2; k++) { /* a larger model than before: the old slots' copies land, then they go */
+        if (c->pin[k]) CUDA_CHECK(host_sync_event(c->copied[k]));
+        if (c->pin[k]) CUDA_CHECK(cudaFreeHost(c->pin[k]));
+        c->pin[k] = NULL;
+    }
+    c->pin_cap = 0;
+    for (int k = 0; k < 2; k++)
+        ALLOC_CHECK(cudaMallocHost(&c->pin[k], bytes), bytes, c->device, "pinned host memory staging the batches' uploads");
+    c->pin_cap = bytes;
+    return DDP_OK;
+}
+
+static ddp_status cu_stage(ddp_backend *b, int set, const ddp_copy *cp, int n)
+{
+    cuda_impl *c = cuda_of(b); /* set: 0 or 1 (the callers' alternation) */
+    size_t need = 0;
+    for (int i = 0; i < n; i++) need += (cp[i].bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+    if (need > c->pin_cap)
+        return ddp_set_error(DDP_ERR_ARG, "cuda stage: %zu bytes, the staging slots hold %zu (stage_reserve at model creation)",
+                             need, c->pin_cap);
+    /* the slot's last copy: usually landed long ago (its batch's results were downloaded since), then no wait */
+    if (cudaEventQuery(c->copied[set]) != cudaSuccess) CUDA_CHECK(host_sync_event(c->copied[set]));
+    CUDA_CHECK(cudaStreamWaitEvent(c->copy, c->freed[set], 0)); /* the set's previous batch is computed */
+    char *slot = (char *)c->pin[set];
+    for (int i = 0; i < n; i++) {
+        if (!cp[i].bytes) continue;
+        memcpy(slot, cp[i].src, cp[i].bytes);
+        CUDA_CHECK(cudaMemcpyAsync(cp[i].dst, slot, cp[i].bytes, cudaMemcpyHostToDevice, c->copy));
+        slot += (cp[i].bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+    }
+    CUDA_CHECK(cudaEventRecord(c->copied[set], c->copy));
+    return DDP_OK;
+}
+
+static ddp_status cu_stage_acquire(ddp_backend *b, int set)
+{
+    cuda_impl *c = cuda_of(b);
+    CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->copied[set], 0));
+    return DDP_OK;
+}
+
+static ddp_status cu_stage_release(ddp_backend *b, int set)
+{
+    cuda_impl *c = cuda_of(b);
+    CUDA_CHECK(cudaEventRecord(c->freed[set], c->stream));
+    return DDP_OK;
+}
+
+/* ------------------------------------------------------------------ timers: events on the compute stream */
+static ddp_status cu_mark(ddp_backend *b, int k)
+{
+    cuda_impl *c = cuda_of(b);
+    if (k < 0 || k >= DDP_TIMERS) return ddp_set_error(DDP_ERR_ARG, "cuda mark: timer %d (0 .. %d)", k, DDP_TIMERS - 1);
+    if (!c->timer[k]) CUDA_CHECK(cudaEventCreate(&c->timer[k]));
+    CUDA_CHECK(cudaEventRecord(c->timer[k], c->stream));
+    return DDP_OK;
+}
+
+static ddp_status cu_elapsed(ddp_backend *b, int k0, int k1, double *sec)
+{
+    cuda_impl *c = cuda_of(b);
+    *sec = 0.0;
+    if (k0 < 0 || k1 < 0 || k0 >= DDP_TIMERS || k1 >= DDP_TIMERS || !c->timer[k0] || !c->timer[k1])
+        return ddp_set_error(DDP_ERR_ARG, "cuda elapsed: timers %d and %d were never marked", k0, k1);
+    if (cudaEventQuery(c->timer[k1]) != cudaSuccess) CUDA_CHECK(host_sync_event(c->timer[k1]));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, c->timer[k0], c->timer[k1]));
+    *sec = 1e-3 * (double)ms;
+    return DDP_OK;
+}
+
 static ddp_status cu_zero(ddp_backend *b, void *p, size_t bytes)
 {
     if (!bytes) return DDP_OK;
+    weights_written(cuda_of(b), p, bytes);
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_of(b)->stream));
     return DDP_OK;
 }
@@ -182,9 +287,18 @@ static ddp_status cu_sync(ddp_backend *b)
 static ddp_status to_bf16(cuda_impl *c, const float *x, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *y)
 {
     if (rows * cols == 0) return DDP_OK;
-    DDP_LAUNCH(k_to_bf16, blocks_for(rows * cols, 256), 256, 0, c->stream, x, rows, cols, ld, y);
+    dim3 grid(blocks_for(cols, 256), (unsigned)(rows < 65535 ? rows : 65535));
+    DDP_LAUNCH(k_to_bf16, grid, 256, 0, c->stream, x, rows, cols, ld, y);
     LAUNCH_CHECK();
     return DDP_OK;
+}
+
+/* The bf16 copy of the rows x ld operand x when it lies inside the weights and their copy is current, else NULL. */
+static const __nv_bfloat16 *weight_copy(const cuda_impl *c, const float *x, int64_t rows, int64_t ld)
+{
+    if (!c->w_valid || x < c->w_base || rows <= 0) return NULL;
+    int64_t at = x - c->w_base;
+    return at + (rows - 1) * ld < c->w_n ? c->w16 + at : NULL;
 }
 
 static ddp_status cu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -206,23 +320,31 @@ static ddp_status cu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, 
                                   (int)lda, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
         return DDP_OK;
     }
-    /* bf16: A and B as stored (ar x ac, br x bc) rounded to bf16 into the scratch, packed (B's copy 16-byte
-     * aligned), then bf16 x bf16 products accumulated in fp32 into the fp32 C */
+    /* bf16: an operand inside the weights is read from their bf16 copy (refreshed by each optimizer step) with
+     * its own leading dimension; any other is rounded to bf16 into the scratch, packed (B's copy 16-byte
+     * aligned). Then bf16 x bf16 products accumulated in fp32 into the fp32 C. */
     int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    size_t na = ((size_t)(ar * ac) + 7) & ~(size_t)7, need = na + (size_t)(br * bc);
-    if (need > c->bf16_cap) { /* a larger gemm than any before (the first steps): cudaFree waits for the device */
+    const __nv_bfloat16 *a16 = weight_copy(c, A, ar, lda), *b16 = weight_copy(c, B, br, ldb);
+    int64_t lda16 = a16 ? lda : (ac > 1 ? ac : 1), ldb16 = b16 ? ldb : (bc > 1 ? bc : 1);
+    size_t na = a16 ? 0 : ((size_t)(ar * ac) + 7) & ~(size_t)7, need = na + (b16 ? 0 : (size_t)(br * bc));
+    if (need > c->bf16_cap) { /* a larger gemm than any before (the first steps), in stream order: no host wait */
         size_t cap = need + need / 4;
-        if (c->bf16) CUDA_CHECK(cudaFree(c->bf16));
+        if (c->bf16) CUDA_CHECK(cudaFreeAsync(c->bf16, c->stream));
         c->bf16 = NULL, c->bf16_cap = 0;
-        ALLOC_CHECK(cudaMalloc((void **)&c->bf16, cap * sizeof(__nv_bfloat16)), cap * sizeof(__nv_bfloat16), c->device,
-                    "the bf16 copies of the GEMM operands (--precision bf16)");
+        ALLOC_CHECK(cudaMallocAsync((void **)&c->bf16, cap * sizeof(__nv_bfloat16), c->stream), cap * sizeof(__nv_bfloat16),
+                    c->device, "the bf16 copies of the GEMM operands (--precision bf16)");
         c->bf16_cap = cap;
     }
-    __nv_bfloat16 *a16 = c->bf16, *b16 = c->bf16 + na;
-    DDP_CHECK(to_bf16(c, A, ar, ac, lda, a16));
-    DDP_CHECK(to_bf16(c, B, br, bc, ldb, b16));
-    CUBLAS_CHECK(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, b16, CUDA_R_16BF, bc > 1 ? (int)bc : 1, a16,
-                              CUDA_R_16BF, ac > 1 ? (int)ac : 1, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+    if (!a16) {
+        DDP_CHECK(to_bf16(c, A, ar, ac, lda, c->bf16));
+        a16 = c->bf16;
+    }
+    if (!b16) {
+        DDP_CHECK(to_bf16(c, B, br, bc, ldb, c->bf16 + na));
+        b16 = c->bf16 + na;
+    }
+    CUBLAS_CHECK(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, b16, CUDA_R_16BF, (int)ldb16, a16,
+                              CUDA_R_16BF, (int)lda16, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
     return DDP_OK;
 }
@@ -231,6 +353,7 @@ static ddp_status cu_set_precision(ddp_backend *b, ddp_precision p)
 {
     if (p != DDP_PRECISION_FP32 && p != DDP_PRECISION_TF32 && p != DDP_PRECISION_BF16)
         return ddp_set_error(DDP_ERR_ARG, "the CUDA backend has no precision %d (fp32, tf32 or bf16)", (int)p);
+    if (cuda_of(b)->precision != p) cuda_of(b)->w_valid = 0; /* the copy is refreshed only at bf16 */
     cuda_of(b)->precision = p;
     return DDP_OK;
 }
@@ -326,8 +449,21 @@ static ddp_status cu_adamw(ddp_backend *b, float *p, const float *g, float *m, f
                            const ddp_adamw_args *a)
 {
     if (!n) return DDP_OK;
-    DDP_LAUNCH(k_adamw, blocks_for(n, 256), 256, 0, cuda_of(b)->stream, p, g, m, v, n, *a);
+    cuda_impl *c = cuda_of(b);
+    __nv_bfloat16 *w16 = NULL;
+    if (c->precision == DDP_PRECISION_BF16) { /* these are the weights: their bf16 copy is refreshed in the same pass */
+        if (n > c->w16_cap) { /* the first step only, in stream order */
+            if (c->w16) CUDA_CHECK(cudaFreeAsync(c->w16, c->stream));
+            c->w16 = NULL, c->w16_cap = 0, c->w_valid = 0;
+            ALLOC_CHECK(cudaMallocAsync((void **)&c->w16, (size_t)n * sizeof(__nv_bfloat16), c->stream),
+                        (size_t)n * sizeof(__nv_bfloat16), c->device, "the bf16 copy of the weights (--precision bf16)");
+            c->w16_cap = n;
+        }
+        w16 = c->w16;
+    }
+    DDP_LAUNCH(k_adamw, blocks_for(n, 256), 256, 0, c->stream, p, g, m, v, n, *a, w16);
     LAUNCH_CHECK();
+    c->w_base = p, c->w_n = n, c->w_valid = w16 != NULL;
     return DDP_OK;
 }
 
@@ -385,8 +521,18 @@ static void cu_destroy(ddp_backend *b)
     cuda_impl *c = cuda_of(b);
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
+        if (c->copy) cudaStreamSynchronize(c->copy);
+        for (int k = 0; k < 2; k++) {
+            if (c->pin[k]) cudaFreeHost(c->pin[k]);
+            if (c->copied[k]) cudaEventDestroy(c->copied[k]);
+            if (c->freed[k]) cudaEventDestroy(c->freed[k]);
+        }
+        for (int k = 0; k < DDP_TIMERS; k++)
+            if (c->timer[k]) cudaEventDestroy(c->timer[k]);
+        if (c->copy) cudaStreamDestroy(c->copy);
         if (c->ones) cudaFree(c->ones);
         if (c->bf16) cudaFree(c->bf16);
+        if (c->w16) cudaFree(c->w16);
         if (c->dpart) cudaFree(c->dpart);
         if (c->colpart) cudaFree(c->colpart);
         if (c->hpart) cudaFreeHost(c->hpart);
@@ -433,9 +579,20 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->destroy = cu_destroy;
     b->enc = ddp_cuda_enc_ops(); /* backend_cuda_enc.cu */
     b->set_precision = cu_set_precision;
+    b->stage_reserve = cu_stage_reserve;
+    b->stage = cu_stage;
+    b->stage_acquire = cu_stage_acquire;
+    b->stage_release = cu_stage_release;
+    b->mark = cu_mark;
+    b->elapsed = cu_elapsed;
     c->device = device;
     CUDA_TRY(cudaSetDevice(device));
     CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking));
+    for (int k = 0; k < 2; k++) {
+        CUDA_TRY(cudaEventCreateWithFlags(&c->copied[k], cudaEventDisableTiming));
+        CUDA_TRY(cudaEventCreateWithFlags(&c->freed[k], cudaEventDisableTiming));
+    }
     ALLOC_TRY(cudaMalloc((void **)&c->dpart, SUMSQ_BLOCKS * sizeof(double)), SUMSQ_BLOCKS * sizeof(double), device,
               "the gradient-norm partial sums");
     ALLOC_TRY(cudaMalloc((void **)&c->colpart, DDP_COLPART_FLOATS * sizeof(float)), DDP_COLPART_FLOATS * sizeof(float),

@@ -3,6 +3,7 @@
  * step's I/O on the backend (checking and staging a batch, collecting loss/prob/pred with one download),
  * releasing backend buffers, and the clock of the models' step timings. */
 #include "mpi_ddp/model/model_common.h"
+#include "mpi_ddp/core/settings.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,22 +65,43 @@ ddp_status ddp_model_init_params(ddp_backend *be, const ddp_param_table *t, floa
 }
 
 /* ------------------------------------------------------------------ a step's I/O */
-ddp_status ddp_model_io_alloc(ddp_backend *be, ddp_model_io *io, int64_t D, int64_t maxR, int64_t maxB)
+ddp_status ddp_model_io_alloc(ddp_backend *be, ddp_model_io *io, int64_t D, int64_t maxR, int64_t maxB, int packing)
 {
     ddp_status st = DDP_OK;
     io->D = D;
     io->maxR = maxR;
     io->maxB = maxB;
+    io->packing = packing;
+    io->cur = io->pf = -1;
     DDP_TRY(DDP_BE_ALLOC(be, &io->out, (size_t)maxB * (2 * sizeof(float) + sizeof(int64_t))));
     io->loss = io->out;
     io->prob = io->loss + maxB;
     io->pred = (int64_t *)(io->prob + maxB); /* 8 * maxB bytes in: aligned */
-    if (!be->host_memory) {
-        DDP_MODEL_ALLOC(be, io->x_dev, maxR * D);
-        DDP_MODEL_ALLOC(be, io->off_dev, maxB + 1);
-        DDP_MODEL_ALLOC(be, io->lab_dev, maxB);
-        io->h_out = ddp_calloc((size_t)maxB, 2 * sizeof(float) + sizeof(int64_t));
-        if (!io->h_out) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    if (packing) {
+        io->seg_h = ddp_calloc((size_t)maxR, sizeof *io->seg_h);
+        if (!io->seg_h) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    }
+    if (be->host_memory) return DDP_OK;
+    io->h_out = ddp_calloc((size_t)maxB, 2 * sizeof(float) + sizeof(int64_t));
+    if (!io->h_out) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    /* MPIDDP_CUDA_PREFETCH=0: batches uploaded on the compute stream, one at a time (no copy stream, no overlap) */
+    io->staged = be->stage && ddp_env_int("CUDA_PREFETCH", 1) != 0;
+    for (int k = 0; k < 1 + io->staged; k++) {
+        ddp_io_set *t = &io->set[k];
+        DDP_MODEL_ALLOC(be, t->x, maxR * D);
+        DDP_MODEL_ALLOC(be, t->off, maxB + 1);
+        DDP_MODEL_ALLOC(be, t->lab, maxB);
+        if (packing) {
+            DDP_MODEL_ALLOC(be, t->sid, maxB);
+            DDP_MODEL_ALLOC(be, t->seg, maxR);
+        }
+    }
+    if (io->staged) { /* the pinned slots: every region of the largest batch, each 256-byte aligned */
+        size_t bytes = (size_t)(maxR * D) * sizeof(float) + (size_t)(2 * maxB + 1) * sizeof(int64_t) + 5 * 256;
+        if (packing) bytes += (size_t)(maxB + maxR) * sizeof(int64_t);
+        DDP_TRY(be->stage_reserve(be, bytes));
+        io->pf_meta = ddp_calloc((size_t)(3 * maxB + 1), sizeof *io->pf_meta);
+        if (!io->pf_meta) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     }
 done:
     return st;
@@ -95,16 +117,107 @@ ddp_status ddp_model_io_check(const ddp_model_io *io, const ddp_batch *b)
     return DDP_OK;
 }
 
+/* The row -> sample map of b into seg_h (packing). */
+static void fill_seg(ddp_model_io *io, const ddp_batch *b)
+{
+    for (int64_t s = 0; s < b->nsamples; s++)
+        for (int64_t r = b->offsets[s]; r < b->offsets[s + 1]; r++) io->seg_h[r] = s;
+}
+
+static ddp_staged staged_of(const ddp_model_io *io, int k)
+{
+    const ddp_io_set *t = &io->set[k];
+    return (ddp_staged){.x = t->x, .off = t->off, .lab = t->lab, .sid = t->sid, .seg = t->seg};
+}
+
+/* Uploads b (its row -> sample map already in seg_h) into set k through the copy stream. */
+static ddp_status stage_into(ddp_backend *be, ddp_model_io *io, const ddp_batch *b, int k)
+{
+    const ddp_io_set *t = &io->set[k];
+    int64_t B = b->nsamples, R = b->nrows;
+    ddp_copy cp[5] = {{t->x, b->x, (size_t)(R * io->D) * sizeof(float)},
+                      {t->off, b->offsets, (size_t)(B + 1) * sizeof(int64_t)},
+                      {t->lab, b->labels, (size_t)B * sizeof(int64_t)},
+                      {t->sid, b->sample_ids, (size_t)B * sizeof(int64_t)},
+                      {t->seg, io->seg_h, (size_t)R * sizeof(int64_t)}};
+    return be->stage(be, k, cp, io->packing ? 5 : 3);
+}
+
+/* 1 when b is the batch prefetched (the same buffers, sizes, offsets, labels and sample ids). */
+static int is_prefetched(const ddp_model_io *io, const ddp_batch *b)
+{
+    int64_t B = b->nsamples;
+    if (io->pf < 0 || b->x != io->pf_x || b->offsets != io->pf_ptr[0] || b->labels != io->pf_ptr[1] ||
+        b->sample_ids != io->pf_ptr[2] || B != io->pf_B || b->nrows != io->pf_R)
+        return 0;
+    return !memcmp(io->pf_meta, b->offsets, (size_t)(B + 1) * sizeof(int64_t)) &&
+           !memcmp(io->pf_meta + B + 1, b->labels, (size_t)B * sizeof(int64_t)) &&
+           !memcmp(io->pf_meta + 2 * B + 1, b->sample_ids, (size_t)B * sizeof(int64_t));
+}
+
 ddp_status ddp_model_io_stage(ddp_backend *be, ddp_model_io *io, const ddp_batch *b, ddp_staged *s)
 {
+    if (io->packing) fill_seg(io, b);
     if (be->host_memory) {
-        *s = (ddp_staged){.x = b->x, .off = b->offsets, .lab = b->labels};
+        *s = (ddp_staged){.x = b->x, .off = b->offsets, .lab = b->labels, .sid = b->sample_ids, .seg = io->seg_h};
         return DDP_OK;
     }
-    DDP_CHECK(be->upload_async(be, io->x_dev, b->x, (size_t)(b->nrows * io->D) * sizeof(float)));
-    DDP_CHECK(be->upload_async(be, io->off_dev, b->offsets, (size_t)(b->nsamples + 1) * sizeof(int64_t)));
-    DDP_CHECK(be->upload_async(be, io->lab_dev, b->labels, (size_t)b->nsamples * sizeof(int64_t)));
-    *s = (ddp_staged){.x = io->x_dev, .off = io->off_dev, .lab = io->lab_dev};
+    if (!io->staged) {
+        const ddp_io_set *t = &io->set[0];
+        DDP_CHECK(be->upload_async(be, t->x, b->x, (size_t)(b->nrows * io->D) * sizeof(float)));
+        DDP_CHECK(be->upload_async(be, t->off, b->offsets, (size_t)(b->nsamples + 1) * sizeof(int64_t)));
+        DDP_CHECK(be->upload_async(be, t->lab, b->labels, (size_t)b->nsamples * sizeof(int64_t)));
+        if (io->packing) {
+            DDP_CHECK(be->upload_async(be, t->sid, b->sample_ids, (size_t)b->nsamples * sizeof(int64_t)));
+            DDP_CHECK(be->upload_async(be, t->seg, io->seg_h, (size_t)b->nrows * sizeof(int64_t)));
+        }
+        *s = staged_of(io, 0);
+        return DDP_OK;
+    }
+    int k = io->cur < 0 ? 0 : 1 - io->cur; /* the sets in turn: the prefetch went to the next one too */
+    if (!is_prefetched(io, b)) DDP_CHECK(stage_into(be, io, b, k));
+    io->pf = -1;
+    DDP_CHECK(be->stage_acquire(be, k));
+    io->cur = k;
+    *s = staged_of(io, k);
+    return DDP_OK;
+}
+
+void ddp_model_io_set_next(ddp_model_io *io, ddp_next_batch_fn next, void *arg)
+{
+    io->next = next;
+    io->next_arg = arg;
+    if (!next) io->pf = -1;
+}
+
+ddp_status ddp_model_io_done(ddp_backend *be, ddp_model_io *io, int prefetch)
+{
+    ddp_next_batch_fn next = io->next;
+    io->next = NULL; /* one batch per ddp_model.prefetch call */
+    if (!io->staged || io->cur < 0) return DDP_OK;
+    DDP_CHECK(be->stage_release(be, io->cur));
+    const ddp_batch *nb = prefetch && next ? next(io->next_arg) : NULL;
+    if (!nb || nb->nrows > io->maxR || nb->nsamples > io->maxB || nb->dim != io->D)
+        return DDP_OK; /* none ready, or one its step will reject */
+    int k = 1 - io->cur;
+    int64_t B = nb->nsamples;
+    if (io->packing) fill_seg(io, nb);
+    DDP_CHECK(stage_into(be, io, nb, k));
+    io->pf = k;
+    io->pf_x = nb->x;
+    io->pf_ptr[0] = nb->offsets, io->pf_ptr[1] = nb->labels, io->pf_ptr[2] = nb->sample_ids;
+    io->pf_B = B, io->pf_R = nb->nrows;
+    memcpy(io->pf_meta, nb->offsets, (size_t)(B + 1) * sizeof(int64_t));
+    memcpy(io->pf_meta + B + 1, nb->labels, (size_t)B * sizeof(int64_t));
+    memcpy(io->pf_meta + 2 * B + 1, nb->sample_ids, (size_t)B * sizeof(int64_t));
+    return DDP_OK;
+}
+
+ddp_status ddp_model_elapsed(ddp_backend *be, int k0, int k1, double *acc)
+{
+    double s = 0.0;
+    if (be->elapsed) DDP_CHECK(be->elapsed(be, k0, k1, &s));
+    *acc += s;
     return DDP_OK;
 }
 
@@ -137,9 +250,16 @@ ddp_status ddp_model_io_collect(ddp_backend *be, const ddp_model_io *io, int64_t
 
 void ddp_model_io_release(ddp_backend *be, ddp_model_io *io)
 {
-    void *bufs[] = {io->out, io->x_dev, io->off_dev, io->lab_dev};
-    ddp_model_release_all(be, bufs, sizeof bufs / sizeof bufs[0]);
+    void *bufs[] = {io->out};
+    ddp_model_release_all(be, bufs, 1);
+    for (int k = 0; k < 2; k++) {
+        ddp_io_set *t = &io->set[k];
+        void *set[] = {t->x, t->off, t->lab, t->sid, t->seg};
+        ddp_model_release_all(be, set, sizeof set / sizeof set[0]);
+    }
     free(io->h_out);
+    free(io->seg_h);
+    free(io->pf_meta);
     *io = (ddp_model_io){0};
 }
 

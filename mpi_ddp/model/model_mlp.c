@@ -17,7 +17,8 @@ typedef struct {
     float *z1, *a1, *z2;            /* [maxR, H]; after a training forward z1/z2 hold gelu', then z2 dZ2 */
     float *p, *dp, *logits, *dlogits;
     ddp_model_io io;                /* the batch on the backend, the loss/prob/pred block */
-    double t_fwd, t_bwd;            /* cumulative seconds in train_step's forward and backward (benchmarks) */
+    double t_fwd, t_bwd;            /* cumulative seconds in train_step's forward and backward (benchmarks): device
+                                     * timers on device backends, the host clock on host ones */
 } refmodel;
 
 void ddp_refmodel_times(const ddp_model *model, double *fwd, double *bwd)
@@ -90,20 +91,24 @@ static ddp_status forward(refmodel *m, const ddp_batch *b, const float *P, const
     return DDP_OK;
 }
 
+/* Forward and backward; on device backends the forward and backward times come from timers (be->mark) read
+ * after the results' download, so no host synchronisation is made for timing. */
 static ddp_status ref_train_step(void *self, const ddp_batch *b, const float *P, float *G, ddp_forward_out *out,
                                  ddp_grad_ready_fn ready, void *ready_arg)
 {
     refmodel *m = self;
     ddp_backend *be = m->be;
     ddp_staged s;
+    int timers = !be->host_memory && be->mark;
     double t0 = ddp_model_clock();
     DDP_CHECK(stage(m, b, &s));
+    if (timers) DDP_CHECK(be->mark(be, DDP_T_FWD0));
     DDP_CHECK(forward(m, b, P, &s, 1));
-    if (!be->host_memory) DDP_CHECK(be->synchronize(be));
+    if (timers) DDP_CHECK(be->mark(be, DDP_T_FWD1));
     const float *x = s.x;
     const int64_t *off = s.off;
     double t1 = ddp_model_clock();
-    m->t_fwd += t1 - t0;
+    if (!timers) m->t_fwd += t1 - t0;
     int64_t R = b->nrows, B = b->nsamples, D = m->D, H = m->H, C = m->C;
     /* head */
     DDP_CHECK(be->gemm(be, 1, 0, C, H, B, 1.0f, m->dlogits, C, m->p, H, 1.0f, G + m->tab.off[W3], H));
@@ -119,9 +124,15 @@ static ddp_status ref_train_step(void *self, const ddp_batch *b, const float *P,
     DDP_CHECK(be->gelu_backward(be, m->a1, m->z1, m->a1, R, H, G + m->tab.off[B1]));
     DDP_CHECK(be->gemm(be, 1, 0, H, D, R, 1.0f, m->a1, H, x, D, 1.0f, G + m->tab.off[W1], D));
     if (ready) ready(ready_arg, m->tab.off[W1], m->tab.off[W2]);
-    ddp_status st = ddp_model_io_collect(be, &m->io, b->nsamples, out);
-    m->t_bwd += ddp_model_clock() - t1;
-    return st;
+    if (timers) DDP_CHECK(be->mark(be, DDP_T_BWD1));
+    DDP_CHECK(ddp_model_io_done(be, &m->io, 1)); /* the next batch's upload overlaps this one's compute */
+    DDP_CHECK(ddp_model_io_collect(be, &m->io, b->nsamples, out));
+    if (!timers) {
+        m->t_bwd += ddp_model_clock() - t1;
+        return DDP_OK;
+    }
+    DDP_CHECK(ddp_model_elapsed(be, DDP_T_FWD0, DDP_T_FWD1, &m->t_fwd));
+    return ddp_model_elapsed(be, DDP_T_FWD1, DDP_T_BWD1, &m->t_bwd);
 }
 
 static ddp_status ref_eval_step(void *self, const ddp_batch *b, const float *P, ddp_forward_out *out)
@@ -130,7 +141,15 @@ static ddp_status ref_eval_step(void *self, const ddp_batch *b, const float *P, 
     ddp_staged s;
     DDP_CHECK(stage(m, b, &s));
     DDP_CHECK(forward(m, b, P, &s, 0));
+    DDP_CHECK(ddp_model_io_done(m->be, &m->io, 0));
     return ddp_model_io_collect(m->be, &m->io, b->nsamples, out);
+}
+
+static ddp_status ref_prefetch(void *self, ddp_next_batch_fn next, void *arg)
+{
+    refmodel *m = self;
+    ddp_model_io_set_next(&m->io, next, arg);
+    return DDP_OK;
 }
 
 static void ref_destroy(void *self)
@@ -184,7 +203,7 @@ ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t
     BALLOC(m->dp, maxB * H);
     BALLOC(m->logits, maxB * C);
     BALLOC(m->dlogits, maxB * C);
-    DDP_TRY(ddp_model_io_alloc(be, &m->io, D, maxR, maxB));
+    DDP_TRY(ddp_model_io_alloc(be, &m->io, D, maxR, maxB, 0));
     *out = (ddp_model){.name = "mlp",
                        .ntensors = 6,
                        .tensors = m->tab.spec,
@@ -194,7 +213,8 @@ ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t
                        .init = ref_init,
                        .train_step = ref_train_step,
                        .eval_step = ref_eval_step,
-                       .destroy = ref_destroy};
+                       .destroy = ref_destroy,
+                       .prefetch = ref_prefetch};
     return DDP_OK;
 done:
     ref_destroy(m);

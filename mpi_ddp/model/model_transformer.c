@@ -92,7 +92,7 @@ static ddp_status tx_init(void *self, float *params, uint64_t seed)
 }
 
 /* ------------------------------------------------------------------ steps */
-/* Checks the batch, builds the row -> sample map and moves the batch to the backend (no host sync). */
+/* Checks the batch and moves it, with its row -> sample map and sample ids, to the backend (no host sync). */
 static ddp_status stage(txmodel *m, const ddp_batch *b, const float **x, const int64_t **lab)
 {
     DDP_CHECK(ddp_model_io_check(&m->io, b));
@@ -104,30 +104,27 @@ static ddp_status stage(txmodel *m, const ddp_batch *b, const float **x, const i
                                  (long long)(b->indices ? b->indices[s] : s), (long long)b->sample_ids[s], (long long)n,
                                  (long long)m->P);
         nmax = n > nmax ? n : nmax;
-        for (int64_t r = b->offsets[s]; r < b->offsets[s + 1]; r++) m->seg_h[r] = s;
     }
-    m->pack = (ddp_packing){.B = B, .R = R, .hoff = b->offsets, .max_rows = nmax};
-    ddp_backend *be = m->be;
     ddp_staged s;
-    DDP_CHECK(ddp_model_io_stage(be, &m->io, b, &s));
-    m->pack.off = s.off;
+    DDP_CHECK(ddp_model_io_stage(m->be, &m->io, b, &s));
+    m->pack = (ddp_packing){.B = B, .R = R, .off = s.off, .seg = s.seg, .sid = s.sid, .hoff = b->offsets, .max_rows = nmax};
     *x = s.x;
     *lab = s.lab;
-    if (be->host_memory) {
-        m->pack.seg = m->seg_h;
-        m->pack.sid = b->sample_ids;
-        return DDP_OK;
-    }
-    DDP_CHECK(be->upload_async(be, m->sid_dev, b->sample_ids, (size_t)B * sizeof(int64_t)));
-    DDP_CHECK(be->upload_async(be, m->seg_dev, m->seg_h, (size_t)R * sizeof(int64_t)));
-    m->pack.seg = m->seg_dev;
-    m->pack.sid = m->sid_dev;
     return DDP_OK;
 }
 
-static ddp_status collect(txmodel *m, const ddp_batch *b, ddp_forward_out *out)
+/* The end of a step's queued work: the staged batch released (and, training, the next one prefetched), the
+ * results downloaded, then the device timers of a train step read (their events have completed by then). */
+static ddp_status finish(txmodel *m, const ddp_batch *b, ddp_forward_out *out, int train)
 {
-    return ddp_model_io_collect(m->be, &m->io, b->nsamples, out);
+    ddp_backend *be = m->be;
+    DDP_CHECK(ddp_model_io_done(be, &m->io, train));
+    DDP_CHECK(ddp_model_io_collect(be, &m->io, b->nsamples, out));
+    if (!train || be->host_memory || !be->mark || b->nsamples == 0) return DDP_OK;
+    DDP_CHECK(ddp_model_elapsed(be, DDP_T_FWD0, DDP_T_FWD1, &m->t_fwd));
+    DDP_CHECK(ddp_model_elapsed(be, DDP_T_FWD1, DDP_T_BWD1, &m->t_bwd));
+    for (int k = DDP_T_ATTN0; k < m->timers; k += 2) DDP_CHECK(ddp_model_elapsed(be, k, k + 1, &m->t_attn));
+    return DDP_OK;
 }
 
 static ddp_status tx_train_step(void *self, const ddp_batch *b, const float *P, float *G, ddp_forward_out *out,
@@ -139,11 +136,11 @@ static ddp_status tx_train_step(void *self, const ddp_batch *b, const float *P, 
     DDP_CHECK(stage(m, b, &x, &lab));
     if (b->nsamples == 0) { /* no sample on this rank (token budgets): still releases every gradient bucket */
         if (ready) ready(ready_arg, 0, m->total);
-        return collect(m, b, out);
+        return finish(m, b, out, 1);
     }
     DDP_CHECK(ddp_tx_forward(m, b, P, x, lab, 1));
     DDP_CHECK(ddp_tx_backward(m, b, P, G, x, ready, ready_arg));
-    return collect(m, b, out);
+    return finish(m, b, out, 1);
 }
 
 static ddp_status tx_eval_step(void *self, const ddp_batch *b, const float *P, ddp_forward_out *out)
@@ -153,7 +150,14 @@ static ddp_status tx_eval_step(void *self, const ddp_batch *b, const float *P, d
     const int64_t *lab = NULL;
     DDP_CHECK(stage(m, b, &x, &lab));
     if (b->nsamples > 0) DDP_CHECK(ddp_tx_forward(m, b, P, x, lab, 0));
-    return collect(m, b, out);
+    return finish(m, b, out, 0);
+}
+
+static ddp_status tx_prefetch(void *self, ddp_next_batch_fn next, void *arg)
+{
+    txmodel *m = self;
+    ddp_model_io_set_next(&m->io, next, arg);
+    return DDP_OK;
 }
 
 static void tx_destroy(void *self)
@@ -167,11 +171,10 @@ static void tx_destroy(void *self)
         ddp_model_release_all(be, bufs, sizeof bufs / sizeof bufs[0]);
     }
     void *bufs[] = {m->hL, m->yf, m->muf, m->rsf, m->p, m->dp, m->logits, m->dlogits, m->branch, m->dh, m->dy, m->dqkv,
-                    m->dffn, m->attn_delta, m->sid_dev, m->seg_dev};
+                    m->dffn, m->attn_delta};
     ddp_model_release_all(be, bufs, sizeof bufs / sizeof bufs[0]);
     ddp_model_io_release(be, &m->io);
     ddp_param_table_free(&m->tab);
-    free(m->seg_h);
     free(m->lay);
     free(m);
 }
@@ -198,8 +201,7 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
                    .dropout = (float)c->dropout};
     DDP_TRY(ddp_param_table_alloc(&m->tab, 8 + (int)L * T_PER_LAYER));
     m->lay = ddp_calloc((size_t)L, sizeof *m->lay);
-    m->seg_h = ddp_calloc((size_t)R, sizeof *m->seg_h);
-    if (!m->lay || !m->seg_h) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    if (!m->lay) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     layout(m);
     DDP_TRY(be->reserve(be, R > B ? R : B));
     for (int64_t l = 0; l < L; l++) {
@@ -232,11 +234,7 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     BALLOC(m->dqkv, R * 3 * d);
     BALLOC(m->dffn, R * f);
     BALLOC(m->attn_delta, R * H);
-    DDP_TRY(ddp_model_io_alloc(be, &m->io, m->D, R, B));
-    if (!be->host_memory) {
-        BALLOC(m->sid_dev, B);
-        BALLOC(m->seg_dev, R);
-    }
+    DDP_TRY(ddp_model_io_alloc(be, &m->io, m->D, R, B, 1));
     *out = (ddp_model){.name = "transformer",
                        .ntensors = m->tab.n,
                        .tensors = m->tab.spec,
@@ -246,7 +244,8 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
                        .init = tx_init,
                        .train_step = tx_train_step,
                        .eval_step = tx_eval_step,
-                       .destroy = tx_destroy};
+                       .destroy = tx_destroy,
+                       .prefetch = tx_prefetch};
     return DDP_OK;
 done:
     tx_destroy(m);

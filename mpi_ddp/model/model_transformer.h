@@ -39,11 +39,11 @@ typedef struct {
     float *dh, *dy, *dqkv;    /* backward: residual-stream, block-input and q|k|v gradients */
     float *dffn;              /* [R,f] gradient of the feed-forward hidden activations */
     float *attn_delta;        /* [R,heads] attention backward's rowsum(dO * O) per head */
-    ddp_model_io io;          /* the batch on the backend, the loss/prob/pred block */
-    int64_t *seg_h;           /* [maxR] host: sample of each row */
-    int64_t *sid_dev, *seg_dev; /* device copies of the sample ids and seg_h (device backends) */
+    ddp_model_io io;          /* the batch on the backend (with its packing), the loss/prob/pred block */
     ddp_packing pack;
-    double t_fwd, t_bwd, t_attn, t_gemm; /* cumulative seconds (host backends: per op class) */
+    double t_fwd, t_bwd, t_attn, t_gemm; /* cumulative seconds: the host clock per op class on host backends;
+                                          * device timers of train steps (no t_gemm) on device backends */
+    int timers;               /* device timers marked in this train step (DDP_T_ATTN0 + 2 per timed attention) */
 } txmodel;
 
 ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const float *x, const int64_t *lab,

@@ -5,12 +5,22 @@
 #include "mpi_ddp/model/model_transformer.h"
 #include "mpi_ddp/core/status.h"
 
-/* Times an op class on host backends (device work is asynchronous: no per-op times there). */
+/* Times an op class on host backends (device work is asynchronous: no per-op host times there). */
 #define TIMED(acc, call)                                                                           \
     do {                                                                                           \
         double t0_ = m->be->host_memory ? ddp_model_clock() : 0.0;                                 \
         DDP_CHECK(call);                                                                           \
         if (m->be->host_memory) (acc) += ddp_model_clock() - t0_;                                  \
+    } while (0)
+/* Attention: on host backends as TIMED; in a train step on device backends between two device timers, read
+ * when the step's results have been downloaded (model_transformer.c), while timers last. */
+#define ATTN_TIMED(train, call)                                                                    \
+    do {                                                                                           \
+        int dev_ = (train) && !m->be->host_memory && m->be->mark && m->timers + 2 <= DDP_TIMERS;   \
+        if (dev_) DDP_CHECK(m->be->mark(m->be, m->timers));                                        \
+        TIMED(m->t_attn, call);                                                                    \
+        if (dev_) DDP_CHECK(m->be->mark(m->be, m->timers + 1));                                    \
+        if (dev_) m->timers += 2;                                                                  \
     } while (0)
 
 /* y[R,N] = x[R,K] . W[N,K]^T (+ beta y) */
@@ -36,6 +46,9 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
     const ddp_packing *pack = &m->pack;
     int64_t R = pack->R, B = pack->B, d = m->d, f = m->f, H = m->heads;
     double t0 = ddp_model_clock();
+    int timers = train && !be->host_memory && be->mark; /* device timers, read after the results' download */
+    m->timers = DDP_T_ATTN0;
+    if (timers) DDP_CHECK(be->mark(be, DDP_T_FWD0));
     float *h = m->L > 0 ? m->lay[0].h : m->hL;
     LINEAR(x, P + m->inp_w, h, R, d, m->D, 0.0f);
     DDP_CHECK(E->embed_fwd(be, h, P + m->inp_b, m->pos_w >= 0 ? P + m->pos_w : NULL, pack, d));
@@ -48,7 +61,7 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
         DDP_CHECK(E->layernorm_fwd(be, y->h, P + w[T_N1_W], P + w[T_N1_B], y->y1, y->mu1, y->rs1, R, d));
         LINEAR(y->y1, P + w[T_QKV_W], y->qkv, R, 3 * d, d, 0.0f);
         DDP_CHECK(be->add_bias(be, y->qkv, P + w[T_QKV_B], R, 3 * d));
-        TIMED(m->t_attn, E->attention_fwd(be, y->qkv, y->o, y->lse, pack, d, (int)H, &drop_attn));
+        ATTN_TIMED(train, E->attention_fwd(be, y->qkv, y->o, y->lse, pack, d, (int)H, &drop_attn));
         LINEAR(y->o, P + w[T_OUT_W], m->branch, R, d, d, 0.0f);
         DDP_CHECK(E->residual_fwd(be, y->hmid, y->h, m->branch, P + w[T_OUT_B], pack, d, &drop_res1));
         DDP_CHECK(E->layernorm_fwd(be, y->hmid, P + w[T_N2_W], P + w[T_N2_B], y->y2, y->mu2, y->rs2, R, d));
@@ -63,8 +76,8 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
     DDP_CHECK(be->add_bias(be, m->logits, P + m->head_b, B, m->C));
     DDP_CHECK(be->softmax_xent(be, m->logits, lab, B, m->C, train ? m->dlogits : NULL, m->io.loss, m->io.pred,
                                m->io.prob));
-    if (train && !be->host_memory) DDP_CHECK(be->synchronize(be)); /* forward time, as the MLP reports it */
-    m->t_fwd += ddp_model_clock() - t0;
+    if (timers) DDP_CHECK(be->mark(be, DDP_T_FWD1));
+    else if (be->host_memory || !be->mark) m->t_fwd += ddp_model_clock() - t0; /* device: train steps' timers */
     return DDP_OK;
 }
 
@@ -108,8 +121,8 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
         DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, G + w[T_OUT_B], pack, d, &drop_res1));
         WGRAD(m->branch, y->o, G + w[T_OUT_W], R, d, d);
         DGRAD(m->branch, P + w[T_OUT_W], m->dy, R, d, d);
-        TIMED(m->t_attn, E->attention_bwd(be, y->qkv, y->o, m->dy, y->lse, m->dqkv, m->attn_delta, pack, d, (int)H,
-                                            &drop_attn));
+        ATTN_TIMED(1, E->attention_bwd(be, y->qkv, y->o, m->dy, y->lse, m->dqkv, m->attn_delta, pack, d, (int)H,
+                                       &drop_attn));
         DDP_CHECK(be->colsum(be, m->dqkv, G + w[T_QKV_B], R, 3 * d, 1.0f));
         /* The key bias adds q.b_k to every score of a row, which softmax ignores: its gradient is exactly 0.
          * Summed, it is rounding noise that depends on the batch's packing, and AdamW would turn that noise
@@ -125,6 +138,7 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
     WGRAD(m->dh, x, G + m->inp_w, R, d, m->D);
     DDP_CHECK(E->embed_bwd(be, m->dh, G + m->inp_b, m->pos_w >= 0 ? G + m->pos_w : NULL, pack, d));
     if (ready) ready(ready_arg, 0, m->body_lo);
-    m->t_bwd += ddp_model_clock() - t0;
+    if (!be->host_memory && be->mark) DDP_CHECK(be->mark(be, DDP_T_BWD1));
+    else m->t_bwd += ddp_model_clock() - t0;
     return DDP_OK;
 }

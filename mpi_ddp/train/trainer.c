@@ -2,7 +2,9 @@
  * clipping, AdamW), exact validation after each epoch, metric sync points, metrics CSV files, run.json,
  * stop requests agreed through the step's allreduce, and the progress line. Owns the trainer struct (private
  * here); checkpoint saves, decisions (top-k, early stop) and resume are in trainer_ckpt.c, over the part of the
- * state in train_state.h. Every collective is reached by every rank on every path. */
+ * state in train_state.h; the configuration's defaults and checks in train_config.c. Each micro-batch's model
+ * may start uploading the next one while it computes (ddp_model.prefetch over ddp_loader_peek). Every collective
+ * is reached by every rank on every path. */
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "mpi_ddp/backend/backend.h"
@@ -52,33 +54,18 @@ typedef struct {
     int64_t test_step_delay_ms;           /* MPIDDP_TEST_STEP_DELAY_MS: a slower job for signal tests */
     FILE *trace;                          /* MPIDDP_TEST_TRACE_SAMPLES=PREFIX: each rank writes PREFIX.r<rank>, one
                                              line "epoch step id..." per micro-batch it trains (tests) */
+    ddp_loader *peek_ld;                  /* ddp_model.prefetch: the next micro-batch, peek_step (-1: none) */
+    int64_t peek_step;
 } trainer;
 
 static volatile sig_atomic_t g_stop_requested;
 void ddp_request_stop(void) { g_stop_requested = 1; }
 
-void ddp_train_config_default(ddp_train_config *c)
+/* ddp_model.prefetch's peek: the next micro-batch of the epoch when the loader has it assembled. */
+static const ddp_batch *peek_next(void *arg)
 {
-    memset(c, 0, sizeof *c);
-    c->out_dir = "run";
-    c->epochs = 3;
-    c->batch_size = 32;
-    c->accumulate = 1;
-    c->lr = 1e-3;
-    c->weight_decay = 0.01;
-    c->beta1 = 0.9;
-    c->beta2 = 0.999;
-    c->eps = 1e-8;
-    c->seed = 0;
-    c->log_every = 50;
-    c->bucket_mb = 25.0;
-    c->device = DDP_DEVICE_CPU;
-    c->progress = 1;
-    c->hidden = 0;
-    c->monitor = "val/loss";
-    c->save_top_k = 1;
-    c->shuffle_block_mb = 4.0;
-    c->shuffle_window = 16;
+    trainer *tr = arg;
+    return tr->peek_step >= 0 ? ddp_loader_peek(tr->peek_ld, tr->peek_step) : NULL;
 }
 
 static double now_s(void)
@@ -86,47 +73,6 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
-{
-    /* global batch and budget: products of options that must fit int64 (and a float for the sample count) */
-    if (c->accumulate >= 1 && c->batch_rows > 0 && c->batch_rows > (INT64_MAX / 4) / world / c->accumulate)
-        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld x %d ranks x --accumulate %d: the global budget is too large",
-                             (long long)c->batch_rows, world, c->accumulate);
-    if (c->accumulate >= 1 && c->batch_size > 0 && (double)c->batch_size * world * c->accumulate > 16777216.0)
-        return ddp_set_error(DDP_ERR_ARG, "--batch-size %d x %d ranks x --accumulate %d: more than 2^24 samples per optimizer step",
-                             c->batch_size, world, c->accumulate);
-    if (!c->out_dir || !*c->out_dir) return ddp_set_error(DDP_ERR_ARG, "--out: a run directory is required");
-    if (c->epochs < 1) return ddp_set_error(DDP_ERR_ARG, "--epochs %d: must be >= 1", c->epochs);
-    if (c->batch_size < 1) return ddp_set_error(DDP_ERR_ARG, "--batch-size %d: must be >= 1", c->batch_size);
-    if (c->accumulate < 1) return ddp_set_error(DDP_ERR_ARG, "--accumulate %d: must be >= 1", c->accumulate);
-    if (c->batch_rows < 0) return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld: must be >= 1", (long long)c->batch_rows);
-    if (c->shuffle_block && (!(c->shuffle_block_mb > 0) || c->shuffle_window < 1 || c->shuffle_window > 64))
-        return ddp_set_error(DDP_ERR_ARG, "--shuffle block: need --shuffle-block-mb > 0 and --shuffle-window in [1, 64]");
-    if (c->shuffle_block && c->sampling_shard)
-        return ddp_set_error(DDP_ERR_ARG, "--shuffle block needs --sampling global (shard sampling shuffles within each rank's shards)");
-    if (c->batch_rows > 0 && c->sampling_shard)
-        return ddp_set_error(DDP_ERR_ARG, "--batch-rows needs --sampling global (shard sampling keeps sample-count batches)");
-    if (!(c->lr > 0) || !isfinite(c->lr)) return ddp_set_error(DDP_ERR_ARG, "--lr %g: must be a positive number", c->lr);
-    if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
-        return ddp_set_error(DDP_ERR_ARG, "--weight-decay %g: must be >= 0", c->weight_decay);
-    if (!(c->grad_clip >= 0)) return ddp_set_error(DDP_ERR_ARG, "--grad-clip %g: must be >= 0", c->grad_clip);
-    if (c->log_every < 1) return ddp_set_error(DDP_ERR_ARG, "--log-every %d: must be >= 1", c->log_every);
-    if (!(c->bucket_mb > 0)) return ddp_set_error(DDP_ERR_ARG, "--bucket-mb %g: must be > 0", c->bucket_mb);
-    if (c->save_top_k < 0 || c->save_top_k > DDP_TOPK_MAX)
-        return ddp_set_error(DDP_ERR_ARG, "--save-top-k %d: must be in [0, %d]", c->save_top_k, DDP_TOPK_MAX);
-    if (c->ckpt_policy < 0 || c->ckpt_policy > DDP_POLICY_MAJORITY) return ddp_set_error(DDP_ERR_ARG, "--ckpt-policy: unknown policy");
-    if (c->early_stop_patience < 0) return ddp_set_error(DDP_ERR_ARG, "--early-stop-patience %d: must be >= 0", c->early_stop_patience);
-    if (c->ckpt_every_steps < 0) return ddp_set_error(DDP_ERR_ARG, "--ckpt-every-steps: must be >= 0");
-    if (!c->monitor || !*c->monitor) return ddp_set_error(DDP_ERR_ARG, "--monitor: empty metric name");
-    if (c->lr_schedule < DDP_LR_CONSTANT || c->lr_schedule > DDP_LR_LINEAR) return ddp_set_error(DDP_ERR_ARG, "--lr-schedule: unknown schedule");
-    if (!(c->warmup >= 0) || !(c->min_lr >= 0) || !isfinite(c->warmup))
-        return ddp_set_error(DDP_ERR_ARG, "--warmup-steps and --min-lr must be >= 0");
-    if (c->lr_schedule != DDP_LR_CONSTANT && c->min_lr > c->lr)
-        return ddp_set_error(DDP_ERR_ARG, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
-    if (c->precision < DDP_PRECISION_FP32 || c->precision > DDP_PRECISION_BF16) return ddp_set_error(DDP_ERR_ARG, "--precision: unknown");
-    return DDP_OK;
 }
 
 /* Steps every rank will run: computed locally, then checked collectively. */
@@ -208,6 +154,10 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
         ctl[CTL_ROWS + ts->ctx->topo.rank] += (float)b->nrows;
         ddp_forward_out out = {0};
         int is_last = k == last - 1;
+        if (ts->model->prefetch) { /* the next micro-batch may upload while this one computes */
+            tr->peek_ld = ld, tr->peek_step = k + 1 < nmb ? k + 1 : -1;
+            DDP_CHECK(ts->model->prefetch(ts->model->self, peek_next, tr));
+        }
         if (is_last) {
             DDP_CHECK(be->upload_async(be, tr->grads + ts->n, ctl, (size_t)tr->nctl * sizeof(float)));
             ddp_sync_begin(tr->sync);
@@ -436,6 +386,7 @@ static void teardown(trainer *tr)
 {
     ddp_train_state *ts = &tr->state;
     ddp_watch_close(ts->ctx);
+    if (ts->model->prefetch) (void)ts->model->prefetch(ts->model->self, NULL, NULL); /* drops a batch moved early */
     ddp_backend *be = ts->be;
     if (be) {
         (void)ddp_backend_set_precision(be, DDP_PRECISION_FP32); /* the context's shared backend back to the default */
