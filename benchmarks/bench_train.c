@@ -12,6 +12,8 @@
  *   mpirun -np R bench_train --data DIR --model transformer --hidden d --layers L --heads N [--ff f] [--lens LABEL]
  *                            [--batches-out PREFIX] ...   (run_tx.sh: rank r writes PREFIX.r<r>, one line of global
  *                            sample indices per step, which the PyTorch peer trains on: the same batches)
+ *   --precision fp32|tf32|bf16 (default fp32): the GEMMs' arithmetic, as mpiddp train --precision (tf32 and bf16
+ *   need --device cuda; the CPU's bf16 where the backend has it)
  */
 #include "io/dataset.h"
 #include "io/loader.h"
@@ -39,6 +41,17 @@
     } while (0)
 
 /* sgemm rate of the shapes the model runs: [rows x H] x [H x H] */
+/* ddp_model.prefetch's peek, as the trainer's: the next batch of the epoch once the loader has assembled it. */
+typedef struct {
+    ddp_loader *ld;
+    int64_t step; /* -1: none */
+} bench_peek;
+static const ddp_batch *bench_peek_next(void *arg)
+{
+    bench_peek *p = arg;
+    return p->step >= 0 ? ddp_loader_peek(p->ld, p->step) : NULL;
+}
+
 static double sgemm_gflops(ddp_backend *be, int64_t M, int64_t H)
 {
     float *a = calloc((size_t)(M * H), 4), *b = calloc((size_t)(H * H), 4), *c = calloc((size_t)(M * H), 4);
@@ -64,7 +77,7 @@ int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
-    const char *data = NULL, *csv = "train_raw.csv", *device = "cpu", *model = "mlp", *lens = "", *bout = NULL;
+    const char *data = NULL, *csv = "train_raw.csv", *device = "cpu", *model = "mlp", *lens = "", *bout = NULL, *prec = "fp32";
     int64_t H = 64, B = 64, steps = 50, warmup = 5, cold = 0, L = 2, heads = 4, ff = 0, brows = 0, block = 0, window = 16;
     double block_mb = 4.0, bucket_mb = 25.0;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -87,6 +100,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--shuffle-block-mb")) block_mb = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--shuffle-window")) window = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--bucket-mb")) bucket_mb = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--precision")) prec = argv[i + 1];
     }
     int tx = !strcmp(model, "transformer");
     ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
@@ -140,6 +154,9 @@ int main(int argc, char **argv)
     }
     ddp_backend *be;
     if (ddp_ctx_backend(ctx, dev, &be) != DDP_OK) DIE("backend");
+    ddp_precision pr = !strcmp(prec, "bf16") ? DDP_PRECISION_BF16 : !strcmp(prec, "tf32") ? DDP_PRECISION_TF32 : DDP_PRECISION_FP32;
+    if (strcmp(prec, ddp_precision_name(pr))) DIE("--precision %s: expected fp32|tf32|bf16", prec);
+    if (ddp_backend_set_precision(be, pr) != DDP_OK) DIE("--precision %s", prec);
     int64_t n = ddp_model_num_params(&m);
     float *p, *g, *mo, *v; /* backend memory (device memory on CUDA), zeroed */
     void *q[4];
@@ -203,6 +220,8 @@ int main(int argc, char **argv)
         ddp_sync_begin(sync);
         ddp_forward_out out = {0};
         double comm0 = ddp_sync_comm_seconds(sync);
+        bench_peek pk = {ld, k_in_epoch < sm.steps ? k_in_epoch : -1}; /* the next batch uploads during this step */
+        if (m.prefetch && m.prefetch(m.self, bench_peek_next, &pk) != DDP_OK) DIE("prefetch");
         if (m.train_step(m.self, b, p, g, &out, ddp_sync_ready, sync) != DDP_OK) DIE("step");
         double c = now_s();
         tm[4] += ddp_sync_comm_seconds(sync) - comm0;
@@ -317,9 +336,10 @@ int main(int argc, char **argv)
         printf("bench_train sync: %d buckets of %.4g MiB for %lld parameters; slowest rank's fwd+bwd %.3f ms\n",
                ddp_sync_num_buckets(sync), bucket_mb, (long long)n, cmax * 1e3 / (double)steps);
     if (dev == DDP_DEVICE_CUDA && t->rank == 0)
-        printf("mpiddp %s: %.1f host synchronisations per step (cudaStreamSynchronize; the NCCL wait is polled)\n", be->name,
+        printf("mpiddp %s: %.1f host synchronisations per step (cudaStreamSynchronize, cudaEventSynchronize; the NCCL wait is polled)\n", be->name,
                (double)(ddp_cuda()->host_syncs() - syncs0) / (double)steps);
     ddp_sync_destroy(sync);
+    if (m.prefetch) (void)m.prefetch(m.self, NULL, NULL);
     m.destroy(m.self);
     ddp_loader_destroy(ld);
     ddp_sampler_free(&sm);

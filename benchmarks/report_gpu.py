@@ -16,8 +16,9 @@ PyTorch on the same GPU and the same batches, the per-kernel table and the allre
 
 Model FLOPs per step, the same for both sides: 6·params·tokens + 12·L·d·Σ n² (attention: scores and weighted
 sums, forward and backward; padding rows and padded scores are not counted). TFLOP/s = that over the step's
-wall time (per GPU); MFU = TFLOP/s over the dense peak of the precision the side computes in (mpiddp: exact
-fp32; PyTorch under bf16 autocast: bf16), and mfu_bf16 against the bf16 peak for both.
+wall time (per GPU); MFU = TFLOP/s over the dense peak of the precision the side computes in (mpiddp: its
+--precision, given by run_gpu.sh as --impl mpiddp-cuda-bf16; PyTorch under bf16 autocast: bf16), and mfu_bf16 against
+the bf16 peak for both.
 """
 import argparse
 import csv
@@ -109,7 +110,8 @@ def add(a):
             row["attention"] = "per-sample kernels (packed)" if a.model == "transformer" else "–"
             row["pad_share"] = "0"
     row["impl"] = impl
-    row["precision"] = "bf16" if "bf16" in impl else "fp32"
+    # from --impl (mpiddp-DEVICE-PRECISION, torch-bf16-pad, ...): the CSV's impl names mpiddp without its precision
+    row["precision"] = "bf16" if "bf16" in a.impl else "tf32" if "tf32" in a.impl else "fp32"
     if a.model == "mlp":
         row["attention"] = "–"
     row["device"] = row["device"] or a.device_name
@@ -127,7 +129,7 @@ def add(a):
                 step = fnum(row["step_ms"])
                 if step:
                     tf = fl / a.steps / (step / 1e3) / 1e12 / ranks  # per GPU
-                    peak = peaks[0] if row["precision"] == "bf16" else peaks[2]
+                    peak = peaks[{"bf16": 0, "tf32": 1}.get(row["precision"], 2)]
                     row.update(tflops=f"{tf:.6g}", peak_tflops=f"{peak:g}", mfu=f"{tf / peak:.6g}", mfu_bf16=f"{tf / peaks[0]:.6g}")
         except Exception as e:  # noqa: BLE001  (no token count: the row keeps its measured columns)
             print(f"report_gpu: token count failed: {e}", file=sys.stderr)
@@ -160,7 +162,7 @@ def report(a):
     L.append("")
     L.append("Model FLOPs per step, counted the same way for both sides: 6·params·tokens + 12·L·d·Σn² (real rows only; "
              "padding and padded scores not counted; params as the model counts them, position table and head included). TFLOP/s = that over the step's wall time, per GPU; MFU against the "
-             "dense peak of the precision the side computes in (mpiddp: exact fp32 GEMMs; PyTorch: bf16 under autocast), "
+             "dense peak of the precision the side computes in (mpiddp: its `--precision`, in the impl's name; PyTorch: bf16 under autocast), "
              "`MFU bf16` against the bf16 peak for both. Both sides train the same batches (`bench_train --batches-out`). "
              "`device MiB`: peak of nvidia-smi's memory.used during the run minus before it (includes the CUDA context, "
              "cuBLAS/NCCL workspaces); `alloc MiB`: `torch.cuda.max_memory_allocated()`.")

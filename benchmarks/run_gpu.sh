@@ -10,7 +10,8 @@
 #     ff 2d, lengths 16-512: PyTorch's padded nn.TransformerEncoder with the key padding mask under bf16
 #     autocast (SDPA), and PyTorch's packed path (--packed: varlen_attn, else nested jagged tensors + SDPA,
 #     else a per-sample loop; the one used is in the table)
-# then bench_kernels --device cuda (the issue preset, the GPU's fp32 / HBM roofline) and bench_allreduce -d cuda.
+# then bench_kernels --device cuda (the issue preset, the roofline of the precision mpiddp runs at and HBM) and
+# bench_allreduce -d cuda. mpiddp trains at --precision bf16 on the GPU (RUN_GPU_PRECISION=fp32|tf32|bf16 to change).
 # Writes at most 5 files into OUT: gpu_bench.md (markdown, ready to paste under a dated "GPU (device kit)"
 # heading in benchmarks/RESULTS.md), gpu_train.csv, gpu_kernels.csv, gpu_allreduce.csv, and gpu_compute.csv
 # (mpiddp's compute per step: benchmarks/scaling_model.py --gpu-report gpu_compute.csv). Progress: lines
@@ -98,6 +99,9 @@ case $GPU_NAME in
 esac
 PEAK_BF16=${PEAK_BF16:-${pk[0]}} PEAK_TF32=${PEAK_TF32:-${pk[1]}} PEAK_FP32=${PEAK_FP32:-${pk[2]}} PEAK_GBS=${PEAK_GBS:-${pk[3]}}
 PEAKS=$PEAK_BF16,$PEAK_TF32,$PEAK_FP32
+# mpiddp's --precision: bf16 on a GPU, as the PyTorch peer's autocast; fp32 in the dry runs (the emulator's
+# tensor cores are slow loops: the pipeline, not the precision, is what a dry run checks)
+MPREC=${RUN_GPU_PRECISION:-$([ "$MODE" = cuda ] && echo bf16 || echo fp32)}
 TORCH_V=$($PY -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo "no torch")
 say "mode $MODE (mpiddp --device $MDEV, PyTorch on $TDEV), GPU ${GPU_NAME:-none} x$NGPU, torch $TORCH_V, $(( DEADLINE - T0 )) s to the deadline"
 {
@@ -155,7 +159,7 @@ config() {
     step_rec "$label" skipped 0 "about $est s needed, $(left) s left before the deadline"
     return
   fi
-  local margs=(--model "$model" --hidden "$d")
+  local margs=(--model "$model" --hidden "$d" --precision "$MPREC")
   [ "$model" = transformer ] && margs+=(--layers "$L" --heads "$heads")
   say "$label: mpiddp bench_train --device $MDEV (B $B, $s steps + $wu warmup)"
   t=$(date +%s); rm -f "$W/bt-$tag".r* "$W/run-$tag.csv"
@@ -166,7 +170,7 @@ config() {
   sed 's/^/   /' "$W/log-$tag.txt" | grep -v '^   *$' | tail -4
   local st=ok; [ $rc = 0 ] || st=$([ $rc = 124 ] || [ $rc = 137 ] && echo TIMEOUT || echo FAILED)
   $PY "$REPO/benchmarks/report_gpu.py" add --train "$TRAIN" --raw "$W/run-$tag.csv" --log "$W/log-$tag.txt" --model "$model" \
-      --config "$label" --lens "$LENS" --impl "mpiddp-$MDEV" --data "$DATA" --batches "$W/bt-$tag" --warmup "$wu" --steps "$s" \
+      --config "$label" --lens "$LENS" --impl "mpiddp-$MDEV-$MPREC" --data "$DATA" --batches "$W/bt-$tag" --warmup "$wu" --steps "$s" \
       --layers "$L" --hidden "$d" --status "$st" --device-mib "$mem" --device-name "${GPU_NAME:-$MDEV}" --peaks "$PEAKS"
   step_rec "$label: mpiddp" "$st" $(( $(date +%s) - t )) "$([ "$st" = ok ] || tail -2 "$W/log-$tag.txt" | tr '\n' ' ' | cut -c1-160)"
   [ "$st" = ok ] || return   # no batch files to replay
@@ -197,9 +201,10 @@ config() {
 kernels() {
   local est=$1 t rc
   if [ "$(left)" -lt "$est" ]; then step_rec bench_kernels skipped 0 "about $est s needed, $(left) s left"; say "skip bench_kernels"; return; fi
-  local kargs=(--device "$MDEV" --reps 5 --csv "$KCSV")
+  local kargs=(--device "$MDEV" --reps 5 --csv "$KCSV" --precision "$MPREC")
   if [ "$TINY" = 1 ]; then kargs+=(--preset tiny); else kargs+=(--preset issue); fi
-  [ "$MDEV" = cuda ] && kargs+=(--peak-gflops $(( PEAK_FP32 * 1000 )) --peak-gbs "$PEAK_GBS")
+  local pk_tf=$PEAK_FP32; [ "$MPREC" = bf16 ] && pk_tf=$PEAK_BF16; [ "$MPREC" = tf32 ] && pk_tf=$PEAK_TF32
+  [ "$MDEV" = cuda ] && kargs+=(--peak-gflops $(( pk_tf * 1000 )) --peak-gbs "$PEAK_GBS")
   say "bench_kernels ${kargs[*]}"
   t=$(date +%s)
   tcap 150 "$MPIRUN" -np 1 "$BUILD/benchmarks/bench_kernels" "${kargs[@]}" > "$W/kernels.txt" 2>&1; rc=$?

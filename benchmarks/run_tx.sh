@@ -15,7 +15,9 @@
 # BATCH_ROWS=N: mpiddp batches by token budgets (--batch-rows N, balanced across ranks) and the peer trains
 # those same batches, zero-padded (default 0: sample-count batches of B per rank, as users build them).
 #   BUILD=build OUT=benchmarks/out [RANKS="1 2"] [REPEATS=2] [STEPS_SCALE=1] [WARMUP=3] [BATCH_ROWS=0]
-#   [PEERS="torch torch-bf16"] ./benchmarks/run_tx.sh
+#   [PEERS="torch torch-bf16"] [PRECISION=fp32|bf16] ./benchmarks/run_tx.sh
+# PRECISION: mpiddp's --precision (bf16: the CPU's oneDNN bf16 GEMMs; the issue's bf16 target is the
+# "x bf16" column of a PRECISION=bf16 run). The report's rows say impl mpiddp either way: keep OUT apart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -26,6 +28,7 @@ STEPS_SCALE=${STEPS_SCALE:-1}
 WARMUP=${WARMUP:-3}
 BATCH_ROWS=${BATCH_ROWS:-0}
 PEERS=${PEERS-"torch torch-bf16"}
+PRECISION=${PRECISION:-fp32}
 for peer in $PEERS; do
   case $peer in torch | torch-bf16) ;; *) echo "run_tx.sh: PEERS: unknown peer '$peer' (torch, torch-bf16)" >&2; exit 2 ;; esac
 done
@@ -57,7 +60,7 @@ for rep in $(seq "$REPEATS"); do
       rm -f "$OUT/batches-$tag".r*
       mpirun -np "$np" --oversubscribe "$BUILD/benchmarks/bench_train" --data "$(data "$lens")" --model transformer \
         --hidden "$d" --layers "$L" --heads $HEADS --batch "$B" --steps "$s" --warmup "$WARMUP" --lens "$lens" \
-        --csv "$RAW" --batches-out "$OUT/batches-$tag" "${rows_opt[@]}"
+        --csv "$RAW" --batches-out "$OUT/batches-$tag" --precision "$PRECISION" "${rows_opt[@]}"
       for peer in $PEERS; do
         peer_opt=()
         [ "$peer" = torch-bf16 ] && peer_opt=(--autocast bf16 --impl torch-bf16)

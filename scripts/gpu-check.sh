@@ -142,13 +142,15 @@ else
   section "the tests/sh suites at np 2 and 4 with --device cuda: SKIPPED, they need 4 GPUs on one node and this one has $ngpu"
 fi
 
-section "compute-sanitizer: memcheck, racecheck, synccheck over test_cuda_backend; memcheck over short training runs"
+section "compute-sanitizer: memcheck, racecheck, synccheck over test_cuda_backend, test_cuda_norm and test_cuda_attn; memcheck over short training runs (fp32, and the transformer at bf16)"
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -z "$CS" ]; then
   echo "FAILED: compute-sanitizer not found (CUDA toolkit's bin/)" | tee -a "$REPORT"; failed=$((failed + 1))
 else
   for tool in memcheck racecheck synccheck; do
-    run_t 180 "$CS" --tool $tool --error-exitcode 1 "$B/tests/test_cuda_backend"
+    for t in test_cuda_backend test_cuda_norm test_cuda_attn; do
+      run_t 180 "$CS" --tool $tool --error-exitcode 1 "$B/tests/$t"
+    done
   done
   W=$(mktemp -d)
   "$B/mpiddp" synth --out "$W/t" --samples 600 --dim 16 --classes 4 --min-rows 2 --max-rows 40 --shards 2 --seed 1 >/dev/null
@@ -157,6 +159,8 @@ else
     --epochs 1 --batch-size 16 --hidden 32 --no-progress --fast-dev-run 12
   run_t 150 "$CS" --tool memcheck --error-exitcode 1 "$B/mpiddp" train --device cuda --train "$W/t" --val "$W/v" --out "$W/tx" \
     --model transformer --heads 4 --layers 2 --hidden 32 --dropout 0.1 --batch-rows 256 --no-progress --fast-dev-run 12
+  run_t 150 "$CS" --tool memcheck --error-exitcode 1 "$B/mpiddp" train --device cuda --train "$W/t" --val "$W/v" --out "$W/tx16" \
+    --model transformer --heads 4 --layers 2 --hidden 32 --dropout 0.1 --batch-rows 256 --no-progress --fast-dev-run 12 --precision bf16
   rm -rf "$W"
 fi
 

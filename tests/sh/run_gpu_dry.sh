@@ -68,6 +68,15 @@ for h in ("### Training throughput", "| samples/s | tokens/s |", "| TFLOP/s | MF
     assert h in md, h
 print(f"run_gpu dry run: {len(rows)} training rows, {len(kern)} kernel rows, {len(ar)} allreduce rows: ok")
 EOF
+# --precision reaches the benchmarks: on the emulator the bf16 GEMMs against the CPU within bf16's tolerance
+if [ "$mode" = emu ]; then
+  export MPIDDP_CUDA_PLUGIN=${MPIDDP_CUDA_PLUGIN:-$BUILD/libmpiddp_cudaemu.so}
+  "$BENCH_DIR/bench_kernels" --device cuda --preset tiny --check --reps 1 --only gemm --precision bf16 > kb.txt 2>&1 ||
+    { cat kb.txt; fail "bench_kernels --precision bf16 --check"; }
+  grep -q "^# bench_kernels: backend cuda-emu, --precision bf16" kb.txt || fail "bench_kernels ignored --precision: $(head -1 kb.txt)"
+  grep -q "check against the cpu backend: ok" kb.txt || fail "bench_kernels bf16 check"
+  expect_rc 2 "$BENCH_DIR/bench_kernels" --device cuda --preset tiny --reps 1 --precision fp16
+fi
 # the peer without the new options: run_tx.sh's row, 24 columns, impl torch-ddp
 S=$WORK/scratch
 $PY "$SRC/benchmarks/peers/torch_tx.py" --data "$S/data" --hidden 32 --layers 2 --heads 4 --batches "$S/bt-tx_d32_L2" \

@@ -15,7 +15,7 @@
  * On the emulator the results are also exact: fp32 equals the CPU backend's sgemm bit for bit (the path that
  * existed before --precision), and tf32 and bf16 equal the CPU's sgemm of the inputs rounded on the host. And
  * the roundings must show: bf16's worst error exceeds TF32's, which exceeds fp32's. The CPU backend refuses
- * tf32 and bf16 with one line. Prints the worst error of each precision relative to T. */
+ * tf32 with one line (its bf16: test_cpu_bf16.c). Prints the worst error of each precision relative to T. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "check.h"
@@ -109,6 +109,67 @@ static void gemm_case(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t p
     free(A), free(B), free(C0), free(C), free(Ar), free(Br), free(Cr);
 }
 
+/* The weights' bf16 copy at --precision bf16: adamw over the weights refreshes it in the same pass, and gemm reads an
+ * operand lying inside the weights from it, as A or as B. Each product must be the bits of rounding the same values
+ * per call (the operand copied outside the weights): after a step, after an upload into the weights (a checkpoint
+ * read: the copy is stale then and must not be read), after the next step, and after a switch of precision. That
+ * the copy, not a conversion, is what gemm reads shows through a write the backend does not watch: a gemm into
+ * the weights (no op of a model writes them but the optimizer and uploads) leaves the copy as it was. */
+static void weights_case(void)
+{
+    const int64_t M = 37, N = 29, K = 45, off = 133, nw = off + N * (K + 3) + 7; /* B: N x K at off, ld K + 3 */
+    const int64_t ldw = K + 3;
+    uint64_t seed = 99;
+    float *W = malloc((size_t)nw * 4), *G = malloc((size_t)nw * 4), *X = malloc((size_t)(M * K) * 4);
+    float *C1 = malloc((size_t)(M * N) * 4), *C2 = malloc((size_t)(M * N) * 4), *Z = calloc((size_t)nw, 4);
+    for (int64_t i = 0; i < nw; i++) W[i] = frand(&seed), G[i] = frand(&seed);
+    for (int64_t i = 0; i < M * K; i++) X[i] = frand(&seed);
+    float *dW = on_gpu(W, (size_t)nw), *dG = on_gpu(G, (size_t)nw), *dM = on_gpu(Z, (size_t)nw), *dV = on_gpu(Z, (size_t)nw);
+    float *dX = on_gpu(X, (size_t)(M * K)), *dB = on_gpu(Z, (size_t)nw), *dC = on_gpu(Z, (size_t)(M * N));
+    ddp_adamw_args a = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .bc1 = 0.1f,
+                        .bc2_sqrt = 0.0316227766f, .gscale = 1.0f};
+    OK(gpu->set_precision(gpu, DDP_PRECISION_BF16));
+    /* the product with B (or A) inside the weights against the same values copied to dB, outside them */
+    for (int stage = 0; stage < 4; stage++) {
+        if (stage == 0 || stage == 2) OK(gpu->adamw(gpu, dW, dG, dM, dV, nw, &a));
+        if (stage == 1) { /* a checkpoint read */
+            for (int64_t i = 0; i < nw; i++) W[i] = frand(&seed);
+            OK(gpu->upload(gpu, dW, W, (size_t)nw * 4));
+        }
+        if (stage == 3) {
+            OK(gpu->set_precision(gpu, DDP_PRECISION_FP32));
+            OK(gpu->set_precision(gpu, DDP_PRECISION_BF16));
+        }
+        OK(gpu->download(gpu, W, dW, (size_t)nw * 4));
+        OK(gpu->upload(gpu, dB, W, (size_t)nw * 4));
+        for (int asA = 0; asA < 2; asA++) {
+            if (asA) { /* C [N, M] = W_block [N, K] . X^T */
+                OK(gpu->gemm(gpu, 0, 1, N, M, K, 1.0f, dW + off, ldw, dX, K, 0.0f, dC, M));
+                OK(gpu->download(gpu, C1, dC, (size_t)(M * N) * 4));
+                OK(gpu->gemm(gpu, 0, 1, N, M, K, 1.0f, dB + off, ldw, dX, K, 0.0f, dC, M));
+            } else { /* C [M, N] = X . W_block^T, as a Linear layer's forward */
+                OK(gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, dX, K, dW + off, ldw, 0.0f, dC, N));
+                OK(gpu->download(gpu, C1, dC, (size_t)(M * N) * 4));
+                OK(gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, dX, K, dB + off, ldw, 0.0f, dC, N));
+            }
+            OK(gpu->download(gpu, C2, dC, (size_t)(M * N) * 4));
+            CHECK(memcmp(C1, C2, (size_t)(M * N) * 4) == 0, "bf16 gemm with the weights as %s at stage %d: not the bits of rounding per call",
+                  asA ? "A" : "B", stage);
+        }
+    }
+    /* a gemm writing into the weights is not watched: the copy from the last step is still read */
+    OK(gpu->adamw(gpu, dW, dG, dM, dV, nw, &a));
+    OK(gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, dX, K, dW + off, ldw, 0.0f, dC, N));
+    OK(gpu->download(gpu, C1, dC, (size_t)(M * N) * 4));
+    OK(gpu->gemm(gpu, 0, 0, N, K, 1, 0.0f, dX, 1, dX, K, 0.0f, dW + off, ldw)); /* B's block := 0 */
+    OK(gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, dX, K, dW + off, ldw, 0.0f, dC, N));
+    OK(gpu->download(gpu, C2, dC, (size_t)(M * N) * 4));
+    CHECK(memcmp(C1, C2, (size_t)(M * N) * 4) == 0, "bf16 gemm did not read the weights' copy (it converted them again)");
+    float *bufs[] = {dW, dG, dM, dV, dX, dB, dC};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) gpu->release(gpu, bufs[i]);
+    free(W), free(G), free(X), free(C1), free(C2), free(Z);
+}
+
 int main(void)
 {
     int exit_code, ndev = cuda_test_devices(&exit_code);
@@ -117,18 +178,18 @@ int main(void)
     OK(ddp_backend_cpu_create(1, &cpu));
     OK(ddp_backend_cuda_create(0, &gpu));
     if (failures) return 1;
-    /* the CPU backend computes in fp32 only: one line naming the option */
+    /* the CPU backend computes in fp32 or bf16 (test_cpu_bf16.c): tf32 is one line naming the option */
     OK(ddp_backend_set_precision(cpu, DDP_PRECISION_FP32));
-    CHECK(ddp_backend_set_precision(cpu, DDP_PRECISION_BF16) == DDP_ERR_ARG &&
-              !strcmp(ddp_last_error(), "--precision bf16 needs --device cuda (the cpu backend computes in fp32)"),
-          "cpu bf16: %s", ddp_last_error());
-    CHECK(ddp_backend_set_precision(cpu, DDP_PRECISION_TF32) == DDP_ERR_ARG, "cpu tf32 accepted");
+    CHECK(ddp_backend_set_precision(cpu, DDP_PRECISION_TF32) == DDP_ERR_ARG &&
+              !strcmp(ddp_last_error(), "--precision tf32 needs --device cuda (the cpu backend computes in fp32 or bf16)"),
+          "cpu tf32: %s", ddp_last_error());
     CHECK(gpu->set_precision(gpu, (ddp_precision)3) == DDP_ERR_ARG && strstr(ddp_last_error(), "no precision 3"),
           "an unknown precision: %s", ddp_last_error());
     static const int64_t shapes[][4] = {{203, 210, 67, 0}, {64, 48, 1000, 3}, {5, 7, 0, 2}, {1, 1, 1, 0}, {33, 17, 129, 5}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) /* the bf16 scratch grows at the second shape */
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], 17 + s * 4 + ta * 2 + tb);
+    weights_case();
     printf("worst |c - ref| / (|alpha| sum|a b| + |beta c0|): fp32 %.3g, tf32 %.3g, bf16 %.3g\n", worst[0], worst[1], worst[2]);
     CHECK(worst[2] > worst[1] && worst[1] > worst[0], "the roundings do not show: fp32 %.3g, tf32 %.3g, bf16 %.3g", worst[0],
           worst[1], worst[2]);
