@@ -6,6 +6,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/backend_cpu_bf16.h"
 #include "mpi_ddp/model/models.h"
 #include "mpi_ddp/train/checkpoint.h"
 #include "mpi_ddp/core/ctx.h"
@@ -134,7 +135,7 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
         {"batch-rows", OPT_I64, &batch_rows, NULL, 1, 1e12, "token budget instead: about N rows per rank per step, split by cost", 0},
         {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
         {"precision", OPT_CHOICE, &precision, "fp32|tf32|bf16", 0, 0,
-         "GEMM arithmetic: fp32 (default, exact), tf32 or bf16 operands with fp32 accumulation (--device cuda)", 0},
+         "GEMM arithmetic: fp32 (default, exact), tf32 (--device cuda) or bf16 operands with fp32 accumulation", 0},
     };
     const cli_cmd cmd = {"eval",
                          "--ckpt FILE --data DIR [--out FILE.csv] [--batch-size N | --batch-rows N] [--device auto|cpu|cuda] "
@@ -147,9 +148,10 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
     if (!ckpt || !data) return cli_usage(ctx, "eval", "--ckpt and --data are required");
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     ddp_status st = ddp_select_device_all(ctx, want, &got, NULL);
-    if (st == DDP_OK && got == DDP_DEVICE_CPU && precision != DDP_PRECISION_FP32)
-        return cli_usage(ctx, "eval", "--precision %s needs --device cuda (the CPU backend computes in fp32)",
-                         ddp_precision_name((ddp_precision)precision));
+    if (st == DDP_OK && got == DDP_DEVICE_CPU && precision == DDP_PRECISION_TF32)
+        return cli_usage(ctx, "eval", "--precision tf32 needs --device cuda (the CPU backend computes in fp32 or bf16)");
+    const char *note = st == DDP_OK && got == DDP_DEVICE_CPU && precision == DDP_PRECISION_BF16 ? ddp_cpu_bf16_notice() : NULL;
+    if (note && ctx->topo.rank == 0) fprintf(stderr, "mpiddp eval: notice: %s\n", note); /* how bf16 runs on this CPU */
     if (st == DDP_OK) st = evaluate(ctx, ckpt, data, out, batch, batch_rows, got, (ddp_precision)precision);
     if (st != DDP_OK) return cli_fail(ctx, "eval", st);
     return 0;

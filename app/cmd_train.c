@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include "io/dataset.h"
+#include "mpi_ddp/backend/backend_cpu_bf16.h"
 #include "mpi_ddp/core/status.h"
 #include "slurm/preempt.h"
 
@@ -75,7 +76,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"collective-timeout", OPT_F64, &timeout, NULL, 0, 1e7, "seconds a rank may wait in a collective of the training loop before the job stops with a report (0 = forever)", 0},
         {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
         {"precision", OPT_CHOICE, &precision, "fp32|tf32|bf16", 0, 0,
-         "GEMM arithmetic: fp32 (default, exact), tf32 or bf16 operands with fp32 accumulation (--device cuda)", 0},
+         "GEMM arithmetic: fp32 (default, exact), tf32 (--device cuda) or bf16 operands with fp32 accumulation", 0},
         {"monitor", OPT_STR, &cfg.monitor, NULL, 0, 0, "metric for checkpoint and early-stop decisions (default val/loss)", 0},
         {"mode", OPT_CHOICE, &mode, "min|max", 0, 0, "whether lower or higher --monitor is better (default min)", 0},
         {"save-top-k", OPT_INT, &cfg.save_top_k, NULL, 0, 64, "keep the k best checkpoints by --monitor (default 1, 0 = none)", 0},
@@ -126,9 +127,10 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     char why[160];
     ddp_status st = ddp_select_device_all(ctx, want, &got, why);
     if (st != DDP_OK) return cli_fail(ctx, "train", st);
-    if (got == DDP_DEVICE_CPU && cfg.precision != DDP_PRECISION_FP32) /* every rank is on the same kind of device */
-        return cli_usage(ctx, "train", "--precision %s needs --device cuda (the CPU backend computes in fp32)",
-                         ddp_precision_name(cfg.precision));
+    if (got == DDP_DEVICE_CPU && cfg.precision == DDP_PRECISION_TF32) /* every rank is on the same kind of device */
+        return cli_usage(ctx, "train", "--precision tf32 needs --device cuda (the CPU backend computes in fp32 or bf16)");
+    const char *note = got == DDP_DEVICE_CPU && cfg.precision == DDP_PRECISION_BF16 ? ddp_cpu_bf16_notice() : NULL;
+    if (note && cli_rank0(ctx)) fprintf(stderr, "mpiddp train: notice: %s\n", note); /* how bf16 runs on this CPU */
     if (cli_rank0(ctx) && cfg.progress) fprintf(stderr, "mpiddp train: %s\n", why);
     cfg.device = got;
     ddp_dataset *tr = NULL, *va = NULL;

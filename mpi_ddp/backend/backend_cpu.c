@@ -1,5 +1,7 @@
-/* backend_cpu.c — the CPU backend: OpenBLAS sgemm and the element-wise loops of ddp_math.h. */
+/* backend_cpu.c — the CPU backend: OpenBLAS sgemm and the element-wise loops of ddp_math.h; --precision bf16's
+ * gemm and the parameters' bf16 copy are in backend_cpu_bf16.c (hooked in gemm, adamw, upload, zero, release). */
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/backend_cpu_bf16.h"
 #include "mpi_ddp/core/status.h"
 
 #include <cblas.h>
@@ -16,6 +18,14 @@ extern void openblas_set_num_threads(int num_threads);
 #define DDP_CLONES
 #endif
 
+typedef struct {
+    int threads;
+    ddp_cpu_bf16 *bf16; /* non-NULL while the precision is bf16 */
+} cpu_impl;
+#define BF16(b) (((cpu_impl *)(b)->impl)->bf16)
+
+ddp_cpu_bf16 *ddp_backend_cpu_bf16(ddp_backend *b) { return b && b->impl && !strcmp(b->name, "cpu") ? BF16(b) : NULL; }
+
 static ddp_status cpu_alloc(ddp_backend *b, void **p, size_t bytes)
 {
     (void)b;
@@ -23,16 +33,25 @@ static ddp_status cpu_alloc(ddp_backend *b, void **p, size_t bytes)
     if (!*p) return ddp_set_error(DDP_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
     return DDP_OK;
 }
-static void cpu_release(ddp_backend *b, void *p) { (void)b; free(p); }
+static void cpu_release(ddp_backend *b, void *p)
+{
+    ddp_cpu_bf16_released(BF16(b), p);
+    free(p);
+}
 static ddp_status cpu_copy(ddp_backend *b, void *dst, const void *src, size_t bytes)
 {
     (void)b;
     if (bytes) memmove(dst, src, bytes);
     return DDP_OK;
 }
+static ddp_status cpu_upload(ddp_backend *b, void *dst, const void *src, size_t bytes)
+{
+    ddp_cpu_bf16_written(BF16(b), dst, bytes); /* the parameters' bf16 copy is stale */
+    return cpu_copy(b, dst, src, bytes);
+}
 static ddp_status cpu_zero(ddp_backend *b, void *p, size_t bytes)
 {
-    (void)b;
+    ddp_cpu_bf16_written(BF16(b), p, bytes);
     if (bytes) memset(p, 0, bytes);
     return DDP_OK;
 }
@@ -42,7 +61,6 @@ static ddp_status cpu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
                            const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                            int64_t ldc)
 {
-    (void)b;
     if (M <= 0 || N <= 0) return DDP_OK;
     if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
         return ddp_set_error(DDP_ERR_ARG, "gemm dimensions %lld x %lld x %lld exceed BLAS int range",
@@ -52,6 +70,7 @@ static ddp_status cpu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
             for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
         return DDP_OK;
     }
+    if (BF16(b)) return ddp_cpu_bf16_gemm(BF16(b), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
     return DDP_OK;
@@ -174,7 +193,7 @@ static ddp_status cpu_softmax_xent(ddp_backend *b, const float *logits, const in
 DDP_CLONES static ddp_status cpu_adamw(ddp_backend *b, float *p, const float *g, float *m, float *v, int64_t n,
                             const ddp_adamw_args *a)
 {
-    (void)b;
+    if (BF16(b)) return ddp_cpu_bf16_adamw(BF16(b), p, g, m, v, n, a); /* fused with the bf16 copy's refresh */
     for (int64_t i = 0; i < n; i++) ddp_adamw_elem(p + i, g[i], m + i, v + i, a);
     return DDP_OK;
 }
@@ -194,19 +213,30 @@ static ddp_status cpu_sumsq_many(ddp_backend *b, const float *x, const int64_t *
     return DDP_OK;
 }
 
-static void cpu_destroy(ddp_backend *b) { free(b); }
+static void cpu_destroy(ddp_backend *b)
+{
+    if (b->impl) ddp_cpu_bf16_destroy(BF16(b));
+    free(b->impl);
+    free(b);
+}
 
 const char *ddp_precision_name(ddp_precision p)
 {
     return p == DDP_PRECISION_FP32 ? "fp32" : p == DDP_PRECISION_TF32 ? "tf32" : p == DDP_PRECISION_BF16 ? "bf16" : "?";
 }
 
-/* fp32 only (OpenBLAS sgemm); a later step may add bf16 GEMMs here. */
+/* fp32 (OpenBLAS sgemm) or bf16 (backend_cpu_bf16.c; its state lives while the precision is bf16). TF32 is a
+ * tensor-core format: refused. */
 static ddp_status cpu_set_precision(ddp_backend *b, ddp_precision p)
 {
-    if (p == DDP_PRECISION_FP32) return DDP_OK;
-    return ddp_set_error(DDP_ERR_ARG, "--precision %s needs --device cuda (the %s backend computes in fp32)", ddp_precision_name(p),
-                         b->name);
+    cpu_impl *c = b->impl;
+    if (p == DDP_PRECISION_FP32 || p == DDP_PRECISION_BF16) {
+        if (p == DDP_PRECISION_FP32 && c->bf16) ddp_cpu_bf16_destroy(c->bf16), c->bf16 = NULL;
+        if (p == DDP_PRECISION_BF16 && !c->bf16) DDP_CHECK(ddp_cpu_bf16_create(c->threads, &c->bf16));
+        return DDP_OK;
+    }
+    return ddp_set_error(DDP_ERR_ARG, "--precision %s needs --device cuda (the %s backend computes in fp32 or bf16)",
+                         ddp_precision_name(p), b->name);
 }
 
 static ddp_status cpu_reserve(ddp_backend *b, int64_t rows)
@@ -227,15 +257,23 @@ static int64_t cpu_row_block_bytes(void)
 ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out)
 {
     ddp_backend *b;
-    DDP_ALLOC(b, 1);
+    cpu_impl *c = ddp_calloc(1, sizeof *c);
+    if (!c) return ddp_set_error(DDP_ERR_NOMEM, "out of memory creating the CPU backend");
+    b = ddp_calloc(1, sizeof *b);
+    if (!b) {
+        free(c);
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory creating the CPU backend");
+    }
+    c->threads = threads < 1 ? 1 : threads;
     openblas_set_num_threads(threads < 1 ? 1 : threads);
     *b = (ddp_backend){.name = "cpu",
+                       .impl = c,
                        .host_memory = 1,
                        .row_block_bytes = cpu_row_block_bytes(),
                        .alloc = cpu_alloc,
                        .release = cpu_release,
-                       .upload = cpu_copy,
-                       .upload_async = cpu_copy,
+                       .upload = cpu_upload,
+                       .upload_async = cpu_upload,
                        .download = cpu_copy,
                        .zero = cpu_zero,
                        .synchronize = cpu_sync,

@@ -2,7 +2,7 @@
 # On the row-order task the transformer trained at tf32 and bf16 reaches fp32's val/acc within 0.05, at np 2
 # and at np 1 (same global batch); run.json and every checkpoint record the precision; eval takes any
 # precision; a resume at another precision continues with a notice; --precision fp32 is bit-identical to no
-# option (the MLP, whole checkpoints). --device cpu with tf32 or bf16 (command line or INI) is one line and
+# option (the MLP, whole checkpoints). --device cpu with tf32 (command line or INI) is one line and
 # exit 2 on every rank at np 2, for train and eval; an unknown precision is a usage error.
 . "$(dirname "$0")/lib.sh"
 [ "$DEVICE" = cuda ] || { echo "SKIP: precision.sh needs MPIDDP_TEST_DEVICE=cuda (a GPU or the emulator)"; exit 0; }
@@ -14,15 +14,14 @@ one_line() { # $1: expected text; ERR has it exactly once, without MPI_Abort
   ! grep -q "MPI_ABORT\|rank [0-9]*: error" <<<"$ERR" || fail "not a clean usage error: $ERR"
 }
 
-# the CPU computes in fp32 only: one line from rank 0, exit 2 on every rank, no run directory
-for p in bf16 tf32; do
-  expect_rc 2 mpirun_np 2 "$MPIDDP" train "${tx[@]}" --device cpu --precision $p --out bad
-  one_line "mpiddp train: --precision $p needs --device cuda (the CPU backend computes in fp32)"
-  [ ! -e bad ] || fail "a refused --precision $p left a run directory"
-done
-printf '[train]\nprecision = bf16\n' > bf16.ini
-expect_rc 2 mpirun_np 2 "$MPIDDP" train "${tx[@]}" --device cpu --config bf16.ini --out bad
-one_line "mpiddp train: --precision bf16 needs --device cuda (the CPU backend computes in fp32)"
+# the CPU computes in fp32 or bf16 (its bf16: precision_cpu.sh): tf32 is one line from rank 0, exit 2 on every
+# rank, no run directory
+expect_rc 2 mpirun_np 2 "$MPIDDP" train "${tx[@]}" --device cpu --precision tf32 --out bad
+one_line "mpiddp train: --precision tf32 needs --device cuda (the CPU backend computes in fp32 or bf16)"
+[ ! -e bad ] || fail "a refused --precision tf32 left a run directory"
+printf '[train]\nprecision = tf32\n' > tf32.ini
+expect_rc 2 mpirun_np 2 "$MPIDDP" train "${tx[@]}" --device cpu --config tf32.ini --out bad
+one_line "mpiddp train: --precision tf32 needs --device cuda (the CPU backend computes in fp32 or bf16)"
 expect_rc 2 mpirun_np 2 "$MPIDDP" train "${tx[@]}" --precision fp16 --out bad
 one_line "mpiddp train: --precision 'fp16': expected one of fp32|tf32|bf16"
 
@@ -72,8 +71,8 @@ assert abs(float(b["val/loss"]) - float(last["val/loss"])) <= 1e-3 * float(last[
 assert abs(float(f["val/acc"]) - float(b["val/acc"])) <= 0.02, (f, b)
 print("eval: bf16", b, "fp32", f)
 PY
-expect_rc 2 mpirun_np 2 "$MPIDDP" eval --ckpt $ck --data val --device cpu --precision bf16
-one_line "mpiddp eval: --precision bf16 needs --device cuda (the CPU backend computes in fp32)"
+expect_rc 2 mpirun_np 2 "$MPIDDP" eval --ckpt $ck --data val --device cpu --precision tf32
+one_line "mpiddp eval: --precision tf32 needs --device cuda (the CPU backend computes in fp32 or bf16)"
 
 # a resume at another precision continues, with a notice; the new checkpoint records the new precision
 expect_rc 0 mpirun_np 2 "$MPIDDP" train "${tx[@]}" --batch-size 50 --epochs 4 --precision fp32 --out r2_bf16 --resume auto
@@ -90,4 +89,4 @@ mpirun_np 2 "$MPIDDP" train "${mlp[@]}" --precision bf16 --out m_bf16 >/dev/null
 $PY "$SRC/tests/py/compare_ckpt.py" m_default/checkpoints/last.h5 m_fp32/checkpoints/last.h5 0 >/dev/null ||
   fail "--precision fp32 is not bit-identical to the default"
 $PY "$SRC/tests/py/compare_ckpt.py" m_fp32/checkpoints/last.h5 m_bf16/checkpoints/last.h5 0.05 || fail "the MLP at bf16 drifted from fp32"
-pass "--precision: tf32/bf16 within 0.05 val/acc of fp32 at np 1 and 2; recorded in run.json and checkpoints; eval; resume notice; fp32 exact; cpu refused"
+pass "--precision: tf32/bf16 within 0.05 val/acc of fp32 at np 1 and 2; recorded in run.json and checkpoints; eval; resume notice; fp32 exact; cpu tf32 refused"
