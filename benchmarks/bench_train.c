@@ -41,17 +41,6 @@
     } while (0)
 
 /* sgemm rate of the shapes the model runs: [rows x H] x [H x H] */
-/* ddp_model.prefetch's peek, as the trainer's: the next batch of the epoch once the loader has assembled it. */
-typedef struct {
-    ddp_loader *ld;
-    int64_t step; /* -1: none */
-} bench_peek;
-static const ddp_batch *bench_peek_next(void *arg)
-{
-    bench_peek *p = arg;
-    return p->step >= 0 ? ddp_loader_peek(p->ld, p->step) : NULL;
-}
-
 static double sgemm_gflops(ddp_backend *be, int64_t M, int64_t H)
 {
     float *a = calloc((size_t)(M * H), 4), *b = calloc((size_t)(H * H), 4), *c = calloc((size_t)(M * H), 4);
@@ -220,8 +209,8 @@ int main(int argc, char **argv)
         ddp_sync_begin(sync);
         ddp_forward_out out = {0};
         double comm0 = ddp_sync_comm_seconds(sync);
-        bench_peek pk = {ld, k_in_epoch < sm.steps ? k_in_epoch : -1}; /* the next batch uploads during this step */
-        if (m.prefetch && m.prefetch(m.self, bench_peek_next, &pk) != DDP_OK) DIE("prefetch");
+        ddp_loader_cursor pk = {ld, k_in_epoch < sm.steps ? k_in_epoch : -1}; /* the next batch uploads during this step */
+        if (m.prefetch && m.prefetch(m.self, ddp_loader_peek_cursor, &pk) != DDP_OK) DIE("prefetch");
         if (m.train_step(m.self, b, p, g, &out, ddp_sync_ready, sync) != DDP_OK) DIE("step");
         double c = now_s();
         tm[4] += ddp_sync_comm_seconds(sync) - comm0;

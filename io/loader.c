@@ -214,6 +214,12 @@ ddp_status ddp_loader_next(ddp_loader *ld, int64_t step, const ddp_batch **out)
     return DDP_OK;
 }
 
+const ddp_batch *ddp_loader_peek_cursor(void *cursor)
+{
+    const ddp_loader_cursor *c = cursor;
+    return c->step >= 0 ? ddp_loader_peek(c->ld, c->step) : NULL;
+}
+
 const ddp_batch *ddp_loader_peek(ddp_loader *ld, int64_t step)
 {
     slot *s = &ld->slots[step & 1];

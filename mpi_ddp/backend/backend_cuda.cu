@@ -23,9 +23,13 @@ static cudaError_t host_sync(cudaStream_t s)
     g_host_syncs++;
     return cudaStreamSynchronize(s);
 }
-/* A host wait for an event (cudaEventSynchronize), counted with the stream synchronisations. */
-static cudaError_t host_sync_event(cudaEvent_t e)
+/* A host wait for an event (cudaEventSynchronize), counted with the stream synchronisations, made only when the
+ * event has not completed yet (cudaErrorNotReady is not an error: cleared, as cuda_plugin.c's stream_query does). */
+static cudaError_t host_wait_event(cudaEvent_t e)
 {
+    cudaError_t q = cudaEventQuery(e);
+    if (q != cudaErrorNotReady) return q;
+    cudaGetLastError();
     g_host_syncs++;
     return cudaEventSynchronize(e);
 }
@@ -200,7 +204,7 @@ static ddp_status cu_stage_reserve(ddp_backend *b, size_t bytes)
     cuda_impl *c = cuda_of(b);
     if (bytes <= c->pin_cap) return DDP_OK;
     for (int k = 0; k < 2; k++) { /* a larger model than before: the old slots' copies land, then they go */
-        if (c->pin[k]) CUDA_CHECK(host_sync_event(c->copied[k]));
+        if (c->pin[k]) CUDA_CHECK(host_wait_event(c->copied[k]));
         if (c->pin[k]) CUDA_CHECK(cudaFreeHost(c->pin[k]));
         c->pin[k] = NULL;
     }
@@ -220,7 +224,7 @@ static ddp_status cu_stage(ddp_backend *b, int set, const ddp_copy *cp, int n)
         return ddp_set_error(DDP_ERR_ARG, "cuda stage: %zu bytes, the staging slots hold %zu (stage_reserve at model creation)",
                              need, c->pin_cap);
     /* the slot's last copy: usually landed long ago (its batch's results were downloaded since), then no wait */
-    if (cudaEventQuery(c->copied[set]) != cudaSuccess) CUDA_CHECK(host_sync_event(c->copied[set]));
+    CUDA_CHECK(host_wait_event(c->copied[set]));
     CUDA_CHECK(cudaStreamWaitEvent(c->copy, c->freed[set], 0)); /* the set's previous batch is computed */
     char *slot = (char *)c->pin[set];
     for (int i = 0; i < n; i++) {
@@ -263,7 +267,7 @@ static ddp_status cu_elapsed(ddp_backend *b, int k0, int k1, double *sec)
     *sec = 0.0;
     if (k0 < 0 || k1 < 0 || k0 >= DDP_TIMERS || k1 >= DDP_TIMERS || !c->timer[k0] || !c->timer[k1])
         return ddp_set_error(DDP_ERR_ARG, "cuda elapsed: timers %d and %d were never marked", k0, k1);
-    if (cudaEventQuery(c->timer[k1]) != cudaSuccess) CUDA_CHECK(host_sync_event(c->timer[k1]));
+    CUDA_CHECK(host_wait_event(c->timer[k1]));
     float ms = 0.0f;
     CUDA_CHECK(cudaEventElapsedTime(&ms, c->timer[k0], c->timer[k1]));
     *sec = 1e-3 * (double)ms;
@@ -312,11 +316,11 @@ static ddp_status cu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, 
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
     if (c->precision == DDP_PRECISION_FP32) { /* exact fp32 (pedantic math): the reference */
-        CUBLAS_CHECK(cublasSgemm(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
+        CUBLAS_COMPUTE(cublasSgemm(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
         return DDP_OK;
     }
     if (c->precision == DDP_PRECISION_TF32) { /* tensor cores read A and B as TF32; fp32 accumulation and C */
-        CUBLAS_CHECK(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, (int)ldb, A, CUDA_R_32F,
+        CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, (int)ldb, A, CUDA_R_32F,
                                   (int)lda, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
         return DDP_OK;
     }
@@ -343,7 +347,7 @@ static ddp_status cu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, 
         DDP_CHECK(to_bf16(c, B, br, bc, ldb, c->bf16 + na));
         b16 = c->bf16 + na;
     }
-    CUBLAS_CHECK(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, b16, CUDA_R_16BF, (int)ldb16, a16,
+    CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, b16, CUDA_R_16BF, (int)ldb16, a16,
                               CUDA_R_16BF, (int)lda16, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
     return DDP_OK;
@@ -397,7 +401,7 @@ ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out, int64_t r
     if (rows <= 0 || cols <= 0) return DDP_OK;
     float one = 1.0f;
     /* x row-major [rows, cols] is column-major [cols, rows]; out = x_cm * ones */
-    CUBLAS_CHECK(cublasSgemv(c->blas, CUBLAS_OP_N, (int)cols, (int)rows, &one, x, (int)cols, c->ones, 1, &beta, out, 1));
+    CUBLAS_COMPUTE(cublasSgemv(c->blas, CUBLAS_OP_N, (int)cols, (int)rows, &one, x, (int)cols, c->ones, 1, &beta, out, 1));
     return DDP_OK;
 }
 

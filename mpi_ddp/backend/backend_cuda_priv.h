@@ -13,17 +13,17 @@ extern "C" {
 #include "mpi_ddp/core/status.h"
 }
 
-/* Kernel launches (DDP_LAUNCH) and cuBLAS compute calls (CUBLAS_CHECK) of the backend, for benchmarks and tests
+/* Kernel launches (DDP_LAUNCH) and cuBLAS compute calls (CUBLAS_COMPUTE) of the backend, for benchmarks and tests
  * (ddp_cuda_backend_launches_impl, backend_cuda.cu); one host thread drives a backend. */
 extern long long ddp_cuda_launches __attribute__((visibility("hidden")));
 #define DDP_LAUNCH_NOTE() ((void)++ddp_cuda_launches)
 #include "mpi_ddp/backend/cuda_compat.h"
 #include "mpi_ddp/backend/cuda_checks.h"
-#undef CUBLAS_CHECK
-#define CUBLAS_CHECK(call)                                                                         \
+/* A cuBLAS call that queues work on the stream (a GEMM, a GEMV): checked as CUBLAS_CHECK, and counted. */
+#define CUBLAS_COMPUTE(call)                                                                       \
     do {                                                                                           \
         DDP_LAUNCH_NOTE();                                                                         \
-        DDP_CALL_CHECK_(cublasStatus_t, call, ddp_r_ == CUBLAS_STATUS_SUCCESS, DDP_CUBLAS_ERR_(call, ddp_r_)); \
+        CUBLAS_CHECK(call);                                                                        \
     } while (0)
 
 typedef struct {

@@ -157,7 +157,10 @@ static int is_prefetched(const ddp_model_io *io, const ddp_batch *b)
 
 ddp_status ddp_model_io_stage(ddp_backend *be, ddp_model_io *io, const ddp_batch *b, ddp_staged *s)
 {
-    if (io->packing) fill_seg(io, b);
+    /* the row -> sample map on the host: built here unless this batch was prefetched (ddp_model_io_done built and
+     * staged it then) */
+    int pre = io->staged && is_prefetched(io, b);
+    if (io->packing && !pre) fill_seg(io, b);
     if (be->host_memory) {
         *s = (ddp_staged){.x = b->x, .off = b->offsets, .lab = b->labels, .sid = b->sample_ids, .seg = io->seg_h};
         return DDP_OK;
@@ -175,7 +178,7 @@ ddp_status ddp_model_io_stage(ddp_backend *be, ddp_model_io *io, const ddp_batch
         return DDP_OK;
     }
     int k = io->cur < 0 ? 0 : 1 - io->cur; /* the sets in turn: the prefetch went to the next one too */
-    if (!is_prefetched(io, b)) DDP_CHECK(stage_into(be, io, b, k));
+    if (!pre) DDP_CHECK(stage_into(be, io, b, k));
     io->pf = -1;
     DDP_CHECK(be->stage_acquire(be, k));
     io->cur = k;

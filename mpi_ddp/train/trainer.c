@@ -54,19 +54,12 @@ typedef struct {
     int64_t test_step_delay_ms;           /* MPIDDP_TEST_STEP_DELAY_MS: a slower job for signal tests */
     FILE *trace;                          /* MPIDDP_TEST_TRACE_SAMPLES=PREFIX: each rank writes PREFIX.r<rank>, one
                                              line "epoch step id..." per micro-batch it trains (tests) */
-    ddp_loader *peek_ld;                  /* ddp_model.prefetch: the next micro-batch, peek_step (-1: none) */
-    int64_t peek_step;
+    ddp_loader_cursor peek;               /* ddp_model.prefetch: the next micro-batch (step -1: none) */
 } trainer;
 
 static volatile sig_atomic_t g_stop_requested;
 void ddp_request_stop(void) { g_stop_requested = 1; }
 
-/* ddp_model.prefetch's peek: the next micro-batch of the epoch when the loader has it assembled. */
-static const ddp_batch *peek_next(void *arg)
-{
-    trainer *tr = arg;
-    return tr->peek_step >= 0 ? ddp_loader_peek(tr->peek_ld, tr->peek_step) : NULL;
-}
 
 static double now_s(void)
 {
@@ -155,8 +148,8 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
         ddp_forward_out out = {0};
         int is_last = k == last - 1;
         if (ts->model->prefetch) { /* the next micro-batch may upload while this one computes */
-            tr->peek_ld = ld, tr->peek_step = k + 1 < nmb ? k + 1 : -1;
-            DDP_CHECK(ts->model->prefetch(ts->model->self, peek_next, tr));
+            tr->peek = (ddp_loader_cursor){ld, k + 1 < nmb ? k + 1 : -1};
+            DDP_CHECK(ts->model->prefetch(ts->model->self, ddp_loader_peek_cursor, &tr->peek));
         }
         if (is_last) {
             DDP_CHECK(be->upload_async(be, tr->grads + ts->n, ctl, (size_t)tr->nctl * sizeof(float)));

@@ -212,6 +212,31 @@ static void test_entries(void)
     OK(gpu->download(gpu, back, d, sizeof back));
     CHECK(!memcmp(back, big, sizeof big), "staged bytes differ");
     OK(gpu->stage_release(gpu, 1));
+    /* the copy stream waits for the compute that last reads a set's device buffers (stage_release): slow work
+     * queued before a column sum of x, x restaged at once with other values, and the sum must see the old ones */
+    enum { XR = 512, XC = 512 };
+    float *x, *w, *y, *sum;
+    OK(gpu->alloc(gpu, (void **)&x, XR * XC * 4));
+    OK(gpu->alloc(gpu, (void **)&w, XC * XC * 4));
+    OK(gpu->alloc(gpu, (void **)&y, XR * XC * 4));
+    OK(gpu->alloc(gpu, (void **)&sum, XC * 4));
+    OK(gpu->reserve(gpu, XR));
+    static float ones[XR * XC], twos[XR * XC], hs[XC];
+    for (int i = 0; i < XR * XC; i++) ones[i] = 1.0f, twos[i] = 2.0f;
+    OK(gpu->stage_reserve(gpu, sizeof ones));
+    ddp_copy c1 = {x, ones, sizeof ones}, c2 = {x, twos, sizeof twos};
+    OK(gpu->stage(gpu, 0, &c1, 1));
+    OK(gpu->stage_acquire(gpu, 0));
+    for (int k = 0; k < 8; k++) OK(gpu->gemm(gpu, 0, 0, XR, XC, XC, 1.0f, x, XC, w, XC, 0.0f, y, XC)); /* slow, reads x */
+    OK(gpu->colsum(gpu, x, sum, XR, XC, 0.0f));
+    OK(gpu->stage_release(gpu, 0));
+    OK(gpu->stage(gpu, 0, &c2, 1)); /* no host wait in between: only the event orders it after the sum */
+    OK(gpu->stage_acquire(gpu, 0));
+    OK(gpu->download(gpu, hs, sum, sizeof hs));
+    int bad = 0;
+    for (int c = 0; c < XC; c++) bad += hs[c] != (float)XR;
+    CHECK(!bad, "%d column sums saw the next batch's values: the copy did not wait for the compute reading x", bad);
+    gpu->release(gpu, x), gpu->release(gpu, w), gpu->release(gpu, y), gpu->release(gpu, sum);
     long long syncs = ddp_cuda()->host_syncs();
     OK(gpu->synchronize(gpu)); /* the models no longer call it: a host synchronisation, counted */
     CHECK(ddp_cuda()->host_syncs() == syncs + 1, "synchronize: %lld host synchronisations", ddp_cuda()->host_syncs() - syncs);
