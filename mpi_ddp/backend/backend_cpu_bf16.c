@@ -123,8 +123,7 @@ static dnnl_primitive_t make_prim(dnnl_engine_t eng, int ta, int tb, int acc)
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
-    if (!ok && prim) dnnl_primitive_destroy(prim), prim = NULL;
-    return prim;
+    return prim; /* created last, so only when everything before it succeeded */
 }
 static void drop_prims(ddp_cpu_bf16 *s)
 {
@@ -177,7 +176,6 @@ static void probe(void)
     else if (!avx512) why = "this CPU has no AVX-512 (oneDNN's bf16 matmul needs it)";
     else {
         ddp_cpu_bf16 t = {0};
-        set_omp_threads(1);
         if (!onednn_init(&t)) why = "oneDNN offers no optimised bf16 matmul here";
         else {
             drop_prims(&t);
@@ -344,23 +342,12 @@ static ddp_status dnnl_mm(ddp_cpu_bf16 *s, int ta, int tb, int acc, int64_t M, i
                              (long long)M, (long long)N, (long long)K, ta, tb, (int)st);
     return DDP_OK;
 }
-#endif
 
-ddp_status ddp_cpu_bf16_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+/* C = alpha op(A) op(B) + beta C from the rounded operands a, b (leading dimensions la, lb) through the primitives:
+ * alpha 1 with beta 0 or 1 directly (beta 1: the sum post-op), any other through a temporary. */
+static ddp_status onednn_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *a,
+                            int64_t la, const void *b, int64_t lb, float beta, float *C, int64_t ldc)
 {
-    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    size_t na = (size_t)(ar * ac) * s->es, nb = (size_t)(br * bc) * s->es;
-    na = (na + 63) & ~(size_t)63; /* B's scratch copy 64-byte aligned */
-    DDP_CHECK(grow(&s->scratch, &s->scratch_bytes, na + nb, "the GEMM operands rounded to bf16"));
-    int64_t la, lb;
-    const void *a = operand(s, A, ar, ac, lda, 0, &la), *b = operand(s, B, br, bc, ldb, na, &lb);
-    if (!s->onednn) {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
-                    alpha, a, (int)la, b, (int)lb, beta, C, (int)ldc);
-        return DDP_OK;
-    }
-#ifdef DDP_HAVE_DNNL
     if (alpha == 1.0f && (beta == 0.0f || beta == 1.0f))
         return dnnl_mm(s, ta, tb, beta == 1.0f, M, N, K, a, la, b, lb, C, ldc);
     /* any other alpha, beta: the product in fp32, then C = alpha T + beta C (beta 0: C's old values never read) */
@@ -372,7 +359,22 @@ ddp_status ddp_cpu_bf16_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t
         for (int64_t j = 0; j < N; j++)
             C[i * ldc + j] = beta == 0.0f ? alpha * s->tmp[i * N + j] : alpha * s->tmp[i * N + j] + beta * C[i * ldc + j];
     return DDP_OK;
-#else
-    return ddp_set_error(DDP_ERR_INTERNAL, "bf16 gemm: oneDNN path without oneDNN");
+}
 #endif
+
+ddp_status ddp_cpu_bf16_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    size_t na = (size_t)(ar * ac) * s->es, nb = (size_t)(br * bc) * s->es;
+    na = (na + 63) & ~(size_t)63; /* B's scratch copy 64-byte aligned */
+    DDP_CHECK(grow(&s->scratch, &s->scratch_bytes, na + nb, "the GEMM operands rounded to bf16"));
+    int64_t la, lb;
+    const void *a = operand(s, A, ar, ac, lda, 0, &la), *b = operand(s, B, br, bc, ldb, na, &lb);
+#ifdef DDP_HAVE_DNNL
+    if (s->onednn) return onednn_gemm(s, ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
+#endif
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha,
+                a, (int)la, b, (int)lb, beta, C, (int)ldc);
+    return DDP_OK;
 }

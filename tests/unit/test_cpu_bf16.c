@@ -165,6 +165,16 @@ static void weight_copy(void)
     OK(cpu->gemm(cpu, 0, 1, 5, 2, K, 1.0f, X, K, P + end - K, K, 0.0f, Y1, 2));
     counts(&c1, &v1);
     CHECK(c1 == c0 && v1 - v0 == 2, "an operand reaching past the parameters was read from the copy");
+    /* released parameters are forgotten: a buffer allocated after (possibly at the same address) is converted */
+    cpu->release(cpu, P);
+    float *P2 = NULL;
+    OK(cpu->alloc(cpu, (void **)&P2, (size_t)n * 4));
+    OK(cpu->upload(cpu, P2, h, (size_t)n * 4));
+    counts(&c0, &v0);
+    OK(cpu->gemm(cpu, 0, 1, 5, N, K, 1.0f, X, K, P2 + off, K, 0.0f, Y1, N));
+    counts(&c1, &v1);
+    CHECK(c1 == c0 && v1 - v0 == 2, "after release, an operand in a new buffer was read from the old copy");
+    P = P2;
     cpu->release(cpu, P), cpu->release(cpu, G), cpu->release(cpu, Mo), cpu->release(cpu, V);
     free(h), free(W2), free(p32), free(m32), free(v32);
 }
@@ -177,7 +187,7 @@ int main(void)
     printf("path: %s; notice: %s\n", ddp_cpu_bf16_onednn() ? "oneDNN" : "OpenBLAS on rounded operands", note ? note : "(none)");
 #ifdef DDP_TEST_HAVE_DNNL
     const char *isa = getenv("DNNL_MAX_CPU_ISA"); /* oneDNN's bf16 matmul needs AVX-512 (oneDNN may be capped below) */
-    want_onednn = want_onednn && __builtin_cpu_supports("avx512f") && (!isa || !strncmp(isa, "AVX512", 6) || !strcmp(isa, "ALL"));
+    want_onednn = want_onednn && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && (!isa || !strncmp(isa, "AVX512", 6) || !strcmp(isa, "ALL"));
     if (want_onednn && isa && !strcmp(isa, "AVX512_CORE")) /* no bf16 units as far as oneDNN knows: one notice */
         CHECK(note && strstr(note, "no bf16 units") && strstr(note, "emulates"), "emulated bf16 without its notice: %s",
               note ? note : "(none)");
