@@ -62,6 +62,7 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
         goto done;
     }
     if (mc.kind == DDP_MODEL_TRANSFORMER) DDP_TRY(ddp_dataset_check_max_rows(ctx, ds, mc.max_positions, "the model's max_positions"));
+    mc.precision = precision; /* bf16: GEMM-only activations in bf16, as in training */
     mc.max_batch_rows = batch * in->max_sample_rows;
     mc.max_batch_samples = batch;
     if (batch_rows > 0) { /* token budgets: a rank's share is at most the mean load plus one sample */

@@ -104,6 +104,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.collective_timeout = timeout;
     cfg.mode_max = mode == 1;
     cfg.precision = (ddp_precision)precision;
+    mc.precision = cfg.precision; /* bf16: the model keeps its GEMM-only activations in bf16 */
     if (!cfg.resume && getenv("SLURM_RESTART_COUNT") && atoi(getenv("SLURM_RESTART_COUNT")) > 0)
         cfg.resume = "auto"; /* a requeued SLURM job continues where it stopped */
     cfg.ckpt_policy = policy;

@@ -134,6 +134,9 @@ int main(int argc, char **argv)
     if (ddp_loader_create(ds, &sm, 1, &ld) != DDP_OK) DIE("loader");
     ddp_model m;
     mc.max_batch_rows = ddp_loader_max_rows(ld), mc.max_batch_samples = B;
+    ddp_precision pr = !strcmp(prec, "bf16") ? DDP_PRECISION_BF16 : !strcmp(prec, "tf32") ? DDP_PRECISION_TF32 : DDP_PRECISION_FP32;
+    if (strcmp(prec, ddp_precision_name(pr))) DIE("--precision %s: expected fp32|tf32|bf16", prec);
+    mc.precision = pr; /* bf16: GEMM-only activations in bf16, as mpiddp train keeps them */
     if (ddp_model_create(ctx, dev, &mc, &m) != DDP_OK) DIE("model");
     FILE *bf = NULL;
     if (bout) {
@@ -143,8 +146,6 @@ int main(int argc, char **argv)
     }
     ddp_backend *be;
     if (ddp_ctx_backend(ctx, dev, &be) != DDP_OK) DIE("backend");
-    ddp_precision pr = !strcmp(prec, "bf16") ? DDP_PRECISION_BF16 : !strcmp(prec, "tf32") ? DDP_PRECISION_TF32 : DDP_PRECISION_FP32;
-    if (strcmp(prec, ddp_precision_name(pr))) DIE("--precision %s: expected fp32|tf32|bf16", prec);
     if (ddp_backend_set_precision(be, pr) != DDP_OK) DIE("--precision %s", prec);
     int64_t n = ddp_model_num_params(&m);
     float *p, *g, *mo, *v; /* backend memory (device memory on CUDA), zeroed */

@@ -175,6 +175,13 @@ ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t dim, int64_
  * and the workspace limits from the batches the model will see. */
 typedef enum { DDP_MODEL_MLP = 0, DDP_MODEL_TRANSFORMER = 1 } ddp_model_kind;
 
+/* The arithmetic of the model's GEMMs (docs/cli.md, --precision). fp32: exact fp32, the reference. tf32: fp32
+ * operands rounded to TF32 (10-bit mantissa) by tensor cores, fp32 accumulation. bf16: operands rounded to bf16
+ * (8-bit significand), fp32 accumulation and outputs. Everything else (parameters, AdamW, the gradient allreduce,
+ * loss, normalisation, attention) stays fp32. tf32 needs the CUDA backend; bf16 also runs on the CPU (oneDNN where built in). */
+typedef enum { DDP_PRECISION_FP32 = 0, DDP_PRECISION_TF32 = 1, DDP_PRECISION_BF16 = 2 } ddp_precision;
+/* "fp32", "tf32", "bf16" ("?" for another value). */
+const char *ddp_precision_name(ddp_precision p);
 typedef struct ddp_model_config {
     ddp_model_kind kind;
     int64_t dim, classes;     /* input features D and classes C */
@@ -185,6 +192,10 @@ typedef struct ddp_model_config {
     int positions;            /* transformer: 1 learned positions (default), 0 none (unordered sets) */
     double dropout;           /* transformer: dropout probability (0) */
     int64_t max_batch_rows, max_batch_samples; /* workspace: the largest packed batch */
+    ddp_precision precision;  /* transformer: the precision it will compute at (default fp32). bf16 stores the
+                                 activations only GEMMs read (the layernorm and GELU outputs) in bf16 where the
+                                 backend can (half their memory, the same results); such a model then needs its
+                                 backend at bf16. MPIDDP_BF16_ACTIVATIONS=0 keeps them fp32. */
 } ddp_model_config;
 
 void ddp_model_config_default(ddp_model_config *c);
@@ -219,13 +230,6 @@ ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value);
 
 /* ---------------------------------------------------------------- training */
 enum { DDP_LR_CONSTANT = 0, DDP_LR_COSINE = 1, DDP_LR_LINEAR = 2 };
-/* The arithmetic of the model's GEMMs (docs/cli.md, --precision). fp32: exact fp32, the reference. tf32: fp32
- * operands rounded to TF32 (10-bit mantissa) by tensor cores, fp32 accumulation. bf16: operands rounded to bf16
- * (8-bit significand), fp32 accumulation and outputs. Everything else (parameters, AdamW, the gradient allreduce,
- * loss, normalisation, attention) stays fp32. tf32 needs the CUDA backend; bf16 also runs on the CPU (oneDNN where built in). */
-typedef enum { DDP_PRECISION_FP32 = 0, DDP_PRECISION_TF32 = 1, DDP_PRECISION_BF16 = 2 } ddp_precision;
-/* "fp32", "tf32", "bf16" ("?" for another value). */
-const char *ddp_precision_name(ddp_precision p);
 typedef struct {
     const char *out_dir;
     int epochs;

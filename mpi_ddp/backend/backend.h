@@ -8,8 +8,11 @@
 #include "mpiddp.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct ddp_backend ddp_backend;
+/* A bf16 value's bits (the top half of an fp32): activations stored in bf16 (gemm16, the "16" encoder ops). */
+typedef uint16_t ddp_bf16;
 /* One host -> device copy of stage (below). */
 typedef struct {
     void *dst;
@@ -101,6 +104,13 @@ struct ddp_backend {
      * (read them after a step's results were downloaded, when the wait costs nothing). */
     ddp_status (*mark)(ddp_backend *b, int k);
     ddp_status (*elapsed)(ddp_backend *b, int k0, int k1, double *sec);
+    /* Optional (NULL: the backend stores no bf16 activations): gemm at DDP_PRECISION_BF16 where A (a16 = 1) and/or
+     * B (b16 = 1) is stored as bf16 (ddp_bf16, row-major with lda/ldb in elements); an fp32 operand is read as gemm
+     * reads it. The results are gemm's on the fp32 values those bf16 were rounded from: a bf16 GEMM rounds its
+     * operands to exactly those bf16. At another precision: DDP_ERR_ARG with one line. */
+    ddp_status (*gemm16)(ddp_backend *b, int transa, int transb, int64_t M, int64_t N, int64_t K, float alpha,
+                         const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb, float beta, float *C,
+                         int64_t ldc);
 };
 #define DDP_TIMERS 256
 
@@ -145,6 +155,20 @@ struct ddp_enc_ops {
     ddp_status (*pool_mean_fwd)(ddp_backend *b, const float *x, float *out, const ddp_packing *pack, int64_t d);
     /* dx[r,:] = dp[s,:] / rows(s) for every row r of sample s (written) */
     ddp_status (*pool_mean_bwd)(ddp_backend *b, const float *dp, float *dx, const ddp_packing *pack, int64_t d);
+    /* Optional ops (NULL: the model composes the required ones above). The "16" forms write their output as bf16
+     * (ddp_bf16, the fp32 result rounded to nearest even), for activations that only GEMMs read (gemm16). */
+    /* layernorm_fwd with y in bf16 */
+    ddp_status (*layernorm_fwd16)(ddp_backend *b, const float *x, const float *w, const float *bias, ddp_bf16 *y,
+                                  float *mean, float *rstd, int64_t R, int64_t d);
+    /* gelu_erf_fwd with a in bf16 (dgelu stays fp32; it may not alias z's bf16 output, it may be z) */
+    ddp_status (*gelu_erf_fwd16)(ddp_backend *b, const float *z, const float *bias, ddp_bf16 *a, float *dgelu,
+                                 const ddp_packing *pack, int64_t cols, const ddp_dropout *dr);
+    /* residual_fwd then layernorm_fwd of its output in one pass over each row, the same bits as the two ops:
+     * out = h + drop(t + tbias) (out may be h); y = layernorm(out) * w + lbias, as fp32 (y16 = 0) or as bf16
+     * (y16 = 1, ddp_bf16 *); mean[r], rstd[r] kept */
+    ddp_status (*residual_layernorm_fwd)(ddp_backend *b, float *out, const float *h, const float *t, const float *tbias,
+                                         const ddp_packing *pack, int64_t d, const ddp_dropout *dr, const float *w,
+                                         const float *lbias, void *y, int y16, float *mean, float *rstd);
 };
 
 /* The names of the encoder ops, in table order: ddp_backend_require() checks a backend has them all. */

@@ -1,5 +1,6 @@
 /* backend_cpu.c — the CPU backend: OpenBLAS sgemm and the element-wise loops of ddp_math.h; --precision bf16's
- * gemm and the parameters' bf16 copy are in backend_cpu_bf16.c (hooked in gemm, adamw, upload, zero, release). */
+ * gemm (and gemm16, its form with bf16 operands) and the parameters' bf16 copy are in backend_cpu_bf16.c (hooked in
+ * gemm, gemm16, adamw, upload, zero, release). */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/backend_cpu_bf16.h"
 #include "mpi_ddp/core/status.h"
@@ -74,6 +75,18 @@ static ddp_status cpu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
     return DDP_OK;
+}
+
+/* gemm with bf16 operands (backend.h): --precision bf16 only, through backend_cpu_bf16.c; the edge cases as cpu_gemm. */
+static ddp_status cpu_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                             int a16, int64_t lda, const void *B, int b16, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    if (!BF16(b))
+        return ddp_set_error(DDP_ERR_ARG, "gemm16 (bf16 activations) needs --precision bf16 (the %s backend computes in fp32)",
+                             b->name);
+    if (M <= 0 || N <= 0 || K <= 0 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) /* nothing read from A, B */
+        return cpu_gemm(b, ta, tb, M, N, K, alpha, NULL, lda, NULL, ldb, beta, C, ldc);
+    return ddp_cpu_bf16_gemm16(BF16(b), ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc);
 }
 
 DDP_CLONES static ddp_status cpu_bias_gelu(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
@@ -279,6 +292,7 @@ ddp_status ddp_backend_cpu_create(int threads, ddp_backend **out)
                        .synchronize = cpu_sync,
                        .reserve = cpu_reserve,
                        .gemm = cpu_gemm,
+                       .gemm16 = cpu_gemm16,
                        .bias_gelu = cpu_bias_gelu,
                        .gelu_backward = cpu_gelu_backward,
                        .bias_gelu_pool = cpu_bias_gelu_pool,

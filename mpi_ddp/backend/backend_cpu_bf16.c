@@ -11,8 +11,11 @@
  * The parameters: adamw (one call over all of them) registers its p[0, n) and refreshes a rounded copy in the same
  * loop; gemm reads an operand lying inside that range from the copy (same offset and leading dimension) instead of
  * rounding it again. upload and zero into the range make the copy stale (until the next adamw), release forgets it.
- * Other operands (activations) are rounded per call into a scratch that grows to the largest GEMM. */
+ * Other operands (activations) are rounded per call into a scratch that grows to the largest GEMM. An operand that is
+ * already bf16 (gemm16: an activation stored rounded by bf16_round.h, the rounding used here) is passed to oneDNN where
+ * it lies, or widened exactly to fp32 for OpenBLAS: the same bits as its fp32 source rounded here. */
 #include "mpi_ddp/backend/backend_cpu_bf16.h"
+#include "mpi_ddp/backend/bf16_round.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 
@@ -50,30 +53,22 @@ struct ddp_cpu_bf16 {
 #endif
 };
 
-/* ---------------------------------------------------------------- rounding */
-static inline uint32_t bf16_rne(float f) /* f rounded to bf16, nearest even, as the top 16 bits of an fp32 */
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    return (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) & 0xffff0000u : r; /* NaN stays a (quiet) NaN */
-}
-static inline float bf16_float(float f)
-{
-    uint32_t u = bf16_rne(f);
-    memcpy(&f, &u, 4);
-    return f;
-}
-
+/* ---------------------------------------------------------------- rounding (bf16_round.h) */
 DDP_CLONES static void round_rows16(const float *x, int64_t rows, int64_t cols, int64_t ld, uint16_t *restrict y)
 {
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = (uint16_t)(bf16_rne(x[r * ld + c]) >> 16);
+        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = ddp_bf16_bits(x[r * ld + c]);
 }
 DDP_CLONES static void round_rows32(const float *x, int64_t rows, int64_t cols, int64_t ld, float *restrict y)
 {
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = bf16_float(x[r * ld + c]);
+        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = ddp_bf16_round(x[r * ld + c]);
+}
+/* bf16 rows widened to fp32, exactly (the OpenBLAS path's form of a bf16 operand) */
+DDP_CLONES static void widen_rows32(const uint16_t *x, int64_t rows, int64_t cols, int64_t ld, float *restrict y)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = ddp_bf16_widen(x[r * ld + c]);
 }
 
 /* The fp32 update of backend_cpu.c's cpu_adamw, element for element, and the copy in the same pass. */
@@ -82,7 +77,7 @@ DDP_CLONES static void adamw16(float *p, const float *g, float *m, float *v, int
 {
     for (int64_t i = 0; i < n; i++) {
         ddp_adamw_elem(p + i, g[i], m + i, v + i, a);
-        q[i] = (uint16_t)(bf16_rne(p[i]) >> 16);
+        q[i] = ddp_bf16_bits(p[i]);
     }
 }
 DDP_CLONES static void adamw32(float *p, const float *g, float *m, float *v, int64_t n, const ddp_adamw_args *a,
@@ -90,7 +85,7 @@ DDP_CLONES static void adamw32(float *p, const float *g, float *m, float *v, int
 {
     for (int64_t i = 0; i < n; i++) {
         ddp_adamw_elem(p + i, g[i], m + i, v + i, a);
-        q[i] = bf16_float(p[i]);
+        q[i] = ddp_bf16_round(p[i]);
     }
 }
 
@@ -362,19 +357,51 @@ static ddp_status onednn_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_
 }
 #endif
 
-ddp_status ddp_cpu_bf16_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+/* An operand already in bf16 (gemm16): on oneDNN's path read where it lies (*ld_out = ld, no copy); on OpenBLAS's
+ * widened into the scratch at byte offset at, packed (*ld_out = cols), counted as converted. */
+static const void *operand16(ddp_cpu_bf16 *s, const uint16_t *x, int64_t rows, int64_t cols, int64_t ld, size_t at,
+                             int64_t *ld_out)
+{
+    if (s->es == sizeof(uint16_t)) {
+        *ld_out = ld;
+        return x;
+    }
+    s->converted++;
+    float *y = (float *)((char *)s->scratch + at);
+    widen_rows32(x, rows, cols, ld, y);
+    *ld_out = cols;
+    return y;
+}
+
+/* C = alpha op(A) op(B) + beta C with A, B given as fp32 (x16 0, through operand()) or bf16 (x16 1, operand16()). */
+static ddp_status gemm_any(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                           int a16, int64_t lda, const void *B, int b16, int64_t ldb, float beta, float *C, int64_t ldc)
 {
     int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    size_t na = (size_t)(ar * ac) * s->es, nb = (size_t)(br * bc) * s->es;
+    int direct = s->es == sizeof(uint16_t); /* a bf16 operand needs no scratch on oneDNN's path */
+    size_t na = a16 && direct ? 0 : (size_t)(ar * ac) * s->es, nb = b16 && direct ? 0 : (size_t)(br * bc) * s->es;
     na = (na + 63) & ~(size_t)63; /* B's scratch copy 64-byte aligned */
     DDP_CHECK(grow(&s->scratch, &s->scratch_bytes, na + nb, "the GEMM operands rounded to bf16"));
     int64_t la, lb;
-    const void *a = operand(s, A, ar, ac, lda, 0, &la), *b = operand(s, B, br, bc, ldb, na, &lb);
+    const void *a = a16 ? operand16(s, A, ar, ac, lda, 0, &la) : operand(s, A, ar, ac, lda, 0, &la);
+    const void *b = b16 ? operand16(s, B, br, bc, ldb, na, &lb) : operand(s, B, br, bc, ldb, na, &lb);
 #ifdef DDP_HAVE_DNNL
     if (s->onednn) return onednn_gemm(s, ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
 #endif
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha,
                 a, (int)la, b, (int)lb, beta, C, (int)ldc);
     return DDP_OK;
+}
+
+ddp_status ddp_cpu_bf16_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    return gemm_any(s, ta, tb, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, ldc);
+}
+
+ddp_status ddp_cpu_bf16_gemm16(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                               const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb, float beta,
+                               float *C, int64_t ldc)
+{
+    return gemm_any(s, ta, tb, M, N, K, alpha, A, a16 != 0, lda, B, b16 != 0, ldb, beta, C, ldc);
 }

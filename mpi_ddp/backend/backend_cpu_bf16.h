@@ -26,6 +26,11 @@ void ddp_cpu_bf16_destroy(ddp_cpu_bf16 *s);
  * registered by the last ddp_cpu_bf16_adamw (and not written since) is read from their bf16 copy. */
 ddp_status ddp_cpu_bf16_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                              const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* The backend's gemm16 (backend.h): as ddp_cpu_bf16_gemm with A (a16 = 1) and/or B (b16 = 1) given as bf16 bits
+ * (ddp_bf16), which equals ddp_cpu_bf16_gemm on the fp32 values they were rounded from (bf16_round.h). */
+ddp_status ddp_cpu_bf16_gemm16(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                               const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb, float beta,
+                               float *C, int64_t ldc);
 /* The backend's adamw, bit for bit, fused with the refresh of the bf16 copy of p[0, n): registers p as the
  * parameters. */
 ddp_status ddp_cpu_bf16_adamw(ddp_cpu_bf16 *s, float *p, const float *g, float *m, float *v, int64_t n,
@@ -34,7 +39,8 @@ ddp_status ddp_cpu_bf16_adamw(ddp_cpu_bf16 *s, float *p, const float *g, float *
 void ddp_cpu_bf16_written(ddp_cpu_bf16 *s, const void *dst, size_t bytes);
 /* p is being freed: forget the parameters if they lie there. */
 void ddp_cpu_bf16_released(ddp_cpu_bf16 *s, const void *p);
-/* Test counters: GEMM operands read from the parameters' copy, and operands converted per call. */
+/* Test counters: GEMM operands read from the parameters' copy, and operands converted per call (rounded, or a bf16
+ * operand widened on the OpenBLAS path; a bf16 operand read in place by oneDNN counts in neither). */
 void ddp_cpu_bf16_counts(const ddp_cpu_bf16 *s, int64_t *from_copy, int64_t *converted);
 /* The CPU backend's bf16 state (NULL when it computes in fp32): for tests. */
 ddp_cpu_bf16 *ddp_backend_cpu_bf16(ddp_backend *b);

@@ -9,9 +9,12 @@
  *   auto   (default) the fastest measured per length (2-core Sapphire Rapids, d 128, dh 32 and 64): tiled for
  *          samples of at least MPIDDP_ATTENTION_TILED_MIN rows (default 24), else gemm from
  *          MPIDDP_ATTENTION_GEMM_MIN rows (default 8), else fused.
- * All are exact (no padding rows or scores); they differ only in summation order, fixed by the sample alone. */
+ * All are exact (no padding rows or scores); they differ only in summation order, fixed by the sample alone.
+ * The "16" ops (layernorm_fwd16, gelu_erf_fwd16, residual_layernorm_fwd with y16) run the fp32 ops' row bodies into a
+ * row of scratch and store it rounded by bf16_round.h, the rounding backend_cpu_bf16.c applies to GEMM operands. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/backend_cpu_attn.h"
+#include "mpi_ddp/backend/bf16_round.h"
 #include "mpi_ddp/core/status.h"
 
 #include <cblas.h>
@@ -22,6 +25,13 @@
 #define DDP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DDP_CLONES
+#endif
+/* Row bodies shared by several ops: always inlined, so each is compiled inside each caller's ISA clone (a
+ * plain static inline called from two clones stayed an out-of-line baseline function, and scalar). */
+#if defined(__GNUC__)
+#define DDP_ROW static inline __attribute__((always_inline))
+#else
+#define DDP_ROW static inline
 #endif
 
 /* The method switch, read at every call (once per layer and pass) so tests and benchmarks can switch methods:
@@ -99,6 +109,34 @@ DDP_CLONES static ddp_status cpu_layernorm_fwd(ddp_backend *b, const float *x, c
 {
     (void)b;
     for (int64_t r = 0; r < R; r++) ddp_layernorm_row(x + r * d, w, bias, y + r * d, &mean[r], &rstd[r], d);
+    return DDP_OK;
+}
+
+/* n floats rounded to bf16 */
+DDP_ROW void round_row16(const float *x, ddp_bf16 *restrict y, int64_t n)
+{
+    for (int64_t c = 0; c < n; c++) y[c] = ddp_bf16_bits(x[c]);
+}
+
+/* A row of n floats of scratch for the "16" ops (written before it is read). */
+static ddp_status row_scratch(int64_t n, const char *op, float **row)
+{
+    *row = ddp_malloc((size_t)(n > 0 ? n : 1), sizeof **row);
+    if (!*row) return ddp_set_error(DDP_ERR_NOMEM, "out of memory: a row of %lld floats for %s", (long long)n, op);
+    return DDP_OK;
+}
+
+DDP_CLONES static ddp_status cpu_layernorm_fwd16(ddp_backend *b, const float *x, const float *w, const float *bias,
+                                                 ddp_bf16 *y, float *mean, float *rstd, int64_t R, int64_t d)
+{
+    (void)b;
+    float *row;
+    DDP_CHECK(row_scratch(d, "layernorm_fwd16", &row));
+    for (int64_t r = 0; r < R; r++) {
+        ddp_layernorm_row(x + r * d, w, bias, row, &mean[r], &rstd[r], d);
+        round_row16(row, y + r * d, d);
+    }
+    free(row);
     return DDP_OK;
 }
 
@@ -327,29 +365,49 @@ static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const floa
 }
 
 /* ------------------------------------------------------------------ element-wise */
+/* One row of gelu_erf_fwd: ar = drop(gelu_erf(zr + bias)), gr = gelu_erf'(zr + bias) when non-NULL (gr may be zr: element
+ * by element, so still vectorisable); rk: the row's dropout key. */
+DDP_ROW void gelu_erf_row(const float *zr, const float *bias, float *ar, float *gr, int64_t cols, int drop,
+                                const ddp_dropout *dr, uint64_t rk)
+{
+    if (gr) {
+        for (int64_t c = 0; c < cols; c++) {
+            float g, v = ddp_gelu_erf_fwd(zr[c] + bias[c], &g);
+            gr[c] = g;
+            ar[c] = v;
+        }
+    } else {
+        for (int64_t c = 0; c < cols; c++) ar[c] = ddp_gelu_erf_fwd(zr[c] + bias[c], NULL);
+    }
+    if (drop)
+        for (int64_t c = 0; c < cols; c++) ar[c] *= ddp_drop_scale(dr, rk, (uint64_t)c);
+}
+
 DDP_CLONES static ddp_status cpu_gelu_erf_fwd(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
                                               const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
     (void)b;
     int drop = dr && dr->p > 0.0f;
     for (int64_t r = 0; r < pack->R; r++) {
-        const float *zr = z + r * cols;
-        float *ar = a + r * cols;
-        if (dgelu) { /* gr may be zr (in place): element by element, so still vectorisable */
-            float *gr = dgelu + r * cols;
-            for (int64_t c = 0; c < cols; c++) {
-                float g, v = ddp_gelu_erf_fwd(zr[c] + bias[c], &g);
-                gr[c] = g;
-                ar[c] = v;
-            }
-        } else {
-            for (int64_t c = 0; c < cols; c++) ar[c] = ddp_gelu_erf_fwd(zr[c] + bias[c], NULL);
-        }
-        if (drop) {
-            uint64_t rk = ddp_drop_packedkey(dr, pack->off, pack->seg, pack->sid, r);
-            for (int64_t c = 0; c < cols; c++) ar[c] *= ddp_drop_scale(dr, rk, (uint64_t)c);
-        }
+        uint64_t rk = drop ? ddp_drop_packedkey(dr, pack->off, pack->seg, pack->sid, r) : 0;
+        gelu_erf_row(z + r * cols, bias, a + r * cols, dgelu ? dgelu + r * cols : NULL, cols, drop, dr, rk);
     }
+    return DDP_OK;
+}
+
+DDP_CLONES static ddp_status cpu_gelu_erf_fwd16(ddp_backend *b, const float *z, const float *bias, ddp_bf16 *a, float *dgelu,
+                                                const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
+{
+    (void)b;
+    int drop = dr && dr->p > 0.0f;
+    float *row;
+    DDP_CHECK(row_scratch(cols, "gelu_erf_fwd16", &row));
+    for (int64_t r = 0; r < pack->R; r++) {
+        uint64_t rk = drop ? ddp_drop_packedkey(dr, pack->off, pack->seg, pack->sid, r) : 0;
+        gelu_erf_row(z + r * cols, bias, row, dgelu ? dgelu + r * cols : NULL, cols, drop, dr, rk);
+        round_row16(row, a + r * cols, cols);
+    }
+    free(row);
     return DDP_OK;
 }
 
@@ -380,17 +438,47 @@ DDP_CLONES static ddp_status cpu_gelu_erf_bwd(ddp_backend *b, const float *dact,
     return DDP_OK;
 }
 
+/* One row of residual_fwd: orow = hr + drop(tr + bias) (orow may be hr); rk: the row's dropout key. */
+DDP_ROW void residual_row(float *orow, const float *hr, const float *tr, const float *bias, int64_t d, int drop,
+                                const ddp_dropout *dr, uint64_t rk)
+{
+    for (int64_t c = 0; c < d; c++) orow[c] = hr[c] + ddp_drop_apply(drop, dr, rk, (uint64_t)c, tr[c] + bias[c]);
+}
+
 DDP_CLONES static ddp_status cpu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
                                               const ddp_packing *pack, int64_t d, const ddp_dropout *dr)
 {
     (void)b;
     int drop = dr && dr->p > 0.0f;
     for (int64_t r = 0; r < pack->R; r++) {
-        const float *hr = h + r * d, *tr = t + r * d;
-        float *orow = out + r * d;
         uint64_t rk = ddp_drop_packedkey(dr, pack->off, pack->seg, pack->sid, r);
-        for (int64_t c = 0; c < d; c++) orow[c] = hr[c] + ddp_drop_apply(drop, dr, rk, (uint64_t)c, tr[c] + bias[c]);
+        residual_row(out + r * d, h + r * d, t + r * d, bias, d, drop, dr, rk);
     }
+    return DDP_OK;
+}
+
+/* residual_fwd and layernorm_fwd (or layernorm_fwd16: y16) of each row while it is in cache: the bodies of both ops */
+DDP_CLONES static ddp_status cpu_residual_layernorm_fwd(ddp_backend *b, float *out, const float *h, const float *t,
+                                                        const float *tbias, const ddp_packing *pack, int64_t d,
+                                                        const ddp_dropout *dr, const float *w, const float *lbias, void *y,
+                                                        int y16, float *mean, float *rstd)
+{
+    (void)b;
+    int drop = dr && dr->p > 0.0f;
+    float *row = NULL;
+    if (y16) DDP_CHECK(row_scratch(d, "residual_layernorm_fwd", &row));
+    for (int64_t r = 0; r < pack->R; r++) {
+        uint64_t rk = ddp_drop_packedkey(dr, pack->off, pack->seg, pack->sid, r);
+        float *orow = out + r * d;
+        residual_row(orow, h + r * d, t + r * d, tbias, d, drop, dr, rk);
+        if (y16) {
+            ddp_layernorm_row(orow, w, lbias, row, &mean[r], &rstd[r], d);
+            round_row16(row, (ddp_bf16 *)y + r * d, d);
+        } else {
+            ddp_layernorm_row(orow, w, lbias, (float *)y + r * d, &mean[r], &rstd[r], d);
+        }
+    }
+    free(row);
     return DDP_OK;
 }
 
@@ -440,6 +528,9 @@ static const ddp_enc_ops cpu_enc = {
     .residual_bwd = cpu_residual_bwd,
     .pool_mean_fwd = cpu_pool_mean_fwd,
     .pool_mean_bwd = cpu_pool_mean_bwd,
+    .layernorm_fwd16 = cpu_layernorm_fwd16,
+    .gelu_erf_fwd16 = cpu_gelu_erf_fwd16,
+    .residual_layernorm_fwd = cpu_residual_layernorm_fwd,
 };
 
 const ddp_enc_ops *ddp_cpu_enc_ops(void) { return &cpu_enc; }

@@ -7,6 +7,7 @@
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/model/model_transformer.h"
 #include "mpi_ddp/model/models.h"
+#include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 
 #include <math.h>
@@ -204,21 +205,25 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     if (!m->lay) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     layout(m);
     DDP_TRY(be->reserve(be, R > B ? R : B));
+    /* bf16 activations: the tensors only GEMMs read, where the backend has the ops that write and read them */
+    m->act16 = c->precision == DDP_PRECISION_BF16 && be->gemm16 && be->enc->layernorm_fwd16 && be->enc->gelu_erf_fwd16 &&
+               ddp_env_int("BF16_ACTIVATIONS", 1) != 0;
+    int64_t A = m->act16 ? 2 : 1; /* an activation of n values takes n / A floats' room */
     for (int64_t l = 0; l < L; l++) {
         tx_layer *y = &m->lay[l];
         BALLOC(y->h, R * d);
-        BALLOC(y->y1, R * d);
+        BALLOC(y->y1, (R * d + A - 1) / A);
         BALLOC(y->mu1, R);
         BALLOC(y->rs1, R);
         BALLOC(y->qkv, R * 3 * d);
         BALLOC(y->o, R * d);
         BALLOC(y->lse, R * H);
         BALLOC(y->hmid, R * d);
-        BALLOC(y->y2, R * d);
+        BALLOC(y->y2, (R * d + A - 1) / A);
         BALLOC(y->mu2, R);
         BALLOC(y->rs2, R);
         BALLOC(y->dg, R * f);
-        BALLOC(y->a2, R * f);
+        BALLOC(y->a2, (R * f + A - 1) / A);
     }
     BALLOC(m->hL, R * d);
     BALLOC(m->yf, R * d);
@@ -251,6 +256,8 @@ done:
     tx_destroy(m);
     return st;
 }
+
+int ddp_transformer_act16(const ddp_model *model) { return ((const txmodel *)model->self)->act16; }
 
 void ddp_transformer_times(const ddp_model *model, double t[4])
 {

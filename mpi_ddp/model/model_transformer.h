@@ -13,6 +13,8 @@ typedef struct {
     int64_t lo, hi;          /* the layer's element range (one gradient-ready call) */
     /* saved activations of a training forward, [maxR, ...] */
     float *h;                /* layer input (residual stream) [R, d] */
+    /* y1, y2 and a2 are read by GEMMs only: with bf16 activations (txmodel.act16) they hold ddp_bf16 values, half
+     * the size (cast them through ACT()) */
     float *y1, *mu1, *rs1;   /* norm1 output and row statistics */
     float *qkv;              /* [R, 3d] */
     float *o, *lse;          /* attention output [R, d] (heads concatenated), log-sum-exp [R, heads] */
@@ -26,6 +28,7 @@ typedef struct {
     const ddp_enc_ops *E;
     int64_t D, d, f, C, P, L, heads, maxR, maxB;
     int positions;
+    int act16;                /* 1: y1, y2, a2 stored in bf16 (model config precision bf16, backend able) */
     float dropout;
     uint64_t seed;
     ddp_param_table tab;      /* the tensors; tab.off: their element offsets */

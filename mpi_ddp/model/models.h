@@ -20,5 +20,7 @@ ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_m
 double ddp_model_cost_sq(const ddp_model_config *c);
 /* Cumulative seconds of a transformer: forward, backward, attention, GEMMs (the last two on host backends). */
 void ddp_transformer_times(const ddp_model *m, double t[4]);
+/* 1 when a transformer stores its GEMM-only activations in bf16 (config precision bf16 on an able backend). */
+int ddp_transformer_act16(const ddp_model *m);
 
 #endif

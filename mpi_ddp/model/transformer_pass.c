@@ -25,6 +25,10 @@
 
 /* y[R,N] = x[R,K] . W[N,K]^T (+ beta y) */
 #define LINEAR(x, W, y, R, N, K, beta) TIMED(m->t_gemm, be->gemm(be, 0, 1, R, N, K, 1.0f, x, K, W, K, beta, y, N))
+/* LINEAR of an activation x stored as the model keeps it: bf16 with bf16 activations (m->act16) */
+#define LINEAR_ACT(x, W, y, R, N, K)                                                                      \
+    TIMED(m->t_gemm, m->act16 ? be->gemm16(be, 0, 1, R, N, K, 1.0f, x, 1, K, W, 0, K, 0.0f, y, N)          \
+                              : be->gemm(be, 0, 1, R, N, K, 1.0f, x, K, W, K, 0.0f, y, N))
 
 enum { SITE_ATTN, SITE_RES1, SITE_FFN, SITE_RES2 };
 
@@ -36,6 +40,26 @@ static ddp_dropout drop_at(const txmodel *m, const ddp_batch *b, int train, int6
         d.key = ddp_hmix(m->seed ^ ddp_hmix((uint64_t)b->step * 0x2545f4914f6cdd1dULL ^
                                             ddp_hmix(0xd0 + (uint64_t)layer * 4 + (uint64_t)site)));
     return d;
+}
+
+/* y = layernorm(x) into an activation stored as y16 says (bf16 or fp32) */
+static ddp_status norm(txmodel *m, const float *x, const float *w, const float *lb, void *y, int y16, float *mu, float *rs)
+{
+    ddp_backend *be = m->be;
+    int64_t R = m->pack.R, d = m->d;
+    if (y16) return m->E->layernorm_fwd16(be, x, w, lb, y, mu, rs, R, d);
+    return m->E->layernorm_fwd(be, x, w, lb, y, mu, rs, R, d);
+}
+
+/* out = h + drop(branch + tb), then y = layernorm(out): in one pass where the backend fuses them */
+static ddp_status residual_norm(txmodel *m, float *out, const float *h, const float *tb, const ddp_dropout *dr,
+                                const float *w, const float *lb, void *y, int y16, float *mu, float *rs)
+{
+    const ddp_enc_ops *E = m->E;
+    if (E->residual_layernorm_fwd)
+        return E->residual_layernorm_fwd(m->be, out, h, m->branch, tb, &m->pack, m->d, dr, w, lb, y, y16, mu, rs);
+    DDP_CHECK(E->residual_fwd(m->be, out, h, m->branch, tb, &m->pack, m->d, dr));
+    return norm(m, out, w, lb, y, y16, mu, rs);
 }
 
 ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const float *x, const int64_t *lab,
@@ -52,25 +76,33 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
     float *h = m->L > 0 ? m->lay[0].h : m->hL;
     LINEAR(x, P + m->inp_w, h, R, d, m->D, 0.0f);
     DDP_CHECK(E->embed_fwd(be, h, P + m->inp_b, m->pos_w >= 0 ? P + m->pos_w : NULL, pack, d));
+    /* Each residual add is followed by a layernorm of its result (norm2, the next layer's norm1, the final norm):
+     * residual_norm fuses the two where the backend can. */
+    if (m->L > 0) DDP_CHECK(norm(m, h, P + m->lay[0].p[T_N1_W], P + m->lay[0].p[T_N1_B], m->lay[0].y1, m->act16,
+                                 m->lay[0].mu1, m->lay[0].rs1));
+    else DDP_CHECK(norm(m, h, P + m->nf_w, P + m->nf_b, m->yf, 0, m->muf, m->rsf));
     for (int64_t l = 0; l < m->L; l++) {
-        tx_layer *y = &m->lay[l];
+        tx_layer *y = &m->lay[l], *yn = l + 1 < m->L ? &m->lay[l + 1] : NULL;
         const int64_t *w = y->p;
-        float *next = l + 1 < m->L ? m->lay[l + 1].h : m->hL;
         ddp_dropout drop_attn = drop_at(m, b, train, l, SITE_ATTN), drop_res1 = drop_at(m, b, train, l, SITE_RES1),
                     drop_ffn = drop_at(m, b, train, l, SITE_FFN), drop_res2 = drop_at(m, b, train, l, SITE_RES2);
-        DDP_CHECK(E->layernorm_fwd(be, y->h, P + w[T_N1_W], P + w[T_N1_B], y->y1, y->mu1, y->rs1, R, d));
-        LINEAR(y->y1, P + w[T_QKV_W], y->qkv, R, 3 * d, d, 0.0f);
+        LINEAR_ACT(y->y1, P + w[T_QKV_W], y->qkv, R, 3 * d, d);
         DDP_CHECK(be->add_bias(be, y->qkv, P + w[T_QKV_B], R, 3 * d));
         ATTN_TIMED(train, E->attention_fwd(be, y->qkv, y->o, y->lse, pack, d, (int)H, &drop_attn));
         LINEAR(y->o, P + w[T_OUT_W], m->branch, R, d, d, 0.0f);
-        DDP_CHECK(E->residual_fwd(be, y->hmid, y->h, m->branch, P + w[T_OUT_B], pack, d, &drop_res1));
-        DDP_CHECK(E->layernorm_fwd(be, y->hmid, P + w[T_N2_W], P + w[T_N2_B], y->y2, y->mu2, y->rs2, R, d));
-        LINEAR(y->y2, P + w[T_L1_W], y->dg, R, f, d, 0.0f);
-        DDP_CHECK(E->gelu_erf_fwd(be, y->dg, P + w[T_L1_B], y->a2, train ? y->dg : NULL, pack, f, &drop_ffn));
-        LINEAR(y->a2, P + w[T_L2_W], m->branch, R, d, f, 0.0f);
-        DDP_CHECK(E->residual_fwd(be, next, y->hmid, m->branch, P + w[T_L2_B], pack, d, &drop_res2));
+        DDP_CHECK(residual_norm(m, y->hmid, y->h, P + w[T_OUT_B], &drop_res1, P + w[T_N2_W], P + w[T_N2_B], y->y2,
+                                m->act16, y->mu2, y->rs2));
+        LINEAR_ACT(y->y2, P + w[T_L1_W], y->dg, R, f, d);
+        if (m->act16)
+            DDP_CHECK(E->gelu_erf_fwd16(be, y->dg, P + w[T_L1_B], (ddp_bf16 *)y->a2, train ? y->dg : NULL, pack, f, &drop_ffn));
+        else DDP_CHECK(E->gelu_erf_fwd(be, y->dg, P + w[T_L1_B], y->a2, train ? y->dg : NULL, pack, f, &drop_ffn));
+        LINEAR_ACT(y->a2, P + w[T_L2_W], m->branch, R, d, f);
+        if (yn)
+            DDP_CHECK(residual_norm(m, yn->h, y->hmid, P + w[T_L2_B], &drop_res2, P + yn->p[T_N1_W], P + yn->p[T_N1_B],
+                                    yn->y1, m->act16, yn->mu1, yn->rs1));
+        else DDP_CHECK(residual_norm(m, m->hL, y->hmid, P + w[T_L2_B], &drop_res2, P + m->nf_w, P + m->nf_b, m->yf, 0,
+                                     m->muf, m->rsf));
     }
-    DDP_CHECK(E->layernorm_fwd(be, m->hL, P + m->nf_w, P + m->nf_b, m->yf, m->muf, m->rsf, R, d));
     DDP_CHECK(E->pool_mean_fwd(be, m->yf, m->p, pack, d));
     LINEAR(m->p, P + m->head_w, m->logits, B, m->C, d, 0.0f);
     DDP_CHECK(be->add_bias(be, m->logits, P + m->head_b, B, m->C));
@@ -83,6 +115,10 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
 
 /* dW[N,K] += dy[R,N]^T . x[R,K] */
 #define WGRAD(dy, x, dW, R, N, K) TIMED(m->t_gemm, be->gemm(be, 1, 0, N, K, R, 1.0f, dy, N, x, K, 1.0f, dW, K))
+/* WGRAD of an activation x stored as the model keeps it (LINEAR_ACT) */
+#define WGRAD_ACT(dy, x, dW, R, N, K)                                                                     \
+    TIMED(m->t_gemm, m->act16 ? be->gemm16(be, 1, 0, N, K, R, 1.0f, dy, 0, N, x, 1, K, 1.0f, dW, K)       \
+                              : be->gemm(be, 1, 0, N, K, R, 1.0f, dy, N, x, K, 1.0f, dW, K))
 /* dx[R,K] = dy[R,N] . W[N,K] */
 #define DGRAD(dy, W, dx, R, N, K) TIMED(m->t_gemm, be->gemm(be, 0, 0, R, K, N, 1.0f, dy, N, W, K, 0.0f, dx, K))
 
@@ -110,10 +146,10 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
                     drop_ffn = drop_at(m, b, 1, l, SITE_FFN), drop_res2 = drop_at(m, b, 1, l, SITE_RES2);
         /* FFN block: h_next = hmid + drop2(linear2(drop(gelu(linear1(norm2(hmid)))))) */
         DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, G + w[T_L2_B], pack, d, &drop_res2));
-        WGRAD(m->branch, y->a2, G + w[T_L2_W], R, d, f);
+        WGRAD_ACT(m->branch, y->a2, G + w[T_L2_W], R, d, f);
         DGRAD(m->branch, P + w[T_L2_W], m->dffn, R, d, f);
         DDP_CHECK(E->gelu_erf_bwd(be, m->dffn, y->dg, m->dffn, G + w[T_L1_B], pack, f, &drop_ffn));
-        WGRAD(m->dffn, y->y2, G + w[T_L1_W], R, f, d);
+        WGRAD_ACT(m->dffn, y->y2, G + w[T_L1_W], R, f, d);
         DGRAD(m->dffn, P + w[T_L1_W], m->dy, R, f, d);
         DDP_CHECK(E->layernorm_bwd(be, m->dy, y->hmid, P + w[T_N2_W], y->mu2, y->rs2, m->dh, G + w[T_N2_W],
                                    G + w[T_N2_B], R, d));
@@ -128,7 +164,7 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
          * Summed, it is rounding noise that depends on the batch's packing, and AdamW would turn that noise
          * into +-lr steps that differ between world sizes. It is written as the exact 0 instead. */
         DDP_CHECK(be->zero(be, G + w[T_QKV_B] + d, (size_t)d * sizeof(float)));
-        WGRAD(m->dqkv, y->y1, G + w[T_QKV_W], R, 3 * d, d);
+        WGRAD_ACT(m->dqkv, y->y1, G + w[T_QKV_W], R, 3 * d, d);
         DGRAD(m->dqkv, P + w[T_QKV_W], m->dy, R, 3 * d, d);
         DDP_CHECK(E->layernorm_bwd(be, m->dy, y->h, P + w[T_N1_W], y->mu1, y->rs1, m->dh, G + w[T_N1_W],
                                    G + w[T_N1_B], R, d));

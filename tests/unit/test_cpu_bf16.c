@@ -12,6 +12,12 @@
  *    as the same gemm on an equal buffer outside them (rounded per call), with the counters showing which path ran;
  *    after an upload or a zero into the parameters the copy is not used stale (the result follows the new values),
  *    while a write behind the backend's back is seen to be stale (so the check can fail).
+ *  - gemm16 (bf16 operands): for the four transpositions, (a16, b16) = (1, 0), (0, 1), (1, 1), odd leading dimensions
+ *    (NaN padding), bf16 operands at 2-byte-aligned addresses and (alpha, beta) = (1, 0), (1, 1), (0.5, 2): the bits
+ *    of gemm on the fp32 values the bf16 were rounded from (by this file's rounding), C's padding untouched; on
+ *    oneDNN's path a bf16 operand is neither copied nor converted; an fp32 operand inside the parameters is read from
+ *    their bf16 copy; layernorm_fwd16's output through gemm16 gives layernorm_fwd's through gemm. At fp32 gemm16 is
+ *    refused (DDP_ERR_ARG, one line).
  *  - set_precision: tf32 refused with one line, fp32 again gives sgemm's bits. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/backend_cpu_bf16.h"
@@ -179,6 +185,124 @@ static void weight_copy(void)
     free(h), free(W2), free(p32), free(m32), free(v32);
 }
 
+/* ---------------------------------------------------------------- gemm16: bf16 operands */
+/* the bf16 bits of x[0, n) rounded by this file's bf16() (nearest even); NaN (the padding) as a quiet NaN */
+static void to16(const float *x, uint16_t *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float f = bf16(x[i]);
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        y[i] = isnan(x[i]) ? 0x7fc0 : (uint16_t)(u >> 16);
+    }
+}
+
+/* gemm16 with A (a16) and/or B (b16) as bf16 equals gemm on their fp32 sources, bit for bit, C's padding included; the
+ * bf16 operands lie one element past an allocation's start (2-byte, not 4-byte aligned) with odd leading dimensions
+ * whose padding holds NaN. The counters: an fp32 operand converted per call as by gemm; a bf16 one read in place on
+ * oneDNN's path (counted nowhere: no copy), widened on OpenBLAS's (counted converted). */
+static void gemm16_case(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t pad, float alpha, float beta, int a16,
+                        int b16, uint64_t seed)
+{
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N, lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+    size_t na = (size_t)(ar * lda), nb = (size_t)(br * ldb), nc = (size_t)(M * ldc);
+    float *A = malloc(na * 4), *B = malloc(nb * 4), *C0 = malloc(nc * 4), *C = malloc(nc * 4), *Cr = malloc(nc * 4);
+    uint16_t *A16 = malloc((na + 1) * 2), *B16 = malloc((nb + 1) * 2);
+    for (size_t i = 0; i < na; i++) A[i] = (int64_t)(i % (size_t)lda) < ac ? frand(&seed) : NAN;
+    for (size_t i = 0; i < nb; i++) B[i] = (int64_t)(i % (size_t)ldb) < bc ? frand(&seed) * 4.0f : NAN;
+    for (size_t i = 0; i < nc; i++) C0[i] = frand(&seed);
+    to16(A, A16 + 1, na), to16(B, B16 + 1, nb);
+    memcpy(Cr, C0, nc * 4), memcpy(C, C0, nc * 4);
+    OK(cpu->gemm(cpu, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cr, ldc));
+    int64_t c0, v0, c1, v1;
+    counts(&c0, &v0);
+    OK(cpu->gemm16(cpu, ta, tb, M, N, K, alpha, a16 ? (const void *)(A16 + 1) : A, a16, lda,
+                   b16 ? (const void *)(B16 + 1) : B, b16, ldb, beta, C, ldc));
+    counts(&c1, &v1);
+    int n16 = a16 + b16, want = 2 - n16 + (ddp_cpu_bf16_onednn() ? 0 : n16);
+    CHECK(c1 == c0 && v1 - v0 == want, "gemm16 (a16 %d b16 %d): %lld operands from the copy, %lld converted; want 0, %d",
+          a16, b16, (long long)(c1 - c0), (long long)(v1 - v0), want);
+    size_t at = 0;
+    while (at < nc && !memcmp(&C[at], &Cr[at], 4)) at++;
+    CHECK(at == nc, "gemm16 ta %d tb %d %lldx%lldx%lld lda %lld ldb %lld alpha %g beta %g a16 %d b16 %d: element %zu is %.9g, "
+          "gemm on the fp32 source gives %.9g", ta, tb, (long long)M, (long long)N, (long long)K, (long long)lda,
+          (long long)ldb, alpha, beta, a16, b16, at, at < nc ? C[at] : 0.0f, at < nc ? Cr[at] : 0.0f);
+    free(A), free(B), free(C0), free(C), free(Cr), free(A16), free(B16);
+}
+
+/* gemm16 with the fp32 operand inside the parameters (read from their bf16 copy) and the other in bf16: gemm's bits,
+ * the copy used. Then the path of an activation: layernorm_fwd16's output through gemm16 gives the bits of
+ * layernorm_fwd's fp32 output through gemm (stored rounded = rounded at GEMM time). */
+static void gemm16_params(void)
+{
+    const int64_t n = 4001, off = 97, N = 37, K = 29, M = 23; /* W: N x K at off inside the n parameters */
+    float *P = NULL, *G = NULL, *Mo = NULL, *V = NULL;
+    OK(cpu->alloc(cpu, (void **)&P, n * 4));
+    OK(cpu->alloc(cpu, (void **)&G, n * 4));
+    OK(cpu->alloc(cpu, (void **)&Mo, n * 4));
+    OK(cpu->alloc(cpu, (void **)&V, n * 4));
+    float *h = malloc(n * 4), X[M * 64], Y1[64 * 64], Y2[64 * 64];
+    uint16_t X16[M * 64];
+    uint64_t seed = 8;
+    for (int64_t i = 0; i < n; i++) h[i] = frand(&seed), G[i] = frand(&seed) * 0.1f;
+    OK(cpu->upload(cpu, P, h, n * 4));
+    ddp_adamw_args a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .bc1 = 0.1f,
+                        .bc2_sqrt = 0.0316f, .gscale = 1.0f};
+    OK(cpu->adamw(cpu, P, G, Mo, V, n, &a)); /* registers P: its bf16 copy is fresh */
+    for (int i = 0; i < M * 64; i++) X[i] = frand(&seed);
+    to16(X, X16, M * 64);
+    static const float ab[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, 2.0f}};
+    for (int tb = 0; tb < 2; tb++)
+        for (int k = 0; k < 3; k++) {
+            /* tb 1: X[M,K] W^T -> [M,N] (forward);  tb 0: X[M,N] W -> [M,K] (the input gradient's pattern) */
+            int64_t Kx = tb ? K : N, Nx = tb ? N : K, ldx = Kx + 3;
+            for (int i = 0; i < 64 * 64; i++) Y1[i] = Y2[i] = (float)(i % 7) - 3.0f;
+            OK(cpu->gemm(cpu, 0, tb, M, Nx, Kx, ab[k][0], X, ldx, P + off, K, ab[k][1], Y1, Nx + 1));
+            int64_t c0, v0, c1, v1;
+            counts(&c0, &v0);
+            OK(cpu->gemm16(cpu, 0, tb, M, Nx, Kx, ab[k][0], X16, 1, ldx, P + off, 0, K, ab[k][1], Y2, Nx + 1));
+            counts(&c1, &v1);
+            CHECK(c1 - c0 == 1, "gemm16 with B inside the parameters (transb %d) did not read their copy", tb);
+            CHECK(memcmp(Y1, Y2, sizeof Y1) == 0, "gemm16 (bf16 A, B in the parameters' copy, transb %d, alpha %g beta %g) "
+                  "differs from gemm", tb, ab[k][0], ab[k][1]);
+            /* and the weights as A (transa: W^T [K,N] X16 [N, .]) */
+            OK(cpu->gemm(cpu, 1, 0, K, 5, N, ab[k][0], P + off, K, X, 7, ab[k][1], Y1, 5));
+            OK(cpu->gemm16(cpu, 1, 0, K, 5, N, ab[k][0], P + off, 0, K, X16, 1, 7, ab[k][1], Y2, 5));
+            CHECK(memcmp(Y1, Y2, sizeof Y1) == 0, "gemm16 (A in the parameters' copy, bf16 B, alpha %g beta %g) differs "
+                  "from gemm", ab[k][0], ab[k][1]);
+        }
+    /* layernorm_fwd16 -> gemm16 == layernorm_fwd -> gemm */
+    const ddp_enc_ops *E = cpu->enc;
+    float y[M * K], lw[K], lb[K], mu[M], rs[M];
+    ddp_bf16 y16[M * K];
+    for (int64_t c = 0; c < K; c++) lw[c] = 1.0f + 0.3f * frand(&seed), lb[c] = 0.2f * frand(&seed);
+    OK(E->layernorm_fwd(cpu, X, lw, lb, y, mu, rs, M, K));
+    OK(E->layernorm_fwd16(cpu, X, lw, lb, y16, mu, rs, M, K));
+    OK(cpu->gemm(cpu, 0, 1, M, N, K, 1.0f, y, K, P + off, K, 0.0f, Y1, N));
+    OK(cpu->gemm16(cpu, 0, 1, M, N, K, 1.0f, y16, 1, K, P + off, 0, K, 0.0f, Y2, N));
+    CHECK(memcmp(Y1, Y2, (size_t)(M * N) * 4) == 0, "layernorm_fwd16 then gemm16 differs from layernorm_fwd then gemm");
+    /* K = 0: C = beta C, nothing read from A or B (NULL) */
+    float C2[6] = {1, 2, 3, 4, 5, 6};
+    OK(cpu->gemm16(cpu, 0, 0, 2, 3, 0, 1.0f, NULL, 1, 1, NULL, 1, 3, 0.5f, C2, 3));
+    CHECK(C2[0] == 0.5f && C2[5] == 3.0f, "gemm16 with K = 0: C[0] %g, C[5] %g; want beta C", C2[0], C2[5]);
+    cpu->release(cpu, P), cpu->release(cpu, G), cpu->release(cpu, Mo), cpu->release(cpu, V);
+    free(h);
+}
+
+/* at fp32 gemm16 is refused with one line, C untouched */
+static void gemm16_refused(const char *when)
+{
+    float A[4] = {1, 2, 3, 4}, C[4] = {9, 9, 9, 9};
+    uint16_t A16[4] = {0x3f80, 0x4000, 0x4040, 0x4080};
+    CHECK(cpu->gemm16 != NULL, "the CPU backend has no gemm16");
+    if (!cpu->gemm16) return;
+    ddp_status st = cpu->gemm16(cpu, 0, 0, 2, 2, 2, 1.0f, A16, 1, 2, A, 0, 2, 0.0f, C, 2);
+    const char *e = ddp_last_error();
+    CHECK(st == DDP_ERR_ARG && strstr(e, "gemm16") && strstr(e, "bf16") && !strchr(e, '\n'),
+          "gemm16 at fp32 (%s): status %d, '%s'", when, (int)st, e);
+    CHECK(C[0] == 9 && C[3] == 9, "gemm16 at fp32 (%s) wrote C", when);
+}
+
 int main(void)
 {
     const char *env = getenv("MPIDDP_CPU_ONEDNN");
@@ -204,6 +328,7 @@ int main(void)
               !strcmp(ddp_last_error(), "--precision tf32 needs --device cuda (the cpu backend computes in fp32 or bf16)"),
           "cpu tf32: %s", ddp_last_error());
     CHECK(ddp_backend_cpu_bf16(cpu) == NULL, "bf16 state at fp32");
+    gemm16_refused("a new backend");
     OK(ddp_backend_set_precision(cpu, DDP_PRECISION_BF16));
     CHECK(ddp_backend_cpu_bf16(cpu) != NULL, "no bf16 state at bf16");
     static const int64_t shapes[][4] = {{203, 210, 67, 0}, {64, 48, 1000, 3}, {1, 1, 1, 0}, {33, 17, 129, 5}, {7, 300, 5, 1}};
@@ -218,9 +343,20 @@ int main(void)
            worst_acc, worst_round);
     CHECK(worst_round > 0x1p-12, "bf16 (%.3g against the unrounded operands) looks like fp32: the operands are not rounded", worst_round);
     weight_copy();
+    static const int64_t shapes16[][4] = {{33, 17, 129, 5}, {64, 48, 1000, 3}, {1, 1, 1, 1}, {7, 300, 5, 1}, {203, 210, 67, 7}};
+    static const float ab16[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {0.5f, 2.0f}};
+    static const int f16[][2] = {{1, 0}, {0, 1}, {1, 1}};
+    for (size_t s = 0; s < sizeof shapes16 / sizeof shapes16[0]; s++)
+        for (int t = 0; t < 4; t++)
+            for (int k = 0; k < 3; k++)
+                for (int f = 0; f < 3; f++)
+                    gemm16_case(t >> 1, t & 1, shapes16[s][0], shapes16[s][1], shapes16[s][2], shapes16[s][3], ab16[k][0],
+                                ab16[k][1], f16[f][0], f16[f][1], 1000 + s * 64 + (uint64_t)(t * 9 + k * 3 + f));
+    gemm16_params();
     /* back to fp32: sgemm's bits again */
     OK(ddp_backend_set_precision(cpu, DDP_PRECISION_FP32));
     CHECK(ddp_backend_cpu_bf16(cpu) == NULL, "bf16 state kept at fp32");
+    gemm16_refused("back at fp32");
     float A[6] = {1.0f + 0x1p-12f, 2, 3, 4, 5, 6}, B[6] = {1, 1, 1, 1, 1, 1}, C[4];
     OK(cpu->gemm(cpu, 0, 0, 2, 2, 3, 1.0f, A, 3, B, 2, 0.0f, C, 2));
     CHECK(C[0] == 6.0f + 0x1p-12f, "fp32 after bf16 rounds: %.9g", C[0]);
