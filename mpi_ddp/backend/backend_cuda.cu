@@ -1,13 +1,13 @@
-/* backend_cuda.cu — (in the plugin libmpiddp_cuda.so) the CUDA backend: memory and copies on the backend's
- * stream, cuBLAS GEMMs (fp32, or TF32 or bf16 operands with fp32 accumulation: set_precision) and column sums,
- * the kernels for bias+gelu, gelu backward, mean pooling, softmax cross-entropy, AdamW and sum of squares, and
- * the backend's creation. The Transformer encoder's kernels and
- * ops are their own translation unit, backend_cuda_enc.cu; what both share is backend_cuda_priv.h.
- * Element-wise math comes from ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked.
- * The same file is compiled for the host emulator (libmpiddp_cudaemu.so, through backend_cuda_emu.cpp):
- * kernels are launched only through DDP_LAUNCH and every header comes from cuda_compat.h. All work runs on
- * the backend's non-blocking stream, but for the batches' uploads, staged through pinned memory on a second one
- * (stage*: events order them with the compute); nothing touches the legacy default stream. */
+/* backend_cuda.cu — (in the plugin libmpiddp_cuda.so) the CUDA backend: memory and copies on the backend's stream,
+ * column sums through cuBLAS, the kernels for bias+gelu, gelu backward, mean pooling, softmax cross-entropy, AdamW
+ * and sum of squares, and the backend's creation. The GEMMs (fp32, or TF32 or bf16 operands with fp32 accumulation:
+ * set_precision; gemm16) are their own translation unit, backend_cuda_gemm.cu, as are the Transformer encoder's
+ * kernels and ops, backend_cuda_enc.cu; what they share is backend_cuda_priv.h. Element-wise math comes from
+ * ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked. The same file is compiled for the
+ * host emulator (libmpiddp_cudaemu.so, through backend_cuda_emu.cpp): kernels are launched only through DDP_LAUNCH
+ * and every header comes from cuda_compat.h. All work runs on the backend's non-blocking stream, but for the
+ * batches' uploads, staged through pinned memory on a second one (stage*: events order them with the compute);
+ * nothing touches the legacy default stream. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
 #include <stdio.h>
@@ -36,15 +36,6 @@ static cudaError_t host_wait_event(cudaEvent_t e)
 long long ddp_cuda_launches; /* backend_cuda_priv.h */
 extern "C" long long ddp_cuda_backend_launches_impl(void) { return ddp_cuda_launches; }
 
-/* A failed allocation in the one-line format of cuda_checks.h, with its size, device and purpose. */
-#define DDP_ALLOC_ERR_(call, e, bytes, dev, what)                                                  \
-    ddp_set_error(DDP_ERR_CUDA, "CUDA error in %s (%s:%d): %s: %llu bytes (%.1f MiB) on cuda:%d for %s", #call, __FILE__, \
-                  __LINE__, cudaGetErrorString(e), (unsigned long long)(bytes), (double)(bytes) / 1048576.0, (dev), (what))
-#define ALLOC_CHECK(call, bytes, dev, what)                                                        \
-    DDP_CALL_CHECK_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_ALLOC_ERR_(call, ddp_r_, bytes, dev, what))
-#define ALLOC_TRY(call, bytes, dev, what)                                                          \
-    DDP_CALL_TRY_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_ALLOC_ERR_(call, ddp_r_, bytes, dev, what))
-
 /* ------------------------------------------------------------------ kernels */
 __global__ void k_fill(float *x, float v, int64_t n)
 {
@@ -66,16 +57,6 @@ __global__ void k_mul(const float *dact, const float *dg, float *dz, int64_t n)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dz[i] = dact[i] * dg[i];
-}
-
-/* y (rows x cols, packed) = x (rows x cols, leading dimension ld) rounded to bf16, nearest even: blockIdx.x
- * walks a row's columns (consecutive threads, consecutive floats), blockIdx.y the rows in a grid stride (the
- * grid's y is at most 65535); no division per element. */
-__global__ void k_to_bf16(const float *x, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *y)
-{
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
-    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) y[r * cols + c] = __float2bfloat16_rn(x[r * ld + c]);
 }
 
 __global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t cols)
@@ -160,7 +141,12 @@ static ddp_status cu_alloc(ddp_backend *b, void **p, size_t bytes)
 {
     *p = NULL;
     ALLOC_CHECK(cudaMalloc(p, bytes ? bytes : 1), bytes, cuda_of(b)->device, "a model buffer (parameters, gradients, AdamW moments or the batch workspace)");
-    cudaError_t e = cudaMemsetAsync(*p, 0, bytes ? bytes : 1, cuda_of(b)->stream);
+    cuda_impl *c = cuda_of(b);
+    cudaError_t e = cudaMemsetAsync(*p, 0, bytes ? bytes : 1, c->stream);
+    /* The zeroing runs on the compute stream; the copy stream (stage) may write the buffer next, a batch's
+     * destination: it waits for the zeroing, or the zeros could land over the batch. No host wait. */
+    if (e == cudaSuccess) e = cudaEventRecord(c->zeroed, c->stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(c->copy, c->zeroed, 0);
     if (e != cudaSuccess) {
         cudaFree(*p);
         *p = NULL;
@@ -284,81 +270,6 @@ static ddp_status cu_zero(ddp_backend *b, void *p, size_t bytes)
 static ddp_status cu_sync(ddp_backend *b)
 {
     CUDA_CHECK(host_sync(cuda_of(b)->stream));
-    return DDP_OK;
-}
-
-/* The rows x cols row-major matrix x (leading dimension ld) rounded to bf16 into y, packed. */
-static ddp_status to_bf16(cuda_impl *c, const float *x, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *y)
-{
-    if (rows * cols == 0) return DDP_OK;
-    dim3 grid(blocks_for(cols, 256), (unsigned)(rows < 65535 ? rows : 65535));
-    DDP_LAUNCH(k_to_bf16, grid, 256, 0, c->stream, x, rows, cols, ld, y);
-    LAUNCH_CHECK();
-    return DDP_OK;
-}
-
-/* The bf16 copy of the rows x ld operand x when it lies inside the weights and their copy is current, else NULL. */
-static const __nv_bfloat16 *weight_copy(const cuda_impl *c, const float *x, int64_t rows, int64_t ld)
-{
-    if (!c->w_valid || x < c->w_base || rows <= 0) return NULL;
-    int64_t at = x - c->w_base;
-    return at + (rows - 1) * ld < c->w_n ? c->w16 + at : NULL;
-}
-
-static ddp_status cu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                          int64_t ldc)
-{
-    if (M <= 0 || N <= 0) return DDP_OK;
-    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
-        return ddp_set_error(DDP_ERR_ARG, "gemm dimensions exceed cuBLAS int range");
-    cuda_impl *c = cuda_of(b);
-    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
-    if (c->precision == DDP_PRECISION_FP32) { /* exact fp32 (pedantic math): the reference */
-        CUBLAS_COMPUTE(cublasSgemm(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
-        return DDP_OK;
-    }
-    if (c->precision == DDP_PRECISION_TF32) { /* tensor cores read A and B as TF32; fp32 accumulation and C */
-        CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, (int)ldb, A, CUDA_R_32F,
-                                  (int)lda, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
-        return DDP_OK;
-    }
-    /* bf16: an operand inside the weights is read from their bf16 copy (refreshed by each optimizer step) with
-     * its own leading dimension; any other is rounded to bf16 into the scratch, packed (B's copy 16-byte
-     * aligned). Then bf16 x bf16 products accumulated in fp32 into the fp32 C. */
-    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    const __nv_bfloat16 *a16 = weight_copy(c, A, ar, lda), *b16 = weight_copy(c, B, br, ldb);
-    int64_t lda16 = a16 ? lda : (ac > 1 ? ac : 1), ldb16 = b16 ? ldb : (bc > 1 ? bc : 1);
-    size_t na = a16 ? 0 : ((size_t)(ar * ac) + 7) & ~(size_t)7, need = na + (b16 ? 0 : (size_t)(br * bc));
-    if (need > c->bf16_cap) { /* a larger gemm than any before (the first steps), in stream order: no host wait */
-        size_t cap = need + need / 4;
-        if (c->bf16) CUDA_CHECK(cudaFreeAsync(c->bf16, c->stream));
-        c->bf16 = NULL, c->bf16_cap = 0;
-        ALLOC_CHECK(cudaMallocAsync((void **)&c->bf16, cap * sizeof(__nv_bfloat16), c->stream), cap * sizeof(__nv_bfloat16),
-                    c->device, "the bf16 copies of the GEMM operands (--precision bf16)");
-        c->bf16_cap = cap;
-    }
-    if (!a16) {
-        DDP_CHECK(to_bf16(c, A, ar, ac, lda, c->bf16));
-        a16 = c->bf16;
-    }
-    if (!b16) {
-        DDP_CHECK(to_bf16(c, B, br, bc, ldb, c->bf16 + na));
-        b16 = c->bf16 + na;
-    }
-    CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, b16, CUDA_R_16BF, (int)ldb16, a16,
-                              CUDA_R_16BF, (int)lda16, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
-    return DDP_OK;
-}
-
-static ddp_status cu_set_precision(ddp_backend *b, ddp_precision p)
-{
-    if (p != DDP_PRECISION_FP32 && p != DDP_PRECISION_TF32 && p != DDP_PRECISION_BF16)
-        return ddp_set_error(DDP_ERR_ARG, "the CUDA backend has no precision %d (fp32, tf32 or bf16)", (int)p);
-    if (cuda_of(b)->precision != p) cuda_of(b)->w_valid = 0; /* the copy is refreshed only at bf16 */
-    cuda_of(b)->precision = p;
     return DDP_OK;
 }
 
@@ -531,6 +442,7 @@ static void cu_destroy(ddp_backend *b)
             if (c->copied[k]) cudaEventDestroy(c->copied[k]);
             if (c->freed[k]) cudaEventDestroy(c->freed[k]);
         }
+        if (c->zeroed) cudaEventDestroy(c->zeroed);
         for (int k = 0; k < DDP_TIMERS; k++)
             if (c->timer[k]) cudaEventDestroy(c->timer[k]);
         if (c->copy) cudaStreamDestroy(c->copy);
@@ -569,7 +481,8 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->zero = cu_zero;
     b->synchronize = cu_sync;
     b->reserve = cu_reserve;
-    b->gemm = cu_gemm;
+    b->gemm = ddp_cuda_gemm; /* backend_cuda_gemm.cu */
+    b->gemm16 = ddp_cuda_gemm16;
     b->bias_gelu = cu_bias_gelu;
     b->gelu_backward = cu_gelu_backward;
     b->bias_gelu_pool = cu_bias_gelu_pool;
@@ -582,7 +495,7 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->sumsq_many = cu_sumsq_many;
     b->destroy = cu_destroy;
     b->enc = ddp_cuda_enc_ops(); /* backend_cuda_enc.cu */
-    b->set_precision = cu_set_precision;
+    b->set_precision = ddp_cuda_set_precision;
     b->stage_reserve = cu_stage_reserve;
     b->stage = cu_stage;
     b->stage_acquire = cu_stage_acquire;
@@ -597,6 +510,7 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
         CUDA_TRY(cudaEventCreateWithFlags(&c->copied[k], cudaEventDisableTiming));
         CUDA_TRY(cudaEventCreateWithFlags(&c->freed[k], cudaEventDisableTiming));
     }
+    CUDA_TRY(cudaEventCreateWithFlags(&c->zeroed, cudaEventDisableTiming));
     ALLOC_TRY(cudaMalloc((void **)&c->dpart, SUMSQ_BLOCKS * sizeof(double)), SUMSQ_BLOCKS * sizeof(double), device,
               "the gradient-norm partial sums");
     ALLOC_TRY(cudaMalloc((void **)&c->colpart, DDP_COLPART_FLOATS * sizeof(float)), DDP_COLPART_FLOATS * sizeof(float),

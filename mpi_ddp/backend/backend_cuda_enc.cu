@@ -1,9 +1,10 @@
 /* backend_cuda_enc.cu — the CUDA backend's Transformer encoder ops (ddp_enc_ops in backend.h) other than
  * layernorm (backend_cuda_norm.cu) and attention (backend_cuda_attn.cu): embedding, bias + gelu + dropout,
- * bias + dropout + residual, mean pooling; their kernels, the cu_* ops that launch them on the backend's
- * stream, and the op table backend_cuda.cu installs (ddp_cuda_enc_ops). A translation unit of its own; the
- * backend's state, launch helpers and column sums come through backend_cuda_priv.h. Compiled for the host
- * emulator too (backend_cuda_enc_emu.cpp).
+ * bias + dropout + residual, mean pooling (gelu_erf_fwd16: the gelu's output in bf16); their kernels, the cu_*
+ * ops that launch them on the backend's stream, and the op table backend_cuda.cu installs (ddp_cuda_enc_ops, with
+ * backend_cuda_norm.cu's layernorm_fwd16 and residual_layernorm_fwd). A translation unit of its own; the backend's
+ * state, launch helpers and column sums come through backend_cuda_priv.h. Compiled for the host emulator too
+ * (backend_cuda_enc_emu.cpp).
  * Design: the element-wise kernels index in two dimensions, one block per row (blockIdx.x) and the block's
  * threads over the row's columns, V at a time (V = 4, float4 loads and stores, where cols % 4 == 0 and every
  * pointer is 16-byte aligned; else 1): no per-element division. A row's sample, position and dropout key
@@ -19,19 +20,6 @@
 #define EW_THREADS 128   /* most threads of a block */
 #define EW_MIN_CHUNK 16  /* fewest rows of a bias-gradient chunk */
 #define EW_MAX_CHUNKS 256
-
-/* ------------------------------------------------------------------ device helpers */
-
-/* The dropout key of packed row r, computed by thread 0 and shared with the block (0 when dropout is off; the
- * barrier is unconditional, so every launch of a kernel synchronises alike). */
-static __device__ inline uint64_t block_rowkey(const ddp_dropout &dr, const int64_t *off, const int64_t *seg,
-                                               const int64_t *sid, int64_t r)
-{
-    __shared__ uint64_t key;
-    if (threadIdx.x == 0) key = ddp_drop_packedkey(&dr, off, seg, sid, r);
-    __syncthreads();
-    return key;
-}
 
 /* ------------------------------------------------------------------ kernels */
 /* one block per row: h[r,:] += bias + pos[position of r, :] */
@@ -68,16 +56,17 @@ __global__ void k_embed_bwd_pos(const float *dh, float *dpos, const int64_t *off
     }
 }
 
-/* one block per row: a = drop(gelu_erf(z + bias)), dg = gelu_erf'(z + bias) */
-template <int V>
-__global__ void k_gelu_erf_fwd(const float *z, const float *bias, float *a, float *dg, const int64_t *off,
+/* one block per row: a = drop(gelu_erf(z + bias)) as fp32 or bf16 (T), dg = gelu_erf'(z + bias) */
+template <int V, typename T>
+__global__ void k_gelu_erf_fwd(const float *z, const float *bias, T *a, float *dg, const int64_t *off,
                                const int64_t *seg, const int64_t *sid, int64_t cols, ddp_dropout dr)
 {
     const int64_t r = blockIdx.x;
     const int drop = dr.p > 0.0f;
     const uint64_t rk = block_rowkey(dr, off, seg, sid, r);
     const float *zr = z + r * cols;
-    float *ar = a + r * cols, *gr = dg ? dg + r * cols : NULL;
+    T *ar = a + r * cols;
+    float *gr = dg ? dg + r * cols : NULL;
     for (int64_t c = (int64_t)threadIdx.x * V; c < cols; c += (int64_t)blockDim.x * V) {
         float zv[V], bv[V], g[V], o[V];
         vld<V>(zr, c, zv);
@@ -85,7 +74,7 @@ __global__ void k_gelu_erf_fwd(const float *z, const float *bias, float *a, floa
         for (int j = 0; j < V; j++)
             o[j] = ddp_drop_apply(drop, &dr, rk, (uint64_t)(c + j), ddp_gelu_erf_fwd(zv[j] + bv[j], gr ? &g[j] : NULL));
         if (gr) vst<V>(gr, c, g);
-        vst<V>(ar, c, o);
+        vst_out<V>(ar, c, o);
     }
 }
 
@@ -98,11 +87,8 @@ __global__ void k_residual_fwd(float *out, const float *h, const float *t, const
     const int drop = dr.p > 0.0f;
     const uint64_t rk = block_rowkey(dr, off, seg, sid, r);
     for (int64_t c = (int64_t)threadIdx.x * V; c < d; c += (int64_t)blockDim.x * V) {
-        float hv[V], tv[V], bv[V], o[V];
-        vld<V>(h + r * d, c, hv);
-        vld<V>(t + r * d, c, tv);
-        vld<V>(bias, c, bv);
-        for (int j = 0; j < V; j++) o[j] = hv[j] + ddp_drop_apply(drop, &dr, rk, (uint64_t)(c + j), tv[j] + bv[j]);
+        float o[V];
+        residual_elems<V>(h + r * d, t + r * d, bias, c, drop, dr, rk, o);
         vst<V>(out + r * d, c, o);
     }
 }
@@ -203,17 +189,19 @@ static int vec_width(int64_t cols, const void *p0, const void *p1, const void *p
 /* the smallest multiple of 32 in [32, EW_THREADS] covering n groups */
 static unsigned row_threads(int64_t n) { return n >= EW_THREADS ? EW_THREADS : (unsigned)((n + 31) / 32 * 32); }
 
-/* Launches kern<4> or kern<1> (v) one block per row of pack->R rows, threads over cols columns. */
-#define ROW_LAUNCH(kern, v, cols, ...)                                                                   \
+/* Launches k4 (v = 4) or k1 one block per row of pack->R rows, threads over cols columns. */
+#define ROWS_LAUNCH(k4, k1, v, cols, ...)                                                                \
     do {                                                                                                 \
         if (pack->R > 0 && (cols) > 0) {                                                                 \
             if ((v) == 4)                                                                                \
-                DDP_LAUNCH(kern<4>, (unsigned)pack->R, row_threads((cols) / 4), 0, cuda_of(b)->stream, __VA_ARGS__); \
+                DDP_LAUNCH(k4, (unsigned)pack->R, row_threads((cols) / 4), 0, cuda_of(b)->stream, __VA_ARGS__); \
             else                                                                                         \
-                DDP_LAUNCH(kern<1>, (unsigned)pack->R, row_threads(cols), 0, cuda_of(b)->stream, __VA_ARGS__); \
+                DDP_LAUNCH(k1, (unsigned)pack->R, row_threads(cols), 0, cuda_of(b)->stream, __VA_ARGS__); \
             LAUNCH_CHECK();                                                                              \
         }                                                                                                \
     } while (0)
+/* Launches kern<4> or kern<1> (v) as ROWS_LAUNCH. */
+#define ROW_LAUNCH(kern, v, cols, ...) ROWS_LAUNCH(kern<4>, kern<1>, v, cols, __VA_ARGS__)
 
 static ddp_status cu_embed_fwd(ddp_backend *b, float *h, const float *bias, const float *pos, const ddp_packing *pack,
                                int64_t d)
@@ -233,12 +221,29 @@ static ddp_status cu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, fl
     return ddp_cuda_colsum(b, dh, dbias, pack->R, d, 1.0f);
 }
 
+template <typename T>
+static ddp_status gelu_erf_fwd(ddp_backend *b, const float *z, const float *bias, T *a, float *dgelu,
+                               const ddp_packing *pack, int64_t cols, const ddp_dropout *dr, int v)
+{
+    typedef void (*kernel_t)(const float *, const float *, T *, float *, const int64_t *, const int64_t *, const int64_t *,
+                             int64_t, ddp_dropout);
+    static const kernel_t k4 = k_gelu_erf_fwd<4, T>, k1 = k_gelu_erf_fwd<1, T>; /* names without a comma to launch */
+    ROWS_LAUNCH(k4, k1, v, cols, z, bias, a, dgelu, pack->off, pack->seg, pack->sid, cols, *dr);
+    return DDP_OK;
+}
+
 static ddp_status cu_gelu_erf_fwd(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
                                   const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
-    ROW_LAUNCH(k_gelu_erf_fwd, vec_width(cols, z, bias, a, dgelu), cols, z, bias, a, dgelu, pack->off, pack->seg,
-               pack->sid, cols, *dr);
-    return DDP_OK;
+    return gelu_erf_fwd(b, z, bias, a, dgelu, pack, cols, dr, vec_width(cols, z, bias, a, dgelu));
+}
+
+/* a in bf16: 4 wide where the fp32 pointers are 16-byte aligned and a 8-byte */
+static ddp_status cu_gelu_erf_fwd16(ddp_backend *b, const float *z, const float *bias, ddp_bf16 *a, float *dgelu,
+                                    const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
+{
+    const int v = vec_width(cols, z, bias, dgelu, NULL) == 4 && ((uintptr_t)a & 7) == 0 ? 4 : 1;
+    return gelu_erf_fwd(b, z, bias, (__nv_bfloat16 *)a, dgelu, pack, cols, dr, v);
 }
 
 /* dst = drop(src) * mul and dbias += its column sums: k_drop_mul_part over row chunks (as many as the scratch
@@ -309,6 +314,7 @@ static ddp_status cu_pool_mean_bwd(ddp_backend *b, const float *dp, float *dx, c
 static const ddp_enc_ops cu_enc = {
     cu_embed_fwd,  cu_embed_bwd,    ddp_cuda_layernorm_fwd, ddp_cuda_layernorm_bwd, ddp_cuda_attention_fwd, ddp_cuda_attention_bwd,
     cu_gelu_erf_fwd, cu_gelu_erf_bwd, cu_residual_fwd, cu_residual_bwd, cu_pool_mean_fwd, cu_pool_mean_bwd,
+    ddp_cuda_layernorm_fwd16, cu_gelu_erf_fwd16, ddp_cuda_residual_layernorm_fwd,
 };
 
 const ddp_enc_ops *ddp_cuda_enc_ops(void) { return &cu_enc; }

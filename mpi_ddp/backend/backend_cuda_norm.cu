@@ -1,17 +1,20 @@
-/* backend_cuda_norm.cu — the CUDA backend's layernorm (ddp_enc_ops.layernorm_fwd/_bwd in backend.h): its
- * kernels and the ops that launch them on the backend's stream, installed in the encoder's op table by
- * backend_cuda_enc.cu. Compiled for the host emulator too (backend_cuda_norm_emu.cpp).
+/* backend_cuda_norm.cu — the CUDA backend's layernorm (ddp_enc_ops.layernorm_fwd/_bwd in backend.h): its kernels
+ * and the ops that launch them on the backend's stream, installed in the encoder's op table by backend_cuda_enc.cu,
+ * and the forward's fused and bf16 forms (layernorm_fwd16: y in bf16; residual_layernorm_fwd: residual_fwd's out
+ * and the layernorm of it in one pass over each row). Compiled for the host emulator too
+ * (backend_cuda_norm_emu.cpp).
  * Design: forward and input gradient run one block per row (32, 64 or 128 threads, the smallest power of two
- * covering the row's groups). A thread owns the groups t, t + nt, t + 2nt, ... of V columns (V = 4: float4
- * loads, where d % 4 == 0 and every pointer is 16-byte aligned; else V = 1), so each load instruction of the
- * block reads consecutive memory. The first LN_REG floats a thread owns stay in registers between the
- * passes; columns past nt * LN_REG are read again from memory. The forward's mean and variance are summed in
- * the CPU's order (row_stats: one thread over the row staged in static __shared__ memory), so y, mean and
- * rstd are the CPU twin's bits; the input gradient's two row sums are per-thread sums in a fixed order, then
- * a tree over static __shared__ memory (no warp shuffles): deterministic. dw/db are a two-stage reduction
- * without atomics: stage 1, block (column tile, row chunk) sums its chunk's rows for its columns into
- * partials [nchunks, d] (the backend's colpart scratch), stage 2 adds the partials per column in chunk order
- * into dw/db. The chunking depends on (R, d) only, so the bits are the same on every run. */
+ * covering the row's groups). A thread owns the groups t, t + nt, t + 2nt, ... of V columns (V = 4: float4 loads,
+ * where d % 4 == 0 and every pointer is 16-byte aligned; else V = 1), so each load instruction of the block reads
+ * consecutive memory. The first LN_REG floats a thread owns stay in registers between the passes; columns past nt *
+ * LN_REG are read again from memory. The forward's mean and variance are summed in the CPU's order (row_stats: one
+ * thread over the row staged in static __shared__ memory), so y, mean and rstd are the CPU twin's bits (y in bf16:
+ * those bits rounded to nearest even; the fused residual: the row made with residual_fwd's own expression,
+ * residual_elems, then the same end of row, ln_row_finish). The input gradient's two row sums are per-thread sums
+ * in a fixed order, then a tree over static __shared__ memory (no warp shuffles): deterministic. dw/db are a
+ * two-stage reduction without atomics: stage 1, block (column tile, row chunk) sums its chunk's rows for its
+ * columns into partials [nchunks, d] (the backend's colpart scratch), stage 2 adds the partials per column in chunk
+ * order into dw/db. The chunking depends on (R, d) only, so the bits are the same on every run. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
 #include <stdint.h>
@@ -71,24 +74,17 @@ static __device__ inline void row_stats(const float *xr, const float *sh, int64_
     *rstd = st2[1];
 }
 
-/* one block per row: y = (x - mean) * rstd * w + b */
-template <int V>
-__global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, float *y, float *mean, float *rstd,
-                                int64_t d)
+/* The end of a forward row, shared by k_layernorm_fwd and k_residual_layernorm_fwd: the row xr is in the thread's
+ * registers v (its first LN_REG / V groups) and, when d <= LN_SMEM, staged in row (else read again from xr,
+ * written by this block before the barrier here); y = (x - mean) * rstd * w + b as T (fp32, or bf16 rounded to
+ * nearest even), mean[r], rstd[r]. */
+template <int V, typename T>
+static __device__ inline void ln_row_finish(const float *v, const float *xr, const float *row, const float *w,
+                                            const float *b, T *yr, float *mean, float *rstd, int64_t r, int64_t d)
 {
-    __shared__ float4 row4[LN_SMEM / 4]; /* float4: 16-byte aligned for the vector stores */
-    float *row = (float *)row4;
-    const int64_t r = blockIdx.x, step = (int64_t)blockDim.x * V, c0 = (int64_t)threadIdx.x * V;
+    const int64_t step = (int64_t)blockDim.x * V, c0 = (int64_t)threadIdx.x * V;
     const int64_t cr = c0 + (LN_REG / V) * step; /* first column past the registers */
-    const float *xr = x + r * d;
-    float *yr = y + r * d;
-    float v[LN_REG], mu, rs;
-    LN_UNROLL
-    for (int k = 0; k < LN_REG / V; k++)
-        if (c0 + k * step < d) {
-            vld<V>(xr, c0 + k * step, &v[k * V]);
-            if (d <= LN_SMEM) vst<V>(row, c0 + k * step, &v[k * V]);
-        }
+    float mu, rs;
     __syncthreads(); /* rows of up to LN_SMEM columns are all in registers, now staged */
     row_stats(xr, row, d, &mu, &rs);
     LN_UNROLL
@@ -99,7 +95,7 @@ __global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, 
             vld<V>(w, c, wv);
             vld<V>(b, c, bv);
             for (int j = 0; j < V; j++) o[j] = (v[k * V + j] - mu) * rs * wv[j] + bv[j];
-            vst<V>(yr, c, o);
+            vst_out<V>(yr, c, o);
         }
     }
     for (int64_t c = cr; c < d; c += step) {
@@ -108,12 +104,61 @@ __global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, 
         vld<V>(w, c, wv);
         vld<V>(b, c, bv);
         for (int j = 0; j < V; j++) o[j] = (u[j] - mu) * rs * wv[j] + bv[j];
-        vst<V>(yr, c, o);
+        vst_out<V>(yr, c, o);
     }
     if (threadIdx.x == 0) {
         mean[r] = mu;
         rstd[r] = rs;
     }
+}
+
+/* one block per row: y = (x - mean) * rstd * w + b, y fp32 or bf16 (T) */
+template <int V, typename T>
+__global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, T *y, float *mean, float *rstd, int64_t d)
+{
+    __shared__ float4 row4[LN_SMEM / 4]; /* float4: 16-byte aligned for the vector stores */
+    float *row = (float *)row4;
+    const int64_t r = blockIdx.x, step = (int64_t)blockDim.x * V, c0 = (int64_t)threadIdx.x * V;
+    const float *xr = x + r * d;
+    float v[LN_REG];
+    LN_UNROLL
+    for (int k = 0; k < LN_REG / V; k++)
+        if (c0 + k * step < d) {
+            vld<V>(xr, c0 + k * step, &v[k * V]);
+            if (d <= LN_SMEM) vst<V>(row, c0 + k * step, &v[k * V]);
+        }
+    ln_row_finish<V, T>(v, xr, row, w, b, y + r * d, mean, rstd, r, d);
+}
+
+/* one block per row: out = h + drop(t + tb) (residual_elems, as k_residual_fwd), written, kept in registers and
+ * staged as k_layernorm_fwd keeps x, then y = layernorm(out) * w + lb; out may be h (each column is read, then
+ * written, by one thread) */
+template <int V, typename T>
+__global__ void k_residual_layernorm_fwd(float *out, const float *h, const float *t, const float *tb, const int64_t *off,
+                                         const int64_t *seg, const int64_t *sid, int64_t d, ddp_dropout dr,
+                                         const float *w, const float *lb, T *y, float *mean, float *rstd)
+{
+    __shared__ float4 row4[LN_SMEM / 4];
+    float *row = (float *)row4;
+    const int64_t r = blockIdx.x, step = (int64_t)blockDim.x * V, c0 = (int64_t)threadIdx.x * V;
+    const int64_t cr = c0 + (LN_REG / V) * step;
+    const int drop = dr.p > 0.0f;
+    const uint64_t rk = block_rowkey(dr, off, seg, sid, r);
+    const float *hr = h + r * d, *tr = t + r * d;
+    float *outr = out + r * d, v[LN_REG];
+    LN_UNROLL
+    for (int k = 0; k < LN_REG / V; k++)
+        if (c0 + k * step < d) {
+            residual_elems<V>(hr, tr, tb, c0 + k * step, drop, dr, rk, &v[k * V]);
+            vst<V>(outr, c0 + k * step, &v[k * V]);
+            if (d <= LN_SMEM) vst<V>(row, c0 + k * step, &v[k * V]);
+        }
+    for (int64_t c = cr; c < d; c += step) {
+        float o[V];
+        residual_elems<V>(hr, tr, tb, c, drop, dr, rk, o);
+        vst<V>(outr, c, o);
+    }
+    ln_row_finish<V, T>(v, outr, row, w, lb, y + r * d, mean, rstd, r, d);
 }
 
 /* one block per row: dx += rstd (dy w - mean(dy w) - xhat mean(dy w xhat)) */
@@ -243,17 +288,68 @@ static unsigned row_threads(int64_t n)
     return t;
 }
 
+/* 4 where d % 4 == 0, the fp32 rows and vectors are 16-byte aligned and y (the output: y16 = 1, bf16) 8-byte */
+static int fwd_width(int64_t d, const void *a, const void *b, const void *c, const void *y, int y16)
+{
+    if (!y16) return vec_width(d, a, b, c, y);
+    return vec_width(d, a, b, c, NULL) == 4 && ((uintptr_t)y & 7) == 0 ? 4 : 1;
+}
+
+template <typename T>
+static ddp_status ln_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, T *y, float *mean, float *rstd,
+                         int64_t R, int64_t d, int v)
+{
+    typedef void (*kernel_t)(const float *, const float *, const float *, T *, float *, float *, int64_t);
+    static const kernel_t k4 = k_layernorm_fwd<4, T>, k1 = k_layernorm_fwd<1, T>; /* names without a comma to launch */
+    if (R <= 0 || d <= 0) return DDP_OK;
+    cudaStream_t s = cuda_of(b)->stream;
+    if (v == 4)
+        DDP_LAUNCH(k4, (unsigned)R, row_threads(d / 4), 0, s, x, w, bias, y, mean, rstd, d);
+    else
+        DDP_LAUNCH(k1, (unsigned)R, row_threads(d), 0, s, x, w, bias, y, mean, rstd, d);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
 ddp_status ddp_cuda_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, float *y,
                                    float *mean, float *rstd, int64_t R, int64_t d)
 {
-    if (R <= 0 || d <= 0) return DDP_OK;
+    return ln_fwd(b, x, w, bias, y, mean, rstd, R, d, fwd_width(d, x, w, bias, y, 0));
+}
+
+ddp_status ddp_cuda_layernorm_fwd16(ddp_backend *b, const float *x, const float *w, const float *bias, ddp_bf16 *y,
+                                     float *mean, float *rstd, int64_t R, int64_t d)
+{
+    return ln_fwd(b, x, w, bias, (__nv_bfloat16 *)y, mean, rstd, R, d, fwd_width(d, x, w, bias, y, 1));
+}
+
+template <typename T>
+static ddp_status res_ln_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *tb,
+                             const ddp_packing *pack, int64_t d, const ddp_dropout *dr, const float *w, const float *lb,
+                             T *y, float *mean, float *rstd, int v)
+{
+    typedef void (*kernel_t)(float *, const float *, const float *, const float *, const int64_t *, const int64_t *,
+                             const int64_t *, int64_t, ddp_dropout, const float *, const float *, T *, float *, float *);
+    static const kernel_t k4 = k_residual_layernorm_fwd<4, T>, k1 = k_residual_layernorm_fwd<1, T>;
+    if (pack->R <= 0 || d <= 0) return DDP_OK;
     cudaStream_t s = cuda_of(b)->stream;
-    if (vec_width(d, x, w, bias, y) == 4)
-        DDP_LAUNCH(k_layernorm_fwd<4>, (unsigned)R, row_threads(d / 4), 0, s, x, w, bias, y, mean, rstd, d);
+    if (v == 4)
+        DDP_LAUNCH(k4, (unsigned)pack->R, row_threads(d / 4), 0, s, out, h, t, tb, pack->off, pack->seg, pack->sid, d, *dr,
+                   w, lb, y, mean, rstd);
     else
-        DDP_LAUNCH(k_layernorm_fwd<1>, (unsigned)R, row_threads(d), 0, s, x, w, bias, y, mean, rstd, d);
+        DDP_LAUNCH(k1, (unsigned)pack->R, row_threads(d), 0, s, out, h, t, tb, pack->off, pack->seg, pack->sid, d, *dr, w,
+                   lb, y, mean, rstd);
     LAUNCH_CHECK();
     return DDP_OK;
+}
+
+ddp_status ddp_cuda_residual_layernorm_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *tbias,
+                                            const ddp_packing *pack, int64_t d, const ddp_dropout *dr, const float *w,
+                                            const float *lbias, void *y, int y16, float *mean, float *rstd)
+{
+    const int v = vec_width(d, out, h, t, tbias) == 4 && fwd_width(d, w, lbias, NULL, y, y16) == 4 ? 4 : 1;
+    if (y16) return res_ln_fwd(b, out, h, t, tbias, pack, d, dr, w, lbias, (__nv_bfloat16 *)y, mean, rstd, v);
+    return res_ln_fwd(b, out, h, t, tbias, pack, d, dr, w, lbias, (float *)y, mean, rstd, v);
 }
 
 ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,

@@ -1,9 +1,9 @@
-/* backend_cuda_priv.h — what the CUDA backend's translation units share, private to the plugin:
- * backend_cuda.cu (memory, cuBLAS, the MLP's kernels, creation), backend_cuda_enc.cu (the Transformer
- * encoder's element-wise kernels and its op table), backend_cuda_norm.cu (layernorm) and backend_cuda_attn.cu
- * (attention). It owns the backend's state (cuda_impl), the headers all need (the CUDA ones
- * through cuda_compat.h, so the same source builds for nvcc and the host emulator, and the check macros of
- * cuda_checks.h), the launch helpers and the functions one file calls in another. C++ only. */
+/* backend_cuda_priv.h — what the CUDA backend's translation units share, private to the plugin: backend_cuda.cu
+ * (memory, column sums, the MLP's kernels, creation), backend_cuda_gemm.cu (the GEMMs at every precision),
+ * backend_cuda_enc.cu (the Transformer encoder's element-wise kernels and its op table), backend_cuda_norm.cu
+ * (layernorm) and backend_cuda_attn.cu (attention). It owns the backend's state (cuda_impl), the headers all need
+ * (the CUDA ones through cuda_compat.h, so the same source builds for nvcc and the host emulator, and the check
+ * macros of cuda_checks.h), the launch helpers and the functions one file calls in another. C++ only. */
 #ifndef DDP_BACKEND_CUDA_PRIV_H
 #define DDP_BACKEND_CUDA_PRIV_H
 
@@ -19,6 +19,15 @@ extern long long ddp_cuda_launches __attribute__((visibility("hidden")));
 #define DDP_LAUNCH_NOTE() ((void)++ddp_cuda_launches)
 #include "mpi_ddp/backend/cuda_compat.h"
 #include "mpi_ddp/backend/cuda_checks.h"
+/* A failed allocation in the one-line format of cuda_checks.h, with its size, device and purpose (backend_cuda.cu,
+ * backend_cuda_gemm.cu). */
+#define DDP_ALLOC_ERR_(call, e, bytes, dev, what)                                                  \
+    ddp_set_error(DDP_ERR_CUDA, "CUDA error in %s (%s:%d): %s: %llu bytes (%.1f MiB) on cuda:%d for %s", #call, __FILE__, \
+                  __LINE__, cudaGetErrorString(e), (unsigned long long)(bytes), (double)(bytes) / 1048576.0, (dev), (what))
+#define ALLOC_CHECK(call, bytes, dev, what)                                                        \
+    DDP_CALL_CHECK_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_ALLOC_ERR_(call, ddp_r_, bytes, dev, what))
+#define ALLOC_TRY(call, bytes, dev, what)                                                          \
+    DDP_CALL_TRY_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_ALLOC_ERR_(call, ddp_r_, bytes, dev, what))
 /* A cuBLAS call that queues work on the stream (a GEMM, a GEMV): checked as CUBLAS_CHECK, and counted. */
 #define CUBLAS_COMPUTE(call)                                                                       \
     do {                                                                                           \
@@ -53,6 +62,7 @@ typedef struct {
     size_t pin_cap;
     cudaEvent_t copied[2];      /* on copy: set's last stage has landed (and its pinned slot is free) */
     cudaEvent_t freed[2];       /* on stream: the last compute work reading set's device buffers */
+    cudaEvent_t zeroed;         /* on stream: the zeroing of the last buffer alloc returned (copy waits for it) */
     cudaEvent_t timer[DDP_TIMERS]; /* mark/elapsed, created on first use */
 } cuda_impl;
 #define DDP_COLPART_FLOATS (1 << 18)
@@ -63,12 +73,27 @@ static inline unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n
 /* out = beta out + column sums of row-major x [rows, cols] (backend_cuda.cu: a cuBLAS gemv over the ones) */
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out, int64_t rows,
                                                                  int64_t cols, float beta);
+/* the GEMMs (backend_cuda_gemm.cu): ddp_backend.gemm, .gemm16 and .set_precision */
+__attribute__((visibility("hidden"))) ddp_status ddp_cuda_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                                                               float alpha, const float *A, int64_t lda, const float *B,
+                                                               int64_t ldb, float beta, float *C, int64_t ldc);
+__attribute__((visibility("hidden"))) ddp_status ddp_cuda_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                                                                 float alpha, const void *A, int a16, int64_t lda,
+                                                                 const void *B, int b16, int64_t ldb, float beta, float *C,
+                                                                 int64_t ldc);
+__attribute__((visibility("hidden"))) ddp_status ddp_cuda_set_precision(ddp_backend *b, ddp_precision p);
 /* the encoder's op table (backend_cuda_enc.cu) */
 __attribute__((visibility("hidden"))) const ddp_enc_ops *ddp_cuda_enc_ops(void);
 /* its layernorm (backend_cuda_norm.cu) and attention (backend_cuda_attn.cu): the ddp_enc_ops entries */
 #define DDP_CUDA_HIDDEN __attribute__((visibility("hidden")))
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias,
                                                   float *y, float *mean, float *rstd, int64_t R, int64_t d);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_layernorm_fwd16(ddp_backend *b, const float *x, const float *w, const float *bias,
+                                                    ddp_bf16 *y, float *mean, float *rstd, int64_t R, int64_t d);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_residual_layernorm_fwd(ddp_backend *b, float *out, const float *h, const float *t,
+                                                           const float *tbias, const ddp_packing *pack, int64_t d,
+                                                           const ddp_dropout *dr, const float *w, const float *lbias,
+                                                           void *y, int y16, float *mean, float *rstd);
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w,
                                                   const float *mean, const float *rstd, float *dx, float *dw, float *db,
                                                   int64_t R, int64_t d);
@@ -103,6 +128,46 @@ template <int V> static __device__ inline void vst(float *p, int64_t c, const fl
         *(float4 *)(p + c) = make_float4(o[0], o[1], o[2], o[3]);
     else
         p[c] = o[0];
+}
+
+/* V results o[0..V) stored from column c of an output row: fp32 as vst does; bf16 (the encoder's "16" ops) rounded to
+ * nearest even, one 8-byte store when V is 4 (the caller checked p is 8-byte aligned and c % 4 == 0). */
+struct alignas(8) ddp_bf16x4 {
+    __nv_bfloat16 v[4];
+};
+template <int V> static __device__ inline void vst_out(float *p, int64_t c, const float *o) { vst<V>(p, c, o); }
+template <int V> static __device__ inline void vst_out(__nv_bfloat16 *p, int64_t c, const float *o)
+{
+    if (V == 4) {
+        ddp_bf16x4 t;
+        for (int j = 0; j < 4; j++) t.v[j] = __float2bfloat16_rn(o[j]);
+        *(ddp_bf16x4 *)(p + c) = t;
+    } else {
+        p[c] = __float2bfloat16_rn(o[0]);
+    }
+}
+
+/* The dropout key of packed row r, computed by thread 0 and shared with the block (0 when dropout is off; the
+ * barrier is unconditional, so every launch of a kernel synchronises alike). */
+static __device__ inline uint64_t block_rowkey(const ddp_dropout &dr, const int64_t *off, const int64_t *seg,
+                                               const int64_t *sid, int64_t r)
+{
+    __shared__ uint64_t key;
+    if (threadIdx.x == 0) key = ddp_drop_packedkey(&dr, off, seg, sid, r);
+    __syncthreads();
+    return key;
+}
+/* o[0..V) = h + drop(t + bias) from column c of the row hr, tr with row key rk: the one expression of residual_fwd
+ * (backend_cuda_enc.cu) and residual_layernorm_fwd (backend_cuda_norm.cu), so both give the same bits. */
+template <int V>
+static __device__ inline void residual_elems(const float *hr, const float *tr, const float *bias, int64_t c, int drop,
+                                             const ddp_dropout &dr, uint64_t rk, float *o)
+{
+    float hv[V], tv[V], bv[V];
+    vld<V>(hr, c, hv);
+    vld<V>(tr, c, tv);
+    vld<V>(bias, c, bv);
+    for (int j = 0; j < V; j++) o[j] = hv[j] + ddp_drop_apply(drop, &dr, rk, (uint64_t)(c + j), tv[j] + bv[j]);
 }
 
 /* Where a block of the attention kernels (backend_cuda_attn.cu, backend_cuda_attn_tc.cu) works, from its grid

@@ -236,6 +236,21 @@ static void test_entries(void)
     int bad = 0;
     for (int c = 0; c < XC; c++) bad += hs[c] != (float)XR;
     CHECK(!bad, "%d column sums saw the next batch's values: the copy did not wait for the compute reading x", bad);
+    /* a buffer allocated while the compute stream is busy and staged into at once: its zeroing, queued on the
+     * compute stream behind the slow work, must not land over the batch the copy stream wrote */
+    float *z;
+    for (int k = 0; k < 8; k++) OK(gpu->gemm(gpu, 0, 0, XR, XC, XC, 1.0f, x, XC, w, XC, 0.0f, y, XC));
+    OK(gpu->alloc(gpu, (void **)&z, XR * XC * 4));
+    ddp_copy c3 = {z, ones, sizeof ones};
+    OK(gpu->stage(gpu, 1, &c3, 1));
+    OK(gpu->stage_acquire(gpu, 1));
+    OK(gpu->colsum(gpu, z, sum, XR, XC, 0.0f));
+    OK(gpu->stage_release(gpu, 1));
+    OK(gpu->download(gpu, hs, sum, sizeof hs));
+    bad = 0;
+    for (int c = 0; c < XC; c++) bad += hs[c] != (float)XR;
+    CHECK(!bad, "%d column sums of a new buffer staged at once saw zeros: its zeroing landed over the copy", bad);
+    gpu->release(gpu, z);
     gpu->release(gpu, x), gpu->release(gpu, w), gpu->release(gpu, y), gpu->release(gpu, sum);
     long long syncs = ddp_cuda()->host_syncs();
     OK(gpu->synchronize(gpu)); /* the models no longer call it: a host synchronisation, counted */

@@ -15,7 +15,10 @@
  * On the emulator the results are also exact: fp32 equals the CPU backend's sgemm bit for bit (the path that
  * existed before --precision), and tf32 and bf16 equal the CPU's sgemm of the inputs rounded on the host. And
  * the roundings must show: bf16's worst error exceeds TF32's, which exceeds fp32's. The CPU backend refuses
- * tf32 with one line (its bf16: test_cpu_bf16.c). Prints the worst error of each precision relative to T. */
+ * tf32 with one line (its bf16: test_cpu_bf16.c). Prints the worst error of each precision relative to T.
+ * gemm16 (operands stored as bf16) at bf16 equals gemm on the fp32 values the bf16 were rounded from, bit for bit:
+ * all four transpositions, A, B or both in bf16 with odd leading dimensions, and an fp32 operand inside the weights
+ * (read from their bf16 copy); at fp32 and tf32 it is refused with one line and writes nothing. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "check.h"
@@ -170,6 +173,119 @@ static void weights_case(void)
     free(W), free(G), free(X), free(C1), free(C2), free(Z);
 }
 
+/* ------------------------------------------------------------------ gemm16: operands stored as bf16 */
+/* x rounded to bf16 (nearest even): its bits */
+static uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    x = round_bits(x, 16);
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+/* the rows x cols fp32 matrix x (leading dimension ld) as bf16 with leading dimension ld16, padding NaN, on the GPU */
+static uint16_t *bf16_on_gpu(const float *x, int64_t rows, int64_t cols, int64_t ld, int64_t ld16)
+{
+    size_t n = (size_t)(rows * ld16);
+    uint16_t *h = malloc((n ? n : 1) * 2);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < ld16; c++) h[r * ld16 + c] = c < cols ? bf16_bits(x[r * ld + c]) : 0x7fc0;
+    void *d = NULL;
+    OK(gpu->alloc(gpu, &d, (n ? n : 1) * 2));
+    OK(gpu->upload(gpu, d, h, n * 2));
+    free(h);
+    return d;
+}
+
+/* gemm16 at bf16 with A, B or both given as bf16 (leading dimensions ac + pad16, bc + pad16: odd ones) against gemm
+ * on the fp32 values they were rounded from: the same bits, C's padding untouched. At fp32 and tf32: DDP_ERR_ARG with
+ * one line, C untouched. */
+static void gemm16_case(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t pad, int64_t pad16, uint64_t seed)
+{
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N, lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+    size_t na = (size_t)(ar * lda), nb = (size_t)(br * ldb), nc = (size_t)(M * ldc);
+    float *A = malloc((na ? na : 1) * 4), *B = malloc((nb ? nb : 1) * 4), *C0 = malloc(nc * 4), *Cr = malloc(nc * 4);
+    float *C = malloc(nc * 4);
+    for (size_t i = 0; i < na; i++) A[i] = (int64_t)(i % (size_t)lda) < ac ? frand(&seed) : NAN;
+    for (size_t i = 0; i < nb; i++) B[i] = (int64_t)(i % (size_t)ldb) < bc ? frand(&seed) * 4.0f : NAN;
+    for (size_t i = 0; i < nc; i++) C0[i] = frand(&seed);
+    const float alpha = 0.75f, beta = -0.5f;
+    const int64_t lda16 = ac + pad16, ldb16 = bc + pad16;
+    float *dA = on_gpu(A, na), *dB = on_gpu(B, nb), *dC = on_gpu(C0, nc);
+    uint16_t *dA16 = bf16_on_gpu(A, ar, ac, lda, lda16), *dB16 = bf16_on_gpu(B, br, bc, ldb, ldb16);
+    OK(gpu->set_precision(gpu, DDP_PRECISION_BF16));
+    OK(gpu->gemm(gpu, ta, tb, M, N, K, alpha, dA, lda, dB, ldb, beta, dC, ldc));
+    OK(gpu->download(gpu, Cr, dC, nc * 4));
+    static const int ab[3][2] = {{1, 0}, {0, 1}, {1, 1}};
+    for (int k = 0; k < 3; k++) {
+        const int a16 = ab[k][0], b16 = ab[k][1];
+        OK(gpu->upload(gpu, dC, C0, nc * 4));
+        OK(gpu->gemm16(gpu, ta, tb, M, N, K, alpha, a16 ? (const void *)dA16 : dA, a16, a16 ? lda16 : lda,
+                       b16 ? (const void *)dB16 : dB, b16, b16 ? ldb16 : ldb, beta, dC, ldc));
+        OK(gpu->download(gpu, C, dC, nc * 4));
+        CHECK(memcmp(C, Cr, nc * 4) == 0, "gemm16 a16 %d b16 %d ta %d tb %d %lldx%lldx%lld (lda16 %lld, ldb16 %lld): not the bits of "
+              "the bf16 gemm of the fp32 operands", a16, b16, ta, tb, (long long)M, (long long)N, (long long)K, (long long)lda16,
+              (long long)ldb16);
+    }
+    for (int p = 0; p < 2; p++) { /* fp32, tf32: refused, C as it was */
+        OK(gpu->set_precision(gpu, (ddp_precision)p));
+        OK(gpu->upload(gpu, dC, C0, nc * 4));
+        ddp_status st = gpu->gemm16(gpu, ta, tb, M, N, K, alpha, dA16, 1, lda16, dB, 0, ldb, beta, dC, ldc);
+        CHECK(st == DDP_ERR_ARG && strstr(ddp_last_error(), "bf16") && !strchr(ddp_last_error(), '\n'),
+              "gemm16 at %s: status %d, %s", ddp_precision_name((ddp_precision)p), (int)st, ddp_last_error());
+        OK(gpu->download(gpu, C, dC, nc * 4));
+        CHECK(memcmp(C, C0, nc * 4) == 0, "gemm16 at %s wrote C", ddp_precision_name((ddp_precision)p));
+    }
+    gpu->release(gpu, dA), gpu->release(gpu, dB), gpu->release(gpu, dC), gpu->release(gpu, dA16), gpu->release(gpu, dB16);
+    free(A), free(B), free(C0), free(Cr), free(C);
+}
+
+/* gemm16 with the fp32 operand inside the weights (their bf16 copy, weights_case) and the other a bf16 activation
+ * (ld K + 2, odd): the bits of gemm on the fp32 activation; and it reads the copy, not a conversion (a write into the
+ * weights the backend does not watch leaves the product as it was) */
+static void gemm16_weights_case(void)
+{
+    const int64_t M = 19, N = 23, K = 41, off = 57, ldw = K + 2, nw = off + N * ldw + 5, ldx = K + 2;
+    uint64_t seed = 7;
+    float *W = malloc((size_t)nw * 4), *G = malloc((size_t)nw * 4), *X = malloc((size_t)(M * K) * 4), *Z = calloc((size_t)nw, 4);
+    float *C1 = malloc((size_t)(M * N) * 4), *C2 = malloc((size_t)(M * N) * 4);
+    for (int64_t i = 0; i < nw; i++) W[i] = frand(&seed), G[i] = frand(&seed);
+    for (int64_t i = 0; i < M * K; i++) X[i] = frand(&seed);
+    float *dW = on_gpu(W, (size_t)nw), *dG = on_gpu(G, (size_t)nw), *dM = on_gpu(Z, (size_t)nw), *dV = on_gpu(Z, (size_t)nw);
+    float *dX = on_gpu(X, (size_t)(M * K)), *dC = on_gpu(Z, (size_t)(M * N));
+    uint16_t *dX16 = bf16_on_gpu(X, M, K, K, ldx);
+    ddp_adamw_args a = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .bc1 = 0.1f,
+                        .bc2_sqrt = 0.0316227766f, .gscale = 1.0f};
+    OK(gpu->set_precision(gpu, DDP_PRECISION_BF16));
+    OK(gpu->adamw(gpu, dW, dG, dM, dV, nw, &a)); /* the weights' bf16 copy is current */
+    for (int asA = 0; asA < 2; asA++) {
+        for (int stale = 0; stale < 2; stale++) {
+            if (stale) /* B's block := 0 through a gemm (unwatched): the copy still holds the step's values */
+                OK(gpu->gemm(gpu, 0, 0, N, K, 1, 0.0f, dX, 1, dX, K, 0.0f, dW + off, ldw));
+            if (!stale && asA) { /* C [N, M] = W_block [N, K] . X^T */
+                OK(gpu->gemm(gpu, 0, 1, N, M, K, 1.0f, dW + off, ldw, dX, K, 0.0f, dC, M));
+                OK(gpu->download(gpu, C1, dC, (size_t)(M * N) * 4));
+            } else if (!stale) { /* C [M, N] = X . W_block^T */
+                OK(gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, dX, K, dW + off, ldw, 0.0f, dC, N));
+                OK(gpu->download(gpu, C1, dC, (size_t)(M * N) * 4));
+            }
+            OK(gpu->zero(gpu, dC, (size_t)(M * N) * 4));
+            if (asA)
+                OK(gpu->gemm16(gpu, 0, 1, N, M, K, 1.0f, dW + off, 0, ldw, dX16, 1, ldx, 0.0f, dC, M));
+            else
+                OK(gpu->gemm16(gpu, 0, 1, M, N, K, 1.0f, dX16, 1, ldx, dW + off, 0, ldw, 0.0f, dC, N));
+            OK(gpu->download(gpu, C2, dC, (size_t)(M * N) * 4));
+            CHECK(memcmp(C1, C2, (size_t)(M * N) * 4) == 0, "gemm16 with the weights as %s (fp32, their bf16 copy)%s: not "
+                  "the bits of gemm", asA ? "A" : "B", stale ? " after an unwatched write: it converted them again" : "");
+        }
+        OK(gpu->upload(gpu, dW, W, (size_t)nw * 4)); /* a checkpoint read: the copy is stale, then refreshed */
+        OK(gpu->adamw(gpu, dW, dG, dM, dV, nw, &a));
+    }
+    float *bufs[] = {dW, dG, dM, dV, dX, dC};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) gpu->release(gpu, bufs[i]);
+    gpu->release(gpu, dX16);
+    free(W), free(G), free(X), free(Z), free(C1), free(C2);
+}
+
 int main(void)
 {
     int exit_code, ndev = cuda_test_devices(&exit_code);
@@ -190,6 +306,22 @@ int main(void)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], 17 + s * 4 + ta * 2 + tb);
     weights_case();
+    /* gemm16: every transposition, bf16 leading dimensions odd (pad16 2, 3) or packed, the scratch grown again */
+    static const int64_t shapes16[][5] = {{37, 29, 45, 2, 2}, {8, 5, 16, 0, 0}, {64, 48, 300, 3, 3}, {1, 1, 1, 0, 0}};
+    for (size_t s = 0; s < sizeof shapes16 / sizeof shapes16[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                gemm16_case(ta, tb, shapes16[s][0], shapes16[s][1], shapes16[s][2], shapes16[s][3], shapes16[s][4],
+                            41 + s * 4 + ta * 2 + tb);
+    gemm16_weights_case();
+    /* empty products do nothing; dimensions past cuBLAS's int are refused before anything runs */
+    OK(gpu->set_precision(gpu, DDP_PRECISION_BF16));
+    OK(gpu->gemm16(gpu, 0, 0, 0, 5, 3, 1.0f, NULL, 1, 3, NULL, 0, 5, 0.0f, NULL, 5));
+    CHECK(gpu->gemm16(gpu, 0, 0, (int64_t)1 << 31, 1, 1, 1.0f, NULL, 1, 1, NULL, 1, 1, 0.0f, NULL, 1) == DDP_ERR_ARG &&
+              strstr(ddp_last_error(), "int range"), "gemm16 past int: %s", ddp_last_error());
+    OK(gpu->set_precision(gpu, DDP_PRECISION_FP32));
+    CHECK(gpu->gemm(gpu, 0, 0, 1, (int64_t)1 << 31, 1, 1.0f, NULL, 1, NULL, 1, 0.0f, NULL, 1) == DDP_ERR_ARG &&
+              strstr(ddp_last_error(), "int range"), "gemm past int: %s", ddp_last_error());
     printf("worst |c - ref| / (|alpha| sum|a b| + |beta c0|): fp32 %.3g, tf32 %.3g, bf16 %.3g\n", worst[0], worst[1], worst[2]);
     CHECK(worst[2] > worst[1] && worst[1] > worst[0], "the roundings do not show: fp32 %.3g, tf32 %.3g, bf16 %.3g", worst[0],
           worst[1], worst[2]);
