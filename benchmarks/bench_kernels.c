@@ -9,11 +9,12 @@
  * fp32 67, TF32 495, bf16 989 TFLOP/s), so a GPU run fills in the distance of each kernel from it. --precision
  * sets the backend's arithmetic (set_precision: the GEMMs and, on CUDA, attention's tensor cores).
  *
- *   bench_kernels [--device cpu|cuda] [--preset issue|tiny] [--rows R] [--reps N] [--peak-gflops G] [--peak-gbs B]
+ *   bench_kernels [--device cpu|cuda] [--preset issue|tiny|tx] [--rows R] [--reps N] [--peak-gflops G] [--peak-gbs B]
  *                 [--check] [--csv FILE] [--only SUBSTRING] [--precision fp32|tf32|bf16]
  *
  * Presets: issue = the MLP at H 256 and the encoder at d 256 (4 heads) and d 512 (8 heads), ff 2d, lengths
- * 16-512 packed into about R rows (default 4096); tiny = H 16, d 32, lengths 2-12, ~64 rows (correctness).
+ * 16-512 packed into about R rows (default 4096); tiny = H 16, d 32, lengths 2-12, ~64 rows (correctness); tx =
+ * run_tx.sh's CPU encoder shapes: d 128 (4 heads) at lengths 16-256 and 4-64, d 256 (4 heads) at 16-256.
  * --check runs each op once on the chosen device and on the CPU backend from the same inputs and compares
  * the outputs (max relative difference; --device cuda on the host emulator: MPIDDP_CUDA_PLUGIN=
  * <build>/libmpiddp_cudaemu.so). Exit 1 when a check fails. */
@@ -396,7 +397,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: bench_kernels [--device cpu|cuda] [--preset issue|tiny] [--rows R] [--reps N] [--peak-gflops G] "
+            printf("usage: bench_kernels [--device cpu|cuda] [--preset issue|tiny|tx] [--rows R] [--reps N] [--peak-gflops G] "
                    "[--peak-gbs B] [--check] [--csv FILE] [--only SUBSTRING] [--precision fp32|tf32|bf16]\n"
                    "  each backend op alone, best of N: shape, bytes and FLOPs per call, time, GB/s, GFLOP/s, fraction of the\n"
                    "  roofline max(FLOPs/peak, bytes/bandwidth) (CPU default: sgemm and memcpy measured here; CUDA: H100 fp32),\n"
@@ -421,9 +422,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    int tiny = !strcmp(preset, "tiny");
-    if (!tiny && strcmp(preset, "issue")) {
-        fprintf(stderr, "bench_kernels: --preset issue|tiny\n");
+    int tiny = !strcmp(preset, "tiny"), txp = !strcmp(preset, "tx");
+    if (!tiny && !txp && strcmp(preset, "issue")) {
+        fprintf(stderr, "bench_kernels: --preset issue|tiny|tx\n");
         return 2;
     }
     if (reps < 1) reps = 1;
@@ -466,6 +467,11 @@ int main(int argc, char **argv)
         make_config(&cf[0], "mlp", 16, 1, 2, 12, rows < 4096 ? rows : 64);
         make_config(&cf[1], "enc", 32, 4, 2, 12, rows < 4096 ? rows : 64);
         ncf = 2;
+    } else if (txp) { /* benchmarks/run_tx.sh's CPU configurations: 4 heads, lengths 16-256 and 4-64 */
+        make_config(&cf[0], "enc", 128, 4, 16, 256, rows);
+        make_config(&cf[1], "enc", 128, 4, 4, 64, rows);
+        make_config(&cf[2], "enc", 256, 4, 16, 256, rows);
+        ncf = 3;
     } else {
         make_config(&cf[0], "mlp", 256, 1, 4, 64, rows);
         make_config(&cf[1], "enc", 256, 4, 16, 512, rows);

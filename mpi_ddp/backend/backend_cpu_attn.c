@@ -79,16 +79,32 @@ DDP_INLINE void mk(float *restrict C, int64_t ldc, int rows, int64_t cols, int a
 }
 #endif
 
-/* pack rows [0, n) of dh columns (row stride ld) into dst [np x dhp] (transposed: dst [dhp x np]), zero padded */
-static void pack_rows(float *restrict dst, const float *restrict src, int64_t ld, int64_t n, int64_t dh, int64_t np,
-                      int64_t dhp, int trans)
+/* pack rows [0, n) of dh columns (row stride ld) into dst [np x dhp] (transposed: dst [dhp x np]), zero padded.
+ * The transpose runs in bands of TB source rows: per column, TB loads from rows already in L1 and one contiguous
+ * run of stores. (Storing each source row down a column instead touched dh lines np floats apart, which for np a
+ * multiple of 256 fall into a few L1 sets: 12-16% of the attention's time in a profile at d 128, 4 heads.) */
+enum { TB = 16 };
+DDP_INLINE void pack_rows(float *restrict dst, const float *restrict src, int64_t ld, int64_t n, int64_t dh, int64_t np,
+                           int64_t dhp, int trans)
 {
-    memset(dst, 0, (size_t)(np * dhp) * sizeof *dst);
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t c = 0; c < dh; c++) {
-            if (trans) dst[c * np + j] = src[j * ld + c];
-            else dst[j * dhp + c] = src[j * ld + c];
+    if (!trans) {
+        for (int64_t j = 0; j < n; j++) {
+            memcpy(dst + j * dhp, src + j * ld, (size_t)dh * sizeof *dst);
+            memset(dst + j * dhp + dh, 0, (size_t)(dhp - dh) * sizeof *dst);
         }
+        memset(dst + n * dhp, 0, (size_t)((np - n) * dhp) * sizeof *dst);
+        return;
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += TB) {
+        int64_t m = n - j0 < TB ? n - j0 : TB;
+        for (int64_t c = 0; c < dh; c++) {
+            float *restrict d = dst + c * np + j0;
+            const float *restrict s = src + j0 * ld + c;
+            for (int64_t j = 0; j < m; j++) d[j] = s[j * ld];
+        }
+    }
+    for (int64_t c = 0; c < dh; c++) memset(dst + c * np + n, 0, (size_t)(np - n) * sizeof *dst);
+    memset(dst + dh * np, 0, (size_t)((dhp - dh) * np) * sizeof *dst);
 }
 
 /* S[TQ x np] = Qp[i0 .. i0+m) Kt (row blocks of TR, column blocks of TW) */
