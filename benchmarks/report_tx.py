@@ -221,6 +221,25 @@ if not m2:
 for r in m2:
     what = f"mpiddp weak-scaling efficiency 1 -> 2 ranks >= 0.90 at {cfg_label(r)}"
     target(bool(r["weak_eff"]) and float(r["weak_eff"]) >= 0.90, what, r["weak_eff"] or "no 1-rank run")
+# issue #24's targets (CPU transformer at the machine's limit), at 2 ranks: mpiddp's precision comes from the
+# environment (run_tx.sh passes PRECISION): fp32 runs are held to the fp32 peer, bf16 runs to the bf16-autocast peer
+PREC = os.environ.get("PRECISION", "fp32")
+print(f"\nissue #24 targets (2 ranks, medians, mpiddp at {PREC}):")
+if PREC == "fp32":
+    for d, L, lens, want in ((128, 2, "16-256", 3.0), (128, 2, "4-64", 2.5), (256, 4, "16-256", 2.2)):
+        ratio_target(d, L, lens, want)
+    for r in d256:
+        if r["of_sgemm"]:
+            target(float(r["of_sgemm"]) >= 0.75, f"mpiddp GFLOP/s >= 75% of the best in-process fp32 GEMM at {cfg_label(r)}",
+                   f"{100 * float(r['of_sgemm']):.0f}%")
+    for r in m2:
+        attn, step = f(r["attn_ms"]), f(r["step_ms"])
+        if attn is not None and step:
+            target(attn / step <= 0.20, f"attention <= 20% of the step at {cfg_label(r)}", f"{100 * attn / step:.0f}%")
+else:
+    for r in m2:
+        what = f"mpiddp ({PREC}) / torch-bf16 >= 2.0 at {cfg_label(r)}"
+        target(bool(r["vs_bf16"]) and float(r["vs_bf16"]) >= 2.0, what, f"{r['vs_bf16']}x" if r["vs_bf16"] else "not measured")
 if BF16:  # no target: the padded peer under CPU bf16 autocast, for reference
     print("\nbeside the bf16-autocast peer (torch-bf16; no target):")
     for r in rows:

@@ -72,4 +72,4 @@ for rep in $(seq "$REPEATS"); do
     done
   done
 done
-/usr/bin/python3 benchmarks/report_tx.py "$RAW" "$OUT" | tee "$OUT/tx_table.txt"
+PRECISION=$PRECISION /usr/bin/python3 benchmarks/report_tx.py "$RAW" "$OUT" | tee "$OUT/tx_table.txt"

@@ -1,8 +1,10 @@
-/* backend_cpu.c — the CPU backend: OpenBLAS sgemm and the element-wise loops of ddp_math.h; --precision bf16's
+/* backend_cpu.c — the CPU backend: fp32 GEMMs (oneDNN's matmul where it is there and the product is large enough,
+ * backend_cpu_dnnl.c; OpenBLAS sgemm otherwise) and the element-wise loops of ddp_math.h; --precision bf16's
  * gemm (and gemm16, its form with bf16 operands) and the parameters' bf16 copy are in backend_cpu_bf16.c (hooked in
  * gemm, gemm16, adamw, upload, zero, release). */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/backend_cpu_bf16.h"
+#include "mpi_ddp/backend/backend_cpu_dnnl.h"
 #include "mpi_ddp/core/status.h"
 
 #include <cblas.h>
@@ -22,6 +24,7 @@ extern void openblas_set_num_threads(int num_threads);
 typedef struct {
     int threads;
     ddp_cpu_bf16 *bf16; /* non-NULL while the precision is bf16 */
+    ddp_cpu_dnnl *f32;  /* oneDNN's fp32 matmuls, created at the first GEMM that goes there */
 } cpu_impl;
 #define BF16(b) (((cpu_impl *)(b)->impl)->bf16)
 
@@ -72,6 +75,11 @@ static ddp_status cpu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
         return DDP_OK;
     }
     if (BF16(b)) return ddp_cpu_bf16_gemm(BF16(b), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (ddp_cpu_dnnl_fp32_wanted(M, N, K, alpha, beta)) {
+        cpu_impl *c = b->impl;
+        if (!c->f32) DDP_CHECK(ddp_cpu_dnnl_create(0, c->threads, &c->f32));
+        return ddp_cpu_dnnl_matmul(c->f32, ta, tb, beta == 1.0f, M, N, K, A, lda, B, ldb, C, ldc);
+    }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
     return DDP_OK;
@@ -228,7 +236,7 @@ static ddp_status cpu_sumsq_many(ddp_backend *b, const float *x, const int64_t *
 
 static void cpu_destroy(ddp_backend *b)
 {
-    if (b->impl) ddp_cpu_bf16_destroy(BF16(b));
+    if (b->impl) ddp_cpu_bf16_destroy(BF16(b)), ddp_cpu_dnnl_destroy(((cpu_impl *)b->impl)->f32);
     free(b->impl);
     free(b);
 }
