@@ -187,7 +187,8 @@ with open(f"{out}/tx_table.md", "w") as fh:  # the same table for benchmarks/RES
                  .replace(",", " "))
 
 # the issue's targets, at 2 ranks
-print("\ntargets (2 ranks, medians):")
+PREC = os.environ.get("PRECISION", "fp32")
+print("\ntargets (2 ranks, medians)" + (":" if PREC == "fp32" else f" -- issue #14's, set for fp32; this run is {PREC}:"))
 
 
 def target(ok, what, value):
@@ -223,7 +224,6 @@ for r in m2:
     target(bool(r["weak_eff"]) and float(r["weak_eff"]) >= 0.90, what, r["weak_eff"] or "no 1-rank run")
 # issue #24's targets (CPU transformer at the machine's limit), at 2 ranks: mpiddp's precision comes from the
 # environment (run_tx.sh passes PRECISION): fp32 runs are held to the fp32 peer, bf16 runs to the bf16-autocast peer
-PREC = os.environ.get("PRECISION", "fp32")
 print(f"\nissue #24 targets (2 ranks, medians, mpiddp at {PREC}):")
 if PREC == "fp32":
     for d, L, lens, want in ((128, 2, "16-256", 3.0), (128, 2, "4-64", 2.5), (256, 4, "16-256", 2.2)):

@@ -2,7 +2,7 @@
  * have AVX-512, does oneDNN offer an optimised kernel for this type), and per operand type (fp32 or bf16) one engine,
  * one stream and eight matmul primitives [transa][transb][accumulate] whose dimensions and strides are all given at
  * execution, so that batches of any size reuse them (no primitive per shape, no cache to miss). Measured at the
- * transformer's shapes (benchmarks/RESULTS.md, "CPU GEMMs"): fp32 about 1.05-1.3x OpenBLAS's sgemm, bf16 about 2x.
+ * transformer's shapes (benchmarks/RESULTS.md, "CPU GEMMs"): fp32 1.08-1.17x OpenBLAS's sgemm per group, bf16 about 2x.
  * Without oneDNN (no DDP_HAVE_DNNL) only the probe exists, and it says no. */
 #include "mpi_ddp/backend/backend_cpu_dnnl.h"
 #include "mpi_ddp/core/settings.h"

@@ -91,7 +91,9 @@ int main(void)
     const char *env = getenv("MPIDDP_CPU_ONEDNN"), *env32 = getenv("MPIDDP_CPU_ONEDNN_FP32"), *why = NULL;
     want_onednn = !(env && !strcmp(env, "0")) && !(env32 && !strcmp(env32, "0"));
 #ifdef DDP_TEST_HAVE_DNNL
-    want_onednn = want_onednn && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    const char *isa = getenv("DNNL_MAX_CPU_ISA"); /* oneDNN capped below AVX-512 acts as a CPU without it */
+    want_onednn = want_onednn && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  (!isa || !strncmp(isa, "AVX512", 6) || !strcmp(isa, "ALL"));
 #else
     want_onednn = 0;
 #endif
