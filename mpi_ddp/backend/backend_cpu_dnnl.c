@@ -9,6 +9,7 @@
 #include "mpi_ddp/core/status.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,6 +147,21 @@ int ddp_cpu_dnnl_bf16_native(void)
 int ddp_cpu_dnnl_fp32_wanted(int64_t M, int64_t N, int64_t K, float alpha, float beta)
 {
     return alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && M * N * K >= DNNL_FP32_MIN_MNK && ddp_cpu_dnnl_usable(0, NULL);
+}
+
+void ddp_cpu_dnnl_describe(char *buf, size_t n)
+{
+    if (!n) return;
+    buf[0] = 0;
+#ifdef DDP_HAVE_DNNL
+    const dnnl_version_t *ver = dnnl_version();
+    const char *why32 = NULL, *why16 = NULL;
+    int f32 = ddp_cpu_dnnl_usable(0, &why32), b16 = ddp_cpu_dnnl_usable(1, &why16);
+    if (f32 || b16)
+        snprintf(buf, n, "%d.%d.%d: %s%s%s", ver->major, ver->minor, ver->patch, f32 ? "fp32 GEMMs of >= 2^20 multiply-adds" : "",
+                 f32 && b16 ? ", " : "", b16 ? (ddp_cpu_dnnl_bf16_native() ? "bf16 GEMMs (bf16 units)" : "bf16 GEMMs (emulated on AVX-512)") : "");
+    else snprintf(buf, n, "%d.%d.%d: unused (%s)", ver->major, ver->minor, ver->patch, why32 ? why32 : "");
+#endif
 }
 
 int64_t ddp_cpu_dnnl_matmuls(int bf16) { return executed[bf16 != 0]; }

@@ -1,6 +1,7 @@
 /* runinfo.c — library versions and run.json (configuration, world size, hosts, versions, start time). */
 #include "mpi_ddp/train/runinfo.h"
 
+#include "mpi_ddp/backend/backend_cpu_dnnl.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 
@@ -30,6 +31,7 @@ void ddp_versions_get(ddp_versions *v)
     ddp_nccl_version_string(v->nccl, sizeof v->nccl);
     const char *b = openblas_get_config();
     snprintf(v->blas, sizeof v->blas, "%s", b ? b : "");
+    ddp_cpu_dnnl_describe(v->onednn, sizeof v->onednn);
 }
 
 /* One key per name in run.json (JSON readers keep only the last of duplicates, silently). */
@@ -123,6 +125,7 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         cJSON_AddStringToObject(ver, "cuda", v.cuda);
         cJSON_AddStringToObject(ver, "nccl", v.nccl);
         cJSON_AddStringToObject(ver, "openblas", v.blas);
+        cJSON_AddStringToObject(ver, "onednn", v.onednn);
         cJSON *c = extra ? cJSON_Parse(extra) : NULL;
         if (c && !cJSON_IsObject(c)) cJSON_Delete(c), c = NULL;
         if (!c) c = cJSON_CreateObject();

@@ -5,7 +5,7 @@
 #include "mpi_ddp/core/ctx.h"
 
 typedef struct {
-    char mpi[256], hdf5[64], cuda[64], nccl[32], blas[128];
+    char mpi[256], hdf5[64], cuda[64], nccl[32], blas[128], onednn[160];
 } ddp_versions;
 
 void ddp_versions_get(ddp_versions *v);

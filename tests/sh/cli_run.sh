@@ -21,6 +21,7 @@ assert j["world_size"] == 2 and len(j["ranks"]) == 2 and j["hosts"], j
 c = j["config"]
 assert c["epochs"] == 1 and c["batch-size"] == 5 and c["hidden"] == 10 and abs(c["lr"] - 0.002) < 1e-12, c
 assert j["versions"]["hdf5"] and j["versions"]["mpi"] and j["start_time"]
+assert "onednn" in j["versions"], j["versions"]
 g = [r for r in csv.DictReader(open("r/metrics.csv"))]
 ranks = [[r for r in csv.DictReader(open(f"r/metrics_rank{k}.csv"))] for k in range(2)]
 for k in range(2):

@@ -12,7 +12,8 @@
  *    the final addition); C's padding is never written;
  *  - against OpenBLAS's cblas_sgemm on the same data (the issue's "fp32 oneDNN vs OpenBLAS within tolerance"):
  *    within twice that bound, and the largest difference is reported;
- *  - the same call twice gives the same bits (run-to-run determinism of whichever path). */
+ *  - the same call twice gives the same bits (run-to-run determinism of whichever path);
+ *  - the description run.json records: oneDNN's version, and "fp32 GEMMs" exactly where they run on it. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/backend_cpu_dnnl.h"
 #include "check.h"
@@ -101,6 +102,16 @@ int main(void)
     printf("fp32 path: %s\n", usable ? "oneDNN from 2^20 multiply-adds, OpenBLAS below" : why);
     CHECK(usable == want_onednn, "oneDNN fp32 usable %d, want %d (%s)", usable, want_onednn, why ? why : "");
     CHECK(usable || (why && *why), "not usable, without a reason");
+    char desc[160];
+    ddp_cpu_dnnl_describe(desc, sizeof desc);
+    printf("onednn: '%s'\n", desc);
+#ifdef DDP_TEST_HAVE_DNNL
+    CHECK(desc[0] >= '0' && desc[0] <= '9', "no oneDNN version in '%s'", desc);
+    CHECK(!strstr(desc, "fp32 GEMMs") == !want_onednn, "'%s' does not say whether the fp32 GEMMs run on oneDNN (want %d)",
+          desc, want_onednn);
+#else
+    CHECK(!desc[0], "'%s' without oneDNN in the build", desc);
+#endif
     OK(ddp_backend_cpu_create(1, &cpu));
     if (failures) return check_summary();
     /* {M, N, K, pad}: the transformer's forward/backward shapes at d 128 (qkv, out, FFN), odd ones around the
