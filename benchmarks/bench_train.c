@@ -51,8 +51,8 @@ static void ref_gemm(ddp_backend *be, int openblas, int64_t M, int64_t H, const 
 }
 
 /* The reference GEMM rate at the shapes the model runs, [rows x H] x [H x H]: the best of the backend's gemm and
- * (CPU) OpenBLAS's sgemm, i.e. the best in-process fp32 GEMM rate, each the best of three 0.2 s windows (other
- * ranks share the cores). */
+ * (CPU) OpenBLAS's sgemm, i.e. the best in-process GEMM rate at the run's precision (at fp32: oneDNN or OpenBLAS;
+ * at bf16 the backend's gemm is the bf16 one), each the best of three 0.2 s windows (other ranks share the cores). */
 static double sgemm_gflops(ddp_backend *be, int64_t M, int64_t H)
 {
     float *a = calloc((size_t)(M * H), 4), *b = calloc((size_t)(H * H), 4), *c = calloc((size_t)(M * H), 4);

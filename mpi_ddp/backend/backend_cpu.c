@@ -25,6 +25,7 @@ typedef struct {
     int threads;
     ddp_cpu_bf16 *bf16; /* non-NULL while the precision is bf16 */
     ddp_cpu_dnnl *f32;  /* oneDNN's fp32 matmuls, created at the first GEMM that goes there */
+    int f32_failed;     /* creating them failed: every fp32 GEMM stays on OpenBLAS */
 } cpu_impl;
 #define BF16(b) (((cpu_impl *)(b)->impl)->bf16)
 
@@ -74,11 +75,15 @@ static ddp_status cpu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
             for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
         return DDP_OK;
     }
+    if (lda < (ta ? M : K) || ldb < (tb ? K : N) || ldc < N)
+        return ddp_set_error(DDP_ERR_ARG, "gemm leading dimensions %lld, %lld, %lld below the rows' lengths (%lld x %lld x %lld)",
+                             (long long)lda, (long long)ldb, (long long)ldc, (long long)M, (long long)N, (long long)K);
     if (BF16(b)) return ddp_cpu_bf16_gemm(BF16(b), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (ddp_cpu_dnnl_fp32_wanted(M, N, K, alpha, beta)) {
-        cpu_impl *c = b->impl;
-        if (!c->f32) DDP_CHECK(ddp_cpu_dnnl_create(0, c->threads, &c->f32));
-        return ddp_cpu_dnnl_matmul(c->f32, ta, tb, beta == 1.0f, M, N, K, A, lda, B, ldb, C, ldc);
+    cpu_impl *c = b->impl;
+    if (!c->f32_failed && ddp_cpu_dnnl_fp32_wanted(M, N, K, alpha, beta)) {
+        /* a failed creation (memory, oneDNN's code generation) leaves OpenBLAS, which computes the same products */
+        if (!c->f32 && ddp_cpu_dnnl_create(0, c->threads, &c->f32) != DDP_OK) c->f32_failed = 1;
+        if (c->f32) return ddp_cpu_dnnl_matmul(c->f32, ta, tb, beta == 1.0f, M, N, K, A, lda, B, ldb, C, ldc);
     }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);

@@ -146,7 +146,8 @@ int ddp_cpu_dnnl_bf16_native(void)
 
 int ddp_cpu_dnnl_fp32_wanted(int64_t M, int64_t N, int64_t K, float alpha, float beta)
 {
-    return alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && M * N * K >= DNNL_FP32_MIN_MNK && ddp_cpu_dnnl_usable(0, NULL);
+    return alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && (double)M * (double)N * (double)K >= (double)DNNL_FP32_MIN_MNK &&
+           ddp_cpu_dnnl_usable(0, NULL);
 }
 
 void ddp_cpu_dnnl_describe(char *buf, size_t n)
@@ -157,9 +158,11 @@ void ddp_cpu_dnnl_describe(char *buf, size_t n)
     const dnnl_version_t *ver = dnnl_version();
     const char *why32 = NULL, *why16 = NULL;
     int f32 = ddp_cpu_dnnl_usable(0, &why32), b16 = ddp_cpu_dnnl_usable(1, &why16);
-    if (f32 || b16)
-        snprintf(buf, n, "%d.%d.%d: %s%s%s", ver->major, ver->minor, ver->patch, f32 ? "fp32 GEMMs of >= 2^20 multiply-adds" : "",
-                 f32 && b16 ? ", " : "", b16 ? (ddp_cpu_dnnl_bf16_native() ? "bf16 GEMMs (bf16 units)" : "bf16 GEMMs (emulated on AVX-512)") : "");
+    const char *b16s = ddp_cpu_dnnl_bf16_native() ? "bf16 GEMMs (bf16 units)" : "bf16 GEMMs (emulated on AVX-512)";
+    if (f32 && b16) snprintf(buf, n, "%d.%d.%d: fp32 GEMMs of >= 2^20 multiply-adds, %s", ver->major, ver->minor, ver->patch, b16s);
+    else if (f32) snprintf(buf, n, "%d.%d.%d: fp32 GEMMs of >= 2^20 multiply-adds; bf16 unused (%s)", ver->major, ver->minor,
+                           ver->patch, why16 ? why16 : "");
+    else if (b16) snprintf(buf, n, "%d.%d.%d: %s; fp32 unused (%s)", ver->major, ver->minor, ver->patch, b16s, why32 ? why32 : "");
     else snprintf(buf, n, "%d.%d.%d: unused (%s)", ver->major, ver->minor, ver->patch, why32 ? why32 : "");
 #endif
 }

@@ -33,8 +33,9 @@ ddp_status ddp_cpu_dnnl_matmul(ddp_cpu_dnnl *s, int ta, int tb, int acc, int64_t
 /* The fp32 gemm's switch (backend_cpu.c): 1 where a product of M x N x K should go to oneDNN rather than OpenBLAS
  * (ddp_cpu_dnnl_usable(0), alpha 1, beta 0 or 1, and enough work that the primitive's per-call cost is amortised). */
 int ddp_cpu_dnnl_fp32_wanted(int64_t M, int64_t N, int64_t K, float alpha, float beta);
-/* For run.json and `mpiddp env`: "" without oneDNN in the build, else its version and what it runs here, e.g.
- * "2.6.3: fp32 GEMMs of >= 2^20 multiply-adds, bf16 GEMMs (AVX512-BF16/AMX)" or "2.6.3: unused (<why>)". */
+/* For run.json: "" without oneDNN in the build, else its version and what it runs here, e.g. "2.6.3: fp32 GEMMs of
+ * >= 2^20 multiply-adds, bf16 GEMMs (bf16 units)", a type left out with its reason ("...; fp32 unused (<why>)"), or
+ * "2.6.3: unused (<why>)". */
 void ddp_cpu_dnnl_describe(char *buf, size_t n);
 /* Test counter: matmuls executed so far in this process with operands of this type (bf16 1, fp32 0). */
 int64_t ddp_cpu_dnnl_matmuls(int bf16);

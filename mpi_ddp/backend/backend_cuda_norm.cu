@@ -53,22 +53,14 @@ static __device__ inline void block_sum2(float *a, float *b, float (*sh)[LN_THRE
 }
 
 /* ------------------------------------------------------------------ kernels */
-/* The mean and rstd of row xr in the CPU's order (ddp_layernorm_row: sequential sums over the columns), by
- * thread 0 over the row staged in shared memory (sh, d <= LN_SMEM) or over memory; returned to every thread.
- * Summed in the CPU's order so y matches the CPU twin to the last bits where its elements cancel (a tree
- * moves the mean by an ulp, and y = xhat w + b near 0 by far more relative to itself). */
+/* The mean and rstd of row xr in the CPU's order (ddp_layernorm_stats of kern_enc.h: 16 lanes of sequential sums,
+ * then a fixed fold), by thread 0 over the row staged in shared memory (sh, d <= LN_SMEM) or over memory; returned
+ * to every thread. Summed in the CPU's order so y matches the CPU twin to the last bits where its elements cancel
+ * (another order moves the mean by an ulp, and y = xhat w + b near 0 by far more relative to itself). */
 static __device__ inline void row_stats(const float *xr, const float *sh, int64_t d, float *mean, float *rstd)
 {
     __shared__ float st2[2];
-    if (threadIdx.x == 0) {
-        const float *p = d <= LN_SMEM ? sh : xr;
-        float s = 0.0f;
-        for (int64_t c = 0; c < d; c++) s += p[c];
-        float mu = s / (float)d, v = 0.0f;
-        for (int64_t c = 0; c < d; c++) v += (p[c] - mu) * (p[c] - mu);
-        st2[0] = mu;
-        st2[1] = 1.0f / sqrtf(v / (float)d + DDP_LN_EPS);
-    }
+    if (threadIdx.x == 0) ddp_layernorm_stats(d <= LN_SMEM ? sh : xr, d, &st2[0], &st2[1]);
     __syncthreads();
     *mean = st2[0];
     *rstd = st2[1];

@@ -8,11 +8,12 @@
  *  - every shape (odd ones, large and small, K from 1 to 1100) with the four transpositions, leading dimensions
  *    wider than the rows (the padding holds NaN, so a stride mistake shows) and (alpha, beta) = (1, 0), (1, 1),
  *    (0.75, -0.5): per element |c - ref| <= (K + 3) 2^-24 (1 + 2^-24)^2 T against a double reference, with
- *    T = |alpha| sum|a_k b_k| + |beta c0| (Higham's gamma_{K+3}: K products summed in any order, alpha, beta c0 and
- *    the final addition); C's padding is never written;
+ *    T = |alpha| sum|a_k b_k| + |beta c0| (about Higham's gamma_{K+3}: K products summed in any order, alpha, beta c0
+ *    and the final addition); C's padding is never written;
  *  - against OpenBLAS's cblas_sgemm on the same data (the issue's "fp32 oneDNN vs OpenBLAS within tolerance"):
  *    within twice that bound, and the largest difference is reported;
  *  - the same call twice gives the same bits (run-to-run determinism of whichever path);
+ *  - a leading dimension below its row's length is refused with one line, C untouched;
  *  - the description run.json records: oneDNN's version, and "fp32 GEMMs" exactly where they run on it. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/backend_cpu_dnnl.h"
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define OK(call) CHECK((call) == DDP_OK, "%s: %s", #call, ddp_last_error())
 
@@ -50,7 +52,7 @@ static void gemm_case(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t p
     int64_t before = ddp_cpu_dnnl_matmuls(0);
     OK(cpu->gemm(cpu, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
     int64_t ran = ddp_cpu_dnnl_matmuls(0) - before;
-    int expect = want_onednn && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && M * N * K >= ((int64_t)1 << 20);
+    int expect = want_onednn && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && (double)M * N * K >= 1048576.0;
     CHECK(ran == expect, "gemm %lldx%lldx%lld ta %d tb %d alpha %g beta %g: %lld oneDNN matmuls, want %d", (long long)M,
           (long long)N, (long long)K, ta, tb, (double)alpha, (double)beta, (long long)ran, expect);
     OK(cpu->gemm(cpu, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C2, ldc));
@@ -92,9 +94,11 @@ int main(void)
     const char *env = getenv("MPIDDP_CPU_ONEDNN"), *env32 = getenv("MPIDDP_CPU_ONEDNN_FP32"), *why = NULL;
     want_onednn = !(env && !strcmp(env, "0")) && !(env32 && !strcmp(env32, "0"));
 #ifdef DDP_TEST_HAVE_DNNL
-    const char *isa = getenv("DNNL_MAX_CPU_ISA"); /* oneDNN capped below AVX-512 acts as a CPU without it */
+    /* oneDNN capped below AVX-512 (either of its two variables) acts as a CPU without it */
+    const char *isa = getenv("ONEDNN_MAX_CPU_ISA");
+    if (!isa || !*isa) isa = getenv("DNNL_MAX_CPU_ISA");
     want_onednn = want_onednn && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  (!isa || !strncmp(isa, "AVX512", 6) || !strcmp(isa, "ALL"));
+                  (!isa || !*isa || !strncasecmp(isa, "AVX512_CORE", 11) || !strcasecmp(isa, "ALL"));
 #else
     want_onednn = 0;
 #endif
@@ -120,6 +124,16 @@ int main(void)
                                         {63, 64, 256, 1},   {40, 30, 1100, 0},  {1, 1, 1, 0},       {7, 300, 5, 2},
                                         {1100, 33, 31, 0},  {2, 1024, 512, 4}};
     static const float ab[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {0.75f, -0.5f}};
+    /* a leading dimension below its row's length is refused (oneDNN would read overlapping rows), C untouched */
+    {
+        static float A[64 * 64], B[64 * 64], C[64 * 64];
+        C[0] = 7.0f;
+        ddp_status st = cpu->gemm(cpu, 0, 0, 64, 64, 64, 1.0f, A, 63, B, 64, 0.0f, C, 64);
+        CHECK(st == DDP_ERR_ARG && strstr(ddp_last_error(), "leading dimensions") && C[0] == 7.0f,
+              "lda 63 for K 64: status %d, '%s'", (int)st, ddp_last_error());
+        st = cpu->gemm(cpu, 1, 1, 64, 64, 64, 1.0f, A, 64, B, 64, 0.0f, C, 32);
+        CHECK(st == DDP_ERR_ARG && C[0] == 7.0f, "ldc 32 for N 64: status %d", (int)st);
+    }
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
