@@ -23,7 +23,7 @@
 # /opt/conda/bin/python3, /usr/bin/python3 that imports both), MPIRUN (default mpirun), MPIDDP_DEADLINE
 # (epoch seconds; default now + RUN_GPU_BUDGET, 540 s: one device-tool command), RUN_GPU_DEVICE=cuda|emu|cpu (emu: mpiddp --device
 # cuda on the host emulator build/libmpiddp_cudaemu.so and PyTorch on the CPU; cpu: both on the CPU — dry runs
-# of the whole pipeline without a GPU), RUN_GPU_TINY=1 (tiny sizes: seconds), RUN_GPU_WORK (scratch
+# of the whole pipeline without a GPU), RUN_GPU_TINY=1 (tiny sizes: seconds), RUN_GPU_ONLY=kernels (the bench_kernels table alone), RUN_GPU_WORK (scratch
 # directory, kept; default a fresh one under /tmp, removed at the end unless RUN_GPU_KEEP=1), PEAK_BF16, PEAK_TF32,
 # PEAK_FP32 (TFLOP/s) and PEAK_GBS (GB/s) to override the detected GPU's datasheet peaks.
 set -uo pipefail   # no -e: a failing configuration is recorded and the rest still runs
@@ -228,7 +228,9 @@ allreduce() {
 
 # ---------------------------------------------------------------- the plan, most wanted first
 # estimates (seconds, on an H100: synth, CUDA init and PyTorch start-up dominate the small ones)
-if [ "$TINY" = 1 ]; then
+if [ "${RUN_GPU_ONLY:-}" = kernels ]; then # the per-kernel table alone (seconds): a rerun after a kernel change
+  kernels 30
+elif [ "$TINY" = 1 ]; then
   config transformer "tx d32 L2" 32 2 4 8 4 2 1 bf16-pad bf16-packed
   config mlp "mlp H32" 32 0 0 16 6 2 1 bf16-rows fp32-rows
   kernels 1

@@ -19,7 +19,9 @@
 # DEVICE_KIT_MIRROR (fetch: Debian mirror URL); DEVICE_KIT_APT (fetch: apt's private state directory);
 # DEVICE_KIT_WORK (run: where the prefix and the build go; default /tmp/mpiddp-device-kit, outside the
 # tree so that a later call does not carry them); DEVICE_KIT_BUDGET (run: seconds for the whole run, 530);
-# DEVICE_KIT_GAPFILL=0 (run: keep every carried library even where the machine has the same soname).
+# DEVICE_KIT_GAPFILL=0 (run: keep every carried library even where the machine has the same soname);
+# DEVICE_KIT_BENCH=0 (run: checks only, benchmarks/run_gpu.sh skipped: a rerun after a fix on a short lease;
+# =kernels: checks, then run_gpu.sh's per-kernel table alone).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 KIT=$REPO/.device-kit
@@ -386,9 +388,12 @@ run_kit() {
   fi
 
   step "gpu-check"
-  local bench=1; [ -f "$REPO/benchmarks/run_gpu.sh" ] && bench=0
+  local bench=1 runbench=1; [ -f "$REPO/benchmarks/run_gpu.sh" ] && bench=0
+  [ "${DEVICE_KIT_BENCH:-1}" = 0 ] && bench=0 runbench=0
+  [ "${DEVICE_KIT_BENCH:-1}" = kernels ] && bench=0 runbench=1 && export RUN_GPU_ONLY=kernels
   local left=$(( deadline - $(date +%s) ))
-  if [ "$bench" = 0 ]; then left=$(( left * 55 / 100 )); fi   # run_gpu.sh gets the rest
+  local share=55; [ -n "${RUN_GPU_ONLY:-}" ] && share=90   # run_gpu.sh gets the rest (a tenth for the kernel table alone)
+  if [ "$runbench" = 1 ] && [ -f "$REPO/benchmarks/run_gpu.sh" ]; then left=$(( left * share / 100 )); fi
   if BUILD=$B GPU_CHECK_NO_BUILD=1 GPU_CHECK_NO_DEPS=1 REPORT=$LOG GPU_CHECK_APPEND=1 GPU_CHECK_CSV_DIR=$OUTD \
      GPU_CHECK_BENCH=$bench GPU_CHECK_DEADLINE=$(( $(date +%s) + left )) bash "$REPO/scripts/gpu-check.sh"; then
     step_end ok
@@ -397,7 +402,9 @@ run_kit() {
   fi
 
   step "benchmarks (benchmarks/run_gpu.sh)"
-  if [ -f "$REPO/benchmarks/run_gpu.sh" ]; then
+  if [ "$runbench" = 0 ]; then
+    step_end skipped "DEVICE_KIT_BENCH=0"
+  elif [ -f "$REPO/benchmarks/run_gpu.sh" ]; then
     left=$(( deadline - $(date +%s) ))
     if [ $left -lt 20 ]; then
       step_end skipped "no time left"

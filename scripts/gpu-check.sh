@@ -147,19 +147,23 @@ CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>
 if [ -z "$CS" ]; then
   echo "FAILED: compute-sanitizer not found (CUDA toolkit's bin/)" | tee -a "$REPORT"; failed=$((failed + 1))
 else
+  # --report-api-errors no: the sanitizer looks for memory errors, races and barrier misuse. A CUDA call that
+  # returns an error is the program's to check (mpiddp checks every one and fails with its name; the tests
+  # provoke some on purpose, e.g. an invalid device ordinal), and NCCL's initialisation probes kernel images
+  # with calls that fail by design (cudaErrorNoKernelImageForDevice inside ncclCommInitRank, seen on an H200).
   for tool in memcheck racecheck synccheck; do
     for t in test_cuda_backend test_cuda_norm test_cuda_attn; do
-      run_t 180 "$CS" --tool $tool --error-exitcode 1 "$B/tests/$t"
+      run_t 180 "$CS" --tool $tool --report-api-errors no --error-exitcode 1 "$B/tests/$t"
     done
   done
   W=$(mktemp -d)
   "$B/mpiddp" synth --out "$W/t" --samples 600 --dim 16 --classes 4 --min-rows 2 --max-rows 40 --shards 2 --seed 1 >/dev/null
   "$B/mpiddp" synth --out "$W/v" --samples 100 --dim 16 --classes 4 --min-rows 2 --max-rows 40 --shards 1 --seed 1 --first-id 9000 >/dev/null
-  run_t 150 "$CS" --tool memcheck --error-exitcode 1 "$B/mpiddp" train --device cuda --train "$W/t" --val "$W/v" --out "$W/mlp" \
+  run_t 150 "$CS" --tool memcheck --report-api-errors no --error-exitcode 1 "$B/mpiddp" train --device cuda --train "$W/t" --val "$W/v" --out "$W/mlp" \
     --epochs 1 --batch-size 16 --hidden 32 --no-progress --fast-dev-run 12
-  run_t 150 "$CS" --tool memcheck --error-exitcode 1 "$B/mpiddp" train --device cuda --train "$W/t" --val "$W/v" --out "$W/tx" \
+  run_t 150 "$CS" --tool memcheck --report-api-errors no --error-exitcode 1 "$B/mpiddp" train --device cuda --train "$W/t" --val "$W/v" --out "$W/tx" \
     --model transformer --heads 4 --layers 2 --hidden 32 --dropout 0.1 --batch-rows 256 --no-progress --fast-dev-run 12
-  run_t 150 "$CS" --tool memcheck --error-exitcode 1 "$B/mpiddp" train --device cuda --train "$W/t" --val "$W/v" --out "$W/tx16" \
+  run_t 150 "$CS" --tool memcheck --report-api-errors no --error-exitcode 1 "$B/mpiddp" train --device cuda --train "$W/t" --val "$W/v" --out "$W/tx16" \
     --model transformer --heads 4 --layers 2 --hidden 32 --dropout 0.1 --batch-rows 256 --no-progress --fast-dev-run 12 --precision bf16
   rm -rf "$W"
 fi
