@@ -307,21 +307,31 @@ int main(int argc, char **argv)
     double sg = be->host_memory ? sgemm_gflops(be, (int64_t)((double)rows / (double)steps), H) : 0.0; /* CPU only */
     if (tx && t->rank == 0) { /* run_tx.sh's format (report_tx.py) */
         double ms = 1e3 / (double)steps, attn = (tx1[2] - tx0[2]) * ms, gemm = (tx1[3] - tx0[3]) * ms;
+        /* On a GPU the model's host timers see the GEMMs' asynchronous launches, not their time: no GEMM or
+         * element-wise split and no in-process sgemm reference there (empty CSV fields, "n/a" below). */
+        char gemm_s[32] = "", ew_s[32] = "n/a", sg_s[32] = "n/a";
+        if (be->host_memory) {
+            snprintf(gemm_s, sizeof gemm_s, "%.3f", gemm);
+            snprintf(ew_s, sizeof ew_s, "%.2f", (fwd + bwd) * ms - attn - gemm);
+            snprintf(sg_s, sizeof sg_s, "%.2f", sg);
+        }
         FILE *f = fopen(csv, "a");
         if (f) {
-            fprintf(f, "mpiddp,%d,%lld,%lld,%lld,%lld,%s,%lld,%lld,%.1f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,0,%.1f,%.1f\n",
+            fprintf(f, "mpiddp,%d,%lld,%lld,%lld,%lld,%s,%lld,%lld,%.1f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%s,%.3f,%.3f,%.2f,%s,0,%.1f,%.1f\n",
                     t->size, (long long)H, (long long)L, (long long)heads, (long long)ff, lens, (long long)B, (long long)steps,
-                    (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, attn, gemm, tm[2] * ms,
-                    tm[3] * ms, gf, sg, rss, anon);
+                    (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, attn, gemm_s, tm[2] * ms,
+                    tm[3] * ms, gf, be->host_memory ? sg_s : "", rss, anon);
             fclose(f);
         }
         printf("mpiddp %s transformer np=%d d=%lld L=%lld lens %s: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f "
-               "bwd %.2f [attention %.2f, GEMM %.2f, element-wise %.2f] sync %.2f opt %.2f), %.2f GFLOP/s of %.2f sgemm, "
+               "bwd %.2f [attention %.2f, GEMM %s, element-wise %s] sync %.2f opt %.2f), %.2f GFLOP/s of %s sgemm, "
                "peak RSS %.1f MiB, private %.1f MiB\n",
                be->name, t->size, (long long)H, (long long)L, lens, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms,
-               fwd * ms, bwd * ms, attn, gemm, (fwd + bwd) * ms - attn - gemm, tm[2] * ms, tm[3] * ms, gf, sg, rss, anon);
+               fwd * ms, bwd * ms, attn, be->host_memory ? gemm_s : "n/a", ew_s, tm[2] * ms, tm[3] * ms, gf, sg_s, rss, anon);
     } else if (t->rank == 0) {
         double ms = 1e3 / (double)steps;
+        char sgs[32] = "n/a"; /* no in-process sgemm reference on a GPU */
+        if (be->host_memory) snprintf(sgs, sizeof sgs, "%.2f", sg);
         FILE *f = fopen(csv, "a");
         if (f) {
             /* impl "mpiddp-rows": token budgets (batch = rows per rank); the last column is the balance */
@@ -332,9 +342,9 @@ int main(int argc, char **argv)
             fclose(f);
         }
         printf("mpiddp %s np=%d H=%lld%s: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f bwd %.2f sync %.2f opt %.2f), "
-               "%.2f GFLOP/s of %.2f sgemm, peak RSS %.1f MiB, private %.1f MiB, slowest rank's fwd+bwd %.2f ms, rows max/mean %.3f\n",
+               "%.2f GFLOP/s of %s sgemm, peak RSS %.1f MiB, private %.1f MiB, slowest rank's fwd+bwd %.2f ms, rows max/mean %.3f\n",
                be->name, t->size, (long long)H, brows > 0 ? " --batch-rows" : "", (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms,
-               tm[3] * ms, gf, sg, rss, anon, cmax * ms, bal);
+               tm[3] * ms, gf, sgs, rss, anon, cmax * ms, bal);
     }
     if (t->rank == 0) /* for the scaling model: the buckets, and the busiest rank's compute (token budgets) */
         printf("bench_train sync: %d buckets of %.4g MiB for %lld parameters; slowest rank's fwd+bwd %.3f ms\n",

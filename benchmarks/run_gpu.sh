@@ -115,6 +115,23 @@ say "mode $MODE (mpiddp --device $MDEV, PyTorch on $TDEV), GPU ${GPU_NAME:-none}
   echo "Peaks used: bf16 $PEAK_BF16, TF32 $PEAK_TF32, fp32 $PEAK_FP32 TFLOP/s dense; HBM $PEAK_GBS GB/s (datasheet)."
 } > "$META"
 
+# PyTorch's CPU bf16 autocast needs its oneDNN's bf16 kernels, which some builds lack below AVX-512 ("could not create
+# a primitive descriptor iterator" with Debian's PyTorch on an AVX2-only CPU, or under ONEDNN_MAX_CPU_ISA=AVX2). A dry
+# run checks the pipeline, not the peer's precision: there the bf16 variants then run without autocast, named
+# torch-fp32-*, and the report says why. On a GPU the peer is never changed.
+BF16_PEER=bf16
+if [ "$TDEV" = cpu ]; then
+  why=$($PY -c 'import torch
+l = torch.nn.Linear(64, 64)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    l(torch.randn(64, 64)).float().sum().backward()' 2>&1 | grep -E "Error|error" | tail -1)
+  if [ -n "$why" ]; then
+    BF16_PEER=fp32
+    say "PyTorch's CPU bf16 autocast fails here ($why): the bf16 peer variants run without autocast (torch-fp32-*)"
+    { echo; echo "PyTorch's CPU bf16 autocast fails on this CPU (${why:0:160}): the dry run's bf16 peer variants ran without autocast, as torch-fp32-*."; } >> "$META"
+  fi
+fi
+
 # ---------------------------------------------------------------- data: one synthetic set, lengths 16-512
 if [ "$TINY" = 1 ]; then
   LENS=4-24 D=16 NS=240 SYNTH_NP=2
@@ -177,6 +194,7 @@ config() {
   local v
   for v in "$@"; do
     local prec=${v%%-*} kind=${v#*-} pargs=(--device "$TDEV")
+    [ "$prec" = bf16 ] && [ "$BF16_PEER" = fp32 ] && prec=fp32 v=fp32-$kind pargs+=(--impl "torch-fp32-$kind")
     [ "$prec" = bf16 ] && pargs+=(--autocast bf16)
     [ "$kind" = packed ] && pargs+=(--packed)
     [ "$model" = mlp ] && pargs+=(--model mlp)

@@ -73,7 +73,8 @@ ap.add_argument("--packed", nargs="?", const="auto", default=None, choices=["aut
 ap.add_argument("--impl", default="")
 a = ap.parse_args()
 ff = a.ff or 2 * a.hidden
-EXT = a.device != "cpu" or a.autocast != "none" or a.packed is not None or a.model != "transformer"
+# the extended row (run_gpu.sh's) for any option beyond run_tx.sh's fp32 CPU peer, or a name other than its torch-ddp
+EXT = a.device != "cpu" or a.autocast != "none" or a.packed is not None or a.model != "transformer" or a.impl not in ("", "torch-ddp")
 MLP = a.model == "mlp"
 if MLP:
     a.layers, a.heads, ff = 0, 0, 0
