@@ -29,11 +29,19 @@ csv_last() { awk -F, -v col="$2" 'NR==1{for(i=1;i<=NF;i++) if($i==col) c=i; next
 synth() { "$MPIDDP" synth "$@" >/dev/null; }
 
 # --- fault scenarios shared by faults.sh (cpu) and faults_gpu.sh (cuda) ---
-rank_pid() { # pid of MPI rank $1 of a running `mpiddp train`
-  for p in /proc/[0-9]*; do
-    { tr '\0' '\n' < $p/environ | grep -qx "OMPI_COMM_WORLD_RANK=$1" &&
-      tr '\0' ' ' < $p/cmdline | grep -q "$MPIDDP train" && { basename $p; return; }; } 2>/dev/null
+rank_pid() { # pid of MPI rank $1 of a running `mpiddp train`; prints nothing (status 0) when there is none.
+  # No pipes into grep -q: under pipefail the writer's SIGPIPE when grep stops at its match failed the test
+  # at random (a rank "not found", and `victim=$(rank_pid ..)` then ended the script silently under set -e).
+  local p cmd try
+  for try in $(seq 20); do
+    for p in /proc/[0-9]*; do
+      grep -qaxz "OMPI_COMM_WORLD_RANK=$1" "$p/environ" 2>/dev/null || continue
+      cmd=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) || continue
+      case $cmd in *"$MPIDDP train"*) echo "${p#/proc/}"; return 0 ;; esac
+    done
+    sleep 0.1
   done
+  return 0
 }
 wait_for() { for _ in $(seq 300); do [ -e "$1" ] && return 0; sleep 0.1; done; fail "timed out waiting for $1"; }
 # dead_rank TRAIN_ARGS...: a 4-rank job writing last.h5 every 20 steps loses rank 1 to SIGKILL after its first
@@ -45,7 +53,7 @@ dead_rank() {
   sleep 0.5
   victim=$(rank_pid 1)
   [ -n "$victim" ] || fail "rank 1 not found (job already finished?)"
-  kill -9 "$victim"
+  kill -9 "$victim" || fail "could not kill rank 1 (pid $victim)"
   start=$(date +%s)
   set +e; wait $job; rc=$?; set -e
   [ "$rc" != 0 ] || fail "job survived a dead rank"
@@ -61,7 +69,7 @@ stalled_rank() {
   sleep 1
   victim=$(rank_pid 2)
   [ -n "$victim" ] || fail "rank 2 not found"
-  kill -STOP "$victim"
+  kill -STOP "$victim" || fail "could not stop rank 2 (pid $victim)"
   start=$(date +%s)
   set +e; wait $job; rc=$?; set -e
   took=$(( $(date +%s) - start ))
