@@ -70,16 +70,13 @@ void ddp_watch_mark(ddp_ctx *ctx, int64_t step, const char *phase)
 
 #define HEARTBEAT DDP_WATCH_HEARTBEAT
 
-/* Names the ranks that stopped answering: a waiting rank refreshes its record every HEARTBEAT, so a
- * record older than a few heartbeats belongs to a rank that is stopped, dead, or stuck outside MPI. */
-void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
+/* Appends "; missing: rank r ..." for every other rank whose record is older than `stale` seconds to msg (k
+ * characters so far); returns how many. */
+static int scan_board(ddp_ctx *ctx, char *msg, size_t cap, size_t k, double stale)
 {
-    char msg[1024];
-    size_t k = (size_t)snprintf(msg, sizeof msg, "collective timeout: rank %d waited %.0f s in %s at step %lld (--collective-timeout %.0f)",
-                                ctx->topo.rank, waited, where, (long long)ctx->watch_step, ctx->coll_timeout);
     int behind = 0;
-    double now = wall(), stale = 6 * HEARTBEAT < ctx->coll_timeout / 2 ? 6 * HEARTBEAT : ctx->coll_timeout / 2;
-    for (int r = 0; r < ctx->topo.size && k + 120 < sizeof msg; r++) {
+    double now = wall();
+    for (int r = 0; r < ctx->topo.size && k + 120 < cap; r++) {
         if (r == ctx->topo.rank) continue;
         char p[4400];
         snprintf(p, sizeof p, "%s/rank%d", ctx->watch_dir, r);
@@ -88,15 +85,42 @@ void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
         ssize_t got = fd >= 0 ? pread(fd, &e, sizeof e, 0) : -1;
         if (fd >= 0) close(fd);
         if (got != (ssize_t)sizeof e) {
-            k += (size_t)snprintf(msg + k, sizeof msg - k, "%s rank %d: no progress record", behind++ ? ";" : "; missing:", r);
+            k += (size_t)snprintf(msg + k, cap - k, "%s rank %d: no progress record", behind++ ? ";" : "; missing:", r);
             continue;
         }
         e.phase[sizeof e.phase - 1] = 0;
         if (now - e.when > stale)
-            k += (size_t)snprintf(msg + k, sizeof msg - k, "%s rank %d silent for %.1f s (last at step %lld in '%s')",
+            k += (size_t)snprintf(msg + k, cap - k, "%s rank %d silent for %.1f s (last at step %lld in '%s')",
                                   behind++ ? ";" : "; missing:", r, now - e.when, (long long)e.step, e.phase);
     }
-    if (!behind) snprintf(msg + k, sizeof msg - k, "; every rank is alive and waiting (network or MPI problem?)");
+    return behind;
+}
+
+/* Names the ranks that stopped answering: a waiting rank refreshes its record every HEARTBEAT, so a
+ * record older than a few heartbeats belongs to a rank that is stopped, dead, or stuck outside MPI. A rank
+ * stopped less than `stale` seconds before this rank's deadline still looks alive (it heartbeat while it
+ * waited beside this one): when nobody looks behind, the board is read once more `stale` seconds later
+ * before the report says every rank is alive. */
+void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
+{
+    char msg[1024];
+    size_t k = (size_t)snprintf(msg, sizeof msg, "collective timeout: rank %d waited %.0f s in %s at step %lld (--collective-timeout %.0f)",
+                                ctx->topo.rank, waited, where, (long long)ctx->watch_step, ctx->coll_timeout);
+    double stale = 6 * HEARTBEAT < ctx->coll_timeout / 2 ? 6 * HEARTBEAT : ctx->coll_timeout / 2;
+    int behind = scan_board(ctx, msg, sizeof msg, k, stale);
+    if (!behind && ctx->watch_fd >= 0) {
+        /* heartbeat meanwhile, so that the others do not take this rank for the silent one */
+        for (double left = stale; left > 0; left -= HEARTBEAT) {
+            ddp_watch_mark(ctx, ctx->watch_step, ctx->watch_phase);
+            double t = left < HEARTBEAT ? left : HEARTBEAT;
+            struct timespec d = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
+            while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+            }
+        }
+        msg[k] = 0;
+        behind = scan_board(ctx, msg, sizeof msg, k, stale);
+    }
+    if (!behind) snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "; every rank is alive and waiting (network or MPI problem?)");
     ddp_set_error(DDP_ERR_MISMATCH, "%s", msg);
 }
 
