@@ -85,8 +85,10 @@ static ddp_status wait_idle(ddp_sync_nccl *n, int stream_too, const char *where)
             beat = t + DDP_WATCH_HEARTBEAT;
         }
         if (t > deadline) {
-            ddp_nccl_abort(ctx);
+            /* the report first: it may read the board a second time (watchdog.c), and an aborted communicator
+             * ends the other ranks at once, so aborting first could let the job end before this rank's report */
             ddp_watch_report(ctx, where, t - t0);
+            ddp_nccl_abort(ctx);
             return DDP_ERR_MISMATCH;
         }
         if (spins > 200) {
