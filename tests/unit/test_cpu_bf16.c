@@ -310,7 +310,8 @@ int main(void)
     const char *note = ddp_cpu_bf16_notice();
     printf("path: %s; notice: %s\n", ddp_cpu_bf16_onednn() ? "oneDNN" : "OpenBLAS on rounded operands", note ? note : "(none)");
 #ifdef DDP_TEST_HAVE_DNNL
-    const char *isa = getenv("DNNL_MAX_CPU_ISA"); /* oneDNN's bf16 matmul needs AVX-512 (oneDNN may be capped below) */
+    const char *isa = getenv("ONEDNN_MAX_CPU_ISA"); /* oneDNN's bf16 matmul needs AVX-512 (oneDNN may be capped below) */
+    if (!isa || !*isa) isa = getenv("DNNL_MAX_CPU_ISA"); /* the older name; oneDNN reads ONEDNN_ first */
     want_onednn = want_onednn && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && (!isa || !strncmp(isa, "AVX512", 6) || !strcmp(isa, "ALL"));
     if (want_onednn && isa && !strcmp(isa, "AVX512_CORE")) /* no bf16 units as far as oneDNN knows: one notice */
         CHECK(note && strstr(note, "no bf16 units") && strstr(note, "emulates"), "emulated bf16 without its notice: %s",
