@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include "io/dataset.h"
+#include "io/finite.h"
 #include "io/writer.h"
 #include "mpi_ddp/core/status.h"
 
@@ -85,8 +86,9 @@ int cmd_inspect(ddp_ctx *ctx, int argc, char **argv)
     const char *pos[1] = {NULL};
     int np = 0;
     const cli_cmd cmd = {"inspect", "DIR",
-                         "Validates every rule of the dataset format (docs/dataset-format.md) and prints counts, row-length statistics,\n"
-                         "class counts, bytes and whether each shard can be memory-mapped. Exit 0 only when valid.",
+                         "Validates every rule of the dataset format (docs/dataset-format.md), reads every feature for NaN or Inf (naming\n"
+                         "the first by file, row, column and sample), and prints counts, row-length statistics, class counts, bytes\n"
+                         "and whether each shard can be memory-mapped. Exit 0 only when valid and finite.",
                          NULL, 0};
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, pos, 1, &np);
     if (done >= 0) return done;
@@ -97,6 +99,7 @@ int cmd_inspect(ddp_ctx *ctx, int argc, char **argv)
         int64_t ns = 0;
         ddp_shard_stats s = {0};
         st = ddp_dataset_scan(pos[0], &m, &ns, &s);
+        if (st == DDP_OK) st = ddp_dataset_scan_finite(pos[0], m, ns); /* NaN/Inf features: named, not "valid" */
         if (st == DDP_OK) {
             int64_t N = 0, R = 0, bytes = 0, mappable = 0;
             for (int64_t i = 0; i < ns; i++) {

@@ -13,25 +13,78 @@
 #include "mpi_ddp/train/evaluate.h"
 #include "mpi_ddp/core/status.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#define CSV_HEADER "sample_id,label,pred,prob"
 
 static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
 {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
-    if (!f) return ddp_set_error(DDP_ERR_IO, "%s: cannot create", tmp);
-    fprintf(f, "sample_id,label,pred,prob\n");
+    if (!f) return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    fprintf(f, CSV_HEADER "\n");
     for (int64_t i = 0; i < a->n; i++)
         fprintf(f, "%lld,%lld,%lld,%.7g\n", (long long)a->ids[i], (long long)a->labels[i], (long long)a->preds[i], a->probs[i]);
-    int bad = fflush(f) != 0 || ferror(f);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
+    int bad = fflush(f) != 0 || ferror(f), err = bad ? errno : 0;
+    if (fclose(f) != 0 && !bad) bad = 1, err = errno;
+    if (bad) {
         remove(tmp);
-        return ddp_set_error(DDP_ERR_IO, "%s: write failed (disk full?)", path);
+        return ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", tmp, strerror(err));
     }
+    if (rename(tmp, path) != 0) {
+        err = errno;
+        remove(tmp);
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot put the predictions there: %s", path, strerror(err));
+    }
+    return DDP_OK;
+}
+
+static int same_file(const struct stat *a, const struct stat *b) { return a->st_dev == b->st_dev && a->st_ino == b->st_ino; }
+
+/* --out must not replace an input (the checkpoint, a file of the dataset: compared by device and inode, so links
+ * and other spellings of the path count), a directory, or a file mpiddp did not write (an existing non-empty file
+ * must start with the CSV header). DDP_ERR_ARG with one line otherwise. */
+static ddp_status check_out(const char *out, const char *ckpt, const char *data)
+{
+    struct stat so, sx;
+    size_t len = strlen(out);
+    if (stat(out, &so) != 0) {
+        if (errno != ENOENT) return ddp_set_error(DDP_ERR_ARG, "--out %s: %s", out, strerror(errno));
+        if (len && out[len - 1] == '/') return ddp_set_error(DDP_ERR_ARG, "--out %s: names a directory, not a file", out);
+        return DDP_OK; /* a new file: write_predictions says why if its directory is missing */
+    }
+    if (S_ISDIR(so.st_mode))
+        return ddp_set_error(DDP_ERR_ARG, "--out %s: is a directory (give a file name, e.g. %s%spredictions.csv)", out, out,
+                             len && out[len - 1] == '/' ? "" : "/");
+    if (stat(ckpt, &sx) == 0 && same_file(&so, &sx))
+        return ddp_set_error(DDP_ERR_ARG, "--out %s: is the checkpoint --ckpt %s; refusing to replace it", out, ckpt);
+    DIR *d = opendir(data);
+    struct dirent *e;
+    char p[8400];
+    while (d && (e = readdir(d))) {
+        snprintf(p, sizeof p, "%s/%s", data, e->d_name);
+        if (e->d_name[0] != '.' && stat(p, &sx) == 0 && same_file(&so, &sx)) {
+            closedir(d);
+            return ddp_set_error(DDP_ERR_ARG, "--out %s: is %s of the dataset --data %s; refusing to replace it", out, p, data);
+        }
+    }
+    if (d) closedir(d);
+    if (!S_ISREG(so.st_mode)) return ddp_set_error(DDP_ERR_ARG, "--out %s: exists and is not a regular file", out);
+    if (so.st_size == 0) return DDP_OK;
+    char head[sizeof CSV_HEADER] = "";
+    FILE *f = fopen(out, "r");
+    size_t got = f ? fread(head, 1, sizeof head - 1, f) : 0;
+    if (f) fclose(f);
+    head[got] = 0;
+    if (strcmp(head, CSV_HEADER) != 0)
+        return ddp_set_error(DDP_ERR_ARG, "--out %s: exists and is not a predictions CSV of mpiddp eval (it does not start with "
+                                          CSV_HEADER "); refusing to replace it (remove it, or choose another name)", out);
     return DDP_OK;
 }
 
@@ -76,6 +129,12 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     ddp_ckpt_state cs;
     st = DDP_OK;
     if (ctx->topo.rank == 0) st = ddp_ckpt_read(ckpt, &m, host, NULL, NULL, &cs);
+    if (ctx->topo.rank == 0 && st == DDP_OK && cs.no_checksums) /* the library reports it; one notice line */
+        fprintf(stderr, "mpiddp eval: notice: %s has no checksums (written before mpiddp verified checkpoints): loaded unverified\n", ckpt);
+    if (ctx->topo.rank == 0 && st == DDP_OK) { /* eval needs the parameters only */
+        free(cs.best_local);
+        free(cs.topk_json);
+    }
     DDP_TRY(ddp_agree_status(ctx, st));
     for (int64_t lo = 0; lo < n; lo += 1 << 28) {
         int rc = MPI_Bcast(host + lo, (int)(n - lo < (1 << 28) ? n - lo : (1 << 28)), MPI_FLOAT, 0, ctx->world);
@@ -95,7 +154,7 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(ds, &sm, 1, &ld)));
     DDP_TRY(ddp_agree_status(ctx, ddp_eval_acc_init(&a, dims[2], sm.max_samples, out != NULL)));
     DDP_TRY(ddp_loader_start_epoch(ld, 0, 0));
-    DDP_TRY(ddp_eval_run(&m, params, ld, sm.steps, &a));
+    DDP_TRY(ddp_eval_run(&m, params, ld, sm.steps, &a, NULL, NULL));
     double sums[2] = {a.loss_sum, (double)a.count};
     int rc = MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, ctx->world);
     if (rc != MPI_SUCCESS) DDP_FAIL(ddp_mpi_error(rc, "MPI_Allreduce(eval)", __FILE__, __LINE__), "%s", ddp_last_error());
@@ -147,6 +206,8 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
     if (!ckpt || !data) return cli_usage(ctx, "eval", "--ckpt and --data are required");
+    if (out && ddp_agree_status(ctx, cli_rank0(ctx) ? check_out(out, ckpt, data) : DDP_OK) != DDP_OK) /* rank 0 writes it */
+        return cli_usage(ctx, "eval", "%s", ddp_last_error());
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     ddp_status st = ddp_select_device_all(ctx, want, &got, NULL);
     if (st == DDP_OK && got == DDP_DEVICE_CPU && precision == DDP_PRECISION_TF32)

@@ -6,6 +6,7 @@
 #include "mpi_ddp/backend/backend_cpu_bf16.h"
 #include "mpi_ddp/core/status.h"
 #include "slurm/preempt.h"
+#include "stop_signals.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -19,12 +20,6 @@ static const char *ABOUT =
     "epoch and writes RUNDIR/{metrics.csv, run.json, checkpoints/last.h5}. Options may also come from an INI\n"
     "file (--config FILE, keys are option names); the command line wins.";
 
-static void on_signal(int sig)
-{
-    (void)sig;
-    ddp_request_stop();
-}
-
 int cmd_train(ddp_ctx *ctx, int argc, char **argv)
 {
     const char *train_dir = NULL, *val_dir = NULL, *config = NULL;
@@ -35,7 +30,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     ddp_model_config mc;
     ddp_model_config_default(&mc);
     double timeout = 0;
-    int mode = 0, policy = 0, precision = 0;
+    int mode = 0, policy = 0, precision = 0, check_finite = 0;
     cli_opt opts[] = {
         {"train", OPT_STR, &train_dir, NULL, 0, 0, "training dataset directory (required)", 0},
         {"val", OPT_STR, &val_dir, NULL, 0, 0, "validation dataset directory (required)", 0},
@@ -85,8 +80,11 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"early-stop-patience", OPT_INT, &cfg.early_stop_patience, NULL, 0, 1e9, "stop after N epochs without improvement (0 = off)", 0},
         {"early-stop-min-delta", OPT_F64, &cfg.early_stop_min_delta, NULL, 0, 1e12, "smallest change that counts as improvement", 0},
         {"ckpt-every-steps", OPT_I64, &cfg.ckpt_every_steps, NULL, 0, 1e15, "also write last.h5 every N optimizer steps (0 = per epoch)", 0},
+        {"check-finite", OPT_FLAG, &check_finite, NULL, 0, 0, "before training, read every feature of both datasets for NaN/Inf (one line naming file, row and sample)", 0},
         {"skip-nonfinite", OPT_FLAG, &cfg.skip_nonfinite, NULL, 0, 0, "skip steps whose gradient is NaN/Inf (counted in train/skipped_steps)", 0},
         {"resume", OPT_STR, &cfg.resume, NULL, 0, 0, "auto (RUNDIR/checkpoints/last.h5 if present) or a checkpoint file", 0},
+        {"overwrite", OPT_FLAG, &cfg.overwrite, NULL, 0, 0,
+         "RUNDIR holds another run: remove that run's files (metrics, run.json, checkpoints) first; without it such a RUNDIR is refused", 0},
         {"no-progress", OPT_FLAG, &no_progress, NULL, 0, 0, "no progress line on stderr", 0},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
@@ -115,7 +113,9 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     for (int i = 0; i < 3; i++) known_monitor |= strcmp(cfg.monitor, monitors[i]) == 0;
     mc.kind = kind == 1 ? DDP_MODEL_TRANSFORMER : DDP_MODEL_MLP;
     mc.hidden = hidden;
-    if (cli_seen(opts, n, "batch-size") && cli_seen(opts, n, "batch-rows"))
+    if (cfg.resume && cfg.overwrite)
+        conflict = "--resume and --overwrite: give one (continue the run in --out, or remove its files and start afresh)";
+    else if (cli_seen(opts, n, "batch-size") && cli_seen(opts, n, "batch-rows"))
         conflict = "--batch-size and --batch-rows: give one (samples per rank per step, or a token budget per rank per step)";
     else if (!known_monitor) {
         ddp_set_error(DDP_ERR_ARG, "--monitor %s: must be one of val/loss, val/acc, val/macro_f1 (decisions are taken after each validation)",
@@ -140,6 +140,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.config_json = json;
     st = ddp_dataset_open(ctx, train_dir, &tr);
     if (st == DDP_OK) st = ddp_dataset_open(ctx, val_dir, &va);
+    if (st == DDP_OK && check_finite) st = ddp_dataset_check_finite(ctx, tr); /* collective: shards spread over the ranks */
+    if (st == DDP_OK && check_finite) st = ddp_dataset_check_finite(ctx, va);
     for (int k = 0; k < 2 && st == DDP_OK && cli_rank0(ctx); k++) { /* the one-time notice of the slow path */
         const ddp_dataset_info *in = ddp_dataset_get_info(k ? va : tr);
         if (in->hdf5_read_shards)
@@ -174,15 +176,10 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         }
     }
     if (st == DDP_OK) {
-        /* SIGUSR1 (SLURM's --signal) and SIGTERM only set a flag; the ranks act at the next step boundary */
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESTART;
-        sigaction(SIGUSR1, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
-        st = ddp_train(ctx, &cfg, &model, tr, va);
+        /* SIGUSR1 (SLURM's --signal), SIGTERM and SIGINT only set a flag (stop_signals.c); the ranks act at the
+         * next step or validation batch */
+        cli_stop_signals_arm(1);
+        st = ddp_train(ctx, &cfg, &model, tr, va); /* stays armed: a request after the last step changes nothing */
     }
     if (model.destroy) model.destroy(model.self);
     ddp_dataset_close(tr);
@@ -199,6 +196,10 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
             if (rq == DDP_REQUEUE_FAILED || rq == DDP_REQUEUE_NO_SCONTROL) fprintf(stderr, "mpiddp train: error: %s\n", msg);
         }
         return rq == DDP_REQUEUE_NO_SCONTROL ? 3 : rq == DDP_REQUEUE_FAILED ? 1 : 0;
+    }
+    if (st == DDP_ERR_BUSY) { /* --out is another run's: a usage error, nothing written */
+        (void)cli_fail(ctx, "train", st);
+        return 2;
     }
     if (st != DDP_OK) return cli_fail(ctx, "train", st);
     if (cli_rank0(ctx)) {

@@ -1,6 +1,7 @@
 /* main.c — the `mpiddp` executable: subcommand dispatch, MPI start/stop, and exit codes
  * (0 success, 1 runtime error, 2 usage error). The only place besides the cmd_* files that prints. */
 #include "cli.h"
+#include "stop_signals.h"
 #include "mpi_ddp/backend/cuda_api.h"
 
 #include "io/shard.h"
@@ -93,6 +94,11 @@ int main(int argc, char **argv)
     if (!fn) {
         fprintf(stderr, "mpiddp: unknown command '%s' (see mpiddp --help)\n", argv[1]);
         return 2;
+    }
+    /* train's stop signals go to one waiting thread: blocked before MPI_Init starts any thread */
+    if (fn == cmd_train && (cli_stop_signals_block() != 0 || cli_stop_signals_start() != 0)) {
+        fprintf(stderr, "mpiddp train: error: cannot set up the stop-signal thread\n");
+        return 1;
     }
     ddp_ctx *ctx = NULL;
     ddp_status st = ddp_init(&argc, &argv, &ctx);

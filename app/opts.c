@@ -3,11 +3,16 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CONFIG_MAX (1 << 20) /* bytes a --config file may hold: an INI file of options is a few hundred */
 
 static cli_opt *find(cli_opt *o, int n, const char *name)
 {
@@ -115,6 +120,50 @@ static int ini_cb(void *user, const char *section, const char *name, const char 
     return 1;
 }
 
+static const char *file_kind(mode_t m)
+{
+    return S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a file";
+}
+
+/* The text of a --config file, NUL-terminated (caller frees), or NULL with the reason in err. Only a regular file
+ * of at most CONFIG_MAX bytes without NUL bytes: a directory, a FIFO or a device (/dev/zero) is refused at once,
+ * never read forever or waited on (O_NONBLOCK: opening a FIFO does not wait for a writer). */
+static char *read_config(const char *file, char *err, size_t n)
+{
+    int fd = open(file, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return snprintf(err, n, "cannot open: %s", strerror(errno)), NULL;
+    struct stat sb;
+    char *buf = NULL;
+    size_t len = 0;
+    if (fstat(fd, &sb) != 0) snprintf(err, n, "cannot stat: %s", strerror(errno));
+    else if (S_ISDIR(sb.st_mode)) snprintf(err, n, "is a directory, not an INI file");
+    else if (!S_ISREG(sb.st_mode)) snprintf(err, n, "is %s, not a regular file", file_kind(sb.st_mode));
+    else if (sb.st_size > CONFIG_MAX) snprintf(err, n, "%lld bytes, more than the %d a config file may hold", (long long)sb.st_size, CONFIG_MAX);
+    else if (!(buf = malloc(CONFIG_MAX + 2))) snprintf(err, n, "out of memory");
+    else {
+        for (;;) { /* to the end, or one byte past the limit (a file that grew since fstat) */
+            ssize_t k = read(fd, buf + len, CONFIG_MAX + 1 - len);
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0) {
+                snprintf(err, n, "read failed: %s", strerror(errno));
+                break;
+            }
+            len += (size_t)k;
+            if (k == 0 || len > CONFIG_MAX) break;
+        }
+        if (len > CONFIG_MAX) snprintf(err, n, "more than the %d bytes a config file may hold", CONFIG_MAX);
+        else if (memchr(buf, 0, len)) snprintf(err, n, "holds a NUL byte at offset %zu: not a text file", (size_t)((char *)memchr(buf, 0, len) - buf));
+        else {
+            buf[len] = 0;
+            close(fd);
+            return buf;
+        }
+    }
+    free(buf);
+    close(fd);
+    return NULL;
+}
+
 int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, int first, const char **pos, int npos,
               int *npos_out, char *err, size_t errlen)
 {
@@ -133,8 +182,11 @@ int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, 
         if (file) {
             static ini_state st; /* values stay alive for the process */
             st = (ini_state){.opts = opts, .n = nopts, .file = file, .err = msg, .errlen = sizeof msg};
-            int rc = ini_parse(file, ini_cb, &st);
-            if (rc < 0) return snprintf(err, errlen, "mpiddp %s: --config %s: cannot open", cmd, file), CLI_USAGE;
+            char *text = read_config(file, msg, sizeof msg);
+            if (!text) return snprintf(err, errlen, "mpiddp %s: --config %s: %s", cmd, file, msg), CLI_USAGE;
+            int rc = ini_parse_string(text, ini_cb, &st);
+            free(text);
+            if (rc < 0) return snprintf(err, errlen, "mpiddp %s: --config %s: cannot parse (out of memory)", cmd, file), CLI_USAGE;
             if (st.failed || rc > 0) /* inih reports the line of the first error */
                 return snprintf(err, errlen, "mpiddp %s: %s:%d: %s", cmd, file, rc, st.failed ? msg : "syntax error"), CLI_USAGE;
         }

@@ -40,6 +40,7 @@ typedef enum {
     DDP_ERR_REMOTE,   /* another rank failed; its message was shared */
     DDP_ERR_NUMERIC,  /* non-finite loss or gradient */
     DDP_ERR_INTERNAL,
+    DDP_ERR_BUSY,     /* the run directory is in use by a live run, or holds another run's files */
     DDP_STOPPED = 100 /* not an error: training stopped on request (signal) after saving last.h5 */
 } ddp_status;
 
@@ -98,7 +99,8 @@ void ddp_dataset_close(ddp_dataset *ds);
 const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds);
 /* Zero-copy view of one sample (global index): rows [nrows, dim] row-major. `rows` points into the
  * memory-mapped shard when the shard is mappable, else into `scratch` (nrows*dim floats, may be NULL
- * only for mappable datasets). */
+ * only for mappable datasets). A rank keeps a bounded set of shards open (docs/dataset-format.md): the
+ * shard stays open, and `rows` valid, until the calling thread's next ddp_dataset_sample (on any dataset). */
 ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows,
                               int64_t *nrows, int64_t *label, int64_t *sample_id);
 
@@ -262,6 +264,7 @@ typedef struct {
     int hidden;               /* informational, echoed to run.json */
     /* checkpoints and decisions */
     const char *resume;       /* NULL, "auto" (RUNDIR/checkpoints/last.h5 if present) or a checkpoint path */
+    int overwrite;            /* a run directory holding another run's files: remove them first (else refused) */
     int64_t ckpt_every_steps; /* also write last.h5 every N optimizer steps (0: at epoch ends only) */
     const char *monitor;      /* metric the decisions watch (default "val/loss") */
     int mode_max;             /* 1: higher is better */

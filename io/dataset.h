@@ -37,4 +37,9 @@ int ddp_dataset_range(ddp_dataset *ds, int64_t lo, int64_t hi, void **addr, size
 /* madvise(WILLNEED) the rows of a sample, opening its shard if needed. */
 void ddp_dataset_prefetch(ddp_dataset *ds, int64_t index);
 
+/* Collective (`train --check-finite`): every feature is finite. The shards are spread over the ranks (rank r scans
+ * r, r + W, ...); the first non-finite value by shard order is every rank's error, naming the file, row, column
+ * and sample (io/finite.h). Reads the mapped pages once; memory stays bounded. */
+ddp_status ddp_dataset_check_finite(ddp_ctx *ctx, ddp_dataset *ds);
+
 #endif

@@ -228,3 +228,5 @@ const ddp_batch *ddp_loader_peek(ddp_loader *ld, int64_t step)
     if (ld->threaded) pthread_mutex_unlock(&ld->mu);
     return ready ? &s->b : NULL;
 }
+
+ddp_dataset *ddp_loader_dataset(const ddp_loader *ld) { return ld ? ld->ds : NULL; }

@@ -20,6 +20,8 @@ ddp_status ddp_loader_next(ddp_loader *ld, int64_t step, const ddp_batch **out);
 /* The batch of `step` when it is already assembled (the step after the last ddp_loader_next's), else NULL; never
  * waits. It stays valid until the ddp_loader_next after the one for `step`. */
 const ddp_batch *ddp_loader_peek(ddp_loader *ld, int64_t step);
+/* The dataset the loader reads (a diagnosis re-reads a step's samples from it). */
+ddp_dataset *ddp_loader_dataset(const ddp_loader *ld);
 /* The next batch for ddp_model.prefetch (a ddp_next_batch_fn over a cursor): ddp_loader_peek of its step, NULL
  * when step is -1 (past the epoch). */
 typedef struct {

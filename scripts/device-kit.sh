@@ -29,18 +29,18 @@ DEBS=$KIT/debs
 MANIFEST=$KIT/manifest.txt
 LIMIT_BYTES=$((56 * 1024 * 1024))
 SUITE=bookworm            # Debian 12: glibc 2.36, so its binaries also run on newer Ubuntu/Debian images
-KIT_VERSION=1             # bump when the resolution rules below change
+KIT_VERSION=2             # bump when the resolution rules below change
 
 # What mpiddp needs that the GPU machine lacks (the brief's list; pkgconf because CMake finds most through it)
 WANTED=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev libopenblas-dev libpmix-dev
-        libcmocka-dev libinih-dev libcjson-dev pkgconf)
+        libcmocka-dev libinih-dev libcjson-dev zlib1g-dev pkgconf)
 # What the closure of WANTED pulls in but one node never uses; treated as present, so neither they nor
 # their own dependencies are downloaded. mpiddp is C; the .pc files and the headers mpiddp includes (mpi.h,
 # hdf5.h, pmix.h, cblas.h, cJSON.h, ini.h, cmocka.h) need none of the -dev packages named here.
 PRUNE=(
   gfortran gfortran-12 libgfortran-12-dev                                  # Open MPI's Fortran wrappers
   libhdf5-openmpi-fortran-102 libhdf5-openmpi-hl-fortran-100 libhdf5-openmpi-cpp-103-1 libhdf5-openmpi-hl-cpp-100
-  libaec-dev libcurl4-openssl-dev libjpeg-dev libssl-dev zlib1g-dev        # HDF5's static-link -dev extras
+  libaec-dev libcurl4-openssl-dev libjpeg-dev libssl-dev                   # HDF5's static-link -dev extras
   libhwloc-dev libltdl-dev libevent-dev libnuma-dev                        # Open MPI/PMIx static-link extras
   libfabric1 libucx0 libpsm2-2 libpsm-infinipath1 libibverbs1 ibverbs-providers librdmacm1 libnuma1
   libibverbs-dev libnl-3-200 libnl-route-3-200 libnl-3-dev libnl-route-3-dev  # network transports (see MCA below)

@@ -67,7 +67,7 @@ static ddp_status wait_idle(ddp_sync_nccl *n, int stream_too, const char *where)
 {
     ddp_ctx *ctx = n->ctx;
     double t0 = mono(), deadline = ctx->coll_timeout > 0 ? t0 + ctx->coll_timeout : INFINITY;
-    double beat = t0 + DDP_WATCH_HEARTBEAT;
+    double every = ddp_watch_heartbeat(ctx), beat = t0 + every; /* as ddp_wait's loop beats */
     for (long spins = 0;; spins++) {
         int busy = 0, done = 1;
         ddp_status st = n->cu->nccl_poll(ctx->nccl, &busy);
@@ -81,8 +81,8 @@ static ddp_status wait_idle(ddp_sync_nccl *n, int stream_too, const char *where)
         if (!busy && done) return DDP_OK;
         double t = mono();
         if (t > beat) { /* still alive, still waiting: keep this rank's progress record fresh */
-            ddp_watch_mark(ctx, ctx->watch_step, ctx->watch_phase);
-            beat = t + DDP_WATCH_HEARTBEAT;
+            ddp_watch_beat(ctx);
+            beat = t + every;
         }
         if (t > deadline) {
             /* the report first: it may read the board a second time (watchdog.c), and an aborted communicator

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,8 @@ typedef struct {
     int64_t step;
     double when;      /* CLOCK_REALTIME seconds: comparable across nodes with synchronised clocks */
     char phase[48];
+    int32_t waiting;  /* 1: written by the heartbeat of a wait loop (the rank waits in a collective) */
+    int32_t pad;
 } board_entry;
 
 static double wall(void)
@@ -59,16 +62,26 @@ void ddp_watch_close(ddp_ctx *ctx)
 
 void ddp_watch_mark(ddp_ctx *ctx, int64_t step, const char *phase)
 {
+    int waiting = phase == ctx->watch_phase; /* a wait loop's heartbeat re-marks the current position */
     ctx->watch_step = step;
-    if (phase != ctx->watch_phase) snprintf(ctx->watch_phase, sizeof ctx->watch_phase, "%s", phase);
+    if (!waiting) snprintf(ctx->watch_phase, sizeof ctx->watch_phase, "%s", phase);
     if (ctx->watch_fd < 0) return;
-    board_entry e = {.step = step, .when = wall()};
+    board_entry e = {.step = step, .when = wall(), .waiting = waiting};
     snprintf(e.phase, sizeof e.phase, "%s", phase);
     if (pwrite(ctx->watch_fd, &e, sizeof e, 0) != (ssize_t)sizeof e) { /* the board is best effort */
     }
 }
 
-#define HEARTBEAT DDP_WATCH_HEARTBEAT
+void ddp_watch_beat(ddp_ctx *ctx) { ddp_watch_mark(ctx, ctx->watch_step, ctx->watch_phase); }
+
+double ddp_watch_heartbeat(const ddp_ctx *ctx)
+{
+    double t = ctx->coll_timeout / 10;
+    return t > 0 && t < DDP_WATCH_HEARTBEAT ? t : DDP_WATCH_HEARTBEAT;
+}
+
+/* Seconds shown in the report: %g of the value rounded to 0.1 s below 10 s, to 1 s above. */
+static double shown(double s) { return s < 10 ? round(s * 10) / 10 : round(s); }
 
 /* Appends "; missing: rank r ..." for every other rank whose record is older than `stale` seconds to msg (k
  * characters so far); returns how many. */
@@ -89,14 +102,16 @@ static int scan_board(ddp_ctx *ctx, char *msg, size_t cap, size_t k, double stal
             continue;
         }
         e.phase[sizeof e.phase - 1] = 0;
-        if (now - e.when > stale)
-            k += (size_t)snprintf(msg + k, cap - k, "%s rank %d silent for %.1f s (last at step %lld in '%s')",
-                                  behind++ ? ";" : "; missing:", r, now - e.when, (long long)e.step, e.phase);
+        double limit = e.waiting && stale < 1.5 * DDP_WATCH_HEARTBEAT ? 1.5 * DDP_WATCH_HEARTBEAT : stale;
+        if (now - e.when > limit)
+            k += (size_t)snprintf(msg + k, cap - k, "%s rank %d silent for %.1f s (last at step %lld %s '%s')",
+                                  behind++ ? ";" : "; missing:", r, now - e.when, (long long)e.step,
+                                  e.waiting ? "while waiting in" : "in", e.phase);
     }
     return behind;
 }
 
-/* Names the ranks that stopped answering: a waiting rank refreshes its record every HEARTBEAT, so a
+/* Names the ranks that stopped answering: a waiting rank refreshes its record every heartbeat, so a
  * record older than a few heartbeats belongs to a rank that is stopped, dead, or stuck outside MPI. A rank
  * stopped less than `stale` seconds before this rank's deadline still looks alive (it heartbeat while it
  * waited beside this one): when nobody looks behind, the board is read once more `stale` seconds later
@@ -104,15 +119,16 @@ static int scan_board(ddp_ctx *ctx, char *msg, size_t cap, size_t k, double stal
 void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
 {
     char msg[1024];
-    size_t k = (size_t)snprintf(msg, sizeof msg, "collective timeout: rank %d waited %.0f s in %s at step %lld (--collective-timeout %.0f)",
-                                ctx->topo.rank, waited, where, (long long)ctx->watch_step, ctx->coll_timeout);
-    double stale = 6 * HEARTBEAT < ctx->coll_timeout / 2 ? 6 * HEARTBEAT : ctx->coll_timeout / 2;
+    size_t k = (size_t)snprintf(msg, sizeof msg, "collective timeout: rank %d waited %g s in %s at step %lld (--collective-timeout %g)",
+                                ctx->topo.rank, shown(waited), where, (long long)ctx->watch_step, ctx->coll_timeout);
+    double hb = ddp_watch_heartbeat(ctx);
+    double stale = 6 * hb < ctx->coll_timeout / 2 ? 6 * hb : ctx->coll_timeout / 2;
     int behind = scan_board(ctx, msg, sizeof msg, k, stale);
     if (!behind && ctx->watch_fd >= 0) {
         /* heartbeat meanwhile, so that the others do not take this rank for the silent one */
-        for (double left = stale; left > 0; left -= HEARTBEAT) {
-            ddp_watch_mark(ctx, ctx->watch_step, ctx->watch_phase);
-            double t = left < HEARTBEAT ? left : HEARTBEAT;
+        for (double left = stale; left > 0; left -= hb) {
+            ddp_watch_beat(ctx);
+            double t = left < hb ? left : hb;
             struct timespec d = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
             while (nanosleep(&d, &d) != 0 && errno == EINTR) {
             }
@@ -130,15 +146,15 @@ ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
         MPI_CHECK(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
         return DDP_OK;
     }
-    double t0 = mono(), deadline = t0 + ctx->coll_timeout, beat = t0 + HEARTBEAT;
+    double hb = ddp_watch_heartbeat(ctx), t0 = mono(), deadline = t0 + ctx->coll_timeout, beat = t0 + hb;
     for (long spins = 0;; spins++) {
         int flag = 0;
         MPI_CHECK(MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE));
         if (flag) return DDP_OK;
         double t = mono();
         if (t > beat) { /* still alive, still waiting */
-            ddp_watch_mark(ctx, ctx->watch_step, ctx->watch_phase);
-            beat = t + HEARTBEAT;
+            ddp_watch_beat(ctx);
+            beat = t + hb;
         }
         if (t > deadline) {
             ddp_watch_report(ctx, where, t - t0);

@@ -9,15 +9,24 @@
 /* Collective. timeout_s <= 0 disables both the deadline and the board. */
 ddp_status ddp_watch_init(ddp_ctx *ctx, const char *run_dir, double timeout_s);
 void ddp_watch_close(ddp_ctx *ctx);
-/* Records this rank's position (cheap: one pwrite; no-op without a board). */
+/* Records this rank's position (cheap: one pwrite; no-op without a board). Called with ctx->watch_phase itself (the
+ * heartbeat of a wait loop) it also records that this rank is waiting in a collective: such a rank is never taken
+ * for a silent one while its heartbeats keep coming. */
 void ddp_watch_mark(ddp_ctx *ctx, int64_t step, const char *phase);
+/* The heartbeat of a wait loop: ddp_watch_mark at the current position, as waiting. */
+void ddp_watch_beat(ddp_ctx *ctx);
 /* Completes n requests, or fails after the timeout with "collective timeout: rank R waited T s in WHERE at
  * step S; rank(s) ... last seen ..." (a local error: the caller aborts the job). */
 ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where);
-/* Seconds between board refreshes while a rank waits in a collective. */
+/* Seconds between board refreshes while a rank waits in a collective: at most DDP_WATCH_HEARTBEAT, and a tenth
+ * of --collective-timeout below 5 s, so that a waiting rank refreshes its record well within the stale limit. */
 #define DDP_WATCH_HEARTBEAT 0.5
+double ddp_watch_heartbeat(const ddp_ctx *ctx);
 /* Sets the timeout error for a wait of `waited` seconds in `where`, naming the ranks whose board records
- * went stale (used by ddp_wait and by the NCCL waits in sync_nccl.c). */
+ * went stale (used by ddp_wait and by the NCCL waits in sync_nccl.c). Seconds are printed with %g ("waited 0.3 s
+ * ... (--collective-timeout 0.3)"). A record older than the stale limit (six heartbeats, at most half the timeout)
+ * is a silent rank; one that says it is waiting gets at least 1.5 DDP_WATCH_HEARTBEAT (wait loops that beat at the
+ * fixed interval). */
 void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited);
 /* In-place allreduce through ddp_wait. */
 ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, MPI_Op op, const char *where);

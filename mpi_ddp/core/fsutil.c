@@ -35,6 +35,47 @@ ddp_status ddp_mkdir_p(const char *dir)
     return DDP_OK;
 }
 
+ddp_status ddp_check_regular_file(const char *path, const char *what)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open %s: %s", path, what, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) return ddp_set_error(DDP_ERR_IO, "%s: cannot open %s: is a directory", path, what);
+    if (!S_ISREG(sb.st_mode))
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot open %s: not a regular file (%s)", path, what,
+                             S_ISFIFO(sb.st_mode)  ? "a FIFO"
+                             : S_ISSOCK(sb.st_mode) ? "a socket"
+                             : S_ISCHR(sb.st_mode)  ? "a character device"
+                             : S_ISBLK(sb.st_mode)  ? "a block device"
+                                                    : "unknown type");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* replaced by a FIFO since the stat: still no hang */
+    if (fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open %s: %s", path, what, strerror(errno));
+    close(fd);
+    return DDP_OK;
+}
+
+ddp_status ddp_write_file_durable(const char *path, const void *buf, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    const char *p = buf, *op = "write";
+    int err = 0;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len < ((size_t)1 << 30) ? len : ((size_t)1 << 30));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            err = w < 0 ? errno : EIO;
+            break;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    if (!err && fsync(fd) != 0) err = errno, op = "fsync";
+    if (close(fd) != 0 && !err) err = errno, op = "close"; /* NFS reports a full quota here */
+    if (!err) return DDP_OK;
+    unlink(path);
+    return ddp_set_error(DDP_ERR_IO, "%s: %s: %s", path, op, strerror(err));
+}
+
 static herr_t scalar_attr(hid_t obj, const char *name, hid_t file_type, hid_t mem_type, const void *v)
 {
     hid_t sp = H5Screate(H5S_SCALAR);

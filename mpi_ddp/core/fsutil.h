@@ -16,6 +16,13 @@ herr_t ddp_h5_attr_i64(hid_t obj, const char *name, int64_t v);
 herr_t ddp_h5_attr_f64(hid_t obj, const char *name, double v);
 /* Fixed-length, NUL-terminated string attribute (what C writers produce). */
 herr_t ddp_h5_attr_str(hid_t obj, const char *name, const char *v);
+/* A file about to be opened for reading: it must exist, be a regular file (a FIFO or device would block the
+ * open; a directory would reach HDF5 as "not an HDF5 file") and open for reading. The error is one line,
+ * "<path>: cannot open <what>: <cause>" (is a directory, not a regular file (a FIFO), Permission denied). */
+ddp_status ddp_check_regular_file(const char *path, const char *what);
+/* Writes len bytes to path (created or truncated), fsyncs and closes it; on any failure (No space left on
+ * device, ...) removes path and returns DDP_ERR_IO: "<path>: <write|fsync|close>: <cause>". */
+ddp_status ddp_write_file_durable(const char *path, const void *buf, size_t len);
 /* The ranks r < n with (flags[r] != 0) == want, as "0,2-3" ("none" when empty). */
 void ddp_rank_list(const int *flags, int n, int want, char *buf, size_t len);
 

@@ -146,7 +146,7 @@ const char *ddp_status_name(ddp_status st)
     static const char *names[] = {"ok", "bad argument", "I/O error", "format error", "MPI error",
                                   "HDF5 error", "CUDA error", "NCCL error", "out of memory",
                                   "rank mismatch", "error on another rank", "non-finite value",
-                                  "internal error"};
+                                  "internal error", "run directory busy"};
     if ((unsigned)st < sizeof names / sizeof names[0]) return names[st];
     if (st == DDP_STOPPED) return "stopped on request";
     return "unknown status";

@@ -5,6 +5,7 @@
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/core/settings.h"
+#include "mpi_ddp/train/ckpt_verify.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,29 +37,19 @@ static herr_t write_tensors(hid_t f, const char *group, const ddp_model *model, 
             dims[d] = (hsize_t)s->shape[d];
             n *= s->shape[d];
         }
-        hid_t sp = H5Screate_simple(s->ndim, dims, NULL);
-        hid_t d = H5Dcreate2(g, s->name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        e = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data + off);
-        if (d >= 0) H5Dclose(d);
-        H5Sclose(sp);
+        e = ddp_ckpt_write_dataset(g, s->name, s->ndim, dims, data + off, sizeof *data);
         off += n;
     }
-    H5Gclose(g);
+    if (H5Gclose(g) < 0) e = -1;
     return e;
 }
 
-ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float *params, const float *m,
-                          const float *v, const ddp_ckpt_state *cs)
+static ddp_status write_attrs(hid_t f, const char *tmp, const ddp_model *model, const ddp_ckpt_state *cs)
 {
-    ddp_h5_quiet();
-    char tmp[4200], dcopy[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    snprintf(dcopy, sizeof dcopy, "%s", path);
     ddp_status st = DDP_OK;
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot create checkpoint (directory missing, full or read-only?)", tmp);
     CK(ddp_h5_attr_str(f, "format", "mpiddp-checkpoint"), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "version", 1), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_str(f, "checksums", DDP_CKPT_CHECKSUMS), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "model", model->name ? model->name : ""), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "epoch", cs->epoch), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "optim_step_in_epoch", cs->optim_step_in_epoch), "%s: writing attributes", tmp);
@@ -85,12 +76,7 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     CK(ddp_h5_attr_str(f, "topk", cs->topk_json ? cs->topk_json : "[]"), "%s: writing attributes", tmp);
     if (cs->best_local) {
         hsize_t w = (hsize_t)cs->world_size;
-        hid_t sp = H5Screate_simple(1, &w, NULL);
-        hid_t d = H5Dcreate2(f, "best_local", H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        herr_t e2 = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, cs->best_local);
-        if (d >= 0) H5Dclose(d);
-        H5Sclose(sp);
-        CK(e2, "%s: writing /best_local", tmp);
+        CK(ddp_ckpt_write_dataset(f, "best_local", 1, &w, cs->best_local, sizeof *cs->best_local), "%s: writing /best_local", tmp);
     }
     CK(ddp_h5_attr_str(f, "config", cs->config_json ? cs->config_json : "{}"), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "precision", ddp_precision_name(cs->precision)), "%s: writing attributes", tmp);
@@ -104,19 +90,124 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
         CK(ddp_h5_attr_i64(f, "model_positions", mc->positions), "%s: writing attributes", tmp);
         CK(ddp_h5_attr_f64(f, "model_dropout", mc->dropout), "%s: writing attributes", tmp);
     }
-    CK(write_tensors(f, "params", model, params), "%s: writing /params (disk full?)", tmp);
+done:
+    return st;
+}
+
+/* The in-memory file's buffer, through HDF5's file image callbacks: the core driver allocates it here, and at
+ * H5Fclose hands it to image_free, which keeps it — the closed file's exact bytes, with no copy (H5Fget_file_image
+ * would copy, and in HDF5 1.10 leaves a stale superblock checksum in images of 1.8-format files). */
+typedef struct {
+    void *mem;
+    size_t size; /* allocated */
+    int closed;  /* the driver closed the file and left mem to us */
+} mem_image;
+
+static void *img_realloc(void *p, size_t n, H5FD_file_image_op_t op, void *u)
+{
+    (void)op;
+    mem_image *im = u;
+    void *q = realloc(p, n ? n : 1);
+    if (q && (p == im->mem || !im->mem)) im->mem = q, im->size = n;
+    return q;
+}
+static void *img_malloc(size_t n, H5FD_file_image_op_t op, void *u) { return img_realloc(NULL, n, op, u); }
+static void *img_memcpy(void *d, const void *s, size_t n, H5FD_file_image_op_t op, void *u)
+{
+    (void)op, (void)u;
+    return memcpy(d, s, n);
+}
+static herr_t img_free(void *p, H5FD_file_image_op_t op, void *u)
+{
+    mem_image *im = u;
+    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && p == im->mem) im->closed = 1; /* ours now */
+    else {
+        if (p == im->mem) im->mem = NULL;
+        free(p);
+    }
+    return 0;
+}
+static void *img_udata_copy(void *u) { return u; } /* every copy of the property list shares one mem_image */
+static herr_t img_udata_free(void *u)
+{
+    (void)u;
+    return 0;
+}
+
+/* The closed file's length: the end-of-file address of its superblock (version 2 or 3, 8-byte offsets, as the
+ * libver bounds below make it; File Format Specification §II.A). The buffer may extend past it. */
+static int64_t image_eof(const mem_image *im)
+{
+    const unsigned char *b = im->mem;
+    if (!b || im->size < 48 || memcmp(b, "\211HDF\r\n\032\n", 8) != 0 || (b[8] != 2 && b[8] != 3) || b[9] != 8) return -1;
+    uint64_t eof = 0;
+    for (int k = 7; k >= 0; k--) eof = eof << 8 | b[28 + k];
+    return eof <= im->size ? (int64_t)eof : -1;
+}
+
+/* The whole checkpoint as an HDF5 file in memory (the core driver without a backing store): HDF5 never touches
+ * the disk, so a full disk is our write()'s error and no HDF5 file stays open after it. The 1.8 format (object
+ * header v2, superblock v2) gives the metadata HDF5's own checksums. Rank 0 holds the image once (the file's
+ * size, about 12 bytes per parameter) while it is written. *im is allocated: the caller frees im->mem and im. */
+static ddp_status build_image(const char *tmp, const ddp_model *model, const float *params, const float *m, const float *v,
+                              const ddp_ckpt_state *cs, mem_image **imp, size_t *len)
+{
+    ddp_status st = DDP_OK;
+    /* the buffer grows by realloc (mremap for large blocks: no copy) as datasets are written; a single allocation
+     * of the whole size up front would make the driver zero it all first (a second pass over fresh pages) */
+    size_t incr = (size_t)8 << 20;
+    mem_image *im = ddp_calloc(1, sizeof *im);
+    if (!im) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    H5FD_file_image_callbacks_t cb = {img_malloc, img_memcpy, img_realloc, img_free, img_udata_copy, img_udata_free, im};
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
+    if (fapl < 0 || H5Pset_fapl_core(fapl, incr, 0) < 0 || H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0 ||
+        H5Pset_file_image_callbacks(fapl, &cb) < 0)
+        DDP_FAIL(DDP_ERR_HDF5, "%s: HDF5 file access properties", tmp);
+    f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (f < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: cannot create the checkpoint in memory (out of memory?)", tmp);
+    DDP_TRY(write_attrs(f, tmp, model, cs));
+    CK(write_tensors(f, "params", model, params), "%s: writing /params (out of memory?)", tmp);
     if (m && v) {
         hid_t g = H5Gcreate2(f, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         CK(g, "%s: creating /optim", tmp);
-        H5Gclose(g);
-        CK(write_tensors(f, "optim/exp_avg", model, m), "%s: writing /optim/exp_avg (disk full?)", tmp);
-        CK(write_tensors(f, "optim/exp_avg_sq", model, v), "%s: writing /optim/exp_avg_sq (disk full?)", tmp);
+        CK(H5Gclose(g), "%s: creating /optim", tmp);
+        CK(write_tensors(f, "optim/exp_avg", model, m), "%s: writing /optim/exp_avg (out of memory?)", tmp);
+        CK(write_tensors(f, "optim/exp_avg_sq", model, v), "%s: writing /optim/exp_avg_sq (out of memory?)", tmp);
     }
-    CK(H5Fflush(f, H5F_SCOPE_GLOBAL), "%s: flush failed (disk full?)", tmp);
-    herr_t e = H5Fclose(f);
-    f = -1;
-    CK(e, "%s: close failed (disk full?)", tmp);
-    DDP_TRY(ddp_fsync_path(tmp, 0));
+done:
+    if (f >= 0 && H5Fclose(f) < 0 && st == DDP_OK) st = ddp_set_error(DDP_ERR_HDF5, "%s: HDF5 close of the in-memory file", tmp);
+    if (fapl >= 0 && H5Pclose(fapl) < 0 && st == DDP_OK) st = ddp_set_error(DDP_ERR_HDF5, "%s: HDF5 property list close", tmp);
+    int64_t eof = st == DDP_OK && im->closed ? image_eof(im) : -1;
+    if (st == DDP_OK && eof < 0) st = ddp_set_error(DDP_ERR_HDF5, "%s: the in-memory HDF5 file is not a complete image", tmp);
+    if (st == DDP_OK) {
+        *imp = im;
+        *len = (size_t)eof;
+    } else if (im->closed || f < 0) { /* HDF5 holds no pointer to im */
+        free(im->mem);
+        free(im);
+    } /* else: HDF5 may still hold the file and im; leave both to it */
+    return st;
+}
+
+ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float *params, const float *m,
+                          const float *v, const ddp_ckpt_state *cs)
+{
+    ddp_h5_quiet();
+    char tmp[4200], dcopy[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(dcopy, sizeof dcopy, "%s", path);
+    mem_image *img = NULL;
+    size_t len = 0;
+    ddp_status st = build_image(tmp, model, params, m, v, cs, &img, &len);
+    if (st != DDP_OK) return st; /* nothing on disk yet */
+    st = ddp_write_file_durable(tmp, img->mem, len); /* removes tmp when it fails */
+    free(img->mem);
+    free(img);
+    if (st != DDP_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", ddp_last_error());
+        return ddp_set_error(DDP_ERR_IO, "%s: checkpoint not saved: %s", path, why);
+    }
     { /* test hook: die between writing the temporary file and the rename (atomicity test) */
         static int64_t writes;
         int64_t die_at = ddp_env_int("TEST_DIE_IN_SAVE", 0);
@@ -125,7 +216,6 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     if (rename(tmp, path) != 0) DDP_FAIL(DDP_ERR_IO, "%s: rename: %s", path, strerror(errno));
     DDP_TRY(ddp_fsync_path(dirname(dcopy), 1));
 done:
-    if (f >= 0) H5Fclose(f);
     if (st != DDP_OK) unlink(tmp);
     return st;
 }
@@ -133,9 +223,11 @@ done:
 /* A scalar attribute read as mem_type (HDF5 converts): missing or unreadable is a format error. */
 static ddp_status read_attr(hid_t f, const char *path, const char *name, hid_t mem_type, void *v)
 {
-    hid_t a = H5Aexists(f, name) > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
+    htri_t ex = H5Aexists(f, name);
+    if (ex < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': unreadable (%s)", path, name, ddp_ckpt_h5_cause());
+    hid_t a = ex > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
     herr_t e = a < 0 ? -1 : H5Aread(a, mem_type, v);
-    if (a >= 0) H5Aclose(a);
+    if (a >= 0 && H5Aclose(a) < 0) e = -1;
     if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': missing or unreadable", path, name);
     return DDP_OK;
 }
@@ -147,15 +239,17 @@ static ddp_status read_i64_attr(hid_t f, const char *path, const char *name, int
 
 static ddp_status read_str_attr(hid_t f, const char *path, const char *name, char **out)
 {
-    hid_t a = H5Aexists(f, name) > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
+    htri_t ex = H5Aexists(f, name);
+    if (ex < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': unreadable (%s)", path, name, ddp_ckpt_h5_cause());
+    hid_t a = ex > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
     if (a < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': missing", path, name);
     hid_t t = H5Aget_type(a);
-    size_t n = H5Tget_size(t);
-    int fixed_string = H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) <= 0;
+    size_t n = t < 0 ? 0 : H5Tget_size(t);
+    int fixed_string = n > 0 && H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) == 0;
     char *buf = fixed_string ? ddp_calloc(n + 1, 1) : NULL;
     herr_t e = buf ? H5Aread(a, t, buf) : -1;
-    H5Tclose(t);
-    H5Aclose(a);
+    if (t >= 0 && H5Tclose(t) < 0) e = -1;
+    if (H5Aclose(a) < 0) e = -1;
     if (fixed_string && !buf) return ddp_set_error(DDP_ERR_NOMEM, "%s: checkpoint attribute '%s': out of memory", path, name);
     if (e < 0) {
         free(buf);
@@ -165,45 +259,30 @@ static ddp_status read_str_attr(hid_t f, const char *path, const char *name, cha
     return DDP_OK;
 }
 
-static ddp_status read_tensors(hid_t f, const char *path, const char *group, const ddp_model *model, float *out)
+/* Opens a checkpoint for reading: a regular file (a FIFO would block, a directory deserves its own words) that
+ * HDF5 recognises. */
+static ddp_status open_ckpt(const char *path, hid_t *f)
 {
-    int64_t off = 0;
-    char name[512];
-    for (int t = 0; t < model->ntensors; t++) {
-        const ddp_tensor_spec *s = &model->tensors[t];
-        snprintf(name, sizeof name, "%s/%s", group, s->name);
-        hid_t d = H5Lexists(f, group, H5P_DEFAULT) > 0 && H5Lexists(f, name, H5P_DEFAULT) > 0 ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
-        if (d < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': missing", path, name);
-        hid_t sp = H5Dget_space(d);
-        hsize_t dims[4] = {0};
-        int r = H5Sget_simple_extent_ndims(sp);
-        if (r == s->ndim) H5Sget_simple_extent_dims(sp, dims, NULL);
-        H5Sclose(sp);
-        int64_t n = 1;
-        int ok = r == s->ndim;
-        for (int k = 0; k < s->ndim && ok; k++) {
-            ok = (int64_t)dims[k] == s->shape[k];
-            n *= s->shape[k];
-        }
-        if (!ok) {
-            H5Dclose(d);
-            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': shape does not match the model", path, name);
-        }
-        herr_t e = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out + off);
-        H5Dclose(d);
-        if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': cannot be read (truncated?)", path, name);
-        off += n;
-    }
+    ddp_h5_quiet();
+    *f = -1;
+    DDP_CHECK(ddp_check_regular_file(path, "checkpoint"));
+    if (!ddp_h5_is_hdf5(path)) return ddp_set_error(DDP_ERR_FORMAT, "%s: not an HDF5 file (or truncated)", path);
+    *f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (*f < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: cannot be opened by HDF5 (truncated?)", path);
     return DDP_OK;
+}
+
+/* Closes f, keeping the first error. */
+static ddp_status close_ckpt(hid_t f, const char *path, ddp_status st)
+{
+    if (f >= 0 && H5Fclose(f) < 0 && st == DDP_OK) return ddp_set_error(DDP_ERR_HDF5, "%s: HDF5 close failed", path);
+    return st;
 }
 
 ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params, float *m, float *v, ddp_ckpt_state *cs)
 {
-    ddp_h5_quiet();
-    if (access(path, R_OK) != 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
-    if (!ddp_h5_is_hdf5(path)) return ddp_set_error(DDP_ERR_FORMAT, "%s: not an HDF5 file (or truncated)", path);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: cannot be opened by HDF5 (truncated?)", path);
+    hid_t f;
+    DDP_CHECK(open_ckpt(path, &f));
     ddp_status st = DDP_OK;
     int64_t version = 0, seed = 0;
     memset(cs, 0, sizeof *cs);
@@ -216,6 +295,16 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     }
     DDP_TRY(read_i64_attr(f, path, "version", &version));
     if (version != 1) DDP_FAIL(DDP_ERR_FORMAT, "%s: checkpoint version %lld is not supported (expected 1)", path, (long long)version);
+    htri_t sums = H5Aexists(f, "checksums");
+    if (sums < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: checkpoint attribute 'checksums': unreadable", path);
+    if (sums > 0) {
+        char *kind = NULL;
+        DDP_TRY(read_str_attr(f, path, "checksums", &kind));
+        int ok = strcmp(kind, DDP_CKPT_CHECKSUMS) == 0;
+        free(kind);
+        if (!ok) DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'checksums': unknown kind (expected " DDP_CKPT_CHECKSUMS ")", path);
+    }
+    cs->no_checksums = !sums; /* written before checksums: loaded unverified (finiteness still checked) */
     DDP_TRY(read_i64_attr(f, path, "epoch", &cs->epoch));
     cs->legacy_micro_batch = -1;
     if (H5Aexists(f, "optim_step_in_epoch") > 0) {
@@ -272,22 +361,25 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     cs->best_local = ddp_calloc((size_t)cs->world_size, sizeof(double));
     if (!cs->best_local) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     for (int64_t r = 0; r < cs->world_size; r++) cs->best_local[r] = NAN;
-    if (H5Lexists(f, "best_local", H5P_DEFAULT) > 0) {
+    int bl = ddp_ckpt_path_exists(f, "best_local");
+    if (bl < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/best_local': unreadable (%s)", path, ddp_ckpt_h5_cause());
+    if (bl > 0) {
         hid_t d = H5Dopen2(f, "best_local", H5P_DEFAULT);
         hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
         hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
         herr_t e = np == cs->world_size ? H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, cs->best_local) : -1;
-        if (sp >= 0) H5Sclose(sp);
-        if (d >= 0) H5Dclose(d);
+        st = e < 0 ? DDP_OK : ddp_ckpt_verify_crc(d, path, "best_local", sums > 0, cs->best_local, cs->world_size, sizeof(double));
+        if (sp >= 0 && H5Sclose(sp) < 0) e = -1;
+        if (d >= 0 && H5Dclose(d) < 0) e = -1;
+        if (st != DDP_OK) goto done;
         if (e < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/best_local': unreadable or wrong length", path);
     }
-    DDP_TRY(read_tensors(f, path, "params", model, params));
-    if (m && v) {
-        DDP_TRY(read_tensors(f, path, "optim/exp_avg", model, m));
-        DDP_TRY(read_tensors(f, path, "optim/exp_avg_sq", model, v));
-    }
+    DDP_TRY(ddp_ckpt_read_tensors(f, path, sums > 0, "params", model, params));
+    /* without m and v (eval) the moments are still verified: a corrupt file is refused whoever reads it */
+    DDP_TRY(ddp_ckpt_read_tensors(f, path, sums > 0, "optim/exp_avg", model, m && v ? m : NULL));
+    DDP_TRY(ddp_ckpt_read_tensors(f, path, sums > 0, "optim/exp_avg_sq", model, m && v ? v : NULL));
 done:
-    H5Fclose(f);
+    st = close_ckpt(f, path, st);
     if (st != DDP_OK) {
         free(cs->best_local);
         free(cs->topk_json);
@@ -299,28 +391,28 @@ done:
 
 static ddp_status dims2(hid_t f, const char *path, const char *name, hsize_t *dims)
 {
-    hid_t d = H5Lexists(f, "params", H5P_DEFAULT) > 0 && H5Lexists(f, name, H5P_DEFAULT) > 0 ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
-    if (d < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': missing (not an mpiddp reference-model checkpoint?)", path, name);
+    int ex = ddp_ckpt_path_exists(f, name);
+    hid_t d = ex > 0 ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
+    if (ex == 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': missing (not an mpiddp reference-model checkpoint?)", path, name);
+    if (d < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': unreadable (%s)", path, name, ddp_ckpt_h5_cause());
     hid_t sp = H5Dget_space(d);
-    int r = H5Sget_simple_extent_ndims(sp);
-    if (r == 2) H5Sget_simple_extent_dims(sp, dims, NULL);
-    H5Sclose(sp);
-    H5Dclose(d);
+    int r = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+    if (r == 2 && H5Sget_simple_extent_dims(sp, dims, NULL) < 0) r = -1;
+    if (sp >= 0 && H5Sclose(sp) < 0) r = -1;
+    if (H5Dclose(d) < 0) r = -1;
+    if (r < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': unreadable (corrupt file)", path, name);
     if (r != 2) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': wrong rank %d (expected 2)", path, name, r);
     return DDP_OK;
 }
 
 ddp_status ddp_ckpt_peek_refmodel(const char *path, int64_t *dim, int64_t *hidden, int64_t *classes)
 {
-    ddp_h5_quiet();
-    if (access(path, R_OK) != 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
-    if (!ddp_h5_is_hdf5(path)) return ddp_set_error(DDP_ERR_FORMAT, "%s: not an HDF5 file (or truncated)", path);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: cannot be opened by HDF5 (truncated?)", path);
+    hid_t f;
+    DDP_CHECK(open_ckpt(path, &f));
     hsize_t w1[2] = {0, 0}, w3[2] = {0, 0};
     ddp_status st = dims2(f, path, "params/l1.weight", w1);
     if (st == DDP_OK) st = dims2(f, path, "params/l3.weight", w3);
-    H5Fclose(f);
+    st = close_ckpt(f, path, st);
     if (st != DDP_OK) return st;
     *hidden = (int64_t)w1[0];
     *dim = (int64_t)w1[1];
@@ -352,16 +444,13 @@ static ddp_status peek_transformer(hid_t f, const char *path, ddp_model_config *
 ddp_status ddp_ckpt_peek_model(const char *path, ddp_model_config *c)
 {
     ddp_model_config_default(c);
-    ddp_h5_quiet();
-    if (access(path, R_OK) != 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
-    if (!ddp_h5_is_hdf5(path)) return ddp_set_error(DDP_ERR_FORMAT, "%s: not an HDF5 file (or truncated)", path);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: cannot be opened by HDF5 (truncated?)", path);
+    hid_t f;
+    DDP_CHECK(open_ckpt(path, &f));
     char *kind = NULL;
     ddp_status st = H5Aexists(f, "model") > 0 ? read_str_attr(f, path, "model", &kind) : DDP_OK;
     int tx = st == DDP_OK && kind && !strcmp(kind, "transformer");
     if (st == DDP_OK && tx) st = peek_transformer(f, path, c);
-    H5Fclose(f);
+    st = close_ckpt(f, path, st);
     free(kind);
     if (st != DDP_OK || tx) return st;
     c->kind = DDP_MODEL_MLP; /* "mlp", or "reference" in checkpoints of earlier versions */

@@ -1,6 +1,7 @@
 /* checkpoint.h — HDF5 checkpoints (docs/run-directory.md): /params/<name> in PyTorch names and layouts, /optim/exp_avg
  * and /optim/exp_avg_sq per tensor, and attributes for the position, seed, world size, best scores and
- * configuration. Written to a temporary name, fsynced and renamed, so readers never see partial files. */
+ * configuration. Written to a temporary name, fsynced and renamed, so readers never see partial files. Every
+ * dataset carries a CRC-32 verified on load, and parameters and moments must be finite (ckpt_verify.h). */
 #ifndef DDP_CHECKPOINT_H
 #define DDP_CHECKPOINT_H
 
@@ -37,6 +38,10 @@ typedef struct {
     const ddp_model_config *model_cfg; /* write: a built-in model's hyperparameters (may be NULL); read: unused */
     /* the run's --precision (attribute "precision"); read: fp32 when absent (written before --precision) */
     ddp_precision precision;
+    /* read: 1 when the file carries no checksums (written before they existed): its datasets were loaded
+     * unverified (finiteness is still checked); the caller prints one notice. 0 when every dataset's
+     * checksum matched. */
+    int no_checksums;
 } ddp_ckpt_state;
 
 /* Host arrays in the model's flat layout; m/v may be NULL (written as zeros are not: omitted). */
@@ -47,7 +52,8 @@ ddp_status ddp_ckpt_peek_refmodel(const char *path, int64_t *dim, int64_t *hidde
 /* The built-in model a checkpoint holds: kind ("model" attribute: mlp, or transformer with its recorded
  * hyperparameters), D, width and classes from the parameter shapes; workspace limits are left 0. */
 ddp_status ddp_ckpt_peek_model(const char *path, ddp_model_config *c);
-/* Reads into host arrays (m, v may be NULL); shapes must match model. */
+/* Reads into host arrays (m, v may be NULL: the moments are then verified, not kept); shapes must match
+ * model. A checksum mismatch, a non-finite value, a FIFO or directory: one line naming file and dataset. */
 ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params, float *m, float *v,
                          ddp_ckpt_state *st);
 

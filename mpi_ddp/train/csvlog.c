@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     int64_t epoch, step;
@@ -72,7 +73,27 @@ static ddp_status add_row(ddp_csv *c, int64_t epoch, int64_t step, const ddp_met
     return DDP_OK;
 }
 
-/* Reads an existing metrics file back (resume), keeping rows up to keep_step. */
+/* A whole row of an existing file: ended by a newline (a write cut short by a full disk or a kill is not),
+ * with as many cells as the header and integer epoch and step. */
+static int whole_row(char *line, int ncols, int64_t *epoch, int64_t *step)
+{
+    size_t n = strlen(line);
+    if (n == 0 || line[n - 1] != '\n') return 0;
+    line[strcspn(line, "\r\n")] = 0;
+    int cells = 1;
+    for (const char *p = line; *p; p++) cells += *p == ',';
+    if (cells != ncols) return 0;
+    char *end;
+    errno = 0;
+    *epoch = strtoll(line, &end, 10);
+    if (end == line || *end != ',' || errno) return 0;
+    const char *s = end + 1;
+    *step = strtoll(s, &end, 10);
+    return end != s && (*end == ',' || !*end) && !errno && *epoch >= 0 && *step >= 0;
+}
+
+/* Reads an existing metrics file back (resume), keeping the whole rows up to keep_step (a partial or
+ * malformed row is dropped, never parsed). */
 static ddp_status load_existing(ddp_csv *c, int64_t keep_step)
 {
     FILE *f = fopen(c->path, "r");
@@ -86,16 +107,14 @@ static ddp_status load_existing(ddp_csv *c, int64_t keep_step)
             if (st == DDP_OK) st = ddp_row_set(&hdr, tok, 0);
     }
     while (st == DDP_OK && hdr.n >= 2 && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\r\n")] = 0;
         ddp_row_clear(&row);
         int64_t epoch = 0, step = 0;
+        if (!whole_row(line, hdr.n, &epoch, &step)) continue;
         char *p = line;
         for (int k = 0; k < hdr.n && p; k++) {
             char *comma = strchr(p, ',');
             if (comma) *comma = 0;
-            if (k == 0) epoch = strtoll(p, NULL, 10);
-            else if (k == 1) step = strtoll(p, NULL, 10);
-            else if (*p && strcmp(hdr.names[k], "rank") != 0 && st == DDP_OK) st = ddp_row_set(&row, hdr.names[k], strtod(p, NULL));
+            if (k >= 2 && *p && strcmp(hdr.names[k], "rank") != 0 && st == DDP_OK) st = ddp_row_set(&row, hdr.names[k], strtod(p, NULL));
             p = comma ? comma + 1 : NULL;
         }
         if (step <= keep_step && st == DDP_OK) st = add_row(c, epoch, step, &row);
@@ -104,6 +123,30 @@ static ddp_status load_existing(ddp_csv *c, int64_t keep_step)
     ddp_row_free(&row);
     fclose(f);
     return st;
+}
+
+/* Writes the header and every row kept to path.tmp, renames it over path and reopens path for appending.
+ * On failure the old file is untouched and path.tmp removed. */
+static ddp_status rewrite(ddp_csv *c)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", c->path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    put_header(c, f);
+    for (int64_t i = 0; i < c->nrows; i++) put_row(c, f, &c->rows[i]);
+    int bad = fflush(f) != 0 || ferror(f), e = errno;
+    if (fclose(f) != 0 && !bad) bad = 1, e = errno;
+    if (!bad && rename(tmp, c->path) != 0) bad = 1, e = errno;
+    if (bad) {
+        unlink(tmp);
+        return ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", c->path, strerror(e));
+    }
+    if (c->f) fclose(c->f);
+    c->f = fopen(c->path, "a");
+    if (!c->f) return ddp_set_error(DDP_ERR_IO, "%s: cannot reopen: %s", c->path, strerror(errno));
+    c->written_cols = c->cols.n;
+    return DDP_OK;
 }
 
 ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, int64_t keep_upto_step, ddp_csv **out)
@@ -119,16 +162,11 @@ ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, in
         ddp_csv_close(c);
         return st;
     }
-    c->f = fopen(path, "w");
-    if (!c->f) {
-        int e = errno;
+    st = rewrite(c); /* a resume rewrites the kept rows through a temporary file: a full disk loses none */
+    if (st != DDP_OK) {
         ddp_csv_close(c);
-        return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", path, strerror(e));
+        return st;
     }
-    put_header(c, c->f);
-    for (int64_t i = 0; i < c->nrows; i++) put_row(c, c->f, &c->rows[i]);
-    fflush(c->f);
-    c->written_cols = c->cols.n;
     *out = c;
     return DDP_OK;
 }
@@ -137,22 +175,7 @@ ddp_status ddp_csv_write(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metr
 {
     DDP_CHECK(add_row(c, epoch, step, row));
     csv_row *r = &c->rows[c->nrows - 1];
-    if (c->cols.n != c->written_cols) { /* widen: rewrite everything */
-        char tmp[4200];
-        snprintf(tmp, sizeof tmp, "%s.tmp", c->path);
-        FILE *f = fopen(tmp, "w");
-        if (!f) return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        put_header(c, f);
-        for (int64_t i = 0; i < c->nrows; i++) put_row(c, f, &c->rows[i]);
-        int bad = fflush(f) != 0 || ferror(f);
-        fclose(f);
-        if (bad || rename(tmp, c->path) != 0) return ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", c->path, strerror(errno));
-        fclose(c->f);
-        c->f = fopen(c->path, "a");
-        if (!c->f) return ddp_set_error(DDP_ERR_IO, "%s: cannot reopen: %s", c->path, strerror(errno));
-        c->written_cols = c->cols.n;
-        return DDP_OK;
-    }
+    if (c->cols.n != c->written_cols) return rewrite(c); /* widen: rewrite everything */
     put_row(c, c->f, r);
     if (fflush(c->f) != 0 || ferror(c->f)) return ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", c->path, strerror(errno));
     return DDP_OK;

@@ -68,8 +68,8 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         return DDP_ERR_ARG;
     }
     double lv = li >= 0 ? local->vals[li] : NAN;
-    /* 2. each rank's vote: its local value improved over its own best */
-    int mine = better(d, lv, d->best_local);
+    /* 2. each rank's vote: its local value improved over its own best (bit 0), and is not finite (bit 1) */
+    int mine = better(d, lv, d->best_local) | (need_local && !isfinite(lv) ? 2 : 0);
     int *votes = me == 0 ? ddp_calloc((size_t)W, sizeof *votes) : NULL;
     int *imp = me == 0 ? ddp_calloc((size_t)W, sizeof *imp) : NULL;
     ddp_status ast = ddp_agree_status(ctx, me == 0 && (!votes || !imp) ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for the checkpoint vote") : DDP_OK);
@@ -87,16 +87,34 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         return wst;
     }
     /* 3. rank 0 decides; one broadcast carries the decision */
-    double dec[4] = {0, 0, NAN, -1}; /* improved, stop, value, drop */
+    double dec[5] = {0, 0, NAN, -1, 0}; /* improved, stop, value, drop, not finite */
+    char fail[600] = "";
     if (me == 0) {
         double view = d->policy == DDP_POLICY_RANK0 ? lv : global->vals[gi];
-        int improved, yes = 0;
-        for (int r = 0; r < W; r++) yes += imp[r] = votes[r];
+        int improved, yes = 0, nbad = 0;
+        for (int r = 0; r < W; r++) nbad += (votes[r] & 2) != 0;
+        for (int r = 0; r < W; r++) yes += imp[r] = votes[r] & 1;
+        int nonfinite = !isfinite(view) || (vote && nbad > 0);
         if (d->policy == DDP_POLICY_ALL) improved = yes == W;
         else if (d->policy == DDP_POLICY_ANY) improved = yes > 0;
         else if (d->policy == DDP_POLICY_MAJORITY) improved = 2 * yes > W;
         else improved = better(d, view, d->best);
-        int worst = -1, save = d->top_k > 0 && (vote ? improved : enters_topk(d, view, &worst));
+        if (nonfinite) { /* nothing to rank: no save, no improvement */
+            char who[240];
+            if (vote && nbad) {
+                char badl[200];
+                for (int r = 0; r < W; r++) votes[r] = (votes[r] & 2) != 0; /* done counting: reused for the list */
+                ddp_rank_list(votes, W, 1, badl, sizeof badl);
+                snprintf(who, sizeof who, "not finite on rank(s) %s", badl);
+            } else {
+                snprintf(who, sizeof who, "not finite (%s)", isnan(view) ? "nan" : view > 0 ? "inf" : "-inf");
+            }
+            improved = 0;
+            snprintf(fail, sizeof fail, "%s is %s after epoch %lld (step %lld), so it can neither rank checkpoints nor stop "
+                     "early (a NaN or Inf in the validation data? mpiddp inspect or train --check-finite names it; --skip-nonfinite "
+                     "goes on without saving)", d->monitor, who, (long long)epoch, (long long)step);
+        }
+        int worst = -1, save = !nonfinite && d->top_k > 0 && (vote ? improved : enters_topk(d, view, &worst));
         if (vote && save && d->ntopk >= d->top_k) { /* list full: the worst by value makes room */
             int w = 0;
             for (int i = 1; i < d->ntopk; i++)
@@ -104,22 +122,27 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
             worst = w;
         }
         int stop = d->patience > 0 && !improved && d->bad_epochs + 1 >= d->patience;
-        dec[0] = improved, dec[1] = stop, dec[2] = view, dec[3] = save ? worst : -2;
+        dec[0] = improved, dec[1] = stop, dec[2] = view, dec[3] = save ? worst : -2, dec[4] = nonfinite;
         char yesl[200], nol[200];
         ddp_rank_list(imp, W, 1, yesl, sizeof yesl);
         ddp_rank_list(imp, W, 0, nol, sizeof nol);
         if (vote)
             snprintf(out->note, sizeof out->note, "epoch %lld step %lld: %s=%.6g; policy %s: %s (improved on ranks %s; not on ranks %s)%s",
-                     (long long)epoch, (long long)step, d->monitor, view, policy_name(d->policy), save ? "save" : "no save", yesl, nol,
+                     (long long)epoch, (long long)step, d->monitor, view, policy_name(d->policy),
+                     save ? "save" : nonfinite ? "not finite, no save" : "no save", yesl, nol,
                      yes != 0 && yes != W ? " - ranks disagree" : "");
         else
             snprintf(out->note, sizeof out->note, "epoch %lld step %lld: %s=%.6g; policy %s: %s", (long long)epoch, (long long)step,
-                     d->monitor, view, policy_name(d->policy), save ? "save" : improved ? "improved" : "no improvement");
+                     d->monitor, view, policy_name(d->policy),
+                     save ? "save" : improved ? "improved" : nonfinite ? "not finite, no save" : "no improvement");
         free(imp);
     }
     free(votes);
-    MPI_CHECK(MPI_Ibcast(dec, 4, MPI_DOUBLE, 0, ctx->world, &rq));
+    MPI_CHECK(MPI_Ibcast(dec, 5, MPI_DOUBLE, 0, ctx->world, &rq));
     DDP_CHECK(ddp_wait(ctx, 1, &rq, "the checkpoint decision"));
+    out->nonfinite = dec[4] != 0;
+    if (out->nonfinite && !d->nonfinite_continue) /* rank 0's line, on every rank */
+        return ddp_agree_status(ctx, me == 0 ? ddp_set_error(DDP_ERR_NUMERIC, "%s", fail) : DDP_OK);
     int improved = dec[0] != 0;
     out->stop = dec[1] != 0;
     out->value = dec[2];

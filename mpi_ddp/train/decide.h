@@ -25,6 +25,8 @@ typedef struct {
     int top_k;                    /* files to keep; 0 = none */
     int patience;                 /* epochs without improvement before stopping; 0 = never */
     double min_delta;
+    int nonfinite_continue;       /* a non-finite monitor: 0 (default) stops the run with one line (DDP_ERR_NUMERIC on
+                                     every rank); 1 takes it as "no improvement, no save" and goes on */
     /* state, saved in checkpoints */
     double best;                  /* policy view's best (for early stopping) */
     double best_local;            /* this rank's best local value (votes) */
@@ -38,12 +40,15 @@ typedef struct {
     int stop;                     /* early stop after this epoch */
     double value;                 /* the policy's view of the monitor (for file names and logs) */
     int drop;                     /* index in topk of a file to delete after saving, -1 none */
+    int nonfinite;                /* the policy's view (votes: some rank's local value) was NaN or Inf: no save */
     char note[1024];              /* one line for the log: the decision and, for votes, who voted how */
 } ddp_decision;
 
 void ddp_decider_init(ddp_decider *d, ddp_policy policy, const char *monitor, int mode_max, int top_k, int patience,
                       double min_delta);
-/* Collective. global: reduced row (complete on rank 0); local: this rank's own row. */
+/* Collective. global: reduced row (complete on rank 0); local: this rank's own row. A monitored value that is NaN
+ * or Inf never saves and never improves; unless d->nonfinite_continue, it is an error on every rank ("val/loss is
+ * nan after epoch E (step S): not finite ..."), as Lightning's EarlyStopping(check_finite=True) stops the run. */
 ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global, const ddp_metric_row *local, int64_t epoch,
                       int64_t step, ddp_decision *out);
 /* After the top-k file for out was written (rank 0): updates the list, returns the file to remove (or ""). */

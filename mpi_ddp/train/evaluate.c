@@ -59,9 +59,13 @@ static ddp_status keep(ddp_eval_acc *a, int64_t idx, int64_t id, int64_t label, 
     return DDP_OK;
 }
 
-ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64_t steps, ddp_eval_acc *a)
+ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64_t steps, ddp_eval_acc *a, ddp_eval_poll poll,
+                        void *arg)
 {
     for (int64_t s = 0; s < steps; s++) {
+        int stop = 0;
+        if (poll) DDP_CHECK(poll(arg, s, &stop));
+        if (stop) return DDP_OK;
         const ddp_batch *b;
         DDP_CHECK(ddp_loader_next(ld, s, &b));
         ddp_forward_out out = {.pred = a->b_pred, .prob = a->b_prob, .loss = a->b_loss};

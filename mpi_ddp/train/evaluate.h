@@ -24,8 +24,13 @@ typedef struct {
 ddp_status ddp_eval_acc_init(ddp_eval_acc *a, int64_t classes, int64_t batch, int collect);
 void ddp_eval_acc_free(ddp_eval_acc *a);
 void ddp_eval_acc_reset(ddp_eval_acc *a);
-/* Runs `steps` batches of an epoch already started on the loader (collective-free). */
-ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64_t steps, ddp_eval_acc *a);
+/* Called before each batch (index `batch`); sets *stop to end the pass there. May be collective when every rank
+ * calls it at the same batches (the trainer agrees stop requests this way). */
+typedef ddp_status (*ddp_eval_poll)(void *arg, int64_t batch, int *stop);
+/* Runs `steps` batches of an epoch already started on the loader (collective-free unless poll is); poll may
+ * be NULL. */
+ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64_t steps, ddp_eval_acc *a, ddp_eval_poll poll,
+                        void *arg);
 void ddp_confusion_metrics(const int64_t *conf, int64_t C, double *acc, double *macro_f1);
 /* Sums the confusion matrices over ranks in place (collective). */
 ddp_status ddp_eval_reduce_confusion(ddp_ctx *ctx, ddp_eval_acc *a);

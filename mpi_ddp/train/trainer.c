@@ -13,6 +13,8 @@
 #include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/train/evaluate.h"
+#include "mpi_ddp/train/grad_diag.h"
+#include "mpi_ddp/train/rundir.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/train/lr_schedule.h"
 #include "mpi_ddp/train/metrics.h"
@@ -23,6 +25,7 @@
 #include "mpi_ddp/comm/watchdog.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,8 +60,8 @@ typedef struct {
     ddp_loader_cursor peek;               /* ddp_model.prefetch: the next micro-batch (step -1: none) */
 } trainer;
 
-static volatile sig_atomic_t g_stop_requested;
-void ddp_request_stop(void) { g_stop_requested = 1; }
+static atomic_int g_stop_requested; /* set by the CLI's signal thread, read by the training thread */
+void ddp_request_stop(void) { atomic_store(&g_stop_requested, 1); }
 
 
 static double now_s(void)
@@ -122,14 +125,13 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
     const ddp_train_config *c = ts->cfg;
     ddp_backend *be = ts->be;
     DDP_CHECK(be->zero(be, tr->grads, (size_t)(ts->n + tr->nctl) * sizeof(float)));
-    int64_t last = *mb + c->accumulate < nmb ? *mb + c->accumulate : nmb;
+    int64_t first = *mb, last = *mb + c->accumulate < nmb ? *mb + c->accumulate : nmb;
     if (tr->test_step_delay_ms > 0) { /* test hook: keeps a short job running long enough to be signalled */
         struct timespec delay = {tr->test_step_delay_ms / 1000, (tr->test_step_delay_ms % 1000) * 1000000L};
         nanosleep(&delay, NULL);
     }
     float *ctl = tr->ctl; /* lives in the trainer: uploaded without a host synchronisation */
     memset(ctl, 0, (size_t)tr->nctl * sizeof(float));
-    ctl[CTL_STOP] = (float)stop_wanted(tr); /* agreed through this step's allreduce: no extra collective */
     ddp_watch_mark(ts->ctx, ts->global_step + 1, "forward/backward");
     for (int64_t k = *mb; k < last; k++) {
         const ddp_batch *lb;
@@ -151,7 +153,8 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
             tr->peek = (ddp_loader_cursor){ld, k + 1 < nmb ? k + 1 : -1};
             DDP_CHECK(ts->model->prefetch(ts->model->self, ddp_loader_peek_cursor, &tr->peek));
         }
-        if (is_last) {
+        if (is_last) { /* the stop flag as late as possible: agreed through this step's allreduce, no extra collective */
+            ctl[CTL_STOP] = (float)stop_wanted(tr);
             DDP_CHECK(be->upload_async(be, tr->grads + ts->n, ctl, (size_t)tr->nctl * sizeof(float)));
             ddp_sync_begin(tr->sync);
         }
@@ -180,13 +183,9 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
     for (int k = 0; k < ts->model->ntensors; k++) {
         double s = tr->sumsq[k];
         if (!isfinite(s)) { /* the reduced gradient is the same on every rank: all decide alike */
-            if (!c->skip_nonfinite) {
-                ddp_set_error(DDP_ERR_NUMERIC,
-                              "non-finite gradient at step %lld in parameter '%s' (check the data and --lr; --skip-nonfinite skips such steps)",
-                              (long long)ts->global_step + 1, ts->model->tensors[k].name);
-                ddp_mark_error_shared();
-                return DDP_ERR_NUMERIC;
-            }
+            if (!c->skip_nonfinite) /* names the first non-finite feature of the step's samples, or says there is none */
+                return ddp_grad_nonfinite_error(ts->ctx, ts->tsm, ddp_loader_dataset(ld), first, last,
+                                                ts->global_step + 1, ts->model->tensors[k].name);
             ts->skipped++;
             ts->global_step++;
             return DDP_OK;
@@ -228,8 +227,38 @@ static void monitor_test_offset(trainer *tr, int64_t epoch)
     }
 }
 
-/* Exact validation: padding duplicates excluded, confusion matrix reduced across ranks. */
-static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t epoch)
+/* Stop requests during validation: each batch boundary completes the previous boundary's MAX-allreduce of
+ * the flag (in flight during a whole batch, so it costs no wait) and starts the next, so every rank ends the
+ * pass at the same batch, at most two batches after a request. MPIDDP_TEST_STOP_IN_VAL=B plays a request
+ * arriving on rank 0 before validation batch B. */
+typedef struct {
+    trainer *tr;
+    MPI_Request rq;
+    int in, out, pending, stopped;
+    int64_t test_batch;
+} val_poll;
+
+static ddp_status val_poll_fn(void *arg, int64_t batch, int *stop)
+{
+    val_poll *p = arg;
+    ddp_ctx *ctx = p->tr->state.ctx;
+    if (p->pending) {
+        DDP_CHECK(ddp_wait(ctx, 1, &p->rq, "the validation stop check"));
+        p->pending = 0;
+        if (p->out) {
+            *stop = p->stopped = 1;
+            return DDP_OK;
+        }
+    }
+    p->in = g_stop_requested || (batch == p->test_batch && ctx->topo.rank == 0);
+    MPI_CHECK(MPI_Iallreduce(&p->in, &p->out, 1, MPI_INT, MPI_MAX, ctx->world, &p->rq));
+    p->pending = 1;
+    return DDP_OK;
+}
+
+/* Exact validation: padding duplicates excluded, confusion matrix reduced across ranks. *stopped: a stop
+ * request ended the pass early (nothing logged). */
+static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t epoch, int *stopped)
 {
     ddp_train_state *ts = &tr->state;
     int64_t steps = sm->steps;
@@ -239,7 +268,11 @@ static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t
     DDP_CHECK(ddp_loader_start_epoch(ld, 0, 0));
     ddp_eval_acc *a = &tr->eval;
     ddp_eval_acc_reset(a);
-    DDP_CHECK(ddp_eval_run(ts->model, ts->params, ld, steps, a));
+    val_poll vp = {.tr = tr, .test_batch = ddp_env_int("TEST_STOP_IN_VAL", -1)};
+    DDP_CHECK(ddp_eval_run(ts->model, ts->params, ld, steps, a, val_poll_fn, &vp));
+    if (vp.pending) DDP_CHECK(ddp_wait(ts->ctx, 1, &vp.rq, "the validation stop check")); /* a late request: the next step's */
+    *stopped = vp.stopped;
+    if (vp.stopped) return DDP_OK;
     double lacc, lf1, acc, f1;
     ddp_confusion_metrics(a->conf, a->C, &lacc, &lf1);
     DDP_CHECK(ddp_eval_reduce_confusion(ts->ctx, a));
@@ -515,7 +548,16 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
             if (c->ckpt_every_steps > 0 && ts->global_step % c->ckpt_every_steps == 0 && ts->mb < nmb && c->fast_dev_run <= 0)
                 DDP_TRY(ddp_train_state_save_last(ts));
         }
-        DDP_TRY(validate(tr, vl, &vsm, e));
+        int vstop = 0;
+        DDP_TRY(validate(tr, vl, &vsm, e, &vstop));
+        if (vstop) { /* saved at the epoch's end: a resume validates again */
+            if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_save_last(ts));
+            st = ddp_set_error(DDP_STOPPED, "stopped on request during validation after step %lld (epoch %lld); %s",
+                               (long long)ts->global_step, (long long)e,
+                               c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)" : "last.h5 saved, continue with --resume auto");
+            ddp_mark_error_shared();
+            goto done;
+        }
         int early = 0;
         if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_decide(ts, &tr->row, &tr->lrow, e, &early));
         ts->epoch = e + 1; /* position: start of the next epoch */
@@ -539,8 +581,12 @@ ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model
 {
     DDP_CHECK(ddp_agree_status(ctx, ddp_train_config_check(cfg, ctx->topo.size)));
     trainer tr = {.state = {.ctx = ctx, .cfg = cfg, .model = model, .resume_os = -1, .resume_pos = -1, .resume_legacy_mb = -1}};
+    ddp_rundir rd;
+    /* before anything is written: the run directory is this run's (lock; no other run's files unless resuming) */
+    DDP_CHECK(ddp_rundir_acquire(ctx, cfg->out_dir, cfg->resume != NULL, cfg->overwrite, &rd));
     ddp_status st = ddp_agree_status(ctx, setup(&tr, train, val));
     if (st == DDP_OK) st = run(&tr, train, val);
     teardown(&tr);
+    ddp_rundir_release(&rd);
     return st;
 }

@@ -8,9 +8,12 @@
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/train/train_state.h"
 #include "mpi_ddp/comm/watchdog.h"
+#include "mpi_ddp/train/rundir.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,30 +126,55 @@ ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row
                                   int *stop)
 {
     ddp_decision d;
+    ts->dec.nonfinite_continue = ts->cfg->skip_nonfinite; /* a non-finite monitor: an error, unless --skip-nonfinite */
     DDP_CHECK(ddp_decide(ts->ctx, &ts->dec, row, lrow, epoch, ts->global_step, &d));
     int rank0 = ts->ctx->topo.rank == 0;
     if (rank0 && ts->cfg->progress) fprintf(stderr, "checkpoint: %s\n", d.note);
-    if (rank0 && d.note[0]) { /* the decision log, one line per decision */
+    if (d.save) { /* the top-k list holds paths relative to the run directory: a copied or moved run manages its own */
+        char name[512], rel[600], path[4800 + 64], removed[4800];
+        ddp_topk_name(name, sizeof name, &ts->dec, epoch, ts->global_step, d.value);
+        snprintf(rel, sizeof rel, "checkpoints/%s", name);
+        snprintf(path, sizeof path, "%s/%s", ts->cfg->out_dir, rel);
+        ddp_decider_commit(&ts->dec, &d, epoch, ts->global_step, rel, removed, sizeof removed);
+        DDP_CHECK(save_ckpt(ts, path));
+        if (rank0 && removed[0] && strcmp(removed, rel) != 0 && ddp_rundir_inside(removed)) { /* never outside the run */
+            snprintf(path, sizeof path, "%s/%s", ts->cfg->out_dir, removed);
+            remove(path);
+        }
+    }
+    ddp_status st = DDP_OK;
+    if (rank0 && d.note[0]) { /* the decision log, one line per decision, once its save has succeeded */
         char p[4400];
         snprintf(p, sizeof p, "%s/decisions.log", ts->ckpt_dir);
         FILE *f = fopen(p, "a");
-        if (f) {
-            fprintf(f, "%s\n", d.note);
-            fclose(f);
-        }
+        int bad = !f || fprintf(f, "%s\n", d.note) < 0;
+        bad |= f && fclose(f) != 0;
+        if (bad) st = ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", p, strerror(errno));
     }
-    if (d.save) {
-        char name[512], path[4800], removed[4800];
-        ddp_topk_name(name, sizeof name, &ts->dec, epoch, ts->global_step, d.value);
-        snprintf(path, sizeof path, "%s/%s", ts->ckpt_dir, name);
-        ddp_decider_commit(&ts->dec, &d, epoch, ts->global_step, path, removed, sizeof removed);
-        DDP_CHECK(save_ckpt(ts, path));
-        if (rank0 && removed[0] && strcmp(removed, path) != 0) remove(removed);
-    }
+    DDP_CHECK(ddp_agree_status(ts->ctx, st));
     *stop = d.stop;
     if (d.stop && rank0 && ts->cfg->progress)
-        fprintf(stderr, "early stopping: %s did not improve for %d epoch(s)\n", ts->dec.monitor, ts->cfg->early_stop_patience);
+        fprintf(stderr, "early stopping: %s did not improve for %d epoch(s)%s\n", ts->dec.monitor, ts->cfg->early_stop_patience,
+                d.nonfinite ? " (the last value was not finite)" : "");
     return DDP_OK;
+}
+
+/* A top-k entry's path as this run keeps it: "checkpoints/NAME", relative to the run directory. Older
+ * checkpoints stored the path as --out was typed (relative to another working directory, or the directory a
+ * run was copied from): the entry becomes this run directory's file of the same name, or is dropped (-1)
+ * when the run has no such file, so a resumed copy never manages, let alone deletes, the original's files. */
+static int topk_entry_path(const char *out_dir, const char *saved, char *rel, size_t len)
+{
+    const char *base = strrchr(saved, '/');
+    base = base ? base + 1 : saved;
+    if (!*base || !strcmp(base, "..") || !strcmp(base, ".")) return -1;
+    int current = !strncmp(saved, "checkpoints/", 12) && !strchr(saved + 12, '/');
+    snprintf(rel, len, "checkpoints/%s", base);
+    if (current) return 0;
+    char p[8400];
+    struct stat s;
+    snprintf(p, sizeof p, "%s/%s", out_dir, rel);
+    return stat(p, &s) == 0 && S_ISREG(s.st_mode) ? 0 : -1;
 }
 
 /* Restores the state from a checkpoint read by rank 0 and broadcast. */
@@ -244,12 +272,15 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
             k->value = cJSON_GetArrayItem(e, 0)->valuedouble;
             k->epoch = (int64_t)cJSON_GetArrayItem(e, 1)->valuedouble;
             k->step = (int64_t)cJSON_GetArrayItem(e, 2)->valuedouble;
-            snprintf(k->path, sizeof k->path, "%s", cJSON_GetArrayItem(e, 3)->valuestring ? cJSON_GetArrayItem(e, 3)->valuestring : "");
+            const char *kept = cJSON_GetArrayItem(e, 3)->valuestring ? cJSON_GetArrayItem(e, 3)->valuestring : "";
+            if (topk_entry_path(c->out_dir, kept, k->path, sizeof k->path) != 0) ts->dec.ntopk--; /* not this run's */
         }
         cJSON_Delete(a);
     }
     free(cs.best_local);
     free(cs.topk_json);
+    if (ctx->topo.rank == 0 && cs.no_checksums) /* written before checksums: loaded unverified (finiteness checked) */
+        fprintf(stderr, "mpiddp train: notice: %s has no checksums (written before mpiddp verified checkpoints): loaded unverified\n", path);
     if (ctx->topo.rank == 0 && cs.precision != c->precision) /* allowed: parameters and moments are fp32 in both */
         fprintf(stderr, "mpiddp train: notice: %s was trained at --precision %s; this run continues at --precision %s "
                         "(parameters and AdamW moments are fp32 in both)\n",

@@ -36,6 +36,7 @@ rank_pid() { # pid of MPI rank $1 of a running `mpiddp train`; prints nothing (s
   for try in $(seq 20); do
     for p in /proc/[0-9]*; do
       grep -qaxz "OMPI_COMM_WORLD_RANK=$1" "$p/environ" 2>/dev/null || continue
+      case $(readlink "$p/cwd" 2>/dev/null) in "$WORK" | "$WORK"/*) ;; *) continue ;; esac # this test's ranks only
       cmd=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) || continue
       case $cmd in *"$MPIDDP train"*) echo "${p#/proc/}"; return 0 ;; esac
     done

@@ -34,5 +34,15 @@ for np in 1 2 3; do
   [ "$(tail -n +2 p$np.csv | wc -l)" = 41 ] || fail "np $np: expected 41 prediction rows: $(wc -l < p$np.csv)"
   cmp -s p$np.csv q$np.csv || fail "np $np: predictions differ when gathered in messages of 7 elements"
 done
-cmp -s p1.csv p3.csv || fail "predictions at np 3 differ from np 1"
+# across world sizes the claim is docs/distributed.md's: ids, labels and predicted classes identical; a
+# probability may differ in its last bits (a batch of other rows takes another BLAS edge kernel: seen at np
+# 3 on an AVX-512 AMD EPYC), within 1e-5 absolute
+$PY - p1.csv p3.csv <<'PY' || fail "predictions at np 3 differ from np 1"
+import csv, sys
+a, b = (list(csv.reader(open(p))) for p in sys.argv[1:3])
+assert a[0] == b[0] and len(a) == len(b), (a[0], b[0], len(a), len(b))
+for x, y in zip(a[1:], b[1:]):
+    assert x[:3] == y[:3], (x, y)
+    assert abs(float(x[3]) - float(y[3])) <= 1e-5, (x, y)
+PY
 pass "run.json keys are unique at np 1 and 2; predictions gathered in small messages are the same"

@@ -5,7 +5,10 @@
  *     reading of the board, not reported as alive (the race of faults.sh's stalled rank: rank 0 timed out
  *     about when rank 2 stopped and said "every rank is alive and waiting");
  *   - while it waits to read the board again, the reporting rank keeps its own record fresh;
- *   - a rank that keeps heartbeating is reported alive. */
+ *   - a rank that keeps heartbeating is reported alive;
+ *   - at --collective-timeout 0.3 the seconds read "waited 0.3 s ... (--collective-timeout 0.3)", not "0", and a
+ *     rank waiting in the collective (its wait loop's heartbeat, at the fixed 0.5 s of the slowest loop) is not
+ *     named silent, while a rank stopped outside a collective is, and one stopped while waiting says so. */
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/status.h"
 #include "check.h"
@@ -70,6 +73,18 @@ static void *heartbeat(void *arg)
     return NULL;
 }
 
+/* a wait loop's heartbeat: re-marks the current position (ctx->watch_phase itself), every 0.5 s */
+static atomic_int waiting;
+static void *waiter(void *arg)
+{
+    ddp_ctx *c = arg;
+    while (atomic_load(&waiting)) {
+        ddp_watch_mark(c, c->watch_step, c->watch_phase);
+        for (int i = 0; i < 10 && atomic_load(&waiting); i++) usleep(50000);
+    }
+    return NULL;
+}
+
 int main(void)
 {
     char dir[] = "/tmp/test_watchdog.XXXXXX";
@@ -112,6 +127,37 @@ int main(void)
     pthread_join(th, NULL);
     CHECK(strstr(ddp_last_error(), "every rank is alive and waiting") != NULL && !strstr(ddp_last_error(), "missing"),
           "a heartbeating rank: %s", ddp_last_error());
+
+    /* 4. --collective-timeout 0.3: %g seconds; rank 1 waits in the collective beside rank 0 */
+    r0.coll_timeout = r1.coll_timeout = 0.3;
+    ddp_watch_mark(&r0, 12, "gradient allreduce");
+    ddp_watch_mark(&r1, 12, "gradient allreduce");
+    atomic_store(&waiting, 1);
+    CHECK(pthread_create(&th, NULL, waiter, &r1) == 0, "pthread_create");
+    usleep(450000); /* rank 1's record is 0.45 s old: older than the stale limit (0.15 s), but it says "waiting" */
+    ddp_watch_report(&r0, "the gradient allreduce", 0.3012);
+    CHECK(strstr(ddp_last_error(), "collective timeout: rank 0 waited 0.3 s in the gradient allreduce at step 12 (--collective-timeout 0.3)") != NULL,
+          "seconds at --collective-timeout 0.3: %s", ddp_last_error());
+    CHECK(!strstr(ddp_last_error(), "silent") && strstr(ddp_last_error(), "every rank is alive and waiting") != NULL,
+          "a rank waiting in the collective was named: %s", ddp_last_error());
+    atomic_store(&waiting, 0);
+    pthread_join(th, NULL);
+
+    /* 5. rank 1 stopped outside a collective 0.4 s ago: silent, at once */
+    ddp_watch_mark(&r1, 12, "forward/backward");
+    usleep(400000);
+    t = now_s();
+    ddp_watch_report(&r0, "the gradient allreduce", 0.3);
+    CHECK(strstr(ddp_last_error(), "missing: rank 1 silent for 0.4 s (last at step 12 in 'forward/backward')") != NULL &&
+          now_s() - t < 0.1, "a stopped rank at --collective-timeout 0.3: %s", ddp_last_error());
+
+    /* 6. rank 1 stopped while waiting (its heartbeats ended 1 s ago): silent, and where it waited */
+    ddp_watch_mark(&r1, 12, "gradient allreduce");
+    ddp_watch_mark(&r1, r1.watch_step, r1.watch_phase);
+    sleep(1);
+    ddp_watch_report(&r0, "the gradient allreduce", 0.3);
+    CHECK(strstr(ddp_last_error(), "missing: rank 1 silent for 1.0 s (last at step 12 while waiting in 'gradient allreduce')") != NULL,
+          "a rank stopped while waiting: %s", ddp_last_error());
 
     ddp_watch_close(&r0);
     ddp_watch_close(&r1);

@@ -1,0 +1,90 @@
+/* stop_signals.c — the stop requests of `mpiddp train` (SIGUSR1, SIGTERM, SIGINT), taken by one thread that
+ * waits for them; every other thread of the process, MPI's, OpenMP's and oneDNN's included, has them blocked,
+ * so no signal handler ever runs on a compute thread's stack (docs/faults.md, "Stop signals"). */
+#include "stop_signals.h"
+
+#include "mpiddp.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+
+static sigset_t g_set;
+static atomic_int g_last_signal, g_armed;
+
+static void stop_set(sigset_t *s)
+{
+    sigemptyset(s);
+    sigaddset(s, SIGUSR1);
+    sigaddset(s, SIGTERM);
+    sigaddset(s, SIGINT);
+}
+
+/* Runs only on a thread that did not block the signals, none once set-up is done (the test checks every
+ * thread's mask); a thread of a library started before main would land here, on its own stack. */
+static void on_stop(int sig)
+{
+    atomic_store(&g_last_signal, sig);
+    if (!atomic_load(&g_armed)) {
+        signal(sig, SIG_DFL);
+        raise(sig); /* delivered when the handler returns */
+        return;
+    }
+    ddp_request_stop();
+}
+
+int cli_stop_signals_block(void)
+{
+    stop_set(&g_set);
+    if (pthread_sigmask(SIG_BLOCK, &g_set, NULL) != 0) return -1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sa.sa_mask = g_set;
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(SIGUSR1, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0) return -1;
+    /* OpenBLAS (pthread build) starts its thread pool when the library loads, before main: shut it down here,
+     * and its next parallel call starts it again from this thread, with the mask (the way its fork handler
+     * does). Other builds lack the symbol and start their threads later, from a masked thread. */
+    int (*pool_shutdown)(void) = NULL;
+    *(void **)&pool_shutdown = dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
+    if (pool_shutdown) pool_shutdown();
+    return 0;
+}
+
+static void *waiter(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&g_set, &sig) != 0) continue;
+        atomic_store(&g_last_signal, sig);
+        if (!atomic_load(&g_armed)) { /* nothing to save yet (or any more): the signal's default action */
+            signal(sig, SIG_DFL);
+            sigset_t one;
+            sigemptyset(&one);
+            sigaddset(&one, sig);
+            pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+            raise(sig);
+        }
+        ddp_request_stop(); /* the ranks agree on it at the next step or validation batch */
+    }
+    return NULL;
+}
+
+int cli_stop_signals_start(void)
+{
+    pthread_t t;
+    pthread_attr_t a;
+    if (pthread_attr_init(&a) != 0) return -1;
+    int rc = pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (rc == 0) rc = pthread_create(&t, &a, waiter, NULL);
+    pthread_attr_destroy(&a);
+    return rc == 0 ? 0 : -1;
+}
+
+void cli_stop_signals_arm(int on) { atomic_store(&g_armed, on != 0); }
+
+int cli_stop_signal_received(void) { return atomic_load(&g_last_signal); }

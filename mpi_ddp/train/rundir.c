@@ -1,0 +1,193 @@
+/* rundir.c — a run directory belongs to one run: the lock rank 0 holds while the run lives, the refusal to
+ * start a new run over another run's files, and --overwrite's removal of exactly the files a run writes
+ * (docs/run-directory.md, "One run per directory"). */
+#include "mpi_ddp/train/rundir.h"
+
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/fsutil.h"
+#include "mpi_ddp/core/status.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOCK_NAME "run.lock"
+#define LOCK_WAIT_S 5.0 /* a run killed a moment ago may still be ending (ranks outlive a killed mpirun ~1 s) */
+
+/* The files a run writes, as shell patterns relative to the run directory; the first group marks a run. */
+static const char *const RUN_MARKS[] = {"run.json", "metrics.csv", "checkpoints/last.h5", "checkpoints/decisions.log"};
+static const char *const RUN_FILES[] = {"run.json",
+                                        "metrics.csv",
+                                        "metrics.csv.tmp",
+                                        "metrics_rank[0-9]*.csv",
+                                        "metrics_rank[0-9]*.csv.tmp",
+                                        "checkpoints/last.h5",
+                                        "checkpoints/decisions.log",
+                                        "checkpoints/epoch=*-step=*-*=*.h5",
+                                        "checkpoints/*.h5.tmp.[0-9]*",
+                                        "progress/rank[0-9]*"};
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The holder's line ("host H, PID P, since T"), as the lock file records it. */
+static void read_holder(int fd, char *buf, size_t len)
+{
+    ssize_t n = pread(fd, buf, len - 1, 0);
+    buf[n > 0 ? n : 0] = 0;
+    buf[strcspn(buf, "\n")] = 0;
+    if (!buf[0]) snprintf(buf, len, "a process that has not written its name yet");
+}
+
+/* One attempt: 1 = locked, 0 = held by a live process (holder filled in), -1 = error (set). */
+static int try_lock(ddp_rundir *rd, const char *path, char *holder, size_t hlen)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot create the run lock: %s", path, strerror(errno)), -1;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_SETLK, &fl) != 0) {
+        int e = errno;
+        if (e == EACCES || e == EAGAIN) {
+            read_holder(fd, holder, hlen);
+            close(fd);
+            return 0;
+        }
+        close(fd);
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot lock (%s): the run directory needs a file system with POSIX locks", path,
+                             strerror(e)),
+               -1;
+    }
+    /* the holder before us may have removed the file between our open and our lock: lock the file on disk */
+    struct stat a, b;
+    if (fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+        close(fd);
+        snprintf(holder, hlen, "a run that just ended");
+        return 0;
+    }
+    char host[256] = "?", line[512];
+    gethostname(host, sizeof host - 1);
+    time_t t = time(NULL);
+    struct tm tm;
+    char when[64] = "?";
+    if (localtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    int n = snprintf(line, sizeof line, "host %s, PID %ld, since %s\n", host, (long)getpid(), when);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n) {
+        int e = errno;
+        close(fd);
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot write the run lock: %s", path, strerror(e)), -1;
+    }
+    rd->lock_fd = fd;
+    snprintf(rd->lock_path, sizeof rd->lock_path, "%s", path);
+    return 1;
+}
+
+static int exists(const char *dir, const char *rel)
+{
+    char p[8400];
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    struct stat s;
+    return lstat(p, &s) == 0;
+}
+
+/* Removes the entries of dir/sub matching pattern (files only); counts them. */
+static ddp_status remove_matching(const char *dir, const char *pattern, int *count)
+{
+    char sub[512] = "", p[8400];
+    const char *pat = pattern, *slash = strrchr(pattern, '/');
+    if (slash) {
+        snprintf(sub, sizeof sub, "%.*s", (int)(slash - pattern), pattern);
+        pat = slash + 1;
+    }
+    snprintf(p, sizeof p, "%s%s%s", dir, sub[0] ? "/" : "", sub);
+    DIR *d = opendir(p);
+    if (!d) return DDP_OK;
+    ddp_status st = DDP_OK;
+    struct dirent *e;
+    while (st == DDP_OK && (e = readdir(d))) {
+        if (fnmatch(pat, e->d_name, FNM_PERIOD) != 0) continue;
+        char f[8800];
+        snprintf(f, sizeof f, "%s/%s", p, e->d_name);
+        struct stat s;
+        if (lstat(f, &s) != 0 || !S_ISREG(s.st_mode)) continue; /* a run writes regular files only */
+        if (unlink(f) != 0) st = ddp_set_error(DDP_ERR_IO, "%s: cannot remove (--overwrite): %s", f, strerror(errno));
+        else (*count)++;
+    }
+    closedir(d);
+    return st;
+}
+
+/* Rank 0's part: directory, lock, the check of what it holds. */
+static ddp_status acquire_local(ddp_rundir *rd, const char *dir, int resume, int overwrite)
+{
+    DDP_CHECK(ddp_mkdir_p(dir));
+    char path[4400], holder[512] = "";
+    snprintf(path, sizeof path, "%s/%s", dir, LOCK_NAME);
+    double t0 = now_s();
+    int got;
+    while ((got = try_lock(rd, path, holder, sizeof holder)) == 0 && now_s() - t0 < LOCK_WAIT_S) {
+        struct timespec pause = {0, 100 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    if (got < 0) return DDP_ERR_IO;
+    if (got == 0)
+        return ddp_set_error(DDP_ERR_BUSY, "%s: the run directory is in use by another run (%s); wait for it to end, or choose another --out",
+                             dir, holder);
+    if (resume) return DDP_OK;
+    const char *mark = NULL;
+    for (size_t i = 0; i < sizeof RUN_MARKS / sizeof RUN_MARKS[0] && !mark; i++)
+        if (exists(dir, RUN_MARKS[i])) mark = RUN_MARKS[i];
+    if (mark && !overwrite)
+        return ddp_set_error(DDP_ERR_BUSY,
+                             "%s holds a run (%s): continue it with --resume auto, start afresh with a new --out, or pass --overwrite "
+                             "to remove that run's files first",
+                             dir, mark);
+    if (mark) {
+        int removed = 0;
+        for (size_t i = 0; i < sizeof RUN_FILES / sizeof RUN_FILES[0]; i++) DDP_CHECK(remove_matching(dir, RUN_FILES[i], &removed));
+        rd->removed = removed;
+    }
+    return DDP_OK;
+}
+
+ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, int resume, int overwrite, ddp_rundir *rd)
+{
+    memset(rd, 0, sizeof *rd);
+    rd->lock_fd = -1;
+    ddp_status st = DDP_OK;
+    if (ctx->topo.rank == 0) st = acquire_local(rd, dir, resume, overwrite);
+    st = ddp_agree_status(ctx, st);
+    if (st != DDP_OK) ddp_rundir_release(rd);
+    return st;
+}
+
+void ddp_rundir_release(ddp_rundir *rd)
+{
+    if (rd->lock_fd < 0) return;
+    unlink(rd->lock_path); /* while still locked: a waiter that opened the old file sees the inode changed */
+    close(rd->lock_fd);
+    rd->lock_fd = -1;
+}
+
+int ddp_rundir_inside(const char *rel)
+{
+    if (!rel || !*rel || rel[0] == '/') return 0;
+    for (const char *p = rel; *p;) { /* no component may be ".." */
+        size_t n = strcspn(p, "/");
+        if (n == 2 && p[0] == '.' && p[1] == '.') return 0;
+        p += n;
+        while (*p == '/') p++;
+    }
+    return 1;
+}

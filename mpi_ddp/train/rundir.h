@@ -1,0 +1,25 @@
+/* rundir.h — one run per run directory: a lock held by rank 0 for the run's life (released by the kernel
+ * when the process dies, so a dead job never leaves a lock that blocks the next), and the refusal to write
+ * a new run over the files of another. */
+#ifndef DDP_RUNDIR_H
+#define DDP_RUNDIR_H
+
+#include "mpiddp.h"
+
+typedef struct {
+    int lock_fd;          /* rank 0: the locked RUNDIR/run.lock; -1 elsewhere */
+    char lock_path[4400];
+    int removed;          /* files removed by --overwrite */
+} ddp_rundir;
+
+/* Collective. Rank 0 creates dir, takes its lock (waiting up to a few seconds for a run that is ending) and,
+ * unless resume, refuses a directory holding another run's files, or with overwrite removes exactly those
+ * files (metrics, run.json, checkpoints, progress board; nothing else). DDP_ERR_BUSY, agreed, with one line
+ * naming the holder (host, PID, start) or the run's file and what to do. */
+ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, int resume, int overwrite, ddp_rundir *rd);
+/* Releases the lock (no-op off rank 0 or when not held). */
+void ddp_rundir_release(ddp_rundir *rd);
+/* 1 when rel is a relative path that stays inside the directory it is relative to (no "..", not absolute). */
+int ddp_rundir_inside(const char *rel);
+
+#endif

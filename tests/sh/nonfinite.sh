@@ -1,0 +1,102 @@
+# Non-finite data (#31 item 7): `inspect` and `train --check-finite` name the first NaN/Inf feature by file, row,
+# column and sample (mapped and HDF5-read shards); a non-finite validation monitor stops the run with one line
+# (--skip-nonfinite: no save, "not finite" in decisions.log, the run goes on); a non-finite gradient names the
+# step's offending sample, or says the data is finite. Multi-rank parts at np 1, 2 and 4; `timeout` turns a hang
+# into a failure.
+. "$(dirname "$0")/lib.sh"
+T="timeout 120"
+tmpirun() { local np=$1; shift; timeout 120 mpirun -np "$np" --oversubscribe "$@"; }
+synth --out t --samples 240 --dim 6 --classes 3 --shards 3 --seed 2
+synth --out v --samples 60 --dim 6 --classes 3 --shards 2 --seed 2 --first-id 100000
+# set_value FILE ROW COL VALUE: one float of 'features', in place (the layout, contiguous or chunked, is kept)
+set_value() {
+  $PY - "$@" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    f["features"][int(sys.argv[2]), int(sys.argv[3])] = float(sys.argv[4])
+EOF
+}
+# row_of FILE SAMPLE K: the K-th row of sample SAMPLE of the shard
+row_of() { $PY -c "import h5py,sys; print(int(h5py.File(sys.argv[1],'r')['offsets'][int(sys.argv[2])]) + int(sys.argv[3]))" "$@"; }
+first_shard() { ls "$1"/*.h5 | head -1; }
+
+# --- 1. inspect: a NaN in the second shard of v (mapped), an Inf in a gzip-chunked shard (HDF5 reads) ---
+cp -r v vnan
+s1=$(ls vnan/*.h5 | sed -n 2p)
+r=$(row_of "$s1" 5 1)
+set_value "$s1" "$r" 4 nan
+id=$($PY -c "import h5py,sys; f=h5py.File(sys.argv[1],'r'); print(int(f['sample_ids'][5]) if 'sample_ids' in f else -1)" "$s1")
+expect_rc 0 $T "$MPIDDP" inspect v
+printf '%s' "$OUT" | grep -q "dataset v: valid" || fail "clean dataset: $OUT"
+expect_rc 1 $T "$MPIDDP" inspect vnan
+want="vnan/$(basename "$s1"): dataset 'features'\[row $r, column 4\]: nan, in sample 5 of the shard (offsets\[5\], id"
+printf '%s' "$ERR" | grep -q "^mpiddp inspect: error: $want" || fail "inspect names the NaN: $ERR (want $want)"
+[ "$id" = -1 ] || printf '%s' "$ERR" | grep -q "id $id)" || fail "inspect: sample id $id not named: $ERR"
+printf '%s' "$ERR" | grep -q "1 non-finite value(s) in 1 sample(s) of the dataset" || fail "inspect totals: $ERR"
+[ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] || fail "inspect: not one line: $ERR"
+printf '%s' "$OUT" | grep -q valid && fail "inspect called a NaN dataset valid: $OUT"
+$PY "$SRC/tests/py/make_shards.py" variants vars > /dev/null
+g=vars/h5py_gzip/part-01.h5
+set_value "$g" 3 2 -inf
+set_value "$g" 4 0 inf
+set_value vars/h5py_gzip/part-03.h5 0 1 nan
+expect_rc 1 $T "$MPIDDP" inspect vars/h5py_gzip
+printf '%s' "$ERR" | grep -q "part-01.h5: dataset 'features'\[row 3, column 2\]: -inf, in sample [0-9]* of the shard" || fail "inspect, chunked shard: $ERR"
+printf '%s' "$ERR" | grep -q "3 non-finite value(s) in [23] sample(s) of the dataset" || fail "inspect totals, chunked: $ERR"
+
+# --- 2. train --check-finite: the same line at np 1, 2 and 4 (the shards are spread over the ranks) ---
+base=(--device cpu --train t --batch-size 4 --hidden 8 --no-progress)
+for np in 1 2 4; do
+  expect_rc 1 tmpirun $np "$MPIDDP" train "${base[@]}" --val vnan --out cf$np --check-finite
+  printf '%s' "$ERR" | grep -q "^mpiddp train: error: $want" || fail "--check-finite at np $np: $ERR"
+  [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "--check-finite at np $np: not one line: $ERR"
+  [ -e cf$np/metrics.csv ] && fail "--check-finite at np $np: the run started"
+done
+expect_rc 0 tmpirun 2 "$MPIDDP" train "${base[@]}" --val v --out cfok --check-finite --fast-dev-run 2
+# a NaN in the last shard of the training set: found by the rank that scans it (shard 2: rank 2 at np 4, 0 at np 2)
+cp -r t tnan
+s2=$(ls tnan/*.h5 | sed -n 3p)
+set_value "$s2" 0 0 nan
+for np in 2 4; do
+  expect_rc 1 tmpirun $np "$MPIDDP" train --device cpu --train tnan --val v --batch-size 4 --hidden 8 --no-progress --out cft$np --check-finite
+  printf '%s' "$ERR" | grep -q "error: tnan/$(basename "$s2"): dataset 'features'\[row 0, column 0\]: nan, in sample 0 of the shard" || fail "--check-finite, train set, np $np: $ERR"
+done
+
+# --- 3. a NaN in the validation set without --check-finite: val/loss is not finite ---
+for np in 1 2 4; do
+  expect_rc 1 tmpirun $np "$MPIDDP" train "${base[@]}" --val vnan --out vl$np --epochs 2
+  printf '%s' "$ERR" | grep -q "^mpiddp train: error: val/loss is not finite (nan) after epoch 0 (step [0-9]*), so it can neither rank checkpoints nor stop early" || fail "NaN monitor at np $np: $ERR"
+  [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "NaN monitor at np $np: not one line: $ERR"
+  ls vl$np/checkpoints/epoch=* 2>/dev/null && fail "NaN monitor at np $np: a top-k checkpoint was saved"
+  # opting out: the run goes on, no top-k file, each decision says why
+  expect_rc 0 tmpirun $np "$MPIDDP" train "${base[@]}" --val vnan --out vs$np --epochs 2 --skip-nonfinite --early-stop-patience 5
+  [ "$(grep -c 'val/loss=nan; policy reduced: not finite, no save' vs$np/checkpoints/decisions.log)" = 2 ] ||
+    fail "--skip-nonfinite at np $np: decisions: $(cat vs$np/checkpoints/decisions.log)"
+  ls vs$np/checkpoints/epoch=* 2>/dev/null && fail "--skip-nonfinite at np $np: a NaN monitor saved a top-k file"
+  [ -e vs$np/checkpoints/last.h5 ] || fail "--skip-nonfinite at np $np: no last.h5"
+done
+# a vote: the ranks whose local value is not finite are named (v's second shard holds the NaN: the last samples)
+expect_rc 1 tmpirun 2 "$MPIDDP" train "${base[@]}" --val vnan --out vote --ckpt-policy all
+printf '%s' "$ERR" | grep -q "error: val/loss is not finite on rank(s) [0-9,]* after epoch 0" || fail "vote: $ERR"
+
+# --- 4. a NaN in the training data: the gradient error names the sample; finite data says so ---
+cp -r t tg
+s0=$(first_shard tg)
+set_value "$s0" "$(row_of "$s0" 3 0)" 5 nan
+gid=$($PY -c "import h5py,sys; f=h5py.File(sys.argv[1],'r'); print(int(f['sample_ids'][3]) if 'sample_ids' in f else 3)" "$s0")
+for np in 1 2 4; do
+  for acc in 1 2; do
+    expect_rc 1 tmpirun $np "$MPIDDP" train --device cpu --train tg --val v --batch-size 4 --hidden 8 --no-progress --accumulate $acc --out g$np$acc
+    printf '%s' "$ERR" | grep -q "^mpiddp train: error: non-finite gradient at step [0-9]* in parameter '[a-z0-9.]*', from the data: tg/$(basename "$s0"): dataset 'features'\[row [0-9]*, column 5\]: nan, in sample 3 of the shard (offsets\[3\], id $gid), global index 3, on rank [0-9]" ||
+      fail "gradient message at np $np, accumulate $acc: $ERR"
+    [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "gradient message at np $np: not one line: $ERR"
+  done
+done
+# finite but huge: the forward pass overflows; the message says the data is finite
+cp -r t tbig
+sb=$(first_shard tbig)
+for k in 0 1 2 3 4 5; do set_value "$sb" 0 $k 3e38; done
+expect_rc 1 tmpirun 2 "$MPIDDP" train --device cpu --train tbig --val v --batch-size 4 --hidden 8 --no-progress --out big
+printf '%s' "$ERR" | grep -q "error: non-finite gradient at step [0-9]* in parameter '[a-z0-9.]*'; every feature of the step's samples is finite, so the cause is not in the data" ||
+  fail "overflow message: $ERR"
+pass "inspect, --check-finite, a non-finite monitor and the gradient message name NaN/Inf data"
