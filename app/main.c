@@ -109,6 +109,8 @@ int main(int argc, char **argv)
     }
     int rc = fn(ctx, argc, argv);
     fflush(stdout);
+    if (rc != 0) /* coverage builds: counters now, before MPI_Finalize, which mpirun cuts short once a rank failed */
+        ddp_coverage_flush();
     ddp_finalize(ctx);
     if (ddp_hdf5_poisoned()) { /* a corrupt file broke HDF5: skip its exit handlers, which could hang */
         fflush(NULL);
