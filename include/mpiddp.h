@@ -99,7 +99,8 @@ void ddp_dataset_close(ddp_dataset *ds);
 const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds);
 /* Zero-copy view of one sample (global index): rows [nrows, dim] row-major. `rows` points into the
  * memory-mapped shard when the shard is mappable, else into `scratch` (nrows*dim floats, may be NULL
- * only for mappable datasets). */
+ * only for mappable datasets). A rank keeps a bounded set of shards open (docs/dataset-format.md): the
+ * shard stays open, and `rows` valid, until the calling thread's next ddp_dataset_sample (on any dataset). */
 ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows,
                               int64_t *nrows, int64_t *label, int64_t *sample_id);
 

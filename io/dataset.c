@@ -1,6 +1,8 @@
 /* dataset.c — many shards as one dataset: directory listing, rank-0 validation and broadcast of the
- * shard metadata (no metadata storm on a parallel file system), lazy per-rank shard opening. */
+ * shard metadata (no metadata storm on a parallel file system), lazy per-rank shard opening (within the
+ * open-shard budget of io/shard_cache.c). */
 #include "io/dataset.h"
+#include "io/shard_cache.h"
 
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/status.h"
@@ -329,6 +331,12 @@ ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out)
             ds->all_mappable = 0;
     }
     free(metas);
+    st = ddp_shard_cache_attach(ds, ctx->topo.size); /* the open-shard budget (io/shard_cache.c) */
+    if (st != DDP_OK) {
+        free(ds->shards);
+        free(ds);
+        return st;
+    }
     *out = ds;
     return DDP_OK;
 }
@@ -345,6 +353,7 @@ ddp_status ddp_dataset_preopen_for_threads(ddp_dataset *ds, int *ok)
         if (s->opened || (m->off_off >= 0 && m->lab_off >= 0 && (!m->has_ids || m->ids_off >= 0))) continue;
         s->access_hint = ds->access_hint;
         DDP_CHECK(ddp_shard_open(s, ds->dir));
+        ddp_shard_release_handles(s); /* keeps the arrays read: no descriptor or map held outside the budget */
     }
     return DDP_OK;
 }
@@ -352,6 +361,7 @@ ddp_status ddp_dataset_preopen_for_threads(ddp_dataset *ds, int *ok)
 void ddp_dataset_close(ddp_dataset *ds)
 {
     if (!ds) return;
+    ddp_shard_cache_detach(ds);
     for (int64_t i = 0; i < ds->nshards; i++) ddp_shard_close(&ds->shards[i]);
     free(ds->shards);
     free(ds);
@@ -364,20 +374,22 @@ ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard,
     if (index < 0 || index >= ds->info.num_samples)
         return ddp_set_error(DDP_ERR_ARG, "%s: sample index %lld out of range [0, %lld)", ds->dir, (long long)index,
                              (long long)ds->info.num_samples);
+    ddp_shard *s;
+    DDP_CHECK(ddp_shard_cache_pin_current(ds, ddp_dataset_shard_of(ds, index), &s));
+    *shard = s;
+    *local = index - s->meta.first;
+    return DDP_OK;
+}
+
+int64_t ddp_dataset_shard_of(const ddp_dataset *ds, int64_t index)
+{
     int64_t lo = 0, hi = ds->nshards - 1;
     while (lo < hi) { /* last shard with first <= index */
         int64_t mid = (lo + hi + 1) / 2;
         if (ds->shards[mid].meta.first <= index) lo = mid;
         else hi = mid - 1;
     }
-    ddp_shard *s = &ds->shards[lo];
-    if (!s->opened) {
-        s->access_hint = ds->access_hint;
-        DDP_CHECK(ddp_shard_open(s, ds->dir));
-    }
-    *shard = s;
-    *local = index - s->meta.first;
-    return DDP_OK;
+    return lo;
 }
 
 ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows, int64_t *nrows,
@@ -389,26 +401,43 @@ ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, co
     return ddp_shard_sample(s, i, scratch, rows, nrows, label, sample_id);
 }
 
+/* The three below run on the loader's worker, on the shard while the cache (io/shard_cache.c) keeps it open. The
+ * addresses ddp_dataset_range returns may outlive the map (the LRU may close the shard): a madvise on them then
+ * fails harmlessly (ENOMEM, or EFAULT for MADV_POPULATE_READ), it never faults. */
+typedef struct {
+    int64_t n;      /* samples from the one given */
+    void **addr;
+    size_t *len;
+    int ok;
+} ahead_arg;
+
+static void range_fn(ddp_shard *s, int64_t i, void *arg)
+{
+    ahead_arg *a = arg;
+    a->ok = ddp_shard_range(s, i, i + a->n, a->addr, a->len);
+}
+
+static void prefetch_range_fn(ddp_shard *s, int64_t i, void *arg) { ddp_shard_prefetch_range(s, i, i + ((ahead_arg *)arg)->n); }
+
+static void prefetch_fn(ddp_shard *s, int64_t i, void *arg)
+{
+    (void)arg;
+    ddp_shard_prefetch(s, i);
+}
+
 int ddp_dataset_range(ddp_dataset *ds, int64_t lo, int64_t hi, void **addr, size_t *len)
 {
-    ddp_shard *s;
-    int64_t i;
-    return hi > lo && ddp_dataset_locate(ds, lo, &s, &i) == DDP_OK && ddp_shard_range(s, i, i + (hi - lo), addr, len);
+    ahead_arg a = {hi - lo, addr, len, 0};
+    return hi > lo && ddp_dataset_with_shard(ds, lo, range_fn, &a) && a.ok;
 }
 
 void ddp_dataset_prefetch_range(ddp_dataset *ds, int64_t lo, int64_t hi)
 {
-    ddp_shard *s;
-    int64_t i;
-    if (hi > lo && ddp_dataset_locate(ds, lo, &s, &i) == DDP_OK) ddp_shard_prefetch_range(s, i, i + (hi - lo));
+    ahead_arg a = {hi - lo, NULL, NULL, 0};
+    if (hi > lo) ddp_dataset_with_shard(ds, lo, prefetch_range_fn, &a);
 }
 
-void ddp_dataset_prefetch(ddp_dataset *ds, int64_t index)
-{
-    ddp_shard *s;
-    int64_t i;
-    if (ddp_dataset_locate(ds, index, &s, &i) == DDP_OK) ddp_shard_prefetch(s, i);
-}
+void ddp_dataset_prefetch(ddp_dataset *ds, int64_t index) { ddp_dataset_with_shard(ds, index, prefetch_fn, NULL); }
 
 ddp_status ddp_dataset_check_max_rows(ddp_ctx *ctx, ddp_dataset *ds, int64_t limit, const char *option)
 {

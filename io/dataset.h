@@ -12,6 +12,7 @@ struct ddp_dataset {
     ddp_shard *shards;      /* meta filled on every rank; opened lazily */
     int all_mappable;       /* every shard's arrays are memory-mapped (no HDF5 reads after start-up) */
     int access_hint;        /* DDP_ACCESS_*: advice for shards opened from now on (set by the loader) */
+    struct ddp_shard_lru *lru; /* which shards are open: the bounded LRU of io/shard_cache.c */
 };
 
 /* Lists *.h5 in dir (sorted) and validates every shard; serial, no MPI. stats may be NULL, else
@@ -19,11 +20,15 @@ struct ddp_dataset {
  * Runs in a forked child (MPIDDP_VALIDATE_FORK=0: in process) so that HDF5 crashing or hanging on a
  * corrupt file becomes a one-line error naming the file and object. */
 ddp_status ddp_dataset_scan(const char *dir, ddp_shard_meta **metas, int64_t *nshards, ddp_shard_stats *stats);
-/* Opens now, in the calling thread, every shard whose index arrays need HDF5 reads, so that a worker
- * thread afterwards only ever maps (HDF5 is not thread-safe). Fails if features themselves need HDF5. */
+/* Reads now, in the calling thread, the index arrays of every shard that needs HDF5 for them and closes the shard
+ * again, so that a worker thread afterwards only ever maps, also when it reopens a shard the LRU closed (HDF5 is
+ * not thread-safe). *ok = 0 if features themselves need HDF5 (then no worker thread). */
 ddp_status ddp_dataset_preopen_for_threads(ddp_dataset *ds, int *ok);
-/* Shard holding global sample index, and the index inside it. */
+/* Shard holding global sample index, and the index inside it; opened if the LRU closed it, and pinned as the calling
+ * thread's current shard until its next ddp_dataset_locate or ddp_dataset_sample (io/shard_cache.h). */
 ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard, int64_t *local);
+/* Index of the shard holding global sample index (in range). */
+int64_t ddp_dataset_shard_of(const ddp_dataset *ds, int64_t index);
 /* Collective: DDP_ERR_ARG on every rank when a sample has more than limit rows, naming the first such sample
  * by file, /offsets index and id ("option" names the limit in the message). */
 ddp_status ddp_dataset_check_max_rows(ddp_ctx *ctx, ddp_dataset *ds, int64_t limit, const char *option);

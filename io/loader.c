@@ -2,6 +2,7 @@
  * while a step computes (what to read ahead beyond it: readahead.c); see loader.h. */
 #include "io/loader.h"
 #include "io/readahead.h"
+#include "io/shard_cache.h"
 #include "io/thread.h"
 
 #include "mpi_ddp/core/status.h"
@@ -17,6 +18,8 @@ typedef struct {
     float *x;
     int64_t *offsets, *labels, *ids, *idx;
     uint8_t *pad;
+    ddp_shard **held;  /* each sample's shard, pinned while the batch is assembled (io/shard_cache.c) */
+    int64_t *local;    /* each sample's index in its shard */
     int64_t step;      /* step held (or being assembled), -1 none */
     int ready;
     ddp_status st;
@@ -39,20 +42,15 @@ struct ddp_loader {
 
 int64_t ddp_loader_max_rows(const ddp_loader *ld) { return ld->max_rows; }
 
-static ddp_status assemble(ddp_loader *ld, slot *s)
+/* Copies the batch's rows out of its shards, all pinned (kept open) until the whole batch is copied. */
+static ddp_status copy_batch(ddp_loader *ld, slot *s, int64_t count)
 {
-    int64_t count = 0;
-    DDP_CHECK(ddp_sampler_batch(ld->sm, s->step, s->idx, s->pad, &count));
     int64_t rows = 0;
     s->offsets[0] = 0;
-    if (count > ld->max_samples)
-        return ddp_set_error(DDP_ERR_INTERNAL, "batch of step %lld: %lld samples, more than the loader's %lld", (long long)s->step,
-                             (long long)count, (long long)ld->max_samples);
     for (int64_t i = 0; i < count; i++) {
         const float *src;
-        ddp_shard *sh;
-        int64_t li;
-        DDP_CHECK(ddp_dataset_locate(ld->ds, s->idx[i], &sh, &li));
+        ddp_shard *sh = s->held[i];
+        int64_t li = s->local[i];
         int64_t nr = sh->offsets[li + 1] - sh->offsets[li];
         if (rows + nr > ld->max_rows) /* checked before the sample is read into the buffer */
             return ddp_set_error(DDP_ERR_INTERNAL,
@@ -67,8 +65,21 @@ static ddp_status assemble(ddp_loader *ld, slot *s)
     }
     s->b = (ddp_batch){.nsamples = count, .nrows = rows, .dim = ld->dim, .offsets = s->offsets, .labels = s->labels,
                        .sample_ids = s->ids, .indices = s->idx, .is_pad = s->pad, .x = s->x};
-    ddp_readahead_after(ld->ra, s->step); /* hint or populate what the next batches read */
     return DDP_OK;
+}
+
+static ddp_status assemble(ddp_loader *ld, slot *s)
+{
+    int64_t count = 0;
+    DDP_CHECK(ddp_sampler_batch(ld->sm, s->step, s->idx, s->pad, &count));
+    if (count > ld->max_samples)
+        return ddp_set_error(DDP_ERR_INTERNAL, "batch of step %lld: %lld samples, more than the loader's %lld", (long long)s->step,
+                             (long long)count, (long long)ld->max_samples);
+    DDP_CHECK(ddp_dataset_acquire_batch(ld->ds, s->idx, count, s->held, s->local));
+    ddp_status st = copy_batch(ld, s, count);
+    ddp_dataset_release_batch(ld->ds, s->held, count); /* the batch holds copies */
+    if (st == DDP_OK) ddp_readahead_after(ld->ra, s->step); /* hint or populate what the next batches read */
+    return st;
 }
 
 static void run_job(ddp_loader *ld, slot *s)
@@ -146,13 +157,24 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
         s->ids = ddp_calloc((size_t)sm->max_samples, sizeof(int64_t));
         s->idx = ddp_calloc((size_t)sm->max_samples, sizeof(int64_t));
         s->pad = ddp_calloc((size_t)sm->max_samples, 1);
-        if (!s->x || !s->offsets || !s->labels || !s->ids || !s->idx || !s->pad) {
+        s->held = ddp_calloc((size_t)sm->max_samples, sizeof *s->held);
+        s->local = ddp_calloc((size_t)sm->max_samples, sizeof *s->local);
+        if (!s->x || !s->offsets || !s->labels || !s->ids || !s->idx || !s->pad || !s->held || !s->local) {
             ddp_status st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch buffers (2 x %lld rows x %lld floats, %.1f MiB)",
                                           (long long)ld->max_rows, (long long)ld->dim,
                                           2.0 * (double)ld->max_rows * (double)ld->dim * sizeof(float) / 1048576.0);
             ddp_loader_destroy(ld);
             return st;
         }
+    }
+    /* the sequential order is the same every epoch: its batches are checked against the open-shard budget here,
+     * where the caller agrees the result (the other orders: at each epoch's start) */
+    ddp_status cst = DDP_OK;
+    if (sm->mode == DDP_SAMPLE_SEQUENTIAL && sm->epoch < 0) cst = ddp_sampler_set_epoch(sm, 0);
+    if (cst == DDP_OK && sm->mode == DDP_SAMPLE_SEQUENTIAL) cst = ddp_shard_cache_check_batches(ds, sm, 0);
+    if (cst != DDP_OK) {
+        ddp_loader_destroy(ld);
+        return cst;
     }
     int can = 0;
     if (threaded) {
@@ -186,7 +208,7 @@ void ddp_loader_destroy(ddp_loader *ld)
     ddp_readahead_destroy(ld->ra); /* after the worker, whose jobs queue runs for it */
     for (int k = 0; k < 2; k++) {
         slot *s = &ld->slots[k];
-        free(s->x); free(s->offsets); free(s->labels); free(s->ids); free(s->idx); free(s->pad);
+        free(s->x); free(s->offsets); free(s->labels); free(s->ids); free(s->idx); free(s->pad); free(s->held); free(s->local);
     }
     free(ld);
 }
@@ -196,6 +218,8 @@ ddp_status ddp_loader_start_epoch(ddp_loader *ld, int64_t epoch, int64_t first_s
     for (int k = 0; k < 2; k++) wait_ready(ld, &ld->slots[k]); /* drain the previous epoch's job */
     for (int k = 0; k < 2; k++) ld->slots[k].step = -1;
     DDP_CHECK(ddp_sampler_set_epoch(ld->sm, epoch));
+    if (ld->sm->mode != DDP_SAMPLE_SEQUENTIAL) DDP_CHECK(ddp_shard_cache_check_batches(ld->ds, ld->sm, first_step));
+    if (ld->threaded) ddp_shard_cache_drop_hdf5(); /* room the worker could not make: it must not call HDF5 */
     if (first_step < ld->sm->steps) kick(ld, (int)(first_step & 1), first_step);
     return DDP_OK;
 }

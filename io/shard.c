@@ -455,6 +455,10 @@ static ddp_status map_or_read(ddp_shard *s, const char *path, int slot, int64_t 
                               const void **ptr)
 {
     if (off >= 0) return map_window(s, path, slot, off, bytes, ptr, obj);
+    if (s->owned[slot - 1]) { /* read before the shard cache closed the shard: a reopen needs no HDF5 */
+        *ptr = s->owned[slot - 1];
+        return DDP_OK;
+    }
     int64_t *buf = NULL;
     DDP_CHECK(read_whole(s, obj, n, &buf));
     s->owned[slot - 1] = buf;
@@ -470,7 +474,8 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
     const ddp_shard_meta *m = &s->meta;
     s->fd = -1;
     s->h5file = s->h5features = -1;
-    int need_h5 = m->feat_off < 0 || m->off_off < 0 || m->lab_off < 0 || (m->has_ids && m->ids_off < 0);
+    int need_h5 = m->feat_off < 0 || (m->off_off < 0 && !s->owned[0]) || (m->lab_off < 0 && !s->owned[1]) ||
+                  (m->has_ids && m->ids_off < 0 && !s->owned[2]);
     ddp_status st = DDP_OK;
     s->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (s->fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -504,23 +509,33 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
         DDP_TRY(map_or_read(s, path, 3, m->ids_off, m->n * 8, m->n, "sample_ids", &p));
         s->ids = p;
     }
+    if (m->feat_off >= 0 && s->h5file >= 0) { /* index arrays read, features mapped: HDF5 is done with the file */
+        H5Fclose(s->h5file);
+        s->h5file = -1;
+    }
     s->opened = 1;
     return DDP_OK;
 done:
-    ddp_shard_close(s);
+    ddp_shard_release_handles(s);
     return st;
 }
 
 void ddp_shard_close(ddp_shard *s)
 {
+    ddp_shard_release_handles(s);
+    for (int i = 0; i < 3; i++) {
+        free(s->owned[i]);
+        s->owned[i] = NULL;
+    }
+}
+
+void ddp_shard_release_handles(ddp_shard *s)
+{
     for (int i = 0; i < 4; i++) {
         ddp_sigbus_unregister(&s->sigbus[i]);
         if (s->maps[i]) munmap(s->maps[i], s->map_lens[i]);
         s->maps[i] = NULL;
-    }
-    for (int i = 0; i < 3; i++) {
-        free(s->owned[i]);
-        s->owned[i] = NULL;
+        s->map_lens[i] = 0;
     }
     if (s->h5features >= 0) H5Dclose(s->h5features);
     if (s->h5file >= 0) H5Fclose(s->h5file);

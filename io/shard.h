@@ -64,6 +64,9 @@ typedef struct {
 
 ddp_status ddp_shard_open(ddp_shard *s, const char *dir);
 void ddp_shard_close(ddp_shard *s);
+/* Closes what ddp_shard_close does but keeps the index arrays read through HDF5 (owned), so that reopening the
+ * shard (io/shard_cache.c) maps its features again without calling HDF5, which a worker thread must not. */
+void ddp_shard_release_handles(ddp_shard *s);
 /* Sample i (local to the shard): rows and label; rows points into the map or into scratch. */
 ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float **rows, int64_t *nrows,
                             int64_t *label, int64_t *sample_id);

@@ -25,6 +25,18 @@ int64_t ddp_env_int(const char *name, int64_t dflt)
     return *end ? dflt : (int64_t)x;
 }
 
+int64_t ddp_env_max_open_shards(void)
+{
+    int64_t v = ddp_env_int("MAX_OPEN_SHARDS", 0);
+    return v > 0 ? v : 0;
+}
+
+int64_t ddp_env_max_shard_maps(void)
+{
+    int64_t v = ddp_env_int("MAX_SHARD_MAPS", 0);
+    return v > 0 ? v : 0;
+}
+
 int ddp_blas_threads_from_env(void)
 {
     int n = ddp_env_plain_int("SLURM_CPUS_PER_TASK", -1);

@@ -1,9 +1,11 @@
-/* runinfo.c — library versions and run.json (configuration, world size, hosts, versions, start time). */
+/* runinfo.c — library versions and run.json (configuration, world size, hosts, versions, start time, and the
+ * open-shard budgets, whose use is added at the end of the run). */
 #include "mpi_ddp/train/runinfo.h"
 
 #include "mpi_ddp/backend/backend_cpu_dnnl.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/core/status.h"
+#include "io/shard_cache.h"
 
 #include <cjson/cJSON.h>
 #include <hdf5.h>
@@ -67,6 +69,33 @@ static cJSON *info_json(const ddp_dataset_info *i)
     return o;
 }
 
+/* run.json's data_cache: the budgets of io/shard_cache.c (the largest over the ranks: they differ by what each had
+ * open at start), from v = {max_open, fd_budget, map_budget, nofile, nofile_was, nofile_hard, max_map_count}. */
+enum { NBUDGET = 7 };
+static ddp_status cache_budgets(ddp_ctx *ctx, int64_t *v)
+{
+    ddp_shard_cache_info in;
+    ddp_shard_cache_get(&in);
+    int64_t mine[NBUDGET] = {in.max_open, in.fd_budget, in.map_budget, in.nofile, in.nofile_was, in.nofile_hard, in.max_map_count};
+    MPI_CHECK(MPI_Reduce(mine, v, NBUDGET, MPI_INT64_T, MPI_MAX, 0, ctx->world));
+    return DDP_OK;
+}
+
+static cJSON *cache_json(const int64_t *v)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "state", "start");
+    cJSON_AddNumberToObject(o, "open_files_limit", (double)v[3]);
+    cJSON_AddNumberToObject(o, "open_files_limit_at_start", (double)v[4]);
+    cJSON_AddBoolToObject(o, "open_files_limit_raised", v[3] > v[4]);
+    cJSON_AddNumberToObject(o, "open_files_hard_limit", (double)v[5]);
+    cJSON_AddNumberToObject(o, "max_map_count", (double)v[6]);
+    cJSON_AddNumberToObject(o, "max_open_shards", (double)v[0]);
+    cJSON_AddNumberToObject(o, "shard_fd_budget", (double)v[1]);
+    cJSON_AddNumberToObject(o, "shard_map_budget", (double)v[2]);
+    return o;
+}
+
 ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_config *cfg, const char *extra,
                               const ddp_dataset_info *train, const ddp_dataset_info *val, const char *device_note)
 {
@@ -85,6 +114,8 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
     if (!all) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
     MPI_CHECK(MPI_Gather(ctx->topo.host, 256, MPI_CHAR, hosts, 256, MPI_CHAR, 0, ctx->world));
     MPI_CHECK(MPI_Gather(mine, 4, MPI_INT, facts, 4, MPI_INT, 0, ctx->world));
+    int64_t budgets[NBUDGET];
+    DDP_CHECK(cache_budgets(ctx, budgets));
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) {
         cJSON *root = cJSON_CreateObject();
@@ -146,6 +177,7 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         cJSON_AddItemToObject(root, "config", c);
         if (train) cJSON_AddItemToObject(root, "train_data", info_json(train));
         if (val) cJSON_AddItemToObject(root, "val_data", info_json(val));
+        cJSON_AddItemToObject(root, "data_cache", cache_json(budgets));
         char *text = cJSON_Print(root);
         cJSON_Delete(root);
         FILE *f = text ? fopen(path, "w") : NULL;
@@ -160,5 +192,80 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
     }
     free(hosts);
     free(facts);
+    return ddp_agree_status(ctx, st);
+}
+
+/* The hit rate of one dataset's batch lookups, and how many shards it may hold open at once (cap: the largest over
+ * the ranks). */
+static void hits_json(cJSON *o, const char *key, ddp_dataset *ds, const int64_t *hm, int64_t cap)
+{
+    cJSON *d = cJSON_AddObjectToObject(o, key);
+    const char *limit = "";
+    (void)ddp_shard_cache_capacity(ds, &limit);
+    cJSON_AddNumberToObject(d, "capacity", (double)cap);
+    cJSON_AddStringToObject(d, "limited_by", limit);
+    cJSON_AddNumberToObject(d, "hits", (double)hm[0]);
+    cJSON_AddNumberToObject(d, "misses", (double)hm[1]);
+    cJSON_AddNumberToObject(d, "hit_rate", hm[0] + hm[1] > 0 ? (double)hm[0] / (double)(hm[0] + hm[1]) : 0.0);
+}
+
+ddp_status ddp_run_json_data_cache(ddp_ctx *ctx, const char *path, ddp_dataset *train, ddp_dataset *val)
+{
+    ddp_shard_cache_info in;
+    ddp_shard_cache_get(&in);
+    int64_t sum[8] = {0}, tot[8], budgets[NBUDGET], maxp[5];
+    int64_t peak[5] = {in.peak_open, in.peak_fds, in.peak_maps, ddp_shard_cache_capacity(train, NULL), ddp_shard_cache_capacity(val, NULL)};
+    ddp_shard_cache_dataset_stats(train, &sum[0], &sum[1]);
+    ddp_shard_cache_dataset_stats(val, &sum[2], &sum[3]);
+    sum[4] = in.opens, sum[5] = in.evictions, sum[6] = in.ahead_opens, sum[7] = in.overshoots;
+    MPI_CHECK(MPI_Reduce(sum, tot, 8, MPI_INT64_T, MPI_SUM, 0, ctx->world));
+    MPI_CHECK(MPI_Reduce(peak, maxp, 5, MPI_INT64_T, MPI_MAX, 0, ctx->world));
+    DDP_CHECK(cache_budgets(ctx, budgets));
+    ddp_status st = DDP_OK;
+    if (ctx->topo.rank == 0) {
+        FILE *f = fopen(path, "re");
+        char *text = NULL, *out = NULL;
+        long n = -1;
+        if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = ddp_malloc((size_t)n + 1, 1)))
+            text[fread(text, 1, (size_t)n, f)] = 0;
+        if (f) fclose(f);
+        cJSON *root = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        if (!root && f && n >= 0 && !text) { /* the allocation failed: say so, and how much (ddp_malloc's hook) */
+            st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json (%ld bytes)", n + 1);
+        } else if (!root) {
+            st = ddp_set_error(DDP_ERR_IO, "%s: cannot read it back to add the data cache's figures", path);
+        } else {
+            cJSON *o = cache_json(budgets);
+            set_item(o, "state", cJSON_CreateString("end"));
+            cJSON_AddNumberToObject(o, "peak_open_shards", (double)maxp[0]);
+            cJSON_AddNumberToObject(o, "peak_shard_fds", (double)maxp[1]);
+            cJSON_AddNumberToObject(o, "peak_shard_maps", (double)maxp[2]);
+            cJSON_AddNumberToObject(o, "opens", (double)tot[4]);
+            cJSON_AddNumberToObject(o, "read_ahead_opens", (double)tot[6]);
+            cJSON_AddNumberToObject(o, "evictions", (double)tot[5]);
+            cJSON_AddNumberToObject(o, "over_budget_opens", (double)tot[7]);
+            hits_json(o, "train", train, tot, maxp[3]);
+            hits_json(o, "val", val, tot + 2, maxp[4]);
+            set_item(root, "data_cache", o);
+            out = cJSON_Print(root);
+            cJSON_Delete(root);
+            char tmp[4200];
+            snprintf(tmp, sizeof tmp, "%s.tmp", path);
+            size_t len = out ? strlen(out) : 0;
+            char *nl = out ? realloc(out, len + 2) : NULL;
+            if (nl) out = nl, out[len++] = '\n', out[len] = 0;
+            if (!nl) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
+            else { /* like the first write, not fsynced: the rename replaces the file whole */
+                FILE *w = fopen(tmp, "w");
+                if (!w) st = ddp_set_error(DDP_ERR_IO, "%s: cannot create", tmp);
+                else if (fwrite(out, 1, len, w) != len) st = ddp_set_error(DDP_ERR_IO, "%s: write failed", tmp);
+                if (w && fclose(w) != 0 && st == DDP_OK) st = ddp_set_error(DDP_ERR_IO, "%s: write failed", tmp);
+                if (st != DDP_OK) remove(tmp);
+            }
+            if (st == DDP_OK && rename(tmp, path) != 0) st = ddp_set_error(DDP_ERR_IO, "%s: rename from %s failed", path, tmp);
+            free(out);
+        }
+    }
     return ddp_agree_status(ctx, st);
 }

@@ -586,6 +586,11 @@ ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model
     DDP_CHECK(ddp_rundir_acquire(ctx, cfg->out_dir, cfg->resume != NULL, cfg->overwrite, &rd));
     ddp_status st = ddp_agree_status(ctx, setup(&tr, train, val));
     if (st == DDP_OK) st = run(&tr, train, val);
+    if (st == DDP_OK) { /* run.json's data_cache: the open-shard LRU's peaks and hit rates (docs/run-directory.md) */
+        char rj[4200];
+        snprintf(rj, sizeof rj, "%s/run.json", cfg->out_dir);
+        st = ddp_run_json_data_cache(ctx, rj, train, val);
+    }
     teardown(&tr);
     ddp_rundir_release(&rd);
     return st;
