@@ -18,6 +18,7 @@ int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv);
 int cmd_synth(ddp_ctx *ctx, int argc, char **argv);
 int cmd_pack(ddp_ctx *ctx, int argc, char **argv);
 int cmd_inspect(ddp_ctx *ctx, int argc, char **argv);
+int cmd_index(ddp_ctx *ctx, int argc, char **argv);
 
 /* Reports a failed library call and returns the exit code (1). A shared error is printed once by rank
  * 0 and the job shuts down cleanly; an error only this rank holds is printed by it and aborts the job. */

@@ -1,5 +1,6 @@
 /* cmd_data.c — the dataset commands: `synth` (deterministic synthetic shards, written in parallel when
- * run on several ranks), `pack` (per-sample HDF5 -> shards) and `inspect` (validate + statistics). */
+ * run on several ranks), `pack` (per-sample HDF5 -> shards), `index` (the manifest) and `inspect` (validate +
+ * statistics, from the manifest where it is fresh). */
 #include "cli.h"
 
 #include "io/dataset.h"
@@ -11,10 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* After synth and pack: index what was written (a failure is a warning: the shards are fine). */
+static void write_manifest_after(ddp_ctx *ctx, const char *cmd, const char *dir)
+{
+    ddp_survey sv;
+    ddp_status st = ddp_dataset_survey(ctx, dir, "none", DDP_SURVEY_STATS | DDP_SURVEY_FINITE, &sv);
+    if (st == DDP_OK) st = ddp_survey_write_manifest(ctx, &sv, NULL);
+    if (st != DDP_OK && cli_rank0(ctx))
+        fprintf(stderr, "mpiddp %s: warning: no manifest written: %s; `mpiddp index %s` writes it\n", cmd, ddp_last_error(), dir);
+    ddp_survey_free(&sv);
+}
+
 int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
 {
     ddp_synth_opts o = {.samples = 4000, .dim = 32, .classes = 4, .min_rows = 4, .max_rows = 64, .shards = 4};
     int64_t seed = 0;
+    int no_manifest = 0;
     cli_opt opts[] = {
         {"out", OPT_STR, &o.out, NULL, 0, 0, "output directory (required; must hold no *.h5)", 0},
         {"samples", OPT_I64, &o.samples, NULL, 1, 1e15, "number of samples (default 4000)", 0},
@@ -27,6 +40,7 @@ int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
         {"first-id", OPT_I64, &o.first_id, NULL, 0, 9.2e18, "id of the first sample; use disjoint ranges for train/val (default 0)", 0},
         {"task", OPT_CHOICE, &o.task, "class|order", 0, 0,
          "class: label from the row mean; order: label = first of C markers, needs --min-rows >= --classes (default class)", 0},
+        {"no-manifest", OPT_FLAG, &no_manifest, NULL, 0, 0, "do not index the result into OUT/" DDP_MANIFEST_NAME, 0},
     };
     const cli_cmd cmd = {"synth", "--out DIR [options]",
                          "Writes a variable-length dataset whose class is learnable from the mean of a sample's rows\n"
@@ -46,6 +60,7 @@ int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
         printf("synth: wrote %lld %ssamples (D=%lld, %lld classes, %lld-%lld rows) in %lld shards to %s\n", (long long)o.samples,
                o.task == 1 ? "order-task " : "", (long long)o.dim, (long long)o.classes, (long long)o.min_rows,
                (long long)o.max_rows, (long long)o.shards, o.out);
+    if (!no_manifest) write_manifest_after(ctx, "synth", o.out);
     return 0;
 }
 
@@ -53,11 +68,13 @@ int cmd_pack(ddp_ctx *ctx, int argc, char **argv)
 {
     const char *input = NULL, *out = NULL;
     int64_t shards = 1, classes = 0;
+    int no_manifest = 0;
     cli_opt opts[] = {
         {"input", OPT_STR, &input, NULL, 0, 0, "HDF5 file with /samples/<name> (rows x D) and /labels (required)", 0},
         {"out", OPT_STR, &out, NULL, 0, 0, "output dataset directory (required; must hold no *.h5)", 0},
         {"shards", OPT_I64, &shards, NULL, 1, 1e9, "number of shards, balanced by rows (default 1)", 0},
         {"classes", OPT_I64, &classes, NULL, 2, 1e9, "num_classes of the dataset (default: largest label + 1; give it when a split may lack the top class)", 0},
+        {"no-manifest", OPT_FLAG, &no_manifest, NULL, 0, 0, "do not index the result into OUT/" DDP_MANIFEST_NAME, 0},
     };
     const cli_cmd cmd = {"pack", "--input FILE.h5 --out DIR [--shards S] [--classes C]",
                          "Converts one 2-D dataset per sample under /samples (taken in sorted name order) plus a 1-D /labels\n"
@@ -70,6 +87,7 @@ int cmd_pack(ddp_ctx *ctx, int argc, char **argv)
     ddp_status st = ddp_pack(ctx, input, out, shards, classes);
     if (st != DDP_OK) return cli_fail(ctx, "pack", st);
     if (cli_rank0(ctx)) printf("pack: wrote %lld shard(s) to %s\n", (long long)shards, out);
+    if (!no_manifest) write_manifest_after(ctx, "pack", out);
     return 0;
 }
 
@@ -81,57 +99,107 @@ static void human(char *buf, size_t n, double b)
     snprintf(buf, n, "%.1f %s", b, u[i]);
 }
 
+int cmd_index(ddp_ctx *ctx, int argc, char **argv)
+{
+    const char *pos[1] = {NULL}, *manifest = NULL;
+    int np = 0;
+    cli_opt opts[] = {
+        {"manifest", OPT_STR, &manifest, NULL, 0, 0, "write the manifest to FILE instead of DIR/" DDP_MANIFEST_NAME " (read-only data)", 0},
+    };
+    const cli_cmd cmd = {"index", "DIR [--manifest FILE]",
+                         "Validates every shard (spread over the ranks under mpirun), scans every feature for NaN/Inf and writes the\n"
+                         "manifest: each shard's name, size, mtime, metadata and statistics, so that train, eval and inspect re-validate\n"
+                         "only the shards that changed since (docs/dataset-format.md#the-manifest).",
+                         opts, (int)(sizeof opts / sizeof opts[0])};
+    int done = cli_cmd_parse(ctx, &cmd, argc, argv, pos, 1, &np);
+    if (done >= 0) return done;
+    if (np != 1) return cli_usage(ctx, "index", "expected one dataset directory");
+    if (manifest && !strcmp(manifest, "none")) return cli_usage(ctx, "index", "--manifest none: give the file to write");
+    ddp_survey sv;
+    ddp_status st = ddp_dataset_survey(ctx, pos[0], "none", DDP_SURVEY_STATS | DDP_SURVEY_FINITE, &sv);
+    if (st == DDP_OK) st = ddp_survey_write_manifest(ctx, &sv, manifest);
+    if (st != DDP_OK) return cli_fail(ctx, "index", st);
+    if (cli_rank0(ctx)) {
+        int64_t N = 0, bad = 0, badsh = 0;
+        for (int64_t k = 0; k < sv.nshards; k++) {
+            N += sv.metas[k].n;
+            bad += sv.entries[k].nonfinite > 0 ? sv.entries[k].nonfinite : 0;
+            badsh += sv.entries[k].nonfinite > 0;
+        }
+        printf("index: %s: %lld shards, %lld samples validated; wrote %s%s%s\n", pos[0], (long long)sv.nshards, (long long)N,
+               manifest ? manifest : pos[0], manifest ? "" : "/", manifest ? "" : DDP_MANIFEST_NAME);
+        if (bad)
+            fprintf(stderr, "mpiddp index: notice: %lld non-finite feature value(s) in %lld shard(s); `mpiddp inspect %s` names the first\n",
+                    (long long)bad, (long long)badsh, pos[0]);
+    }
+    ddp_survey_free(&sv);
+    return 0;
+}
+
 int cmd_inspect(ddp_ctx *ctx, int argc, char **argv)
 {
-    const char *pos[1] = {NULL};
+    const char *pos[1] = {NULL}, *manifest = NULL;
     int np = 0;
-    const cli_cmd cmd = {"inspect", "DIR",
+    cli_opt opts[] = {
+        {"manifest", OPT_STR, &manifest, NULL, 0, 0, "the manifest to use (default DIR/" DDP_MANIFEST_NAME " when present; none: validate every shard)", 0},
+    };
+    const cli_cmd cmd = {"inspect", "DIR [--manifest FILE|none]",
                          "Validates every rule of the dataset format (docs/dataset-format.md), reads every feature for NaN or Inf (naming\n"
                          "the first by file, row, column and sample), and prints counts, row-length statistics, class counts, bytes\n"
-                         "and whether each shard can be memory-mapped. Exit 0 only when valid and finite.",
-                         NULL, 0};
+                         "and whether each shard can be memory-mapped. Shards unchanged since `mpiddp index` are taken from the manifest\n"
+                         "without being opened. Exit 0 only when valid and finite.",
+                         opts, (int)(sizeof opts / sizeof opts[0])};
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, pos, 1, &np);
     if (done >= 0) return done;
     if (np != 1) return cli_usage(ctx, "inspect", "expected one dataset directory");
-    ddp_status st = DDP_OK;
-    if (cli_rank0(ctx)) {
-        ddp_shard_meta *m = NULL;
-        int64_t ns = 0;
-        ddp_shard_stats s = {0};
-        st = ddp_dataset_scan(pos[0], &m, &ns, &s);
-        if (st == DDP_OK) st = ddp_dataset_scan_finite(pos[0], m, ns); /* NaN/Inf features: named, not "valid" */
-        if (st == DDP_OK) {
-            int64_t N = 0, R = 0, bytes = 0, mappable = 0;
-            for (int64_t i = 0; i < ns; i++) {
-                N += m[i].n;
-                R += m[i].rows;
-                bytes += m[i].file_bytes;
-                mappable += m[i].feat_off >= 0;
-            }
-            char b1[32], b2[32];
-            human(b1, sizeof b1, (double)R * (double)m[0].dim * 4);
-            human(b2, sizeof b2, (double)bytes);
-            printf("dataset %s: valid\n", pos[0]);
-            printf("shards %lld  samples %lld  rows %lld  D %lld  classes %lld\n", (long long)ns, (long long)N, (long long)R,
-                   (long long)m[0].dim, (long long)m[0].classes);
-            printf("rows per sample: min %lld  mean %.2f  max %lld\n", (long long)s.min_rows, (double)s.sum_rows / (double)N,
-                   (long long)s.max_rows);
-            printf("rows-per-sample histogram:\n");
-            for (int b = 0; b < 16; b++)
-                if (s.hist[b])
-                    printf("  %8lld-%-8lld %10lld\n", 1LL << b, (2LL << b) - 1, (long long)s.hist[b]);
-            printf("class counts:");
-            for (int64_t c = 0; c < s.classes_cap; c++) printf(" %lld:%lld", (long long)c, (long long)s.class_counts[c]);
-            printf("\nbytes: features %s, files %s; %lld of %lld shard(s) memory-mappable\n", b1, b2, (long long)mappable, (long long)ns);
-            printf("%-28s %12s %14s %14s  %s\n", "shard", "samples", "rows", "bytes", "features");
-            for (int64_t i = 0; i < ns; i++)
-                printf("%-28s %12lld %14lld %14lld  %s\n", m[i].name, (long long)m[i].n, (long long)m[i].rows,
-                       (long long)m[i].file_bytes, m[i].feat_off >= 0 ? "mmap" : "hdf5-read (chunked/filtered: slower)");
-        }
-        free(m);
-        free(s.class_counts);
-    }
+    ddp_survey sv;
+    ddp_status st = ddp_dataset_survey(ctx, pos[0], manifest, DDP_SURVEY_STATS | DDP_SURVEY_FINITE, &sv);
+    /* a manifest ignored is a notice; a stale one is not: the "metadata from" line below counts what was re-validated */
+    if (sv.notice[0] && !sv.manifest_used && cli_rank0(ctx)) fprintf(stderr, "mpiddp inspect: notice: %s\n", sv.notice);
+    if (st != DDP_OK) return cli_fail(ctx, "inspect", st);
+    if (cli_rank0(ctx)) st = ddp_survey_check_finite(&sv); /* NaN/Inf features: named, not "valid" */
     st = ddp_agree_status(ctx, st);
+    if (st == DDP_OK && cli_rank0(ctx)) {
+        const ddp_shard_meta *m = sv.metas;
+        int64_t ns = sv.nshards, N = 0, R = 0, bytes = 0, mappable = 0, minr = 0, maxr = 0, hist[16] = {0};
+        int64_t C = m[0].classes, *cc = calloc((size_t)C, sizeof *cc);
+        for (int64_t i = 0; i < ns; i++) {
+            const ddp_manifest_entry *e = &sv.entries[i];
+            N += m[i].n;
+            R += m[i].rows;
+            bytes += m[i].file_bytes;
+            mappable += m[i].feat_off >= 0;
+            if (!minr || e->min_rows < minr) minr = e->min_rows;
+            if (e->max_rows > maxr) maxr = e->max_rows;
+            for (int b = 0; b < 16; b++) hist[b] += e->hist[b];
+            for (int64_t j = 0; cc && j < e->ncc; j++) {
+                const int64_t *p = sv.pairs + 2 * (e->cc_first + j);
+                if (p[0] >= 0 && p[0] < C) cc[p[0]] += p[1];
+            }
+        }
+        char b1[32], b2[32];
+        human(b1, sizeof b1, (double)R * (double)m[0].dim * 4);
+        human(b2, sizeof b2, (double)bytes);
+        printf("dataset %s: valid\n", pos[0]);
+        if (sv.manifest_used)
+            printf("metadata from %s (%lld shards unchanged, %lld re-validated)\n", sv.manifest, (long long)sv.fresh,
+                   (long long)sv.validated);
+        printf("shards %lld  samples %lld  rows %lld  D %lld  classes %lld\n", (long long)ns, (long long)N, (long long)R,
+               (long long)m[0].dim, (long long)C);
+        printf("rows per sample: min %lld  mean %.2f  max %lld\n", (long long)minr, (double)R / (double)N, (long long)maxr);
+        printf("rows-per-sample histogram:\n");
+        for (int b = 0; b < 16; b++)
+            if (hist[b]) printf("  %8lld-%-8lld %10lld\n", 1LL << b, (2LL << b) - 1, (long long)hist[b]);
+        printf("class counts:");
+        for (int64_t c = 0; cc && c < C; c++) printf(" %lld:%lld", (long long)c, (long long)cc[c]);
+        printf("\nbytes: features %s, files %s; %lld of %lld shard(s) memory-mappable\n", b1, b2, (long long)mappable, (long long)ns);
+        printf("%-28s %12s %14s %14s  %s\n", "shard", "samples", "rows", "bytes", "features");
+        for (int64_t i = 0; i < ns; i++)
+            printf("%-28s %12lld %14lld %14lld  %s\n", m[i].name, (long long)m[i].n, (long long)m[i].rows, (long long)m[i].file_bytes,
+                   m[i].feat_off >= 0 ? "mmap" : "hdf5-read (chunked/filtered: slower)");
+        free(cc);
+    }
+    ddp_survey_free(&sv);
     if (st != DDP_OK) return cli_fail(ctx, "inspect", st);
     return 0;
 }

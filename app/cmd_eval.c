@@ -10,6 +10,7 @@
 #include "mpi_ddp/model/models.h"
 #include "mpi_ddp/train/checkpoint.h"
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/train/evaluate.h"
 #include "mpi_ddp/core/status.h"
 
@@ -88,6 +89,8 @@ static ddp_status check_out(const char *out, const char *ckpt, const char *data)
     return DDP_OK;
 }
 
+static const char *g_manifest; /* --manifest: the dataset's manifest (NULL: DIR/mpiddp-manifest.bin when present) */
+
 static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, const char *out, int batch, int64_t batch_rows,
                            ddp_device dev, ddp_precision precision)
 {
@@ -98,7 +101,8 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     MPI_CHECK(MPI_Bcast(&mc, (int)sizeof mc, MPI_BYTE, 0, ctx->world));
     int64_t dims[3] = {mc.dim, mc.hidden, mc.classes};
     ddp_dataset *ds = NULL;
-    DDP_CHECK(ddp_dataset_open(ctx, data, &ds));
+    DDP_CHECK(ddp_dataset_open_with(ctx, data, g_manifest, &ds));
+    if (ds->notice[0] && ctx->topo.rank == 0) fprintf(stderr, "mpiddp eval: notice: %s\n", ds->notice); /* manifest stale or ignored */
     const ddp_dataset_info *in = ddp_dataset_get_info(ds);
     ddp_model m = {0};
     ddp_sampler sm = {0};
@@ -190,6 +194,7 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
     cli_opt opts[] = {
         {"ckpt", OPT_STR, &ckpt, NULL, 0, 0, "checkpoint file (required)", 0},
         {"data", OPT_STR, &data, NULL, 0, 0, "dataset directory (required)", 0},
+        {"manifest", OPT_STR, &g_manifest, NULL, 0, 0, "manifest of --data (default DIR/mpiddp-manifest.bin when present; none: ignore it)", 0},
         {"out", OPT_STR, &out, NULL, 0, 0, "write predictions CSV: sample_id,label,pred,prob", 0},
         {"batch-size", OPT_INT, &batch, NULL, 1, 1e7, "samples per rank per step (default 256)", 0},
         {"batch-rows", OPT_I64, &batch_rows, NULL, 1, 1e12, "token budget instead: about N rows per rank per step, split by cost", 0},

@@ -5,6 +5,7 @@
 #include "io/dataset.h"
 #include "mpi_ddp/backend/backend_cpu_bf16.h"
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/train/train_state.h"
 #include "slurm/preempt.h"
 #include "stop_signals.h"
 
@@ -20,9 +21,38 @@ static const char *ABOUT =
     "epoch and writes RUNDIR/{metrics.csv, run.json, checkpoints/last.h5}. Options may also come from an INI\n"
     "file (--config FILE, keys are option names); the command line wins.";
 
+/* Rank 0, stdout, at the end of a run that finished or stopped on request (docs/cli.md#output-on-the-terminal):
+ *   mpiddp train: finished at epoch E (of N) step K/M (global S)      (or "early stopping at", "stopped at")
+ *   mpiddp train: best checkpoint: PATH, MONITOR=V (epoch E, global step S)
+ *   mpiddp train: T s; trained X samples, R samples/s [(Q tokens/s)]
+ *   run directory: RUNDIR */
+static void print_summary(const ddp_train_summary *s, const ddp_train_config *cfg)
+{
+    char abs[PATH_MAX];
+    const char *dir = realpath(cfg->out_dir, abs) ? abs : cfg->out_dir;
+    if (s->valid) {
+        printf("mpiddp train: %s at epoch %lld (of %lld) step %lld/%lld (global %lld)\n",
+               s->stopped ? "stopped" : s->early_stopped ? "early stopping" : "finished", (long long)s->epoch, (long long)s->epochs,
+               (long long)s->step_in_epoch, (long long)s->steps_in_epoch, (long long)s->global_step);
+        if (s->has_best && s->best_path[0])
+            printf("mpiddp train: best checkpoint: %s/%s, %s=%.9g (epoch %lld, global step %lld)\n", dir, s->best_path, s->monitor,
+                   s->best_value, (long long)s->best_epoch, (long long)s->best_step);
+        else if (s->has_best)
+            printf("mpiddp train: best checkpoint: none kept (--save-top-k 0); best %s=%.9g\n", s->monitor, s->best_value);
+        else
+            printf("mpiddp train: best checkpoint: none (%s)\n",
+                   cfg->fast_dev_run > 0 ? "--fast-dev-run makes no checkpoint decision" : "no checkpoint decision yet");
+        printf("mpiddp train: %.2f s; trained %.0f samples, %.0f samples/s", s->wall_s, s->samples, s->samples_per_s);
+        if (s->token_budget) printf(" (%.0f tokens/s)", s->rows_per_s);
+        printf("\n");
+    }
+    printf("run directory: %s\n", dir);
+}
+
 int cmd_train(ddp_ctx *ctx, int argc, char **argv)
 {
-    const char *train_dir = NULL, *val_dir = NULL, *config = NULL;
+    const char *train_dir = NULL, *val_dir = NULL, *config = NULL, *train_mf = NULL, *val_mf = NULL;
+    int no_manifest = 0;
     ddp_train_config cfg;
     ddp_train_config_default(&cfg);
     int64_t seed = 0;
@@ -35,6 +65,9 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"train", OPT_STR, &train_dir, NULL, 0, 0, "training dataset directory (required)", 0},
         {"val", OPT_STR, &val_dir, NULL, 0, 0, "validation dataset directory (required)", 0},
         {"out", OPT_STR, &cfg.out_dir, NULL, 0, 0, "run directory (required)", 0},
+        {"train-manifest", OPT_STR, &train_mf, NULL, 0, 0, "manifest of --train (default DIR/mpiddp-manifest.bin when present; none: ignore it)", 0},
+        {"val-manifest", OPT_STR, &val_mf, NULL, 0, 0, "manifest of --val (default DIR/mpiddp-manifest.bin when present; none: ignore it)", 0},
+        {"no-manifest", OPT_FLAG, &no_manifest, NULL, 0, 0, "validate every shard of both datasets; no manifest is read", 0},
         {"config", OPT_STR, &config, NULL, 0, 0, "INI file with any of these options", 0},
         {"epochs", OPT_INT, &cfg.epochs, NULL, 1, 1e6, "epochs (default 3)", 0},
         {"batch-size", OPT_INT, &cfg.batch_size, NULL, 1, 1e7, "samples per rank per micro-batch, also the validation batch (default 32)", 0},
@@ -54,6 +87,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"warmup-steps", OPT_F64, &cfg.warmup, NULL, 0, 1e12,
          "linear warmup: N optimizer steps (N >= 1), or a fraction in (0, 1) of the run's steps (default 0)", 0},
         {"min-lr", OPT_F64, &cfg.min_lr, NULL, 0, 1e3, "learning rate at the end of the decay (default 0)", 0},
+        {"lr-horizon", OPT_CHOICE, &cfg.lr_horizon, "keep|restart", 0, 0,
+         "a resume with another --epochs: keep the checkpoint's schedule (default; lr stays at --min-lr past its end), or restart warmup and decay at the resumed step", 0},
         {"weight-decay", OPT_F64, &cfg.weight_decay, NULL, 0, 1e3, "decoupled weight decay (default 0.01)", 0},
         {"seed", OPT_I64, &seed, NULL, 0, 9.2e18, "seed of init and sampling (default 0)", 0},
         {"grad-clip", OPT_F64, &cfg.grad_clip, NULL, 0, 1e12, "clip gradients to this global L2 norm (0 = off)", 0},
@@ -103,7 +138,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.mode_max = mode == 1;
     cfg.precision = (ddp_precision)precision;
     mc.precision = cfg.precision; /* bf16: the model keeps its GEMM-only activations in bf16 */
-    if (!cfg.resume && getenv("SLURM_RESTART_COUNT") && atoi(getenv("SLURM_RESTART_COUNT")) > 0)
+    if (!cfg.resume && ddp_topo(ctx)->restart_count > 0)
         cfg.resume = "auto"; /* a requeued SLURM job continues where it stopped */
     cfg.ckpt_policy = policy;
     /* usage errors found by combining options: one line from rank 0, exit 2, before anything is created */
@@ -136,10 +171,14 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.device = got;
     ddp_dataset *tr = NULL, *va = NULL;
     ddp_model model = {0};
+    ddp_train_summary summary;
+    memset(&summary, 0, sizeof summary);
     char *json = cli_to_json(opts, n);
     cfg.config_json = json;
-    st = ddp_dataset_open(ctx, train_dir, &tr);
-    if (st == DDP_OK) st = ddp_dataset_open(ctx, val_dir, &va);
+    st = ddp_dataset_open_with(ctx, train_dir, no_manifest ? "none" : train_mf, &tr);
+    if (tr && tr->notice[0] && cli_rank0(ctx)) fprintf(stderr, "mpiddp train: notice: %s\n", tr->notice); /* manifest stale or ignored */
+    if (st == DDP_OK) st = ddp_dataset_open_with(ctx, val_dir, no_manifest ? "none" : val_mf, &va);
+    if (va && va->notice[0] && cli_rank0(ctx)) fprintf(stderr, "mpiddp train: notice: %s\n", va->notice);
     if (st == DDP_OK && check_finite) st = ddp_dataset_check_finite(ctx, tr); /* collective: shards spread over the ranks */
     if (st == DDP_OK && check_finite) st = ddp_dataset_check_finite(ctx, va);
     for (int k = 0; k < 2 && st == DDP_OK && cli_rank0(ctx); k++) { /* the one-time notice of the slow path */
@@ -151,15 +190,21 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     }
     if (st == DDP_OK) {
         const ddp_dataset_info *ti = ddp_dataset_get_info(tr), *vi = ddp_dataset_get_info(va);
-        if (ti->dim != vi->dim || ti->num_classes != vi->num_classes) {
+        if (ti->dim != vi->dim) {
             st = ddp_agree_status(ctx, ddp_set_error(DDP_ERR_FORMAT, "%s and %s disagree: D %lld vs %lld, classes %lld vs %lld",
                                                      train_dir, val_dir, (long long)ti->dim, (long long)vi->dim,
                                                      (long long)ti->num_classes, (long long)vi->num_classes));
+        } else if (ti->num_classes != vi->num_classes) { /* pack counts largest label + 1: a split may lack the top class */
+            int64_t cmax = ti->num_classes > vi->num_classes ? ti->num_classes : vi->num_classes;
+            st = ddp_agree_status(ctx, ddp_set_error(DDP_ERR_FORMAT,
+                                                     "%s and %s disagree: classes %lld vs %lld (a split that lacks the top label "
+                                                     "counts fewer): pack both with mpiddp pack --classes %lld",
+                                                     train_dir, val_dir, (long long)ti->num_classes, (long long)vi->num_classes,
+                                                     (long long)cmax));
         } else {
             int64_t maxrows = ti->max_sample_rows > vi->max_sample_rows ? ti->max_sample_rows : vi->max_sample_rows;
-            mc.kind = kind == 1 ? DDP_MODEL_TRANSFORMER : DDP_MODEL_MLP;
-            mc.positions = positions == 0;
-            mc.dim = ti->dim, mc.classes = ti->num_classes, mc.hidden = hidden;
+            mc.positions = positions == 0; /* kind and hidden: set with the usage checks above */
+            mc.dim = ti->dim, mc.classes = ti->num_classes;
             mc.max_batch_rows = (int64_t)cfg.batch_size * maxrows, mc.max_batch_samples = cfg.batch_size;
             if (cfg.batch_rows > 0) /* a rank's share: at most the mean load plus one sample */
                 mc.max_batch_rows = mc.max_batch_samples = cfg.batch_rows + maxrows;
@@ -179,7 +224,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         /* SIGUSR1 (SLURM's --signal), SIGTERM and SIGINT only set a flag (stop_signals.c); the ranks act at the
          * next step or validation batch */
         cli_stop_signals_arm(1);
-        st = ddp_train(ctx, &cfg, &model, tr, va); /* stays armed: a request after the last step changes nothing */
+        st = ddp_train_summarized(ctx, &cfg, &model, tr, va, &summary); /* stays armed: a request after the last step changes nothing */
     }
     if (model.destroy) model.destroy(model.self);
     ddp_dataset_close(tr);
@@ -194,6 +239,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
             printf("mpiddp train: %s\n", stopped);
             if (rq != DDP_REQUEUE_NOT_SLURM) printf("mpiddp train: %s\n", msg);
             if (rq == DDP_REQUEUE_FAILED || rq == DDP_REQUEUE_NO_SCONTROL) fprintf(stderr, "mpiddp train: error: %s\n", msg);
+            print_summary(&summary, &cfg);
         }
         return rq == DDP_REQUEUE_NO_SCONTROL ? 3 : rq == DDP_REQUEUE_FAILED ? 1 : 0;
     }
@@ -202,9 +248,6 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         return 2;
     }
     if (st != DDP_OK) return cli_fail(ctx, "train", st);
-    if (cli_rank0(ctx)) {
-        char abs[PATH_MAX];
-        printf("run directory: %s\n", realpath(cfg.out_dir, abs) ? abs : cfg.out_dir);
-    }
+    if (cli_rank0(ctx)) print_summary(&summary, &cfg);
     return 0;
 }

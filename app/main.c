@@ -20,6 +20,7 @@ static const struct {
 } commands[] = {
     {"synth", cmd_synth, "write a deterministic synthetic dataset"},
     {"pack", cmd_pack, "convert an HDF5 file of per-sample datasets into shards"},
+    {"index", cmd_index, "validate a dataset once and write its manifest (faster start-up)"},
     {"inspect", cmd_inspect, "validate a dataset and print its statistics"},
     {"train", cmd_train, "train the MLP or the Transformer encoder (under mpirun / srun)"},
     {"eval", cmd_eval, "evaluate a checkpoint on a dataset; predictions CSV"},
@@ -30,7 +31,8 @@ static const struct {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mpiddp <command> [options]   (mpiddp <command> --help for its options)\n\ncommands:\n");
+    fprintf(f, "usage: mpiddp <command> [options]   (mpiddp <command> --help for its options)\n"
+               "       mpiddp --version              print the version\n\ncommands:\n");
     for (int i = 0; i < NCMD; i++) fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].about);
     fprintf(f, "\nParallel commands run under `mpirun -np N mpiddp ...` or `srun --mpi=pmix mpiddp ...`.\n");
 }

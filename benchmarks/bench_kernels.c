@@ -20,6 +20,7 @@
  * <build>/libmpiddp_cudaemu.so). Exit 1 when a check fails. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/comm/comm.h"
 #include "mpiddp.h"
 #include "bench_util.h"
 

@@ -21,6 +21,7 @@
 #include "mpi_ddp/model/models.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/comm/sync.h"
 #include "mpiddp.h"
 #include "bench_util.h"

@@ -64,6 +64,7 @@ typedef struct {
     char host[256];
     char launcher[16];        /* "pmix", "slurm", "ompi" or "none": where job facts came from */
     char job_id[64];          /* scheduler job id, "" when none */
+    int restart_count;        /* SLURM_RESTART_COUNT (a requeued job), 0 when none */
 } ddp_topology;
 
 /* Initialises MPI (unless already initialised) and discovers the topology. */
@@ -232,6 +233,7 @@ ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value);
 
 /* ---------------------------------------------------------------- training */
 enum { DDP_LR_CONSTANT = 0, DDP_LR_COSINE = 1, DDP_LR_LINEAR = 2 };
+enum { DDP_LR_HORIZON_KEEP = 0, DDP_LR_HORIZON_RESTART = 1 };
 typedef struct {
     const char *out_dir;
     int epochs;
@@ -249,6 +251,12 @@ typedef struct {
                                  to min_lr over the run's optimizer steps (epochs x the first epoch's steps) */
     double warmup;            /* warmup steps (>= 1), or a fraction in (0, 1) of the run's optimizer steps; 0 none */
     double min_lr;            /* the decay's end value (default 0) */
+    int lr_horizon;           /* a resume asking for another horizon than the checkpoint's (another --epochs):
+                                 DDP_LR_HORIZON_KEEP (default) keeps the recorded schedule, whose lr stays at min_lr
+                                 past its end; DDP_LR_HORIZON_RESTART starts warmup and decay afresh at the resumed
+                                 step, over the run's remaining steps (docs/cli.md#extending-a-finished-run) */
+    int64_t lr_start_step, lr_end_step; /* lr_end_step > 0: the schedule spans optimizer steps [start, end) instead of
+                                 the whole run. A resume sets them from the checkpoint (in ddp_train's own copy) */
     double grad_clip;         /* global-norm clip; 0 = off */
     uint64_t seed;
     int sampling_shard;       /* 0 global, 1 shard */

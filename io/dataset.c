@@ -1,7 +1,8 @@
-/* dataset.c — many shards as one dataset: directory listing, rank-0 validation and broadcast of the
- * shard metadata (no metadata storm on a parallel file system), lazy per-rank shard opening (within the
- * open-shard budget of io/shard_cache.c). */
+/* dataset.c — many shards as one dataset: the directory listing, the metadata every rank holds after start-up
+ * (io/dataset_scan.c gathers it; the manifest written from it), lazy per-rank shard opening (within the open-shard
+ * budget of io/shard_cache.c), and the collective checks over it. */
 #include "io/dataset.h"
+#include "io/finite.h"
 #include "io/shard_cache.h"
 
 #include "mpi_ddp/core/ctx.h"
@@ -9,308 +10,81 @@
 #include "mpi_ddp/core/settings.h"
 
 #include <dirent.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-static ddp_status list_shards(const char *dir, char ***names, int64_t *n)
+ddp_status ddp_survey_write_manifest(ddp_ctx *ctx, const ddp_survey *s, const char *manifest)
 {
-    struct stat sb;
-    if (stat(dir, &sb) != 0) return ddp_set_error(DDP_ERR_IO, "%s: dataset directory: %s", dir, strerror(errno));
-    if (!S_ISDIR(sb.st_mode)) return ddp_set_error(DDP_ERR_IO, "%s: dataset directory: not a directory", dir);
-    DIR *d = opendir(dir);
-    if (!d) return ddp_set_error(DDP_ERR_IO, "%s: dataset directory: %s", dir, strerror(errno));
-    int64_t cap = 16, cnt = 0;
-    char **v = ddp_calloc((size_t)cap, sizeof *v);
-    struct dirent *e;
     ddp_status st = DDP_OK;
-    while (v && (e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len < 4 || strcmp(e->d_name + len - 3, ".h5") != 0 || e->d_name[0] == '.') continue;
-        if (len >= DDP_SHARD_NAME_MAX) {
-            st = ddp_set_error(DDP_ERR_ARG, "%s/%s: shard file name too long", dir, e->d_name);
-            break;
+    if (ctx->topo.rank == 0) {
+        char path[4200];
+        if (manifest) snprintf(path, sizeof path, "%s", manifest);
+        else snprintf(path, sizeof path, "%s/%s", s->dir, DDP_MANIFEST_NAME);
+        char **nm = ddp_calloc((size_t)s->nshards, sizeof *nm);
+        ddp_manifest_entry *e = ddp_calloc((size_t)s->nshards, sizeof *e);
+        st = nm && e ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+        for (int64_t k = 0; st == DDP_OK && k < s->nshards; k++) nm[k] = (char *)s->metas[k].name, e[k] = s->entries[k];
+        if (st == DDP_OK) st = ddp_manifest_write(path, e, nm, s->nshards, s->pairs, s->npairs);
+        if (st != DDP_OK && !manifest) { /* the data directory may be read-only: say where else it can go */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", ddp_last_error());
+            st = ddp_set_error(st, "%s; keep it elsewhere: mpiddp index %s --manifest FILE (and give that FILE to train and inspect)",
+                               why, s->dir);
         }
-        if (cnt == cap) {
-            char **nv = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-            if (!nv) break;
-            v = nv;
+        free(nm), free(e);
+    }
+    return ddp_agree_status(ctx, st);
+}
+
+ddp_status ddp_survey_check_finite(const ddp_survey *s)
+{
+    int64_t values = 0, samples = 0, first = -1;
+    for (int64_t k = 0; k < s->nshards; k++)
+        if (s->entries[k].nonfinite > 0) {
+            values += s->entries[k].nonfinite, samples += s->entries[k].nonfinite_samples;
+            if (first < 0) first = k;
         }
-        v[cnt++] = strdup(e->d_name);
-    }
-    closedir(d);
-    if (!v) return ddp_set_error(DDP_ERR_NOMEM, "out of memory listing %s", dir);
-    if (st == DDP_OK && cnt == 0) st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset directory: no *.h5 shard files", dir);
-    if (st != DDP_OK) {
-        for (int64_t i = 0; i < cnt; i++) free(v[i]);
-        free(v);
-        return st;
-    }
-    qsort(v, (size_t)cnt, sizeof *v, cmp_str);
-    *names = v;
-    *n = cnt;
-    return DDP_OK;
-}
-
-/* The progress callback of the validation shards: the current file, then the object HDF5 reads. */
-static const char *g_scan_file;
-static void (*g_scan_note)(const char *file, const char *what);
-static void scan_progress(const char *what)
-{
-    if (g_scan_note) g_scan_note(g_scan_file, what);
-}
-
-static ddp_status scan_inprocess(const char *dir, ddp_shard_meta **metas, int64_t *nshards, ddp_shard_stats *stats)
-{
-    char **names = NULL;
-    int64_t n = 0;
-    DDP_CHECK(list_shards(dir, &names, &n));
-    ddp_shard_meta *m = ddp_calloc((size_t)n, sizeof *m);
-    ddp_status st = m ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-    int64_t first = 0;
-    char path[8192];
-    for (int64_t i = 0; i < n && st == DDP_OK; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        g_scan_file = path;
-        if (i == 0 && stats) { /* class counts need num_classes: peek at the first shard */
-            st = ddp_shard_validate(path, names[i], &m[i], NULL);
-            if (st == DDP_OK) {
-                stats->class_counts = ddp_calloc((size_t)m[i].classes, sizeof(int64_t));
-                stats->classes_cap = stats->class_counts ? m[i].classes : 0;
-            }
-        }
-        if (st == DDP_OK) st = ddp_shard_validate(path, names[i], &m[i], stats);
-        if (st != DDP_OK) break;
-        if (m[i].dim != m[0].dim)
-            st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'features': D=%lld differs from D=%lld of %s/%s", path,
-                               (long long)m[i].dim, (long long)m[0].dim, dir, m[0].name);
-        else if (m[i].classes != m[0].classes)
-            st = ddp_set_error(DDP_ERR_FORMAT, "%s: attribute 'num_classes': %lld differs from %lld of %s/%s", path,
-                               (long long)m[i].classes, (long long)m[0].classes, dir, m[0].name);
-        m[i].first = first;
-        first += m[i].n;
-    }
-    for (int64_t i = 0; i < n; i++) free(names[i]);
-    free(names);
-    if (st != DDP_OK) {
-        free(m);
-        if (stats) {
-            free(stats->class_counts);
-            stats->class_counts = NULL;
-        }
-        return st;
-    }
-    *metas = m;
-    *nshards = n;
-    return DDP_OK;
-}
-
-/* ---- validation in a child process: HDF5 1.10 can crash, hang or corrupt memory on some malformed files
- * (tests/fuzz/regressions). The child validates and sends back the result; the parent survives whatever
- * HDF5 does, kills the child when one object takes longer than MPIDDP_VALIDATE_TIMEOUT seconds (default
- * 120), and names the file and object it was reading. Records: 'P' progress text, 'R' result. */
-static int g_pipe = -1;
-
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t k = write(fd, c, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        c += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static void send_rec(char type, const void *p, uint64_t n)
-{
-    if (write_all(g_pipe, &type, 1) == 0 && write_all(g_pipe, &n, sizeof n) == 0) write_all(g_pipe, p, n);
-}
-
-static void child_note(const char *file, const char *what)
-{
-    char buf[8400];
-    int n = snprintf(buf, sizeof buf, "%s: %s", file ? file : "?", what);
-    send_rec('P', buf, (uint64_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1));
-}
-
-typedef struct {
-    int32_t status;
+    if (first < 0) return DDP_OK;
+    ddp_shard sh; /* the first non-finite value's position: that shard is scanned again */
+    memset(&sh, 0, sizeof sh);
+    sh.meta = s->metas[first];
+    sh.fd = -1;
+    sh.h5file = sh.h5features = -1;
+    ddp_finite_scan r;
+    DDP_CHECK(ddp_shard_scan_finite(&sh, s->dir, 0, &r));
+    if (!r.values) return ddp_set_error(DDP_ERR_IO, "%s/%s: changed since it was scanned", s->dir, sh.meta.name);
+    ddp_finite_error(s->dir, &sh, &r);
     char msg[1024];
-    int64_t nshards;
-    ddp_shard_stats stats; /* class_counts pointer not meaningful across processes */
-    int64_t nclasses;
-} scan_result;
-
-static void child_scan(const char *dir, int want_stats)
-{
-    ddp_shard_meta *m = NULL;
-    int64_t n = 0;
-    ddp_shard_stats st = {0};
-    g_scan_note = child_note;
-    ddp_shard_progress = scan_progress;
-    scan_result r = {0};
-    r.status = (int32_t)scan_inprocess(dir, &m, &n, want_stats ? &st : NULL);
-    snprintf(r.msg, sizeof r.msg, "%s", ddp_last_error());
-    r.nshards = r.status == DDP_OK ? n : 0;
-    r.stats = st;
-    r.nclasses = st.class_counts ? st.classes_cap : 0;
-    size_t bytes = sizeof r + (size_t)r.nshards * sizeof *m + (size_t)r.nclasses * sizeof(int64_t);
-    char *buf = malloc(bytes);
-    if (buf) {
-        memcpy(buf, &r, sizeof r);
-        if (r.nshards) memcpy(buf + sizeof r, m, (size_t)r.nshards * sizeof *m);
-        if (r.nclasses) memcpy(buf + sizeof r + (size_t)r.nshards * sizeof *m, st.class_counts, (size_t)r.nclasses * sizeof(int64_t));
-        send_rec('R', buf, bytes);
-    }
-    _exit(0); /* no atexit handlers: HDF5's could hang on a corrupt file, MPI's belong to the parent */
+    snprintf(msg, sizeof msg, "%s; %lld non-finite value(s) in %lld sample(s) of the dataset", ddp_last_error(), (long long)values,
+             (long long)samples);
+    return ddp_set_error(DDP_ERR_FORMAT, "%s", msg);
 }
 
-ddp_status ddp_dataset_scan(const char *dir, ddp_shard_meta **metas, int64_t *nshards, ddp_shard_stats *stats)
-{
-    if (ddp_env_int("VALIDATE_FORK", 1) == 0) {
-        ddp_status st = scan_inprocess(dir, metas, nshards, stats);
-        if (st == DDP_OK) ddp_io_counters_get()->validated += *nshards;
-        return st;
-    }
-    int fds[2];
-    if (pipe(fds) != 0) return ddp_set_error(DDP_ERR_IO, "pipe: %s", strerror(errno));
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        return ddp_set_error(DDP_ERR_IO, "fork for validation: %s", strerror(errno));
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        g_pipe = fds[1];
-        if (ddp_env_int("VALIDATE_STDERR", 0) == 0) { /* whatever HDF5 prints while failing is not the message */
-            int dn = open("/dev/null", O_WRONLY | O_CLOEXEC);
-            if (dn >= 0) dup2(dn, 2);
-        }
-        child_scan(dir, stats != NULL);
-    }
-    close(fds[1]);
-    int64_t secs = ddp_env_int("VALIDATE_TIMEOUT", 120);
-    char last[8400] = "";
-    char *res = NULL;
-    uint64_t reslen = 0;
-    int timed_out = 0;
-    for (;;) { /* read records; each one restarts the per-object clock */
-        struct pollfd p = {.fd = fds[0], .events = POLLIN};
-        int pr = poll(&p, 1, secs > 0 ? (int)(secs * 1000) : -1);
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr == 0) {
-            timed_out = 1;
-            kill(pid, SIGKILL);
-            break;
-        }
-        char type;
-        uint64_t n;
-        if (read(fds[0], &type, 1) != 1) break;
-        FILE *f = fdopen(dup(fds[0]), "r"); /* blocking reads of the record body */
-        if (!f) break;
-        setvbuf(f, NULL, _IONBF, 0);
-        int ok = fread(&n, sizeof n, 1, f) == 1 && n < ((uint64_t)1 << 40);
-        char *body = ok ? malloc(n + 1) : NULL;
-        ok = body && fread(body, 1, n, f) == n;
-        fclose(f);
-        if (!ok) {
-            free(body);
-            break;
-        }
-        body[n] = 0;
-        if (type == 'P') {
-            snprintf(last, sizeof last, "%s", body);
-            free(body);
-        } else {
-            free(res);
-            res = body;
-            reslen = n;
-        }
-    }
-    close(fds[0]);
-    int wst = 0;
-    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
-    }
-    ddp_status st = DDP_OK;
-    if (timed_out)
-        st = ddp_set_error(DDP_ERR_FORMAT, "%s: HDF5 did not finish reading it in %lld s (corrupt file?)", last[0] ? last : dir, (long long)secs);
-    else if (!res || reslen < sizeof(scan_result))
-        st = ddp_set_error(DDP_ERR_FORMAT, "%s: HDF5 crashed reading it (%s %d; corrupt file?)", last[0] ? last : dir,
-                           WIFSIGNALED(wst) ? "signal" : "exit", WIFSIGNALED(wst) ? WTERMSIG(wst) : WEXITSTATUS(wst));
-    if (st != DDP_OK) {
-        free(res);
-        return st;
-    }
-    scan_result r;
-    memcpy(&r, res, sizeof r);
-    size_t need = sizeof r + (size_t)r.nshards * sizeof(ddp_shard_meta) + (size_t)r.nclasses * sizeof(int64_t);
-    if (r.status != DDP_OK) {
-        free(res);
-        return ddp_set_error((ddp_status)r.status, "%s", r.msg);
-    }
-    if (reslen != need || r.nshards < 1) {
-        free(res);
-        return ddp_set_error(DDP_ERR_INTERNAL, "%s: validation result truncated", dir);
-    }
-    ddp_shard_meta *m = ddp_calloc((size_t)r.nshards, sizeof *m);
-    if (!m) {
-        free(res);
-        return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-    }
-    memcpy(m, res + sizeof r, (size_t)r.nshards * sizeof *m);
-    if (stats) {
-        int64_t *cc = ddp_calloc((size_t)(r.nclasses ? r.nclasses : 1), sizeof *cc);
-        *stats = r.stats;
-        stats->class_counts = cc;
-        stats->classes_cap = cc ? r.nclasses : 0;
-        if (cc && r.nclasses) memcpy(cc, res + sizeof r + (size_t)r.nshards * sizeof *m, (size_t)r.nclasses * sizeof *cc);
-    }
-    free(res);
-    *metas = m;
-    *nshards = r.nshards;
-    ddp_io_counters_get()->validated += r.nshards;
-    return DDP_OK;
-}
+ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out) { return ddp_dataset_open_with(ctx, dir, NULL, out); }
 
-ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out)
+ddp_status ddp_dataset_open_with(ddp_ctx *ctx, const char *dir, const char *manifest, ddp_dataset **out)
 {
     *out = NULL;
-    ddp_shard_meta *metas = NULL;
-    int64_t n = 0;
-    ddp_status st = DDP_OK;
-    if (ctx->topo.rank == 0) st = ddp_dataset_scan(dir, &metas, &n, NULL);
-    DDP_CHECK(ddp_agree_status(ctx, st)); /* every rank fails with rank 0's message */
-    MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, ctx->world));
-    if (ctx->topo.rank != 0) DDP_ALLOC(metas, n);
-    /* metadata in slices of < 2 GiB */
-    int64_t bytes = n * (int64_t)sizeof *metas, chunk = (int64_t)1 << 30;
-    for (int64_t lo = 0; lo < bytes; lo += chunk) {
-        int64_t len = bytes - lo < chunk ? bytes - lo : chunk;
-        MPI_CHECK(MPI_Bcast((char *)metas + lo, (int)len, MPI_BYTE, 0, ctx->world));
-    }
+    ddp_survey sv;
+    DDP_CHECK(ddp_dataset_survey(ctx, dir, manifest, 0, &sv)); /* spread over the ranks; same metadata everywhere */
+    int64_t n = sv.nshards;
+    const ddp_shard_meta *metas = sv.metas;
     ddp_dataset *ds = ddp_calloc(1, sizeof *ds);
     ddp_shard *sh = ddp_calloc((size_t)n, sizeof *sh);
-    if (!ds || !sh) {
+    ddp_status st = ds && sh ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    st = ddp_agree_status(ctx, st);
+    if (st != DDP_OK) {
         free(ds);
         free(sh);
-        free(metas);
-        return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+        ddp_survey_free(&sv);
+        return st;
     }
     snprintf(ds->dir, sizeof ds->dir, "%s", dir);
+    snprintf(ds->notice, sizeof ds->notice, "%s", sv.notice);
+    ds->manifest_fresh = sv.fresh;
     ds->nshards = n;
     ds->shards = sh;
     ds->all_mappable = 1;
@@ -330,7 +104,7 @@ ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out)
             (metas[i].has_ids && metas[i].ids_off < 0))
             ds->all_mappable = 0;
     }
-    free(metas);
+    ddp_survey_free(&sv);
     st = ddp_shard_cache_attach(ds, ctx->topo.size); /* the open-shard budget (io/shard_cache.c) */
     if (st != DDP_OK) {
         free(ds->shards);
@@ -371,6 +145,8 @@ const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds) { return &ds
 
 ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard, int64_t *local)
 {
+    *shard = NULL;
+    *local = 0;
     if (index < 0 || index >= ds->info.num_samples)
         return ddp_set_error(DDP_ERR_ARG, "%s: sample index %lld out of range [0, %lld)", ds->dir, (long long)index,
                              (long long)ds->info.num_samples);
@@ -379,17 +155,6 @@ ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard,
     *shard = s;
     *local = index - s->meta.first;
     return DDP_OK;
-}
-
-int64_t ddp_dataset_shard_of(const ddp_dataset *ds, int64_t index)
-{
-    int64_t lo = 0, hi = ds->nshards - 1;
-    while (lo < hi) { /* last shard with first <= index */
-        int64_t mid = (lo + hi + 1) / 2;
-        if (ds->shards[mid].meta.first <= index) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
 }
 
 ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows, int64_t *nrows,
@@ -514,4 +279,42 @@ ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out)
     }
     *out = lens;
     return DDP_OK;
+}
+
+int ddp_sample_nonfinite(ddp_dataset *ds, int64_t index, const float *rows, int64_t nrows, ddp_shard **shard,
+                         ddp_finite_scan *r)
+{
+    int64_t dim = ds->info.dim, k = ddp_first_nonfinite(rows, nrows * dim);
+    if (k < 0) return 0;
+    ddp_shard *s;
+    int64_t li;
+    if (ddp_dataset_locate(ds, index, &s, &li) != DDP_OK) return 0;
+    memset(r, 0, sizeof *r);
+    r->values = r->samples = 1;
+    r->row = s->offsets[li] + k / dim, r->col = k % dim, r->sample = li, r->id = s->ids ? s->ids[li] : s->meta.first + li;
+    r->value = rows[k];
+    *shard = s;
+    return 1;
+}
+
+/* Collective. Rank r scans shards r, r + W, ... in order and stops at its first failure (a non-finite value or an
+ * I/O error); the failure in the lowest shard is everyone's error. */
+ddp_status ddp_dataset_check_finite(ddp_ctx *ctx, ddp_dataset *ds)
+{
+    int W = ctx->topo.size, me = ctx->topo.rank;
+    int64_t fail = INT64_MAX;
+    ddp_status st = DDP_OK;
+    for (int64_t k = me; k < ds->nshards; k += W) {
+        ddp_finite_scan r;
+        st = ddp_shard_scan_finite(&ds->shards[k], ds->dir, 0, &r);
+        if (st == DDP_OK && r.values) st = ddp_finite_error(ds->dir, &ds->shards[k], &r);
+        if (st != DDP_OK) {
+            fail = k;
+            break;
+        }
+    }
+    int64_t first = fail;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT64_T, MPI_MIN, ctx->world));
+    if (first == INT64_MAX) return DDP_OK;
+    return ddp_agree_status(ctx, fail == first ? st : DDP_OK); /* only the owner of that shard holds an error */
 }

@@ -1,5 +1,5 @@
-/* finite.c — NaN/Inf features: the vectorised scan, its per-shard and per-dataset drivers (`inspect`, serial),
- * the collective `train --check-finite` check, and the naming of a non-finite value; see finite.h. */
+/* finite.c — NaN/Inf features: the vectorised scan, its per-shard and per-dataset drivers (`inspect`, serial) and
+ * the naming of a non-finite value; see finite.h. The collective checks over an open dataset are in dataset.c. */
 #include "io/finite.h"
 
 #include "mpi_ddp/core/ctx.h"
@@ -163,40 +163,3 @@ ddp_status ddp_dataset_scan_finite(const char *dir, const ddp_shard_meta *metas,
     return ddp_set_error(DDP_ERR_FORMAT, "%s", msg);
 }
 
-int ddp_sample_nonfinite(ddp_dataset *ds, int64_t index, const float *rows, int64_t nrows, ddp_shard **shard,
-                         ddp_finite_scan *r)
-{
-    int64_t dim = ds->info.dim, k = ddp_first_nonfinite(rows, nrows * dim);
-    if (k < 0) return 0;
-    ddp_shard *s;
-    int64_t li;
-    if (ddp_dataset_locate(ds, index, &s, &li) != DDP_OK) return 0;
-    memset(r, 0, sizeof *r);
-    r->values = r->samples = 1;
-    r->row = s->offsets[li] + k / dim, r->col = k % dim, r->sample = li, r->id = id_of(s, li);
-    r->value = rows[k];
-    *shard = s;
-    return 1;
-}
-
-/* Collective. Rank r scans shards r, r + W, ... in order and stops at its first failure (a non-finite value or an
- * I/O error); the failure in the lowest shard is everyone's error. */
-ddp_status ddp_dataset_check_finite(ddp_ctx *ctx, ddp_dataset *ds)
-{
-    int W = ctx->topo.size, me = ctx->topo.rank;
-    int64_t fail = INT64_MAX;
-    ddp_status st = DDP_OK;
-    for (int64_t k = me; k < ds->nshards; k += W) {
-        ddp_finite_scan r;
-        st = ddp_shard_scan_finite(&ds->shards[k], ds->dir, 0, &r);
-        if (st == DDP_OK && r.values) st = ddp_finite_error(ds->dir, &ds->shards[k], &r);
-        if (st != DDP_OK) {
-            fail = k;
-            break;
-        }
-    }
-    int64_t first = fail;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT64_T, MPI_MIN, ctx->world));
-    if (first == INT64_MAX) return DDP_OK;
-    return ddp_agree_status(ctx, fail == first ? st : DDP_OK); /* only the owner of that shard holds an error */
-}

@@ -28,7 +28,7 @@ ddp_status ddp_finite_error(const char *dir, const ddp_shard *s, const ddp_finit
 /* `inspect`: scans every shard of a validated dataset (metas from ddp_dataset_scan); serial, no MPI. Fails with
  * the first non-finite value, naming it, and the totals of the whole dataset. */
 ddp_status ddp_dataset_scan_finite(const char *dir, const ddp_shard_meta *metas, int64_t nshards);
-/* Rows [0, nrows) of sample `index` of ds (dim floats each) hold a non-finite value: its position as a scan
+/* (dataset.c) Rows [0, nrows) of sample `index` of ds (dim floats each) hold a non-finite value: its position as a scan
  * result with row relative to the shard, for ddp_finite_error. Returns 0 when every value is finite. */
 int ddp_sample_nonfinite(ddp_dataset *ds, int64_t index, const float *rows, int64_t nrows, ddp_shard **shard,
                          ddp_finite_scan *r);

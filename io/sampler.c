@@ -107,14 +107,6 @@ void ddp_sampler_free(ddp_sampler *s)
     s->blk_first = s->bperm = s->bcum = NULL;
 }
 
-/* sample at position p of the epoch's global order */
-int64_t ddp_sampler_order(const ddp_sampler *s, int64_t p)
-{
-    if (s->mode == DDP_SAMPLE_SEQUENTIAL) return p;
-    if (s->nblocks > 0) return ddp_sampler_block_order_at(s, p);
-    return ddp_permute(p, s->n, ddp_epoch_key(s->seed, s->epoch));
-}
-
 ddp_status ddp_sampler_set_epoch(ddp_sampler *s, int64_t epoch)
 {
     int changed = s->epoch != epoch;

@@ -93,3 +93,11 @@ int64_t ddp_sampler_window_runs(const ddp_sampler *s, int64_t p, int64_t ahead, 
     }
     return k;
 }
+
+/* sample at position p of the epoch's global order */
+int64_t ddp_sampler_order(const ddp_sampler *s, int64_t p)
+{
+    if (s->mode == DDP_SAMPLE_SEQUENTIAL) return p;
+    if (s->nblocks > 0) return ddp_sampler_block_order_at(s, p);
+    return ddp_permute(p, s->n, ddp_epoch_key(s->seed, s->epoch));
+}

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #define DDP_SHARD_NAME_MAX 256
+#define DDP_MAX_CLASSES ((int64_t)1 << 24) /* num_classes: class counts and confusion matrices are sized by it */
 
 /* How a shard's features will be read: the madvise advice given to its map. */
 enum { DDP_ACCESS_NORMAL = 0, DDP_ACCESS_RANDOM = 1, DDP_ACCESS_SEQUENTIAL = 2 };

@@ -82,8 +82,10 @@ static int64_t count_maps(void)
     FILE *f = fopen("/proc/self/maps", "re");
     if (!f) return 512;
     int64_t n = 0;
-    int c;
-    while ((c = getc(f)) != EOF) n += c == '\n';
+    char buf[16384];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0)
+        for (const char *p = buf, *e = buf + k; (p = memchr(p, '\n', (size_t)(e - p))); p++) n++;
     fclose(f);
     return n;
 }
@@ -446,4 +448,15 @@ void ddp_shard_cache_dataset_stats(const ddp_dataset *ds, int64_t *hits, int64_t
     *hits = ds->lru ? ds->lru->hits : 0;
     *misses = ds->lru ? ds->lru->misses : 0;
     pthread_mutex_unlock(&g.mu);
+}
+
+int64_t ddp_dataset_shard_of(const ddp_dataset *ds, int64_t index)
+{
+    int64_t lo = 0, hi = ds->nshards - 1;
+    while (lo < hi) { /* last shard with first <= index */
+        int64_t mid = (lo + hi + 1) / 2;
+        if (ds->shards[mid].meta.first <= index) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
 }

@@ -88,7 +88,7 @@ def load_model(path):
         d, dim = state["inp.weight"].shape
         model = MpiddpTransformer(dim, d, int(hp["layers"]), int(hp["heads"]), int(hp["ff"]), int(hp["max_positions"]),
                                   state["head.weight"].shape[0], bool(int(hp["positions"])), float(hp["dropout"]))
-    elif kind == "mlp":
+    elif kind in ("mlp", "reference"):  # "reference": the MLP, in checkpoints of earlier versions
         hidden, dim = state["l1.weight"].shape
         model = MpiddpReference(dim, hidden, state["l3.weight"].shape[0])
     else:
@@ -124,7 +124,11 @@ if __name__ == "__main__":
     a = ap.parse_args()
     m = load_model(a.ckpt)
     if a.save:
-        torch.save(m.state_dict(), a.save)
+        sd = m.state_dict()
+        torch.save(sd, a.save)
+        kind = "transformer" if isinstance(m, MpiddpTransformer) else "mlp"
+        print(f"wrote {a.save} (torch.save): the state_dict of the {kind} in {a.ckpt}, {len(sd)} tensors, "
+              f"{sum(t.numel() for t in sd.values())} parameters")
     if a.data:
         loss, acc = evaluate(m, a.data)
         print(f"val/loss={loss:.9g} val/acc={acc:.9g}")

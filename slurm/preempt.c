@@ -58,7 +58,7 @@ ddp_status ddp_slurm_requeue(ddp_ctx *ctx, ddp_requeue *out, char *msg)
     int code = DDP_REQUEUE_NOT_SLURM;
     char text[256] = "not a SLURM job: continue with --resume auto";
     if (ctx->topo.rank == 0) {
-        const ddp_jobfacts *f = &ctx->facts;
+        const ddp_jobfacts *f = ctx->facts;
         char job[80];
         if (f->array_job_id[0] && f->array_task_id[0]) snprintf(job, sizeof job, "%s_%s", f->array_job_id, f->array_task_id);
         else snprintf(job, sizeof job, "%s", f->job_id);

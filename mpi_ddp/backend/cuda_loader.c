@@ -144,7 +144,12 @@ int ddp_cuda_device_count(void)
 {
     g_dev_why[0] = 0;
     if (!ddp_cuda_maybe_present()) { /* no NVIDIA device nodes: do not load CUDA at all */
-        snprintf(g_dev_why, sizeof g_dev_why, "no NVIDIA GPU on this node");
+        /* callers add the place: "--device cuda: ... on HOST", "--device auto: ..., using cpu" */
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        if (vis && (!*vis || !strcmp(vis, "-1") || !strcmp(vis, "none")))
+            snprintf(g_dev_why, sizeof g_dev_why, "every GPU hidden by CUDA_VISIBLE_DEVICES=\"%s\"", vis);
+        else /* no /dev/nvidia0, /dev/nvidiactl or /proc/driver/nvidia/gpus */
+            snprintf(g_dev_why, sizeof g_dev_why, "no NVIDIA GPU found");
         return 0;
     }
     if (!ddp_cuda()) {

@@ -1,9 +1,11 @@
-/* comm.c — MPI start-up and topology: world and node-local communicators, local rank, node id,
- * device selection, and the collective status agreement every multi-rank error path uses. */
+/* comm.c — MPI start-up and topology: world and node-local communicators, local rank, node id, device
+ * selection and the context's backends (comm.h). The status agreement is in watchdog.c, with the timed
+ * collectives it uses. */
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/comm/watchdog.h"
 #include "slurm/env.h"
 
@@ -11,13 +13,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The context and the parts its owners' headers define, in one allocation (freed by ddp_finalize). */
+typedef struct {
+    ddp_ctx ctx;
+    ddp_jobfacts facts;
+    struct ddp_watch watch;
+} ctx_block;
+
 ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **out)
 {
     *out = NULL;
     int inited = 0, provided = 0;
     MPI_CHECK(MPI_Initialized(&inited));
-    ddp_ctx *c = ddp_calloc(1, sizeof *c);
-    if (!c) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    ctx_block *blk = ddp_calloc(1, sizeof *blk);
+    if (!blk) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    ddp_ctx *c = &blk->ctx;
+    c->facts = &blk->facts;
+    c->watch = &blk->watch;
+    c->watch->fd = -1;
     if (!inited) {
         MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
         c->owns_mpi = 1;
@@ -49,18 +62,18 @@ ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **out)
     char host[MPI_MAX_PROCESSOR_NAME];
     MPI_CHECK(MPI_Get_processor_name(host, &len));
     snprintf(t->host, sizeof t->host, "%s", host);
-    ddp_jobfacts_read(&c->facts);
-    ddp_status fst = ddp_jobfacts_check(&c->facts, t->rank, t->size);
+    ddp_jobfacts_read(c->facts);
+    ddp_status fst = ddp_jobfacts_check(c->facts, t->rank, t->size);
     if (fst != DDP_OK) { /* every process of a mis-launched job fails alike: nothing to agree with */
         ddp_mark_error_shared();
         *out = c; /* the caller finalizes */
         return fst;
     }
-    snprintf(t->launcher, sizeof t->launcher, "%s", c->facts.source);
-    snprintf(t->job_id, sizeof t->job_id, "%s", c->facts.job_id);
+    snprintf(t->launcher, sizeof t->launcher, "%s", c->facts->source);
+    snprintf(t->job_id, sizeof t->job_id, "%s", c->facts->job_id);
+    t->restart_count = c->facts->restart_count;
     c->device = DDP_DEVICE_CPU;
     c->cuda_device = -1;
-    c->watch_fd = -1;
     *out = c;
     return DDP_OK;
 }
@@ -74,7 +87,7 @@ void ddp_finalize(ddp_ctx *c)
     MPI_Comm_free(&c->local);
     MPI_Comm_free(&c->world);
     int owns = c->owns_mpi;
-    free(c);
+    free(c); /* the ctx_block: the context is its first member */
     int fin = 0;
     MPI_Finalized(&fin);
     if (owns && !fin) MPI_Finalize();
@@ -169,34 +182,6 @@ ddp_status ddp_select_device_all(ddp_ctx *c, ddp_device want, ddp_device *got, c
     }
     if (got) *got = d;
     return DDP_OK;
-}
-
-ddp_status ddp_all_ok(ddp_ctx *c, int ok, int *all)
-{
-    int v = ok ? 1 : 0;
-    DDP_CHECK(ddp_allreduce(c, &v, 1, MPI_INT, MPI_MIN, "an agreement"));
-    *all = v;
-    return DDP_OK;
-}
-
-ddp_status ddp_agree_status(ddp_ctx *c, ddp_status mine)
-{
-    int who = mine == DDP_OK ? c->topo.size : c->topo.rank;
-    char msg[1024];
-    /* timed like every collective of the training loop: a stalled rank is reported, not waited for */
-    ddp_status wst = ddp_allreduce(c, &who, 1, MPI_INT, MPI_MIN, "a status agreement");
-    if (wst != DDP_OK) return wst;
-    if (who == c->topo.size) return DDP_OK;
-    int rc;
-    int code = (int)mine;
-    snprintf(msg, sizeof msg, "%s", ddp_last_error());
-    rc = MPI_Bcast(&code, 1, MPI_INT, who, c->world);
-    if (rc == MPI_SUCCESS) rc = MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, who, c->world);
-    if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Bcast(agree)", __FILE__, __LINE__);
-    msg[sizeof msg - 1] = 0;
-    ddp_set_error_text(msg);
-    ddp_mark_error_shared();
-    return code == DDP_OK ? DDP_ERR_REMOTE : (ddp_status)code;
 }
 
 ddp_status ddp_ctx_backend(ddp_ctx *c, ddp_device dev, ddp_backend **out)

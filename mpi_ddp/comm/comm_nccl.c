@@ -3,7 +3,7 @@
  * against a deadline, so a peer whose init failed (or that died) gives an error, never a hang. The outcome
  * is agreed over MPI: a rank whose init failed outright is reported in preference to ranks that only
  * timed out waiting for it. Calls go through the CUDA plugin. */
-#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/core/status.h"

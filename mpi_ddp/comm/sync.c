@@ -97,7 +97,7 @@ static ddp_status launch(ddp_sync *s, int k)
         /* Without a collective timeout the bucket is reduced right away with the blocking MPI_Allreduce:
          * on CPU there is no progress thread to overlap with, and Open MPI's tuned blocking allreduce is
          * faster than its nonblocking one (libnbc). With a timeout the request is polled (watchdog.h). */
-        if (s->ctx->coll_timeout <= 0) {
+        if (s->ctx->watch->coll_timeout <= 0) {
             double t0 = MPI_Wtime();
             MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, s->ctx->world));
             s->comm_s += MPI_Wtime() - t0;
@@ -121,7 +121,7 @@ void ddp_sync_ready(void *arg, int64_t lo, int64_t hi)
         if (s->st != DDP_OK) return;
         s->next++;
     }
-    if (!s->nccl && s->next > 0 && s->ctx->coll_timeout > 0) { /* give MPI a chance to progress what is in flight */
+    if (!s->nccl && s->next > 0 && s->ctx->watch->coll_timeout > 0) { /* give MPI a chance to progress what is in flight */
         int flag;
         MPI_Testall(s->next, s->req, &flag, MPI_STATUSES_IGNORE);
     }

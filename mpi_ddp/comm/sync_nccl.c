@@ -8,6 +8,7 @@
 
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/comm/watchdog.h"
 
 #include <math.h>
@@ -66,7 +67,7 @@ void ddp_sync_nccl_destroy(ddp_sync_nccl *n)
 static ddp_status wait_idle(ddp_sync_nccl *n, int stream_too, const char *where)
 {
     ddp_ctx *ctx = n->ctx;
-    double t0 = mono(), deadline = ctx->coll_timeout > 0 ? t0 + ctx->coll_timeout : INFINITY;
+    double t0 = mono(), deadline = ctx->watch->coll_timeout > 0 ? t0 + ctx->watch->coll_timeout : INFINITY;
     double every = ddp_watch_heartbeat(ctx), beat = t0 + every; /* as ddp_wait's loop beats */
     for (long spins = 0;; spins++) {
         int busy = 0, done = 1;
@@ -76,7 +77,7 @@ static ddp_status wait_idle(ddp_sync_nccl *n, int stream_too, const char *where)
             char why[900];
             snprintf(why, sizeof why, "%s", ddp_last_error());
             ddp_nccl_abort(ctx);
-            return ddp_set_error(st, "rank %d in %s at step %lld: %s", ctx->topo.rank, where, (long long)ctx->watch_step, why);
+            return ddp_set_error(st, "rank %d in %s at step %lld: %s", ctx->topo.rank, where, (long long)ctx->watch->step, why);
         }
         if (!busy && done) return DDP_OK;
         double t = mono();

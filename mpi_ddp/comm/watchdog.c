@@ -1,4 +1,4 @@
-/* watchdog.c — timed collectives and the progress board; see watchdog.h. */
+/* watchdog.c — timed collectives, the status agreement built on them, and the progress board; see watchdog.h. */
 #include "mpi_ddp/comm/watchdog.h"
 
 #include "mpi_ddp/core/status.h"
@@ -37,18 +37,18 @@ static double mono(void)
 
 ddp_status ddp_watch_init(ddp_ctx *ctx, const char *run_dir, double timeout_s)
 {
-    ctx->coll_timeout = timeout_s;
-    ctx->watch_fd = -1;
+    ctx->watch->coll_timeout = timeout_s;
+    ctx->watch->fd = -1;
     if (timeout_s <= 0) return DDP_OK;
-    snprintf(ctx->watch_dir, sizeof ctx->watch_dir, "%s/progress", run_dir);
+    snprintf(ctx->watch->dir, sizeof ctx->watch->dir, "%s/progress", run_dir);
     ddp_status st = DDP_OK;
-    if (ctx->topo.rank == 0 && mkdir(ctx->watch_dir, 0777) != 0 && errno != EEXIST)
-        st = ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", ctx->watch_dir, strerror(errno));
+    if (ctx->topo.rank == 0 && mkdir(ctx->watch->dir, 0777) != 0 && errno != EEXIST)
+        st = ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", ctx->watch->dir, strerror(errno));
     DDP_CHECK(ddp_agree_status(ctx, st));
     char p[4400];
-    snprintf(p, sizeof p, "%s/rank%d", ctx->watch_dir, ctx->topo.rank);
-    ctx->watch_fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    st = ctx->watch_fd < 0 ? ddp_set_error(DDP_ERR_IO, "%s: %s", p, strerror(errno)) : DDP_OK;
+    snprintf(p, sizeof p, "%s/rank%d", ctx->watch->dir, ctx->topo.rank);
+    ctx->watch->fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    st = ctx->watch->fd < 0 ? ddp_set_error(DDP_ERR_IO, "%s: %s", p, strerror(errno)) : DDP_OK;
     DDP_CHECK(ddp_agree_status(ctx, st));
     ddp_watch_mark(ctx, 0, "start");
     return DDP_OK;
@@ -56,27 +56,27 @@ ddp_status ddp_watch_init(ddp_ctx *ctx, const char *run_dir, double timeout_s)
 
 void ddp_watch_close(ddp_ctx *ctx)
 {
-    if (ctx->watch_fd >= 0) close(ctx->watch_fd);
-    ctx->watch_fd = -1;
+    if (ctx->watch->fd >= 0) close(ctx->watch->fd);
+    ctx->watch->fd = -1;
 }
 
 void ddp_watch_mark(ddp_ctx *ctx, int64_t step, const char *phase)
 {
-    int waiting = phase == ctx->watch_phase; /* a wait loop's heartbeat re-marks the current position */
-    ctx->watch_step = step;
-    if (!waiting) snprintf(ctx->watch_phase, sizeof ctx->watch_phase, "%s", phase);
-    if (ctx->watch_fd < 0) return;
+    int waiting = phase == ctx->watch->phase; /* a wait loop's heartbeat re-marks the current position */
+    ctx->watch->step = step;
+    if (!waiting) snprintf(ctx->watch->phase, sizeof ctx->watch->phase, "%s", phase);
+    if (ctx->watch->fd < 0) return;
     board_entry e = {.step = step, .when = wall(), .waiting = waiting};
     snprintf(e.phase, sizeof e.phase, "%s", phase);
-    if (pwrite(ctx->watch_fd, &e, sizeof e, 0) != (ssize_t)sizeof e) { /* the board is best effort */
+    if (pwrite(ctx->watch->fd, &e, sizeof e, 0) != (ssize_t)sizeof e) { /* the board is best effort */
     }
 }
 
-void ddp_watch_beat(ddp_ctx *ctx) { ddp_watch_mark(ctx, ctx->watch_step, ctx->watch_phase); }
+void ddp_watch_beat(ddp_ctx *ctx) { ddp_watch_mark(ctx, ctx->watch->step, ctx->watch->phase); }
 
 double ddp_watch_heartbeat(const ddp_ctx *ctx)
 {
-    double t = ctx->coll_timeout / 10;
+    double t = ctx->watch->coll_timeout / 10;
     return t > 0 && t < DDP_WATCH_HEARTBEAT ? t : DDP_WATCH_HEARTBEAT;
 }
 
@@ -92,7 +92,7 @@ static int scan_board(ddp_ctx *ctx, char *msg, size_t cap, size_t k, double stal
     for (int r = 0; r < ctx->topo.size && k + 120 < cap; r++) {
         if (r == ctx->topo.rank) continue;
         char p[4400];
-        snprintf(p, sizeof p, "%s/rank%d", ctx->watch_dir, r);
+        snprintf(p, sizeof p, "%s/rank%d", ctx->watch->dir, r);
         board_entry e;
         int fd = open(p, O_RDONLY | O_CLOEXEC);
         ssize_t got = fd >= 0 ? pread(fd, &e, sizeof e, 0) : -1;
@@ -120,11 +120,11 @@ void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
 {
     char msg[1024];
     size_t k = (size_t)snprintf(msg, sizeof msg, "collective timeout: rank %d waited %g s in %s at step %lld (--collective-timeout %g)",
-                                ctx->topo.rank, shown(waited), where, (long long)ctx->watch_step, ctx->coll_timeout);
+                                ctx->topo.rank, shown(waited), where, (long long)ctx->watch->step, ctx->watch->coll_timeout);
     double hb = ddp_watch_heartbeat(ctx);
-    double stale = 6 * hb < ctx->coll_timeout / 2 ? 6 * hb : ctx->coll_timeout / 2;
+    double stale = 6 * hb < ctx->watch->coll_timeout / 2 ? 6 * hb : ctx->watch->coll_timeout / 2;
     int behind = scan_board(ctx, msg, sizeof msg, k, stale);
-    if (!behind && ctx->watch_fd >= 0) {
+    if (!behind && ctx->watch->fd >= 0) {
         /* heartbeat meanwhile, so that the others do not take this rank for the silent one */
         for (double left = stale; left > 0; left -= hb) {
             ddp_watch_beat(ctx);
@@ -142,11 +142,11 @@ void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
 
 ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
 {
-    if (ctx->coll_timeout <= 0) {
+    if (ctx->watch->coll_timeout <= 0) {
         MPI_CHECK(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
         return DDP_OK;
     }
-    double hb = ddp_watch_heartbeat(ctx), t0 = mono(), deadline = t0 + ctx->coll_timeout, beat = t0 + hb;
+    double hb = ddp_watch_heartbeat(ctx), t0 = mono(), deadline = t0 + ctx->watch->coll_timeout, beat = t0 + hb;
     for (long spins = 0;; spins++) {
         int flag = 0;
         MPI_CHECK(MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE));
@@ -169,11 +169,39 @@ ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
 
 ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, MPI_Op op, const char *where)
 {
-    if (ctx->coll_timeout <= 0) {
+    if (ctx->watch->coll_timeout <= 0) {
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, ctx->world));
         return DDP_OK;
     }
     MPI_Request r;
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, op, ctx->world, &r));
     return ddp_wait(ctx, 1, &r, where);
+}
+
+ddp_status ddp_all_ok(ddp_ctx *c, int ok, int *all)
+{
+    int v = ok ? 1 : 0;
+    DDP_CHECK(ddp_allreduce(c, &v, 1, MPI_INT, MPI_MIN, "an agreement"));
+    *all = v;
+    return DDP_OK;
+}
+
+ddp_status ddp_agree_status(ddp_ctx *c, ddp_status mine)
+{
+    int who = mine == DDP_OK ? c->topo.size : c->topo.rank;
+    char msg[1024];
+    /* timed like every collective of the training loop: a stalled rank is reported, not waited for */
+    ddp_status wst = ddp_allreduce(c, &who, 1, MPI_INT, MPI_MIN, "a status agreement");
+    if (wst != DDP_OK) return wst;
+    if (who == c->topo.size) return DDP_OK;
+    int rc;
+    int code = (int)mine;
+    snprintf(msg, sizeof msg, "%s", ddp_last_error());
+    rc = MPI_Bcast(&code, 1, MPI_INT, who, c->world);
+    if (rc == MPI_SUCCESS) rc = MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, who, c->world);
+    if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Bcast(agree)", __FILE__, __LINE__);
+    msg[sizeof msg - 1] = 0;
+    ddp_set_error_text(msg);
+    ddp_mark_error_shared();
+    return code == DDP_OK ? DDP_ERR_REMOTE : (ddp_status)code;
 }

@@ -6,10 +6,19 @@
 
 #include "mpi_ddp/core/ctx.h"
 
+/* A rank's watchdog state (ctx->watch). */
+struct ddp_watch {
+    double coll_timeout; /* seconds; <= 0: no deadline, no board */
+    int fd;              /* this rank's record on the board, or -1 */
+    char dir[4200];      /* RUNDIR/progress */
+    int64_t step;        /* the position last marked */
+    char phase[48];
+};
+
 /* Collective. timeout_s <= 0 disables both the deadline and the board. */
 ddp_status ddp_watch_init(ddp_ctx *ctx, const char *run_dir, double timeout_s);
 void ddp_watch_close(ddp_ctx *ctx);
-/* Records this rank's position (cheap: one pwrite; no-op without a board). Called with ctx->watch_phase itself (the
+/* Records this rank's position (cheap: one pwrite; no-op without a board). Called with ctx->watch->phase itself (the
  * heartbeat of a wait loop) it also records that this rank is waiting in a collective: such a rank is never taken
  * for a silent one while its heartbeats keep coming. */
 void ddp_watch_mark(ddp_ctx *ctx, int64_t step, const char *phase);

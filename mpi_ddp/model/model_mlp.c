@@ -2,6 +2,7 @@
  * head, softmax cross-entropy) on a compute backend, exposed through the public ddp_model interface.
  * Packed batches: GEMMs run over the concatenated rows; no padding rows are computed. */
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/model/model_common.h"
 #include "mpi_ddp/model/models.h"
 

@@ -182,6 +182,18 @@ static void tx_destroy(void *self)
 
 #define BALLOC(ptr, count) DDP_MODEL_ALLOC(be, ptr, count)
 
+ddp_status ddp_model_config_check(const ddp_model_config *c)
+{
+    if (c->kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
+    if (c->layers < 1) return ddp_set_error(DDP_ERR_ARG, "transformer: --layers %d: must be >= 1", c->layers);
+    if (c->heads < 1 || c->hidden % c->heads)
+        return ddp_set_error(DDP_ERR_ARG, "transformer: --heads %d must divide --hidden %lld", c->heads, (long long)c->hidden);
+    if (c->max_positions < 1 || !(c->dropout >= 0.0 && c->dropout < 1.0))
+        return ddp_set_error(DDP_ERR_ARG, "transformer: need --max-positions >= 1 and 0 <= --dropout < 1 (got %lld, %g)",
+                             (long long)c->max_positions, c->dropout);
+    return DDP_OK;
+}
+
 ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out)
 {
     int64_t d = c->hidden, f = c->ff > 0 ? c->ff : 2 * c->hidden;

@@ -4,6 +4,7 @@
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/model/models.h"
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/core/status.h"
 
 void ddp_model_config_default(ddp_model_config *c)
@@ -19,18 +20,6 @@ void ddp_model_config_default(ddp_model_config *c)
 }
 
 const char *ddp_model_kind_name(ddp_model_kind k) { return k == DDP_MODEL_TRANSFORMER ? "transformer" : "mlp"; }
-
-ddp_status ddp_model_config_check(const ddp_model_config *c)
-{
-    if (c->kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
-    if (c->layers < 1) return ddp_set_error(DDP_ERR_ARG, "transformer: --layers %d: must be >= 1", c->layers);
-    if (c->heads < 1 || c->hidden % c->heads)
-        return ddp_set_error(DDP_ERR_ARG, "transformer: --heads %d must divide --hidden %lld", c->heads, (long long)c->hidden);
-    if (c->max_positions < 1 || !(c->dropout >= 0.0 && c->dropout < 1.0))
-        return ddp_set_error(DDP_ERR_ARG, "transformer: need --max-positions >= 1 and 0 <= --dropout < 1 (got %lld, %g)",
-                             (long long)c->max_positions, c->dropout);
-    return DDP_OK;
-}
 
 ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out)
 {

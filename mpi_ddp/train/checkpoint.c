@@ -6,6 +6,7 @@
 #include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/train/ckpt_verify.h"
+#include "mpi_ddp/train/lr_schedule.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -65,6 +66,7 @@ static ddp_status write_attrs(hid_t f, const char *tmp, const ddp_model *model, 
     if (cs->lr_schedule) {
         CK(ddp_h5_attr_str(f, "lr_schedule", cs->lr_schedule), "%s: writing attributes", tmp);
         CK(ddp_h5_attr_i64(f, "lr_warmup_steps", cs->lr_warmup_steps), "%s: writing attributes", tmp);
+        CK(ddp_h5_attr_i64(f, "lr_start_step", cs->lr_start_step), "%s: writing attributes", tmp);
         CK(ddp_h5_attr_i64(f, "lr_total_steps", cs->lr_total_steps), "%s: writing attributes", tmp);
         CK(ddp_h5_attr_f64(f, "lr", cs->lr), "%s: writing attributes", tmp);
         CK(ddp_h5_attr_f64(f, "min_lr", cs->min_lr), "%s: writing attributes", tmp);
@@ -355,6 +357,20 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
             if (!strcmp(prec, ddp_precision_name((ddp_precision)p))) cs->precision = (ddp_precision)p;
         free(prec);
     }
+    if (H5Aexists(f, "lr_schedule") > 0) { /* recorded since learning-rate schedules exist */
+        char *name = NULL;
+        DDP_TRY(read_str_attr(f, path, "lr_schedule", &name));
+        int id = ddp_lr_schedule_id(name);
+        free(name);
+        cs->lr_schedule = id < 0 ? "?" : ddp_lr_schedule_name(id);
+        DDP_TRY(read_i64_attr(f, path, "lr_warmup_steps", &cs->lr_warmup_steps));
+        DDP_TRY(read_i64_attr(f, path, "lr_total_steps", &cs->lr_total_steps));
+        if (H5Aexists(f, "lr_start_step") > 0) DDP_TRY(read_i64_attr(f, path, "lr_start_step", &cs->lr_start_step));
+        DDP_TRY(read_attr(f, path, "lr", H5T_NATIVE_DOUBLE, &cs->lr));
+        DDP_TRY(read_attr(f, path, "min_lr", H5T_NATIVE_DOUBLE, &cs->min_lr));
+        if (cs->lr_warmup_steps < 0 || cs->lr_start_step < 0 || cs->lr_total_steps < cs->lr_start_step)
+            DDP_FAIL(DDP_ERR_FORMAT, "%s: attributes 'lr_warmup_steps'/'lr_start_step'/'lr_total_steps': out of range", path);
+    }
     DDP_TRY(read_str_attr(f, path, "topk", &cs->topk_json));
     if (cs->world_size < 1 || cs->world_size > (1 << 24))
         DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'world_size': %lld out of range", path, (long long)cs->world_size);
@@ -373,6 +389,17 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         if (d >= 0 && H5Dclose(d) < 0) e = -1;
         if (st != DDP_OK) goto done;
         if (e < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/best_local': unreadable or wrong length", path);
+    }
+    if (H5Aexists(f, "model") > 0) { /* another built-in model: say so, before a tensor of it is found missing */
+        char *kind = NULL;
+        DDP_TRY(read_str_attr(f, path, "model", &kind));
+        const char *saved = !strcmp(kind, "reference") ? "mlp" : kind, *mine = model->name ? model->name : "";
+        int builtin = (!strcmp(saved, "mlp") || !strcmp(saved, "transformer")) && (!strcmp(mine, "mlp") || !strcmp(mine, "transformer"));
+        if (builtin && strcmp(saved, mine) != 0)
+            st = ddp_set_error(DDP_ERR_ARG, "%s holds a%s %s model (--model %s), not the %s this run builds (--model %s)", path,
+                               saved[0] == 'm' ? "n" : "", saved, saved, mine, mine);
+        free(kind);
+        if (st != DDP_OK) goto done;
     }
     DDP_TRY(ddp_ckpt_read_tensors(f, path, sums > 0, "params", model, params));
     /* without m and v (eval) the moments are still verified: a corrupt file is refused whoever reads it */

@@ -23,9 +23,12 @@ typedef struct {
     char monitor[128];
     int mode_max;           /* --mode max; read: -1 when the checkpoint does not say */
     int64_t skipped_steps;  /* steps skipped for a non-finite gradient (--skip-nonfinite) */
-    /* write: the learning-rate schedule (may be NULL): name, warmup and horizon in optimizer steps, lr, min-lr */
+    /* the learning-rate schedule: name ("constant", "cosine", "linear"), warmup steps, the optimizer steps
+     * [lr_start_step, lr_total_steps) it spans (the horizon; start 0 unless a resume restarted the decay), lr, min-lr.
+     * write: lr_schedule may be NULL (none written); read: NULL when the file records none (written before mpiddp
+     * recorded schedules), "?" for a name this version does not know; lr_start_step 0 when absent */
     const char *lr_schedule;
-    int64_t lr_warmup_steps, lr_total_steps;
+    int64_t lr_warmup_steps, lr_start_step, lr_total_steps;
     double lr, min_lr;
     const char *config_json;/* write: configuration; read: NULL */
     int64_t global_batch;   /* samples per optimizer step over all ranks */

@@ -119,8 +119,8 @@ static ddp_status load_existing(ddp_csv *c, int64_t keep_step)
         }
         if (step <= keep_step && st == DDP_OK) st = add_row(c, epoch, step, &row);
     }
-    ddp_row_free(&hdr);
-    ddp_row_free(&row);
+    ddp_metric_row_free(&hdr);
+    ddp_metric_row_free(&row);
     fclose(f);
     return st;
 }
@@ -185,8 +185,8 @@ void ddp_csv_close(ddp_csv *c)
 {
     if (!c) return;
     if (c->f) fclose(c->f);
-    for (int64_t i = 0; i < c->nrows; i++) ddp_row_free(&c->rows[i].vals);
+    for (int64_t i = 0; i < c->nrows; i++) ddp_metric_row_free(&c->rows[i].vals);
     free(c->rows);
-    ddp_row_free(&c->cols);
+    ddp_metric_row_free(&c->cols);
     free(c);
 }

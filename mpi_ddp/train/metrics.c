@@ -55,9 +55,7 @@ void ddp_row_clear(ddp_metric_row *r)
     r->n = 0;
 }
 
-void ddp_metric_row_free(ddp_metric_row *r) { ddp_row_free(r); }
-
-void ddp_row_free(ddp_metric_row *r)
+void ddp_metric_row_free(ddp_metric_row *r)
 {
     ddp_row_clear(r);
     free(r->names);
@@ -77,9 +75,9 @@ ddp_status ddp_metrics_create(ddp_ctx *ctx, ddp_metrics **out)
 void ddp_metrics_destroy(ddp_metrics *m)
 {
     if (!m) return;
-    ddp_row_free(&m->acc_sum);
-    ddp_row_free(&m->acc_cnt);
-    ddp_row_free(&m->rank0);
+    ddp_metric_row_free(&m->acc_sum);
+    ddp_metric_row_free(&m->acc_cnt);
+    ddp_metric_row_free(&m->rank0);
     free(m);
 }
 

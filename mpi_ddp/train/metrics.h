@@ -10,7 +10,6 @@ int ddp_row_find(const ddp_metric_row *r, const char *name);
 /* Sets (or adds) name = v; DDP_ERR_NOMEM leaves r as it was. */
 ddp_status ddp_row_set(ddp_metric_row *r, const char *name, double v);
 void ddp_row_clear(ddp_metric_row *r);
-void ddp_row_free(ddp_metric_row *r);
 
 /* Number of names currently accumulated (collective + rank-0). */
 int ddp_metrics_pending(const ddp_metrics *m);

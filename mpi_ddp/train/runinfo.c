@@ -163,8 +163,16 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         dedupe(c);
         /* the effective values; a key the options already hold (epochs, lr, seed, ...) is set, not repeated */
         set_item(c, "epochs", cJSON_CreateNumber(cfg->epochs));
-        set_item(c, "batch_size", cJSON_CreateNumber(cfg->batch_size));
-        set_item(c, "global_batch", cJSON_CreateNumber((double)cfg->batch_size * W * cfg->accumulate));
+        if (cfg->batch_rows > 0) { /* token budgets: the step's size is the budget; --batch-size does not apply */
+            set_item(c, "batch_rows", cJSON_CreateNumber((double)cfg->batch_rows));
+            set_item(c, "global_batch_rows", cJSON_CreateNumber((double)cfg->batch_rows * W * cfg->accumulate));
+            set_item(c, "batch_size", cJSON_CreateNull());
+            set_item(c, "global_batch", cJSON_CreateNull());
+            if (cJSON_GetObjectItemCaseSensitive(c, "batch-size")) set_item(c, "batch-size", cJSON_CreateNull());
+        } else {
+            set_item(c, "batch_size", cJSON_CreateNumber(cfg->batch_size));
+            set_item(c, "global_batch", cJSON_CreateNumber((double)cfg->batch_size * W * cfg->accumulate));
+        }
         set_item(c, "accumulate", cJSON_CreateNumber(cfg->accumulate));
         set_item(c, "lr", cJSON_CreateNumber(cfg->lr));
         set_item(c, "weight_decay", cJSON_CreateNumber(cfg->weight_decay));
@@ -209,6 +217,48 @@ static void hits_json(cJSON *o, const char *key, ddp_dataset *ds, const int64_t 
     cJSON_AddNumberToObject(d, "hit_rate", hm[0] + hm[1] > 0 ? (double)hm[0] / (double)(hm[0] + hm[1]) : 0.0);
 }
 
+/* Rank 0, local: sets root[key] = v (taking v) in the run.json at path, rewritten through path.tmp and a rename
+ * (like the first write, not fsynced: the rename replaces the file whole); why names the figures for an error. */
+static ddp_status rewrite_key(const char *path, const char *key, cJSON *v, const char *why)
+{
+    ddp_status st = DDP_OK;
+    FILE *f = fopen(path, "re");
+    char *text = NULL, *out = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = ddp_malloc((size_t)n + 1, 1)))
+        text[fread(text, 1, (size_t)n, f)] = 0;
+    if (f) fclose(f);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!root && f && n >= 0 && !text) { /* the allocation failed: say so, and how much (ddp_malloc's hook) */
+        cJSON_Delete(v);
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json (%ld bytes)", n + 1);
+    }
+    if (!root) {
+        cJSON_Delete(v);
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot read it back to add %s", path, why);
+    }
+    set_item(root, key, v);
+    out = cJSON_Print(root);
+    cJSON_Delete(root);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    size_t len = out ? strlen(out) : 0;
+    char *nl = out ? realloc(out, len + 2) : NULL;
+    if (nl) out = nl, out[len++] = '\n', out[len] = 0;
+    if (!nl) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
+    else {
+        FILE *w = fopen(tmp, "w");
+        if (!w) st = ddp_set_error(DDP_ERR_IO, "%s: cannot create", tmp);
+        else if (fwrite(out, 1, len, w) != len) st = ddp_set_error(DDP_ERR_IO, "%s: write failed", tmp);
+        if (w && fclose(w) != 0 && st == DDP_OK) st = ddp_set_error(DDP_ERR_IO, "%s: write failed", tmp);
+        if (st != DDP_OK) remove(tmp);
+    }
+    if (st == DDP_OK && rename(tmp, path) != 0) st = ddp_set_error(DDP_ERR_IO, "%s: rename from %s failed", path, tmp);
+    free(out);
+    return st;
+}
+
 ddp_status ddp_run_json_data_cache(ddp_ctx *ctx, const char *path, ddp_dataset *train, ddp_dataset *val)
 {
     ddp_shard_cache_info in;
@@ -223,49 +273,36 @@ ddp_status ddp_run_json_data_cache(ddp_ctx *ctx, const char *path, ddp_dataset *
     DDP_CHECK(cache_budgets(ctx, budgets));
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) {
-        FILE *f = fopen(path, "re");
-        char *text = NULL, *out = NULL;
-        long n = -1;
-        if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = ddp_malloc((size_t)n + 1, 1)))
-            text[fread(text, 1, (size_t)n, f)] = 0;
-        if (f) fclose(f);
-        cJSON *root = text ? cJSON_Parse(text) : NULL;
-        free(text);
-        if (!root && f && n >= 0 && !text) { /* the allocation failed: say so, and how much (ddp_malloc's hook) */
-            st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json (%ld bytes)", n + 1);
-        } else if (!root) {
-            st = ddp_set_error(DDP_ERR_IO, "%s: cannot read it back to add the data cache's figures", path);
-        } else {
-            cJSON *o = cache_json(budgets);
-            set_item(o, "state", cJSON_CreateString("end"));
-            cJSON_AddNumberToObject(o, "peak_open_shards", (double)maxp[0]);
-            cJSON_AddNumberToObject(o, "peak_shard_fds", (double)maxp[1]);
-            cJSON_AddNumberToObject(o, "peak_shard_maps", (double)maxp[2]);
-            cJSON_AddNumberToObject(o, "opens", (double)tot[4]);
-            cJSON_AddNumberToObject(o, "read_ahead_opens", (double)tot[6]);
-            cJSON_AddNumberToObject(o, "evictions", (double)tot[5]);
-            cJSON_AddNumberToObject(o, "over_budget_opens", (double)tot[7]);
-            hits_json(o, "train", train, tot, maxp[3]);
-            hits_json(o, "val", val, tot + 2, maxp[4]);
-            set_item(root, "data_cache", o);
-            out = cJSON_Print(root);
-            cJSON_Delete(root);
-            char tmp[4200];
-            snprintf(tmp, sizeof tmp, "%s.tmp", path);
-            size_t len = out ? strlen(out) : 0;
-            char *nl = out ? realloc(out, len + 2) : NULL;
-            if (nl) out = nl, out[len++] = '\n', out[len] = 0;
-            if (!nl) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
-            else { /* like the first write, not fsynced: the rename replaces the file whole */
-                FILE *w = fopen(tmp, "w");
-                if (!w) st = ddp_set_error(DDP_ERR_IO, "%s: cannot create", tmp);
-                else if (fwrite(out, 1, len, w) != len) st = ddp_set_error(DDP_ERR_IO, "%s: write failed", tmp);
-                if (w && fclose(w) != 0 && st == DDP_OK) st = ddp_set_error(DDP_ERR_IO, "%s: write failed", tmp);
-                if (st != DDP_OK) remove(tmp);
-            }
-            if (st == DDP_OK && rename(tmp, path) != 0) st = ddp_set_error(DDP_ERR_IO, "%s: rename from %s failed", path, tmp);
-            free(out);
-        }
+        cJSON *o = cache_json(budgets);
+        set_item(o, "state", cJSON_CreateString("end"));
+        cJSON_AddNumberToObject(o, "peak_open_shards", (double)maxp[0]);
+        cJSON_AddNumberToObject(o, "peak_shard_fds", (double)maxp[1]);
+        cJSON_AddNumberToObject(o, "peak_shard_maps", (double)maxp[2]);
+        cJSON_AddNumberToObject(o, "opens", (double)tot[4]);
+        cJSON_AddNumberToObject(o, "read_ahead_opens", (double)tot[6]);
+        cJSON_AddNumberToObject(o, "evictions", (double)tot[5]);
+        cJSON_AddNumberToObject(o, "over_budget_opens", (double)tot[7]);
+        hits_json(o, "train", train, tot, maxp[3]);
+        hits_json(o, "val", val, tot + 2, maxp[4]);
+        st = rewrite_key(path, "data_cache", o, "the data cache's figures");
+    }
+    return ddp_agree_status(ctx, st);
+}
+
+ddp_status ddp_run_json_lr_schedule(ddp_ctx *ctx, const char *path, const char *schedule, double lr, double min_lr, int64_t warmup,
+                                    int64_t start, int64_t total, const char *horizon)
+{
+    ddp_status st = DDP_OK;
+    if (ctx->topo.rank == 0) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "schedule", schedule);
+        cJSON_AddNumberToObject(o, "lr", lr);
+        cJSON_AddNumberToObject(o, "min_lr", min_lr);
+        cJSON_AddNumberToObject(o, "warmup_steps", (double)warmup);
+        cJSON_AddNumberToObject(o, "start_step", (double)start);
+        cJSON_AddNumberToObject(o, "total_steps", (double)total);
+        cJSON_AddStringToObject(o, "horizon", horizon);
+        st = rewrite_key(path, "lr_schedule", o, "the learning-rate schedule");
     }
     return ddp_agree_status(ctx, st);
 }

@@ -70,6 +70,11 @@ ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
         return ddp_set_error(DDP_ERR_ARG, "--warmup-steps and --min-lr must be >= 0");
     if (c->lr_schedule != DDP_LR_CONSTANT && c->min_lr > c->lr)
         return ddp_set_error(DDP_ERR_ARG, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
+    if (c->lr_horizon < DDP_LR_HORIZON_KEEP || c->lr_horizon > DDP_LR_HORIZON_RESTART)
+        return ddp_set_error(DDP_ERR_ARG, "--lr-horizon: unknown choice (keep or restart)");
+    if (c->lr_start_step < 0 || c->lr_end_step < 0 || (c->lr_end_step > 0 && c->lr_end_step <= c->lr_start_step))
+        return ddp_set_error(DDP_ERR_ARG, "lr_start_step %lld, lr_end_step %lld: need 0 <= start < end (or end 0: the whole run)",
+                             (long long)c->lr_start_step, (long long)c->lr_end_step);
     if (c->precision < DDP_PRECISION_FP32 || c->precision > DDP_PRECISION_BF16) return ddp_set_error(DDP_ERR_ARG, "--precision: unknown");
     return DDP_OK;
 }

@@ -29,6 +29,16 @@ typedef struct {
     /* a resume's position, converted to micro-batches once the first epoch's plan is known
      * (ddp_train_state_resume_position) */
     int64_t resume_os, resume_pos, resume_legacy_mb; /* -1: none */
+    /* a resume: the checkpoint's learning-rate schedule (known 0: it records none), and the configuration in
+     * effect, *cfg with the schedule's span (lr_start_step, lr_end_step) settled by ddp_train_state_resume_position;
+     * cfg points to cfg_resumed from ddp_train_state_resume on */
+    struct {
+        int resumed, known, schedule;
+        int64_t warmup, start, end;
+        double lr, min_lr;
+        char path[4400];
+    } lr_saved;
+    ddp_train_config cfg_resumed;
     ddp_decider dec;
     char ckpt_dir[4200];
 } ddp_train_state;
@@ -42,9 +52,34 @@ ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row
 /* Restores the state from a checkpoint read by rank 0 and broadcast. */
 ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path);
 /* A resumed run's position in this run's micro-batches (ts->mb), once tsm and nmb hold the epoch's plan of
- * opt_steps optimizer steps; clears the pending position. Every rank computes the same. */
-ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps);
+ * opt_steps optimizer steps; clears the pending position. Every rank computes the same. Collective, in every
+ * run: with steps0, the first epoch's optimizer steps (the schedule's horizon is --epochs x steps0), also settles the learning-rate schedule (a resume keeps
+ * the checkpoint's horizon or restarts the decay, --lr-horizon; rank 0 prints one notice when the schedule
+ * changes) and records it in run.json. */
+ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps, int64_t steps0);
 /* Temporary files of a save that was killed before its rename. */
 void ddp_train_state_remove_stale_tmp(const char *dir);
+
+/* The end of a run, for the summary `mpiddp train` prints (trainer.c). Filled when the run got past set-up and
+ * ended normally, by early stopping or on a stop request; the best checkpoint is rank 0's (the top-k list). */
+typedef struct {
+    int valid, stopped, early_stopped;
+    int64_t epoch, epochs;                 /* the last epoch trained (0-based; -1: none), of --epochs */
+    int64_t step_in_epoch, steps_in_epoch; /* optimizer steps of that epoch done, of its steps */
+    int64_t global_step;                   /* global optimizer step at the end */
+    double wall_s;                         /* ddp_train from start to end */
+    double samples, rows;                  /* trained by this run, all ranks (padding duplicates included) */
+    double samples_per_s, rows_per_s;      /* over the training steps after the run's first (start-up), as the
+                                              progress line; validation and epoch-end checkpoints excluded */
+    int token_budget;                      /* --batch-rows: rows/s is the figure that matters (tokens/s) */
+    int has_best;                          /* a decision has seen a value (rank 0) */
+    double best_value;
+    int64_t best_epoch, best_step;         /* -1 with --save-top-k 0 */
+    char best_path[4800];                  /* "checkpoints/NAME" relative to the run directory; "" when none */
+    char monitor[128];
+} ddp_train_summary;
+/* Collective: ddp_train, and the run's end in *summary (may be NULL). */
+ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train, ddp_dataset *val,
+                                ddp_train_summary *summary);
 
 #endif

@@ -1,10 +1,6 @@
-/* trainer.c — the training loop: epochs of optimizer steps (micro-batches, bucketed gradient sync,
- * clipping, AdamW), exact validation after each epoch, metric sync points, metrics CSV files, run.json,
- * stop requests agreed through the step's allreduce, and the progress line. Owns the trainer struct (private
- * here); checkpoint saves, decisions (top-k, early stop) and resume are in trainer_ckpt.c, over the part of the
- * state in train_state.h; the configuration's defaults and checks in train_config.c. Each micro-batch's model
- * may start uploading the next one while it computes (ddp_model.prefetch over ddp_loader_peek). Every collective
- * is reached by every rank on every path. */
+/* trainer.c — the training loop: epochs of optimizer steps (micro-batches, bucketed gradient sync, clipping,
+ * AdamW), exact validation after each epoch, metric rows and CSV files, and stop requests agreed through the step's
+ * allreduce. Saves, decisions and resume are in trainer_ckpt.c, the progress line and summary in progress.c. */
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "mpi_ddp/backend/backend.h"
@@ -16,8 +12,10 @@
 #include "mpi_ddp/train/grad_diag.h"
 #include "mpi_ddp/train/rundir.h"
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/train/lr_schedule.h"
 #include "mpi_ddp/train/metrics.h"
+#include "mpi_ddp/train/progress.h"
 #include "mpi_ddp/train/runinfo.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/comm/sync.h"
@@ -31,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 /* Control floats after the gradients, summed by the same allreduce: the step's sample count, the stop flag,
@@ -52,9 +51,11 @@ typedef struct {
     ddp_eval_acc eval;
     double lr_last;            /* learning rate of the last optimizer step (the lr column) */
     int32_t *lens_train, *lens_val; /* token budgets: every sample's rows */
-    int tty;
+    ddp_progress prog;         /* rank 0's line and the run's pace, the first step (start-up) left out (progress.c) */
+    ddp_train_summary *summary;             /* optional: the end of the run, for the CLI */
     int64_t test_stop_at, test_stop_rank; /* MPIDDP_TEST_STOP_AT_STEP / _RANK, read once */
     int64_t test_step_delay_ms;           /* MPIDDP_TEST_STEP_DELAY_MS: a slower job for signal tests */
+    int64_t test_first_delay_ms;          /* MPIDDP_TEST_FIRST_STEP_DELAY_MS: a slow first step (start-up), progress tests */
     FILE *trace;                          /* MPIDDP_TEST_TRACE_SAMPLES=PREFIX: each rank writes PREFIX.r<rank>, one
                                              line "epoch step id..." per micro-batch it trains (tests) */
     ddp_loader_cursor peek;               /* ddp_model.prefetch: the next micro-batch (step -1: none) */
@@ -71,6 +72,10 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* An epoch's micro-batches (the sampler's steps, capped by --fast-dev-run) and optimizer steps, for the epoch the
+ * sampler is set to; checked collectively when `agreed` names what they are. */
+static ddp_status epoch_steps(trainer *tr, const ddp_sampler *tsm, const char *agreed, int64_t *nmb, int64_t *opt_steps);
+
 /* Steps every rank will run: computed locally, then checked collectively. */
 static ddp_status agree_steps(ddp_ctx *ctx, int64_t mine, const char *what)
 {
@@ -86,18 +91,14 @@ static ddp_status agree_steps(ddp_ctx *ctx, int64_t mine, const char *what)
     return st;
 }
 
-static void progress(trainer *tr, int epoch, int64_t step, int64_t steps, double loss, double sps, double eta)
+static ddp_status epoch_steps(trainer *tr, const ddp_sampler *tsm, const char *agreed, int64_t *nmb, int64_t *opt_steps)
 {
-    ddp_train_state *ts = &tr->state;
-    if (!ts->cfg->progress || ts->ctx->topo.rank != 0) return;
-    int epochs = ts->cfg->fast_dev_run > 0 ? 1 : ts->cfg->epochs; /* epochs are 0-based, as in metrics.csv and file names */
-    int m = (int)(eta / 60), s = (int)eta % 60;
-    if (tr->tty)
-        fprintf(stderr, "\r\033[Kepoch %d (of %d)  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %d:%02d", epoch, epochs,
-                (long long)step, (long long)steps, loss, sps, m, s);
-    else
-        fprintf(stderr, "epoch %d (of %d) step %lld/%lld loss %.4f samples/s %.0f eta %d:%02d\n", epoch, epochs,
-                (long long)step, (long long)steps, loss, sps, m, s);
+    const ddp_train_config *c = tr->state.cfg;
+    int64_t n = c->fast_dev_run > 0 && tsm->steps > c->fast_dev_run ? c->fast_dev_run : tsm->steps;
+    if (agreed) DDP_CHECK(agree_steps(tr->state.ctx, n, agreed));
+    *nmb = n;
+    *opt_steps = (n + c->accumulate - 1) / c->accumulate;
+    return DDP_OK;
 }
 
 static ddp_status write_rows(trainer *tr, int64_t epoch)
@@ -119,15 +120,17 @@ static int stop_wanted(const trainer *tr)
 }
 
 /* One optimizer step over up to `accumulate` micro-batches starting at *mb. */
-static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t nmb, double *samples, int *stop)
+static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t nmb, double *samples, double *rows, int *stop)
 {
     ddp_train_state *ts = &tr->state;
     const ddp_train_config *c = ts->cfg;
     ddp_backend *be = ts->be;
     DDP_CHECK(be->zero(be, tr->grads, (size_t)(ts->n + tr->nctl) * sizeof(float)));
     int64_t first = *mb, last = *mb + c->accumulate < nmb ? *mb + c->accumulate : nmb;
-    if (tr->test_step_delay_ms > 0) { /* test hook: keeps a short job running long enough to be signalled */
-        struct timespec delay = {tr->test_step_delay_ms / 1000, (tr->test_step_delay_ms % 1000) * 1000000L};
+    int64_t delay_ms = tr->test_step_delay_ms; /* test hooks: a job slow enough to be signalled; a slow start-up */
+    if (!tr->prog.warm && tr->test_first_delay_ms > 0) delay_ms += tr->test_first_delay_ms;
+    if (delay_ms > 0) {
+        struct timespec delay = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
         nanosleep(&delay, NULL);
     }
     float *ctl = tr->ctl; /* lives in the trainer: uploaded without a host synchronisation */
@@ -176,6 +179,7 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
         rsum += g[r];
         rmax = g[r] > rmax ? g[r] : rmax;
     }
+    *rows = rsum;
     if (rsum > 0)
         DDP_CHECK(ddp_log(tr->metrics, "train/rows_per_rank_max_over_mean", rmax * (double)(tr->nctl - CTL_ROWS) / rsum, 1.0));
     double gscale = 1.0 / count, norm2 = 0.0;
@@ -287,7 +291,7 @@ static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t
     monitor_test_offset(tr, epoch);
     DDP_CHECK(write_rows(tr, epoch));
     if (ts->ctx->topo.rank == 0 && ts->cfg->progress) {
-        if (tr->tty) fputc('\n', stderr);
+        ddp_progress_end_line(&tr->prog);
         fprintf(stderr, "epoch %lld: val/loss=%.6g val/acc=%.6g val/macro_f1=%.6g\n", (long long)epoch,
                 tr->row.vals[ddp_row_find(&tr->row, "val/loss")], acc, f1);
     }
@@ -404,13 +408,15 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     snprintf(note, sizeof note, "%s", be->name);
     snprintf(path, sizeof path, "%s/run.json", c->out_dir);
     DDP_CHECK(ddp_write_run_json(ctx, path, c, c->config_json, ddp_dataset_get_info(train), ddp_dataset_get_info(val), note));
-    tr->tty = isatty(2);
+    ddp_progress_init(&tr->prog, ctx->topo.rank == 0 && c->progress);
+    tr->test_first_delay_ms = ddp_env_int("TEST_FIRST_STEP_DELAY_MS", 0);
     return DDP_OK;
 }
 
 static void teardown(trainer *tr)
 {
     ddp_train_state *ts = &tr->state;
+    ddp_progress_end_line(&tr->prog); /* an error's line starts on a line of its own */
     ddp_watch_close(ts->ctx);
     if (ts->model->prefetch) (void)ts->model->prefetch(ts->model->self, NULL, NULL); /* drops a batch moved early */
     ddp_backend *be = ts->be;
@@ -425,8 +431,8 @@ static void teardown(trainer *tr)
     ddp_metrics_destroy(tr->metrics);
     ddp_csv_close(tr->csv);
     ddp_csv_close(tr->csv_rank);
-    ddp_row_free(&tr->row);
-    ddp_row_free(&tr->lrow);
+    ddp_metric_row_free(&tr->row);
+    ddp_metric_row_free(&tr->lrow);
     free(ts->h_params);
     free(ts->h_m);
     free(ts->h_v);
@@ -482,63 +488,68 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(train, &tsm, 1, &tl)));
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(val, &vsm, 1, &vl)));
     DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, ts->epoch)));
-    int64_t nmb = tsm.steps; /* micro-batches of the first epoch (token budgets: they vary by epoch) */
-    if (c->fast_dev_run > 0 && nmb > c->fast_dev_run) nmb = c->fast_dev_run;
-    DDP_TRY(agree_steps(ctx, nmb, "training epoch"));
+    int64_t nmb, opt_steps; /* of the first epoch (token budgets: they vary by epoch) */
+    DDP_TRY(epoch_steps(tr, &tsm, "training epoch", &nmb, &opt_steps));
     ts->tsm = &tsm;
     ts->nmb = nmb;
-    int64_t opt_steps = (nmb + c->accumulate - 1) / c->accumulate;
-    DDP_TRY(ddp_train_state_resume_position(ts, opt_steps));
     int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
     /* the schedule's horizon: with token budgets the first epoch's plan stands for every epoch's (a function of
      * seed and global budget, like the plan itself; the schedule holds min-lr past it) */
     int64_t steps0 = opt_steps;
     if (c->batch_rows > 0 && ts->epoch != 0) { /* resumed in a later epoch: epoch 0's plan, as the first run saw it */
+        int64_t nmb0;
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, 0)));
-        int64_t nmb0 = c->fast_dev_run > 0 && tsm.steps > c->fast_dev_run ? c->fast_dev_run : tsm.steps;
-        steps0 = (nmb0 + c->accumulate - 1) / c->accumulate;
+        DDP_TRY(epoch_steps(tr, &tsm, NULL, &nmb0, &steps0));
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, ts->epoch)));
     }
+    DDP_TRY(ddp_train_state_resume_position(ts, opt_steps, steps0));
     ts->lr_total = steps0 * epochs;
     tr->lr_last = ddp_lr_at(c, ts->global_step, ts->lr_total);
-    double t0 = now_s();
-    int64_t first_step = ts->global_step, total_steps = opt_steps * epochs, first_epoch = ts->epoch;
+    int64_t total_steps = opt_steps * epochs, first_epoch = ts->epoch;
+    int64_t last_epoch = ts->epoch > 0 ? ts->epoch - 1 : -1, last_k = ts->epoch > 0 ? opt_steps : 0; /* the summary's */
+    int early = 0;
     for (; ts->epoch < epochs; ts->epoch++, ts->mb = 0) {
         int64_t e = ts->epoch;
         DDP_TRY(ddp_agree_status(ctx, ddp_loader_start_epoch(tl, e, ts->mb)));
         if (c->batch_rows > 0 && e != first_epoch) { /* this epoch's plan (every rank computed the same; checked) */
-            nmb = tsm.steps;
-            if (c->fast_dev_run > 0 && nmb > c->fast_dev_run) nmb = c->fast_dev_run;
-            DDP_TRY(agree_steps(ctx, nmb, "training epoch"));
+            DDP_TRY(epoch_steps(tr, &tsm, "training epoch", &nmb, &opt_steps));
             ts->nmb = nmb;
-            opt_steps = (nmb + c->accumulate - 1) / c->accumulate;
         }
-        double win_t = now_s(), win_samples = 0;
+        /* samples/s: a window from the previous training row (or the epoch's start) to this one; the run's first step
+         * is start-up and stays out of every figure (the first window starts when it ends) */
+        double win_t = now_s(), win_samples = 0, loop_t = win_t;
         int stop = 0;
         while (ts->mb < nmb) {
-            double samples = 0;
-            st = train_step(tr, tl, &ts->mb, nmb, &samples, &stop);
+            double samples = 0, rows = 0, t_step = now_s();
+            st = train_step(tr, tl, &ts->mb, nmb, &samples, &rows, &stop);
             if (st != DDP_OK) goto done; /* a local failure here: the CLI aborts the job */
-            win_samples += samples;
+            double t_end = now_s();
+            if (ddp_progress_step(&tr->prog, t_step, t_end, samples, rows, ts->global_step)) win_t = loop_t = t_end; /* start-up */
+            else win_samples += samples;
             int64_t s = (ts->mb + c->accumulate - 1) / c->accumulate; /* optimizer steps done in this epoch */
+            last_epoch = e;
+            last_k = s;
             if (ts->global_step % c->log_every == 0 || ts->mb == nmb || stop) {
-                double dt = now_s() - win_t;
-                double sps = dt > 0 ? win_samples / dt : 0;
+                double now = now_s(), dt = now - win_t;
+                double sps = win_samples > 0 && dt > 0 ? win_samples / dt
+                             : tr->prog.first_dt > 0     ? tr->prog.first_samples / tr->prog.first_dt /* at the first step */
+                                                         : 0;
                 DDP_TRY(ddp_log_rank0(tr->metrics, "train/samples_per_s", sps));
                 DDP_TRY(ddp_log_rank0(tr->metrics, "lr", tr->lr_last));
                 if (c->skip_nonfinite) DDP_TRY(ddp_log_rank0(tr->metrics, "train/skipped_steps", (double)ts->skipped));
                 DDP_TRY(ddp_metrics_sync(tr->metrics, &tr->row, &tr->lrow));
                 DDP_TRY(write_rows(tr, e));
                 int li = ddp_row_find(&tr->row, "train/loss");
-                double done_steps = (double)(ts->global_step - first_step);
-                double eta = (now_s() - t0) / done_steps * (double)(total_steps - ts->global_step);
-                progress(tr, (int)e, s, opt_steps, li >= 0 ? tr->row.vals[li] : NAN, sps, eta > 0 ? eta : 0);
+                double eta = ddp_progress_eta(&tr->prog, now, ts->global_step, total_steps);
+                ddp_progress_line(&tr->prog, ts, (int)e, s, opt_steps, li >= 0 ? tr->row.vals[li] : NAN, sps, eta);
                 win_t = now_s();
                 win_samples = 0;
             }
             if (stop) { /* every rank saw the flag in the same allreduce */
+                tr->prog.loop_s += now_s() - loop_t;
                 if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_save_last(ts));
-                if (ctx->topo.rank == 0 && c->progress && tr->tty) fputc('\n', stderr);
+                if (ctx->topo.rank == 0) ddp_progress_end_line(&tr->prog);
+                ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, opt_steps, epochs, 1, 0);
                 st = ddp_set_error(DDP_STOPPED, "stopped on request at step %lld (epoch %lld, batch %lld of %lld); %s",
                                    (long long)ts->global_step, (long long)e, (long long)ts->mb, (long long)nmb,
                                    c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)" : "last.h5 saved, continue with --resume auto");
@@ -548,17 +559,18 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
             if (c->ckpt_every_steps > 0 && ts->global_step % c->ckpt_every_steps == 0 && ts->mb < nmb && c->fast_dev_run <= 0)
                 DDP_TRY(ddp_train_state_save_last(ts));
         }
+        if (tr->prog.warm) tr->prog.loop_s += now_s() - loop_t;
         int vstop = 0;
         DDP_TRY(validate(tr, vl, &vsm, e, &vstop));
         if (vstop) { /* saved at the epoch's end: a resume validates again */
             if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_save_last(ts));
+            ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, opt_steps, epochs, 1, 0);
             st = ddp_set_error(DDP_STOPPED, "stopped on request during validation after step %lld (epoch %lld); %s",
                                (long long)ts->global_step, (long long)e,
                                c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)" : "last.h5 saved, continue with --resume auto");
             ddp_mark_error_shared();
             goto done;
         }
-        int early = 0;
         if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_decide(ts, &tr->row, &tr->lrow, e, &early));
         ts->epoch = e + 1; /* position: start of the next epoch */
         ts->mb = 0;
@@ -569,6 +581,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
             break;
         }
     }
+    ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, opt_steps, epochs, 0, early);
 done:
     ddp_loader_destroy(tl);
     ddp_loader_destroy(vl);
@@ -579,8 +592,17 @@ done:
 
 ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train, ddp_dataset *val)
 {
+    return ddp_train_summarized(ctx, cfg, model, train, val, NULL);
+}
+
+ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train, ddp_dataset *val,
+                                ddp_train_summary *summary)
+{
+    double t_start = now_s();
+    if (summary) memset(summary, 0, sizeof *summary);
     DDP_CHECK(ddp_agree_status(ctx, ddp_train_config_check(cfg, ctx->topo.size)));
-    trainer tr = {.state = {.ctx = ctx, .cfg = cfg, .model = model, .resume_os = -1, .resume_pos = -1, .resume_legacy_mb = -1}};
+    trainer tr = {.state = {.ctx = ctx, .cfg = cfg, .model = model, .resume_os = -1, .resume_pos = -1, .resume_legacy_mb = -1},
+                  .summary = summary};
     ddp_rundir rd;
     /* before anything is written: the run directory is this run's (lock; no other run's files unless resuming) */
     DDP_CHECK(ddp_rundir_acquire(ctx, cfg->out_dir, cfg->resume != NULL, cfg->overwrite, &rd));
@@ -593,5 +615,6 @@ ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model
     }
     teardown(&tr);
     ddp_rundir_release(&rd);
+    if (summary && summary->valid) summary->wall_s = now_s() - t_start;
     return st;
 }

@@ -9,12 +9,14 @@
 #include "mpi_ddp/train/train_state.h"
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/train/rundir.h"
+#include "mpi_ddp/train/runinfo.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <sys/stat.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +84,8 @@ static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
         if (st == DDP_OK) st = ts->be->download(ts->be, ts->h_v, ts->v, bytes);
         char *tk = topk_json(&ts->dec);
         int64_t acc = ts->cfg->accumulate, os = ts->mb >= ts->nmb ? (ts->nmb + acc - 1) / acc : ts->mb / acc;
+        int64_t lr_start, lr_end; /* the schedule's span: the run's steps, or what a resume kept or restarted */
+        ddp_lr_span(ts->cfg, ts->lr_total, &lr_start, &lr_end);
         ddp_ckpt_state cs = {.epoch = ts->epoch,
                              .optim_step_in_epoch = os,
                              .samples_in_epoch = ts->mb >= ts->nmb ? ts->tsm->n : epoch_position(ts, os),
@@ -89,7 +93,8 @@ static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
                              .skipped_steps = ts->skipped,
                              .lr_schedule = ddp_lr_schedule_name(ts->cfg->lr_schedule),
                              .lr_warmup_steps = ddp_lr_warmup_steps(ts->cfg, ts->lr_total),
-                             .lr_total_steps = ts->lr_total,
+                             .lr_start_step = lr_start,
+                             .lr_total_steps = lr_end,
                              .lr = ts->cfg->lr,
                              .min_lr = ts->cfg->min_lr,
                              .global_step = ts->global_step,
@@ -193,9 +198,16 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     int W = ctx->topo.size;
     int64_t gb = (int64_t)c->batch_size * W * c->accumulate, gr = c->batch_rows * W * c->accumulate;
     st = DDP_OK;
-    if ((facts[6] > 0) != (gr > 0))
-        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with %s batches; this run uses %s (--batch-rows)", path,
-                           facts[6] > 0 ? "token-budget" : "sample-count", gr > 0 ? "token budgets" : "sample counts");
+    if (facts[6] > 0 && gr == 0) /* name the option each side used, and the value that resumes */
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved with token-budget batches (--batch-rows, %lld rows per optimizer step); this run uses "
+                           "sample-count batches (--batch-size): resume with --batch-rows (batch-rows x ranks x accumulate = %lld)",
+                           path, (long long)facts[6], (long long)facts[6]);
+    else if (facts[6] <= 0 && gr > 0)
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved with sample-count batches (--batch-size, %lld samples per optimizer step); this run uses "
+                           "token-budget batches (--batch-rows): resume with --batch-size (batch-size x ranks x accumulate = %lld)",
+                           path, (long long)facts[5], (long long)facts[5]);
     else if (gr > 0) { /* token budgets: the order depends on the global budget only, any world size resumes */
         if (facts[6] != gr)
             st = ddp_set_error(DDP_ERR_ARG, "%s: saved with a global budget of %lld rows; this run's is %lld (batch-rows x ranks x accumulate)",
@@ -233,6 +245,22 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
         free(cs.best_local);
         free(cs.topk_json);
         return st;
+    }
+    { /* the checkpoint's learning-rate schedule, settled against this run's once the horizon is known
+       * (ddp_train_state_resume_position); from here on the run uses its own copy of the configuration */
+        int id = cs.lr_schedule ? ddp_lr_schedule_id(cs.lr_schedule) : -1;
+        int64_t lrf[5] = {id, cs.lr_warmup_steps, cs.lr_start_step, cs.lr_total_steps, 0};
+        double lrd[2] = {cs.lr, cs.min_lr};
+        MPI_CHECK(MPI_Bcast(lrf, 5, MPI_INT64_T, 0, ctx->world));
+        MPI_CHECK(MPI_Bcast(lrd, 2, MPI_DOUBLE, 0, ctx->world));
+        ts->lr_saved.resumed = 1;
+        ts->lr_saved.known = lrf[0] >= 0; /* none recorded (an older mpiddp), or a schedule this version lacks */
+        ts->lr_saved.schedule = (int)lrf[0];
+        ts->lr_saved.warmup = lrf[1], ts->lr_saved.start = lrf[2], ts->lr_saved.end = lrf[3];
+        ts->lr_saved.lr = lrd[0], ts->lr_saved.min_lr = lrd[1];
+        snprintf(ts->lr_saved.path, sizeof ts->lr_saved.path, "%s", path);
+        ts->cfg_resumed = *c;
+        ts->cfg = &ts->cfg_resumed;
     }
     for (int64_t lo = 0; lo < ts->n; lo += 1 << 28) {
         int cnt = (int)(ts->n - lo < (1 << 28) ? ts->n - lo : (1 << 28));
@@ -299,9 +327,114 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     return DDP_OK;
 }
 
+/* "%g" of a number into buf (the notices' numbers). */
+static const char *num(char *buf, size_t len, double v)
+{
+    snprintf(buf, len, "%.6g", v);
+    return buf;
+}
+
+/* Appends "; " and a formatted item to the notice in buf. */
+static void add_item(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add_item(char *buf, size_t len, const char *fmt, ...)
+{
+    size_t n = strlen(buf);
+    if (n && n + 2 < len) buf[n++] = ';', buf[n++] = ' ', buf[n] = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    if (n < len) vsnprintf(buf + n, len - n, fmt, ap);
+    va_end(ap);
+}
+
+/* The learning-rate schedule of this run, once its horizon (epochs x the first epoch's optimizer steps, as the
+ * trainer computes it) is known. A resume compares it with the checkpoint's: the horizon the run asks for differs
+ * when --epochs changed; --lr-horizon keep (default) keeps the checkpoint's span, restart starts the schedule again
+ * at the resumed step over the run's remaining steps (only when the horizon changed: a requeued job resumed with
+ * the same options continues a restarted schedule). --lr, --min-lr, --lr-schedule and --warmup-steps are this
+ * run's. Rank 0 prints one notice when the schedule changes; run.json records the schedule in effect. */
+static ddp_status settle_schedule(ddp_train_state *ts, int64_t steps0)
+{
+    ddp_ctx *ctx = ts->ctx;
+    const ddp_train_config *c = ts->cfg;
+    int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
+    int64_t total = steps0 * epochs, want_start, want_end;
+    ddp_lr_span(c, total, &want_start, &want_end); /* what this run's options ask for */
+    const char *horizon = "run";
+    if (ts->lr_saved.resumed && ts->lr_saved.known) {
+        ddp_train_config *rc = &ts->cfg_resumed; /* ts->cfg */
+        int matters = c->lr_schedule != DDP_LR_CONSTANT || c->warmup > 0; /* else every span gives lr */
+        int moved = ts->lr_saved.end != want_end;
+        int restart = matters && moved && c->lr_horizon == DDP_LR_HORIZON_RESTART && want_end > ts->global_step;
+        if (matters && !restart) { /* the checkpoint's span: unchanged, or kept */
+            rc->lr_start_step = ts->lr_saved.start;
+            rc->lr_end_step = ts->lr_saved.end > ts->lr_saved.start ? ts->lr_saved.end : 0;
+            horizon = "checkpoint";
+        } else if (restart) {
+            rc->lr_start_step = ts->global_step;
+            rc->lr_end_step = want_end;
+            horizon = "restart";
+        }
+        /* the checkpoint's own schedule, for the lr it would give now */
+        ddp_train_config old = *rc;
+        old.lr_schedule = ts->lr_saved.schedule;
+        old.lr = ts->lr_saved.lr, old.min_lr = ts->lr_saved.min_lr, old.warmup = (double)ts->lr_saved.warmup;
+        old.lr_start_step = ts->lr_saved.start, old.lr_end_step = ts->lr_saved.end > ts->lr_saved.start ? ts->lr_saved.end : 0;
+        int64_t s = ts->global_step, w = ddp_lr_warmup_steps(rc, total);
+        double lr_old = ddp_lr_at(&old, s, total), lr_new = ddp_lr_at(rc, s, total), lr_moved = lr_new;
+        if (moved && !restart && matters) { /* what the new horizon would have given: the jump a keep avoids */
+            ddp_train_config mv = *rc;
+            mv.lr_start_step = want_start, mv.lr_end_step = want_end;
+            lr_moved = ddp_lr_at(&mv, s, total);
+        }
+        char items[2048] = "", a[32], b[32];
+        if (ts->lr_saved.schedule != c->lr_schedule)
+            add_item(items, sizeof items, "--lr-schedule %s -> %s", ddp_lr_schedule_name(ts->lr_saved.schedule),
+                     ddp_lr_schedule_name(c->lr_schedule));
+        if (ts->lr_saved.lr != c->lr) add_item(items, sizeof items, "--lr %s -> %s", num(a, 32, ts->lr_saved.lr), num(b, 32, c->lr));
+        if (ts->lr_saved.min_lr != c->min_lr && (c->lr_schedule != DDP_LR_CONSTANT || ts->lr_saved.schedule != DDP_LR_CONSTANT))
+            add_item(items, sizeof items, "--min-lr %s -> %s", num(a, 32, ts->lr_saved.min_lr), num(b, 32, c->min_lr));
+        if (ts->lr_saved.warmup != w && !restart)
+            add_item(items, sizeof items, "warmup %lld -> %lld steps", (long long)ts->lr_saved.warmup, (long long)w);
+        if (restart) {
+            char how[96] = "";
+            if (w > 0) snprintf(how, sizeof how, "warmup %lld steps, then ", (long long)w);
+            add_item(items, sizeof items,
+                     "horizon %lld -> %lld steps (--epochs %d): the schedule starts again at step %lld (%s%s to step %lld; "
+                     "--lr-horizon restart)",
+                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)s, how,
+                     c->lr_schedule == DDP_LR_CONSTANT ? "constant" : c->lr_schedule == DDP_LR_COSINE ? "cosine decay" : "linear decay",
+                     (long long)want_end);
+        } else if (moved && matters)
+            add_item(items, sizeof items,
+                     "horizon %lld -> %lld steps (--epochs %d) not taken: the checkpoint's is kept (--lr-horizon keep; "
+                     "--lr-horizon restart starts warmup and decay again at step %lld)",
+                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)s);
+        if (items[0] && ctx->topo.rank == 0 && ts->epoch < epochs) { /* even with --no-progress, like --precision's */
+            char lr_note[160];
+            if (lr_old != lr_new) snprintf(lr_note, sizeof lr_note, "lr %s -> %s", num(a, 32, lr_old), num(b, 32, lr_new));
+            else snprintf(lr_note, sizeof lr_note, "lr continues at %s", num(a, 32, lr_new));
+            size_t n = strlen(lr_note);
+            if (lr_moved != lr_new) snprintf(lr_note + n, sizeof lr_note - n, " (the new horizon would make it %s)", num(b, 32, lr_moved));
+            fprintf(stderr, "mpiddp train: notice: %s: learning-rate schedule at step %lld: %s; %s\n", ts->lr_saved.path,
+                    (long long)s, items, lr_note);
+        }
+    } else if (ts->lr_saved.resumed && ctx->topo.rank == 0 && ts->epoch < epochs) { /* as before: this run's schedule */
+        char a[32];
+        fprintf(stderr, "mpiddp train: notice: %s records no learning-rate schedule (written by an older mpiddp): this run's "
+                        "applies as given (%s, --lr %s, horizon %lld steps from --epochs %d)\n",
+                ts->lr_saved.path, ddp_lr_schedule_name(c->lr_schedule), num(a, 32, c->lr), (long long)want_end, epochs);
+    }
+    int64_t start, end;
+    ddp_lr_span(ts->cfg, total, &start, &end);
+    char rj[4200];
+    snprintf(rj, sizeof rj, "%s/run.json", c->out_dir);
+    return ddp_run_json_lr_schedule(ctx, rj, ddp_lr_schedule_name(c->lr_schedule), c->lr, c->min_lr, ddp_lr_warmup_steps(ts->cfg, total),
+                                    start, end, horizon);
+}
+
 /* A resumed run's position in this run's micro-batches: optimizer steps of the epoch x --accumulate, checked
  * against the positions of the epoch's order the checkpoint had consumed. Every rank computes the same. */
-ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps)
+ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps, int64_t steps0)
 {
     ddp_status st = DDP_OK;
     int64_t os = ts->resume_os, acc = ts->cfg->accumulate;
@@ -325,7 +458,8 @@ ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_step
     }
     ts->resume_os = ts->resume_legacy_mb = -1;
     if (st != DDP_OK) ddp_mark_error_shared();
-    return st;
+    if (st != DDP_OK) return st;
+    return settle_schedule(ts, steps0);
 }
 
 /* Temporary files of a save that was killed before its rename (never read: last.h5 is still whole). */

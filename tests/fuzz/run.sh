@@ -14,7 +14,7 @@ OUT=${FUZZ_OUT:-../../build-fuzz}
 mkdir -p "$OUT"
 CFLAGS="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -I../.. -I../../include"
 # word splitting of pkg-config's output is intended
-clang $CFLAGS fuzz_shard.c ../../io/shard.c ../../io/sigbus.c ../../mpi_ddp/core/status.c ../../mpi_ddp/core/settings.c -o "$OUT/fuzz_shard" \
+clang $CFLAGS fuzz_shard.c ../../io/shard.c ../../io/shard_validate.c ../../io/sigbus.c ../../mpi_ddp/core/status.c ../../mpi_ddp/core/settings.c -o "$OUT/fuzz_shard" \
   $(pkg-config --cflags --libs hdf5-openmpi ompi-c)
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:handle_segv=0:handle_sigbus=0:handle_sigfpe=0:allow_user_segv_handler=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1

@@ -1,22 +1,36 @@
 #!/usr/bin/python3
-"""The library's layers point one way (docs/architecture.md): each folder may include headers of the folders
-listed for it and of its own, plus include/mpiddp.h and system headers. Prints every include that breaks the
-rule, with file and line, and exits 1 if there is one.
+"""The library's layers point one way (docs/architecture.md). Each folder may use the folders listed for it
+and its own, plus include/mpiddp.h and system headers:
 
-    core  <-  io, slurm  <-  backend  <-  comm  <-  model  <-  train  <-  app, benchmarks, tests
+    core  <-  slurm, backend  <-  comm  <-  io  <-  model  <-  train  <-  app, benchmarks, tests
 
-(backend may use neither io nor slurm; comm, model and train may use io and slurm.)"""
-import os, re, sys
+(slurm and backend use only core; io uses comm for the timed status agreement of its collectives.)
+Checks two things and prints every break with file and line or symbol:
+  1. includes: every #include "..." of the library's sources against the rule;
+  2. calls (with BUILD, a configured and built tree): the library's object files' symbol tables (nm); each
+     function or variable a file uses from another file must come from a folder the rule allows, and no
+     circle of calls may join two files (a circle means two files share one job, or a helper sits in the
+     wrong file).
+Exits 1 on any break.
+
+    layers.py SRC [BUILD]"""
+import collections
+import os
+import re
+import subprocess
+import sys
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+BUILD = sys.argv[2] if len(sys.argv) > 2 else None
+CORE = {"mpi_ddp/core"}
 ALLOWED = {
-    "mpi_ddp/core": {"mpi_ddp/core"},
-    "io": {"mpi_ddp/core", "io"},
-    "slurm": {"mpi_ddp/core", "slurm"},
-    "mpi_ddp/backend": {"mpi_ddp/core", "mpi_ddp/backend", "tests/cuda_emu"},
-    "mpi_ddp/comm": {"mpi_ddp/core", "mpi_ddp/backend", "mpi_ddp/comm", "io", "slurm"},
-    "mpi_ddp/model": {"mpi_ddp/core", "mpi_ddp/backend", "mpi_ddp/comm", "mpi_ddp/model", "io", "slurm"},
-    "mpi_ddp/train": {"mpi_ddp/core", "mpi_ddp/backend", "mpi_ddp/comm", "mpi_ddp/model", "mpi_ddp/train", "io", "slurm"},
+    "mpi_ddp/core": CORE,
+    "slurm": CORE | {"slurm"},
+    "mpi_ddp/backend": CORE | {"mpi_ddp/backend", "tests/cuda_emu"},
+    "mpi_ddp/comm": CORE | {"slurm", "mpi_ddp/backend", "mpi_ddp/comm"},
+    "io": CORE | {"slurm", "mpi_ddp/backend", "mpi_ddp/comm", "io"},
+    "mpi_ddp/model": CORE | {"slurm", "mpi_ddp/backend", "mpi_ddp/comm", "io", "mpi_ddp/model"},
+    "mpi_ddp/train": CORE | {"slurm", "mpi_ddp/backend", "mpi_ddp/comm", "io", "mpi_ddp/model", "mpi_ddp/train"},
     "tests/cuda_emu": {"tests/cuda_emu"},
 }
 inc = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
@@ -43,7 +57,77 @@ for folder, allowed in ALLOWED.items():
                 tdir = os.path.dirname(target)
             if tdir not in allowed:
                 bad.append(f"{folder}/{name}:{n}: includes {target} ({tdir} is above {folder})")
+
+nobj = ncalls = 0
+if BUILD:
+    # every object file of the library targets, named by its source path relative to the repository
+    objs = {}
+    for dp, _, fs in os.walk(os.path.join(BUILD, "CMakeFiles")):
+        for f in fs:
+            if not f.endswith(".o"):
+                continue
+            path = os.path.join(dp, f)
+            rel = path.split(".dir/", 1)[1][:-2] if ".dir/" in path else None
+            if rel and os.path.dirname(rel) in ALLOWED and os.path.dirname(rel) != "tests/cuda_emu":
+                objs[rel] = path
+    defined, used = {}, {}
+    for rel, path in sorted(objs.items()):
+        out = subprocess.run(["nm", "-P", path], capture_output=True, text=True, check=True).stdout
+        used[rel] = set()
+        for line in out.splitlines():
+            p = line.split()
+            if len(p) < 2:
+                continue
+            if p[1] == "U":
+                used[rel].add(p[0])
+            elif p[1] in "TDBRGVW":
+                defined.setdefault(p[0], rel)
+    nobj = len(objs)
+    if nobj < 20:
+        bad.append(f"{BUILD}: only {nobj} library object files found: is it built?")
+    calls = collections.defaultdict(set)
+    for rel, syms in used.items():
+        for s in syms:
+            tgt = defined.get(s)
+            if tgt is None or tgt == rel:
+                continue
+            ncalls += 1
+            calls[rel].add(tgt)
+            src_dir, tgt_dir = os.path.dirname(rel), os.path.dirname(tgt)
+            if tgt_dir not in ALLOWED[src_dir]:
+                bad.append(f"{rel}: uses {s} of {tgt} ({tgt_dir} is above {src_dir})")
+    # circles of calls between files: strongly connected components of more than one file (Tarjan)
+    index, low, stack, on, comps = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(calls.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(calls):
+        if v not in index:
+            visit(v)
+    for comp in comps:
+        bad.append("a circle of calls: " + " <-> ".join(comp))
+
 for b in bad:
     print(b)
-print(f"layers: {files} files, {len(bad)} includes against the rule")
+print(f"layers: {files} files, {nobj} object files, {ncalls} calls between files, {len(bad)} breaks of the rule")
 sys.exit(1 if bad else 0)

@@ -8,6 +8,7 @@
 #include "io/dataset.h"
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/train/metrics.h"
 #include "mpiddp.h"
 
@@ -131,7 +132,8 @@ static int do_meta(ddp_ctx *ctx, const char *dir)
     int bad = 0;
     if (t->rank == 0)
         for (int r = 0; r < t->size && r < 64; r++) {
-            long long want = r == 0 ? ds->nshards : 0;
+            /* start-up validation is spread (rank r: shards r, r + W, ...), none when a fresh manifest was used */
+            long long want = ds->manifest_fresh == ds->nshards ? 0 : ds->nshards > r ? (ds->nshards - r + t->size - 1) / t->size : 0;
             long long *a = all + 4 * r;
             printf("rank %d: shards validated %lld (want %lld), H5Fopen calls %lld (want 0: contiguous shards are mapped), "
                    "shards mapped %lld, shards opened %lld (want 1)\n", r, a[0], want, a[1], a[2], a[3]);

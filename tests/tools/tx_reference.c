@@ -4,6 +4,7 @@
  * two AdamW steps, tensor by tensor under their state_dict names, for tests/py/torch_transformer.py. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/comm/comm.h"
 #include "mpiddp.h"
 
 #include <hdf5.h>

@@ -29,15 +29,18 @@ static double now_s(void)
 }
 
 /* rank r of 2 over the board in dir, with --collective-timeout 5 */
+static struct ddp_watch boards[2]; /* each rank's watchdog state (ddp_init allocates it with the context) */
 static void rank_ctx(ddp_ctx *c, const char *dir, int r)
 {
     memset(c, 0, sizeof *c);
-    c->topo.rank = r, c->topo.size = 2, c->coll_timeout = 5;
-    snprintf(c->watch_dir, sizeof c->watch_dir, "%s", dir);
+    c->watch = &boards[r];
+    memset(c->watch, 0, sizeof *c->watch);
+    c->topo.rank = r, c->topo.size = 2, c->watch->coll_timeout = 5;
+    snprintf(c->watch->dir, sizeof c->watch->dir, "%s", dir);
     char p[4400];
     snprintf(p, sizeof p, "%s/rank%d", dir, r);
-    c->watch_fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    CHECK(c->watch_fd >= 0, "open %s", p);
+    c->watch->fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    CHECK(c->watch->fd >= 0, "open %s", p);
 }
 
 /* the wall-clock time of rank r's record (the board's layout: int64 step, double when, phase) */
@@ -73,13 +76,13 @@ static void *heartbeat(void *arg)
     return NULL;
 }
 
-/* a wait loop's heartbeat: re-marks the current position (ctx->watch_phase itself), every 0.5 s */
+/* a wait loop's heartbeat: re-marks the current position (ctx->watch->phase itself), every 0.5 s */
 static atomic_int waiting;
 static void *waiter(void *arg)
 {
     ddp_ctx *c = arg;
     while (atomic_load(&waiting)) {
-        ddp_watch_mark(c, c->watch_step, c->watch_phase);
+        ddp_watch_mark(c, c->watch->step, c->watch->phase);
         for (int i = 0; i < 10 && atomic_load(&waiting); i++) usleep(50000);
     }
     return NULL;
@@ -129,7 +132,7 @@ int main(void)
           "a heartbeating rank: %s", ddp_last_error());
 
     /* 4. --collective-timeout 0.3: %g seconds; rank 1 waits in the collective beside rank 0 */
-    r0.coll_timeout = r1.coll_timeout = 0.3;
+    r0.watch->coll_timeout = r1.watch->coll_timeout = 0.3;
     ddp_watch_mark(&r0, 12, "gradient allreduce");
     ddp_watch_mark(&r1, 12, "gradient allreduce");
     atomic_store(&waiting, 1);
@@ -153,7 +156,7 @@ int main(void)
 
     /* 6. rank 1 stopped while waiting (its heartbeats ended 1 s ago): silent, and where it waited */
     ddp_watch_mark(&r1, 12, "gradient allreduce");
-    ddp_watch_mark(&r1, r1.watch_step, r1.watch_phase);
+    ddp_watch_mark(&r1, r1.watch->step, r1.watch->phase);
     sleep(1);
     ddp_watch_report(&r0, "the gradient allreduce", 0.3);
     CHECK(strstr(ddp_last_error(), "missing: rank 1 silent for 1.0 s (last at step 12 while waiting in 'gradient allreduce')") != NULL,

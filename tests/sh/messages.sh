@@ -1,0 +1,86 @@
+# Messages of issue #34 (item 3), each in the situation the issue names: run.json of a --batch-rows 512 run at np 2
+# records the budget (1024 rows per step), not a global batch of 64 samples; a resume with the other kind of batch
+# names each side's option; a resume with another --model says which model the checkpoint holds; train/val class
+# counts that differ after `pack` suggest `pack --classes`; `ckpt_to_torch.py --save` says what it wrote;
+# `--device cuda` on a machine without a GPU says so once, with the host (not "on this node on HOST").
+. "$(dirname "$0")/lib.sh"
+synth --out train --samples 96 --dim 6 --classes 3 --min-rows 1 --max-rows 40 --shards 2 --seed 3
+synth --out val --samples 32 --dim 6 --classes 3 --min-rows 1 --max-rows 40 --shards 1 --seed 4 --first-id 900
+common=(--train train --val val --hidden 8 --epochs 1 --no-progress --device cpu)
+
+# 1. run.json of a token-budget run: the budget per rank and the global one; batch-size and the global batch do not apply
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-rows 512 --out rows >/dev/null
+$PY - <<'PY' || fail "run.json of a --batch-rows run"
+import json
+c = json.load(open("rows/run.json"))["config"]
+assert c["batch_rows"] == 512 and c["global_batch_rows"] == 1024, c
+assert c["global_batch"] is None and c["batch_size"] is None and c["batch-size"] is None, c
+s = json.load(open("rows/run.json"))["lr_schedule"]
+assert s["schedule"] == "constant" and s["total_steps"] > 0 and s["horizon"] == "run", s
+PY
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --out samples >/dev/null
+$PY -c "
+import json; c = json.load(open('samples/run.json'))['config']
+assert c['batch_size'] == 4 and c['global_batch'] == 8 and 'global_batch_rows' not in c, c" || fail "run.json of a --batch-size run"
+
+# 2. a resume with --batch-size from a --batch-rows checkpoint, and the other way round: each side's option
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 32 --out rows --resume auto
+grep -q "rows/checkpoints/last.h5: saved with token-budget batches (--batch-rows, 1024 rows per optimizer step); this run uses sample-count batches (--batch-size): resume with --batch-rows (batch-rows x ranks x accumulate = 1024)" <<<"$ERR" ||
+  fail "--batch-size resume of a --batch-rows checkpoint: $ERR"
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-rows 512 --out samples --resume auto
+grep -q "samples/checkpoints/last.h5: saved with sample-count batches (--batch-size, 8 samples per optimizer step); this run uses token-budget batches (--batch-rows): resume with --batch-size (batch-size x ranks x accumulate = 8)" <<<"$ERR" ||
+  fail "--batch-rows resume of a --batch-size checkpoint: $ERR"
+
+# 3. a resume with another --model: the checkpoint holds the other model (not "dataset '/params/...': missing")
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 4 --model transformer --out samples --resume auto
+grep -q "samples/checkpoints/last.h5 holds an mlp model (--model mlp), not the transformer this run builds (--model transformer)" <<<"$ERR" ||
+  fail "resume with another --model (mlp checkpoint): $ERR"
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --model transformer --out tx >/dev/null
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 4 --out tx --resume auto
+grep -q "tx/checkpoints/last.h5 holds a transformer model (--model transformer), not the mlp this run builds (--model mlp)" <<<"$ERR" ||
+  fail "resume with another --model (transformer checkpoint): $ERR"
+! grep -q "missing" <<<"$ERR" || fail "another --model reported as a missing dataset: $ERR"
+
+# 4. pack: a validation split without the top label gets fewer classes; the error suggests pack --classes
+$PY - <<'PY'
+import h5py, numpy as np
+rng = np.random.default_rng(1)
+for name, top in (("train.h5", 5), ("val.h5", 4)):
+    with h5py.File(name, "w") as f:
+        g = f.create_group("samples")
+        for i in range(20):
+            g[f"s{i:03d}"] = rng.standard_normal((1 + i % 3, 6)).astype(np.float32)
+        f["labels"] = np.arange(20) % top
+PY
+"$MPIDDP" pack --input train.h5 --out ptrain >/dev/null
+"$MPIDDP" pack --input val.h5 --out pval >/dev/null
+expect_rc 1 mpirun_np 2 "$MPIDDP" train --train ptrain --val pval --out packed --no-progress --device cpu
+grep -q "ptrain and pval disagree: classes 5 vs 4 (a split that lacks the top label counts fewer): pack both with mpiddp pack --classes 5" <<<"$ERR" ||
+  fail "class counts of packed splits: $ERR"
+rm -rf pval && "$MPIDDP" pack --input val.h5 --out pval --classes 5 >/dev/null
+mpirun_np 2 "$MPIDDP" train --train ptrain --val pval --out packed --no-progress --device cpu --epochs 1 >/dev/null || fail "pack --classes 5 did not fix it"
+
+# 5. ckpt_to_torch.py --save says what it wrote
+expect_rc 0 $PY "$SRC/scripts/ckpt_to_torch.py" samples/checkpoints/last.h5 --save model.pt
+grep -q "^wrote model.pt (torch.save): the state_dict of the mlp in samples/checkpoints/last.h5, 6 tensors, [0-9]* parameters$" <<<"$OUT" ||
+  fail "ckpt_to_torch.py --save: '$OUT'"
+$PY -c "import torch; sd = torch.load('model.pt'); assert sorted(sd) == ['l1.bias', 'l1.weight', 'l2.bias', 'l2.weight', 'l3.bias', 'l3.weight'], sorted(sd)" ||
+  fail "model.pt is not the state_dict"
+
+# 6. --device cuda without a GPU, with a CUDA plugin that loads (a stand-in next to a copy of mpiddp: found before any
+# other, and never asked for a device): "no NVIDIA GPU found on HOST" where this machine has no NVIDIA device node;
+# everywhere, CUDA_VISIBLE_DEVICES="" says that it hides the GPUs
+mkdir -p bin && cp "$MPIDDP" bin/mpiddp
+api=$(sed -n 's/^#define DDP_CUDA_API_VERSION \([0-9]*\).*/\1/p' "$SRC/mpi_ddp/backend/cuda_api.h")
+printf 'static struct { int version, emulated; void *fn[64]; } api = {%s, 0, {0}};\nconst void *ddp_cuda_plugin_api(void *f) { (void)f; return &api; }\n' "$api" > plugin.c
+cc -shared -fPIC -o bin/libmpiddp_cuda.so plugin.c
+host=$(hostname)
+if [ ! -e /dev/nvidia0 ] && [ ! -e /dev/nvidiactl ] && [ ! -e /proc/driver/nvidia/gpus ]; then
+  expect_rc 1 env -u MPIDDP_CUDA_PLUGIN -u CUDA_VISIBLE_DEVICES mpirun -np 2 --oversubscribe bin/mpiddp train "${common[@]}" --device cuda --out cuda
+  grep -q "^mpiddp train: error: --device cuda: no NVIDIA GPU found on $host$" <<<"$ERR" || fail "--device cuda without a GPU: $ERR"
+  expect_rc 0 env -u MPIDDP_CUDA_PLUGIN -u CUDA_VISIBLE_DEVICES bin/mpiddp train --train train --val val --hidden 8 --epochs 1 --batch-size 4 --device auto --out auto
+  grep -q "^mpiddp train: --device auto: no NVIDIA GPU found, using cpu$" <<<"$ERR" || fail "--device auto without a GPU: $ERR"
+fi
+expect_rc 1 env -u MPIDDP_CUDA_PLUGIN CUDA_VISIBLE_DEVICES= mpirun -np 2 --oversubscribe bin/mpiddp train "${common[@]}" --device cuda --out cuda
+grep -q "^mpiddp train: error: --device cuda: every GPU hidden by CUDA_VISIBLE_DEVICES=\"\" on $host$" <<<"$ERR" || fail "--device cuda, GPUs hidden: $ERR"
+pass "run.json records the budget; resume and pack messages name the options that fix them; ckpt_to_torch --save reports; --device cuda without a GPU"
