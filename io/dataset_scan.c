@@ -233,7 +233,7 @@ static void validate_list(vstate *v, const char *dir, char *const *names, const 
 {
     v->fail = INT64_MAX, v->started = -1, v->status = DDP_OK;
     if (nt == 0) return;
-    if (ddp_env_int("VALIDATE_FORK", 1) == 0) {
+    if (ddp_knob_int(DDP_KNOB_VALIDATE_FORK) == 0) {
         g_inproc = v;
         check_list(dir, names, todo, nt, flags);
         g_inproc = NULL;
@@ -256,7 +256,7 @@ static void validate_list(vstate *v, const char *dir, char *const *names, const 
     if (pid == 0) {
         close(fds[0]);
         g_pipe = fds[1];
-        if (ddp_env_int("VALIDATE_STDERR", 0) == 0) { /* whatever HDF5 prints while failing is not the message */
+        if (ddp_knob_int(DDP_KNOB_VALIDATE_STDERR) == 0) { /* whatever HDF5 prints while failing is not the message */
             int dn = open("/dev/null", O_WRONLY | O_CLOEXEC);
             if (dn >= 0) dup2(dn, 2);
         }
@@ -264,7 +264,7 @@ static void validate_list(vstate *v, const char *dir, char *const *names, const 
         _exit(0); /* no atexit handlers: HDF5's could hang on a corrupt file, MPI's belong to the parent */
     }
     close(fds[1]);
-    int64_t secs = ddp_env_int("VALIDATE_TIMEOUT", 120);
+    int64_t secs = ddp_knob_int(DDP_KNOB_VALIDATE_TIMEOUT);
     char last[8400] = "";
     int timed_out = 0;
     char *body = NULL;

@@ -143,7 +143,7 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
     ld->max_samples = sm->max_samples;
     /* shuffled orders read randomly: no kernel readahead, the loader prefetches exactly what it needs;
      * the sequential order (validation) reads the file front to back: aggressive readahead */
-    if (ddp_env_int("MADVISE", 1) == 0) ds->access_hint = DDP_ACCESS_NORMAL;
+    if (ddp_knob_int(DDP_KNOB_MADVISE) == 0) ds->access_hint = DDP_ACCESS_NORMAL;
     else if (sm->nblocks > 0) ds->access_hint = DDP_ACCESS_NORMAL; /* block shuffle: window read-ahead (below) */
     else ds->access_hint = sm->mode == DDP_SAMPLE_SEQUENTIAL ? DDP_ACCESS_SEQUENTIAL : DDP_ACCESS_RANDOM;
     ld->job = -1;

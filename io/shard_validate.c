@@ -374,7 +374,7 @@ ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta
     sa.sa_handler = guard_handler;
     sigemptyset(&sa.sa_mask);
     for (int i = 0; i < 4; i++) sigaction(sigs[i], &sa, &old[i]);
-    int64_t secs = ddp_env_int("VALIDATE_TIMEOUT", 120);
+    int64_t secs = ddp_knob_int(DDP_KNOB_VALIDATE_TIMEOUT);
     struct itimerval tv = {{0, 0}, {(time_t)(secs > 0 ? secs : 0), 0}}, off = {{0, 0}, {0, 0}};
     volatile ddp_status st = DDP_OK;
     int sig = sigsetjmp(g_jmp, 1);

@@ -4,7 +4,7 @@
 #define DDP_SLURM_ENV_H
 
 #include "mpi_ddp/core/ctx.h"
-#include "mpi_ddp/core/settings.h" /* ddp_env_int, ddp_blas_threads_from_env */
+#include "mpi_ddp/core/settings.h" /* ddp_env_plain_int, ddp_blas_threads_from_env */
 
 /* What the launcher says about this process (filled by slurm/env.c from PMIx, SLURM_* and OMPI_*). */
 typedef struct ddp_jobfacts {

@@ -63,7 +63,7 @@ ddp_status ddp_slurm_requeue(ddp_ctx *ctx, ddp_requeue *out, char *msg)
         if (f->array_job_id[0] && f->array_task_id[0]) snprintf(job, sizeof job, "%s_%s", f->array_job_id, f->array_task_id);
         else snprintf(job, sizeof job, "%s", f->job_id);
         if (!getenv("SLURM_JOB_ID") || !job[0]) code = DDP_REQUEUE_NOT_SLURM;
-        else if (ddp_env_int("REQUEUE", 1) == 0) {
+        else if (ddp_knob_int(DDP_KNOB_REQUEUE) == 0) {
             code = DDP_REQUEUE_DISABLED;
             snprintf(text, sizeof text, "job %s not requeued (MPIDDP_REQUEUE=0)", job);
         } else {

@@ -5,6 +5,7 @@
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/backend_cpu_bf16.h"
 #include "mpi_ddp/backend/backend_cpu_dnnl.h"
+#include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 
 #include <cblas.h>
@@ -275,8 +276,7 @@ static ddp_status cpu_reserve(ddp_backend *b, int64_t rows)
  * the GEMM and the gelu (MPIDDP_ROW_BLOCK_KB overrides; 0 turns blocking off). */
 static int64_t cpu_row_block_bytes(void)
 {
-    const char *e = getenv("MPIDDP_ROW_BLOCK_KB");
-    long long kb = e && *e ? atoll(e) : 2048;
+    int64_t kb = ddp_knob_int(DDP_KNOB_ROW_BLOCK_KB);
     return kb > 0 ? (int64_t)kb * 1024 : 0;
 }
 

@@ -103,11 +103,11 @@ static void probe(int bf16)
 {
     if (probed[bf16]) return;
     probed[bf16] = 1;
-    if (ddp_env_int("CPU_ONEDNN", 1) == 0) {
+    if (ddp_knob_int(DDP_KNOB_CPU_ONEDNN) == 0) {
         why_not[bf16] = "MPIDDP_CPU_ONEDNN=0";
         return;
     }
-    if (!bf16 && ddp_env_int("CPU_ONEDNN_FP32", 1) == 0) {
+    if (!bf16 && ddp_knob_int(DDP_KNOB_CPU_ONEDNN_FP32) == 0) {
         why_not[bf16] = "MPIDDP_CPU_ONEDNN_FP32=0";
         return;
     }

@@ -15,6 +15,7 @@
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/backend_cpu_attn.h"
 #include "mpi_ddp/backend/bf16_round.h"
+#include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 
 #include <cblas.h>
@@ -43,11 +44,11 @@ typedef struct {
 } attn_pick;
 static attn_pick attn_method(void)
 {
-    const char *m = getenv("MPIDDP_ATTENTION"), *t = getenv("MPIDDP_ATTENTION_TILED_MIN"), *g = getenv("MPIDDP_ATTENTION_GEMM_MIN");
+    const char *m = ddp_knob_str(DDP_KNOB_ATTENTION);
     if (m && !strcmp(m, "fused")) return (attn_pick){INT64_MAX, INT64_MAX};
     if (m && !strcmp(m, "gemm")) return (attn_pick){0, INT64_MAX};
     if (m && !strcmp(m, "tiled")) return (attn_pick){INT64_MAX, 0};
-    return (attn_pick){g && *g ? atoll(g) : 8, t && *t ? atoll(t) : 24};
+    return (attn_pick){ddp_knob_int(DDP_KNOB_ATTENTION_GEMM_MIN), ddp_knob_int(DDP_KNOB_ATTENTION_TILED_MIN)};
 }
 static int attn_which(attn_pick k, int64_t n) { return n >= k.tiled_min ? ATT_TILED : n >= k.gemm_min ? ATT_GEMM : ATT_FUSED; }
 

@@ -5,6 +5,7 @@
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/core/settings.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -52,9 +53,9 @@ static void load(void)
 {
     snprintf(g_why, sizeof g_why, "%s not found (mpiddp was built without CUDA, or set MPIDDP_CUDA_PLUGIN)", PLUGIN);
     char exe[PATH_MAX], dir[PATH_MAX], path[PATH_MAX + 64];
-    const char *env = getenv("MPIDDP_CUDA_PLUGIN");
+    const char *env = ddp_knob_str(DDP_KNOB_CUDA_PLUGIN);
     void *h = NULL;
-    if (env && *env) { /* an explicit choice: no fallback to another plugin */
+    if (env) { /* an explicit choice: no fallback to another plugin */
         if (access(env, F_OK) != 0) {
             snprintf(g_why, sizeof g_why, "MPIDDP_CUDA_PLUGIN=%s: %s", env, strerror(errno));
             return;
@@ -133,7 +134,7 @@ int ddp_cuda_loaded(void) { return g_api != NULL; }
 
 int ddp_cuda_maybe_present(void)
 {
-    const char *plugin = getenv("MPIDDP_CUDA_PLUGIN");
+    const char *plugin = ddp_knob_str(DDP_KNOB_CUDA_PLUGIN);
     if (plugin && *plugin) return 1; /* an explicit plugin (the emulator needs no device nodes) */
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     if (vis && (!*vis || !strcmp(vis, "-1") || !strcmp(vis, "none"))) return 0;

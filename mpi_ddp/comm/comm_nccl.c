@@ -21,7 +21,7 @@ static double mono(void)
 /* Seconds an init may take: MPIDDP_NCCL_INIT_TIMEOUT, else --collective-timeout, else 300. */
 static double init_timeout(const ddp_ctx *c)
 {
-    int64_t env = ddp_env_int("NCCL_INIT_TIMEOUT", 0);
+    int64_t env = ddp_knob_int(DDP_KNOB_NCCL_INIT_TIMEOUT);
     if (env > 0) return (double)env;
     return c->nccl_init_timeout > 0 ? c->nccl_init_timeout : 300.0;
 }

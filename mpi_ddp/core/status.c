@@ -1,5 +1,6 @@
 /* status.c — the per-thread last-error line and status names. */
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/core/settings.h"
 
 #include <mpi.h>
 #include <pthread.h>
@@ -71,10 +72,9 @@ void ddp_alloc_hook_rank(int rank)
 {
     pthread_mutex_lock(&g_hook_mu);
     g_hook_rank = rank;
-    const char *fail = getenv("MPIDDP_TEST_FAIL_ALLOC"), *who = getenv("MPIDDP_TEST_FAIL_ALLOC_RANK");
-    const char *list = getenv("MPIDDP_TEST_ALLOC_SITES");
+    const char *fail = ddp_knob_str(DDP_KNOB_TEST_FAIL_ALLOC), *list = ddp_knob_str(DDP_KNOB_TEST_ALLOC_SITES);
     g_hook_on = 0;
-    if (fail && *fail && (who ? atoi(who) : 0) == rank) {
+    if (fail && ddp_knob_int(DDP_KNOB_TEST_FAIL_ALLOC_RANK) == rank) {
         snprintf(g_fail_site, sizeof g_fail_site, "%s", fail);
         g_hook_on = 1;
     }

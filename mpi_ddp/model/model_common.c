@@ -85,7 +85,7 @@ ddp_status ddp_model_io_alloc(ddp_backend *be, ddp_model_io *io, int64_t D, int6
     io->h_out = ddp_calloc((size_t)maxB, 2 * sizeof(float) + sizeof(int64_t));
     if (!io->h_out) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     /* MPIDDP_CUDA_PREFETCH=0: batches uploaded on the compute stream, one at a time (no copy stream, no overlap) */
-    io->staged = be->stage && ddp_env_int("CUDA_PREFETCH", 1) != 0;
+    io->staged = be->stage && ddp_knob_int(DDP_KNOB_CUDA_PREFETCH) != 0;
     for (int k = 0; k < 1 + io->staged; k++) {
         ddp_io_set *t = &io->set[k];
         DDP_MODEL_ALLOC(be, t->x, maxR * D);

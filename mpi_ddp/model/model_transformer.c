@@ -219,7 +219,7 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     DDP_TRY(be->reserve(be, R > B ? R : B));
     /* bf16 activations: the tensors only GEMMs read, where the backend has the ops that write and read them */
     m->act16 = c->precision == DDP_PRECISION_BF16 && be->gemm16 && be->enc->layernorm_fwd16 && be->enc->gelu_erf_fwd16 &&
-               ddp_env_int("BF16_ACTIVATIONS", 1) != 0;
+               ddp_knob_int(DDP_KNOB_BF16_ACTIVATIONS) != 0;
     int64_t A = m->act16 ? 2 : 1; /* an activation of n values takes n / A floats' room */
     for (int64_t l = 0; l < L; l++) {
         tx_layer *y = &m->lay[l];

@@ -212,7 +212,7 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     }
     { /* test hook: die between writing the temporary file and the rename (atomicity test) */
         static int64_t writes;
-        int64_t die_at = ddp_env_int("TEST_DIE_IN_SAVE", 0);
+        int64_t die_at = ddp_knob_int(DDP_KNOB_TEST_DIE_IN_SAVE);
         if (die_at > 0 && ++writes == die_at) raise(SIGKILL);
     }
     if (rename(tmp, path) != 0) DDP_FAIL(DDP_ERR_IO, "%s: rename: %s", path, strerror(errno));

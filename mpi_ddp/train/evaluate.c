@@ -129,7 +129,7 @@ static int cmp_idx(const void *x, const void *y)
 ddp_status ddp_eval_gather(ddp_ctx *ctx, ddp_eval_acc *a, ddp_eval_acc *all)
 {
     int W = ctx->topo.size, root = ctx->topo.rank == 0;
-    int64_t chunk = ddp_env_int("TEST_GATHER_CHUNK", GATHER_CHUNK);
+    int64_t chunk = ddp_knob_int(DDP_KNOB_TEST_GATHER_CHUNK);
     if (chunk < 1 || chunk > GATHER_CHUNK) chunk = GATHER_CHUNK;
     /* pack rows as 5 int64 (index, id, label, pred, prob bits) */
     int64_t cnt = a->n * 5, total = 0;

@@ -7,7 +7,6 @@
 #include "mpi_ddp/model/models.h"
 #include "mpi_ddp/train/decide.h"
 #include "mpi_ddp/core/fsutil.h"
-#include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/train/evaluate.h"
 #include "mpi_ddp/train/grad_diag.h"
 #include "mpi_ddp/train/rundir.h"
@@ -20,6 +19,7 @@
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/comm/sync.h"
 #include "mpi_ddp/train/train_state.h"
+#include "mpi_ddp/train/test_hooks.h"
 #include "mpi_ddp/comm/watchdog.h"
 
 #include <signal.h>
@@ -53,11 +53,7 @@ typedef struct {
     int32_t *lens_train, *lens_val; /* token budgets: every sample's rows */
     ddp_progress prog;         /* rank 0's line and the run's pace, the first step (start-up) left out (progress.c) */
     ddp_train_summary *summary;             /* optional: the end of the run, for the CLI */
-    int64_t test_stop_at, test_stop_rank; /* MPIDDP_TEST_STOP_AT_STEP / _RANK, read once */
-    int64_t test_step_delay_ms;           /* MPIDDP_TEST_STEP_DELAY_MS: a slower job for signal tests */
-    int64_t test_first_delay_ms;          /* MPIDDP_TEST_FIRST_STEP_DELAY_MS: a slow first step (start-up), progress tests */
-    FILE *trace;                          /* MPIDDP_TEST_TRACE_SAMPLES=PREFIX: each rank writes PREFIX.r<rank>, one
-                                             line "epoch step id..." per micro-batch it trains (tests) */
+    ddp_test_hooks hooks;                 /* MPIDDP_TEST_*, read once (test_hooks.h) */
     ddp_loader_cursor peek;               /* ddp_model.prefetch: the next micro-batch (step -1: none) */
 } trainer;
 
@@ -110,13 +106,10 @@ static ddp_status write_rows(trainer *tr, int64_t epoch)
     return st;
 }
 
-/* Stop requested on this rank: a signal, or the test hook MPIDDP_TEST_STOP_AT_STEP (with
- * MPIDDP_TEST_STOP_RANK, default 0) that plays a preemption arriving on one rank before a given step. */
+/* Stop requested on this rank: a signal, or the test hook that plays one arriving during a given step. */
 static int stop_wanted(const trainer *tr)
 {
-    const ddp_train_state *ts = &tr->state;
-    if (g_stop_requested) return 1;
-    return tr->test_stop_at >= 0 && ts->global_step + 1 == tr->test_stop_at && ts->ctx->topo.rank == tr->test_stop_rank;
+    return g_stop_requested || ddp_test_hooks_stop_at(&tr->hooks, tr->state.global_step + 1);
 }
 
 /* One optimizer step over up to `accumulate` micro-batches starting at *mb. */
@@ -127,12 +120,7 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
     ddp_backend *be = ts->be;
     DDP_CHECK(be->zero(be, tr->grads, (size_t)(ts->n + tr->nctl) * sizeof(float)));
     int64_t first = *mb, last = *mb + c->accumulate < nmb ? *mb + c->accumulate : nmb;
-    int64_t delay_ms = tr->test_step_delay_ms; /* test hooks: a job slow enough to be signalled; a slow start-up */
-    if (!tr->prog.warm && tr->test_first_delay_ms > 0) delay_ms += tr->test_first_delay_ms;
-    if (delay_ms > 0) {
-        struct timespec delay = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
-        nanosleep(&delay, NULL);
-    }
+    ddp_test_hooks_delay(&tr->hooks, !tr->prog.warm);
     float *ctl = tr->ctl; /* lives in the trainer: uploaded without a host synchronisation */
     memset(ctl, 0, (size_t)tr->nctl * sizeof(float));
     ddp_watch_mark(ts->ctx, ts->global_step + 1, "forward/backward");
@@ -142,12 +130,7 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
         ddp_batch bs = *lb; /* dropout keys: the optimizer step, not the position in a (resumed) run */
         bs.step = ts->global_step;
         const ddp_batch *b = &bs;
-        if (tr->trace) {
-            fprintf(tr->trace, "%lld %lld", (long long)ts->epoch, (long long)ts->global_step);
-            for (int64_t i = 0; i < b->nsamples; i++) fprintf(tr->trace, " %lld", (long long)b->sample_ids[i]);
-            fputc('\n', tr->trace);
-            fflush(tr->trace);
-        }
+        ddp_test_hooks_trace(&tr->hooks, ts->epoch, ts->global_step, b->sample_ids, b->nsamples);
         ctl[CTL_COUNT] += (float)b->nsamples;
         ctl[CTL_ROWS + ts->ctx->topo.rank] += (float)b->nrows;
         ddp_forward_out out = {0};
@@ -213,24 +196,6 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
     return DDP_OK;
 }
 
-/* Test hook MPIDDP_TEST_MONITOR_OFFSET="rank:epoch:offset,...": adds offset to that rank's *local* view of
- * the monitored metric at that epoch (0-based), so tests can make ranks' votes disagree deterministically.
- * The globally reduced value is untouched. */
-static void monitor_test_offset(trainer *tr, int64_t epoch)
-{
-    ddp_train_state *ts = &tr->state;
-    const char *spec = getenv("MPIDDP_TEST_MONITOR_OFFSET");
-    int i = ddp_row_find(&tr->lrow, ts->cfg->monitor);
-    for (const char *p = spec; p && *p && i >= 0;) {
-        int r;
-        long long e;
-        double off;
-        if (sscanf(p, "%d:%lld:%lf", &r, &e, &off) == 3 && r == ts->ctx->topo.rank && e == epoch) tr->lrow.vals[i] += off;
-        p = strchr(p, ',');
-        if (p) p++;
-    }
-}
-
 /* Stop requests during validation: each batch boundary completes the previous boundary's MAX-allreduce of
  * the flag (in flight during a whole batch, so it costs no wait) and starts the next, so every rank ends the
  * pass at the same batch, at most two batches after a request. MPIDDP_TEST_STOP_IN_VAL=B plays a request
@@ -239,7 +204,6 @@ typedef struct {
     trainer *tr;
     MPI_Request rq;
     int in, out, pending, stopped;
-    int64_t test_batch;
 } val_poll;
 
 static ddp_status val_poll_fn(void *arg, int64_t batch, int *stop)
@@ -254,7 +218,7 @@ static ddp_status val_poll_fn(void *arg, int64_t batch, int *stop)
             return DDP_OK;
         }
     }
-    p->in = g_stop_requested || (batch == p->test_batch && ctx->topo.rank == 0);
+    p->in = g_stop_requested || (batch == p->tr->hooks.stop_in_val && ctx->topo.rank == 0);
     MPI_CHECK(MPI_Iallreduce(&p->in, &p->out, 1, MPI_INT, MPI_MAX, ctx->world, &p->rq));
     p->pending = 1;
     return DDP_OK;
@@ -272,7 +236,7 @@ static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t
     DDP_CHECK(ddp_loader_start_epoch(ld, 0, 0));
     ddp_eval_acc *a = &tr->eval;
     ddp_eval_acc_reset(a);
-    val_poll vp = {.tr = tr, .test_batch = ddp_env_int("TEST_STOP_IN_VAL", -1)};
+    val_poll vp = {.tr = tr};
     DDP_CHECK(ddp_eval_run(ts->model, ts->params, ld, steps, a, val_poll_fn, &vp));
     if (vp.pending) DDP_CHECK(ddp_wait(ts->ctx, 1, &vp.rq, "the validation stop check")); /* a late request: the next step's */
     *stopped = vp.stopped;
@@ -288,7 +252,8 @@ static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t
     ddp_row_set(&tr->lrow, "val/acc", lacc);
     ddp_row_set(&tr->lrow, "val/macro_f1", lf1);
     ddp_row_set(&tr->lrow, "val/count", (double)a->count);
-    monitor_test_offset(tr, epoch);
+    int mon = ddp_row_find(&tr->lrow, ts->cfg->monitor); /* test hook: ranks' local votes made to disagree */
+    if (mon >= 0 && tr->hooks.monitor_offset) tr->lrow.vals[mon] += ddp_test_hooks_monitor_offset(&tr->hooks, epoch);
     DDP_CHECK(write_rows(tr, epoch));
     if (ts->ctx->topo.rank == 0 && ts->cfg->progress) {
         ddp_progress_end_line(&tr->prog);
@@ -339,13 +304,7 @@ static ddp_status setup_local(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     DDP_CHECK(ddp_eval_acc_init(&tr->eval, C, c->batch_rows > 0 ? 2 * c->batch_rows : c->batch_size, 0));
     DDP_CHECK(ddp_metrics_create(ctx, &tr->metrics));
     ts->model->metrics = tr->metrics;
-    const char *trace = getenv("MPIDDP_TEST_TRACE_SAMPLES");
-    if (trace && *trace) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s.r%d", trace, ts->ctx->topo.rank);
-        tr->trace = fopen(path, "a");
-        if (!tr->trace) return ddp_set_error(DDP_ERR_IO, "%s: cannot open (MPIDDP_TEST_TRACE_SAMPLES)", path);
-    }
+    DDP_CHECK(ddp_test_hooks_open(&tr->hooks, ts->ctx->topo.rank));
     /* identical start on every rank: init, then rank 0's parameters are broadcast (as PyTorch DDP does) */
     DDP_CHECK(ts->model->init(ts->model->self, ts->params, c->seed));
     return be->download(be, ts->h_params, ts->params, bytes);
@@ -367,9 +326,6 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     DDP_CHECK(ddp_agree_status(ctx, be->upload(be, ts->params, ts->h_params, bytes)));
     ctx->nccl_init_timeout = c->collective_timeout;
     DDP_CHECK(ddp_sync_create(ctx, be, tr->grads, ts->n, tr->nctl, (int64_t)(c->bucket_mb * 1048576.0), &tr->sync));
-    tr->test_stop_at = ddp_env_int("TEST_STOP_AT_STEP", -1);
-    tr->test_stop_rank = ddp_env_int("TEST_STOP_RANK", 0);
-    tr->test_step_delay_ms = ddp_env_int("TEST_STEP_DELAY_MS", 0);
     ddp_decider_init(&ts->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max, c->fast_dev_run > 0 ? 0 : c->save_top_k,
                      c->early_stop_patience, c->early_stop_min_delta);
     /* resume: an explicit file must exist; `auto` resumes when RUNDIR/checkpoints/last.h5 exists */
@@ -409,7 +365,6 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     snprintf(path, sizeof path, "%s/run.json", c->out_dir);
     DDP_CHECK(ddp_write_run_json(ctx, path, c, c->config_json, ddp_dataset_get_info(train), ddp_dataset_get_info(val), note));
     ddp_progress_init(&tr->prog, ctx->topo.rank == 0 && c->progress);
-    tr->test_first_delay_ms = ddp_env_int("TEST_FIRST_STEP_DELAY_MS", 0);
     return DDP_OK;
 }
 
@@ -438,7 +393,7 @@ static void teardown(trainer *tr)
     free(ts->h_v);
     free(tr->toff);
     free(tr->sumsq);
-    if (tr->trace) fclose(tr->trace);
+    ddp_test_hooks_close(&tr->hooks);
     free(tr->lens_train);
     free(tr->lens_val);
     free(tr->ctl);
