@@ -2,9 +2,11 @@
  * shards r, r + W, ... (each in a forked child that survives HDF5 crashing or hanging) or take them from a fresh
  * manifest (io/manifest.h), and every rank ends with the same metadata or the same first error in shard order. */
 #include "io/dataset.h"
+#include "io/dataset_validate.h"
 #include "io/finite.h"
 
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 
@@ -12,299 +14,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-/* ---- validating a list of shards. HDF5 1.10 can crash, hang or corrupt memory on some malformed files
- * (tests/fuzz/regressions), so by default a child process validates and streams back records: 'S' shard k starts,
- * 'P' progress text (file: object), 'M' shard k valid (its entry and class pairs), 'R' the end (status, failing
- * shard, message). The parent survives whatever HDF5 does, kills the child when one object takes longer than
- * MPIDDP_VALIDATE_TIMEOUT seconds (default 120), and names the file and object it was reading. With
- * MPIDDP_VALIDATE_FORK=0 the same records are handled in process. */
-typedef struct {
-    ddp_manifest_entry *entries; /* [nshards], by global index */
-    int64_t nshards;
-    int64_t *pairs, npairs, cap; /* this rank's class pairs; entries[k].cc_first indexes them here */
-    int64_t started, validated;  /* last shard started, shards validated */
-    int done;                    /* 'R' seen */
-    ddp_status status;
-    int64_t fail;                /* failing shard, or INT64_MAX */
-    char msg[1024];
-} vstate;
-
-typedef struct {
-    int32_t status;
-    int64_t fail;
-    char msg[1024];
-} vresult;
-
-static int g_pipe = -1;
-static vstate *g_inproc;
-static const char *g_scan_file;
-
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t k = write(fd, c, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        c += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-    char *c = p;
-    while (n) {
-        ssize_t k = read(fd, c, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        c += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-/* A record from the validating child. The child runs HDF5 on files that may be corrupt, which is why it is a child:
- * a shard index out of range or a malformed record ends the reading as if the child had crashed. */
-static int on_record(vstate *v, char type, const char *body, uint64_t n, char *last, size_t lastlen)
-{
-    if (type == 'P') {
-        snprintf(last, lastlen, "%.*s", (int)(n < lastlen ? n : lastlen - 1), body);
-    } else if (type == 'S' && n == 8) {
-        int64_t k;
-        memcpy(&k, body, 8);
-        if (k < 0 || k >= v->nshards) return -1;
-        v->started = k;
-    } else if (type == 'M' && n >= 8 + sizeof(ddp_manifest_entry) && (n - 8 - sizeof(ddp_manifest_entry)) % 16 == 0) {
-        int64_t k;
-        ddp_manifest_entry e;
-        memcpy(&k, body, 8);
-        memcpy(&e, body + 8, sizeof e);
-        if (k < 0 || k >= v->nshards) return -1;
-        int64_t np = (int64_t)(n - 8 - sizeof e) / 16;
-        if (v->npairs + np > v->cap) {
-            int64_t nc = (v->npairs + np) * 2 + 64;
-            int64_t *p = realloc(v->pairs, (size_t)nc * 16);
-            if (!p) { /* this shard counts as failed: its record is lost */
-                if (v->status == DDP_OK) v->status = ddp_set_error(DDP_ERR_NOMEM, "out of memory for class counts"), v->fail = k;
-                snprintf(v->msg, sizeof v->msg, "%s", ddp_last_error());
-                return 0;
-            }
-            v->pairs = p, v->cap = nc;
-        }
-        if (np) memcpy(v->pairs + 2 * v->npairs, body + 8 + sizeof e, (size_t)np * 16);
-        e.cc_first = v->npairs, e.ncc = np;
-        e.mtime_ns = v->entries[k].mtime_ns; /* the parent's stat */
-        v->entries[k] = e;
-        v->npairs += np;
-        v->validated++;
-    } else if (type == 'R' && n == sizeof(vresult)) {
-        vresult r;
-        memcpy(&r, body, sizeof r);
-        r.msg[sizeof r.msg - 1] = 0;
-        if (r.fail != INT64_MAX && r.fail != -1 && (r.fail < 0 || r.fail >= v->nshards)) return -1;
-        v->done = 1;
-        if (v->status != DDP_OK) return 0; /* a record already failed here (memory) */
-        v->status = (ddp_status)r.status;
-        v->fail = r.fail;
-        snprintf(v->msg, sizeof v->msg, "%s", r.msg);
-    } else if (type != 'P') {
-        return -1;
-    }
-    return 0;
-}
-
-static void emit(char type, const void *p, uint64_t n)
-{
-    if (g_inproc) {
-        char dummy[8];
-        if (type != 'P') on_record(g_inproc, type, p, n, dummy, sizeof dummy);
-        return;
-    }
-    if (write_all(g_pipe, &type, 1) == 0 && write_all(g_pipe, &n, sizeof n) == 0) write_all(g_pipe, p, n);
-}
-
-static void scan_progress(const char *what)
-{
-    if (g_inproc) return;
-    char buf[8400];
-    int n = snprintf(buf, sizeof buf, "%s: %s", g_scan_file ? g_scan_file : "?", what);
-    emit('P', buf, (uint64_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1));
-}
-
-/* Validates shard `name` (and scans its features with DDP_SURVEY_FINITE); the entry and class pairs in rec. */
-static ddp_status check_one(const char *dir, const char *name, int flags, int64_t **cc, int64_t *cap, char **recp, size_t *reccap,
-                            uint64_t *reclen)
-{
-    char path[8192];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    g_scan_file = path;
-    ddp_shard_meta m;
-    ddp_shard_stats s;
-    memset(&s, 0, sizeof s);
-    int want = (flags & DDP_SURVEY_STATS) != 0;
-    if (want && !*cc) { /* room for the usual class counts, so that a shard is read once (more: read again below) */
-        if (!(*cc = calloc(1024, sizeof **cc))) return ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for class counts", path);
-        *cap = 1024;
-    }
-    s.class_counts = *cc, s.classes_cap = *cap;
-    if (*cc) memset(*cc, 0, (size_t)*cap * sizeof **cc);
-    DDP_CHECK(ddp_shard_validate(path, name, &m, want ? &s : NULL));
-    if (want && m.classes > *cap) { /* class counts need num_classes: again with room for them */
-        int64_t *nc = realloc(*cc, (size_t)m.classes * sizeof *nc);
-        if (!nc) return ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for %lld class counts", path, (long long)m.classes);
-        *cc = nc, *cap = m.classes;
-        memset(&s, 0, sizeof s);
-        memset(nc, 0, (size_t)m.classes * sizeof *nc);
-        s.class_counts = nc, s.classes_cap = m.classes;
-        DDP_CHECK(ddp_shard_validate(path, name, &m, &s));
-    }
-    ddp_manifest_entry e;
-    memset(&e, 0, sizeof e);
-    ddp_manifest_from_meta(&m, &e);
-    e.min_rows = s.min_rows, e.sum_rows = s.sum_rows;
-    memcpy(e.hist, s.hist, sizeof e.hist);
-    e.nonfinite = e.nonfinite_samples = -1;
-    if (flags & DDP_SURVEY_FINITE) {
-        ddp_shard sh;
-        memset(&sh, 0, sizeof sh);
-        sh.meta = m;
-        sh.fd = -1;
-        sh.h5file = sh.h5features = -1;
-        ddp_finite_scan r;
-        DDP_CHECK(ddp_shard_scan_finite(&sh, dir, 1, &r));
-        e.nonfinite = r.values, e.nonfinite_samples = r.samples;
-    }
-    size_t need = 8 + sizeof e + (size_t)(want ? m.classes : 0) * 16;
-    if (need > *reccap) {
-        char *nr = realloc(*recp, need);
-        if (!nr) return ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for its class counts", path);
-        *recp = nr, *reccap = need;
-    }
-    char *rec = *recp;
-    memcpy(rec + 8, &e, sizeof e);
-    int64_t np = 0, *pp = (int64_t *)(rec + 8 + sizeof e);
-    for (int64_t c = 0; want && c < m.classes && c < *cap; c++)
-        if ((*cc)[c]) pp[2 * np] = c, pp[2 * np + 1] = (*cc)[c], np++;
-    *reclen = 8 + sizeof e + (uint64_t)np * 16;
-    return DDP_OK;
-}
-
-/* The shards todo[0..nt) in order, stopping at the first failure; records through emit. */
-static void check_list(const char *dir, char *const *names, const int64_t *todo, int64_t nt, int flags)
-{
-    ddp_shard_progress = scan_progress;
-    int64_t *cc = NULL, cap = 0;
-    char *rec = NULL;
-    size_t reccap = 0;
-    vresult r = {0, INT64_MAX, ""};
-    for (int64_t i = 0; i < nt; i++) {
-        int64_t k = todo[i];
-        emit('S', &k, 8);
-        uint64_t len = 0;
-        ddp_status st = check_one(dir, names[k], flags, &cc, &cap, &rec, &reccap, &len);
-        if (st != DDP_OK) {
-            r.status = (int32_t)st, r.fail = k;
-            snprintf(r.msg, sizeof r.msg, "%s", ddp_last_error());
-            break;
-        }
-        memcpy(rec, &k, 8);
-        emit('M', rec, len);
-    }
-    free(rec);
-    free(cc);
-    ddp_shard_progress = NULL;
-    emit('R', &r, sizeof r);
-}
-
-/* Runs check_list for this rank's todo list into v (fork isolation unless MPIDDP_VALIDATE_FORK=0). A failure that
- * is not a shard's (fork, pipe) leaves v->fail = -1. */
-static void validate_list(vstate *v, const char *dir, char *const *names, const int64_t *todo, int64_t nt, int flags)
-{
-    v->fail = INT64_MAX, v->started = -1, v->status = DDP_OK;
-    if (nt == 0) return;
-    if (ddp_knob_int(DDP_KNOB_VALIDATE_FORK) == 0) {
-        g_inproc = v;
-        check_list(dir, names, todo, nt, flags);
-        g_inproc = NULL;
-        return;
-    }
-    int fds[2];
-    if (pipe(fds) != 0) {
-        v->status = ddp_set_error(DDP_ERR_IO, "pipe: %s", strerror(errno)), v->fail = -1;
-        snprintf(v->msg, sizeof v->msg, "%s", ddp_last_error());
-        return;
-    }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]), close(fds[1]);
-        v->status = ddp_set_error(DDP_ERR_IO, "fork for validation: %s", strerror(errno)), v->fail = -1;
-        snprintf(v->msg, sizeof v->msg, "%s", ddp_last_error());
-        return;
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        g_pipe = fds[1];
-        if (ddp_knob_int(DDP_KNOB_VALIDATE_STDERR) == 0) { /* whatever HDF5 prints while failing is not the message */
-            int dn = open("/dev/null", O_WRONLY | O_CLOEXEC);
-            if (dn >= 0) dup2(dn, 2);
-        }
-        check_list(dir, names, todo, nt, flags);
-        _exit(0); /* no atexit handlers: HDF5's could hang on a corrupt file, MPI's belong to the parent */
-    }
-    close(fds[1]);
-    int64_t secs = ddp_knob_int(DDP_KNOB_VALIDATE_TIMEOUT);
-    char last[8400] = "";
-    int timed_out = 0;
-    char *body = NULL;
-    uint64_t cap = 0;
-    while (!v->done) { /* each record restarts the per-object clock */
-        struct pollfd p = {.fd = fds[0], .events = POLLIN};
-        int pr = poll(&p, 1, secs > 0 ? (int)(secs * 1000) : -1);
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr < 0) break;
-        if (pr == 0) {
-            timed_out = 1;
-            kill(pid, SIGKILL);
-            break;
-        }
-        char type;
-        uint64_t n;
-        if (read_all(fds[0], &type, 1) != 0 || read_all(fds[0], &n, sizeof n) != 0 || n >= ((uint64_t)1 << 40)) break;
-        if (n + 1 > cap) {
-            free(body);
-            cap = n + 1 > 65536 ? n + 1 : 65536;
-            if (!(body = malloc(cap))) break;
-        }
-        if (read_all(fds[0], body, n) != 0 || on_record(v, type, body, n, last, sizeof last) != 0) break;
-    }
-    free(body);
-    close(fds[0]);
-    if (!v->done && !timed_out) kill(pid, SIGKILL); /* it stopped talking: it may still be working through its list */
-    int wst = 0;
-    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
-    }
-    if (v->done) return;
-    v->fail = v->started >= 0 ? v->started : todo[0];
-    if (timed_out)
-        v->status = ddp_set_error(DDP_ERR_FORMAT, "%s: HDF5 did not finish reading it in %lld s (corrupt file?)", last[0] ? last : dir, (long long)secs);
-    else
-        v->status = ddp_set_error(DDP_ERR_FORMAT, "%s: HDF5 crashed reading it (%s %d; corrupt file?)", last[0] ? last : dir,
-                                  WIFSIGNALED(wst) ? "signal" : "exit", WIFSIGNALED(wst) ? WTERMSIG(wst) : WEXITSTATUS(wst));
-    snprintf(v->msg, sizeof v->msg, "%s", ddp_last_error());
-}
-
 /* ---- the collective survey */
 
 /* Rank 0's listing, on every rank: names[i] point into one buffer (*blob). */
@@ -363,7 +77,7 @@ static ddp_status share_manifest(ddp_ctx *ctx, const char *dir, const char *path
             snprintf(why, sizeof why, "not a regular file");
         } else if (!(mb = malloc((size_t)sb.st_size + 8))) {
             snprintf(why, sizeof why, "cannot read (out of memory for %lld bytes)", (long long)sb.st_size);
-        } else if ((errno = 0, read_all(fd, mb, (size_t)sb.st_size) != 0) && sb.st_size > 0) {
+        } else if ((errno = 0, ddp_read_all(fd, mb, (size_t)sb.st_size) != 0) && sb.st_size > 0) {
             snprintf(why, sizeof why, "cannot read (%s)", errno ? strerror(errno) : "short read");
         } else {
             ddp_manifest m;
@@ -422,7 +136,7 @@ static ddp_status gather_entries(ddp_ctx *ctx, ddp_manifest_entry *e, int64_t li
 }
 
 /* Rank 0 collects the class pairs of every shard, in shard order (entries' cc_first become offsets there). */
-static ddp_status gather_pairs(ddp_ctx *ctx, ddp_survey *out, const vstate *v)
+static ddp_status gather_pairs(ddp_ctx *ctx, ddp_survey *out, const ddp_shard_checks *v)
 {
     int W = ctx->topo.size, me = ctx->topo.rank;
     int64_t n = out->nshards, mine = 0, total = 0;
@@ -475,7 +189,7 @@ static int64_t mtime_ns(const struct stat *sb) { return (int64_t)sb->st_mtim.tv_
 
 /* The first problem in shard order becomes every rank's error: a shard's own (validated by rank k mod W), or a D
  * or num_classes that differs from shard 0's, whichever comes first; anything else (fork, memory) by the lowest rank. */
-static ddp_status agree_first(ddp_ctx *ctx, ddp_survey *out, char *const *names, const vstate *v, int64_t *limit)
+static ddp_status agree_first(ddp_ctx *ctx, ddp_survey *out, char *const *names, const ddp_shard_checks *v, int64_t *limit)
 {
     int W = ctx->topo.size, me = ctx->topo.rank;
     int64_t key = v->status == DDP_OK ? INT64_MAX : v->fail;
@@ -520,7 +234,7 @@ ddp_status ddp_dataset_survey(ddp_ctx *ctx, const char *dir, const char *manifes
     int W = ctx->topo.size, me = ctx->topo.rank;
     char **names = NULL, *blob = NULL, *mbuf = NULL;
     int64_t n = 0, mlen = -1, *todo = NULL, nt = 0, limit = 0;
-    vstate v;
+    ddp_shard_checks v;
     memset(&v, 0, sizeof v);
     ddp_status st = share_names(ctx, dir, &names, &blob, &n);
     if (st != DDP_OK) return st;
@@ -573,7 +287,7 @@ ddp_status ddp_dataset_survey(ddp_ctx *ctx, const char *dir, const char *manifes
         }
     }
     if (st != DDP_OK) v.status = st, v.fail = -1, snprintf(v.msg, sizeof v.msg, "%s", ddp_last_error());
-    else validate_list(&v, dir, names, todo, nt, flags);
+    else ddp_validate_shards(&v, dir, names, todo, nt, flags);
     counts[3] = v.validated;
     ddp_io_counters_get()->validated += v.validated;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 4, MPI_INT64_T, MPI_SUM, ctx->world));

@@ -23,6 +23,9 @@ ddp_status ddp_check_regular_file(const char *path, const char *what);
 /* Writes len bytes to path (created or truncated), fsyncs and closes it; on any failure (No space left on
  * device, ...) removes path and returns DDP_ERR_IO: "<path>: <write|fsync|close>: <cause>". */
 ddp_status ddp_write_file_durable(const char *path, const void *buf, size_t len);
+/* All n bytes to or from fd, retried on EINTR and short counts: 0, or -1 (errno set; 0 at end of file). */
+int ddp_write_all(int fd, const void *p, size_t n);
+int ddp_read_all(int fd, void *p, size_t n);
 /* The ranks r < n with (flags[r] != 0) == want, as "0,2-3" ("none" when empty). */
 void ddp_rank_list(const int *flags, int n, int want, char *buf, size_t len);
 
