@@ -1,10 +1,5 @@
-/* bench_allreduce.c — allreduce bandwidth in nccl-tests' conventions (flags -b -e -f -n -w -c; columns
- * size, count, type, time, algbw, busbw = algbw * 2(n-1)/n, #wrong), MPI on CPU, NCCL with -d cuda;
- * then mpiddp's bucketed gradient sync against one raw MPI_Allreduce of the same bytes, for the reference
- * model's gradient sizes. CSV to -o.
- *
- *   mpirun -np 2 bench_allreduce -b 8 -e 64M -f 4 -n 20 -w 5 [-d cpu|cuda] [-o allreduce.csv]
- */
+/* bench_allreduce.c — allreduce bandwidth in nccl-tests' conventions (MPI on CPU, NCCL with -d cuda), then mpiddp's
+ * bucketed gradient sync against one raw MPI_Allreduce of the same bytes at the reference model's gradient sizes. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/comm/comm.h"
@@ -45,6 +40,9 @@ static int cmp_double(const void *a, const void *b)
         }                                                                                          \
     } while (0)
 
+/* nccl-tests' flags -b -e -f -n -w -c and columns size, count, type, time, algbw, busbw = algbw * 2(n-1)/n, #wrong;
+ * CSV to -o.
+ *   mpirun -np 2 bench_allreduce -b 8 -e 64M -f 4 -n 20 -w 5 [-d cpu|cuda] [-o allreduce.csv] */
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;

@@ -1,13 +1,5 @@
-/* bench_ckpt.c — what the checkpoints' integrity costs (issue #31): writing and reading a checkpoint of
- * N floats x 3 (parameters and both AdamW moments) through mpiddp (HDF5 file built in memory, a CRC-32 per
- * dataset, write/fsync/rename; read with checksum and finiteness checks), beside the same datasets written
- * straight to disk by HDF5 without checksums (the code path before #31: a temporary name, fsync, rename) and
- * with HDF5's Fletcher-32 filter (chunked datasets, the peer). Reads come from the page cache (the file was just written). Every write
- * ends with fsync, so disk time is in all of them. Prints one table row per size and variant, and the
- * checks' CPU time alone (CRC-32 over the three arrays, the finiteness scan).
- *
- *   bench_ckpt [--floats 10000000,100000000] [--dir .] [--reps 3]
- */
+/* bench_ckpt.c — what the checkpoints' integrity costs (issue #31): writing and reading N floats x 3 through mpiddp
+ * (CRC-32 per dataset) beside plain HDF5 without checksums and the peer, HDF5's Fletcher-32 filter. */
 #include "mpi_ddp/train/checkpoint.h"
 #include "mpi_ddp/train/ckpt_verify.h"
 #include "mpiddp.h"
@@ -98,6 +90,13 @@ static double median(double *x, int n)
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+/* A checkpoint of N floats x 3 (parameters and both AdamW moments) through mpiddp: an HDF5 file built in memory, a
+ * CRC-32 per dataset, write/fsync/rename; read with checksum and finiteness checks. Beside it the same datasets written
+ * straight to disk by HDF5 without checksums (the code path before #31: a temporary name, fsync, rename) and with
+ * HDF5's Fletcher-32 filter (chunked datasets, the peer). Reads come from the page cache (the file was just written);
+ * every write ends with fsync, so disk time is in all of them. Prints one table row per size and variant, and the
+ * checks' CPU time alone (CRC-32 over the three arrays, the finiteness scan).
+ *   bench_ckpt [--floats 10000000,100000000] [--dir .] [--reps 3] */
 int main(int argc, char **argv)
 {
     const char *sizes = "10000000,100000000", *dir = ".";

@@ -1,32 +1,5 @@
-/* bench_gemm.c — the transformer's GEMMs on one CPU thread: OpenBLAS cblas_sgemm beside oneDNN's matmul in fp32
- * and in bf16 (bf16 A and B, fp32 C), on the same data in one process.
- *
- *   bench_gemm [--rows R] [--dims 128,256,512] [--ff 2,4] [--attn-n 16,32,64,128,256] [--attn-dh 32,64]
- *              [--reps N] [--warmup W] [--threads T] [--csv FILE] [--no-attn] [--no-linear]
- *
- * Shapes (row-major C[M,N] = op(A)[M,K] · op(B)[K,N], as mpi_ddp/model/transformer_pass.c calls the backend):
- *   per d in --dims and per linear layer (in -> out): qkv (d -> 3d), out-proj (d -> d), ff1 (d -> f·d) and
- *   ff2 (f·d -> d) for f in --ff, each as
- *     fwd  Y  = X · Wᵀ     (nt: M R, N out, K in)      W stored [out, in]
- *     dX   dX = dY · W     (nn: M R, N in,  K out)
- *     dW   dW = dYᵀ · X    (tn: M out, N in, K R)      (beta 0 here; mpiddp accumulates with beta 1)
- *   attention per sample and head (n in --attn-n, dh in --attn-dh; contiguous operands, mpiddp's are strided
- *   inside the qkv rows):
- *     S  = Q · Kᵀ    (nt: n, n, dh)   also dP = dO · Vᵀ
- *     O  = P · V     (nn: n, dh, n)   also dQ = dS · K
- *     dV = Pᵀ · dO   (tn: n, dh, n)   also dK = dSᵀ · Q
- * Each shape is timed for OpenBLAS, oneDNN fp32 and bf16 with fixed dims, and oneDNN fp32 with shape-agnostic
- * primitives (every dim and stride DNNL_RUNTIME_DIM_VAL: one primitive per transpose pattern serves every batch);
- * per repeat the variants run interleaved (one after the other, so load changes hit all alike), each repeat
- * `inner` calls (inner chosen so that OpenBLAS's repeat lasts >= 1 ms), GFLOP/s = 2·M·N·K / median time.
- * Inputs are uniform in [-1, 1]; the bf16 copies are rounded to nearest even once, outside the timing (as a
- * trainer keeping bf16 weights and activations would). err = max|C - C_openblas| / max|C_openblas| (normwise).
- * create_ms: oneDNN primitive descriptor + primitive creation with the primitive cache off (median of 5: what a
- * new batch shape costs without a cache), cached_ms: the same with the cache on and the shape already in it,
- * rt_create_ms: the shape-agnostic fp32 primitive (created once per transpose pattern).
- * Output: '#' lines (CPU, versions, ISA), a table on stdout, the same rows as CSV (--csv FILE, header line).
- * Any oneDNN call that fails prints one line naming the call, the shape and the status; that variant of that
- * shape is then reported as '-' (empty in the CSV) and the run goes on; the exit status is 1 if any failed. */
+/* bench_gemm.c — the transformer's GEMMs on the CPU, one thread by default: OpenBLAS cblas_sgemm beside oneDNN's matmul
+ * in fp32 and in bf16 (bf16 A and B, fp32 C), on the same data in one process. */
 #include <cblas.h>
 #include <dnnl.h>
 #include <dnnl_debug.h>
@@ -231,7 +204,9 @@ static float urand(void)
     return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-/* creation time (ms) of the fixed-dims primitive, cache off (median of NCREATE); cached: cache on, shape in it */
+/* creation time (ms) of the primitive, fixed dims or shape-agnostic (rt): oneDNN primitive descriptor + primitive with
+ * the primitive cache off, median of NCREATE (what a new batch shape costs without a cache); cached: the same with the
+ * cache on and the shape already in it. A shape-agnostic primitive is created once per transpose pattern. */
 static double create_median(const shape_t *s, dnnl_data_type_t dt, int rt, double *cached, const char *var)
 {
     double t[NCREATE];
@@ -256,6 +231,12 @@ static double create_median(const shape_t *s, dnnl_data_type_t dt, int rt, doubl
     return median(t, NCREATE);
 }
 
+/* One shape, timed for the variants of vname: OpenBLAS, oneDNN fp32 and bf16 with fixed dims, and oneDNN fp32 and bf16
+ * with shape-agnostic primitives (every dim and stride DNNL_RUNTIME_DIM_VAL: one primitive per transpose pattern serves
+ * every batch). Per repeat the variants run interleaved, one after the other, so load changes hit all alike; each
+ * repeat is `inner` calls, inner chosen so that OpenBLAS's repeat lasts >= 1 ms; GFLOP/s = 2·M·N·K / median time.
+ * Inputs are uniform in [-1, 1]; the bf16 copies are rounded to nearest even once, outside the timing, as a trainer
+ * keeping bf16 weights and activations would. err = max|C - C_openblas| / max|C_openblas| (normwise). */
 static void bench_shape(const shape_t *s, int reps, int warmup, result_t *res)
 {
     size_t na = (size_t)(s->M * s->K), nb = (size_t)(s->K * s->N), nc = (size_t)(s->M * s->N);
@@ -415,6 +396,23 @@ static int has_flag(const char *flag)
     return found;
 }
 
+/*   bench_gemm [--rows R] [--dims 128,256,512] [--ff 2,4] [--attn-n 16,32,64,128,256] [--attn-dh 32,64]
+ *              [--reps N] [--warmup W] [--threads T] [--csv FILE] [--no-attn] [--no-linear]
+ * Shapes (row-major C[M,N] = op(A)[M,K] · op(B)[K,N], as mpi_ddp/model/transformer_pass.c calls the backend):
+ *   per d in --dims and per linear layer (in -> out): qkv (d -> 3d), out-proj (d -> d), ff1 (d -> f·d) and
+ *   ff2 (f·d -> d) for f in --ff, each as
+ *     fwd  Y  = X · Wᵀ     (nt: M R, N out, K in)      W stored [out, in]
+ *     dX   dX = dY · W     (nn: M R, N in,  K out)
+ *     dW   dW = dYᵀ · X    (tn: M out, N in, K R)      beta 0 here; mpiddp accumulates with beta 1
+ *   attention per sample and head (n in --attn-n, dh in --attn-dh; contiguous operands, mpiddp's are strided
+ *   inside the qkv rows):
+ *     S  = Q · Kᵀ    (nt: n, n, dh)   also dP = dO · Vᵀ
+ *     O  = P · V     (nn: n, dh, n)   also dQ = dS · K
+ *     dV = Pᵀ · dO   (tn: n, dh, n)   also dK = dSᵀ · Q
+ * Output: '#' lines (CPU, versions, ISA), a table on stdout, the same rows as CSV (--csv FILE, header line): per
+ * variant GFLOP/s, err and creation ms (bench_shape, create_median). Any oneDNN call that fails prints one line naming
+ * the call, the shape and the status; that variant of that shape is then reported as '-' (empty in the CSV) and the
+ * run goes on; the exit status is 1 if any failed. */
 int main(int argc, char **argv)
 {
     int rows = 2048, reps = 10, warmup = 2, threads = 1, attn = 1, linear = 1;

@@ -1,12 +1,5 @@
-/* bench_io.c — sample read throughput of mpiddp's reader (memory-mapped shards) against per-sample
- * H5Dread hyperslabs, sequential and random, warm and cold page cache. The mmap reader works as the batch
- * loader does: madvise(WILLNEED) one batch (64 samples) ahead, MADV_RANDOM for shuffled orders and
- * MADV_SEQUENTIAL for in-order reads. Every rank appends one CSV row
- * per pass to --csv (rank, reader, order, cache, samples, bytes, seconds, RssAnon, RssFile); report.py
- * aggregates ranks and compares with the h5py peer (peers/h5py_read.py) run on the same data.
- *
- *   mpirun -np 4 bench_io --data DIR --samples 20000 --csv io_raw.csv [--readers mmap,h5dread]
- */
+/* bench_io.c — sample read throughput of mpiddp's reader (memory-mapped shards) against per-sample H5Dread hyperslabs,
+ * sequential and random, warm and cold page cache; run_io.sh sets it beside the h5py peer (peers/h5py_read.py). */
 #include "io/dataset.h"
 #include "io/sampler.h"
 #include "mpiddp.h"
@@ -119,6 +112,11 @@ static int64_t read_one(ddp_dataset *ds, h5_reader *hr, int ri, int64_t idx, flo
     return nr;
 }
 
+/* The mmap reader works as the batch loader does: madvise(WILLNEED) one batch (--ahead, 64 samples) ahead, MADV_RANDOM
+ * for shuffled orders and MADV_SEQUENTIAL for in-order reads. Every rank appends one CSV row per pass to --csv (rank,
+ * reader, order, cache, samples, bytes, seconds, RssAnon, RssFile); report_io.py aggregates the ranks and compares
+ * with the h5py peer run on the same data.
+ *   mpirun -np 4 bench_io --data DIR --samples 20000 --csv io_raw.csv [--readers mmap,h5dread] */
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;

@@ -1,23 +1,5 @@
-/* bench_kernels.c — each backend op alone (the ddp_backend table of mpi_ddp/backend.h and the encoder's
- * ddp_enc_ops), at the shapes the models run, as llm.c's dev/cuda keeps its kernels: per op the shape, the
- * bytes it moves and the FLOPs it does per call (analytic counts, below), its best time of N, GB/s and
- * GFLOP/s, and its fraction of a roofline: max(FLOPs / peak, bytes / bandwidth) over the time. The roofline
- * is --peak-gflops / --peak-gbs; by default on the CPU it is measured in this process (the best sgemm rate of
- * a 1024^3 product through the backend, and a 64 MiB memcpy counted as bytes read + written); on CUDA it is
- * the H100 SXM's fp32 dense peak and HBM3 bandwidth (67 TFLOP/s, 3.35 TB/s: mpiddp's GEMMs are exact fp32).
- * Every row also gives the op's time bound on an H100 from the same counts (the dense peak of --precision:
- * fp32 67, TF32 495, bf16 989 TFLOP/s), so a GPU run fills in the distance of each kernel from it. --precision
- * sets the backend's arithmetic (set_precision: the GEMMs and, on CUDA, attention's tensor cores).
- *
- *   bench_kernels [--device cpu|cuda] [--preset issue|tiny|tx] [--rows R] [--reps N] [--peak-gflops G] [--peak-gbs B]
- *                 [--check] [--csv FILE] [--only SUBSTRING] [--precision fp32|tf32|bf16]
- *
- * Presets: issue = the MLP at H 256 and the encoder at d 256 (4 heads) and d 512 (8 heads), ff 2d, lengths
- * 16-512 packed into about R rows (default 4096); tiny = H 16, d 32, lengths 2-12, ~64 rows (correctness); tx =
- * run_tx.sh's CPU encoder shapes: d 128 (4 heads) at lengths 16-256 and 4-64, d 256 (4 heads) at 16-256.
- * --check runs each op once on the chosen device and on the CPU backend from the same inputs and compares
- * the outputs (max relative difference; --device cuda on the host emulator: MPIDDP_CUDA_PLUGIN=
- * <build>/libmpiddp_cudaemu.so). Exit 1 when a check fails. */
+/* bench_kernels.c — each backend op alone (ddp_backend, ddp_enc_ops) at the shapes the models run, as llm.c's dev/cuda
+ * keeps its kernels: time, GB/s, GFLOP/s, the fraction of a roofline, and the op's time bound on an H100. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/comm/comm.h"
@@ -387,6 +369,23 @@ static double memcpy_peak(void)
     return 2.0 * (double)n / best / 1e9; /* read + write */
 }
 
+/* The ops: the ddp_backend table of mpi_ddp/backend/backend.h and the encoder's ddp_enc_ops. Per op the shape, the
+ * bytes it moves and the FLOPs it does per call (analytic counts, above), its best time of N, GB/s and GFLOP/s, and its
+ * fraction of a roofline: max(FLOPs / peak, bytes / bandwidth) over the time. The roofline is --peak-gflops /
+ * --peak-gbs; by default on the CPU it is measured in this process (the best sgemm rate of a 1024^3 product through
+ * the backend, and a 64 MiB memcpy counted as bytes read + written), on CUDA it is the H100 SXM's dense peak at
+ * --precision and its HBM3 bandwidth, 3.35 TB/s. Every row also gives the op's time bound on an H100 from the same
+ * counts (the dense peak of --precision: fp32 67, TF32 495, bf16 989 TFLOP/s), so a GPU run fills in the distance of
+ * each kernel from it. --precision sets the backend's arithmetic (set_precision: the GEMMs and, on CUDA, attention's
+ * tensor cores).
+ *   bench_kernels [--device cpu|cuda] [--preset issue|tiny|tx] [--rows R] [--reps N] [--peak-gflops G] [--peak-gbs B]
+ *                 [--check] [--csv FILE] [--only SUBSTRING] [--precision fp32|tf32|bf16]
+ * Presets: issue = the MLP at H 256 and the encoder at d 256 (4 heads) and d 512 (8 heads), ff 2d, lengths 16-512
+ * packed into about R rows (default 4096); tiny = H 16, d 32, lengths 2-12, ~64 rows (correctness); tx = run_tx.sh's
+ * CPU encoder shapes: d 128 (4 heads) at lengths 16-256 and 4-64, d 256 (4 heads) at 16-256. --check runs each op once
+ * on the chosen device and on the CPU backend from the same inputs and compares the outputs by their max relative
+ * difference; exit 1 when a check fails. --device cuda on the host emulator:
+ * MPIDDP_CUDA_PLUGIN=<build>/libmpiddp_cudaemu.so. */
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;

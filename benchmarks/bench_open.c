@@ -1,10 +1,5 @@
 /* bench_open.c — the header phase of start-up (issue #33): how long ddp_dataset_open takes to list a dataset
- * directory, validate its shards (spread over the ranks, or read from its manifest) and give every rank the
- * metadata; with --cold the page cache is dropped first (root only). Prints one line per repetition: the
- * slowest rank's seconds, the shards this process validated, and rank 0's private memory after the open.
- *
- *   mpirun -np 2 bench_open --data DIR [--reps 3] [--cold]
- */
+ * directory, validate its shards (spread over the ranks, or from its manifest) and give every rank the metadata. */
 #include "io/dataset.h"
 #include "io/shard.h"
 #include "mpi_ddp/core/ctx.h"
@@ -37,6 +32,9 @@ static int drop_caches(void)
     return fclose(f) == 0 && ok;
 }
 
+/* With --cold the page cache is dropped first (root only). Prints one line per repetition: the slowest rank's seconds,
+ * the shards this process validated, and rank 0's private memory after the open.
+ *   mpirun -np 2 bench_open --data DIR [--reps 3] [--cold] */
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;

@@ -1,20 +1,5 @@
-/* bench_train.c — training throughput of mpiddp's models (the MLP, or with --model transformer the
- * Transformer encoder, whose breakdown adds attention and GEMM time): samples/s, rows/s, a per-step time
- * breakdown (data wait, forward, backward, gradient sync wait, optimizer), achieved GFLOP/s against the
- * sgemm rate measured in the same process, and peak RSS. One row per run appended to --csv by rank 0;
- * run_train.sh runs it beside the PyTorch DDP peer (peers/torch_ddp.py) and reports the ratios.
- *
- * Before the timed steps an untimed pass reads every sample once, so the whole dataset is mapped (the steady
- * state of training after its first epochs, as the peer holds its data in memory); --cold 1 skips it and
- * times first-touch page faults too. The steps run on into further epochs when they outnumber one epoch's.
- *
- *   mpirun -np R bench_train --data DIR --hidden H [--batch 64] [--steps N] [--warmup W] [--cold 0|1] [--csv FILE]
- *   mpirun -np R bench_train --data DIR --model transformer --hidden d --layers L --heads N [--ff f] [--lens LABEL]
- *                            [--batches-out PREFIX] ...   (run_tx.sh: rank r writes PREFIX.r<r>, one line of global
- *                            sample indices per step, which the PyTorch peer trains on: the same batches)
- *   --precision fp32|tf32|bf16 (default fp32): the GEMMs' arithmetic, as mpiddp train --precision (tf32 and bf16
- *   need --device cuda; the CPU's bf16 where the backend has it)
- */
+/* bench_train.c — training throughput of mpiddp's models (samples/s, rows/s, a per-step breakdown, GFLOP/s, peak RSS)
+ * beside PyTorch DDP (run_train.sh: the MLP and peers/torch_ddp.py; run_tx.sh: the encoder and peers/torch_tx.py). */
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "mpi_ddp/backend/backend.h"
@@ -77,6 +62,19 @@ static double sgemm_gflops(ddp_backend *be, int64_t M, int64_t H)
     return best;
 }
 
+/* The MLP, or with --model transformer the Transformer encoder, whose breakdown adds attention and GEMM time. The
+ * breakdown: data wait, forward, backward, gradient sync wait, optimizer; GFLOP/s against the sgemm rate measured in
+ * the same process. One row per run appended to --csv by rank 0; the run_*.sh scripts report the ratios to the peer.
+ * Before the timed steps an untimed pass reads every sample once, so the whole dataset is mapped: the steady state of
+ * training after its first epochs, as the peer holds its data in memory. --cold 1 skips it and times first-touch page
+ * faults too. The steps run on into further epochs when they outnumber one epoch's.
+ *   mpirun -np R bench_train --data DIR --hidden H [--batch 64] [--steps N] [--warmup W] [--cold 0|1] [--csv FILE]
+ *   mpirun -np R bench_train --data DIR --model transformer --hidden d --layers L --heads N [--ff f] [--lens LABEL]
+ *                            [--batches-out PREFIX] ...
+ * --batches-out (run_tx.sh): rank r writes PREFIX.r<r>, one line of global sample indices per step, which the PyTorch
+ * peer trains on, so both see the same batches. --precision fp32|tf32|bf16 (default fp32): the GEMMs' arithmetic, as
+ * mpiddp train --precision; tf32 and bf16 need --device cuda, except the CPU's bf16 where the backend has it. Also
+ * --device cpu|cuda, --bucket-mb M, --batch-rows N, --shuffle block with --shuffle-block-mb and --shuffle-window. */
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;

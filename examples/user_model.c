@@ -1,8 +1,5 @@
-/* user_model.c — a user's own model through include/mpiddp.h: mean-pool each sample's rows, then one
- * linear softmax layer. Launch, data, gradient sync, trainer, metrics and checkpoints are mpiddp's.
- *
- *   mpirun -np 2 ./example_user_model TRAIN_DIR VAL_DIR RUN_DIR
- */
+/* user_model.c — a user's own model through include/mpiddp.h: mean-pool each sample's rows, then one linear softmax
+ * layer; launch, data, gradient sync, trainer, metrics and checkpoints are mpiddp's. */
 #include <mpiddp.h>
 
 #include <math.h>
@@ -92,6 +89,7 @@ static ddp_status lm_eval(void *self, const ddp_batch *b, const float *P, ddp_fo
     return run(self, b, P, NULL, out);
 }
 
+/*   mpirun -np 2 ./example_user_model TRAIN_DIR VAL_DIR RUN_DIR */
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;

@@ -1,19 +1,5 @@
-/* mpiddp.h — the public API of mpiddp: status codes, the launch context, datasets and batches,
- * the model interface a user's C program implements, metric logging, and the trainer.
- *
- * A user program that brings its own model:
- *
- *     ddp_ctx *ctx;  ddp_init(&argc, &argv, &ctx);
- *     ddp_dataset *tr, *va;  ddp_dataset_open(ctx, "data/train", &tr);  ...
- *     ddp_model m = { .name = "mine", .ntensors = ..., .tensors = ..., .forward = my_forward, ... };
- *     ddp_train_config cfg;  ddp_train_config_default(&cfg);  cfg.out_dir = "run";
- *     ddp_status st = ddp_train(ctx, &cfg, &m, tr, va);
- *     if (st) fprintf(stderr, "%s\n", ddp_last_error());
- *     ddp_finalize(ctx);
- *
- * Every function returns a ddp_status; DDP_OK is 0. On failure ddp_last_error() holds one line naming
- * the file, object and index where that applies. Library code never prints errors or calls exit().
- */
+/* mpiddp.h — the public API of mpiddp: status codes, the launch context, datasets and batches, the model interface a
+ * user's C program implements, metric logging, and the trainer (a user program in brief: above ddp_train). */
 #ifndef MPIDDP_H
 #define MPIDDP_H
 
@@ -26,6 +12,8 @@ extern "C" {
 
 #define MPIDDP_VERSION "0.1.0"
 
+/* Every function returns a ddp_status; DDP_OK is 0. On failure ddp_last_error() holds one line naming the file, object
+ * and index where that applies. Library code never prints errors or calls exit(). */
 typedef enum {
     DDP_OK = 0,
     DDP_ERR_ARG,      /* bad argument or option value */
@@ -295,7 +283,17 @@ void ddp_train_config_default(ddp_train_config *cfg);
 /* Checks cfg for a job of `world` ranks (ranges, conflicts, the global batch and budget fit their types):
  * DDP_ERR_ARG with one line naming the option. Local; ddp_train runs it too. */
 ddp_status ddp_train_config_check(const ddp_train_config *cfg, int world);
-/* Collective. Trains model on train, validates on val after each epoch, writes the run directory. */
+/* Collective. Trains model on train, validates on val after each epoch, writes the run directory. A user program
+ * that brings its own model (examples/user_model.c is a complete one):
+ *
+ *     ddp_ctx *ctx;  ddp_init(&argc, &argv, &ctx);
+ *     ddp_dataset *tr, *va;  ddp_dataset_open(ctx, "data/train", &tr);  ...
+ *     ddp_model m = { .name = "mine", .ntensors = ..., .tensors = ..., .train_step = my_train_step, ... };
+ *     ddp_train_config cfg;  ddp_train_config_default(&cfg);  cfg.out_dir = "run";
+ *     ddp_status st = ddp_train(ctx, &cfg, &m, tr, va);
+ *     if (st) fprintf(stderr, "%s\n", ddp_last_error());
+ *     ddp_finalize(ctx);
+ */
 ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train,
                      ddp_dataset *val);
 

@@ -1,7 +1,6 @@
-/* finite.h — finding NaN and Inf features: a vectorisable scan over a shard's mapped features (or bounded blocks
- * read through HDF5) that names the shard, the row and column of 'features' and the sample. Used by `inspect`
- * (every shard, serial), by `train --check-finite` (ddp_dataset_check_finite in dataset.h) and by the trainer's
- * diagnosis of a non-finite gradient. */
+/* finite.h — finding NaN and Inf features: a vectorisable scan of a shard's mapped features (or of bounded blocks
+ * read through HDF5) that names the shard, the row and column of 'features' and the sample; for `inspect`,
+ * `train --check-finite` (ddp_dataset_check_finite, dataset.h) and the diagnosis of a non-finite gradient. */
 #ifndef DDP_FINITE_H
 #define DDP_FINITE_H
 

@@ -1,8 +1,6 @@
-/* loader.h — packed batch assembly with one batch of look-ahead: while a step computes, a worker thread
- * copies the next batch's rows out of the mapped shards (faulting its pages in) and hints the kernel
- * to read the one after (madvise WILLNEED); with --shuffle block a read-ahead thread populates the
- * current and the next two windows' blocks instead (MADV_POPULATE_READ, one sequential run per block). Datasets that need HDF5 reads are assembled in the
- * caller's thread, since HDF5 is not thread-safe. */
+/* loader.h — packed batch assembly with one batch of look-ahead: while a step computes, a worker thread copies the
+ * next batch's rows out of the mapped shards, faulting its pages in (what the kernel reads ahead beyond: readahead.h).
+ * Datasets that need HDF5 reads are assembled in the caller's thread, since HDF5 is not thread-safe. */
 #ifndef DDP_LOADER_H
 #define DDP_LOADER_H
 

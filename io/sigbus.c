@@ -1,9 +1,4 @@
-/* sigbus.c — the table of live shard maps and the SIGBUS handler that reads it (see sigbus.h). A read of
- * a page that a truncation (or an in-place rewrite) took away from a MAP_SHARED file raises SIGBUS; the
- * handler finds the map holding si_addr, writes one line with write(2) and leaves with _exit(1): mpirun
- * then ends the other ranks. Everything the handler touches is async-signal-safe: atomics, fstat,
- * write, sigaction, raise, _exit. The table is blocks of entries that are never freed, published with
- * release stores, so the handler can walk it while another thread registers a map. */
+/* sigbus.c — the table of live shard maps and the SIGBUS handler that reads it; see sigbus.h. */
 #include "io/sigbus.h"
 
 #include "mpi_ddp/core/status.h"
@@ -31,6 +26,8 @@ typedef struct {
     char *path;         /* owned copy */
 } entry;
 
+/* The table: blocks of entries that are never freed, published with release stores, so the handler can walk it
+ * while another thread registers a map. */
 static _Atomic(entry *) g_blocks[MAX_BLOCKS];
 static atomic_long g_high;  /* entries in use or once used: the handler scans [0, g_high) */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -82,6 +79,9 @@ static void pass_on(int sig, siginfo_t *si, void *uc)
     raise(SIGBUS); /* pending until the handler returns; the fault also repeats */
 }
 
+/* A read of a page that a truncation (or an in-place rewrite) took away from a MAP_SHARED file raises SIGBUS: find
+ * the map holding si_addr, write one line with write(2) and leave with _exit(1); mpirun then ends the other ranks.
+ * Everything touched here is async-signal-safe: atomics, fstat, write, sigaction, raise, _exit. */
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
     entry *hit = NULL;

@@ -1,7 +1,6 @@
-/* sigbus.h — turns a SIGBUS inside a memory-mapped shard (the file was truncated or rewritten in place
- * while a job had it mapped) into one line naming the file, then _exit(1). The shard code registers
- * every map it makes and unregisters it before munmap; a SIGBUS outside every registered map goes to
- * the handler that was there before (or the default action), so real bugs still crash as before. */
+/* sigbus.h — turns a SIGBUS inside a mapped shard (truncated or rewritten in place while mapped) into one line naming
+ * the file, then _exit(1). The shard code registers each map and unregisters it before munmap; a SIGBUS outside every
+ * registered map goes to the handler there before (or the default action), so real bugs still crash as before. */
 #ifndef DDP_SIGBUS_H
 #define DDP_SIGBUS_H
 

@@ -1,10 +1,6 @@
-/* synth.c — `mpiddp synth`: a deterministic variable-length dataset with a learnable class signal.
- * Sample `id` is a pure function of (seed, id): its row count (uniform in [min, max]), its label and its rows.
- * Task "class": label uniform, rows = class prototype + unit Gaussian noise (learnable from the row mean).
- * Task "order": each of the C marker vectors appears exactly once at a random position, every other row is
- * a zero filler, all rows get N(0, 0.3^2) noise; the label is the marker that comes first. The multiset of
- * rows has the same distribution for every label, so only the row order carries the class.
- * Shards are written round-robin by the ranks. */
+/* synth.c — `mpiddp synth` (docs/cli.md): a deterministic variable-length dataset with a learnable class signal. Sample
+ * `id` is a pure function of (seed, id): its row count (uniform in [min, max]), its label and its rows (task "class":
+ * fill_rows, task "order": fill_order). Shards are written round-robin by the ranks. */
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/status.h"
 #include "io/sampler.h"
@@ -85,6 +81,9 @@ static ddp_status sample_meta(synth_shard *s, int64_t id, int64_t *rows, int64_t
     return DDP_OK;
 }
 
+/* Task "order": each of the C marker vectors appears exactly once at a random position, every other row is a zero
+ * filler, all rows get N(0, 0.3^2) noise; the label is the marker that comes first. The multiset of rows has the same
+ * distribution for every label, so only the row order carries the class. */
 static ddp_status fill_order(synth_shard *s, int64_t i, float *rows, int64_t nrows)
 {
     const ddp_synth_opts *o = s->o;
@@ -106,6 +105,8 @@ static ddp_status fill_order(synth_shard *s, int64_t i, float *rows, int64_t nro
     return DDP_OK;
 }
 
+/* Task "class": label uniform (sample_meta), rows = the class prototype + unit Gaussian noise, learnable from the row
+ * mean. */
 static ddp_status fill_rows(void *arg, int64_t i, float *rows, int64_t nrows)
 {
     synth_shard *s = arg;

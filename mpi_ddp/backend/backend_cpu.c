@@ -1,7 +1,6 @@
-/* backend_cpu.c — the CPU backend: fp32 GEMMs (oneDNN's matmul where it is there and the product is large enough,
- * backend_cpu_dnnl.c; OpenBLAS sgemm otherwise) and the element-wise loops of ddp_math.h; --precision bf16's
- * gemm (and gemm16, its form with bf16 operands) and the parameters' bf16 copy are in backend_cpu_bf16.c (hooked in
- * gemm, gemm16, adamw, upload, zero, release). */
+/* backend_cpu.c — the CPU backend: fp32 GEMMs (oneDNN's matmul for large enough products, backend_cpu_dnnl.c; else
+ * OpenBLAS sgemm) and the element-wise loops of ddp_math.h. --precision bf16's gemm and gemm16 and the parameters'
+ * bf16 copy are backend_cpu_bf16.c's, hooked in gemm, gemm16, adamw, upload, zero and release. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/backend_cpu_bf16.h"
 #include "mpi_ddp/backend/backend_cpu_dnnl.h"

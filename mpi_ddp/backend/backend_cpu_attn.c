@@ -1,12 +1,6 @@
-/* backend_cpu_attn.c — the CPU backend's `tiled` attention (MPIDDP_ATTENTION=tiled; backend_cpu_enc.c picks the
- * method per sample): per sample and head, Q, K, V (and, backward, dO) are packed once into zero-padded
- * [np x dhp] / [dhp x np] blocks (np, dhp: n, dh rounded up to TW), then each tile of TQ query rows runs
- * scores -> softmax (lse saved) -> dropout -> P V on a TQ x np score tile that stays in L1/L2. The backward
- * recomputes P = exp(S - lse) per tile of TQB query rows from the saved lse: dP = dO V^T, dS = P (drop(dP) - D) scale,
- * dQ = dS K per tile, dV += drop(P)^T dO and dK += dS^T Q into per-sample accumulators. Every product is one
- * register-blocked micro-kernel (TR rows x TW columns of accumulators, fixed widths the compiler vectorises
- * under DDP_CLONES). A tile holds all of a sample's keys, so the softmax is exact in one pass (no running
- * rescale). Sums run in an order fixed by (n, dh) only: each sample's result is independent of its batch. */
+/* backend_cpu_attn.c — the CPU backend's `tiled` attention (MPIDDP_ATTENTION=tiled), per sample and head: packed
+ * blocks, query-row tiles whose scores stay in cache, one register-blocked micro-kernel (mk) for all products. Sums run
+ * in an order fixed by (n, dh) only, so a sample's result is independent of its batch (docs/transformer.md). */
 #include "mpi_ddp/backend/backend_cpu_attn.h"
 #include "mpi_ddp/core/status.h"
 
@@ -33,10 +27,11 @@ enum { TR = 4, TW = 32, TQ = 32, TQB = 64 }; /* micro-kernel rows x columns; que
 
 static inline int64_t rup(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* C[r][j] (+)= sum_t A[r*ars + t*ats] B[t*ldb + j] for r < TR, j < TW, t < K; stored for r < rows, j < cols.
- * A may be read up to TR rows and B TW columns (callers pad with zeros). With GCC/Clang the TR x TW accumulators
- * are 8 vectors of 16 floats (vector extensions: zmm in the v4 clone, ymm pairs in v3, xmm in the default), kept
- * in registers; elsewhere plain loops of the same order. */
+/* The one micro-kernel of every product here (TR rows x TW columns of accumulators, fixed widths the compiler
+ * vectorises under DDP_CLONES): C[r][j] (+)= sum_t A[r*ars + t*ats] B[t*ldb + j] for r < TR, j < TW, t < K; stored for
+ * r < rows, j < cols. A may be read up to TR rows and B TW columns (callers pad with zeros). With GCC/Clang the TR x TW
+ * accumulators are 8 vectors of 16 floats (vector extensions: zmm in the v4 clone, ymm pairs in v3, xmm in the
+ * default), kept in registers; elsewhere plain loops of the same order. */
 #if defined(__GNUC__)
 typedef float vf16 __attribute__((vector_size(64)));
 #define VL(v, p) memcpy(&(v), (p), sizeof(v)) /* unaligned load */
@@ -140,6 +135,10 @@ size_t ddp_cpu_attn_tiled_scratch(int64_t nmax, int64_t dh)
 }
 static inline float *aligned(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
+/* Sample s, per head: Q, K, V packed once into zero-padded [np x dhp] / [dhp x np] blocks (np, dhp: n, dh rounded up
+ * to TW), then each tile of TQ query rows runs scores -> softmax (lse saved) -> dropout -> P V on a TQ x np score tile
+ * that stays in L1/L2. A tile holds all of the sample's keys, so the softmax is exact in one pass (no running
+ * rescale). */
 DDP_CLONES void ddp_cpu_attn_tiled_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t s, int64_t d,
                                        int heads, const ddp_dropout *dr, float *scratch)
 {
@@ -193,6 +192,9 @@ DDP_CLONES void ddp_cpu_attn_tiled_fwd(const float *qkv, float *o, float *lse, c
     }
 }
 
+/* Sample s, per head: Q, K, V and dO packed as in the forward; per tile of TQB query rows P = exp(S - lse) is recomputed
+ * from the saved lse, then dP = dO V^T, dS = P (drop(dP) - D) scale, dQ = dS K per tile, and dV += drop(P)^T dO,
+ * dK += dS^T Q into per-sample accumulators. */
 DDP_CLONES void ddp_cpu_attn_tiled_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
                                        const ddp_packing *pack, int64_t s, int64_t d, int heads, const ddp_dropout *dr,
                                        float *scratch)

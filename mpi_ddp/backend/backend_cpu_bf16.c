@@ -1,19 +1,6 @@
-/* backend_cpu_bf16.c — owns the CPU backend's --precision bf16 (issue #24): gemm with both operands rounded to bf16
- * (nearest even) and the products accumulated in fp32 into the fp32 C, as the CUDA backend's cublasGemmEx does;
- * everything else stays fp32 (backend_cpu.c).
- *
- * Two paths, the same arithmetic (bf16 x bf16 products are exact in fp32; only the order of the fp32 sums differs):
- *   oneDNN (built with it, DDP_HAVE_DNNL; a CPU with AVX-512): bf16 A and B, fp32 C, through matmul primitives with
- *     runtime dimensions and strides, created once per (transa, transb, beta 0 or 1) and reused for every shape.
- *     AVX512-BF16 / AMX do the products natively; on plain AVX-512 oneDNN emulates them (a notice says so).
- *   OpenBLAS (no oneDNN, an older ISA, oneDNN offering only its reference kernel, or MPIDDP_CPU_ONEDNN=0): the
- *     operands rounded to bf16 and widened back to fp32, then cblas_sgemm (a notice says so).
- * The parameters: adamw (one call over all of them) registers its p[0, n) and refreshes a rounded copy in the same
- * loop; gemm reads an operand lying inside that range from the copy (same offset and leading dimension) instead of
- * rounding it again. upload and zero into the range make the copy stale (until the next adamw), release forgets it.
- * Other operands (activations) are rounded per call into a scratch that grows to the largest GEMM. An operand that is
- * already bf16 (gemm16: an activation stored rounded by bf16_round.h, the rounding used here) is passed to oneDNN where
- * it lies, or widened exactly to fp32 for OpenBLAS: the same bits as its fp32 source rounded here. */
+/* backend_cpu_bf16.c — the CPU backend's --precision bf16 (issue #24): gemm and gemm16 on bf16 operands (nearest even)
+ * accumulated in fp32 into the fp32 C, as the CUDA backend's cublasGemmEx does, through oneDNN or OpenBLAS, and the
+ * parameters' bf16 copy AdamW refreshes (docs/transformer.md, "Precisions"); all else stays fp32 (backend_cpu.c). */
 #include "mpi_ddp/backend/backend_cpu_bf16.h"
 #include "mpi_ddp/backend/backend_cpu_dnnl.h"
 #include "mpi_ddp/backend/bf16_round.h"
@@ -84,7 +71,10 @@ ADAMW_COPY(adamw32, float, ddp_bf16_round)
 /* ---------------------------------------------------------------- which path */
 static int probed, probe_onednn;
 static char probe_note[320];
-/* Once per process: which path, and the notice. */
+/* Once per process: which path, and the notice. Two paths, the same arithmetic (bf16 x bf16 products are exact in
+ * fp32; only the order of the fp32 sums differs): oneDNN (built with it, DDP_HAVE_DNNL; a CPU with AVX-512; bf16 units
+ * native, plain AVX-512 emulated, a notice says so), or OpenBLAS cblas_sgemm on operands rounded to bf16 and widened
+ * back to fp32 (no oneDNN, an older ISA, oneDNN offering only its reference kernel, or MPIDDP_CPU_ONEDNN=0; a notice). */
 static void probe(void)
 {
     if (probed) return;

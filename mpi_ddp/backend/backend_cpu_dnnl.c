@@ -1,9 +1,6 @@
-/* backend_cpu_dnnl.c — owns the CPU backend's oneDNN matmuls (issue #24): the probe (is oneDNN built in, does the CPU
- * have AVX-512, does oneDNN offer an optimised kernel for this type), and per operand type (fp32 or bf16) one engine,
- * one stream and eight matmul primitives [transa][transb][accumulate] whose dimensions and strides are all given at
- * execution, so that batches of any size reuse them (no primitive per shape, no cache to miss). Measured at the
- * transformer's shapes (benchmarks/RESULTS.md, "CPU GEMMs"): fp32 1.08-1.17x OpenBLAS's sgemm per group, bf16 about 2x.
- * Without oneDNN (no DDP_HAVE_DNNL) only the probe exists, and it says no. */
+/* backend_cpu_dnnl.c — the CPU backend's oneDNN matmuls (issue #24): the probe, and per operand type an engine, a
+ * stream and eight shape-agnostic primitives; at the transformer's shapes fp32 runs 1.08-1.17x OpenBLAS's sgemm and
+ * bf16 about 2x (benchmarks/RESULTS.md, "CPU GEMMs"). Without oneDNN (no DDP_HAVE_DNNL) only the probe, saying no. */
 #include "mpi_ddp/backend/backend_cpu_dnnl.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
@@ -22,6 +19,8 @@
 #define DNNL_FP32_MIN_MNK ((int64_t)1 << 20)
 
 #ifdef DDP_HAVE_DNNL
+/* One operand type's state: eight matmul primitives [transa][transb][accumulate] whose dimensions and strides are all
+ * given at execution, so batches of any size reuse them (no primitive per shape, no cache to miss). */
 struct ddp_cpu_dnnl {
     int threads;
     dnnl_data_type_t type;

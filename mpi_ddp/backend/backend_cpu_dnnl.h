@@ -1,7 +1,6 @@
-/* backend_cpu_dnnl.h — the CPU backend's oneDNN matmuls (backend_cpu_dnnl.c): for one operand type (fp32 or bf16,
- * always an fp32 C), eight primitives with runtime dimensions and strides, created once and reused for every shape.
- * backend_cpu.c runs its fp32 GEMMs through them where oneDNN is faster than OpenBLAS; backend_cpu_bf16.c its bf16
- * GEMMs. Private to the CPU backend. */
+/* backend_cpu_dnnl.h — the CPU backend's oneDNN matmuls (backend_cpu_dnnl.c), private to it: per operand type (fp32 or
+ * bf16; C always fp32) eight primitives with runtime dimensions and strides, created once and reused for every shape,
+ * for backend_cpu.c's fp32 GEMMs where oneDNN beats OpenBLAS and for backend_cpu_bf16.c's bf16 GEMMs. */
 #ifndef DDP_BACKEND_CPU_DNNL_H
 #define DDP_BACKEND_CPU_DNNL_H
 

@@ -1,17 +1,6 @@
-/* backend_cpu_enc.c — the CPU backend's Transformer encoder ops (ddp_enc_ops in backend.h): loops over the
- * row bodies of kern_enc.h, and attention three ways, picked per sample by MPIDDP_ATTENTION (the switch:
- * attn_method() below):
- *   fused  per query row: scores, softmax and weighted sum in loops vectorised over the sample's rows (K and V
- *          transposed once per sample and head); no n x n matrix, no library call per sample;
- *   gemm   per sample and head, S = Q K^T and O = P V as OpenBLAS sgemm calls on an n x n scratch;
- *   tiled  per sample and head, blocked kernels in backend_cpu_attn.c: tiles of query rows, scores -> softmax ->
- *          P V in cache, register-blocked products, backward recomputed from the saved lse;
- *   auto   (default) the fastest measured per length (2-core Sapphire Rapids, d 128, dh 32 and 64): tiled for
- *          samples of at least MPIDDP_ATTENTION_TILED_MIN rows (default 24), else gemm from
- *          MPIDDP_ATTENTION_GEMM_MIN rows (default 8), else fused.
- * All are exact (no padding rows or scores); they differ only in summation order, fixed by the sample alone.
- * The "16" ops (layernorm_fwd16, gelu_erf_fwd16, residual_layernorm_fwd with y16) run the fp32 ops' row bodies into a
- * row of scratch and store it rounded by bf16_round.h, the rounding backend_cpu_bf16.c applies to GEMM operands. */
+/* backend_cpu_enc.c — the CPU backend's Transformer encoder ops (ddp_enc_ops, backend.h): loops over kern_enc.h's row
+ * bodies and their bf16-output "16" forms, and attention three exact ways, fused, gemm or tiled, picked per sample by
+ * attn_method() below (docs/transformer.md, "How the CPU and GPU compute it"). */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/backend_cpu_attn.h"
 #include "mpi_ddp/backend/bf16_round.h"
@@ -36,8 +25,9 @@
 #endif
 
 /* The method switch, read at every call (once per layer and pass) so tests and benchmarks can switch methods:
- * MPIDDP_ATTENTION=fused|gemm|tiled|auto; auto: tiled from MPIDDP_ATTENTION_TILED_MIN rows (24), gemm from
- * MPIDDP_ATTENTION_GEMM_MIN (8), fused below. */
+ * MPIDDP_ATTENTION=fused|gemm|tiled|auto; auto (default): tiled from MPIDDP_ATTENTION_TILED_MIN rows (24), gemm from
+ * MPIDDP_ATTENTION_GEMM_MIN (8), fused below, the fastest measured per length (2-core Sapphire Rapids, d 128, dh 32
+ * and 64). All three are exact (no padding rows or scores) and differ only in summation order, fixed by the sample. */
 enum { ATT_FUSED, ATT_GEMM, ATT_TILED };
 typedef struct {
     int64_t gemm_min, tiled_min; /* a sample of n rows: tiled if n >= tiled_min, else gemm if n >= gemm_min */
@@ -113,7 +103,9 @@ DDP_CLONES static ddp_status cpu_layernorm_fwd(ddp_backend *b, const float *x, c
     return DDP_OK;
 }
 
-/* n floats rounded to bf16 */
+/* n floats rounded to bf16. The "16" ops (layernorm_fwd16, gelu_erf_fwd16, residual_layernorm_fwd with y16) run the
+ * fp32 ops' row bodies into a row of scratch and store it rounded by bf16_round.h, the rounding backend_cpu_bf16.c
+ * applies to GEMM operands. */
 DDP_ROW void round_row16(const float *x, ddp_bf16 *restrict y, int64_t n)
 {
     for (int64_t c = 0; c < n; c++) y[c] = ddp_bf16_bits(x[c]);

@@ -1,7 +1,5 @@
-/* cuda_checks.h — the check macros for the CUDA runtime, cuBLAS and NCCL (inside the plugin), with one
- * message format: "<lib> error in <call> (<file>:<line>): <text>". X_CHECK returns the ddp_status;
- * X_TRY stores it in `st` and jumps to `done` (straight-line setup with one cleanup path, as NCCL's
- * NCCLCHECKGOTO). Include after cuda_compat.h and status.h. */
+/* cuda_checks.h — the check macros for the CUDA runtime, cuBLAS and NCCL (inside the plugin), with one message format:
+ * "<lib> error in <call> (<file>:<line>): <text>". Include after cuda_compat.h and status.h. */
 #ifndef DDP_CUDA_CHECKS_H
 #define DDP_CUDA_CHECKS_H
 
@@ -29,6 +27,8 @@
         }                                                                                          \
     } while (0)
 
+/* X_CHECK returns the ddp_status; X_TRY stores it in `st` and jumps to `done` (straight-line setup with one cleanup
+ * path, as NCCL's NCCLCHECKGOTO). */
 #define CUDA_CHECK(call) DDP_CALL_CHECK_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_CUDA_ERR_(call, ddp_r_))
 #define CUDA_TRY(call) DDP_CALL_TRY_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_CUDA_ERR_(call, ddp_r_))
 #define CUBLAS_CHECK(call)                                                                         \

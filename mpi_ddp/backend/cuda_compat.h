@@ -1,13 +1,6 @@
-/* cuda_compat.h — the one place that tells nvcc from the host emulator. The CUDA backend (both .cu files,
- * through backend_cuda_priv.h) and cuda_plugin.c include this instead of the CUDA, cuBLAS and NCCL headers:
- * under nvcc (or a plain CUDA build of cuda_plugin.c) it includes the real ones; with DDP_CUDA_EMU it
- * includes emu_cuda.h, which implements the same subset on the host (streams as worker threads, kernels as
- * loops of fibers, cuBLAS over cblas, NCCL over shared memory), so the same source runs on a machine
- * without a GPU.
- *
- * DDP_LAUNCH(kernel, grid, block, dyn_smem, stream, args...) is the only way kernels are launched:
- * `kernel<<<grid, block, dyn_smem, stream>>>(args...)` on a GPU, ddp_emu_launch over the grid on the host.
- * A launch reports configuration errors through cudaGetLastError in both cases. */
+/* cuda_compat.h — the one place that tells nvcc from the host emulator: the CUDA backend (the backend_cuda*.cu files,
+ * through backend_cuda_priv.h) and cuda_plugin.c include it instead of the CUDA, cuBLAS and NCCL headers, which it
+ * includes under nvcc (or a plain CUDA build of cuda_plugin.c); with DDP_CUDA_EMU it includes emu_cuda.h instead. */
 #ifndef DDP_CUDA_COMPAT_H
 #define DDP_CUDA_COMPAT_H
 
@@ -16,6 +9,11 @@
 #define DDP_LAUNCH_NOTE() ((void)0)
 #endif
 
+/* DDP_LAUNCH(kernel, grid, block, dyn_smem, stream, args...) is the only way kernels are launched:
+ * `kernel<<<grid, block, dyn_smem, stream>>>(args...)` on a GPU, ddp_emu_launch over the grid on the host. A launch
+ * reports configuration errors through cudaGetLastError in both cases. emu_cuda.h implements the same subset of CUDA
+ * on the host (streams as worker threads, kernels as loops of fibers, cuBLAS over cblas, NCCL over shared memory), so
+ * the same source runs on a machine without a GPU. */
 #ifdef DDP_CUDA_EMU
 #define DDP_CUDA_EMU_KERNELS 1
 #include "emu_cuda.h"

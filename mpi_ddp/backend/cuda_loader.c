@@ -1,7 +1,6 @@
-/* cuda_loader.c — finds and dlopens the GPU plugin: $MPIDDP_CUDA_PLUGIN (the real plugin or the host
- * emulator, libmpiddp_cudaemu.so) when set, else libmpiddp_cuda.so next to the executable, in ../lib
- * beside it, in the build tree, then on the loader's search path. A plugin file that exists but does not
- * load (libcublas or libnccl missing, say) is reported with the loader's own message. */
+/* cuda_loader.c — finds and dlopens the GPU plugin: $MPIDDP_CUDA_PLUGIN (the real plugin or the host emulator,
+ * libmpiddp_cudaemu.so) when set, else libmpiddp_cuda.so next to the executable, in ../lib beside it, in the build
+ * tree, in the installed lib directory, then on the loader's search path. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/core/status.h"
@@ -34,7 +33,8 @@ static char g_why[600] = "not loaded";
 static char g_dev_why[700];
 static int g_found; /* a plugin file existed somewhere on the search path */
 
-/* dlopens path when the file exists; a file that exists but fails to load keeps the loader's message */
+/* dlopens path when the file exists; a file that exists but fails to load (libcublas or libnccl missing, say) keeps
+ * the loader's message, which is what gets reported */
 static void *try_open(const char *path)
 {
     if (strchr(path, '/') && access(path, F_OK) != 0) return NULL;

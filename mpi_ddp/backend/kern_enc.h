@@ -1,7 +1,6 @@
-/* kern_enc.h — the per-row bodies of the Transformer encoder's ops (docs/model.md, "transformer"), written
- * once for host and device: layernorm, exact (erf) gelu, the counter-based dropout mask, and attention of
- * one query row (or one key row) over the rows of its own sample. backend_cpu_enc.c loops over them;
- * backend_cuda_enc.cu runs one thread per row. Rows are packed: a sample's rows are [lo, lo + n). */
+/* kern_enc.h — the per-row bodies of the Transformer encoder's ops (docs/transformer.md), written once for host and
+ * device: layernorm, exact (erf) gelu, the counter-based dropout mask, and attention of one query (or key) row over
+ * the packed rows [lo, lo + n) of its own sample. backend_cpu_enc.c loops over them; the CUDA kernels call them too. */
 #ifndef DDP_KERN_ENC_H
 #define DDP_KERN_ENC_H
 

@@ -1,8 +1,5 @@
-/* comm_nccl.c — the NCCL communicator over the world communicator: rank 0 makes the ncclUniqueId, MPI
- * broadcasts it, every rank joins on its GPU (node-local rank) with a non-blocking init that is polled
- * against a deadline, so a peer whose init failed (or that died) gives an error, never a hang. The outcome
- * is agreed over MPI: a rank whose init failed outright is reported in preference to ranks that only
- * timed out waiting for it. Calls go through the CUDA plugin. */
+/* comm_nccl.c — the NCCL communicator over the world communicator, through the CUDA plugin: its bootstrap gives an
+ * error, never a hang, when a peer's init failed or the peer died. */
 #include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/backend/cuda_api.h"
@@ -28,6 +25,9 @@ static double init_timeout(const ddp_ctx *c)
 
 enum { INIT_FAILED, INIT_TIMED_OUT, INIT_OK }; /* ordered: the agreement reports the lowest */
 
+/* Rank 0 makes the ncclUniqueId and MPI broadcasts it; every rank joins on its GPU (node-local rank) with a
+ * non-blocking init polled against a deadline. The outcome is agreed over MPI: a rank whose init failed outright is
+ * reported in preference to ranks that only timed out waiting for it. */
 ddp_status ddp_nccl_init(ddp_ctx *c)
 {
     if (c->nccl) return DDP_OK;

@@ -1,7 +1,6 @@
-/* sync.h — gradient synchronisation: one flat gradient buffer (parameters, then a few control floats:
- * the step's sample count and stop flag) split into buckets that are summed across ranks as backward
- * marks them ready — on CPU with MPI_Allreduce (MPI_Iallreduce polled against the deadline when a
- * collective timeout is set), on GPU with NCCL on a separate stream ordered after backward by an event. */
+/* sync.h — gradient synchronisation: one flat buffer (parameters, then the step's control floats: sample count, stop
+ * flag, each rank's rows) in buckets summed across ranks as backward marks them ready: on CPU with MPI_Allreduce
+ * (MPI_Iallreduce polled against the collective timeout when one is set), on GPU with NCCL (below). */
 #ifndef DDP_SYNC_H
 #define DDP_SYNC_H
 

@@ -1,9 +1,6 @@
-/* sync_nccl.c — the NCCL half of gradient sync (see sync.h): buckets are summed in place with ncclAllReduce
- * on a communication stream that waits for the backend's stream through an event, so backward keeps
- * running while earlier buckets are reduced. Every wait polls the stream and the communicator's
- * asynchronous error; with --collective-timeout it stops at the deadline, aborts the communicator (its
- * pending operations return) and reports, as the MPI path does, who waits where and which ranks are
- * silent. Calls go through the CUDA plugin (the real one or the host emulator). */
+/* sync_nccl.c — the NCCL half of gradient sync (see sync.h), through the CUDA plugin (real or host emulator): buckets
+ * summed in place by ncclAllReduce on a communication stream that waits for the backend's stream through an event, so
+ * backward keeps running while earlier buckets are reduced. */
 #include "mpi_ddp/comm/sync.h"
 
 #include "mpi_ddp/backend/cuda_api.h"
@@ -62,8 +59,10 @@ void ddp_sync_nccl_destroy(ddp_sync_nccl *n)
     free(n);
 }
 
-/* Polls until the communicator is idle (and, with stream_too, the stream has drained). A NCCL error, or
- * the collective timeout, aborts the communicator: its pending work returns and the stream drains. */
+/* Polls until the communicator is idle (and, with stream_too, the stream has drained), watching its asynchronous
+ * error. A NCCL error, or the collective timeout (--collective-timeout), aborts the communicator: its pending work
+ * returns and the stream drains; a timeout first reports, as the MPI path does, who waits where and which ranks are
+ * silent. */
 static ddp_status wait_idle(ddp_sync_nccl *n, int stream_too, const char *where)
 {
     ddp_ctx *ctx = n->ctx;

@@ -1,7 +1,4 @@
-/* model_common.c — the pieces the built-in models share (model_common.h): the parameter table of named
- * tensors over one flat buffer and ddp_model_num_params, parameter init on the host then one upload, a
- * step's I/O on the backend (checking and staging a batch, collecting loss/prob/pred with one download),
- * releasing backend buffers, and the clock of the models' step timings. */
+/* model_common.c — the pieces the built-in models share (see model_common.h), and ddp_model_num_params. */
 #include "mpi_ddp/model/model_common.h"
 #include "mpi_ddp/core/settings.h"
 

@@ -1,7 +1,6 @@
-/* model_common.h — what the built-in models (model_mlp.c, model_transformer.c) share, private to
- * mpi_ddp/model/: the parameter table (named tensors back to back over one flat buffer), parameter init drawn
- * on the host then uploaded, a step's I/O on the backend (checking and staging a batch, the loss/prob/pred
- * block collected with one download), releasing backend buffers, and a monotonic clock for step timings. */
+/* model_common.h — what the built-in models (model_mlp.c, model_transformer.c) share, private to mpi_ddp/model/: the
+ * parameter table (named tensors back to back over one flat buffer), init on the host then one upload, a step's I/O
+ * (checking, staging, one download of loss/prob/pred), releasing backend buffers, and a monotonic step clock. */
 #ifndef DDP_MODEL_COMMON_H
 #define DDP_MODEL_COMMON_H
 

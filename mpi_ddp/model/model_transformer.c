@@ -1,9 +1,6 @@
-/* model_transformer.c — the packed pre-LayerNorm Transformer encoder of docs/model.md ("transformer"):
- * its parameter tensors in the PyTorch state_dict's names, order and layouts, PyTorch's default init drawn
- * from the run's seed, the activation buffers, the packing of a batch (row -> sample map, sample ids) on the
- * backend, and the ddp_model callbacks. The parameter table, staging and output collection it shares with the
- * MLP are in model_common.c; the passes themselves in transformer_pass.c; the ops in backend_cpu_enc.c /
- * backend_cuda_enc.cu. */
+/* model_transformer.c — the packed pre-LayerNorm Transformer encoder (docs/transformer.md): parameters in PyTorch's
+ * state_dict names, order and layouts, its default init from the run's seed, activation buffers, a batch's packing
+ * (row -> sample map, sample ids), the ddp_model callbacks. Passes: transformer_pass.c; shared: model_common.c. */
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/model/model_transformer.h"
 #include "mpi_ddp/model/models.h"

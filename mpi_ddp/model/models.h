@@ -1,7 +1,6 @@
-/* models.h — the built-in models on a given backend (model/): the reference MLP (model_mlp.c), the Transformer
- * encoder (model_transformer.c), either by its configuration (models.c), their token-budget cost and their
- * step timings. The public API (include/mpiddp.h) creates them on the context's shared backend; these take
- * the backend explicitly (tests, benchmarks, eval). */
+/* models.h — the built-in models on a backend the caller gives (tests, benchmarks, eval; include/mpiddp.h uses the
+ * context's shared one): the MLP (model_mlp.c), the Transformer encoder (model_transformer.c), either by its
+ * configuration (models.c), their token-budget cost and their step timings. */
 #ifndef DDP_MODELS_H
 #define DDP_MODELS_H
 

@@ -1,7 +1,6 @@
-/* transformer_pass.c — the Transformer encoder's forward and backward passes over a packed batch
- * (docs/model.md, "transformer"), as calls of backend ops: GEMMs over all rows of the batch, attention per
- * sample over its own rows, and the fused element-wise ops of ddp_enc_ops. Gradients accumulate into G;
- * each layer's range is handed to the gradient allreduce as soon as it is final. */
+/* transformer_pass.c — the Transformer encoder's forward and backward over a packed batch (docs/transformer.md) as
+ * backend ops: GEMMs over all rows, attention per sample over its own rows, the fused element-wise ops of ddp_enc_ops.
+ * Gradients accumulate into G; each layer's range goes to the gradient allreduce as soon as it is final. */
 #include "mpi_ddp/model/model_transformer.h"
 #include "mpi_ddp/core/status.h"
 

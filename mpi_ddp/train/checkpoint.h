@@ -1,6 +1,5 @@
 /* checkpoint.h — HDF5 checkpoints (docs/run-directory.md): /params/<name> in PyTorch names and layouts, /optim/exp_avg
- * and /optim/exp_avg_sq per tensor, and attributes for the position, seed, world size, best scores and
- * configuration. Written to a temporary name, fsynced and renamed, so readers never see partial files. Every
+ * and /optim/exp_avg_sq per tensor, attributes for position, seed, world size, best scores and configuration; every
  * dataset carries a CRC-32 verified on load, and parameters and moments must be finite (ckpt_verify.h). */
 #ifndef DDP_CHECKPOINT_H
 #define DDP_CHECKPOINT_H
@@ -47,7 +46,8 @@ typedef struct {
     int no_checksums;
 } ddp_ckpt_state;
 
-/* Host arrays in the model's flat layout; m/v may be NULL (written as zeros are not: omitted). */
+/* Host arrays in the model's flat layout; m/v may be NULL (written as zeros are not: omitted). Written to a temporary
+ * name, fsynced and renamed, so readers never see partial files. */
 ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float *params, const float *m,
                           const float *v, const ddp_ckpt_state *st);
 /* Shape of the reference model stored in a checkpoint: D, H, C from /params/l1.weight and l3.weight. */

@@ -1,7 +1,6 @@
-/* ckpt_verify.h — what makes a checkpoint trustworthy when it is loaded (docs/run-directory.md): a CRC-32
- * (zlib's polynomial, Python's zlib.crc32) of each dataset's little-endian bytes, written as the dataset's
- * uint32 attribute "crc32" and compared after reading it; parameters and optimizer state checked finite.
- * Files with checksums say so in the root attribute "checksums" = "crc32". Used by checkpoint.c. */
+/* ckpt_verify.h — what makes a loaded checkpoint trustworthy (docs/run-directory.md), for checkpoint.c: a CRC-32
+ * (zlib's polynomial, as Python's zlib.crc32) of each dataset's little-endian bytes in its uint32 attribute "crc32",
+ * compared after reading; parameters and optimizer state checked finite; the root attribute "checksums" = "crc32". */
 #ifndef DDP_CKPT_VERIFY_H
 #define DDP_CKPT_VERIFY_H
 

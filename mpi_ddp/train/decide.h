@@ -1,7 +1,6 @@
-/* decide.h — checkpoint and early-stop decisions at the end of validation, made once and broadcast so
- * every rank acts the same: `reduced` (rank 0 decides from the globally reduced monitor), `rank0` (rank
- * 0's local value), and Lightning-style votes on each rank's local value: `all` (Lightning's
- * behaviour), `any`, `majority`. Keeps the top-k list (rank 0 writes and removes the files). */
+/* decide.h — checkpoint and early-stop decisions after validation, made once and broadcast so every rank acts alike:
+ * `reduced` (rank 0 on the reduced monitor), `rank0` (rank 0's local value), or Lightning-style votes on each rank's
+ * local value: `all` (Lightning's behaviour), `any`, `majority`. Keeps the top-k list (rank 0 writes and removes). */
 #ifndef DDP_DECIDE_H
 #define DDP_DECIDE_H
 

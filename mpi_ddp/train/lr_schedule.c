@@ -1,7 +1,6 @@
-/* lr_schedule.c — learning-rate schedules on optimizer steps of the global batch: constant, or linear warmup
- * followed by cosine or linear decay to --min-lr (the shapes of PyTorch's LinearLR, CosineAnnealingLR and
- * LambdaLR, and of llm.c's schedulers), over the run's steps or the span a resume set. See lr_schedule.h and
- * docs/cli.md. */
+/* lr_schedule.c — learning-rate schedules on optimizer steps of the global batch: constant, or linear warmup then
+ * cosine or linear decay to --min-lr (the shapes of PyTorch's LinearLR, CosineAnnealingLR and LambdaLR, and of llm.c's
+ * schedulers), over the run's steps or the span a resume set. See lr_schedule.h and docs/cli.md. */
 #include "mpi_ddp/train/lr_schedule.h"
 
 #include <math.h>

@@ -1,8 +1,5 @@
-/* train_state.h — the part of the trainer's state that checkpoints save and restore: parameters and AdamW
- * moments (device buffers and their host copies), step counters, the position in the epoch order, the
- * learning-rate horizon, the checkpoint decider, and a resume's pending position; and the checkpoint
- * functions of trainer_ckpt.c (saves, decisions and top-k files, resume), which see only this. The rest of
- * the trainer (gradient sync, metrics, CSV files, validation, test hooks) is private to trainer.c. Not part
+/* train_state.h — the trainer's state that checkpoints save and restore, and the functions of trainer_ckpt.c (saves,
+ * decisions and top-k files, resume), which see only this; the rest of the trainer is private to trainer.c. Not part
  * of the public API. */
 #ifndef DDP_TRAIN_STATE_H
 #define DDP_TRAIN_STATE_H
@@ -13,6 +10,9 @@
 #include "mpi_ddp/train/decide.h"
 #include "mpi_ddp/train/metrics.h"
 
+/* What checkpoints save and restore: parameters and AdamW moments (device buffers and their host copies), step
+ * counters, the position in the epoch order, the learning-rate horizon, the checkpoint decider, and a resume's pending
+ * position. The rest of the trainer (gradient sync, metrics, CSV files, validation, test hooks) is trainer.c's. */
 typedef struct {
     ddp_ctx *ctx;
     const ddp_train_config *cfg;

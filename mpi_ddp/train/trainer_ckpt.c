@@ -1,7 +1,6 @@
-/* trainer_ckpt.c — the trainer's checkpoints, over the checkpointed state alone (train_state.h): saving
- * last.h5 and the top-k files (state, optimizer moments, position, decisions), the policy's decision after
- * each validation, and resuming from a checkpoint with the checks that keep a resume exact (world size,
- * global batch or budget, shuffle), down to the resumed position in this run's micro-batches. */
+/* trainer_ckpt.c — the trainer's checkpoints over the checkpointed state alone (train_state.h): saving last.h5 and the
+ * top-k files, the policy's decision after each validation, and resuming with the checks that keep a resume exact
+ * (world size, global batch or budget, shuffle), down to the resumed position in this run's micro-batches. */
 #include "mpi_ddp/train/checkpoint.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/train/lr_schedule.h"
@@ -55,8 +54,9 @@ static int64_t epoch_position(const ddp_train_state *ts, int64_t os)
     return pos < sm->per_rank * sm->world ? pos : sm->n;
 }
 
-/* Collective: rank 0 writes the full state at position (ts->epoch, ts->mb) to path; the others wait (within
- * --collective-timeout, which must therefore exceed the time a checkpoint write takes). */
+/* Collective: rank 0 writes the full state (parameters, optimizer moments, position, decisions) at position
+ * (ts->epoch, ts->mb) to path; the others wait (within --collective-timeout, which must therefore exceed the time a
+ * checkpoint write takes). */
 static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
 {
     ddp_ctx *ctx = ts->ctx;
