@@ -17,7 +17,7 @@
 
 static const char *USAGE = "--train DIR --val DIR --out RUNDIR [options]";
 static const char *ABOUT =
-    "Trains a model (docs/model.md: --model mlp, or transformer) with data-parallel AdamW across the MPI ranks, validates after each\n"
+    "Trains a model (--model mlp: docs/model.md, or transformer: docs/transformer.md) with data-parallel AdamW across the MPI ranks, validates after each\n"
     "epoch and writes RUNDIR/{metrics.csv, run.json, checkpoints/last.h5}. Options may also come from an INI\n"
     "file (--config FILE, keys are option names); the command line wins.";
 

@@ -161,7 +161,7 @@ int64_t ddp_model_num_params(const ddp_model *m);
 ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t dim, int64_t hidden, int64_t classes,
                                int64_t max_batch_rows, int64_t max_batch_samples, ddp_model *out);
 
-/* The built-in models (docs/model.md): the per-row MLP with mean pooling, and the packed pre-LayerNorm
+/* The built-in models (docs/model.md, docs/transformer.md): the per-row MLP with mean pooling, and the packed pre-LayerNorm
  * Transformer encoder. ddp_model_config_default() fills the defaults; set dim and classes from the dataset
  * and the workspace limits from the batches the model will see. */
 typedef enum { DDP_MODEL_MLP = 0, DDP_MODEL_TRANSFORMER = 1 } ddp_model_kind;

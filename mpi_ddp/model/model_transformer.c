@@ -52,7 +52,7 @@ static void layout(txmodel *m)
 /* ------------------------------------------------------------------ init */
 static double unif01(uint64_t key, uint64_t i) { return ((ddp_hmix(key ^ ddp_hmix(i)) >> 11) + 0.5) * 0x1.0p-53; }
 
-/* PyTorch's defaults (docs/model.md): nn.Linear U(+-1/sqrt(fan_in)) for weight and bias, in_proj xavier
+/* PyTorch's defaults (docs/transformer.md): nn.Linear U(+-1/sqrt(fan_in)) for weight and bias, in_proj xavier
  * uniform with zero bias, out_proj bias 0, LayerNorm 1 and 0, nn.Embedding N(0, 1). Every tensor has its
  * own key (name-independent: its index), so every layer draws its own values. */
 static void init_tensor(const void *self, int k, float *dst, uint64_t seed)
