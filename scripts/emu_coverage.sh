@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # emu_coverage.sh BUILD [MIN] — gcov line coverage of the GPU code after the emu-labelled tests ran in BUILD
 # (configured with -DMPIDDP_CUDA_EMULATION=ON -DMPIDDP_COVERAGE=ON): backend_cuda.cu, its GEMMs
-# (backend_cuda_gemm.cu), the encoder's kernels and ops (backend_cuda_enc.cu, _norm.cu, _attn.cu, _attn_tc.cu) and cuda_plugin.c as
+# (backend_cuda_gemm.cu), the encoder's kernels and ops (backend_cuda_enc.cu, _norm.cu, _attn.cu, _attn_tc.cu) cuda_plugin.c and backend_cuda_state.c as
 # compiled into libmpiddp_cudaemu.so, and the NCCL half of gradient sync (sync_nccl.c) with the NCCL
 # bootstrap (comm_nccl.c). Prints one line per file and fails when any is below MIN percent (default 95).
 set -euo pipefail
@@ -19,13 +19,14 @@ declare -A OBJ=(
   [mpi_ddp/backend/backend_cuda_attn.cu]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend/backend_cuda_attn_emu.cpp.gcda
   [mpi_ddp/backend/backend_cuda_attn_tc.cu]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend/backend_cuda_attn_tc_emu.cpp.gcda
   [mpi_ddp/backend/cuda_plugin.c]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend/cuda_plugin.c.gcda
+  [mpi_ddp/backend/backend_cuda_state.c]=CMakeFiles/mpiddp_cudaemu.dir/mpi_ddp/backend/backend_cuda_state.c.gcda
   [mpi_ddp/comm/sync_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm/sync_nccl.c.gcda
   [mpi_ddp/comm/comm_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm/comm_nccl.c.gcda
 )
 fail=0
 printf '%-36s %9s %8s\n' file lines covered
 FILES=(mpi_ddp/backend/backend_cuda.cu mpi_ddp/backend/backend_cuda_gemm.cu mpi_ddp/backend/backend_cuda_enc.cu
-       mpi_ddp/backend/backend_cuda_norm.cu mpi_ddp/backend/backend_cuda_attn.cu mpi_ddp/backend/backend_cuda_attn_tc.cu mpi_ddp/backend/cuda_plugin.c mpi_ddp/comm/sync_nccl.c mpi_ddp/comm/comm_nccl.c)
+       mpi_ddp/backend/backend_cuda_norm.cu mpi_ddp/backend/backend_cuda_attn.cu mpi_ddp/backend/backend_cuda_attn_tc.cu mpi_ddp/backend/cuda_plugin.c mpi_ddp/backend/backend_cuda_state.c mpi_ddp/comm/sync_nccl.c mpi_ddp/comm/comm_nccl.c)
 for f in "${FILES[@]}"; do
   gcda="$BUILD/${OBJ[$f]}"
   if [ ! -e "$gcda" ]; then echo "$f: no coverage data ($gcda): did the emu tests run in a -DMPIDDP_COVERAGE=ON build?"; fail=1; continue; fi

@@ -1,13 +1,6 @@
-/* backend_cuda.cu — (in the plugin libmpiddp_cuda.so) the CUDA backend: memory and copies on the backend's stream,
- * column sums through cuBLAS, the kernels for bias+gelu, gelu backward, mean pooling, softmax cross-entropy, AdamW
- * and sum of squares, and the backend's creation. The GEMMs (fp32, or TF32 or bf16 operands with fp32 accumulation:
- * set_precision; gemm16) are their own translation unit, backend_cuda_gemm.cu, as are the Transformer encoder's
- * kernels and ops, backend_cuda_enc.cu; what they share is backend_cuda_priv.h. Element-wise math comes from
- * ddp_math.h, shared with the CPU backend. Every CUDA and cuBLAS call is checked. The same file is compiled for the
- * host emulator (libmpiddp_cudaemu.so, through backend_cuda_emu.cpp): kernels are launched only through DDP_LAUNCH
- * and every header comes from cuda_compat.h. All work runs on the backend's non-blocking stream, but for the
- * batches' uploads, staged through pinned memory on a second one (stage*: events order them with the compute);
- * nothing touches the legacy default stream. */
+/* backend_cuda.cu — the CUDA backend (in the plugin): its creation and op table, memory, copies, staging and timers
+ * on its streams, and the MLP's kernels (bias + gelu, mean pooling, softmax cross-entropy, AdamW, sum of squares).
+ * The GEMMs and column sums are backend_cuda_gemm.cu; the encoder's ops backend_cuda_enc.cu. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
 #include <stdio.h>
@@ -33,8 +26,6 @@ static cudaError_t host_wait_event(cudaEvent_t e)
     g_host_syncs++;
     return cudaEventSynchronize(e);
 }
-long long ddp_cuda_launches; /* backend_cuda_priv.h */
-extern "C" long long ddp_cuda_backend_launches_impl(void) { return ddp_cuda_launches; }
 
 /* ------------------------------------------------------------------ kernels */
 __global__ void k_fill(float *x, float v, int64_t n)
@@ -303,19 +294,6 @@ static ddp_status cu_reserve(ddp_backend *b, int64_t rows)
     return DDP_OK;
 }
 
-ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
-{
-    cuda_impl *c = cuda_of(b);
-    if (rows > c->ones_len)
-        return ddp_set_error(DDP_ERR_ARG, "cuda colsum over %lld rows: the backend reserved %lld (reserve() at model creation)",
-                             (long long)rows, (long long)c->ones_len);
-    if (rows <= 0 || cols <= 0) return DDP_OK;
-    float one = 1.0f;
-    /* x row-major [rows, cols] is column-major [cols, rows]; out = x_cm * ones */
-    CUBLAS_COMPUTE(cublasSgemv(c->blas, CUBLAS_OP_N, (int)cols, (int)rows, &one, x, (int)cols, c->ones, 1, &beta, out, 1));
-    return DDP_OK;
-}
-
 static ddp_status cu_bias_gelu_pool(ddp_backend *b, const float *z, const float *bias, float *dg, const int64_t *off,
                                     int64_t nseg, int64_t cols, float *out)
 {
@@ -487,7 +465,7 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->gelu_backward = cu_gelu_backward;
     b->bias_gelu_pool = cu_bias_gelu_pool;
     b->pool_gelu_backward = cu_pool_gelu_backward;
-    b->colsum = ddp_cuda_colsum;
+    b->colsum = ddp_cuda_colsum; /* backend_cuda_gemm.cu */
     b->add_bias = cu_add_bias;
     b->softmax_xent = cu_softmax_xent;
     b->adamw = cu_adamw;

@@ -1,33 +1,6 @@
-/* backend_cuda_attn.cu — the CUDA backend's packed attention (ddp_enc_ops.attention_fwd/_bwd in backend.h):
- * its kernels and the ops that launch them on the backend's stream, installed in the encoder's op table by
- * backend_cuda_enc.cu. Compiled for the host emulator too (backend_cuda_attn_emu.cpp).
- *
- * FlashAttention-2-style fp32 SIMT kernels over the batch's packed offsets (--precision fp32, and heads wider than
- * the tensor-core kernels of backend_cuda_attn_tc.cu, which take tf32 and bf16 up to dh 64), templated
- * on DM, the head width dh rounded up to 16, 32, 64 or 128 (zero-padded: the padding adds exact zeros):
- *  - forward: a block of ATT_BQ = 64 threads per (sample, query tile of 64 rows, head), grid B x
- *    ceil(max_rows / 64) x heads; a block past its sample's end exits at once (no host sync, no host map).
- *    Thread t owns query row t of the tile: q and the output accumulator in registers. K and V pass through
- *    static __shared__ tiles of ATT_BK = 32 rows x DM (coalesced loads: consecutive threads read consecutive
- *    floats of a row, float4 when dh % 4 == 0 and qkv is 16-byte aligned); per tile the scores go to a
- *    shared [32][64] array (a column per thread), then the online softmax (tile maximum, one rescale)
- *    accumulates in fp32; lse[r, h] saved.
- *    Q comes in and O goes out through the same tiles (two 32-row halves), so global accesses are row-wise.
- *  - backward, deterministic, no atomics: delta[r, h] = dO . O (one thread per (row, head)); then dK, dV by a
- *    block per (sample, key tile of 64 rows, head), thread t owning key row t (k, v, dk, dv in registers),
- *    walking the sample's query tiles of 32 rows (Q, dO, lse, delta and the rows' dropout keys in shared
- *    memory) in order and recomputing P from lse; then dQ by a block per (sample, query tile of 64, head),
- *    thread t owning query row t (q, dO, dq in registers), walking the key tiles in order. Every output
- *    element is written once by one thread, summing in a fixed order: identical bits on every run, and a
- *    sample's values do not depend on the rest of the batch.
- *  - dropout: the CPU's counter-based mask (kern_enc.h): the key of (sample id, query position) computed
- *    once per query row and block, the unit ddp_drop_attn_unit(head, key position).
- * Shared memory per block: 2 x 32 x DM floats (4, 8, 16, 32 KiB), plus the forward's 8 KiB of scores and
- * the dK/dV kernel's 512 bytes of per-row values.
- * Per thread the forward keeps 2, dQ 3 and dK/dV 4 x DM floats: at DM = 128 beyond the 255 registers, so
- * those spill to local memory (tensor cores, a later step of #23, replace these SIMT inner products).
- * Heads wider than ATT_DMAX = 128 take the reference kernels kept below: one thread per (row, head) walking
- * its sample's rows through global memory with the row bodies of kern_enc.h. */
+/* backend_cuda_attn.cu — the CUDA backend's packed attention (attention_fwd/_bwd of the encoder's op table): the fp32
+ * FlashAttention-2-style SIMT kernels, the reference kernels for heads wider than ATT_DMAX, and the ops, which hand
+ * tf32 and bf16 to the tensor-core kernels of backend_cuda_attn_tc.cu where those apply. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
 #define ATT_BQ 64    /* rows per block: query rows (forward, dQ) or key rows (dK/dV), one thread each */
@@ -123,6 +96,10 @@ template <int DM> static __device__ inline float att_dot(const float (&x)[DM], c
 
 
 /* ------------------------------------------------------------------ tiled kernels */
+/* The forward: a block per (sample, tile of 64 query rows, head), thread t owning query row t.
+ * Budget (ptxas sm_80, CUDA 13.0): static shared memory 2 x 32 x DM floats of K and V tiles (4, 8, 16, 32 KiB) plus
+ * 8 KiB of scores; q and the accumulator keep 2 x DM floats a thread: 75, 94 and 166 registers at DM 16, 32 and 64,
+ * and at DM 128 beyond the 255 registers, so they spill (160 bytes of spill stores). */
 template <int DM>
 __global__ void __launch_bounds__(ATT_BQ) k_flash_fwd(const float *qkv, float *o, float *lse, const int64_t *off,
                                                       const int64_t *sid, int64_t d, int64_t H, int vec, ddp_dropout dr)
@@ -172,7 +149,11 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_fwd(const float *qkv, float *o
 }
 
 /* dK, dV of the block's 64 key rows: dv_j = sum_i drop(P_ij) dO_i, dk_j = scale sum_i dS_ij q_i over the
- * sample's query rows i in order, dS_ij = P_ij (drop(dO_i . v_j) - D_i). */
+ * sample's query rows i in order, dS_ij = P_ij (drop(dO_i . v_j) - D_i).
+ * Budget (ptxas sm_80, CUDA 13.0): static shared memory 2 x 32 x DM floats of Q and dO tiles plus 512 bytes of
+ * per-row values (lse, delta, dropout keys); k, v, dk and dv keep 4 x DM floats a thread: 117 and 211 registers at
+ * DM 16 and 32, from DM 64 the 255 registers and spills (spill stores:
+ * 628 bytes at DM 64, 3216 at 128). */
 template <int DM>
 __global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_kv(const float *qkv, const float *dout, const float *lse,
                                                          const float *D, float *dqkv, const int64_t *off, const int64_t *sid,
@@ -223,7 +204,10 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_kv(const float *qkv, const
     att_rows_out<DM>(dv, 1.0f, qs, ds, out + 2 * d, k.ld, k.n - k.r0, k.dh, vec);
 }
 
-/* dQ of the block's 64 query rows: dq_i = scale sum_j dS_ij k_j over the sample's key rows j in order. */
+/* dQ of the block's 64 query rows: dq_i = scale sum_j dS_ij k_j over the sample's key rows j in order.
+ * Budget (ptxas sm_80, CUDA 13.0): static shared memory 2 x 32 x DM floats of K and V tiles; q, dO and dq keep
+ * 3 x DM floats a thread: 93 and 156 registers at DM 16 and 32, from DM 64 the 255 registers and spills (spill
+ * stores: 96 bytes at DM 64, 1448 at 128). */
 template <int DM>
 __global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_q(const float *qkv, const float *dout, const float *lse,
                                                         const float *D, float *dqkv, const int64_t *off, const int64_t *sid,

@@ -1,4 +1,3 @@
-// backend_cuda_attn_emu.cpp — backend_cuda_attn.cu (the CUDA backend's packed attention) compiled for the host emulator
-// (libmpiddp_cudaemu.so), as backend_cuda_emu.cpp does for backend_cuda.cu: a translation unit of its own,
-// as under nvcc. This file holds nothing else, so the GPU code has one source.
+// backend_cuda_attn_emu.cpp — backend_cuda_attn.cu compiled as C++ for the host emulator (libmpiddp_cudaemu.so):
+// a translation unit of its own, as under nvcc. It holds nothing else, so the GPU code has one source.
 #include "backend_cuda_attn.cu"

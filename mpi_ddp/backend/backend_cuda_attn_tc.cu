@@ -1,37 +1,14 @@
-/* backend_cuda_attn_tc.cu — the CUDA backend's packed attention on tensor cores (WMMA, nvcuda::wmma) for
- * --precision tf32 and bf16: ddp_cuda_attention_fwd/_bwd (backend_cuda_attn.cu) call it when the backend's
- * precision is not fp32, the head width dh is at most TC_DMAX = 64 and the device has sm_80 (tf32 and bf16
- * WMMA); everything else stays on the fp32 SIMT kernels there. Compiled for the host emulator too
- * (backend_cuda_attn_tc_emu.cpp, with tests/cuda_emu/emu_wmma.h).
- *
- * FlashAttention-2 as the SIMT kernels (same grids, a fixed summation order per output (the hardware's inside an
- * mma_sync, so not the SIMT kernels' order), no atomics, the
- * CPU's counter-based dropout mask), with the GEMMs of each tile on tensor cores: a block of 128 threads
- * (4 warps) per (sample, 64-row tile, head), warp w owning rows 16w .. 16w + 15 of the tile; DM = dh rounded
- * up to 16, 32 or 64 (zero padding adds exact zeros). Operands are rounded as they are staged into shared
- * memory: tf32 (m16n16k8, wmma::__float_to_tf32: 10 mantissa bits, nearest, ties away) or bf16 (m16n16k16,
- * __float2bfloat16_rn: 7 mantissa bits, nearest even); products accumulate in fp32.
- *  - forward: the 64 query rows' Q as matrix_a fragments (registers); per key tile of TC_BK = 32 rows, K and V
- *    staged; S = Q K^T (fragments -> shared fp32); the row's online softmax in SIMT (a thread per row: max,
- *    one rescale, sum of the unrounded exponentials), P (dropout applied) rounded into shared; the O
- *    accumulator fragments rescaled per row in registers (a fragment of row indices tells each element's row)
- *    and O += P V; lse saved; O / l out through a per-warp 16 x 16 staging tile.
- *  - backward (delta = rowsum(dO O) from backend_cuda_attn.cu): dK, dV per block of 64 key rows (K, V as
- *    fragments), walking the sample's query tiles of 32 rows in order: S^T = K Q^T, dP^T = V dO^T, then
- *    P = exp(S scale - lse), dS = P (drop(dP) - delta) scale element-wise, dV += drop(P)^T dO, dK += dS^T Q;
- *    dQ per block of 64 query rows (Q, dO as fragments) walking key tiles: S, dP, dS, dQ += dS K.
- * Static shared memory per block (T = 4 bytes for tf32, 2 for bf16): forward 2 x 32 x DM x T + 9.5 KiB
- * (+ 4 KiB bf16 P); dK/dV and dQ 2 x 32 x DM x T + 17 KiB (+ 8 or 4 KiB bf16 P/dS): at most 33 792 bytes (dQ,
- * tf32, DM 64). ptxas (sm_80): 56-168 registers per thread; dK/dV at tf32 spills (16 bytes at DM 32 with 128
- * registers, 32 at DM 64 with 255).
- * Heads of 65..128 stay on the SIMT kernels: dK/dV would hold 16 key rows x 128 of K, V, dK and dV in
- * fragments (over 255 registers) and stage over 48 KiB at tf32. */
+/* backend_cuda_attn_tc.cu — the CUDA backend's packed attention on tensor cores (WMMA) for --precision tf32 and bf16,
+ * heads up to TC_DMAX on sm_80 and later: the kernels, and the ops backend_cuda_attn.cu calls where
+ * ddp_cuda_attention_tc says they apply. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
 #define TC_BQ 64      /* rows of a block: 4 warps of 16 */
 #define TC_BK 32      /* rows of a streamed tile */
 #define TC_THREADS 128
-#define TC_DMAX 64    /* widest head of the tensor-core kernels */
+/* widest head of the tensor-core kernels: heads of 65..128 stay on the SIMT kernels, where dK/dV would hold 16 key
+ * rows x 128 of K, V, dK and dV in fragments (over 255 registers) and stage over 48 KiB at tf32 */
+#define TC_DMAX 64
 static_assert(TC_BQ == 2 * TC_BK && TC_BQ == 16 * (TC_THREADS / 32), "a block's 64 rows: two staged tiles, 16 per warp");
 enum { TC_TF32 = 0, TC_BF16 = 1 };
 
@@ -96,6 +73,8 @@ static __device__ inline void tc_out(float *dst, int64_t ld, const F (&f)[DM / 1
 #endif
 
 /* ------------------------------------------------------------------ forward */
+/* Budget (ptxas sm_80, CUDA 13.0; T = 4 bytes for tf32, 2 for bf16): static shared memory 2 x 32 x DM x T + 9.5 KiB
+ * (+ 4 KiB of bf16 P), 13 824 to 26 112 bytes; 56 to 128 registers, no spills. */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *o, float *lse, const int64_t *off,
                                                        const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
@@ -180,7 +159,10 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *
 }
 
 /* ------------------------------------------------------------------ backward */
-/* dK, dV of the block's 64 key rows over the sample's query rows in order (tiles of 32). */
+/* dK, dV of the block's 64 key rows over the sample's query rows in order (tiles of 32).
+ * Budget (ptxas sm_80, CUDA 13.0; T as k_tc_fwd's): static shared memory 2 x 32 x DM x T + 16.5 KiB (+ 8 KiB of
+ * bf16 P and dS), 20 992 to 33 280 bytes; 96 to 255 registers; at tf32 it spills (spill stores: 16 bytes at DM 32 with
+ * 128 registers, 32 at DM 64 with 255). */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS) k_tc_bwd_kv(const float *qkv, const float *dout, const float *lse,
                                                           const float *D, float *dqkv, const int64_t *off,
@@ -271,7 +253,9 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_bwd_kv(const float *qkv, cons
 #endif
 }
 
-/* dQ of the block's 64 query rows over the sample's key rows in order (tiles of 32). */
+/* dQ of the block's 64 query rows over the sample's key rows in order (tiles of 32).
+ * Budget (ptxas sm_80, CUDA 13.0; T as k_tc_fwd's): static shared memory 2 x 32 x DM x T + 17 KiB (+ 4 KiB of bf16
+ * dS), 21 504 to 33 792 bytes (tf32, DM 64: the most of the three kernels); 66 to 168 registers, no spills. */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS) k_tc_bwd_q(const float *qkv, const float *dout, const float *lse,
                                                          const float *D, float *dqkv, const int64_t *off,

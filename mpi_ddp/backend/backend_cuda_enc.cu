@@ -1,18 +1,6 @@
-/* backend_cuda_enc.cu — the CUDA backend's Transformer encoder ops (ddp_enc_ops in backend.h) other than
- * layernorm (backend_cuda_norm.cu) and attention (backend_cuda_attn.cu): embedding, bias + gelu + dropout,
- * bias + dropout + residual, mean pooling (gelu_erf_fwd16: the gelu's output in bf16); their kernels, the cu_*
- * ops that launch them on the backend's stream, and the op table backend_cuda.cu installs (ddp_cuda_enc_ops, with
- * backend_cuda_norm.cu's layernorm_fwd16 and residual_layernorm_fwd). A translation unit of its own; the backend's
- * state, launch helpers and column sums come through backend_cuda_priv.h. Compiled for the host emulator too
- * (backend_cuda_enc_emu.cpp).
- * Design: the element-wise kernels index in two dimensions, one block per row (blockIdx.x) and the block's
- * threads over the row's columns, V at a time (V = 4, float4 loads and stores, where cols % 4 == 0 and every
- * pointer is 16-byte aligned; else 1): no per-element division. A row's sample, position and dropout key
- * are computed once, by thread 0, and shared through static __shared__ memory; the mask of a unit is
- * ddp_drop_scale(row key, column), the CPU twin's (kern_enc.h), so masks are the same bits. The backward
- * ops fuse the dropout multiply with the bias gradient: block (column tile, row chunk) writes dst and sums
- * its chunk's rows per column into partials [nchunks, cols] (the backend's colpart scratch), a second
- * kernel adds them per column in chunk order into dbias. Deterministic, no atomics. */
+/* backend_cuda_enc.cu — the CUDA backend's Transformer encoder op table (ddp_cuda_enc_ops) and its element-wise
+ * ops: embedding, bias + gelu + dropout, bias + dropout + residual and mean pooling, with their kernels. The table's
+ * layernorm is backend_cuda_norm.cu, its attention backend_cuda_attn.cu. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
 #include <stdint.h>

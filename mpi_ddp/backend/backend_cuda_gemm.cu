@@ -1,9 +1,6 @@
-/* backend_cuda_gemm.cu — the CUDA backend's GEMMs (ddp_backend.gemm, .gemm16 and .set_precision in backend.h):
- * cuBLAS at fp32 (cublasSgemm, pedantic math), TF32 or bf16 operands with fp32 accumulation (cublasGemmEx), the
- * rounding of fp32 operands to bf16 (k_to_bf16, into the backend's bf16 scratch) and the use of the weights' bf16
- * copy (refreshed by adamw, backend_cuda.cu). gemm16 takes operands already stored as bf16 (the encoder's bf16
- * activations) and hands them to cuBLAS as they are. A translation unit of its own, installed by
- * backend_cuda.cu through backend_cuda_priv.h; compiled for the host emulator too (backend_cuda_gemm_emu.cpp). */
+/* backend_cuda_gemm.cu — the CUDA backend's cuBLAS products: gemm, gemm16 and set_precision (fp32, or TF32 or bf16
+ * operands with fp32 accumulation; the bf16 rounding kernel and the use of the weights' bf16 copy), and colsum (a gemv
+ * over the ones). Here, below both its callers (backend_cuda.cu, backend_cuda_enc.cu), colsum closes no call circle. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
 #include <stdint.h>
@@ -130,5 +127,20 @@ ddp_status ddp_cuda_set_precision(ddp_backend *b, ddp_precision p)
         return ddp_set_error(DDP_ERR_ARG, "the CUDA backend has no precision %d (fp32, tf32 or bf16)", (int)p);
     if (cuda_of(b)->precision != p) cuda_of(b)->w_valid = 0; /* the copy is refreshed only at bf16 */
     cuda_of(b)->precision = p;
+    return DDP_OK;
+}
+
+/* ------------------------------------------------------------------ column sums */
+/* through the backend's ones vector, sized by reserve() (backend_cuda.cu) */
+ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
+{
+    cuda_impl *c = cuda_of(b);
+    if (rows > c->ones_len)
+        return ddp_set_error(DDP_ERR_ARG, "cuda colsum over %lld rows: the backend reserved %lld (reserve() at model creation)",
+                             (long long)rows, (long long)c->ones_len);
+    if (rows <= 0 || cols <= 0) return DDP_OK;
+    float one = 1.0f;
+    /* x row-major [rows, cols] is column-major [cols, rows]; out = x_cm * ones */
+    CUBLAS_COMPUTE(cublasSgemv(c->blas, CUBLAS_OP_N, (int)cols, (int)rows, &one, x, (int)cols, c->ones, 1, &beta, out, 1));
     return DDP_OK;
 }

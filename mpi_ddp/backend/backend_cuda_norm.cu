@@ -1,20 +1,6 @@
-/* backend_cuda_norm.cu — the CUDA backend's layernorm (ddp_enc_ops.layernorm_fwd/_bwd in backend.h): its kernels
- * and the ops that launch them on the backend's stream, installed in the encoder's op table by backend_cuda_enc.cu,
- * and the forward's fused and bf16 forms (layernorm_fwd16: y in bf16; residual_layernorm_fwd: residual_fwd's out
- * and the layernorm of it in one pass over each row). Compiled for the host emulator too
- * (backend_cuda_norm_emu.cpp).
- * Design: forward and input gradient run one block per row (32, 64 or 128 threads, the smallest power of two
- * covering the row's groups). A thread owns the groups t, t + nt, t + 2nt, ... of V columns (V = 4: float4 loads,
- * where d % 4 == 0 and every pointer is 16-byte aligned; else V = 1), so each load instruction of the block reads
- * consecutive memory. The first LN_REG floats a thread owns stay in registers between the passes; columns past nt *
- * LN_REG are read again from memory. The forward's mean and variance are summed in the CPU's order (row_stats: one
- * thread over the row staged in static __shared__ memory), so y, mean and rstd are the CPU twin's bits (y in bf16:
- * those bits rounded to nearest even; the fused residual: the row made with residual_fwd's own expression,
- * residual_elems, then the same end of row, ln_row_finish). The input gradient's two row sums are per-thread sums
- * in a fixed order, then a tree over static __shared__ memory (no warp shuffles): deterministic. dw/db are a
- * two-stage reduction without atomics: stage 1, block (column tile, row chunk) sums its chunk's rows for its
- * columns into partials [nchunks, d] (the backend's colpart scratch), stage 2 adds the partials per column in chunk
- * order into dw/db. The chunking depends on (R, d) only, so the bits are the same on every run. */
+/* backend_cuda_norm.cu — the CUDA backend's layernorm: the forward (y in fp32 or bf16, and fused with the residual:
+ * residual_layernorm_fwd) and the backward, their kernels, and the ops the encoder's op table
+ * (backend_cuda_enc.cu) holds. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
 #include <stdint.h>

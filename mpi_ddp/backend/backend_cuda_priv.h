@@ -1,9 +1,6 @@
-/* backend_cuda_priv.h — what the CUDA backend's translation units share, private to the plugin: backend_cuda.cu
- * (memory, column sums, the MLP's kernels, creation), backend_cuda_gemm.cu (the GEMMs at every precision),
- * backend_cuda_enc.cu (the Transformer encoder's element-wise kernels and its op table), backend_cuda_norm.cu
- * (layernorm) and backend_cuda_attn.cu (attention). It owns the backend's state (cuda_impl), the headers all need
- * (the CUDA ones through cuda_compat.h, so the same source builds for nvcc and the host emulator, and the check
- * macros of cuda_checks.h), the launch helpers and the functions one file calls in another. C++ only. */
+/* backend_cuda_priv.h — what the CUDA backend's .cu files share, private to the plugin: the backend's state
+ * (cuda_impl), the check and launch macros, the device helpers of the row-wise and attention kernels, and the
+ * functions one .cu file calls in another, each declared with the file that defines it. C++ only. */
 #ifndef DDP_BACKEND_CUDA_PRIV_H
 #define DDP_BACKEND_CUDA_PRIV_H
 
@@ -12,10 +9,9 @@ extern "C" {
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 }
+#include "mpi_ddp/backend/backend_cuda_state.h"
 
-/* Kernel launches (DDP_LAUNCH) and cuBLAS compute calls (CUBLAS_COMPUTE) of the backend, for benchmarks and tests
- * (ddp_cuda_backend_launches_impl, backend_cuda.cu); one host thread drives a backend. */
-extern long long ddp_cuda_launches __attribute__((visibility("hidden")));
+/* Every launch and cuBLAS compute call counts (ddp_cuda_launches, backend_cuda_state.c). */
 #define DDP_LAUNCH_NOTE() ((void)++ddp_cuda_launches)
 #include "mpi_ddp/backend/cuda_compat.h"
 #include "mpi_ddp/backend/cuda_checks.h"
@@ -70,7 +66,10 @@ typedef struct {
 static inline cuda_impl *cuda_of(ddp_backend *b) { return (cuda_impl *)b->impl; }
 static inline unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
-/* out = beta out + column sums of row-major x [rows, cols] (backend_cuda.cu: a cuBLAS gemv over the ones) */
+/* Calls between the plugin's files go down only (tests/py/layers.py checks it): cuda_plugin.c -> backend_cuda.cu ->
+ * backend_cuda_enc.cu -> backend_cuda_norm.cu, backend_cuda_attn.cu -> backend_cuda_attn_tc.cu; backend_cuda_gemm.cu
+ * under backend_cuda.cu and backend_cuda_enc.cu; every file -> backend_cuda_state.c, which calls none. */
+/* out = beta out + column sums of row-major x [rows, cols] (backend_cuda_gemm.cu: a cuBLAS gemv over the ones) */
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out, int64_t rows,
                                                                  int64_t cols, float beta);
 /* the GEMMs (backend_cuda_gemm.cu): ddp_backend.gemm, .gemm16 and .set_precision */

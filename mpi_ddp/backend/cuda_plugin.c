@@ -1,9 +1,8 @@
-/* cuda_plugin.c — the entry point of the GPU plugin: device facts, versions, NCCL (unique id, non-blocking
- * communicator init, async-error polling, abort, allreduce) and the stream/event calls gradient sync needs,
- * each CUDA/NCCL call checked. The backend itself (cuBLAS + kernels) is backend_cuda.cu and
- * backend_cuda_enc.cu. Built twice from this one source: against CUDA and NCCL (libmpiddp_cuda.so), and
- * with DDP_CUDA_EMU against the host emulator (libmpiddp_cudaemu.so, see emu_cuda.h). */
+/* cuda_plugin.c — the GPU plugin's entry point (ddp_cuda_plugin_api) and its api table: device facts, versions,
+ * NCCL (unique id, non-blocking init, polling, abort, allreduce), the stream/event calls gradient sync needs, and
+ * the backend's creation and counters. The plugin's top file: it calls backend_cuda.cu and backend_cuda_state.c. */
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/backend_cuda_state.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 
@@ -13,8 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-ddp_status (*ddp_plugin_set_error)(ddp_status st, const char *fmt, ...);
-
+/* backend_cuda.cu */
 ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out);
 void *ddp_cuda_backend_stream_impl(ddp_backend *b);
 
@@ -177,10 +175,9 @@ static ddp_status stream_wait(void *event, void *from, void *to)
     return DDP_OK;
 }
 
-long long ddp_cuda_backend_host_syncs_impl(void);
+long long ddp_cuda_backend_host_syncs_impl(void); /* backend_cuda.cu */
 static long long host_syncs(void) { return ddp_cuda_backend_host_syncs_impl(); }
-long long ddp_cuda_backend_launches_impl(void);
-static long long launches(void) { return ddp_cuda_backend_launches_impl(); }
+static long long launches(void) { return ddp_cuda_backend_launches_impl(); } /* backend_cuda_state.c */
 
 #ifdef MPIDDP_COVERAGE /* test builds: counters of a process that ends in MPI_Abort are written first */
 void __gcov_dump(void);
@@ -215,6 +212,6 @@ static const ddp_cuda_api g_api = {
 
 const ddp_cuda_api *ddp_cuda_plugin_api(ddp_set_error_fn set_error)
 {
-    ddp_plugin_set_error = set_error;
+    ddp_plugin_set_error = set_error; /* the error slot, backend_cuda_state.c */
     return &g_api;
 }

@@ -10,9 +10,8 @@ Checks two things and prints every break with file and line or symbol:
   2. calls (with BUILD, a configured and built tree): the library's object files' symbol tables (nm); each
      function or variable a file uses from another file must come from a folder the rule allows, and no
      circle of calls may join two files (a circle means two files share one job, or a helper sits in the
-     wrong file). The CUDA plugin (the objects of the mpiddp_cuda / mpiddp_cudaemu module: backend_cuda*.cu and
-     cuda_plugin.c, loaded as one shared object) counts as one file for circles: its kernels' files share the
-     module's launch counter and error slot, and the op table calls back into them.
+     wrong file). The CUDA plugin's files (backend_cuda*.cu, backend_cuda_state.c, cuda_plugin.c: one shared
+     object) count one by one like any other: their shared state sits in the bottom file, backend_cuda_state.c.
 Exits 1 on any break.
 
     layers.py SRC [BUILD]"""
@@ -63,7 +62,7 @@ for folder, allowed in ALLOWED.items():
 nobj = ncalls = 0
 if BUILD:
     # every object file of the library targets, named by its source path relative to the repository
-    objs, plugin = {}, set()
+    objs = {}
     for dp, _, fs in os.walk(os.path.join(BUILD, "CMakeFiles")):
         for f in fs:
             if not f.endswith(".o"):
@@ -72,8 +71,6 @@ if BUILD:
             rel = path.split(".dir/", 1)[1][:-2] if ".dir/" in path else None
             if rel and os.path.dirname(rel) in ALLOWED and os.path.dirname(rel) != "tests/cuda_emu":
                 objs[rel] = path
-                if "/mpiddp_cuda.dir/" in path or "/mpiddp_cudaemu.dir/" in path:
-                    plugin.add(rel)
     defined, used = {}, {}
     for rel, path in sorted(objs.items()):
         out = subprocess.run(["nm", "-P", path], capture_output=True, text=True, check=True).stdout
@@ -89,16 +86,16 @@ if BUILD:
     nobj = len(objs)
     if nobj < 20:
         bad.append(f"{BUILD}: only {nobj} library object files found: is it built?")
-    unit = lambda f: "mpi_ddp/backend/(the CUDA plugin)" if f in plugin else f
     calls = collections.defaultdict(set)
+    why = {}  # (file, file it uses) -> the first symbol, for the report
     for rel, syms in used.items():
-        for s in syms:
+        for s in sorted(syms):
             tgt = defined.get(s)
             if tgt is None or tgt == rel:
                 continue
             ncalls += 1
-            if unit(rel) != unit(tgt):
-                calls[unit(rel)].add(unit(tgt))
+            calls[rel].add(tgt)
+            why.setdefault((rel, tgt), s)
             src_dir, tgt_dir = os.path.dirname(rel), os.path.dirname(tgt)
             if tgt_dir not in ALLOWED[src_dir]:
                 bad.append(f"{rel}: uses {s} of {tgt} ({tgt_dir} is above {src_dir})")
@@ -131,7 +128,8 @@ if BUILD:
         if v not in index:
             visit(v)
     for comp in comps:
-        bad.append("a circle of calls: " + " <-> ".join(comp))
+        uses = [f"{a} uses {why[a, b]} of {b}" for a in comp for b in sorted(calls[a]) if b in comp]
+        bad.append("a circle of calls: " + " <-> ".join(comp) + " (" + "; ".join(uses) + ")")
 
 for b in bad:
     print(b)
