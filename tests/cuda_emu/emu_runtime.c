@@ -1,18 +1,12 @@
-/* emu_runtime.c — the emulated CUDA runtime (see emu_cuda.h): devices and knobs, error state, tracked device
- * memory, streams as worker threads with FIFO queues, events as positions in a stream (each record an operation
- * that stamps the host clock, for cudaEventElapsedTime), and kernel launches
- * whose blocks run their threads as fibers so that __syncthreads keeps CUDA's semantics. One mutex and one
- * condition variable guard all stream state: the emulator is for correctness, not speed. */
+/* emu_runtime.c — the emulated CUDA runtime's core (see emu_cuda.h): knobs, error state, devices, streams as worker
+ * threads with FIFO queues, events, the counters; device memory and copies are emu_memasync.c's. */
 #include "emu_cuda.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------ knobs, errors */
@@ -32,9 +26,11 @@ long ddp_emu_env_long(const char *name, long dflt)
 static ddp_emu_counters g_stats;
 static void print_stats(void)
 {
-    fprintf(stderr, "cuda-emu: pid %d: %lld kernel launches, %lld host synchronisations, %lld H2D copies (%lld bytes), %lld D2H copies (%lld bytes)\n",
-            (int)getpid(), g_stats.launches, g_stats.host_syncs, g_stats.memcpy_h2d, g_stats.bytes_h2d, g_stats.memcpy_d2h,
-            g_stats.bytes_d2h);
+    fprintf(stderr,
+            "cuda-emu: pid %d: %lld kernel launches, %lld host synchronisations, %lld H2D copies (%lld bytes), %lld "
+            "D2H copies (%lld bytes)\n",
+            (int)getpid(), g_stats.launches, g_stats.host_syncs, g_stats.memcpy_h2d, g_stats.bytes_h2d,
+            g_stats.memcpy_d2h, g_stats.bytes_d2h);
 }
 
 static void init_knobs(void)
@@ -49,6 +45,7 @@ static void init_knobs(void)
 
 static __thread cudaError_t t_last;
 static __thread int t_dev;
+/* one mutex and one condition variable guard all stream state: the emulator is for correctness, not speed */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static cudaError_t g_sticky;
@@ -59,10 +56,10 @@ static cudaError_t fail(cudaError_t e)
     if (e != cudaSuccess) t_last = e;
     return e;
 }
-#define ENTER()                                                                                    \
-    do {                                                                                           \
-        pthread_once(&g_once, init_knobs);                                                         \
-        if (g_fail_driver) return fail(cudaErrorInsufficientDriver);                               \
+#define ENTER()                                                      \
+    do {                                                             \
+        pthread_once(&g_once, init_knobs);                           \
+        if (g_fail_driver) return fail(cudaErrorInsufficientDriver); \
     } while (0)
 
 static void fault(const char *fmt, const char *name)
@@ -175,88 +172,6 @@ cudaError_t cudaDriverGetVersion(int *v)
     return cudaSuccess;
 }
 
-/* ------------------------------------------------------------------ device memory */
-typedef struct {
-    char *p;
-    size_t n;
-} alloc_rec;
-static alloc_rec *g_allocs;
-static size_t g_nallocs, g_capallocs;
-
-int ddp_emu_is_device_ptr(const void *p, size_t bytes)
-{
-    const char *c = p;
-    int ok = 0;
-    pthread_mutex_lock(&g_mu);
-    for (size_t i = 0; i < g_nallocs && !ok; i++)
-        ok = c >= g_allocs[i].p && c + bytes <= g_allocs[i].p + g_allocs[i].n;
-    pthread_mutex_unlock(&g_mu);
-    return ok;
-}
-
-cudaError_t cudaMalloc(void **p, size_t bytes)
-{
-    *p = NULL;
-    ENTER();
-    size_t n = bytes ? bytes : 1;
-    void *m = NULL;
-    if (posix_memalign(&m, 256, (n + 255) & ~(size_t)255) != 0) return fail(cudaErrorMemoryAllocation);
-    memset(m, 0xff, n); /* uninitialised device memory: NaN until written */
-    pthread_mutex_lock(&g_mu);
-    if (g_nallocs == g_capallocs) {
-        size_t cap = g_capallocs ? 2 * g_capallocs : 64;
-        alloc_rec *r = realloc(g_allocs, cap * sizeof *r);
-        if (!r) {
-            pthread_mutex_unlock(&g_mu);
-            free(m);
-            return fail(cudaErrorMemoryAllocation);
-        }
-        g_allocs = r, g_capallocs = cap;
-    }
-    g_allocs[g_nallocs++] = (alloc_rec){m, n};
-    pthread_mutex_unlock(&g_mu);
-    *p = m;
-    return cudaSuccess;
-}
-
-cudaError_t ddp_emu__free_now(void *p);
-cudaError_t cudaFree(void *p)
-{
-    ENTER();
-    if (!p) return cudaSuccess;
-    cudaDeviceSynchronize(); /* as on a GPU: cudaFree waits for the device */
-    return ddp_emu__free_now(p);
-}
-
-/* Forgets and frees the allocation that starts at p, at once (cudaFree after its wait; cudaFreeAsync's
- * stream operation, emu_memasync.c). */
-cudaError_t ddp_emu__free_now(void *p)
-{
-    pthread_mutex_lock(&g_mu);
-    size_t i = 0;
-    while (i < g_nallocs && g_allocs[i].p != p) i++;
-    if (i == g_nallocs) {
-        pthread_mutex_unlock(&g_mu);
-        return fail(cudaErrorInvalidDevicePointer);
-    }
-    g_allocs[i] = g_allocs[--g_nallocs];
-    pthread_mutex_unlock(&g_mu);
-    free(p);
-    return cudaSuccess;
-}
-
-cudaError_t cudaMallocHost(void **p, size_t bytes)
-{
-    ENTER();
-    if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) return fail(cudaErrorMemoryAllocation);
-    return cudaSuccess;
-}
-cudaError_t cudaFreeHost(void *p)
-{
-    free(p);
-    return cudaSuccess;
-}
-
 /* ------------------------------------------------------------------ streams and events */
 typedef struct op {
     void (*fn)(void *);
@@ -280,9 +195,9 @@ struct ddp_emu_stream {
 struct ddp_emu_event {
     struct ddp_emu_stream *s; /* NULL: never recorded */
     long long seq;
-    double t;                 /* host clock (s) when the stream reached the last record (cudaEventElapsedTime) */
-    int pending;              /* record operations not yet run: the last frees a destroyed event */
-    int dead;                 /* destroyed while records were pending */
+    double t;    /* host clock (s) when the stream reached the last record (cudaEventElapsedTime) */
+    int pending; /* record operations not yet run: the last frees a destroyed event */
+    int dead;    /* destroyed while records were pending */
 };
 
 static struct ddp_emu_stream *g_streams; /* every live stream, for device synchronisation */
@@ -368,27 +283,13 @@ static long long push(struct ddp_emu_stream *s, op *o)
         }
     }
     o->next = NULL;
-    if (s->tail) s->tail->next = o;
-    else s->head = o;
+    if (s->tail)
+        s->tail->next = o;
+    else
+        s->head = o;
     s->tail = o;
     pthread_cond_broadcast(&g_cv);
     return ++s->enq;
-}
-
-cudaError_t ddp_emu_enqueue(cudaStream_t stream, void (*fn)(void *), void *arg, void (*free_arg)(void *))
-{
-    struct ddp_emu_stream *s = resolve(stream);
-    op *o = calloc(1, sizeof *o);
-    if (!s || !o) {
-        free(o);
-        if (free_arg) free_arg(arg);
-        return fail(cudaErrorMemoryAllocation);
-    }
-    o->fn = fn, o->arg = arg, o->free_arg = free_arg;
-    pthread_mutex_lock(&g_mu);
-    push(s, o);
-    pthread_mutex_unlock(&g_mu);
-    return cudaSuccess;
 }
 
 static cudaError_t wait_seq(struct ddp_emu_stream *s, long long seq)
@@ -399,6 +300,28 @@ static cudaError_t wait_seq(struct ddp_emu_stream *s, long long seq)
     cudaError_t e = g_sticky;
     pthread_mutex_unlock(&g_mu);
     return fail(e);
+}
+
+/* Queues fn(arg) on stream (free_arg(arg) after it ran); with wait, the host then waits for it (a host
+ * synchronisation, as cudaMemcpy's). */
+static cudaError_t enqueue(cudaStream_t stream, void (*fn)(void *), void *arg, void (*free_arg)(void *), int wait)
+{
+    struct ddp_emu_stream *s = resolve(stream);
+    op *o = calloc(1, sizeof *o);
+    if (!s || !o) {
+        free(o);
+        if (free_arg) free_arg(arg);
+        return fail(cudaErrorMemoryAllocation);
+    }
+    o->fn = fn, o->arg = arg, o->free_arg = free_arg;
+    pthread_mutex_lock(&g_mu);
+    long long seq = push(s, o);
+    pthread_mutex_unlock(&g_mu);
+    return wait ? wait_seq(s, seq) : cudaSuccess;
+}
+cudaError_t ddp_emu_enqueue(cudaStream_t stream, void (*fn)(void *), void *arg, void (*free_arg)(void *))
+{
+    return enqueue(stream, fn, arg, free_arg, 0);
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
@@ -523,7 +446,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
     ENTER();
     if (!ms || !start || !end) return fail(cudaErrorInvalidValue);
     pthread_mutex_lock(&g_mu);
-    cudaError_t r = !start->s || !end->s ? cudaErrorInvalidResourceHandle
+    cudaError_t r = !start->s || !end->s                                     ? cudaErrorInvalidResourceHandle
                     : start->s->done < start->seq || end->s->done < end->seq ? cudaErrorNotReady
                                                                              : cudaSuccess;
     if (r == cudaSuccess) *ms = (float)((end->t - start->t) * 1e3);
@@ -562,97 +485,6 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
     return e->s ? wait_seq(e->s, e->seq) : cudaSuccess;
 }
 
-/* ------------------------------------------------------------------ copies */
-typedef struct {
-    void *dst;
-    const void *src;
-    size_t n;
-    int value, set;
-} copy_args;
-static void run_copy(void *a)
-{
-    copy_args *c = a;
-    if (c->set) memset(c->dst, c->value, c->n);
-    else memmove(c->dst, c->src, c->n);
-}
-
-static cudaError_t check_kind(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
-{
-    int dd = ddp_emu_is_device_ptr(dst, n), sd = ddp_emu_is_device_ptr(src, n);
-    switch (kind) {
-    case cudaMemcpyHostToDevice: return dd && !sd ? cudaSuccess : cudaErrorInvalidValue;
-    case cudaMemcpyDeviceToHost: return sd && !dd ? cudaSuccess : cudaErrorInvalidValue;
-    case cudaMemcpyDeviceToDevice: return dd && sd ? cudaSuccess : cudaErrorInvalidValue;
-    case cudaMemcpyHostToHost: return !dd && !sd ? cudaSuccess : cudaErrorInvalidValue;
-    case cudaMemcpyDefault: return cudaSuccess;
-    }
-    return cudaErrorInvalidMemcpyDirection;
-}
-
-static cudaError_t enqueue_copy(cudaStream_t s, void *dst, const void *src, size_t n, int value, int set, long long *seq)
-{
-    copy_args *c = malloc(sizeof *c);
-    op *o = calloc(1, sizeof *o);
-    if (!c || !o) {
-        free(c), free(o);
-        return fail(cudaErrorMemoryAllocation);
-    }
-    *c = (copy_args){dst, src, n, value, set};
-    o->fn = run_copy, o->arg = c, o->free_arg = free;
-    struct ddp_emu_stream *st = resolve(s);
-    pthread_mutex_lock(&g_mu);
-    long long q = push(st, o);
-    pthread_mutex_unlock(&g_mu);
-    if (seq) *seq = q;
-    return cudaSuccess;
-}
-
-static void count_copy(enum cudaMemcpyKind kind, const void *dst, const void *src, size_t n)
-{
-    int dd = ddp_emu_is_device_ptr(dst, n), sd = ddp_emu_is_device_ptr(src, n);
-    pthread_mutex_lock(&g_mu);
-    if (dd && !sd) g_stats.memcpy_h2d++, g_stats.bytes_h2d += (long long)n;
-    else if (sd && !dd) g_stats.memcpy_d2h++, g_stats.bytes_d2h += (long long)n;
-    else if (sd && dd) g_stats.memcpy_d2d++;
-    pthread_mutex_unlock(&g_mu);
-    (void)kind;
-}
-
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s)
-{
-    ENTER();
-    if (!n) return cudaSuccess;
-    cudaError_t e = check_kind(dst, src, n, kind);
-    if (e != cudaSuccess) return fail(e);
-    count_copy(kind, dst, src, n);
-    return enqueue_copy(s, dst, src, n, 0, 0, NULL);
-}
-
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
-{
-    ENTER();
-    if (!n) return cudaSuccess;
-    cudaError_t e = check_kind(dst, src, n, kind);
-    if (e != cudaSuccess) return fail(e);
-    count_copy(kind, dst, src, n);
-    long long seq;
-    e = enqueue_copy(NULL, dst, src, n, 0, 0, &seq);
-    return e != cudaSuccess ? e : wait_seq(resolve(NULL), seq);
-}
-
-cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s)
-{
-    ENTER();
-    if (!n) return cudaSuccess;
-    if (!ddp_emu_is_device_ptr(p, n)) return fail(cudaErrorInvalidValue);
-    return enqueue_copy(s, p, NULL, n, value, 1, NULL);
-}
-
-cudaError_t cudaMemset(void *p, int value, size_t n) /* on the legacy stream, and it does not wait */
-{
-    return cudaMemsetAsync(p, value, n, NULL);
-}
-
 void ddp_emu_stats(ddp_emu_counters *out)
 {
     pthread_mutex_lock(&g_mu);
@@ -666,7 +498,7 @@ void ddp_emu_reset_stats(void)
     pthread_mutex_unlock(&g_mu);
 }
 
-/* for emu_launch.c */
+/* for emu_launch.c and emu_memasync.c */
 cudaError_t ddp_emu__fail(cudaError_t e) { return fail(e); }
 void ddp_emu__fault(const char *fmt, const char *name) { fault(fmt, name); }
 void ddp_emu__count_launch(void)
@@ -674,6 +506,23 @@ void ddp_emu__count_launch(void)
     pthread_mutex_lock(&g_mu);
     g_stats.launches++;
     pthread_mutex_unlock(&g_mu);
+}
+/* a copy of n bytes, by where its ends are (dd: the destination is device memory, sd: the source) */
+void ddp_emu__count_copy(int dd, int sd, size_t n)
+{
+    pthread_mutex_lock(&g_mu);
+    if (dd && !sd)
+        g_stats.memcpy_h2d++, g_stats.bytes_h2d += (long long)n;
+    else if (sd && !dd)
+        g_stats.memcpy_d2h++, g_stats.bytes_d2h += (long long)n;
+    else if (sd && dd)
+        g_stats.memcpy_d2d++;
+    pthread_mutex_unlock(&g_mu);
+}
+/* ddp_emu_enqueue on the legacy stream, then the host waits for the operation (cudaMemcpy) */
+cudaError_t ddp_emu__enqueue_wait(void (*fn)(void *), void *arg, void (*free_arg)(void *))
+{
+    return enqueue(NULL, fn, arg, free_arg, 1);
 }
 int ddp_emu__enter(void)
 {

@@ -1,66 +1,54 @@
-/* test_act16.c — the Transformer encoder's bf16 activations and its fused residual + layernorm
- * (model_transformer.c, transformer_pass.c), whole train and eval steps on the CPU backend and, where a CUDA
- * device or the host emulator (MPIDDP_CUDA_PLUGIN) is there, on the CUDA backend.
- *
- * At --precision bf16 a model created for bf16 keeps the activations only GEMMs read (norm1 and norm2 outputs,
- * the GELU output) in bf16. Those are exactly what the bf16 GEMMs would round them to, so three train steps (with
- * dropout, gradients accumulated) and an eval step give the same bits as the same model keeping them in fp32
- * (MPIDDP_BF16_ACTIVATIONS=0), with and without the fused residual_layernorm_fwd (removed from a copy of the
- * backend's op table); at fp32 the fused and unfused passes agree bit for bit too. The checks that make these
- * comparisons mean something: the bf16 model really stores bf16 (its activation allocations are smaller by
- * exactly L x rows x (2d + f) x 2 bytes, computed here from the configuration), the GEMMs really read them
- * (gemm16 calls counted per step), the fused op really runs (counted), and bf16 differs from fp32. A bf16
- * model on a backend left at fp32 fails its step with one line instead of computing garbage. */
+/* test_act16.c — the Transformer encoder's bf16 activations and fused residual + layernorm (model_transformer.c,
+ * transformer_pass.c): whole train and eval steps on the CPU backend and, where a device or the emulator is, CUDA. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/model/models.h"
-#include "check.h"
+#include "test_data.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define OK(call) CHECK((call) == DDP_OK, "%s: %s", #call, ddp_last_error())
+#define OK(call)                                                           \
+    do {                                                                   \
+        if ((call) != DDP_OK) fail_msg("%s: %s", #call, ddp_last_error()); \
+    } while (0)
 enum { NB = 3, B = 10, D = 11, C = 3, HID = 16, HEADS = 2, FF = 24, LAYERS = 2 };
 
-typedef struct {
-    int64_t off[B + 1], lab[B], ids[B];
-    uint8_t pad[B];
-    float *x;
-    ddp_batch b;
-} tbatch;
-static tbatch bat[NB];
+/* NB batches of B samples of 1..12 rows each, every one in its own buffers */
+static test_batch bat[NB];
 static int64_t max_rows;
 
-static void make_batches(void)
+static int make_batches(void **state)
 {
+    (void)state;
     uint64_t s = 777;
     for (int k = 0; k < NB; k++) {
-        tbatch *t = &bat[k];
-        for (int i = 0; i < B; i++) {
-            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-            t->off[i + 1] = t->off[i] + 1 + (int64_t)((s >> 33) % 12);
-            t->lab[i] = (int64_t)((s >> 20) % C);
-            t->ids[i] = 50 * k + i;
-        }
-        int64_t R = t->off[B];
-        max_rows = R > max_rows ? R : max_rows;
-        t->x = malloc((size_t)(R * D) * sizeof(float));
-        for (int64_t j = 0; j < R * D; j++) {
-            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-            t->x[j] = (float)((double)(s >> 40) / (double)(1ULL << 24) * 4.0 - 2.0);
-        }
-        t->b = (ddp_batch){.nsamples = B, .nrows = R, .dim = D, .offsets = t->off, .labels = t->lab, .sample_ids = t->ids,
-                           .is_pad = t->pad, .x = t->x, .step = 3};
+        test_batch_make(&bat[k], &s, B, 12, C, D, 4.0, 50 * k, 3);
+        max_rows = bat[k].b.nrows > max_rows ? bat[k].b.nrows : max_rows;
     }
+    return 0;
+}
+static int free_batches(void **state)
+{
+    (void)state;
+    for (int k = 0; k < NB; k++) test_batch_free(&bat[k]);
+    return 0;
 }
 
 /* Counting wrappers around the backend's own entries (one backend under test at a time). */
 static ddp_status (*real_alloc)(ddp_backend *, void **, size_t);
 static ddp_status (*real_gemm16)(ddp_backend *, int, int, int64_t, int64_t, int64_t, float, const void *, int, int64_t,
                                  const void *, int, int64_t, float, float *, int64_t);
-static ddp_status (*real_fused)(ddp_backend *, float *, const float *, const float *, const float *, const ddp_packing *,
-                                int64_t, const ddp_dropout *, const float *, const float *, void *, int, float *, float *);
+static ddp_status (*real_fused)(ddp_backend *, float *, const float *, const float *, const float *,
+                                const ddp_packing *, int64_t, const ddp_dropout *, const float *, const float *, void *,
+                                int, float *, float *);
 static size_t alloc_bytes;
 static long gemm16_calls, fused_calls;
 static ddp_enc_ops ops_counting, ops_unfused;
@@ -70,8 +58,9 @@ static ddp_status count_alloc(ddp_backend *b, void **p, size_t bytes)
     alloc_bytes += bytes;
     return real_alloc(b, p, bytes);
 }
-static ddp_status count_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
-                               int a16, int64_t lda, const void *Bm, int b16, int64_t ldb, float beta, float *Cm, int64_t ldc)
+static ddp_status count_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                               const void *A, int a16, int64_t lda, const void *Bm, int b16, int64_t ldb, float beta,
+                               float *Cm, int64_t ldc)
 {
     gemm16_calls++;
     return real_gemm16(b, ta, tb, M, N, K, alpha, A, a16, lda, Bm, b16, ldb, beta, Cm, ldc);
@@ -89,7 +78,7 @@ typedef struct {
     int64_t pred[NB + 1][B];
     float *grad;
     int64_t n;
-    size_t bytes;        /* allocated by the model's creation */
+    size_t bytes; /* allocated by the model's creation */
     int act16;
     long gemm16_per_step, fused_per_step;
 } result;
@@ -104,7 +93,8 @@ static void run(ddp_backend *be, ddp_precision prec, int act16_env, int fused, r
     setenv("MPIDDP_BF16_ACTIVATIONS", act16_env ? "1" : "0", 1);
     ddp_model_config c;
     ddp_model_config_default(&c);
-    c.kind = DDP_MODEL_TRANSFORMER, c.dim = D, c.classes = C, c.hidden = HID, c.heads = HEADS, c.ff = FF, c.layers = LAYERS;
+    c.kind = DDP_MODEL_TRANSFORMER, c.dim = D, c.classes = C, c.hidden = HID, c.heads = HEADS, c.ff = FF,
+    c.layers = LAYERS;
     c.max_positions = 16, c.dropout = 0.1, c.max_batch_rows = max_rows, c.max_batch_samples = B, c.precision = prec;
     ddp_model m;
     alloc_bytes = 0;
@@ -115,10 +105,6 @@ static void run(ddp_backend *be, ddp_precision prec, int act16_env, int fused, r
     unsetenv("MPIDDP_BF16_ACTIVATIONS");
     OK(st);
     OK(be->set_precision(be, prec));
-    if (st != DDP_OK) {
-        be->enc = own;
-        return;
-    }
     r->act16 = ddp_transformer_act16(&m);
     r->n = ddp_model_num_params(&m);
     void *p, *g;
@@ -128,8 +114,10 @@ static void run(ddp_backend *be, ddp_precision prec, int act16_env, int fused, r
     for (int k = 0; k <= NB; k++) {
         ddp_forward_out o = {.loss = r->loss[k], .prob = r->prob[k], .pred = r->pred[k]};
         long g0 = gemm16_calls, f0 = fused_calls;
-        if (k < NB) OK(m.train_step(m.self, &bat[k].b, p, g, &o, NULL, NULL));
-        else OK(m.eval_step(m.self, &bat[0].b, p, &o));
+        if (k < NB)
+            OK(m.train_step(m.self, &bat[k].b, p, g, &o, NULL, NULL));
+        else
+            OK(m.eval_step(m.self, &bat[0].b, p, &o));
         if (k == 0) r->gemm16_per_step = gemm16_calls - g0, r->fused_per_step = fused_calls - f0;
     }
     r->grad = malloc((size_t)r->n * 4);
@@ -157,7 +145,6 @@ static void wrong_precision(ddp_backend *be)
     c.max_positions = 16, c.max_batch_rows = max_rows, c.max_batch_samples = B, c.precision = DDP_PRECISION_BF16;
     ddp_model m;
     OK(ddp_model_create_on(be, &c, &m));
-    if (failures) return;
     OK(be->set_precision(be, DDP_PRECISION_FP32));
     int64_t n = ddp_model_num_params(&m);
     void *p, *g;
@@ -169,21 +156,30 @@ static void wrong_precision(ddp_backend *be)
     ddp_forward_out o = {.loss = loss, .prob = prob, .pred = pred};
     ddp_status st = m.train_step(m.self, &bat[0].b, p, g, &o, NULL, NULL);
     const char *why = ddp_last_error();
-    CHECK(st == DDP_ERR_ARG && strstr(why, "bf16"), "%s: a bf16 model at fp32 gave status %d: %s", be->name, (int)st, why);
-    CHECK(!strchr(why, '\n'), "%s: the error is more than one line: %s", be->name, why);
+    if (!(st == DDP_ERR_ARG && strstr(why, "bf16")))
+        fail_msg("%s: a bf16 model at fp32 gave status %d: %s", be->name, (int)st, why);
+    if (strchr(why, '\n')) fail_msg("%s: the error is more than one line: %s", be->name, why);
     be->release(be, p);
     be->release(be, g);
     m.destroy(m.self);
 }
 
+/* At --precision bf16 a model created for bf16 keeps the activations only GEMMs read (norm1 and norm2 outputs,
+ * the GELU output) in bf16. Those are exactly what the bf16 GEMMs would round them to, so three train steps (with
+ * dropout, gradients accumulated) and an eval step give the same bits as the same model keeping them in fp32
+ * (MPIDDP_BF16_ACTIVATIONS=0), with and without the fused residual_layernorm_fwd (removed from a copy of the
+ * backend's op table); at fp32 the fused and unfused passes agree bit for bit too. The checks that make these
+ * comparisons mean something: the bf16 model really stores bf16 (its activation allocations are smaller by
+ * exactly L x rows x (2d + f) x 2 bytes, computed here from the configuration), the GEMMs really read them
+ * (gemm16 calls counted per step), the fused op really runs (counted), and bf16 differs from fp32. A bf16
+ * model on a backend left at fp32 fails its step with one line instead of computing garbage. */
 static void test_backend(ddp_backend *be)
 {
     real_alloc = be->alloc;
     real_gemm16 = be->gemm16;
     real_fused = be->enc->residual_layernorm_fwd;
-    CHECK(be->gemm16 && be->enc->layernorm_fwd16 && be->enc->gelu_erf_fwd16 && be->enc->residual_layernorm_fwd,
-          "%s: the backend lacks gemm16 or the bf16 / fused encoder ops", be->name);
-    if (failures) return;
+    if (!(be->gemm16 && be->enc->layernorm_fwd16 && be->enc->gelu_erf_fwd16 && be->enc->residual_layernorm_fwd))
+        fail_msg("%s: the backend lacks gemm16 or the bf16 / fused encoder ops", be->name);
     if (real_gemm16) be->gemm16 = count_gemm16;
     ops_counting = *be->enc;
     ops_counting.residual_layernorm_fwd = count_fused;
@@ -198,29 +194,34 @@ static void test_backend(ddp_backend *be)
     run(be, DDP_PRECISION_FP32, 1, 1, &f32f);  /* fp32 (the variable changes nothing there) */
     run(be, DDP_PRECISION_FP32, 1, 0, &f32u);
     const char *nm = be->name;
-    CHECK(r16f.act16 == 1 && r16u.act16 == 1, "%s: a bf16 model does not store bf16 activations", nm);
-    CHECK(r32sf.act16 == 0 && f32f.act16 == 0, "%s: MPIDDP_BF16_ACTIVATIONS=0 or fp32 stored bf16 activations", nm);
+    if (!(r16f.act16 == 1 && r16u.act16 == 1)) fail_msg("%s: a bf16 model does not store bf16 activations", nm);
+    if (!(r32sf.act16 == 0 && f32f.act16 == 0))
+        fail_msg("%s: MPIDDP_BF16_ACTIVATIONS=0 or fp32 stored bf16 activations", nm);
     /* the memory: y1, y2 (rows x d each) and a2 (rows x f) per layer at 2 bytes instead of 4 */
     size_t want = (size_t)LAYERS * (size_t)max_rows * (2 * HID + FF) * 2;
-    CHECK(r32sf.bytes - r16f.bytes == want, "%s: bf16 activations save %zu bytes, want %zu", nm, r32sf.bytes - r16f.bytes, want);
-    CHECK(f32f.bytes == r32sf.bytes, "%s: fp32 model %zu bytes, bf16-GEMM model with fp32 activations %zu", nm, f32f.bytes,
-          r32sf.bytes);
+    if (!(r32sf.bytes - r16f.bytes == want))
+        fail_msg("%s: bf16 activations save %zu bytes, want %zu", nm, r32sf.bytes - r16f.bytes, want);
+    if (f32f.bytes != r32sf.bytes)
+        fail_msg("%s: fp32 model %zu bytes, bf16-GEMM model with fp32 activations %zu", nm, f32f.bytes, r32sf.bytes);
     /* the GEMMs read them: 3 per layer forward, 3 per layer backward (weight gradients) */
-    CHECK(r16f.gemm16_per_step == 6 * LAYERS, "%s: %ld gemm16 calls per step, want %d", nm, r16f.gemm16_per_step, 6 * LAYERS);
-    CHECK(r32sf.gemm16_per_step == 0 && f32f.gemm16_per_step == 0, "%s: gemm16 ran without bf16 activations", nm);
+    if (!(r16f.gemm16_per_step == 6 * LAYERS))
+        fail_msg("%s: %ld gemm16 calls per step, want %d", nm, r16f.gemm16_per_step, 6 * LAYERS);
+    if (!(r32sf.gemm16_per_step == 0 && f32f.gemm16_per_step == 0))
+        fail_msg("%s: gemm16 ran without bf16 activations", nm);
     /* every residual add is fused with the layernorm after it: 2 per layer */
-    CHECK(r16f.fused_per_step == 2 * LAYERS && f32f.fused_per_step == 2 * LAYERS, "%s: %ld and %ld fused calls, want %d", nm,
-          r16f.fused_per_step, f32f.fused_per_step, 2 * LAYERS);
-    CHECK(r16u.fused_per_step == 0, "%s: the unfused table ran the fused op", nm);
-    CHECK(same(&r16f, &r32su), "%s: bf16 activations, fused: not the bits of fp32 activations, unfused", nm);
-    CHECK(same(&r16u, &r32su), "%s: bf16 activations, unfused: not the bits of fp32 activations, unfused", nm);
-    CHECK(same(&r32sf, &r32su), "%s: at bf16 the fused residual + layernorm is not the bits of the two ops", nm);
-    CHECK(same(&f32f, &f32u), "%s: at fp32 the fused residual + layernorm is not the bits of the two ops", nm);
-    CHECK(!same(&r16f, &f32f), "%s: bf16 gave the bits of fp32: the bf16 GEMMs did not run", nm);
+    if (!(r16f.fused_per_step == 2 * LAYERS && f32f.fused_per_step == 2 * LAYERS))
+        fail_msg("%s: %ld and %ld fused calls, want %d", nm, r16f.fused_per_step, f32f.fused_per_step, 2 * LAYERS);
+    if (r16u.fused_per_step != 0) fail_msg("%s: the unfused table ran the fused op", nm);
+    if (!same(&r16f, &r32su)) fail_msg("%s: bf16 activations, fused: not the bits of fp32 activations, unfused", nm);
+    if (!same(&r16u, &r32su)) fail_msg("%s: bf16 activations, unfused: not the bits of fp32 activations, unfused", nm);
+    if (!same(&r32sf, &r32su))
+        fail_msg("%s: at bf16 the fused residual + layernorm is not the bits of the two ops", nm);
+    if (!same(&f32f, &f32u)) fail_msg("%s: at fp32 the fused residual + layernorm is not the bits of the two ops", nm);
+    if (same(&r16f, &f32f)) fail_msg("%s: bf16 gave the bits of fp32: the bf16 GEMMs did not run", nm);
     int finite = 1;
     for (int k = 0; k <= NB; k++)
         for (int i = 0; i < B; i++) finite &= r16f.loss[k][i] == r16f.loss[k][i] && r16f.loss[k][i] > 0.0f;
-    CHECK(finite, "%s: non-finite or non-positive losses at bf16", nm);
+    if (!finite) fail_msg("%s: non-finite or non-positive losses at bf16", nm);
     result *all[] = {&r16f, &r16u, &r32sf, &r32su, &f32f, &f32u};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->grad);
     be->gemm16 = real_gemm16;
@@ -229,25 +230,30 @@ static void test_backend(ddp_backend *be)
            r32sf.bytes - r16f.bytes, r32sf.bytes, r16f.gemm16_per_step, r16f.fused_per_step);
 }
 
-int main(void)
+static void test_cpu(void **state)
 {
-    make_batches();
+    (void)state;
     ddp_backend *cpu = NULL;
     OK(ddp_backend_cpu_create(1, &cpu));
-    if (cpu) {
-        test_backend(cpu);
-        cpu->destroy(cpu);
-    }
-    if (getenv("MPIDDP_CUDA_PLUGIN") || ddp_cuda_maybe_present()) { /* a device, or the emulator: it must work */
-        ddp_backend *gpu = NULL;
-        OK(ddp_backend_cuda_create(0, &gpu));
-        if (gpu) {
-            test_backend(gpu);
-            gpu->destroy(gpu);
-        }
-    } else {
+    test_backend(cpu);
+    cpu->destroy(cpu);
+}
+
+static void test_cuda(void **state)
+{
+    (void)state;
+    if (!getenv("MPIDDP_CUDA_PLUGIN") && !ddp_cuda_maybe_present()) {
         printf("no CUDA device or emulator: the CUDA backend is not tested here (test_act16_emu does)\n");
+        skip();
     }
-    for (int k = 0; k < NB; k++) free(bat[k].x);
-    return check_summary();
+    ddp_backend *gpu = NULL; /* a device, or the emulator: it must work */
+    OK(ddp_backend_cuda_create(0, &gpu));
+    test_backend(gpu);
+    gpu->destroy(gpu);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cpu), cmocka_unit_test(test_cuda)};
+    return cmocka_run_group_tests(tests, make_batches, free_batches);
 }

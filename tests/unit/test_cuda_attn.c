@@ -1,51 +1,31 @@
-/* test_cuda_attn.c — the CUDA backend's attention on tensor cores (backend_cuda_attn_tc.cu: --precision tf32 and
- * bf16) against the CPU twin (ddp_cpu_enc_ops, fp32), forward (output, lse) and backward (dq, dk, dv), across the
- * head widths of every instantiation (dh 8 -> 16, 16, 24 -> 32, 32, 40 -> 64, 64), 1 to 4 heads, a batch of
- * samples of 0, 1, 2, 17, 33, 64, 65 and 150 rows (one and several 64-row blocks and 32-row tiles, partial ones),
- * with and without dropout; determinism (a second run gives the same bits, a sample alone the same bits as in
- * its batch); dh 80 at bf16 and tf32 (past the tensor-core widths: the SIMT kernels); and --precision fp32
- * against a tight fp32 bound (the SIMT path unchanged), its bits differing from tf32's and bf16's (the
- * tensor-core path did run) on a device that has tensor cores for them (sm_80+, and the emulator), equal to
- * them on an older one (where tf32 and bf16 attention fall back to the SIMT kernels).
- *
- * Tolerance, per element, from the rounding (u_r: the unit roundoff of the operands the tensor cores read:
- * bf16 keeps 8 significant bits, u_r = 2^-9; tf32 11 bits, u_r = 2^-11; fp32 u = 2^-24 for the sums; fp32 path:
- * u_r = 0), first order in the relative errors, each bound the sum of the magnitudes it is computed from:
- *   s_ij = scale q_i.k_j: |ds| <= es_ij = (2 u_r + (dh + 2) u) scale sum_c |q_ic k_jc| + 16 u (1 + |s_ij|)
- *   O_i = sum_j P_ij m_ij v_j / l (m: dropout multiplier): every term's relative error is at most es_ij (its
- *     exponent) + max_j es_ij (l) + 2 u_r (P and v rounded) + (n + 8) u (fp32 sums of n terms):
- *     bound sum_j P_ij m_ij |v_jc| (es_ij + max_j es_ij + 2 u_r + (n + 8) u);
- *   lse_i: max_j es_ij + (n + 8) u (1 + |lse_i|);
- *   dP_ij = dO_i.v_j: (2 u_r + (dh + 2) u) sum_c |dO_ic v_jc|; delta_i = dO_i.O_i: sum_c |dO_ic| (O's bound);
- *   dS_ij = P_ij (m_ij dP_ij - delta_i) scale: scale P_ij (m_ij e(dP_ij) + e(delta_i) + |m dP - delta| (ep_ij +
- *     u_r + 4u)), ep_ij = es_ij + e(lse_i) the relative error of P recomputed from lse, u_r for dS rounded;
- *   dV_j = sum_i P m dO_i: sum_i P m |dO_ic| (ep_ij + 2 u_r + (n + 4) u); dK_j = sum_i dS_ij q_i and
- *     dQ_i = sum_j dS_ij k_j: sum (e(dS) |q| + |dS q| (2 u_r + (n + 4) u)).
- * A result passes when |gpu - cpu| <= 2 x its bound (the second-order terms and the CPU's own fp32 error). The
- * check can fail: an all-zero output and dqkv must exceed their bounds (self-check), as must the tf32 results
- * and bf16 results when judged against the fp32 bounds, and bf16's bits must differ from tf32's. Runs on the host emulator (label emu) or a GPU; exit 77 when neither. */
+/* test_cuda_attn.c — the CUDA backend's attention on tensor cores (backend_cuda_attn_tc.cu, --precision tf32 and
+ * bf16) and its SIMT kernels against the CPU twin, within bounds derived from the rounding (see bounds() below). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
-#include "check.h"
 #include "cuda_test.h"
+#include "test_data.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define OK(call) CHECK((call) == DDP_OK, "%s: %s", #call, ddp_last_error())
+#define OK(call)                                                           \
+    do {                                                                   \
+        if ((call) != DDP_OK) fail_msg("%s: %s", #call, ddp_last_error()); \
+    } while (0)
 #define U (1.0 / 16777216.0) /* fp32 unit roundoff, 2^-24 */
 #define SAFETY 2.0
 
 static ddp_backend *cpu, *gpu;
 static double worst_seen[3]; /* the largest error-to-bound ratio: fp32, tf32, bf16 */
 
-static float frand(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
 static void *dev(const void *h, size_t bytes)
 {
     void *d = NULL;
@@ -75,15 +55,33 @@ static double expect_within(const char *what, const float *g, const float *c, co
 {
     int64_t at;
     double w = worst_ratio(g, c, bound, n, &at);
-    CHECK(w <= 1.0, "%s: element %lld: cuda %.9g vs cpu %.9g, bound %.3g (%.3g x)", what, (long long)at, n ? g[at] : 0.0,
-          n ? c[at] : 0.0, n ? SAFETY * bound[at] : 0.0, w);
+    if (!(w <= 1.0))
+        fail_msg("%s: element %lld: cuda %.9g vs cpu %.9g, bound %.3g (%.3g x)", what, (long long)at, n ? g[at] : 0.0,
+                 n ? c[at] : 0.0, n ? SAFETY * bound[at] : 0.0, w);
     return w;
 }
 
-/* The bounds of the header for one batch: bo [R, d], bl [R, H], bq [R, 3d] (dq | dk | dv), from the inputs, the
+/* Tolerance, per element, from the rounding (u_r: the unit roundoff of the operands the tensor cores read:
+ * bf16 keeps 8 significant bits, u_r = 2^-9; tf32 11 bits, u_r = 2^-11; fp32 u = 2^-24 for the sums; fp32 path:
+ * u_r = 0), first order in the relative errors, each bound the sum of the magnitudes it is computed from:
+ *   s_ij = scale q_i.k_j: |ds| <= es_ij = (2 u_r + (dh + 2) u) scale sum_c |q_ic k_jc| + 16 u (1 + |s_ij|)
+ *   O_i = sum_j P_ij m_ij v_j / l (m: dropout multiplier): every term's relative error is at most es_ij (its
+ *     exponent) + max_j es_ij (l) + 2 u_r (P and v rounded) + (n + 8) u (fp32 sums of n terms):
+ *     bound sum_j P_ij m_ij |v_jc| (es_ij + max_j es_ij + 2 u_r + (n + 8) u);
+ *   lse_i: max_j es_ij + (n + 8) u (1 + |lse_i|);
+ *   dP_ij = dO_i.v_j: (2 u_r + (dh + 2) u) sum_c |dO_ic v_jc|; delta_i = dO_i.O_i: sum_c |dO_ic| (O's bound);
+ *   dS_ij = P_ij (m_ij dP_ij - delta_i) scale: scale P_ij (m_ij e(dP_ij) + e(delta_i) + |m dP - delta| (ep_ij +
+ *     u_r + 4u)), ep_ij = es_ij + e(lse_i) the relative error of P recomputed from lse, u_r for dS rounded;
+ *   dV_j = sum_i P m dO_i: sum_i P m |dO_ic| (ep_ij + 2 u_r + (n + 4) u); dK_j = sum_i dS_ij q_i and
+ *     dQ_i = sum_j dS_ij k_j: sum (e(dS) |q| + |dS q| (2 u_r + (n + 4) u)).
+ * A result passes when |gpu - cpu| <= 2 x its bound (the second-order terms and the CPU's own fp32 error). The
+ * check can fail: an all-zero output and dqkv must exceed their bounds (self-check), as must the tf32 results
+ * and bf16 results when judged against the fp32 bounds, and bf16's bits must differ from tf32's. */
+/* The bounds above for one batch: bo [R, d], bl [R, H], bq [R, 3d] (dq | dk | dv), from the inputs, the
  * CPU's o and lse, u_r and the dropout. */
-static void bounds(const float *qkv, const float *dout, const float *o, const float *lse, const int64_t *off, const int64_t *sid,
-                   int B, int64_t d, int H, const ddp_dropout *dr, double ur, double *bo, double *bl, double *bq)
+static void bounds(const float *qkv, const float *dout, const float *o, const float *lse, const int64_t *off,
+                   const int64_t *sid, int B, int64_t d, int H, const ddp_dropout *dr, double ur, double *bo,
+                   double *bl, double *bq)
 {
     const int64_t dh = d / H, ld = 3 * d;
     const double scale = 1.0 / sqrt((double)dh);
@@ -101,7 +99,8 @@ static void bounds(const float *qkv, const float *dout, const float *o, const fl
                 esmax[i] = 0;
                 for (int64_t j = 0; j < n; j++) {
                     double sa = 0, sv = 0;
-                    for (int64_t c = 0; c < dh; c++) sa += fabs((double)q[i * ld + c] * k[j * ld + c]), sv += (double)q[i * ld + c] * k[j * ld + c];
+                    for (int64_t c = 0; c < dh; c++)
+                        sa += fabs((double)q[i * ld + c] * k[j * ld + c]), sv += (double)q[i * ld + c] * k[j * ld + c];
                     sa *= scale, sv *= scale;
                     es[i * n + j] = (2 * ur + (double)(dh + 2) * U) * sa + 16 * U * (1 + fabs(sv));
                     esmax[i] = es[i * n + j] > esmax[i] ? es[i * n + j] : esmax[i];
@@ -116,16 +115,20 @@ static void bounds(const float *qkv, const float *dout, const float *o, const fl
                         b += pm[i * n + j] * ms[i * n + j] * fabs((double)v[j * ld + c]) *
                              (es[i * n + j] + esmax[i] + 2 * ur + (double)(n + 8) * U);
                     bo[(lo + i) * d + h * dh + c] = b;
-                    D += (double)dO[i * d + c] * o[(lo + i) * d + h * dh + c], aD += fabs((double)dO[i * d + c] * o[(lo + i) * d + h * dh + c]);
+                    D += (double)dO[i * d + c] * o[(lo + i) * d + h * dh + c],
+                        aD += fabs((double)dO[i * d + c] * o[(lo + i) * d + h * dh + c]);
                 }
                 eD[i] = (double)(dh + 2) * U * aD;
-                for (int64_t c = 0; c < dh; c++) eD[i] += fabs((double)dO[i * d + c]) * SAFETY * bo[(lo + i) * d + h * dh + c];
+                for (int64_t c = 0; c < dh; c++)
+                    eD[i] += fabs((double)dO[i * d + c]) * SAFETY * bo[(lo + i) * d + h * dh + c];
                 for (int64_t j = 0; j < n; j++) {
                     double dp = 0, adp = 0, p = pm[i * n + j], m = ms[i * n + j];
-                    for (int64_t c = 0; c < dh; c++) dp += (double)dO[i * d + c] * v[j * ld + c], adp += fabs((double)dO[i * d + c] * v[j * ld + c]);
+                    for (int64_t c = 0; c < dh; c++)
+                        dp += (double)dO[i * d + c] * v[j * ld + c], adp += fabs((double)dO[i * d + c] * v[j * ld + c]);
                     double ep = es[i * n + j] + SAFETY * bl[(lo + i) * H + h], t = m * dp - D;
                     dsv[i * n + j] = p * t * scale;
-                    eds[i * n + j] = scale * p * (m * (2 * ur + (double)(dh + 2) * U) * adp + eD[i] + fabs(t) * (ep + ur + 4 * U));
+                    eds[i * n + j] = scale * p *
+                                     (m * (2 * ur + (double)(dh + 2) * U) * adp + eD[i] + fabs(t) * (ep + ur + 4 * U));
                     es[i * n + j] = ep; /* from here: P's relative error */
                 }
             }
@@ -133,8 +136,10 @@ static void bounds(const float *qkv, const float *dout, const float *o, const fl
                 for (int64_t c = 0; c < dh; c++) {
                     double bdq = 0, bdk = 0, bdv = 0, tail = 2 * ur + (double)(n + 4) * U;
                     for (int64_t x = 0; x < n; x++) {
-                        bdq += eds[r * n + x] * fabs((double)k[x * ld + c]) + fabs(dsv[r * n + x] * k[x * ld + c]) * tail;
-                        bdk += eds[x * n + r] * fabs((double)q[x * ld + c]) + fabs(dsv[x * n + r] * q[x * ld + c]) * tail;
+                        bdq += eds[r * n + x] * fabs((double)k[x * ld + c]) +
+                               fabs(dsv[r * n + x] * k[x * ld + c]) * tail;
+                        bdk += eds[x * n + r] * fabs((double)q[x * ld + c]) +
+                               fabs(dsv[x * n + r] * q[x * ld + c]) * tail;
                         bdv += pm[x * n + r] * ms[x * n + r] * fabs((double)dO[x * d + c]) * (es[x * n + r] + tail);
                     }
                     double *row = bq + (lo + r) * ld + h * dh + c;
@@ -153,23 +158,22 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
 {
     static const double urs[3] = {0.0, 1.0 / 2048, 1.0 / 512};
     static const char *names[3] = {"fp32", "tf32", "bf16"};
-    int64_t d = dh * H, R = 0, mx = 0, *o = malloc((size_t)(B + 1) * 8), *sid = malloc((size_t)B * 8);
-    o[0] = 0;
-    for (int i = 0; i < B; i++) o[i + 1] = o[i] + len[i], mx = len[i] > mx ? len[i] : mx, sid[i] = 11 + 3 * i;
-    R = o[B];
-    int64_t *seg = malloc((size_t)(R ? R : 1) * 8);
-    for (int i = 0; i < B; i++)
-        for (int64_t r = o[i]; r < o[i + 1]; r++) seg[r] = i;
-    ddp_packing pc = {.B = B, .R = R, .off = o, .seg = seg, .sid = sid, .hoff = o, .max_rows = mx}, pg = pc;
-    pg.off = dev(o, (size_t)(B + 1) * 8), pg.seg = dev(seg, (size_t)R * 8), pg.sid = dev(sid, (size_t)B * 8);
+    test_pack pk;
+    test_pack_lengths(&pk, len, B, 11, 3);
+    int64_t d = dh * H, R = pk.R;
+    const int64_t *o = pk.off, *sid = pk.sid;
+    ddp_packing pc = {.B = B, .R = R, .off = o, .seg = pk.seg, .sid = sid, .hoff = o, .max_rows = pk.max_rows}, pg = pc;
+    pg.off = dev(o, (size_t)(B + 1) * 8), pg.seg = dev(pk.seg, (size_t)R * 8), pg.sid = dev(sid, (size_t)B * 8);
     uint64_t seed = 1234 + (uint64_t)dh * 7 + (uint64_t)H;
     float *qkv = malloc((size_t)(R * 3 * d + 1) * 4), *dout = malloc((size_t)(R * d + 1) * 4);
-    for (int64_t i = 0; i < R * 3 * d; i++) qkv[i] = 1.5f * frand(&seed);
-    for (int64_t i = 0; i < R * d; i++) dout[i] = frand(&seed);
-    float *y = calloc((size_t)(R * d + 1), 4), *lse = calloc((size_t)(R * H + 1), 4), *dq = calloc((size_t)(R * 3 * d + 1), 4);
+    for (int64_t i = 0; i < R * 3 * d; i++) qkv[i] = 1.5f * test_frand(&seed);
+    for (int64_t i = 0; i < R * d; i++) dout[i] = test_frand(&seed);
+    float *y = calloc((size_t)(R * d + 1), 4), *lse = calloc((size_t)(R * H + 1), 4),
+          *dq = calloc((size_t)(R * 3 * d + 1), 4);
     float *D = calloc((size_t)(R * H + 1), 4);
     void *qg = dev(qkv, (size_t)R * 3 * d * 4), *dog = dev(dout, (size_t)R * d * 4), *yg = dev(NULL, (size_t)R * d * 4);
-    void *lg = dev(NULL, (size_t)R * H * 4), *dqg = dev(NULL, (size_t)R * 3 * d * 4), *Dg = dev(NULL, (size_t)R * H * 4);
+    void *lg = dev(NULL, (size_t)R * H * 4), *dqg = dev(NULL, (size_t)R * 3 * d * 4),
+         *Dg = dev(NULL, (size_t)R * H * 4);
     const ddp_dropout dr = {.p = p, .key = 0x5eed + (uint64_t)dh};
     OK(cpu->enc->attention_fwd(cpu, qkv, y, lse, &pc, d, H, &dr));
     OK(cpu->enc->attention_bwd(cpu, qkv, y, dout, lse, dq, D, &pc, d, H, &dr));
@@ -177,12 +181,14 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     OK(gpu->enc->attention_fwd(gpu, qg, yg, lg, &pg, d, H, &dr));
     OK(gpu->enc->attention_bwd(gpu, qg, yg, dog, lg, dqg, Dg, &pg, d, H, &dr));
     float *gy = down(yg, R * d), *gl = down(lg, R * H), *gq = down(dqg, R * 3 * d);
-    double *bo = calloc((size_t)(R * d + 1), 8), *bl = calloc((size_t)(R * H + 1), 8), *bq = calloc((size_t)(R * 3 * d + 1), 8);
+    double *bo = calloc((size_t)(R * d + 1), 8), *bl = calloc((size_t)(R * H + 1), 8),
+           *bq = calloc((size_t)(R * 3 * d + 1), 8);
     bounds(qkv, dout, y, lse, o, sid, B, d, H, &dr, dh > 64 ? 0.0 : urs[prec], bo, bl, bq); /* > 64: fp32 SIMT */
     char what[160];
     snprintf(what, sizeof what, "attention %s dh %lld H %d p %.1f", names[prec], (long long)dh, H, (double)p);
     char w1[200], w2[200], w3[200];
-    snprintf(w1, sizeof w1, "%s output", what), snprintf(w2, sizeof w2, "%s lse", what), snprintf(w3, sizeof w3, "%s dqkv", what);
+    snprintf(w1, sizeof w1, "%s output", what), snprintf(w2, sizeof w2, "%s lse", what),
+        snprintf(w3, sizeof w3, "%s dqkv", what);
     double eo = expect_within(w1, gy, y, bo, R * d), el = expect_within(w2, gl, lse, bl, R * H);
     double eg = expect_within(w3, gq, dq, bq, R * 3 * d), wst = eo > el ? eo : el;
     wst = eg > wst ? eg : wst;
@@ -192,49 +198,59 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     OK(gpu->enc->attention_fwd(gpu, qg, yg, lg, &pg, d, H, &dr));
     OK(gpu->enc->attention_bwd(gpu, qg, yg, dog, lg, dqg, Dg, &pg, d, H, &dr));
     float *gy2 = down(yg, R * d), *gq2 = down(dqg, R * 3 * d);
-    CHECK(!memcmp(gy, gy2, (size_t)R * d * 4) && !memcmp(gq, gq2, (size_t)R * 3 * d * 4), "%s: two runs differ", what);
+    if (!(!memcmp(gy, gy2, (size_t)R * d * 4) && !memcmp(gq, gq2, (size_t)R * 3 * d * 4)))
+        fail_msg("%s: two runs differ", what);
     /* sample B/2 alone (its id kept): the same bits as inside the batch */
     const int solo = B / 2;
     int64_t lo = o[solo], n = len[solo], o1[2] = {0, n}, *seg1 = calloc((size_t)n + 1, 8);
-    ddp_packing p1 = {.B = 1, .R = n, .off = dev(o1, sizeof o1), .seg = dev(seg1, (size_t)n * 8), .sid = dev(&sid[solo], 8),
-                      .hoff = o1, .max_rows = n};
+    ddp_packing p1 = {.B = 1,
+                      .R = n,
+                      .off = dev(o1, sizeof o1),
+                      .seg = dev(seg1, (size_t)n * 8),
+                      .sid = dev(&sid[solo], 8),
+                      .hoff = o1,
+                      .max_rows = n};
     void *q1 = dev(qkv + lo * 3 * d, (size_t)n * 3 * d * 4), *do1 = dev(dout + lo * d, (size_t)n * d * 4);
     OK(gpu->enc->attention_fwd(gpu, q1, yg, lg, &p1, d, H, &dr));
     OK(gpu->enc->attention_bwd(gpu, q1, yg, do1, lg, dqg, Dg, &p1, d, H, &dr));
     float *y3 = down(yg, n * d), *g3 = down(dqg, n * 3 * d);
-    CHECK(!memcmp(y3, gy + lo * d, (size_t)n * d * 4) && !memcmp(g3, gq + lo * 3 * d, (size_t)n * 3 * d * 4),
-          "%s: sample %d alone differs from the batch", what, solo);
+    if (!(!memcmp(y3, gy + lo * d, (size_t)n * d * 4) && !memcmp(g3, gq + lo * 3 * d, (size_t)n * 3 * d * 4)))
+        fail_msg("%s: sample %d alone differs from the batch", what, solo);
     void *d1[] = {(void *)p1.off, (void *)p1.seg, (void *)p1.sid, q1, do1};
     for (size_t i = 0; i < sizeof d1 / sizeof d1[0]; i++) gpu->release(gpu, d1[i]);
     free(seg1), free(y3), free(g3);
     if (self) {
         int64_t at;
         float *zero = calloc((size_t)(R * 3 * d + 1), 4);
-        CHECK(worst_ratio(zero, y, bo, R * d, &at) > 1.0, "%s: a zero output passes the output bound", what);
-        CHECK(worst_ratio(zero, dq, bq, R * 3 * d, &at) > 1.0, "%s: a zero dqkv passes the dqkv bound", what);
+        if (!(worst_ratio(zero, y, bo, R * d, &at) > 1.0)) fail_msg("%s: a zero output passes the output bound", what);
+        if (!(worst_ratio(zero, dq, bq, R * 3 * d, &at) > 1.0)) fail_msg("%s: a zero dqkv passes the dqkv bound", what);
         free(zero);
         if (prec != DDP_PRECISION_FP32 && dh <= 64) {
             /* the same inputs at fp32 (and bf16's at tf32): on a device with tensor cores (sm_80+, and the emulator)
              * other bits, and results beyond the fp32 bounds, which the tensor cores' rounding exceeds; on an older
              * device the SIMT kernels' fp32 bits */
-            double *fo = calloc((size_t)(R * d + 1), 8), *fl = calloc((size_t)(R * H + 1), 8), *fq = calloc((size_t)(R * 3 * d + 1), 8);
+            double *fo = calloc((size_t)(R * d + 1), 8), *fl = calloc((size_t)(R * H + 1), 8),
+                   *fq = calloc((size_t)(R * 3 * d + 1), 8);
             bounds(qkv, dout, y, lse, o, sid, B, d, H, &dr, 0.0, fo, fl, fq);
             OK(ddp_backend_set_precision(gpu, DDP_PRECISION_FP32));
             OK(gpu->enc->attention_fwd(gpu, qg, yg, lg, &pg, d, H, &dr));
             float *fy = down(yg, R * d);
             if (tc_device) {
-                CHECK(worst_ratio(gy, y, fo, R * d, &at) > 1.0 && worst_ratio(gq, dq, fq, R * 3 * d, &at) > 1.0,
-                      "%s: results within the fp32 bounds: did the tensor cores run?", what);
-                CHECK(memcmp(fy, gy, (size_t)R * d * 4) != 0, "%s: the fp32 and %s outputs have the same bits", what, names[prec]);
+                if (!(worst_ratio(gy, y, fo, R * d, &at) > 1.0 && worst_ratio(gq, dq, fq, R * 3 * d, &at) > 1.0))
+                    fail_msg("%s: results within the fp32 bounds: did the tensor cores run?", what);
+                if (memcmp(fy, gy, (size_t)R * d * 4) == 0)
+                    fail_msg("%s: the fp32 and %s outputs have the same bits", what, names[prec]);
                 if (prec == DDP_PRECISION_BF16) {
                     OK(ddp_backend_set_precision(gpu, DDP_PRECISION_TF32));
                     OK(gpu->enc->attention_fwd(gpu, qg, yg, lg, &pg, d, H, &dr));
                     float *ty = down(yg, R * d);
-                    CHECK(memcmp(ty, gy, (size_t)R * d * 4) != 0, "%s: the tf32 and bf16 outputs have the same bits", what);
+                    if (memcmp(ty, gy, (size_t)R * d * 4) == 0)
+                        fail_msg("%s: the tf32 and bf16 outputs have the same bits", what);
                     free(ty);
                 }
             } else {
-                CHECK(memcmp(fy, gy, (size_t)R * d * 4) == 0, "%s: no tensor cores here, yet not the fp32 kernels' bits", what);
+                if (memcmp(fy, gy, (size_t)R * d * 4) != 0)
+                    fail_msg("%s: no tensor cores here, yet not the fp32 kernels' bits", what);
             }
             free(fy), free(fo), free(fl), free(fq);
         }
@@ -242,39 +258,74 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     OK(ddp_backend_set_precision(gpu, DDP_PRECISION_FP32));
     void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, qg, dog, yg, lg, dqg, Dg};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
-    free(o), free(sid), free(seg), free(qkv), free(dout), free(y), free(lse), free(dq), free(D);
+    test_pack_free(&pk);
+    free(qkv), free(dout), free(y), free(lse), free(dq), free(D);
     free(gy), free(gl), free(gq), free(gy2), free(gq2), free(bo), free(bl), free(bq);
+}
+
+static const int64_t lens[] = {17, 1, 150, 0, 33, 64, 65, 2};
+static const int64_t small[] = {1, 40, 2, 33};
+
+/* Forward (output, lse) and backward (dq, dk, dv) against the CPU twin (ddp_cpu_enc_ops, fp32) across the head widths
+ * of every instantiation (dh 8 -> 16, 16, 24 -> 32, 32, 40 -> 64, 64), 1 to 4 heads, a batch of samples of 0, 1, 2,
+ * 17, 33, 64, 65 and 150 rows (one and several 64-row blocks and 32-row tiles, partial ones), with and without
+ * dropout; determinism (a second run gives the same bits, a sample alone the same bits as in its batch); and
+ * --precision fp32 against a tight fp32 bound (the SIMT path unchanged), its bits differing from tf32's and bf16's
+ * (the tensor-core path did run) on a device that has tensor cores for them (sm_80+, and the emulator), equal to
+ * them on an older one (where tf32 and bf16 attention fall back to the SIMT kernels). */
+static void test_head_widths(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t dh;
+        int H;
+        const int64_t *len;
+        int B;
+    } shapes[] = {{8, 3, small, 4},  {16, 4, lens, 8},  {24, 2, lens, 8},
+                  {32, 1, small, 4}, {40, 2, small, 4}, {64, 2, lens, 8}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        for (int pr = DDP_PRECISION_TF32; pr <= DDP_PRECISION_BF16; pr++)
+            for (int k = 0; k < 2; k++)
+                attn_case(shapes[i].len, shapes[i].B, shapes[i].dh, shapes[i].H, (ddp_precision)pr, k ? 0.2f : 0.0f,
+                          k == 0);
+        attn_case(shapes[i].len, shapes[i].B, shapes[i].dh, shapes[i].H, DDP_PRECISION_FP32, 0.2f, 0);
+    }
+}
+
+/* dh 80 at bf16 and tf32: past the tensor-core widths, the SIMT kernels */
+static void test_past_tensor_core_widths(void **state)
+{
+    (void)state;
+    attn_case(small, 4, 80, 1, DDP_PRECISION_BF16, 0.2f, 0);
+    attn_case(small, 4, 80, 2, DDP_PRECISION_TF32, 0.0f, 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    int cc = ddp_cuda()->compute_capability(0);
+    tc_device = cc >= 80;
+    printf("device 0: compute capability %d.%d: %s\n", cc / 10, cc % 10,
+           tc_device ? "tf32 and bf16 attention on tensor cores"
+                     : "no tf32/bf16 tensor cores: attention on the SIMT kernels");
+    OK(ddp_backend_cpu_create(1, &cpu));
+    OK(ddp_backend_cuda_create(0, &gpu));
+    return 0;
+}
+static int teardown(void **state)
+{
+    (void)state;
+    printf("largest error / bound: fp32 %.3f, tf32 %.3f, bf16 %.3f\n", worst_seen[0], worst_seen[1], worst_seen[2]);
+    gpu->destroy(gpu);
+    cpu->destroy(cpu);
+    return 0;
 }
 
 int main(void)
 {
     int exit_code;
     if (cuda_test_devices(&exit_code) == 0) return exit_code;
-    int cc = ddp_cuda()->compute_capability(0);
-    tc_device = cc >= 80;
-    printf("device 0: compute capability %d.%d: %s\n", cc / 10, cc % 10,
-           tc_device ? "tf32 and bf16 attention on tensor cores" : "no tf32/bf16 tensor cores: attention on the SIMT kernels");
-    OK(ddp_backend_cpu_create(1, &cpu));
-    OK(ddp_backend_cuda_create(0, &gpu));
-    if (failures) return 1;
-    static const int64_t lens[] = {17, 1, 150, 0, 33, 64, 65, 2};
-    static const int64_t small[] = {1, 40, 2, 33};
-    static const struct {
-        int64_t dh;
-        int H;
-        const int64_t *len;
-        int B;
-    } shapes[] = {{8, 3, small, 4}, {16, 4, lens, 8}, {24, 2, lens, 8}, {32, 1, small, 4}, {40, 2, small, 4}, {64, 2, lens, 8}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        for (int pr = DDP_PRECISION_TF32; pr <= DDP_PRECISION_BF16; pr++)
-            for (int k = 0; k < 2; k++)
-                attn_case(shapes[i].len, shapes[i].B, shapes[i].dh, shapes[i].H, (ddp_precision)pr, k ? 0.2f : 0.0f, k == 0);
-        attn_case(shapes[i].len, shapes[i].B, shapes[i].dh, shapes[i].H, DDP_PRECISION_FP32, 0.2f, 0);
-    }
-    attn_case(small, 4, 80, 1, DDP_PRECISION_BF16, 0.2f, 0); /* past the tensor-core widths: the SIMT kernels */
-    attn_case(small, 4, 80, 2, DDP_PRECISION_TF32, 0.0f, 0);
-    printf("largest error / bound: fp32 %.3f, tf32 %.3f, bf16 %.3f\n", worst_seen[0], worst_seen[1], worst_seen[2]);
-    gpu->destroy(gpu);
-    cpu->destroy(cpu);
-    return check_summary();
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_head_widths),
+                                       cmocka_unit_test(test_past_tensor_core_widths)};
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

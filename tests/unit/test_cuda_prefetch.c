@@ -1,60 +1,40 @@
-/* test_cuda_prefetch.c — the batches' uploads of the built-in models on the CUDA backend (model_common.c,
- * ddp_backend.stage*): four micro-batches through the MLP and the Transformer encoder with the next batch
- * prefetched while the current one computes give the same bits (losses, probabilities, predictions and the
- * accumulated gradients) as uploads on the compute stream (MPIDDP_CUDA_PREFETCH=0) and as a prefetch of the
- * wrong batch; a prefetched batch is really used (its host data changed after the prefetch does not reach the
- * step); each train step makes at most DDP_MODEL_HOST_SYNCS_PER_STEP host synchronisations (counted by the
- * backend) and the launches per step are printed (docs/architecture.md); the device timers give forward,
- * backward and attention times without a synchronisation; the staging and timer entries refuse bad arguments.
- * On a GPU (label gpu) and on the host emulator with jitter (label emu), where a missing event wait shows up
- * as different bits. */
+/* test_cuda_prefetch.c — the built-in models' batch uploads on the CUDA backend (model_common.c, ddp_backend.stage*):
+ * prefetched, staged and compute-stream uploads give the same bits; host syncs and launches per step; the timers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
 #include "mpi_ddp/model/model_common.h"
 #include "mpi_ddp/model/models.h"
-#include "check.h"
 #include "cuda_test.h"
+#include "test_data.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define OK(call) CHECK((call) == DDP_OK, "%s: %s", #call, ddp_last_error())
+#define OK(call)                                                           \
+    do {                                                                   \
+        if ((call) != DDP_OK) fail_msg("%s: %s", #call, ddp_last_error()); \
+    } while (0)
 enum { NB = 4, B = 12, D = 11, C = 3 };
 
 static ddp_backend *gpu;
 
 /* NB batches of B samples of 1..9 rows each, every one in its own buffers. */
-typedef struct {
-    int64_t off[B + 1], lab[B], ids[B];
-    uint8_t pad[B];
-    float *x;
-    ddp_batch b;
-} tbatch;
-static tbatch bat[NB];
+static test_batch bat[NB];
 static int64_t max_rows;
 
 static void make_batches(void)
 {
     uint64_t s = 12345;
     for (int k = 0; k < NB; k++) {
-        tbatch *t = &bat[k];
-        t->off[0] = 0;
-        for (int i = 0; i < B; i++) {
-            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-            t->off[i + 1] = t->off[i] + 1 + (int64_t)((s >> 33) % 9);
-            t->lab[i] = (int64_t)((s >> 20) % C);
-            t->ids[i] = 100 * k + i;
-        }
-        int64_t R = t->off[B];
-        max_rows = R > max_rows ? R : max_rows;
-        t->x = malloc((size_t)(R * D) * sizeof(float));
-        for (int64_t j = 0; j < R * D; j++) {
-            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-            t->x[j] = (float)((double)(s >> 40) / (double)(1ULL << 24) * 2.0 - 1.0);
-        }
-        t->b = (ddp_batch){.nsamples = B, .nrows = R, .dim = D, .offsets = t->off, .labels = t->lab, .sample_ids = t->ids,
-                           .is_pad = t->pad, .x = t->x, .step = 1};
+        test_batch_make(&bat[k], &s, B, 9, C, D, 2.0, 100 * k, 1);
+        max_rows = bat[k].b.nrows > max_rows ? bat[k].b.nrows : max_rows;
     }
 }
 
@@ -96,7 +76,6 @@ static void run(int tx, int mode, int staged, result *r)
     ddp_model m;
     OK(create(tx, &m));
     unsetenv("MPIDDP_CUDA_PREFETCH");
-    if (failures) return;
     int64_t n = ddp_model_num_params(&m);
     void *p, *g;
     OK(gpu->alloc(gpu, &p, (size_t)n * 4));
@@ -114,8 +93,8 @@ static void run(int tx, int mode, int staged, result *r)
         OK(m.train_step(m.self, &bat[k].b, p, g, &o, NULL, NULL));
         long long ds = ddp_cuda()->host_syncs() - s0;
         r->syncs_max = ds > r->syncs_max ? ds : r->syncs_max;
-        if (mode != PF_NONE) CHECK(pk.calls == calls + 1, "%s step %d: the model peeked %d times", tx ? "transformer" : "mlp", k,
-                                   pk.calls - calls);
+        if (mode != PF_NONE && pk.calls != calls + 1)
+            fail_msg("%s step %d: the model peeked %d times", tx ? "transformer" : "mlp", k, pk.calls - calls);
         if (mode == PF_PROBE && k + 1 < NB) /* changed after its prefetch: a step that uploads it again sees it */
             for (int64_t j = 0; j < bat[k + 1].b.nrows * D; j++) bat[k + 1].x[j] *= 2.0f;
         if (mode == PF_PROBE && k > 0)
@@ -127,11 +106,12 @@ static void run(int tx, int mode, int staged, result *r)
     if (tx) {
         double t[4];
         ddp_transformer_times(&m, t);
-        CHECK(t[0] > 0 && t[1] > 0 && t[2] > 0, "transformer device times: fwd %g bwd %g attention %g", t[0], t[1], t[2]);
+        if (!(t[0] > 0 && t[1] > 0 && t[2] > 0))
+            fail_msg("transformer device times: fwd %g bwd %g attention %g", t[0], t[1], t[2]);
     } else {
         double f, b;
         ddp_refmodel_times(&m, &f, &b);
-        CHECK(f > 0 && b > 0, "mlp device times: fwd %g bwd %g", f, b);
+        if (!(f > 0 && b > 0)) fail_msg("mlp device times: fwd %g bwd %g", f, b);
     }
     OK(m.prefetch(m.self, NULL, NULL));
     gpu->release(gpu, p);
@@ -142,17 +122,24 @@ static void run(int tx, int mode, int staged, result *r)
 static void same(const char *what, int tx, const result *a, const result *b, int64_t n)
 {
     const char *name = tx ? "transformer" : "mlp";
-    CHECK(!memcmp(a->loss, b->loss, sizeof a->loss) && !memcmp(a->prob, b->prob, sizeof a->prob) &&
-              !memcmp(a->pred, b->pred, sizeof a->pred),
-          "%s %s: per-sample outputs differ", name, what);
-    CHECK(!memcmp(a->grad, b->grad, (size_t)n * 4), "%s %s: gradients differ", name, what);
+    if (!(!memcmp(a->loss, b->loss, sizeof a->loss) && !memcmp(a->prob, b->prob, sizeof a->prob) &&
+          !memcmp(a->pred, b->pred, sizeof a->pred)))
+        fail_msg("%s %s: per-sample outputs differ", name, what);
+    if (memcmp(a->grad, b->grad, (size_t)n * 4)) fail_msg("%s %s: gradients differ", name, what);
 }
 
+/* Four micro-batches through the MLP and the Transformer encoder with the next batch prefetched while the current
+ * one computes give the same bits (losses, probabilities, predictions and the accumulated gradients) as uploads on
+ * the compute stream (MPIDDP_CUDA_PREFETCH=0) and as a prefetch of the wrong batch; a prefetched batch is really
+ * used (its host data changed after the prefetch does not reach the step); each train step makes at most
+ * DDP_MODEL_HOST_SYNCS_PER_STEP host synchronisations (counted by the backend) and the launches per step are printed
+ * (docs/architecture.md); the device timers give forward, backward and attention times without a synchronisation.
+ * On a GPU (label gpu) and on the host emulator with jitter (label emu), where a missing event wait shows up as
+ * different bits. */
 static void test_model(int tx)
 {
     ddp_model m;
     OK(create(tx, &m));
-    if (failures) return;
     int64_t n = ddp_model_num_params(&m);
     m.destroy(m.self);
     static result ref, r;
@@ -164,13 +151,15 @@ static void test_model(int tx)
         free(ref.grad);
         return;
     }
-    CHECK(ref.syncs_max <= DDP_MODEL_HOST_SYNCS_PER_STEP, "%s: %lld host synchronisations in a step without staging", name,
-          ref.syncs_max);
+    if (!(ref.syncs_max <= DDP_MODEL_HOST_SYNCS_PER_STEP))
+        fail_msg("%s: %lld host synchronisations in a step without staging", name, ref.syncs_max);
     run(tx, PF_NEXT, 1, &r);
     same("prefetched vs compute-stream uploads", tx, &ref, &r, n);
-    CHECK(r.syncs_max <= DDP_MODEL_HOST_SYNCS_PER_STEP, "%s: %lld host synchronisations in a prefetching step (at most %d)",
-          name, r.syncs_max, DDP_MODEL_HOST_SYNCS_PER_STEP);
-    CHECK(r.launches == ref.launches, "%s: %lld launches per step with staging, %lld without", name, r.launches, ref.launches);
+    if (!(r.syncs_max <= DDP_MODEL_HOST_SYNCS_PER_STEP))
+        fail_msg("%s: %lld host synchronisations in a prefetching step (at most %d)", name, r.syncs_max,
+                 DDP_MODEL_HOST_SYNCS_PER_STEP);
+    if (r.launches != ref.launches)
+        fail_msg("%s: %lld launches per step with staging, %lld without", name, r.launches, ref.launches);
     free(r.grad);
     run(tx, PF_NONE, 1, &r);
     same("staged without prefetch", tx, &ref, &r, n);
@@ -185,24 +174,25 @@ static void test_model(int tx)
 }
 
 /* The staging and timer entries' refusals, and the pinned slots grown for a larger batch. */
-static void test_entries(void)
+static void test_entries(void **state)
 {
+    (void)state;
     double s;
-    CHECK(gpu->mark(gpu, DDP_TIMERS) != DDP_OK, "mark beyond DDP_TIMERS must fail");
-    CHECK(gpu->elapsed(gpu, DDP_TIMERS - 2, DDP_TIMERS - 1, &s) != DDP_OK && strstr(ddp_last_error(), "never marked"),
-          "elapsed of timers never marked: %s", ddp_last_error());
+    if (gpu->mark(gpu, DDP_TIMERS) == DDP_OK) fail_msg("mark beyond DDP_TIMERS must fail");
+    if (!(gpu->elapsed(gpu, DDP_TIMERS - 2, DDP_TIMERS - 1, &s) != DDP_OK && strstr(ddp_last_error(), "never marked")))
+        fail_msg("elapsed of timers never marked: %s", ddp_last_error());
     OK(gpu->mark(gpu, DDP_TIMERS - 2));
     OK(gpu->mark(gpu, DDP_TIMERS - 1));
     OK(gpu->elapsed(gpu, DDP_TIMERS - 2, DDP_TIMERS - 1, &s));
-    CHECK(s >= 0, "elapsed %g", s);
+    if (!(s >= 0)) fail_msg("elapsed %g", s);
     void *d;
     OK(gpu->alloc(gpu, &d, 1 << 20));
     static char big[1 << 20];
     ddp_copy cp = {d, big, sizeof big};
     OK(gpu->stage_reserve(gpu, 4096));
     OK(gpu->stage_reserve(gpu, 2048)); /* smaller: kept */
-    CHECK(gpu->stage(gpu, 0, &cp, 1) != DDP_OK && strstr(ddp_last_error(), "stage_reserve"), "a stage beyond the slots: %s",
-          ddp_last_error());
+    if (!(gpu->stage(gpu, 0, &cp, 1) != DDP_OK && strstr(ddp_last_error(), "stage_reserve")))
+        fail_msg("a stage beyond the slots: %s", ddp_last_error());
     OK(gpu->stage_reserve(gpu, sizeof big)); /* grown: the old slots freed once their copies landed */
     for (size_t i = 0; i < sizeof big; i++) big[i] = (char)(i * 7);
     OK(gpu->stage(gpu, 1, &cp, 1));
@@ -210,7 +200,7 @@ static void test_entries(void)
     OK(gpu->stage_acquire(gpu, 1));
     static char back[1 << 20];
     OK(gpu->download(gpu, back, d, sizeof back));
-    CHECK(!memcmp(back, big, sizeof big), "staged bytes differ");
+    if (memcmp(back, big, sizeof big)) fail_msg("staged bytes differ");
     OK(gpu->stage_release(gpu, 1));
     /* the copy stream waits for the compute that last reads a set's device buffers (stage_release): slow work
      * queued before a column sum of x, x restaged at once with other values, and the sum must see the old ones */
@@ -227,7 +217,8 @@ static void test_entries(void)
     ddp_copy c1 = {x, ones, sizeof ones}, c2 = {x, twos, sizeof twos};
     OK(gpu->stage(gpu, 0, &c1, 1));
     OK(gpu->stage_acquire(gpu, 0));
-    for (int k = 0; k < 8; k++) OK(gpu->gemm(gpu, 0, 0, XR, XC, XC, 1.0f, x, XC, w, XC, 0.0f, y, XC)); /* slow, reads x */
+    for (int k = 0; k < 8; k++)
+        OK(gpu->gemm(gpu, 0, 0, XR, XC, XC, 1.0f, x, XC, w, XC, 0.0f, y, XC)); /* slow, reads x */
     OK(gpu->colsum(gpu, x, sum, XR, XC, 0.0f));
     OK(gpu->stage_release(gpu, 0));
     OK(gpu->stage(gpu, 0, &c2, 1)); /* no host wait in between: only the event orders it after the sum */
@@ -235,7 +226,8 @@ static void test_entries(void)
     OK(gpu->download(gpu, hs, sum, sizeof hs));
     int bad = 0;
     for (int c = 0; c < XC; c++) bad += hs[c] != (float)XR;
-    CHECK(!bad, "%d column sums saw the next batch's values: the copy did not wait for the compute reading x", bad);
+    if (bad)
+        fail_msg("%d column sums saw the next batch's values: the copy did not wait for the compute reading x", bad);
     /* a buffer allocated while the compute stream is busy and staged into at once: its zeroing, queued on the
      * compute stream behind the slow work, must not land over the batch the copy stream wrote */
     float *z;
@@ -249,28 +241,53 @@ static void test_entries(void)
     OK(gpu->download(gpu, hs, sum, sizeof hs));
     bad = 0;
     for (int c = 0; c < XC; c++) bad += hs[c] != (float)XR;
-    CHECK(!bad, "%d column sums of a new buffer staged at once saw zeros: its zeroing landed over the copy", bad);
+    if (bad) fail_msg("%d column sums of a new buffer staged at once saw zeros: its zeroing landed over the copy", bad);
     gpu->release(gpu, z);
     gpu->release(gpu, x), gpu->release(gpu, w), gpu->release(gpu, y), gpu->release(gpu, sum);
     long long syncs = ddp_cuda()->host_syncs();
     OK(gpu->synchronize(gpu)); /* the models no longer call it: a host synchronisation, counted */
-    CHECK(ddp_cuda()->host_syncs() == syncs + 1, "synchronize: %lld host synchronisations", ddp_cuda()->host_syncs() - syncs);
+    if (!(ddp_cuda()->host_syncs() == syncs + 1))
+        fail_msg("synchronize: %lld host synchronisations", ddp_cuda()->host_syncs() - syncs);
     gpu->release(gpu, d);
+}
+
+static void test_mlp(void **state)
+{
+    (void)state;
+    test_model(0);
+}
+static void test_transformer_1_layer(void **state) /* its launches, for docs/architecture.md's count */
+{
+    (void)state;
+    test_model(1);
+}
+static void test_transformer(void **state)
+{
+    (void)state;
+    test_model(2);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    OK(ddp_backend_cuda_create(0, &gpu));
+    if (!(gpu->stage && gpu->mark)) fail_msg("the CUDA backend has no staging or timers");
+    make_batches();
+    return 0;
+}
+static int teardown(void **state)
+{
+    (void)state;
+    gpu->destroy(gpu);
+    for (int k = 0; k < NB; k++) test_batch_free(&bat[k]);
+    return 0;
 }
 
 int main(void)
 {
     int exit_code, ndev = cuda_test_devices(&exit_code);
     if (ndev == 0) return exit_code;
-    OK(ddp_backend_cuda_create(0, &gpu));
-    if (failures) return 1;
-    CHECK(gpu->stage && gpu->mark, "the CUDA backend has no staging or timers");
-    make_batches();
-    test_entries();
-    test_model(0);
-    test_model(1);
-    test_model(2);
-    gpu->destroy(gpu);
-    for (int k = 0; k < NB; k++) free(bat[k].x);
-    return check_summary();
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_entries), cmocka_unit_test(test_mlp),
+                                       cmocka_unit_test(test_transformer_1_layer), cmocka_unit_test(test_transformer)};
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,41 +1,46 @@
-// test_emu_wmma.cpp — the emulator's warp matrix functions (tests/cuda_emu/emu_wmma.h), called from test_emu.c
-// (C, so this part is C++ of its own): __float_to_tf32 rounds to nearest with ties away from zero (cvt.rna), a
-// tf32 operand is read as its upper 19 bits, and mma_sync of m16n16k8 tf32 and m16n16k16 bf16 tiles through
-// every load/store layout equals a host reference with the same rounding (exact products, fp32 sums in k order);
-// the memo that spares later lanes of a warp recomputing lane 0's mma_sync never hands out a wrong result.
+// test_emu_wmma.cpp — the emulator's warp matrix functions (tests/cuda_emu/emu_wmma.h) against host references: test
+// cases of test_emu.c, in C++ of their own (C cannot include emu_wmma.h); see each test for what it checks.
 #define DDP_CUDA_EMU_KERNELS 1
 #include "emu_cuda.h"
 
-#include <stdio.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>
+}
 
 namespace wmma = nvcuda::wmma;
 
-static int fails;
-static char first[256];
-static void check(bool ok, const char *what)
+static float val(int i, int j, int salt)
 {
-    if (ok) return;
-    if (!fails++) snprintf(first, sizeof first, "%s", what);
+    return (float)((i * 37 + j * 11 + salt) % 29 - 14) / 7.0f + 1e-3f * (float)j;
 }
 
-static float val(int i, int j, int salt) { return (float)((i * 37 + j * 11 + salt) % 29 - 14) / 7.0f + 1e-3f * (float)j; }
-
-static void test_tf32_rounding()
+/* __float_to_tf32 rounds to nearest with ties away from zero (cvt.rna), unlike cuBLAS's tf32 (nearest even) */
+extern "C" void test_wmma_tf32_rounding(void **state)
 {
+    (void)state;
     float one = 1.0f, half_ulp = ddp_emu_u2f(0x3f801000u); /* 1 + 2^-11: a tie between 1 and 1 + 2^-10 */
-    check(wmma::__float_to_tf32(half_ulp) == ddp_emu_u2f(0x3f802000u), "tf32: a tie rounds away from zero");
-    check(wmma::__float_to_tf32(-half_ulp) == -ddp_emu_u2f(0x3f802000u), "tf32: a negative tie rounds away from zero");
-    check(wmma::__float_to_tf32(ddp_emu_u2f(0x3f800fffu)) == one, "tf32: below the tie rounds down");
-    check(wmma::__float_to_tf32(ddp_emu_u2f(0x3f801001u)) == ddp_emu_u2f(0x3f802000u), "tf32: above the tie rounds up");
-    check(ddp_emu_tf32(half_ulp) == one, "cuBLAS's tf32 (nearest even) differs on the tie");
+    if (!(wmma::__float_to_tf32(half_ulp) == ddp_emu_u2f(0x3f802000u))) fail_msg("tf32: a tie rounds away from zero");
+    if (!(wmma::__float_to_tf32(-half_ulp) == -ddp_emu_u2f(0x3f802000u)))
+        fail_msg("tf32: a negative tie rounds away from zero");
+    if (!(wmma::__float_to_tf32(ddp_emu_u2f(0x3f800fffu)) == one)) fail_msg("tf32: below the tie rounds down");
+    if (!(wmma::__float_to_tf32(ddp_emu_u2f(0x3f801001u)) == ddp_emu_u2f(0x3f802000u)))
+        fail_msg("tf32: above the tie rounds up");
+    if (!(ddp_emu_tf32(half_ulp) == one)) fail_msg("cuBLAS's tf32 (nearest even) differs on the tie");
     float inf = ddp_emu_u2f(0x7f800000u), nan = ddp_emu_u2f(0x7fc00001u);
-    check(wmma::__float_to_tf32(inf) == inf, "tf32: Inf kept");
-    check(wmma::__float_to_tf32(nan) != wmma::__float_to_tf32(nan), "tf32: NaN kept");
+    if (!(wmma::__float_to_tf32(inf) == inf)) fail_msg("tf32: Inf kept");
+    if (!(wmma::__float_to_tf32(nan) != wmma::__float_to_tf32(nan))) fail_msg("tf32: NaN kept");
 }
 
-/* D = A B + C for tf32 (K 8: A row-major, B col-major, C loaded row-major and stored col-major) */
-static void test_mma_tf32()
+/* mma_sync of m16n16k8 tf32 and m16n16k16 bf16 tiles through every load/store layout equals a host reference with the
+ * same rounding (exact products, fp32 sums in k order).
+ * D = A B + C for tf32 (K 8: A row-major, B col-major, C loaded row-major and stored col-major) */
+extern "C" void test_wmma_mma_tf32(void **state)
 {
+    (void)state;
     float A[16 * 8], B[8 * 16], C[16 * 16], Dm[16 * 16];
     for (int i = 0; i < 16; i++)
         for (int k = 0; k < 8; k++) A[i * 8 + k] = wmma::__float_to_tf32(val(i, k, 1) * 1.0001f);
@@ -57,7 +62,7 @@ static void test_mma_tf32()
             for (int k = 0; k < 8; k++) s += A[i * 8 + k] * B[j * 8 + k];
             ok = ok && Dm[j * 16 + i] == s;
         }
-    check(ok, "tf32 mma_sync differs from the host reference");
+    if (!ok) fail_msg("tf32 mma_sync differs from the host reference");
     /* an unrounded operand: the tensor cores read its upper 19 bits */
     float x = ddp_emu_u2f(0x3f801fffu); /* 1 + (2^13 - 1) 2^-23 */
     for (int i = 0; i < 128; i++) A[i] = 0.0f, B[i] = 0.0f;
@@ -66,12 +71,13 @@ static void test_mma_tf32()
     wmma::load_matrix_sync(b, B, 8);
     wmma::fill_fragment(c, 0.0f);
     wmma::mma_sync(c, a, b, c);
-    check(c.x[0] == 1.0f && c.x[1] == 0.0f, "an unrounded tf32 operand is not truncated to 19 bits");
+    if (!(c.x[0] == 1.0f && c.x[1] == 0.0f)) fail_msg("an unrounded tf32 operand is not truncated to 19 bits");
 }
 
 /* bf16 (K 16: A col-major, B row-major, C loaded col-major and stored row-major) */
-static void test_mma_bf16()
+extern "C" void test_wmma_mma_bf16(void **state)
 {
+    (void)state;
     __nv_bfloat16 A[256], B[256];
     float C[256], Dm[256];
     for (int i = 0; i < 16; i++)
@@ -94,7 +100,7 @@ static void test_mma_bf16()
             for (int k = 0; k < 16; k++) s += __bfloat162float(A[k * 16 + i]) * __bfloat162float(B[k * 16 + j]);
             ok = ok && Dm[i * 16 + j] == s;
         }
-    check(ok, "bf16 mma_sync differs from the host reference");
+    if (!ok) fail_msg("bf16 mma_sync differs from the host reference");
     /* element access over the whole tile: the same mapping for two fragments of one type */
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> rows;
     float R[256];
@@ -105,19 +111,21 @@ static void test_mma_bf16()
     wmma::store_matrix_sync(R, c, 16, wmma::mem_row_major);
     ok = true;
     for (int i = 0; i < 256; i++) ok = ok && R[i] == Dm[i] * (float)(1 + i / 16);
-    check(ok, "a fragment of row indices does not tell its elements' rows");
+    if (!ok) fail_msg("a fragment of row indices does not tell its elements' rows");
 }
 
 /* the memo of lane 0's results (emu_wmma.h): a later lane with other inputs computes its own, one with the same
  * inputs gets lane 0's bits */
-static void test_memo()
+extern "C" void test_wmma_memo(void **state)
 {
+    (void)state;
     typedef wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
     wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a1, a2;
     wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b;
     acc c, r1, r2, d0, d1, d2;
     for (int i = 0; i < 128; i++)
-        a1.x[i] = wmma::__float_to_tf32(val(i, 1, 7)), a2.x[i] = wmma::__float_to_tf32(val(i, 2, 8)), b.x[i] = val(i, 3, 9);
+        a1.x[i] = wmma::__float_to_tf32(val(i, 1, 7)), a2.x[i] = wmma::__float_to_tf32(val(i, 2, 8)),
+        b.x[i] = val(i, 3, 9);
     for (int i = 0; i < 256; i++) c.x[i] = val(i, 4, 10);
     const dim3 t0 = ddp_emu_threadIdx, b0 = ddp_emu_blockDim;
     ddp_emu_blockDim = dim3(64, 1, 1);
@@ -127,18 +135,7 @@ static void test_memo()
     ddp_emu_threadIdx = dim3(1), wmma::mma_sync(d1, a2, b, c); /* other inputs than lane 0's first call */
     ddp_emu_threadIdx = dim3(2), wmma::mma_sync(d2, a1, b, c); /* the same inputs */
     ddp_emu_threadIdx = t0, ddp_emu_blockDim = b0;
-    check(!memcmp(r1.x, d0.x, sizeof r1.x) && !memcmp(r2.x, d1.x, sizeof r2.x) && !memcmp(r1.x, d2.x, sizeof r1.x) &&
-              memcmp(r1.x, r2.x, sizeof r1.x),
-          "the memo of lane 0's mma_sync results gives another lane a wrong result");
-}
-
-extern "C" int ddp_test_emu_wmma(char *msg, size_t cap)
-{
-    fails = 0, first[0] = 0;
-    test_tf32_rounding();
-    test_mma_tf32();
-    test_mma_bf16();
-    test_memo();
-    snprintf(msg, cap, "%s", first);
-    return fails;
+    if (!(!memcmp(r1.x, d0.x, sizeof r1.x) && !memcmp(r2.x, d1.x, sizeof r2.x) && !memcmp(r1.x, d2.x, sizeof r1.x) &&
+          memcmp(r1.x, r2.x, sizeof r1.x)))
+        fail_msg("the memo of lane 0's mma_sync results gives another lane a wrong result");
 }

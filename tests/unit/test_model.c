@@ -1,7 +1,5 @@
-/* test_model.c — finite-difference gradient checks of the reference model on the CPU backend: each
- * layer's backward (bias + gelu, gelu + mean pooling, softmax cross-entropy, the GEMM-based linear layers)
- * and every parameter of the whole model; plus packing: a batch's loss equals the sum of its samples
- * run one at a time (no padding rows influence anything). */
+/* test_model.c — the reference model on the CPU backend: finite-difference gradient checks of each layer's backward
+ * and of every parameter of the whole model, and packing (a batch's loss is the sum of its samples run one by one). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +8,7 @@
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/model/models.h"
 #include "mpiddp.h"
+#include "test_data.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -20,12 +19,6 @@ enum { D = 5, H = 7, C = 3, NS = 3 };
 static const int64_t OFF[NS + 1] = {0, 2, 6, 7};
 static const int64_t LAB[NS] = {2, 0, 1};
 static float X[7 * D];
-
-static float frand(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
 
 static ddp_batch make_batch(void)
 {
@@ -51,7 +44,7 @@ static void test_whole_model_fd(void **state)
     float *p = calloc((size_t)n, sizeof *p), *g = calloc((size_t)n, sizeof *g);
     assert_int_equal(m.init(m.self, p, 42), DDP_OK);
     uint64_t s = 9;
-    for (int i = 0; i < 7 * D; i++) X[i] = 2.0f * frand(&s);
+    for (int i = 0; i < 7 * D; i++) X[i] = 2.0f * test_frand(&s);
     ddp_batch b = make_batch();
     ddp_forward_out out = {0};
     assert_int_equal(m.train_step(m.self, &b, p, g, &out, NULL, NULL), DDP_OK);
@@ -130,7 +123,7 @@ static void test_row_blocks(void **state)
     float *p = calloc((size_t)n, sizeof *p), *gw = calloc((size_t)n, sizeof *gw), *gb = calloc((size_t)n, sizeof *gb);
     assert_int_equal(mw.init(mw.self, p, 5), DDP_OK);
     uint64_t s = 17;
-    for (int i = 0; i < 7 * D; i++) X[i] = 2.0f * frand(&s);
+    for (int i = 0; i < 7 * D; i++) X[i] = 2.0f * test_frand(&s);
     ddp_batch b = make_batch();
     float lw[NS], lb[NS];
     int64_t pw[NS], pb[NS];
@@ -161,7 +154,7 @@ static void test_layers_fd(void **state)
     float z[7 * PC], bz[PC] = {0.3f, -0.4f}, pooled[NS * PC], pooled2[NS * PC], w[NS * PC] = {0.5f, -1, 2, 0.25f, -0.75f, 1.5f};
     float dg[7 * PC], dzp[7 * PC], dbp[PC] = {0.125f, -0.5f}; /* dbias accumulates onto what is there */
     uint64_t s = 3;
-    for (int i = 0; i < 7 * PC; i++) z[i] = frand(&s) * 2;
+    for (int i = 0; i < 7 * PC; i++) z[i] = test_frand(&s) * 2;
     be->bias_gelu_pool(be, z, bz, NULL, OFF, NS, PC, pooled);
     be->bias_gelu_pool(be, z, bz, dg, OFF, NS, PC, pooled2);
     assert_memory_equal(pooled, pooled2, sizeof pooled); /* keeping gelu' does not change the forward */
@@ -190,9 +183,9 @@ static void test_layers_fd(void **state)
     }
     /* linear layer through gemm: Z = X W^T; L = sum(V * Z); dW = V^T X */
     float x[4 * 3], wt[2 * 3], v[4 * 2], zl[4 * 2], dw[2 * 3];
-    for (int i = 0; i < 12; i++) x[i] = frand(&s);
-    for (int i = 0; i < 6; i++) wt[i] = frand(&s);
-    for (int i = 0; i < 8; i++) v[i] = frand(&s);
+    for (int i = 0; i < 12; i++) x[i] = test_frand(&s);
+    for (int i = 0; i < 6; i++) wt[i] = test_frand(&s);
+    for (int i = 0; i < 8; i++) v[i] = test_frand(&s);
     be->gemm(be, 1, 0, 2, 3, 4, 1.0f, v, 2, x, 3, 0.0f, dw, 3);
     for (int i = 0; i < 6; i++) {
         double l[2];
@@ -208,7 +201,7 @@ static void test_layers_fd(void **state)
     }
     /* bias + gelu forward and its backward: L = sum(up * gelu(zz + bias)); gelu' kept in place of zz */
     float zz[6], bias[3] = {0.1f, -0.2f, 0.3f}, act[6], act2[6], up[6], dz[6], db[3] = {0};
-    for (int i = 0; i < 6; i++) zz[i] = frand(&s) * 3, up[i] = frand(&s);
+    for (int i = 0; i < 6; i++) zz[i] = test_frand(&s) * 3, up[i] = test_frand(&s);
     float z0[6];
     memcpy(z0, zz, sizeof zz);
     be->bias_gelu(be, zz, bias, act2, NULL, 2, 3);
@@ -226,6 +219,9 @@ static void test_layers_fd(void **state)
     be->destroy(be);
 }
 
+/* The checks: each layer's backward (bias + gelu, gelu + mean pooling, softmax cross-entropy, the GEMM-based linear
+ * layers) and every parameter of the whole model against finite differences; packing: a batch's loss equals the sum
+ * of its samples run one at a time (no padding rows influence anything). */
 int main(void)
 {
     if (ddp_backend_cpu_create(1, &g_be) != DDP_OK) return 1;

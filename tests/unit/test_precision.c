@@ -1,29 +1,15 @@
-/* test_precision.c — the CUDA backend's gemm at --precision fp32, tf32 and bf16 (set_precision), on a GPU (label
- * gpu) and on the host emulator (label emu, MPIDDP_CUDA_PLUGIN=libmpiddp_cudaemu.so).
- *
- * Every shape runs with the four transpositions, leading dimensions wider than the rows (the padding holds NaN,
- * so a stride mistake shows), alpha and beta not 1 and 0, and K from 0 to 1000, against a double-precision
- * reference of the unrounded inputs. The bound each precision must meet, per element of C = alpha op(A) op(B) +
- * beta C0, with S = |alpha| sum_k |a_k b_k| and T = S + |beta c0|:
- *     |c - ref| <= (2u + u^2) S + (K + 3) 2^-24 (1 + u)^2 T
- * where u is the relative rounding error of one input: 0 for fp32, 2^-11 for TF32 (10-bit mantissa, nearest
- * even; 2^-10 on a GPU, whose tensor cores may truncate), 2^-8 for bf16 (8-bit significand, nearest even). The
- * first term is the product of two rounded inputs (the products themselves are exact in fp32: at most 22 or 16
- * significant bits); the second the fp32 accumulation of K products, alpha, beta C0 and the final addition
- * (Higham's gamma_{K+3}, any summation order). So for a K-term dot product bf16 is within about 2^-7 of
- * sum |a_k b_k| plus K 2^-24 of it, TF32 within 2^-10 (2^-9 on a GPU) plus the same.
- * On the emulator the results are also exact: fp32 equals the CPU backend's sgemm bit for bit (the path that
- * existed before --precision), and tf32 and bf16 equal the CPU's sgemm of the inputs rounded on the host. And
- * the roundings must show: bf16's worst error exceeds TF32's, which exceeds fp32's. The CPU backend refuses
- * tf32 with one line (its bf16: test_cpu_bf16.c). Prints the worst error of each precision relative to T.
- * gemm16 (operands stored as bf16) at bf16 equals gemm on the fp32 values the bf16 were rounded from, bit for bit on
- * the emulator and within 2 (K + 3) 2^-24 T on a GPU (cuBLAS picks its kernel by leading dimension and alignment):
- * all four transpositions, A, B or both in bf16 with odd leading dimensions, and an fp32 operand inside the weights
- * (read from their bf16 copy); at fp32 and tf32 it is refused with one line and writes nothing. */
+/* test_precision.c — the CUDA backend's gemm and gemm16 at --precision fp32, tf32 and bf16 (set_precision) against
+ * a double reference within each precision's rounding bound, on a GPU (label gpu) and on the emulator (label emu). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda_api.h"
-#include "check.h"
 #include "cuda_test.h"
+#include "test_data.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -31,17 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OK(call) CHECK((call) == DDP_OK, "%s: %s", #call, ddp_last_error())
+#define OK(call)                                                           \
+    do {                                                                   \
+        if ((call) != DDP_OK) fail_msg("%s: %s", #call, ddp_last_error()); \
+    } while (0)
 
 static ddp_backend *cpu, *gpu;
 static int emulated;
 static double worst[3]; /* per precision: the largest |c - ref| / T seen */
 
-static float frand(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
 static float round_bits(float f, int drop) /* nearest even, dropping `drop` mantissa bits (finite inputs) */
 {
     uint32_t u;
@@ -59,16 +43,33 @@ static float *on_gpu(const float *h, size_t n)
     return d;
 }
 
-/* One gemm at every precision: ar x ac A (lda = ac + pad), br x bc B (ldb = bc + pad), C M x N (ldc = N + pad). */
+/* Every shape runs with the four transpositions, leading dimensions wider than the rows (the padding holds NaN,
+ * so a stride mistake shows), alpha and beta not 1 and 0, and K from 0 to 1000, against a double-precision
+ * reference of the unrounded inputs. The bound each precision must meet, per element of C = alpha op(A) op(B) +
+ * beta C0, with S = |alpha| sum_k |a_k b_k| and T = S + |beta c0|:
+ *     |c - ref| <= (2u + u^2) S + (K + 3) 2^-24 (1 + u)^2 T
+ * where u is the relative rounding error of one input: 0 for fp32, 2^-11 for TF32 (10-bit mantissa, nearest
+ * even; 2^-10 on a GPU, whose tensor cores may truncate), 2^-8 for bf16 (8-bit significand, nearest even). The
+ * first term is the product of two rounded inputs (the products themselves are exact in fp32: at most 22 or 16
+ * significant bits); the second the fp32 accumulation of K products, alpha, beta C0 and the final addition
+ * (Higham's gamma_{K+3}, any summation order). So for a K-term dot product bf16 is within about 2^-7 of
+ * sum |a_k b_k| plus K 2^-24 of it, TF32 within 2^-10 (2^-9 on a GPU) plus the same.
+ * On the emulator the results are also exact: fp32 equals the CPU backend's sgemm bit for bit (the path that
+ * existed before --precision), and tf32 and bf16 equal the CPU's sgemm of the inputs rounded on the host. And
+ * the roundings must show: bf16's worst error exceeds TF32's, which exceeds fp32's. The CPU backend refuses
+ * tf32 with one line (its bf16: test_cpu_bf16.c). Prints the worst error of each precision relative to T.
+ * gemm_case: one gemm at every precision: ar x ac A (lda = ac + pad), br x bc B (ldb = bc + pad), C M x N (ldc = N +
+ * pad). */
 static void gemm_case(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t pad, uint64_t seed)
 {
-    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N, lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N, lda = ac + pad, ldb = bc + pad,
+            ldc = N + pad;
     size_t na = (size_t)(ar * lda), nb = (size_t)(br * ldb), nc = (size_t)(M * ldc);
     float *A = malloc((na ? na : 1) * 4), *B = malloc((nb ? nb : 1) * 4), *C0 = malloc(nc * 4), *C = malloc(nc * 4);
     float *Ar = malloc((na ? na : 1) * 4), *Br = malloc((nb ? nb : 1) * 4), *Cr = malloc(nc * 4);
-    for (size_t i = 0; i < na; i++) A[i] = (int64_t)(i % (size_t)lda) < ac ? frand(&seed) : NAN;
-    for (size_t i = 0; i < nb; i++) B[i] = (int64_t)(i % (size_t)ldb) < bc ? frand(&seed) * 4.0f : NAN;
-    for (size_t i = 0; i < nc; i++) C0[i] = frand(&seed);
+    for (size_t i = 0; i < na; i++) A[i] = (int64_t)(i % (size_t)lda) < ac ? test_frand(&seed) : NAN;
+    for (size_t i = 0; i < nb; i++) B[i] = (int64_t)(i % (size_t)ldb) < bc ? test_frand(&seed) * 4.0f : NAN;
+    for (size_t i = 0; i < nc; i++) C0[i] = test_frand(&seed);
     const float alpha = 0.75f, beta = -0.5f;
     float *dA = on_gpu(A, na), *dB = on_gpu(B, nb), *dC = on_gpu(C0, nc);
     static const double us[3] = {0.0, 0x1p-11, 0x1p-8};
@@ -90,24 +91,30 @@ static void gemm_case(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t p
                 }
                 double c0 = C0[i * ldc + j], T = fabs(alpha) * S + fabs(beta * c0);
                 ref = alpha * ref + beta * c0;
-                double err = fabs(C[i * ldc + j] - ref), tol = (2 * u + u * u) * fabs(alpha) * S + (K + 3) * 0x1p-24 * (1 + u) * (1 + u) * T;
+                double err = fabs(C[i * ldc + j] - ref),
+                       tol = (2 * u + u * u) * fabs(alpha) * S + (K + 3) * 0x1p-24 * (1 + u) * (1 + u) * T;
                 if (!(err <= tol * (1 + 1e-12) + 1e-30) && at < 0) bad = err / (T + 1e-30), at = i * ldc + j;
                 if (T > 0 && err / T > rel) rel = err / T;
             }
-        CHECK(at < 0, "%s gemm ta %d tb %d %lldx%lldx%lld: element %lld off by %.3g of T, beyond the bound", ddp_precision_name((ddp_precision)p),
-              ta, tb, (long long)M, (long long)N, (long long)K, (long long)at, bad);
+        if (!(at < 0))
+            fail_msg("%s gemm ta %d tb %d %lldx%lldx%lld: element %lld off by %.3g of T, beyond the bound",
+                     ddp_precision_name((ddp_precision)p), ta, tb, (long long)M, (long long)N, (long long)K,
+                     (long long)at, bad);
         if (rel > worst[p]) worst[p] = rel;
         for (int64_t i = 0; i < M; i++) /* the padding of C is never written */
             for (int64_t j = N; j < ldc; j++)
-                CHECK(memcmp(&C[i * ldc + j], &C0[i * ldc + j], 4) == 0, "%s gemm wrote C's padding", ddp_precision_name((ddp_precision)p));
+                if (memcmp(&C[i * ldc + j], &C0[i * ldc + j], 4) != 0)
+                    fail_msg("%s gemm wrote C's padding", ddp_precision_name((ddp_precision)p));
         if (!emulated) continue;
         /* the emulator's exact result: the CPU's sgemm of the inputs as the tensor cores see them */
         for (size_t i = 0; i < na; i++) Ar[i] = p && !isnan(A[i]) ? round_bits(A[i], drop[p]) : A[i];
         for (size_t i = 0; i < nb; i++) Br[i] = p && !isnan(B[i]) ? round_bits(B[i], drop[p]) : B[i];
         memcpy(Cr, C0, nc * 4);
         OK(cpu->gemm(cpu, ta, tb, M, N, K, alpha, Ar, lda, Br, ldb, beta, Cr, ldc));
-        CHECK(memcmp(C, Cr, nc * 4) == 0, "%s gemm ta %d tb %d %lldx%lldx%lld: not bit-identical to the CPU's sgemm of the %s inputs",
-              ddp_precision_name((ddp_precision)p), ta, tb, (long long)M, (long long)N, (long long)K, p ? "rounded" : "same");
+        if (memcmp(C, Cr, nc * 4) != 0)
+            fail_msg("%s gemm ta %d tb %d %lldx%lldx%lld: not bit-identical to the CPU's sgemm of the %s inputs",
+                     ddp_precision_name((ddp_precision)p), ta, tb, (long long)M, (long long)N, (long long)K,
+                     p ? "rounded" : "same");
     }
     gpu->release(gpu, dA), gpu->release(gpu, dB), gpu->release(gpu, dC);
     free(A), free(B), free(C0), free(C), free(Ar), free(Br), free(Cr);
@@ -126,18 +133,25 @@ static void weights_case(void)
     uint64_t seed = 99;
     float *W = malloc((size_t)nw * 4), *G = malloc((size_t)nw * 4), *X = malloc((size_t)(M * K) * 4);
     float *C1 = malloc((size_t)(M * N) * 4), *C2 = malloc((size_t)(M * N) * 4), *Z = calloc((size_t)nw, 4);
-    for (int64_t i = 0; i < nw; i++) W[i] = frand(&seed), G[i] = frand(&seed);
-    for (int64_t i = 0; i < M * K; i++) X[i] = frand(&seed);
-    float *dW = on_gpu(W, (size_t)nw), *dG = on_gpu(G, (size_t)nw), *dM = on_gpu(Z, (size_t)nw), *dV = on_gpu(Z, (size_t)nw);
+    for (int64_t i = 0; i < nw; i++) W[i] = test_frand(&seed), G[i] = test_frand(&seed);
+    for (int64_t i = 0; i < M * K; i++) X[i] = test_frand(&seed);
+    float *dW = on_gpu(W, (size_t)nw), *dG = on_gpu(G, (size_t)nw), *dM = on_gpu(Z, (size_t)nw),
+          *dV = on_gpu(Z, (size_t)nw);
     float *dX = on_gpu(X, (size_t)(M * K)), *dB = on_gpu(Z, (size_t)nw), *dC = on_gpu(Z, (size_t)(M * N));
-    ddp_adamw_args a = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .bc1 = 0.1f,
-                        .bc2_sqrt = 0.0316227766f, .gscale = 1.0f};
+    ddp_adamw_args a = {.lr = 0.01f,
+                        .beta1 = 0.9f,
+                        .beta2 = 0.999f,
+                        .eps = 1e-8f,
+                        .weight_decay = 0.01f,
+                        .bc1 = 0.1f,
+                        .bc2_sqrt = 0.0316227766f,
+                        .gscale = 1.0f};
     OK(gpu->set_precision(gpu, DDP_PRECISION_BF16));
     /* the product with B (or A) inside the weights against the same values copied to dB, outside them */
     for (int stage = 0; stage < 4; stage++) {
         if (stage == 0 || stage == 2) OK(gpu->adamw(gpu, dW, dG, dM, dV, nw, &a));
         if (stage == 1) { /* a checkpoint read */
-            for (int64_t i = 0; i < nw; i++) W[i] = frand(&seed);
+            for (int64_t i = 0; i < nw; i++) W[i] = test_frand(&seed);
             OK(gpu->upload(gpu, dW, W, (size_t)nw * 4));
         }
         if (stage == 3) {
@@ -157,8 +171,9 @@ static void weights_case(void)
                 OK(gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, dX, K, dB + off, ldw, 0.0f, dC, N));
             }
             OK(gpu->download(gpu, C2, dC, (size_t)(M * N) * 4));
-            CHECK(memcmp(C1, C2, (size_t)(M * N) * 4) == 0, "bf16 gemm with the weights as %s at stage %d: not the bits of rounding per call",
-                  asA ? "A" : "B", stage);
+            if (memcmp(C1, C2, (size_t)(M * N) * 4) != 0)
+                fail_msg("bf16 gemm with the weights as %s at stage %d: not the bits of rounding per call",
+                         asA ? "A" : "B", stage);
         }
     }
     /* a gemm writing into the weights is not watched: the copy from the last step is still read */
@@ -168,13 +183,19 @@ static void weights_case(void)
     OK(gpu->gemm(gpu, 0, 0, N, K, 1, 0.0f, dX, 1, dX, K, 0.0f, dW + off, ldw)); /* B's block := 0 */
     OK(gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, dX, K, dW + off, ldw, 0.0f, dC, N));
     OK(gpu->download(gpu, C2, dC, (size_t)(M * N) * 4));
-    CHECK(memcmp(C1, C2, (size_t)(M * N) * 4) == 0, "bf16 gemm did not read the weights' copy (it converted them again)");
+    if (memcmp(C1, C2, (size_t)(M * N) * 4) != 0)
+        fail_msg("bf16 gemm did not read the weights' copy (it converted them again)");
     float *bufs[] = {dW, dG, dM, dV, dX, dB, dC};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) gpu->release(gpu, bufs[i]);
     free(W), free(G), free(X), free(C1), free(C2), free(Z);
 }
 
 /* ------------------------------------------------------------------ gemm16: operands stored as bf16 */
+/* gemm16 (operands stored as bf16) at bf16 equals gemm on the fp32 values the bf16 were rounded from, bit for bit on
+ * the emulator and within 2 (K + 3) 2^-24 T on a GPU (cuBLAS picks its kernel by leading dimension and alignment):
+ * all four transpositions, A, B or both in bf16 with odd leading dimensions, and an fp32 operand inside the weights
+ * (read from their bf16 copy); at fp32 and tf32 it is refused with one line and writes nothing. */
+
 /* x rounded to bf16 (nearest even): its bits */
 static uint16_t bf16_bits(float x)
 {
@@ -202,13 +223,14 @@ static uint16_t *bf16_on_gpu(const float *x, int64_t rows, int64_t cols, int64_t
  * one line, C untouched. */
 static void gemm16_case(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t pad, int64_t pad16, uint64_t seed)
 {
-    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N, lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N, lda = ac + pad, ldb = bc + pad,
+            ldc = N + pad;
     size_t na = (size_t)(ar * lda), nb = (size_t)(br * ldb), nc = (size_t)(M * ldc);
     float *A = malloc((na ? na : 1) * 4), *B = malloc((nb ? nb : 1) * 4), *C0 = malloc(nc * 4), *Cr = malloc(nc * 4);
     float *C = malloc(nc * 4);
-    for (size_t i = 0; i < na; i++) A[i] = (int64_t)(i % (size_t)lda) < ac ? frand(&seed) : NAN;
-    for (size_t i = 0; i < nb; i++) B[i] = (int64_t)(i % (size_t)ldb) < bc ? frand(&seed) * 4.0f : NAN;
-    for (size_t i = 0; i < nc; i++) C0[i] = frand(&seed);
+    for (size_t i = 0; i < na; i++) A[i] = (int64_t)(i % (size_t)lda) < ac ? test_frand(&seed) : NAN;
+    for (size_t i = 0; i < nb; i++) B[i] = (int64_t)(i % (size_t)ldb) < bc ? test_frand(&seed) * 4.0f : NAN;
+    for (size_t i = 0; i < nc; i++) C0[i] = test_frand(&seed);
     const float alpha = 0.75f, beta = -0.5f;
     const int64_t lda16 = ac + pad16, ldb16 = bc + pad16;
     float *dA = on_gpu(A, na), *dB = on_gpu(B, nb), *dC = on_gpu(C0, nc);
@@ -224,9 +246,11 @@ static void gemm16_case(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t
                        b16 ? (const void *)dB16 : dB, b16, b16 ? ldb16 : ldb, beta, dC, ldc));
         OK(gpu->download(gpu, C, dC, nc * 4));
         if (emulated) {
-            CHECK(memcmp(C, Cr, nc * 4) == 0, "gemm16 a16 %d b16 %d ta %d tb %d %lldx%lldx%lld (lda16 %lld, ldb16 %lld): not the bits "
-                  "of the bf16 gemm of the fp32 operands", a16, b16, ta, tb, (long long)M, (long long)N, (long long)K,
-                  (long long)lda16, (long long)ldb16);
+            if (memcmp(C, Cr, nc * 4) != 0)
+                fail_msg("gemm16 a16 %d b16 %d ta %d tb %d %lldx%lldx%lld (lda16 %lld, ldb16 %lld): not the bits "
+                         "of the bf16 gemm of the fp32 operands",
+                         a16, b16, ta, tb, (long long)M, (long long)N, (long long)K, (long long)lda16,
+                         (long long)ldb16);
             continue;
         }
         /* On a GPU cuBLAS chooses its kernel by leading dimension and alignment (an odd lda16 rules out the
@@ -241,26 +265,31 @@ static void gemm16_case(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t
                     float a = ta ? A[k * lda + i] : A[i * lda + k], b = tb ? B[j * ldb + k] : B[k * ldb + j];
                     S += fabs((double)round_bits(a, 16) * round_bits(b, 16));
                 }
-                double T = fabs(alpha) * S + fabs(beta * C0[i * ldc + j]), e = fabs((double)C[i * ldc + j] - Cr[i * ldc + j]);
+                double T = fabs(alpha) * S + fabs(beta * C0[i * ldc + j]),
+                       e = fabs((double)C[i * ldc + j] - Cr[i * ldc + j]);
                 if (!(e <= 2.0 * (K + 3) * 0x1p-24 * T + 1e-30) && at < 0) at = i * ldc + j, bad = e / (T + 1e-30);
             }
         for (int64_t i = 0; i < M && at < 0; i++) /* C's padding untouched */
             for (int64_t j = N; j < ldc; j++)
                 if (memcmp(&C[i * ldc + j], &C0[i * ldc + j], 4)) at = i * ldc + j, bad = -1;
-        CHECK(at < 0, "gemm16 a16 %d b16 %d ta %d tb %d %lldx%lldx%lld (lda16 %lld, ldb16 %lld): element %lld off the bf16 gemm of "
-              "the fp32 operands by %.3g of T (bound 2 (K + 3) 2^-24; -1: padding written)", a16, b16, ta, tb, (long long)M,
-              (long long)N, (long long)K, (long long)lda16, (long long)ldb16, (long long)at, bad);
+        if (!(at < 0))
+            fail_msg("gemm16 a16 %d b16 %d ta %d tb %d %lldx%lldx%lld (lda16 %lld, ldb16 %lld): element %lld off the "
+                     "bf16 gemm of "
+                     "the fp32 operands by %.3g of T (bound 2 (K + 3) 2^-24; -1: padding written)",
+                     a16, b16, ta, tb, (long long)M, (long long)N, (long long)K, (long long)lda16, (long long)ldb16,
+                     (long long)at, bad);
     }
     for (int p = 0; p < 2; p++) { /* fp32, tf32: refused, C as it was */
         OK(gpu->set_precision(gpu, (ddp_precision)p));
         OK(gpu->upload(gpu, dC, C0, nc * 4));
         ddp_status st = gpu->gemm16(gpu, ta, tb, M, N, K, alpha, dA16, 1, lda16, dB, 0, ldb, beta, dC, ldc);
-        CHECK(st == DDP_ERR_ARG && strstr(ddp_last_error(), "bf16") && !strchr(ddp_last_error(), '\n'),
-              "gemm16 at %s: status %d, %s", ddp_precision_name((ddp_precision)p), (int)st, ddp_last_error());
+        if (!(st == DDP_ERR_ARG && strstr(ddp_last_error(), "bf16") && !strchr(ddp_last_error(), '\n')))
+            fail_msg("gemm16 at %s: status %d, %s", ddp_precision_name((ddp_precision)p), (int)st, ddp_last_error());
         OK(gpu->download(gpu, C, dC, nc * 4));
-        CHECK(memcmp(C, C0, nc * 4) == 0, "gemm16 at %s wrote C", ddp_precision_name((ddp_precision)p));
+        if (memcmp(C, C0, nc * 4) != 0) fail_msg("gemm16 at %s wrote C", ddp_precision_name((ddp_precision)p));
     }
-    gpu->release(gpu, dA), gpu->release(gpu, dB), gpu->release(gpu, dC), gpu->release(gpu, dA16), gpu->release(gpu, dB16);
+    gpu->release(gpu, dA), gpu->release(gpu, dB), gpu->release(gpu, dC), gpu->release(gpu, dA16),
+        gpu->release(gpu, dB16);
     free(A), free(B), free(C0), free(Cr), free(C);
 }
 
@@ -271,15 +300,23 @@ static void gemm16_weights_case(void)
 {
     const int64_t M = 19, N = 23, K = 41, off = 57, ldw = K + 2, nw = off + N * ldw + 5, ldx = K + 2;
     uint64_t seed = 7;
-    float *W = malloc((size_t)nw * 4), *G = malloc((size_t)nw * 4), *X = malloc((size_t)(M * K) * 4), *Z = calloc((size_t)nw, 4);
+    float *W = malloc((size_t)nw * 4), *G = malloc((size_t)nw * 4), *X = malloc((size_t)(M * K) * 4),
+          *Z = calloc((size_t)nw, 4);
     float *C1 = malloc((size_t)(M * N) * 4), *C2 = malloc((size_t)(M * N) * 4);
-    for (int64_t i = 0; i < nw; i++) W[i] = frand(&seed), G[i] = frand(&seed);
-    for (int64_t i = 0; i < M * K; i++) X[i] = frand(&seed);
-    float *dW = on_gpu(W, (size_t)nw), *dG = on_gpu(G, (size_t)nw), *dM = on_gpu(Z, (size_t)nw), *dV = on_gpu(Z, (size_t)nw);
+    for (int64_t i = 0; i < nw; i++) W[i] = test_frand(&seed), G[i] = test_frand(&seed);
+    for (int64_t i = 0; i < M * K; i++) X[i] = test_frand(&seed);
+    float *dW = on_gpu(W, (size_t)nw), *dG = on_gpu(G, (size_t)nw), *dM = on_gpu(Z, (size_t)nw),
+          *dV = on_gpu(Z, (size_t)nw);
     float *dX = on_gpu(X, (size_t)(M * K)), *dC = on_gpu(Z, (size_t)(M * N));
     uint16_t *dX16 = bf16_on_gpu(X, M, K, K, ldx);
-    ddp_adamw_args a = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .bc1 = 0.1f,
-                        .bc2_sqrt = 0.0316227766f, .gscale = 1.0f};
+    ddp_adamw_args a = {.lr = 0.01f,
+                        .beta1 = 0.9f,
+                        .beta2 = 0.999f,
+                        .eps = 1e-8f,
+                        .weight_decay = 0.01f,
+                        .bc1 = 0.1f,
+                        .bc2_sqrt = 0.0316227766f,
+                        .gscale = 1.0f};
     OK(gpu->set_precision(gpu, DDP_PRECISION_BF16));
     OK(gpu->adamw(gpu, dW, dG, dM, dV, nw, &a)); /* the weights' bf16 copy is current */
     for (int asA = 0; asA < 2; asA++) {
@@ -299,8 +336,9 @@ static void gemm16_weights_case(void)
             else
                 OK(gpu->gemm16(gpu, 0, 1, M, N, K, 1.0f, dX16, 1, ldx, dW + off, 0, ldw, 0.0f, dC, N));
             OK(gpu->download(gpu, C2, dC, (size_t)(M * N) * 4));
-            CHECK(memcmp(C1, C2, (size_t)(M * N) * 4) == 0, "gemm16 with the weights as %s (fp32, their bf16 copy)%s: not "
-                  "the bits of gemm", asA ? "A" : "B", stale ? " after an unwatched write: it converted them again" : "");
+            if (memcmp(C1, C2, (size_t)(M * N) * 4) != 0)
+                fail_msg("gemm16 with the weights as %s (fp32, their bf16 copy)%s: not the bits of gemm",
+                         asA ? "A" : "B", stale ? " after an unwatched write: it converted them again" : "");
         }
         OK(gpu->upload(gpu, dW, W, (size_t)nw * 4)); /* a checkpoint read: the copy is stale, then refreshed */
         OK(gpu->adamw(gpu, dW, dG, dM, dV, nw, &a));
@@ -311,47 +349,106 @@ static void gemm16_weights_case(void)
     free(W), free(G), free(X), free(Z), free(C1), free(C2);
 }
 
-int main(void)
+/* the CPU backend computes in fp32 or bf16 (test_cpu_bf16.c): tf32 is one line naming the option; an unknown
+ * precision is refused */
+static void test_refused_precisions(void **state)
 {
-    int exit_code, ndev = cuda_test_devices(&exit_code);
-    if (ndev == 0) return exit_code;
-    emulated = ddp_cuda()->emulated;
-    OK(ddp_backend_cpu_create(1, &cpu));
-    OK(ddp_backend_cuda_create(0, &gpu));
-    if (failures) return 1;
-    /* the CPU backend computes in fp32 or bf16 (test_cpu_bf16.c): tf32 is one line naming the option */
+    (void)state;
     OK(ddp_backend_set_precision(cpu, DDP_PRECISION_FP32));
-    CHECK(ddp_backend_set_precision(cpu, DDP_PRECISION_TF32) == DDP_ERR_ARG &&
-              !strcmp(ddp_last_error(), "--precision tf32 needs --device cuda (the cpu backend computes in fp32 or bf16)"),
-          "cpu tf32: %s", ddp_last_error());
-    CHECK(gpu->set_precision(gpu, (ddp_precision)3) == DDP_ERR_ARG && strstr(ddp_last_error(), "no precision 3"),
-          "an unknown precision: %s", ddp_last_error());
-    static const int64_t shapes[][4] = {{203, 210, 67, 0}, {64, 48, 1000, 3}, {5, 7, 0, 2}, {1, 1, 1, 0}, {33, 17, 129, 5}};
+    if (!(ddp_backend_set_precision(cpu, DDP_PRECISION_TF32) == DDP_ERR_ARG &&
+          !strcmp(ddp_last_error(), "--precision tf32 needs --device cuda (the cpu backend computes in fp32 or bf16)")))
+        fail_msg("cpu tf32: %s", ddp_last_error());
+    if (!(gpu->set_precision(gpu, (ddp_precision)3) == DDP_ERR_ARG && strstr(ddp_last_error(), "no precision 3")))
+        fail_msg("an unknown precision: %s", ddp_last_error());
+}
+
+static void test_gemm(void **state)
+{
+    (void)state;
+    static const int64_t shapes[][4] = {
+        {203, 210, 67, 0}, {64, 48, 1000, 3}, {5, 7, 0, 2}, {1, 1, 1, 0}, {33, 17, 129, 5}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) /* the bf16 scratch grows at the second shape */
         for (int ta = 0; ta < 2; ta++)
-            for (int tb = 0; tb < 2; tb++) gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], 17 + s * 4 + ta * 2 + tb);
+            for (int tb = 0; tb < 2; tb++)
+                gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], 17 + s * 4 + ta * 2 + tb);
+}
+
+static void test_weights_copy(void **state)
+{
+    (void)state;
     weights_case();
-    /* gemm16: every transposition, bf16 leading dimensions odd (pad16 2, 3) or packed, the scratch grown again */
+}
+
+/* gemm16: every transposition, bf16 leading dimensions odd (pad16 2, 3) or packed, the scratch grown again */
+static void test_gemm16(void **state)
+{
+    (void)state;
     static const int64_t shapes16[][5] = {{37, 29, 45, 2, 2}, {8, 5, 16, 0, 0}, {64, 48, 300, 3, 3}, {1, 1, 1, 0, 0}};
     for (size_t s = 0; s < sizeof shapes16 / sizeof shapes16[0]; s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
                 gemm16_case(ta, tb, shapes16[s][0], shapes16[s][1], shapes16[s][2], shapes16[s][3], shapes16[s][4],
                             41 + s * 4 + ta * 2 + tb);
+}
+
+static void test_gemm16_weights(void **state)
+{
+    (void)state;
     gemm16_weights_case();
-    /* empty products do nothing; dimensions past cuBLAS's int are refused before anything runs */
+}
+
+/* empty products do nothing; dimensions past cuBLAS's int are refused before anything runs */
+static void test_limits(void **state)
+{
+    (void)state;
     OK(gpu->set_precision(gpu, DDP_PRECISION_BF16));
     OK(gpu->gemm16(gpu, 0, 0, 0, 5, 3, 1.0f, NULL, 1, 3, NULL, 0, 5, 0.0f, NULL, 5));
-    CHECK(gpu->gemm16(gpu, 0, 0, (int64_t)1 << 31, 1, 1, 1.0f, NULL, 1, 1, NULL, 1, 1, 0.0f, NULL, 1) == DDP_ERR_ARG &&
-              strstr(ddp_last_error(), "int range"), "gemm16 past int: %s", ddp_last_error());
+    if (!(gpu->gemm16(gpu, 0, 0, (int64_t)1 << 31, 1, 1, 1.0f, NULL, 1, 1, NULL, 1, 1, 0.0f, NULL, 1) == DDP_ERR_ARG &&
+          strstr(ddp_last_error(), "int range")))
+        fail_msg("gemm16 past int: %s", ddp_last_error());
     OK(gpu->set_precision(gpu, DDP_PRECISION_FP32));
-    CHECK(gpu->gemm(gpu, 0, 0, 1, (int64_t)1 << 31, 1, 1.0f, NULL, 1, NULL, 1, 0.0f, NULL, 1) == DDP_ERR_ARG &&
-              strstr(ddp_last_error(), "int range"), "gemm past int: %s", ddp_last_error());
-    printf("worst |c - ref| / (|alpha| sum|a b| + |beta c0|): fp32 %.3g, tf32 %.3g, bf16 %.3g\n", worst[0], worst[1], worst[2]);
-    CHECK(worst[2] > worst[1] && worst[1] > worst[0], "the roundings do not show: fp32 %.3g, tf32 %.3g, bf16 %.3g", worst[0],
-          worst[1], worst[2]);
-    CHECK(worst[2] > 0x1p-12 && worst[1] > 0x1p-15, "bf16 (%.3g) or tf32 (%.3g) looks like fp32", worst[2], worst[1]);
+    if (!(gpu->gemm(gpu, 0, 0, 1, (int64_t)1 << 31, 1, 1.0f, NULL, 1, NULL, 1, 0.0f, NULL, 1) == DDP_ERR_ARG &&
+          strstr(ddp_last_error(), "int range")))
+        fail_msg("gemm past int: %s", ddp_last_error());
+}
+
+/* after test_gemm: the roundings show, bf16's worst error above TF32's above fp32's */
+static void test_roundings_show(void **state)
+{
+    (void)state;
+    printf("worst |c - ref| / (|alpha| sum|a b| + |beta c0|): fp32 %.3g, tf32 %.3g, bf16 %.3g\n", worst[0], worst[1],
+           worst[2]);
+    if (!(worst[2] > worst[1] && worst[1] > worst[0]))
+        fail_msg("the roundings do not show: fp32 %.3g, tf32 %.3g, bf16 %.3g", worst[0], worst[1], worst[2]);
+    if (!(worst[2] > 0x1p-12 && worst[1] > 0x1p-15))
+        fail_msg("bf16 (%.3g) or tf32 (%.3g) looks like fp32", worst[2], worst[1]);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    emulated = ddp_cuda()->emulated;
+    OK(ddp_backend_cpu_create(1, &cpu));
+    OK(ddp_backend_cuda_create(0, &gpu));
+    return 0;
+}
+static int teardown(void **state)
+{
+    (void)state;
     gpu->destroy(gpu);
     cpu->destroy(cpu);
-    return check_summary();
+    return 0;
+}
+
+int main(void)
+{
+    int exit_code, ndev = cuda_test_devices(&exit_code);
+    if (ndev == 0) return exit_code;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refused_precisions), cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_weights_copy),       cmocka_unit_test(test_gemm16),
+        cmocka_unit_test(test_gemm16_weights),     cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_roundings_show),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,11 +1,5 @@
-/* test_transformer.c — the Transformer encoder on the CPU backend: central-difference checks of the
- * layernorm, attention (the three CPU methods, with and without dropout) and FFN ops and of every parameter
- * tensor of the whole model (dropout 0 and 0.1); packing (a batch's loss is the sum of its samples run one
- * at a time, with dropout on: masks depend on sample id and row, never on the batch); the attention
- * methods agree (tiled against fused at lengths around its tile sizes, dh 8..64); --max-positions is enforced; init follows PyTorch's defaults;
- * the optional ops layernorm_fwd16 and gelu_erf_fwd16 store exactly the fp32 ops' outputs rounded to bf16 (nearest
- * even, ties included) and residual_layernorm_fwd gives exactly the bits of residual_fwd then layernorm_fwd (out
- * aliasing h or not, y in fp32 or bf16), with dropout off and on, at widths odd and even over 0, 1 and 12 rows. */
+/* test_transformer.c — the Transformer encoder on the CPU backend: finite-difference checks of its ops and whole
+ * model, packing, the attention methods' agreement, limits and init, the bf16 and fused ops' exact bits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +8,7 @@
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/model/models.h"
 #include "mpiddp.h"
+#include "test_data.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,12 +22,6 @@ static const int64_t LAB[NS] = {2, 0, 1, 1};
 static const int64_t SEG[R] = {0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 3};
 static const int64_t SID[NS] = {11, 12, 13, 14};
 static float X[R * D];
-
-static float frand(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
 
 static ddp_packing packing(void)
 {
@@ -61,8 +50,8 @@ static void test_layernorm_fd(void **state)
     enum { n = 5, d = 7 };
     float x[n * d], w[d], b[d], y[n * d], mu[n], rs[n], wy[n * d], dx[n * d] = {0}, dw[d] = {0}, db[d] = {0};
     uint64_t s = 3;
-    for (int i = 0; i < n * d; i++) x[i] = 2.0f * frand(&s), wy[i] = frand(&s);
-    for (int i = 0; i < d; i++) w[i] = 1.0f + 0.5f * frand(&s), b[i] = frand(&s);
+    for (int i = 0; i < n * d; i++) x[i] = 2.0f * test_frand(&s), wy[i] = test_frand(&s);
+    for (int i = 0; i < d; i++) w[i] = 1.0f + 0.5f * test_frand(&s), b[i] = test_frand(&s);
     assert_int_equal(E->layernorm_fwd(g_be, x, w, b, y, mu, rs, n, d), DDP_OK);
     assert_int_equal(E->layernorm_bwd(g_be, wy, x, w, mu, rs, dx, dw, db, n, d), DDP_OK);
     float *params[3] = {x, w, b}, *grads[3] = {dx, dw, db};
@@ -90,8 +79,8 @@ static void attention_fd(const char *method, float p)
     ddp_dropout dr = {.p = p, .key = 77};
     float qkv[R * 3 * DM], o[R * DM], lse[R * HEADS], wo[R * DM], dqkv[R * 3 * DM], ws[R * HEADS];
     uint64_t s = 5;
-    for (int i = 0; i < R * 3 * DM; i++) qkv[i] = 1.5f * frand(&s);
-    for (int i = 0; i < R * DM; i++) wo[i] = frand(&s);
+    for (int i = 0; i < R * 3 * DM; i++) qkv[i] = 1.5f * test_frand(&s);
+    for (int i = 0; i < R * DM; i++) wo[i] = test_frand(&s);
     assert_int_equal(E->attention_fwd(g_be, qkv, o, lse, &pk, DM, HEADS, &dr), DDP_OK);
     assert_int_equal(E->attention_bwd(g_be, qkv, o, wo, lse, dqkv, ws, &pk, DM, HEADS, &dr), DDP_OK);
     const float eps = 1e-2f;
@@ -131,8 +120,8 @@ static void test_attention_methods_agree(void **state)
     ddp_dropout dr = {.p = 0.2f, .key = 9};
     float qkv[R * 3 * DM], o[3][R * DM], lse[3][R * HEADS], dout[R * DM], dq[3][R * 3 * DM], ws[R * HEADS];
     uint64_t s = 8;
-    for (int i = 0; i < R * 3 * DM; i++) qkv[i] = 2.0f * frand(&s);
-    for (int i = 0; i < R * DM; i++) dout[i] = frand(&s);
+    for (int i = 0; i < R * 3 * DM; i++) qkv[i] = 2.0f * test_frand(&s);
+    for (int i = 0; i < R * DM; i++) dout[i] = test_frand(&s);
     const char *methods[3] = {"fused", "gemm", "tiled"};
     for (int k = 0; k < 3; k++) {
         setenv("MPIDDP_ATTENTION", methods[k], 1);
@@ -175,8 +164,8 @@ static void test_attention_tiled_agree(void **state)
             for (int k = 0; k < 2; k++)
                 o[k] = malloc(no * sizeof *o[k]), lse[k] = malloc(nl * sizeof *lse[k]), dq[k] = malloc(nq * sizeof *dq[k]);
             uint64_t s = 31 + (uint64_t)di;
-            for (size_t i = 0; i < nq; i++) qkv[i] = 1.5f * frand(&s);
-            for (size_t i = 0; i < no; i++) dout[i] = frand(&s);
+            for (size_t i = 0; i < nq; i++) qkv[i] = 1.5f * test_frand(&s);
+            for (size_t i = 0; i < no; i++) dout[i] = test_frand(&s);
             const char *methods[2] = {"fused", "tiled"};
             for (int k = 0; k < 2; k++) {
                 setenv("MPIDDP_ATTENTION", methods[k], 1);
@@ -212,8 +201,8 @@ static void test_gelu_erf_fd(void **state)
     ddp_dropout dr = {.p = 0.25f, .key = 3};
     float z[R * FF], bias[FF], a[R * FF], dg[R * FF], wa[R * FF], dz[R * FF], db[FF] = {0};
     uint64_t s = 12;
-    for (int i = 0; i < R * FF; i++) z[i] = 3.0f * frand(&s), wa[i] = frand(&s);
-    for (int i = 0; i < FF; i++) bias[i] = frand(&s);
+    for (int i = 0; i < R * FF; i++) z[i] = 3.0f * test_frand(&s), wa[i] = test_frand(&s);
+    for (int i = 0; i < FF; i++) bias[i] = test_frand(&s);
     assert_int_equal(E->gelu_erf_fwd(g_be, z, bias, a, dg, &pk, FF, &dr), DDP_OK);
     assert_int_equal(E->gelu_erf_bwd(g_be, wa, dg, dz, db, &pk, FF, &dr), DDP_OK);
     int dropped = 0;
@@ -283,7 +272,7 @@ static int equal_rounded(const char *what, const uint16_t *y16, const float *y32
  * (1 + 2^-8 rounds down to 1, 1 + 3 2^-8 up to 1 + 2^-6: nearest even, not away from zero or truncated) */
 static void ln_params(float *w, float *b, int64_t d, uint64_t *s)
 {
-    for (int64_t c = 0; c < d; c++) w[c] = 1.0f + 0.5f * frand(s), b[c] = frand(s);
+    for (int64_t c = 0; c < d; c++) w[c] = 1.0f + 0.5f * test_frand(s), b[c] = test_frand(s);
     if (d >= 4) w[d - 2] = w[d - 1] = 0.0f, b[d - 2] = 1.0f + 0x1p-8f, b[d - 1] = -(1.0f + 3 * 0x1p-8f);
 }
 
@@ -301,7 +290,7 @@ static void test_layernorm_fwd16(void **state)
                   *y = malloc((size_t)(n * d + 1) * 4), mu[PR_MAX + 3], rsd[PR_MAX + 3], mu16[PR_MAX + 3], rs16[PR_MAX + 3];
             uint16_t *y16 = malloc((size_t)(n * d + G) * 2);
             uint64_t s = 7 + (uint64_t)(i * 4 + j);
-            for (int64_t k = 0; k < n * d; k++) x[k] = 3.0f * frand(&s) + 0.5f;
+            for (int64_t k = 0; k < n * d; k++) x[k] = 3.0f * test_frand(&s) + 0.5f;
             ln_params(w, b, d, &s);
             for (int64_t k = 0; k < n * d + G; k++) y16[k] = 0xabcd;
             for (int k = 0; k < PR_MAX + 3; k++) mu16[k] = rs16[k] = -7.0f;
@@ -342,8 +331,8 @@ static void test_gelu_erf_fwd16(void **state)
                           *a = malloc((size_t)(nz + 1) * 4), *g = malloc((size_t)(nz + 1) * 4), *g2 = malloc((size_t)(nz + 1) * 4);
                     uint16_t *a16 = malloc((size_t)(nz + G) * 2);
                     uint64_t s = 100 + ci * 16 + ri * 4 + (uint64_t)pi * 2 + (uint64_t)mode;
-                    for (int64_t k = 0; k < nz; k++) z[k] = z2[k] = 3.0f * frand(&s);
-                    for (int64_t k = 0; k < cols; k++) bias[k] = frand(&s);
+                    for (int64_t k = 0; k < nz; k++) z[k] = z2[k] = 3.0f * test_frand(&s);
+                    for (int64_t k = 0; k < cols; k++) bias[k] = test_frand(&s);
                     for (int64_t k = 0; k < nz + G; k++) a16[k] = 0xabcd;
                     float *gd = mode == 0 ? NULL : mode == 1 ? g : z, *gd2 = mode == 0 ? NULL : mode == 1 ? g2 : z2;
                     assert_int_equal(E->gelu_erf_fwd(g_be, z, bias, a, gd, &pk, cols, &dr), DDP_OK);
@@ -381,8 +370,8 @@ static void test_residual_layernorm_fwd(void **state)
                               *y2 = malloc((size_t)(nx + G) * 4), mu[PR_MAX + 1], rsd[PR_MAX + 1], mu2[PR_MAX + 1], rs2[PR_MAX + 1];
                         uint16_t *yb = malloc((size_t)(nx + G) * 2);
                         uint64_t s = 300 + di * 32 + ri * 8 + (uint64_t)pi * 4 + (uint64_t)alias * 2 + (uint64_t)y16;
-                        for (int64_t k = 0; k < nx; k++) h[k] = h2[k] = 2.0f * frand(&s), t[k] = frand(&s);
-                        for (int64_t k = 0; k < d; k++) tb[k] = 0.5f * frand(&s);
+                        for (int64_t k = 0; k < nx; k++) h[k] = h2[k] = 2.0f * test_frand(&s), t[k] = test_frand(&s);
+                        for (int64_t k = 0; k < d; k++) tb[k] = 0.5f * test_frand(&s);
                         ln_params(w, lb, d, &s);
                         for (int64_t k = 0; k < nx + G; k++) y2[k] = -9.0f, yb[k] = 0xabcd;
                         for (int k = 0; k <= PR_MAX; k++) mu2[k] = rs2[k] = -7.0f;
@@ -447,8 +436,8 @@ static void whole_model_fd(double dropout)
     float *p = calloc((size_t)n, sizeof *p), *g = calloc((size_t)n, sizeof *g), *junk = calloc((size_t)n, sizeof *junk);
     assert_int_equal(m.init(m.self, p, 42), DDP_OK);
     uint64_t s = 9;
-    for (int i = 0; i < R * D; i++) X[i] = 2.0f * frand(&s);
-    for (int64_t i = 0; i < n; i++) p[i] += 0.1f * frand(&s); /* break the zero biases and unit norms */
+    for (int i = 0; i < R * D; i++) X[i] = 2.0f * test_frand(&s);
+    for (int64_t i = 0; i < n; i++) p[i] += 0.1f * test_frand(&s); /* break the zero biases and unit norms */
     ddp_batch b = make_batch();
     train_loss(&m, &b, p, g);
     int64_t off = 0;
@@ -491,7 +480,7 @@ static void test_packing_equals_one_by_one(void **state)
     float *p = calloc((size_t)n, sizeof *p), *g = calloc((size_t)n, sizeof *g), *g1 = calloc((size_t)n, sizeof *g1);
     assert_int_equal(m.init(m.self, p, 7), DDP_OK);
     uint64_t s = 1;
-    for (int i = 0; i < R * D; i++) X[i] = 2.0f * frand(&s);
+    for (int i = 0; i < R * D; i++) X[i] = 2.0f * test_frand(&s);
     ddp_batch b = make_batch();
     double whole = train_loss(&m, &b, p, g), sum = 0.0;
     for (int k = 0; k < NS; k++) {
@@ -558,6 +547,14 @@ static void test_limits_and_init(void **state)
     assert_non_null(strstr(ddp_last_error(), "--heads 4 must divide --hidden 10"));
 }
 
+/* The checks: central differences of the layernorm, attention (the three CPU methods, with and without dropout) and
+ * FFN ops and of every parameter tensor of the whole model (dropout 0 and 0.1); packing (a batch's loss is the sum of
+ * its samples run one at a time, with dropout on: masks depend on sample id and row, never on the batch); the
+ * attention methods agree (tiled against fused at lengths around its tile sizes, dh 8..64); --max-positions is
+ * enforced; init follows PyTorch's defaults; the optional ops layernorm_fwd16 and gelu_erf_fwd16 store exactly the
+ * fp32 ops' outputs rounded to bf16 (nearest even, ties included) and residual_layernorm_fwd gives exactly the bits of
+ * residual_fwd then layernorm_fwd (out aliasing h or not, y in fp32 or bf16), with dropout off and on, at widths odd
+ * and even over 0, 1 and 12 rows. */
 int main(void)
 {
     if (ddp_backend_cpu_create(1, &g_be) != DDP_OK) return 1;

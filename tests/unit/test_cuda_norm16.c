@@ -1,0 +1,204 @@
+/* test_cuda_norm16.c — the bf16 forms of layernorm and gelu (layernorm_fwd16, gelu_erf_fwd16) and the fused
+ * residual_layernorm_fwd against the GPU's own fp32 ops, bit for bit (test cases of test_cuda_norm). */
+#include "test_cuda_norm.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ bf16 outputs and the fused residual + layernorm */
+/* The "16" ops and residual_layernorm_fwd against the GPU's own fp32 ops, bit for bit: a bf16 output is the fp32 op's
+ * output rounded to nearest even (bf16_rne below, written here independently of the backends), an fp32 one the same
+ * bits. Each comparison is exact; test_bf16_self_check shows it rejects a value one bf16 ulp off. */
+static uint16_t bf16_rne(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)0x7fff; /* not in these tests' data */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+/* the first element where the bf16 bits g differ from the rounding of the fp32 values c, or -1 */
+static int64_t bf16_mismatch(const uint16_t *g, const float *c, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (g[i] != bf16_rne(c[i])) return i;
+    return -1;
+}
+/* the bf16 device output d [n] is the rounding of the fp32 host values c, every bit */
+static void expect_bf16_of(const char *what, const void *d, const float *c, int64_t n)
+{
+    uint16_t *g = malloc((size_t)(n > 0 ? n : 1) * 2);
+    OK(gpu->download(gpu, g, d, (size_t)n * 2));
+    int64_t at = bf16_mismatch(g, c, n);
+    if (!(at < 0))
+        fail_msg("%s: element %lld: bf16 0x%04x, the fp32 op's %.9g rounds to 0x%04x", what, (long long)at,
+                 at < 0 ? 0 : g[at], at < 0 ? 0.0 : c[at], at < 0 ? 0 : bf16_rne(c[at]));
+    free(g);
+}
+/* the fp32 device buffer d [n] holds the bits of the host values c */
+static void expect_same_bits(const char *what, const float *d, const float *c, int64_t n)
+{
+    float *g = down(d, n);
+    int64_t at = -1;
+    for (int64_t i = 0; i < n && at < 0; i++)
+        if (memcmp(&g[i], &c[i], 4)) at = i;
+    if (!(at < 0))
+        fail_msg("%s: element %lld: %.9g, want the bits of %.9g", what, (long long)at, at < 0 ? 0.0 : g[at],
+                 at < 0 ? 0.0 : c[at]);
+    free(g);
+}
+/* a device buffer of n bf16 (+8 spare, for the misaligned cases) */
+static uint16_t *dev16(int64_t n)
+{
+    void *d = NULL;
+    OK(gpu->alloc(gpu, &d, (size_t)(n + 8) * 2));
+    return d;
+}
+
+/* layernorm_fwd16 at y offset m16 bf16 elements (0: aligned, 4: 8-byte aligned only, 1: 2-byte: the scalar path):
+ * y the rounding of layernorm_fwd's y, mean and rstd its bits */
+static void layernorm16_case(int64_t R, int64_t d, int64_t m16)
+{
+    char what[160];
+    const int64_t n = R * d;
+    float *x = test_rnd(n, 31 + d, 2.0f, 0.5f), *w = test_rnd(d, 32, 1.0f, 0.2f), *bb = test_rnd(d, 33, 1.0f, 0.0f);
+    float *xg = dev(x, n), *wg = dev(w, d), *bg = dev(bb, d), *yg = dev(NULL, n), *mug = dev(NULL, R),
+          *rsg = dev(NULL, R);
+    float *mu2 = dev(NULL, R), *rs2 = dev(NULL, R);
+    uint16_t *y16 = dev16(n);
+    OK(G->layernorm_fwd(gpu, xg, wg, bg, yg, mug, rsg, R, d));
+    OK(G->layernorm_fwd16(gpu, xg, wg, bg, y16 + m16, mu2, rs2, R, d));
+    float *y = down(yg, n), *mu = down(mug, R), *rs = down(rsg, R);
+    snprintf(what, sizeof what, "layernorm_fwd16 R %lld d %lld y at +%lld", (long long)R, (long long)d, (long long)m16);
+    expect_bf16_of(what, y16 + m16, y, n);
+    expect_same_bits("layernorm_fwd16 mean", mu2, mu, R);
+    expect_same_bits("layernorm_fwd16 rstd", rs2, rs, R);
+    free(x), free(w), free(bb), free(y), free(mu), free(rs);
+    float *bufs[] = {xg, wg, bg, yg, mug, rsg, mu2, rs2};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->release(gpu, bufs[i]);
+    gpu->release(gpu, y16);
+}
+
+/* gelu_erf_fwd16: a the rounding of gelu_erf_fwd's a, with dgelu NULL, its own buffer, and z itself (the bits of
+ * gelu_erf_fwd's dgelu) */
+static void gelu16_case(int64_t R, int64_t cols, float p, int64_t m16)
+{
+    char what[160];
+    packing pk;
+    pack_rows(&pk, R);
+    const int64_t n = R * cols;
+    ddp_dropout dr = {p, 0x7654321ULL + (uint64_t)cols};
+    float *z = test_rnd(n, 41, 3.0f, 0.0f), *bias = test_rnd(cols, 42, 1.0f, 0.0f);
+    float *zg = dev(z, n), *biasg = dev(bias, cols), *ag = dev(NULL, n), *dgg = dev(NULL, n), *dg2 = dev(NULL, n);
+    uint16_t *a16 = dev16(n);
+    OK(G->gelu_erf_fwd(gpu, zg, biasg, ag, dgg, &pk.g, cols, &dr));
+    float *a = down(ag, n), *dg = down(dgg, n);
+    for (int mode = 0; mode < 3; mode++) { /* dgelu: NULL, its own buffer, z */
+        OK(gpu->zero(gpu, a16, (size_t)(n + 8) * 2));
+        float *dgo = mode == 0 ? NULL : mode == 1 ? dg2 : zg;
+        OK(G->gelu_erf_fwd16(gpu, zg, biasg, a16 + m16, dgo, &pk.g, cols, &dr));
+        snprintf(what, sizeof what, "gelu_erf_fwd16 R %lld cols %lld p %.1f dgelu %s a at +%lld", (long long)R,
+                 (long long)cols, p,
+                 mode == 0   ? "NULL"
+                 : mode == 1 ? "own"
+                             : "= z",
+                 (long long)m16);
+        expect_bf16_of(what, a16 + m16, a, n);
+        if (dgo) expect_same_bits("gelu_erf_fwd16 dgelu", dgo, dg, n);
+    }
+    pack_free(&pk);
+    free(z), free(bias), free(a), free(dg);
+    float *bufs[] = {zg, biasg, ag, dgg, dg2};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->release(gpu, bufs[i]);
+    gpu->release(gpu, a16);
+}
+
+/* residual_layernorm_fwd against residual_fwd then layernorm_fwd on the GPU: out, y (fp32, or bf16 at y16 = 1), mean
+ * and rstd the same bits; out in its own buffer, then in place (out = h) */
+static void residual_layernorm_case(int64_t R, int64_t d, float p, int y16, int64_t m16)
+{
+    char what[200];
+    packing pk;
+    pack_rows(&pk, R);
+    const int64_t n = R * d;
+    ddp_dropout dr = {p, 0xabcdefULL + (uint64_t)d};
+    float *h = test_rnd(n, 51 + d, 1.0f, 0.3f), *t = test_rnd(n, 52, 1.0f, 0.0f), *tb = test_rnd(d, 53, 0.5f, 0.0f);
+    float *w = test_rnd(d, 54, 1.0f, 0.2f), *lb = test_rnd(d, 55, 1.0f, 0.0f);
+    float *hg = dev(h, n), *tg = dev(t, n), *tbg = dev(tb, d), *wg = dev(w, d), *lbg = dev(lb, d), *outg = dev(NULL, n);
+    float *yg = dev(NULL, n), *mug = dev(NULL, R), *rsg = dev(NULL, R), *y2 = dev(NULL, n), *mu2 = dev(NULL, R),
+          *rs2 = dev(NULL, R);
+    uint16_t *y16g = dev16(n);
+    OK(G->residual_fwd(gpu, outg, hg, tg, tbg, &pk.g, d, &dr));
+    OK(G->layernorm_fwd(gpu, outg, wg, lbg, yg, mug, rsg, R, d));
+    float *out = down(outg, n), *y = down(yg, n), *mu = down(mug, R), *rs = down(rsg, R);
+    void *yo = y16 ? (void *)(y16g + m16) : (void *)y2;
+    for (int inplace = 0; inplace < 2; inplace++) {
+        snprintf(what, sizeof what, "residual_layernorm_fwd R %lld d %lld p %.1f y%s%s", (long long)R, (long long)d, p,
+                 y16 ? " bf16" : " fp32", inplace ? " out = h" : "");
+        OK(gpu->zero(gpu, outg, (size_t)n * 4));
+        OK(gpu->zero(gpu, y16 ? (void *)y16g : (void *)y2, (size_t)n * (y16 ? 2 : 4)));
+        float *o = inplace ? hg : outg;
+        OK(G->residual_layernorm_fwd(gpu, o, hg, tg, tbg, &pk.g, d, &dr, wg, lbg, yo, y16, mu2, rs2));
+        char nm[240];
+#define NAME(s) (snprintf(nm, sizeof nm, "%s %s", what, (s)), nm)
+        expect_same_bits(NAME("out"), o, out, n);
+        if (y16)
+            expect_bf16_of(NAME("y"), yo, y, n);
+        else
+            expect_same_bits(NAME("y"), yo, y, n);
+        expect_same_bits(NAME("mean"), mu2, mu, R);
+        expect_same_bits(NAME("rstd"), rs2, rs, R);
+#undef NAME
+    }
+    pack_free(&pk);
+    free(h), free(t), free(tb), free(w), free(lb), free(out), free(y), free(mu), free(rs);
+    float *bufs[] = {hg, tg, tbg, wg, lbg, outg, yg, mug, rsg, y2, mu2, rs2};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->release(gpu, bufs[i]);
+    gpu->release(gpu, y16g);
+}
+
+/* the exact comparisons reject one bf16 ulp (and one fp32 ulp) */
+void test_bf16_self_check(void **state)
+{
+    (void)state;
+    const float c[3] = {1.0f, -2.5f, 0.1f};
+    uint16_t g[3] = {bf16_rne(c[0]), bf16_rne(c[1]), bf16_rne(c[2])};
+    if (!(bf16_mismatch(g, c, 3) < 0)) fail_msg("bf16_rne disagrees with itself");
+    g[2]++;
+    if (bf16_mismatch(g, c, 3) != 2) fail_msg("the bf16 comparison accepted an element one ulp off");
+    if (!(bf16_rne(1.00390625f) == 0x3f80 && bf16_rne(1.01171875f) == 0x3f82 && bf16_rne(0x1.010002p0f) == 0x3f81))
+        fail_msg("bf16_rne is not round to nearest even");
+}
+
+/* the bf16 outputs and the fused residual + layernorm: d through every path (partial block, float4, scalar, past the
+ * registers and the shared row), R from 0, outputs 16-, 8- and 2-byte aligned (m16 0, 4, 1 bf16 elements) */
+static const int64_t ds16[] = {4, 6, 64, 768, 770, 1028, 1030}, Rs16[] = {0, 1, 7, 300};
+static int64_t m16_of(size_t i, size_t j) { return (int64_t)((i + j) % 3 == 2 ? 1 : (i + j) % 3 == 1 ? 4 : 0); }
+void test_layernorm16(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof ds16 / sizeof *ds16; i++)
+        for (size_t j = 0; j < sizeof Rs16 / sizeof *Rs16; j++) layernorm16_case(Rs16[j], ds16[i], m16_of(i, j));
+    layernorm16_case(3, 64, 1);
+    layernorm16_case(3, 64, 4);
+}
+void test_gelu16(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof ds16 / sizeof *ds16; i++)
+        for (size_t j = 0; j < sizeof Rs16 / sizeof *Rs16; j++) {
+            gelu16_case(Rs16[j], ds16[i], 0.0f, m16_of(i, j));
+            gelu16_case(Rs16[j], ds16[i], 0.2f, 0);
+        }
+    gelu16_case(3, 64, 0.2f, 1);
+}
+void test_residual_layernorm(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof ds16 / sizeof *ds16; i++)
+        for (size_t j = 0; j < sizeof Rs16 / sizeof *Rs16; j++)
+            for (int y16 = 0; y16 < 2; y16++) {
+                residual_layernorm_case(Rs16[j], ds16[i], 0.0f, y16, m16_of(i, j));
+                residual_layernorm_case(Rs16[j], ds16[i], 0.2f, y16, 0);
+            }
+    residual_layernorm_case(3, 64, 0.2f, 1, 1);
+}
