@@ -19,7 +19,8 @@ static void write_manifest_after(ddp_ctx *ctx, const char *cmd, const char *dir)
     ddp_status st = ddp_dataset_survey(ctx, dir, "none", DDP_SURVEY_STATS | DDP_SURVEY_FINITE, &sv);
     if (st == DDP_OK) st = ddp_survey_write_manifest(ctx, &sv, NULL);
     if (st != DDP_OK && cli_rank0(ctx))
-        fprintf(stderr, "mpiddp %s: warning: no manifest written: %s; `mpiddp index %s` writes it\n", cmd, ddp_last_error(), dir);
+        fprintf(stderr, "mpiddp %s: warning: no manifest written: %s; `mpiddp index %s` writes it\n", cmd,
+                ddp_last_error(), dir);
     ddp_survey_free(&sv);
 }
 
@@ -37,9 +38,12 @@ int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
         {"max-rows", OPT_I64, &o.max_rows, NULL, 1, 1e9, "most rows per sample (default 64)", 0},
         {"shards", OPT_I64, &o.shards, NULL, 1, 1e9, "number of shard files (default 4)", 0},
         {"seed", OPT_I64, &seed, NULL, 0, 9.2e18, "seed: class prototypes and every sample (default 0)", 0},
-        {"first-id", OPT_I64, &o.first_id, NULL, 0, 9.2e18, "id of the first sample; use disjoint ranges for train/val (default 0)", 0},
+        {"first-id", OPT_I64, &o.first_id, NULL, 0, 9.2e18,
+         "id of the first sample; use disjoint ranges for train/val (default 0)", 0},
         {"task", OPT_CHOICE, &o.task, "class|order", 0, 0,
-         "class: label from the row mean; order: label = first of C markers, needs --min-rows >= --classes (default class)", 0},
+         "class: label from the row mean; order: label = first of C markers, needs --min-rows >= --classes (default "
+         "class)",
+         0},
         {"no-manifest", OPT_FLAG, &no_manifest, NULL, 0, 0, "do not index the result into OUT/" DDP_MANIFEST_NAME, 0},
     };
     const cli_cmd cmd = {"synth", "--out DIR [options]",
@@ -57,9 +61,9 @@ int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
     ddp_status st = ddp_synth(ctx, &o);
     if (st != DDP_OK) return cli_fail(ctx, "synth", st);
     if (cli_rank0(ctx))
-        printf("synth: wrote %lld %ssamples (D=%lld, %lld classes, %lld-%lld rows) in %lld shards to %s\n", (long long)o.samples,
-               o.task == 1 ? "order-task " : "", (long long)o.dim, (long long)o.classes, (long long)o.min_rows,
-               (long long)o.max_rows, (long long)o.shards, o.out);
+        printf("synth: wrote %lld %ssamples (D=%lld, %lld classes, %lld-%lld rows) in %lld shards to %s\n",
+               (long long)o.samples, o.task == 1 ? "order-task " : "", (long long)o.dim, (long long)o.classes,
+               (long long)o.min_rows, (long long)o.max_rows, (long long)o.shards, o.out);
     if (!no_manifest) write_manifest_after(ctx, "synth", o.out);
     return 0;
 }
@@ -73,14 +77,16 @@ int cmd_pack(ddp_ctx *ctx, int argc, char **argv)
         {"input", OPT_STR, &input, NULL, 0, 0, "HDF5 file with /samples/<name> (rows x D) and /labels (required)", 0},
         {"out", OPT_STR, &out, NULL, 0, 0, "output dataset directory (required; must hold no *.h5)", 0},
         {"shards", OPT_I64, &shards, NULL, 1, 1e9, "number of shards, balanced by rows (default 1)", 0},
-        {"classes", OPT_I64, &classes, NULL, 2, 1e9, "num_classes of the dataset (default: largest label + 1; give it when a split may lack the top class)", 0},
+        {"classes", OPT_I64, &classes, NULL, 2, 1e9,
+         "num_classes of the dataset (default: largest label + 1; give it when a split may lack the top class)", 0},
         {"no-manifest", OPT_FLAG, &no_manifest, NULL, 0, 0, "do not index the result into OUT/" DDP_MANIFEST_NAME, 0},
     };
-    const cli_cmd cmd = {"pack", "--input FILE.h5 --out DIR [--shards S] [--classes C]",
-                         "Converts one 2-D dataset per sample under /samples (taken in sorted name order) plus a 1-D /labels\n"
-                         "into a sharded dataset; sample_ids are the positions in that order; num_classes = max label + 1\n"
-                         "unless --classes says more.",
-                         opts, (int)(sizeof opts / sizeof opts[0])};
+    const cli_cmd cmd = {
+        "pack", "--input FILE.h5 --out DIR [--shards S] [--classes C]",
+        "Converts one 2-D dataset per sample under /samples (taken in sorted name order) plus a 1-D /labels\n"
+        "into a sharded dataset; sample_ids are the positions in that order; num_classes = max label + 1\n"
+        "unless --classes says more.",
+        opts, (int)(sizeof opts / sizeof opts[0])};
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
     if (!input || !out) return cli_usage(ctx, "pack", "--input and --out are required");
@@ -104,17 +110,21 @@ int cmd_index(ddp_ctx *ctx, int argc, char **argv)
     const char *pos[1] = {NULL}, *manifest = NULL;
     int np = 0;
     cli_opt opts[] = {
-        {"manifest", OPT_STR, &manifest, NULL, 0, 0, "write the manifest to FILE instead of DIR/" DDP_MANIFEST_NAME " (read-only data)", 0},
+        {"manifest", OPT_STR, &manifest, NULL, 0, 0,
+         "write the manifest to FILE instead of DIR/" DDP_MANIFEST_NAME " (read-only data)", 0},
     };
-    const cli_cmd cmd = {"index", "DIR [--manifest FILE]",
-                         "Validates every shard (spread over the ranks under mpirun), scans every feature for NaN/Inf and writes the\n"
-                         "manifest: each shard's name, size, mtime, metadata and statistics, so that train, eval and inspect re-validate\n"
-                         "only the shards that changed since (docs/dataset-format.md#the-manifest).",
-                         opts, (int)(sizeof opts / sizeof opts[0])};
+    const cli_cmd cmd = {
+        "index", "DIR [--manifest FILE]",
+        "Validates every shard (spread over the ranks under mpirun), scans every feature for NaN/Inf and writes the\n"
+        "manifest: each shard's name, size, mtime, metadata and statistics, so that train, eval and inspect "
+        "re-validate\n"
+        "only the shards that changed since (docs/dataset-format.md#the-manifest).",
+        opts, (int)(sizeof opts / sizeof opts[0])};
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, pos, 1, &np);
     if (done >= 0) return done;
     if (np != 1) return cli_usage(ctx, "index", "expected one dataset directory");
-    if (manifest && !strcmp(manifest, "none")) return cli_usage(ctx, "index", "--manifest none: give the file to write");
+    if (manifest && !strcmp(manifest, "none"))
+        return cli_usage(ctx, "index", "--manifest none: give the file to write");
     ddp_survey sv;
     ddp_status st = ddp_dataset_survey(ctx, pos[0], "none", DDP_SURVEY_STATS | DDP_SURVEY_FINITE, &sv);
     if (st == DDP_OK) st = ddp_survey_write_manifest(ctx, &sv, manifest);
@@ -126,10 +136,12 @@ int cmd_index(ddp_ctx *ctx, int argc, char **argv)
             bad += sv.entries[k].nonfinite > 0 ? sv.entries[k].nonfinite : 0;
             badsh += sv.entries[k].nonfinite > 0;
         }
-        printf("index: %s: %lld shards, %lld samples validated; wrote %s%s%s\n", pos[0], (long long)sv.nshards, (long long)N,
-               manifest ? manifest : pos[0], manifest ? "" : "/", manifest ? "" : DDP_MANIFEST_NAME);
+        printf("index: %s: %lld shards, %lld samples validated; wrote %s%s%s\n", pos[0], (long long)sv.nshards,
+               (long long)N, manifest ? manifest : pos[0], manifest ? "" : "/", manifest ? "" : DDP_MANIFEST_NAME);
         if (bad)
-            fprintf(stderr, "mpiddp index: notice: %lld non-finite feature value(s) in %lld shard(s); `mpiddp inspect %s` names the first\n",
+            fprintf(stderr,
+                    "mpiddp index: notice: %lld non-finite feature value(s) in %lld shard(s); `mpiddp inspect %s` "
+                    "names the first\n",
                     (long long)bad, (long long)badsh, pos[0]);
     }
     ddp_survey_free(&sv);
@@ -141,20 +153,25 @@ int cmd_inspect(ddp_ctx *ctx, int argc, char **argv)
     const char *pos[1] = {NULL}, *manifest = NULL;
     int np = 0;
     cli_opt opts[] = {
-        {"manifest", OPT_STR, &manifest, NULL, 0, 0, "the manifest to use (default DIR/" DDP_MANIFEST_NAME " when present; none: validate every shard)", 0},
+        {"manifest", OPT_STR, &manifest, NULL, 0, 0,
+         "the manifest to use (default DIR/" DDP_MANIFEST_NAME " when present; none: validate every shard)", 0},
     };
-    const cli_cmd cmd = {"inspect", "DIR [--manifest FILE|none]",
-                         "Validates every rule of the dataset format (docs/dataset-format.md), reads every feature for NaN or Inf (naming\n"
-                         "the first by file, row, column and sample), and prints counts, row-length statistics, class counts, bytes\n"
-                         "and whether each shard can be memory-mapped. Shards unchanged since `mpiddp index` are taken from the manifest\n"
-                         "without being opened. Exit 0 only when valid and finite.",
-                         opts, (int)(sizeof opts / sizeof opts[0])};
+    const cli_cmd cmd = {
+        "inspect", "DIR [--manifest FILE|none]",
+        "Validates every rule of the dataset format (docs/dataset-format.md), reads every feature for NaN or Inf "
+        "(naming\n"
+        "the first by file, row, column and sample), and prints counts, row-length statistics, class counts, bytes\n"
+        "and whether each shard can be memory-mapped. Shards unchanged since `mpiddp index` are taken from the "
+        "manifest\n"
+        "without being opened. Exit 0 only when valid and finite.",
+        opts, (int)(sizeof opts / sizeof opts[0])};
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, pos, 1, &np);
     if (done >= 0) return done;
     if (np != 1) return cli_usage(ctx, "inspect", "expected one dataset directory");
     ddp_survey sv;
     ddp_status st = ddp_dataset_survey(ctx, pos[0], manifest, DDP_SURVEY_STATS | DDP_SURVEY_FINITE, &sv);
-    /* a manifest ignored is a notice; a stale one is not: the "metadata from" line below counts what was re-validated */
+    /* a manifest ignored is a notice; a stale one is not: the "metadata from" line below counts what was re-validated
+     */
     if (sv.notice[0] && !sv.manifest_used && cli_rank0(ctx)) fprintf(stderr, "mpiddp inspect: notice: %s\n", sv.notice);
     if (st != DDP_OK) return cli_fail(ctx, "inspect", st);
     if (cli_rank0(ctx)) st = ddp_survey_check_finite(&sv); /* NaN/Inf features: named, not "valid" */
@@ -184,19 +201,21 @@ int cmd_inspect(ddp_ctx *ctx, int argc, char **argv)
         if (sv.manifest_used)
             printf("metadata from %s (%lld shards unchanged, %lld re-validated)\n", sv.manifest, (long long)sv.fresh,
                    (long long)sv.validated);
-        printf("shards %lld  samples %lld  rows %lld  D %lld  classes %lld\n", (long long)ns, (long long)N, (long long)R,
-               (long long)m[0].dim, (long long)C);
-        printf("rows per sample: min %lld  mean %.2f  max %lld\n", (long long)minr, (double)R / (double)N, (long long)maxr);
+        printf("shards %lld  samples %lld  rows %lld  D %lld  classes %lld\n", (long long)ns, (long long)N,
+               (long long)R, (long long)m[0].dim, (long long)C);
+        printf("rows per sample: min %lld  mean %.2f  max %lld\n", (long long)minr, (double)R / (double)N,
+               (long long)maxr);
         printf("rows-per-sample histogram:\n");
         for (int b = 0; b < 16; b++)
             if (hist[b]) printf("  %8lld-%-8lld %10lld\n", 1LL << b, (2LL << b) - 1, (long long)hist[b]);
         printf("class counts:");
         for (int64_t c = 0; cc && c < C; c++) printf(" %lld:%lld", (long long)c, (long long)cc[c]);
-        printf("\nbytes: features %s, files %s; %lld of %lld shard(s) memory-mappable\n", b1, b2, (long long)mappable, (long long)ns);
+        printf("\nbytes: features %s, files %s; %lld of %lld shard(s) memory-mappable\n", b1, b2, (long long)mappable,
+               (long long)ns);
         printf("%-28s %12s %14s %14s  %s\n", "shard", "samples", "rows", "bytes", "features");
         for (int64_t i = 0; i < ns; i++)
-            printf("%-28s %12lld %14lld %14lld  %s\n", m[i].name, (long long)m[i].n, (long long)m[i].rows, (long long)m[i].file_bytes,
-                   m[i].feat_off >= 0 ? "mmap" : "hdf5-read (chunked/filtered: slower)");
+            printf("%-28s %12lld %14lld %14lld  %s\n", m[i].name, (long long)m[i].n, (long long)m[i].rows,
+                   (long long)m[i].file_bytes, m[i].feat_off >= 0 ? "mmap" : "hdf5-read (chunked/filtered: slower)");
         free(cc);
     }
     ddp_survey_free(&sv);

@@ -18,7 +18,8 @@ int cmd_env(ddp_ctx *ctx, int argc, char **argv)
     int device = 0;
     cli_opt opts[] = {{"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "device to resolve (default auto)", 0}};
     const cli_cmd cmd = {"env", "[--device auto|cpu|cuda]",
-                         "Prints one line per rank: topology as MPI sees it, job facts, device and library versions.", opts, 1};
+                         "Prints one line per rank: topology as MPI sees it, job facts, device and library versions.",
+                         opts, 1};
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
@@ -42,12 +43,13 @@ int cmd_env(ddp_ctx *ctx, int argc, char **argv)
         snprintf(dev, sizeof dev, "cuda:%d(%s)", ctx->cuda_device, name);
     }
     char line[LINE];
-    snprintf(line, sizeof line,
-             "rank=%d size=%d local_rank=%d local_size=%d node=%d nodes=%d host=%s device=%s backend=%s launcher=%s job=%s "
-             "mpi=\"%s\" hdf5=%s cuda=\"%s\" nccl=\"%s\"",
-             t->rank, t->size, t->local_rank, t->local_size, t->node_id, t->num_nodes, t->host, dev,
-             got == DDP_DEVICE_CUDA ? "cuda(cublas+nccl)" : "cpu(openblas+mpi)", t->launcher, t->job_id[0] ? t->job_id : "-", v.mpi,
-             v.hdf5, v.cuda, v.nccl);
+    snprintf(
+        line, sizeof line,
+        "rank=%d size=%d local_rank=%d local_size=%d node=%d nodes=%d host=%s device=%s backend=%s launcher=%s job=%s "
+        "mpi=\"%s\" hdf5=%s cuda=\"%s\" nccl=\"%s\"",
+        t->rank, t->size, t->local_rank, t->local_size, t->node_id, t->num_nodes, t->host, dev,
+        got == DDP_DEVICE_CUDA ? "cuda(cublas+nccl)" : "cpu(openblas+mpi)", t->launcher, t->job_id[0] ? t->job_id : "-",
+        v.mpi, v.hdf5, v.cuda, v.nccl);
     char *all = t->rank == 0 ? calloc((size_t)t->size, LINE) : NULL;
     int mrc = MPI_Gather(line, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (mrc != MPI_SUCCESS) return cli_fail(ctx, "env", ddp_set_error(DDP_ERR_MPI, "MPI_Gather failed"));

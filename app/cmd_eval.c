@@ -31,7 +31,8 @@ static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
     if (!f) return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     fprintf(f, CSV_HEADER "\n");
     for (int64_t i = 0; i < a->n; i++)
-        fprintf(f, "%lld,%lld,%lld,%.7g\n", (long long)a->ids[i], (long long)a->labels[i], (long long)a->preds[i], a->probs[i]);
+        fprintf(f, "%lld,%lld,%lld,%.7g\n", (long long)a->ids[i], (long long)a->labels[i], (long long)a->preds[i],
+                a->probs[i]);
     int bad = fflush(f) != 0 || ferror(f), err = bad ? errno : 0;
     if (fclose(f) != 0 && !bad) bad = 1, err = errno;
     if (bad) {
@@ -46,7 +47,10 @@ static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
     return DDP_OK;
 }
 
-static int same_file(const struct stat *a, const struct stat *b) { return a->st_dev == b->st_dev && a->st_ino == b->st_ino; }
+static int same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
 
 /* --out must not replace an input (the checkpoint, a file of the dataset: compared by device and inode, so links
  * and other spellings of the path count), a directory, or a file mpiddp did not write (an existing non-empty file
@@ -57,12 +61,13 @@ static ddp_status check_out(const char *out, const char *ckpt, const char *data)
     size_t len = strlen(out);
     if (stat(out, &so) != 0) {
         if (errno != ENOENT) return ddp_set_error(DDP_ERR_ARG, "--out %s: %s", out, strerror(errno));
-        if (len && out[len - 1] == '/') return ddp_set_error(DDP_ERR_ARG, "--out %s: names a directory, not a file", out);
+        if (len && out[len - 1] == '/')
+            return ddp_set_error(DDP_ERR_ARG, "--out %s: names a directory, not a file", out);
         return DDP_OK; /* a new file: write_predictions says why if its directory is missing */
     }
     if (S_ISDIR(so.st_mode))
-        return ddp_set_error(DDP_ERR_ARG, "--out %s: is a directory (give a file name, e.g. %s%spredictions.csv)", out, out,
-                             len && out[len - 1] == '/' ? "" : "/");
+        return ddp_set_error(DDP_ERR_ARG, "--out %s: is a directory (give a file name, e.g. %s%spredictions.csv)", out,
+                             out, len && out[len - 1] == '/' ? "" : "/");
     if (stat(ckpt, &sx) == 0 && same_file(&so, &sx))
         return ddp_set_error(DDP_ERR_ARG, "--out %s: is the checkpoint --ckpt %s; refusing to replace it", out, ckpt);
     DIR *d = opendir(data);
@@ -72,7 +77,8 @@ static ddp_status check_out(const char *out, const char *ckpt, const char *data)
         snprintf(p, sizeof p, "%s/%s", data, e->d_name);
         if (e->d_name[0] != '.' && stat(p, &sx) == 0 && same_file(&so, &sx)) {
             closedir(d);
-            return ddp_set_error(DDP_ERR_ARG, "--out %s: is %s of the dataset --data %s; refusing to replace it", out, p, data);
+            return ddp_set_error(DDP_ERR_ARG, "--out %s: is %s of the dataset --data %s; refusing to replace it", out,
+                                 p, data);
         }
     }
     if (d) closedir(d);
@@ -84,15 +90,18 @@ static ddp_status check_out(const char *out, const char *ckpt, const char *data)
     if (f) fclose(f);
     head[got] = 0;
     if (strcmp(head, CSV_HEADER) != 0)
-        return ddp_set_error(DDP_ERR_ARG, "--out %s: exists and is not a predictions CSV of mpiddp eval (it does not start with "
-                                          CSV_HEADER "); refusing to replace it (remove it, or choose another name)", out);
+        return ddp_set_error(
+            DDP_ERR_ARG,
+            "--out %s: exists and is not a predictions CSV of mpiddp eval (it does not start with " CSV_HEADER
+            "); refusing to replace it (remove it, or choose another name)",
+            out);
     return DDP_OK;
 }
 
 static const char *g_manifest; /* --manifest: the dataset's manifest (NULL: DIR/mpiddp-manifest.bin when present) */
 
-static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, const char *out, int batch, int64_t batch_rows,
-                           ddp_device dev, ddp_precision precision)
+static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, const char *out, int batch,
+                           int64_t batch_rows, ddp_device dev, ddp_precision precision)
 {
     ddp_model_config mc; /* the checkpoint alone says which model it holds */
     ddp_status st = DDP_OK;
@@ -102,7 +111,8 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     int64_t dims[3] = {mc.dim, mc.hidden, mc.classes};
     ddp_dataset *ds = NULL;
     DDP_CHECK(ddp_dataset_open_with(ctx, data, g_manifest, &ds));
-    if (ds->notice[0] && ctx->topo.rank == 0) fprintf(stderr, "mpiddp eval: notice: %s\n", ds->notice); /* manifest stale or ignored */
+    if (ds->notice[0] && ctx->topo.rank == 0)
+        fprintf(stderr, "mpiddp eval: notice: %s\n", ds->notice); /* manifest stale or ignored */
     const ddp_dataset_info *in = ddp_dataset_get_info(ds);
     ddp_model m = {0};
     ddp_sampler sm = {0};
@@ -113,12 +123,14 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     int32_t *lens = NULL;
     ddp_backend *be = NULL;
     if (in->dim != dims[0] || in->num_classes != dims[2]) { /* every rank sees the same facts */
-        st = ddp_agree_status(ctx, ddp_set_error(DDP_ERR_FORMAT, "%s has D=%lld and %lld classes but %s was trained on D=%lld, %lld classes",
-                                                 data, (long long)in->dim, (long long)in->num_classes, ckpt, (long long)dims[0],
-                                                 (long long)dims[2]));
+        st = ddp_agree_status(
+            ctx, ddp_set_error(
+                     DDP_ERR_FORMAT, "%s has D=%lld and %lld classes but %s was trained on D=%lld, %lld classes", data,
+                     (long long)in->dim, (long long)in->num_classes, ckpt, (long long)dims[0], (long long)dims[2]));
         goto done;
     }
-    if (mc.kind == DDP_MODEL_TRANSFORMER) DDP_TRY(ddp_dataset_check_max_rows(ctx, ds, mc.max_positions, "the model's max_positions"));
+    if (mc.kind == DDP_MODEL_TRANSFORMER)
+        DDP_TRY(ddp_dataset_check_max_rows(ctx, ds, mc.max_positions, "the model's max_positions"));
     mc.precision = precision; /* bf16: GEMM-only activations in bf16, as in training */
     mc.max_batch_rows = batch * in->max_sample_rows;
     mc.max_batch_samples = batch;
@@ -134,7 +146,10 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     st = DDP_OK;
     if (ctx->topo.rank == 0) st = ddp_ckpt_read(ckpt, &m, host, NULL, NULL, &cs);
     if (ctx->topo.rank == 0 && st == DDP_OK && cs.no_checksums) /* the library reports it; one notice line */
-        fprintf(stderr, "mpiddp eval: notice: %s has no checksums (written before mpiddp verified checkpoints): loaded unverified\n", ckpt);
+        fprintf(stderr,
+                "mpiddp eval: notice: %s has no checksums (written before mpiddp verified checkpoints): loaded "
+                "unverified\n",
+                ckpt);
     if (ctx->topo.rank == 0 && st == DDP_OK) { /* eval needs the parameters only */
         free(cs.best_local);
         free(cs.topk_json);
@@ -142,14 +157,15 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     DDP_TRY(ddp_agree_status(ctx, st));
     for (int64_t lo = 0; lo < n; lo += 1 << 28) {
         int rc = MPI_Bcast(host + lo, (int)(n - lo < (1 << 28) ? n - lo : (1 << 28)), MPI_FLOAT, 0, ctx->world);
-        if (rc != MPI_SUCCESS) DDP_FAIL(ddp_mpi_error(rc, "MPI_Bcast(params)", __FILE__, __LINE__), "%s", ddp_last_error());
+        if (rc != MPI_SUCCESS)
+            DDP_FAIL(ddp_mpi_error(rc, "MPI_Bcast(params)", __FILE__, __LINE__), "%s", ddp_last_error());
     }
     DDP_TRY(ddp_ctx_backend(ctx, m.device, &be));
     DDP_TRY(ddp_agree_status(ctx, ddp_backend_set_precision(be, precision))); /* any precision, whatever trained it */
     DDP_TRY(be->alloc(be, &params, (size_t)n * sizeof(float)));
     DDP_TRY(be->upload(be, params, host, (size_t)n * sizeof(float)));
-    DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&sm, DDP_SAMPLE_SEQUENTIAL, in->num_samples, ctx->topo.size, ctx->topo.rank, 0, 0,
-                                                   batch, NULL, 0)));
+    DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&sm, DDP_SAMPLE_SEQUENTIAL, in->num_samples, ctx->topo.size,
+                                                   ctx->topo.rank, 0, 0, batch, NULL, 0)));
     if (batch_rows > 0) {
         double sq = ddp_model_cost_sq(&mc);
         DDP_TRY(ddp_dataset_row_counts(ctx, ds, &lens));
@@ -161,7 +177,8 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     DDP_TRY(ddp_eval_run(&m, params, ld, sm.steps, &a, NULL, NULL));
     double sums[2] = {a.loss_sum, (double)a.count};
     int rc = MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, ctx->world);
-    if (rc != MPI_SUCCESS) DDP_FAIL(ddp_mpi_error(rc, "MPI_Allreduce(eval)", __FILE__, __LINE__), "%s", ddp_last_error());
+    if (rc != MPI_SUCCESS)
+        DDP_FAIL(ddp_mpi_error(rc, "MPI_Allreduce(eval)", __FILE__, __LINE__), "%s", ddp_last_error());
     DDP_TRY(ddp_eval_reduce_confusion(ctx, &a));
     double acc, f1;
     ddp_confusion_metrics(a.conf, a.C, &acc, &f1);
@@ -171,7 +188,8 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
         st = ctx->topo.rank == 0 ? write_predictions(out, &all) : DDP_OK;
         DDP_TRY(ddp_agree_status(ctx, st));
     }
-    if (ctx->topo.rank == 0) printf("val/loss=%.9g val/acc=%.9g val/macro_f1=%.9g\n", sums[1] > 0 ? sums[0] / sums[1] : 0.0, acc, f1);
+    if (ctx->topo.rank == 0)
+        printf("val/loss=%.9g val/acc=%.9g val/macro_f1=%.9g\n", sums[1] > 0 ? sums[0] / sums[1] : 0.0, acc, f1);
 done:
     if (be) (void)ddp_backend_set_precision(be, DDP_PRECISION_FP32);
     if (params) be->release(be, params);
@@ -194,30 +212,36 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
     cli_opt opts[] = {
         {"ckpt", OPT_STR, &ckpt, NULL, 0, 0, "checkpoint file (required)", 0},
         {"data", OPT_STR, &data, NULL, 0, 0, "dataset directory (required)", 0},
-        {"manifest", OPT_STR, &g_manifest, NULL, 0, 0, "manifest of --data (default DIR/mpiddp-manifest.bin when present; none: ignore it)", 0},
+        {"manifest", OPT_STR, &g_manifest, NULL, 0, 0,
+         "manifest of --data (default DIR/mpiddp-manifest.bin when present; none: ignore it)", 0},
         {"out", OPT_STR, &out, NULL, 0, 0, "write predictions CSV: sample_id,label,pred,prob", 0},
         {"batch-size", OPT_INT, &batch, NULL, 1, 1e7, "samples per rank per step (default 256)", 0},
-        {"batch-rows", OPT_I64, &batch_rows, NULL, 1, 1e12, "token budget instead: about N rows per rank per step, split by cost", 0},
+        {"batch-rows", OPT_I64, &batch_rows, NULL, 1, 1e12,
+         "token budget instead: about N rows per rank per step, split by cost", 0},
         {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
         {"precision", OPT_CHOICE, &precision, "fp32|tf32|bf16", 0, 0,
          "GEMM arithmetic: fp32 (default, exact), tf32 (--device cuda) or bf16 operands with fp32 accumulation", 0},
     };
-    const cli_cmd cmd = {"eval",
-                         "--ckpt FILE --data DIR [--out FILE.csv] [--batch-size N | --batch-rows N] [--device auto|cpu|cuda] "
-                         "[--precision fp32|tf32|bf16]",
-                         "Evaluates a checkpoint exactly over a dataset (every sample once, at any number of ranks) and prints\n"
-                         "val/loss, val/acc and val/macro_f1; --out writes one prediction row per sample.",
-                         opts, (int)(sizeof opts / sizeof opts[0])};
+    const cli_cmd cmd = {
+        "eval",
+        "--ckpt FILE --data DIR [--out FILE.csv] [--batch-size N | --batch-rows N] [--device auto|cpu|cuda] "
+        "[--precision fp32|tf32|bf16]",
+        "Evaluates a checkpoint exactly over a dataset (every sample once, at any number of ranks) and prints\n"
+        "val/loss, val/acc and val/macro_f1; --out writes one prediction row per sample.",
+        opts, (int)(sizeof opts / sizeof opts[0])};
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
     if (!ckpt || !data) return cli_usage(ctx, "eval", "--ckpt and --data are required");
-    if (out && ddp_agree_status(ctx, cli_rank0(ctx) ? check_out(out, ckpt, data) : DDP_OK) != DDP_OK) /* rank 0 writes it */
+    if (out &&
+        ddp_agree_status(ctx, cli_rank0(ctx) ? check_out(out, ckpt, data) : DDP_OK) != DDP_OK) /* rank 0 writes it */
         return cli_usage(ctx, "eval", "%s", ddp_last_error());
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     ddp_status st = ddp_select_device_all(ctx, want, &got, NULL);
     if (st == DDP_OK && got == DDP_DEVICE_CPU && precision == DDP_PRECISION_TF32)
-        return cli_usage(ctx, "eval", "--precision tf32 needs --device cuda (the CPU backend computes in fp32 or bf16)");
-    const char *note = st == DDP_OK && got == DDP_DEVICE_CPU && precision == DDP_PRECISION_BF16 ? ddp_cpu_bf16_notice() : NULL;
+        return cli_usage(ctx, "eval",
+                         "--precision tf32 needs --device cuda (the CPU backend computes in fp32 or bf16)");
+    const char *note = st == DDP_OK && got == DDP_DEVICE_CPU && precision == DDP_PRECISION_BF16 ? ddp_cpu_bf16_notice()
+                                                                                                : NULL;
     if (note && ctx->topo.rank == 0) fprintf(stderr, "mpiddp eval: notice: %s\n", note); /* how bf16 runs on this CPU */
     if (st == DDP_OK) st = evaluate(ctx, ckpt, data, out, batch, batch_rows, got, (ddp_precision)precision);
     if (st != DDP_OK) return cli_fail(ctx, "eval", st);

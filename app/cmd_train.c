@@ -17,7 +17,8 @@
 
 static const char *USAGE = "--train DIR --val DIR --out RUNDIR [options]";
 static const char *ABOUT =
-    "Trains a model (--model mlp: docs/model.md, or transformer: docs/transformer.md) with data-parallel AdamW across the MPI ranks, validates after each\n"
+    "Trains a model (--model mlp: docs/model.md, or transformer: docs/transformer.md) with data-parallel AdamW across "
+    "the MPI ranks, validates after each\n"
     "epoch and writes RUNDIR/{metrics.csv, run.json, checkpoints/last.h5}. Options may also come from an INI\n"
     "file (--config FILE, keys are option names); the command line wins.";
 
@@ -32,16 +33,21 @@ static void print_summary(const ddp_train_summary *s, const ddp_train_config *cf
     const char *dir = realpath(cfg->out_dir, abs) ? abs : cfg->out_dir;
     if (s->valid) {
         printf("mpiddp train: %s at epoch %lld (of %lld) step %lld/%lld (global %lld)\n",
-               s->stopped ? "stopped" : s->early_stopped ? "early stopping" : "finished", (long long)s->epoch, (long long)s->epochs,
-               (long long)s->step_in_epoch, (long long)s->steps_in_epoch, (long long)s->global_step);
+               s->stopped         ? "stopped"
+               : s->early_stopped ? "early stopping"
+                                  : "finished",
+               (long long)s->epoch, (long long)s->epochs, (long long)s->step_in_epoch, (long long)s->steps_in_epoch,
+               (long long)s->global_step);
         if (s->has_best && s->best_path[0])
-            printf("mpiddp train: best checkpoint: %s/%s, %s=%.9g (epoch %lld, global step %lld)\n", dir, s->best_path, s->monitor,
-                   s->best_value, (long long)s->best_epoch, (long long)s->best_step);
+            printf("mpiddp train: best checkpoint: %s/%s, %s=%.9g (epoch %lld, global step %lld)\n", dir, s->best_path,
+                   s->monitor, s->best_value, (long long)s->best_epoch, (long long)s->best_step);
         else if (s->has_best)
-            printf("mpiddp train: best checkpoint: none kept (--save-top-k 0); best %s=%.9g\n", s->monitor, s->best_value);
+            printf("mpiddp train: best checkpoint: none kept (--save-top-k 0); best %s=%.9g\n", s->monitor,
+                   s->best_value);
         else
-            printf("mpiddp train: best checkpoint: none (%s)\n",
-                   cfg->fast_dev_run > 0 ? "--fast-dev-run makes no checkpoint decision" : "no checkpoint decision yet");
+            printf("mpiddp train: best checkpoint: none (%s)\n", cfg->fast_dev_run > 0
+                                                                     ? "--fast-dev-run makes no checkpoint decision"
+                                                                     : "no checkpoint decision yet");
         printf("mpiddp train: %.2f s; trained %.0f samples, %.0f samples/s", s->wall_s, s->samples, s->samples_per_s);
         if (s->token_budget) printf(" (%.0f tokens/s)", s->rows_per_s);
         printf("\n");
@@ -65,61 +71,94 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         {"train", OPT_STR, &train_dir, NULL, 0, 0, "training dataset directory (required)", 0},
         {"val", OPT_STR, &val_dir, NULL, 0, 0, "validation dataset directory (required)", 0},
         {"out", OPT_STR, &cfg.out_dir, NULL, 0, 0, "run directory (required)", 0},
-        {"train-manifest", OPT_STR, &train_mf, NULL, 0, 0, "manifest of --train (default DIR/mpiddp-manifest.bin when present; none: ignore it)", 0},
-        {"val-manifest", OPT_STR, &val_mf, NULL, 0, 0, "manifest of --val (default DIR/mpiddp-manifest.bin when present; none: ignore it)", 0},
-        {"no-manifest", OPT_FLAG, &no_manifest, NULL, 0, 0, "validate every shard of both datasets; no manifest is read", 0},
+        {"train-manifest", OPT_STR, &train_mf, NULL, 0, 0,
+         "manifest of --train (default DIR/mpiddp-manifest.bin when present; none: ignore it)", 0},
+        {"val-manifest", OPT_STR, &val_mf, NULL, 0, 0,
+         "manifest of --val (default DIR/mpiddp-manifest.bin when present; none: ignore it)", 0},
+        {"no-manifest", OPT_FLAG, &no_manifest, NULL, 0, 0,
+         "validate every shard of both datasets; no manifest is read", 0},
         {"config", OPT_STR, &config, NULL, 0, 0, "INI file with any of these options", 0},
         {"epochs", OPT_INT, &cfg.epochs, NULL, 1, 1e6, "epochs (default 3)", 0},
-        {"batch-size", OPT_INT, &cfg.batch_size, NULL, 1, 1e7, "samples per rank per micro-batch, also the validation batch (default 32)", 0},
+        {"batch-size", OPT_INT, &cfg.batch_size, NULL, 1, 1e7,
+         "samples per rank per micro-batch, also the validation batch (default 32)", 0},
         {"batch-rows", OPT_I64, &cfg.batch_rows, NULL, 1, 1e12,
-         "token budget instead of --batch-size: N x ranks x accumulate rows per optimizer step, split over ranks by cost, no padding; also for validation (at least the longest sample)", 0},
-        {"model", OPT_CHOICE, &kind, "mlp|transformer", 0, 0, "per-row MLP with mean pooling (default), or the Transformer encoder", 0},
+         "token budget instead of --batch-size: N x ranks x accumulate rows per optimizer step, split over ranks by "
+         "cost, no padding; also for validation (at least the longest sample)",
+         0},
+        {"model", OPT_CHOICE, &kind, "mlp|transformer", 0, 0,
+         "per-row MLP with mean pooling (default), or the Transformer encoder", 0},
         {"hidden", OPT_INT, &hidden, NULL, 1, 1e5, "MLP hidden units H, or the transformer's width d (default 64)", 0},
         {"layers", OPT_INT, &mc.layers, NULL, 1, 1e3, "transformer: encoder layers L (default 2)", 0},
-        {"heads", OPT_INT, &mc.heads, NULL, 1, 1e4, "transformer: attention heads, must divide --hidden (default 4)", 0},
+        {"heads", OPT_INT, &mc.heads, NULL, 1, 1e4, "transformer: attention heads, must divide --hidden (default 4)",
+         0},
         {"ff", OPT_I64, &mc.ff, NULL, 0, 1e7, "transformer: FFN width f (default 2 x --hidden)", 0},
-        {"max-positions", OPT_I64, &mc.max_positions, NULL, 1, 1e7, "transformer: longest sample in rows, P (default 512)", 0},
-        {"positions", OPT_CHOICE, &positions, "learned|none", 0, 0, "transformer: learned position embeddings (default) or none (sets)", 0},
+        {"max-positions", OPT_I64, &mc.max_positions, NULL, 1, 1e7,
+         "transformer: longest sample in rows, P (default 512)", 0},
+        {"positions", OPT_CHOICE, &positions, "learned|none", 0, 0,
+         "transformer: learned position embeddings (default) or none (sets)", 0},
         {"dropout", OPT_F64, &mc.dropout, NULL, 0, 0.99, "transformer: dropout probability (default 0)", 0},
         {"lr", OPT_F64, &cfg.lr, NULL, 1e-12, 1e3, "AdamW learning rate (default 1e-3)", 0},
         {"lr-schedule", OPT_CHOICE, &cfg.lr_schedule, "constant|cosine|linear", 0, 0,
-         "after --warmup-steps: constant (default), or cosine / linear decay to --min-lr over the run's optimizer steps", 0},
+         "after --warmup-steps: constant (default), or cosine / linear decay to --min-lr over the run's optimizer "
+         "steps",
+         0},
         {"warmup-steps", OPT_F64, &cfg.warmup, NULL, 0, 1e12,
          "linear warmup: N optimizer steps (N >= 1), or a fraction in (0, 1) of the run's steps (default 0)", 0},
         {"min-lr", OPT_F64, &cfg.min_lr, NULL, 0, 1e3, "learning rate at the end of the decay (default 0)", 0},
         {"lr-horizon", OPT_CHOICE, &cfg.lr_horizon, "keep|restart", 0, 0,
-         "a resume with another --epochs: keep the checkpoint's schedule (default; lr stays at --min-lr past its end), or restart warmup and decay at the resumed step", 0},
+         "a resume with another --epochs: keep the checkpoint's schedule (default; lr stays at --min-lr past its end), "
+         "or restart warmup and decay at the resumed step",
+         0},
         {"weight-decay", OPT_F64, &cfg.weight_decay, NULL, 0, 1e3, "decoupled weight decay (default 0.01)", 0},
         {"seed", OPT_I64, &seed, NULL, 0, 9.2e18, "seed of init and sampling (default 0)", 0},
         {"grad-clip", OPT_F64, &cfg.grad_clip, NULL, 0, 1e12, "clip gradients to this global L2 norm (0 = off)", 0},
         {"accumulate", OPT_INT, &cfg.accumulate, NULL, 1, 1e6, "micro-batches per optimizer step (default 1)", 0},
-        {"sampling", OPT_CHOICE, &sampling, "global|shard", 0, 0, "global permutation (default), or whole shards per rank", 0},
+        {"sampling", OPT_CHOICE, &sampling, "global|shard", 0, 0,
+         "global permutation (default), or whole shards per rank", 0},
         {"shuffle", OPT_CHOICE, &shuffle, "full|block", 0, 0,
-         "full permutation (default), or blocks of consecutive samples shuffled within windows (data larger than memory)", 0},
-        {"shuffle-block-mb", OPT_F64, &cfg.shuffle_block_mb, NULL, 0.001, 1e6, "--shuffle block: MiB of features per block (default 4)", 0},
-        {"shuffle-window", OPT_INT, &cfg.shuffle_window, NULL, 1, 64, "--shuffle block: blocks per shuffle window, read ahead together (default 16)", 0},
+         "full permutation (default), or blocks of consecutive samples shuffled within windows (data larger than "
+         "memory)",
+         0},
+        {"shuffle-block-mb", OPT_F64, &cfg.shuffle_block_mb, NULL, 0.001, 1e6,
+         "--shuffle block: MiB of features per block (default 4)", 0},
+        {"shuffle-window", OPT_INT, &cfg.shuffle_window, NULL, 1, 64,
+         "--shuffle block: blocks per shuffle window, read ahead together (default 16)", 0},
         {"drop-last", OPT_FLAG, &cfg.drop_last, NULL, 0, 0, "truncate the epoch to a multiple of the world size", 0},
         {"log-every", OPT_INT, &cfg.log_every, NULL, 1, 1e9, "optimizer steps between train rows (default 50)", 0},
-        {"log-per-rank", OPT_FLAG, &cfg.log_per_rank, NULL, 0, 0, "also write metrics_rank<R>.csv with local values", 0},
+        {"log-per-rank", OPT_FLAG, &cfg.log_per_rank, NULL, 0, 0, "also write metrics_rank<R>.csv with local values",
+         0},
         {"fast-dev-run", OPT_INT, &cfg.fast_dev_run, NULL, 0, 1e9, "run N train and N val batches, no checkpoint", 0},
         {"bucket-mb", OPT_F64, &cfg.bucket_mb, NULL, 1e-6, 1e5, "gradient bucket size in MiB (default 25)", 0},
-        {"collective-timeout", OPT_F64, &timeout, NULL, 0, 1e7, "seconds a rank may wait in a collective of the training loop before the job stops with a report (0 = forever)", 0},
+        {"collective-timeout", OPT_F64, &timeout, NULL, 0, 1e7,
+         "seconds a rank may wait in a collective of the training loop before the job stops with a report (0 = "
+         "forever)",
+         0},
         {"device", OPT_CHOICE, &device, "auto|cpu|cuda", 0, 0, "compute device (default auto)", 0},
         {"precision", OPT_CHOICE, &precision, "fp32|tf32|bf16", 0, 0,
          "GEMM arithmetic: fp32 (default, exact), tf32 (--device cuda) or bf16 operands with fp32 accumulation", 0},
-        {"monitor", OPT_STR, &cfg.monitor, NULL, 0, 0, "metric for checkpoint and early-stop decisions (default val/loss)", 0},
+        {"monitor", OPT_STR, &cfg.monitor, NULL, 0, 0,
+         "metric for checkpoint and early-stop decisions (default val/loss)", 0},
         {"mode", OPT_CHOICE, &mode, "min|max", 0, 0, "whether lower or higher --monitor is better (default min)", 0},
-        {"save-top-k", OPT_INT, &cfg.save_top_k, NULL, 0, 64, "keep the k best checkpoints by --monitor (default 1, 0 = none)", 0},
+        {"save-top-k", OPT_INT, &cfg.save_top_k, NULL, 0, 64,
+         "keep the k best checkpoints by --monitor (default 1, 0 = none)", 0},
         {"ckpt-policy", OPT_CHOICE, &policy, "reduced|rank0|all|any|majority", 0, 0,
          "who decides: reduced monitor (default), rank 0's value, or a vote of local values", 0},
-        {"early-stop-patience", OPT_INT, &cfg.early_stop_patience, NULL, 0, 1e9, "stop after N epochs without improvement (0 = off)", 0},
-        {"early-stop-min-delta", OPT_F64, &cfg.early_stop_min_delta, NULL, 0, 1e12, "smallest change that counts as improvement", 0},
-        {"ckpt-every-steps", OPT_I64, &cfg.ckpt_every_steps, NULL, 0, 1e15, "also write last.h5 every N optimizer steps (0 = per epoch)", 0},
-        {"check-finite", OPT_FLAG, &check_finite, NULL, 0, 0, "before training, read every feature of both datasets for NaN/Inf (one line naming file, row and sample)", 0},
-        {"skip-nonfinite", OPT_FLAG, &cfg.skip_nonfinite, NULL, 0, 0, "skip steps whose gradient is NaN/Inf (counted in train/skipped_steps)", 0},
-        {"resume", OPT_STR, &cfg.resume, NULL, 0, 0, "auto (RUNDIR/checkpoints/last.h5 if present) or a checkpoint file", 0},
+        {"early-stop-patience", OPT_INT, &cfg.early_stop_patience, NULL, 0, 1e9,
+         "stop after N epochs without improvement (0 = off)", 0},
+        {"early-stop-min-delta", OPT_F64, &cfg.early_stop_min_delta, NULL, 0, 1e12,
+         "smallest change that counts as improvement", 0},
+        {"ckpt-every-steps", OPT_I64, &cfg.ckpt_every_steps, NULL, 0, 1e15,
+         "also write last.h5 every N optimizer steps (0 = per epoch)", 0},
+        {"check-finite", OPT_FLAG, &check_finite, NULL, 0, 0,
+         "before training, read every feature of both datasets for NaN/Inf (one line naming file, row and sample)", 0},
+        {"skip-nonfinite", OPT_FLAG, &cfg.skip_nonfinite, NULL, 0, 0,
+         "skip steps whose gradient is NaN/Inf (counted in train/skipped_steps)", 0},
+        {"resume", OPT_STR, &cfg.resume, NULL, 0, 0,
+         "auto (RUNDIR/checkpoints/last.h5 if present) or a checkpoint file", 0},
         {"overwrite", OPT_FLAG, &cfg.overwrite, NULL, 0, 0,
-         "RUNDIR holds another run: remove that run's files (metrics, run.json, checkpoints) first; without it such a RUNDIR is refused", 0},
+         "RUNDIR holds another run: remove that run's files (metrics, run.json, checkpoints) first; without it such a "
+         "RUNDIR is refused",
+         0},
         {"no-progress", OPT_FLAG, &no_progress, NULL, 0, 0, "no progress line on stderr", 0},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
@@ -149,12 +188,16 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     mc.kind = kind == 1 ? DDP_MODEL_TRANSFORMER : DDP_MODEL_MLP;
     mc.hidden = hidden;
     if (cfg.resume && cfg.overwrite)
-        conflict = "--resume and --overwrite: give one (continue the run in --out, or remove its files and start afresh)";
+        conflict =
+            "--resume and --overwrite: give one (continue the run in --out, or remove its files and start afresh)";
     else if (cli_seen(opts, n, "batch-size") && cli_seen(opts, n, "batch-rows"))
-        conflict = "--batch-size and --batch-rows: give one (samples per rank per step, or a token budget per rank per step)";
+        conflict =
+            "--batch-size and --batch-rows: give one (samples per rank per step, or a token budget per rank per step)";
     else if (!known_monitor) {
-        ddp_set_error(DDP_ERR_ARG, "--monitor %s: must be one of val/loss, val/acc, val/macro_f1 (decisions are taken after each validation)",
-                      cfg.monitor);
+        ddp_set_error(
+            DDP_ERR_ARG,
+            "--monitor %s: must be one of val/loss, val/acc, val/macro_f1 (decisions are taken after each validation)",
+            cfg.monitor);
         conflict = ddp_last_error();
     } else if (ddp_train_config_check(&cfg, ddp_topo(ctx)->size) != DDP_OK || ddp_model_config_check(&mc) != DDP_OK)
         conflict = ddp_last_error(); /* before buffers are sized from them */
@@ -164,7 +207,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     ddp_status st = ddp_select_device_all(ctx, want, &got, why);
     if (st != DDP_OK) return cli_fail(ctx, "train", st);
     if (got == DDP_DEVICE_CPU && cfg.precision == DDP_PRECISION_TF32) /* every rank is on the same kind of device */
-        return cli_usage(ctx, "train", "--precision tf32 needs --device cuda (the CPU backend computes in fp32 or bf16)");
+        return cli_usage(ctx, "train",
+                         "--precision tf32 needs --device cuda (the CPU backend computes in fp32 or bf16)");
     const char *note = got == DDP_DEVICE_CPU && cfg.precision == DDP_PRECISION_BF16 ? ddp_cpu_bf16_notice() : NULL;
     if (note && cli_rank0(ctx)) fprintf(stderr, "mpiddp train: notice: %s\n", note); /* how bf16 runs on this CPU */
     if (cli_rank0(ctx) && cfg.progress) fprintf(stderr, "mpiddp train: %s\n", why);
@@ -176,31 +220,37 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     char *json = cli_to_json(opts, n);
     cfg.config_json = json;
     st = ddp_dataset_open_with(ctx, train_dir, no_manifest ? "none" : train_mf, &tr);
-    if (tr && tr->notice[0] && cli_rank0(ctx)) fprintf(stderr, "mpiddp train: notice: %s\n", tr->notice); /* manifest stale or ignored */
+    if (tr && tr->notice[0] && cli_rank0(ctx))
+        fprintf(stderr, "mpiddp train: notice: %s\n", tr->notice); /* manifest stale or ignored */
     if (st == DDP_OK) st = ddp_dataset_open_with(ctx, val_dir, no_manifest ? "none" : val_mf, &va);
     if (va && va->notice[0] && cli_rank0(ctx)) fprintf(stderr, "mpiddp train: notice: %s\n", va->notice);
-    if (st == DDP_OK && check_finite) st = ddp_dataset_check_finite(ctx, tr); /* collective: shards spread over the ranks */
+    if (st == DDP_OK && check_finite)
+        st = ddp_dataset_check_finite(ctx, tr); /* collective: shards spread over the ranks */
     if (st == DDP_OK && check_finite) st = ddp_dataset_check_finite(ctx, va);
     for (int k = 0; k < 2 && st == DDP_OK && cli_rank0(ctx); k++) { /* the one-time notice of the slow path */
         const ddp_dataset_info *in = ddp_dataset_get_info(k ? va : tr);
         if (in->hdf5_read_shards)
-            fprintf(stderr, "mpiddp train: notice: %lld of %lld shard(s) of %s have chunked or compressed features; "
-                            "they are read through HDF5, slower than the memory-mapped path\n",
+            fprintf(stderr,
+                    "mpiddp train: notice: %lld of %lld shard(s) of %s have chunked or compressed features; "
+                    "they are read through HDF5, slower than the memory-mapped path\n",
                     (long long)in->hdf5_read_shards, (long long)in->num_shards, k ? val_dir : train_dir);
     }
     if (st == DDP_OK) {
         const ddp_dataset_info *ti = ddp_dataset_get_info(tr), *vi = ddp_dataset_get_info(va);
         if (ti->dim != vi->dim) {
-            st = ddp_agree_status(ctx, ddp_set_error(DDP_ERR_FORMAT, "%s and %s disagree: D %lld vs %lld, classes %lld vs %lld",
+            st = ddp_agree_status(ctx, ddp_set_error(DDP_ERR_FORMAT,
+                                                     "%s and %s disagree: D %lld vs %lld, classes %lld vs %lld",
                                                      train_dir, val_dir, (long long)ti->dim, (long long)vi->dim,
                                                      (long long)ti->num_classes, (long long)vi->num_classes));
-        } else if (ti->num_classes != vi->num_classes) { /* pack counts largest label + 1: a split may lack the top class */
+        } else if (ti->num_classes !=
+                   vi->num_classes) { /* pack counts largest label + 1: a split may lack the top class */
             int64_t cmax = ti->num_classes > vi->num_classes ? ti->num_classes : vi->num_classes;
-            st = ddp_agree_status(ctx, ddp_set_error(DDP_ERR_FORMAT,
-                                                     "%s and %s disagree: classes %lld vs %lld (a split that lacks the top label "
-                                                     "counts fewer): pack both with mpiddp pack --classes %lld",
-                                                     train_dir, val_dir, (long long)ti->num_classes, (long long)vi->num_classes,
-                                                     (long long)cmax));
+            st = ddp_agree_status(
+                ctx, ddp_set_error(DDP_ERR_FORMAT,
+                                   "%s and %s disagree: classes %lld vs %lld (a split that lacks the top label "
+                                   "counts fewer): pack both with mpiddp pack --classes %lld",
+                                   train_dir, val_dir, (long long)ti->num_classes, (long long)vi->num_classes,
+                                   (long long)cmax));
         } else {
             int64_t maxrows = ti->max_sample_rows > vi->max_sample_rows ? ti->max_sample_rows : vi->max_sample_rows;
             mc.positions = positions == 0; /* kind and hidden: set with the usage checks above */
@@ -224,7 +274,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         /* SIGUSR1 (SLURM's --signal), SIGTERM and SIGINT only set a flag (stop_signals.c); the ranks act at the
          * next step or validation batch */
         cli_stop_signals_arm(1);
-        st = ddp_train_summarized(ctx, &cfg, &model, tr, va, &summary); /* stays armed: a request after the last step changes nothing */
+        st = ddp_train_summarized(ctx, &cfg, &model, tr, va,
+                                  &summary); /* stays armed: a request after the last step changes nothing */
     }
     if (model.destroy) model.destroy(model.self);
     ddp_dataset_close(tr);
@@ -238,7 +289,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         if (cli_rank0(ctx)) {
             printf("mpiddp train: %s\n", stopped);
             if (rq != DDP_REQUEUE_NOT_SLURM) printf("mpiddp train: %s\n", msg);
-            if (rq == DDP_REQUEUE_FAILED || rq == DDP_REQUEUE_NO_SCONTROL) fprintf(stderr, "mpiddp train: error: %s\n", msg);
+            if (rq == DDP_REQUEUE_FAILED || rq == DDP_REQUEUE_NO_SCONTROL)
+                fprintf(stderr, "mpiddp train: error: %s\n", msg);
             print_summary(&summary, &cfg);
         }
         return rq == DDP_REQUEUE_NO_SCONTROL ? 3 : rq == DDP_REQUEUE_FAILED ? 1 : 0;

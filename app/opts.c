@@ -47,14 +47,17 @@ static int set_value(cli_opt *o, const char *v, char *err, size_t n)
         if (!*v || *end || errno) return snprintf(err, n, "--%s '%s': not an integer", o->name, v), 0;
         if ((double)x < o->min || (double)x > o->max)
             return snprintf(err, n, "--%s %lld: must be in [%.0f, %.0f]", o->name, x, o->min, o->max), 0;
-        if (o->kind == OPT_INT) *(int *)o->dst = (int)x;
-        else *(int64_t *)o->dst = (int64_t)x;
+        if (o->kind == OPT_INT)
+            *(int *)o->dst = (int)x;
+        else
+            *(int64_t *)o->dst = (int64_t)x;
         break;
     }
     case OPT_F64: {
         double x = strtod(v, &end);
         if (!*v || *end || errno || !isfinite(x)) return snprintf(err, n, "--%s '%s': not a number", o->name, v), 0;
-        if (x < o->min || x > o->max) return snprintf(err, n, "--%s %g: must be in [%g, %g]", o->name, x, o->min, o->max), 0;
+        if (x < o->min || x > o->max)
+            return snprintf(err, n, "--%s %g: must be in [%g, %g]", o->name, x, o->min, o->max), 0;
         *(double *)o->dst = x;
         break;
     }
@@ -87,7 +90,7 @@ typedef struct {
     char *err;
     size_t errlen;
     int failed;
-    char **keep;  /* INI values must outlive parsing */
+    char **keep; /* INI values must outlive parsing */
     int nkeep;
 } ini_state;
 
@@ -122,7 +125,11 @@ static int ini_cb(void *user, const char *section, const char *name, const char 
 
 static const char *file_kind(mode_t m)
 {
-    return S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a file";
+    return S_ISFIFO(m)   ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a file";
 }
 
 /* The text of a --config file, NUL-terminated (caller frees), or NULL with the reason in err. Only a regular file
@@ -135,11 +142,16 @@ static char *read_config(const char *file, char *err, size_t n)
     struct stat sb;
     char *buf = NULL;
     size_t len = 0;
-    if (fstat(fd, &sb) != 0) snprintf(err, n, "cannot stat: %s", strerror(errno));
-    else if (S_ISDIR(sb.st_mode)) snprintf(err, n, "is a directory, not an INI file");
-    else if (!S_ISREG(sb.st_mode)) snprintf(err, n, "is %s, not a regular file", file_kind(sb.st_mode));
-    else if (sb.st_size > CONFIG_MAX) snprintf(err, n, "%lld bytes, more than the %d a config file may hold", (long long)sb.st_size, CONFIG_MAX);
-    else if (!(buf = malloc(CONFIG_MAX + 2))) snprintf(err, n, "out of memory");
+    if (fstat(fd, &sb) != 0)
+        snprintf(err, n, "cannot stat: %s", strerror(errno));
+    else if (S_ISDIR(sb.st_mode))
+        snprintf(err, n, "is a directory, not an INI file");
+    else if (!S_ISREG(sb.st_mode))
+        snprintf(err, n, "is %s, not a regular file", file_kind(sb.st_mode));
+    else if (sb.st_size > CONFIG_MAX)
+        snprintf(err, n, "%lld bytes, more than the %d a config file may hold", (long long)sb.st_size, CONFIG_MAX);
+    else if (!(buf = malloc(CONFIG_MAX + 2)))
+        snprintf(err, n, "out of memory");
     else {
         for (;;) { /* to the end, or one byte past the limit (a file that grew since fstat) */
             ssize_t k = read(fd, buf + len, CONFIG_MAX + 1 - len);
@@ -151,8 +163,11 @@ static char *read_config(const char *file, char *err, size_t n)
             len += (size_t)k;
             if (k == 0 || len > CONFIG_MAX) break;
         }
-        if (len > CONFIG_MAX) snprintf(err, n, "more than the %d bytes a config file may hold", CONFIG_MAX);
-        else if (memchr(buf, 0, len)) snprintf(err, n, "holds a NUL byte at offset %zu: not a text file", (size_t)((char *)memchr(buf, 0, len) - buf));
+        if (len > CONFIG_MAX)
+            snprintf(err, n, "more than the %d bytes a config file may hold", CONFIG_MAX);
+        else if (memchr(buf, 0, len))
+            snprintf(err, n, "holds a NUL byte at offset %zu: not a text file",
+                     (size_t)((char *)memchr(buf, 0, len) - buf));
         else {
             buf[len] = 0;
             close(fd);
@@ -176,8 +191,10 @@ int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, 
     if (cfg) {
         const char *file = NULL;
         for (int i = first; i < argc; i++) {
-            if (!strcmp(argv[i], "--config") && i + 1 < argc) file = argv[i + 1];
-            else if (!strncmp(argv[i], "--config=", 9)) file = argv[i] + 9;
+            if (!strcmp(argv[i], "--config") && i + 1 < argc)
+                file = argv[i + 1];
+            else if (!strncmp(argv[i], "--config=", 9))
+                file = argv[i] + 9;
         }
         if (file) {
             static ini_state st; /* values stay alive for the process */
@@ -186,9 +203,12 @@ int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, 
             if (!text) return snprintf(err, errlen, "mpiddp %s: --config %s: %s", cmd, file, msg), CLI_USAGE;
             int rc = ini_parse_string(text, ini_cb, &st);
             free(text);
-            if (rc < 0) return snprintf(err, errlen, "mpiddp %s: --config %s: cannot parse (out of memory)", cmd, file), CLI_USAGE;
+            if (rc < 0)
+                return snprintf(err, errlen, "mpiddp %s: --config %s: cannot parse (out of memory)", cmd, file),
+                       CLI_USAGE;
             if (st.failed || rc > 0) /* inih reports the line of the first error */
-                return snprintf(err, errlen, "mpiddp %s: %s:%d: %s", cmd, file, rc, st.failed ? msg : "syntax error"), CLI_USAGE;
+                return snprintf(err, errlen, "mpiddp %s: %s:%d: %s", cmd, file, rc, st.failed ? msg : "syntax error"),
+                       CLI_USAGE;
         }
     }
     for (int i = first; i < argc; i++) {
@@ -205,11 +225,14 @@ int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, 
         memcpy(name, a + 2, nl);
         name[nl] = 0;
         cli_opt *o = find(opts, nopts, name);
-        if (!o) return snprintf(err, errlen, "mpiddp %s: unknown option '--%s' (see mpiddp %s --help)", cmd, name, cmd), CLI_USAGE;
+        if (!o)
+            return snprintf(err, errlen, "mpiddp %s: unknown option '--%s' (see mpiddp %s --help)", cmd, name, cmd),
+                   CLI_USAGE;
         const char *v = eq ? eq + 1 : NULL;
         if (o->kind == OPT_FLAG && !v) v = "true";
         if (!v) { /* the next word is the value, unless it is another option (--resume --epochs 3) */
-            if (i + 1 >= argc || (!strncmp(argv[i + 1], "--", 2) && o->kind != OPT_F64 && o->kind != OPT_INT && o->kind != OPT_I64))
+            if (i + 1 >= argc ||
+                (!strncmp(argv[i + 1], "--", 2) && o->kind != OPT_F64 && o->kind != OPT_INT && o->kind != OPT_I64))
                 return snprintf(err, errlen, "mpiddp %s: --%s needs a value", cmd, name), CLI_USAGE;
             v = argv[++i];
         }
@@ -232,7 +255,10 @@ void cli_help(FILE *f, const char *cmd, const char *usage, const char *about, co
     for (int i = 0; i < nopts; i++) {
         const cli_opt *o = &opts[i];
         char left[96];
-        const char *arg = o->kind == OPT_FLAG ? "" : o->kind == OPT_CHOICE ? o->choices : o->kind == OPT_STR ? "VALUE" : "N";
+        const char *arg = o->kind == OPT_FLAG     ? ""
+                          : o->kind == OPT_CHOICE ? o->choices
+                          : o->kind == OPT_STR    ? "VALUE"
+                                                  : "N";
         snprintf(left, sizeof left, "--%s %s", o->name, arg);
         fprintf(f, "  %-34s %s\n", left, o->help);
     }
@@ -247,8 +273,10 @@ char *cli_to_json(const cli_opt *opts, int nopts)
         switch (p->kind) {
         case OPT_STR: {
             const char *v = *(const char *const *)p->dst;
-            if (v) cJSON_AddStringToObject(o, p->name, v);
-            else cJSON_AddNullToObject(o, p->name);
+            if (v)
+                cJSON_AddStringToObject(o, p->name, v);
+            else
+                cJSON_AddNullToObject(o, p->name);
             break;
         }
         case OPT_INT: cJSON_AddNumberToObject(o, p->name, *(const int *)p->dst); break;

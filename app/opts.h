@@ -10,11 +10,11 @@
 typedef enum { OPT_STR, OPT_INT, OPT_I64, OPT_F64, OPT_FLAG, OPT_CHOICE } opt_kind;
 
 typedef struct {
-    const char *name;      /* without dashes */
+    const char *name; /* without dashes */
     opt_kind kind;
-    void *dst;             /* const char **, int *, int64_t *, double *, int * (flag), int * (choice index) */
-    const char *choices;   /* OPT_CHOICE: "a|b|c" */
-    double min, max;       /* numeric range (inclusive) */
+    void *dst;           /* const char **, int *, int64_t *, double *, int * (flag), int * (choice index) */
+    const char *choices; /* OPT_CHOICE: "a|b|c" */
+    double min, max;     /* numeric range (inclusive) */
     const char *help;
     int seen;
 } cli_opt;

@@ -44,7 +44,8 @@ int cli_stop_signals_block(void)
     sa.sa_handler = on_stop;
     sa.sa_mask = g_set;
     sa.sa_flags = SA_RESTART;
-    if (sigaction(SIGUSR1, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0) return -1;
+    if (sigaction(SIGUSR1, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0)
+        return -1;
     /* OpenBLAS (pthread build) starts its thread pool when the library loads, before main: shut it down here,
      * and its next parallel call starts it again from this thread, with the mask (the way its fork handler
      * does). Other builds lack the symbol and start their threads later, from a masked thread. */

@@ -19,9 +19,12 @@ static int64_t parse_size(const char *s)
 {
     char *e;
     double v = strtod(s, &e);
-    if (*e == 'K' || *e == 'k') v *= 1024;
-    else if (*e == 'M' || *e == 'm') v *= 1024 * 1024;
-    else if (*e == 'G' || *e == 'g') v *= 1024.0 * 1024 * 1024;
+    if (*e == 'K' || *e == 'k')
+        v *= 1024;
+    else if (*e == 'M' || *e == 'm')
+        v *= 1024 * 1024;
+    else if (*e == 'G' || *e == 'g')
+        v *= 1024.0 * 1024 * 1024;
     return (int64_t)v;
 }
 
@@ -32,12 +35,12 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Every status is checked: a failing call stops the benchmark on every rank instead of printing timings. */
-#define BENCH_CHECK(call)                                                                          \
-    do {                                                                                           \
-        if ((call) != DDP_OK) {                                                                    \
-            fprintf(stderr, "bench_allreduce: %s failed: %s\n", #call, ddp_last_error());          \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-        }                                                                                          \
+#define BENCH_CHECK(call)                                                                 \
+    do {                                                                                  \
+        if ((call) != DDP_OK) {                                                           \
+            fprintf(stderr, "bench_allreduce: %s failed: %s\n", #call, ddp_last_error()); \
+            MPI_Abort(MPI_COMM_WORLD, 1);                                                 \
+        }                                                                                 \
     } while (0)
 
 /* nccl-tests' flags -b -e -f -n -w -c and columns size, count, type, time, algbw, busbw = algbw * 2(n-1)/n, #wrong;
@@ -51,14 +54,22 @@ int main(int argc, char **argv)
     int iters = 20, warm = 5, check = 1;
     const char *dev = "cpu", *csv = "allreduce.csv";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-b")) minb = parse_size(argv[i + 1]);
-        else if (!strcmp(argv[i], "-e")) maxb = parse_size(argv[i + 1]);
-        else if (!strcmp(argv[i], "-f")) factor = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-w")) warm = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-c")) check = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-d")) dev = argv[i + 1];
-        else if (!strcmp(argv[i], "-o")) csv = argv[i + 1];
+        if (!strcmp(argv[i], "-b"))
+            minb = parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "-e"))
+            maxb = parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "-f"))
+            factor = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "-n"))
+            iters = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-w"))
+            warm = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-c"))
+            check = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-d"))
+            dev = argv[i + 1];
+        else if (!strcmp(argv[i], "-o"))
+            csv = argv[i + 1];
     }
     const ddp_topology *t = ddp_topo(ctx);
     int W = t->size, cuda = !strcmp(dev, "cuda");
@@ -79,10 +90,13 @@ int main(int argc, char **argv)
     BENCH_CHECK(be->alloc(be, &vb, (size_t)maxn * 4));
     buf = vb;
     FILE *f = t->rank == 0 ? fopen(csv, "w") : NULL;
-    if (f) fprintf(f, "table,backend,ranks,size_bytes,count,time_us,algbw_GBps,busbw_GBps,wrong,buckets,raw_time_us,ratio\n");
+    if (f)
+        fprintf(f,
+                "table,backend,ranks,size_bytes,count,time_us,algbw_GBps,busbw_GBps,wrong,buckets,raw_time_us,ratio\n");
     if (t->rank == 0)
-        printf("# mpiddp bench_allreduce: %d ranks, backend %s, in-place float sum\n#\n%12s %12s %6s %10s %10s %10s %8s\n", W,
-               cuda ? "nccl" : "mpi", "size(B)", "count", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+        printf(
+            "# mpiddp bench_allreduce: %d ranks, backend %s, in-place float sum\n#\n%12s %12s %6s %10s %10s %10s %8s\n",
+            W, cuda ? "nccl" : "mpi", "size(B)", "count", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
     for (int64_t bytes = minb; bytes <= maxb; bytes *= factor) {
         int64_t cnt = bytes / 4;
         if (cnt < 1) continue;
@@ -113,16 +127,21 @@ int main(int argc, char **argv)
         MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         double us = tt / iters * 1e6, alg = (double)bytes / (tt / iters) / 1e9, bus = alg * 2.0 * (W - 1) / W;
         if (t->rank == 0) {
-            printf("%12lld %12lld %6s %10.1f %10.3f %10.3f %8ld\n", (long long)bytes, (long long)cnt, "float", us, alg, bus, wrong);
-            if (f) fprintf(f, "allreduce,%s,%d,%lld,%lld,%.2f,%.4f,%.4f,%ld,,,\n", cuda ? "nccl" : "mpi", W, (long long)bytes, (long long)cnt, us, alg, bus, wrong);
+            printf("%12lld %12lld %6s %10.1f %10.3f %10.3f %8ld\n", (long long)bytes, (long long)cnt, "float", us, alg,
+                   bus, wrong);
+            if (f)
+                fprintf(f, "allreduce,%s,%d,%lld,%lld,%.2f,%.4f,%.4f,%ld,,,\n", cuda ? "nccl" : "mpi", W,
+                        (long long)bytes, (long long)cnt, us, alg, bus, wrong);
         }
     }
     /* bucketed gradient sync vs one raw MPI_Allreduce of the same bytes (CPU) */
     if (!cuda) {
         const int64_t hs[3] = {64, 256, 512};
         if (t->rank == 0)
-            printf("#\n# gradient sync (reference model, D=64, C=10, 25 MiB buckets) vs one MPI_Allreduce of the same bytes\n"
-                   "# (median of >= 50 alternating iterations each)\n%8s %12s %8s %12s %12s %8s\n", "hidden", "bytes", "buckets", "sync(us)", "raw(us)", "ratio");
+            printf("#\n# gradient sync (reference model, D=64, C=10, 25 MiB buckets) vs one MPI_Allreduce of the same "
+                   "bytes\n"
+                   "# (median of >= 50 alternating iterations each)\n%8s %12s %8s %12s %12s %8s\n",
+                   "hidden", "bytes", "buckets", "sync(us)", "raw(us)", "ratio");
         for (int k = 0; k < 3; k++) {
             int64_t H = hs[k], n = H * 64 + H + H * H + H + 10 * H + 10;
             float *g = calloc((size_t)n + 2, 4);
@@ -152,10 +171,11 @@ int main(int argc, char **argv)
             double ts = vs[reps / 2], tr = vr[reps / 2];
             free(vs), free(vr);
             if (t->rank == 0) {
-                printf("%8lld %12lld %8d %12.1f %12.1f %8.2f\n", (long long)H, (long long)(n + 2) * 4, ddp_sync_num_buckets(s),
-                       ts * 1e6, tr * 1e6, ts / tr);
-                if (f) fprintf(f, "sync,mpi,%d,%lld,%lld,%.2f,,,,%d,%.2f,%.3f\n", W, (long long)(n + 2) * 4, (long long)(n + 2),
-                               ts * 1e6, ddp_sync_num_buckets(s), tr * 1e6, ts / tr);
+                printf("%8lld %12lld %8d %12.1f %12.1f %8.2f\n", (long long)H, (long long)(n + 2) * 4,
+                       ddp_sync_num_buckets(s), ts * 1e6, tr * 1e6, ts / tr);
+                if (f)
+                    fprintf(f, "sync,mpi,%d,%lld,%lld,%.2f,,,,%d,%.2f,%.3f\n", W, (long long)(n + 2) * 4,
+                            (long long)(n + 2), ts * 1e6, ddp_sync_num_buckets(s), tr * 1e6, ts / tr);
             }
             ddp_sync_destroy(s);
             free(g);

@@ -83,7 +83,10 @@ static int h5_read(const char *path, const ddp_tensor_spec *t, float *const *arr
     return bad;
 }
 
-static int cmp_d(const void *a, const void *b) { return (*(const double *)a > *(const double *)b) - (*(const double *)a < *(const double *)b); }
+static int cmp_d(const void *a, const void *b)
+{
+    return (*(const double *)a > *(const double *)b) - (*(const double *)a < *(const double *)b);
+}
 static double median(double *x, int n)
 {
     qsort(x, (size_t)n, sizeof *x, cmp_d);
@@ -102,9 +105,12 @@ int main(int argc, char **argv)
     const char *sizes = "10000000,100000000", *dir = ".";
     int reps = 3;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--floats") && i + 1 < argc) sizes = argv[++i];
-        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--floats") && i + 1 < argc)
+            sizes = argv[++i];
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
+            dir = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_ckpt [--floats N,N...] [--dir DIR] [--reps R]\n");
             return 2;
@@ -112,7 +118,9 @@ int main(int argc, char **argv)
     }
     if (reps < 1 || reps > 100) reps = 3;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    printf("| floats x 3 | file MB | variant | write s (median of %d) | read s | write GB/s | read GB/s |\n|---:|---:|---|---:|---:|---:|---:|\n", reps);
+    printf("| floats x 3 | file MB | variant | write s (median of %d) | read s | write GB/s | read GB/s "
+           "|\n|---:|---:|---|---:|---:|---:|---:|\n",
+           reps);
     char *list = strdup(sizes);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         int64_t n = atoll(tok);
@@ -131,8 +139,8 @@ int main(int argc, char **argv)
             for (int64_t i = 0; i < n; i++) arr[g][i] = (float)((i * 2654435761u + (uint64_t)g) % 1000003) * 1e-6f;
         }
         double bytes = 3.0 * (double)n * sizeof(float);
-        static const char *variants[3] = {"mpiddp (crc32 + finite, in-memory image)", "HDF5 on disk, no checksums (before #31)",
-                                          "HDF5 Fletcher-32 (chunks of 1M)"};
+        static const char *variants[3] = {"mpiddp (crc32 + finite, in-memory image)",
+                                          "HDF5 on disk, no checksums (before #31)", "HDF5 Fletcher-32 (chunks of 1M)"};
         char path[4096];
         for (int v = 0; v < 3; v++) {
             double tw[100], tr[100];
@@ -165,7 +173,8 @@ int main(int argc, char **argv)
             if (fp && fseek(fp, 0, SEEK_END) == 0) mb = (double)ftell(fp) / 1e6;
             if (fp) fclose(fp);
             double w = median(tw, reps), rd = median(tr, reps);
-            printf("| %lld | %.0f | %s | %.3f | %.3f | %.2f | %.2f |\n", (long long)n, mb, variants[v], w, rd, bytes / w / 1e9, bytes / rd / 1e9);
+            printf("| %lld | %.0f | %s | %.3f | %.3f | %.2f | %.2f |\n", (long long)n, mb, variants[v], w, rd,
+                   bytes / w / 1e9, bytes / rd / 1e9);
             unlink(path);
         }
         double tc[100], tf[100];
@@ -182,8 +191,8 @@ int main(int argc, char **argv)
             sink ^= (uint32_t)nf;
         }
         double c = median(tc, reps), fi = median(tf, reps);
-        printf("| %lld | | checks alone: crc32 %.3f s (%.2f GB/s), finiteness %.3f s (%.2f GB/s) | | | | |\n", (long long)n, c, bytes / c / 1e9,
-               fi, bytes / fi / 1e9);
+        printf("| %lld | | checks alone: crc32 %.3f s (%.2f GB/s), finiteness %.3f s (%.2f GB/s) | | | | |\n",
+               (long long)n, c, bytes / c / 1e9, fi, bytes / fi / 1e9);
         for (int g = 0; g < 3; g++) free(arr[g]), free(back[g]);
     }
     free(list);

@@ -47,8 +47,8 @@ static int chk(dnnl_status_t s, const char *call, const shape_t *sh, const char 
     failures++;
     if (sh)
         fprintf(stderr, "bench_gemm: %s failed for %s %s %s M=%lld N=%lld K=%lld (%s): %s\n", call, var, sh->layer,
-                sh->pass, (long long)sh->M, (long long)sh->N, (long long)sh->K, sh->ta ? (sh->tb ? "tt" : "tn") :
-                (sh->tb ? "nt" : "nn"), dnnl_status2str(s));
+                sh->pass, (long long)sh->M, (long long)sh->N, (long long)sh->K,
+                sh->ta ? (sh->tb ? "tt" : "tn") : (sh->tb ? "nt" : "nn"), dnnl_status2str(s));
     else
         fprintf(stderr, "bench_gemm: %s failed: %s\n", call, dnnl_status2str(s));
     return -1;
@@ -109,8 +109,8 @@ static int make_mds(const shape_t *s, dnnl_data_type_t dt, int rt, dnnl_memory_d
 }
 
 /* create the matmul primitive (and its pd); *ms = creation time */
-static int create_prim(const shape_t *s, dnnl_data_type_t dt, int rt, dnnl_primitive_t *prim, char *impl,
-                       size_t implsz, double *ms, const char *var)
+static int create_prim(const shape_t *s, dnnl_data_type_t dt, int rt, dnnl_primitive_t *prim, char *impl, size_t implsz,
+                       double *ms, const char *var)
 {
     dnnl_memory_desc_t a, b, c;
     dnnl_matmul_desc_t desc;
@@ -168,8 +168,8 @@ static int exec_var(dvar_t *v, const shape_t *s, const char *var)
 static void run_blas(const shape_t *s, const float *A, const float *B, float *C)
 {
     cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, (int)s->M,
-                (int)s->N, (int)s->K, 1.0f, A, s->ta ? (int)s->M : (int)s->K, B, s->tb ? (int)s->K : (int)s->N, 0.0f,
-                C, (int)s->N);
+                (int)s->N, (int)s->K, 1.0f, A, s->ta ? (int)s->M : (int)s->K, B, s->tb ? (int)s->K : (int)s->N, 0.0f, C,
+                (int)s->N);
 }
 
 static double max_abs(const float *x, size_t n)
@@ -301,8 +301,8 @@ static void bench_shape(const shape_t *s, int reps, int warmup, result_t *res)
     /* creation: fixed dims (cache off, and cached), shape-agnostic */
     for (int v = V_F32; v < NV; v++)
         if (dv[v].ok)
-            res->create[v] = create_median(s, v_bf16[v] ? dnnl_bf16 : dnnl_f32, v_rt[v], v == V_F32 ? &res->cached_f32 : NULL,
-                                           vname[v]);
+            res->create[v] = create_median(s, v_bf16[v] ? dnnl_bf16 : dnnl_f32, v_rt[v],
+                                           v == V_F32 ? &res->cached_f32 : NULL, vname[v]);
 
     for (int v = 0; v < NV; v++) {
         free(t[v]);
@@ -466,7 +466,8 @@ int main(int argc, char **argv)
 #else
     int dnnl_threads = -1; /* oneDNN's runtime default (OMP_NUM_THREADS) */
 #endif
-    if (CHK(dnnl_engine_create(&eng, dnnl_cpu, 0), NULL, "") || CHK(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags), NULL, "")) {
+    if (CHK(dnnl_engine_create(&eng, dnnl_cpu, 0), NULL, "") ||
+        CHK(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags), NULL, "")) {
         fprintf(stderr, "bench_gemm: no oneDNN CPU engine; nothing measured\n");
         return 1;
     }
@@ -477,7 +478,10 @@ int main(int argc, char **argv)
     if (linear)
         for (int di = 0; di < ndims; di++) {
             int64_t d = dims[di];
-            struct { char name[16]; int64_t in, out; } L[2 + 2 * MAXV];
+            struct {
+                char name[16];
+                int64_t in, out;
+            } L[2 + 2 * MAXV];
             int nl = 0;
             snprintf(L[nl].name, sizeof L[nl].name, "qkv");
             L[nl].in = d, L[nl++].out = 3 * d;
@@ -513,21 +517,27 @@ int main(int argc, char **argv)
     cpu_model(cpu, sizeof cpu);
     const dnnl_version_t *ver = dnnl_version();
     printf("# bench_gemm: C = op(A)·op(B), fp32 C; %d thread(s) (OpenBLAS; oneDNN %d); median of %d repeats after %d "
-           "warmup\n", threads, dnnl_threads, reps, warmup);
+           "warmup\n",
+           threads, dnnl_threads, reps, warmup);
     printf("# CPU: %s; avx512_bf16 %s, amx_bf16 %s\n", cpu, has_flag("avx512_bf16") > 0 ? "yes" : "no",
            has_flag("amx_bf16") > 0 ? "yes" : "no");
     printf("# OpenBLAS: %s (core %s)\n", openblas_get_config(), openblas_get_corename());
     printf("# oneDNN %d.%d.%d (%s), cpu runtime %s, effective ISA %s\n", ver->major, ver->minor, ver->patch, ver->hash,
-           ver->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : ver->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential" :
-           ver->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB" : "threadpool", dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()));
+           ver->cpu_runtime == DNNL_RUNTIME_OMP   ? "OpenMP"
+           : ver->cpu_runtime == DNNL_RUNTIME_SEQ ? "sequential"
+           : ver->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB"
+                                                  : "threadpool",
+           dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()));
     printf("# GFLOP/s = 2MNK/t; err = max|C - C_openblas| / max|C_openblas|; create: oneDNN pd + primitive, ms (cache "
            "off; cached = cache hit); rt = shape-agnostic primitive (runtime dims)\n");
-    printf("#%-6s %-4s %2s %5s %5s %5s %8s %8s %8s %8s %8s %6s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %-21s %-21s %-9s %s\n",
-           "layer", "pass", "op", "M", "N", "K", "openblas", "dnnl-f32", "dnnlbf16", "f32-rt", "bf16-rt", "f32/ob", "bf16/ob",
-           "err-f32", "err-bf16", "err-f32rt", "err-bfrt", "create", "cached", "cr-bf16", "cr-rt", "cr-bfrt", "impl-f32",
-           "impl-bf16", "impl-rt", "impl-bf16-rt");
-    printf("#%-6s %-4s %2s %5s %5s %5s %8s %8s %8s %8s %8s %6s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s\n", "", "", "", "", "",
-           "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "x", "x", "", "", "", "", "ms", "ms", "ms", "ms", "ms");
+    printf("#%-6s %-4s %2s %5s %5s %5s %8s %8s %8s %8s %8s %6s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %-21s %-21s "
+           "%-9s %s\n",
+           "layer", "pass", "op", "M", "N", "K", "openblas", "dnnl-f32", "dnnlbf16", "f32-rt", "bf16-rt", "f32/ob",
+           "bf16/ob", "err-f32", "err-bf16", "err-f32rt", "err-bfrt", "create", "cached", "cr-bf16", "cr-rt", "cr-bfrt",
+           "impl-f32", "impl-bf16", "impl-rt", "impl-bf16-rt");
+    printf("#%-6s %-4s %2s %5s %5s %5s %8s %8s %8s %8s %8s %6s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s\n", "", "", "",
+           "", "", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "x", "x", "", "", "", "", "ms", "ms",
+           "ms", "ms", "ms");
     fflush(stdout);
 
     FILE *cf = NULL;
@@ -537,9 +547,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_gemm: cannot write %s: %s\n", csv, strerror(errno));
             return 2;
         }
-        fprintf(cf, "layer,pass,op,M,N,K,threads,inner,openblas_gflops,dnnl_f32_gflops,dnnl_bf16_gflops,dnnl_f32_rt_gflops,"
-                    "dnnl_bf16_rt_gflops,err_f32,err_bf16,err_f32_rt,err_bf16_rt,create_f32_ms,cached_f32_ms,create_bf16_ms,"
-                    "create_f32_rt_ms,create_bf16_rt_ms,impl_f32,impl_bf16,impl_f32_rt,impl_bf16_rt\n");
+        fprintf(
+            cf,
+            "layer,pass,op,M,N,K,threads,inner,openblas_gflops,dnnl_f32_gflops,dnnl_bf16_gflops,dnnl_f32_rt_gflops,"
+            "dnnl_bf16_rt_gflops,err_f32,err_bf16,err_f32_rt,err_bf16_rt,create_f32_ms,cached_f32_ms,create_bf16_ms,"
+            "create_f32_rt_ms,create_bf16_rt_ms,impl_f32,impl_bf16,impl_f32_rt,impl_bf16_rt\n");
     }
     for (int i = 0; i < ns; i++) {
         const shape_t *s = &sh[i];
@@ -556,9 +568,11 @@ int main(int argc, char **argv)
         fmt(q1, sizeof q1, r.gf[V_F32] / r.gf[V_BLAS], "%.2f");
         fmt(q2, sizeof q2, r.gf[V_BF16] / r.gf[V_BLAS], "%.2f");
         fmt(cached, sizeof cached, r.cached_f32, "%.3f");
-        printf(" %-6s %-4s %2s %5lld %5lld %5lld %8s %8s %8s %8s %8s %6s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s  %-21s %-21s "
-               "%-9s %s\n", s->layer, s->pass, op, (long long)s->M, (long long)s->N, (long long)s->K, g[V_BLAS], g[V_F32],
-               g[V_BF16], g[V_RT], g[V_RTBF], q1, q2, e[V_F32], e[V_BF16], e[V_RT], e[V_RTBF], c[V_F32], cached, c[V_BF16],
+        printf(" %-6s %-4s %2s %5lld %5lld %5lld %8s %8s %8s %8s %8s %6s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s  "
+               "%-21s %-21s "
+               "%-9s %s\n",
+               s->layer, s->pass, op, (long long)s->M, (long long)s->N, (long long)s->K, g[V_BLAS], g[V_F32], g[V_BF16],
+               g[V_RT], g[V_RTBF], q1, q2, e[V_F32], e[V_BF16], e[V_RT], e[V_RTBF], c[V_F32], cached, c[V_BF16],
                c[V_RT], c[V_RTBF], r.impl[V_F32], r.impl[V_BF16], r.impl[V_RT], r.impl[V_RTBF]);
         fflush(stdout);
         if (cf) {

@@ -61,7 +61,9 @@ static int h5_open(ddp_dataset *ds, h5_reader *r)
         r->feats[k] = H5Dopen2(r->files[k], "features", H5P_DEFAULT);
         hid_t od = H5Dopen2(r->files[k], "offsets", H5P_DEFAULT);
         r->offsets[k] = malloc((size_t)(ds->shards[k].meta.n + 1) * sizeof(int64_t));
-        if (r->feats[k] < 0 || od < 0 || H5Dread(od, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, r->offsets[k]) < 0) return 0;
+        if (r->feats[k] < 0 || od < 0 ||
+            H5Dread(od, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, r->offsets[k]) < 0)
+            return 0;
         H5Dclose(od);
     }
     return 1;
@@ -82,8 +84,10 @@ static int64_t shard_of(ddp_dataset *ds, int64_t idx)
     int64_t lo = 0, hi = ds->nshards - 1;
     while (lo < hi) {
         int64_t mid = (lo + hi + 1) / 2;
-        if (ds->shards[mid].meta.first <= idx) lo = mid;
-        else hi = mid - 1;
+        if (ds->shards[mid].meta.first <= idx)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo;
 }
@@ -124,15 +128,21 @@ int main(int argc, char **argv)
     const char *data = NULL, *csv = "io_raw.csv", *readers = "mmap,h5dread";
     int64_t K = 20000, ahead_opt = 64;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--data")) data = argv[i + 1];
-        else if (!strcmp(argv[i], "--samples")) K = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--csv")) csv = argv[i + 1];
-        else if (!strcmp(argv[i], "--readers")) readers = argv[i + 1];
-        else if (!strcmp(argv[i], "--ahead")) ahead_opt = atoll(argv[i + 1]);
+        if (!strcmp(argv[i], "--data"))
+            data = argv[i + 1];
+        else if (!strcmp(argv[i], "--samples"))
+            K = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--csv"))
+            csv = argv[i + 1];
+        else if (!strcmp(argv[i], "--readers"))
+            readers = argv[i + 1];
+        else if (!strcmp(argv[i], "--ahead"))
+            ahead_opt = atoll(argv[i + 1]);
     }
     const ddp_topology *t = ddp_topo(ctx);
     if (!data) {
-        if (t->rank == 0) fprintf(stderr, "usage: bench_io --data DIR [--samples K] [--csv FILE] [--readers mmap,h5dread]\n");
+        if (t->rank == 0)
+            fprintf(stderr, "usage: bench_io --data DIR [--samples K] [--csv FILE] [--readers mmap,h5dread]\n");
         ddp_finalize(ctx);
         return 2;
     }
@@ -156,7 +166,8 @@ int main(int argc, char **argv)
             for (int ci = 0; ci < 2; ci++) {
                 for (int64_t j = 0; j < K; j++) /* seq: a contiguous block per rank; rand: uniform over the dataset */
                     idx[j] = oi == 0 ? (int64_t)t->rank * K + j
-                                     : (int64_t)(ddp_mix64(0xbe7c4 ^ ((uint64_t)t->rank << 40) ^ (uint64_t)j) % (uint64_t)N);
+                                     : (int64_t)(ddp_mix64(0xbe7c4 ^ ((uint64_t)t->rank << 40) ^ (uint64_t)j) %
+                                                 (uint64_t)N);
                 /* reopen so the reader holds no pages from the previous pass */
                 ddp_dataset_close(ds);
                 ddp_dataset_open(ctx, data, &ds);
@@ -189,8 +200,9 @@ int main(int argc, char **argv)
                     if (r == t->rank) {
                         FILE *f = fopen(csv, "a");
                         if (f) {
-                            fprintf(f, "%d,%d,%s,%s,%s,%lld,%lld,%.6f,%.1f,%.1f,%g\n", t->size, t->rank, reader, orders[oi], caches[ci],
-                                    (long long)K, (long long)bytes, dt, anon / 1024.0, file / 1024.0, sum);
+                            fprintf(f, "%d,%d,%s,%s,%s,%lld,%lld,%.6f,%.1f,%.1f,%g\n", t->size, t->rank, reader,
+                                    orders[oi], caches[ci], (long long)K, (long long)bytes, dt, anon / 1024.0,
+                                    file / 1024.0, sum);
                             fclose(f);
                         }
                     }

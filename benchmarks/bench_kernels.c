@@ -18,12 +18,12 @@
 #define H100_BF16 989.4e12
 #define H100_HBM 3.35e12
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        if ((call) != DDP_OK) {                                                                    \
-            fprintf(stderr, "bench_kernels: %s failed: %s\n", #call, ddp_last_error());            \
-            exit(1);                                                                               \
-        }                                                                                          \
+#define CK(call)                                                                        \
+    do {                                                                                \
+        if ((call) != DDP_OK) {                                                         \
+            fprintf(stderr, "bench_kernels: %s failed: %s\n", #call, ddp_last_error()); \
+            exit(1);                                                                    \
+        }                                                                               \
     } while (0)
 
 /* One configuration's buffers on one backend. */
@@ -84,9 +84,22 @@ static void bufs_create(bufs *q, ddp_backend *be, const config *c)
     q->be = be;
     int64_t R = c->R, wmax = 3 * c->w > c->f ? 3 * c->w : c->f;
     if (wmax < 64) wmax = 64;
-    size_t act = (size_t)(R * wmax), wts = (size_t)(wmax * wmax), vec = (size_t)(R * (c->heads > 1 ? c->heads : 1) + wmax);
-    size_t sizes[NBUF] = {act, act, act, act, act, wts, (size_t)wmax, vec, vec, vec, (size_t)c->nparams, (size_t)c->nparams,
-                          (size_t)c->nparams, (size_t)c->nparams};
+    size_t act = (size_t)(R * wmax), wts = (size_t)(wmax * wmax),
+           vec = (size_t)(R * (c->heads > 1 ? c->heads : 1) + wmax);
+    size_t sizes[NBUF] = {act,
+                          act,
+                          act,
+                          act,
+                          act,
+                          wts,
+                          (size_t)wmax,
+                          vec,
+                          vec,
+                          vec,
+                          (size_t)c->nparams,
+                          (size_t)c->nparams,
+                          (size_t)c->nparams,
+                          (size_t)c->nparams};
     size_t hmax = 0;
     for (int k = 0; k < NBUF; k++) hmax = sizes[k] > hmax ? sizes[k] : hmax;
     float *h = malloc(hmax * sizeof *h);
@@ -133,7 +146,8 @@ static void bufs_create(bufs *q, ddp_backend *be, const config *c)
 static void bufs_free(bufs *q)
 {
     for (int k = 0; k < NBUF; k++) q->be->release(q->be, q->f[k]);
-    q->be->release(q->be, q->lab), q->be->release(q->be, q->sid), q->be->release(q->be, q->off), q->be->release(q->be, q->seg);
+    q->be->release(q->be, q->lab), q->be->release(q->be, q->sid), q->be->release(q->be, q->off),
+        q->be->release(q->be, q->seg);
 }
 
 /* One op: runs it on q; `out` names the buffer it writes (compared by --check), its length in floats. */
@@ -145,8 +159,14 @@ typedef struct {
     size_t out_n;
 } opdesc;
 
-static ddp_adamw_args adamw_args = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
-                                    .bc1 = 0.1f, .bc2_sqrt = 0.0447f, .gscale = 0.01f};
+static ddp_adamw_args adamw_args = {.lr = 1e-3f,
+                                    .beta1 = 0.9f,
+                                    .beta2 = 0.999f,
+                                    .eps = 1e-8f,
+                                    .weight_decay = 0.01f,
+                                    .bc1 = 0.1f,
+                                    .bc2_sqrt = 0.0447f,
+                                    .gscale = 0.01f};
 
 /* The op table: index i of a configuration. Returns 0 past the end. Fills d (counts) and, when q is given,
  * runs the op once on q. Counts: a GEMM moves A, B and C once (C twice when accumulated) and does 2MNK
@@ -160,41 +180,56 @@ static int op_at(const config *c, int i, opdesc *d, bufs *q)
     int64_t R = c->R, B = c->B, w = c->w, f = c->f, heads = c->heads, C = 10, D = 64;
     double r = (double)R, W = (double)w, Ff = (double)f, n = (double)c->nparams, b = (double)B;
     memset(d, 0, sizeof *d);
-#define GEMM(nm, ta, tb, M, N, K, beta, A, lda, Bm, ldb, Cm, ldc)                                   \
-    do {                                                                                           \
-        d->name = nm;                                                                              \
-        snprintf(d->shape, sizeof d->shape, "%s[%lld x %lld x %lld]", ta ? "T" : tb ? "NT" : "N",  \
-                 (long long)(M), (long long)(N), (long long)(K));                                  \
-        d->flops = 2.0 * (double)(M) * (double)(N) * (double)(K);                                  \
-        d->bytes = 4.0 * ((double)(M) * (double)(K) + (double)(K) * (double)(N) +                  \
-                          (double)(M) * (double)(N) * ((beta) != 0.0f ? 2.0 : 1.0));               \
-        d->out = Y0, d->out_n = (size_t)((M) * (N));                                               \
-        if (q) CK(be->gemm(be, ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, Cm, ldc));            \
+#define GEMM(nm, ta, tb, M, N, K, beta, A, lda, Bm, ldb, Cm, ldc)                       \
+    do {                                                                                \
+        d->name = nm;                                                                   \
+        snprintf(d->shape, sizeof d->shape, "%s[%lld x %lld x %lld]",                   \
+                 ta   ? "T"                                                             \
+                 : tb ? "NT"                                                            \
+                      : "N",                                                            \
+                 (long long)(M), (long long)(N), (long long)(K));                       \
+        d->flops = 2.0 * (double)(M) * (double)(N) * (double)(K);                       \
+        d->bytes = 4.0 * ((double)(M) * (double)(K) + (double)(K) * (double)(N) +       \
+                          (double)(M) * (double)(N) * ((beta) != 0.0f ? 2.0 : 1.0));    \
+        d->out = Y0, d->out_n = (size_t)((M) * (N));                                    \
+        if (q) CK(be->gemm(be, ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, Cm, ldc)); \
     } while (0)
 #define SHAPE(...) snprintf(d->shape, sizeof d->shape, __VA_ARGS__)
     if (!strcmp(c->model, "mlp")) {
         switch (i) {
-        case 0: GEMM("gemm x.W1^T", 0, 1, R, w, D, 0.0f, q ? F[X0] : 0, D, q ? F[W0] : 0, D, q ? F[Y0] : 0, w); return 1;
-        case 1: GEMM("gemm a1.W2^T", 0, 1, R, w, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, w); return 1;
-        case 2: GEMM("gemm dW2 += dz^T.a1", 1, 0, w, w, R, 1.0f, q ? F[X0] : 0, w, q ? F[X1] : 0, w, q ? F[Y0] : 0, w); return 1;
-        case 3: GEMM("gemm da1 = dz.W2", 0, 0, R, w, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, w); return 1;
+        case 0:
+            GEMM("gemm x.W1^T", 0, 1, R, w, D, 0.0f, q ? F[X0] : 0, D, q ? F[W0] : 0, D, q ? F[Y0] : 0, w);
+            return 1;
+        case 1:
+            GEMM("gemm a1.W2^T", 0, 1, R, w, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, w);
+            return 1;
+        case 2:
+            GEMM("gemm dW2 += dz^T.a1", 1, 0, w, w, R, 1.0f, q ? F[X0] : 0, w, q ? F[X1] : 0, w, q ? F[Y0] : 0, w);
+            return 1;
+        case 3:
+            GEMM("gemm da1 = dz.W2", 0, 0, R, w, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, w);
+            return 1;
         case 4:
-            d->name = "bias_gelu", d->flops = 20 * r * W, d->bytes = 4 * (3 * r * W + W), d->out = Y0, d->out_n = (size_t)(R * w);
+            d->name = "bias_gelu", d->flops = 20 * r * W, d->bytes = 4 * (3 * r * W + W), d->out = Y0,
+            d->out_n = (size_t)(R * w);
             SHAPE("[%lld x %lld] + dgelu", (long long)R, (long long)w);
             if (q) CK(be->bias_gelu(be, F[X0], F[BIAS], F[Y0], F[Y1], R, w));
             return 1;
         case 5:
-            d->name = "bias_gelu_pool", d->flops = 21 * r * W, d->bytes = 4 * (2 * r * W + b * W + W), d->out = Y0, d->out_n = (size_t)(B * w);
+            d->name = "bias_gelu_pool", d->flops = 21 * r * W, d->bytes = 4 * (2 * r * W + b * W + W), d->out = Y0,
+            d->out_n = (size_t)(B * w);
             SHAPE("[%lld x %lld] -> %lld segments", (long long)R, (long long)w, (long long)B);
             if (q) CK(be->bias_gelu_pool(be, F[X0], F[BIAS], F[Y1], q->off, B, w, F[Y0]));
             return 1;
         case 6:
-            d->name = "gelu_backward", d->flops = 2 * r * W, d->bytes = 4 * (3 * r * W + 2 * W), d->out = Y0, d->out_n = (size_t)(R * w);
+            d->name = "gelu_backward", d->flops = 2 * r * W, d->bytes = 4 * (3 * r * W + 2 * W), d->out = Y0,
+            d->out_n = (size_t)(R * w);
             SHAPE("[%lld x %lld]", (long long)R, (long long)w);
             if (q) CK(be->gelu_backward(be, F[X0], F[X1], F[Y0], R, w, F[VEC2]));
             return 1;
         case 7:
-            d->name = "pool_gelu_backward", d->flops = 3 * r * W, d->bytes = 4 * (2 * r * W + b * W + 2 * W), d->out = Y0, d->out_n = (size_t)(R * w);
+            d->name = "pool_gelu_backward", d->flops = 3 * r * W, d->bytes = 4 * (2 * r * W + b * W + 2 * W),
+            d->out = Y0, d->out_n = (size_t)(R * w);
             SHAPE("%lld segments -> [%lld x %lld]", (long long)B, (long long)R, (long long)w);
             if (q) CK(be->pool_gelu_backward(be, F[X0], q->off, B, F[X1], F[Y0], R, w, F[VEC2]));
             return 1;
@@ -204,12 +239,14 @@ static int op_at(const config *c, int i, opdesc *d, bufs *q)
             if (q) CK(be->colsum(be, F[X0], F[VEC2], R, w, 0.0f));
             return 1;
         case 9:
-            d->name = "add_bias", d->flops = r * W, d->bytes = 4 * (2 * r * W + W), d->out = Y0, d->out_n = (size_t)(R * w);
+            d->name = "add_bias", d->flops = r * W, d->bytes = 4 * (2 * r * W + W), d->out = Y0,
+            d->out_n = (size_t)(R * w);
             SHAPE("[%lld x %lld]", (long long)R, (long long)w);
             if (q) CK(be->add_bias(be, F[Y0], F[BIAS], R, w));
             return 1;
         case 10:
-            d->name = "softmax_xent", d->flops = 6 * b * C, d->bytes = 4 * (2 * b * C + 2 * b) + 16 * b, d->out = Y0, d->out_n = (size_t)(B * C);
+            d->name = "softmax_xent", d->flops = 6 * b * C, d->bytes = 4 * (2 * b * C + 2 * b) + 16 * b, d->out = Y0,
+            d->out_n = (size_t)(B * C);
             SHAPE("[%lld x %lld]", (long long)B, (long long)C);
             if (q) CK(be->softmax_xent(be, F[X0], q->lab, B, C, F[Y0], F[VEC2], (int64_t *)F[VEC0], F[VEC1]));
             return 1;
@@ -221,29 +258,45 @@ static int op_at(const config *c, int i, opdesc *d, bufs *q)
         int64_t d3 = 3 * w;
         double n2 = c->sum_n2;
         switch (i) {
-        case 0: GEMM("gemm qkv = y.Wqkv^T", 0, 1, R, d3, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, d3); return 1;
-        case 1: GEMM("gemm out = o.Wo^T", 0, 1, R, w, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, w); return 1;
-        case 2: GEMM("gemm ff1 = y.W1^T", 0, 1, R, f, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, f); return 1;
-        case 3: GEMM("gemm ff2 = a.W2^T", 0, 1, R, w, f, 0.0f, q ? F[X0] : 0, f, q ? F[W0] : 0, f, q ? F[Y0] : 0, w); return 1;
-        case 4: GEMM("gemm dWqkv += dqkv^T.y", 1, 0, d3, w, R, 1.0f, q ? F[X0] : 0, d3, q ? F[X1] : 0, w, q ? F[Y0] : 0, w); return 1;
-        case 5: GEMM("gemm da = dt.W2", 0, 0, R, f, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, f, q ? F[Y0] : 0, f); return 1;
+        case 0:
+            GEMM("gemm qkv = y.Wqkv^T", 0, 1, R, d3, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, d3);
+            return 1;
+        case 1:
+            GEMM("gemm out = o.Wo^T", 0, 1, R, w, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, w);
+            return 1;
+        case 2:
+            GEMM("gemm ff1 = y.W1^T", 0, 1, R, f, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, f);
+            return 1;
+        case 3:
+            GEMM("gemm ff2 = a.W2^T", 0, 1, R, w, f, 0.0f, q ? F[X0] : 0, f, q ? F[W0] : 0, f, q ? F[Y0] : 0, w);
+            return 1;
+        case 4:
+            GEMM("gemm dWqkv += dqkv^T.y", 1, 0, d3, w, R, 1.0f, q ? F[X0] : 0, d3, q ? F[X1] : 0, w, q ? F[Y0] : 0, w);
+            return 1;
+        case 5:
+            GEMM("gemm da = dt.W2", 0, 0, R, f, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, f, q ? F[Y0] : 0, f);
+            return 1;
         case 6:
-            d->name = "embed_fwd", d->flops = 2 * r * W, d->bytes = 4 * 3 * r * W, d->out = Y0, d->out_n = (size_t)(R * w);
+            d->name = "embed_fwd", d->flops = 2 * r * W, d->bytes = 4 * 3 * r * W, d->out = Y0,
+            d->out_n = (size_t)(R * w);
             SHAPE("[%lld x %lld] + pos", (long long)R, (long long)w);
             if (q) CK(E->embed_fwd(be, F[Y0], F[BIAS], F[W0], &q->pk, w));
             return 1;
         case 7:
-            d->name = "embed_bwd", d->flops = 2 * r * W, d->bytes = 4 * 3 * r * W, d->out = Y1, d->out_n = (size_t)(c->hi * w);
+            d->name = "embed_bwd", d->flops = 2 * r * W, d->bytes = 4 * 3 * r * W, d->out = Y1,
+            d->out_n = (size_t)(c->hi * w);
             SHAPE("[%lld x %lld] -> bias, pos", (long long)R, (long long)w);
             if (q) CK(E->embed_bwd(be, F[X0], F[VEC2], F[Y1], &q->pk, w));
             return 1;
         case 8:
-            d->name = "layernorm_fwd", d->flops = 8 * r * W, d->bytes = 4 * (2 * r * W + 2 * r + 2 * W), d->out = Y0, d->out_n = (size_t)(R * w);
+            d->name = "layernorm_fwd", d->flops = 8 * r * W, d->bytes = 4 * (2 * r * W + 2 * r + 2 * W), d->out = Y0,
+            d->out_n = (size_t)(R * w);
             SHAPE("[%lld x %lld]", (long long)R, (long long)w);
             if (q) CK(E->layernorm_fwd(be, F[X0], F[BIAS], F[BIAS], F[Y0], F[VEC0], F[VEC1], R, w));
             return 1;
         case 9:
-            d->name = "layernorm_bwd", d->flops = 14 * r * W, d->bytes = 4 * (4 * r * W + 2 * r + 3 * W), d->out = Y0, d->out_n = (size_t)(R * w);
+            d->name = "layernorm_bwd", d->flops = 14 * r * W, d->bytes = 4 * (4 * r * W + 2 * r + 3 * W), d->out = Y0,
+            d->out_n = (size_t)(R * w);
             SHAPE("[%lld x %lld]", (long long)R, (long long)w);
             if (q) CK(E->layernorm_bwd(be, F[X0], F[X1], F[BIAS], F[VEC0], F[VEC1], F[Y0], F[VEC2], F[VEC2] + w, R, w));
             return 1;
@@ -251,8 +304,8 @@ static int op_at(const config *c, int i, opdesc *d, bufs *q)
             /* S = QK^T (2 dh n^2 per head) and PV (the same), softmax ~ 5 per score; reads qkv, writes o, lse */
             d->name = "attention_fwd", d->flops = 4 * W * n2 + 5 * (double)heads * n2,
             d->bytes = 4 * (3 * r * W + r * W + r * (double)heads), d->out = Y0, d->out_n = (size_t)(R * w);
-            SHAPE("R %lld, %lld samples %lld-%lld, d %lld, %lld heads", (long long)R, (long long)B, (long long)c->lo, (long long)c->hi,
-                  (long long)w, (long long)heads);
+            SHAPE("R %lld, %lld samples %lld-%lld, d %lld, %lld heads", (long long)R, (long long)B, (long long)c->lo,
+                  (long long)c->hi, (long long)w, (long long)heads);
             if (q) CK(E->attention_fwd(be, F[X0], F[Y0], F[VEC0], &q->pk, w, (int)heads, &nodrop));
             return 1;
         case 11:
@@ -261,9 +314,10 @@ static int op_at(const config *c, int i, opdesc *d, bufs *q)
              * The deterministic two-pass GPU kernels execute 7 such products (S and dP again in the dQ pass):
              * their hardware rate is 1.4x the rate shown. Reads qkv, o, dout, lse, writes dqkv */
             d->name = "attention_bwd", d->flops = 10 * W * n2 + 6 * (double)heads * n2,
-            d->bytes = 4 * (3 * r * W + r * W + r * W + r * (double)heads + 3 * r * W), d->out = Y1, d->out_n = (size_t)(R * d3);
-            SHAPE("R %lld, %lld samples %lld-%lld, d %lld, %lld heads", (long long)R, (long long)B, (long long)c->lo, (long long)c->hi,
-                  (long long)w, (long long)heads);
+            d->bytes = 4 * (3 * r * W + r * W + r * W + r * (double)heads + 3 * r * W), d->out = Y1,
+            d->out_n = (size_t)(R * d3);
+            SHAPE("R %lld, %lld samples %lld-%lld, d %lld, %lld heads", (long long)R, (long long)B, (long long)c->lo,
+                  (long long)c->hi, (long long)w, (long long)heads);
             if (q) {
                 /* the forward's lse for these q, k, v (attention_bwd reads it) */
                 CK(E->attention_fwd(be, F[X0], F[Y0], F[VEC0], &q->pk, w, (int)heads, &nodrop));
@@ -271,42 +325,50 @@ static int op_at(const config *c, int i, opdesc *d, bufs *q)
             }
             return 1;
         case 12:
-            d->name = "gelu_erf_fwd", d->flops = 25 * r * Ff, d->bytes = 4 * (3 * r * Ff + Ff), d->out = Y0, d->out_n = (size_t)(R * f);
+            d->name = "gelu_erf_fwd", d->flops = 25 * r * Ff, d->bytes = 4 * (3 * r * Ff + Ff), d->out = Y0,
+            d->out_n = (size_t)(R * f);
             SHAPE("[%lld x %lld] + dgelu", (long long)R, (long long)f);
             if (q) CK(E->gelu_erf_fwd(be, F[X0], F[BIAS], F[Y0], F[Y1], &q->pk, f, &nodrop));
             return 1;
         case 13:
-            d->name = "gelu_erf_bwd", d->flops = 2 * r * Ff, d->bytes = 4 * (3 * r * Ff + 2 * Ff), d->out = Y0, d->out_n = (size_t)(R * f);
+            d->name = "gelu_erf_bwd", d->flops = 2 * r * Ff, d->bytes = 4 * (3 * r * Ff + 2 * Ff), d->out = Y0,
+            d->out_n = (size_t)(R * f);
             SHAPE("[%lld x %lld]", (long long)R, (long long)f);
             if (q) CK(E->gelu_erf_bwd(be, F[X0], F[X1], F[Y0], F[VEC2], &q->pk, f, &nodrop));
             return 1;
         case 14:
-            d->name = "residual_fwd", d->flops = 2 * r * W, d->bytes = 4 * (3 * r * W + W), d->out = Y0, d->out_n = (size_t)(R * w);
+            d->name = "residual_fwd", d->flops = 2 * r * W, d->bytes = 4 * (3 * r * W + W), d->out = Y0,
+            d->out_n = (size_t)(R * w);
             SHAPE("[%lld x %lld]", (long long)R, (long long)w);
             if (q) CK(E->residual_fwd(be, F[Y0], F[X0], F[X1], F[BIAS], &q->pk, w, &nodrop));
             return 1;
         case 15:
-            d->name = "residual_bwd", d->flops = r * W, d->bytes = 4 * (2 * r * W + 2 * W), d->out = Y0, d->out_n = (size_t)(R * w);
+            d->name = "residual_bwd", d->flops = r * W, d->bytes = 4 * (2 * r * W + 2 * W), d->out = Y0,
+            d->out_n = (size_t)(R * w);
             SHAPE("[%lld x %lld]", (long long)R, (long long)w);
             if (q) CK(E->residual_bwd(be, F[X0], F[Y0], F[VEC2], &q->pk, w, &nodrop));
             return 1;
         case 16:
-            d->name = "pool_mean_fwd", d->flops = r * W, d->bytes = 4 * (r * W + b * W), d->out = Y0, d->out_n = (size_t)(B * w);
+            d->name = "pool_mean_fwd", d->flops = r * W, d->bytes = 4 * (r * W + b * W), d->out = Y0,
+            d->out_n = (size_t)(B * w);
             SHAPE("[%lld x %lld] -> %lld samples", (long long)R, (long long)w, (long long)B);
             if (q) CK(E->pool_mean_fwd(be, F[X0], F[Y0], &q->pk, w));
             return 1;
         case 17:
-            d->name = "pool_mean_bwd", d->flops = r * W, d->bytes = 4 * (r * W + b * W), d->out = Y0, d->out_n = (size_t)(R * w);
+            d->name = "pool_mean_bwd", d->flops = r * W, d->bytes = 4 * (r * W + b * W), d->out = Y0,
+            d->out_n = (size_t)(R * w);
             SHAPE("%lld samples -> [%lld x %lld]", (long long)B, (long long)R, (long long)w);
             if (q) CK(E->pool_mean_bwd(be, F[X0], F[Y0], &q->pk, w));
             return 1;
         case 18:
-            d->name = "add_bias", d->flops = r * 3 * W, d->bytes = 4 * (2 * r * 3 * W + 3 * W), d->out = Y0, d->out_n = (size_t)(R * d3);
+            d->name = "add_bias", d->flops = r * 3 * W, d->bytes = 4 * (2 * r * 3 * W + 3 * W), d->out = Y0,
+            d->out_n = (size_t)(R * d3);
             SHAPE("[%lld x %lld]", (long long)R, (long long)d3);
             if (q) CK(be->add_bias(be, F[Y0], F[BIAS], R, d3));
             return 1;
         case 19:
-            d->name = "colsum", d->flops = r * 3 * W, d->bytes = 4 * (r * 3 * W + 3 * W), d->out = VEC2, d->out_n = (size_t)d3;
+            d->name = "colsum", d->flops = r * 3 * W, d->bytes = 4 * (r * 3 * W + 3 * W), d->out = VEC2,
+            d->out_n = (size_t)d3;
             SHAPE("[%lld x %lld]", (long long)R, (long long)d3);
             if (q) CK(be->colsum(be, F[X0], F[VEC2], R, d3, 0.0f));
             return 1;
@@ -397,26 +459,39 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: bench_kernels [--device cpu|cuda] [--preset issue|tiny|tx] [--rows R] [--reps N] [--peak-gflops G] "
+            printf("usage: bench_kernels [--device cpu|cuda] [--preset issue|tiny|tx] [--rows R] [--reps N] "
+                   "[--peak-gflops G] "
                    "[--peak-gbs B] [--check] [--csv FILE] [--only SUBSTRING] [--precision fp32|tf32|bf16]\n"
-                   "  each backend op alone, best of N: shape, bytes and FLOPs per call, time, GB/s, GFLOP/s, fraction of the\n"
-                   "  roofline max(FLOPs/peak, bytes/bandwidth) (CPU default: sgemm and memcpy measured here; CUDA: H100 fp32),\n"
+                   "  each backend op alone, best of N: shape, bytes and FLOPs per call, time, GB/s, GFLOP/s, fraction "
+                   "of the\n"
+                   "  roofline max(FLOPs/peak, bytes/bandwidth) (CPU default: sgemm and memcpy measured here; CUDA: "
+                   "H100 fp32),\n"
                    "  and the op's bound on an H100 (fp32 67 TFLOP/s, 3.35 TB/s)\n");
             ddp_finalize(ctx);
             return 0;
-        } else if (!strcmp(a, "--check")) check = 1;
+        } else if (!strcmp(a, "--check"))
+            check = 1;
         else if (!v) {
             fprintf(stderr, "bench_kernels: %s needs a value\n", a);
             return 2;
-        } else if (!strcmp(a, "--device")) device = v, i++;
-        else if (!strcmp(a, "--preset")) preset = v, i++;
-        else if (!strcmp(a, "--rows")) rows = atoll(v), i++;
-        else if (!strcmp(a, "--reps")) reps = atoll(v), i++;
-        else if (!strcmp(a, "--peak-gflops")) peak_gf = atof(v), i++;
-        else if (!strcmp(a, "--peak-gbs")) peak_gbs = atof(v), i++;
-        else if (!strcmp(a, "--csv")) csv = v, i++;
-        else if (!strcmp(a, "--only")) only = v, i++;
-        else if (!strcmp(a, "--precision")) prec = v, i++;
+        } else if (!strcmp(a, "--device"))
+            device = v, i++;
+        else if (!strcmp(a, "--preset"))
+            preset = v, i++;
+        else if (!strcmp(a, "--rows"))
+            rows = atoll(v), i++;
+        else if (!strcmp(a, "--reps"))
+            reps = atoll(v), i++;
+        else if (!strcmp(a, "--peak-gflops"))
+            peak_gf = atof(v), i++;
+        else if (!strcmp(a, "--peak-gbs"))
+            peak_gbs = atof(v), i++;
+        else if (!strcmp(a, "--csv"))
+            csv = v, i++;
+        else if (!strcmp(a, "--only"))
+            only = v, i++;
+        else if (!strcmp(a, "--precision"))
+            prec = v, i++;
         else {
             fprintf(stderr, "bench_kernels: unknown option %s\n", a);
             return 2;
@@ -437,7 +512,9 @@ int main(int argc, char **argv)
     ddp_backend *be, *cpu = NULL;
     CK(ddp_ctx_backend(ctx, dev, &be));
     if (check) CK(ddp_ctx_backend(ctx, DDP_DEVICE_CPU, &cpu));
-    ddp_precision pr = !strcmp(prec, "bf16") ? DDP_PRECISION_BF16 : !strcmp(prec, "tf32") ? DDP_PRECISION_TF32 : DDP_PRECISION_FP32;
+    ddp_precision pr = !strcmp(prec, "bf16")   ? DDP_PRECISION_BF16
+                       : !strcmp(prec, "tf32") ? DDP_PRECISION_TF32
+                                               : DDP_PRECISION_FP32;
     if (strcmp(prec, ddp_precision_name(pr))) {
         fprintf(stderr, "bench_kernels: --precision %s: expected fp32|tf32|bf16\n", prec);
         return 2;
@@ -459,8 +536,8 @@ int main(int argc, char **argv)
             roof = "H100 SXM dense peak of --precision and HBM3 (datasheet)";
         }
     }
-    printf("# bench_kernels: backend %s, --precision %s, best of %lld; roofline %.1f GFLOP/s, %.1f GB/s (%s)\n", be->name, prec, (long long)reps, peak_gf,
-           peak_gbs, roof);
+    printf("# bench_kernels: backend %s, --precision %s, best of %lld; roofline %.1f GFLOP/s, %.1f GB/s (%s)\n",
+           be->name, prec, (long long)reps, peak_gf, peak_gbs, roof);
     config cf[3];
     int ncf;
     if (tiny) {
@@ -484,17 +561,21 @@ int main(int argc, char **argv)
         return 1;
     }
     if (f)
-        fprintf(f, "device,config,op,shape,flops,bytes,time_us,gflops,gbs,bound,roofline_frac,peak_gflops,peak_gbs,h100_bound_us,h100_bound\n");
-    printf("\n| config | op | shape | MFLOP/call | MB/call | time us | GFLOP/s | GB/s | bound | of roofline | H100 bound us |%s\n",
+        fprintf(f, "device,config,op,shape,flops,bytes,time_us,gflops,gbs,bound,roofline_frac,peak_gflops,peak_gbs,"
+                   "h100_bound_us,h100_bound\n");
+    printf("\n| config | op | shape | MFLOP/call | MB/call | time us | GFLOP/s | GB/s | bound | of roofline | H100 "
+           "bound us |%s\n",
            check ? " check (max rel diff vs cpu) |" : "");
     printf("|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|%s\n", check ? "---:|" : "");
     int failed = 0;
     for (int k = 0; k < ncf; k++) {
         config *c = &cf[k];
         char cname[96];
-        if (!strcmp(c->model, "mlp")) snprintf(cname, sizeof cname, "MLP H %lld, %lld rows", (long long)c->w, (long long)c->R);
-        else snprintf(cname, sizeof cname, "enc d %lld h %lld, %lld rows (%lld-%lld)", (long long)c->w, (long long)c->heads, (long long)c->R,
-                      (long long)c->lo, (long long)c->hi);
+        if (!strcmp(c->model, "mlp"))
+            snprintf(cname, sizeof cname, "MLP H %lld, %lld rows", (long long)c->w, (long long)c->R);
+        else
+            snprintf(cname, sizeof cname, "enc d %lld h %lld, %lld rows (%lld-%lld)", (long long)c->w,
+                     (long long)c->heads, (long long)c->R, (long long)c->lo, (long long)c->hi);
         bufs q, qc;
         bufs_create(&q, be, c);
         if (check) bufs_create(&qc, cpu, c);
@@ -540,18 +621,21 @@ int main(int argc, char **argv)
             const char *bound = tc >= tm ? "compute" : "memory";
             double frac = (tc > tm ? tc : tm) / best;
             double hc = d.flops / h100_peak, hm = d.bytes / H100_HBM, hb = (hc > hm ? hc : hm) * 1e6;
-            printf("| %s | %s | %s | %.3f | %.3f | %.1f | %.1f | %.2f | %s | %.2f | %.2f |%s\n", cname, d.name, d.shape, d.flops / 1e6,
-                   d.bytes / 1e6, best * 1e6, gfs, gbs, bound, frac, hb, chk);
+            printf("| %s | %s | %s | %.3f | %.3f | %.1f | %.1f | %.2f | %s | %.2f | %.2f |%s\n", cname, d.name, d.shape,
+                   d.flops / 1e6, d.bytes / 1e6, best * 1e6, gfs, gbs, bound, frac, hb, chk);
             if (f)
-                fprintf(f, "%s,\"%s\",%s,\"%s\",%.0f,%.0f,%.3f,%.3f,%.3f,%s,%.4f,%.1f,%.1f,%.4f,%s\n", be->name, cname, d.name, d.shape, d.flops,
-                        d.bytes, best * 1e6, gfs, gbs, bound, frac, peak_gf, peak_gbs, hb, hc >= hm ? "compute" : "memory");
+                fprintf(f, "%s,\"%s\",%s,\"%s\",%.0f,%.0f,%.3f,%.3f,%.3f,%s,%.4f,%.1f,%.1f,%.4f,%s\n", be->name, cname,
+                        d.name, d.shape, d.flops, d.bytes, best * 1e6, gfs, gbs, bound, frac, peak_gf, peak_gbs, hb,
+                        hc >= hm ? "compute" : "memory");
         }
         bufs_free(&q);
         if (check) bufs_free(&qc);
         free(c->hoff);
     }
     if (f) fclose(f);
-    if (check) printf("\nbench_kernels: check against the cpu backend: %s (max relative difference <= %g)\n", failed ? "FAILED" : "ok", check_tol);
+    if (check)
+        printf("\nbench_kernels: check against the cpu backend: %s (max relative difference <= %g)\n",
+               failed ? "FAILED" : "ok", check_tol);
     ddp_finalize(ctx);
     return failed ? 1 : 0;
 }

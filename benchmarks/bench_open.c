@@ -45,9 +45,12 @@ int main(int argc, char **argv)
     const char *data = NULL;
     int reps = 3, cold = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--cold")) cold = 1;
+        if (!strcmp(argv[i], "--data") && i + 1 < argc)
+            data = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cold"))
+            cold = 1;
     }
     int rank = ctx->topo.rank, size = ctx->topo.size;
     if (!data || reps < 1) {

@@ -20,11 +20,11 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#define DIE(...)                                                                                   \
-    do {                                                                                           \
-        fprintf(stderr, "bench_train: " __VA_ARGS__);                                              \
-        fprintf(stderr, ": %s\n", ddp_last_error());                                              \
-        MPI_Abort(MPI_COMM_WORLD, 1);                                                              \
+#define DIE(...)                                      \
+    do {                                              \
+        fprintf(stderr, "bench_train: " __VA_ARGS__); \
+        fprintf(stderr, ": %s\n", ddp_last_error());  \
+        MPI_Abort(MPI_COMM_WORLD, 1);                 \
     } while (0)
 
 /* one fp32 GEMM [M x H] x [H x H]^T: the backend's gemm (openblas 0: on the CPU, oneDNN's matmul where it picks it)
@@ -32,8 +32,10 @@
 static void ref_gemm(ddp_backend *be, int openblas, int64_t M, int64_t H, const float *a, const float *b, float *c)
 {
     if (openblas)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)H, (int)H, 1.0f, a, (int)H, b, (int)H, 0.0f, c, (int)H);
-    else be->gemm(be, 0, 1, M, H, H, 1.0f, a, H, b, H, 0.0f, c, H);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)H, (int)H, 1.0f, a, (int)H, b, (int)H, 0.0f,
+                    c, (int)H);
+    else
+        be->gemm(be, 0, 1, M, H, H, 1.0f, a, H, b, H, 0.0f, c, H);
 }
 
 /* The reference GEMM rate at the shapes the model runs, [rows x H] x [H x H]: the best of the backend's gemm and
@@ -79,37 +81,61 @@ int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
-    const char *data = NULL, *csv = "train_raw.csv", *device = "cpu", *model = "mlp", *lens = "", *bout = NULL, *prec = "fp32";
-    int64_t H = 64, B = 64, steps = 50, warmup = 5, cold = 0, L = 2, heads = 4, ff = 0, brows = 0, block = 0, window = 16;
+    const char *data = NULL, *csv = "train_raw.csv", *device = "cpu", *model = "mlp", *lens = "", *bout = NULL,
+               *prec = "fp32";
+    int64_t H = 64, B = 64, steps = 50, warmup = 5, cold = 0, L = 2, heads = 4, ff = 0, brows = 0, block = 0,
+            window = 16;
     double block_mb = 4.0, bucket_mb = 25.0;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--data")) data = argv[i + 1];
-        else if (!strcmp(argv[i], "--hidden")) H = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--batch")) B = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--steps")) steps = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--warmup")) warmup = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--cold")) cold = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--csv")) csv = argv[i + 1];
-        else if (!strcmp(argv[i], "--device")) device = argv[i + 1];
-        else if (!strcmp(argv[i], "--model")) model = argv[i + 1];
-        else if (!strcmp(argv[i], "--layers")) L = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--heads")) heads = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--ff")) ff = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--lens")) lens = argv[i + 1];
-        else if (!strcmp(argv[i], "--batches-out")) bout = argv[i + 1];
-        else if (!strcmp(argv[i], "--batch-rows")) brows = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--shuffle")) block = !strcmp(argv[i + 1], "block");
-        else if (!strcmp(argv[i], "--shuffle-block-mb")) block_mb = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--shuffle-window")) window = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--bucket-mb")) bucket_mb = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--precision")) prec = argv[i + 1];
+        if (!strcmp(argv[i], "--data"))
+            data = argv[i + 1];
+        else if (!strcmp(argv[i], "--hidden"))
+            H = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch"))
+            B = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--steps"))
+            steps = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--warmup"))
+            warmup = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--cold"))
+            cold = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--csv"))
+            csv = argv[i + 1];
+        else if (!strcmp(argv[i], "--device"))
+            device = argv[i + 1];
+        else if (!strcmp(argv[i], "--model"))
+            model = argv[i + 1];
+        else if (!strcmp(argv[i], "--layers"))
+            L = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--heads"))
+            heads = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ff"))
+            ff = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--lens"))
+            lens = argv[i + 1];
+        else if (!strcmp(argv[i], "--batches-out"))
+            bout = argv[i + 1];
+        else if (!strcmp(argv[i], "--batch-rows"))
+            brows = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--shuffle"))
+            block = !strcmp(argv[i + 1], "block");
+        else if (!strcmp(argv[i], "--shuffle-block-mb"))
+            block_mb = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--shuffle-window"))
+            window = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--bucket-mb"))
+            bucket_mb = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--precision"))
+            prec = argv[i + 1];
     }
     int tx = !strcmp(model, "transformer");
     ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
     if (dev == DDP_DEVICE_CUDA && ddp_select_device(ctx, DDP_DEVICE_CUDA, NULL, NULL) != DDP_OK) DIE("--device cuda");
     const ddp_topology *t = ddp_topo(ctx);
     if (!data) {
-        if (t->rank == 0) fprintf(stderr, "usage: bench_train --data DIR --hidden H [--batch B] [--steps N] [--warmup W] [--cold 0|1] [--csv F] [--device cpu|cuda] [--bucket-mb M]\n");
+        if (t->rank == 0)
+            fprintf(stderr, "usage: bench_train --data DIR --hidden H [--batch B] [--steps N] [--warmup W] [--cold "
+                            "0|1] [--csv F] [--device cpu|cuda] [--bucket-mb M]\n");
         ddp_finalize(ctx);
         return 2;
     }
@@ -122,32 +148,38 @@ int main(int argc, char **argv)
     mc.ff = ff;
     if (ff <= 0) ff = 2 * H;
     ddp_sampler sm;
-    if (ddp_sampler_init(&sm, DDP_SAMPLE_GLOBAL, ds->info.num_samples, t->size, t->rank, 1, 0, B, NULL, 0) != DDP_OK) DIE("sampler");
+    if (ddp_sampler_init(&sm, DDP_SAMPLE_GLOBAL, ds->info.num_samples, t->size, t->rank, 1, 0, B, NULL, 0) != DDP_OK)
+        DIE("sampler");
     int32_t *rowcounts = NULL;
     if ((brows > 0 || block) && ddp_dataset_row_counts(ctx, ds, &rowcounts) != DDP_OK) DIE("row counts");
     if (block) { /* --shuffle block: the trainer's block shuffle, with window read-ahead in the loader */
         int64_t *first = calloc((size_t)ds->nshards + 1, sizeof *first);
         for (int64_t k = 0; k < ds->nshards; k++) first[k] = ds->shards[k].meta.first;
         first[ds->nshards] = ds->info.num_samples;
-        if (ddp_sampler_set_blocks(&sm, rowcounts, ds->info.dim, first, ds->nshards, block_mb * 1048576.0, window) != DDP_OK)
+        if (ddp_sampler_set_blocks(&sm, rowcounts, ds->info.dim, first, ds->nshards, block_mb * 1048576.0, window) !=
+            DDP_OK)
             DIE("--shuffle block");
         free(first);
     }
     if (brows > 0) { /* token budgets: the trainer's --batch-rows path (split by cost, no padding) */
-        if (ddp_sampler_set_budget(&sm, brows, 1, rowcounts, ds->info.max_sample_rows, ddp_model_cost_sq(&mc)) != DDP_OK)
+        if (ddp_sampler_set_budget(&sm, brows, 1, rowcounts, ds->info.max_sample_rows, ddp_model_cost_sq(&mc)) !=
+            DDP_OK)
             DIE("--batch-rows");
         B = sm.max_samples; /* the model's workspace in samples */
     }
     if (ddp_sampler_set_epoch(&sm, 0) != DDP_OK) DIE("epoch");
     if (steps == 0) { /* --steps 0: exactly one epoch, timed from its first step (a cold epoch: --cold 1 --warmup 0) */
         steps = sm.steps - warmup;
-        if (steps < 1) DIE("--steps 0 with --warmup %lld: the epoch has %lld steps", (long long)warmup, (long long)sm.steps);
+        if (steps < 1)
+            DIE("--steps 0 with --warmup %lld: the epoch has %lld steps", (long long)warmup, (long long)sm.steps);
     }
     ddp_loader *ld;
     if (ddp_loader_create(ds, &sm, 1, &ld) != DDP_OK) DIE("loader");
     ddp_model m;
     mc.max_batch_rows = ddp_loader_max_rows(ld), mc.max_batch_samples = B;
-    ddp_precision pr = !strcmp(prec, "bf16") ? DDP_PRECISION_BF16 : !strcmp(prec, "tf32") ? DDP_PRECISION_TF32 : DDP_PRECISION_FP32;
+    ddp_precision pr = !strcmp(prec, "bf16")   ? DDP_PRECISION_BF16
+                       : !strcmp(prec, "tf32") ? DDP_PRECISION_TF32
+                                               : DDP_PRECISION_FP32;
     if (strcmp(prec, ddp_precision_name(pr))) DIE("--precision %s: expected fp32|tf32|bf16", prec);
     mc.precision = pr; /* bf16: GEMM-only activations in bf16, as mpiddp train keeps them */
     if (ddp_model_create(ctx, dev, &mc, &m) != DDP_OK) DIE("model");
@@ -184,12 +216,12 @@ int main(int argc, char **argv)
     if (ddp_loader_start_epoch(ld, 0, 0) != DDP_OK) DIE("epoch");
     int64_t total = warmup + steps;
     double tm[5] = {0}, fwd0 = 0, bwd0 = 0, t_start = 0; /* data, step, sync wait, optimizer, allreduce inside step */
-    double tx0[4] = {0}, tx1[4] = {0}; /* transformer: forward, backward, attention, GEMMs */
+    double tx0[4] = {0}, tx1[4] = {0};                   /* transformer: forward, backward, attention, GEMMs */
     int64_t rows = 0, samples = 0, epoch = 0, k_in_epoch = 0;
     double sq = 0;
     double *step_rows = calloc((size_t)steps, sizeof *step_rows), *step_max = calloc((size_t)steps, sizeof *step_max);
     if (!step_rows || !step_max) DIE("alloc"); /* sum over the timed steps' samples of rows^2 (attention FLOPs) */
-    long long syncs0 = 0; /* the CUDA backend's host synchronisations before the timed steps */
+    long long syncs0 = 0;                      /* the CUDA backend's host synchronisations before the timed steps */
     for (int64_t s = 0; s < total; s++) {
         if (s == warmup) {
             syncs0 = dev == DDP_DEVICE_CUDA ? ddp_cuda()->host_syncs() : 0;
@@ -206,7 +238,7 @@ int main(int argc, char **argv)
             t_start = now_s();
         }
         double a = now_s();
-        const ddp_batch *b; /* runs on into further epochs when the steps outnumber one epoch's */
+        const ddp_batch *b;           /* runs on into further epochs when the steps outnumber one epoch's */
         if (k_in_epoch == sm.steps) { /* token budgets: each epoch has its own step count */
             if (ddp_loader_start_epoch(ld, ++epoch, 0) != DDP_OK) DIE("epoch");
             k_in_epoch = 0;
@@ -223,7 +255,8 @@ int main(int argc, char **argv)
         ddp_sync_begin(sync);
         ddp_forward_out out = {0};
         double comm0 = ddp_sync_comm_seconds(sync);
-        ddp_loader_cursor pk = {ld, k_in_epoch < sm.steps ? k_in_epoch : -1}; /* the next batch uploads during this step */
+        ddp_loader_cursor pk = {ld,
+                                k_in_epoch < sm.steps ? k_in_epoch : -1}; /* the next batch uploads during this step */
         if (m.prefetch && m.prefetch(m.self, ddp_loader_peek_cursor, &pk) != DDP_OK) DIE("prefetch");
         if (m.train_step(m.self, b, p, g, &out, ddp_sync_ready, sync) != DDP_OK) DIE("step");
         double c = now_s();
@@ -232,8 +265,13 @@ int main(int argc, char **argv)
         double d = now_s();
         double ss;
         if (be->download(be, ctl, g + n, sizeof ctl) != DDP_OK || be->sumsq(be, g, n, &ss) != DDP_OK) DIE("step");
-        ddp_adamw_args aw = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
-                             .bc1 = (float)(1 - pow(0.9, (double)s + 1)), .bc2_sqrt = (float)sqrt(1 - pow(0.999, (double)s + 1)),
+        ddp_adamw_args aw = {.lr = 1e-3f,
+                             .beta1 = 0.9f,
+                             .beta2 = 0.999f,
+                             .eps = 1e-8f,
+                             .weight_decay = 0.01f,
+                             .bc1 = (float)(1 - pow(0.9, (double)s + 1)),
+                             .bc2_sqrt = (float)sqrt(1 - pow(0.999, (double)s + 1)),
                              .gscale = 1.0f / ctl[0]};
         if (be->adamw(be, p, g, mo, v, n, &aw) != DDP_OK) DIE("adamw");
         if (be->synchronize(be) != DDP_OK) DIE("step");
@@ -289,14 +327,17 @@ int main(int argc, char **argv)
     MPI_Allreduce(MPI_IN_PLACE, &anon, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &filemb, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (t->rank == 0 && (block || cold)) /* the read side: feature bytes over the wall time, per-rank memory */
-        printf("bench_train read: %s shuffle, %.1f MB/s of features, %.0f samples/s, per rank: private %.1f MiB, file-backed %.1f MiB, "
+        printf("bench_train read: %s shuffle, %.1f MB/s of features, %.0f samples/s, per rank: private %.1f MiB, "
+               "file-backed %.1f MiB, "
                "%lld block runs read ahead on rank 0\n",
-               block ? "block" : "full", (double)agg[0] * (double)ds->info.dim * 4.0 / w / 1e6, (double)agg[1] / w, anon, filemb,
-               (long long)ddp_io_counters_get()->ahead_runs);
+               block ? "block" : "full", (double)agg[0] * (double)ds->info.dim * 4.0 / w / 1e6, (double)agg[1] / w,
+               anon, filemb, (long long)ddp_io_counters_get()->ahead_runs);
     int64_t D = ds->info.dim;
-    double flops = (double)rows * (4.0 * (double)D * (double)H + 6.0 * (double)H * (double)H); /* this rank's GEMM work */
+    double flops = (double)rows *
+                   (4.0 * (double)D * (double)H + 6.0 * (double)H * (double)H); /* this rank's GEMM work */
     if (tx) /* the encoder's training FLOPs: 3 x forward (projections, FFN, attention scores and weighted sums) */
-        flops = 3.0 * ((double)rows * (2.0 * (double)D * (double)H + (double)L * (8.0 * (double)H * (double)H + 4.0 * (double)H * (double)ff)) +
+        flops = 3.0 * ((double)rows * (2.0 * (double)D * (double)H +
+                                       (double)L * (8.0 * (double)H * (double)H + 4.0 * (double)H * (double)ff)) +
                        (double)L * 4.0 * sq * (double)H);
     double gf = flops / (fwd + bwd) / 1e9;
     /* the slowest rank's compute (fwd + bwd): far above rank 0's means one rank was slowed (a busy core),
@@ -316,17 +357,21 @@ int main(int argc, char **argv)
         }
         FILE *f = fopen(csv, "a");
         if (f) {
-            fprintf(f, "mpiddp,%d,%lld,%lld,%lld,%lld,%s,%lld,%lld,%.1f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%s,%.3f,%.3f,%.2f,%s,0,%.1f,%.1f\n",
-                    t->size, (long long)H, (long long)L, (long long)heads, (long long)ff, lens, (long long)B, (long long)steps,
-                    (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, attn, gemm_s, tm[2] * ms,
-                    tm[3] * ms, gf, be->host_memory ? sg_s : "", rss, anon);
+            fprintf(f,
+                    "mpiddp,%d,%lld,%lld,%lld,%lld,%s,%lld,%lld,%.1f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%s,%.3f,%.3f,%.2f,%"
+                    "s,0,%.1f,%.1f\n",
+                    t->size, (long long)H, (long long)L, (long long)heads, (long long)ff, lens, (long long)B,
+                    (long long)steps, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms,
+                    attn, gemm_s, tm[2] * ms, tm[3] * ms, gf, be->host_memory ? sg_s : "", rss, anon);
             fclose(f);
         }
-        printf("mpiddp %s transformer np=%d d=%lld L=%lld lens %s: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f "
+        printf("mpiddp %s transformer np=%d d=%lld L=%lld lens %s: %.0f samples/s, %.0f rows/s, step %.2f ms (data "
+               "%.2f fwd %.2f "
                "bwd %.2f [attention %.2f, GEMM %s, element-wise %s] sync %.2f opt %.2f), %.2f GFLOP/s of %s sgemm, "
                "peak RSS %.1f MiB, private %.1f MiB\n",
-               be->name, t->size, (long long)H, (long long)L, lens, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms,
-               fwd * ms, bwd * ms, attn, be->host_memory ? gemm_s : "n/a", ew_s, tm[2] * ms, tm[3] * ms, gf, sg_s, rss, anon);
+               be->name, t->size, (long long)H, (long long)L, lens, (double)agg[1] / w, (double)agg[0] / w, w * ms,
+               tm[0] * ms, fwd * ms, bwd * ms, attn, be->host_memory ? gemm_s : "n/a", ew_s, tm[2] * ms, tm[3] * ms, gf,
+               sg_s, rss, anon);
     } else if (t->rank == 0) {
         double ms = 1e3 / (double)steps;
         char sgs[32] = "n/a"; /* no in-process sgemm reference on a GPU */
@@ -335,22 +380,26 @@ int main(int argc, char **argv)
         if (f) {
             /* impl "mpiddp-rows": token budgets (batch = rows per rank); the last column is the balance */
             fprintf(f, "%s,%d,%lld,%lld,%lld,%.1f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.1f,%.1f,%.3f,%.4f\n",
-                    brows > 0 ? "mpiddp-rows" : "mpiddp", t->size, (long long)H, (long long)(brows > 0 ? brows : B), (long long)steps,
-                    (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms, tm[3] * ms, gf, sg, rss,
-                    anon, cmax * ms, bal);
+                    brows > 0 ? "mpiddp-rows" : "mpiddp", t->size, (long long)H, (long long)(brows > 0 ? brows : B),
+                    (long long)steps, (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms,
+                    tm[2] * ms, tm[3] * ms, gf, sg, rss, anon, cmax * ms, bal);
             fclose(f);
         }
-        printf("mpiddp %s np=%d H=%lld%s: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f bwd %.2f sync %.2f opt %.2f), "
-               "%.2f GFLOP/s of %s sgemm, peak RSS %.1f MiB, private %.1f MiB, slowest rank's fwd+bwd %.2f ms, rows max/mean %.3f\n",
-               be->name, t->size, (long long)H, brows > 0 ? " --batch-rows" : "", (double)agg[1] / w, (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms,
-               tm[3] * ms, gf, sgs, rss, anon, cmax * ms, bal);
+        printf("mpiddp %s np=%d H=%lld%s: %.0f samples/s, %.0f rows/s, step %.2f ms (data %.2f fwd %.2f bwd %.2f sync "
+               "%.2f opt %.2f), "
+               "%.2f GFLOP/s of %s sgemm, peak RSS %.1f MiB, private %.1f MiB, slowest rank's fwd+bwd %.2f ms, rows "
+               "max/mean %.3f\n",
+               be->name, t->size, (long long)H, brows > 0 ? " --batch-rows" : "", (double)agg[1] / w,
+               (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms, tm[3] * ms, gf, sgs, rss, anon,
+               cmax * ms, bal);
     }
     if (t->rank == 0) /* for the scaling model: the buckets, and the busiest rank's compute (token budgets) */
         printf("bench_train sync: %d buckets of %.4g MiB for %lld parameters; slowest rank's fwd+bwd %.3f ms\n",
                ddp_sync_num_buckets(sync), bucket_mb, (long long)n, cmax * 1e3 / (double)steps);
     if (dev == DDP_DEVICE_CUDA && t->rank == 0)
-        printf("mpiddp %s: %.1f host synchronisations per step (cudaStreamSynchronize, cudaEventSynchronize; the NCCL wait is polled)\n", be->name,
-               (double)(ddp_cuda()->host_syncs() - syncs0) / (double)steps);
+        printf("mpiddp %s: %.1f host synchronisations per step (cudaStreamSynchronize, cudaEventSynchronize; the NCCL "
+               "wait is polled)\n",
+               be->name, (double)(ddp_cuda()->host_syncs() - syncs0) / (double)steps);
     ddp_sync_destroy(sync);
     if (m.prefetch) (void)m.prefetch(m.self, NULL, NULL);
     m.destroy(m.self);

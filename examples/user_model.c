@@ -75,8 +75,8 @@ static ddp_status run(linear_model *m, const ddp_batch *b, const float *P, float
     return DDP_OK;
 }
 
-static ddp_status lm_train(void *self, const ddp_batch *b, const float *P, float *G, ddp_forward_out *out, ddp_grad_ready_fn ready,
-                           void *arg)
+static ddp_status lm_train(void *self, const ddp_batch *b, const float *P, float *G, ddp_forward_out *out,
+                           ddp_grad_ready_fn ready, void *arg)
 {
     linear_model *m = self;
     ddp_status st = run(m, b, P, G, out);
@@ -112,8 +112,15 @@ int main(int argc, char **argv)
         lm.C = ddp_dataset_get_info(tr)->num_classes;
         lm.spec[0] = (ddp_tensor_spec){.name = "fc.weight", .ndim = 2, .shape = {lm.C, lm.D}};
         lm.spec[1] = (ddp_tensor_spec){.name = "fc.bias", .ndim = 1, .shape = {lm.C}};
-        model = (ddp_model){.name = "user-linear", .ntensors = 2, .tensors = lm.spec, .num_classes = (int)lm.C,
-                            .device = DDP_DEVICE_CPU, .self = &lm, .init = lm_init, .train_step = lm_train, .eval_step = lm_eval};
+        model = (ddp_model){.name = "user-linear",
+                            .ntensors = 2,
+                            .tensors = lm.spec,
+                            .num_classes = (int)lm.C,
+                            .device = DDP_DEVICE_CPU,
+                            .self = &lm,
+                            .init = lm_init,
+                            .train_step = lm_train,
+                            .eval_step = lm_eval};
         ddp_train_config cfg;
         ddp_train_config_default(&cfg);
         cfg.out_dir = argv[3];

@@ -46,13 +46,13 @@ typedef struct ddp_metrics ddp_metrics;
 typedef enum { DDP_DEVICE_AUTO = 0, DDP_DEVICE_CPU, DDP_DEVICE_CUDA } ddp_device;
 
 typedef struct {
-    int rank, size;           /* world */
+    int rank, size;             /* world */
     int local_rank, local_size; /* from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) */
-    int node_id, num_nodes;   /* node index among the job's nodes */
+    int node_id, num_nodes;     /* node index among the job's nodes */
     char host[256];
-    char launcher[16];        /* "pmix", "slurm", "ompi" or "none": where job facts came from */
-    char job_id[64];          /* scheduler job id, "" when none */
-    int restart_count;        /* SLURM_RESTART_COUNT (a requeued job), 0 when none */
+    char launcher[16]; /* "pmix", "slurm", "ompi" or "none": where job facts came from */
+    char job_id[64];   /* scheduler job id, "" when none */
+    int restart_count; /* SLURM_RESTART_COUNT (a requeued job), 0 when none */
 } ddp_topology;
 
 /* Initialises MPI (unless already initialised) and discovers the topology. */
@@ -90,24 +90,24 @@ const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds);
  * memory-mapped shard when the shard is mappable, else into `scratch` (nrows*dim floats, may be NULL
  * only for mappable datasets). A rank keeps a bounded set of shards open (docs/dataset-format.md): the
  * shard stays open, and `rows` valid, until the calling thread's next ddp_dataset_sample (on any dataset). */
-ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows,
-                              int64_t *nrows, int64_t *label, int64_t *sample_id);
+ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows, int64_t *nrows,
+                              int64_t *label, int64_t *sample_id);
 
 /* A packed batch: the rows of its samples concatenated, no padding rows. */
 typedef struct {
     int64_t nsamples, nrows, dim;
-    const int64_t *offsets;   /* [nsamples+1], offsets[0] = 0 */
-    const int64_t *labels;    /* [nsamples] */
-    const int64_t *sample_ids;/* [nsamples] */
-    const int64_t *indices;   /* [nsamples] global sample index in the dataset */
-    const uint8_t *is_pad;    /* [nsamples]: 1 for a sampler-padding duplicate */
-    const float *x;           /* [nrows, dim] host memory */
-    int64_t step;             /* the optimizer step it is trained in (0-based; dropout keys); 0 in eval */
+    const int64_t *offsets;    /* [nsamples+1], offsets[0] = 0 */
+    const int64_t *labels;     /* [nsamples] */
+    const int64_t *sample_ids; /* [nsamples] */
+    const int64_t *indices;    /* [nsamples] global sample index in the dataset */
+    const uint8_t *is_pad;     /* [nsamples]: 1 for a sampler-padding duplicate */
+    const float *x;            /* [nrows, dim] host memory */
+    int64_t step;              /* the optimizer step it is trained in (0-based; dropout keys); 0 in eval */
 } ddp_batch;
 
 /* ---------------------------------------------------------------- model interface */
 typedef struct {
-    const char *name;         /* PyTorch state_dict name, e.g. "l1.weight" */
+    const char *name; /* PyTorch state_dict name, e.g. "l1.weight" */
     int ndim;
     int64_t shape[4];
 } ddp_tensor_spec;
@@ -120,11 +120,11 @@ typedef void (*ddp_grad_ready_fn)(void *arg, int64_t lo, int64_t hi);
 typedef const ddp_batch *(*ddp_next_batch_fn)(void *arg);
 
 typedef struct {
-    double loss_sum;          /* sum of per-sample losses over non-padding samples */
-    int64_t count;            /* non-padding samples */
-    int64_t *pred;            /* optional per-sample predicted class (eval), [nsamples] */
-    float *prob;              /* optional per-sample probability of pred, [nsamples] */
-    float *loss;              /* optional per-sample loss, [nsamples] */
+    double loss_sum; /* sum of per-sample losses over non-padding samples */
+    int64_t count;   /* non-padding samples */
+    int64_t *pred;   /* optional per-sample predicted class (eval), [nsamples] */
+    float *prob;     /* optional per-sample probability of pred, [nsamples] */
+    float *loss;     /* optional per-sample loss, [nsamples] */
 } ddp_forward_out;
 
 typedef struct ddp_model {
@@ -132,8 +132,8 @@ typedef struct ddp_model {
     int ntensors;
     const ddp_tensor_spec *tensors; /* flat layout: tensors back to back, in this order */
     int num_classes;
-    ddp_device device;        /* memory the callbacks take: DDP_DEVICE_CPU (host) or DDP_DEVICE_CUDA */
-    ddp_metrics *metrics;     /* set by ddp_train: callbacks may ddp_log() their own metrics through it */
+    ddp_device device;    /* memory the callbacks take: DDP_DEVICE_CPU (host) or DDP_DEVICE_CUDA */
+    ddp_metrics *metrics; /* set by ddp_train: callbacks may ddp_log() their own metrics through it */
     void *self;
     /* Fills params (host memory, flat layout) from seed. */
     ddp_status (*init)(void *self, float *params, uint64_t seed);
@@ -141,8 +141,8 @@ typedef struct ddp_model {
      * grads (zeroed by the trainer before an optimizer step's first micro-batch); the trainer divides by
      * the global sample count after the allreduce. Padding duplicates are trained on like any sample
      * (as DistributedSampler does); out->loss_sum/count cover all samples of the batch. ready may be NULL. */
-    ddp_status (*train_step)(void *self, const ddp_batch *b, const float *params, float *grads,
-                             ddp_forward_out *out, ddp_grad_ready_fn ready, void *ready_arg);
+    ddp_status (*train_step)(void *self, const ddp_batch *b, const float *params, float *grads, ddp_forward_out *out,
+                             ddp_grad_ready_fn ready, void *ready_arg);
     /* Forward only: per-sample loss, prediction and probability into out (arrays sized nsamples). */
     ddp_status (*eval_step)(void *self, const ddp_batch *b, const float *params, ddp_forward_out *out);
     void (*destroy)(void *self);
@@ -161,32 +161,33 @@ int64_t ddp_model_num_params(const ddp_model *m);
 ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t dim, int64_t hidden, int64_t classes,
                                int64_t max_batch_rows, int64_t max_batch_samples, ddp_model *out);
 
-/* The built-in models (docs/model.md, docs/transformer.md): the per-row MLP with mean pooling, and the packed pre-LayerNorm
- * Transformer encoder. ddp_model_config_default() fills the defaults; set dim and classes from the dataset
- * and the workspace limits from the batches the model will see. */
+/* The built-in models (docs/model.md, docs/transformer.md): the per-row MLP with mean pooling, and the packed
+ * pre-LayerNorm Transformer encoder. ddp_model_config_default() fills the defaults; set dim and classes from the
+ * dataset and the workspace limits from the batches the model will see. */
 typedef enum { DDP_MODEL_MLP = 0, DDP_MODEL_TRANSFORMER = 1 } ddp_model_kind;
 
 /* The arithmetic of the model's GEMMs (docs/cli.md, --precision). fp32: exact fp32, the reference. tf32: fp32
  * operands rounded to TF32 (10-bit mantissa) by tensor cores, fp32 accumulation. bf16: operands rounded to bf16
  * (8-bit significand), fp32 accumulation and outputs. Everything else (parameters, AdamW, the gradient allreduce,
- * loss, normalisation, attention) stays fp32. tf32 needs the CUDA backend; bf16 also runs on the CPU (oneDNN where built in). */
+ * loss, normalisation, attention) stays fp32. tf32 needs the CUDA backend; bf16 also runs on the CPU (oneDNN where
+ * built in). */
 typedef enum { DDP_PRECISION_FP32 = 0, DDP_PRECISION_TF32 = 1, DDP_PRECISION_BF16 = 2 } ddp_precision;
 /* "fp32", "tf32", "bf16" ("?" for another value). */
 const char *ddp_precision_name(ddp_precision p);
 typedef struct ddp_model_config {
     ddp_model_kind kind;
-    int64_t dim, classes;     /* input features D and classes C */
-    int64_t hidden;           /* MLP: hidden units H; transformer: model width d (default 64) */
-    int layers, heads;        /* transformer: encoder layers L (2), attention heads (4, must divide d) */
-    int64_t ff;               /* transformer: FFN width f (0: 2*d) */
-    int64_t max_positions;    /* transformer: P, the longest sample it takes (512) */
-    int positions;            /* transformer: 1 learned positions (default), 0 none (unordered sets) */
-    double dropout;           /* transformer: dropout probability (0) */
+    int64_t dim, classes;  /* input features D and classes C */
+    int64_t hidden;        /* MLP: hidden units H; transformer: model width d (default 64) */
+    int layers, heads;     /* transformer: encoder layers L (2), attention heads (4, must divide d) */
+    int64_t ff;            /* transformer: FFN width f (0: 2*d) */
+    int64_t max_positions; /* transformer: P, the longest sample it takes (512) */
+    int positions;         /* transformer: 1 learned positions (default), 0 none (unordered sets) */
+    double dropout;        /* transformer: dropout probability (0) */
     int64_t max_batch_rows, max_batch_samples; /* workspace: the largest packed batch */
-    ddp_precision precision;  /* transformer: the precision it will compute at (default fp32). bf16 stores the
-                                 activations only GEMMs read (the layernorm and GELU outputs) in bf16 where the
-                                 backend can (half their memory, the same results); such a model then needs its
-                                 backend at bf16. MPIDDP_BF16_ACTIVATIONS=0 keeps them fp32. */
+    ddp_precision precision; /* transformer: the precision it will compute at (default fp32). bf16 stores the
+                                activations only GEMMs read (the layernorm and GELU outputs) in bf16 where the
+                                backend can (half their memory, the same results); such a model then needs its
+                                backend at bf16. MPIDDP_BF16_ACTIVATIONS=0 keeps them fp32. */
 } ddp_model_config;
 
 void ddp_model_config_default(ddp_model_config *c);
@@ -225,39 +226,39 @@ enum { DDP_LR_HORIZON_KEEP = 0, DDP_LR_HORIZON_RESTART = 1 };
 typedef struct {
     const char *out_dir;
     int epochs;
-    int batch_size;           /* samples per rank per micro-step */
-    int64_t batch_rows;       /* > 0: token-budget batches instead (--batch-rows): an optimizer step takes the next
-                                 samples of the epoch's order within batch_rows x ranks x accumulate rows, split
-                                 over the ranks by cost; no padding duplicates (docs/distributed.md) */
-    int shuffle_block;        /* 1: --shuffle block: permute blocks of consecutive samples, shuffle within windows of
-                                 blocks (datasets larger than memory read in long sequential runs); 0: full shuffle */
-    double shuffle_block_mb;  /* features per block, MiB (default 4) */
-    int shuffle_window;       /* blocks per window (default 16, at most 64) */
-    int accumulate;           /* micro-steps per optimizer step */
+    int batch_size;          /* samples per rank per micro-step */
+    int64_t batch_rows;      /* > 0: token-budget batches instead (--batch-rows): an optimizer step takes the next
+                                samples of the epoch's order within batch_rows x ranks x accumulate rows, split
+                                over the ranks by cost; no padding duplicates (docs/distributed.md) */
+    int shuffle_block;       /* 1: --shuffle block: permute blocks of consecutive samples, shuffle within windows of
+                                blocks (datasets larger than memory read in long sequential runs); 0: full shuffle */
+    double shuffle_block_mb; /* features per block, MiB (default 4) */
+    int shuffle_window;      /* blocks per window (default 16, at most 64) */
+    int accumulate;          /* micro-steps per optimizer step */
     double lr, weight_decay, beta1, beta2, eps;
-    int lr_schedule;          /* DDP_LR_CONSTANT (default), DDP_LR_COSINE or DDP_LR_LINEAR: after the warmup, lr decays
-                                 to min_lr over the run's optimizer steps (epochs x the first epoch's steps) */
-    double warmup;            /* warmup steps (>= 1), or a fraction in (0, 1) of the run's optimizer steps; 0 none */
-    double min_lr;            /* the decay's end value (default 0) */
-    int lr_horizon;           /* a resume asking for another horizon than the checkpoint's (another --epochs):
-                                 DDP_LR_HORIZON_KEEP (default) keeps the recorded schedule, whose lr stays at min_lr
-                                 past its end; DDP_LR_HORIZON_RESTART starts warmup and decay afresh at the resumed
-                                 step, over the run's remaining steps (docs/cli.md#extending-a-finished-run) */
+    int lr_schedule; /* DDP_LR_CONSTANT (default), DDP_LR_COSINE or DDP_LR_LINEAR: after the warmup, lr decays
+                        to min_lr over the run's optimizer steps (epochs x the first epoch's steps) */
+    double warmup;   /* warmup steps (>= 1), or a fraction in (0, 1) of the run's optimizer steps; 0 none */
+    double min_lr;   /* the decay's end value (default 0) */
+    int lr_horizon;  /* a resume asking for another horizon than the checkpoint's (another --epochs):
+                        DDP_LR_HORIZON_KEEP (default) keeps the recorded schedule, whose lr stays at min_lr
+                        past its end; DDP_LR_HORIZON_RESTART starts warmup and decay afresh at the resumed
+                        step, over the run's remaining steps (docs/cli.md#extending-a-finished-run) */
     int64_t lr_start_step, lr_end_step; /* lr_end_step > 0: the schedule spans optimizer steps [start, end) instead of
                                  the whole run. A resume sets them from the checkpoint (in ddp_train's own copy) */
-    double grad_clip;         /* global-norm clip; 0 = off */
+    double grad_clip;                   /* global-norm clip; 0 = off */
     uint64_t seed;
-    int sampling_shard;       /* 0 global, 1 shard */
+    int sampling_shard; /* 0 global, 1 shard */
     int drop_last;
-    int log_every;            /* optimizer steps between train metric rows */
+    int log_every; /* optimizer steps between train metric rows */
     int log_per_rank;
-    int fast_dev_run;         /* >0: that many train and val batches, no checkpoint */
-    double bucket_mb;         /* gradient bucket size */
-    double collective_timeout;/* seconds a rank waits in the gradient allreduce before failing; 0 = forever */
+    int fast_dev_run;          /* >0: that many train and val batches, no checkpoint */
+    double bucket_mb;          /* gradient bucket size */
+    double collective_timeout; /* seconds a rank waits in the gradient allreduce before failing; 0 = forever */
     ddp_device device;
-    int progress;             /* print a progress line on rank 0 */
-    const char *config_json;  /* optional: extra configuration echoed into run.json (a JSON object) */
-    int hidden;               /* informational, echoed to run.json */
+    int progress;            /* print a progress line on rank 0 */
+    const char *config_json; /* optional: extra configuration echoed into run.json (a JSON object) */
+    int hidden;              /* informational, echoed to run.json */
     /* checkpoints and decisions */
     const char *resume;       /* NULL, "auto" (RUNDIR/checkpoints/last.h5 if present) or a checkpoint path */
     int overwrite;            /* a run directory holding another run's files: remove them first (else refused) */
@@ -268,11 +269,11 @@ typedef struct {
     int ckpt_policy;          /* 0 reduced, 1 rank0, 2 all, 3 any, 4 majority */
     int early_stop_patience;  /* stop after this many epochs without improvement (0: off) */
     double early_stop_min_delta;
-    int skip_nonfinite;       /* a non-finite gradient skips the update (counted as train/skipped_steps) instead of failing */
+    int skip_nonfinite; /* a non-finite gradient skips the update (counted as train/skipped_steps) instead of failing */
     const struct ddp_model_config *model_config; /* optional: a built-in model's kind and hyperparameters,
                                                     recorded in checkpoints so eval rebuilds the model */
-    ddp_precision precision;  /* the GEMMs' arithmetic (default fp32; tf32 needs a CUDA model), recorded in
-                                 run.json and checkpoints; a resume may change it (parameters are fp32 either way) */
+    ddp_precision precision; /* the GEMMs' arithmetic (default fp32; tf32 needs a CUDA model), recorded in
+                                run.json and checkpoints; a resume may change it (parameters are fp32 either way) */
 } ddp_train_config;
 
 /* Asks a running ddp_train to stop at the next step boundary: the ranks agree through the step's
@@ -294,8 +295,7 @@ ddp_status ddp_train_config_check(const ddp_train_config *cfg, int world);
  *     if (st) fprintf(stderr, "%s\n", ddp_last_error());
  *     ddp_finalize(ctx);
  */
-ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train,
-                     ddp_dataset *val);
+ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train, ddp_dataset *val);
 
 #ifdef __cplusplus
 }

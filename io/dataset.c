@@ -21,8 +21,10 @@ ddp_status ddp_survey_write_manifest(ddp_ctx *ctx, const ddp_survey *s, const ch
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) {
         char path[4200];
-        if (manifest) snprintf(path, sizeof path, "%s", manifest);
-        else snprintf(path, sizeof path, "%s/%s", s->dir, DDP_MANIFEST_NAME);
+        if (manifest)
+            snprintf(path, sizeof path, "%s", manifest);
+        else
+            snprintf(path, sizeof path, "%s/%s", s->dir, DDP_MANIFEST_NAME);
         char **nm = ddp_calloc((size_t)s->nshards, sizeof *nm);
         ddp_manifest_entry *e = ddp_calloc((size_t)s->nshards, sizeof *e);
         st = nm && e ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory");
@@ -31,8 +33,9 @@ ddp_status ddp_survey_write_manifest(ddp_ctx *ctx, const ddp_survey *s, const ch
         if (st != DDP_OK && !manifest) { /* the data directory may be read-only: say where else it can go */
             char why[1024];
             snprintf(why, sizeof why, "%s", ddp_last_error());
-            st = ddp_set_error(st, "%s; keep it elsewhere: mpiddp index %s --manifest FILE (and give that FILE to train and inspect)",
-                               why, s->dir);
+            st = ddp_set_error(
+                st, "%s; keep it elsewhere: mpiddp index %s --manifest FILE (and give that FILE to train and inspect)",
+                why, s->dir);
         }
         free(nm), free(e);
     }
@@ -58,12 +61,15 @@ ddp_status ddp_survey_check_finite(const ddp_survey *s)
     if (!r.values) return ddp_set_error(DDP_ERR_IO, "%s/%s: changed since it was scanned", s->dir, sh.meta.name);
     ddp_finite_error(s->dir, &sh, &r);
     char msg[1024];
-    snprintf(msg, sizeof msg, "%s; %lld non-finite value(s) in %lld sample(s) of the dataset", ddp_last_error(), (long long)values,
-             (long long)samples);
+    snprintf(msg, sizeof msg, "%s; %lld non-finite value(s) in %lld sample(s) of the dataset", ddp_last_error(),
+             (long long)values, (long long)samples);
     return ddp_set_error(DDP_ERR_FORMAT, "%s", msg);
 }
 
-ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out) { return ddp_dataset_open_with(ctx, dir, NULL, out); }
+ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out)
+{
+    return ddp_dataset_open_with(ctx, dir, NULL, out);
+}
 
 ddp_status ddp_dataset_open_with(ddp_ctx *ctx, const char *dir, const char *manifest, ddp_dataset **out)
 {
@@ -170,7 +176,7 @@ ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, co
  * addresses ddp_dataset_range returns may outlive the map (the LRU may close the shard): a madvise on them then
  * fails harmlessly (ENOMEM, or EFAULT for MADV_POPULATE_READ), it never faults. */
 typedef struct {
-    int64_t n;      /* samples from the one given */
+    int64_t n; /* samples from the one given */
     void **addr;
     size_t *len;
     int ok;
@@ -182,7 +188,10 @@ static void range_fn(ddp_shard *s, int64_t i, void *arg)
     a->ok = ddp_shard_range(s, i, i + a->n, a->addr, a->len);
 }
 
-static void prefetch_range_fn(ddp_shard *s, int64_t i, void *arg) { ddp_shard_prefetch_range(s, i, i + ((ahead_arg *)arg)->n); }
+static void prefetch_range_fn(ddp_shard *s, int64_t i, void *arg)
+{
+    ddp_shard_prefetch_range(s, i, i + ((ahead_arg *)arg)->n);
+}
 
 static void prefetch_fn(ddp_shard *s, int64_t i, void *arg)
 {
@@ -210,8 +219,8 @@ ddp_status ddp_dataset_check_max_rows(ddp_ctx *ctx, ddp_dataset *ds, int64_t lim
     ddp_status st = DDP_ERR_REMOTE;
     if (ctx->topo.rank == 0) { /* name the longest sample (the first of that length): file, object and index */
         int64_t longest = ds->info.max_sample_rows;
-        st = ddp_set_error(DDP_ERR_ARG, "%s: the longest sample has %lld rows, more than %s %lld", ds->dir, (long long)longest,
-                           option, (long long)limit);
+        st = ddp_set_error(DDP_ERR_ARG, "%s: the longest sample has %lld rows, more than %s %lld", ds->dir,
+                           (long long)longest, option, (long long)limit);
         for (int64_t k = 0; k < ds->nshards; k++) {
             if (ds->shards[k].meta.max_rows != longest) continue;
             ddp_shard *s;
@@ -220,10 +229,10 @@ ddp_status ddp_dataset_check_max_rows(ddp_ctx *ctx, ddp_dataset *ds, int64_t lim
             for (int64_t i = 0; i < s->meta.n; i++) {
                 int64_t n = s->offsets[i + 1] - s->offsets[i];
                 if (n == longest) {
-                    st = ddp_set_error(DDP_ERR_ARG, "%s/%s: /offsets[%lld]: sample (id %lld) has %lld rows, more than %s %lld",
-                                       ds->dir, s->meta.name, (long long)i,
-                                       (long long)(s->ids ? s->ids[i] : s->meta.first + i), (long long)n, option,
-                                       (long long)limit);
+                    st = ddp_set_error(
+                        DDP_ERR_ARG, "%s/%s: /offsets[%lld]: sample (id %lld) has %lld rows, more than %s %lld",
+                        ds->dir, s->meta.name, (long long)i, (long long)(s->ids ? s->ids[i] : s->meta.first + i),
+                        (long long)n, option, (long long)limit);
                     break;
                 }
             }
@@ -240,19 +249,23 @@ ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out)
     int64_t n = ds->info.num_samples;
     int32_t *lens = ddp_calloc((size_t)n, sizeof *lens);
     int *cnt = ddp_calloc((size_t)W, sizeof *cnt), *dsp = ddp_calloc((size_t)W, sizeof *dsp);
-    ddp_status st = lens && cnt && dsp ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld row counts", (long long)n);
+    ddp_status st = lens && cnt && dsp
+                        ? DDP_OK
+                        : ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld row counts", (long long)n);
     if (st == DDP_OK && n > INT32_MAX) st = ddp_set_error(DDP_ERR_ARG, "%s: more than 2^31 samples", ds->dir);
     /* rank r contributes shards r, r + W, ...: pack their counts contiguously, then put them in place */
     int32_t *mine = NULL;
     int64_t nmine = 0;
     for (int64_t k = me; st == DDP_OK && k < ds->nshards; k += W) nmine += ds->shards[k].meta.n;
-    if (st == DDP_OK && !(mine = ddp_calloc((size_t)(nmine ? nmine : 1), sizeof *mine))) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    if (st == DDP_OK && !(mine = ddp_calloc((size_t)(nmine ? nmine : 1), sizeof *mine)))
+        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     int64_t at = 0;
     for (int64_t k = me; st == DDP_OK && k < ds->nshards; k += W) {
         ddp_shard *s;
         int64_t local;
         st = ddp_dataset_locate(ds, ds->shards[k].meta.first, &s, &local);
-        for (int64_t i = 0; st == DDP_OK && i < s->meta.n; i++) mine[at++] = (int32_t)(s->offsets[i + 1] - s->offsets[i]);
+        for (int64_t i = 0; st == DDP_OK && i < s->meta.n; i++)
+            mine[at++] = (int32_t)(s->offsets[i + 1] - s->offsets[i]);
     }
     st = ddp_agree_status(ctx, st);
     if (st == DDP_OK) {
@@ -260,9 +273,12 @@ ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out)
             for (int64_t k = r; k < ds->nshards; k += W) cnt[r] += (int)ds->shards[k].meta.n;
         for (int r = 1; r < W; r++) dsp[r] = dsp[r - 1] + cnt[r - 1];
         int32_t *all = ddp_calloc((size_t)n, sizeof *all);
-        int rc = all ? MPI_Allgatherv(mine, (int)nmine, MPI_INT32_T, all, cnt, dsp, MPI_INT32_T, ctx->world) : MPI_SUCCESS;
-        if (!all) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-        else if (rc != MPI_SUCCESS) st = ddp_mpi_error(rc, "MPI_Allgatherv(row counts)", __FILE__, __LINE__);
+        int rc = all ? MPI_Allgatherv(mine, (int)nmine, MPI_INT32_T, all, cnt, dsp, MPI_INT32_T, ctx->world)
+                     : MPI_SUCCESS;
+        if (!all)
+            st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+        else if (rc != MPI_SUCCESS)
+            st = ddp_mpi_error(rc, "MPI_Allgatherv(row counts)", __FILE__, __LINE__);
         for (int r = 0; st == DDP_OK && r < W; r++) { /* rank r's block holds shards r, r + W, ... in order */
             int64_t p = dsp[r];
             for (int64_t k = r; k < ds->nshards; k += W) {
@@ -291,7 +307,8 @@ int ddp_sample_nonfinite(ddp_dataset *ds, int64_t index, const float *rows, int6
     if (ddp_dataset_locate(ds, index, &s, &li) != DDP_OK) return 0;
     memset(r, 0, sizeof *r);
     r->values = r->samples = 1;
-    r->row = s->offsets[li] + k / dim, r->col = k % dim, r->sample = li, r->id = s->ids ? s->ids[li] : s->meta.first + li;
+    r->row = s->offsets[li] + k / dim, r->col = k % dim, r->sample = li,
+    r->id = s->ids ? s->ids[li] : s->meta.first + li;
     r->value = rows[k];
     *shard = s;
     return 1;

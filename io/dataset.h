@@ -10,11 +10,11 @@ struct ddp_dataset {
     char dir[4096];
     ddp_dataset_info info;
     int64_t nshards;
-    ddp_shard *shards;      /* meta filled on every rank; opened lazily */
-    int all_mappable;       /* every shard's arrays are memory-mapped (no HDF5 reads after start-up) */
-    int access_hint;        /* DDP_ACCESS_*: advice for shards opened from now on (set by the loader) */
+    ddp_shard *shards;         /* meta filled on every rank; opened lazily */
+    int all_mappable;          /* every shard's arrays are memory-mapped (no HDF5 reads after start-up) */
+    int access_hint;           /* DDP_ACCESS_*: advice for shards opened from now on (set by the loader) */
     struct ddp_shard_lru *lru; /* which shards are open: the bounded LRU of io/shard_cache.c */
-    char notice[16384];      /* rank 0: one line about the manifest (stale, corrupt: ignored) for app/ to print, or "" */
+    char notice[16384];     /* rank 0: one line about the manifest (stale, corrupt: ignored) for app/ to print, or "" */
     int64_t manifest_fresh; /* shards whose metadata came from the manifest unvalidated */
 };
 
@@ -24,14 +24,15 @@ ddp_status ddp_dataset_list(const char *dir, char ***names, int64_t *n);
 enum { DDP_SURVEY_STATS = 1, DDP_SURVEY_FINITE = 2 };
 typedef struct {
     char dir[4096];
-    char manifest[4200];          /* the manifest looked at ("" with "none") */
+    char manifest[4200]; /* the manifest looked at ("" with "none") */
     int64_t nshards;
-    ddp_shard_meta *metas;        /* [nshards], every rank, `first` set */
-    ddp_manifest_entry *entries;  /* [nshards], every rank: the metas plus size, mtime and (DDP_SURVEY_STATS) statistics */
-    int64_t *pairs, npairs;       /* rank 0, DDP_SURVEY_STATS: (class, count) pairs, entries[k].cc_first indexes them */
-    int manifest_used;            /* a manifest passed every check */
+    ddp_shard_meta *metas; /* [nshards], every rank, `first` set */
+    ddp_manifest_entry
+        *entries;           /* [nshards], every rank: the metas plus size, mtime and (DDP_SURVEY_STATS) statistics */
+    int64_t *pairs, npairs; /* rank 0, DDP_SURVEY_STATS: (class, count) pairs, entries[k].cc_first indexes them */
+    int manifest_used;      /* a manifest passed every check */
     int64_t fresh, changed, added, removed, validated; /* shards: unchanged (trusted), re-validated..., dropped */
-    char notice[16384];            /* rank 0: one line for app/ (manifest stale or ignored), or "" */
+    char notice[16384]; /* rank 0: one line for app/ (manifest stale or ignored), or "" */
 } ddp_survey;
 
 /* Collective. Rank 0 lists the *.h5 of dir (sorted) and shares the names; rank r stats shards r, r + W, ..., takes

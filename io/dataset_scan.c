@@ -31,7 +31,8 @@ static ddp_status share_names(ddp_ctx *ctx, const char *dir, char ***names_out, 
         char **v = NULL;
         st = ddp_dataset_list(dir, &v, &hdr[0]);
         for (int64_t i = 0; st == DDP_OK && i < hdr[0]; i++) hdr[1] += (int64_t)strlen(v[i]) + 1;
-        if (st == DDP_OK && !(blob = ddp_malloc((size_t)hdr[1], 1))) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory listing %s", dir);
+        if (st == DDP_OK && !(blob = ddp_malloc((size_t)hdr[1], 1)))
+            st = ddp_set_error(DDP_ERR_NOMEM, "out of memory listing %s", dir);
         for (int64_t i = 0, at = 0; st == DDP_OK && i < hdr[0]; i++) {
             size_t l = strlen(v[i]) + 1;
             memcpy(blob + at, v[i], l);
@@ -42,8 +43,10 @@ static ddp_status share_names(ddp_ctx *ctx, const char *dir, char ***names_out, 
     }
     DDP_CHECK(ddp_agree_status(ctx, st));
     MPI_CHECK(MPI_Bcast(hdr, 2, MPI_INT64_T, 0, ctx->world));
-    if (ctx->topo.rank != 0 && !(blob = ddp_malloc((size_t)hdr[1], 1))) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-    if (st == DDP_OK && !(names = ddp_calloc((size_t)hdr[0], sizeof *names))) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    if (ctx->topo.rank != 0 && !(blob = ddp_malloc((size_t)hdr[1], 1)))
+        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    if (st == DDP_OK && !(names = ddp_calloc((size_t)hdr[0], sizeof *names)))
+        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     st = ddp_agree_status(ctx, st);
     for (int64_t lo = 0, chunk = (int64_t)1 << 30; st == DDP_OK && lo < hdr[1]; lo += chunk) {
         int rc = MPI_Bcast(blob + lo, (int)(hdr[1] - lo < chunk ? hdr[1] - lo : chunk), MPI_BYTE, 0, ctx->world);
@@ -63,7 +66,8 @@ static ddp_status share_names(ddp_ctx *ctx, const char *dir, char ***names_out, 
 
 /* Rank 0 reads and checks the manifest; a valid one reaches every rank (*buf, *len), else *len = -1 and rank 0's
  * out->notice says why it is ignored. */
-static ddp_status share_manifest(ddp_ctx *ctx, const char *dir, const char *path, int explicit_, ddp_survey *out, char **buf, int64_t *len)
+static ddp_status share_manifest(ddp_ctx *ctx, const char *dir, const char *path, int explicit_, ddp_survey *out,
+                                 char **buf, int64_t *len)
 {
     int64_t mlen = -1;
     char *mb = NULL;
@@ -86,12 +90,15 @@ static ddp_status share_manifest(ddp_ctx *ctx, const char *dir, const char *path
         if (fd >= 0) close(fd);
         if (mlen < 0) free(mb), mb = NULL;
         if (why[0])
-            snprintf(out->notice, sizeof out->notice, "%s: %s: ignored, validating every shard; %s `mpiddp index %s%s%s`", path, why,
-                     explicit_ ? "write it with" : "rerun", dir, explicit_ ? " --manifest " : "", explicit_ ? path : "");
+            snprintf(out->notice, sizeof out->notice,
+                     "%s: %s: ignored, validating every shard; %s `mpiddp index %s%s%s`", path, why,
+                     explicit_ ? "write it with" : "rerun", dir, explicit_ ? " --manifest " : "",
+                     explicit_ ? path : "");
     }
     MPI_CHECK(MPI_Bcast(&mlen, 1, MPI_INT64_T, 0, ctx->world));
     ddp_status st = DDP_OK;
-    if (mlen >= 0 && ctx->topo.rank != 0 && !(mb = malloc((size_t)mlen + 8))) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for the manifest");
+    if (mlen >= 0 && ctx->topo.rank != 0 && !(mb = malloc((size_t)mlen + 8)))
+        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for the manifest");
     st = ddp_agree_status(ctx, st);
     for (int64_t lo = 0, chunk = (int64_t)1 << 30; st == DDP_OK && lo < mlen; lo += chunk) {
         int rc = MPI_Bcast(mb + lo, (int)(mlen - lo < chunk ? mlen - lo : chunk), MPI_BYTE, 0, ctx->world);
@@ -114,7 +121,9 @@ static ddp_status gather_entries(ddp_ctx *ctx, ddp_manifest_entry *e, int64_t li
     int *cnt = ddp_calloc((size_t)W, sizeof *cnt), *dsp = ddp_calloc((size_t)W, sizeof *dsp);
     ddp_manifest_entry *mine = ddp_calloc((size_t)slice_len(limit, me, W) + 1, sizeof *mine);
     ddp_manifest_entry *all = ddp_calloc((size_t)limit + 1, sizeof *all);
-    ddp_status st = cnt && dsp && mine && all ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld shard records", (long long)limit);
+    ddp_status st = cnt && dsp && mine && all
+                        ? DDP_OK
+                        : ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld shard records", (long long)limit);
     st = ddp_agree_status(ctx, st);
     MPI_Datatype t = MPI_DATATYPE_NULL;
     int rc = st == DDP_OK ? MPI_Type_contiguous((int)sizeof *e, MPI_BYTE, &t) : MPI_SUCCESS;
@@ -153,13 +162,15 @@ static ddp_status gather_pairs(ddp_ctx *ctx, ddp_survey *out, const ddp_shard_ch
     if (st == DDP_OK && me == 0) { /* both of rank 0's buffers before the agreement: no failure after it */
         all = ddp_malloc((size_t)(2 * total + 2), sizeof *all);
         out->pairs = ddp_malloc((size_t)(2 * total + 2), sizeof *out->pairs);
-        if (!all || !out->pairs) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld class counts", (long long)total);
+        if (!all || !out->pairs)
+            st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld class counts", (long long)total);
     }
     st = ddp_agree_status(ctx, st);
     if (st == DDP_OK) {
         int64_t j = 0;
         for (int64_t k = me; k < n; k += W) {
-            if (out->entries[k].ncc) memcpy(buf + j, v->pairs + 2 * out->entries[k].cc_first, (size_t)out->entries[k].ncc * 16);
+            if (out->entries[k].ncc)
+                memcpy(buf + j, v->pairs + 2 * out->entries[k].cc_first, (size_t)out->entries[k].ncc * 16);
             j += 2 * out->entries[k].ncc;
         }
         for (int r = 0; r < W; r++) {
@@ -171,11 +182,13 @@ static ddp_status gather_pairs(ddp_ctx *ctx, ddp_survey *out, const ddp_shard_ch
     }
     if (st == DDP_OK && me == 0) {
         int64_t at = 0;
-        for (int64_t k = 0; st == DDP_OK && k < n; k++) out->entries[k].cc_first = (at += out->entries[k].ncc) - out->entries[k].ncc;
+        for (int64_t k = 0; st == DDP_OK && k < n; k++)
+            out->entries[k].cc_first = (at += out->entries[k].ncc) - out->entries[k].ncc;
         for (int r = 0; st == DDP_OK && r < W; r++) {
             int64_t p = dsp[r];
             for (int64_t k = r; k < n; k += W) {
-                if (out->entries[k].ncc) memcpy(out->pairs + 2 * out->entries[k].cc_first, all + p, (size_t)out->entries[k].ncc * 16);
+                if (out->entries[k].ncc)
+                    memcpy(out->pairs + 2 * out->entries[k].cc_first, all + p, (size_t)out->entries[k].ncc * 16);
                 p += 2 * out->entries[k].ncc;
             }
         }
@@ -185,11 +198,16 @@ static ddp_status gather_pairs(ddp_ctx *ctx, ddp_survey *out, const ddp_shard_ch
     return st;
 }
 
-static int64_t mtime_ns(const struct stat *sb) { return (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec; }
+static int64_t mtime_ns(const struct stat *sb)
+{
+    return (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+}
 
 /* The first problem in shard order becomes every rank's error: a shard's own (validated by rank k mod W), or a D
- * or num_classes that differs from shard 0's, whichever comes first; anything else (fork, memory) by the lowest rank. */
-static ddp_status agree_first(ddp_ctx *ctx, ddp_survey *out, char *const *names, const ddp_shard_checks *v, int64_t *limit)
+ * or num_classes that differs from shard 0's, whichever comes first; anything else (fork, memory) by the lowest rank.
+ */
+static ddp_status agree_first(ddp_ctx *ctx, ddp_survey *out, char *const *names, const ddp_shard_checks *v,
+                              int64_t *limit)
 {
     int W = ctx->topo.size, me = ctx->topo.rank;
     int64_t key = v->status == DDP_OK ? INT64_MAX : v->fail;
@@ -204,12 +222,13 @@ static ddp_status agree_first(ddp_ctx *ctx, ddp_survey *out, char *const *names,
         const ddp_manifest_entry *e = out->entries;
         for (int64_t k = 1; k < *limit; k++) {
             if (e[k].dim != e[0].dim)
-                ddp_set_error(DDP_ERR_FORMAT, "%s/%s: dataset 'features': D=%lld differs from D=%lld of %s/%s", out->dir, names[k],
-                              (long long)e[k].dim, (long long)e[0].dim, out->dir, names[0]);
+                ddp_set_error(DDP_ERR_FORMAT, "%s/%s: dataset 'features': D=%lld differs from D=%lld of %s/%s",
+                              out->dir, names[k], (long long)e[k].dim, (long long)e[0].dim, out->dir, names[0]);
             else if (e[k].classes != e[0].classes)
-                ddp_set_error(DDP_ERR_FORMAT, "%s/%s: attribute 'num_classes': %lld differs from %lld of %s/%s", out->dir, names[k],
-                              (long long)e[k].classes, (long long)e[0].classes, out->dir, names[0]);
-            else continue;
+                ddp_set_error(DDP_ERR_FORMAT, "%s/%s: attribute 'num_classes': %lld differs from %lld of %s/%s",
+                              out->dir, names[k], (long long)e[k].classes, (long long)e[0].classes, out->dir, names[0]);
+            else
+                continue;
             ddp_mark_error_shared(); /* every rank formatted the same line */
             return DDP_ERR_FORMAT;
         }
@@ -240,13 +259,16 @@ ddp_status ddp_dataset_survey(ddp_ctx *ctx, const char *dir, const char *manifes
     if (st != DDP_OK) return st;
     if (n > INT_MAX) { /* the gathers count records in ints; every rank knows n */
         free(names), free(blob);
-        ddp_set_error(DDP_ERR_ARG, "%s: %lld shards, more than the %d one dataset may have", dir, (long long)n, INT_MAX);
+        ddp_set_error(DDP_ERR_ARG, "%s: %lld shards, more than the %d one dataset may have", dir, (long long)n,
+                      INT_MAX);
         ddp_mark_error_shared();
         return DDP_ERR_ARG;
     }
     out->nshards = n;
-    if (!manifest) snprintf(out->manifest, sizeof out->manifest, "%s/%s", dir, DDP_MANIFEST_NAME);
-    else if (strcmp(manifest, "none") != 0) snprintf(out->manifest, sizeof out->manifest, "%s", manifest);
+    if (!manifest)
+        snprintf(out->manifest, sizeof out->manifest, "%s/%s", dir, DDP_MANIFEST_NAME);
+    else if (strcmp(manifest, "none") != 0)
+        snprintf(out->manifest, sizeof out->manifest, "%s", manifest);
     if (out->manifest[0]) DDP_TRY(share_manifest(ctx, dir, out->manifest, manifest != NULL, out, &mbuf, &mlen));
     ddp_manifest mf = {0};
     char why[256];
@@ -254,10 +276,11 @@ ddp_status ddp_dataset_survey(ddp_ctx *ctx, const char *dir, const char *manifes
     out->manifest_used = mlen >= 0;
     out->entries = ddp_calloc((size_t)n, sizeof *out->entries);
     todo = ddp_calloc((size_t)slice_len(n, me, W) + 1, sizeof *todo);
-    st = out->entries && todo ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld shard records", (long long)n);
+    st = out->entries && todo ? DDP_OK
+                              : ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld shard records", (long long)n);
     v.entries = out->entries;
     v.nshards = out->nshards;
-    int64_t counts[4] = {0, 0, 0, 0}; /* fresh, changed, new, validated */
+    int64_t counts[4] = {0, 0, 0, 0};                     /* fresh, changed, new, validated */
     for (int64_t k = me; st == DDP_OK && k < n; k += W) { /* this rank's slice: stat, compare with the manifest */
         char path[8192];
         snprintf(path, sizeof path, "%s/%s", dir, names[k]);
@@ -286,8 +309,10 @@ ddp_status ddp_dataset_survey(ddp_ctx *ctx, const char *dir, const char *manifes
             counts[e ? 1 : 2] += out->manifest_used;
         }
     }
-    if (st != DDP_OK) v.status = st, v.fail = -1, snprintf(v.msg, sizeof v.msg, "%s", ddp_last_error());
-    else ddp_validate_shards(&v, dir, names, todo, nt, flags);
+    if (st != DDP_OK)
+        v.status = st, v.fail = -1, snprintf(v.msg, sizeof v.msg, "%s", ddp_last_error());
+    else
+        ddp_validate_shards(&v, dir, names, todo, nt, flags);
     counts[3] = v.validated;
     ddp_io_counters_get()->validated += v.validated;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 4, MPI_INT64_T, MPI_SUM, ctx->world));
@@ -296,7 +321,8 @@ ddp_status ddp_dataset_survey(ddp_ctx *ctx, const char *dir, const char *manifes
     DDP_TRY(agree_first(ctx, out, names, &v, &limit));
     if (flags & DDP_SURVEY_STATS) DDP_TRY(gather_pairs(ctx, out, &v));
     out->metas = ddp_calloc((size_t)n, sizeof *out->metas);
-    st = ddp_agree_status(ctx, out->metas ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld shard records", (long long)n));
+    st = ddp_agree_status(
+        ctx, out->metas ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld shard records", (long long)n));
     if (st != DDP_OK) goto done;
     for (int64_t k = 0, first = 0; k < n; k++) {
         ddp_manifest_to_meta(&out->entries[k], names[k], &out->metas[k]);
@@ -305,7 +331,8 @@ ddp_status ddp_dataset_survey(ddp_ctx *ctx, const char *dir, const char *manifes
     }
     if (me == 0 && out->manifest_used && (out->changed || out->added || out->removed))
         snprintf(out->notice, sizeof out->notice,
-                 "%s: %lld of %lld shards changed or new, %lld removed since it was written: re-validated them; `mpiddp index %s%s%s` refreshes it",
+                 "%s: %lld of %lld shards changed or new, %lld removed since it was written: re-validated them; "
+                 "`mpiddp index %s%s%s` refreshes it",
                  out->manifest, (long long)(out->changed + out->added), (long long)n, (long long)out->removed, dir,
                  manifest ? " --manifest " : "", manifest ? manifest : "");
 done:

@@ -57,7 +57,8 @@ static int on_record(ddp_shard_checks *v, char type, const char *body, uint64_t 
             int64_t nc = (v->npairs + np) * 2 + 64;
             int64_t *p = realloc(v->pairs, (size_t)nc * 16);
             if (!p) { /* this shard counts as failed: its record is lost */
-                if (v->status == DDP_OK) v->status = ddp_set_error(DDP_ERR_NOMEM, "out of memory for class counts"), v->fail = k;
+                if (v->status == DDP_OK)
+                    v->status = ddp_set_error(DDP_ERR_NOMEM, "out of memory for class counts"), v->fail = k;
                 snprintf(v->msg, sizeof v->msg, "%s", ddp_last_error());
                 return 0;
             }
@@ -104,8 +105,8 @@ static void scan_progress(const char *what)
 }
 
 /* Validates shard `name` (and scans its features with DDP_SURVEY_FINITE); the entry and class pairs in rec. */
-static ddp_status check_one(const char *dir, const char *name, int flags, int64_t **cc, int64_t *cap, char **recp, size_t *reccap,
-                            uint64_t *reclen)
+static ddp_status check_one(const char *dir, const char *name, int flags, int64_t **cc, int64_t *cap, char **recp,
+                            size_t *reccap, uint64_t *reclen)
 {
     char path[8192];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -115,7 +116,8 @@ static ddp_status check_one(const char *dir, const char *name, int flags, int64_
     memset(&s, 0, sizeof s);
     int want = (flags & DDP_SURVEY_STATS) != 0;
     if (want && !*cc) { /* room for the usual class counts, so that a shard is read once (more: read again below) */
-        if (!(*cc = calloc(1024, sizeof **cc))) return ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for class counts", path);
+        if (!(*cc = calloc(1024, sizeof **cc)))
+            return ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for class counts", path);
         *cap = 1024;
     }
     s.class_counts = *cc, s.classes_cap = *cap;
@@ -123,7 +125,8 @@ static ddp_status check_one(const char *dir, const char *name, int flags, int64_
     DDP_CHECK(ddp_shard_validate(path, name, &m, want ? &s : NULL));
     if (want && m.classes > *cap) { /* class counts need num_classes: again with room for them */
         int64_t *nc = realloc(*cc, (size_t)m.classes * sizeof *nc);
-        if (!nc) return ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for %lld class counts", path, (long long)m.classes);
+        if (!nc)
+            return ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for %lld class counts", path, (long long)m.classes);
         *cc = nc, *cap = m.classes;
         memset(&s, 0, sizeof s);
         memset(nc, 0, (size_t)m.classes * sizeof *nc);
@@ -190,7 +193,8 @@ static void check_list(const char *dir, char *const *names, const int64_t *todo,
 
 /* Runs check_list for this rank's todo list into v (fork isolation unless MPIDDP_VALIDATE_FORK=0). A failure that
  * is not a shard's (fork, pipe) leaves v->fail = -1. */
-void ddp_validate_shards(ddp_shard_checks *v, const char *dir, char *const *names, const int64_t *todo, int64_t nt, int flags)
+void ddp_validate_shards(ddp_shard_checks *v, const char *dir, char *const *names, const int64_t *todo, int64_t nt,
+                         int flags)
 {
     v->fail = INT64_MAX, v->started = -1, v->status = DDP_OK;
     if (nt == 0) return;
@@ -242,7 +246,8 @@ void ddp_validate_shards(ddp_shard_checks *v, const char *dir, char *const *name
         }
         char type;
         uint64_t n;
-        if (ddp_read_all(fds[0], &type, 1) != 0 || ddp_read_all(fds[0], &n, sizeof n) != 0 || n >= ((uint64_t)1 << 40)) break;
+        if (ddp_read_all(fds[0], &type, 1) != 0 || ddp_read_all(fds[0], &n, sizeof n) != 0 || n >= ((uint64_t)1 << 40))
+            break;
         if (n + 1 > cap) {
             free(body);
             cap = n + 1 > 65536 ? n + 1 : 65536;
@@ -254,14 +259,15 @@ void ddp_validate_shards(ddp_shard_checks *v, const char *dir, char *const *name
     close(fds[0]);
     if (!v->done && !timed_out) kill(pid, SIGKILL); /* it stopped talking: it may still be working through its list */
     int wst = 0;
-    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {}
     if (v->done) return;
     v->fail = v->started >= 0 ? v->started : todo[0];
     if (timed_out)
-        v->status = ddp_set_error(DDP_ERR_FORMAT, "%s: HDF5 did not finish reading it in %lld s (corrupt file?)", last[0] ? last : dir, (long long)secs);
+        v->status = ddp_set_error(DDP_ERR_FORMAT, "%s: HDF5 did not finish reading it in %lld s (corrupt file?)",
+                                  last[0] ? last : dir, (long long)secs);
     else
-        v->status = ddp_set_error(DDP_ERR_FORMAT, "%s: HDF5 crashed reading it (%s %d; corrupt file?)", last[0] ? last : dir,
-                                  WIFSIGNALED(wst) ? "signal" : "exit", WIFSIGNALED(wst) ? WTERMSIG(wst) : WEXITSTATUS(wst));
+        v->status = ddp_set_error(DDP_ERR_FORMAT, "%s: HDF5 crashed reading it (%s %d; corrupt file?)",
+                                  last[0] ? last : dir, WIFSIGNALED(wst) ? "signal" : "exit",
+                                  WIFSIGNALED(wst) ? WTERMSIG(wst) : WEXITSTATUS(wst));
     snprintf(v->msg, sizeof v->msg, "%s", ddp_last_error());
 }

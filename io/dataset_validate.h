@@ -16,12 +16,13 @@ typedef struct {
     int64_t started, validated;  /* last shard started, shards validated */
     int done;                    /* 'R' seen */
     ddp_status status;
-    int64_t fail;                /* failing shard, or INT64_MAX */
+    int64_t fail; /* failing shard, or INT64_MAX */
     char msg[1024];
 } ddp_shard_checks;
 
 /* Validates shards todo[0..nt) of names (in dir) into v (fork isolation unless MPIDDP_VALIDATE_FORK=0). A failure
  * that is not a shard's (fork, pipe) leaves v->fail = -1. */
-void ddp_validate_shards(ddp_shard_checks *v, const char *dir, char *const *names, const int64_t *todo, int64_t nt, int flags);
+void ddp_validate_shards(ddp_shard_checks *v, const char *dir, char *const *names, const int64_t *todo, int64_t nt,
+                         int flags);
 
 #endif

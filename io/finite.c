@@ -12,8 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define SCAN_BLOCK 4096                  /* floats per vectorised test */
-#define SCAN_CHUNK ((int64_t)1 << 24)    /* floats per chunk (64 MiB): HDF5 reads and dropped mapped pages */
+#define SCAN_BLOCK 4096               /* floats per vectorised test */
+#define SCAN_CHUNK ((int64_t)1 << 24) /* floats per chunk (64 MiB): HDF5 reads and dropped mapped pages */
 
 /* Any NaN or Inf (all exponent bits set) in x[0..n): integer bit tests, no float compares, so the loop
  * vectorises under any floating-point flags. */
@@ -45,8 +45,10 @@ static int64_t sample_of(const ddp_shard *s, int64_t row)
     int64_t lo = 0, hi = s->meta.n - 1;
     while (lo < hi) {
         int64_t mid = (lo + hi + 1) / 2;
-        if (s->offsets[mid] <= row) lo = mid;
-        else hi = mid - 1;
+        if (s->offsets[mid] <= row)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo;
 }
@@ -83,8 +85,8 @@ static ddp_status read_rows(ddp_shard *s, int64_t lo, int64_t cnt, float *buf)
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     if (e < 0)
-        return ddp_set_error(DDP_ERR_HDF5, "%s: dataset 'features'[%lld..%lld]: read failed", s->meta.name, (long long)lo,
-                             (long long)(lo + cnt - 1));
+        return ddp_set_error(DDP_ERR_HDF5, "%s: dataset 'features'[%lld..%lld]: read failed", s->meta.name,
+                             (long long)lo, (long long)(lo + cnt - 1));
     return DDP_OK;
 }
 
@@ -132,9 +134,11 @@ static const char *value_name(float v) { return isnan(v) ? "nan" : v > 0 ? "inf"
 
 ddp_status ddp_finite_error(const char *dir, const ddp_shard *s, const ddp_finite_scan *r)
 {
-    return ddp_set_error(DDP_ERR_FORMAT, "%s/%s: dataset 'features'[row %lld, column %lld]: %s, in sample %lld of the shard (offsets[%lld], id %lld)",
-                         dir, s->meta.name, (long long)r->row, (long long)r->col, value_name(r->value), (long long)r->sample,
-                         (long long)r->sample, (long long)r->id);
+    return ddp_set_error(
+        DDP_ERR_FORMAT,
+        "%s/%s: dataset 'features'[row %lld, column %lld]: %s, in sample %lld of the shard (offsets[%lld], id %lld)",
+        dir, s->meta.name, (long long)r->row, (long long)r->col, value_name(r->value), (long long)r->sample,
+        (long long)r->sample, (long long)r->id);
 }
 
 ddp_status ddp_dataset_scan_finite(const char *dir, const ddp_shard_meta *metas, int64_t nshards)
@@ -158,8 +162,7 @@ ddp_status ddp_dataset_scan_finite(const char *dir, const ddp_shard_meta *metas,
     sh.meta = metas[first];
     char msg[1024];
     ddp_finite_error(dir, &sh, &fr);
-    snprintf(msg, sizeof msg, "%s; %lld non-finite value(s) in %lld sample(s) of the dataset", ddp_last_error(), (long long)values,
-             (long long)samples);
+    snprintf(msg, sizeof msg, "%s; %lld non-finite value(s) in %lld sample(s) of the dataset", ddp_last_error(),
+             (long long)values, (long long)samples);
     return ddp_set_error(DDP_ERR_FORMAT, "%s", msg);
 }
-

@@ -18,9 +18,9 @@ typedef struct {
     float *x;
     int64_t *offsets, *labels, *ids, *idx;
     uint8_t *pad;
-    ddp_shard **held;  /* each sample's shard, pinned while the batch is assembled (io/shard_cache.c) */
-    int64_t *local;    /* each sample's index in its shard */
-    int64_t step;      /* step held (or being assembled), -1 none */
+    ddp_shard **held; /* each sample's shard, pinned while the batch is assembled (io/shard_cache.c) */
+    int64_t *local;   /* each sample's index in its shard */
+    int64_t step;     /* step held (or being assembled), -1 none */
     int ready;
     ddp_status st;
     char err[1024];
@@ -53,18 +53,26 @@ static ddp_status copy_batch(ddp_loader *ld, slot *s, int64_t count)
         int64_t li = s->local[i];
         int64_t nr = sh->offsets[li + 1] - sh->offsets[li];
         if (rows + nr > ld->max_rows) /* checked before the sample is read into the buffer */
-            return ddp_set_error(DDP_ERR_INTERNAL,
-                                 "batch of step %lld: sample %lld (%d of %lld) brings it to %lld rows, more than the loader's %lld",
-                                 (long long)s->step, (long long)s->idx[i], (int)i + 1, (long long)count, (long long)(rows + nr),
-                                 (long long)ld->max_rows);
+            return ddp_set_error(
+                DDP_ERR_INTERNAL,
+                "batch of step %lld: sample %lld (%d of %lld) brings it to %lld rows, more than the loader's %lld",
+                (long long)s->step, (long long)s->idx[i], (int)i + 1, (long long)count, (long long)(rows + nr),
+                (long long)ld->max_rows);
         float *dst = s->x + rows * ld->dim;
         DDP_CHECK(ddp_shard_sample(sh, li, dst, &src, &nr, &s->labels[i], &s->ids[i]));
         if (src != dst) memcpy(dst, src, (size_t)(nr * ld->dim) * sizeof(float));
         rows += nr;
         s->offsets[i + 1] = rows;
     }
-    s->b = (ddp_batch){.nsamples = count, .nrows = rows, .dim = ld->dim, .offsets = s->offsets, .labels = s->labels,
-                       .sample_ids = s->ids, .indices = s->idx, .is_pad = s->pad, .x = s->x};
+    s->b = (ddp_batch){.nsamples = count,
+                       .nrows = rows,
+                       .dim = ld->dim,
+                       .offsets = s->offsets,
+                       .labels = s->labels,
+                       .sample_ids = s->ids,
+                       .indices = s->idx,
+                       .is_pad = s->pad,
+                       .x = s->x};
     return DDP_OK;
 }
 
@@ -73,11 +81,11 @@ static ddp_status assemble(ddp_loader *ld, slot *s)
     int64_t count = 0;
     DDP_CHECK(ddp_sampler_batch(ld->sm, s->step, s->idx, s->pad, &count));
     if (count > ld->max_samples)
-        return ddp_set_error(DDP_ERR_INTERNAL, "batch of step %lld: %lld samples, more than the loader's %lld", (long long)s->step,
-                             (long long)count, (long long)ld->max_samples);
+        return ddp_set_error(DDP_ERR_INTERNAL, "batch of step %lld: %lld samples, more than the loader's %lld",
+                             (long long)s->step, (long long)count, (long long)ld->max_samples);
     DDP_CHECK(ddp_dataset_acquire_batch(ld->ds, s->idx, count, s->held, s->local));
     ddp_status st = copy_batch(ld, s, count);
-    ddp_dataset_release_batch(ld->ds, s->held, count); /* the batch holds copies */
+    ddp_dataset_release_batch(ld->ds, s->held, count);      /* the batch holds copies */
     if (st == DDP_OK) ddp_readahead_after(ld->ra, s->step); /* hint or populate what the next batches read */
     return st;
 }
@@ -143,9 +151,12 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
     ld->max_samples = sm->max_samples;
     /* shuffled orders read randomly: no kernel readahead, the loader prefetches exactly what it needs;
      * the sequential order (validation) reads the file front to back: aggressive readahead */
-    if (ddp_knob_int(DDP_KNOB_MADVISE) == 0) ds->access_hint = DDP_ACCESS_NORMAL;
-    else if (sm->nblocks > 0) ds->access_hint = DDP_ACCESS_NORMAL; /* block shuffle: window read-ahead (below) */
-    else ds->access_hint = sm->mode == DDP_SAMPLE_SEQUENTIAL ? DDP_ACCESS_SEQUENTIAL : DDP_ACCESS_RANDOM;
+    if (ddp_knob_int(DDP_KNOB_MADVISE) == 0)
+        ds->access_hint = DDP_ACCESS_NORMAL;
+    else if (sm->nblocks > 0)
+        ds->access_hint = DDP_ACCESS_NORMAL; /* block shuffle: window read-ahead (below) */
+    else
+        ds->access_hint = sm->mode == DDP_SAMPLE_SEQUENTIAL ? DDP_ACCESS_SEQUENTIAL : DDP_ACCESS_RANDOM;
     ld->job = -1;
     /* the buffers first: a failure here leaves no thread, mutex or slot to undo but memory */
     for (int k = 0; k < 2; k++) {
@@ -160,7 +171,8 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
         s->held = ddp_calloc((size_t)sm->max_samples, sizeof *s->held);
         s->local = ddp_calloc((size_t)sm->max_samples, sizeof *s->local);
         if (!s->x || !s->offsets || !s->labels || !s->ids || !s->idx || !s->pad || !s->held || !s->local) {
-            ddp_status st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch buffers (2 x %lld rows x %lld floats, %.1f MiB)",
+            ddp_status st = ddp_set_error(DDP_ERR_NOMEM,
+                                          "out of memory for the batch buffers (2 x %lld rows x %lld floats, %.1f MiB)",
                                           (long long)ld->max_rows, (long long)ld->dim,
                                           2.0 * (double)ld->max_rows * (double)ld->dim * sizeof(float) / 1048576.0);
             ddp_loader_destroy(ld);
@@ -208,7 +220,14 @@ void ddp_loader_destroy(ddp_loader *ld)
     ddp_readahead_destroy(ld->ra); /* after the worker, whose jobs queue runs for it */
     for (int k = 0; k < 2; k++) {
         slot *s = &ld->slots[k];
-        free(s->x); free(s->offsets); free(s->labels); free(s->ids); free(s->idx); free(s->pad); free(s->held); free(s->local);
+        free(s->x);
+        free(s->offsets);
+        free(s->labels);
+        free(s->ids);
+        free(s->idx);
+        free(s->pad);
+        free(s->held);
+        free(s->local);
     }
     free(ld);
 }

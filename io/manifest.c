@@ -43,11 +43,12 @@ static int in_file(int64_t off, int64_t count, int64_t size, int64_t file_bytes)
 static int entry_ok(const ddp_manifest *m, const ddp_manifest_entry *e)
 {
     const int64_t big = (int64_t)1 << 50;
-    if (e->n < 1 || e->n > ((int64_t)1 << 40) || e->rows < e->n || e->rows > big || e->dim < 1 || e->dim > ((int64_t)1 << 24) ||
-        e->classes < 2 || e->classes > DDP_MAX_CLASSES || e->max_rows < 1 || e->max_rows > e->rows || e->min_rows < 1 ||
-        e->min_rows > e->max_rows || e->sum_rows != e->rows || e->file_bytes < 0 || e->file_bytes > big ||
-        (e->lab_width != 4 && e->lab_width != 8) || (e->has_ids != 0 && e->has_ids != 1) || e->nonfinite < -1 ||
-        e->nonfinite_samples < -1 || e->nonfinite_samples > e->n)
+    if (e->n < 1 || e->n > ((int64_t)1 << 40) || e->rows < e->n || e->rows > big || e->dim < 1 ||
+        e->dim > ((int64_t)1 << 24) || e->classes < 2 || e->classes > DDP_MAX_CLASSES || e->max_rows < 1 ||
+        e->max_rows > e->rows || e->min_rows < 1 || e->min_rows > e->max_rows || e->sum_rows != e->rows ||
+        e->file_bytes < 0 || e->file_bytes > big || (e->lab_width != 4 && e->lab_width != 8) ||
+        (e->has_ids != 0 && e->has_ids != 1) || e->nonfinite < -1 || e->nonfinite_samples < -1 ||
+        e->nonfinite_samples > e->n)
         return 0;
     if (!in_file(e->feat_off, e->rows, 4 * e->dim, e->file_bytes) || !in_file(e->off_off, e->n + 1, 8, e->file_bytes) ||
         !in_file(e->lab_off, e->n, e->lab_width, e->file_bytes) || !in_file(e->ids_off, e->n, 8, e->file_bytes))
@@ -62,7 +63,8 @@ static int entry_ok(const ddp_manifest *m, const ddp_manifest_entry *e)
         e->name_len >= m->names_bytes - e->name_off || m->names[e->name_off + e->name_len] != 0 ||
         (int64_t)strlen(m->names + e->name_off) != e->name_len)
         return 0;
-    if (e->ncc < 0 || e->ncc > e->classes || e->cc_first < 0 || e->cc_first > m->npairs || e->ncc > m->npairs - e->cc_first)
+    if (e->ncc < 0 || e->ncc > e->classes || e->cc_first < 0 || e->cc_first > m->npairs ||
+        e->ncc > m->npairs - e->cc_first)
         return 0;
     int64_t counted = 0;
     for (int64_t j = e->cc_first; j < e->cc_first + e->ncc; j++) {
@@ -78,15 +80,19 @@ int ddp_manifest_parse(const void *buf, int64_t len, ddp_manifest *m, char *why,
     memset(m, 0, sizeof *m);
     mf_header h;
     if (len == 0) return snprintf(why, whylen, "corrupt (empty file)"), -1;
-    if (len < (int64_t)sizeof h + 4) return snprintf(why, whylen, "corrupt (truncated: %lld bytes)", (long long)len), -1;
+    if (len < (int64_t)sizeof h + 4)
+        return snprintf(why, whylen, "corrupt (truncated: %lld bytes)", (long long)len), -1;
     memcpy(&h, buf, sizeof h);
-    if (memcmp(h.magic, DDP_MANIFEST_MAGIC, 8) != 0) return snprintf(why, whylen, "not an mpiddp manifest (bad magic)"), -1;
+    if (memcmp(h.magic, DDP_MANIFEST_MAGIC, 8) != 0)
+        return snprintf(why, whylen, "not an mpiddp manifest (bad magic)"), -1;
     if (h.version != DDP_MANIFEST_VERSION)
         return snprintf(why, whylen, "version %u, this mpiddp reads version %d", h.version, DDP_MANIFEST_VERSION), -1;
     if (h.entry_size != sizeof(ddp_manifest_entry) || h.count < 0 || h.names_bytes < 0 || h.npairs < 0 ||
-        h.count > (int64_t)1 << 40 || h.names_bytes % 8 || h.names_bytes > (int64_t)1 << 50 || h.npairs > (int64_t)1 << 50)
+        h.count > (int64_t)1 << 40 || h.names_bytes % 8 || h.names_bytes > (int64_t)1 << 50 ||
+        h.npairs > (int64_t)1 << 50)
         return snprintf(why, whylen, "corrupt (bad header)"), -1;
-    int64_t want = (int64_t)sizeof h + h.count * (int64_t)sizeof(ddp_manifest_entry) + h.names_bytes + h.npairs * 16 + 4;
+    int64_t want = (int64_t)sizeof h + h.count * (int64_t)sizeof(ddp_manifest_entry) + h.names_bytes + h.npairs * 16 +
+                   4;
     if (want != len)
         return snprintf(why, whylen, "corrupt (%lld bytes, its header says %lld)", (long long)len, (long long)want), -1;
     uint32_t crc;
@@ -118,8 +124,10 @@ int64_t ddp_manifest_find(const ddp_manifest *m, const char *name)
         int64_t mid = lo + (hi - lo) / 2;
         int c = strcmp(ddp_manifest_name(m, mid), name);
         if (c == 0) return mid;
-        if (c < 0) lo = mid + 1;
-        else hi = mid - 1;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return -1;
 }
@@ -153,20 +161,28 @@ ddp_status ddp_manifest_write(const char *path, ddp_manifest_entry *entries, cha
         entries[i].cc_first = cc;
         cc += entries[i].ncc;
     }
-    if (cc != npairs) return ddp_set_error(DDP_ERR_INTERNAL, "%s: %lld class pairs, the entries say %lld", path, (long long)npairs, (long long)cc);
+    if (cc != npairs)
+        return ddp_set_error(DDP_ERR_INTERNAL, "%s: %lld class pairs, the entries say %lld", path, (long long)npairs,
+                             (long long)cc);
     int64_t pad = (8 - nb % 8) % 8;
     char tmp[4200], dir[4200];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return ddp_set_error(DDP_ERR_ARG, "%.200s...: manifest path too long", path);
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash == dir) dir[1] = 0; /* a file in / */
-    else if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
+    if (slash == dir)
+        dir[1] = 0; /* a file in / */
+    else if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
     mf_out o = {fopen(tmp, "wb"), crc32(0L, Z_NULL, 0), 0};
     if (!o.f) return ddp_set_error(DDP_ERR_IO, "%s: cannot write the manifest there (%s)", dir, strerror(errno));
-    mf_header h = {.version = DDP_MANIFEST_VERSION, .entry_size = sizeof(ddp_manifest_entry), .count = count,
-                   .names_bytes = nb + pad, .npairs = npairs};
+    mf_header h = {.version = DDP_MANIFEST_VERSION,
+                   .entry_size = sizeof(ddp_manifest_entry),
+                   .count = count,
+                   .names_bytes = nb + pad,
+                   .npairs = npairs};
     memcpy(h.magic, DDP_MANIFEST_MAGIC, 8);
     put(&o, &h, sizeof h);
     put(&o, entries, (size_t)count * sizeof *entries);

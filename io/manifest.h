@@ -16,10 +16,10 @@ typedef struct {
     int64_t n, rows, dim, classes, max_rows;
     int64_t feat_off, off_off, lab_off, ids_off, lab_width, has_ids;
     int64_t file_bytes, mtime_ns;
-    int64_t min_rows, sum_rows, hist[16];   /* rows per sample */
-    int64_t nonfinite, nonfinite_samples;   /* NaN/Inf feature values and samples holding them; -1: not scanned */
-    int64_t ncc, cc_first;                  /* (class, count) pairs of this shard in the pairs section */
-    int64_t name_off, name_len;             /* in the names section (NUL-terminated there) */
+    int64_t min_rows, sum_rows, hist[16]; /* rows per sample */
+    int64_t nonfinite, nonfinite_samples; /* NaN/Inf feature values and samples holding them; -1: not scanned */
+    int64_t ncc, cc_first;                /* (class, count) pairs of this shard in the pairs section */
+    int64_t name_off, name_len;           /* in the names section (NUL-terminated there) */
 } ddp_manifest_entry;
 
 typedef struct {
@@ -27,7 +27,7 @@ typedef struct {
     const ddp_manifest_entry *e; /* [count], sorted by name */
     const char *names;
     int64_t names_bytes;
-    const int64_t *pairs;        /* [npairs][2]: class, count */
+    const int64_t *pairs; /* [npairs][2]: class, count */
     int64_t npairs;
 } ddp_manifest;
 

@@ -67,7 +67,8 @@ static ddp_status read_sample(void *arg, int64_t i, float *rows, int64_t nrows)
 static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l, int64_t **rows, int64_t **labels,
                              int64_t *dim, int64_t *classes)
 {
-    if (H5Lexists(f, "samples", H5P_DEFAULT) <= 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: group '/samples': missing", input);
+    if (H5Lexists(f, "samples", H5P_DEFAULT) <= 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: group '/samples': missing", input);
     *g = H5Gopen2(f, "samples", H5P_DEFAULT);
     if (*g < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: '/samples': not a group", input);
     hsize_t idx = 0;
@@ -80,7 +81,9 @@ static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l,
     *dim = -1;
     for (int64_t i = 0; i < l->n; i++) {
         hid_t d = H5Dopen2(*g, l->names[i], H5P_DEFAULT);
-        if (d < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: '/samples/%s'[%lld]: not a dataset", input, l->names[i], (long long)i);
+        if (d < 0)
+            return ddp_set_error(DDP_ERR_FORMAT, "%s: '/samples/%s'[%lld]: not a dataset", input, l->names[i],
+                                 (long long)i);
         hid_t sp = H5Dget_space(d), t = H5Dget_type(d);
         hsize_t dims[2] = {0, 0};
         int r = H5Sget_simple_extent_ndims(sp);
@@ -90,16 +93,23 @@ static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l,
         H5Sclose(sp);
         H5Dclose(d);
         if (c != H5T_FLOAT && c != H5T_INTEGER)
-            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: wrong type (expected numbers)", input, l->names[i], (long long)i);
-        if (r != 2) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: wrong rank %d (expected 2: rows x D)", input, l->names[i], (long long)i, r);
-        if (dims[0] < 1) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: empty sample (0 rows)", input, l->names[i], (long long)i);
+            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: wrong type (expected numbers)",
+                                 input, l->names[i], (long long)i);
+        if (r != 2)
+            return ddp_set_error(DDP_ERR_FORMAT,
+                                 "%s: dataset '/samples/%s'[%lld]: wrong rank %d (expected 2: rows x D)", input,
+                                 l->names[i], (long long)i, r);
+        if (dims[0] < 1)
+            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: empty sample (0 rows)", input,
+                                 l->names[i], (long long)i);
         if (*dim < 0) *dim = (int64_t)dims[1];
         if ((int64_t)dims[1] != *dim || *dim < 1)
-            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: D=%llu differs from D=%lld", input, l->names[i],
-                                 (long long)i, (unsigned long long)dims[1], (long long)*dim);
+            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: D=%llu differs from D=%lld", input,
+                                 l->names[i], (long long)i, (unsigned long long)dims[1], (long long)*dim);
         (*rows)[i] = (int64_t)dims[0];
     }
-    if (H5Lexists(f, "labels", H5P_DEFAULT) <= 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': missing", input);
+    if (H5Lexists(f, "labels", H5P_DEFAULT) <= 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': missing", input);
     hid_t ld = H5Dopen2(f, "labels", H5P_DEFAULT);
     if (ld < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: '/labels': not a dataset", input);
     hid_t sp = H5Dget_space(ld), t = H5Dget_type(ld);
@@ -113,11 +123,14 @@ static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l,
     H5Dclose(ld);
     if (!isint) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': wrong type (expected integer)", input);
     if (r != 1 || np != l->n)
-        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': %lld values for %lld samples", input, (long long)np, (long long)l->n);
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': %lld values for %lld samples", input,
+                             (long long)np, (long long)l->n);
     if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': cannot be read", input);
     int64_t mx = 0;
     for (int64_t i = 0; i < l->n; i++) {
-        if ((*labels)[i] < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels'[%lld]: negative label %lld", input, (long long)i, (long long)(*labels)[i]);
+        if ((*labels)[i] < 0)
+            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels'[%lld]: negative label %lld", input,
+                                 (long long)i, (long long)(*labels)[i]);
         if ((*labels)[i] > mx) mx = (*labels)[i];
     }
     *classes = mx + 1 < 2 ? 2 : mx + 1;
@@ -143,10 +156,12 @@ ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t sh
         if (want_classes < classes)
             st = ddp_set_error(DDP_ERR_ARG, "%s: dataset '/labels' holds label %lld, not below --classes %lld", input,
                                (long long)classes - 1, (long long)want_classes);
-        else classes = want_classes;
+        else
+            classes = want_classes;
     }
     if (st == DDP_OK && shards > l.n)
-        st = ddp_set_error(DDP_ERR_ARG, "--shards %lld: more shards than the %lld samples", (long long)shards, (long long)l.n);
+        st = ddp_set_error(DDP_ERR_ARG, "--shards %lld: more shards than the %lld samples", (long long)shards,
+                           (long long)l.n);
     if (st == DDP_OK && ctx->topo.rank == 0) st = ddp_prepare_out_dir(out);
     st = ddp_agree_status(ctx, st);
     /* contiguous split balanced by rows: shard k ends where cumulative rows pass (k+1)/S of the total */

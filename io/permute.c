@@ -30,4 +30,7 @@ int64_t ddp_permute(int64_t x, int64_t n, uint64_t key)
     return (int64_t)y;
 }
 
-uint64_t ddp_epoch_key(uint64_t seed, int64_t epoch) { return ddp_mix64(ddp_mix64(seed) ^ (uint64_t)epoch * 0x632be59bd9b4e019ULL); }
+uint64_t ddp_epoch_key(uint64_t seed, int64_t epoch)
+{
+    return ddp_mix64(ddp_mix64(seed) ^ (uint64_t)epoch * 0x632be59bd9b4e019ULL);
+}

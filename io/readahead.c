@@ -105,7 +105,8 @@ void ddp_readahead_after(ddp_readahead *ra, int64_t step)
         int64_t p = sm->budget > 0 ? sm->plan[step / sm->acc] : step * sm->batch * sm->world;
         for (int64_t ahead = 0; ahead < 3; ahead++) { /* this batch's window (epoch start), then the next two */
             int64_t runs[2 * 64], k = ddp_sampler_window_runs(sm, p, ahead, runs, 64);
-            if (k > 0 && runs[0] != ra->ahead_first[0] && runs[0] != ra->ahead_first[1] && runs[0] != ra->ahead_first[2]) {
+            if (k > 0 && runs[0] != ra->ahead_first[0] && runs[0] != ra->ahead_first[1] &&
+                runs[0] != ra->ahead_first[2]) {
                 for (int64_t i = 0; i < k; i++) ahead_run(ra, runs[2 * i], runs[2 * i + 1]);
                 ra->ahead_first[0] = ra->ahead_first[1];
                 ra->ahead_first[1] = ra->ahead_first[2];

@@ -36,7 +36,8 @@ ddp_status ddp_sampler_init(ddp_sampler *s, ddp_sample_mode mode, int64_t n, int
     if (mode != DDP_SAMPLE_SHARD) {
         s->per_rank = drop_last ? n / world : (n + world - 1) / world;
         if (s->per_rank == 0)
-            return ddp_set_error(DDP_ERR_ARG, "sampler: --drop-last leaves rank %d with no samples (%lld samples for %d ranks)",
+            return ddp_set_error(DDP_ERR_ARG,
+                                 "sampler: --drop-last leaves rank %d with no samples (%lld samples for %d ranks)",
                                  rank, (long long)n, world);
     } else {
         /* whole shards to ranks, largest first, each to the least-loaded rank (ties: lower rank) */
@@ -44,7 +45,9 @@ ddp_status ddp_sampler_init(ddp_sampler *s, ddp_sample_mode mode, int64_t n, int
         int64_t *load = ddp_calloc((size_t)world, sizeof *load);
         int64_t *owner = ddp_calloc((size_t)nshards, sizeof *owner);
         if (!v || !load || !owner) {
-            free(v); free(load); free(owner);
+            free(v);
+            free(load);
+            free(owner);
             return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
         }
         for (int64_t i = 0; i < nshards; i++) v[i] = (shard_sz){shard_sizes[i], i};
@@ -65,7 +68,9 @@ ddp_status ddp_sampler_init(ddp_sampler *s, ddp_sample_mode mode, int64_t n, int
         }
         ddp_status st = DDP_OK;
         if (empty >= 0)
-            st = ddp_set_error(DDP_ERR_ARG, "--sampling shard: rank %d gets no samples (%lld shards for %d ranks); use --sampling global or more shards",
+            st = ddp_set_error(DDP_ERR_ARG,
+                               "--sampling shard: rank %d gets no samples (%lld shards for %d ranks); use --sampling "
+                               "global or more shards",
                                empty, (long long)nshards, world);
         s->per_rank = drop_last ? mn : mx;
         s->my_count = load[rank];
@@ -125,8 +130,10 @@ int64_t ddp_sampler_at(const ddp_sampler *s, int64_t j, uint8_t *is_pad)
         int64_t lo = 0, hi = s->nmine - 1; /* owned shard holding local index l */
         while (lo < hi) {
             int64_t mid = (lo + hi + 1) / 2;
-            if (s->mine_cum[mid] <= l) lo = mid;
-            else hi = mid - 1;
+            if (s->mine_cum[mid] <= l)
+                lo = mid;
+            else
+                hi = mid - 1;
         }
         return s->mine_first[lo] + (l - s->mine_cum[lo]);
     }
@@ -140,7 +147,8 @@ ddp_status ddp_sampler_batch(const ddp_sampler *s, int64_t step, int64_t *indice
 {
     if (s->epoch < 0) return ddp_set_error(DDP_ERR_INTERNAL, "sampler: no epoch set");
     if (step < 0 || step >= s->steps)
-        return ddp_set_error(DDP_ERR_ARG, "sampler: step %lld out of range [0, %lld)", (long long)step, (long long)s->steps);
+        return ddp_set_error(DDP_ERR_ARG, "sampler: step %lld out of range [0, %lld)", (long long)step,
+                             (long long)s->steps);
     if (s->budget > 0) return ddp_sampler_budget_batch(s, step / s->acc, step % s->acc, indices, is_pad, count);
     int64_t lo = step * s->batch, hi = lo + s->batch < s->per_rank ? lo + s->batch : s->per_rank;
     for (int64_t j = lo; j < hi; j++) indices[j - lo] = ddp_sampler_at(s, j, &is_pad[j - lo]);

@@ -13,36 +13,36 @@ typedef enum { DDP_SAMPLE_GLOBAL = 0, DDP_SAMPLE_SHARD = 1, DDP_SAMPLE_SEQUENTIA
 
 typedef struct {
     ddp_sample_mode mode;
-    int64_t n;            /* samples in the dataset */
+    int64_t n; /* samples in the dataset */
     int world, rank;
     uint64_t seed;
     int drop_last;
-    int64_t batch;        /* sample-count batches: samples per rank per step (0 with token budgets) */
-    int64_t max_samples;  /* the most samples one rank's micro-batch holds (the loader's and models' buffers) */
+    int64_t batch;       /* sample-count batches: samples per rank per step (0 with token budgets) */
+    int64_t max_samples; /* the most samples one rank's micro-batch holds (the loader's and models' buffers) */
     /* per epoch */
     int64_t epoch;
-    int64_t per_rank;     /* samples per rank this epoch, padding included */
-    int64_t steps;        /* ceil(per_rank / batch) */
+    int64_t per_rank; /* samples per rank this epoch, padding included */
+    int64_t steps;    /* ceil(per_rank / batch) */
     /* shard mode: this rank's shards */
     int64_t nmine;
-    int64_t *mine_first;  /* global index of each owned shard's first sample */
-    int64_t *mine_cum;    /* [nmine+1] prefix sums of owned shard sizes */
-    int64_t my_count;     /* real samples owned */
+    int64_t *mine_first; /* global index of each owned shard's first sample */
+    int64_t *mine_cum;   /* [nmine+1] prefix sums of owned shard sizes */
+    int64_t my_count;    /* real samples owned */
     /* token-budget batches (--batch-rows, ddp_sampler_set_budget); budget 0: sample-count batches */
-    int64_t budget;       /* global rows per optimizer step: rows per rank x world x accumulate */
-    int acc;              /* micro-batches per optimizer step */
-    const int32_t *lens;  /* [n] rows of each sample (borrowed) */
-    double cost_sq;       /* a sample's cost: rows + cost_sq x rows^2 */
-    int64_t max_rows;     /* largest micro-batch of one rank, in rows (loader buffers); 0: batch x longest sample */
+    int64_t budget;      /* global rows per optimizer step: rows per rank x world x accumulate */
+    int acc;             /* micro-batches per optimizer step */
+    const int32_t *lens; /* [n] rows of each sample (borrowed) */
+    double cost_sq;      /* a sample's cost: rows + cost_sq x rows^2 */
+    int64_t max_rows;    /* largest micro-batch of one rank, in rows (loader buffers); 0: batch x longest sample */
     int64_t nplan, cap_plan;
-    int64_t *plan;        /* per epoch: [nplan+1] first position of each optimizer step in the epoch's order */
+    int64_t *plan; /* per epoch: [nplan+1] first position of each optimizer step in the epoch's order */
     /* --shuffle block (ddp_sampler_set_blocks): the epoch's order permutes blocks of consecutive samples and
      * shuffles samples within windows of consecutive permuted blocks; nblocks 0: --shuffle full */
     int64_t nblocks, window;
-    int64_t *blk_first;   /* [nblocks+1] first global index of each block (a run of consecutive samples) */
-    int64_t *bperm;       /* per epoch: [nblocks] the blocks in the epoch's order */
-    int64_t *bcum;        /* per epoch: [nblocks+1] positions where each permuted block starts */
-    int64_t blk_epoch;    /* epoch bperm/bcum were built for (-1 none) */
+    int64_t *blk_first; /* [nblocks+1] first global index of each block (a run of consecutive samples) */
+    int64_t *bperm;     /* per epoch: [nblocks] the blocks in the epoch's order */
+    int64_t *bcum;      /* per epoch: [nblocks+1] positions where each permuted block starts */
+    int64_t blk_epoch;  /* epoch bperm/bcum were built for (-1 none) */
 } ddp_sampler;
 
 /* shard_sizes: samples per shard (shard mode only; may be NULL otherwise). Pure and local: every rank

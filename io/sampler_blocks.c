@@ -11,7 +11,8 @@ ddp_status ddp_sampler_set_blocks(ddp_sampler *s, const int32_t *lens, int64_t d
                                   int64_t nshards, double block_bytes, int64_t window)
 {
     if (s->mode != DDP_SAMPLE_GLOBAL)
-        return ddp_set_error(DDP_ERR_ARG, "--shuffle block needs --sampling global (shard sampling shuffles within each rank's shards)");
+        return ddp_set_error(
+            DDP_ERR_ARG, "--shuffle block needs --sampling global (shard sampling shuffles within each rank's shards)");
     if (!(block_bytes > 0) || window < 1)
         return ddp_set_error(DDP_ERR_ARG, "--shuffle-block-mb must be > 0 and --shuffle-window >= 1");
     int64_t cap = 1024, nb = 0;
@@ -65,8 +66,10 @@ static int64_t find_block(const ddp_sampler *s, int64_t p, int64_t lo, int64_t h
     hi--;
     while (lo < hi) {
         int64_t mid = (lo + hi + 1) / 2;
-        if (s->bcum[mid] <= p) lo = mid;
-        else hi = mid - 1;
+        if (s->bcum[mid] <= p)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo;
 }
@@ -78,7 +81,8 @@ int64_t ddp_sampler_block_order_at(const ddp_sampler *s, int64_t p)
     int64_t w = find_block(s, p, 0, s->nblocks) / s->window;
     int64_t b0 = w * s->window, b1 = b0 + s->window < s->nblocks ? b0 + s->window : s->nblocks;
     int64_t base = s->bcum[b0], m = s->bcum[b1] - base;
-    int64_t r = base + ddp_permute(p - base, m, ddp_mix64(ddp_epoch_key(s->seed, s->epoch) ^ ddp_mix64((uint64_t)w + 0x77)));
+    int64_t r = base +
+                ddp_permute(p - base, m, ddp_mix64(ddp_epoch_key(s->seed, s->epoch) ^ ddp_mix64((uint64_t)w + 0x77)));
     int64_t b = find_block(s, r, b0, b1);
     return s->blk_first[s->bperm[b]] + (r - s->bcum[b]);
 }

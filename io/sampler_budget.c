@@ -36,11 +36,13 @@ ddp_status ddp_sampler_set_budget(ddp_sampler *s, int64_t rows_per_rank, int acc
                                   int64_t max_len, double cost_sq)
 {
     if (s->mode == DDP_SAMPLE_SHARD)
-        return ddp_set_error(DDP_ERR_ARG, "--batch-rows needs --sampling global (shard sampling keeps sample-count batches)");
-    if (rows_per_rank < 1) return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld: must be >= 1", (long long)rows_per_rank);
+        return ddp_set_error(DDP_ERR_ARG,
+                             "--batch-rows needs --sampling global (shard sampling keeps sample-count batches)");
+    if (rows_per_rank < 1)
+        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld: must be >= 1", (long long)rows_per_rank);
     if (rows_per_rank < max_len)
-        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld is smaller than the longest sample (%lld rows)", (long long)rows_per_rank,
-                             (long long)max_len);
+        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld is smaller than the longest sample (%lld rows)",
+                             (long long)rows_per_rank, (long long)max_len);
     s->budget = rows_per_rank * s->world * (accumulate < 1 ? 1 : accumulate);
     s->acc = accumulate < 1 ? 1 : accumulate;
     s->lens = lens;
@@ -81,16 +83,19 @@ static int cmp_i64(const void *a, const void *b)
  * rows fit the global budget, so that bin holds at most budget / bins = rows_per_rank rows, and a sample adds at
  * most max_len (max_rows = rows_per_rank + max_len). Balancing by cost alone could give a bin of short samples
  * far more rows than that, next to a bin with one long sample. */
-ddp_status ddp_sampler_budget_batch(const ddp_sampler *s, int64_t os, int64_t m, int64_t *indices, uint8_t *is_pad, int64_t *count)
+ddp_status ddp_sampler_budget_batch(const ddp_sampler *s, int64_t os, int64_t m, int64_t *indices, uint8_t *is_pad,
+                                    int64_t *count)
 {
-    int64_t lo = s->plan[os], hi = s->plan[os + 1], k = hi - lo, nb = (int64_t)s->world * s->acc, mine = m * s->world + s->rank;
+    int64_t lo = s->plan[os], hi = s->plan[os + 1], k = hi - lo, nb = (int64_t)s->world * s->acc,
+            mine = m * s->world + s->rank;
     lpt_item *it = ddp_calloc((size_t)k, sizeof *it);
     double *load = ddp_calloc((size_t)nb, sizeof *load);
     int64_t *rows = ddp_calloc((size_t)nb, sizeof *rows);
     int64_t *pos = ddp_calloc((size_t)k, sizeof *pos);
     ddp_status st = DDP_OK;
     if (!it || !load || !rows || !pos) {
-        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory splitting a batch of %lld samples over %lld bins", (long long)k, (long long)nb);
+        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory splitting a batch of %lld samples over %lld bins",
+                           (long long)k, (long long)nb);
         goto done;
     }
     for (int64_t i = 0; i < k; i++) {

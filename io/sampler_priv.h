@@ -11,6 +11,7 @@ void ddp_sampler_make_block_order(ddp_sampler *s);
 int64_t ddp_sampler_block_order_at(const ddp_sampler *s, int64_t p);
 /* Token budgets: the epoch's plan of optimizer steps, and this rank's share of micro-batch m of step os. */
 ddp_status ddp_sampler_make_plan(ddp_sampler *s);
-ddp_status ddp_sampler_budget_batch(const ddp_sampler *s, int64_t os, int64_t m, int64_t *indices, uint8_t *is_pad, int64_t *count);
+ddp_status ddp_sampler_budget_batch(const ddp_sampler *s, int64_t os, int64_t m, int64_t *indices, uint8_t *is_pad,
+                                    int64_t *count);
 
 #endif

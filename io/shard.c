@@ -34,14 +34,16 @@ int ddp_h5_is_hdf5(const char *path)
 /* ------------------------------------------------------------------ runtime access */
 /* Maps a window of the file and registers it with the SIGBUS handler (sigbus.c): a read the file's
  * truncation took away then ends the process with one line naming path, not a crash. */
-static ddp_status map_window(ddp_shard *s, const char *path, int slot, int64_t off, int64_t bytes, const void **ptr, const char *obj)
+static ddp_status map_window(ddp_shard *s, const char *path, int slot, int64_t off, int64_t bytes, const void **ptr,
+                             const char *obj)
 {
     long page = sysconf(_SC_PAGESIZE);
     int64_t base = off - off % page;
     size_t len = (size_t)(off - base + bytes);
     void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, s->fd, (off_t)base);
     if (p == MAP_FAILED)
-        return ddp_set_error(DDP_ERR_IO, "%s: dataset '%s': mmap of %zu bytes failed: %s", s->meta.name, obj, len, strerror(errno));
+        return ddp_set_error(DDP_ERR_IO, "%s: dataset '%s': mmap of %zu bytes failed: %s", s->meta.name, obj, len,
+                             strerror(errno));
     s->maps[slot] = p;
     s->map_lens[slot] = len;
     DDP_CHECK(ddp_sigbus_register(p, len, path, obj, base, s->fd, &s->sigbus[slot]));
@@ -66,8 +68,8 @@ static ddp_status read_whole(ddp_shard *s, const char *name, int64_t n, int64_t 
 
 /* A column of n values beside the features (offsets: map slot 1, labels: 2, sample_ids: 3): mapped where the
  * file stores it contiguously (off >= 0, bytes long), else read whole through HDF5 as int64 into owned[slot - 1]. */
-static ddp_status map_or_read(ddp_shard *s, const char *path, int slot, int64_t off, int64_t bytes, int64_t n, const char *obj,
-                              const void **ptr)
+static ddp_status map_or_read(ddp_shard *s, const char *path, int slot, int64_t off, int64_t bytes, int64_t n,
+                              const char *obj, const void **ptr)
 {
     if (off >= 0) return map_window(s, path, slot, off, bytes, ptr, obj);
     if (s->owned[slot - 1]) { /* read before the shard cache closed the shard: a reopen needs no HDF5 */
@@ -176,7 +178,8 @@ ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float
         *rows = s->features + lo * m->dim;
         return DDP_OK;
     }
-    if (!scratch) return ddp_set_error(DDP_ERR_INTERNAL, "%s: sample %lld needs a scratch buffer", m->name, (long long)i);
+    if (!scratch)
+        return ddp_set_error(DDP_ERR_INTERNAL, "%s: sample %lld needs a scratch buffer", m->name, (long long)i);
     hid_t fs = H5Dget_space(s->h5features);
     hsize_t start[2] = {(hsize_t)lo, 0}, count[2] = {(hsize_t)(hi - lo), (hsize_t)m->dim};
     hid_t ms = H5Screate_simple(2, count, NULL);

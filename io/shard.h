@@ -19,18 +19,18 @@ enum { DDP_ACCESS_NORMAL = 0, DDP_ACCESS_RANDOM = 1, DDP_ACCESS_SEQUENTIAL = 2 }
 typedef struct {
     char name[DDP_SHARD_NAME_MAX]; /* file name inside the dataset directory */
     int64_t n, rows, dim, classes;
-    int64_t first;                 /* global index of the shard's first sample */
-    int64_t max_rows;              /* longest sample */
+    int64_t first;    /* global index of the shard's first sample */
+    int64_t max_rows; /* longest sample */
     int64_t feat_off, off_off, lab_off, ids_off;
-    int32_t lab_width;             /* 4 or 8 when lab_off >= 0 */
+    int32_t lab_width; /* 4 or 8 when lab_off >= 0 */
     int32_t has_ids;
     int64_t file_bytes;
 } ddp_shard_meta;
 
 typedef struct {
     int64_t min_rows, max_rows, sum_rows;
-    int64_t hist[16];              /* sample row counts in power-of-two bins: [1],[2-3],[4-7],... */
-    int64_t *class_counts;         /* [classes], allocated by the caller (or NULL) */
+    int64_t hist[16];      /* sample row counts in power-of-two bins: [1],[2-3],[4-7],... */
+    int64_t *class_counts; /* [classes], allocated by the caller (or NULL) */
     int64_t classes_cap;
 } ddp_shard_stats;
 
@@ -49,18 +49,18 @@ int ddp_hdf5_poisoned(void);
 typedef struct {
     ddp_shard_meta meta;
     int opened;
-    int access_hint;               /* DDP_ACCESS_*: madvise advice for the features map */
+    int access_hint; /* DDP_ACCESS_*: madvise advice for the features map */
     int fd;
     void *maps[4];
     size_t map_lens[4];
-    int64_t sigbus[4];             /* handles of the maps in io/sigbus.c's table (0: none) */
-    const float *features;         /* mapped, or NULL for the HDF5 read path */
-    const int64_t *offsets;        /* mapped or owned */
-    const void *labels;            /* mapped (width lab_width) or owned int64 */
+    int64_t sigbus[4];      /* handles of the maps in io/sigbus.c's table (0: none) */
+    const float *features;  /* mapped, or NULL for the HDF5 read path */
+    const int64_t *offsets; /* mapped or owned */
+    const void *labels;     /* mapped (width lab_width) or owned int64 */
     int32_t lab_width;
-    const int64_t *ids;            /* mapped, owned, or NULL (ids = global index) */
+    const int64_t *ids; /* mapped, owned, or NULL (ids = global index) */
     void *owned[3];
-    hid_t h5file, h5features;      /* HDF5 read path for features */
+    hid_t h5file, h5features; /* HDF5 read path for features */
 } ddp_shard;
 
 ddp_status ddp_shard_open(ddp_shard *s, const char *dir);
@@ -69,8 +69,8 @@ void ddp_shard_close(ddp_shard *s);
  * shard (io/shard_cache.c) maps its features again without calling HDF5, which a worker thread must not. */
 void ddp_shard_release_handles(ddp_shard *s);
 /* Sample i (local to the shard): rows and label; rows points into the map or into scratch. */
-ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float **rows, int64_t *nrows,
-                            int64_t *label, int64_t *sample_id);
+ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float **rows, int64_t *nrows, int64_t *label,
+                            int64_t *sample_id);
 /* Hint the kernel to read sample i's rows ahead (mapped shards only). */
 void ddp_shard_prefetch(ddp_shard *s, int64_t i);
 /* The same for the rows of samples [i, j) of the shard: one sequential run of the file. */
@@ -80,11 +80,11 @@ int ddp_shard_range(ddp_shard *s, int64_t i, int64_t j, void **addr, size_t *len
 
 /* Process-wide I/O counters, for tests and benchmarks. */
 typedef struct {
-    int64_t h5_opens;    /* H5Fopen calls made by io/ in this process */
-    int64_t validated;   /* shard files validated for this process (in a child by default) */
+    int64_t h5_opens;  /* H5Fopen calls made by io/ in this process */
+    int64_t validated; /* shard files validated for this process (in a child by default) */
     int64_t shards_mapped;
-    int64_t hdf5_reads;  /* per-sample H5Dread fallbacks */
-    int64_t ahead_runs;  /* --shuffle block: block-long runs of a shard file advised for read-ahead (WILLNEED) */
+    int64_t hdf5_reads; /* per-sample H5Dread fallbacks */
+    int64_t ahead_runs; /* --shuffle block: block-long runs of a shard file advised for read-ahead (WILLNEED) */
 } ddp_io_counters;
 ddp_io_counters *ddp_io_counters_get(void);
 

@@ -23,14 +23,14 @@ typedef struct lru_node {
 } lru_node;
 
 struct ddp_shard_lru {
-    lru_node *nodes;  /* [nshards] */
-    int64_t *stamp;   /* [nshards] the batch check's last batch per shard (allocated on first use) */
+    lru_node *nodes; /* [nshards] */
+    int64_t *stamp;  /* [nshards] the batch check's last batch per shard (allocated on first use) */
     int64_t gen;
-    int64_t cap;      /* shards of this dataset that fit the budgets at once */
+    int64_t cap; /* shards of this dataset that fit the budgets at once */
     const char *limit;
     int64_t hits, misses;
-    pthread_t owner;  /* the thread that opened the dataset: the only one that may close HDF5 handles */
-    uint64_t id;      /* unique over the process's life (a thread's current shard names it) */
+    pthread_t owner; /* the thread that opened the dataset: the only one that may close HDF5 handles */
+    uint64_t id;     /* unique over the process's life (a thread's current shard names it) */
 };
 
 enum { CURRENT_SLOTS = 16 };
@@ -109,7 +109,8 @@ static void init_budgets(int world)
             (void)setrlimit(RLIMIT_NOFILE, &up); /* on failure the soft limit stays, and the budget follows it */
         }
         in->nofile = in->nofile_was;
-        if (getrlimit(RLIMIT_NOFILE, &rl) == 0) in->nofile = rl.rlim_cur == RLIM_INFINITY ? nr_open : (int64_t)rl.rlim_cur;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+            in->nofile = rl.rlim_cur == RLIM_INFINITY ? nr_open : (int64_t)rl.rlim_cur;
     }
     in->fds_at_start = count_fds();
     in->fd_budget = in->nofile - in->fds_at_start - (64 + 2 * (int64_t)world + in->nofile / 16);
@@ -162,7 +163,8 @@ ddp_status ddp_shard_cache_attach(ddp_dataset *ds, int world)
     c->limit = in->knob_open > 0 && in->knob_open == in->max_open ? "MPIDDP_MAX_OPEN_SHARDS" : "RLIMIT_NOFILE";
     if (in->fd_budget / fps < c->cap) c->cap = in->fd_budget / fps, c->limit = "RLIMIT_NOFILE";
     if (mps > 0 && in->map_budget / mps < c->cap)
-        c->cap = in->map_budget / mps, c->limit = in->knob_maps > 0 && in->knob_maps == in->map_budget ? "MPIDDP_MAX_SHARD_MAPS" : "vm.max_map_count";
+        c->cap = in->map_budget / mps,
+        c->limit = in->knob_maps > 0 && in->knob_maps == in->map_budget ? "MPIDDP_MAX_SHARD_MAPS" : "vm.max_map_count";
     if (c->cap < 1) c->cap = 1;
     pthread_mutex_unlock(&g.mu);
     ds->lru = c;
@@ -191,8 +193,10 @@ static ddp_shard *shard_of_node(lru_node *n) { return &n->ds->shards[n - n->ds->
 static void close_node(lru_node *n, int evicted)
 {
     if (n->prev) unlink_node(n);
-    if (evicted) ddp_shard_release_handles(shard_of_node(n)); /* index arrays read through HDF5 stay */
-    else ddp_shard_close(shard_of_node(n));
+    if (evicted)
+        ddp_shard_release_handles(shard_of_node(n)); /* index arrays read through HDF5 stay */
+    else
+        ddp_shard_close(shard_of_node(n));
     g.info.open--;
     g.info.fds -= n->fds;
     g.info.maps -= n->maps;
@@ -268,12 +272,13 @@ static void unpin_locked(ddp_dataset *ds, int64_t k)
 }
 
 /* ------------------------------------------------------------------ pins */
-ddp_status ddp_dataset_acquire_batch(ddp_dataset *ds, const int64_t *index, int64_t n, ddp_shard **shards, int64_t *local)
+ddp_status ddp_dataset_acquire_batch(ddp_dataset *ds, const int64_t *index, int64_t n, ddp_shard **shards,
+                                     int64_t *local)
 {
     for (int64_t i = 0; i < n; i++)
         if (index[i] < 0 || index[i] >= ds->info.num_samples)
-            return ddp_set_error(DDP_ERR_ARG, "%s: sample index %lld out of range [0, %lld)", ds->dir, (long long)index[i],
-                                 (long long)ds->info.num_samples);
+            return ddp_set_error(DDP_ERR_ARG, "%s: sample index %lld out of range [0, %lld)", ds->dir,
+                                 (long long)index[i], (long long)ds->info.num_samples);
     ddp_status st = DDP_OK;
     int64_t i = 0;
     pthread_mutex_lock(&g.mu);
@@ -296,7 +301,8 @@ void ddp_dataset_release_batch(ddp_dataset *ds, ddp_shard *const *shards, int64_
     pthread_mutex_unlock(&g.mu);
 }
 
-int ddp_dataset_with_shard(ddp_dataset *ds, int64_t index, void (*fn)(ddp_shard *s, int64_t local, void *arg), void *arg)
+int ddp_dataset_with_shard(ddp_dataset *ds, int64_t index, void (*fn)(ddp_shard *s, int64_t local, void *arg),
+                           void *arg)
 {
     if (index < 0 || index >= ds->info.num_samples) return 0;
     int64_t k = ddp_dataset_shard_of(ds, index);
@@ -322,8 +328,10 @@ ddp_status ddp_shard_cache_pin_current(ddp_dataset *ds, int64_t k, ddp_shard **s
     pthread_mutex_lock(&g.mu);
     int slot = -1, free_slot = -1;
     for (int i = 0; i < CURRENT_SLOTS && slot < 0; i++) {
-        if (g.current[i].used && pthread_equal(g.current[i].thread, self)) slot = i;
-        else if (!g.current[i].used && free_slot < 0) free_slot = i;
+        if (g.current[i].used && pthread_equal(g.current[i].thread, self))
+            slot = i;
+        else if (!g.current[i].used && free_slot < 0)
+            free_slot = i;
     }
     ddp_status st = DDP_OK;
     if (slot < 0 || g.current[slot].ds != ds || g.current[slot].k != k) { /* else pinned already */
@@ -391,7 +399,8 @@ static void describe_limit(const struct ddp_shard_lru *c, char *lim, size_t nl, 
         snprintf(lim, nl, "MPIDDP_MAX_SHARD_MAPS=%lld", (long long)in->knob_maps);
         snprintf(raise, nr, "raise MPIDDP_MAX_SHARD_MAPS");
     } else if (strcmp(c->limit, "vm.max_map_count") == 0) {
-        snprintf(lim, nl, "vm.max_map_count %lld: %lld maps left for shards", (long long)in->max_map_count, (long long)in->map_budget);
+        snprintf(lim, nl, "vm.max_map_count %lld: %lld maps left for shards", (long long)in->max_map_count,
+                 (long long)in->map_budget);
         snprintf(raise, nr, "raise vm.max_map_count (sysctl)");
     } else {
         snprintf(lim, nl, "RLIMIT_NOFILE %lld (ulimit -n): %lld descriptors left for shards", (long long)in->nofile,
@@ -412,7 +421,8 @@ ddp_status ddp_shard_cache_check_batches(ddp_dataset *ds, const ddp_sampler *sm,
     }
     int64_t *idx = ddp_malloc((size_t)sm->max_samples, sizeof *idx);
     uint8_t *pad = ddp_malloc((size_t)sm->max_samples, 1);
-    ddp_status st = idx && pad ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for the batch check", ds->dir);
+    ddp_status st = idx && pad ? DDP_OK
+                               : ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for the batch check", ds->dir);
     for (int64_t step = first_step; st == DDP_OK && step < sm->steps; step++) {
         int64_t cnt = 0, distinct = 0, gen = ++c->gen;
         st = ddp_sampler_batch(sm, step, idx, pad, &cnt);
@@ -423,11 +433,12 @@ ddp_status ddp_shard_cache_check_batches(ddp_dataset *ds, const ddp_sampler *sm,
         if (st == DDP_OK && distinct > lim) {
             char what[160], raise[128];
             describe_limit(c, what, sizeof what, raise, sizeof raise);
-            st = ddp_set_error(DDP_ERR_ARG,
-                               "%s: the batch of step %lld (epoch %lld) on rank %d reads %lld shard files at once, more than the %lld "
-                               "the open-shard budget allows (%s); %s, or lower --batch-size/--batch-rows",
-                               ds->dir, (long long)step, (long long)sm->epoch, sm->rank, (long long)distinct, (long long)lim, what,
-                               raise);
+            st = ddp_set_error(
+                DDP_ERR_ARG,
+                "%s: the batch of step %lld (epoch %lld) on rank %d reads %lld shard files at once, more than the %lld "
+                "the open-shard budget allows (%s); %s, or lower --batch-size/--batch-rows",
+                ds->dir, (long long)step, (long long)sm->epoch, sm->rank, (long long)distinct, (long long)lim, what,
+                raise);
         }
     }
     free(idx);
@@ -455,8 +466,10 @@ int64_t ddp_dataset_shard_of(const ddp_dataset *ds, int64_t index)
     int64_t lo = 0, hi = ds->nshards - 1;
     while (lo < hi) { /* last shard with first <= index */
         int64_t mid = (lo + hi + 1) / 2;
-        if (ds->shards[mid].meta.first <= index) lo = mid;
-        else hi = mid - 1;
+        if (ds->shards[mid].meta.first <= index)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo;
 }

@@ -9,18 +9,18 @@
 
 /* The process-wide budgets (fixed at the first ddp_shard_cache_attach) and what the open shards hold. */
 typedef struct {
-    int64_t max_open;          /* shards open at once: min(MPIDDP_MAX_OPEN_SHARDS, fd_budget) */
-    int64_t fd_budget;         /* descriptors the shards may hold: RLIMIT_NOFILE less what is open and a reserve */
-    int64_t map_budget;        /* memory maps they may hold: vm.max_map_count less the maps in use and a reserve */
+    int64_t max_open;   /* shards open at once: min(MPIDDP_MAX_OPEN_SHARDS, fd_budget) */
+    int64_t fd_budget;  /* descriptors the shards may hold: RLIMIT_NOFILE less what is open and a reserve */
+    int64_t map_budget; /* memory maps they may hold: vm.max_map_count less the maps in use and a reserve */
     int64_t nofile, nofile_was, nofile_hard; /* RLIMIT_NOFILE soft limit now and at start-up, and the hard limit */
-    int64_t max_map_count;     /* /proc/sys/vm/max_map_count (65530 when unreadable) */
+    int64_t max_map_count;                   /* /proc/sys/vm/max_map_count (65530 when unreadable) */
     int64_t fds_at_start, maps_at_start;
     int64_t knob_open, knob_maps; /* MPIDDP_MAX_OPEN_SHARDS, MPIDDP_MAX_SHARD_MAPS (0: unset) */
-    int64_t open, fds, maps;   /* held now by open shards */
+    int64_t open, fds, maps;      /* held now by open shards */
     int64_t peak_open, peak_fds, peak_maps;
-    int64_t opens, evictions;  /* shard opens through the cache (first opens and reopens), LRU closes */
-    int64_t ahead_opens;       /* of the opens, those made by read-ahead lookups */
-    int64_t overshoots;        /* opens past the budget because every open shard was in use (docs/sizing.md) */
+    int64_t opens, evictions; /* shard opens through the cache (first opens and reopens), LRU closes */
+    int64_t ahead_opens;      /* of the opens, those made by read-ahead lookups */
+    int64_t overshoots;       /* opens past the budget because every open shard was in use (docs/sizing.md) */
 } ddp_shard_cache_info;
 
 /* Joins ds to the cache (called by ddp_dataset_open; the first call raises RLIMIT_NOFILE's soft limit to the hard
@@ -32,11 +32,13 @@ void ddp_shard_cache_detach(ddp_dataset *ds);
 /* Opens (or finds open) the shards of the n samples of a batch and pins them, under one lock: shards[i] (pinned
  * once per sample) and local[i], the index in the shard. The LRU does not close a pinned shard; on failure nothing
  * stays pinned. Thread-safe, like everything here. */
-ddp_status ddp_dataset_acquire_batch(ddp_dataset *ds, const int64_t *index, int64_t n, ddp_shard **shards, int64_t *local);
+ddp_status ddp_dataset_acquire_batch(ddp_dataset *ds, const int64_t *index, int64_t n, ddp_shard **shards,
+                                     int64_t *local);
 void ddp_dataset_release_batch(ddp_dataset *ds, ddp_shard *const *shards, int64_t n);
 /* Read-ahead: calls fn on the shard of sample index (opened if needed, counted as a read-ahead lookup) while the
  * cache's lock is held, so fn must be short (a madvise). 0 when the shard could not be opened. */
-int ddp_dataset_with_shard(ddp_dataset *ds, int64_t index, void (*fn)(ddp_shard *s, int64_t local, void *arg), void *arg);
+int ddp_dataset_with_shard(ddp_dataset *ds, int64_t index, void (*fn)(ddp_shard *s, int64_t local, void *arg),
+                           void *arg);
 /* Shard k opened and pinned as the calling thread's current shard: the pin moves with the thread's next call
  * (ddp_dataset_locate and ddp_dataset_sample, whose pointers stay valid until then). */
 ddp_status ddp_shard_cache_pin_current(ddp_dataset *ds, int64_t k, ddp_shard **shard);

@@ -77,7 +77,8 @@ static ddp_status attr_string(vctx *v, const char *name, char *buf, size_t n)
         size_t sz = H5Tget_size(t);
         char *tmp = ddp_calloc(sz + 1, 1);
         hid_t mt = H5Tcopy(t);
-        if (!tmp) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+        if (!tmp)
+            st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
         else if (H5Aread(a, mt, tmp) < 0)
             st = ddp_set_error(DDP_ERR_HDF5, "%s: attribute '%s': cannot be read", v->path, name);
         else {
@@ -193,15 +194,19 @@ static ddp_status read_i64(vctx *v, hid_t d, const char *name, int64_t lo, int64
     H5Sclose(ms);
     H5Sclose(fs);
     if (e < 0)
-        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '%s'[%lld..%lld]: cannot be read (truncated or corrupt file?)",
-                             v->path, name, (long long)lo, (long long)(lo + cnt - 1));
+        return ddp_set_error(DDP_ERR_FORMAT,
+                             "%s: dataset '%s'[%lld..%lld]: cannot be read (truncated or corrupt file?)", v->path, name,
+                             (long long)lo, (long long)(lo + cnt - 1));
     return DDP_OK;
 }
 
 static int bin_of(int64_t rows)
 {
     int b = 0;
-    while (rows > 1 && b < 15) { rows >>= 1; b++; }
+    while (rows > 1 && b < 15) {
+        rows >>= 1;
+        b++;
+    }
     return b;
 }
 
@@ -232,7 +237,8 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
     if (version != 1) BAD("%s: attribute 'version': %lld is not supported (expected 1)", path, (long long)version);
     DDP_CHECK(attr_int(v, "num_classes", &classes));
     if (classes < 2 || classes > DDP_MAX_CLASSES)
-        BAD("%s: attribute 'num_classes': %lld, must be in [2, %lld]", path, (long long)classes, (long long)DDP_MAX_CLASSES);
+        BAD("%s: attribute 'num_classes': %lld, must be in [2, %lld]", path, (long long)classes,
+            (long long)DDP_MAX_CLASSES);
     m->classes = classes;
 
     hsize_t fd[2], od[1], ld[1], id[1];
@@ -244,18 +250,22 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
     m->dim = (int64_t)fd[1];
     DDP_CHECK(dset_open(v, "offsets", H5T_INTEGER, 1, &ds[1], od, &os, 0, NULL));
     if (os != 8) BAD("%s: dataset 'offsets': wrong type (expected 64-bit integer, found %zu-byte)", path, os);
-    if (od[0] < 2) BAD("%s: dataset 'offsets': length %llu, needs N+1 >= 2 (no samples)", path, (unsigned long long)od[0]);
+    if (od[0] < 2)
+        BAD("%s: dataset 'offsets': length %llu, needs N+1 >= 2 (no samples)", path, (unsigned long long)od[0]);
     m->n = (int64_t)od[0] - 1;
     DDP_CHECK(dset_open(v, "labels", H5T_INTEGER, 1, &ds[2], ld, &ls, 0, NULL));
-    if (ls != 4 && ls != 8) BAD("%s: dataset 'labels': wrong type (expected 32- or 64-bit integer, found %zu-byte)", path, ls);
+    if (ls != 4 && ls != 8)
+        BAD("%s: dataset 'labels': wrong type (expected 32- or 64-bit integer, found %zu-byte)", path, ls);
     if ((int64_t)ld[0] != m->n)
-        BAD("%s: dataset 'labels': length %llu differs from N=%lld (offsets length - 1)", path, (unsigned long long)ld[0], (long long)m->n);
+        BAD("%s: dataset 'labels': length %llu differs from N=%lld (offsets length - 1)", path,
+            (unsigned long long)ld[0], (long long)m->n);
     int have_ids = 0;
     DDP_CHECK(dset_open(v, "sample_ids", H5T_INTEGER, 1, &ds[3], id, &is2, 1, &have_ids));
     if (have_ids) {
         if (is2 != 8) BAD("%s: dataset 'sample_ids': wrong type (expected 64-bit integer)", path);
         if ((int64_t)id[0] != m->n)
-            BAD("%s: dataset 'sample_ids': length %llu differs from N=%lld", path, (unsigned long long)id[0], (long long)m->n);
+            BAD("%s: dataset 'sample_ids': length %llu differs from N=%lld", path, (unsigned long long)id[0],
+                (long long)m->n);
         m->has_ids = 1;
     }
 
@@ -270,16 +280,20 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
         for (int64_t k = 0; k < cnt && st == DDP_OK; k++) {
             int64_t i = lo + k, x = buf[k];
             if (i == 0) {
-                if (x != 0) st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[0]: %lld, must be 0", path, (long long)x);
+                if (x != 0)
+                    st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[0]: %lld, must be 0", path, (long long)x);
             } else if (x == prev) {
-                st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[%lld]: empty sample %lld (offsets[%lld] = offsets[%lld] = %lld)",
-                                   path, (long long)i, (long long)(i - 1), (long long)(i - 1), (long long)i, (long long)x);
+                st = ddp_set_error(
+                    DDP_ERR_FORMAT,
+                    "%s: dataset 'offsets'[%lld]: empty sample %lld (offsets[%lld] = offsets[%lld] = %lld)", path,
+                    (long long)i, (long long)(i - 1), (long long)(i - 1), (long long)i, (long long)x);
             } else if (x < prev) {
                 st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[%lld]: decreasing (%lld after %lld)", path,
                                    (long long)i, (long long)x, (long long)prev);
             } else if (x > m->rows) {
-                st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[%lld]: %lld out of range (features has %lld rows)",
-                                   path, (long long)i, (long long)x, (long long)m->rows);
+                st = ddp_set_error(DDP_ERR_FORMAT,
+                                   "%s: dataset 'offsets'[%lld]: %lld out of range (features has %lld rows)", path,
+                                   (long long)i, (long long)x, (long long)m->rows);
             } else {
                 int64_t r = x - prev;
                 if (r > m->max_rows) m->max_rows = r;
@@ -294,8 +308,8 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
         }
     }
     if (st == DDP_OK && prev != m->rows)
-        st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[%lld]: %lld, must equal the %lld rows of 'features'", path,
-                           (long long)m->n, (long long)prev, (long long)m->rows);
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset 'offsets'[%lld]: %lld, must equal the %lld rows of 'features'",
+                           path, (long long)m->n, (long long)prev, (long long)m->rows);
     /* labels in [0, classes) */
     for (int64_t lo = 0; lo < m->n && st == DDP_OK; lo += BLOCK) {
         int64_t cnt = m->n - lo < BLOCK ? m->n - lo : BLOCK;
@@ -331,7 +345,9 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
         H5Sclose(ms);
         H5Sclose(fsp);
         free(row);
-        if (e < 0) BAD("%s: dataset 'features'[%lld]: cannot be read (truncated or corrupt file?)", path, (long long)m->rows - 1);
+        if (e < 0)
+            BAD("%s: dataset 'features'[%lld]: cannot be read (truncated or corrupt file?)", path,
+                (long long)m->rows - 1);
     }
 
     m->feat_off = mappable_offset(ds[0], m->rows * m->dim * 4, m->file_bytes, 4);
@@ -362,7 +378,8 @@ static void guard_handler(int sig)
 
 ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta *m, ddp_shard_stats *stats)
 {
-    if (g_poisoned) return ddp_set_error(DDP_ERR_FORMAT, "%s: not validated: HDF5 is unusable after an earlier corrupt file", path);
+    if (g_poisoned)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: not validated: HDF5 is unusable after an earlier corrupt file", path);
     ddp_h5_quiet();
     vctx v = {.path = path, .file = -1};
     hid_t ds[4] = {-1, -1, -1, -1};
@@ -392,9 +409,11 @@ ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta
         g_poisoned = 1;
         setitimer(ITIMER_REAL, &off, NULL);
         if (sig == SIGALRM)
-            st = ddp_set_error(DDP_ERR_FORMAT, "%s: %s: HDF5 did not finish reading it in %lld s (corrupt file?)", path, g_obj, (long long)secs);
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: %s: HDF5 did not finish reading it in %lld s (corrupt file?)", path,
+                               g_obj, (long long)secs);
         else
-            st = ddp_set_error(DDP_ERR_FORMAT, "%s: %s: HDF5 crashed reading it (signal %d; corrupt file?)", path, g_obj, sig);
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: %s: HDF5 crashed reading it (signal %d; corrupt file?)", path,
+                               g_obj, sig);
     }
     for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
     return st;

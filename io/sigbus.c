@@ -19,23 +19,23 @@ enum { FREE = 0, LIVE = 1 };
 
 typedef struct {
     atomic_int state;
-    uintptr_t lo, hi;   /* [lo, hi) of the map */
-    int64_t file_off;   /* file byte at lo */
+    uintptr_t lo, hi; /* [lo, hi) of the map */
+    int64_t file_off; /* file byte at lo */
     int fd;
     char obj[16];
-    char *path;         /* owned copy */
+    char *path; /* owned copy */
 } entry;
 
 /* The table: blocks of entries that are never freed, published with release stores, so the handler can walk it
  * while another thread registers a map. */
 static _Atomic(entry *) g_blocks[MAX_BLOCKS];
-static atomic_long g_high;  /* entries in use or once used: the handler scans [0, g_high) */
+static atomic_long g_high; /* entries in use or once used: the handler scans [0, g_high) */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static int64_t *g_free;     /* indices of freed entries (under g_mu) */
+static int64_t *g_free; /* indices of freed entries (under g_mu) */
 static int64_t g_nfree, g_capfree, g_live;
 static struct sigaction g_old;
 static int g_installed;
-static char g_rank[32];     /* "rank N: " when known at install time */
+static char g_rank[32]; /* "rank N: " when known at install time */
 static atomic_flag g_reporting = ATOMIC_FLAG_INIT;
 static char g_line[8192];
 
@@ -56,7 +56,8 @@ static size_t put_u(size_t at_, unsigned long long v)
 {
     char d[24];
     int n = 0;
-    do d[n++] = (char)('0' + v % 10), v /= 10; while (v);
+    do d[n++] = (char)('0' + v % 10), v /= 10;
+    while (v);
     while (n && at_ < sizeof g_line - 2) g_line[at_++] = d[--n];
     return at_;
 }
@@ -67,7 +68,8 @@ static void pass_on(int sig, siginfo_t *si, void *uc)
         g_old.sa_sigaction(sig, si, uc);
         return;
     }
-    if (!(g_old.sa_flags & SA_SIGINFO) && g_old.sa_handler != SIG_DFL && g_old.sa_handler != SIG_IGN && g_old.sa_handler) {
+    if (!(g_old.sa_flags & SA_SIGINFO) && g_old.sa_handler != SIG_DFL && g_old.sa_handler != SIG_IGN &&
+        g_old.sa_handler) {
         g_old.sa_handler(sig);
         return;
     }
@@ -149,13 +151,14 @@ static ddp_status install(void)
     sa.sa_sigaction = on_sigbus;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGBUS, &sa, &g_old) != 0) return ddp_set_error(DDP_ERR_INTERNAL, "cannot install the SIGBUS handler for mapped shards");
+    if (sigaction(SIGBUS, &sa, &g_old) != 0)
+        return ddp_set_error(DDP_ERR_INTERNAL, "cannot install the SIGBUS handler for mapped shards");
     g_installed = 1;
     return DDP_OK;
 }
 
-ddp_status ddp_sigbus_register(const void *addr, size_t len, const char *path, const char *obj, int64_t file_off, int fd,
-                               int64_t *handle)
+ddp_status ddp_sigbus_register(const void *addr, size_t len, const char *path, const char *obj, int64_t file_off,
+                               int fd, int64_t *handle)
 {
     *handle = 0;
     char *copy = strdup(path);
@@ -170,11 +173,14 @@ ddp_status ddp_sigbus_register(const void *addr, size_t len, const char *path, c
         } else {
             long n = atomic_load_explicit(&g_high, memory_order_relaxed);
             if (n / BLOCK_ENTRIES >= MAX_BLOCKS) {
-                st = ddp_set_error(DDP_ERR_ARG, "%s: more than %d memory-mapped shard objects at once", path, MAX_BLOCKS * BLOCK_ENTRIES);
+                st = ddp_set_error(DDP_ERR_ARG, "%s: more than %d memory-mapped shard objects at once", path,
+                                   MAX_BLOCKS * BLOCK_ENTRIES);
             } else if (!at(n)) {
                 entry *b = calloc(BLOCK_ENTRIES, sizeof *b);
-                if (!b) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-                else atomic_store_explicit(&g_blocks[n / BLOCK_ENTRIES], b, memory_order_release);
+                if (!b)
+                    st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+                else
+                    atomic_store_explicit(&g_blocks[n / BLOCK_ENTRIES], b, memory_order_release);
             }
             if (st == DDP_OK) i = n;
         }
@@ -189,7 +195,8 @@ ddp_status ddp_sigbus_register(const void *addr, size_t len, const char *path, c
         e->path = copy;
         copy = NULL;
         atomic_store_explicit(&e->state, LIVE, memory_order_release);
-        if (i == atomic_load_explicit(&g_high, memory_order_relaxed)) atomic_store_explicit(&g_high, i + 1, memory_order_release);
+        if (i == atomic_load_explicit(&g_high, memory_order_relaxed))
+            atomic_store_explicit(&g_high, i + 1, memory_order_release);
         g_live++;
         *handle = i + 1;
     }

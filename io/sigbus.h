@@ -13,8 +13,8 @@
  * file byte file_off; fd stays open while registered (the handler fstat()s it for the current size).
  * *handle receives a value > 0 for ddp_sigbus_unregister. Installs the SIGBUS handler on first use.
  * Thread-safe. */
-ddp_status ddp_sigbus_register(const void *addr, size_t len, const char *path, const char *obj, int64_t file_off, int fd,
-                               int64_t *handle);
+ddp_status ddp_sigbus_register(const void *addr, size_t len, const char *path, const char *obj, int64_t file_off,
+                               int fd, int64_t *handle);
 /* Forgets a registered map (call before munmap) and sets *handle to 0. Thread-safe; 0 is ignored. */
 void ddp_sigbus_unregister(int64_t *handle);
 /* Registered maps right now (tests). */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SIGNAL 0.4 /* prototype scale: classes are ~3 noise-sigmas apart per row */
+#define SIGNAL 0.4       /* prototype scale: classes are ~3 noise-sigmas apart per row */
 #define ORDER_MARKER 2.0 /* order task: marker scale */
 #define ORDER_NOISE 0.3  /* order task: per-feature noise sigma */
 
@@ -25,14 +25,17 @@ static double gauss(uint64_t key, uint64_t ctr)
 
 typedef struct {
     const ddp_synth_opts *o;
-    int64_t first;       /* id of the shard's first sample */
+    int64_t first; /* id of the shard's first sample */
     const int64_t *labels;
-    float *proto;        /* [classes, dim]: class prototypes, or the order task's markers */
-    int64_t *scratch;    /* order task: marker positions, grown to the longest sample */
+    float *proto;     /* [classes, dim]: class prototypes, or the order task's markers */
+    int64_t *scratch; /* order task: marker positions, grown to the longest sample */
     int64_t scratch_n;
 } synth_shard;
 
-static uint64_t sample_key(uint64_t seed, int64_t id) { return ddp_mix64(seed * 0x9e3779b97f4a7c15ULL ^ ddp_mix64((uint64_t)id)); }
+static uint64_t sample_key(uint64_t seed, int64_t id)
+{
+    return ddp_mix64(seed * 0x9e3779b97f4a7c15ULL ^ ddp_mix64((uint64_t)id));
+}
 
 static int64_t sample_rows(const ddp_synth_opts *o, int64_t id)
 {
@@ -92,8 +95,8 @@ static ddp_status fill_order(synth_shard *s, int64_t i, float *rows, int64_t nro
     DDP_CHECK(scratch_reserve(&s->scratch, &s->scratch_n, nrows));
     int64_t label = order_layout(o, id, nrows, s->scratch);
     if (label != s->labels[i])
-        return ddp_set_error(DDP_ERR_INTERNAL, "synth: sample %lld: order label %lld != %lld", (long long)id, (long long)label,
-                             (long long)s->labels[i]);
+        return ddp_set_error(DDP_ERR_INTERNAL, "synth: sample %lld: order label %lld != %lld", (long long)id,
+                             (long long)label, (long long)s->labels[i]);
     for (int64_t r = 0; r < nrows; r++)
         for (int64_t d = 0; d < o->dim; d++)
             rows[r * o->dim + d] = (float)(ORDER_NOISE * gauss(k, (uint64_t)(r * o->dim + d)));
@@ -116,8 +119,7 @@ static ddp_status fill_rows(void *arg, int64_t i, float *rows, int64_t nrows)
     uint64_t k = sample_key(o->seed, id) ^ 0x33;
     const float *mu = s->proto + s->labels[i] * o->dim;
     for (int64_t r = 0; r < nrows; r++)
-        for (int64_t d = 0; d < o->dim; d++)
-            rows[r * o->dim + d] = mu[d] + (float)gauss(k, (uint64_t)(r * o->dim + d));
+        for (int64_t d = 0; d < o->dim; d++) rows[r * o->dim + d] = mu[d] + (float)gauss(k, (uint64_t)(r * o->dim + d));
     return DDP_OK;
 }
 
@@ -127,12 +129,13 @@ ddp_status ddp_synth_check(const ddp_synth_opts *o)
     if (o->dim < 1) return ddp_set_error(DDP_ERR_ARG, "--dim %lld: must be >= 1", (long long)o->dim);
     if (o->classes < 2) return ddp_set_error(DDP_ERR_ARG, "--classes %lld: must be >= 2", (long long)o->classes);
     if (o->min_rows < 1 || o->max_rows < o->min_rows)
-        return ddp_set_error(DDP_ERR_ARG, "--min-rows %lld --max-rows %lld: need 1 <= min <= max", (long long)o->min_rows,
-                             (long long)o->max_rows);
-    if (o->task != 0 && o->task != 1) return ddp_set_error(DDP_ERR_ARG, "--task %d: must be class (0) or order (1)", o->task);
+        return ddp_set_error(DDP_ERR_ARG, "--min-rows %lld --max-rows %lld: need 1 <= min <= max",
+                             (long long)o->min_rows, (long long)o->max_rows);
+    if (o->task != 0 && o->task != 1)
+        return ddp_set_error(DDP_ERR_ARG, "--task %d: must be class (0) or order (1)", o->task);
     if (o->task == 1 && o->min_rows < o->classes)
-        return ddp_set_error(DDP_ERR_ARG, "--task order needs --min-rows >= --classes (%lld < %lld)", (long long)o->min_rows,
-                             (long long)o->classes);
+        return ddp_set_error(DDP_ERR_ARG, "--task order needs --min-rows >= --classes (%lld < %lld)",
+                             (long long)o->min_rows, (long long)o->classes);
     if (o->shards < 1 || o->shards > o->samples)
         return ddp_set_error(DDP_ERR_ARG, "--shards %lld: must be in [1, samples=%lld]", (long long)o->shards,
                              (long long)o->samples);
@@ -153,9 +156,9 @@ ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o)
     if (!proto) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     for (int64_t c = 0; c < o->classes && proto; c++)
         for (int64_t d = 0; d < o->dim; d++)
-            proto[c * o->dim + d] = o->task == 1
-                                        ? (float)(ORDER_MARKER * gauss(ddp_mix64(o->seed ^ 0x0de7), (uint64_t)(c * o->dim + d)))
-                                        : (float)(SIGNAL * gauss(ddp_mix64(o->seed ^ 0x5eed), (uint64_t)(c * o->dim + d)));
+            proto[c * o->dim + d] =
+                o->task == 1 ? (float)(ORDER_MARKER * gauss(ddp_mix64(o->seed ^ 0x0de7), (uint64_t)(c * o->dim + d)))
+                             : (float)(SIGNAL * gauss(ddp_mix64(o->seed ^ 0x5eed), (uint64_t)(c * o->dim + d)));
     for (int64_t k = ctx->topo.rank; k < o->shards && st == DDP_OK; k += ctx->topo.size) {
         int64_t lo = k * o->samples / o->shards, hi = (k + 1) * o->samples / o->shards, n = hi - lo;
         int64_t *off = ddp_calloc((size_t)n + 1, sizeof *off), *lab = ddp_calloc((size_t)n, sizeof *lab),

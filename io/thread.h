@@ -7,7 +7,8 @@
 
 /* Initialises mu and cv and starts fn(arg) on *t: 1 when the thread runs; 0 when it could not be started
  * (mu and cv destroyed again: nothing to undo). */
-static inline int ddp_io_thread_start(pthread_mutex_t *mu, pthread_cond_t *cv, pthread_t *t, void *(*fn)(void *), void *arg)
+static inline int ddp_io_thread_start(pthread_mutex_t *mu, pthread_cond_t *cv, pthread_t *t, void *(*fn)(void *),
+                                      void *arg)
 {
     pthread_mutex_init(mu, NULL);
     pthread_cond_init(cv, NULL);

@@ -16,9 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define H5W(call, what)                                                                            \
-    do {                                                                                           \
-        if ((call) < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: %s failed", path, what);                        \
+#define H5W(call, what)                                                      \
+    do {                                                                     \
+        if ((call) < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: %s failed", path, what); \
     } while (0)
 
 static hid_t make_dset(hid_t f, const char *name, hid_t type, int rank, const hsize_t *dims)
@@ -133,7 +133,9 @@ ddp_status ddp_prepare_out_dir(const char *dir)
         if (len >= 3 && strcmp(e->d_name + len - 3, ".h5") == 0 && e->d_name[0] != '.') found = 1;
     }
     closedir(d);
-    if (found) return ddp_set_error(DDP_ERR_ARG, "%s: already holds *.h5 shard files; remove them or choose another --out", dir);
+    if (found)
+        return ddp_set_error(DDP_ERR_ARG, "%s: already holds *.h5 shard files; remove them or choose another --out",
+                             dir);
     return DDP_OK;
 }
 

@@ -18,8 +18,8 @@ typedef struct {
     const char *out;
     int64_t samples, dim, classes, min_rows, max_rows, shards;
     uint64_t seed;
-    int64_t first_id;   /* sample ids start here; a sample's content depends only on (seed, id) */
-    int task; /* 0 class, 1 order */
+    int64_t first_id; /* sample ids start here; a sample's content depends only on (seed, id) */
+    int task;         /* 0 class, 1 order */
 } ddp_synth_opts;
 
 /* Collective over ctx: shards are written round-robin by the ranks. */

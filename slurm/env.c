@@ -81,7 +81,8 @@ void ddp_jobfacts_read(ddp_jobfacts *f)
 static ddp_status mismatch(const char *who, int rank, int size, int mpi_rank, int mpi_size)
 {
     return ddp_set_error(DDP_ERR_MISMATCH,
-                         "%s started this process as rank %d of %d but MPI says rank %d of %d: launch with `srun --mpi=pmix` (or mpirun), "
+                         "%s started this process as rank %d of %d but MPI says rank %d of %d: launch with `srun "
+                         "--mpi=pmix` (or mpirun), "
                          "not plain srun",
                          who, rank, size, mpi_rank, mpi_size);
 }
@@ -93,8 +94,8 @@ ddp_status ddp_jobfacts_check(const ddp_jobfacts *f, int mpi_rank, int mpi_size)
     /* a task started by srun (not by mpirun inside it) must be the MPI rank srun says it is */
     if (getenv("SLURM_STEP_NUM_TASKS") && getenv("SLURM_PROCID") && !getenv("OMPI_COMM_WORLD_SIZE")) {
         int rank = ddp_env_plain_int("SLURM_PROCID", -1), size = ddp_env_plain_int("SLURM_STEP_NUM_TASKS", -1);
-        if (rank >= 0 && size >= 1 && (rank != mpi_rank || size != mpi_size)) return mismatch("srun", rank, size, mpi_rank, mpi_size);
+        if (rank >= 0 && size >= 1 && (rank != mpi_rank || size != mpi_size))
+            return mismatch("srun", rank, size, mpi_rank, mpi_size);
     }
     return DDP_OK;
 }
-

@@ -8,13 +8,13 @@
 
 /* What the launcher says about this process (filled by slurm/env.c from PMIx, SLURM_* and OMPI_*). */
 typedef struct ddp_jobfacts {
-    char source[16];         /* "pmix", "slurm", "ompi", "none" */
+    char source[16]; /* "pmix", "slurm", "ompi", "none" */
     char job_id[64];
     char array_job_id[32], array_task_id[32];
-    int rank, size;          /* -1 when unknown */
+    int rank, size; /* -1 when unknown */
     int local_rank, node_id, num_nodes;
-    int cpus_per_task;       /* -1 when unknown */
-    int restart_count;       /* SLURM_RESTART_COUNT, 0 when absent */
+    int cpus_per_task; /* -1 when unknown */
+    int restart_count; /* SLURM_RESTART_COUNT, 0 when absent */
 } ddp_jobfacts;
 
 /* Reads what the environment says about this process; never fails (unknown fields are -1 or ""). */

@@ -30,23 +30,25 @@ static ddp_requeue run_scontrol(const char *job, char *msg)
     sigaddset(&block, SIGHUP);
     sigaddset(&block, SIGUSR1);
     int have_attr = posix_spawnattr_init(&attr) == 0;
-    if (have_attr && (posix_spawnattr_setsigmask(&attr, &block) != 0 || posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK) != 0)) {
+    if (have_attr && (posix_spawnattr_setsigmask(&attr, &block) != 0 ||
+                      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK) != 0)) {
         posix_spawnattr_destroy(&attr);
         have_attr = 0;
     }
     int rc = posix_spawnp(&pid, "scontrol", NULL, have_attr ? &attr : NULL, argv, environ);
     if (have_attr) posix_spawnattr_destroy(&attr);
     if (rc != 0) {
-        snprintf(msg, 256, "job %s NOT requeued: scontrol cannot be run (%s); resubmit the job, it resumes from last.h5", job,
+        snprintf(msg, 256,
+                 "job %s NOT requeued: scontrol cannot be run (%s); resubmit the job, it resumes from last.h5", job,
                  strerror(rc));
         return rc == ENOENT ? DDP_REQUEUE_NO_SCONTROL : DDP_REQUEUE_FAILED;
     }
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(msg, 256, "job %s NOT requeued: `scontrol requeue %s` failed (status %d); resubmit it, it resumes from last.h5", job, job,
-                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        snprintf(msg, 256,
+                 "job %s NOT requeued: `scontrol requeue %s` failed (status %d); resubmit it, it resumes from last.h5",
+                 job, job, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         return DDP_REQUEUE_FAILED;
     }
     snprintf(msg, 256, "job %s requeued; it resumes from last.h5", job);
@@ -60,9 +62,12 @@ ddp_status ddp_slurm_requeue(ddp_ctx *ctx, ddp_requeue *out, char *msg)
     if (ctx->topo.rank == 0) {
         const ddp_jobfacts *f = ctx->facts;
         char job[80];
-        if (f->array_job_id[0] && f->array_task_id[0]) snprintf(job, sizeof job, "%s_%s", f->array_job_id, f->array_task_id);
-        else snprintf(job, sizeof job, "%s", f->job_id);
-        if (!getenv("SLURM_JOB_ID") || !job[0]) code = DDP_REQUEUE_NOT_SLURM;
+        if (f->array_job_id[0] && f->array_task_id[0])
+            snprintf(job, sizeof job, "%s_%s", f->array_job_id, f->array_task_id);
+        else
+            snprintf(job, sizeof job, "%s", f->job_id);
+        if (!getenv("SLURM_JOB_ID") || !job[0])
+            code = DDP_REQUEUE_NOT_SLURM;
         else if (ddp_knob_int(DDP_KNOB_REQUEUE) == 0) {
             code = DDP_REQUEUE_DISABLED;
             snprintf(text, sizeof text, "job %s not requeued (MPIDDP_REQUEUE=0)", job);

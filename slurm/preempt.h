@@ -5,7 +5,13 @@
 
 #include "mpiddp.h"
 
-typedef enum { DDP_REQUEUE_NOT_SLURM = 0, DDP_REQUEUE_DONE, DDP_REQUEUE_DISABLED, DDP_REQUEUE_FAILED, DDP_REQUEUE_NO_SCONTROL } ddp_requeue;
+typedef enum {
+    DDP_REQUEUE_NOT_SLURM = 0,
+    DDP_REQUEUE_DONE,
+    DDP_REQUEUE_DISABLED,
+    DDP_REQUEUE_FAILED,
+    DDP_REQUEUE_NO_SCONTROL
+} ddp_requeue;
 
 /* Collective: rank 0 runs `scontrol requeue <job>` when inside a SLURM job (MPIDDP_REQUEUE=0 disables);
  * every rank returns the same outcome; msg (256 bytes) says what happened. */

@@ -23,17 +23,17 @@ typedef struct ddp_enc_ops ddp_enc_ops;
 
 /* How a packed batch's rows belong to its samples, as the encoder ops read it. */
 typedef struct {
-    int64_t B, R;          /* samples, rows */
-    const int64_t *off;    /* [B+1] row offsets, backend memory */
-    const int64_t *seg;    /* [R] sample of each row, backend memory */
-    const int64_t *sid;    /* [B] sample ids (dropout keys), backend memory */
-    const int64_t *hoff;   /* [B+1] the same offsets in host memory */
-    int64_t max_rows;      /* longest sample of the batch */
+    int64_t B, R;        /* samples, rows */
+    const int64_t *off;  /* [B+1] row offsets, backend memory */
+    const int64_t *seg;  /* [R] sample of each row, backend memory */
+    const int64_t *sid;  /* [B] sample ids (dropout keys), backend memory */
+    const int64_t *hoff; /* [B+1] the same offsets in host memory */
+    int64_t max_rows;    /* longest sample of the batch */
 } ddp_packing;
 
 struct ddp_backend {
-    const char *name;   /* "cpu", "cuda" or "cuda-emu" (the CUDA backend on the host emulator) */
-    int host_memory;    /* 1 when backend pointers are host pointers */
+    const char *name;        /* "cpu", "cuda" or "cuda-emu" (the CUDA backend on the host emulator) */
+    int host_memory;         /* 1 when backend pointers are host pointers */
     int64_t row_block_bytes; /* the model's forward runs in blocks of rows of about this many bytes per
                               * activation (cache blocking); 0: the whole batch at once */
     void *impl;
@@ -51,8 +51,7 @@ struct ddp_backend {
     ddp_status (*reserve)(ddp_backend *b, int64_t rows);
     /* C[M,N] = alpha * op(A) * op(B) + beta * C; op(A) is [M,K], op(B) is [K,N]. */
     ddp_status (*gemm)(ddp_backend *b, int transa, int transb, int64_t M, int64_t N, int64_t K, float alpha,
-                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                       int64_t ldc);
+                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
     /* a = gelu(z[r,:] + bias); with dgelu non-NULL also dgelu = gelu'(z[r,:] + bias), kept for the
      * backward pass instead of the pre-activation. a or dgelu may be z. */
     ddp_status (*bias_gelu)(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu, int64_t rows,
@@ -73,8 +72,8 @@ struct ddp_backend {
     /* x[r,:] += bias. */
     ddp_status (*add_bias)(ddp_backend *b, float *x, const float *bias, int64_t rows, int64_t cols);
     /* Per row: loss[r], and optionally dlogits (softmax - onehot), pred, prob. */
-    ddp_status (*softmax_xent)(ddp_backend *b, const float *logits, const int64_t *labels, int64_t n,
-                               int64_t c, float *dlogits, float *loss, int64_t *pred, float *prob);
+    ddp_status (*softmax_xent)(ddp_backend *b, const float *logits, const int64_t *labels, int64_t n, int64_t c,
+                               float *dlogits, float *loss, int64_t *pred, float *prob);
     ddp_status (*adamw)(ddp_backend *b, float *p, const float *g, float *m, float *v, int64_t n,
                         const ddp_adamw_args *a);
     /* *out = sum x[i]^2 (double accumulation on the host side of the result). */
@@ -85,7 +84,8 @@ struct ddp_backend {
     void (*destroy)(ddp_backend *b);
     const ddp_enc_ops *enc; /* the Transformer encoder's ops (below); NULL when the backend lacks them */
     /* The arithmetic of gemm from now on (ddp_precision, mpiddp.h); the other ops stay fp32. DDP_ERR_ARG with one
-     * line where the backend lacks it (the CPU backend: fp32 or bf16, backend_cpu_bf16.c). New backends start at fp32. */
+     * line where the backend lacks it (the CPU backend: fp32 or bf16, backend_cpu_bf16.c). New backends start at fp32.
+     */
     ddp_status (*set_precision)(ddp_backend *b, ddp_precision p);
     /* Optional (NULL on host backends): a batch's uploads through pinned host staging on a copy stream, so that
      * one batch's copy runs while another computes. Two staging sets, 0 and 1, each with its own pinned slot:
@@ -172,9 +172,11 @@ struct ddp_enc_ops {
 };
 
 /* The names of the encoder ops, in table order: ddp_backend_require() checks a backend has them all. */
-#define DDP_ENC_OPS(X)                                                                                      \
-    X(embed_fwd) X(embed_bwd) X(layernorm_fwd) X(layernorm_bwd) X(attention_fwd) X(attention_bwd)        \
+// clang-format off
+#define DDP_ENC_OPS(X)                                                                                  \
+    X(embed_fwd) X(embed_bwd) X(layernorm_fwd) X(layernorm_bwd) X(attention_fwd) X(attention_bwd)      \
     X(gelu_erf_fwd) X(gelu_erf_bwd) X(residual_fwd) X(residual_bwd) X(pool_mean_fwd) X(pool_mean_bwd)
+// clang-format on
 /* DDP_ERR_ARG naming the backend and the first missing encoder op, else DDP_OK. */
 ddp_status ddp_backend_require_enc(const ddp_backend *b);
 const ddp_enc_ops *ddp_cpu_enc_ops(void);
@@ -199,8 +201,8 @@ static inline ddp_status ddp_backend_set_precision(ddp_backend *be, ddp_precisio
 {
     if (be->set_precision) return be->set_precision(be, p);
     if (p == DDP_PRECISION_FP32) return DDP_OK;
-    return ddp_set_error(DDP_ERR_ARG, "--precision %s needs --device cuda (the %s backend computes in fp32)", ddp_precision_name(p),
-                         be->name);
+    return ddp_set_error(DDP_ERR_ARG, "--precision %s needs --device cuda (the %s backend computes in fp32)",
+                         ddp_precision_name(p), be->name);
 }
 #endif
 

@@ -60,23 +60,27 @@ static ddp_status cpu_zero(ddp_backend *b, void *p, size_t bytes)
     if (bytes) memset(p, 0, bytes);
     return DDP_OK;
 }
-static ddp_status cpu_sync(ddp_backend *b) { (void)b; return DDP_OK; }
+static ddp_status cpu_sync(ddp_backend *b)
+{
+    (void)b;
+    return DDP_OK;
+}
 
-static ddp_status cpu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                           const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                           int64_t ldc)
+static ddp_status cpu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                           int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
     if (M <= 0 || N <= 0) return DDP_OK;
     if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
-        return ddp_set_error(DDP_ERR_ARG, "gemm dimensions %lld x %lld x %lld exceed BLAS int range",
-                             (long long)M, (long long)N, (long long)K);
+        return ddp_set_error(DDP_ERR_ARG, "gemm dimensions %lld x %lld x %lld exceed BLAS int range", (long long)M,
+                             (long long)N, (long long)K);
     if (K <= 0) { /* C = beta*C */
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
         return DDP_OK;
     }
     if (lda < (ta ? M : K) || ldb < (tb ? K : N) || ldc < N)
-        return ddp_set_error(DDP_ERR_ARG, "gemm leading dimensions %lld, %lld, %lld below the rows' lengths (%lld x %lld x %lld)",
+        return ddp_set_error(DDP_ERR_ARG,
+                             "gemm leading dimensions %lld, %lld, %lld below the rows' lengths (%lld x %lld x %lld)",
                              (long long)lda, (long long)ldb, (long long)ldc, (long long)M, (long long)N, (long long)K);
     if (BF16(b)) return ddp_cpu_bf16_gemm(BF16(b), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     cpu_impl *c = b->impl;
@@ -85,18 +89,20 @@ static ddp_status cpu_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
         if (!c->f32 && ddp_cpu_dnnl_create(0, c->threads, &c->f32) != DDP_OK) c->f32_failed = 1;
         if (c->f32) return ddp_cpu_dnnl_matmul(c->f32, ta, tb, beta == 1.0f, M, N, K, A, lda, B, ldb, C, ldc);
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
-                (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+                alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
     return DDP_OK;
 }
 
-/* gemm with bf16 operands (backend.h): --precision bf16 only, through backend_cpu_bf16.c; the edge cases as cpu_gemm. */
-static ddp_status cpu_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
-                             int a16, int64_t lda, const void *B, int b16, int64_t ldb, float beta, float *C, int64_t ldc)
+/* gemm with bf16 operands (backend.h): --precision bf16 only, through backend_cpu_bf16.c; the edge cases as cpu_gemm.
+ */
+static ddp_status cpu_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                             const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb, float beta,
+                             float *C, int64_t ldc)
 {
     if (!BF16(b))
-        return ddp_set_error(DDP_ERR_ARG, "gemm16 (bf16 activations) needs --precision bf16 (the %s backend computes in fp32)",
-                             b->name);
+        return ddp_set_error(
+            DDP_ERR_ARG, "gemm16 (bf16 activations) needs --precision bf16 (the %s backend computes in fp32)", b->name);
     if (M <= 0 || N <= 0 || K <= 0 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) /* nothing read from A, B */
         return cpu_gemm(b, ta, tb, M, N, K, alpha, NULL, lda, NULL, ldb, beta, C, ldc);
     return ddp_cpu_bf16_gemm16(BF16(b), ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc);
@@ -149,8 +155,8 @@ DDP_CLONES static ddp_status cpu_bias_gelu_pool(ddp_backend *b, const float *z, 
     return DDP_OK;
 }
 
-DDP_CLONES static ddp_status cpu_gelu_backward(ddp_backend *b, const float *dact, const float *dgelu, float *dz, int64_t rows,
-                                               int64_t cols, float *dbias)
+DDP_CLONES static ddp_status cpu_gelu_backward(ddp_backend *b, const float *dact, const float *dgelu, float *dz,
+                                               int64_t rows, int64_t cols, float *dbias)
 {
     (void)b;
     float *restrict db = dbias;
@@ -189,7 +195,8 @@ DDP_CLONES static ddp_status cpu_pool_gelu_backward(ddp_backend *b, const float 
     return DDP_OK;
 }
 
-DDP_CLONES static ddp_status cpu_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
+DDP_CLONES static ddp_status cpu_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols,
+                                        float beta)
 {
     (void)b;
     for (int64_t c = 0; c < cols; c++) out[c] = beta == 0.0f ? 0.0f : beta * out[c];
@@ -217,7 +224,7 @@ static ddp_status cpu_softmax_xent(ddp_backend *b, const float *logits, const in
 }
 
 DDP_CLONES static ddp_status cpu_adamw(ddp_backend *b, float *p, const float *g, float *m, float *v, int64_t n,
-                            const ddp_adamw_args *a)
+                                       const ddp_adamw_args *a)
 {
     if (BF16(b)) return ddp_cpu_bf16_adamw(BF16(b), p, g, m, v, n, a); /* fused with the bf16 copy's refresh */
     for (int64_t i = 0; i < n; i++) ddp_adamw_elem(p + i, g[i], m + i, v + i, a);

@@ -80,7 +80,7 @@ DDP_INLINE void mk(float *restrict C, int64_t ldc, int rows, int64_t cols, int a
  * multiple of 256 fall into a few L1 sets: 12-16% of the attention's time in a profile at d 128, 4 heads.) */
 enum { TB = 16 };
 DDP_INLINE void pack_rows(float *restrict dst, const float *restrict src, int64_t ld, int64_t n, int64_t dh, int64_t np,
-                           int64_t dhp, int trans)
+                          int64_t dhp, int trans)
 {
     if (!trans) {
         for (int64_t j = 0; j < n; j++) {
@@ -120,7 +120,7 @@ DDP_INLINE float fold_sum(float *lane)
 
 /* S[TQ x np] = Qp[i0 .. i0+m) Kt (row blocks of TR, column blocks of TW) */
 DDP_INLINE void scores(float *S, const float *Qp, const float *Kt, int64_t i0, int64_t m, int64_t np, int64_t dh,
-                          int64_t dhp)
+                       int64_t dhp)
 {
     for (int64_t r0 = 0; r0 < m; r0 += TR)
         for (int64_t j0 = 0; j0 < np; j0 += TW)
@@ -139,11 +139,12 @@ static inline float *aligned(float *p) { return (float *)(((uintptr_t)p + 63) & 
  * to TW), then each tile of TQ query rows runs scores -> softmax (lse saved) -> dropout -> P V on a TQ x np score tile
  * that stays in L1/L2. A tile holds all of the sample's keys, so the softmax is exact in one pass (no running
  * rescale). */
-DDP_CLONES void ddp_cpu_attn_tiled_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t s, int64_t d,
-                                       int heads, const ddp_dropout *dr, float *scratch)
+DDP_CLONES void ddp_cpu_attn_tiled_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t s,
+                                       int64_t d, int heads, const ddp_dropout *dr, float *scratch)
 {
     float *W = aligned(scratch);
-    int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, dh = d / heads, ld = 3 * d, np = rup(n, TW), dhp = rup(dh, TW);
+    int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, dh = d / heads, ld = 3 * d, np = rup(n, TW),
+            dhp = rup(dh, TW);
     float scale = 1.0f / sqrtf((float)dh), *Qp = W, *Kt = Qp + np * dhp, *Vp = Kt + np * dhp, *S = Vp + np * dhp;
     int drop = dr && dr->p > 0.0f;
     for (int h = 0; h < heads; h++) {
@@ -186,21 +187,22 @@ DDP_CLONES void ddp_cpu_attn_tiled_fwd(const float *qkv, float *o, float *lse, c
             /* O[i0 .. i0+m) = P Vp */
             for (int64_t r0 = 0; r0 < mr; r0 += TR)
                 for (int64_t c0 = 0; c0 < dh; c0 += TW)
-                    mk(o + (lo + i0 + r0) * d + h * dh + c0, d, (int)(m - r0 < TR ? m - r0 : TR), dh - c0, 0, S + r0 * np,
-                       np, 1, Vp + c0, dhp, n);
+                    mk(o + (lo + i0 + r0) * d + h * dh + c0, d, (int)(m - r0 < TR ? m - r0 : TR), dh - c0, 0,
+                       S + r0 * np, np, 1, Vp + c0, dhp, n);
         }
     }
 }
 
-/* Sample s, per head: Q, K, V and dO packed as in the forward; per tile of TQB query rows P = exp(S - lse) is recomputed
- * from the saved lse, then dP = dO V^T, dS = P (drop(dP) - D) scale, dQ = dS K per tile, and dV += drop(P)^T dO,
- * dK += dS^T Q into per-sample accumulators. */
-DDP_CLONES void ddp_cpu_attn_tiled_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                                       const ddp_packing *pack, int64_t s, int64_t d, int heads, const ddp_dropout *dr,
-                                       float *scratch)
+/* Sample s, per head: Q, K, V and dO packed as in the forward; per tile of TQB query rows P = exp(S - lse) is
+ * recomputed from the saved lse, then dP = dO V^T, dS = P (drop(dP) - D) scale, dQ = dS K per tile, and dV += drop(P)^T
+ * dO, dK += dS^T Q into per-sample accumulators. */
+DDP_CLONES void ddp_cpu_attn_tiled_bwd(const float *qkv, const float *dout, const float *lse, const float *D,
+                                       float *dqkv, const ddp_packing *pack, int64_t s, int64_t d, int heads,
+                                       const ddp_dropout *dr, float *scratch)
 {
     float *W = aligned(scratch);
-    int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, dh = d / heads, ld = 3 * d, np = rup(n, TW), dhp = rup(dh, TW);
+    int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, dh = d / heads, ld = 3 * d, np = rup(n, TW),
+            dhp = rup(dh, TW);
     int64_t blk = np * dhp;
     float scale = 1.0f / sqrtf((float)dh);
     float *Qp = W, *Kt = Qp + blk, *Kp = Kt + blk, *Vt = Kp + blk, *dOp = Vt + blk, *dKp = dOp + blk, *dVp = dKp + blk;
@@ -217,7 +219,7 @@ DDP_CLONES void ddp_cpu_attn_tiled_bwd(const float *qkv, const float *dout, cons
         memset(dKp, 0, (size_t)(2 * blk) * sizeof *dKp);
         for (int64_t i0 = 0; i0 < n; i0 += TQB) {
             int64_t m = n - i0 < TQB ? n - i0 : TQB, mr = rup(m, TR);
-            scores(P, Qp, Kt, i0, mr, np, dh, dhp);  /* S */
+            scores(P, Qp, Kt, i0, mr, np, dh, dhp);   /* S */
             scores(dS, dOp, Vt, i0, mr, np, dh, dhp); /* dP = dO V^T */
             for (int64_t r = 0; r < mr; r++) {
                 float *restrict Pr = P + r * np, *restrict dSr = dS + r * np;

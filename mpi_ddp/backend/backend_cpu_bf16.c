@@ -19,17 +19,17 @@
 
 struct ddp_cpu_bf16 {
     int threads, onednn;
-    size_t es;            /* bytes per rounded element: 2 (bf16, oneDNN) or 4 (fp32 holding a bf16 value, OpenBLAS) */
-    const float *p;       /* the registered parameters p[0, n), NULL before the first adamw */
+    size_t es;      /* bytes per rounded element: 2 (bf16, oneDNN) or 4 (fp32 holding a bf16 value, OpenBLAS) */
+    const float *p; /* the registered parameters p[0, n), NULL before the first adamw */
     int64_t n;
-    void *copy;           /* p rounded, es bytes per element */
-    int valid;            /* the copy equals p rounded (no write since the last adamw) */
-    void *scratch;        /* operands rounded per call */
+    void *copy;    /* p rounded, es bytes per element */
+    int valid;     /* the copy equals p rounded (no write since the last adamw) */
+    void *scratch; /* operands rounded per call */
     size_t scratch_bytes;
-    float *tmp;           /* alpha != 1 or beta not 0 or 1: op(A) op(B) before the combination */
+    float *tmp; /* alpha != 1 or beta not 0 or 1: op(A) op(B) before the combination */
     size_t tmp_n;
     int64_t from_copy, converted;
-    ddp_cpu_dnnl *dn;     /* oneDNN's bf16 matmuls (backend_cpu_dnnl.c), NULL on the OpenBLAS path */
+    ddp_cpu_dnnl *dn; /* oneDNN's bf16 matmuls (backend_cpu_dnnl.c), NULL on the OpenBLAS path */
 };
 
 /* ---------------------------------------------------------------- rounding (bf16_round.h) */
@@ -53,17 +53,17 @@ DDP_CLONES static void widen_rows32(const uint16_t *x, int64_t rows, int64_t col
 /* The fp32 update of backend_cpu.c's cpu_adamw, element for element, and the copy in the same pass. p, g, m, v and
  * q are distinct arrays and the arguments are read into a local, so the loop vectorises (with p read back through
  * memory after its store it stayed scalar: 4x the fp32 update's time). */
-#define ADAMW_COPY(name, T, conv)                                                                                      \
-    DDP_CLONES static void name(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,       \
-                                int64_t n, const ddp_adamw_args *a, T *restrict q)                                     \
-    {                                                                                                                  \
-        const ddp_adamw_args c = *a;                                                                                   \
-        for (int64_t i = 0; i < n; i++) {                                                                              \
-            float pi = p[i], mi = m[i], vi = v[i];                                                                     \
-            ddp_adamw_elem(&pi, g[i], &mi, &vi, &c);                                                                   \
-            p[i] = pi, m[i] = mi, v[i] = vi;                                                                           \
-            q[i] = conv(pi);                                                                                           \
-        }                                                                                                              \
+#define ADAMW_COPY(name, T, conv)                                                                                 \
+    DDP_CLONES static void name(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, \
+                                int64_t n, const ddp_adamw_args *a, T *restrict q)                                \
+    {                                                                                                             \
+        const ddp_adamw_args c = *a;                                                                              \
+        for (int64_t i = 0; i < n; i++) {                                                                         \
+            float pi = p[i], mi = m[i], vi = v[i];                                                                \
+            ddp_adamw_elem(&pi, g[i], &mi, &vi, &c);                                                              \
+            p[i] = pi, m[i] = mi, v[i] = vi;                                                                      \
+            q[i] = conv(pi);                                                                                      \
+        }                                                                                                         \
     }
 ADAMW_COPY(adamw16, uint16_t, ddp_bf16_bits)
 ADAMW_COPY(adamw32, float, ddp_bf16_round)
@@ -74,7 +74,8 @@ static char probe_note[320];
 /* Once per process: which path, and the notice. Two paths, the same arithmetic (bf16 x bf16 products are exact in
  * fp32; only the order of the fp32 sums differs): oneDNN (built with it, DDP_HAVE_DNNL; a CPU with AVX-512; bf16 units
  * native, plain AVX-512 emulated, a notice says so), or OpenBLAS cblas_sgemm on operands rounded to bf16 and widened
- * back to fp32 (no oneDNN, an older ISA, oneDNN offering only its reference kernel, or MPIDDP_CPU_ONEDNN=0; a notice). */
+ * back to fp32 (no oneDNN, an older ISA, oneDNN offering only its reference kernel, or MPIDDP_CPU_ONEDNN=0; a notice).
+ */
 static void probe(void)
 {
     if (probed) return;
@@ -83,13 +84,16 @@ static void probe(void)
     if (ddp_cpu_dnnl_usable(1, &why)) {
         probe_onednn = 1;
         if (!ddp_cpu_dnnl_bf16_native())
-            snprintf(probe_note, sizeof probe_note, "--precision bf16 on the CPU: this CPU has no bf16 units (AVX512-BF16 "
-                                                    "or AMX), oneDNN emulates the bf16 GEMMs on AVX-512 (the same "
-                                                    "arithmetic, slower)");
+            snprintf(probe_note, sizeof probe_note,
+                     "--precision bf16 on the CPU: this CPU has no bf16 units (AVX512-BF16 "
+                     "or AMX), oneDNN emulates the bf16 GEMMs on AVX-512 (the same "
+                     "arithmetic, slower)");
         return;
     }
-    snprintf(probe_note, sizeof probe_note, "--precision bf16 on the CPU: %s; the GEMM operands are rounded to bf16 and "
-             "multiplied with OpenBLAS sgemm in fp32 (the same arithmetic as bf16 units, slower)", why);
+    snprintf(probe_note, sizeof probe_note,
+             "--precision bf16 on the CPU: %s; the GEMM operands are rounded to bf16 and "
+             "multiplied with OpenBLAS sgemm in fp32 (the same arithmetic as bf16 units, slower)",
+             why);
 }
 
 const char *ddp_cpu_bf16_notice(void)
@@ -163,12 +167,15 @@ ddp_status ddp_cpu_bf16_adamw(ddp_cpu_bf16 *s, float *p, const float *g, float *
         s->copy = NULL, s->p = NULL, s->n = 0, s->valid = 0;
         if (n > 0) {
             s->copy = ddp_calloc((size_t)n, s->es);
-            if (!s->copy) return ddp_set_error(DDP_ERR_NOMEM, "out of memory: the bf16 copy of %lld parameters", (long long)n);
+            if (!s->copy)
+                return ddp_set_error(DDP_ERR_NOMEM, "out of memory: the bf16 copy of %lld parameters", (long long)n);
         }
         s->p = p, s->n = n;
     }
-    if (s->es == sizeof(uint16_t)) adamw16(p, g, m, v, n, a, s->copy);
-    else adamw32(p, g, m, v, n, a, s->copy);
+    if (s->es == sizeof(uint16_t))
+        adamw16(p, g, m, v, n, a, s->copy);
+    else
+        adamw32(p, g, m, v, n, a, s->copy);
     s->valid = 1;
     return DDP_OK;
 }
@@ -186,8 +193,10 @@ static const void *operand(ddp_cpu_bf16 *s, const float *x, int64_t rows, int64_
     }
     s->converted++;
     void *y = (char *)s->scratch + at;
-    if (s->es == sizeof(uint16_t)) round_rows16(x, rows, cols, ld, y);
-    else round_rows32(x, rows, cols, ld, y);
+    if (s->es == sizeof(uint16_t))
+        round_rows16(x, rows, cols, ld, y);
+    else
+        round_rows32(x, rows, cols, ld, y);
     *ld_out = cols;
     return y;
 }
@@ -205,8 +214,8 @@ static ddp_status grow(void **buf, size_t *have, size_t need, const char *what)
 
 /* C = alpha op(A) op(B) + beta C from the rounded operands a, b (leading dimensions la, lb) through the primitives:
  * alpha 1 with beta 0 or 1 directly (beta 1: the sum post-op), any other through a temporary. */
-static ddp_status onednn_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *a,
-                            int64_t la, const void *b, int64_t lb, float beta, float *C, int64_t ldc)
+static ddp_status onednn_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                              const void *a, int64_t la, const void *b, int64_t lb, float beta, float *C, int64_t ldc)
 {
     if (alpha == 1.0f && (beta == 0.0f || beta == 1.0f))
         return ddp_cpu_dnnl_matmul(s->dn, ta, tb, beta == 1.0f, M, N, K, a, la, b, lb, C, ldc);
@@ -217,7 +226,8 @@ static ddp_status onednn_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_
     DDP_CHECK(ddp_cpu_dnnl_matmul(s->dn, ta, tb, 0, M, N, K, a, la, b, lb, s->tmp, N));
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++)
-            C[i * ldc + j] = beta == 0.0f ? alpha * s->tmp[i * N + j] : alpha * s->tmp[i * N + j] + beta * C[i * ldc + j];
+            C[i * ldc + j] = beta == 0.0f ? alpha * s->tmp[i * N + j]
+                                          : alpha * s->tmp[i * N + j] + beta * C[i * ldc + j];
     return DDP_OK;
 }
 
@@ -250,13 +260,14 @@ static ddp_status gemm_any(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N
     const void *a = a16 ? operand16(s, A, ar, ac, lda, 0, &la) : operand(s, A, ar, ac, lda, 0, &la);
     const void *b = b16 ? operand16(s, B, br, bc, ldb, na, &lb) : operand(s, B, br, bc, ldb, na, &lb);
     if (s->onednn) return onednn_gemm(s, ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha,
-                a, (int)la, b, (int)lb, beta, C, (int)ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+                alpha, a, (int)la, b, (int)lb, beta, C, (int)ldc);
     return DDP_OK;
 }
 
 ddp_status ddp_cpu_bf16_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                             int64_t ldc)
 {
     return gemm_any(s, ta, tb, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, ldc);
 }

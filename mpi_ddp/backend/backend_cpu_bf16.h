@@ -25,7 +25,8 @@ void ddp_cpu_bf16_destroy(ddp_cpu_bf16 *s);
 /* The backend's gemm (backend.h) at bf16, for M, N, K > 0 within int range. An operand lying inside the parameters
  * registered by the last ddp_cpu_bf16_adamw (and not written since) is read from their bf16 copy. */
 ddp_status ddp_cpu_bf16_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                             int64_t ldc);
 /* The backend's gemm16 (backend.h): as ddp_cpu_bf16_gemm with A (a16 = 1) and/or B (b16 = 1) given as bf16 bits
  * (ddp_bf16), which equals ddp_cpu_bf16_gemm on the fp32 values they were rounded from (bf16_round.h). */
 ddp_status ddp_cpu_bf16_gemm16(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,

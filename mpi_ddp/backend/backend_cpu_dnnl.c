@@ -46,7 +46,8 @@ static dnnl_primitive_t make_prim(dnnl_engine_t eng, dnnl_data_type_t type, int 
     int ok = dnnl_memory_desc_init_by_strides(&a, 2, d, type, as) == dnnl_success &&
              dnnl_memory_desc_init_by_strides(&b, 2, d, type, bs) == dnnl_success &&
              dnnl_memory_desc_init_by_strides(&c, 2, d, dnnl_f32, cs) == dnnl_success &&
-             dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) == dnnl_success && dnnl_primitive_attr_create(&attr) == dnnl_success;
+             dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) == dnnl_success &&
+             dnnl_primitive_attr_create(&attr) == dnnl_success;
     if (ok && acc)
         ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
@@ -119,7 +120,8 @@ static void probe(int bf16)
     }
     ddp_cpu_dnnl t = {0};
     if (!init(&t, bf16)) {
-        why_not[bf16] = bf16 ? "oneDNN offers no optimised bf16 matmul here" : "oneDNN offers no optimised fp32 matmul here";
+        why_not[bf16] = bf16 ? "oneDNN offers no optimised bf16 matmul here"
+                             : "oneDNN offers no optimised fp32 matmul here";
         return;
     }
     drop(&t);
@@ -145,8 +147,8 @@ int ddp_cpu_dnnl_bf16_native(void)
 
 int ddp_cpu_dnnl_fp32_wanted(int64_t M, int64_t N, int64_t K, float alpha, float beta)
 {
-    return alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && (double)M * (double)N * (double)K >= (double)DNNL_FP32_MIN_MNK &&
-           ddp_cpu_dnnl_usable(0, NULL);
+    return alpha == 1.0f && (beta == 0.0f || beta == 1.0f) &&
+           (double)M * (double)N * (double)K >= (double)DNNL_FP32_MIN_MNK && ddp_cpu_dnnl_usable(0, NULL);
 }
 
 void ddp_cpu_dnnl_describe(char *buf, size_t n)
@@ -158,11 +160,16 @@ void ddp_cpu_dnnl_describe(char *buf, size_t n)
     const char *why32 = NULL, *why16 = NULL;
     int f32 = ddp_cpu_dnnl_usable(0, &why32), b16 = ddp_cpu_dnnl_usable(1, &why16);
     const char *b16s = ddp_cpu_dnnl_bf16_native() ? "bf16 GEMMs (bf16 units)" : "bf16 GEMMs (emulated on AVX-512)";
-    if (f32 && b16) snprintf(buf, n, "%d.%d.%d: fp32 GEMMs of >= 2^20 multiply-adds, %s", ver->major, ver->minor, ver->patch, b16s);
-    else if (f32) snprintf(buf, n, "%d.%d.%d: fp32 GEMMs of >= 2^20 multiply-adds; bf16 unused (%s)", ver->major, ver->minor,
-                           ver->patch, why16 ? why16 : "");
-    else if (b16) snprintf(buf, n, "%d.%d.%d: %s; fp32 unused (%s)", ver->major, ver->minor, ver->patch, b16s, why32 ? why32 : "");
-    else snprintf(buf, n, "%d.%d.%d: unused (%s)", ver->major, ver->minor, ver->patch, why32 ? why32 : "");
+    if (f32 && b16)
+        snprintf(buf, n, "%d.%d.%d: fp32 GEMMs of >= 2^20 multiply-adds, %s", ver->major, ver->minor, ver->patch, b16s);
+    else if (f32)
+        snprintf(buf, n, "%d.%d.%d: fp32 GEMMs of >= 2^20 multiply-adds; bf16 unused (%s)", ver->major, ver->minor,
+                 ver->patch, why16 ? why16 : "");
+    else if (b16)
+        snprintf(buf, n, "%d.%d.%d: %s; fp32 unused (%s)", ver->major, ver->minor, ver->patch, b16s,
+                 why32 ? why32 : "");
+    else
+        snprintf(buf, n, "%d.%d.%d: unused (%s)", ver->major, ver->minor, ver->patch, why32 ? why32 : "");
 #endif
 }
 
@@ -181,7 +188,8 @@ ddp_status ddp_cpu_dnnl_create(int bf16, int threads, ddp_cpu_dnnl **out)
     set_omp_threads(s->threads);
     if (!init(s, bf16 != 0)) {
         free(s);
-        return ddp_set_error(DDP_ERR_INTERNAL, "oneDNN: creating the %s matmul primitives failed", bf16 ? "bf16" : "fp32");
+        return ddp_set_error(DDP_ERR_INTERNAL, "oneDNN: creating the %s matmul primitives failed",
+                             bf16 ? "bf16" : "fp32");
     }
     *out = s;
     return DDP_OK;
@@ -228,11 +236,13 @@ ddp_status ddp_cpu_dnnl_matmul(ddp_cpu_dnnl *s, int ta, int tb, int acc, int64_t
     if (mb) dnnl_memory_destroy(mb);
     if (mc) dnnl_memory_destroy(mc);
     if (st != dnnl_success)
-        return ddp_set_error(DDP_ERR_INTERNAL, "oneDNN %s matmul %lldx%lldx%lld (transa %d, transb %d) failed: status %d",
-                             s->type == dnnl_bf16 ? "bf16" : "fp32", (long long)M, (long long)N, (long long)K, ta, tb, (int)st);
+        return ddp_set_error(
+            DDP_ERR_INTERNAL, "oneDNN %s matmul %lldx%lldx%lld (transa %d, transb %d) failed: status %d",
+            s->type == dnnl_bf16 ? "bf16" : "fp32", (long long)M, (long long)N, (long long)K, ta, tb, (int)st);
     return DDP_OK;
 #else
-    (void)s, (void)ta, (void)tb, (void)acc, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc;
+    (void)s, (void)ta, (void)tb, (void)acc, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C,
+        (void)ldc;
     return ddp_set_error(DDP_ERR_INTERNAL, "oneDNN: not built in");
 #endif
 }

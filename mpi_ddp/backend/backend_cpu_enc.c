@@ -40,7 +40,10 @@ static attn_pick attn_method(void)
     if (m && !strcmp(m, "tiled")) return (attn_pick){INT64_MAX, 0};
     return (attn_pick){ddp_knob_int(DDP_KNOB_ATTENTION_GEMM_MIN), ddp_knob_int(DDP_KNOB_ATTENTION_TILED_MIN)};
 }
-static int attn_which(attn_pick k, int64_t n) { return n >= k.tiled_min ? ATT_TILED : n >= k.gemm_min ? ATT_GEMM : ATT_FUSED; }
+static int attn_which(attn_pick k, int64_t n)
+{
+    return n >= k.tiled_min ? ATT_TILED : n >= k.gemm_min ? ATT_GEMM : ATT_FUSED;
+}
 
 /* y += a x, and the backward's three updates of one (query, key) pair: restrict lets the compiler vectorise
  * (the pointers are distinct column blocks of distinct rows) */
@@ -58,8 +61,8 @@ static inline void axpy3(float *restrict dq, float *restrict dk, float *restrict
     }
 }
 /* s1 += a1 x1 and s2 += a2 x2 (two score rows at once) */
-static inline void axpy2(float *restrict s1, float *restrict s2, const float *restrict x1, const float *restrict x2, float a1,
-                         float a2, int64_t n)
+static inline void axpy2(float *restrict s1, float *restrict s2, const float *restrict x1, const float *restrict x2,
+                         float a1, float a2, int64_t n)
 {
     for (int64_t j = 0; j < n; j++) {
         s1[j] += a1 * x1[j];
@@ -95,8 +98,8 @@ static ddp_status cpu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, f
     return DDP_OK;
 }
 
-DDP_CLONES static ddp_status cpu_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, float *y,
-                                               float *mean, float *rstd, int64_t R, int64_t d)
+DDP_CLONES static ddp_status cpu_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias,
+                                               float *y, float *mean, float *rstd, int64_t R, int64_t d)
 {
     (void)b;
     for (int64_t r = 0; r < R; r++) ddp_layernorm_row(x + r * d, w, bias, y + r * d, &mean[r], &rstd[r], d);
@@ -155,8 +158,8 @@ DDP_CLONES static ddp_status cpu_layernorm_bwd(ddp_backend *b, const float *dy, 
  * each query row's scores, softmax and weighted sum run as loops vectorised over the sample's rows or the
  * head's columns; no n x n matrix, no library call per sample. (The CUDA kernels run kern_enc.h's one-pass
  * online softmax per row; both are exact, in other summation orders.) scratch holds 2 dh n + n floats. */
-DDP_CLONES static void attn_fused_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t s, int64_t d,
-                                      int heads, const ddp_dropout *dr, float *scratch)
+DDP_CLONES static void attn_fused_fwd(const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t s,
+                                      int64_t d, int heads, const ddp_dropout *dr, float *scratch)
 {
     int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
     float scale = 1.0f / sqrtf((float)dh), *Kt = scratch, *sr = scratch + dh * n;
@@ -256,9 +259,12 @@ static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, float *o, 
     DDP_CHECK(attn_scratch(k, nmax, dh, 1, &S));
     for (int64_t s = 0; s < pack->B; s++) {
         int w = attn_which(k, pack->off[s + 1] - pack->off[s]);
-        if (w == ATT_TILED) ddp_cpu_attn_tiled_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
-        else if (w == ATT_GEMM) attn_gemm_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
-        else attn_fused_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
+        if (w == ATT_TILED)
+            ddp_cpu_attn_tiled_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
+        else if (w == ATT_GEMM)
+            attn_gemm_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
+        else
+            attn_fused_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
     }
     free(S);
     return DDP_OK;
@@ -266,8 +272,9 @@ static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, float *o, 
 
 /* The backward pass of the fused method: probabilities recomputed from the saved log-sum-exp, dq per query row;
  * dk and dv accumulated row by row. scratch: 2 dh n + 2 n floats. */
-DDP_CLONES static void attn_fused_bwd(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                                      const ddp_packing *pack, int64_t s, int64_t d, int heads, const ddp_dropout *dr, float *scratch)
+DDP_CLONES static void attn_fused_bwd(const float *qkv, const float *dout, const float *lse, const float *D,
+                                      float *dqkv, const ddp_packing *pack, int64_t s, int64_t d, int heads,
+                                      const ddp_dropout *dr, float *scratch)
 {
     int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, dh = d / heads, ld = 3 * d;
     float scale = 1.0f / sqrtf((float)dh), *Kt = scratch, *Vt = scratch + dh * n, *pr = Vt + dh * n, *dp = pr + n;
@@ -290,8 +297,8 @@ DDP_CLONES static void attn_fused_bwd(const float *qkv, const float *dout, const
             uint64_t rk = ddp_drop_samplekey(dr, pack->sid, s, i);
             for (int64_t j = 0; j < n; j++) {
                 float p = ddp_expf(pr[j] - li), ms = drop ? ddp_drop_scale(dr, rk, ddp_drop_attn_unit(h, j)) : 1.0f;
-                pr[j] = p * ms;                           /* the dropped weight, for dv */
-                dp[j] = p * (dp[j] * ms - Di) * scale;    /* ds, for dq and dk */
+                pr[j] = p * ms;                        /* the dropped weight, for dv */
+                dp[j] = p * (dp[j] * ms - Di) * scale; /* ds, for dq and dk */
             }
             float *dqi = dq + i * ld;
             for (int64_t c = 0; c < dh; c++) dqi[c] = 0.0f;
@@ -316,10 +323,10 @@ static void attn_gemm_bwd(const float *qkv, const float *dout, float *lse, const
             attn_drop(Pd, pack, s, h, dr);
         }
         const float *Pu = drop ? Pd : S;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, Pu, (int)n, dO, (int)d, 0.0f,
-                    dv, (int)ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)dh, 1.0f, dO, (int)d, v, (int)ld, 0.0f,
-                    dP, (int)n);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, Pu, (int)n, dO, (int)d,
+                    0.0f, dv, (int)ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)dh, 1.0f, dO, (int)d, v, (int)ld,
+                    0.0f, dP, (int)n);
         for (int64_t i = 0; i < n; i++) {
             float Di = D[(lo + i) * heads + h];
             uint64_t rk = ddp_drop_samplekey(dr, pack->sid, s, i);
@@ -329,10 +336,10 @@ static void attn_gemm_bwd(const float *qkv, const float *dout, float *lse, const
                 dP[i * n + j] = S[i * n + j] * (dp - Di) * scale;
             }
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, dP, (int)n, k, (int)ld, 0.0f,
-                    dq, (int)ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, dP, (int)n, q, (int)ld, 0.0f,
-                    dk, (int)ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, dP, (int)n, k, (int)ld,
+                    0.0f, dq, (int)ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, (int)dh, (int)n, 1.0f, dP, (int)n, q, (int)ld,
+                    0.0f, dk, (int)ld);
     }
 }
 
@@ -349,19 +356,22 @@ static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const floa
     DDP_CHECK(attn_scratch(k, nmax, dh, 3, &S));
     for (int64_t s = 0; s < pack->B; s++) {
         int w = attn_which(k, pack->off[s + 1] - pack->off[s]);
-        if (w == ATT_TILED) ddp_cpu_attn_tiled_bwd(qkv, dout, lse, delta, dqkv, pack, s, d, heads, dr, S);
-        else if (w == ATT_GEMM) attn_gemm_bwd(qkv, dout, (float *)lse, delta, dqkv, pack, s, d, heads, dr, S);
-        else attn_fused_bwd(qkv, dout, lse, delta, dqkv, pack, s, d, heads, dr, S);
+        if (w == ATT_TILED)
+            ddp_cpu_attn_tiled_bwd(qkv, dout, lse, delta, dqkv, pack, s, d, heads, dr, S);
+        else if (w == ATT_GEMM)
+            attn_gemm_bwd(qkv, dout, (float *)lse, delta, dqkv, pack, s, d, heads, dr, S);
+        else
+            attn_fused_bwd(qkv, dout, lse, delta, dqkv, pack, s, d, heads, dr, S);
     }
     free(S);
     return DDP_OK;
 }
 
 /* ------------------------------------------------------------------ element-wise */
-/* One row of gelu_erf_fwd: ar = drop(gelu_erf(zr + bias)), gr = gelu_erf'(zr + bias) when non-NULL (gr may be zr: element
- * by element, so still vectorisable); rk: the row's dropout key. */
+/* One row of gelu_erf_fwd: ar = drop(gelu_erf(zr + bias)), gr = gelu_erf'(zr + bias) when non-NULL (gr may be zr:
+ * element by element, so still vectorisable); rk: the row's dropout key. */
 DDP_ROW void gelu_erf_row(const float *zr, const float *bias, float *ar, float *gr, int64_t cols, int drop,
-                                const ddp_dropout *dr, uint64_t rk)
+                          const ddp_dropout *dr, uint64_t rk)
 {
     if (gr) {
         for (int64_t c = 0; c < cols; c++) {
@@ -388,8 +398,9 @@ DDP_CLONES static ddp_status cpu_gelu_erf_fwd(ddp_backend *b, const float *z, co
     return DDP_OK;
 }
 
-DDP_CLONES static ddp_status cpu_gelu_erf_fwd16(ddp_backend *b, const float *z, const float *bias, ddp_bf16 *a, float *dgelu,
-                                                const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
+DDP_CLONES static ddp_status cpu_gelu_erf_fwd16(ddp_backend *b, const float *z, const float *bias, ddp_bf16 *a,
+                                                float *dgelu, const ddp_packing *pack, int64_t cols,
+                                                const ddp_dropout *dr)
 {
     (void)b;
     int drop = dr && dr->p > 0.0f;
@@ -423,8 +434,9 @@ static inline void drop_mul_rows(const float *src, const float *mul, float *dst,
     }
 }
 
-DDP_CLONES static ddp_status cpu_gelu_erf_bwd(ddp_backend *b, const float *dact, const float *dgelu, float *dz, float *dbias,
-                                              const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
+DDP_CLONES static ddp_status cpu_gelu_erf_bwd(ddp_backend *b, const float *dact, const float *dgelu, float *dz,
+                                              float *dbias, const ddp_packing *pack, int64_t cols,
+                                              const ddp_dropout *dr)
 {
     (void)b;
     drop_mul_rows(dact, dgelu, dz, dbias, pack, cols, dr);
@@ -433,13 +445,14 @@ DDP_CLONES static ddp_status cpu_gelu_erf_bwd(ddp_backend *b, const float *dact,
 
 /* One row of residual_fwd: orow = hr + drop(tr + bias) (orow may be hr); rk: the row's dropout key. */
 DDP_ROW void residual_row(float *orow, const float *hr, const float *tr, const float *bias, int64_t d, int drop,
-                                const ddp_dropout *dr, uint64_t rk)
+                          const ddp_dropout *dr, uint64_t rk)
 {
     for (int64_t c = 0; c < d; c++) orow[c] = hr[c] + ddp_drop_apply(drop, dr, rk, (uint64_t)c, tr[c] + bias[c]);
 }
 
-DDP_CLONES static ddp_status cpu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
-                                              const ddp_packing *pack, int64_t d, const ddp_dropout *dr)
+DDP_CLONES static ddp_status cpu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t,
+                                              const float *bias, const ddp_packing *pack, int64_t d,
+                                              const ddp_dropout *dr)
 {
     (void)b;
     int drop = dr && dr->p > 0.0f;
@@ -453,8 +466,8 @@ DDP_CLONES static ddp_status cpu_residual_fwd(ddp_backend *b, float *out, const 
 /* residual_fwd and layernorm_fwd (or layernorm_fwd16: y16) of each row while it is in cache: the bodies of both ops */
 DDP_CLONES static ddp_status cpu_residual_layernorm_fwd(ddp_backend *b, float *out, const float *h, const float *t,
                                                         const float *tbias, const ddp_packing *pack, int64_t d,
-                                                        const ddp_dropout *dr, const float *w, const float *lbias, void *y,
-                                                        int y16, float *mean, float *rstd)
+                                                        const ddp_dropout *dr, const float *w, const float *lbias,
+                                                        void *y, int y16, float *mean, float *rstd)
 {
     (void)b;
     int drop = dr && dr->p > 0.0f;
@@ -531,7 +544,7 @@ const ddp_enc_ops *ddp_cpu_enc_ops(void) { return &cpu_enc; }
 ddp_status ddp_backend_require_enc(const ddp_backend *b)
 {
     if (!b->enc) return ddp_set_error(DDP_ERR_ARG, "backend %s has no Transformer encoder ops", b->name);
-#define DDP_REQ(op)                                                                                        \
+#define DDP_REQ(op) \
     if (!b->enc->op) return ddp_set_error(DDP_ERR_ARG, "backend %s lacks enc.%s", b->name, #op);
     DDP_ENC_OPS(DDP_REQ)
 #undef DDP_REQ

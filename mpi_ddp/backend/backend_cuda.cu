@@ -57,7 +57,8 @@ __global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t co
 }
 
 /* one block per segment, threads over columns: gelu(z + bias) pooled by mean, gelu' kept when dg */
-__global__ void k_bias_gelu_pool(const float *z, const float *bias, float *dg, const int64_t *off, int64_t cols, float *out)
+__global__ void k_bias_gelu_pool(const float *z, const float *bias, float *dg, const int64_t *off, int64_t cols,
+                                 float *out)
 {
     int64_t s = blockIdx.x;
     int64_t lo = off[s], hi = off[s + 1];
@@ -131,7 +132,8 @@ static void weights_written(cuda_impl *c, const void *p, size_t bytes)
 static ddp_status cu_alloc(ddp_backend *b, void **p, size_t bytes)
 {
     *p = NULL;
-    ALLOC_CHECK(cudaMalloc(p, bytes ? bytes : 1), bytes, cuda_of(b)->device, "a model buffer (parameters, gradients, AdamW moments or the batch workspace)");
+    ALLOC_CHECK(cudaMalloc(p, bytes ? bytes : 1), bytes, cuda_of(b)->device,
+                "a model buffer (parameters, gradients, AdamW moments or the batch workspace)");
     cuda_impl *c = cuda_of(b);
     cudaError_t e = cudaMemsetAsync(*p, 0, bytes ? bytes : 1, c->stream);
     /* The zeroing runs on the compute stream; the copy stream (stage) may write the buffer next, a batch's
@@ -187,7 +189,8 @@ static ddp_status cu_stage_reserve(ddp_backend *b, size_t bytes)
     }
     c->pin_cap = 0;
     for (int k = 0; k < 2; k++)
-        ALLOC_CHECK(cudaMallocHost(&c->pin[k], bytes), bytes, c->device, "pinned host memory staging the batches' uploads");
+        ALLOC_CHECK(cudaMallocHost(&c->pin[k], bytes), bytes, c->device,
+                    "pinned host memory staging the batches' uploads");
     c->pin_cap = bytes;
     return DDP_OK;
 }
@@ -198,7 +201,8 @@ static ddp_status cu_stage(ddp_backend *b, int set, const ddp_copy *cp, int n)
     size_t need = 0;
     for (int i = 0; i < n; i++) need += (cp[i].bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
     if (need > c->pin_cap)
-        return ddp_set_error(DDP_ERR_ARG, "cuda stage: %zu bytes, the staging slots hold %zu (stage_reserve at model creation)",
+        return ddp_set_error(DDP_ERR_ARG,
+                             "cuda stage: %zu bytes, the staging slots hold %zu (stage_reserve at model creation)",
                              need, c->pin_cap);
     /* the slot's last copy: usually landed long ago (its batch's results were downloaded since), then no wait */
     CUDA_CHECK(host_wait_event(c->copied[set]));
@@ -303,8 +307,8 @@ static ddp_status cu_bias_gelu_pool(ddp_backend *b, const float *z, const float 
     return DDP_OK;
 }
 
-static ddp_status cu_gelu_backward(ddp_backend *b, const float *dact, const float *dg, float *dz, int64_t rows, int64_t cols,
-                                   float *dbias)
+static ddp_status cu_gelu_backward(ddp_backend *b, const float *dact, const float *dg, float *dz, int64_t rows,
+                                   int64_t cols, float *dbias)
 {
     if (rows * cols == 0) return DDP_OK;
     DDP_LAUNCH(k_mul, blocks_for(rows * cols, 256), 256, 0, cuda_of(b)->stream, dact, dg, dz, rows * cols);
@@ -312,8 +316,8 @@ static ddp_status cu_gelu_backward(ddp_backend *b, const float *dact, const floa
     return ddp_cuda_colsum(b, dz, dbias, rows, cols, 1.0f);
 }
 
-static ddp_status cu_pool_gelu_backward(ddp_backend *b, const float *dp, const int64_t *off, int64_t nseg, const float *dg,
-                                        float *dz, int64_t rows, int64_t cols, float *dbias)
+static ddp_status cu_pool_gelu_backward(ddp_backend *b, const float *dp, const int64_t *off, int64_t nseg,
+                                        const float *dg, float *dz, int64_t rows, int64_t cols, float *dbias)
 {
     if (!nseg) return DDP_OK;
     DDP_LAUNCH(k_pool_gelu_backward, (unsigned)nseg, 128, 0, cuda_of(b)->stream, dp, off, cols, dg, dz);
@@ -333,7 +337,8 @@ static ddp_status cu_softmax_xent(ddp_backend *b, const float *logits, const int
                                   float *dlogits, float *loss, int64_t *pred, float *prob)
 {
     if (!n) return DDP_OK;
-    DDP_LAUNCH(k_softmax_xent, blocks_for(n, 128), 128, 0, cuda_of(b)->stream, logits, labels, n, c, dlogits, loss, pred, prob);
+    DDP_LAUNCH(k_softmax_xent, blocks_for(n, 128), 128, 0, cuda_of(b)->stream, logits, labels, n, c, dlogits, loss,
+               pred, prob);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -345,11 +350,12 @@ static ddp_status cu_adamw(ddp_backend *b, float *p, const float *g, float *m, f
     cuda_impl *c = cuda_of(b);
     __nv_bfloat16 *w16 = NULL;
     if (c->precision == DDP_PRECISION_BF16) { /* these are the weights: their bf16 copy is refreshed in the same pass */
-        if (n > c->w16_cap) { /* the first step only, in stream order */
+        if (n > c->w16_cap) {                 /* the first step only, in stream order */
             if (c->w16) CUDA_CHECK(cudaFreeAsync(c->w16, c->stream));
             c->w16 = NULL, c->w16_cap = 0, c->w_valid = 0;
             ALLOC_CHECK(cudaMallocAsync((void **)&c->w16, (size_t)n * sizeof(__nv_bfloat16), c->stream),
-                        (size_t)n * sizeof(__nv_bfloat16), c->device, "the bf16 copy of the weights (--precision bf16)");
+                        (size_t)n * sizeof(__nv_bfloat16), c->device,
+                        "the bf16 copy of the weights (--precision bf16)");
             c->w16_cap = n;
         }
         w16 = c->w16;

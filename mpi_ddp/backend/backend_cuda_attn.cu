@@ -60,8 +60,8 @@ template <int DM> static __device__ inline float *att_own(float4 *a, float4 *b)
 
 /* Row threadIdx.x of the 64 rows at src (zero past `rows`) into x, through the tiles a and b. */
 template <int DM>
-static __device__ inline void att_rows_in(float (&x)[DM], float4 *a, float4 *b, const float *src, int64_t ld, int64_t rows,
-                                          int dh, int vec)
+static __device__ inline void att_rows_in(float (&x)[DM], float4 *a, float4 *b, const float *src, int64_t ld,
+                                          int64_t rows, int dh, int vec)
 {
     att_load<DM>(a, src, ld, rows, dh, vec);
     att_load<DM>(b, src + ATT_BK * ld, ld, rows - ATT_BK, dh, vec);
@@ -74,8 +74,8 @@ static __device__ inline void att_rows_in(float (&x)[DM], float4 *a, float4 *b, 
 
 /* x * mul of every thread to row threadIdx.x of the 64 rows at dst (the first `rows` only), through a and b. */
 template <int DM>
-static __device__ inline void att_rows_out(const float (&x)[DM], float mul, float4 *a, float4 *b, float *dst, int64_t ld,
-                                           int64_t rows, int dh, int vec)
+static __device__ inline void att_rows_out(const float (&x)[DM], float mul, float4 *a, float4 *b, float *dst,
+                                           int64_t ld, int64_t rows, int dh, int vec)
 {
     float *own = att_own<DM>(a, b);
     ATT_UNROLL
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_fwd(const float *qkv, float *o
     __shared__ float sc[ATT_BK][ATT_BQ]; /* a key tile's scores, a column per thread (no bank conflicts) */
     const ddp_attn_blk k = ddp_attn_block(off, d, H, ATT_BQ);
     __syncthreads(); /* (uniform, before the exit: the emulator learns from a kernel's first block that it waits) */
-    if (k.r0 >= k.n) return; /* the whole block: past its sample's end */
+    if (k.r0 >= k.n) return;                            /* the whole block: past its sample's end */
     const float *base = qkv + k.lo * k.ld + k.h * k.dh; /* q of the sample's first row, head h */
     const int64_t i = k.r0 + threadIdx.x;
     float q[DM], acc[DM];
@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_fwd(const float *qkv, float *o
         __syncthreads();
     }
     if (i < k.n) lse[(k.lo + i) * H + k.h] = m + logf(l);
-    att_rows_out<DM>(acc, i < k.n ? 1.0f / l : 0.0f, ks, vs, o + (k.lo + k.r0) * d + k.h * k.dh, d, k.n - k.r0, k.dh, vec);
+    att_rows_out<DM>(acc, i < k.n ? 1.0f / l : 0.0f, ks, vs, o + (k.lo + k.r0) * d + k.h * k.dh, d, k.n - k.r0, k.dh,
+                     vec);
 }
 
 /* dK, dV of the block's 64 key rows: dv_j = sum_i drop(P_ij) dO_i, dk_j = scale sum_i dS_ij q_i over the
@@ -155,9 +156,9 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_fwd(const float *qkv, float *o
  * DM 16 and 32, from DM 64 the 255 registers and spills (spill stores:
  * 628 bytes at DM 64, 3216 at 128). */
 template <int DM>
-__global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_kv(const float *qkv, const float *dout, const float *lse,
-                                                         const float *D, float *dqkv, const int64_t *off, const int64_t *sid,
-                                                         int64_t d, int64_t H, int vec, ddp_dropout dr)
+__global__ void __launch_bounds__(ATT_BQ)
+    k_flash_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
+                   const int64_t *off, const int64_t *sid, int64_t d, int64_t H, int vec, ddp_dropout dr)
 {
     __shared__ float4 qs[ATT_BK * DM / 4], ds[ATT_BK * DM / 4];
     __shared__ float ls[ATT_BK], Ds[ATT_BK];
@@ -209,9 +210,9 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_kv(const float *qkv, const
  * 3 x DM floats a thread: 93 and 156 registers at DM 16 and 32, from DM 64 the 255 registers and spills (spill
  * stores: 96 bytes at DM 64, 1448 at 128). */
 template <int DM>
-__global__ void __launch_bounds__(ATT_BQ) k_flash_bwd_q(const float *qkv, const float *dout, const float *lse,
-                                                        const float *D, float *dqkv, const int64_t *off, const int64_t *sid,
-                                                        int64_t d, int64_t H, int vec, ddp_dropout dr)
+__global__ void __launch_bounds__(ATT_BQ)
+    k_flash_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
+                  const int64_t *off, const int64_t *sid, int64_t d, int64_t H, int vec, ddp_dropout dr)
 {
     __shared__ float4 ks[ATT_BK * DM / 4], vs[ATT_BK * DM / 4];
     const ddp_attn_blk k = ddp_attn_block(off, d, H, ATT_BQ);
@@ -255,7 +256,8 @@ struct attn_at {
     int64_t r, h, s, lo, n, dh, ld, row, first, orow;
     float scale;
 };
-static __device__ __host__ inline attn_at attn_locate(int64_t i, const int64_t *off, const int64_t *seg, int64_t d, int64_t H)
+static __device__ __host__ inline attn_at attn_locate(int64_t i, const int64_t *off, const int64_t *seg, int64_t d,
+                                                      int64_t H)
 {
     attn_at a;
     a.r = i / H, a.h = i % H, a.s = seg[a.r], a.lo = off[a.s], a.n = off[a.s + 1] - a.lo, a.dh = d / H, a.ld = 3 * d;
@@ -270,8 +272,9 @@ __global__ void k_attn_fwd(const float *qkv, float *o, float *lse, const int64_t
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= R * H) return;
     attn_at a = attn_locate(i, off, seg, d, H);
-    lse[i] = ddp_attn_row_fwd(qkv + a.row, qkv + a.first + d, qkv + a.first + 2 * d, a.ld, a.n, a.dh, a.scale, o + a.orow,
-                              &dr, ddp_drop_samplekey(&dr, sid, a.s, a.r - a.lo), ddp_drop_attn_unit(a.h, 0));
+    lse[i] = ddp_attn_row_fwd(qkv + a.row, qkv + a.first + d, qkv + a.first + 2 * d, a.ld, a.n, a.dh, a.scale,
+                              o + a.orow, &dr, ddp_drop_samplekey(&dr, sid, a.s, a.r - a.lo),
+                              ddp_drop_attn_unit(a.h, 0));
 }
 
 /* D[r, h] = dO[r, head h] . O[r, head h] (the tiled path's too) */
@@ -317,8 +320,8 @@ static ddp_status att_fwd(ddp_backend *b, const float *qkv, float *o, float *lse
                           int heads, const ddp_dropout *dr)
 {
     int vec = att_vec(d / heads, qkv, o, o);
-    DDP_LAUNCH(k_flash_fwd<DM>, att_grid(pack, heads), ATT_BQ, 0, cuda_of(b)->stream, qkv, o, lse, pack->off, pack->sid, d,
-               (int64_t)heads, vec, *dr);
+    DDP_LAUNCH(k_flash_fwd<DM>, att_grid(pack, heads), ATT_BQ, 0, cuda_of(b)->stream, qkv, o, lse, pack->off, pack->sid,
+               d, (int64_t)heads, vec, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -329,17 +332,17 @@ static ddp_status att_bwd(ddp_backend *b, const float *qkv, const float *dout, c
 {
     int vec = att_vec(d / heads, qkv, dout, dqkv);
     cudaStream_t st = cuda_of(b)->stream;
-    DDP_LAUNCH(k_flash_bwd_kv<DM>, att_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->off, pack->sid,
-               d, (int64_t)heads, vec, *dr);
+    DDP_LAUNCH(k_flash_bwd_kv<DM>, att_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->off,
+               pack->sid, d, (int64_t)heads, vec, *dr);
     LAUNCH_CHECK();
-    DDP_LAUNCH(k_flash_bwd_q<DM>, att_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->off, pack->sid,
-               d, (int64_t)heads, vec, *dr);
+    DDP_LAUNCH(k_flash_bwd_q<DM>, att_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->off,
+               pack->sid, d, (int64_t)heads, vec, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }
 
 ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
-                                   int64_t d, int heads, const ddp_dropout *dr)
+                                  int64_t d, int heads, const ddp_dropout *dr)
 {
     int64_t dh = d / heads;
     int tc = 0;
@@ -350,13 +353,14 @@ ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, float *o, fl
     if (dh <= 32) return att_fwd<32>(b, qkv, o, lse, pack, d, heads, dr);
     if (dh <= 64) return att_fwd<64>(b, qkv, o, lse, pack, d, heads, dr);
     if (dh <= ATT_DMAX) return att_fwd<ATT_DMAX>(b, qkv, o, lse, pack, d, heads, dr);
-    ENC_LAUNCH(k_attn_fwd, pack->R * heads, qkv, o, lse, pack->off, pack->seg, pack->sid, pack->R, d, (int64_t)heads, *dr);
+    ENC_LAUNCH(k_attn_fwd, pack->R * heads, qkv, o, lse, pack->off, pack->seg, pack->sid, pack->R, d, (int64_t)heads,
+               *dr);
     return DDP_OK;
 }
 
 ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout, const float *lse,
-                                   float *dqkv, float *delta, const ddp_packing *pack, int64_t d, int heads,
-                                   const ddp_dropout *dr)
+                                  float *dqkv, float *delta, const ddp_packing *pack, int64_t d, int heads,
+                                  const ddp_dropout *dr)
 {
     int64_t n = pack->R * heads, H = heads, dh = d / heads;
     if (n <= 0 || pack->max_rows <= 0) return DDP_OK;

@@ -3,13 +3,14 @@
  * ddp_cuda_attention_tc says they apply. */
 #include "mpi_ddp/backend/backend_cuda_priv.h"
 
-#define TC_BQ 64      /* rows of a block: 4 warps of 16 */
-#define TC_BK 32      /* rows of a streamed tile */
+#define TC_BQ 64 /* rows of a block: 4 warps of 16 */
+#define TC_BK 32 /* rows of a streamed tile */
 #define TC_THREADS 128
 /* widest head of the tensor-core kernels: heads of 65..128 stay on the SIMT kernels, where dK/dV would hold 16 key
  * rows x 128 of K, V, dK and dV in fragments (over 255 registers) and stage over 48 KiB at tf32 */
 #define TC_DMAX 64
-static_assert(TC_BQ == 2 * TC_BK && TC_BQ == 16 * (TC_THREADS / 32), "a block's 64 rows: two staged tiles, 16 per warp");
+static_assert(TC_BQ == 2 * TC_BK && TC_BQ == 16 * (TC_THREADS / 32),
+              "a block's 64 rows: two staged tiles, 16 per warp");
 enum { TC_TF32 = 0, TC_BF16 = 1 };
 
 /* tf32 and bf16 WMMA exist from sm_80; the kernels are empty for older targets and never launched there */
@@ -60,13 +61,13 @@ static __device__ inline void tc_out(float *dst, int64_t ld, const F (&f)[DM / 1
     }
 }
 
-#define TC_TYPES(P)                                                                                                    \
-    typedef typename tc_t<P>::st T;                                                                                    \
-    typedef typename tc_t<P>::ft FT;                                                                                   \
-    const int KK = tc_t<P>::KK;                                                                                        \
-    typedef wmma::fragment<wmma::matrix_a, 16, 16, tc_t<P>::KK, FT, wmma::row_major> frag_a;                            \
-    typedef wmma::fragment<wmma::matrix_b, 16, 16, tc_t<P>::KK, FT, wmma::row_major> frag_b;                            \
-    typedef wmma::fragment<wmma::matrix_b, 16, 16, tc_t<P>::KK, FT, wmma::col_major> frag_bt;                           \
+#define TC_TYPES(P)                                                                           \
+    typedef typename tc_t<P>::st T;                                                           \
+    typedef typename tc_t<P>::ft FT;                                                          \
+    const int KK = tc_t<P>::KK;                                                               \
+    typedef wmma::fragment<wmma::matrix_a, 16, 16, tc_t<P>::KK, FT, wmma::row_major> frag_a;  \
+    typedef wmma::fragment<wmma::matrix_b, 16, 16, tc_t<P>::KK, FT, wmma::row_major> frag_b;  \
+    typedef wmma::fragment<wmma::matrix_b, 16, 16, tc_t<P>::KK, FT, wmma::col_major> frag_bt; \
     typedef wmma::fragment<wmma::accumulator, 16, 16, tc_t<P>::KK, float> frag_c
 #else
 #define TC_ARCH 0
@@ -81,10 +82,10 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *
 {
 #if TC_ARCH
     TC_TYPES(P);
-    __shared__ __align__(32) T kv[2 * TC_BK * DM];  /* K tile | V tile; first the block's 64 Q rows */
+    __shared__ __align__(32) T kv[2 * TC_BK * DM];    /* K tile | V tile; first the block's 64 Q rows */
     __shared__ __align__(32) float sc[TC_BQ * TC_BK]; /* scores [64][32]; P over them (tf32), the output's staging */
     __shared__ __align__(32) T pb[P == TC_TF32 ? 1 : TC_BQ * TC_BK]; /* P (bf16) */
-    __shared__ __align__(32) float rowmap[256];     /* element (r, c) = r */
+    __shared__ __align__(32) float rowmap[256];                      /* element (r, c) = r */
     __shared__ float corr[TC_BQ], inv[TC_BQ];
     T *pp = P == TC_TF32 ? (T *)sc : pb;
     const ddp_attn_blk k = ddp_attn_block(off, d, H, TC_BQ);
@@ -105,7 +106,8 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *
     __syncthreads();
     const int64_t i = k.r0 + row; /* lanes 0..15: query row `row` of the tile */
     const int on = dr.p > 0.0f;
-    const uint64_t rk = on && lane < 16 && i < k.n ? ddp_drop_samplekey(&dr, sid, k.s, i) : 0, u0 = ddp_drop_attn_unit(k.h, 0);
+    const uint64_t rk = on && lane < 16 && i < k.n ? ddp_drop_samplekey(&dr, sid, k.s, i) : 0,
+                   u0 = ddp_drop_attn_unit(k.h, 0);
     float m = -1e30f, l = 0.0f; /* below any finite score; never an infinity (fast-math builds) */
     for (int64_t j0 = 0; j0 < k.n; j0 += TC_BK) {
         tc_stage<DM>(kv, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
@@ -164,13 +166,13 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *
  * bf16 P and dS), 20 992 to 33 280 bytes; 96 to 255 registers; at tf32 it spills (spill stores: 16 bytes at DM 32 with
  * 128 registers, 32 at DM 64 with 255). */
 template <int P, int DM>
-__global__ void __launch_bounds__(TC_THREADS) k_tc_bwd_kv(const float *qkv, const float *dout, const float *lse,
-                                                          const float *D, float *dqkv, const int64_t *off,
-                                                          const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+__global__ void __launch_bounds__(TC_THREADS)
+    k_tc_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv, const int64_t *off,
+                const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
 {
 #if TC_ARCH
     TC_TYPES(P);
-    __shared__ __align__(32) T qd[2 * TC_BK * DM];   /* Q tile | dO tile; first the block's K rows, then V rows */
+    __shared__ __align__(32) T qd[2 * TC_BK * DM];     /* Q tile | dO tile; first the block's K rows, then V rows */
     __shared__ __align__(32) float st[TC_BQ * TC_BK];  /* S^T [64 keys][32 queries]; drop(P)^T over it (tf32) */
     __shared__ __align__(32) float dpt[TC_BQ * TC_BK]; /* dP^T; dS^T over it (tf32) */
     __shared__ __align__(32) T pmb[P == TC_TF32 ? 1 : TC_BQ * TC_BK], dsb[P == TC_TF32 ? 1 : TC_BQ * TC_BK];
@@ -257,13 +259,13 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_bwd_kv(const float *qkv, cons
  * Budget (ptxas sm_80, CUDA 13.0; T as k_tc_fwd's): static shared memory 2 x 32 x DM x T + 17 KiB (+ 4 KiB of bf16
  * dS), 21 504 to 33 792 bytes (tf32, DM 64: the most of the three kernels); 66 to 168 registers, no spills. */
 template <int P, int DM>
-__global__ void __launch_bounds__(TC_THREADS) k_tc_bwd_q(const float *qkv, const float *dout, const float *lse,
-                                                         const float *D, float *dqkv, const int64_t *off,
-                                                         const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+__global__ void __launch_bounds__(TC_THREADS)
+    k_tc_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv, const int64_t *off,
+               const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
 {
 #if TC_ARCH
     TC_TYPES(P);
-    __shared__ __align__(32) T kv[2 * TC_BK * DM];    /* K tile | V tile; first the block's Q rows, then dO rows */
+    __shared__ __align__(32) T kv[2 * TC_BK * DM];     /* K tile | V tile; first the block's Q rows, then dO rows */
     __shared__ __align__(32) float sc[TC_BQ * TC_BK];  /* S [64 queries][32 keys]; the output's staging */
     __shared__ __align__(32) float dps[TC_BQ * TC_BK]; /* dP; dS over it (tf32) */
     __shared__ __align__(32) T dsb[P == TC_TF32 ? 1 : TC_BQ * TC_BK];
@@ -383,9 +385,9 @@ static ddp_status tc_fwd(ddp_backend *b, const float *qkv, float *o, float *lse,
                          int heads, const ddp_dropout *dr)
 {
     static void (*const kernel)(const float *, float *, float *, const int64_t *, const int64_t *, int64_t, int64_t,
-                         ddp_dropout) = k_tc_fwd<P, DM>;
-    DDP_LAUNCH(kernel, tc_grid(pack, heads), TC_THREADS, 0, cuda_of(b)->stream, qkv, o, lse, pack->off, pack->sid,
-               d, (int64_t)heads, *dr);
+                                ddp_dropout) = k_tc_fwd<P, DM>;
+    DDP_LAUNCH(kernel, tc_grid(pack, heads), TC_THREADS, 0, cuda_of(b)->stream, qkv, o, lse, pack->off, pack->sid, d,
+               (int64_t)heads, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -398,22 +400,22 @@ static ddp_status tc_bwd(ddp_backend *b, const float *qkv, const float *dout, co
                              const int64_t *, int64_t, int64_t, ddp_dropout);
     static const kernel_t kv = k_tc_bwd_kv<P, DM>, q = k_tc_bwd_q<P, DM>; /* a name without a comma to launch */
     cudaStream_t s = cuda_of(b)->stream;
-    DDP_LAUNCH(kv, tc_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->off,
-               pack->sid, d, (int64_t)heads, *dr);
+    DDP_LAUNCH(kv, tc_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->off, pack->sid, d,
+               (int64_t)heads, *dr);
     LAUNCH_CHECK();
-    DDP_LAUNCH(q, tc_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->off,
-               pack->sid, d, (int64_t)heads, *dr);
+    DDP_LAUNCH(q, tc_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->off, pack->sid, d,
+               (int64_t)heads, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }
 
 /* the width's and precision's instantiation (dh <= TC_DMAX, precision tf32 or bf16: ddp_cuda_attention_tc) */
-#define TC_PICK(fn, ...)                                                                                               \
-    do {                                                                                                               \
-        const int bf = cuda_of(b)->precision == DDP_PRECISION_BF16, dh = (int)(d / heads);                             \
-        if (dh <= 16) return bf ? fn<TC_BF16, 16>(__VA_ARGS__) : fn<TC_TF32, 16>(__VA_ARGS__);                         \
-        if (dh <= 32) return bf ? fn<TC_BF16, 32>(__VA_ARGS__) : fn<TC_TF32, 32>(__VA_ARGS__);                         \
-        return bf ? fn<TC_BF16, 64>(__VA_ARGS__) : fn<TC_TF32, 64>(__VA_ARGS__);                                       \
+#define TC_PICK(fn, ...)                                                                       \
+    do {                                                                                       \
+        const int bf = cuda_of(b)->precision == DDP_PRECISION_BF16, dh = (int)(d / heads);     \
+        if (dh <= 16) return bf ? fn<TC_BF16, 16>(__VA_ARGS__) : fn<TC_TF32, 16>(__VA_ARGS__); \
+        if (dh <= 32) return bf ? fn<TC_BF16, 32>(__VA_ARGS__) : fn<TC_TF32, 32>(__VA_ARGS__); \
+        return bf ? fn<TC_BF16, 64>(__VA_ARGS__) : fn<TC_TF32, 64>(__VA_ARGS__);               \
     } while (0)
 
 ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,

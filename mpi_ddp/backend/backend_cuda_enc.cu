@@ -5,8 +5,8 @@
 
 #include <stdint.h>
 
-#define EW_THREADS 128   /* most threads of a block */
-#define EW_MIN_CHUNK 16  /* fewest rows of a bias-gradient chunk */
+#define EW_THREADS 128  /* most threads of a block */
+#define EW_MIN_CHUNK 16 /* fewest rows of a bias-gradient chunk */
 #define EW_MAX_CHUNKS 256
 
 /* ------------------------------------------------------------------ kernels */
@@ -99,7 +99,8 @@ __global__ void k_drop_mul_part(const float *src, const float *mul, float *dst, 
     for (int64_t r0 = lo; r0 < hi; r0 += blockDim.x) {
         const int64_t n = hi - r0 < (int64_t)blockDim.x ? hi - r0 : (int64_t)blockDim.x;
         __syncthreads(); /* the previous window's keys are used (barriers unconditional: see block_rowkey) */
-        if (drop && (int64_t)threadIdx.x < n) keys[threadIdx.x] = ddp_drop_packedkey(&dr, off, seg, sid, r0 + threadIdx.x);
+        if (drop && (int64_t)threadIdx.x < n)
+            keys[threadIdx.x] = ddp_drop_packedkey(&dr, off, seg, sid, r0 + threadIdx.x);
         __syncthreads();
         for (int64_t i = 0; in && i < n; i++) {
             const int64_t r = r0 + i;
@@ -178,15 +179,15 @@ static int vec_width(int64_t cols, const void *p0, const void *p1, const void *p
 static unsigned row_threads(int64_t n) { return n >= EW_THREADS ? EW_THREADS : (unsigned)((n + 31) / 32 * 32); }
 
 /* Launches k4 (v = 4) or k1 one block per row of pack->R rows, threads over cols columns. */
-#define ROWS_LAUNCH(k4, k1, v, cols, ...)                                                                \
-    do {                                                                                                 \
-        if (pack->R > 0 && (cols) > 0) {                                                                 \
-            if ((v) == 4)                                                                                \
+#define ROWS_LAUNCH(k4, k1, v, cols, ...)                                                                       \
+    do {                                                                                                        \
+        if (pack->R > 0 && (cols) > 0) {                                                                        \
+            if ((v) == 4)                                                                                       \
                 DDP_LAUNCH(k4, (unsigned)pack->R, row_threads((cols) / 4), 0, cuda_of(b)->stream, __VA_ARGS__); \
-            else                                                                                         \
-                DDP_LAUNCH(k1, (unsigned)pack->R, row_threads(cols), 0, cuda_of(b)->stream, __VA_ARGS__); \
-            LAUNCH_CHECK();                                                                              \
-        }                                                                                                \
+            else                                                                                                \
+                DDP_LAUNCH(k1, (unsigned)pack->R, row_threads(cols), 0, cuda_of(b)->stream, __VA_ARGS__);       \
+            LAUNCH_CHECK();                                                                                     \
+        }                                                                                                       \
     } while (0)
 /* Launches kern<4> or kern<1> (v) as ROWS_LAUNCH. */
 #define ROW_LAUNCH(kern, v, cols, ...) ROWS_LAUNCH(kern<4>, kern<1>, v, cols, __VA_ARGS__)
@@ -202,8 +203,8 @@ static ddp_status cu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, fl
                                int64_t d)
 {
     if (dpos && pack->max_rows > 0 && d > 0) {
-        DDP_LAUNCH(k_embed_bwd_pos, (unsigned)pack->max_rows, row_threads(d), 0, cuda_of(b)->stream, dh, dpos, pack->off,
-                   pack->B, d);
+        DDP_LAUNCH(k_embed_bwd_pos, (unsigned)pack->max_rows, row_threads(d), 0, cuda_of(b)->stream, dh, dpos,
+                   pack->off, pack->B, d);
         LAUNCH_CHECK();
     }
     return ddp_cuda_colsum(b, dh, dbias, pack->R, d, 1.0f);
@@ -213,8 +214,8 @@ template <typename T>
 static ddp_status gelu_erf_fwd(ddp_backend *b, const float *z, const float *bias, T *a, float *dgelu,
                                const ddp_packing *pack, int64_t cols, const ddp_dropout *dr, int v)
 {
-    typedef void (*kernel_t)(const float *, const float *, T *, float *, const int64_t *, const int64_t *, const int64_t *,
-                             int64_t, ddp_dropout);
+    typedef void (*kernel_t)(const float *, const float *, T *, float *, const int64_t *, const int64_t *,
+                             const int64_t *, int64_t, ddp_dropout);
     static const kernel_t k4 = k_gelu_erf_fwd<4, T>, k1 = k_gelu_erf_fwd<1, T>; /* names without a comma to launch */
     ROWS_LAUNCH(k4, k1, v, cols, z, bias, a, dgelu, pack->off, pack->seg, pack->sid, cols, *dr);
     return DDP_OK;
@@ -300,9 +301,21 @@ static ddp_status cu_pool_mean_bwd(ddp_backend *b, const float *dp, float *dx, c
 }
 
 static const ddp_enc_ops cu_enc = {
-    cu_embed_fwd,  cu_embed_bwd,    ddp_cuda_layernorm_fwd, ddp_cuda_layernorm_bwd, ddp_cuda_attention_fwd, ddp_cuda_attention_bwd,
-    cu_gelu_erf_fwd, cu_gelu_erf_bwd, cu_residual_fwd, cu_residual_bwd, cu_pool_mean_fwd, cu_pool_mean_bwd,
-    ddp_cuda_layernorm_fwd16, cu_gelu_erf_fwd16, ddp_cuda_residual_layernorm_fwd,
+    cu_embed_fwd,
+    cu_embed_bwd,
+    ddp_cuda_layernorm_fwd,
+    ddp_cuda_layernorm_bwd,
+    ddp_cuda_attention_fwd,
+    ddp_cuda_attention_bwd,
+    cu_gelu_erf_fwd,
+    cu_gelu_erf_bwd,
+    cu_residual_fwd,
+    cu_residual_bwd,
+    cu_pool_mean_fwd,
+    cu_pool_mean_bwd,
+    ddp_cuda_layernorm_fwd16,
+    cu_gelu_erf_fwd16,
+    ddp_cuda_residual_layernorm_fwd,
 };
 
 const ddp_enc_ops *ddp_cuda_enc_ops(void) { return &cu_enc; }

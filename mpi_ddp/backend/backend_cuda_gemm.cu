@@ -62,8 +62,8 @@ static ddp_status check_dims(int64_t M, int64_t N, int64_t K)
  * dimension, any other is rounded to bf16 into the scratch, packed (B's copy 16-byte aligned). Then bf16 x bf16
  * products accumulated in fp32 into the fp32 C. */
 static ddp_status gemm_bf16(cuda_impl *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                            const __nv_bfloat16 *a16, int64_t lda, const float *B, const __nv_bfloat16 *b16, int64_t ldb,
-                            float beta, float *C, int64_t ldc)
+                            const __nv_bfloat16 *a16, int64_t lda, const float *B, const __nv_bfloat16 *b16,
+                            int64_t ldb, float beta, float *C, int64_t ldc)
 {
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
@@ -82,8 +82,8 @@ static ddp_status gemm_bf16(cuda_impl *c, int ta, int tb, int64_t M, int64_t N, 
     }
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
     CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, b16, CUDA_R_16BF, (int)ldb16, a16,
-                              CUDA_R_16BF, (int)lda16, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
+                                CUDA_R_16BF, (int)lda16, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
     return DDP_OK;
 }
 
@@ -97,12 +97,14 @@ ddp_status ddp_cuda_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, i
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
     if (c->precision == DDP_PRECISION_FP32) { /* exact fp32 (pedantic math): the reference */
-        CUBLAS_COMPUTE(cublasSgemm(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc));
+        CUBLAS_COMPUTE(cublasSgemm(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, (int)ldb, A, (int)lda, &beta,
+                                   C, (int)ldc));
         return DDP_OK;
     }
     if (c->precision == DDP_PRECISION_TF32) { /* tensor cores read A and B as TF32; fp32 accumulation and C */
-        CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, (int)ldb, A, CUDA_R_32F,
-                                  (int)lda, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+        CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, B, CUDA_R_32F, (int)ldb, A,
+                                    CUDA_R_32F, (int)lda, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                    CUBLAS_GEMM_DEFAULT));
         return DDP_OK;
     }
     return gemm_bf16(c, ta, tb, M, N, K, alpha, A, NULL, lda, B, NULL, ldb, beta, C, ldc);
@@ -113,12 +115,13 @@ ddp_status ddp_cuda_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
 {
     cuda_impl *c = cuda_of(b);
     if (c->precision != DDP_PRECISION_BF16)
-        return ddp_set_error(DDP_ERR_ARG, "cuda gemm16: bf16 operands need --precision bf16 (the backend computes in %s)",
+        return ddp_set_error(DDP_ERR_ARG,
+                             "cuda gemm16: bf16 operands need --precision bf16 (the backend computes in %s)",
                              c->precision == DDP_PRECISION_TF32 ? "tf32" : "fp32");
     if (M <= 0 || N <= 0) return DDP_OK;
     DDP_CHECK(check_dims(M, N, K));
-    return gemm_bf16(c, ta, tb, M, N, K, alpha, a16 ? NULL : (const float *)A, a16 ? (const __nv_bfloat16 *)A : NULL, lda,
-                     b16 ? NULL : (const float *)B, b16 ? (const __nv_bfloat16 *)B : NULL, ldb, beta, C, ldc);
+    return gemm_bf16(c, ta, tb, M, N, K, alpha, a16 ? NULL : (const float *)A, a16 ? (const __nv_bfloat16 *)A : NULL,
+                     lda, b16 ? NULL : (const float *)B, b16 ? (const __nv_bfloat16 *)B : NULL, ldb, beta, C, ldc);
 }
 
 ddp_status ddp_cuda_set_precision(ddp_backend *b, ddp_precision p)
@@ -136,11 +139,13 @@ ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out, int64_t r
 {
     cuda_impl *c = cuda_of(b);
     if (rows > c->ones_len)
-        return ddp_set_error(DDP_ERR_ARG, "cuda colsum over %lld rows: the backend reserved %lld (reserve() at model creation)",
+        return ddp_set_error(DDP_ERR_ARG,
+                             "cuda colsum over %lld rows: the backend reserved %lld (reserve() at model creation)",
                              (long long)rows, (long long)c->ones_len);
     if (rows <= 0 || cols <= 0) return DDP_OK;
     float one = 1.0f;
     /* x row-major [rows, cols] is column-major [cols, rows]; out = x_cm * ones */
-    CUBLAS_COMPUTE(cublasSgemv(c->blas, CUBLAS_OP_N, (int)cols, (int)rows, &one, x, (int)cols, c->ones, 1, &beta, out, 1));
+    CUBLAS_COMPUTE(
+        cublasSgemv(c->blas, CUBLAS_OP_N, (int)cols, (int)rows, &one, x, (int)cols, c->ones, 1, &beta, out, 1));
     return DDP_OK;
 }

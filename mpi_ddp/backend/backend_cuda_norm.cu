@@ -5,12 +5,12 @@
 
 #include <stdint.h>
 
-#define LN_THREADS 128 /* most threads of a block */
-#define LN_REG 8       /* floats of a row a thread keeps in registers */
+#define LN_THREADS 128  /* most threads of a block */
+#define LN_REG 8        /* floats of a row a thread keeps in registers */
 #define LN_MIN_CHUNK 16 /* fewest rows of a dw/db chunk */
 #define LN_MAX_CHUNKS 256
 #define LN_SMEM (LN_THREADS * LN_REG) /* longest row the forward stages in shared memory: the registers' columns */
-#ifdef __CUDACC__ /* the register array's loops unrolled, so v[] stays in registers */
+#ifdef __CUDACC__                     /* the register array's loops unrolled, so v[] stays in registers */
 #define LN_UNROLL _Pragma("unroll")
 #else
 #define LN_UNROLL
@@ -92,7 +92,8 @@ static __device__ inline void ln_row_finish(const float *v, const float *xr, con
 
 /* one block per row: y = (x - mean) * rstd * w + b, y fp32 or bf16 (T) */
 template <int V, typename T>
-__global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, T *y, float *mean, float *rstd, int64_t d)
+__global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, T *y, float *mean, float *rstd,
+                                int64_t d)
 {
     __shared__ float4 row4[LN_SMEM / 4]; /* float4: 16-byte aligned for the vector stores */
     float *row = (float *)row4;
@@ -112,9 +113,10 @@ __global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, 
  * staged as k_layernorm_fwd keeps x, then y = layernorm(out) * w + lb; out may be h (each column is read, then
  * written, by one thread) */
 template <int V, typename T>
-__global__ void k_residual_layernorm_fwd(float *out, const float *h, const float *t, const float *tb, const int64_t *off,
-                                         const int64_t *seg, const int64_t *sid, int64_t d, ddp_dropout dr,
-                                         const float *w, const float *lb, T *y, float *mean, float *rstd)
+__global__ void k_residual_layernorm_fwd(float *out, const float *h, const float *t, const float *tb,
+                                         const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t d,
+                                         ddp_dropout dr, const float *w, const float *lb, T *y, float *mean,
+                                         float *rstd)
 {
     __shared__ float4 row4[LN_SMEM / 4];
     float *row = (float *)row4;
@@ -141,8 +143,8 @@ __global__ void k_residual_layernorm_fwd(float *out, const float *h, const float
 
 /* one block per row: dx += rstd (dy w - mean(dy w) - xhat mean(dy w xhat)) */
 template <int V>
-__global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float *w, const float *mean, const float *rstd,
-                                   float *dx, int64_t d)
+__global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float *w, const float *mean,
+                                   const float *rstd, float *dx, int64_t d)
 {
     __shared__ float sh[2][LN_THREADS];
     const int64_t r = blockIdx.x, step = (int64_t)blockDim.x * V, c0 = (int64_t)threadIdx.x * V;
@@ -274,8 +276,8 @@ static int fwd_width(int64_t d, const void *a, const void *b, const void *c, con
 }
 
 template <typename T>
-static ddp_status ln_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, T *y, float *mean, float *rstd,
-                         int64_t R, int64_t d, int v)
+static ddp_status ln_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, T *y, float *mean,
+                         float *rstd, int64_t R, int64_t d, int v)
 {
     typedef void (*kernel_t)(const float *, const float *, const float *, T *, float *, float *, int64_t);
     static const kernel_t k4 = k_layernorm_fwd<4, T>, k1 = k_layernorm_fwd<1, T>; /* names without a comma to launch */
@@ -290,13 +292,13 @@ static ddp_status ln_fwd(ddp_backend *b, const float *x, const float *w, const f
 }
 
 ddp_status ddp_cuda_layernorm_fwd(ddp_backend *b, const float *x, const float *w, const float *bias, float *y,
-                                   float *mean, float *rstd, int64_t R, int64_t d)
+                                  float *mean, float *rstd, int64_t R, int64_t d)
 {
     return ln_fwd(b, x, w, bias, y, mean, rstd, R, d, fwd_width(d, x, w, bias, y, 0));
 }
 
 ddp_status ddp_cuda_layernorm_fwd16(ddp_backend *b, const float *x, const float *w, const float *bias, ddp_bf16 *y,
-                                     float *mean, float *rstd, int64_t R, int64_t d)
+                                    float *mean, float *rstd, int64_t R, int64_t d)
 {
     return ln_fwd(b, x, w, bias, (__nv_bfloat16 *)y, mean, rstd, R, d, fwd_width(d, x, w, bias, y, 1));
 }
@@ -307,23 +309,25 @@ static ddp_status res_ln_fwd(ddp_backend *b, float *out, const float *h, const f
                              T *y, float *mean, float *rstd, int v)
 {
     typedef void (*kernel_t)(float *, const float *, const float *, const float *, const int64_t *, const int64_t *,
-                             const int64_t *, int64_t, ddp_dropout, const float *, const float *, T *, float *, float *);
+                             const int64_t *, int64_t, ddp_dropout, const float *, const float *, T *, float *,
+                             float *);
     static const kernel_t k4 = k_residual_layernorm_fwd<4, T>, k1 = k_residual_layernorm_fwd<1, T>;
     if (pack->R <= 0 || d <= 0) return DDP_OK;
     cudaStream_t s = cuda_of(b)->stream;
     if (v == 4)
-        DDP_LAUNCH(k4, (unsigned)pack->R, row_threads(d / 4), 0, s, out, h, t, tb, pack->off, pack->seg, pack->sid, d, *dr,
-                   w, lb, y, mean, rstd);
+        DDP_LAUNCH(k4, (unsigned)pack->R, row_threads(d / 4), 0, s, out, h, t, tb, pack->off, pack->seg, pack->sid, d,
+                   *dr, w, lb, y, mean, rstd);
     else
-        DDP_LAUNCH(k1, (unsigned)pack->R, row_threads(d), 0, s, out, h, t, tb, pack->off, pack->seg, pack->sid, d, *dr, w,
-                   lb, y, mean, rstd);
+        DDP_LAUNCH(k1, (unsigned)pack->R, row_threads(d), 0, s, out, h, t, tb, pack->off, pack->seg, pack->sid, d, *dr,
+                   w, lb, y, mean, rstd);
     LAUNCH_CHECK();
     return DDP_OK;
 }
 
-ddp_status ddp_cuda_residual_layernorm_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *tbias,
-                                            const ddp_packing *pack, int64_t d, const ddp_dropout *dr, const float *w,
-                                            const float *lbias, void *y, int y16, float *mean, float *rstd)
+ddp_status ddp_cuda_residual_layernorm_fwd(ddp_backend *b, float *out, const float *h, const float *t,
+                                           const float *tbias, const ddp_packing *pack, int64_t d,
+                                           const ddp_dropout *dr, const float *w, const float *lbias, void *y, int y16,
+                                           float *mean, float *rstd)
 {
     const int v = vec_width(d, out, h, t, tbias) == 4 && fwd_width(d, w, lbias, NULL, y, y16) == 4 ? 4 : 1;
     if (y16) return res_ln_fwd(b, out, h, t, tbias, pack, d, dr, w, lbias, (__nv_bfloat16 *)y, mean, rstd, v);
@@ -331,7 +335,7 @@ ddp_status ddp_cuda_residual_layernorm_fwd(ddp_backend *b, float *out, const flo
 }
 
 ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
-                                   const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t d)
+                                  const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t d)
 {
     if (R <= 0 || d <= 0) return DDP_OK;
     cuda_impl *ci = cuda_of(b);

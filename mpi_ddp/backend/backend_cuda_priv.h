@@ -17,18 +17,19 @@ extern "C" {
 #include "mpi_ddp/backend/cuda_checks.h"
 /* A failed allocation in the one-line format of cuda_checks.h, with its size, device and purpose (backend_cuda.cu,
  * backend_cuda_gemm.cu). */
-#define DDP_ALLOC_ERR_(call, e, bytes, dev, what)                                                  \
-    ddp_set_error(DDP_ERR_CUDA, "CUDA error in %s (%s:%d): %s: %llu bytes (%.1f MiB) on cuda:%d for %s", #call, __FILE__, \
-                  __LINE__, cudaGetErrorString(e), (unsigned long long)(bytes), (double)(bytes) / 1048576.0, (dev), (what))
-#define ALLOC_CHECK(call, bytes, dev, what)                                                        \
+#define DDP_ALLOC_ERR_(call, e, bytes, dev, what)                                                                      \
+    ddp_set_error(DDP_ERR_CUDA, "CUDA error in %s (%s:%d): %s: %llu bytes (%.1f MiB) on cuda:%d for %s", #call,        \
+                  __FILE__, __LINE__, cudaGetErrorString(e), (unsigned long long)(bytes), (double)(bytes) / 1048576.0, \
+                  (dev), (what))
+#define ALLOC_CHECK(call, bytes, dev, what) \
     DDP_CALL_CHECK_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_ALLOC_ERR_(call, ddp_r_, bytes, dev, what))
-#define ALLOC_TRY(call, bytes, dev, what)                                                          \
+#define ALLOC_TRY(call, bytes, dev, what) \
     DDP_CALL_TRY_(cudaError_t, call, ddp_r_ == cudaSuccess, DDP_ALLOC_ERR_(call, ddp_r_, bytes, dev, what))
 /* A cuBLAS call that queues work on the stream (a GEMM, a GEMV): checked as CUBLAS_CHECK, and counted. */
-#define CUBLAS_COMPUTE(call)                                                                       \
-    do {                                                                                           \
-        DDP_LAUNCH_NOTE();                                                                         \
-        CUBLAS_CHECK(call);                                                                        \
+#define CUBLAS_COMPUTE(call) \
+    do {                     \
+        DDP_LAUNCH_NOTE();   \
+        CUBLAS_CHECK(call);  \
     } while (0)
 
 typedef struct {
@@ -47,18 +48,18 @@ typedef struct {
     const float *w_base;
     int64_t w_n, w16_cap;
     int w_valid;
-    float *ones;       /* [ones_len] ones for column sums through gemv, sized by reserve() */
+    float *ones; /* [ones_len] ones for column sums through gemv, sized by reserve() */
     int64_t ones_len;
-    double *dpart;     /* [SUMSQ_BLOCKS] per-block partial sums of sumsq */
-    double *hpart;     /* host copy of dpart */
-    float *colpart;    /* [DDP_COLPART_FLOATS] column partial sums (layernorm dw/db, bias gradients), stage 1 */
+    double *dpart;  /* [SUMSQ_BLOCKS] per-block partial sums of sumsq */
+    double *hpart;  /* host copy of dpart */
+    float *colpart; /* [DDP_COLPART_FLOATS] column partial sums (layernorm dw/db, bias gradients), stage 1 */
     /* staging (ddp_backend.stage*): batches uploaded on their own stream from two pinned slots */
-    cudaStream_t copy;          /* non-blocking: the batches' host -> device copies */
-    void *pin[2];               /* pinned host slots, [pin_cap] each */
+    cudaStream_t copy; /* non-blocking: the batches' host -> device copies */
+    void *pin[2];      /* pinned host slots, [pin_cap] each */
     size_t pin_cap;
-    cudaEvent_t copied[2];      /* on copy: set's last stage has landed (and its pinned slot is free) */
-    cudaEvent_t freed[2];       /* on stream: the last compute work reading set's device buffers */
-    cudaEvent_t zeroed;         /* on stream: the zeroing of the last buffer alloc returned (copy waits for it) */
+    cudaEvent_t copied[2];         /* on copy: set's last stage has landed (and its pinned slot is free) */
+    cudaEvent_t freed[2];          /* on stream: the last compute work reading set's device buffers */
+    cudaEvent_t zeroed;            /* on stream: the zeroing of the last buffer alloc returned (copy waits for it) */
     cudaEvent_t timer[DDP_TIMERS]; /* mark/elapsed, created on first use */
 } cuda_impl;
 #define DDP_COLPART_FLOATS (1 << 18)
@@ -70,16 +71,17 @@ static inline unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n
  * backend_cuda_enc.cu -> backend_cuda_norm.cu, backend_cuda_attn.cu -> backend_cuda_attn_tc.cu; backend_cuda_gemm.cu
  * under backend_cuda.cu and backend_cuda_enc.cu; every file -> backend_cuda_state.c, which calls none. */
 /* out = beta out + column sums of row-major x [rows, cols] (backend_cuda_gemm.cu: a cuBLAS gemv over the ones) */
-__attribute__((visibility("hidden"))) ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out, int64_t rows,
-                                                                 int64_t cols, float beta);
+__attribute__((visibility("hidden"))) ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out,
+                                                                 int64_t rows, int64_t cols, float beta);
 /* the GEMMs (backend_cuda_gemm.cu): ddp_backend.gemm, .gemm16 and .set_precision */
-__attribute__((visibility("hidden"))) ddp_status ddp_cuda_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                                                               float alpha, const float *A, int64_t lda, const float *B,
-                                                               int64_t ldb, float beta, float *C, int64_t ldc);
-__attribute__((visibility("hidden"))) ddp_status ddp_cuda_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                                                                 float alpha, const void *A, int a16, int64_t lda,
-                                                                 const void *B, int b16, int64_t ldb, float beta, float *C,
-                                                                 int64_t ldc);
+__attribute__((visibility("hidden"))) ddp_status ddp_cuda_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
+                                                               int64_t K, float alpha, const float *A, int64_t lda,
+                                                               const float *B, int64_t ldb, float beta, float *C,
+                                                               int64_t ldc);
+__attribute__((visibility("hidden"))) ddp_status ddp_cuda_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
+                                                                 int64_t K, float alpha, const void *A, int a16,
+                                                                 int64_t lda, const void *B, int b16, int64_t ldb,
+                                                                 float beta, float *C, int64_t ldc);
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_set_precision(ddp_backend *b, ddp_precision p);
 /* the encoder's op table (backend_cuda_enc.cu) */
 __attribute__((visibility("hidden"))) const ddp_enc_ops *ddp_cuda_enc_ops(void);
@@ -105,10 +107,12 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *q
  * bf16), device (sm_80+) and head width dh; then the forward, and the backward after delta is computed */
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc(ddp_backend *b, int64_t dh, int *use);
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const float *qkv, float *o, float *lse,
-                                                     const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse,
-                                                     float *dqkv, const float *delta, const ddp_packing *pack, int64_t d,
-                                                     int heads, const ddp_dropout *dr);
+                                                     const ddp_packing *pack, int64_t d, int heads,
+                                                     const ddp_dropout *dr);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float *qkv, const float *dout,
+                                                     const float *lse, float *dqkv, const float *delta,
+                                                     const ddp_packing *pack, int64_t d, int heads,
+                                                     const ddp_dropout *dr);
 
 /* V (1 or 4) consecutive floats of p from column c into o[0..V), and back: one float4 access when V is 4 (the
  * caller checked alignment), for the row-wise kernels of backend_cuda_enc.cu and backend_cuda_norm.cu. */
@@ -188,12 +192,12 @@ static __device__ inline ddp_attn_blk ddp_attn_block(const int64_t *off, int64_t
 
 /* Launches `kernel` over n threads (128 a block) on the backend's stream, when n > 0; in an op returning
  * ddp_status with the backend `b` in scope. */
-#define ENC_LAUNCH(kernel, n, ...)                                                                 \
-    do {                                                                                           \
-        if ((n) > 0) {                                                                             \
-            DDP_LAUNCH(kernel, blocks_for((n), 128), 128, 0, cuda_of(b)->stream, __VA_ARGS__);     \
-            LAUNCH_CHECK();                                                                        \
-        }                                                                                          \
+#define ENC_LAUNCH(kernel, n, ...)                                                             \
+    do {                                                                                       \
+        if ((n) > 0) {                                                                         \
+            DDP_LAUNCH(kernel, blocks_for((n), 128), 128, 0, cuda_of(b)->stream, __VA_ARGS__); \
+            LAUNCH_CHECK();                                                                    \
+        }                                                                                      \
     } while (0)
 
 #endif

@@ -18,7 +18,8 @@
 #define DDP_CUDA_EMU_KERNELS 1
 #include "emu_cuda.h"
 #ifdef __cplusplus
-#define DDP_LAUNCH(k, grid, block, smem, stream, ...) (DDP_LAUNCH_NOTE(), (void)DDP_EMU_LAUNCH(k, grid, block, smem, stream, __VA_ARGS__))
+#define DDP_LAUNCH(k, grid, block, smem, stream, ...) \
+    (DDP_LAUNCH_NOTE(), (void)DDP_EMU_LAUNCH(k, grid, block, smem, stream, __VA_ARGS__))
 #endif
 #define DDP_CUDA_EMULATED 1
 #else
@@ -29,7 +30,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h> /* nvcuda::wmma (backend_cuda_attn_tc.cu) */
-#define DDP_LAUNCH(k, grid, block, smem, stream, ...) (DDP_LAUNCH_NOTE(), k<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__))
+#define DDP_LAUNCH(k, grid, block, smem, stream, ...) \
+    (DDP_LAUNCH_NOTE(), k<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__))
 #endif
 #define DDP_CUDA_EMULATED 0
 #endif

@@ -93,8 +93,8 @@ static void load(void)
     }
     const ddp_cuda_api *api = fn(ddp_set_error);
     if (!api || api->version != DDP_CUDA_API_VERSION) {
-        snprintf(g_why, sizeof g_why, "%s: incompatible plugin (API version %d, expected %d)", file, api ? api->version : -1,
-                 DDP_CUDA_API_VERSION);
+        snprintf(g_why, sizeof g_why, "%s: incompatible plugin (API version %d, expected %d)", file,
+                 api ? api->version : -1, DDP_CUDA_API_VERSION);
         dlclose(h);
         return;
     }
@@ -138,7 +138,8 @@ int ddp_cuda_maybe_present(void)
     if (plugin && *plugin) return 1; /* an explicit plugin (the emulator needs no device nodes) */
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     if (vis && (!*vis || !strcmp(vis, "-1") || !strcmp(vis, "none"))) return 0;
-    return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0 || access("/proc/driver/nvidia/gpus", F_OK) == 0;
+    return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0 ||
+           access("/proc/driver/nvidia/gpus", F_OK) == 0;
 }
 
 int ddp_cuda_device_count(void)
@@ -159,8 +160,10 @@ int ddp_cuda_device_count(void)
     }
     char err[400] = "";
     int n = ddp_cuda()->device_count(err, sizeof err);
-    if (n < 0) snprintf(g_dev_why, sizeof g_dev_why, "%s", err);
-    else if (n == 0) snprintf(g_dev_why, sizeof g_dev_why, "no CUDA device visible");
+    if (n < 0)
+        snprintf(g_dev_why, sizeof g_dev_why, "%s", err);
+    else if (n == 0)
+        snprintf(g_dev_why, sizeof g_dev_why, "no CUDA device visible");
     return n < 0 ? 0 : n;
 }
 
@@ -168,20 +171,26 @@ const char *ddp_cuda_device_why(void) { return g_dev_why; }
 
 void ddp_cuda_device_name(int dev, char *buf, size_t n)
 {
-    if (ddp_cuda()) ddp_cuda()->device_name(dev, buf, n);
-    else if (n) buf[0] = 0;
+    if (ddp_cuda())
+        ddp_cuda()->device_name(dev, buf, n);
+    else if (n)
+        buf[0] = 0;
 }
 
 void ddp_cuda_version_string(char *buf, size_t n)
 {
-    if (ddp_cuda_maybe_present() && ddp_cuda()) ddp_cuda()->version_string(buf, n);
-    else snprintf(buf, n, "not available");
+    if (ddp_cuda_maybe_present() && ddp_cuda())
+        ddp_cuda()->version_string(buf, n);
+    else
+        snprintf(buf, n, "not available");
 }
 
 void ddp_nccl_version_string(char *buf, size_t n)
 {
-    if (ddp_cuda_maybe_present() && ddp_cuda()) ddp_cuda()->nccl_version_string(buf, n);
-    else snprintf(buf, n, "not available");
+    if (ddp_cuda_maybe_present() && ddp_cuda())
+        ddp_cuda()->nccl_version_string(buf, n);
+    else
+        snprintf(buf, n, "not available");
 }
 
 void *ddp_backend_cuda_stream(struct ddp_backend *b) { return ddp_cuda() ? ddp_cuda()->backend_stream(b) : NULL; }

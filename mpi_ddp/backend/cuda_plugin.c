@@ -63,11 +63,11 @@ static void version_string(char *buf, size_t n)
     if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
     cudaGetLastError();
     if (drv == 0) /* a plugin, but no driver on this node: the same word run.json uses */
-        snprintf(buf, n, "not available (no driver; %sruntime %d.%d)", DDP_CUDA_EMULATED ? "emulated " : "",
-                 rt / 1000, (rt % 1000) / 10);
+        snprintf(buf, n, "not available (no driver; %sruntime %d.%d)", DDP_CUDA_EMULATED ? "emulated " : "", rt / 1000,
+                 (rt % 1000) / 10);
     else
-        snprintf(buf, n, "%sruntime %d.%d driver %d.%d", DDP_CUDA_EMULATED ? "emulated " : "", rt / 1000, (rt % 1000) / 10,
-                 drv / 1000, (drv % 1000) / 10);
+        snprintf(buf, n, "%sruntime %d.%d driver %d.%d", DDP_CUDA_EMULATED ? "emulated " : "", rt / 1000,
+                 (rt % 1000) / 10, drv / 1000, (drv % 1000) / 10);
 }
 
 static void nccl_version_string(char *buf, size_t n)
@@ -101,8 +101,8 @@ static ddp_status nccl_init_start(void **comm, int nranks, const void *id, int r
     ncclResult_t r = ncclCommInitRankConfig(&c, nranks, u, rank, &cfg);
     *comm = c;
     if (r != ncclSuccess && r != ncclInProgress)
-        return ddp_set_error(DDP_ERR_NCCL, "NCCL error in ncclCommInitRankConfig (rank %d of %d, device %d): %s%s%s", rank,
-                             nranks, dev, ncclGetErrorString(r), c ? ": " : "", c ? ncclGetLastError(c) : "");
+        return ddp_set_error(DDP_ERR_NCCL, "NCCL error in ncclCommInitRankConfig (rank %d of %d, device %d): %s%s%s",
+                             rank, nranks, dev, ncclGetErrorString(r), c ? ": " : "", c ? ncclGetLastError(c) : "");
     return DDP_OK;
 }
 
@@ -150,8 +150,10 @@ static ddp_status stream_query(void *s, int *done)
 {
     cudaError_t e = cudaStreamQuery((cudaStream_t)s);
     *done = e == cudaSuccess;
-    if (e == cudaErrorNotReady) cudaGetLastError(); /* not an error: still running */
-    else CUDA_CHECK(e);
+    if (e == cudaErrorNotReady)
+        cudaGetLastError(); /* not an error: still running */
+    else
+        CUDA_CHECK(e);
     return DDP_OK;
 }
 

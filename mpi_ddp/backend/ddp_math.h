@@ -28,7 +28,9 @@ DDP_HD static inline float ddp_expf(float x)
     v = v - fn * 0.693359375f + fn * 2.12194440e-4f;
     float z = v * v;
     float y = ((((1.9875691500e-4f * v + 1.3981999507e-3f) * v + 8.3334519073e-3f) * v + 4.1665795894e-2f) * v +
-               1.6666665459e-1f) * v + 5.0000001201e-1f;
+               1.6666665459e-1f) *
+                  v +
+              5.0000001201e-1f;
     y = y * z + v + 1.0f;
     union {
         uint32_t u;
@@ -67,13 +69,16 @@ DDP_HD static inline float ddp_gelu_grad(float x)
 /* Softmax cross-entropy of one row of c logits against label y. Returns the loss; writes the
  * gradient (softmax - onehot) * dscale into dz when dz is non-NULL, and the argmax and its
  * probability into pred/prob when non-NULL. */
-DDP_HD static inline float ddp_softmax_xent_row(const float *z, int64_t c, int64_t y, float dscale,
-                                                float *dz, int64_t *pred, float *prob)
+DDP_HD static inline float ddp_softmax_xent_row(const float *z, int64_t c, int64_t y, float dscale, float *dz,
+                                                int64_t *pred, float *prob)
 {
     float mx = z[0];
     int64_t am = 0;
     for (int64_t j = 1; j < c; j++)
-        if (z[j] > mx) { mx = z[j]; am = j; }
+        if (z[j] > mx) {
+            mx = z[j];
+            am = j;
+        }
     float s = 0.0f;
     for (int64_t j = 0; j < c; j++) s += expf(z[j] - mx);
     float lse = mx + logf(s);

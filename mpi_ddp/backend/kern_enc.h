@@ -71,12 +71,14 @@ DDP_HD static inline uint64_t ddp_drop_attn_unit(int64_t h, int64_t j) { return 
 DDP_HD static inline float ddp_erfcf(float x)
 {
     float z = fabsf(x), t = 1.0f / (1.0f + 0.5f * z);
-    float p = -1.26551223f +
-              t * (1.00002368f +
-                   t * (0.37409196f +
-                        t * (0.09678418f +
-                             t * (-0.18628806f +
-                                  t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+    float p =
+        -1.26551223f +
+        t * (1.00002368f +
+             t * (0.37409196f +
+                  t * (0.09678418f +
+                       t * (-0.18628806f +
+                            t * (0.27886807f +
+                                 t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
     float r = t * ddp_expf(-z * z + p);
     return x >= 0.0f ? r : 2.0f - r;
 }
@@ -158,8 +160,8 @@ DDP_HD static inline float ddp_dot(const float *a, const float *b, int64_t n)
  * q/k/v vectors are q + j*ld, k + j*ld, v + j*ld (ld = 3d in the packed qkv buffer). Online softmax in one
  * pass; o[0..dh) = sum_j drop(P_ij) v_j, returns log-sum-exp of the scaled scores. */
 DDP_HD static inline float ddp_attn_row_fwd(const float *qi, const float *k, const float *v, int64_t ld, int64_t n,
-                                            int64_t dh, float scale, float *o, const ddp_dropout *dr,
-                                            uint64_t rowkey, uint64_t unit0)
+                                            int64_t dh, float scale, float *o, const ddp_dropout *dr, uint64_t rowkey,
+                                            uint64_t unit0)
 {
     float m = -1e30f, l = 0.0f; /* below any finite score; never an infinity (fast-math builds) */
     for (int64_t c = 0; c < dh; c++) o[c] = 0.0f;

@@ -109,8 +109,8 @@ static ddp_status check_ranks_per_gpu(ddp_ctx *c, int ndev)
     }
     if (!ok) {
         free(ranks);
-        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the list of %d node ranks (%zu bytes on one of them)", t->local_size,
-                             (size_t)t->local_size * sizeof *ranks);
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the list of %d node ranks (%zu bytes on one of them)",
+                             t->local_size, (size_t)t->local_size * sizeof *ranks);
     }
     rc = MPI_Allgather(&t->rank, 1, MPI_INT, ranks, 1, MPI_INT, c->local);
     if (rc != MPI_SUCCESS) {
@@ -126,7 +126,8 @@ static ddp_status check_ranks_per_gpu(ddp_ctx *c, int ndev)
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         st = ddp_set_error(DDP_ERR_ARG,
                            "--device cuda: node %d (%s) runs %d ranks (%s) but sees %d CUDA device(s) "
-                           "(CUDA_VISIBLE_DEVICES=%s): mpiddp uses one GPU per rank; start at most %d rank(s) per node, or use --device cpu",
+                           "(CUDA_VISIBLE_DEVICES=%s): mpiddp uses one GPU per rank; start at most %d rank(s) per "
+                           "node, or use --device cpu",
                            t->node_id, t->host, t->local_size, list, ndev, vis ? vis : "unset", ndev);
     }
     free(ranks);
@@ -153,7 +154,8 @@ ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char 
             return ddp_set_error(DDP_ERR_ARG, "--device cuda: CUDA plugin unavailable: %s", ddp_cuda_why());
         if (n == 0) return ddp_set_error(DDP_ERR_ARG, "--device cuda: %s on %s", ddp_cuda_device_why(), c->topo.host);
         if (want == DDP_DEVICE_AUTO && c->topo.local_size > n) { /* auto never oversubscribes a GPU */
-            snprintf(buf, sizeof buf, "--device auto: %d CUDA device(s) for %d ranks on this node (one GPU per rank), using cpu", n,
+            snprintf(buf, sizeof buf,
+                     "--device auto: %d CUDA device(s) for %d ranks on this node (one GPU per rank), using cpu", n,
                      c->topo.local_size);
             d = DDP_DEVICE_CPU;
         } else {
@@ -175,8 +177,10 @@ ddp_status ddp_select_device_all(ddp_ctx *c, ddp_device want, ddp_device *got, c
     int mine[2] = {(int)d, -(int)d}, all[2];
     MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, c->world));
     if (all[0] != -all[1]) {
-        ddp_set_error(DDP_ERR_ARG, "--device auto chose cuda on some nodes and cpu on others (rank %d: %s); pass --device cpu or "
-                      "--device cuda", c->topo.rank, d == DDP_DEVICE_CUDA ? "cuda" : "cpu");
+        ddp_set_error(DDP_ERR_ARG,
+                      "--device auto chose cuda on some nodes and cpu on others (rank %d: %s); pass --device cpu or "
+                      "--device cuda",
+                      c->topo.rank, d == DDP_DEVICE_CUDA ? "cuda" : "cpu");
         ddp_mark_error_shared();
         return DDP_ERR_ARG;
     }

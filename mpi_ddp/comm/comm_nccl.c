@@ -44,7 +44,8 @@ ddp_status ddp_nccl_init(ddp_ctx *c)
     for (int busy = 1; st == DDP_OK && busy;) {
         st = cu->nccl_poll(comm, &busy);
         if (st == DDP_OK && busy && mono() - t0 > limit) {
-            st = ddp_set_error(DDP_ERR_NCCL, "NCCL communicator init on rank %d (%s, device %d) did not complete in %.0f s: "
+            st = ddp_set_error(DDP_ERR_NCCL,
+                               "NCCL communicator init on rank %d (%s, device %d) did not complete in %.0f s: "
                                "a peer rank failed or never joined (MPIDDP_NCCL_INIT_TIMEOUT)",
                                c->topo.rank, c->topo.host, c->cuda_device, limit);
             outcome = INIT_TIMED_OUT;

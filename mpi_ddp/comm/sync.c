@@ -12,17 +12,17 @@ struct ddp_sync {
     ddp_ctx *ctx;
     ddp_backend *be;
     float *grads;
-    int64_t total;        /* params + control */
+    int64_t total; /* params + control */
     int64_t n_params;
     int nb;
-    int64_t *lo, *hi;     /* bucket k covers [lo[k], hi[k]); k = 0 is at the end */
+    int64_t *lo, *hi; /* bucket k covers [lo[k], hi[k]); k = 0 is at the end */
     int *launched;
     MPI_Request *req;
     int64_t ready_lo;
-    int next;             /* next bucket to launch */
-    ddp_status st;        /* first launch error */
-    ddp_sync_nccl *nccl;  /* GPU backends: NCCL on a communication stream */
-    double comm_s;        /* seconds this rank spent inside allreduce calls and waits (benchmarks) */
+    int next;            /* next bucket to launch */
+    ddp_status st;       /* first launch error */
+    ddp_sync_nccl *nccl; /* GPU backends: NCCL on a communication stream */
+    double comm_s;       /* seconds this rank spent inside allreduce calls and waits (benchmarks) */
 };
 
 ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t n_params, int64_t n_ctl,
@@ -44,9 +44,10 @@ ddp_status ddp_sync_create(ddp_ctx *ctx, ddp_backend *be, float *grads, int64_t 
     s->launched = ddp_calloc((size_t)s->nb, sizeof *s->launched);
     s->req = ddp_calloc((size_t)s->nb, sizeof *s->req);
     /* agreed before anything collective: a rank out of memory here must not leave the others waiting */
-    ddp_status ast = ddp_agree_status(ctx, !s->lo || !s->hi || !s->launched || !s->req
-                                               ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for %d gradient buckets", s->nb)
-                                               : DDP_OK);
+    ddp_status ast = ddp_agree_status(ctx,
+                                      !s->lo || !s->hi || !s->launched || !s->req
+                                          ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for %d gradient buckets", s->nb)
+                                          : DDP_OK);
     if (ast != DDP_OK) {
         ddp_sync_destroy(s);
         return ast;
@@ -121,7 +122,8 @@ void ddp_sync_ready(void *arg, int64_t lo, int64_t hi)
         if (s->st != DDP_OK) return;
         s->next++;
     }
-    if (!s->nccl && s->next > 0 && s->ctx->watch->coll_timeout > 0) { /* give MPI a chance to progress what is in flight */
+    if (!s->nccl && s->next > 0 &&
+        s->ctx->watch->coll_timeout > 0) { /* give MPI a chance to progress what is in flight */
         int flag;
         MPI_Testall(s->next, s->req, &flag, MPI_STATUSES_IGNORE);
     }

@@ -32,7 +32,8 @@ ddp_status ddp_sync_nccl_create(ddp_ctx *ctx, ddp_backend *be, ddp_sync_nccl **o
     *out = NULL;
     ddp_sync_nccl *n = ddp_calloc(1, sizeof *n);
     /* agreed before the NCCL communicator's collective start-up */
-    ddp_status ast = ddp_agree_status(ctx, n ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory for the NCCL sync"));
+    ddp_status ast = ddp_agree_status(ctx,
+                                      n ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory for the NCCL sync"));
     if (ast != DDP_OK) {
         free(n);
         return ast;
@@ -76,7 +77,8 @@ static ddp_status wait_idle(ddp_sync_nccl *n, int stream_too, const char *where)
             char why[900];
             snprintf(why, sizeof why, "%s", ddp_last_error());
             ddp_nccl_abort(ctx);
-            return ddp_set_error(st, "rank %d in %s at step %lld: %s", ctx->topo.rank, where, (long long)ctx->watch->step, why);
+            return ddp_set_error(st, "rank %d in %s at step %lld: %s", ctx->topo.rank, where,
+                                 (long long)ctx->watch->step, why);
         }
         if (!busy && done) return DDP_OK;
         double t = mono();

@@ -15,9 +15,9 @@
 
 typedef struct {
     int64_t step;
-    double when;      /* CLOCK_REALTIME seconds: comparable across nodes with synchronised clocks */
+    double when; /* CLOCK_REALTIME seconds: comparable across nodes with synchronised clocks */
     char phase[48];
-    int32_t waiting;  /* 1: written by the heartbeat of a wait loop (the rank waits in a collective) */
+    int32_t waiting; /* 1: written by the heartbeat of a wait loop (the rank waits in a collective) */
     int32_t pad;
 } board_entry;
 
@@ -119,8 +119,9 @@ static int scan_board(ddp_ctx *ctx, char *msg, size_t cap, size_t k, double stal
 void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
 {
     char msg[1024];
-    size_t k = (size_t)snprintf(msg, sizeof msg, "collective timeout: rank %d waited %g s in %s at step %lld (--collective-timeout %g)",
-                                ctx->topo.rank, shown(waited), where, (long long)ctx->watch->step, ctx->watch->coll_timeout);
+    size_t k = (size_t)snprintf(
+        msg, sizeof msg, "collective timeout: rank %d waited %g s in %s at step %lld (--collective-timeout %g)",
+        ctx->topo.rank, shown(waited), where, (long long)ctx->watch->step, ctx->watch->coll_timeout);
     double hb = ddp_watch_heartbeat(ctx);
     double stale = 6 * hb < ctx->watch->coll_timeout / 2 ? 6 * hb : ctx->watch->coll_timeout / 2;
     int behind = scan_board(ctx, msg, sizeof msg, k, stale);
@@ -130,13 +131,14 @@ void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
             ddp_watch_beat(ctx);
             double t = left < hb ? left : hb;
             struct timespec d = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
-            while (nanosleep(&d, &d) != 0 && errno == EINTR) {
-            }
+            while (nanosleep(&d, &d) != 0 && errno == EINTR) {}
         }
         msg[k] = 0;
         behind = scan_board(ctx, msg, sizeof msg, k, stale);
     }
-    if (!behind) snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "; every rank is alive and waiting (network or MPI problem?)");
+    if (!behind)
+        snprintf(msg + strlen(msg), sizeof msg - strlen(msg),
+                 "; every rank is alive and waiting (network or MPI problem?)");
     ddp_set_error(DDP_ERR_MISMATCH, "%s", msg);
 }
 

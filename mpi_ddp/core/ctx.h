@@ -9,17 +9,17 @@
 #include <mpi.h>
 
 struct ddp_ctx {
-    MPI_Comm world;   /* dup of MPI_COMM_WORLD, errors return */
-    MPI_Comm local;   /* ranks sharing this node */
+    MPI_Comm world; /* dup of MPI_COMM_WORLD, errors return */
+    MPI_Comm local; /* ranks sharing this node */
     ddp_topology topo;
-    struct ddp_jobfacts *facts;       /* slurm/env.h */
-    int owns_mpi;     /* ddp_init called MPI_Init */
+    struct ddp_jobfacts *facts; /* slurm/env.h */
+    int owns_mpi;               /* ddp_init called MPI_Init */
     ddp_device device;
     int cuda_device;
-    void *nccl;       /* ncclComm_t on CUDA builds once bootstrapped; NULL again after an abort */
-    double nccl_init_timeout; /* seconds (the trainer sets --collective-timeout); 0: 300 */
+    void *nccl;                      /* ncclComm_t on CUDA builds once bootstrapped; NULL again after an abort */
+    double nccl_init_timeout;        /* seconds (the trainer sets --collective-timeout); 0: 300 */
     struct ddp_backend *backends[3]; /* by ddp_device, created on first use */
-    struct ddp_watch *watch;          /* comm/watchdog.h */
+    struct ddp_watch *watch;         /* comm/watchdog.h */
 };
 
 #endif

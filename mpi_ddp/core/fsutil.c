@@ -27,7 +27,8 @@ ddp_status ddp_mkdir_p(const char *dir)
     for (char *s = p + 1; *s; s++) {
         if (*s != '/') continue;
         *s = 0;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
         *s = '/';
     }
     if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
@@ -42,7 +43,7 @@ ddp_status ddp_check_regular_file(const char *path, const char *what)
     if (S_ISDIR(sb.st_mode)) return ddp_set_error(DDP_ERR_IO, "%s: cannot open %s: is a directory", path, what);
     if (!S_ISREG(sb.st_mode))
         return ddp_set_error(DDP_ERR_IO, "%s: cannot open %s: not a regular file (%s)", path, what,
-                             S_ISFIFO(sb.st_mode)  ? "a FIFO"
+                             S_ISFIFO(sb.st_mode)   ? "a FIFO"
                              : S_ISSOCK(sb.st_mode) ? "a socket"
                              : S_ISCHR(sb.st_mode)  ? "a character device"
                              : S_ISBLK(sb.st_mode)  ? "a block device"
@@ -86,8 +87,14 @@ static herr_t scalar_attr(hid_t obj, const char *name, hid_t file_type, hid_t me
     return e;
 }
 
-herr_t ddp_h5_attr_i64(hid_t obj, const char *name, int64_t v) { return scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v); }
-herr_t ddp_h5_attr_f64(hid_t obj, const char *name, double v) { return scalar_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v); }
+herr_t ddp_h5_attr_i64(hid_t obj, const char *name, int64_t v)
+{
+    return scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+herr_t ddp_h5_attr_f64(hid_t obj, const char *name, double v)
+{
+    return scalar_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+}
 
 herr_t ddp_h5_attr_str(hid_t obj, const char *name, const char *v)
 {

@@ -6,35 +6,35 @@
 #include <stdint.h>
 
 /* I(NAME, default, "meaning"): an integer knob MPIDDP_<NAME>; S(NAME, "meaning"): a string knob (unset: NULL). */
-#define DDP_KNOBS(I, S)                                                                                             \
-    I(MADVISE, 1, "0: no access-pattern hints (madvise) in the data loader")                                      \
-    I(ROW_BLOCK_KB, 2048, "KiB of activations per row block of the CPU forward pass; 0: the whole batch")          \
-    I(CPU_ONEDNN, 1, "0: the CPU backend uses no oneDNN")                                                         \
-    I(CPU_ONEDNN_FP32, 1, "0: every fp32 GEMM on OpenBLAS")                                                       \
-    I(BF16_ACTIVATIONS, 1, "0: the transformer keeps layernorm and GELU outputs in fp32 at --precision bf16")      \
-    S(ATTENTION, "fused, gemm or tiled: one CPU attention method for every sample; auto or unset: by length")     \
-    I(ATTENTION_GEMM_MIN, 8, "rows from which a sample uses the gemm attention method (auto)")                    \
-    I(ATTENTION_TILED_MIN, 24, "rows from which a sample uses the tiled attention method (auto)")                 \
-    I(VALIDATE_TIMEOUT, 120, "seconds HDF5 may spend validating one object of a shard; 0: no limit")             \
-    I(VALIDATE_FORK, 1, "0: validate shards inside the process, not in a forked child")                          \
-    I(VALIDATE_STDERR, 0, "1: keep HDF5's own error output from the validation child")                           \
-    I(MAX_OPEN_SHARDS, 0, "shards a rank keeps open at most; 0: as RLIMIT_NOFILE allows")                        \
-    I(MAX_SHARD_MAPS, 0, "memory maps a rank's open shards hold at most; 0: as vm.max_map_count allows")          \
-    S(CUDA_PLUGIN, "path of the CUDA plugin to load instead of searching for libmpiddp_cuda.so")                 \
-    I(CUDA_PREFETCH, 1, "0: upload each batch on the compute stream, no staging on a copy stream")               \
-    I(NCCL_INIT_TIMEOUT, 0, "seconds NCCL start-up may take; 0: --collective-timeout if set, else 300")           \
-    I(REQUEUE, 1, "0: train does not run scontrol requeue after a stop request")                                  \
-    S(TEST_TRACE_SAMPLES, "test hook: PREFIX.r<rank> gets one line per trained micro-batch")                      \
-    I(TEST_FIRST_STEP_DELAY_MS, 0, "test hook: the first training step sleeps this long first")                   \
-    I(TEST_STEP_DELAY_MS, 0, "test hook: every training step sleeps this long")                                   \
-    I(TEST_STOP_AT_STEP, -1, "test hook: a stop request during this optimizer step")                              \
-    I(TEST_STOP_RANK, 0, "test hook: the rank of TEST_STOP_AT_STEP's request")                                    \
-    I(TEST_STOP_IN_VAL, -1, "test hook: a stop request on rank 0 during this validation batch")                   \
-    S(TEST_MONITOR_OFFSET, "test hook: rank:epoch:offset,... added to one rank's monitored value")                \
-    S(TEST_FAIL_ALLOC, "test hook: dir/file.c:LINE, the first allocation there fails")                            \
-    I(TEST_FAIL_ALLOC_RANK, 0, "test hook: the rank of TEST_FAIL_ALLOC")                                          \
-    S(TEST_ALLOC_SITES, "test hook: PREFIX.r<rank> gets every allocation site reached")                           \
-    I(TEST_GATHER_CHUNK, 134217728, "test hook: elements per message of the prediction gather")                   \
+#define DDP_KNOBS(I, S)                                                                                       \
+    I(MADVISE, 1, "0: no access-pattern hints (madvise) in the data loader")                                  \
+    I(ROW_BLOCK_KB, 2048, "KiB of activations per row block of the CPU forward pass; 0: the whole batch")     \
+    I(CPU_ONEDNN, 1, "0: the CPU backend uses no oneDNN")                                                     \
+    I(CPU_ONEDNN_FP32, 1, "0: every fp32 GEMM on OpenBLAS")                                                   \
+    I(BF16_ACTIVATIONS, 1, "0: the transformer keeps layernorm and GELU outputs in fp32 at --precision bf16") \
+    S(ATTENTION, "fused, gemm or tiled: one CPU attention method for every sample; auto or unset: by length") \
+    I(ATTENTION_GEMM_MIN, 8, "rows from which a sample uses the gemm attention method (auto)")                \
+    I(ATTENTION_TILED_MIN, 24, "rows from which a sample uses the tiled attention method (auto)")             \
+    I(VALIDATE_TIMEOUT, 120, "seconds HDF5 may spend validating one object of a shard; 0: no limit")          \
+    I(VALIDATE_FORK, 1, "0: validate shards inside the process, not in a forked child")                       \
+    I(VALIDATE_STDERR, 0, "1: keep HDF5's own error output from the validation child")                        \
+    I(MAX_OPEN_SHARDS, 0, "shards a rank keeps open at most; 0: as RLIMIT_NOFILE allows")                     \
+    I(MAX_SHARD_MAPS, 0, "memory maps a rank's open shards hold at most; 0: as vm.max_map_count allows")      \
+    S(CUDA_PLUGIN, "path of the CUDA plugin to load instead of searching for libmpiddp_cuda.so")              \
+    I(CUDA_PREFETCH, 1, "0: upload each batch on the compute stream, no staging on a copy stream")            \
+    I(NCCL_INIT_TIMEOUT, 0, "seconds NCCL start-up may take; 0: --collective-timeout if set, else 300")       \
+    I(REQUEUE, 1, "0: train does not run scontrol requeue after a stop request")                              \
+    S(TEST_TRACE_SAMPLES, "test hook: PREFIX.r<rank> gets one line per trained micro-batch")                  \
+    I(TEST_FIRST_STEP_DELAY_MS, 0, "test hook: the first training step sleeps this long first")               \
+    I(TEST_STEP_DELAY_MS, 0, "test hook: every training step sleeps this long")                               \
+    I(TEST_STOP_AT_STEP, -1, "test hook: a stop request during this optimizer step")                          \
+    I(TEST_STOP_RANK, 0, "test hook: the rank of TEST_STOP_AT_STEP's request")                                \
+    I(TEST_STOP_IN_VAL, -1, "test hook: a stop request on rank 0 during this validation batch")               \
+    S(TEST_MONITOR_OFFSET, "test hook: rank:epoch:offset,... added to one rank's monitored value")            \
+    S(TEST_FAIL_ALLOC, "test hook: dir/file.c:LINE, the first allocation there fails")                        \
+    I(TEST_FAIL_ALLOC_RANK, 0, "test hook: the rank of TEST_FAIL_ALLOC")                                      \
+    S(TEST_ALLOC_SITES, "test hook: PREFIX.r<rank> gets every allocation site reached")                       \
+    I(TEST_GATHER_CHUNK, 134217728, "test hook: elements per message of the prediction gather")               \
     I(TEST_DIE_IN_SAVE, 0, "test hook: rank 0 is killed between writing and renaming its N-th checkpoint")
 
 #define DDP_KNOB_ENUM_(name, ...) DDP_KNOB_##name,

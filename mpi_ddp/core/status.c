@@ -10,7 +10,7 @@
 #include <string.h>
 
 static _Thread_local char g_err[1024];
-static _Thread_local int g_shared; /* every rank holds this same error */
+static _Thread_local int g_shared;         /* every rank holds this same error */
 static _Thread_local size_t g_nomem_bytes; /* the last failed allocation of this thread, 0: none */
 static _Thread_local char g_nomem_site[96];
 
@@ -143,10 +143,20 @@ void *ddp_realloc_at(void *p, size_t n, size_t size, const char *file, int line)
 
 const char *ddp_status_name(ddp_status st)
 {
-    static const char *names[] = {"ok", "bad argument", "I/O error", "format error", "MPI error",
-                                  "HDF5 error", "CUDA error", "NCCL error", "out of memory",
-                                  "rank mismatch", "error on another rank", "non-finite value",
-                                  "internal error", "run directory busy"};
+    static const char *names[] = {"ok",
+                                  "bad argument",
+                                  "I/O error",
+                                  "format error",
+                                  "MPI error",
+                                  "HDF5 error",
+                                  "CUDA error",
+                                  "NCCL error",
+                                  "out of memory",
+                                  "rank mismatch",
+                                  "error on another rank",
+                                  "non-finite value",
+                                  "internal error",
+                                  "run directory busy"};
     if ((unsigned)st < sizeof names / sizeof names[0]) return names[st];
     if (st == DDP_STOPPED) return "stopped on request";
     return "unknown status";

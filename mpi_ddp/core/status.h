@@ -27,30 +27,30 @@ void ddp_set_error_text(const char *msg);
 void ddp_mark_error_shared(void);
 
 /* Propagate a ddp_status. */
-#define DDP_CHECK(call)                                                                            \
-    do {                                                                                           \
-        ddp_status ddp_st_ = (call);                                                               \
-        if (ddp_st_ != DDP_OK) return ddp_st_;                                                     \
+#define DDP_CHECK(call)                        \
+    do {                                       \
+        ddp_status ddp_st_ = (call);           \
+        if (ddp_st_ != DDP_OK) return ddp_st_; \
     } while (0)
 
 /* Like DDP_CHECK but jumps to a cleanup label after storing the status in `st`. */
-#define DDP_TRY(call)                                                                              \
-    do {                                                                                           \
-        st = (call);                                                                               \
-        if (st != DDP_OK) goto done;                                                               \
+#define DDP_TRY(call)                \
+    do {                             \
+        st = (call);                 \
+        if (st != DDP_OK) goto done; \
     } while (0)
 
-#define DDP_FAIL(code, ...)                                                                        \
-    do {                                                                                           \
-        st = ddp_set_error((code), __VA_ARGS__);                                                   \
-        goto done;                                                                                 \
+#define DDP_FAIL(code, ...)                      \
+    do {                                         \
+        st = ddp_set_error((code), __VA_ARGS__); \
+        goto done;                               \
     } while (0)
 
 ddp_status ddp_mpi_error(int rc, const char *call, const char *file, int line);
-#define MPI_CHECK(call)                                                                            \
-    do {                                                                                           \
-        int ddp_rc_ = (call);                                                                      \
-        if (ddp_rc_ != 0) return ddp_mpi_error(ddp_rc_, #call, __FILE__, __LINE__);                 \
+#define MPI_CHECK(call)                                                             \
+    do {                                                                            \
+        int ddp_rc_ = (call);                                                       \
+        if (ddp_rc_ != 0) return ddp_mpi_error(ddp_rc_, #call, __FILE__, __LINE__); \
     } while (0)
 
 /* Allocation helpers: zeroed, size-checked, and seen by the allocation-failure test hook: each call site
@@ -68,10 +68,10 @@ void *ddp_realloc_at(void *p, size_t n, size_t size, const char *file, int line)
 int ddp_alloc_inject(const char *file, int line, size_t bytes);
 /* The rank the hook acts on (set once MPI is up; before that no allocation is failed). */
 void ddp_alloc_hook_rank(int rank);
-#define DDP_ALLOC(ptr, n)                                                                          \
-    do {                                                                                           \
-        (ptr) = ddp_calloc((size_t)(n), sizeof *(ptr));                                            \
-        if (!(ptr)) return ddp_set_error(DDP_ERR_NOMEM, "out of memory"); /* + bytes and site */     \
+#define DDP_ALLOC(ptr, n)                                                                        \
+    do {                                                                                         \
+        (ptr) = ddp_calloc((size_t)(n), sizeof *(ptr));                                          \
+        if (!(ptr)) return ddp_set_error(DDP_ERR_NOMEM, "out of memory"); /* + bytes and site */ \
     } while (0)
 
 #endif

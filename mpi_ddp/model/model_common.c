@@ -107,10 +107,12 @@ done:
 ddp_status ddp_model_io_check(const ddp_model_io *io, const ddp_batch *b)
 {
     if (b->nrows > io->maxR || b->nsamples > io->maxB)
-        return ddp_set_error(DDP_ERR_ARG, "batch of %lld samples / %lld rows exceeds the model's workspace (%lld / %lld)",
+        return ddp_set_error(DDP_ERR_ARG,
+                             "batch of %lld samples / %lld rows exceeds the model's workspace (%lld / %lld)",
                              (long long)b->nsamples, (long long)b->nrows, (long long)io->maxB, (long long)io->maxR);
     if (b->dim != io->D)
-        return ddp_set_error(DDP_ERR_ARG, "batch has D=%lld, model expects D=%lld", (long long)b->dim, (long long)io->D);
+        return ddp_set_error(DDP_ERR_ARG, "batch has D=%lld, model expects D=%lld", (long long)b->dim,
+                             (long long)io->D);
     return DDP_OK;
 }
 

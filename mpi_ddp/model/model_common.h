@@ -12,10 +12,10 @@
 
 /* ------------------------------------------------------------------ parameter table */
 typedef struct {
-    int n;                    /* tensors added so far */
-    ddp_tensor_spec *spec;    /* [cap], names pointing into `names` */
-    char (*names)[64];        /* [cap] */
-    int64_t *off;             /* [cap+1] element offsets in the flat buffer; off[n] is the total */
+    int n;                 /* tensors added so far */
+    ddp_tensor_spec *spec; /* [cap], names pointing into `names` */
+    char (*names)[64];     /* [cap] */
+    int64_t *off;          /* [cap+1] element offsets in the flat buffer; off[n] is the total */
 } ddp_param_table;
 
 /* Room for cap tensors (DDP_ERR_NOMEM with the bytes and site otherwise). */
@@ -36,7 +36,7 @@ ddp_status ddp_model_init_params(ddp_backend *be, const ddp_param_table *t, floa
 typedef struct {
     float *x;
     int64_t *off, *lab;
-    int64_t *sid, *seg;       /* packing only: sample ids [maxB], row -> sample map [maxR] */
+    int64_t *sid, *seg; /* packing only: sample ids [maxB], row -> sample map [maxR] */
 } ddp_io_set;
 
 /* A batch's I/O on the backend. With a staging backend (be->stage, unless MPIDDP_CUDA_PREFETCH=0) batches are
@@ -44,10 +44,10 @@ typedef struct {
  * the next train_step may be uploaded while this one computes (prefetch); else one set, uploaded on the compute
  * stream. */
 typedef struct {
-    int64_t D, maxR, maxB;    /* the workspace: row width, most rows and samples in a batch */
-    int packing;              /* also the sample ids and the row -> sample map (the Transformer) */
-    void *out;                /* one block on the backend: loss [maxB], prob [maxB], pred [maxB] (int64) */
-    float *loss, *prob;       /* into out */
+    int64_t D, maxR, maxB; /* the workspace: row width, most rows and samples in a batch */
+    int packing;           /* also the sample ids and the row -> sample map (the Transformer) */
+    void *out;             /* one block on the backend: loss [maxB], prob [maxB], pred [maxB] (int64) */
+    float *loss, *prob;    /* into out */
     int64_t *pred;
     void *h_out;              /* host staging of out, same layout (device backends) */
     int64_t *seg_h;           /* packing: [maxR] host row -> sample map of the batch last staged */
@@ -58,8 +58,8 @@ typedef struct {
     const float *pf_x;        /* the prefetched batch: its buffers and sizes, and a host copy of */
     const int64_t *pf_ptr[3]; /* offsets, labels, sample ids to tell it from any other batch */
     int64_t pf_B, pf_R;
-    int64_t *pf_meta;         /* [3 * maxB + 1]: offsets, labels, sample ids */
-    ddp_next_batch_fn next;   /* ddp_model.prefetch: where the next train_step's batch may be peeked at */
+    int64_t *pf_meta;       /* [3 * maxB + 1]: offsets, labels, sample ids */
+    ddp_next_batch_fn next; /* ddp_model.prefetch: where the next train_step's batch may be peeked at */
     void *next_arg;
 } ddp_model_io;
 
@@ -110,11 +110,11 @@ double ddp_model_clock(void);
 
 /* A backend buffer of `count` elements of *ptr through the allocation hook (the site is the caller's line);
  * needs `ddp_status st` and a `done:` label, like DDP_TRY. */
-#define DDP_MODEL_ALLOC(be, ptr, count)                                                            \
-    do {                                                                                           \
-        void *p_;                                                                                  \
-        DDP_TRY(DDP_BE_ALLOC((be), &p_, (size_t)(count) * sizeof *(ptr)));                         \
-        (ptr) = p_;                                                                                \
+#define DDP_MODEL_ALLOC(be, ptr, count)                                    \
+    do {                                                                   \
+        void *p_;                                                          \
+        DDP_TRY(DDP_BE_ALLOC((be), &p_, (size_t)(count) * sizeof *(ptr))); \
+        (ptr) = p_;                                                        \
     } while (0)
 
 #endif

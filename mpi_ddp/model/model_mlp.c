@@ -14,12 +14,12 @@
 typedef struct {
     ddp_backend *be;
     int64_t D, H, C, maxR, maxB;
-    ddp_param_table tab;            /* the 6 tensors; tab.off: their element offsets in the flat buffer */
-    float *z1, *a1, *z2;            /* [maxR, H]; after a training forward z1/z2 hold gelu', then z2 dZ2 */
+    ddp_param_table tab; /* the 6 tensors; tab.off: their element offsets in the flat buffer */
+    float *z1, *a1, *z2; /* [maxR, H]; after a training forward z1/z2 hold gelu', then z2 dZ2 */
     float *p, *dp, *logits, *dlogits;
-    ddp_model_io io;                /* the batch on the backend, the loss/prob/pred block */
-    double t_fwd, t_bwd;            /* cumulative seconds in train_step's forward and backward (benchmarks): device
-                                     * timers on device backends, the host clock on host ones */
+    ddp_model_io io;     /* the batch on the backend, the loss/prob/pred block */
+    double t_fwd, t_bwd; /* cumulative seconds in train_step's forward and backward (benchmarks): device
+                          * timers on device backends, the host clock on host ones */
 } refmodel;
 
 void ddp_refmodel_times(const ddp_model *model, double *fwd, double *bwd)
@@ -175,14 +175,18 @@ ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t D, int64_t 
     return ddp_refmodel_create_on(be, D, H, C, maxR, maxB, out);
 }
 
-ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t C, int64_t maxR, int64_t maxB, ddp_model *out)
+ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t C, int64_t maxR, int64_t maxB,
+                                  ddp_model *out)
 {
     if (D < 1 || H < 1 || C < 2)
-        return ddp_set_error(DDP_ERR_ARG, "reference model: need D, hidden >= 1 and classes >= 2 (got %lld, %lld, %lld)",
+        return ddp_set_error(DDP_ERR_ARG,
+                             "reference model: need D, hidden >= 1 and classes >= 2 (got %lld, %lld, %lld)",
                              (long long)D, (long long)H, (long long)C);
     if (maxR < 1 || maxB < 1)
-        return ddp_set_error(DDP_ERR_ARG, "reference model: the largest batch must hold >= 1 row and >= 1 sample (got %lld rows, %lld samples)",
-                             (long long)maxR, (long long)maxB);
+        return ddp_set_error(
+            DDP_ERR_ARG,
+            "reference model: the largest batch must hold >= 1 row and >= 1 sample (got %lld rows, %lld samples)",
+            (long long)maxR, (long long)maxB);
     refmodel *m = ddp_calloc(1, sizeof *m);
     if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     ddp_status st = DDP_OK;

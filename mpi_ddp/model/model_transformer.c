@@ -12,10 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *layer_names[T_PER_LAYER] = {
-    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
-    "linear1.weight",           "linear1.bias",           "linear2.weight",            "linear2.bias",
-    "norm1.weight",             "norm1.bias",             "norm2.weight",              "norm2.bias"};
+static const char *layer_names[T_PER_LAYER] = {"self_attn.in_proj_weight",
+                                               "self_attn.in_proj_bias",
+                                               "self_attn.out_proj.weight",
+                                               "self_attn.out_proj.bias",
+                                               "linear1.weight",
+                                               "linear1.bias",
+                                               "linear2.weight",
+                                               "linear2.bias",
+                                               "norm1.weight",
+                                               "norm1.bias",
+                                               "norm2.weight",
+                                               "norm2.bias"};
 
 /* Appends a tensor; returns its element offset. */
 static int64_t add_tensor(txmodel *m, const char *name, int64_t d0, int64_t d1)
@@ -71,12 +79,16 @@ static void init_tensor(const void *self, int k, float *dst, uint64_t seed)
         memset(dst, 0, (size_t)n * sizeof *dst);
     } else if (!strcmp(nm, "pos.weight")) {
         for (int64_t i = 0; i < n; i++) /* Box-Muller */
-            dst[i] = (float)(sqrt(-2.0 * log(unif01(key, 2 * (uint64_t)i))) * cos(6.283185307179586 * unif01(key, 2 * (uint64_t)i + 1)));
+            dst[i] = (float)(sqrt(-2.0 * log(unif01(key, 2 * (uint64_t)i))) *
+                             cos(6.283185307179586 * unif01(key, 2 * (uint64_t)i + 1)));
     } else {
         double bound;
-        if (ENDS("in_proj_weight")) bound = sqrt(6.0 / (double)(s->shape[0] + s->shape[1]));
-        else if (s->ndim == 2) bound = 1.0 / sqrt((double)s->shape[1]);
-        else bound = 1.0 / sqrt((double)m->tab.spec[k - 1].shape[1]); /* a bias follows its weight */
+        if (ENDS("in_proj_weight"))
+            bound = sqrt(6.0 / (double)(s->shape[0] + s->shape[1]));
+        else if (s->ndim == 2)
+            bound = 1.0 / sqrt((double)s->shape[1]);
+        else
+            bound = 1.0 / sqrt((double)m->tab.spec[k - 1].shape[1]); /* a bias follows its weight */
         for (int64_t i = 0; i < n; i++) dst[i] = (float)((2.0 * unif01(key, (uint64_t)i) - 1.0) * bound);
     }
 #undef ENDS
@@ -105,7 +117,8 @@ static ddp_status stage(txmodel *m, const ddp_batch *b, const float **x, const i
     }
     ddp_staged s;
     DDP_CHECK(ddp_model_io_stage(m->be, &m->io, b, &s));
-    m->pack = (ddp_packing){.B = B, .R = R, .off = s.off, .seg = s.seg, .sid = s.sid, .hoff = b->offsets, .max_rows = nmax};
+    m->pack = (ddp_packing){
+        .B = B, .R = R, .off = s.off, .seg = s.seg, .sid = s.sid, .hoff = b->offsets, .max_rows = nmax};
     *x = s.x;
     *lab = s.lab;
     return DDP_OK;
@@ -165,11 +178,12 @@ static void tx_destroy(void *self)
     ddp_backend *be = m->be;
     for (int64_t l = 0; m->lay && l < m->L; l++) {
         tx_layer *y = &m->lay[l];
-        void *bufs[] = {y->h, y->y1, y->mu1, y->rs1, y->qkv, y->o, y->lse, y->hmid, y->y2, y->mu2, y->rs2, y->dg, y->a2};
+        void *bufs[] = {y->h,    y->y1, y->mu1, y->rs1, y->qkv, y->o, y->lse,
+                        y->hmid, y->y2, y->mu2, y->rs2, y->dg,  y->a2};
         ddp_model_release_all(be, bufs, sizeof bufs / sizeof bufs[0]);
     }
-    void *bufs[] = {m->hL, m->yf, m->muf, m->rsf, m->p, m->dp, m->logits, m->dlogits, m->branch, m->dh, m->dy, m->dqkv,
-                    m->dffn, m->attn_delta};
+    void *bufs[] = {m->hL,      m->yf,     m->muf, m->rsf, m->p,    m->dp,   m->logits,
+                    m->dlogits, m->branch, m->dh,  m->dy,  m->dqkv, m->dffn, m->attn_delta};
     ddp_model_release_all(be, bufs, sizeof bufs / sizeof bufs[0]);
     ddp_model_io_release(be, &m->io);
     ddp_param_table_free(&m->tab);
@@ -184,9 +198,11 @@ ddp_status ddp_model_config_check(const ddp_model_config *c)
     if (c->kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
     if (c->layers < 1) return ddp_set_error(DDP_ERR_ARG, "transformer: --layers %d: must be >= 1", c->layers);
     if (c->heads < 1 || c->hidden % c->heads)
-        return ddp_set_error(DDP_ERR_ARG, "transformer: --heads %d must divide --hidden %lld", c->heads, (long long)c->hidden);
+        return ddp_set_error(DDP_ERR_ARG, "transformer: --heads %d must divide --hidden %lld", c->heads,
+                             (long long)c->hidden);
     if (c->max_positions < 1 || !(c->dropout >= 0.0 && c->dropout < 1.0))
-        return ddp_set_error(DDP_ERR_ARG, "transformer: need --max-positions >= 1 and 0 <= --dropout < 1 (got %lld, %g)",
+        return ddp_set_error(DDP_ERR_ARG,
+                             "transformer: need --max-positions >= 1 and 0 <= --dropout < 1 (got %lld, %g)",
                              (long long)c->max_positions, c->dropout);
     return DDP_OK;
 }
@@ -195,19 +211,33 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
 {
     int64_t d = c->hidden, f = c->ff > 0 ? c->ff : 2 * c->hidden;
     if (c->dim < 1 || d < 1 || c->classes < 2)
-        return ddp_set_error(DDP_ERR_ARG, "transformer: need D >= 1, --hidden >= 1 and classes >= 2 (got D=%lld, hidden=%lld, classes=%lld)",
-                             (long long)c->dim, (long long)d, (long long)c->classes);
+        return ddp_set_error(
+            DDP_ERR_ARG,
+            "transformer: need D >= 1, --hidden >= 1 and classes >= 2 (got D=%lld, hidden=%lld, classes=%lld)",
+            (long long)c->dim, (long long)d, (long long)c->classes);
     if (c->max_batch_rows < 1 || c->max_batch_samples < 1)
-        return ddp_set_error(DDP_ERR_ARG, "transformer: the largest batch must hold >= 1 sample and >= 1 row (got %lld samples, %lld rows)",
-                             (long long)c->max_batch_samples, (long long)c->max_batch_rows);
+        return ddp_set_error(
+            DDP_ERR_ARG,
+            "transformer: the largest batch must hold >= 1 sample and >= 1 row (got %lld samples, %lld rows)",
+            (long long)c->max_batch_samples, (long long)c->max_batch_rows);
     DDP_CHECK(ddp_model_config_check(c));
     DDP_CHECK(ddp_backend_require_enc(be));
     txmodel *m = ddp_calloc(1, sizeof *m);
     if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     ddp_status st = DDP_OK;
     int64_t L = c->layers, H = c->heads, R = c->max_batch_rows, B = c->max_batch_samples;
-    *m = (txmodel){.be = be, .E = be->enc, .D = c->dim, .d = d, .f = f, .C = c->classes, .P = c->max_positions,
-                   .L = L, .heads = H, .maxR = R, .maxB = B, .positions = c->positions != 0,
+    *m = (txmodel){.be = be,
+                   .E = be->enc,
+                   .D = c->dim,
+                   .d = d,
+                   .f = f,
+                   .C = c->classes,
+                   .P = c->max_positions,
+                   .L = L,
+                   .heads = H,
+                   .maxR = R,
+                   .maxB = B,
+                   .positions = c->positions != 0,
                    .dropout = (float)c->dropout};
     DDP_TRY(ddp_param_table_alloc(&m->tab, 8 + (int)L * T_PER_LAYER));
     m->lay = ddp_calloc((size_t)L, sizeof *m->lay);
@@ -215,8 +245,8 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     layout(m);
     DDP_TRY(be->reserve(be, R > B ? R : B));
     /* bf16 activations: the tensors only GEMMs read, where the backend has the ops that write and read them */
-    m->act16 = c->precision == DDP_PRECISION_BF16 && be->gemm16 && be->enc->layernorm_fwd16 && be->enc->gelu_erf_fwd16 &&
-               ddp_knob_int(DDP_KNOB_BF16_ACTIVATIONS) != 0;
+    m->act16 = c->precision == DDP_PRECISION_BF16 && be->gemm16 && be->enc->layernorm_fwd16 &&
+               be->enc->gelu_erf_fwd16 && ddp_knob_int(DDP_KNOB_BF16_ACTIVATIONS) != 0;
     int64_t A = m->act16 ? 2 : 1; /* an activation of n values takes n / A floats' room */
     for (int64_t l = 0; l < L; l++) {
         tx_layer *y = &m->lay[l];

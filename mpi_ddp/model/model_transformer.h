@@ -6,21 +6,35 @@
 #include "mpi_ddp/model/model_common.h"
 
 /* Parameter tensors of one layer, in PyTorch's state_dict order. */
-enum { T_QKV_W, T_QKV_B, T_OUT_W, T_OUT_B, T_L1_W, T_L1_B, T_L2_W, T_L2_B, T_N1_W, T_N1_B, T_N2_W, T_N2_B, T_PER_LAYER };
+enum {
+    T_QKV_W,
+    T_QKV_B,
+    T_OUT_W,
+    T_OUT_B,
+    T_L1_W,
+    T_L1_B,
+    T_L2_W,
+    T_L2_B,
+    T_N1_W,
+    T_N1_B,
+    T_N2_W,
+    T_N2_B,
+    T_PER_LAYER
+};
 
 typedef struct {
-    int64_t p[T_PER_LAYER];  /* element offsets of the layer's tensors in the flat parameter buffer */
-    int64_t lo, hi;          /* the layer's element range (one gradient-ready call) */
+    int64_t p[T_PER_LAYER]; /* element offsets of the layer's tensors in the flat parameter buffer */
+    int64_t lo, hi;         /* the layer's element range (one gradient-ready call) */
     /* saved activations of a training forward, [maxR, ...] */
-    float *h;                /* layer input (residual stream) [R, d] */
+    float *h; /* layer input (residual stream) [R, d] */
     /* y1, y2 and a2 are read by GEMMs only: with bf16 activations (txmodel.act16) they hold ddp_bf16 values, half
      * the size (cast them through ACT()) */
-    float *y1, *mu1, *rs1;   /* norm1 output and row statistics */
-    float *qkv;              /* [R, 3d] */
-    float *o, *lse;          /* attention output [R, d] (heads concatenated), log-sum-exp [R, heads] */
-    float *hmid;             /* residual stream after the attention block */
-    float *y2, *mu2, *rs2;   /* norm2 */
-    float *dg, *a2;          /* gelu' of linear1's output [R, f]; dropped gelu output [R, f] */
+    float *y1, *mu1, *rs1; /* norm1 output and row statistics */
+    float *qkv;            /* [R, 3d] */
+    float *o, *lse;        /* attention output [R, d] (heads concatenated), log-sum-exp [R, heads] */
+    float *hmid;           /* residual stream after the attention block */
+    float *y2, *mu2, *rs2; /* norm2 */
+    float *dg, *a2;        /* gelu' of linear1's output [R, f]; dropped gelu output [R, f] */
 } tx_layer;
 
 typedef struct {
@@ -28,25 +42,25 @@ typedef struct {
     const ddp_enc_ops *E;
     int64_t D, d, f, C, P, L, heads, maxR, maxB;
     int positions;
-    int act16;                /* 1: y1, y2, a2 stored in bf16 (model config precision bf16, backend able) */
+    int act16; /* 1: y1, y2, a2 stored in bf16 (model config precision bf16, backend able) */
     float dropout;
     uint64_t seed;
-    ddp_param_table tab;      /* the tensors; tab.off: their element offsets */
+    ddp_param_table tab;                                            /* the tensors; tab.off: their element offsets */
     int64_t inp_w, inp_b, pos_w, nf_w, nf_b, head_w, head_b, total; /* offsets; pos_w -1 without positions */
-    int64_t body_lo;          /* first element of layer 0 (inp and pos are [0, body_lo)) */
+    int64_t body_lo; /* first element of layer 0 (inp and pos are [0, body_lo)) */
     tx_layer *lay;
     float *hL, *yf, *muf, *rsf; /* final residual stream and final norm */
     float *p, *dp, *logits, *dlogits;
-    float *branch;            /* [R,d] a residual branch's linear output before bias and dropout (forward),
-                                 then its gradient (backward) */
-    float *dh, *dy, *dqkv;    /* backward: residual-stream, block-input and q|k|v gradients */
-    float *dffn;              /* [R,f] gradient of the feed-forward hidden activations */
-    float *attn_delta;        /* [R,heads] attention backward's rowsum(dO * O) per head */
-    ddp_model_io io;          /* the batch on the backend (with its packing), the loss/prob/pred block */
+    float *branch;         /* [R,d] a residual branch's linear output before bias and dropout (forward),
+                              then its gradient (backward) */
+    float *dh, *dy, *dqkv; /* backward: residual-stream, block-input and q|k|v gradients */
+    float *dffn;           /* [R,f] gradient of the feed-forward hidden activations */
+    float *attn_delta;     /* [R,heads] attention backward's rowsum(dO * O) per head */
+    ddp_model_io io;       /* the batch on the backend (with its packing), the loss/prob/pred block */
     ddp_packing pack;
     double t_fwd, t_bwd, t_attn, t_gemm; /* cumulative seconds: the host clock per op class on host backends;
                                           * device timers of train steps (no t_gemm) on device backends */
-    int timers;               /* device timers marked in this train step (DDP_T_ATTN0 + 2 per timed attention) */
+    int timers; /* device timers marked in this train step (DDP_T_ATTN0 + 2 per timed attention) */
 } txmodel;
 
 ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const float *x, const int64_t *lab,

@@ -26,8 +26,7 @@ ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_m
     switch (c->kind) {
     case DDP_MODEL_MLP:
         return ddp_refmodel_create_on(be, c->dim, c->hidden, c->classes, c->max_batch_rows, c->max_batch_samples, out);
-    case DDP_MODEL_TRANSFORMER:
-        return ddp_transformer_create_on(be, c, out);
+    case DDP_MODEL_TRANSFORMER: return ddp_transformer_create_on(be, c, out);
     }
     return ddp_set_error(DDP_ERR_ARG, "unknown model kind %d", (int)c->kind);
 }

@@ -5,28 +5,28 @@
 #include "mpi_ddp/core/status.h"
 
 /* Times an op class on host backends (device work is asynchronous: no per-op host times there). */
-#define TIMED(acc, call)                                                                           \
-    do {                                                                                           \
-        double t0_ = m->be->host_memory ? ddp_model_clock() : 0.0;                                 \
-        DDP_CHECK(call);                                                                           \
-        if (m->be->host_memory) (acc) += ddp_model_clock() - t0_;                                  \
+#define TIMED(acc, call)                                           \
+    do {                                                           \
+        double t0_ = m->be->host_memory ? ddp_model_clock() : 0.0; \
+        DDP_CHECK(call);                                           \
+        if (m->be->host_memory) (acc) += ddp_model_clock() - t0_;  \
     } while (0)
 /* Attention: on host backends as TIMED; in a train step on device backends between two device timers, read
  * when the step's results have been downloaded (model_transformer.c), while timers last. */
-#define ATTN_TIMED(train, call)                                                                    \
-    do {                                                                                           \
-        int dev_ = (train) && !m->be->host_memory && m->be->mark && m->timers + 2 <= DDP_TIMERS;   \
-        if (dev_) DDP_CHECK(m->be->mark(m->be, m->timers));                                        \
-        TIMED(m->t_attn, call);                                                                    \
-        if (dev_) DDP_CHECK(m->be->mark(m->be, m->timers + 1));                                    \
-        if (dev_) m->timers += 2;                                                                  \
+#define ATTN_TIMED(train, call)                                                                  \
+    do {                                                                                         \
+        int dev_ = (train) && !m->be->host_memory && m->be->mark && m->timers + 2 <= DDP_TIMERS; \
+        if (dev_) DDP_CHECK(m->be->mark(m->be, m->timers));                                      \
+        TIMED(m->t_attn, call);                                                                  \
+        if (dev_) DDP_CHECK(m->be->mark(m->be, m->timers + 1));                                  \
+        if (dev_) m->timers += 2;                                                                \
     } while (0)
 
 /* y[R,N] = x[R,K] . W[N,K]^T (+ beta y) */
 #define LINEAR(x, W, y, R, N, K, beta) TIMED(m->t_gemm, be->gemm(be, 0, 1, R, N, K, 1.0f, x, K, W, K, beta, y, N))
 /* LINEAR of an activation x stored as the model keeps it: bf16 with bf16 activations (m->act16) */
-#define LINEAR_ACT(x, W, y, R, N, K)                                                                      \
-    TIMED(m->t_gemm, m->act16 ? be->gemm16(be, 0, 1, R, N, K, 1.0f, x, 1, K, W, 0, K, 0.0f, y, N)          \
+#define LINEAR_ACT(x, W, y, R, N, K)                                                              \
+    TIMED(m->t_gemm, m->act16 ? be->gemm16(be, 0, 1, R, N, K, 1.0f, x, 1, K, W, 0, K, 0.0f, y, N) \
                               : be->gemm(be, 0, 1, R, N, K, 1.0f, x, K, W, K, 0.0f, y, N))
 
 enum { SITE_ATTN, SITE_RES1, SITE_FFN, SITE_RES2 };
@@ -42,7 +42,8 @@ static ddp_dropout drop_at(const txmodel *m, const ddp_batch *b, int train, int6
 }
 
 /* y = layernorm(x) into an activation stored as y16 says (bf16 or fp32) */
-static ddp_status norm(txmodel *m, const float *x, const float *w, const float *lb, void *y, int y16, float *mu, float *rs)
+static ddp_status norm(txmodel *m, const float *x, const float *w, const float *lb, void *y, int y16, float *mu,
+                       float *rs)
 {
     ddp_backend *be = m->be;
     int64_t R = m->pack.R, d = m->d;
@@ -61,8 +62,7 @@ static ddp_status residual_norm(txmodel *m, float *out, const float *h, const fl
     return norm(m, out, w, lb, y, y16, mu, rs);
 }
 
-ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const float *x, const int64_t *lab,
-                          int train)
+ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const float *x, const int64_t *lab, int train)
 {
     ddp_backend *be = m->be;
     const ddp_enc_ops *E = m->E;
@@ -77,9 +77,11 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
     DDP_CHECK(E->embed_fwd(be, h, P + m->inp_b, m->pos_w >= 0 ? P + m->pos_w : NULL, pack, d));
     /* Each residual add is followed by a layernorm of its result (norm2, the next layer's norm1, the final norm):
      * residual_norm fuses the two where the backend can. */
-    if (m->L > 0) DDP_CHECK(norm(m, h, P + m->lay[0].p[T_N1_W], P + m->lay[0].p[T_N1_B], m->lay[0].y1, m->act16,
-                                 m->lay[0].mu1, m->lay[0].rs1));
-    else DDP_CHECK(norm(m, h, P + m->nf_w, P + m->nf_b, m->yf, 0, m->muf, m->rsf));
+    if (m->L > 0)
+        DDP_CHECK(norm(m, h, P + m->lay[0].p[T_N1_W], P + m->lay[0].p[T_N1_B], m->lay[0].y1, m->act16, m->lay[0].mu1,
+                       m->lay[0].rs1));
+    else
+        DDP_CHECK(norm(m, h, P + m->nf_w, P + m->nf_b, m->yf, 0, m->muf, m->rsf));
     for (int64_t l = 0; l < m->L; l++) {
         tx_layer *y = &m->lay[l], *yn = l + 1 < m->L ? &m->lay[l + 1] : NULL;
         const int64_t *w = y->p;
@@ -93,30 +95,35 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
                                 m->act16, y->mu2, y->rs2));
         LINEAR_ACT(y->y2, P + w[T_L1_W], y->dg, R, f, d);
         if (m->act16)
-            DDP_CHECK(E->gelu_erf_fwd16(be, y->dg, P + w[T_L1_B], (ddp_bf16 *)y->a2, train ? y->dg : NULL, pack, f, &drop_ffn));
-        else DDP_CHECK(E->gelu_erf_fwd(be, y->dg, P + w[T_L1_B], y->a2, train ? y->dg : NULL, pack, f, &drop_ffn));
+            DDP_CHECK(E->gelu_erf_fwd16(be, y->dg, P + w[T_L1_B], (ddp_bf16 *)y->a2, train ? y->dg : NULL, pack, f,
+                                        &drop_ffn));
+        else
+            DDP_CHECK(E->gelu_erf_fwd(be, y->dg, P + w[T_L1_B], y->a2, train ? y->dg : NULL, pack, f, &drop_ffn));
         LINEAR_ACT(y->a2, P + w[T_L2_W], m->branch, R, d, f);
         if (yn)
             DDP_CHECK(residual_norm(m, yn->h, y->hmid, P + w[T_L2_B], &drop_res2, P + yn->p[T_N1_W], P + yn->p[T_N1_B],
                                     yn->y1, m->act16, yn->mu1, yn->rs1));
-        else DDP_CHECK(residual_norm(m, m->hL, y->hmid, P + w[T_L2_B], &drop_res2, P + m->nf_w, P + m->nf_b, m->yf, 0,
-                                     m->muf, m->rsf));
+        else
+            DDP_CHECK(residual_norm(m, m->hL, y->hmid, P + w[T_L2_B], &drop_res2, P + m->nf_w, P + m->nf_b, m->yf, 0,
+                                    m->muf, m->rsf));
     }
     DDP_CHECK(E->pool_mean_fwd(be, m->yf, m->p, pack, d));
     LINEAR(m->p, P + m->head_w, m->logits, B, m->C, d, 0.0f);
     DDP_CHECK(be->add_bias(be, m->logits, P + m->head_b, B, m->C));
-    DDP_CHECK(be->softmax_xent(be, m->logits, lab, B, m->C, train ? m->dlogits : NULL, m->io.loss, m->io.pred,
-                               m->io.prob));
-    if (timers) DDP_CHECK(be->mark(be, DDP_T_FWD1));
-    else if (be->host_memory || !be->mark) m->t_fwd += ddp_model_clock() - t0; /* device: train steps' timers */
+    DDP_CHECK(
+        be->softmax_xent(be, m->logits, lab, B, m->C, train ? m->dlogits : NULL, m->io.loss, m->io.pred, m->io.prob));
+    if (timers)
+        DDP_CHECK(be->mark(be, DDP_T_FWD1));
+    else if (be->host_memory || !be->mark)
+        m->t_fwd += ddp_model_clock() - t0; /* device: train steps' timers */
     return DDP_OK;
 }
 
 /* dW[N,K] += dy[R,N]^T . x[R,K] */
 #define WGRAD(dy, x, dW, R, N, K) TIMED(m->t_gemm, be->gemm(be, 1, 0, N, K, R, 1.0f, dy, N, x, K, 1.0f, dW, K))
 /* WGRAD of an activation x stored as the model keeps it (LINEAR_ACT) */
-#define WGRAD_ACT(dy, x, dW, R, N, K)                                                                     \
-    TIMED(m->t_gemm, m->act16 ? be->gemm16(be, 1, 0, N, K, R, 1.0f, dy, 0, N, x, 1, K, 1.0f, dW, K)       \
+#define WGRAD_ACT(dy, x, dW, R, N, K)                                                               \
+    TIMED(m->t_gemm, m->act16 ? be->gemm16(be, 1, 0, N, K, R, 1.0f, dy, 0, N, x, 1, K, 1.0f, dW, K) \
                               : be->gemm(be, 1, 0, N, K, R, 1.0f, dy, N, x, K, 1.0f, dW, K))
 /* dx[R,K] = dy[R,N] . W[N,K] */
 #define DGRAD(dy, W, dx, R, N, K) TIMED(m->t_gemm, be->gemm(be, 0, 0, R, K, N, 1.0f, dy, N, W, K, 0.0f, dx, K))
@@ -156,8 +163,8 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
         DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, G + w[T_OUT_B], pack, d, &drop_res1));
         WGRAD(m->branch, y->o, G + w[T_OUT_W], R, d, d);
         DGRAD(m->branch, P + w[T_OUT_W], m->dy, R, d, d);
-        ATTN_TIMED(1, E->attention_bwd(be, y->qkv, y->o, m->dy, y->lse, m->dqkv, m->attn_delta, pack, d, (int)H,
-                                       &drop_attn));
+        ATTN_TIMED(
+            1, E->attention_bwd(be, y->qkv, y->o, m->dy, y->lse, m->dqkv, m->attn_delta, pack, d, (int)H, &drop_attn));
         DDP_CHECK(be->colsum(be, m->dqkv, G + w[T_QKV_B], R, 3 * d, 1.0f));
         /* The key bias adds q.b_k to every score of a row, which softmax ignores: its gradient is exactly 0.
          * Summed, it is rounding noise that depends on the batch's packing, and AdamW would turn that noise
@@ -165,15 +172,17 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
         DDP_CHECK(be->zero(be, G + w[T_QKV_B] + d, (size_t)d * sizeof(float)));
         WGRAD_ACT(m->dqkv, y->y1, G + w[T_QKV_W], R, 3 * d, d);
         DGRAD(m->dqkv, P + w[T_QKV_W], m->dy, R, 3 * d, d);
-        DDP_CHECK(E->layernorm_bwd(be, m->dy, y->h, P + w[T_N1_W], y->mu1, y->rs1, m->dh, G + w[T_N1_W],
-                                   G + w[T_N1_B], R, d));
+        DDP_CHECK(E->layernorm_bwd(be, m->dy, y->h, P + w[T_N1_W], y->mu1, y->rs1, m->dh, G + w[T_N1_W], G + w[T_N1_B],
+                                   R, d));
         if (ready) ready(ready_arg, y->lo, y->hi);
     }
     /* input projection and positions */
     WGRAD(m->dh, x, G + m->inp_w, R, d, m->D);
     DDP_CHECK(E->embed_bwd(be, m->dh, G + m->inp_b, m->pos_w >= 0 ? G + m->pos_w : NULL, pack, d));
     if (ready) ready(ready_arg, 0, m->body_lo);
-    if (!be->host_memory && be->mark) DDP_CHECK(be->mark(be, DDP_T_BWD1));
-    else m->t_bwd += ddp_model_clock() - t0;
+    if (!be->host_memory && be->mark)
+        DDP_CHECK(be->mark(be, DDP_T_BWD1));
+    else
+        m->t_bwd += ddp_model_clock() - t0;
     return DDP_OK;
 }

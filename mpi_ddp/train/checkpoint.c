@@ -19,9 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CK(call, ...)                                                                              \
-    do {                                                                                           \
-        if ((call) < 0) DDP_FAIL(DDP_ERR_HDF5, __VA_ARGS__);                                        \
+#define CK(call, ...)                                        \
+    do {                                                     \
+        if ((call) < 0) DDP_FAIL(DDP_ERR_HDF5, __VA_ARGS__); \
     } while (0)
 
 static herr_t write_tensors(hid_t f, const char *group, const ddp_model *model, const float *data)
@@ -78,7 +78,8 @@ static ddp_status write_attrs(hid_t f, const char *tmp, const ddp_model *model, 
     CK(ddp_h5_attr_str(f, "topk", cs->topk_json ? cs->topk_json : "[]"), "%s: writing attributes", tmp);
     if (cs->best_local) {
         hsize_t w = (hsize_t)cs->world_size;
-        CK(ddp_ckpt_write_dataset(f, "best_local", 1, &w, cs->best_local, sizeof *cs->best_local), "%s: writing /best_local", tmp);
+        CK(ddp_ckpt_write_dataset(f, "best_local", 1, &w, cs->best_local, sizeof *cs->best_local),
+           "%s: writing /best_local", tmp);
     }
     CK(ddp_h5_attr_str(f, "config", cs->config_json ? cs->config_json : "{}"), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "precision", ddp_precision_name(cs->precision)), "%s: writing attributes", tmp);
@@ -122,7 +123,8 @@ static void *img_memcpy(void *d, const void *s, size_t n, H5FD_file_image_op_t o
 static herr_t img_free(void *p, H5FD_file_image_op_t op, void *u)
 {
     mem_image *im = u;
-    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && p == im->mem) im->closed = 1; /* ours now */
+    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && p == im->mem)
+        im->closed = 1; /* ours now */
     else {
         if (p == im->mem) im->mem = NULL;
         free(p);
@@ -141,7 +143,8 @@ static herr_t img_udata_free(void *u)
 static int64_t image_eof(const mem_image *im)
 {
     const unsigned char *b = im->mem;
-    if (!b || im->size < 48 || memcmp(b, "\211HDF\r\n\032\n", 8) != 0 || (b[8] != 2 && b[8] != 3) || b[9] != 8) return -1;
+    if (!b || im->size < 48 || memcmp(b, "\211HDF\r\n\032\n", 8) != 0 || (b[8] != 2 && b[8] != 3) || b[9] != 8)
+        return -1;
     uint64_t eof = 0;
     for (int k = 7; k >= 0; k--) eof = eof << 8 | b[28 + k];
     return eof <= im->size ? (int64_t)eof : -1;
@@ -151,8 +154,8 @@ static int64_t image_eof(const mem_image *im)
  * the disk, so a full disk is our write()'s error and no HDF5 file stays open after it. The 1.8 format (object
  * header v2, superblock v2) gives the metadata HDF5's own checksums. Rank 0 holds the image once (the file's
  * size, about 12 bytes per parameter) while it is written. *im is allocated: the caller frees im->mem and im. */
-static ddp_status build_image(const char *tmp, const ddp_model *model, const float *params, const float *m, const float *v,
-                              const ddp_ckpt_state *cs, mem_image **imp, size_t *len)
+static ddp_status build_image(const char *tmp, const ddp_model *model, const float *params, const float *m,
+                              const float *v, const ddp_ckpt_state *cs, mem_image **imp, size_t *len)
 {
     ddp_status st = DDP_OK;
     /* the buffer grows by realloc (mremap for large blocks: no copy) as datasets are written; a single allocation
@@ -160,10 +163,11 @@ static ddp_status build_image(const char *tmp, const ddp_model *model, const flo
     size_t incr = (size_t)8 << 20;
     mem_image *im = ddp_calloc(1, sizeof *im);
     if (!im) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-    H5FD_file_image_callbacks_t cb = {img_malloc, img_memcpy, img_realloc, img_free, img_udata_copy, img_udata_free, im};
+    H5FD_file_image_callbacks_t cb = {img_malloc,     img_memcpy,     img_realloc, img_free,
+                                      img_udata_copy, img_udata_free, im};
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
-    if (fapl < 0 || H5Pset_fapl_core(fapl, incr, 0) < 0 || H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0 ||
-        H5Pset_file_image_callbacks(fapl, &cb) < 0)
+    if (fapl < 0 || H5Pset_fapl_core(fapl, incr, 0) < 0 ||
+        H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0 || H5Pset_file_image_callbacks(fapl, &cb) < 0)
         DDP_FAIL(DDP_ERR_HDF5, "%s: HDF5 file access properties", tmp);
     f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: cannot create the checkpoint in memory (out of memory?)", tmp);
@@ -177,10 +181,13 @@ static ddp_status build_image(const char *tmp, const ddp_model *model, const flo
         CK(write_tensors(f, "optim/exp_avg_sq", model, v), "%s: writing /optim/exp_avg_sq (out of memory?)", tmp);
     }
 done:
-    if (f >= 0 && H5Fclose(f) < 0 && st == DDP_OK) st = ddp_set_error(DDP_ERR_HDF5, "%s: HDF5 close of the in-memory file", tmp);
-    if (fapl >= 0 && H5Pclose(fapl) < 0 && st == DDP_OK) st = ddp_set_error(DDP_ERR_HDF5, "%s: HDF5 property list close", tmp);
+    if (f >= 0 && H5Fclose(f) < 0 && st == DDP_OK)
+        st = ddp_set_error(DDP_ERR_HDF5, "%s: HDF5 close of the in-memory file", tmp);
+    if (fapl >= 0 && H5Pclose(fapl) < 0 && st == DDP_OK)
+        st = ddp_set_error(DDP_ERR_HDF5, "%s: HDF5 property list close", tmp);
     int64_t eof = st == DDP_OK && im->closed ? image_eof(im) : -1;
-    if (st == DDP_OK && eof < 0) st = ddp_set_error(DDP_ERR_HDF5, "%s: the in-memory HDF5 file is not a complete image", tmp);
+    if (st == DDP_OK && eof < 0)
+        st = ddp_set_error(DDP_ERR_HDF5, "%s: the in-memory HDF5 file is not a complete image", tmp);
     if (st == DDP_OK) {
         *imp = im;
         *len = (size_t)eof;
@@ -191,8 +198,8 @@ done:
     return st;
 }
 
-ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float *params, const float *m,
-                          const float *v, const ddp_ckpt_state *cs)
+ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float *params, const float *m, const float *v,
+                          const ddp_ckpt_state *cs)
 {
     ddp_h5_quiet();
     char tmp[4200], dcopy[4096];
@@ -201,7 +208,7 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     mem_image *img = NULL;
     size_t len = 0;
     ddp_status st = build_image(tmp, model, params, m, v, cs, &img, &len);
-    if (st != DDP_OK) return st; /* nothing on disk yet */
+    if (st != DDP_OK) return st;                     /* nothing on disk yet */
     st = ddp_write_file_durable(tmp, img->mem, len); /* removes tmp when it fails */
     free(img->mem);
     free(img);
@@ -226,7 +233,9 @@ done:
 static ddp_status read_attr(hid_t f, const char *path, const char *name, hid_t mem_type, void *v)
 {
     htri_t ex = H5Aexists(f, name);
-    if (ex < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': unreadable (%s)", path, name, ddp_ckpt_h5_cause());
+    if (ex < 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': unreadable (%s)", path, name,
+                             ddp_ckpt_h5_cause());
     hid_t a = ex > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
     herr_t e = a < 0 ? -1 : H5Aread(a, mem_type, v);
     if (a >= 0 && H5Aclose(a) < 0) e = -1;
@@ -242,7 +251,9 @@ static ddp_status read_i64_attr(hid_t f, const char *path, const char *name, int
 static ddp_status read_str_attr(hid_t f, const char *path, const char *name, char **out)
 {
     htri_t ex = H5Aexists(f, name);
-    if (ex < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': unreadable (%s)", path, name, ddp_ckpt_h5_cause());
+    if (ex < 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': unreadable (%s)", path, name,
+                             ddp_ckpt_h5_cause());
     hid_t a = ex > 0 ? H5Aopen(f, name, H5P_DEFAULT) : -1;
     if (a < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': missing", path, name);
     hid_t t = H5Aget_type(a);
@@ -252,7 +263,8 @@ static ddp_status read_str_attr(hid_t f, const char *path, const char *name, cha
     herr_t e = buf ? H5Aread(a, t, buf) : -1;
     if (t >= 0 && H5Tclose(t) < 0) e = -1;
     if (H5Aclose(a) < 0) e = -1;
-    if (fixed_string && !buf) return ddp_set_error(DDP_ERR_NOMEM, "%s: checkpoint attribute '%s': out of memory", path, name);
+    if (fixed_string && !buf)
+        return ddp_set_error(DDP_ERR_NOMEM, "%s: checkpoint attribute '%s': out of memory", path, name);
     if (e < 0) {
         free(buf);
         return ddp_set_error(DDP_ERR_FORMAT, "%s: checkpoint attribute '%s': unreadable", path, name);
@@ -281,7 +293,8 @@ static ddp_status close_ckpt(hid_t f, const char *path, ddp_status st)
     return st;
 }
 
-ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params, float *m, float *v, ddp_ckpt_state *cs)
+ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params, float *m, float *v,
+                         ddp_ckpt_state *cs)
 {
     hid_t f;
     DDP_CHECK(open_ckpt(path, &f));
@@ -296,7 +309,8 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         if (!ok) DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'format': not an mpiddp checkpoint", path);
     }
     DDP_TRY(read_i64_attr(f, path, "version", &version));
-    if (version != 1) DDP_FAIL(DDP_ERR_FORMAT, "%s: checkpoint version %lld is not supported (expected 1)", path, (long long)version);
+    if (version != 1)
+        DDP_FAIL(DDP_ERR_FORMAT, "%s: checkpoint version %lld is not supported (expected 1)", path, (long long)version);
     htri_t sums = H5Aexists(f, "checksums");
     if (sums < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: checkpoint attribute 'checksums': unreadable", path);
     if (sums > 0) {
@@ -304,7 +318,8 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         DDP_TRY(read_str_attr(f, path, "checksums", &kind));
         int ok = strcmp(kind, DDP_CKPT_CHECKSUMS) == 0;
         free(kind);
-        if (!ok) DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'checksums': unknown kind (expected " DDP_CKPT_CHECKSUMS ")", path);
+        if (!ok)
+            DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'checksums': unknown kind (expected " DDP_CKPT_CHECKSUMS ")", path);
     }
     cs->no_checksums = !sums; /* written before checksums: loaded unverified (finiteness still checked) */
     DDP_TRY(read_i64_attr(f, path, "epoch", &cs->epoch));
@@ -313,10 +328,12 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         DDP_TRY(read_i64_attr(f, path, "optim_step_in_epoch", &cs->optim_step_in_epoch));
         DDP_TRY(read_i64_attr(f, path, "samples_in_epoch", &cs->samples_in_epoch));
         if (cs->optim_step_in_epoch < 0 || cs->samples_in_epoch < 0)
-            DDP_FAIL(DDP_ERR_FORMAT, "%s: attributes 'optim_step_in_epoch'/'samples_in_epoch': negative position", path);
+            DDP_FAIL(DDP_ERR_FORMAT, "%s: attributes 'optim_step_in_epoch'/'samples_in_epoch': negative position",
+                     path);
     } else { /* written before positions were world-size independent: a micro-batch index */
         DDP_TRY(read_i64_attr(f, path, "step_in_epoch", &cs->legacy_micro_batch));
-        if (cs->legacy_micro_batch < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'step_in_epoch': negative position", path);
+        if (cs->legacy_micro_batch < 0)
+            DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'step_in_epoch': negative position", path);
     }
     DDP_TRY(read_i64_attr(f, path, "global_step", &cs->global_step));
     DDP_TRY(read_i64_attr(f, path, "optim_step", &cs->optim_step));
@@ -326,7 +343,8 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     DDP_TRY(read_i64_attr(f, path, "bad_epochs", &cs->bad_epochs));
     DDP_TRY(read_i64_attr(f, path, "global_batch", &cs->global_batch));
     cs->global_batch_rows = 0; /* absent in checkpoints of sample-count runs written before token budgets */
-    if (H5Aexists(f, "global_batch_rows") > 0) DDP_TRY(read_i64_attr(f, path, "global_batch_rows", &cs->global_batch_rows));
+    if (H5Aexists(f, "global_batch_rows") > 0)
+        DDP_TRY(read_i64_attr(f, path, "global_batch_rows", &cs->global_batch_rows));
     snprintf(cs->shuffle, sizeof cs->shuffle, "full");
     if (H5Aexists(f, "shuffle") > 0) {
         char *sh = NULL;
@@ -369,7 +387,8 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         DDP_TRY(read_attr(f, path, "lr", H5T_NATIVE_DOUBLE, &cs->lr));
         DDP_TRY(read_attr(f, path, "min_lr", H5T_NATIVE_DOUBLE, &cs->min_lr));
         if (cs->lr_warmup_steps < 0 || cs->lr_start_step < 0 || cs->lr_total_steps < cs->lr_start_step)
-            DDP_FAIL(DDP_ERR_FORMAT, "%s: attributes 'lr_warmup_steps'/'lr_start_step'/'lr_total_steps': out of range", path);
+            DDP_FAIL(DDP_ERR_FORMAT, "%s: attributes 'lr_warmup_steps'/'lr_start_step'/'lr_total_steps': out of range",
+                     path);
     }
     DDP_TRY(read_str_attr(f, path, "topk", &cs->topk_json));
     if (cs->world_size < 1 || cs->world_size > (1 << 24))
@@ -383,8 +402,11 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         hid_t d = H5Dopen2(f, "best_local", H5P_DEFAULT);
         hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
         hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-        herr_t e = np == cs->world_size ? H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, cs->best_local) : -1;
-        st = e < 0 ? DDP_OK : ddp_ckpt_verify_crc(d, path, "best_local", sums > 0, cs->best_local, cs->world_size, sizeof(double));
+        herr_t e = np == cs->world_size ? H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, cs->best_local)
+                                        : -1;
+        st = e < 0
+                 ? DDP_OK
+                 : ddp_ckpt_verify_crc(d, path, "best_local", sums > 0, cs->best_local, cs->world_size, sizeof(double));
         if (sp >= 0 && H5Sclose(sp) < 0) e = -1;
         if (d >= 0 && H5Dclose(d) < 0) e = -1;
         if (st != DDP_OK) goto done;
@@ -394,9 +416,11 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         char *kind = NULL;
         DDP_TRY(read_str_attr(f, path, "model", &kind));
         const char *saved = !strcmp(kind, "reference") ? "mlp" : kind, *mine = model->name ? model->name : "";
-        int builtin = (!strcmp(saved, "mlp") || !strcmp(saved, "transformer")) && (!strcmp(mine, "mlp") || !strcmp(mine, "transformer"));
+        int builtin = (!strcmp(saved, "mlp") || !strcmp(saved, "transformer")) &&
+                      (!strcmp(mine, "mlp") || !strcmp(mine, "transformer"));
         if (builtin && strcmp(saved, mine) != 0)
-            st = ddp_set_error(DDP_ERR_ARG, "%s holds a%s %s model (--model %s), not the %s this run builds (--model %s)", path,
+            st = ddp_set_error(DDP_ERR_ARG,
+                               "%s holds a%s %s model (--model %s), not the %s this run builds (--model %s)", path,
                                saved[0] == 'm' ? "n" : "", saved, saved, mine, mine);
         free(kind);
         if (st != DDP_OK) goto done;
@@ -420,8 +444,11 @@ static ddp_status dims2(hid_t f, const char *path, const char *name, hsize_t *di
 {
     int ex = ddp_ckpt_path_exists(f, name);
     hid_t d = ex > 0 ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
-    if (ex == 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': missing (not an mpiddp reference-model checkpoint?)", path, name);
-    if (d < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': unreadable (%s)", path, name, ddp_ckpt_h5_cause());
+    if (ex == 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': missing (not an mpiddp reference-model checkpoint?)",
+                             path, name);
+    if (d < 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': unreadable (%s)", path, name, ddp_ckpt_h5_cause());
     hid_t sp = H5Dget_space(d);
     int r = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
     if (r == 2 && H5Sget_simple_extent_dims(sp, dims, NULL) < 0) r = -1;
@@ -444,7 +471,8 @@ ddp_status ddp_ckpt_peek_refmodel(const char *path, int64_t *dim, int64_t *hidde
     *hidden = (int64_t)w1[0];
     *dim = (int64_t)w1[1];
     *classes = (int64_t)w3[0];
-    if ((int64_t)w3[1] != *hidden) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/params/l3.weight': shape does not match l1.weight", path);
+    if ((int64_t)w3[1] != *hidden)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/params/l3.weight': shape does not match l1.weight", path);
     return DDP_OK;
 }
 
@@ -452,8 +480,8 @@ static ddp_status peek_transformer(hid_t f, const char *path, ddp_model_config *
 {
     hsize_t wi[2] = {0, 0}, wh[2] = {0, 0};
     int64_t v[6];
-    static const char *names[6] = {"model_layers", "model_heads", "model_ff", "model_max_positions", "model_positions",
-                                   "model_hidden"};
+    static const char *names[6] = {"model_layers",        "model_heads",     "model_ff",
+                                   "model_max_positions", "model_positions", "model_hidden"};
     DDP_CHECK(dims2(f, path, "params/inp.weight", wi));
     DDP_CHECK(dims2(f, path, "params/head.weight", wh));
     for (int k = 0; k < 6; k++) DDP_CHECK(read_i64_attr(f, path, names[k], &v[k]));
@@ -464,7 +492,8 @@ static ddp_status peek_transformer(hid_t f, const char *path, ddp_model_config *
     c->classes = (int64_t)wh[0];
     c->layers = (int)v[0], c->heads = (int)v[1], c->ff = v[2], c->max_positions = v[3], c->positions = (int)v[4];
     if (v[5] != c->hidden || (int64_t)wh[1] != c->hidden || c->layers < 1 || c->heads < 1 || c->hidden % c->heads)
-        return ddp_set_error(DDP_ERR_FORMAT, "%s: attributes 'model_*': inconsistent with /params/inp.weight and head.weight", path);
+        return ddp_set_error(DDP_ERR_FORMAT,
+                             "%s: attributes 'model_*': inconsistent with /params/inp.weight and head.weight", path);
     return DDP_OK;
 }
 
@@ -483,4 +512,3 @@ ddp_status ddp_ckpt_peek_model(const char *path, ddp_model_config *c)
     c->kind = DDP_MODEL_MLP; /* "mlp", or "reference" in checkpoints of earlier versions */
     return ddp_ckpt_peek_refmodel(path, &c->dim, &c->hidden, &c->classes);
 }
-

@@ -8,20 +8,20 @@
 
 typedef struct {
     /* position, in units that do not depend on the world size or --accumulate (docs/run-directory.md) */
-    int64_t epoch;          /* epoch the position refers to */
+    int64_t epoch;               /* epoch the position refers to */
     int64_t optim_step_in_epoch; /* optimizer steps of that epoch done */
     int64_t samples_in_epoch;    /* positions of the epoch's global order consumed (the sample count, padding
                                     included, or the token-budget plan's next position); num_samples: the end */
     int64_t legacy_micro_batch;  /* read: -1, or the micro-batch index older checkpoints stored (step_in_epoch) */
-    int64_t global_step;    /* optimizer steps done */
-    int64_t optim_step;     /* AdamW t */
+    int64_t global_step;         /* optimizer steps done */
+    int64_t optim_step;          /* AdamW t */
     uint64_t seed;
     int64_t world_size;
-    double best_score;      /* best monitored value so far, the policy's view (NaN if none) */
-    int64_t bad_epochs;     /* early-stopping counter */
+    double best_score;  /* best monitored value so far, the policy's view (NaN if none) */
+    int64_t bad_epochs; /* early-stopping counter */
     char monitor[128];
-    int mode_max;           /* --mode max; read: -1 when the checkpoint does not say */
-    int64_t skipped_steps;  /* steps skipped for a non-finite gradient (--skip-nonfinite) */
+    int mode_max;          /* --mode max; read: -1 when the checkpoint does not say */
+    int64_t skipped_steps; /* steps skipped for a non-finite gradient (--skip-nonfinite) */
     /* the learning-rate schedule: name ("constant", "cosine", "linear"), warmup steps, the optimizer steps
      * [lr_start_step, lr_total_steps) it spans (the horizon; start 0 unless a resume restarted the decay), lr, min-lr.
      * write: lr_schedule may be NULL (none written); read: NULL when the file records none (written before mpiddp
@@ -29,10 +29,10 @@ typedef struct {
     const char *lr_schedule;
     int64_t lr_warmup_steps, lr_start_step, lr_total_steps;
     double lr, min_lr;
-    const char *config_json;/* write: configuration; read: NULL */
-    int64_t global_batch;   /* samples per optimizer step over all ranks */
+    const char *config_json;   /* write: configuration; read: NULL */
+    int64_t global_batch;      /* samples per optimizer step over all ranks */
     int64_t global_batch_rows; /* token-budget runs: the global budget in rows (0: sample-count batches) */
-    char shuffle[64];       /* the epoch order: "full", or "block:<MiB>:<window>" ("full" when absent) */
+    char shuffle[64];          /* the epoch order: "full", or "block:<MiB>:<window>" ("full" when absent) */
     /* each rank's best local monitor value [world_size] (vote policies); read: allocated, caller frees */
     double *best_local;
     /* top-k list as JSON [[value, epoch, step, "path"], ...]; read: allocated, caller frees */
@@ -48,8 +48,8 @@ typedef struct {
 
 /* Host arrays in the model's flat layout; m/v may be NULL (written as zeros are not: omitted). Written to a temporary
  * name, fsynced and renamed, so readers never see partial files. */
-ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float *params, const float *m,
-                          const float *v, const ddp_ckpt_state *st);
+ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float *params, const float *m, const float *v,
+                          const ddp_ckpt_state *st);
 /* Shape of the reference model stored in a checkpoint: D, H, C from /params/l1.weight and l3.weight. */
 ddp_status ddp_ckpt_peek_refmodel(const char *path, int64_t *dim, int64_t *hidden, int64_t *classes);
 /* The built-in model a checkpoint holds: kind ("model" attribute: mlp, or transformer with its recorded

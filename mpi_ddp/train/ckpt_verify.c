@@ -39,8 +39,12 @@ herr_t ddp_ckpt_write_dataset(hid_t loc, const char *name, int ndim, const hsize
     for (int k = 0; k < ndim; k++) n *= (int64_t)dims[k];
     uint32_t crc = ddp_ckpt_crc32(data, n, elem);
     hid_t sp = H5Screate_simple(ndim, dims, NULL), asp = H5Screate(H5S_SCALAR);
-    hid_t d = sp < 0 ? -1 : H5Dcreate2(loc, name, elem == 8 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t e = d < 0 ? -1 : H5Dwrite(d, elem == 8 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    hid_t d = sp < 0 ? -1
+                     : H5Dcreate2(loc, name, elem == 8 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT,
+                                  H5P_DEFAULT);
+    herr_t e = d < 0
+                   ? -1
+                   : H5Dwrite(d, elem == 8 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
     hid_t a = e < 0 || asp < 0 ? -1 : H5Acreate2(d, DDP_CKPT_CHECKSUMS, H5T_STD_U32LE, asp, H5P_DEFAULT, H5P_DEFAULT);
     if (a < 0 || H5Awrite(a, H5T_NATIVE_UINT32, &crc) < 0) e = -1;
     if (a >= 0 && H5Aclose(a) < 0) e = -1;
@@ -50,20 +54,28 @@ herr_t ddp_ckpt_write_dataset(hid_t loc, const char *name, int ndim, const hsize
     return e;
 }
 
-ddp_status ddp_ckpt_verify_crc(hid_t d, const char *path, const char *name, int sums, const void *buf, int64_t n, size_t elem)
+ddp_status ddp_ckpt_verify_crc(hid_t d, const char *path, const char *name, int sums, const void *buf, int64_t n,
+                               size_t elem)
 {
     if (!sums) return DDP_OK;
     htri_t ex = H5Aexists(d, DDP_CKPT_CHECKSUMS);
-    if (ex < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': checksum attribute unreadable (%s)", path, name, ddp_ckpt_h5_cause());
-    if (ex == 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': checksum attribute '" DDP_CKPT_CHECKSUMS "' missing", path, name);
+    if (ex < 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': checksum attribute unreadable (%s)", path, name,
+                             ddp_ckpt_h5_cause());
+    if (ex == 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': checksum attribute '" DDP_CKPT_CHECKSUMS "' missing",
+                             path, name);
     uint32_t want = 0;
     hid_t a = ex > 0 ? H5Aopen(d, DDP_CKPT_CHECKSUMS, H5P_DEFAULT) : -1;
     herr_t e = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_UINT32, &want);
     if (a >= 0 && H5Aclose(a) < 0) e = -1;
-    if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': checksum attribute '" DDP_CKPT_CHECKSUMS "' unreadable", path, name);
+    if (e < 0)
+        return ddp_set_error(DDP_ERR_FORMAT,
+                             "%s: dataset '/%s': checksum attribute '" DDP_CKPT_CHECKSUMS "' unreadable", path, name);
     uint32_t got = ddp_ckpt_crc32(buf, n, elem);
     if (got != want)
-        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': checksum mismatch (stored crc32 %08x, data %08x): the file is corrupt",
+        return ddp_set_error(DDP_ERR_FORMAT,
+                             "%s: dataset '/%s': checksum mismatch (stored crc32 %08x, data %08x): the file is corrupt",
                              path, name, (unsigned)want, (unsigned)got);
     return DDP_OK;
 }
@@ -104,7 +116,8 @@ static int64_t first_nonfinite(const float *x, int64_t n)
     return -1;
 }
 
-ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char *group, const ddp_model *model, float *out)
+ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char *group, const ddp_model *model,
+                                 float *out)
 {
     ddp_status st = DDP_OK;
     float *scratch = NULL;
@@ -112,7 +125,10 @@ ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char
     char name[512];
     if (!out) { /* verify only: one tensor at a time */
         int ex = ddp_ckpt_path_exists(f, group);
-        if (ex <= 0) return ex < 0 ? ddp_set_error(DDP_ERR_FORMAT, "%s: group '/%s': unreadable (%s)", path, group, ddp_ckpt_h5_cause()) : DDP_OK;
+        if (ex <= 0)
+            return ex < 0 ? ddp_set_error(DDP_ERR_FORMAT, "%s: group '/%s': unreadable (%s)", path, group,
+                                          ddp_ckpt_h5_cause())
+                          : DDP_OK;
         int64_t most = 1;
         for (int t = 0; t < model->ntensors; t++) {
             int64_t n = 1;
@@ -151,7 +167,8 @@ ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char
         if (st != DDP_OK) goto done;
         int64_t bad = first_nonfinite(dst, n);
         if (bad >= 0)
-            DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/%s': non-finite value %g at index %lld", path, name, (double)dst[bad], (long long)bad);
+            DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/%s': non-finite value %g at index %lld", path, name,
+                     (double)dst[bad], (long long)bad);
         off += n;
     }
 done:

@@ -15,16 +15,19 @@
 /* CRC-32 of n elements of elem bytes (4 or 8), over their little-endian bytes whatever the host's order. */
 uint32_t ddp_ckpt_crc32(const void *data, int64_t n, size_t elem);
 /* Creates dataset `name` under loc (float32 when elem is 4, float64 when 8), writes data and its checksum. */
-herr_t ddp_ckpt_write_dataset(hid_t loc, const char *name, int ndim, const hsize_t *dims, const void *data, size_t elem);
+herr_t ddp_ckpt_write_dataset(hid_t loc, const char *name, int ndim, const hsize_t *dims, const void *data,
+                              size_t elem);
 /* For dataset `name` just read into buf (n elements of elem bytes): its stored checksum must match (when
  * sums). DDP_ERR_FORMAT naming path and dataset otherwise. */
-ddp_status ddp_ckpt_verify_crc(hid_t d, const char *path, const char *name, int sums, const void *buf, int64_t n, size_t elem);
+ddp_status ddp_ckpt_verify_crc(hid_t d, const char *path, const char *name, int sums, const void *buf, int64_t n,
+                               size_t elem);
 /* Why the HDF5 call that just failed failed, from its error stack: a metadata checksum, or "truncated or corrupt". */
 const char *ddp_ckpt_h5_cause(void);
 /* 1 when every component of an HDF5 path exists, 0 when one is missing, -1 when HDF5 cannot tell (corrupt). */
 int ddp_ckpt_path_exists(hid_t f, const char *name);
 /* Reads group/<tensor> for the model's tensors into out (its flat layout), checking shape, checksum (when
  * sums) and finiteness; out NULL: verifies only, and a missing group is no error. */
-ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char *group, const ddp_model *model, float *out);
+ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char *group, const ddp_model *model,
+                                 float *out);
 
 #endif

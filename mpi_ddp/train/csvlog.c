@@ -19,8 +19,8 @@ typedef struct {
 struct ddp_csv {
     char path[4096];
     int rank;
-    ddp_metric_row cols;  /* column names in order (vals unused) */
-    int written_cols;     /* columns in the header on disk */
+    ddp_metric_row cols; /* column names in order (vals unused) */
+    int written_cols;    /* columns in the header on disk */
     csv_row *rows;
     int64_t nrows, cap;
     FILE *f;
@@ -28,9 +28,12 @@ struct ddp_csv {
 
 static void put_value(FILE *f, double v)
 {
-    if (isnan(v)) fputs("nan", f);
-    else if (isinf(v)) fputs(v > 0 ? "inf" : "-inf", f);
-    else fprintf(f, "%.9g", v);
+    if (isnan(v))
+        fputs("nan", f);
+    else if (isinf(v))
+        fputs(v > 0 ? "inf" : "-inf", f);
+    else
+        fprintf(f, "%.9g", v);
 }
 
 static void put_row(ddp_csv *c, FILE *f, const csv_row *r)
@@ -114,7 +117,8 @@ static ddp_status load_existing(ddp_csv *c, int64_t keep_step)
         for (int k = 0; k < hdr.n && p; k++) {
             char *comma = strchr(p, ',');
             if (comma) *comma = 0;
-            if (k >= 2 && *p && strcmp(hdr.names[k], "rank") != 0 && st == DDP_OK) st = ddp_row_set(&row, hdr.names[k], strtod(p, NULL));
+            if (k >= 2 && *p && strcmp(hdr.names[k], "rank") != 0 && st == DDP_OK)
+                st = ddp_row_set(&row, hdr.names[k], strtod(p, NULL));
             p = comma ? comma + 1 : NULL;
         }
         if (step <= keep_step && st == DDP_OK) st = add_row(c, epoch, step, &row);
@@ -149,7 +153,8 @@ static ddp_status rewrite(ddp_csv *c)
     return DDP_OK;
 }
 
-ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, int64_t keep_upto_step, ddp_csv **out)
+ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, int64_t keep_upto_step,
+                        ddp_csv **out)
 {
     ddp_csv *c = ddp_calloc(1, sizeof *c);
     if (!c) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
@@ -177,7 +182,8 @@ ddp_status ddp_csv_write(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metr
     csv_row *r = &c->rows[c->nrows - 1];
     if (c->cols.n != c->written_cols) return rewrite(c); /* widen: rewrite everything */
     put_row(c, c->f, r);
-    if (fflush(c->f) != 0 || ferror(c->f)) return ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", c->path, strerror(errno));
+    if (fflush(c->f) != 0 || ferror(c->f))
+        return ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", c->path, strerror(errno));
     return DDP_OK;
 }
 

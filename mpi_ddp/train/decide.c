@@ -50,8 +50,8 @@ static const char *policy_name(ddp_policy p)
     return n[p];
 }
 
-ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global, const ddp_metric_row *local, int64_t epoch,
-                      int64_t step, ddp_decision *out)
+ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global, const ddp_metric_row *local,
+                      int64_t epoch, int64_t step, ddp_decision *out)
 {
     memset(out, 0, sizeof *out);
     out->drop = -1;
@@ -62,8 +62,10 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     int have = (me != 0 || gi >= 0) && (!need_local || li >= 0), all = 0;
     DDP_CHECK(ddp_all_ok(ctx, have, &all));
     if (!all) {
-        ddp_set_error(DDP_ERR_ARG, "--monitor '%s' was never logged (logged metrics include val/loss, val/acc, val/macro_f1, train/loss)",
-                      d->monitor);
+        ddp_set_error(
+            DDP_ERR_ARG,
+            "--monitor '%s' was never logged (logged metrics include val/loss, val/acc, val/macro_f1, train/loss)",
+            d->monitor);
         ddp_mark_error_shared();
         return DDP_ERR_ARG;
     }
@@ -72,7 +74,9 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     int mine = better(d, lv, d->best_local) | (need_local && !isfinite(lv) ? 2 : 0);
     int *votes = me == 0 ? ddp_calloc((size_t)W, sizeof *votes) : NULL;
     int *imp = me == 0 ? ddp_calloc((size_t)W, sizeof *imp) : NULL;
-    ddp_status ast = ddp_agree_status(ctx, me == 0 && (!votes || !imp) ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for the checkpoint vote") : DDP_OK);
+    ddp_status ast = ddp_agree_status(ctx, me == 0 && (!votes || !imp)
+                                               ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for the checkpoint vote")
+                                               : DDP_OK);
     if (ast != DDP_OK) {
         free(votes);
         free(imp);
@@ -95,10 +99,14 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         for (int r = 0; r < W; r++) nbad += (votes[r] & 2) != 0;
         for (int r = 0; r < W; r++) yes += imp[r] = votes[r] & 1;
         int nonfinite = !isfinite(view) || (vote && nbad > 0);
-        if (d->policy == DDP_POLICY_ALL) improved = yes == W;
-        else if (d->policy == DDP_POLICY_ANY) improved = yes > 0;
-        else if (d->policy == DDP_POLICY_MAJORITY) improved = 2 * yes > W;
-        else improved = better(d, view, d->best);
+        if (d->policy == DDP_POLICY_ALL)
+            improved = yes == W;
+        else if (d->policy == DDP_POLICY_ANY)
+            improved = yes > 0;
+        else if (d->policy == DDP_POLICY_MAJORITY)
+            improved = 2 * yes > W;
+        else
+            improved = better(d, view, d->best);
         if (nonfinite) { /* nothing to rank: no save, no improvement */
             char who[240];
             if (vote && nbad) {
@@ -110,9 +118,12 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
                 snprintf(who, sizeof who, "not finite (%s)", isnan(view) ? "nan" : view > 0 ? "inf" : "-inf");
             }
             improved = 0;
-            snprintf(fail, sizeof fail, "%s is %s after epoch %lld (step %lld), so it can neither rank checkpoints nor stop "
-                     "early (a NaN or Inf in the validation data? mpiddp inspect or train --check-finite names it; --skip-nonfinite "
-                     "goes on without saving)", d->monitor, who, (long long)epoch, (long long)step);
+            snprintf(fail, sizeof fail,
+                     "%s is %s after epoch %lld (step %lld), so it can neither rank checkpoints nor stop "
+                     "early (a NaN or Inf in the validation data? mpiddp inspect or train --check-finite names it; "
+                     "--skip-nonfinite "
+                     "goes on without saving)",
+                     d->monitor, who, (long long)epoch, (long long)step);
         }
         int worst = -1, save = !nonfinite && d->top_k > 0 && (vote ? improved : enters_topk(d, view, &worst));
         if (vote && save && d->ntopk >= d->top_k) { /* list full: the worst by value makes room */
@@ -127,14 +138,20 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         ddp_rank_list(imp, W, 1, yesl, sizeof yesl);
         ddp_rank_list(imp, W, 0, nol, sizeof nol);
         if (vote)
-            snprintf(out->note, sizeof out->note, "epoch %lld step %lld: %s=%.6g; policy %s: %s (improved on ranks %s; not on ranks %s)%s",
+            snprintf(out->note, sizeof out->note,
+                     "epoch %lld step %lld: %s=%.6g; policy %s: %s (improved on ranks %s; not on ranks %s)%s",
                      (long long)epoch, (long long)step, d->monitor, view, policy_name(d->policy),
-                     save ? "save" : nonfinite ? "not finite, no save" : "no save", yesl, nol,
-                     yes != 0 && yes != W ? " - ranks disagree" : "");
+                     save        ? "save"
+                     : nonfinite ? "not finite, no save"
+                                 : "no save",
+                     yesl, nol, yes != 0 && yes != W ? " - ranks disagree" : "");
         else
-            snprintf(out->note, sizeof out->note, "epoch %lld step %lld: %s=%.6g; policy %s: %s", (long long)epoch, (long long)step,
-                     d->monitor, view, policy_name(d->policy),
-                     save ? "save" : improved ? "improved" : nonfinite ? "not finite, no save" : "no improvement");
+            snprintf(out->note, sizeof out->note, "epoch %lld step %lld: %s=%.6g; policy %s: %s", (long long)epoch,
+                     (long long)step, d->monitor, view, policy_name(d->policy),
+                     save        ? "save"
+                     : improved  ? "improved"
+                     : nonfinite ? "not finite, no save"
+                                 : "no improvement");
         free(imp);
     }
     free(votes);
@@ -169,8 +186,8 @@ void ddp_topk_name(char *buf, size_t n, const ddp_decider *d, int64_t epoch, int
     snprintf(buf, n, "epoch=%lld-step=%lld-%s=%.6g.h5", (long long)epoch, (long long)step, mon, value);
 }
 
-void ddp_decider_commit(ddp_decider *d, const ddp_decision *out, int64_t epoch, int64_t step, const char *path, char *removed,
-                        size_t n)
+void ddp_decider_commit(ddp_decider *d, const ddp_decision *out, int64_t epoch, int64_t step, const char *path,
+                        char *removed, size_t n)
 {
     if (n) removed[0] = 0;
     if (!out->save) return;

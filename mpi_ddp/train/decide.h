@@ -7,12 +7,18 @@
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/train/metrics.h"
 
-typedef enum { DDP_POLICY_REDUCED = 0, DDP_POLICY_RANK0, DDP_POLICY_ALL, DDP_POLICY_ANY, DDP_POLICY_MAJORITY } ddp_policy;
+typedef enum {
+    DDP_POLICY_REDUCED = 0,
+    DDP_POLICY_RANK0,
+    DDP_POLICY_ALL,
+    DDP_POLICY_ANY,
+    DDP_POLICY_MAJORITY
+} ddp_policy;
 
 #define DDP_TOPK_MAX 64
 
 typedef struct {
-    double value;                 /* ranking value (the policy's view of the monitor) */
+    double value; /* ranking value (the policy's view of the monitor) */
     int64_t epoch, step;
     char path[4800];
 } ddp_topk_entry;
@@ -20,27 +26,27 @@ typedef struct {
 typedef struct {
     ddp_policy policy;
     char monitor[128];
-    int mode_max;                 /* 1: higher is better */
-    int top_k;                    /* files to keep; 0 = none */
-    int patience;                 /* epochs without improvement before stopping; 0 = never */
+    int mode_max; /* 1: higher is better */
+    int top_k;    /* files to keep; 0 = none */
+    int patience; /* epochs without improvement before stopping; 0 = never */
     double min_delta;
-    int nonfinite_continue;       /* a non-finite monitor: 0 (default) stops the run with one line (DDP_ERR_NUMERIC on
-                                     every rank); 1 takes it as "no improvement, no save" and goes on */
+    int nonfinite_continue; /* a non-finite monitor: 0 (default) stops the run with one line (DDP_ERR_NUMERIC on
+                               every rank); 1 takes it as "no improvement, no save" and goes on */
     /* state, saved in checkpoints */
-    double best;                  /* policy view's best (for early stopping) */
-    double best_local;            /* this rank's best local value (votes) */
-    int64_t bad_epochs;           /* consecutive non-improving decisions */
-    int ntopk;                    /* rank 0 */
+    double best;        /* policy view's best (for early stopping) */
+    double best_local;  /* this rank's best local value (votes) */
+    int64_t bad_epochs; /* consecutive non-improving decisions */
+    int ntopk;          /* rank 0 */
     ddp_topk_entry topk[DDP_TOPK_MAX];
 } ddp_decider;
 
 typedef struct {
-    int save;                     /* write a top-k checkpoint now */
-    int stop;                     /* early stop after this epoch */
-    double value;                 /* the policy's view of the monitor (for file names and logs) */
-    int drop;                     /* index in topk of a file to delete after saving, -1 none */
-    int nonfinite;                /* the policy's view (votes: some rank's local value) was NaN or Inf: no save */
-    char note[1024];              /* one line for the log: the decision and, for votes, who voted how */
+    int save;        /* write a top-k checkpoint now */
+    int stop;        /* early stop after this epoch */
+    double value;    /* the policy's view of the monitor (for file names and logs) */
+    int drop;        /* index in topk of a file to delete after saving, -1 none */
+    int nonfinite;   /* the policy's view (votes: some rank's local value) was NaN or Inf: no save */
+    char note[1024]; /* one line for the log: the decision and, for votes, who voted how */
 } ddp_decision;
 
 void ddp_decider_init(ddp_decider *d, ddp_policy policy, const char *monitor, int mode_max, int top_k, int patience,
@@ -48,11 +54,11 @@ void ddp_decider_init(ddp_decider *d, ddp_policy policy, const char *monitor, in
 /* Collective. global: reduced row (complete on rank 0); local: this rank's own row. A monitored value that is NaN
  * or Inf never saves and never improves; unless d->nonfinite_continue, it is an error on every rank ("val/loss is
  * nan after epoch E (step S): not finite ..."), as Lightning's EarlyStopping(check_finite=True) stops the run. */
-ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global, const ddp_metric_row *local, int64_t epoch,
-                      int64_t step, ddp_decision *out);
+ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global, const ddp_metric_row *local,
+                      int64_t epoch, int64_t step, ddp_decision *out);
 /* After the top-k file for out was written (rank 0): updates the list, returns the file to remove (or ""). */
-void ddp_decider_commit(ddp_decider *d, const ddp_decision *out, int64_t epoch, int64_t step, const char *path, char *removed,
-                        size_t n);
+void ddp_decider_commit(ddp_decider *d, const ddp_decision *out, int64_t epoch, int64_t step, const char *path,
+                        char *removed, size_t n);
 /* `epoch=E-step=S-<monitor>=V.h5`, '/' in the monitor name written as '_'. */
 void ddp_topk_name(char *buf, size_t n, const ddp_decider *d, int64_t epoch, int64_t step, double value);
 

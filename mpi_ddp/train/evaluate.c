@@ -59,8 +59,8 @@ static ddp_status keep(ddp_eval_acc *a, int64_t idx, int64_t id, int64_t label, 
     return DDP_OK;
 }
 
-ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64_t steps, ddp_eval_acc *a, ddp_eval_poll poll,
-                        void *arg)
+ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64_t steps, ddp_eval_acc *a,
+                        ddp_eval_poll poll, void *arg)
 {
     for (int64_t s = 0; s < steps; s++) {
         int stop = 0;
@@ -74,7 +74,8 @@ ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64
             if (b->is_pad[i]) continue; /* padding duplicates never count */
             int64_t p = a->b_pred[i];
             if (p < 0 || p >= a->C)
-                return ddp_set_error(DDP_ERR_INTERNAL, "model predicted class %lld outside [0, %lld)", (long long)p, (long long)a->C);
+                return ddp_set_error(DDP_ERR_INTERNAL, "model predicted class %lld outside [0, %lld)", (long long)p,
+                                     (long long)a->C);
             a->loss_sum += a->b_loss[i];
             a->count++;
             a->conf[b->labels[i] * a->C + p]++;

@@ -11,8 +11,8 @@ typedef struct {
     int64_t C;
     double loss_sum;
     int64_t count;
-    int64_t *conf;        /* [C*C] rows = label, columns = prediction */
-    int collect;          /* keep per-sample predictions */
+    int64_t *conf; /* [C*C] rows = label, columns = prediction */
+    int collect;   /* keep per-sample predictions */
     int64_t n, cap;
     int64_t *idx, *ids, *labels, *preds;
     float *probs;
@@ -29,8 +29,8 @@ void ddp_eval_acc_reset(ddp_eval_acc *a);
 typedef ddp_status (*ddp_eval_poll)(void *arg, int64_t batch, int *stop);
 /* Runs `steps` batches of an epoch already started on the loader (collective-free unless poll is); poll may
  * be NULL. */
-ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64_t steps, ddp_eval_acc *a, ddp_eval_poll poll,
-                        void *arg);
+ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64_t steps, ddp_eval_acc *a,
+                        ddp_eval_poll poll, void *arg);
 void ddp_confusion_metrics(const int64_t *conf, int64_t C, double *acc, double *macro_f1);
 /* Sums the confusion matrices over ranks in place (collective). */
 ddp_status ddp_eval_reduce_confusion(ddp_ctx *ctx, ddp_eval_acc *a);

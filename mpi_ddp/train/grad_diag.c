@@ -19,7 +19,8 @@ static ddp_status scan_steps(ddp_ctx *ctx, ddp_dataset *ds, const ddp_sampler *s
     int64_t *idx = ddp_calloc((size_t)sm->max_samples + 1, sizeof *idx);
     uint8_t *pad = ddp_calloc((size_t)sm->max_samples + 1, 1);
     float *scratch = ddp_malloc((size_t)(ds->info.max_sample_rows * ds->info.dim), sizeof *scratch);
-    ddp_status st = idx && pad && scratch ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory re-reading the step's samples");
+    ddp_status st = idx && pad && scratch ? DDP_OK
+                                          : ddp_set_error(DDP_ERR_NOMEM, "out of memory re-reading the step's samples");
     for (int64_t k = lo; st == DDP_OK && k < hi; k++) {
         int64_t cnt = 0;
         st = ddp_sampler_batch(sm, k, idx, pad, &cnt);
@@ -32,7 +33,8 @@ static ddp_status scan_steps(ddp_ctx *ctx, ddp_dataset *ds, const ddp_sampler *s
             if (st != DDP_OK || !ddp_sample_nonfinite(ds, idx[i], rows, nr, &sh, &r)) continue;
             if ((*bad)++ == 0) {
                 ddp_finite_error(ds->dir, sh, &r);
-                snprintf(first, n, "%s, global index %lld, on rank %d", ddp_last_error(), (long long)idx[i], ctx->topo.rank);
+                snprintf(first, n, "%s, global index %lld, on rank %d", ddp_last_error(), (long long)idx[i],
+                         ctx->topo.rank);
             }
         }
     }
@@ -42,30 +44,35 @@ static ddp_status scan_steps(ddp_ctx *ctx, ddp_dataset *ds, const ddp_sampler *s
     return st;
 }
 
-ddp_status ddp_grad_nonfinite_error(ddp_ctx *ctx, const ddp_sampler *sm, ddp_dataset *ds, int64_t first_mb, int64_t last_mb,
-                                    int64_t step, const char *param)
+ddp_status ddp_grad_nonfinite_error(ddp_ctx *ctx, const ddp_sampler *sm, ddp_dataset *ds, int64_t first_mb,
+                                    int64_t last_mb, int64_t step, const char *param)
 {
     int64_t bad = 0, checked = ds != NULL;
     char first[900] = "";
-    ddp_status st = ds ? scan_steps(ctx, ds, sm, first_mb < 0 ? 0 : first_mb, last_mb, &bad, first, sizeof first) : DDP_OK;
+    ddp_status st = ds ? scan_steps(ctx, ds, sm, first_mb < 0 ? 0 : first_mb, last_mb, &bad, first, sizeof first)
+                       : DDP_OK;
     int64_t v[2] = {bad, checked ? 0 : 1}; /* samples found, ranks that could not look */
     DDP_CHECK(ddp_allreduce(ctx, v, 2, MPI_INT64_T, MPI_SUM, "the non-finite gradient diagnosis"));
     if (v[0] == 0 && st == DDP_OK) { /* the same line on every rank */
         if (v[1])
-            ddp_set_error(DDP_ERR_NUMERIC, "non-finite gradient at step %lld in parameter '%s' (check the data with mpiddp inspect, "
-                                           "and --lr; --skip-nonfinite skips such steps)", (long long)step, param);
+            ddp_set_error(DDP_ERR_NUMERIC,
+                          "non-finite gradient at step %lld in parameter '%s' (check the data with mpiddp inspect, "
+                          "and --lr; --skip-nonfinite skips such steps)",
+                          (long long)step, param);
         else
-            ddp_set_error(DDP_ERR_NUMERIC, "non-finite gradient at step %lld in parameter '%s'; every feature of the step's samples is "
-                                           "finite, so the cause is not in the data (too high a --lr, an overflow: try a lower --lr, "
-                                           "--grad-clip or --precision fp32; --skip-nonfinite skips such steps)",
+            ddp_set_error(DDP_ERR_NUMERIC,
+                          "non-finite gradient at step %lld in parameter '%s'; every feature of the step's samples is "
+                          "finite, so the cause is not in the data (too high a --lr, an overflow: try a lower --lr, "
+                          "--grad-clip or --precision fp32; --skip-nonfinite skips such steps)",
                           (long long)step, param);
         ddp_mark_error_shared();
         return DDP_ERR_NUMERIC;
     }
     if (st == DDP_OK && bad)
-        st = ddp_set_error(DDP_ERR_NUMERIC, "non-finite gradient at step %lld in parameter '%s', from the data: %s; %lld sample(s) of "
-                                            "the step hold non-finite features (--check-finite or mpiddp inspect finds them before "
-                                            "training; --skip-nonfinite skips such steps)",
+        st = ddp_set_error(DDP_ERR_NUMERIC,
+                           "non-finite gradient at step %lld in parameter '%s', from the data: %s; %lld sample(s) of "
+                           "the step hold non-finite features (--check-finite or mpiddp inspect finds them before "
+                           "training; --skip-nonfinite skips such steps)",
                            (long long)step, param, first, (long long)v[0]);
     return ddp_agree_status(ctx, st); /* the lowest rank that found one (or failed to look) speaks for all */
 }

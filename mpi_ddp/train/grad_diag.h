@@ -12,7 +12,7 @@
  * training order over ds (the loader's dataset; NULL: not looked at); micro-batches [first_mb, last_mb) of the
  * epoch made the step (first_mb < 0 counts from 0). Sets the shared error "non-finite gradient at step STEP in
  * parameter 'PARAM'..." and returns DDP_ERR_NUMERIC. */
-ddp_status ddp_grad_nonfinite_error(ddp_ctx *ctx, const ddp_sampler *sm, ddp_dataset *ds, int64_t first_mb, int64_t last_mb,
-                                    int64_t step, const char *param);
+ddp_status ddp_grad_nonfinite_error(ddp_ctx *ctx, const ddp_sampler *sm, ddp_dataset *ds, int64_t first_mb,
+                                    int64_t last_mb, int64_t step, const char *param);
 
 #endif

@@ -83,11 +83,16 @@ void ddp_metrics_destroy(ddp_metrics *m)
 
 int ddp_metrics_pending(const ddp_metrics *m) { return m->acc_sum.n + m->rank0.n; }
 
-static int valid_name(const char *name) { return name && *name && strlen(name) < 128 && !strchr(name, ',') && !strchr(name, '\n'); }
+static int valid_name(const char *name)
+{
+    return name && *name && strlen(name) < 128 && !strchr(name, ',') && !strchr(name, '\n');
+}
 
 ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)
 {
-    if (!valid_name(name)) return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas", name ? name : "(null)");
+    if (!valid_name(name))
+        return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas",
+                             name ? name : "(null)");
     int i = ddp_row_find(&m->acc_sum, name);
     if (i < 0) {
         DDP_CHECK(ddp_row_set(&m->acc_sum, name, sum));
@@ -102,7 +107,9 @@ ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)
 
 ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value)
 {
-    if (!valid_name(name)) return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas", name ? name : "(null)");
+    if (!valid_name(name))
+        return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas",
+                             name ? name : "(null)");
     return m->ctx->topo.rank == 0 ? ddp_row_set(&m->rank0, name, value) : DDP_OK;
 }
 
@@ -112,10 +119,18 @@ static void sort_acc(ddp_metrics *m)
     ddp_metric_row *s = &m->acc_sum, *c = &m->acc_cnt;
     for (int i = 1; i < s->n; i++)
         for (int j = i; j > 0 && strcmp(s->names[j - 1], s->names[j]) > 0; j--) {
-            char *t = s->names[j]; s->names[j] = s->names[j - 1]; s->names[j - 1] = t;
-            double v = s->vals[j]; s->vals[j] = s->vals[j - 1]; s->vals[j - 1] = v;
-            t = c->names[j]; c->names[j] = c->names[j - 1]; c->names[j - 1] = t;
-            v = c->vals[j]; c->vals[j] = c->vals[j - 1]; c->vals[j - 1] = v;
+            char *t = s->names[j];
+            s->names[j] = s->names[j - 1];
+            s->names[j - 1] = t;
+            double v = s->vals[j];
+            s->vals[j] = s->vals[j - 1];
+            s->vals[j - 1] = v;
+            t = c->names[j];
+            c->names[j] = c->names[j - 1];
+            c->names[j - 1] = t;
+            v = c->vals[j];
+            c->vals[j] = c->vals[j - 1];
+            c->vals[j - 1] = v;
         }
 }
 
@@ -130,7 +145,9 @@ static ddp_status explain_mismatch(ddp_metrics *m)
     int *lens = ddp_calloc((size_t)W, sizeof *lens), *displ = ddp_calloc((size_t)W, sizeof *displ);
     char *mine = ddp_calloc(mylen + 1, 1);
     if (!lens || !displ || !mine) {
-        free(lens); free(displ); free(mine);
+        free(lens);
+        free(displ);
+        free(mine);
         return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     }
     for (int i = 0, k = 0; i < m->acc_sum.n; i++) {
@@ -146,8 +163,10 @@ static ddp_status explain_mismatch(ddp_metrics *m)
     }
     char *all = ddp_calloc((size_t)tot + 1, 1);
     if (rc == MPI_SUCCESS && all) rc = MPI_Allgatherv(mine, len, MPI_CHAR, all, lens, displ, MPI_CHAR, c->world);
-    if (rc != MPI_SUCCESS) st = ddp_mpi_error(rc, "MPI_Allgatherv(metric names)", __FILE__, __LINE__);
-    else if (!all) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    if (rc != MPI_SUCCESS)
+        st = ddp_mpi_error(rc, "MPI_Allgatherv(metric names)", __FILE__, __LINE__);
+    else if (!all)
+        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     else {
         /* first name not logged by every rank (in rank order, then name order) */
         int *in = ddp_calloc((size_t)W, sizeof *in);
@@ -168,8 +187,10 @@ static ddp_status explain_mismatch(ddp_metrics *m)
             char yes[256], no[256];
             ddp_rank_list(in, W, 1, yes, sizeof yes);
             ddp_rank_list(in, W, 0, no, sizeof no);
-            st = ddp_set_error(DDP_ERR_MISMATCH, "metric '%s' was logged on rank(s) %s but not on rank(s) %s before the same sync point; "
-                               "log collective metrics on every rank (use ddp_log_rank0 for rank-0-only values)", bad, yes, no);
+            st = ddp_set_error(DDP_ERR_MISMATCH,
+                               "metric '%s' was logged on rank(s) %s but not on rank(s) %s before the same sync point; "
+                               "log collective metrics on every rank (use ddp_log_rank0 for rank-0-only values)",
+                               bad, yes, no);
         } else {
             st = ddp_set_error(DDP_ERR_MISMATCH, "metric names differ across ranks at a sync point");
         }
@@ -208,7 +229,8 @@ ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_r
         for (int i = 0; i < nn; i++) {
             buf[i] = m->acc_sum.vals[i];
             buf[nn + i] = m->acc_cnt.vals[i];
-            if (local && st == DDP_OK) st = ddp_row_set(local, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
+            if (local && st == DDP_OK)
+                st = ddp_row_set(local, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
         }
     }
     if (!mismatch) st = ddp_agree_status(c, st); /* a rank out of memory here: agreed before the allreduce */
@@ -217,7 +239,8 @@ ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_r
         ddp_row_clear(global);
         for (int i = 0; i < nn && st == DDP_OK; i++)
             st = ddp_row_set(global, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
-        for (int i = 0; i < m->rank0.n && st == DDP_OK; i++) st = ddp_row_set(global, m->rank0.names[i], m->rank0.vals[i]);
+        for (int i = 0; i < m->rank0.n && st == DDP_OK; i++)
+            st = ddp_row_set(global, m->rank0.names[i], m->rank0.vals[i]);
     }
     free(buf);
     ddp_row_clear(&m->acc_sum);

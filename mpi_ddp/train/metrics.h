@@ -18,7 +18,8 @@ typedef struct ddp_csv ddp_csv;
 /* rank >= 0 adds a `rank` column holding that value. `first` lists columns in their preferred order.
  * keep_upto_step >= 0 (resume): an existing file's rows with step <= keep_upto_step are kept (rows logged
  * after the checkpoint would be logged again); -1 starts a new file. */
-ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, int64_t keep_upto_step, ddp_csv **out);
+ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, int64_t keep_upto_step,
+                        ddp_csv **out);
 ddp_status ddp_csv_write(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metric_row *row);
 void ddp_csv_close(ddp_csv *c);
 

@@ -81,17 +81,21 @@ void ddp_progress_line(ddp_progress *p, const ddp_train_state *ts, int epoch, in
                        double sps, double eta)
 {
     if (!ts->cfg->progress || ts->ctx->topo.rank != 0) return;
-    int epochs = ts->cfg->fast_dev_run > 0 ? 1 : ts->cfg->epochs; /* epochs are 0-based, as in metrics.csv and file names */
+    int epochs = ts->cfg->fast_dev_run > 0 ? 1
+                                           : ts->cfg->epochs; /* epochs are 0-based, as in metrics.csv and file names */
     char left[32];
-    if (eta < 0 || !isfinite(eta)) snprintf(left, sizeof left, "-:--");
+    if (eta < 0 || !isfinite(eta))
+        snprintf(left, sizeof left, "-:--");
     else {
         long long t = (long long)(eta + 0.5);
-        if (t >= 3600) snprintf(left, sizeof left, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
-        else snprintf(left, sizeof left, "%lld:%02lld", t / 60, t % 60);
+        if (t >= 3600)
+            snprintf(left, sizeof left, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+        else
+            snprintf(left, sizeof left, "%lld:%02lld", t / 60, t % 60);
     }
     char line[256];
-    snprintf(line, sizeof line, "epoch %d (of %d) step %lld/%lld (global %lld) loss %.4f %.0f samples/s ETA %s", epoch, epochs,
-             (long long)step, (long long)steps, (long long)ts->global_step, loss, sps, left);
+    snprintf(line, sizeof line, "epoch %d (of %d) step %lld/%lld (global %lld) loss %.4f %.0f samples/s ETA %s", epoch,
+             epochs, (long long)step, (long long)steps, (long long)ts->global_step, loss, sps, left);
     if (p->tty) {
         fprintf(stderr, "\r\033[K%s", line);
         fflush(stderr);

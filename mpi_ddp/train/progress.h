@@ -6,12 +6,12 @@
 #include "mpi_ddp/train/train_state.h"
 
 typedef struct {
-    int tty;                   /* rank 0: the line is rewritten in place (ddp_progress_init) */
-    int line_open;             /* an in-place line is on the terminal, not yet ended by a newline */
-    int warm;                  /* the run's first step is done */
+    int tty;                        /* rank 0: the line is rewritten in place (ddp_progress_init) */
+    int line_open;                  /* an in-place line is on the terminal, not yet ended by a newline */
+    int warm;                       /* the run's first step is done */
     double first_dt, first_samples; /* that step's seconds and samples (the only figure when an event comes at it) */
-    double warm_t;             /* when the first step ended */
-    int64_t warm_step;         /* global step then */
+    double warm_t;                  /* when the first step ended */
+    int64_t warm_step;              /* global step then */
     double loop_s, loop_samples, loop_rows; /* after the first step: seconds in training loops, samples and rows */
     double samples_all, rows_all;           /* every step of this run */
 } ddp_progress;

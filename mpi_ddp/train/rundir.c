@@ -65,8 +65,8 @@ static int try_lock(ddp_rundir *rd, const char *path, char *holder, size_t hlen)
             return 0;
         }
         close(fd);
-        return ddp_set_error(DDP_ERR_IO, "%s: cannot lock (%s): the run directory needs a file system with POSIX locks", path,
-                             strerror(e)),
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot lock (%s): the run directory needs a file system with POSIX locks",
+                             path, strerror(e)),
                -1;
     }
     /* the holder before us may have removed the file between our open and our lock: lock the file on disk */
@@ -121,8 +121,10 @@ static ddp_status remove_matching(const char *dir, const char *pattern, int *cou
         snprintf(f, sizeof f, "%s/%s", p, e->d_name);
         struct stat s;
         if (lstat(f, &s) != 0 || !S_ISREG(s.st_mode)) continue; /* a run writes regular files only */
-        if (unlink(f) != 0) st = ddp_set_error(DDP_ERR_IO, "%s: cannot remove (--overwrite): %s", f, strerror(errno));
-        else (*count)++;
+        if (unlink(f) != 0)
+            st = ddp_set_error(DDP_ERR_IO, "%s: cannot remove (--overwrite): %s", f, strerror(errno));
+        else
+            (*count)++;
     }
     closedir(d);
     return st;
@@ -142,20 +144,24 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, int resume, int
     }
     if (got < 0) return DDP_ERR_IO;
     if (got == 0)
-        return ddp_set_error(DDP_ERR_BUSY, "%s: the run directory is in use by another run (%s); wait for it to end, or choose another --out",
-                             dir, holder);
+        return ddp_set_error(
+            DDP_ERR_BUSY,
+            "%s: the run directory is in use by another run (%s); wait for it to end, or choose another --out", dir,
+            holder);
     if (resume) return DDP_OK;
     const char *mark = NULL;
     for (size_t i = 0; i < sizeof RUN_MARKS / sizeof RUN_MARKS[0] && !mark; i++)
         if (exists(dir, RUN_MARKS[i])) mark = RUN_MARKS[i];
     if (mark && !overwrite)
-        return ddp_set_error(DDP_ERR_BUSY,
-                             "%s holds a run (%s): continue it with --resume auto, start afresh with a new --out, or pass --overwrite "
-                             "to remove that run's files first",
-                             dir, mark);
+        return ddp_set_error(
+            DDP_ERR_BUSY,
+            "%s holds a run (%s): continue it with --resume auto, start afresh with a new --out, or pass --overwrite "
+            "to remove that run's files first",
+            dir, mark);
     if (mark) {
         int removed = 0;
-        for (size_t i = 0; i < sizeof RUN_FILES / sizeof RUN_FILES[0]; i++) DDP_CHECK(remove_matching(dir, RUN_FILES[i], &removed));
+        for (size_t i = 0; i < sizeof RUN_FILES / sizeof RUN_FILES[0]; i++)
+            DDP_CHECK(remove_matching(dir, RUN_FILES[i], &removed));
         rd->removed = removed;
     }
     return DDP_OK;

@@ -7,9 +7,9 @@
 #include "mpiddp.h"
 
 typedef struct {
-    int lock_fd;          /* rank 0: the locked RUNDIR/run.lock; -1 elsewhere */
+    int lock_fd; /* rank 0: the locked RUNDIR/run.lock; -1 elsewhere */
     char lock_path[4400];
-    int removed;          /* files removed by --overwrite */
+    int removed; /* files removed by --overwrite */
 } ddp_rundir;
 
 /* Collective. Rank 0 creates dir, takes its lock (waiting up to a few seconds for a run that is ending) and,

@@ -39,8 +39,10 @@ void ddp_versions_get(ddp_versions *v)
 /* One key per name in run.json (JSON readers keep only the last of duplicates, silently). */
 static void set_item(cJSON *o, const char *key, cJSON *v)
 {
-    if (cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_ReplaceItemInObjectCaseSensitive(o, key, v);
-    else cJSON_AddItemToObject(o, key, v);
+    if (cJSON_GetObjectItemCaseSensitive(o, key))
+        cJSON_ReplaceItemInObjectCaseSensitive(o, key, v);
+    else
+        cJSON_AddItemToObject(o, key, v);
 }
 
 /* Drops all but the last of each duplicated key of an object parsed from text (cJSON keeps them all). */
@@ -76,7 +78,8 @@ static ddp_status cache_budgets(ddp_ctx *ctx, int64_t *v)
 {
     ddp_shard_cache_info in;
     ddp_shard_cache_get(&in);
-    int64_t mine[NBUDGET] = {in.max_open, in.fd_budget, in.map_budget, in.nofile, in.nofile_was, in.nofile_hard, in.max_map_count};
+    int64_t mine[NBUDGET] = {in.max_open,   in.fd_budget,   in.map_budget,   in.nofile,
+                             in.nofile_was, in.nofile_hard, in.max_map_count};
     MPI_CHECK(MPI_Reduce(mine, v, NBUDGET, MPI_INT64_T, MPI_MAX, 0, ctx->world));
     return DDP_OK;
 }
@@ -189,8 +192,10 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         char *text = cJSON_Print(root);
         cJSON_Delete(root);
         FILE *f = text ? fopen(path, "w") : NULL;
-        if (!text) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
-        else if (!f) st = ddp_set_error(DDP_ERR_IO, "%s: cannot create", path);
+        if (!text)
+            st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
+        else if (!f)
+            st = ddp_set_error(DDP_ERR_IO, "%s: cannot create", path);
         else {
             fputs(text, f);
             fputc('\n', f);
@@ -225,7 +230,8 @@ static ddp_status rewrite_key(const char *path, const char *key, cJSON *v, const
     FILE *f = fopen(path, "re");
     char *text = NULL, *out = NULL;
     long n = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = ddp_malloc((size_t)n + 1, 1)))
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = ddp_malloc((size_t)n + 1, 1)))
         text[fread(text, 1, (size_t)n, f)] = 0;
     if (f) fclose(f);
     cJSON *root = text ? cJSON_Parse(text) : NULL;
@@ -246,11 +252,14 @@ static ddp_status rewrite_key(const char *path, const char *key, cJSON *v, const
     size_t len = out ? strlen(out) : 0;
     char *nl = out ? realloc(out, len + 2) : NULL;
     if (nl) out = nl, out[len++] = '\n', out[len] = 0;
-    if (!nl) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
+    if (!nl)
+        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
     else {
         FILE *w = fopen(tmp, "w");
-        if (!w) st = ddp_set_error(DDP_ERR_IO, "%s: cannot create", tmp);
-        else if (fwrite(out, 1, len, w) != len) st = ddp_set_error(DDP_ERR_IO, "%s: write failed", tmp);
+        if (!w)
+            st = ddp_set_error(DDP_ERR_IO, "%s: cannot create", tmp);
+        else if (fwrite(out, 1, len, w) != len)
+            st = ddp_set_error(DDP_ERR_IO, "%s: write failed", tmp);
         if (w && fclose(w) != 0 && st == DDP_OK) st = ddp_set_error(DDP_ERR_IO, "%s: write failed", tmp);
         if (st != DDP_OK) remove(tmp);
     }
@@ -264,7 +273,8 @@ ddp_status ddp_run_json_data_cache(ddp_ctx *ctx, const char *path, ddp_dataset *
     ddp_shard_cache_info in;
     ddp_shard_cache_get(&in);
     int64_t sum[8] = {0}, tot[8], budgets[NBUDGET], maxp[5];
-    int64_t peak[5] = {in.peak_open, in.peak_fds, in.peak_maps, ddp_shard_cache_capacity(train, NULL), ddp_shard_cache_capacity(val, NULL)};
+    int64_t peak[5] = {in.peak_open, in.peak_fds, in.peak_maps, ddp_shard_cache_capacity(train, NULL),
+                       ddp_shard_cache_capacity(val, NULL)};
     ddp_shard_cache_dataset_stats(train, &sum[0], &sum[1]);
     ddp_shard_cache_dataset_stats(val, &sum[2], &sum[3]);
     sum[4] = in.opens, sum[5] = in.evictions, sum[6] = in.ahead_opens, sum[7] = in.overshoots;
@@ -289,8 +299,8 @@ ddp_status ddp_run_json_data_cache(ddp_ctx *ctx, const char *path, ddp_dataset *
     return ddp_agree_status(ctx, st);
 }
 
-ddp_status ddp_run_json_lr_schedule(ddp_ctx *ctx, const char *path, const char *schedule, double lr, double min_lr, int64_t warmup,
-                                    int64_t start, int64_t total, const char *horizon)
+ddp_status ddp_run_json_lr_schedule(ddp_ctx *ctx, const char *path, const char *schedule, double lr, double min_lr,
+                                    int64_t warmup, int64_t start, int64_t total, const char *horizon)
 {
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) {

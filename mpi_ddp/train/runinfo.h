@@ -20,7 +20,7 @@ ddp_status ddp_run_json_data_cache(ddp_ctx *ctx, const char *path, ddp_dataset *
 /* Collective, once the run's horizon is known: rewrites path's lr_schedule (through path.tmp and a rename) with the
  * schedule in effect: its name, lr, min_lr, warmup steps, the optimizer steps [start, total) it spans, and how a
  * resume settled the horizon ("run": the run's own; "checkpoint": the checkpoint's, unchanged or kept; "restart"). */
-ddp_status ddp_run_json_lr_schedule(ddp_ctx *ctx, const char *path, const char *schedule, double lr, double min_lr, int64_t warmup,
-                                    int64_t start, int64_t total, const char *horizon);
+ddp_status ddp_run_json_lr_schedule(ddp_ctx *ctx, const char *path, const char *schedule, double lr, double min_lr,
+                                    int64_t warmup, int64_t start, int64_t total, const char *horizon);
 
 #endif

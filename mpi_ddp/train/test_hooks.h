@@ -10,12 +10,12 @@
 
 typedef struct {
     int rank;
-    int64_t stop_at, stop_rank;  /* a stop request on rank stop_rank during optimizer step stop_at (1-based; -1: none) */
-    int64_t stop_in_val;         /* a stop request on rank 0 before validation batch B (-1: none) */
-    int64_t step_delay_ms;       /* every step sleeps this long: a job slow enough to be signalled */
-    int64_t first_delay_ms;      /* the run's first step sleeps this long as well: a slow start-up */
-    const char *monitor_offset;  /* "rank:epoch:offset,...": added to one rank's local monitored value */
-    FILE *trace;                 /* PREFIX.r<rank>: one line "epoch step id..." per trained micro-batch */
+    int64_t stop_at, stop_rank; /* a stop request on rank stop_rank during optimizer step stop_at (1-based; -1: none) */
+    int64_t stop_in_val;        /* a stop request on rank 0 before validation batch B (-1: none) */
+    int64_t step_delay_ms;      /* every step sleeps this long: a job slow enough to be signalled */
+    int64_t first_delay_ms;     /* the run's first step sleeps this long as well: a slow start-up */
+    const char *monitor_offset; /* "rank:epoch:offset,...": added to one rank's local monitored value */
+    FILE *trace;                /* PREFIX.r<rank>: one line "epoch step id..." per trained micro-batch */
 } ddp_test_hooks;
 
 /* Reads every hook; opens the trace file when asked (an error if it cannot). */

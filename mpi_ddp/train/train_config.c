@@ -37,23 +37,30 @@ ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
 {
     /* global batch and budget: products of options that must fit int64 (and a float for the sample count) */
     if (c->accumulate >= 1 && c->batch_rows > 0 && c->batch_rows > (INT64_MAX / 4) / world / c->accumulate)
-        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld x %d ranks x --accumulate %d: the global budget is too large",
+        return ddp_set_error(DDP_ERR_ARG,
+                             "--batch-rows %lld x %d ranks x --accumulate %d: the global budget is too large",
                              (long long)c->batch_rows, world, c->accumulate);
     if (c->accumulate >= 1 && c->batch_size > 0 && (double)c->batch_size * world * c->accumulate > 16777216.0)
-        return ddp_set_error(DDP_ERR_ARG, "--batch-size %d x %d ranks x --accumulate %d: more than 2^24 samples per optimizer step",
+        return ddp_set_error(DDP_ERR_ARG,
+                             "--batch-size %d x %d ranks x --accumulate %d: more than 2^24 samples per optimizer step",
                              c->batch_size, world, c->accumulate);
     if (!c->out_dir || !*c->out_dir) return ddp_set_error(DDP_ERR_ARG, "--out: a run directory is required");
     if (c->epochs < 1) return ddp_set_error(DDP_ERR_ARG, "--epochs %d: must be >= 1", c->epochs);
     if (c->batch_size < 1) return ddp_set_error(DDP_ERR_ARG, "--batch-size %d: must be >= 1", c->batch_size);
     if (c->accumulate < 1) return ddp_set_error(DDP_ERR_ARG, "--accumulate %d: must be >= 1", c->accumulate);
-    if (c->batch_rows < 0) return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld: must be >= 1", (long long)c->batch_rows);
+    if (c->batch_rows < 0)
+        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld: must be >= 1", (long long)c->batch_rows);
     if (c->shuffle_block && (!(c->shuffle_block_mb > 0) || c->shuffle_window < 1 || c->shuffle_window > 64))
-        return ddp_set_error(DDP_ERR_ARG, "--shuffle block: need --shuffle-block-mb > 0 and --shuffle-window in [1, 64]");
+        return ddp_set_error(DDP_ERR_ARG,
+                             "--shuffle block: need --shuffle-block-mb > 0 and --shuffle-window in [1, 64]");
     if (c->shuffle_block && c->sampling_shard)
-        return ddp_set_error(DDP_ERR_ARG, "--shuffle block needs --sampling global (shard sampling shuffles within each rank's shards)");
+        return ddp_set_error(
+            DDP_ERR_ARG, "--shuffle block needs --sampling global (shard sampling shuffles within each rank's shards)");
     if (c->batch_rows > 0 && c->sampling_shard)
-        return ddp_set_error(DDP_ERR_ARG, "--batch-rows needs --sampling global (shard sampling keeps sample-count batches)");
-    if (!(c->lr > 0) || !isfinite(c->lr)) return ddp_set_error(DDP_ERR_ARG, "--lr %g: must be a positive number", c->lr);
+        return ddp_set_error(DDP_ERR_ARG,
+                             "--batch-rows needs --sampling global (shard sampling keeps sample-count batches)");
+    if (!(c->lr > 0) || !isfinite(c->lr))
+        return ddp_set_error(DDP_ERR_ARG, "--lr %g: must be a positive number", c->lr);
     if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
         return ddp_set_error(DDP_ERR_ARG, "--weight-decay %g: must be >= 0", c->weight_decay);
     if (!(c->grad_clip >= 0)) return ddp_set_error(DDP_ERR_ARG, "--grad-clip %g: must be >= 0", c->grad_clip);
@@ -61,11 +68,14 @@ ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
     if (!(c->bucket_mb > 0)) return ddp_set_error(DDP_ERR_ARG, "--bucket-mb %g: must be > 0", c->bucket_mb);
     if (c->save_top_k < 0 || c->save_top_k > DDP_TOPK_MAX)
         return ddp_set_error(DDP_ERR_ARG, "--save-top-k %d: must be in [0, %d]", c->save_top_k, DDP_TOPK_MAX);
-    if (c->ckpt_policy < 0 || c->ckpt_policy > DDP_POLICY_MAJORITY) return ddp_set_error(DDP_ERR_ARG, "--ckpt-policy: unknown policy");
-    if (c->early_stop_patience < 0) return ddp_set_error(DDP_ERR_ARG, "--early-stop-patience %d: must be >= 0", c->early_stop_patience);
+    if (c->ckpt_policy < 0 || c->ckpt_policy > DDP_POLICY_MAJORITY)
+        return ddp_set_error(DDP_ERR_ARG, "--ckpt-policy: unknown policy");
+    if (c->early_stop_patience < 0)
+        return ddp_set_error(DDP_ERR_ARG, "--early-stop-patience %d: must be >= 0", c->early_stop_patience);
     if (c->ckpt_every_steps < 0) return ddp_set_error(DDP_ERR_ARG, "--ckpt-every-steps: must be >= 0");
     if (!c->monitor || !*c->monitor) return ddp_set_error(DDP_ERR_ARG, "--monitor: empty metric name");
-    if (c->lr_schedule < DDP_LR_CONSTANT || c->lr_schedule > DDP_LR_LINEAR) return ddp_set_error(DDP_ERR_ARG, "--lr-schedule: unknown schedule");
+    if (c->lr_schedule < DDP_LR_CONSTANT || c->lr_schedule > DDP_LR_LINEAR)
+        return ddp_set_error(DDP_ERR_ARG, "--lr-schedule: unknown schedule");
     if (!(c->warmup >= 0) || !(c->min_lr >= 0) || !isfinite(c->warmup))
         return ddp_set_error(DDP_ERR_ARG, "--warmup-steps and --min-lr must be >= 0");
     if (c->lr_schedule != DDP_LR_CONSTANT && c->min_lr > c->lr)
@@ -73,8 +83,10 @@ ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
     if (c->lr_horizon < DDP_LR_HORIZON_KEEP || c->lr_horizon > DDP_LR_HORIZON_RESTART)
         return ddp_set_error(DDP_ERR_ARG, "--lr-horizon: unknown choice (keep or restart)");
     if (c->lr_start_step < 0 || c->lr_end_step < 0 || (c->lr_end_step > 0 && c->lr_end_step <= c->lr_start_step))
-        return ddp_set_error(DDP_ERR_ARG, "lr_start_step %lld, lr_end_step %lld: need 0 <= start < end (or end 0: the whole run)",
+        return ddp_set_error(DDP_ERR_ARG,
+                             "lr_start_step %lld, lr_end_step %lld: need 0 <= start < end (or end 0: the whole run)",
                              (long long)c->lr_start_step, (long long)c->lr_end_step);
-    if (c->precision < DDP_PRECISION_FP32 || c->precision > DDP_PRECISION_BF16) return ddp_set_error(DDP_ERR_ARG, "--precision: unknown");
+    if (c->precision < DDP_PRECISION_FP32 || c->precision > DDP_PRECISION_BF16)
+        return ddp_set_error(DDP_ERR_ARG, "--precision: unknown");
     return DDP_OK;
 }

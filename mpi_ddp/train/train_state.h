@@ -18,14 +18,14 @@ typedef struct {
     const ddp_train_config *cfg;
     ddp_model *model;
     ddp_backend *be;
-    int64_t n;                     /* parameters */
-    float *params, *m, *v;         /* device: parameters, AdamW moments */
-    float *h_params, *h_m, *h_v;   /* host copies: what rank 0 writes and reads, and broadcasts */
+    int64_t n;                   /* parameters */
+    float *params, *m, *v;       /* device: parameters, AdamW moments */
+    float *h_params, *h_m, *h_v; /* host copies: what rank 0 writes and reads, and broadcasts */
     int64_t global_step, optim_step, skipped;
-    int64_t epoch, mb;             /* position: next micro-batch of this epoch */
-    int64_t nmb;                   /* micro-batches of this epoch */
-    int64_t lr_total;              /* optimizer steps of the run, the schedule's horizon: epochs x the first epoch's */
-    const ddp_sampler *tsm;        /* the training order (checkpoints record positions in its units) */
+    int64_t epoch, mb;      /* position: next micro-batch of this epoch */
+    int64_t nmb;            /* micro-batches of this epoch */
+    int64_t lr_total;       /* optimizer steps of the run, the schedule's horizon: epochs x the first epoch's */
+    const ddp_sampler *tsm; /* the training order (checkpoints record positions in its units) */
     /* a resume's position, converted to micro-batches once the first epoch's plan is known
      * (ddp_train_state_resume_position) */
     int64_t resume_os, resume_pos, resume_legacy_mb; /* -1: none */
@@ -47,15 +47,15 @@ typedef struct {
 ddp_status ddp_train_state_save_last(ddp_train_state *ts);
 /* After validation (row: the reduced metrics, lrow: this rank's): the policy's decision, the top-k file,
  * early stopping (*stop). */
-ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row, const ddp_metric_row *lrow, int64_t epoch,
-                                  int *stop);
+ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row, const ddp_metric_row *lrow,
+                                  int64_t epoch, int *stop);
 /* Restores the state from a checkpoint read by rank 0 and broadcast. */
 ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path);
 /* A resumed run's position in this run's micro-batches (ts->mb), once tsm and nmb hold the epoch's plan of
  * opt_steps optimizer steps; clears the pending position. Every rank computes the same. Collective, in every
- * run: with steps0, the first epoch's optimizer steps (the schedule's horizon is --epochs x steps0), also settles the learning-rate schedule (a resume keeps
- * the checkpoint's horizon or restarts the decay, --lr-horizon; rank 0 prints one notice when the schedule
- * changes) and records it in run.json. */
+ * run: with steps0, the first epoch's optimizer steps (the schedule's horizon is --epochs x steps0), also settles the
+ * learning-rate schedule (a resume keeps the checkpoint's horizon or restarts the decay, --lr-horizon; rank 0 prints
+ * one notice when the schedule changes) and records it in run.json. */
 ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps, int64_t steps0);
 /* Temporary files of a save that was killed before its rename. */
 void ddp_train_state_remove_stale_tmp(const char *dir);
@@ -74,12 +74,12 @@ typedef struct {
     int token_budget;                      /* --batch-rows: rows/s is the figure that matters (tokens/s) */
     int has_best;                          /* a decision has seen a value (rank 0) */
     double best_value;
-    int64_t best_epoch, best_step;         /* -1 with --save-top-k 0 */
-    char best_path[4800];                  /* "checkpoints/NAME" relative to the run directory; "" when none */
+    int64_t best_epoch, best_step; /* -1 with --save-top-k 0 */
+    char best_path[4800];          /* "checkpoints/NAME" relative to the run directory; "" when none */
     char monitor[128];
 } ddp_train_summary;
 /* Collective: ddp_train, and the run's end in *summary (may be NULL). */
-ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train, ddp_dataset *val,
-                                ddp_train_summary *summary);
+ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train,
+                                ddp_dataset *val, ddp_train_summary *summary);
 
 #endif

@@ -39,22 +39,22 @@ enum { CTL_COUNT, CTL_STOP, CTL_ROWS };
 /* The trainer: the checkpointed state (train_state.h, all trainer_ckpt.c sees) and what only the loop uses. */
 typedef struct {
     ddp_train_state state;
-    float *grads;              /* device: the flat gradient, then the step's control floats */
-    int64_t *toff;             /* tensor offsets [ntensors+1] */
-    double *sumsq;             /* [ntensors] squared gradient norms of the step */
-    int64_t nctl;              /* CTL_ROWS + world size */
-    float *ctl, *ctl_back;     /* the step's control floats, host side: sent, and reduced */
+    float *grads;          /* device: the flat gradient, then the step's control floats */
+    int64_t *toff;         /* tensor offsets [ntensors+1] */
+    double *sumsq;         /* [ntensors] squared gradient norms of the step */
+    int64_t nctl;          /* CTL_ROWS + world size */
+    float *ctl, *ctl_back; /* the step's control floats, host side: sent, and reduced */
     ddp_sync *sync;
     ddp_metrics *metrics;
     ddp_csv *csv, *csv_rank;
-    ddp_metric_row row, lrow;  /* the last sync point's metrics: reduced, and this rank's */
+    ddp_metric_row row, lrow; /* the last sync point's metrics: reduced, and this rank's */
     ddp_eval_acc eval;
-    double lr_last;            /* learning rate of the last optimizer step (the lr column) */
+    double lr_last;                 /* learning rate of the last optimizer step (the lr column) */
     int32_t *lens_train, *lens_val; /* token budgets: every sample's rows */
-    ddp_progress prog;         /* rank 0's line and the run's pace, the first step (start-up) left out (progress.c) */
-    ddp_train_summary *summary;             /* optional: the end of the run, for the CLI */
-    ddp_test_hooks hooks;                 /* MPIDDP_TEST_*, read once (test_hooks.h) */
-    ddp_loader_cursor peek;               /* ddp_model.prefetch: the next micro-batch (step -1: none) */
+    ddp_progress prog;          /* rank 0's line and the run's pace, the first step (start-up) left out (progress.c) */
+    ddp_train_summary *summary; /* optional: the end of the run, for the CLI */
+    ddp_test_hooks hooks;       /* MPIDDP_TEST_*, read once (test_hooks.h) */
+    ddp_loader_cursor peek;     /* ddp_model.prefetch: the next micro-batch (step -1: none) */
 } trainer;
 
 static atomic_int g_stop_requested; /* set by the CLI's signal thread, read by the training thread */
@@ -70,7 +70,8 @@ static double now_s(void)
 
 /* An epoch's micro-batches (the sampler's steps, capped by --fast-dev-run) and optimizer steps, for the epoch the
  * sampler is set to; checked collectively when `agreed` names what they are. */
-static ddp_status epoch_steps(trainer *tr, const ddp_sampler *tsm, const char *agreed, int64_t *nmb, int64_t *opt_steps);
+static ddp_status epoch_steps(trainer *tr, const ddp_sampler *tsm, const char *agreed, int64_t *nmb,
+                              int64_t *opt_steps);
 
 /* Steps every rank will run: computed locally, then checked collectively. */
 static ddp_status agree_steps(ddp_ctx *ctx, int64_t mine, const char *what)
@@ -113,7 +114,8 @@ static int stop_wanted(const trainer *tr)
 }
 
 /* One optimizer step over up to `accumulate` micro-batches starting at *mb. */
-static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t nmb, double *samples, double *rows, int *stop)
+static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t nmb, double *samples, double *rows,
+                             int *stop)
 {
     ddp_train_state *ts = &tr->state;
     const ddp_train_config *c = ts->cfg;
@@ -139,13 +141,14 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
             tr->peek = (ddp_loader_cursor){ld, k + 1 < nmb ? k + 1 : -1};
             DDP_CHECK(ts->model->prefetch(ts->model->self, ddp_loader_peek_cursor, &tr->peek));
         }
-        if (is_last) { /* the stop flag as late as possible: agreed through this step's allreduce, no extra collective */
+        if (is_last) { /* the stop flag as late as possible: agreed through this step's allreduce, no extra collective
+                        */
             ctl[CTL_STOP] = (float)stop_wanted(tr);
             DDP_CHECK(be->upload_async(be, tr->grads + ts->n, ctl, (size_t)tr->nctl * sizeof(float)));
             ddp_sync_begin(tr->sync);
         }
-        DDP_CHECK(ts->model->train_step(ts->model->self, b, ts->params, tr->grads, &out, is_last ? ddp_sync_ready : NULL,
-                                        is_last ? tr->sync : NULL));
+        DDP_CHECK(ts->model->train_step(ts->model->self, b, ts->params, tr->grads, &out,
+                                        is_last ? ddp_sync_ready : NULL, is_last ? tr->sync : NULL));
         DDP_CHECK(ddp_log(tr->metrics, "train/loss", out.loss_sum, (double)out.count));
     }
     *mb = last;
@@ -164,13 +167,15 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
     }
     *rows = rsum;
     if (rsum > 0)
-        DDP_CHECK(ddp_log(tr->metrics, "train/rows_per_rank_max_over_mean", rmax * (double)(tr->nctl - CTL_ROWS) / rsum, 1.0));
+        DDP_CHECK(ddp_log(tr->metrics, "train/rows_per_rank_max_over_mean", rmax * (double)(tr->nctl - CTL_ROWS) / rsum,
+                          1.0));
     double gscale = 1.0 / count, norm2 = 0.0;
     DDP_CHECK(be->sumsq_many(be, tr->grads, tr->toff, ts->model->ntensors, tr->sumsq));
     for (int k = 0; k < ts->model->ntensors; k++) {
         double s = tr->sumsq[k];
-        if (!isfinite(s)) { /* the reduced gradient is the same on every rank: all decide alike */
-            if (!c->skip_nonfinite) /* names the first non-finite feature of the step's samples, or says there is none */
+        if (!isfinite(s)) {         /* the reduced gradient is the same on every rank: all decide alike */
+            if (!c->skip_nonfinite) /* names the first non-finite feature of the step's samples, or says there is none
+                                     */
                 return ddp_grad_nonfinite_error(ts->ctx, ts->tsm, ddp_loader_dataset(ld), first, last,
                                                 ts->global_step + 1, ts->model->tensors[k].name);
             ts->skipped++;
@@ -238,7 +243,8 @@ static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t
     ddp_eval_acc_reset(a);
     val_poll vp = {.tr = tr};
     DDP_CHECK(ddp_eval_run(ts->model, ts->params, ld, steps, a, val_poll_fn, &vp));
-    if (vp.pending) DDP_CHECK(ddp_wait(ts->ctx, 1, &vp.rq, "the validation stop check")); /* a late request: the next step's */
+    if (vp.pending)
+        DDP_CHECK(ddp_wait(ts->ctx, 1, &vp.rq, "the validation stop check")); /* a late request: the next step's */
     *stopped = vp.stopped;
     if (vp.stopped) return DDP_OK;
     double lacc, lf1, acc, f1;
@@ -299,8 +305,9 @@ static ddp_status setup_local(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     DDP_ALLOC(ts->h_v, ts->n);
     int64_t C = ts->model->num_classes;
     if (C != ddp_dataset_get_info(train)->num_classes || C != ddp_dataset_get_info(val)->num_classes)
-        return ddp_set_error(DDP_ERR_ARG, "model has %lld classes but the datasets have %lld (train) and %lld (val)", (long long)C,
-                             (long long)ddp_dataset_get_info(train)->num_classes, (long long)ddp_dataset_get_info(val)->num_classes);
+        return ddp_set_error(DDP_ERR_ARG, "model has %lld classes but the datasets have %lld (train) and %lld (val)",
+                             (long long)C, (long long)ddp_dataset_get_info(train)->num_classes,
+                             (long long)ddp_dataset_get_info(val)->num_classes);
     DDP_CHECK(ddp_eval_acc_init(&tr->eval, C, c->batch_rows > 0 ? 2 * c->batch_rows : c->batch_size, 0));
     DDP_CHECK(ddp_metrics_create(ctx, &tr->metrics));
     ts->model->metrics = tr->metrics;
@@ -326,8 +333,8 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     DDP_CHECK(ddp_agree_status(ctx, be->upload(be, ts->params, ts->h_params, bytes)));
     ctx->nccl_init_timeout = c->collective_timeout;
     DDP_CHECK(ddp_sync_create(ctx, be, tr->grads, ts->n, tr->nctl, (int64_t)(c->bucket_mb * 1048576.0), &tr->sync));
-    ddp_decider_init(&ts->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max, c->fast_dev_run > 0 ? 0 : c->save_top_k,
-                     c->early_stop_patience, c->early_stop_min_delta);
+    ddp_decider_init(&ts->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max,
+                     c->fast_dev_run > 0 ? 0 : c->save_top_k, c->early_stop_patience, c->early_stop_min_delta);
     /* resume: an explicit file must exist; `auto` resumes when RUNDIR/checkpoints/last.h5 exists */
     snprintf(ts->ckpt_dir, sizeof ts->ckpt_dir, "%s/checkpoints", c->out_dir);
     char path[4400];
@@ -346,7 +353,12 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     if (ctx->topo.rank == 0) st = ddp_mkdir_p(ts->ckpt_dir);
     if (ctx->topo.rank == 0 && st == DDP_OK) ddp_train_state_remove_stale_tmp(ts->ckpt_dir);
     DDP_CHECK(ddp_agree_status(ctx, st));
-    static const char *cols[] = {"train/loss", "train/samples_per_s", "lr", "val/loss", "val/acc", "val/macro_f1",
+    static const char *cols[] = {"train/loss",
+                                 "train/samples_per_s",
+                                 "lr",
+                                 "val/loss",
+                                 "val/acc",
+                                 "val/macro_f1",
                                  "train/rows_per_rank_max_over_mean"};
     int64_t keep = resuming ? ts->global_step : -1;
     if (ctx->topo.rank == 0) {
@@ -363,7 +375,8 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     char note[160];
     snprintf(note, sizeof note, "%s", be->name);
     snprintf(path, sizeof path, "%s/run.json", c->out_dir);
-    DDP_CHECK(ddp_write_run_json(ctx, path, c, c->config_json, ddp_dataset_get_info(train), ddp_dataset_get_info(val), note));
+    DDP_CHECK(
+        ddp_write_run_json(ctx, path, c, c->config_json, ddp_dataset_get_info(train), ddp_dataset_get_info(val), note));
     ddp_progress_init(&tr->prog, ctx->topo.rank == 0 && c->progress);
     return DDP_OK;
 }
@@ -414,7 +427,8 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     for (int64_t i = 0; sizes && i < train->nshards; i++) sizes[i] = train->shards[i].meta.n;
     if (sizes)
         st = ddp_sampler_init(&tsm, c->sampling_shard ? DDP_SAMPLE_SHARD : DDP_SAMPLE_GLOBAL, train->info.num_samples,
-                              ctx->topo.size, ctx->topo.rank, c->seed, c->drop_last, c->batch_size, sizes, train->nshards);
+                              ctx->topo.size, ctx->topo.rank, c->seed, c->drop_last, c->batch_size, sizes,
+                              train->nshards);
     free(sizes);
     st = ddp_agree_status(ctx, st);
     if (st != DDP_OK) return st;
@@ -438,7 +452,8 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         DDP_TRY(ddp_dataset_row_counts(ctx, val, &tr->lens_val));
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&tsm, c->batch_rows, c->accumulate, tr->lens_train,
                                                              train->info.max_sample_rows, sq)));
-        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&vsm, c->batch_rows, 1, tr->lens_val, val->info.max_sample_rows, sq)));
+        DDP_TRY(ddp_agree_status(
+            ctx, ddp_sampler_set_budget(&vsm, c->batch_rows, 1, tr->lens_val, val->info.max_sample_rows, sq)));
     }
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(train, &tsm, 1, &tl)));
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(val, &vsm, 1, &vl)));
@@ -479,16 +494,19 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
             st = train_step(tr, tl, &ts->mb, nmb, &samples, &rows, &stop);
             if (st != DDP_OK) goto done; /* a local failure here: the CLI aborts the job */
             double t_end = now_s();
-            if (ddp_progress_step(&tr->prog, t_step, t_end, samples, rows, ts->global_step)) win_t = loop_t = t_end; /* start-up */
-            else win_samples += samples;
+            if (ddp_progress_step(&tr->prog, t_step, t_end, samples, rows, ts->global_step))
+                win_t = loop_t = t_end; /* start-up */
+            else
+                win_samples += samples;
             int64_t s = (ts->mb + c->accumulate - 1) / c->accumulate; /* optimizer steps done in this epoch */
             last_epoch = e;
             last_k = s;
             if (ts->global_step % c->log_every == 0 || ts->mb == nmb || stop) {
                 double now = now_s(), dt = now - win_t;
                 double sps = win_samples > 0 && dt > 0 ? win_samples / dt
-                             : tr->prog.first_dt > 0     ? tr->prog.first_samples / tr->prog.first_dt /* at the first step */
-                                                         : 0;
+                             : tr->prog.first_dt > 0
+                                 ? tr->prog.first_samples / tr->prog.first_dt /* at the first step */
+                                 : 0;
                 DDP_TRY(ddp_log_rank0(tr->metrics, "train/samples_per_s", sps));
                 DDP_TRY(ddp_log_rank0(tr->metrics, "lr", tr->lr_last));
                 if (c->skip_nonfinite) DDP_TRY(ddp_log_rank0(tr->metrics, "train/skipped_steps", (double)ts->skipped));
@@ -507,11 +525,13 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
                 ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, opt_steps, epochs, 1, 0);
                 st = ddp_set_error(DDP_STOPPED, "stopped on request at step %lld (epoch %lld, batch %lld of %lld); %s",
                                    (long long)ts->global_step, (long long)e, (long long)ts->mb, (long long)nmb,
-                                   c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)" : "last.h5 saved, continue with --resume auto");
+                                   c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)"
+                                                       : "last.h5 saved, continue with --resume auto");
                 ddp_mark_error_shared();
                 goto done;
             }
-            if (c->ckpt_every_steps > 0 && ts->global_step % c->ckpt_every_steps == 0 && ts->mb < nmb && c->fast_dev_run <= 0)
+            if (c->ckpt_every_steps > 0 && ts->global_step % c->ckpt_every_steps == 0 && ts->mb < nmb &&
+                c->fast_dev_run <= 0)
                 DDP_TRY(ddp_train_state_save_last(ts));
         }
         if (tr->prog.warm) tr->prog.loop_s += now_s() - loop_t;
@@ -522,7 +542,8 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
             ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, opt_steps, epochs, 1, 0);
             st = ddp_set_error(DDP_STOPPED, "stopped on request during validation after step %lld (epoch %lld); %s",
                                (long long)ts->global_step, (long long)e,
-                               c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)" : "last.h5 saved, continue with --resume auto");
+                               c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)"
+                                                   : "last.h5 saved, continue with --resume auto");
             ddp_mark_error_shared();
             goto done;
         }
@@ -550,14 +571,15 @@ ddp_status ddp_train(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model
     return ddp_train_summarized(ctx, cfg, model, train, val, NULL);
 }
 
-ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train, ddp_dataset *val,
-                                ddp_train_summary *summary)
+ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train,
+                                ddp_dataset *val, ddp_train_summary *summary)
 {
     double t_start = now_s();
     if (summary) memset(summary, 0, sizeof *summary);
     DDP_CHECK(ddp_agree_status(ctx, ddp_train_config_check(cfg, ctx->topo.size)));
-    trainer tr = {.state = {.ctx = ctx, .cfg = cfg, .model = model, .resume_os = -1, .resume_pos = -1, .resume_legacy_mb = -1},
-                  .summary = summary};
+    trainer tr = {
+        .state = {.ctx = ctx, .cfg = cfg, .model = model, .resume_os = -1, .resume_pos = -1, .resume_legacy_mb = -1},
+        .summary = summary};
     ddp_rundir rd;
     /* before anything is written: the run directory is this run's (lock; no other run's files unless resuming) */
     DDP_CHECK(ddp_rundir_acquire(ctx, cfg->out_dir, cfg->resume != NULL, cfg->overwrite, &rd));

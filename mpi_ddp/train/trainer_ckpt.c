@@ -39,8 +39,10 @@ static char *topk_json(const ddp_decider *d)
 /* The epoch order as checkpoints record it: "full" or "block:<MiB>:<window>". */
 static void shuffle_name(const ddp_train_config *c, char *buf, size_t len)
 {
-    if (c->shuffle_block) snprintf(buf, len, "block:%g:%d", c->shuffle_block_mb, c->shuffle_window);
-    else snprintf(buf, len, "full");
+    if (c->shuffle_block)
+        snprintf(buf, len, "block:%g:%d", c->shuffle_block_mb, c->shuffle_window);
+    else
+        snprintf(buf, len, "full");
 }
 
 /* Positions of the epoch's global order consumed after `os` optimizer steps of the epoch (the epoch's end:
@@ -127,8 +129,8 @@ ddp_status ddp_train_state_save_last(ddp_train_state *ts)
 }
 
 /* After validation: the policy's decision, the top-k file, early stopping. */
-ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row, const ddp_metric_row *lrow, int64_t epoch,
-                                  int *stop)
+ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row, const ddp_metric_row *lrow,
+                                  int64_t epoch, int *stop)
 {
     ddp_decision d;
     ts->dec.nonfinite_continue = ts->cfg->skip_nonfinite; /* a non-finite monitor: an error, unless --skip-nonfinite */
@@ -142,7 +144,8 @@ ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row
         snprintf(path, sizeof path, "%s/%s", ts->cfg->out_dir, rel);
         ddp_decider_commit(&ts->dec, &d, epoch, ts->global_step, rel, removed, sizeof removed);
         DDP_CHECK(save_ckpt(ts, path));
-        if (rank0 && removed[0] && strcmp(removed, rel) != 0 && ddp_rundir_inside(removed)) { /* never outside the run */
+        if (rank0 && removed[0] && strcmp(removed, rel) != 0 &&
+            ddp_rundir_inside(removed)) { /* never outside the run */
             snprintf(path, sizeof path, "%s/%s", ts->cfg->out_dir, removed);
             remove(path);
         }
@@ -159,8 +162,8 @@ ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row
     DDP_CHECK(ddp_agree_status(ts->ctx, st));
     *stop = d.stop;
     if (d.stop && rank0 && ts->cfg->progress)
-        fprintf(stderr, "early stopping: %s did not improve for %d epoch(s)%s\n", ts->dec.monitor, ts->cfg->early_stop_patience,
-                d.nonfinite ? " (the last value was not finite)" : "");
+        fprintf(stderr, "early stopping: %s did not improve for %d epoch(s)%s\n", ts->dec.monitor,
+                ts->cfg->early_stop_patience, d.nonfinite ? " (the last value was not finite)" : "");
     return DDP_OK;
 }
 
@@ -191,44 +194,56 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) st = ddp_ckpt_read(path, ts->model, ts->h_params, ts->h_m, ts->h_v, &cs);
     DDP_CHECK(ddp_agree_status(ctx, st));
-    int64_t facts[12] = {cs.epoch,           cs.optim_step_in_epoch, cs.global_step,      cs.optim_step,
-                         cs.world_size,      cs.global_batch,        cs.global_batch_rows, cs.samples_in_epoch,
-                         cs.legacy_micro_batch, (int64_t)cs.seed,    cs.mode_max,          cs.skipped_steps};
+    int64_t facts[12] = {
+        cs.epoch,        cs.optim_step_in_epoch, cs.global_step,      cs.optim_step,         cs.world_size,
+        cs.global_batch, cs.global_batch_rows,   cs.samples_in_epoch, cs.legacy_micro_batch, (int64_t)cs.seed,
+        cs.mode_max,     cs.skipped_steps};
     MPI_CHECK(MPI_Bcast(facts, 12, MPI_INT64_T, 0, ctx->world));
     int W = ctx->topo.size;
     int64_t gb = (int64_t)c->batch_size * W * c->accumulate, gr = c->batch_rows * W * c->accumulate;
     st = DDP_OK;
     if (facts[6] > 0 && gr == 0) /* name the option each side used, and the value that resumes */
-        st = ddp_set_error(DDP_ERR_ARG,
-                           "%s: saved with token-budget batches (--batch-rows, %lld rows per optimizer step); this run uses "
-                           "sample-count batches (--batch-size): resume with --batch-rows (batch-rows x ranks x accumulate = %lld)",
-                           path, (long long)facts[6], (long long)facts[6]);
+        st = ddp_set_error(
+            DDP_ERR_ARG,
+            "%s: saved with token-budget batches (--batch-rows, %lld rows per optimizer step); this run uses "
+            "sample-count batches (--batch-size): resume with --batch-rows (batch-rows x ranks x accumulate = %lld)",
+            path, (long long)facts[6], (long long)facts[6]);
     else if (facts[6] <= 0 && gr > 0)
-        st = ddp_set_error(DDP_ERR_ARG,
-                           "%s: saved with sample-count batches (--batch-size, %lld samples per optimizer step); this run uses "
-                           "token-budget batches (--batch-rows): resume with --batch-size (batch-size x ranks x accumulate = %lld)",
-                           path, (long long)facts[5], (long long)facts[5]);
+        st = ddp_set_error(
+            DDP_ERR_ARG,
+            "%s: saved with sample-count batches (--batch-size, %lld samples per optimizer step); this run uses "
+            "token-budget batches (--batch-rows): resume with --batch-size (batch-size x ranks x accumulate = %lld)",
+            path, (long long)facts[5], (long long)facts[5]);
     else if (gr > 0) { /* token budgets: the order depends on the global budget only, any world size resumes */
         if (facts[6] != gr)
-            st = ddp_set_error(DDP_ERR_ARG, "%s: saved with a global budget of %lld rows; this run's is %lld (batch-rows x ranks x accumulate)",
-                               path, (long long)facts[6], (long long)gr);
+            st = ddp_set_error(
+                DDP_ERR_ARG,
+                "%s: saved with a global budget of %lld rows; this run's is %lld (batch-rows x ranks x accumulate)",
+                path, (long long)facts[6], (long long)gr);
     } else if (facts[4] != W && (c->sampling_shard || facts[5] != gb))
         st = ddp_set_error(DDP_ERR_ARG,
-                           "%s: saved by %lld ranks with a global batch of %lld; resuming on %d ranks needs --sampling global and the same "
+                           "%s: saved by %lld ranks with a global batch of %lld; resuming on %d ranks needs --sampling "
+                           "global and the same "
                            "global batch (batch-size x ranks x accumulate = %lld now)",
                            path, (long long)facts[4], (long long)facts[5], W, (long long)gb);
     else if (facts[5] != gb)
-        st = ddp_set_error(DDP_ERR_ARG, "%s: global batch %lld differs from this run's %lld (batch-size x ranks x accumulate)", path,
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: global batch %lld differs from this run's %lld (batch-size x ranks x accumulate)", path,
                            (long long)facts[5], (long long)gb);
     if (st == DDP_OK && facts[8] >= 0 && facts[4] != W) /* a micro-batch index means nothing at another world size */
-        st = ddp_set_error(DDP_ERR_ARG, "%s: written by an older mpiddp that stored the position in micro-batches; resume it on %lld ranks",
-                           path, (long long)facts[4]);
+        st = ddp_set_error(
+            DDP_ERR_ARG,
+            "%s: written by an older mpiddp that stored the position in micro-batches; resume it on %lld ranks", path,
+            (long long)facts[4]);
     if (st == DDP_OK && (uint64_t)facts[9] != c->seed) /* the epoch order and the dropout masks come from the seed */
-        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --seed %llu; this run uses --seed %llu (the epoch order would change)", path,
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved with --seed %llu; this run uses --seed %llu (the epoch order would change)", path,
                            (unsigned long long)facts[9], (unsigned long long)c->seed);
     if (st == DDP_OK && facts[10] >= 0 && facts[10] != c->mode_max)
-        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --mode %s; this run uses --mode %s (the best score and top-k would be misread)",
-                           path, facts[10] ? "max" : "min", c->mode_max ? "max" : "min");
+        st = ddp_set_error(
+            DDP_ERR_ARG,
+            "%s: saved with --mode %s; this run uses --mode %s (the best score and top-k would be misread)", path,
+            facts[10] ? "max" : "min", c->mode_max ? "max" : "min");
     char mine[64], saved[64], monitor[128];
     shuffle_name(c, mine, sizeof mine);
     snprintf(saved, sizeof saved, "%s", cs.shuffle);
@@ -238,8 +253,10 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     if (st == DDP_OK && strcmp(saved, mine) != 0) /* another order would not continue the saved epoch exactly */
         st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --shuffle %s; this run uses --shuffle %s", path, saved, mine);
     if (st == DDP_OK && monitor[0] && strcmp(monitor, c->monitor) != 0)
-        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --monitor %s; this run uses --monitor %s (the best score and top-k would be misread)",
-                           path, monitor, c->monitor);
+        st = ddp_set_error(
+            DDP_ERR_ARG,
+            "%s: saved with --monitor %s; this run uses --monitor %s (the best score and top-k would be misread)", path,
+            monitor, c->monitor);
     if (st != DDP_OK) ddp_mark_error_shared(); /* every rank computed the same facts */
     if (st != DDP_OK) {
         free(cs.best_local);
@@ -308,21 +325,29 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     free(cs.best_local);
     free(cs.topk_json);
     if (ctx->topo.rank == 0 && cs.no_checksums) /* written before checksums: loaded unverified (finiteness checked) */
-        fprintf(stderr, "mpiddp train: notice: %s has no checksums (written before mpiddp verified checkpoints): loaded unverified\n", path);
+        fprintf(stderr,
+                "mpiddp train: notice: %s has no checksums (written before mpiddp verified checkpoints): loaded "
+                "unverified\n",
+                path);
     if (ctx->topo.rank == 0 && cs.precision != c->precision) /* allowed: parameters and moments are fp32 in both */
-        fprintf(stderr, "mpiddp train: notice: %s was trained at --precision %s; this run continues at --precision %s "
-                        "(parameters and AdamW moments are fp32 in both)\n",
+        fprintf(stderr,
+                "mpiddp train: notice: %s was trained at --precision %s; this run continues at --precision %s "
+                "(parameters and AdamW moments are fp32 in both)\n",
                 path, ddp_precision_name(cs.precision), ddp_precision_name(c->precision));
     if (ctx->topo.rank == 0) /* a notice even with --no-progress: where the run continues from matters */
     {
         int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
         if (ts->epoch >= epochs) /* every epoch asked for is done: say so, and train nothing */
-            fprintf(stderr, "mpiddp train: nothing to do: %s has finished %lld epoch(s) (epochs 0-%lld) and --epochs is %d; "
-                            "raise --epochs to train more\n",
+            fprintf(stderr,
+                    "mpiddp train: nothing to do: %s has finished %lld epoch(s) (epochs 0-%lld) and --epochs is %d; "
+                    "raise --epochs to train more\n",
                     path, (long long)ts->epoch, (long long)ts->epoch - 1, epochs);
         else
-            fprintf(stderr, "mpiddp train: resuming from %s at epoch %lld (0-based), optimizer step %lld of the epoch, step %lld\n",
-                    path, (long long)ts->epoch, (long long)(facts[8] >= 0 ? facts[8] / c->accumulate : facts[1]), (long long)ts->global_step);
+            fprintf(
+                stderr,
+                "mpiddp train: resuming from %s at epoch %lld (0-based), optimizer step %lld of the epoch, step %lld\n",
+                path, (long long)ts->epoch, (long long)(facts[8] >= 0 ? facts[8] / c->accumulate : facts[1]),
+                (long long)ts->global_step);
     }
     return DDP_OK;
 }
@@ -361,7 +386,7 @@ static ddp_status settle_schedule(ddp_train_state *ts, int64_t steps0)
     ddp_lr_span(c, total, &want_start, &want_end); /* what this run's options ask for */
     const char *horizon = "run";
     if (ts->lr_saved.resumed && ts->lr_saved.known) {
-        ddp_train_config *rc = &ts->cfg_resumed; /* ts->cfg */
+        ddp_train_config *rc = &ts->cfg_resumed;                          /* ts->cfg */
         int matters = c->lr_schedule != DDP_LR_CONSTANT || c->warmup > 0; /* else every span gives lr */
         int moved = ts->lr_saved.end != want_end;
         int restart = matters && moved && c->lr_horizon == DDP_LR_HORIZON_RESTART && want_end > ts->global_step;
@@ -378,7 +403,8 @@ static ddp_status settle_schedule(ddp_train_state *ts, int64_t steps0)
         ddp_train_config old = *rc;
         old.lr_schedule = ts->lr_saved.schedule;
         old.lr = ts->lr_saved.lr, old.min_lr = ts->lr_saved.min_lr, old.warmup = (double)ts->lr_saved.warmup;
-        old.lr_start_step = ts->lr_saved.start, old.lr_end_step = ts->lr_saved.end > ts->lr_saved.start ? ts->lr_saved.end : 0;
+        old.lr_start_step = ts->lr_saved.start,
+        old.lr_end_step = ts->lr_saved.end > ts->lr_saved.start ? ts->lr_saved.end : 0;
         int64_t s = ts->global_step, w = ddp_lr_warmup_steps(rc, total);
         double lr_old = ddp_lr_at(&old, s, total), lr_new = ddp_lr_at(rc, s, total), lr_moved = lr_new;
         if (moved && !restart && matters) { /* what the new horizon would have given: the jump a keep avoids */
@@ -390,20 +416,25 @@ static ddp_status settle_schedule(ddp_train_state *ts, int64_t steps0)
         if (ts->lr_saved.schedule != c->lr_schedule)
             add_item(items, sizeof items, "--lr-schedule %s -> %s", ddp_lr_schedule_name(ts->lr_saved.schedule),
                      ddp_lr_schedule_name(c->lr_schedule));
-        if (ts->lr_saved.lr != c->lr) add_item(items, sizeof items, "--lr %s -> %s", num(a, 32, ts->lr_saved.lr), num(b, 32, c->lr));
-        if (ts->lr_saved.min_lr != c->min_lr && (c->lr_schedule != DDP_LR_CONSTANT || ts->lr_saved.schedule != DDP_LR_CONSTANT))
+        if (ts->lr_saved.lr != c->lr)
+            add_item(items, sizeof items, "--lr %s -> %s", num(a, 32, ts->lr_saved.lr), num(b, 32, c->lr));
+        if (ts->lr_saved.min_lr != c->min_lr &&
+            (c->lr_schedule != DDP_LR_CONSTANT || ts->lr_saved.schedule != DDP_LR_CONSTANT))
             add_item(items, sizeof items, "--min-lr %s -> %s", num(a, 32, ts->lr_saved.min_lr), num(b, 32, c->min_lr));
         if (ts->lr_saved.warmup != w && !restart)
             add_item(items, sizeof items, "warmup %lld -> %lld steps", (long long)ts->lr_saved.warmup, (long long)w);
         if (restart) {
             char how[96] = "";
             if (w > 0) snprintf(how, sizeof how, "warmup %lld steps, then ", (long long)w);
-            add_item(items, sizeof items,
-                     "horizon %lld -> %lld steps (--epochs %d): the schedule starts again at step %lld (%s%s to step %lld; "
-                     "--lr-horizon restart)",
-                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)s, how,
-                     c->lr_schedule == DDP_LR_CONSTANT ? "constant" : c->lr_schedule == DDP_LR_COSINE ? "cosine decay" : "linear decay",
-                     (long long)want_end);
+            add_item(
+                items, sizeof items,
+                "horizon %lld -> %lld steps (--epochs %d): the schedule starts again at step %lld (%s%s to step %lld; "
+                "--lr-horizon restart)",
+                (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)s, how,
+                c->lr_schedule == DDP_LR_CONSTANT ? "constant"
+                : c->lr_schedule == DDP_LR_COSINE ? "cosine decay"
+                                                  : "linear decay",
+                (long long)want_end);
         } else if (moved && matters)
             add_item(items, sizeof items,
                      "horizon %lld -> %lld steps (--epochs %d) not taken: the checkpoint's is kept (--lr-horizon keep; "
@@ -411,25 +442,30 @@ static ddp_status settle_schedule(ddp_train_state *ts, int64_t steps0)
                      (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)s);
         if (items[0] && ctx->topo.rank == 0 && ts->epoch < epochs) { /* even with --no-progress, like --precision's */
             char lr_note[160];
-            if (lr_old != lr_new) snprintf(lr_note, sizeof lr_note, "lr %s -> %s", num(a, 32, lr_old), num(b, 32, lr_new));
-            else snprintf(lr_note, sizeof lr_note, "lr continues at %s", num(a, 32, lr_new));
+            if (lr_old != lr_new)
+                snprintf(lr_note, sizeof lr_note, "lr %s -> %s", num(a, 32, lr_old), num(b, 32, lr_new));
+            else
+                snprintf(lr_note, sizeof lr_note, "lr continues at %s", num(a, 32, lr_new));
             size_t n = strlen(lr_note);
-            if (lr_moved != lr_new) snprintf(lr_note + n, sizeof lr_note - n, " (the new horizon would make it %s)", num(b, 32, lr_moved));
-            fprintf(stderr, "mpiddp train: notice: %s: learning-rate schedule at step %lld: %s; %s\n", ts->lr_saved.path,
-                    (long long)s, items, lr_note);
+            if (lr_moved != lr_new)
+                snprintf(lr_note + n, sizeof lr_note - n, " (the new horizon would make it %s)", num(b, 32, lr_moved));
+            fprintf(stderr, "mpiddp train: notice: %s: learning-rate schedule at step %lld: %s; %s\n",
+                    ts->lr_saved.path, (long long)s, items, lr_note);
         }
     } else if (ts->lr_saved.resumed && ctx->topo.rank == 0 && ts->epoch < epochs) { /* as before: this run's schedule */
         char a[32];
-        fprintf(stderr, "mpiddp train: notice: %s records no learning-rate schedule (written by an older mpiddp): this run's "
-                        "applies as given (%s, --lr %s, horizon %lld steps from --epochs %d)\n",
-                ts->lr_saved.path, ddp_lr_schedule_name(c->lr_schedule), num(a, 32, c->lr), (long long)want_end, epochs);
+        fprintf(stderr,
+                "mpiddp train: notice: %s records no learning-rate schedule (written by an older mpiddp): this run's "
+                "applies as given (%s, --lr %s, horizon %lld steps from --epochs %d)\n",
+                ts->lr_saved.path, ddp_lr_schedule_name(c->lr_schedule), num(a, 32, c->lr), (long long)want_end,
+                epochs);
     }
     int64_t start, end;
     ddp_lr_span(ts->cfg, total, &start, &end);
     char rj[4200];
     snprintf(rj, sizeof rj, "%s/run.json", c->out_dir);
-    return ddp_run_json_lr_schedule(ctx, rj, ddp_lr_schedule_name(c->lr_schedule), c->lr, c->min_lr, ddp_lr_warmup_steps(ts->cfg, total),
-                                    start, end, horizon);
+    return ddp_run_json_lr_schedule(ctx, rj, ddp_lr_schedule_name(c->lr_schedule), c->lr, c->min_lr,
+                                    ddp_lr_warmup_steps(ts->cfg, total), start, end, horizon);
 }
 
 /* A resumed run's position in this run's micro-batches: optimizer steps of the epoch x --accumulate, checked
@@ -441,18 +477,19 @@ ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_step
     if (ts->resume_legacy_mb >= 0) { /* same world size and global batch (checked): the same micro-batches */
         ts->mb = ts->resume_legacy_mb;
         if (ts->mb > ts->nmb)
-            st = ddp_set_error(DDP_ERR_ARG, "resume position: micro-batch %lld is past the epoch's %lld", (long long)ts->mb,
-                               (long long)ts->nmb);
+            st = ddp_set_error(DDP_ERR_ARG, "resume position: micro-batch %lld is past the epoch's %lld",
+                               (long long)ts->mb, (long long)ts->nmb);
     } else if (os >= 0) {
         int64_t end = ts->tsm->n;
         if (ts->resume_pos >= end) /* saved at the epoch's end: validation comes next */
             ts->mb = ts->nmb;
         else if (os > opt_steps || epoch_position(ts, os) != ts->resume_pos)
-            st = ddp_set_error(DDP_ERR_ARG,
-                               "resume position: %lld optimizer steps and %lld samples into epoch %lld cannot be continued exactly "
-                               "(this run's epoch has %lld steps; step %lld starts at sample %lld)",
-                               (long long)os, (long long)ts->resume_pos, (long long)ts->epoch, (long long)opt_steps, (long long)os,
-                               (long long)(os <= opt_steps ? epoch_position(ts, os) : -1));
+            st = ddp_set_error(
+                DDP_ERR_ARG,
+                "resume position: %lld optimizer steps and %lld samples into epoch %lld cannot be continued exactly "
+                "(this run's epoch has %lld steps; step %lld starts at sample %lld)",
+                (long long)os, (long long)ts->resume_pos, (long long)ts->epoch, (long long)opt_steps, (long long)os,
+                (long long)(os <= opt_steps ? epoch_position(ts, os) : -1));
         else
             ts->mb = os * acc < ts->nmb ? os * acc : ts->nmb;
     }
@@ -475,4 +512,3 @@ void ddp_train_state_remove_stale_tmp(const char *dir)
         }
     if (d) closedir(d);
 }
-

@@ -92,11 +92,11 @@ static void run_blas(void *p)
         a->A = a->ca, a->B = a->cb, a->lda = ar > 1 ? ar : 1, a->ldb = br > 1 ? br : 1;
     }
     if (a->gemv)
-        cblas_sgemv(CblasColMajor, a->ta ? CblasTrans : CblasNoTrans, a->m, a->n, a->alpha, a->A, a->lda, a->B, a->incx, a->beta,
-                    a->C, a->incy);
+        cblas_sgemv(CblasColMajor, a->ta ? CblasTrans : CblasNoTrans, a->m, a->n, a->alpha, a->A, a->lda, a->B, a->incx,
+                    a->beta, a->C, a->incy);
     else
-        cblas_sgemm(CblasColMajor, a->ta ? CblasTrans : CblasNoTrans, a->tb ? CblasTrans : CblasNoTrans, a->m, a->n, a->k,
-                    a->alpha, a->A, a->lda, a->B, a->ldb, a->beta, a->C, a->ldc);
+        cblas_sgemm(CblasColMajor, a->ta ? CblasTrans : CblasNoTrans, a->tb ? CblasTrans : CblasNoTrans, a->m, a->n,
+                    a->k, a->alpha, a->A, a->lda, a->B, a->ldb, a->beta, a->C, a->ldc);
 }
 
 static int dev(const void *p) { return p && ddp_emu_is_device_ptr(p, 1); }
@@ -125,54 +125,101 @@ static cublasStatus_t submit(cublasHandle_t h, blas_args *a)
         }
     }
     return ddp_emu_enqueue(h->stream, run_blas, c, free_blas) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
-                                                                            : CUBLAS_STATUS_EXECUTION_FAILED;
+                                                                             : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
-cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
-                           const float *A, int lda, const float *B, int ldb, const float *beta, float *C, int ldc)
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
+                           float *C, int ldc)
 {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     int arow = ta == CUBLAS_OP_N ? m : k, brow = tb == CUBLAS_OP_N ? k : n;
-    if (m < 0 || n < 0 || k < 0 || lda < (arow > 1 ? arow : 1) || ldb < (brow > 1 ? brow : 1) || ldc < (m > 1 ? m : 1) ||
-        (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || !alpha || !beta)
+    if (m < 0 || n < 0 || k < 0 || lda < (arow > 1 ? arow : 1) || ldb < (brow > 1 ? brow : 1) ||
+        ldc < (m > 1 ? m : 1) || (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) ||
+        !alpha || !beta)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
     if ((k && (!dev(A) || !dev(B))) || !dev(C)) return CUBLAS_STATUS_INVALID_VALUE; /* host memory given to the GPU */
-    blas_args a = {0, ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, m, n, k, lda, ldb, ldc, 0, 0, *alpha, *beta, A, B, C,
-                   h->math == CUBLAS_TF32_TENSOR_OP_MATH ? IN_TF32 : IN_FP32, NULL, NULL, NULL, NULL};
+    blas_args a = {0,
+                   ta == CUBLAS_OP_T,
+                   tb == CUBLAS_OP_T,
+                   m,
+                   n,
+                   k,
+                   lda,
+                   ldb,
+                   ldc,
+                   0,
+                   0,
+                   *alpha,
+                   *beta,
+                   A,
+                   B,
+                   C,
+                   h->math == CUBLAS_TF32_TENSOR_OP_MATH ? IN_TF32 : IN_FP32,
+                   NULL,
+                   NULL,
+                   NULL,
+                   NULL};
     return submit(h, &a);
 }
 
-cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *alpha,
-                            const void *A, cudaDataType Atype, int lda, const void *B, cudaDataType Btype, int ldb,
-                            const void *beta, void *C, cudaDataType Ctype, int ldc, cublasComputeType_t compute,
-                            cublasGemmAlgo_t algo)
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo)
 {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     int bf16 = Atype == CUDA_R_16BF;
     if (Atype != Btype || (Atype != CUDA_R_32F && !bf16) || Ctype != CUDA_R_32F || algo != CUBLAS_GEMM_DEFAULT ||
-        (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC && (bf16 || compute != CUBLAS_COMPUTE_32F_FAST_TF32)))
+        (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC &&
+         (bf16 || compute != CUBLAS_COMPUTE_32F_FAST_TF32)))
         return CUBLAS_STATUS_NOT_SUPPORTED; /* the combinations mpiddp uses, as cuBLAS's table allows them */
     int arow = ta == CUBLAS_OP_N ? m : k, brow = tb == CUBLAS_OP_N ? k : n;
-    if (m < 0 || n < 0 || k < 0 || lda < (arow > 1 ? arow : 1) || ldb < (brow > 1 ? brow : 1) || ldc < (m > 1 ? m : 1) ||
-        (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || !alpha || !beta)
+    if (m < 0 || n < 0 || k < 0 || lda < (arow > 1 ? arow : 1) || ldb < (brow > 1 ? brow : 1) ||
+        ldc < (m > 1 ? m : 1) || (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) ||
+        !alpha || !beta)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
     if ((k && (!dev(A) || !dev(B))) || !dev(C)) return CUBLAS_STATUS_INVALID_VALUE;
-    int tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32 || (compute == CUBLAS_COMPUTE_32F && h->math == CUBLAS_TF32_TENSOR_OP_MATH);
-    blas_args a = {0, ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, m, n, k, lda, ldb, ldc, 0, 0, *(const float *)alpha, *(const float *)beta,
-                   A, B, C, bf16 ? IN_BF16 : tf32 ? IN_TF32 : IN_FP32, NULL, NULL, NULL, NULL};
+    int tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+               (compute == CUBLAS_COMPUTE_32F && h->math == CUBLAS_TF32_TENSOR_OP_MATH);
+    blas_args a = {0,
+                   ta == CUBLAS_OP_T,
+                   tb == CUBLAS_OP_T,
+                   m,
+                   n,
+                   k,
+                   lda,
+                   ldb,
+                   ldc,
+                   0,
+                   0,
+                   *(const float *)alpha,
+                   *(const float *)beta,
+                   A,
+                   B,
+                   C,
+                   bf16   ? IN_BF16
+                   : tf32 ? IN_TF32
+                          : IN_FP32,
+                   NULL,
+                   NULL,
+                   NULL,
+                   NULL};
     return submit(h, &a);
 }
 
-cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t t, int m, int n, const float *alpha, const float *A, int lda,
-                           const float *x, int incx, const float *beta, float *y, int incy)
+cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t t, int m, int n, const float *alpha, const float *A,
+                           int lda, const float *x, int incx, const float *beta, float *y, int incy)
 {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (m < 0 || n < 0 || lda < (m > 1 ? m : 1) || !incx || !incy || (t != CUBLAS_OP_N && t != CUBLAS_OP_T) || !alpha || !beta)
+    if (m < 0 || n < 0 || lda < (m > 1 ? m : 1) || !incx || !incy || (t != CUBLAS_OP_N && t != CUBLAS_OP_T) || !alpha ||
+        !beta)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
     if (!dev(A) || !dev(x) || !dev(y)) return CUBLAS_STATUS_INVALID_VALUE;
-    blas_args a = {1, t == CUBLAS_OP_T, 0, m, n, 0, lda, 0, 0, incx, incy, *alpha, *beta, A, x, y, IN_FP32, NULL, NULL, NULL, NULL};
+    blas_args a = {1, t == CUBLAS_OP_T, 0,    m,    n,    0,   lda, 0, 0, incx, incy, *alpha, *beta, A, x,
+                   y, IN_FP32,          NULL, NULL, NULL, NULL};
     return submit(h, &a);
 }

@@ -165,17 +165,18 @@ cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
 cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s);
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode);
 const char *cublasGetStatusString(cublasStatus_t s);
-cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
-                           const float *A, int lda, const float *B, int ldb, const float *beta, float *C, int ldc);
-cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t t, int m, int n, const float *alpha, const float *A, int lda,
-                           const float *x, int incx, const float *beta, float *y, int incy);
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
+                           float *C, int ldc);
+cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t t, int m, int n, const float *alpha, const float *A,
+                           int lda, const float *x, int incx, const float *beta, float *y, int incy);
 /* As on a GPU: fp32 A and B with CUBLAS_COMPUTE_32F_FAST_TF32 (or CUBLAS_COMPUTE_32F under
  * CUBLAS_TF32_TENSOR_OP_MATH; cublasSgemm too) round A and B to TF32 first; bf16 A and B (CUBLAS_COMPUTE_32F)
  * are widened exactly. Then one fp32 cblas_sgemm: products of rounded operands, fp32 accumulation. */
-cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *alpha,
-                            const void *A, cudaDataType Atype, int lda, const void *B, cudaDataType Btype, int ldb,
-                            const void *beta, void *C, cudaDataType Ctype, int ldc, cublasComputeType_t compute,
-                            cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo);
 
 /* ------------------------------------------------------------------ bf16 and TF32 (cuda_bf16.h subset) */
 /* bfloat16: the upper 16 bits of a float. Conversions round to nearest even, as CUDA's: a NaN becomes the
@@ -227,14 +228,26 @@ typedef struct {
     char internal[128];
 } ncclUniqueId;
 typedef enum {
-    ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5, ncclFloat16 = 6,
-    ncclFloat32 = 7, ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8
+    ncclInt8 = 0,
+    ncclUint8 = 1,
+    ncclInt32 = 2,
+    ncclUint32 = 3,
+    ncclInt64 = 4,
+    ncclUint64 = 5,
+    ncclFloat16 = 6,
+    ncclFloat32 = 7,
+    ncclFloat = 7,
+    ncclFloat64 = 8,
+    ncclDouble = 8
 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
 typedef struct {
     int blocking;
 } ncclConfig_t;
-#define NCCL_CONFIG_INITIALIZER {1}
+#define NCCL_CONFIG_INITIALIZER \
+    {                           \
+        1                       \
+    }
 #define NCCL_VERSION_CODE 22800
 ncclResult_t ncclGetVersion(int *v);
 const char *ncclGetErrorString(ncclResult_t r);
@@ -248,8 +261,8 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommCount(ncclComm_t comm, int *count);
 ncclResult_t ncclCommUserRank(ncclComm_t comm, int *rank);
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
-                           cudaStream_t s);
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t s);
 
 #ifdef __cplusplus
 }
@@ -279,10 +292,30 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 #include <new>
 #include <tuple>
 /* The threads of one stream never run in parallel: a plain read-modify-write is atomic here. */
-static inline float atomicAdd(float *p, float v) { float o = *p; *p = o + v; return o; }
-static inline double atomicAdd(double *p, double v) { double o = *p; *p = o + v; return o; }
-static inline int atomicAdd(int *p, int v) { int o = *p; *p = o + v; return o; }
-static inline unsigned atomicAdd(unsigned *p, unsigned v) { unsigned o = *p; *p = o + v; return o; }
+static inline float atomicAdd(float *p, float v)
+{
+    float o = *p;
+    *p = o + v;
+    return o;
+}
+static inline double atomicAdd(double *p, double v)
+{
+    double o = *p;
+    *p = o + v;
+    return o;
+}
+static inline int atomicAdd(int *p, int v)
+{
+    int o = *p;
+    *p = o + v;
+    return o;
+}
+static inline unsigned atomicAdd(unsigned *p, unsigned v)
+{
+    unsigned o = *p;
+    *p = o + v;
+    return o;
+}
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
 {
     unsigned long long o = *p;
@@ -290,7 +323,10 @@ static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long 
     return o;
 }
 template <class T> static inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)p, bytes); }
-template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t bytes) { return cudaMallocHost((void **)p, bytes); }
+template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t bytes)
+{
+    return cudaMallocHost((void **)p, bytes);
+}
 template <class F> static void ddp_emu_call_(void *p) { (*(F *)p)(); }
 template <class F> static void ddp_emu_free_(void *p) { delete (F *)p; }
 template <class F>
@@ -302,8 +338,8 @@ static cudaError_t ddp_emu_launch_cpp(const char *name, dim3 g, dim3 b, size_t s
 }
 /* The arguments are evaluated and copied at the launch, as <<<>>> does (a lambda capturing `*a` would
  * dereference a pointer whose target may be gone when the stream runs the kernel). */
-#define DDP_EMU_LAUNCH(k, grid, block, smem, stream, ...)                                          \
-    ddp_emu_launch_cpp(#k, dim3(grid), dim3(block), (smem), (stream),                              \
+#define DDP_EMU_LAUNCH(k, grid, block, smem, stream, ...)             \
+    ddp_emu_launch_cpp(#k, dim3(grid), dim3(block), (smem), (stream), \
                        [ddp_emu_args_ = std::make_tuple(__VA_ARGS__)]() { std::apply(k, ddp_emu_args_); })
 #endif
 

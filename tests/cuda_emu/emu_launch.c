@@ -43,7 +43,7 @@ typedef struct {
 } fiber;
 
 /* per worker thread */
-static __thread fiber *t_fib;     /* [MAXT], stacks mapped on first use */
+static __thread fiber *t_fib; /* [MAXT], stacks mapped on first use */
 static __thread ucontext_t t_sched;
 static __thread jmp_buf t_sched_jb;
 static __thread int t_cur, t_fiber_mode;
@@ -91,7 +91,8 @@ void *ddp_emu_dynamic_smem(void) { return t_smem; }
 void ddp_emu_syncthreads(void)
 {
     if (!t_fiber_mode) { /* a plain-loop thread cannot wait: thread 0 of the first block never got here */
-        ddp_emu__fault("kernel %s: __syncthreads reached by some threads of a block only (divergent barrier)", t_launch->name);
+        ddp_emu__fault("kernel %s: __syncthreads reached by some threads of a block only (divergent barrier)",
+                       t_launch->name);
         return;
     }
     t_fib[t_cur].state = T_BARRIER;
@@ -157,7 +158,8 @@ static void run_fibers(unsigned n, int started)
         }
         if (done == n) break;
         if (waiting && done) { /* on a GPU: a hang, or undefined behaviour */
-            ddp_emu__fault("kernel %s: some threads of a block exited while others wait in __syncthreads", t_launch->name);
+            ddp_emu__fault("kernel %s: some threads of a block exited while others wait in __syncthreads",
+                           t_launch->name);
             break;
         }
         for (unsigned i = 0; i < n; i++) /* everybody arrived: release the barrier */
@@ -224,12 +226,13 @@ static void free_launch(void *p)
     free(a);
 }
 
-cudaError_t ddp_emu_launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s, void (*fn)(void *), void *arg,
-                           void (*free_arg)(void *))
+cudaError_t ddp_emu_launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s, void (*fn)(void *),
+                           void *arg, void (*free_arg)(void *))
 {
     cudaError_t e = cudaSuccess;
     unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
-    if (!ddp_emu__enter()) e = cudaErrorInsufficientDriver;
+    if (!ddp_emu__enter())
+        e = cudaErrorInsufficientDriver;
     else if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z || threads > MAXT || block.z > 64 ||
              grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
         e = cudaErrorInvalidConfiguration;

@@ -41,7 +41,7 @@ struct ddp_emu_comm {
     _Atomic ncclResult_t async;
     pthread_t init_th;
     int init_th_live;
-    long long nops;    /* allreduces executed (fault injection) */
+    long long nops; /* allreduces executed (fault injection) */
     char err[256];
 };
 
@@ -147,7 +147,8 @@ static ncclResult_t do_init(ncclComm_t c)
     for (int a = 0; a < c->nranks; a++)
         for (int b = a + 1; b < c->nranks; b++)
             if (c->h->info[a].dev == c->h->info[b].dev && !strcmp(c->h->info[a].host, c->h->info[b].host)) {
-                snprintf(msg, sizeof msg, "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d of host %s", a, b,
+                snprintf(msg, sizeof msg,
+                         "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d of host %s", a, b,
                          c->h->info[a].dev, c->h->info[a].host);
                 return set_err(c, ncclInvalidUsage, msg);
             }
@@ -164,7 +165,8 @@ static void *init_thread(void *p)
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config)
 {
     *comm = NULL;
-    if (nranks < 1 || rank < 0 || rank >= nranks) return set_err(NULL, ncclInvalidArgument, "invalid rank or rank count");
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return set_err(NULL, ncclInvalidArgument, "invalid rank or rank count");
     ncclComm_t c = calloc(1, sizeof *c);
     if (!c) return set_err(NULL, ncclSystemError, "out of memory");
     c->nranks = nranks, c->rank = rank, c->blocking = config ? config->blocking : 1;
@@ -221,7 +223,8 @@ ncclResult_t ncclCommAbort(ncclComm_t c)
     join_init(c);
     if (c->h) atomic_store(&c->h->aborted, 1); /* the init thread may have mapped it meanwhile */
     shm_unlink(c->name);
-    if (atomic_load(&c->async) == ncclSuccess || atomic_load(&c->async) == ncclInProgress) atomic_store(&c->async, ncclInvalidUsage);
+    if (atomic_load(&c->async) == ncclSuccess || atomic_load(&c->async) == ncclInProgress)
+        atomic_store(&c->async, ncclInvalidUsage);
     return ncclSuccess;
 }
 
@@ -297,12 +300,14 @@ static void run_allreduce(void *p)
     }
 }
 
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t c,
-                           cudaStream_t s)
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                           ncclComm_t c, cudaStream_t s)
 {
     if (!c) return set_err(NULL, ncclInvalidArgument, "null communicator");
-    if (atomic_load(&c->async) != ncclSuccess) return set_err(c, ncclInvalidUsage, "communicator not ready (init pending or failed)");
-    if (op != ncclSum || (type != ncclFloat && type != ncclDouble)) return set_err(c, ncclInvalidArgument, "emulator: only float/double sums");
+    if (atomic_load(&c->async) != ncclSuccess)
+        return set_err(c, ncclInvalidUsage, "communicator not ready (init pending or failed)");
+    if (op != ncclSum || (type != ncclFloat && type != ncclDouble))
+        return set_err(c, ncclInvalidArgument, "emulator: only float/double sums");
     size_t es = type == ncclDouble ? 8 : 4;
     if (!count) return ncclSuccess;
     if (!ddp_emu_is_device_ptr(send, count * es) || !ddp_emu_is_device_ptr(recv, count * es))
@@ -310,5 +315,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
     ar_args *a = malloc(sizeof *a);
     if (!a) return set_err(c, ncclSystemError, "out of memory");
     *a = (ar_args){c, send, recv, count, es, type == ncclDouble};
-    return ddp_emu_enqueue(s, run_allreduce, a, free) == cudaSuccess ? ncclSuccess : set_err(c, ncclUnhandledCudaError, "enqueue failed");
+    return ddp_emu_enqueue(s, run_allreduce, a, free) == cudaSuccess
+               ? ncclSuccess
+               : set_err(c, ncclUnhandledCudaError, "enqueue failed");
 }

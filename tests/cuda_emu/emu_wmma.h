@@ -18,15 +18,18 @@
 #define __align__(n) __attribute__((aligned(n)))
 #endif
 
-namespace nvcuda {
-namespace wmma {
+namespace nvcuda
+{
+namespace wmma
+{
 
 struct row_major;
 struct col_major;
 struct matrix_a;
 struct matrix_b;
 struct accumulator;
-namespace precision {
+namespace precision
+{
 struct tf32;
 }
 enum layout_t { mem_row_major, mem_col_major };
@@ -73,7 +76,8 @@ template <class Use, int M, int N, int K, class T, class Layout = void> struct f
 };
 
 template <class Use, int M, int N, int K, class T, class L>
-static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, const typename fragment<Use, M, N, K, T, L>::element_type &v)
+static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f,
+                                 const typename fragment<Use, M, N, K, T, L>::element_type &v)
 {
     for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
 }
@@ -81,8 +85,8 @@ static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, const typename
 /* matrix_a and matrix_b: the layout is the fragment's; element (r, c) at p[r * ldm + c] (row_major) or
  * p[c * ldm + r] (col_major) */
 template <class Use, int M, int N, int K, class T, class L>
-static inline void ddp_emu_load(fragment<Use, M, N, K, T, L> &f, const typename fragment<Use, M, N, K, T, L>::element_type *p,
-                                unsigned ldm, bool col)
+static inline void ddp_emu_load(fragment<Use, M, N, K, T, L> &f,
+                                const typename fragment<Use, M, N, K, T, L>::element_type *p, unsigned ldm, bool col)
 {
     typedef fragment<Use, M, N, K, T, L> F;
     for (int r = 0; r < F::rows; r++)
@@ -110,7 +114,8 @@ template <int M, int N, int K, class T>
 static inline void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f, unsigned ldm, layout_t layout)
 {
     for (int r = 0; r < M; r++)
-        for (int c = 0; c < N; c++) (layout == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.x[r * N + c];
+        for (int c = 0; c < N; c++)
+            (layout == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.x[r * N + c];
 }
 
 /* Every lane of a warp makes the same mma_sync calls with the same fragments, and the scheduler runs a block's
@@ -120,8 +125,8 @@ static inline void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, 
  * thread-local storage), up to 32 calls between barriers (the kernels' most; later calls just compute). */
 enum { DDP_EMU_MEMO_CALLS = 32, DDP_EMU_MEMO_KEY = 2048, DDP_EMU_MEMO_OUT = 1024 };
 struct ddp_emu_memo {
-    unsigned last;   /* linear index of the thread that called last, + 1 (0: none yet) */
-    int idx, count;  /* this thread's next call; the calls lane 0 of the warp kept */
+    unsigned last;  /* linear index of the thread that called last, + 1 (0: none yet) */
+    int idx, count; /* this thread's next call; the calls lane 0 of the warp kept */
     unsigned char key[DDP_EMU_MEMO_CALLS][DDP_EMU_MEMO_KEY], out[DDP_EMU_MEMO_CALLS][DDP_EMU_MEMO_OUT];
 };
 static __thread ddp_emu_memo ddp_emu_memo_;
@@ -129,7 +134,8 @@ static __thread ddp_emu_memo ddp_emu_memo_;
 static inline int ddp_emu_memo_slot(const void *const *in, const size_t *len, int nin, int *keep)
 {
     ddp_emu_memo &m = ddp_emu_memo_;
-    const unsigned t = ddp_emu_threadIdx.x + ddp_emu_blockDim.x * (ddp_emu_threadIdx.y + ddp_emu_blockDim.y * ddp_emu_threadIdx.z);
+    const unsigned t = ddp_emu_threadIdx.x +
+                       ddp_emu_blockDim.x * (ddp_emu_threadIdx.y + ddp_emu_blockDim.y * ddp_emu_threadIdx.z);
     *keep = 0;
     if (t + 1 != m.last) m.last = t + 1, m.idx = 0, m.count = t % 32 ? m.count : 0;
     const int i = m.idx++;

@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAILF(...)                                                                                 \
-    do {                                                                                           \
-        fprintf(stderr, __VA_ARGS__);                                                              \
-        fputc('\n', stderr);                                                                       \
-        return 1;                                                                                  \
+#define FAILF(...)                    \
+    do {                              \
+        fprintf(stderr, __VA_ARGS__); \
+        fputc('\n', stderr);          \
+        return 1;                     \
     } while (0)
 
 static uint64_t fnv(const void *p, size_t n)
@@ -80,7 +80,8 @@ static int do_refdump(ddp_ctx *ctx, const char *out)
     memcpy(p1, p0, (size_t)n * 4);
     uint8_t pad[B] = {0};
     int64_t ids[B] = {0};
-    ddp_batch b = {.nsamples = B, .nrows = R, .dim = D, .offsets = off, .labels = lab, .sample_ids = ids, .is_pad = pad, .x = x};
+    ddp_batch b = {
+        .nsamples = B, .nrows = R, .dim = D, .offsets = off, .labels = lab, .sample_ids = ids, .is_pad = pad, .x = x};
     ddp_forward_out o = {.loss = losses};
     if (m.train_step(m.self, &b, p0, g, &o, NULL, NULL) != DDP_OK) FAILF("%s", ddp_last_error());
     ddp_backend *be;
@@ -88,8 +89,14 @@ static int do_refdump(ddp_ctx *ctx, const char *out)
     /* step 1 with gradients averaged over the batch, then step 2 with the same gradients */
     double lr = 1e-2, wd = 0.01;
     for (int t = 1; t <= 2; t++) {
-        ddp_adamw_args a = {.lr = (float)lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = (float)wd,
-                            .bc1 = (float)(1 - pow(0.9, t)), .bc2_sqrt = (float)sqrt(1 - pow(0.999, t)), .gscale = 1.0f / B};
+        ddp_adamw_args a = {.lr = (float)lr,
+                            .beta1 = 0.9f,
+                            .beta2 = 0.999f,
+                            .eps = 1e-8f,
+                            .weight_decay = (float)wd,
+                            .bc1 = (float)(1 - pow(0.9, t)),
+                            .bc2_sqrt = (float)sqrt(1 - pow(0.999, t)),
+                            .gscale = 1.0f / B};
         be->adamw(be, p1, g, mm, vv, n, &a);
     }
     hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -133,10 +140,14 @@ static int do_meta(ddp_ctx *ctx, const char *dir)
     if (t->rank == 0)
         for (int r = 0; r < t->size && r < 64; r++) {
             /* start-up validation is spread (rank r: shards r, r + W, ...), none when a fresh manifest was used */
-            long long want = ds->manifest_fresh == ds->nshards ? 0 : ds->nshards > r ? (ds->nshards - r + t->size - 1) / t->size : 0;
+            long long want = ds->manifest_fresh == ds->nshards ? 0
+                             : ds->nshards > r                 ? (ds->nshards - r + t->size - 1) / t->size
+                                                               : 0;
             long long *a = all + 4 * r;
-            printf("rank %d: shards validated %lld (want %lld), H5Fopen calls %lld (want 0: contiguous shards are mapped), "
-                   "shards mapped %lld, shards opened %lld (want 1)\n", r, a[0], want, a[1], a[2], a[3]);
+            printf("rank %d: shards validated %lld (want %lld), H5Fopen calls %lld (want 0: contiguous shards are "
+                   "mapped), "
+                   "shards mapped %lld, shards opened %lld (want 1)\n",
+                   r, a[0], want, a[1], a[2], a[3]);
             bad |= a[0] != want || a[1] != 0 || a[2] != 1 || a[3] != 1;
         }
     MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -150,14 +161,16 @@ static int do_mismatch(ddp_ctx *ctx)
     ddp_metrics *m;
     ddp_metrics_create(ctx, &m);
     ddp_log(m, "train/loss", 1.0, 1.0);
-    if (t->rank == 0) ddp_log(m, "val/only_rank0", 2.0, 1.0); /* the Lightning bug: a synced log inside `if rank == 0` */
-    ddp_log_rank0(m, "lr", 0.1);                              /* fine: rank-0-only values never join a collective */
+    if (t->rank == 0)
+        ddp_log(m, "val/only_rank0", 2.0, 1.0); /* the Lightning bug: a synced log inside `if rank == 0` */
+    ddp_log_rank0(m, "lr", 0.1);                /* fine: rank-0-only values never join a collective */
     ddp_metric_row g = {0};
     ddp_status st = ddp_metrics_sync(m, &g, NULL);
-    int ok = st == DDP_ERR_MISMATCH && strstr(ddp_last_error(), "val/only_rank0") && strstr(ddp_last_error(), "rank(s) 0 ") &&
-             ddp_error_shared();
+    int ok = st == DDP_ERR_MISMATCH && strstr(ddp_last_error(), "val/only_rank0") &&
+             strstr(ddp_last_error(), "rank(s) 0 ") && ddp_error_shared();
     if (t->rank == 0) printf("rank 0 got: %s\n", ddp_last_error());
-    if (!ok) fprintf(stderr, "rank %d: expected the mismatch error, got status %d: %s\n", t->rank, st, ddp_last_error());
+    if (!ok)
+        fprintf(stderr, "rank %d: expected the mismatch error, got status %d: %s\n", t->rank, st, ddp_last_error());
     /* and a consistent set syncs fine afterwards */
     ddp_log(m, "train/loss", (double)t->rank, 1.0);
     st = ddp_metrics_sync(m, &g, NULL);
@@ -176,11 +189,16 @@ int main(int argc, char **argv)
     ddp_ctx *ctx;
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
     int rc = 2;
-    if (argc == 3 && !strcmp(argv[1], "dump")) rc = do_dump(ctx, argv[2]);
-    else if (argc == 3 && !strcmp(argv[1], "refdump")) rc = do_refdump(ctx, argv[2]);
-    else if (argc == 3 && !strcmp(argv[1], "meta")) rc = do_meta(ctx, argv[2]);
-    else if (argc == 2 && !strcmp(argv[1], "mismatch")) rc = do_mismatch(ctx);
-    else fprintf(stderr, "usage: testtool dump|refdump|meta DIR | mismatch\n");
+    if (argc == 3 && !strcmp(argv[1], "dump"))
+        rc = do_dump(ctx, argv[2]);
+    else if (argc == 3 && !strcmp(argv[1], "refdump"))
+        rc = do_refdump(ctx, argv[2]);
+    else if (argc == 3 && !strcmp(argv[1], "meta"))
+        rc = do_meta(ctx, argv[2]);
+    else if (argc == 2 && !strcmp(argv[1], "mismatch"))
+        rc = do_mismatch(ctx);
+    else
+        fprintf(stderr, "usage: testtool dump|refdump|meta DIR | mismatch\n");
     ddp_finalize(ctx);
     return rc;
 }

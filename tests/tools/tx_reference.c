@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DIE(...)                                                                                   \
-    do {                                                                                           \
-        fprintf(stderr, __VA_ARGS__);                                                              \
-        fputc('\n', stderr);                                                                       \
-        exit(1);                                                                                   \
+#define DIE(...)                      \
+    do {                              \
+        fprintf(stderr, __VA_ARGS__); \
+        fputc('\n', stderr);          \
+        exit(1);                      \
     } while (0)
 
 static void put(hid_t f, const char *name, hid_t mt, hid_t ft, int rank, hsize_t d0, hsize_t d1, const void *data)
@@ -51,9 +51,12 @@ int main(int argc, char **argv)
     double dropout = 0.0;
     int positions = 1;
     for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--dropout")) dropout = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--positions")) positions = atoi(argv[i + 1]);
-        else DIE("unknown option %s", argv[i]);
+        if (!strcmp(argv[i], "--dropout"))
+            dropout = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--positions"))
+            positions = atoi(argv[i + 1]);
+        else
+            DIE("unknown option %s", argv[i]);
     }
     ddp_ctx *ctx;
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) DIE("%s", ddp_last_error());
@@ -86,16 +89,30 @@ int main(int argc, char **argv)
     if (m.init(m.self, p0, 5) != DDP_OK) DIE("%s", ddp_last_error());
     memcpy(p1, p0, (size_t)n * 4);
     uint8_t pad[B] = {0};
-    ddp_batch b = {.nsamples = B, .nrows = R, .dim = D, .offsets = off, .labels = lab, .sample_ids = ids,
-                   .indices = idx, .is_pad = pad, .x = x, .step = 3};
+    ddp_batch b = {.nsamples = B,
+                   .nrows = R,
+                   .dim = D,
+                   .offsets = off,
+                   .labels = lab,
+                   .sample_ids = ids,
+                   .indices = idx,
+                   .is_pad = pad,
+                   .x = x,
+                   .step = 3};
     ddp_forward_out o = {.loss = losses};
     if (m.train_step(m.self, &b, p0, g, &o, NULL, NULL) != DDP_OK) DIE("%s", ddp_last_error());
     ddp_backend *be;
     if (ddp_ctx_backend(ctx, DDP_DEVICE_CPU, &be) != DDP_OK) DIE("%s", ddp_last_error());
     double lr = 1e-2, wd = 0.01;
     for (int t = 1; t <= 2; t++) { /* two steps with the batch-averaged gradient */
-        ddp_adamw_args a = {.lr = (float)lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = (float)wd,
-                            .bc1 = (float)(1 - pow(0.9, t)), .bc2_sqrt = (float)sqrt(1 - pow(0.999, t)), .gscale = 1.0f / B};
+        ddp_adamw_args a = {.lr = (float)lr,
+                            .beta1 = 0.9f,
+                            .beta2 = 0.999f,
+                            .eps = 1e-8f,
+                            .weight_decay = (float)wd,
+                            .bc1 = (float)(1 - pow(0.9, t)),
+                            .bc2_sqrt = (float)sqrt(1 - pow(0.999, t)),
+                            .gscale = 1.0f / B};
         if (be->adamw(be, p1, g, mm, vv, n, &a) != DDP_OK) DIE("%s", ddp_last_error());
     }
     hid_t f = H5Fcreate(argv[1], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);

@@ -66,7 +66,9 @@ static void test_softmax_xent_grad_fd(void **state)
             for (int k = 0; k < 5; k++) zp[k] = zm[k] = z[k];
             zp[j] += 1e-3f;
             zm[j] -= 1e-3f;
-            double fd = (ddp_softmax_xent_row(zp, 5, y, 1, NULL, NULL, NULL) - ddp_softmax_xent_row(zm, 5, y, 1, NULL, NULL, NULL)) / 2e-3;
+            double fd = (ddp_softmax_xent_row(zp, 5, y, 1, NULL, NULL, NULL) -
+                         ddp_softmax_xent_row(zm, 5, y, 1, NULL, NULL, NULL)) /
+                        2e-3;
             assert_true(fabs(fd - dz[j]) < 1e-3);
         }
     }
@@ -123,8 +125,14 @@ static void test_adamw_formula(void **state)
     const double grads[4] = {0.3, -0.1, 0.02, 1.5};
     for (int t = 1; t <= 4; t++) {
         double g = grads[t - 1];
-        ddp_adamw_args a = {.lr = (float)lr, .beta1 = (float)b1, .beta2 = (float)b2, .eps = (float)eps, .weight_decay = (float)wd,
-                            .bc1 = (float)(1 - pow(b1, t)), .bc2_sqrt = (float)sqrt(1 - pow(b2, t)), .gscale = 0.5f};
+        ddp_adamw_args a = {.lr = (float)lr,
+                            .beta1 = (float)b1,
+                            .beta2 = (float)b2,
+                            .eps = (float)eps,
+                            .weight_decay = (float)wd,
+                            .bc1 = (float)(1 - pow(b1, t)),
+                            .bc2_sqrt = (float)sqrt(1 - pow(b2, t)),
+                            .gscale = 0.5f};
         ddp_adamw_elem(&p, (float)(2 * g), &m, &v, &a); /* gscale halves it back to g */
         P *= 1 - lr * wd;
         M = b1 * M + (1 - b1) * g;
@@ -139,12 +147,9 @@ static void test_adamw_formula(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gelu_values),
-        cmocka_unit_test(test_expf),
-        cmocka_unit_test(test_gelu_grad_fd),
-        cmocka_unit_test(test_softmax_xent_grad_fd),
-        cmocka_unit_test(test_adamw_formula),
-        cmocka_unit_test(test_gelu_erf),
+        cmocka_unit_test(test_gelu_values),   cmocka_unit_test(test_expf),
+        cmocka_unit_test(test_gelu_grad_fd),  cmocka_unit_test(test_softmax_xent_grad_fd),
+        cmocka_unit_test(test_adamw_formula), cmocka_unit_test(test_gelu_erf),
         cmocka_unit_test(test_dropout_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,7 +24,8 @@ static ddp_batch make_batch(void)
 {
     static uint8_t pad[NS];
     static int64_t ids[NS];
-    return (ddp_batch){.nsamples = NS, .nrows = 7, .dim = D, .offsets = OFF, .labels = LAB, .sample_ids = ids, .is_pad = pad, .x = X};
+    return (ddp_batch){
+        .nsamples = NS, .nrows = 7, .dim = D, .offsets = OFF, .labels = LAB, .sample_ids = ids, .is_pad = pad, .x = X};
 }
 
 static double loss_of(ddp_model *m, const ddp_batch *b, const float *p)
@@ -151,14 +152,15 @@ static void test_layers_fd(void **state)
     assert_int_equal(ddp_backend_cpu_create(1, &be), DDP_OK);
     /* layer 2 + mean pooling: L = sum(w * mean_r gelu(z[r] + bias)) -> dz, dbias by central differences */
     enum { PC = 2 };
-    float z[7 * PC], bz[PC] = {0.3f, -0.4f}, pooled[NS * PC], pooled2[NS * PC], w[NS * PC] = {0.5f, -1, 2, 0.25f, -0.75f, 1.5f};
+    float z[7 * PC], bz[PC] = {0.3f, -0.4f}, pooled[NS * PC], pooled2[NS * PC],
+                     w[NS * PC] = {0.5f, -1, 2, 0.25f, -0.75f, 1.5f};
     float dg[7 * PC], dzp[7 * PC], dbp[PC] = {0.125f, -0.5f}; /* dbias accumulates onto what is there */
     uint64_t s = 3;
     for (int i = 0; i < 7 * PC; i++) z[i] = test_frand(&s) * 2;
     be->bias_gelu_pool(be, z, bz, NULL, OFF, NS, PC, pooled);
     be->bias_gelu_pool(be, z, bz, dg, OFF, NS, PC, pooled2);
     assert_memory_equal(pooled, pooled2, sizeof pooled); /* keeping gelu' does not change the forward */
-    for (int sg = 0; sg < NS; sg++) /* against a plain per-row mean of ddp_gelu */
+    for (int sg = 0; sg < NS; sg++)                      /* against a plain per-row mean of ddp_gelu */
         for (int c = 0; c < PC; c++) {
             double ref = 0;
             for (int64_t r = OFF[sg]; r < OFF[sg + 1]; r++) ref += ddp_gelu(z[r * PC + c] + bz[c]);

@@ -54,8 +54,10 @@ static void test_global_union_equals_one_rank(void **state)
                 int64_t ref = ddp_sampler_at(&one, p % N, &pad1);
                 assert_int_equal(idx, ref); /* world-size independent order */
                 assert_int_equal(pad, p >= N);
-                if (pad) pads++;
-                else seen[idx]++;
+                if (pad)
+                    pads++;
+                else
+                    seen[idx]++;
             }
         }
         assert_int_equal(pads, padded - N);
@@ -188,7 +190,8 @@ static void test_block_shuffle(void **state)
                 assert_true(inside);
             }
             if (p + m < N) { /* the read-ahead of window w is window w + 1 */
-                int64_t next[2 * WIN], k2 = ddp_sampler_window_runs(&s, p, 1, next, WIN), k3 = ddp_sampler_window_runs(&s, p + m, 0, runs, WIN);
+                int64_t next[2 * WIN], k2 = ddp_sampler_window_runs(&s, p, 1, next, WIN),
+                                       k3 = ddp_sampler_window_runs(&s, p + m, 0, runs, WIN);
                 assert_int_equal(k2, k3);
                 assert_memory_equal(next, runs, (size_t)(2 * k2) * sizeof *runs);
             }
@@ -215,7 +218,8 @@ static void test_block_shuffle(void **state)
     }
     free(prev);
     ddp_sampler s;
-    assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_SHARD, N, 2, 0, 1, 0, 5, (const int64_t[]){300, 340, 357}, 3), DDP_OK);
+    assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_SHARD, N, 2, 0, 1, 0, 5, (const int64_t[]){300, 340, 357}, 3),
+                     DDP_OK);
     assert_int_equal(ddp_sampler_set_blocks(&s, lens, D, first, NSH, 512.0, WIN), DDP_ERR_ARG);
     ddp_sampler_free(&s);
 }
@@ -309,10 +313,14 @@ static void test_budget_capacity(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_permute_bijection),      cmocka_unit_test(test_global_union_equals_one_rank),
-        cmocka_unit_test(test_drop_last_and_batches),  cmocka_unit_test(test_epoch_and_seed_change_order),
-        cmocka_unit_test(test_shard_mode_equal_steps),    cmocka_unit_test(test_block_shuffle),
-        cmocka_unit_test(test_budget_plan),            cmocka_unit_test(test_budget_capacity),
+        cmocka_unit_test(test_permute_bijection),
+        cmocka_unit_test(test_global_union_equals_one_rank),
+        cmocka_unit_test(test_drop_last_and_batches),
+        cmocka_unit_test(test_epoch_and_seed_change_order),
+        cmocka_unit_test(test_shard_mode_equal_steps),
+        cmocka_unit_test(test_block_shuffle),
+        cmocka_unit_test(test_budget_plan),
+        cmocka_unit_test(test_budget_capacity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -67,7 +67,10 @@ static void test_layernorm_fd(void **state)
             E->layernorm_fwd(g_be, x, w, b, y, mu, rs, n, d);
             double dn = objective(y, wy, n * d);
             params[t][i] = keep;
-            check_fd(t == 0 ? "layernorm dx" : t == 1 ? "layernorm dw" : "layernorm db", grads[t][i], (up - dn) / (2 * eps));
+            check_fd(t == 0   ? "layernorm dx"
+                     : t == 1 ? "layernorm dw"
+                              : "layernorm db",
+                     grads[t][i], (up - dn) / (2 * eps));
         }
 }
 
@@ -162,7 +165,8 @@ static void test_attention_tiled_agree(void **state)
             float *qkv = malloc(nq * sizeof *qkv), *dout = malloc(no * sizeof *dout), *ws = malloc(nl * sizeof *ws);
             float *o[2], *lse[2], *dq[2];
             for (int k = 0; k < 2; k++)
-                o[k] = malloc(no * sizeof *o[k]), lse[k] = malloc(nl * sizeof *lse[k]), dq[k] = malloc(nq * sizeof *dq[k]);
+                o[k] = malloc(no * sizeof *o[k]), lse[k] = malloc(nl * sizeof *lse[k]),
+                dq[k] = malloc(nq * sizeof *dq[k]);
             uint64_t s = 31 + (uint64_t)di;
             for (size_t i = 0; i < nq; i++) qkv[i] = 1.5f * test_frand(&s);
             for (size_t i = 0; i < no; i++) dout[i] = test_frand(&s);
@@ -173,17 +177,23 @@ static void test_attention_tiled_agree(void **state)
                 assert_int_equal(E->attention_bwd(g_be, qkv, o[k], dout, lse[k], dq[k], ws, &pk, dm, HT, &dr), DDP_OK);
             }
             for (size_t i = 0; i < no; i++)
-                if (!(relerr(o[0][i], o[1][i]) < 1e-5f)) fail_msg("tiled o[%zu] dh %d p %.1f: %g vs %g", i, dhs[di], (double)dr.p, (double)o[1][i], (double)o[0][i]);
+                if (!(relerr(o[0][i], o[1][i]) < 1e-5f))
+                    fail_msg("tiled o[%zu] dh %d p %.1f: %g vs %g", i, dhs[di], (double)dr.p, (double)o[1][i],
+                             (double)o[0][i]);
             for (size_t i = 0; i < nl; i++) assert_true(relerr(lse[0][i], lse[1][i]) < 1e-5f);
             for (size_t i = 0; i < nq; i++)
-                if (!(relerr(dq[0][i], dq[1][i]) < 1e-4f)) fail_msg("tiled dqkv[%zu] dh %d p %.1f: %g vs %g", i, dhs[di], (double)dr.p, (double)dq[1][i], (double)dq[0][i]);
+                if (!(relerr(dq[0][i], dq[1][i]) < 1e-4f))
+                    fail_msg("tiled dqkv[%zu] dh %d p %.1f: %g vs %g", i, dhs[di], (double)dr.p, (double)dq[1][i],
+                             (double)dq[0][i]);
             /* sample 11 alone (its rows moved to the front of a one-sample batch): the same bits */
             int64_t k1 = 11, n1 = lens[k1], off1[2] = {0, n1}, seg1[100] = {0};
             ddp_packing p1 = {.B = 1, .R = n1, .off = off1, .seg = seg1, .sid = &sid[k1], .hoff = off1, .max_rows = n1};
             float *o1 = malloc((size_t)(n1 * dm) * sizeof *o1), *l1 = malloc((size_t)(n1 * HT) * sizeof *l1);
             float *q1 = malloc((size_t)(n1 * 3 * dm) * sizeof *q1);
             assert_int_equal(E->attention_fwd(g_be, qkv + off[k1] * 3 * dm, o1, l1, &p1, dm, HT, &dr), DDP_OK);
-            assert_int_equal(E->attention_bwd(g_be, qkv + off[k1] * 3 * dm, o1, dout + off[k1] * dm, l1, q1, ws, &p1, dm, HT, &dr), DDP_OK);
+            assert_int_equal(
+                E->attention_bwd(g_be, qkv + off[k1] * 3 * dm, o1, dout + off[k1] * dm, l1, q1, ws, &p1, dm, HT, &dr),
+                DDP_OK);
             assert_memory_equal(o1, o[1] + off[k1] * dm, (size_t)(n1 * dm) * sizeof *o1);
             assert_memory_equal(l1, lse[1] + off[k1] * HT, (size_t)(n1 * HT) * sizeof *l1);
             assert_memory_equal(q1, dq[1] + off[k1] * 3 * dm, (size_t)(n1 * 3 * dm) * sizeof *q1);
@@ -287,7 +297,8 @@ static void test_layernorm_fwd16(void **state)
         for (size_t j = 0; j < sizeof rs / sizeof rs[0]; j++) {
             int64_t d = ds[i], n = rs[j], G = 3; /* G guard elements after each output */
             float *x = malloc((size_t)(n * d + 1) * 4), *w = malloc((size_t)d * 4), *b = malloc((size_t)d * 4),
-                  *y = malloc((size_t)(n * d + 1) * 4), mu[PR_MAX + 3], rsd[PR_MAX + 3], mu16[PR_MAX + 3], rs16[PR_MAX + 3];
+                  *y = malloc((size_t)(n * d + 1) * 4), mu[PR_MAX + 3], rsd[PR_MAX + 3], mu16[PR_MAX + 3],
+                  rs16[PR_MAX + 3];
             uint16_t *y16 = malloc((size_t)(n * d + G) * 2);
             uint64_t s = 7 + (uint64_t)(i * 4 + j);
             for (int64_t k = 0; k < n * d; k++) x[k] = 3.0f * test_frand(&s) + 0.5f;
@@ -327,8 +338,9 @@ static void test_gelu_erf_fwd16(void **state)
                     int64_t cols = cs[ci], n = rs[ri], G = 3, nz = n * cols;
                     ddp_packing pk = packing_of(n, off, seg, sid);
                     ddp_dropout dr = {.p = ps[pi], .key = 77};
-                    float *z = malloc((size_t)(nz + 1) * 4), *z2 = malloc((size_t)(nz + 1) * 4), *bias = malloc((size_t)cols * 4),
-                          *a = malloc((size_t)(nz + 1) * 4), *g = malloc((size_t)(nz + 1) * 4), *g2 = malloc((size_t)(nz + 1) * 4);
+                    float *z = malloc((size_t)(nz + 1) * 4), *z2 = malloc((size_t)(nz + 1) * 4),
+                          *bias = malloc((size_t)cols * 4), *a = malloc((size_t)(nz + 1) * 4),
+                          *g = malloc((size_t)(nz + 1) * 4), *g2 = malloc((size_t)(nz + 1) * 4);
                     uint16_t *a16 = malloc((size_t)(nz + G) * 2);
                     uint64_t s = 100 + ci * 16 + ri * 4 + (uint64_t)pi * 2 + (uint64_t)mode;
                     for (int64_t k = 0; k < nz; k++) z[k] = z2[k] = 3.0f * test_frand(&s);
@@ -338,7 +350,8 @@ static void test_gelu_erf_fwd16(void **state)
                     assert_int_equal(E->gelu_erf_fwd(g_be, z, bias, a, gd, &pk, cols, &dr), DDP_OK);
                     assert_int_equal(E->gelu_erf_fwd16(g_be, z2, bias, a16, gd2, &pk, cols, &dr), DDP_OK);
                     differs += equal_rounded("gelu_erf_fwd16", a16, a, nz);
-                    if (mode) assert_memory_equal(gd2, gd, (size_t)nz * 4); /* dgelu (mode 2: in z): the same fp32 bits */
+                    if (mode)
+                        assert_memory_equal(gd2, gd, (size_t)nz * 4); /* dgelu (mode 2: in z): the same fp32 bits */
                     for (int64_t k = nz; k < nz + G; k++) assert_int_equal(a16[k], 0xabcd);
                     for (int64_t k = 0; k < nz; k++) dropped += pi && a[k] == 0.0f && a16[k] == 0;
                     free(z), free(z2), free(bias), free(a), free(g), free(g2), free(a16);
@@ -364,10 +377,12 @@ static void test_residual_layernorm_fwd(void **state)
                         int64_t d = ds[di], n = rs[ri], nx = n * d, G = 3;
                         ddp_packing pk = packing_of(n, off, seg, sid);
                         ddp_dropout dr = {.p = ps[pi], .key = 5};
-                        float *h = malloc((size_t)(nx + 1) * 4), *h2 = malloc((size_t)(nx + 1) * 4), *t = malloc((size_t)(nx + 1) * 4),
-                              *tb = malloc((size_t)d * 4), *w = malloc((size_t)d * 4), *lb = malloc((size_t)d * 4),
-                              *o = malloc((size_t)(nx + 1) * 4), *o2 = malloc((size_t)(nx + 1) * 4), *y = malloc((size_t)(nx + 1) * 4),
-                              *y2 = malloc((size_t)(nx + G) * 4), mu[PR_MAX + 1], rsd[PR_MAX + 1], mu2[PR_MAX + 1], rs2[PR_MAX + 1];
+                        float *h = malloc((size_t)(nx + 1) * 4), *h2 = malloc((size_t)(nx + 1) * 4),
+                              *t = malloc((size_t)(nx + 1) * 4), *tb = malloc((size_t)d * 4),
+                              *w = malloc((size_t)d * 4), *lb = malloc((size_t)d * 4),
+                              *o = malloc((size_t)(nx + 1) * 4), *o2 = malloc((size_t)(nx + 1) * 4),
+                              *y = malloc((size_t)(nx + 1) * 4), *y2 = malloc((size_t)(nx + G) * 4), mu[PR_MAX + 1],
+                              rsd[PR_MAX + 1], mu2[PR_MAX + 1], rs2[PR_MAX + 1];
                         uint16_t *yb = malloc((size_t)(nx + G) * 2);
                         uint64_t s = 300 + di * 32 + ri * 8 + (uint64_t)pi * 4 + (uint64_t)alias * 2 + (uint64_t)y16;
                         for (int64_t k = 0; k < nx; k++) h[k] = h2[k] = 2.0f * test_frand(&s), t[k] = test_frand(&s);
@@ -381,7 +396,8 @@ static void test_residual_layernorm_fwd(void **state)
                         /* fused, out aliasing h or not */
                         float *out = alias ? h2 : o2;
                         assert_int_equal(E->residual_layernorm_fwd(g_be, out, h2, t, tb, &pk, d, &dr, w, lb,
-                                                                   y16 ? (void *)yb : (void *)y2, y16, mu2, rs2), DDP_OK);
+                                                                   y16 ? (void *)yb : (void *)y2, y16, mu2, rs2),
+                                         DDP_OK);
                         assert_memory_equal(out, o, (size_t)nx * 4);
                         if (!alias) assert_memory_equal(h2, h, (size_t)nx * 4); /* h is not written */
                         if (y16) {
@@ -395,7 +411,8 @@ static void test_residual_layernorm_fwd(void **state)
                         assert_memory_equal(rs2, rsd, (size_t)n * 4);
                         assert_true(mu2[n] == -7.0f && rs2[n] == -7.0f);
                         for (int64_t k = 0; k < nx; k++) dropped += pi && o[k] == h[k];
-                        free(h), free(h2), free(t), free(tb), free(w), free(lb), free(o), free(o2), free(y), free(y2), free(yb);
+                        free(h), free(h2), free(t), free(tb), free(w), free(lb), free(o), free(o2), free(y), free(y2),
+                            free(yb);
                     }
     assert_true(differs > 50);
     assert_true(dropped > 10); /* dropout 0.2 was on */
@@ -417,8 +434,15 @@ static ddp_model make_model(double dropout, int positions, int64_t maxR, int64_t
 static ddp_batch make_batch(void)
 {
     static uint8_t pad[NS];
-    return (ddp_batch){.nsamples = NS, .nrows = R, .dim = D, .offsets = OFF, .labels = LAB, .sample_ids = SID,
-                       .is_pad = pad, .x = X, .step = 4};
+    return (ddp_batch){.nsamples = NS,
+                       .nrows = R,
+                       .dim = D,
+                       .offsets = OFF,
+                       .labels = LAB,
+                       .sample_ids = SID,
+                       .is_pad = pad,
+                       .x = X,
+                       .step = 4};
 }
 
 /* the training loss (dropout on when the model has it) */
@@ -486,8 +510,15 @@ static void test_packing_equals_one_by_one(void **state)
     for (int k = 0; k < NS; k++) {
         int64_t off1[2] = {0, OFF[k + 1] - OFF[k]};
         uint8_t pad = 0;
-        ddp_batch one = {.nsamples = 1, .nrows = off1[1], .dim = D, .offsets = off1, .labels = &LAB[k],
-                         .sample_ids = &SID[k], .is_pad = &pad, .x = X + OFF[k] * D, .step = 4};
+        ddp_batch one = {.nsamples = 1,
+                         .nrows = off1[1],
+                         .dim = D,
+                         .offsets = off1,
+                         .labels = &LAB[k],
+                         .sample_ids = &SID[k],
+                         .is_pad = &pad,
+                         .x = X + OFF[k] * D,
+                         .step = 4};
         sum += train_loss(&m, &one, p, g1);
     }
     assert_true(fabs(whole - sum) < 1e-5 * fmax(1.0, fabs(whole)));
@@ -506,8 +537,9 @@ static void test_limits_and_init(void **state)
     ddp_model m = make_model(0.0, 1, R, NS);
     int64_t n = ddp_model_num_params(&m);
     /* inp, pos, 2 x (in_proj, out_proj, linear1, linear2, 2 norms), final norm, head */
-    int64_t want = DM * D + DM + 8 * DM + 2 * (3 * DM * DM + 3 * DM + DM * DM + DM + FF * DM + FF + DM * FF + DM + 4 * DM) +
-                   2 * DM + C * DM + C;
+    int64_t want = DM * D + DM + 8 * DM +
+                   2 * (3 * DM * DM + 3 * DM + DM * DM + DM + FF * DM + FF + DM * FF + DM + 4 * DM) + 2 * DM + C * DM +
+                   C;
     assert_int_equal(n, want);
     assert_string_equal(m.tensors[2].name, "pos.weight");
     assert_string_equal(m.tensors[3].name, "enc.layers.0.self_attn.in_proj_weight");
@@ -531,8 +563,15 @@ static void test_limits_and_init(void **state)
     float x[9 * D] = {0};
     int64_t off9[2] = {0, 9}, lab = 0, sid = 5, idx = 33;
     uint8_t pad = 0;
-    ddp_batch b = {.nsamples = 1, .nrows = 9, .dim = D, .offsets = off9, .labels = &lab, .sample_ids = &sid,
-                   .indices = &idx, .is_pad = &pad, .x = x};
+    ddp_batch b = {.nsamples = 1,
+                   .nrows = 9,
+                   .dim = D,
+                   .offsets = off9,
+                   .labels = &lab,
+                   .sample_ids = &sid,
+                   .indices = &idx,
+                   .is_pad = &pad,
+                   .x = x};
     ddp_forward_out out = {0};
     assert_int_equal(m.eval_step(m.self, &b, p, &out), DDP_ERR_ARG);
     assert_non_null(strstr(ddp_last_error(), "sample 33 (id 5) has 9 rows, more than --max-positions 8"));
@@ -559,11 +598,16 @@ int main(void)
 {
     if (ddp_backend_cpu_create(1, &g_be) != DDP_OK) return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layernorm_fd),       cmocka_unit_test(test_attention_fd),
-        cmocka_unit_test(test_attention_methods_agree), cmocka_unit_test(test_attention_tiled_agree),
-        cmocka_unit_test(test_gelu_erf_fd),        cmocka_unit_test(test_layernorm_fwd16),
-        cmocka_unit_test(test_gelu_erf_fwd16),     cmocka_unit_test(test_residual_layernorm_fwd),
-        cmocka_unit_test(test_whole_model_fd),     cmocka_unit_test(test_packing_equals_one_by_one),
+        cmocka_unit_test(test_layernorm_fd),
+        cmocka_unit_test(test_attention_fd),
+        cmocka_unit_test(test_attention_methods_agree),
+        cmocka_unit_test(test_attention_tiled_agree),
+        cmocka_unit_test(test_gelu_erf_fd),
+        cmocka_unit_test(test_layernorm_fwd16),
+        cmocka_unit_test(test_gelu_erf_fwd16),
+        cmocka_unit_test(test_residual_layernorm_fwd),
+        cmocka_unit_test(test_whole_model_fd),
+        cmocka_unit_test(test_packing_equals_one_by_one),
         cmocka_unit_test(test_limits_and_init),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
