@@ -359,43 +359,6 @@ static void csv_num(FILE *f, double v, const char *fm)
     if (!isnan(v)) fprintf(f, fm, v);
 }
 
-static void cpu_model(char *buf, size_t n)
-{
-    snprintf(buf, n, "?");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[4096];
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "model name", 10)) {
-            char *c = strchr(line, ':');
-            if (c) {
-                c += 1 + (c[1] == ' ');
-                c[strcspn(c, "\n")] = 0;
-                snprintf(buf, n, "%s", c);
-            }
-            break;
-        }
-    }
-    fclose(f);
-}
-
-static int has_flag(const char *flag)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return -1;
-    char line[8192];
-    int found = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "flags", 5)) continue;
-        size_t L = strlen(flag);
-        for (char *p = strstr(line, flag); p; p = strstr(p + 1, flag))
-            if (p[-1] == ' ' && (p[L] == ' ' || p[L] == '\n')) found = 1;
-        break;
-    }
-    fclose(f);
-    return found;
-}
-
 /*   bench_gemm [--rows R] [--dims 128,256,512] [--ff 2,4] [--attn-n 16,32,64,128,256] [--attn-dh 32,64]
  *              [--reps N] [--warmup W] [--threads T] [--csv FILE] [--no-attn] [--no-linear]
  * Shapes (row-major C[M,N] = op(A)[M,K] · op(B)[K,N], as mpi_ddp/model/transformer_pass.c calls the backend):
@@ -514,13 +477,13 @@ int main(int argc, char **argv)
             }
 
     char cpu[256];
-    cpu_model(cpu, sizeof cpu);
+    bench_cpu_model(cpu, sizeof cpu);
     const dnnl_version_t *ver = dnnl_version();
     printf("# bench_gemm: C = op(A)·op(B), fp32 C; %d thread(s) (OpenBLAS; oneDNN %d); median of %d repeats after %d "
            "warmup\n",
            threads, dnnl_threads, reps, warmup);
-    printf("# CPU: %s; avx512_bf16 %s, amx_bf16 %s\n", cpu, has_flag("avx512_bf16") > 0 ? "yes" : "no",
-           has_flag("amx_bf16") > 0 ? "yes" : "no");
+    printf("# CPU: %s; avx512_bf16 %s, amx_bf16 %s\n", cpu, bench_cpu_has_flag("avx512_bf16") > 0 ? "yes" : "no",
+           bench_cpu_has_flag("amx_bf16") > 0 ? "yes" : "no");
     printf("# OpenBLAS: %s (core %s)\n", openblas_get_config(), openblas_get_corename());
     printf("# oneDNN %d.%d.%d (%s), cpu runtime %s, effective ISA %s\n", ver->major, ver->minor, ver->patch, ver->hash,
            ver->cpu_runtime == DNNL_RUNTIME_OMP   ? "OpenMP"
