@@ -128,40 +128,35 @@ static cublasStatus_t submit(cublasHandle_t h, blas_args *a)
                                                                              : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
+/* cuBLAS's checks of a GEMM's sizes, leading dimensions and transposes (column-major). */
+static int gemm_args_ok(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb, int ldc)
+{
+    int arow = ta == CUBLAS_OP_N ? m : k, brow = tb == CUBLAS_OP_N ? k : n;
+    return m >= 0 && n >= 0 && k >= 0 && lda >= (arow > 1 ? arow : 1) && ldb >= (brow > 1 ? brow : 1) &&
+           ldc >= (m > 1 ? m : 1) && (ta == CUBLAS_OP_N || ta == CUBLAS_OP_T) &&
+           (tb == CUBLAS_OP_N || tb == CUBLAS_OP_T);
+}
+
+/* A GEMM's arguments (column-major, as cuBLAS takes them) submitted to h's stream. */
+static cublasStatus_t submit_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                  int lda, int ldb, int ldc, float alpha, float beta, const void *A, const void *B,
+                                  void *C, int in)
+{
+    blas_args a = {.ta = ta == CUBLAS_OP_T, .tb = tb == CUBLAS_OP_T, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb};
+    a.ldc = ldc, a.alpha = alpha, a.beta = beta, a.A = A, a.B = B, a.C = C, a.in = in;
+    return submit(h, &a);
+}
+
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                            const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
                            float *C, int ldc)
 {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    int arow = ta == CUBLAS_OP_N ? m : k, brow = tb == CUBLAS_OP_N ? k : n;
-    if (m < 0 || n < 0 || k < 0 || lda < (arow > 1 ? arow : 1) || ldb < (brow > 1 ? brow : 1) ||
-        ldc < (m > 1 ? m : 1) || (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) ||
-        !alpha || !beta)
-        return CUBLAS_STATUS_INVALID_VALUE;
+    if (!gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc) || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
     if ((k && (!dev(A) || !dev(B))) || !dev(C)) return CUBLAS_STATUS_INVALID_VALUE; /* host memory given to the GPU */
-    blas_args a = {0,
-                   ta == CUBLAS_OP_T,
-                   tb == CUBLAS_OP_T,
-                   m,
-                   n,
-                   k,
-                   lda,
-                   ldb,
-                   ldc,
-                   0,
-                   0,
-                   *alpha,
-                   *beta,
-                   A,
-                   B,
-                   C,
-                   h->math == CUBLAS_TF32_TENSOR_OP_MATH ? IN_TF32 : IN_FP32,
-                   NULL,
-                   NULL,
-                   NULL,
-                   NULL};
-    return submit(h, &a);
+    return submit_gemm(h, ta, tb, m, n, k, lda, ldb, ldc, *alpha, *beta, A, B, C,
+                       h->math == CUBLAS_TF32_TENSOR_OP_MATH ? IN_TF32 : IN_FP32);
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -175,39 +170,15 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC &&
          (bf16 || compute != CUBLAS_COMPUTE_32F_FAST_TF32)))
         return CUBLAS_STATUS_NOT_SUPPORTED; /* the combinations mpiddp uses, as cuBLAS's table allows them */
-    int arow = ta == CUBLAS_OP_N ? m : k, brow = tb == CUBLAS_OP_N ? k : n;
-    if (m < 0 || n < 0 || k < 0 || lda < (arow > 1 ? arow : 1) || ldb < (brow > 1 ? brow : 1) ||
-        ldc < (m > 1 ? m : 1) || (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) ||
-        !alpha || !beta)
-        return CUBLAS_STATUS_INVALID_VALUE;
+    if (!gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc) || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
     if ((k && (!dev(A) || !dev(B))) || !dev(C)) return CUBLAS_STATUS_INVALID_VALUE;
     int tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
                (compute == CUBLAS_COMPUTE_32F && h->math == CUBLAS_TF32_TENSOR_OP_MATH);
-    blas_args a = {0,
-                   ta == CUBLAS_OP_T,
-                   tb == CUBLAS_OP_T,
-                   m,
-                   n,
-                   k,
-                   lda,
-                   ldb,
-                   ldc,
-                   0,
-                   0,
-                   *(const float *)alpha,
-                   *(const float *)beta,
-                   A,
-                   B,
-                   C,
-                   bf16   ? IN_BF16
-                   : tf32 ? IN_TF32
-                          : IN_FP32,
-                   NULL,
-                   NULL,
-                   NULL,
-                   NULL};
-    return submit(h, &a);
+    return submit_gemm(h, ta, tb, m, n, k, lda, ldb, ldc, *(const float *)alpha, *(const float *)beta, A, B, C,
+                       bf16   ? IN_BF16
+                       : tf32 ? IN_TF32
+                              : IN_FP32);
 }
 
 cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t t, int m, int n, const float *alpha, const float *A,

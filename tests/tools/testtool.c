@@ -11,6 +11,7 @@
 #include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/train/metrics.h"
 #include "mpiddp.h"
+#include "tests/unit/test_data.h"
 
 #include <hdf5.h>
 #include <math.h>
@@ -89,14 +90,7 @@ static int do_refdump(ddp_ctx *ctx, const char *out)
     /* step 1 with gradients averaged over the batch, then step 2 with the same gradients */
     double lr = 1e-2, wd = 0.01;
     for (int t = 1; t <= 2; t++) {
-        ddp_adamw_args a = {.lr = (float)lr,
-                            .beta1 = 0.9f,
-                            .beta2 = 0.999f,
-                            .eps = 1e-8f,
-                            .weight_decay = (float)wd,
-                            .bc1 = (float)(1 - pow(0.9, t)),
-                            .bc2_sqrt = (float)sqrt(1 - pow(0.999, t)),
-                            .gscale = 1.0f / B};
+        ddp_adamw_args a = test_adamw_step(lr, wd, t, 1.0f / B);
         be->adamw(be, p1, g, mm, vv, n, &a);
     }
     hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);

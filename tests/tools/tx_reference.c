@@ -6,6 +6,7 @@
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/comm/comm.h"
 #include "mpiddp.h"
+#include "tests/unit/test_data.h"
 
 #include <hdf5.h>
 #include <math.h>
@@ -105,14 +106,7 @@ int main(int argc, char **argv)
     if (ddp_ctx_backend(ctx, DDP_DEVICE_CPU, &be) != DDP_OK) DIE("%s", ddp_last_error());
     double lr = 1e-2, wd = 0.01;
     for (int t = 1; t <= 2; t++) { /* two steps with the batch-averaged gradient */
-        ddp_adamw_args a = {.lr = (float)lr,
-                            .beta1 = 0.9f,
-                            .beta2 = 0.999f,
-                            .eps = 1e-8f,
-                            .weight_decay = (float)wd,
-                            .bc1 = (float)(1 - pow(0.9, t)),
-                            .bc2_sqrt = (float)sqrt(1 - pow(0.999, t)),
-                            .gscale = 1.0f / B};
+        ddp_adamw_args a = test_adamw_step(lr, wd, t, 1.0f / B);
         if (be->adamw(be, p1, g, mm, vv, n, &a) != DDP_OK) DIE("%s", ddp_last_error());
     }
     hid_t f = H5Fcreate(argv[1], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);

@@ -16,6 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The AdamW step the tests take (the first step's bias corrections). */
+static const ddp_adamw_args ADAMW = {.lr = 1e-2f,
+                                     .beta1 = 0.9f,
+                                     .beta2 = 0.999f,
+                                     .eps = 1e-8f,
+                                     .weight_decay = 0.01f,
+                                     .bc1 = 0.1f,
+                                     .bc2_sqrt = 0.0316f,
+                                     .gscale = 1.0f};
+
 #define OK(call)                                                           \
     do {                                                                   \
         if ((call) != DDP_OK) fail_msg("%s: %s", #call, ddp_last_error()); \
@@ -123,14 +133,7 @@ static void weight_copy(void)
     memcpy(W2, P + off, N * K * 4);
     weights_case(P, off, W2, N, K, 0, "before adamw");
     /* adamw registers P and refreshes the copy; the update equals the fp32 backend's bit for bit */
-    ddp_adamw_args a = {.lr = 1e-2f,
-                        .beta1 = 0.9f,
-                        .beta2 = 0.999f,
-                        .eps = 1e-8f,
-                        .weight_decay = 0.01f,
-                        .bc1 = 0.1f,
-                        .bc2_sqrt = 0.0316f,
-                        .gscale = 1.0f};
+    ddp_adamw_args a = ADAMW;
     float *p32 = malloc(n * 4), *m32 = calloc(n, 4), *v32 = calloc(n, 4);
     memcpy(p32, P, n * 4);
     ddp_backend *ref = NULL;
@@ -251,14 +254,7 @@ static void gemm16_params(void)
     uint64_t seed = 8;
     for (int64_t i = 0; i < n; i++) h[i] = test_frand(&seed), G[i] = test_frand(&seed) * 0.1f;
     OK(cpu->upload(cpu, P, h, n * 4));
-    ddp_adamw_args a = {.lr = 1e-2f,
-                        .beta1 = 0.9f,
-                        .beta2 = 0.999f,
-                        .eps = 1e-8f,
-                        .weight_decay = 0.01f,
-                        .bc1 = 0.1f,
-                        .bc2_sqrt = 0.0316f,
-                        .gscale = 1.0f};
+    ddp_adamw_args a = ADAMW;
     OK(cpu->adamw(cpu, P, G, Mo, V, n, &a)); /* registers P: its bf16 copy is fresh */
     for (int i = 0; i < M * 64; i++) X[i] = test_frand(&seed);
     to16(X, X16, M * 64);
@@ -375,11 +371,11 @@ static void test_gemm(void **state)
         {203, 210, 67, 0}, {64, 48, 1000, 3}, {1, 1, 1, 0}, {33, 17, 129, 5}, {7, 300, 5, 1}};
     static const float ab[][2] = {{1.0f, 0.0f}, {1.0f, 1.0f}, {0.75f, -0.5f}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int ta = 0; ta < 2; ta++)
-            for (int tb = 0; tb < 2; tb++)
-                for (int k = 0; k < 3; k++)
-                    gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], ab[k][0], ab[k][1],
-                              17 + s * 16 + ta * 8 + tb * 4 + k);
+        for (int v = 0; v < 12; v++) { /* transposes and alpha/beta, in that order */
+            int ta = v / 6, tb = v / 3 % 2, k = v % 3;
+            gemm_case(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], ab[k][0], ab[k][1],
+                      17 + s * 16 + ta * 8 + tb * 4 + k);
+        }
     printf(
         "worst |c - ref| / T: %.3g of the rounded operands' double result (bound (K+3) 2^-24), %.3g of the unrounded\n",
         worst_acc, worst_round);
@@ -444,12 +440,6 @@ static int setup(void **state)
     OK(ddp_backend_cpu_create(1, &cpu));
     return 0;
 }
-static int teardown(void **state)
-{
-    (void)state;
-    cpu->destroy(cpu);
-    return 0;
-}
 
 int main(void)
 {
@@ -458,5 +448,7 @@ int main(void)
         cmocka_unit_test(test_weight_copy),  cmocka_unit_test(test_gemm16),        cmocka_unit_test(test_gemm16_params),
         cmocka_unit_test(test_back_to_fp32),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    int rc = cmocka_run_group_tests(tests, setup, NULL);
+    if (cpu) cpu->destroy(cpu);
+    return rc;
 }

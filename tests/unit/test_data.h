@@ -5,6 +5,7 @@
 
 #include "mpiddp.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -124,5 +125,15 @@ static inline void test_batch_free(test_batch *t)
     free(t->off), free(t->lab), free(t->ids), free(t->pad), free(t->x);
     t->off = t->lab = t->ids = NULL, t->pad = NULL, t->x = NULL;
 }
+
+#ifdef DDP_MATH_H /* programs that include the backend (ddp_adamw_args) */
+/* AdamW's arguments for optimizer step t (from 1) with PyTorch's bias corrections 1 - beta^t. */
+static inline ddp_adamw_args test_adamw_step(double lr, double wd, int t, float gscale)
+{
+    ddp_adamw_args a = {.lr = (float)lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = (float)wd};
+    a.bc1 = (float)(1 - pow(0.9, t)), a.bc2_sqrt = (float)sqrt(1 - pow(0.999, t)), a.gscale = gscale;
+    return a;
+}
+#endif
 
 #endif

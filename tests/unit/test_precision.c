@@ -17,6 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The AdamW step the tests take (the first step's bias corrections). */
+static const ddp_adamw_args ADAMW = {.lr = 0.01f,
+                                     .beta1 = 0.9f,
+                                     .beta2 = 0.999f,
+                                     .eps = 1e-8f,
+                                     .weight_decay = 0.01f,
+                                     .bc1 = 0.1f,
+                                     .bc2_sqrt = 0.0316227766f,
+                                     .gscale = 1.0f};
+
 #define OK(call)                                                           \
     do {                                                                   \
         if ((call) != DDP_OK) fail_msg("%s: %s", #call, ddp_last_error()); \
@@ -138,14 +148,7 @@ static void weights_case(void)
     float *dW = on_gpu(W, (size_t)nw), *dG = on_gpu(G, (size_t)nw), *dM = on_gpu(Z, (size_t)nw),
           *dV = on_gpu(Z, (size_t)nw);
     float *dX = on_gpu(X, (size_t)(M * K)), *dB = on_gpu(Z, (size_t)nw), *dC = on_gpu(Z, (size_t)(M * N));
-    ddp_adamw_args a = {.lr = 0.01f,
-                        .beta1 = 0.9f,
-                        .beta2 = 0.999f,
-                        .eps = 1e-8f,
-                        .weight_decay = 0.01f,
-                        .bc1 = 0.1f,
-                        .bc2_sqrt = 0.0316227766f,
-                        .gscale = 1.0f};
+    ddp_adamw_args a = ADAMW;
     OK(gpu->set_precision(gpu, DDP_PRECISION_BF16));
     /* the product with B (or A) inside the weights against the same values copied to dB, outside them */
     for (int stage = 0; stage < 4; stage++) {
@@ -309,14 +312,7 @@ static void gemm16_weights_case(void)
           *dV = on_gpu(Z, (size_t)nw);
     float *dX = on_gpu(X, (size_t)(M * K)), *dC = on_gpu(Z, (size_t)(M * N));
     uint16_t *dX16 = bf16_on_gpu(X, M, K, K, ldx);
-    ddp_adamw_args a = {.lr = 0.01f,
-                        .beta1 = 0.9f,
-                        .beta2 = 0.999f,
-                        .eps = 1e-8f,
-                        .weight_decay = 0.01f,
-                        .bc1 = 0.1f,
-                        .bc2_sqrt = 0.0316227766f,
-                        .gscale = 1.0f};
+    ddp_adamw_args a = ADAMW;
     OK(gpu->set_precision(gpu, DDP_PRECISION_BF16));
     OK(gpu->adamw(gpu, dW, dG, dM, dV, nw, &a)); /* the weights' bf16 copy is current */
     for (int asA = 0; asA < 2; asA++) {
