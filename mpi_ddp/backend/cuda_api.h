@@ -15,9 +15,9 @@ extern "C" {
 struct ddp_backend;
 typedef ddp_status (*ddp_set_error_fn)(ddp_status st, const char *fmt, ...);
 
-#define DDP_CUDA_API_VERSION                                                      \
-    4 /* 3: ddp_backend.set_precision; 4: its stage* and timer entries, launches, \
-       * compute_capability */
+/* The plugin ABI's version. 3: ddp_backend.set_precision; 4: its stage* and timer entries, launches,
+ * compute_capability. */
+#define DDP_CUDA_API_VERSION 4
 #define DDP_NCCL_ID_BYTES 128
 
 /* What the plugin exports (ddp_cuda_plugin_api). Streams, events and communicators are opaque. The same
