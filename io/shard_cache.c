@@ -118,10 +118,12 @@ static void init_budgets(int world)
     in->max_map_count = read_int_file("/proc/sys/vm/max_map_count", 65530);
     in->maps_at_start = count_maps();
     in->map_budget = in->max_map_count - in->maps_at_start - (4096 + in->max_map_count / 8);
-    in->knob_maps = ddp_knob_int(DDP_KNOB_MAX_SHARD_MAPS) > 0 ? ddp_knob_int(DDP_KNOB_MAX_SHARD_MAPS) : 0;
+    in->knob_maps = ddp_knob_int(DDP_KNOB_MAX_SHARD_MAPS);
+    if (in->knob_maps < 0) in->knob_maps = 0;
     if (in->knob_maps > 0 && in->knob_maps < in->map_budget) in->map_budget = in->knob_maps;
     if (in->map_budget < 4) in->map_budget = 4;
-    in->knob_open = ddp_knob_int(DDP_KNOB_MAX_OPEN_SHARDS) > 0 ? ddp_knob_int(DDP_KNOB_MAX_OPEN_SHARDS) : 0;
+    in->knob_open = ddp_knob_int(DDP_KNOB_MAX_OPEN_SHARDS);
+    if (in->knob_open < 0) in->knob_open = 0;
     in->max_open = in->fd_budget;
     if (in->knob_open > 0 && in->knob_open < in->max_open) in->max_open = in->knob_open;
     g.head.next = g.head.prev = &g.head;
