@@ -3,7 +3,7 @@
 #include "cli.h"
 
 #include "mpi_ddp/core/ctx.h"
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/train/runinfo.h"
 #include "mpi_ddp/core/status.h"
 

@@ -6,7 +6,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "mpi_ddp/backend/backend.h"
-#include "mpi_ddp/backend/backend_cpu_bf16.h"
+#include "mpi_ddp/backend/cpu/backend_cpu_bf16.h"
 #include "mpi_ddp/model/models.h"
 #include "mpi_ddp/train/checkpoint.h"
 #include "mpi_ddp/core/ctx.h"

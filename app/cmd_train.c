@@ -3,7 +3,7 @@
 #include "cli.h"
 
 #include "io/dataset.h"
-#include "mpi_ddp/backend/backend_cpu_bf16.h"
+#include "mpi_ddp/backend/cpu/backend_cpu_bf16.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/train/train_state.h"
 #include "slurm/preempt.h"

@@ -2,7 +2,7 @@
  * (0 success, 1 runtime error, 2 usage error). The only place besides the cmd_* files that prints. */
 #include "cli.h"
 #include "stop_signals.h"
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 
 #include "io/shard.h"
 

@@ -3,7 +3,7 @@
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/comm/comm.h"
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/comm/sync.h"
 #include "mpiddp.h"
 #include "bench_util.h"

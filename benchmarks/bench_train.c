@@ -4,7 +4,7 @@
 #include "io/loader.h"
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/model/models.h"
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/comm/sync.h"

@@ -2,7 +2,7 @@
  * error, never a hang, when a peer's init failed or the peer died. */
 #include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/core/settings.h"
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * backward keeps running while earlier buckets are reduced. */
 #include "mpi_ddp/comm/sync.h"
 
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/comm/watchdog.h"

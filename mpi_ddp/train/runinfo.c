@@ -2,8 +2,8 @@
  * open-shard budgets, whose use is added at the end of the run). */
 #include "mpi_ddp/train/runinfo.h"
 
-#include "mpi_ddp/backend/backend_cpu_dnnl.h"
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cpu/backend_cpu_dnnl.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 #include "io/shard_cache.h"
 

@@ -4,7 +4,10 @@ and its own, plus include/mpiddp.h and system headers:
 
     core  <-  slurm, backend  <-  comm  <-  io  <-  model  <-  train  <-  app, benchmarks, tests
 
-(slurm and backend use only core; io uses comm for the timed status agreement of its collectives.)
+(slurm and backend use only core; io uses comm for the timed status agreement of its collectives.) Inside
+backend, the shared headers (backend/) sit under its two implementations, backend/cpu and backend/cuda, which
+do not use each other; the emulator's backend_cuda*_emu.cpp, each one .cu compiled for the host, count as the
+.cu they compile.
 Checks two things and prints every break with file and line or symbol:
   1. includes: every #include "..." of the library's sources against the rule;
   2. calls (with BUILD, a configured and built tree): the library's object files' symbol tables (nm); each
@@ -24,19 +27,28 @@ import sys
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
 BUILD = sys.argv[2] if len(sys.argv) > 2 else None
 CORE = {"mpi_ddp/core"}
+BACKEND = {"mpi_ddp/backend", "mpi_ddp/backend/cpu", "mpi_ddp/backend/cuda"}
 ALLOWED = {
     "mpi_ddp/core": CORE,
     "slurm": CORE | {"slurm"},
-    "mpi_ddp/backend": CORE | {"mpi_ddp/backend", "tests/cuda_emu"},
-    "mpi_ddp/comm": CORE | {"slurm", "mpi_ddp/backend", "mpi_ddp/comm"},
-    "io": CORE | {"slurm", "mpi_ddp/backend", "mpi_ddp/comm", "io"},
-    "mpi_ddp/model": CORE | {"slurm", "mpi_ddp/backend", "mpi_ddp/comm", "io", "mpi_ddp/model"},
-    "mpi_ddp/train": CORE | {"slurm", "mpi_ddp/backend", "mpi_ddp/comm", "io", "mpi_ddp/model", "mpi_ddp/train"},
+    "mpi_ddp/backend": CORE | {"mpi_ddp/backend"},
+    "mpi_ddp/backend/cpu": CORE | {"mpi_ddp/backend", "mpi_ddp/backend/cpu"},
+    "mpi_ddp/backend/cuda": CORE | {"mpi_ddp/backend", "mpi_ddp/backend/cuda", "tests/cuda_emu"},
+    "mpi_ddp/comm": CORE | {"slurm", "mpi_ddp/comm"} | BACKEND,
+    "io": CORE | {"slurm", "mpi_ddp/comm", "io"} | BACKEND,
+    "mpi_ddp/model": CORE | {"slurm", "mpi_ddp/comm", "io", "mpi_ddp/model"} | BACKEND,
+    "mpi_ddp/train": CORE | {"slurm", "mpi_ddp/comm", "io", "mpi_ddp/model", "mpi_ddp/train"} | BACKEND,
     "tests/cuda_emu": {"tests/cuda_emu"},
 }
+EMU_TU = re.compile(r"^tests/cuda_emu/(backend_cuda\w*)_emu\.cpp$")
+
+
+def rule_of(folder, name):
+    """The folder whose rule a file keeps: an emulator translation unit keeps the CUDA backend's."""
+    return "mpi_ddp/backend/cuda" if EMU_TU.match(f"{folder}/{name}") else folder
 inc = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 bad, files = [], 0
-for folder, allowed in ALLOWED.items():
+for folder in ALLOWED:
     d = os.path.join(ROOT, folder)
     if not os.path.isdir(d):
         bad.append(f"{folder}: missing folder")
@@ -56,8 +68,8 @@ for folder, allowed in ALLOWED.items():
                 tdir = folder if os.path.exists(os.path.join(d, target)) else "tests/cuda_emu"
             else:
                 tdir = os.path.dirname(target)
-            if tdir not in allowed:
-                bad.append(f"{folder}/{name}:{n}: includes {target} ({tdir} is above {folder})")
+            if tdir not in ALLOWED[rule_of(folder, name)]:
+                bad.append(f"{folder}/{name}:{n}: includes {target} ({rule_of(folder, name)} may not use {tdir})")
 
 nobj = ncalls = 0
 if BUILD:
@@ -69,6 +81,9 @@ if BUILD:
                 continue
             path = os.path.join(dp, f)
             rel = path.split(".dir/", 1)[1][:-2] if ".dir/" in path else None
+            m = EMU_TU.match(rel or "")
+            if m:
+                rel = f"mpi_ddp/backend/cuda/{m.group(1)}.cu"
             if rel and os.path.dirname(rel) in ALLOWED and os.path.dirname(rel) != "tests/cuda_emu":
                 objs[rel] = path
     defined, used = {}, {}
@@ -98,7 +113,7 @@ if BUILD:
             why.setdefault((rel, tgt), s)
             src_dir, tgt_dir = os.path.dirname(rel), os.path.dirname(tgt)
             if tgt_dir not in ALLOWED[src_dir]:
-                bad.append(f"{rel}: uses {s} of {tgt} ({tgt_dir} is above {src_dir})")
+                bad.append(f"{rel}: uses {s} of {tgt} ({src_dir} may not use {tgt_dir})")
     # circles of calls between files: strongly connected components of more than one file (Tarjan)
     index, low, stack, on, comps = {}, {}, [], set(), []
 

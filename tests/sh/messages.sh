@@ -71,7 +71,7 @@ $PY -c "import torch; sd = torch.load('model.pt'); assert sorted(sd) == ['l1.bia
 # other, and never asked for a device): "no NVIDIA GPU found on HOST" where this machine has no NVIDIA device node;
 # everywhere, CUDA_VISIBLE_DEVICES="" says that it hides the GPUs
 mkdir -p bin && cp "$MPIDDP" bin/mpiddp
-api=$(sed -n 's/^#define DDP_CUDA_API_VERSION \([0-9]*\).*/\1/p' "$SRC/mpi_ddp/backend/cuda_api.h")
+api=$(sed -n 's/^#define DDP_CUDA_API_VERSION \([0-9]*\).*/\1/p' "$SRC/mpi_ddp/backend/cuda/cuda_api.h")
 printf 'static struct { int version, emulated; void *fn[64]; } api = {%s, 0, {0}};\nconst void *ddp_cuda_plugin_api(void *f) { (void)f; return &api; }\n' "$api" > plugin.c
 cc -shared -fPIC -o bin/libmpiddp_cuda.so plugin.c
 host=$(hostname)

@@ -4,7 +4,7 @@
 #ifndef DDP_TEST_CUDA_TEST_H
 #define DDP_TEST_CUDA_TEST_H
 
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "mpi_ddp/backend/backend.h"
-#include "mpi_ddp/backend/backend_cpu_dnnl.h"
+#include "mpi_ddp/backend/cpu/backend_cpu_dnnl.h"
 #include "test_data.h"
 
 #include <cblas.h>

@@ -2,7 +2,7 @@
  * (backend_cuda_enc.cu) against the CPU backend within derived rounding bounds; their bf16 and fused forms are
  * test_cuda_norm16.c's (helpers: test_cuda_norm.h). */
 #include "test_cuda_norm.h"
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "cuda_test.h"
 
 #include <math.h>

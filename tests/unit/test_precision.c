@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "mpi_ddp/backend/backend.h"
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "cuda_test.h"
 #include "test_data.h"
 

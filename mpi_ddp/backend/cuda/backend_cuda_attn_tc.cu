@@ -1,7 +1,7 @@
 /* backend_cuda_attn_tc.cu — the CUDA backend's packed attention on tensor cores (WMMA) for --precision tf32 and bf16,
  * heads up to TC_DMAX on sm_80 and later: the kernels, and the ops backend_cuda_attn.cu calls where
  * ddp_cuda_attention_tc says they apply. */
-#include "mpi_ddp/backend/backend_cuda_priv.h"
+#include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 
 #define TC_BQ 64 /* rows of a block: 4 warps of 16 */
 #define TC_BK 32 /* rows of a streamed tile */

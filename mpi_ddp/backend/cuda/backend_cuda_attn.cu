@@ -1,7 +1,7 @@
 /* backend_cuda_attn.cu — the CUDA backend's packed attention (attention_fwd/_bwd of the encoder's op table): the fp32
  * FlashAttention-2-style SIMT kernels, the reference kernels for heads wider than ATT_DMAX, and the ops, which hand
  * tf32 and bf16 to the tensor-core kernels of backend_cuda_attn_tc.cu where those apply. */
-#include "mpi_ddp/backend/backend_cuda_priv.h"
+#include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 
 #define ATT_BQ 64    /* rows per block: query rows (forward, dQ) or key rows (dK/dV), one thread each */
 #define ATT_BK 32    /* rows per shared tile */

@@ -1,7 +1,7 @@
 /* backend_cuda_state.c — the CUDA plugin's shared state: the error slot (status.h's ddp_plugin_set_error, through
  * which ddp_set_error reports inside the plugin) and the launch counter (backend_cuda_state.h).
  * A file of its own, at the bottom: every other plugin file uses it and it uses none, so no call circle forms. */
-#include "mpi_ddp/backend/backend_cuda_state.h"
+#include "mpi_ddp/backend/cuda/backend_cuda_state.h"
 #include "mpi_ddp/core/status.h"
 
 /* set by ddp_cuda_plugin_api (cuda_plugin.c) when the library loads the plugin */

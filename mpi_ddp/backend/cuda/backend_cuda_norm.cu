@@ -1,7 +1,7 @@
 /* backend_cuda_norm.cu — the CUDA backend's layernorm: the forward (y in fp32 or bf16, and fused with the residual:
  * residual_layernorm_fwd) and the backward, their kernels, and the ops the encoder's op table
  * (backend_cuda_enc.cu) holds. */
-#include "mpi_ddp/backend/backend_cuda_priv.h"
+#include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 
 #include <stdint.h>
 

@@ -1,7 +1,7 @@
 /* backend_cpu_dnnl.c — the CPU backend's oneDNN matmuls (issue #24): the probe, and per operand type an engine, a
  * stream and eight shape-agnostic primitives; at the transformer's shapes fp32 runs 1.08-1.17x OpenBLAS's sgemm and
  * bf16 about 2x (benchmarks/RESULTS.md, "CPU GEMMs"). Without oneDNN (no DDP_HAVE_DNNL) only the probe, saying no. */
-#include "mpi_ddp/backend/backend_cpu_dnnl.h"
+#include "mpi_ddp/backend/cpu/backend_cpu_dnnl.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 

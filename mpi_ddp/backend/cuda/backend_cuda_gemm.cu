@@ -1,7 +1,7 @@
 /* backend_cuda_gemm.cu — the CUDA backend's cuBLAS products: gemm, gemm16 and set_precision (fp32, or TF32 or bf16
  * operands with fp32 accumulation; the bf16 rounding kernel and the use of the weights' bf16 copy), and colsum (a gemv
  * over the ones). Here, below both its callers (backend_cuda.cu, backend_cuda_enc.cu), colsum closes no call circle. */
-#include "mpi_ddp/backend/backend_cuda_priv.h"
+#include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 
 #include <stdint.h>
 

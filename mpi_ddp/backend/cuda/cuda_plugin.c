@@ -2,12 +2,12 @@
  * NCCL (unique id, non-blocking init, polling, abort, allreduce), the stream/event calls gradient sync needs, and
  * the backend's creation and counters. The plugin's top file: it calls backend_cuda.cu and backend_cuda_state.c. */
 #include "mpi_ddp/backend/backend.h"
-#include "mpi_ddp/backend/backend_cuda_state.h"
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/backend_cuda_state.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 
-#include "mpi_ddp/backend/cuda_compat.h"
-#include "mpi_ddp/backend/cuda_checks.h"
+#include "mpi_ddp/backend/cuda/cuda_compat.h"
+#include "mpi_ddp/backend/cuda/cuda_checks.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -6,15 +6,15 @@
 
 extern "C" {
 #include "mpi_ddp/backend/backend.h"
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 }
-#include "mpi_ddp/backend/backend_cuda_state.h"
+#include "mpi_ddp/backend/cuda/backend_cuda_state.h"
 
 /* Every launch and cuBLAS compute call counts (ddp_cuda_launches, backend_cuda_state.c). */
 #define DDP_LAUNCH_NOTE() ((void)++ddp_cuda_launches)
-#include "mpi_ddp/backend/cuda_compat.h"
-#include "mpi_ddp/backend/cuda_checks.h"
+#include "mpi_ddp/backend/cuda/cuda_compat.h"
+#include "mpi_ddp/backend/cuda/cuda_checks.h"
 /* A failed allocation in the one-line format of cuda_checks.h, with its size, device and purpose (backend_cuda.cu,
  * backend_cuda_gemm.cu). */
 #define DDP_ALLOC_ERR_(call, e, bytes, dev, what)                                                                      \

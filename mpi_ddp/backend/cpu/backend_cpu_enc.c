@@ -2,7 +2,7 @@
  * bodies and their bf16-output "16" forms, and attention three exact ways, fused, gemm or tiled, picked per sample by
  * attn_method() below (docs/transformer.md, "How the CPU and GPU compute it"). */
 #include "mpi_ddp/backend/backend.h"
-#include "mpi_ddp/backend/backend_cpu_attn.h"
+#include "mpi_ddp/backend/cpu/backend_cpu_attn.h"
 #include "mpi_ddp/backend/bf16_round.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"

@@ -1,7 +1,7 @@
 /* backend_cpu_attn.c — the CPU backend's `tiled` attention (MPIDDP_ATTENTION=tiled), per sample and head: packed
  * blocks, query-row tiles whose scores stay in cache, one register-blocked micro-kernel (mk) for all products. Sums run
  * in an order fixed by (n, dh) only, so a sample's result is independent of its batch (docs/transformer.md). */
-#include "mpi_ddp/backend/backend_cpu_attn.h"
+#include "mpi_ddp/backend/cpu/backend_cpu_attn.h"
 #include "mpi_ddp/core/status.h"
 
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* backend_cpu_bf16.c — the CPU backend's --precision bf16 (issue #24): gemm and gemm16 on bf16 operands (nearest even)
  * accumulated in fp32 into the fp32 C, as the CUDA backend's cublasGemmEx does, through oneDNN or OpenBLAS, and the
  * parameters' bf16 copy AdamW refreshes (docs/transformer.md, "Precisions"); all else stays fp32 (backend_cpu.c). */
-#include "mpi_ddp/backend/backend_cpu_bf16.h"
-#include "mpi_ddp/backend/backend_cpu_dnnl.h"
+#include "mpi_ddp/backend/cpu/backend_cpu_bf16.h"
+#include "mpi_ddp/backend/cpu/backend_cpu_dnnl.h"
 #include "mpi_ddp/backend/bf16_round.h"
 #include "mpi_ddp/core/status.h"
 

@@ -1,7 +1,7 @@
 /* backend_cuda_enc.cu — the CUDA backend's Transformer encoder op table (ddp_cuda_enc_ops) and its element-wise
  * ops: embedding, bias + gelu + dropout, bias + dropout + residual and mean pooling, with their kernels. The table's
  * layernorm is backend_cuda_norm.cu, its attention backend_cuda_attn.cu. */
-#include "mpi_ddp/backend/backend_cuda_priv.h"
+#include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 
 #include <stdint.h>
 

@@ -2,8 +2,8 @@
  * OpenBLAS sgemm) and the element-wise loops of ddp_math.h. --precision bf16's gemm and gemm16 and the parameters'
  * bf16 copy are backend_cpu_bf16.c's, hooked in gemm, gemm16, adamw, upload, zero and release. */
 #include "mpi_ddp/backend/backend.h"
-#include "mpi_ddp/backend/backend_cpu_bf16.h"
-#include "mpi_ddp/backend/backend_cpu_dnnl.h"
+#include "mpi_ddp/backend/cpu/backend_cpu_bf16.h"
+#include "mpi_ddp/backend/cpu/backend_cpu_dnnl.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 

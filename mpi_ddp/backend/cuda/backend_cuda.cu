@@ -1,7 +1,7 @@
 /* backend_cuda.cu — the CUDA backend (in the plugin): its creation and op table, memory, copies, staging and timers
  * on its streams, and the MLP's kernels (bias + gelu, mean pooling, softmax cross-entropy, AdamW, sum of squares).
  * The GEMMs and column sums are backend_cuda_gemm.cu; the encoder's ops backend_cuda_enc.cu. */
-#include "mpi_ddp/backend/backend_cuda_priv.h"
+#include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 
 #include <stdio.h>
 #include <stdlib.h>

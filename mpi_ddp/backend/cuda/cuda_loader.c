@@ -2,7 +2,7 @@
  * libmpiddp_cudaemu.so) when set, else libmpiddp_cuda.so next to the executable, in ../lib beside it, in the build
  * tree, in the installed lib directory, then on the loader's search path. */
 #include "mpi_ddp/backend/backend.h"
-#include "mpi_ddp/backend/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/core/settings.h"
 
