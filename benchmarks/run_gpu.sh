@@ -6,7 +6,8 @@
 # Per configuration, the same batches on both sides: bench_train --device cuda --batches-out writes each
 # rank's sample indices per step, then benchmarks/peers/torch_tx.py trains exactly those on the same GPU
 #   - the MLP (H 256): PyTorch under bf16 autocast and in fp32 (rows, no padding: the MLP has none)
-#   - the transformer at d 256 L 4 (4 heads), d 512 L 8 (8 heads), then d 1024 L 12 (16 heads) if time allows,
+#   - the transformer at B 128 (d 512 L 8, d 1024 L 12: a batch that fills the GPU), then at B 32: d 256 L 4
+#     (4 heads), d 512 L 8 (8 heads), then d 1024 L 12 (16 heads) if time allows,
 #     ff 2d, lengths 16-512: PyTorch's padded nn.TransformerEncoder with the key padding mask under bf16
 #     autocast (SDPA), and PyTorch's packed path (--packed: varlen_attn, else nested jagged tensors + SDPA,
 #     else a per-sample loop; the one used is in the table)
@@ -15,8 +16,10 @@
 # Writes at most 5 files into OUT: gpu_bench.md (markdown, ready to paste under a dated "GPU (device kit)"
 # heading in benchmarks/RESULTS.md), gpu_train.csv, gpu_kernels.csv, gpu_allreduce.csv, and gpu_compute.csv
 # (mpiddp's compute per step: benchmarks/scaling_model.py --gpu-report gpu_compute.csv). Progress: lines
-# "== run_gpu: ...". Configurations whose estimated time does not fit before the deadline are skipped and
-# listed as skipped; every command is cut off at the deadline (less a reserve for the report).
+# "== run_gpu: ...". Configurations whose estimated time does not fit before the deadline are listed as
+# "not run"; every command is cut off at the deadline (less a reserve for the report), and one stopped there is
+# listed as "cut short", not as a failure. Exit 0 when every step ran and passed, 4 when the budget left some
+# not run or cut short and none failed, 1 when one failed (2, 3: usage, no GPU).
 #
 # One rank, one GPU (the peer runs as a single process, DDP over NCCL at world size 1; mpiddp under mpirun -np 1).
 # Environment: PY (python with torch and h5py; default the first of python3, /usr/local/bin/python3,
@@ -54,12 +57,21 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONDONTWRITEBYTECODE=1
 say() { echo "== run_gpu: $* ($(( $(date +%s) - T0 )) s)"; }
 left() { echo $(( DEADLINE - RESERVE - $(date +%s) )); }
 step_rec() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >> "$STEPS"; }
-# tcap SECONDS CMD...: CMD cut off at min(SECONDS, time left); 124 when cut off
+# tcap SECONDS CMD...: CMD cut off at min(SECONDS, time left); 124 when cut off. TCAP_BUDGET=1 when the time
+# left, not SECONDS, was the limit: a command stopped there was cut short by the budget, it did not fail.
 tcap() {
   local cap=$1 l; shift
-  l=$(left); [ "$l" -lt "$cap" ] && cap=$l
+  TCAP_BUDGET=0
+  l=$(left); [ "$l" -lt "$cap" ] && cap=$l TCAP_BUDGET=1
   [ "$cap" -lt 1 ] && return 124
   timeout -k 3 "$cap" "$@"
+}
+# status RC: of a command run by tcap: ok, "cut short" (the budget stopped it), TIMEOUT (its own limit), FAILED
+status() {
+  if [ "$1" = 0 ]; then echo ok
+  elif { [ "$1" = 124 ] || [ "$1" = 137 ]; } && [ "$TCAP_BUDGET" = 1 ]; then echo "cut short"
+  elif [ "$1" = 124 ] || [ "$1" = 137 ]; then echo TIMEOUT
+  else echo FAILED; fi
 }
 finish() {
   local rc=${1:-0}
@@ -145,7 +157,9 @@ if tcap 120 "$MPIRUN" -np $SYNTH_NP "$BUILD/mpiddp" synth --out "$DATA" --sample
      --min-rows "${LENS%-*}" --max-rows "${LENS#*-}" --shards 4 --seed 1 > "$W/synth.log" 2>&1; then
   step_rec synth ok $(( $(date +%s) - t )) "$NS samples, $LENS rows, D $D"
 else
-  cat "$W/synth.log" >&2; step_rec synth FAILED $(( $(date +%s) - t )); finish 1
+  rc=$?; st=$(status $rc); cat "$W/synth.log" >&2; step_rec synth "$st" $(( $(date +%s) - t ))
+  [ "$st" = "cut short" ] && finish 4
+  finish 1
 fi
 
 # ---------------------------------------------------------------- device memory sampler (nvidia-smi)
@@ -173,7 +187,7 @@ config() {
   local tag=${label// /_} rc t mem
   if [ "$(left)" -lt "$est" ]; then
     say "skip $label: about $est s needed, $(left) s left"
-    step_rec "$label" skipped 0 "about $est s needed, $(left) s left before the deadline"
+    step_rec "$label" "not run" 0 "about $est s needed, $(left) s left before the deadline"
     return
   fi
   local margs=(--model "$model" --hidden "$d" --precision "$MPREC")
@@ -185,7 +199,7 @@ config() {
       --warmup "$wu" --lens "$LENS" --device "$MDEV" --csv "$W/run-$tag.csv" --batches-out "$W/bt-$tag" > "$W/log-$tag.txt" 2>&1
   rc=$?; mem=$(mem_stop)
   sed 's/^/   /' "$W/log-$tag.txt" | grep -v '^   *$' | tail -4
-  local st=ok; [ $rc = 0 ] || st=$([ $rc = 124 ] || [ $rc = 137 ] && echo TIMEOUT || echo FAILED)
+  local st; st=$(status $rc)
   $PY "$REPO/benchmarks/report_gpu.py" add --train "$TRAIN" --raw "$W/run-$tag.csv" --log "$W/log-$tag.txt" --model "$model" \
       --config "$label" --lens "$LENS" --impl "mpiddp-$MDEV-$MPREC" --data "$DATA" --batches "$W/bt-$tag" --warmup "$wu" --steps "$s" \
       --layers "$L" --hidden "$d" --status "$st" --device-mib "$mem" --device-name "${GPU_NAME:-$MDEV}" --peaks "$PEAKS"
@@ -199,7 +213,7 @@ config() {
     [ "$kind" = packed ] && pargs+=(--packed)
     [ "$model" = mlp ] && pargs+=(--model mlp)
     port=$((port + 1)); t=$(date +%s); rm -f "$W/peer-$tag.csv"
-    if [ "$(left)" -lt 5 ]; then step_rec "$label: torch $v" skipped 0 "deadline"; continue; fi
+    if [ "$(left)" -lt 5 ]; then step_rec "$label: torch $v" "not run" 0 "the budget ran out"; continue; fi
     say "$label: PyTorch $v on $TDEV"
     mem_start
     tcap 120 "$PY" "$REPO/benchmarks/peers/torch_tx.py" --data "$DATA" --hidden "$d" \
@@ -207,7 +221,7 @@ config() {
         --port $port "${pargs[@]}" > "$W/plog-$tag-$v.txt" 2>&1
     rc=$?; mem=$(mem_stop)
     grep -v '^\[W' "$W/plog-$tag-$v.txt" | sed 's/^/   /' | tail -3
-    st=ok; [ $rc = 0 ] || st=$([ $rc = 124 ] || [ $rc = 137 ] && echo TIMEOUT || echo FAILED)
+    st=$(status $rc)
     $PY "$REPO/benchmarks/report_gpu.py" add --train "$TRAIN" --raw "$W/peer-$tag.csv" --model "$model" --config "$label" \
         --lens "$LENS" --impl "torch-$v" --data "$DATA" --batches "$W/bt-$tag" --warmup "$wu" --steps "$s" --layers "$L" \
         --hidden "$d" --status "$st" --device-mib "$mem" --device-name "${GPU_NAME:-$TDEV}" --peaks "$PEAKS"
@@ -218,7 +232,7 @@ config() {
 
 kernels() {
   local est=$1 t rc
-  if [ "$(left)" -lt "$est" ]; then step_rec bench_kernels skipped 0 "about $est s needed, $(left) s left"; say "skip bench_kernels"; return; fi
+  if [ "$(left)" -lt "$est" ]; then step_rec bench_kernels "not run" 0 "about $est s needed, $(left) s left"; say "skip bench_kernels"; return; fi
   local kargs=(--device "$MDEV" --reps 5 --csv "$KCSV" --precision "$MPREC")
   if [ "$TINY" = 1 ]; then kargs+=(--preset tiny); else kargs+=(--preset issue); fi
   local pk_tf=$PEAK_FP32; [ "$MPREC" = bf16 ] && pk_tf=$PEAK_BF16; [ "$MPREC" = tf32 ] && pk_tf=$PEAK_TF32
@@ -227,13 +241,13 @@ kernels() {
   t=$(date +%s)
   tcap 150 "$MPIRUN" -np 1 "$BUILD/benchmarks/bench_kernels" "${kargs[@]}" > "$W/kernels.txt" 2>&1; rc=$?
   grep '^#' "$W/kernels.txt" | sed 's/^/   /'
-  step_rec bench_kernels "$([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)")" $(( $(date +%s) - t )) "$(grep -c '^| ' "$W/kernels.txt") table lines"
+  step_rec bench_kernels "$(status $rc)$([ $rc = 0 ] || echo " (exit $rc)")" $(( $(date +%s) - t )) "$(grep -c '^| ' "$W/kernels.txt") table lines"
   [ $rc = 0 ] || tail -5 "$W/kernels.txt" >&2
 }
 
 allreduce() {
   local est=$1 t rc np=$NGPU dv=cuda e=256M
-  if [ "$(left)" -lt "$est" ]; then step_rec bench_allreduce skipped 0 "about $est s needed, $(left) s left"; say "skip bench_allreduce"; return; fi
+  if [ "$(left)" -lt "$est" ]; then step_rec bench_allreduce "not run" 0 "about $est s needed, $(left) s left"; say "skip bench_allreduce"; return; fi
   [ "$MDEV" = cpu ] && { dv=cpu; np=2; }
   [ "$MODE" = emu ] && np=1   # the emulator has one device
   [ "$TINY" = 1 ] && e=64K
@@ -241,7 +255,7 @@ allreduce() {
   t=$(date +%s)
   tcap 120 "$MPIRUN" -np "$np" "$BUILD/benchmarks/bench_allreduce" -d "$dv" -b 8 -e "$e" -f 4 -n 20 -w 5 -o "$ACSV" > "$W/allreduce.txt" 2>&1; rc=$?
   tail -4 "$W/allreduce.txt" | sed 's/^/   /'
-  step_rec "bench_allreduce -d $dv" "$([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)")" $(( $(date +%s) - t )) "np $np"
+  step_rec "bench_allreduce -d $dv" "$(status $rc)$([ $rc = 0 ] || echo " (exit $rc)")" $(( $(date +%s) - t )) "np $np"
 }
 
 # ---------------------------------------------------------------- the plan, most wanted first
@@ -255,11 +269,18 @@ elif [ "$TINY" = 1 ]; then
   config transformer "tx d64 L2" 64 2 4 8 3 1 1 bf16-pad bf16-packed
   allreduce 1
 else
+  # a batch that fills the GPU first (issue #32's targets), then the launch-bound B 32 rows
+  config transformer "tx d512 L8 B128" 512 8 8 128 12 3 75 bf16-pad bf16-packed
+  config transformer "tx d1024 L12 B128" 1024 12 16 128 8 2 110 bf16-pad bf16-packed
   config transformer "tx d256 L4" 256 4 4 32 30 5 45 bf16-pad bf16-packed
   config transformer "tx d512 L8" 512 8 8 32 20 3 60 bf16-pad bf16-packed
   kernels 30
   allreduce 15
   config mlp "mlp H256" 256 0 0 64 50 5 30 bf16-rows fp32-rows
   config transformer "tx d1024 L12" 1024 12 16 32 10 3 100 bf16-pad bf16-packed
+fi
+# exit: 1 when a step failed or passed its own limit, else 4 when the budget left steps not run or cut short, else 0
+if grep -q "	\(FAILED\|TIMEOUT\)" "$STEPS" 2>/dev/null; then finish 1
+elif grep -q "	\(cut short\|not run\)	" "$STEPS" 2>/dev/null; then finish 4
 fi
 finish 0

@@ -180,7 +180,7 @@ step() { # step NAME: closes the previous step in steps.csv (status from $1 of s
   STEP_NAME=$1 STEP_T=$(date +%s)
   say "== step $1 ($(el) s elapsed)"
 }
-step_end() { # step_end ok|FAILED|skipped [note]
+step_end() { # step_end ok|FAILED|skipped|'cut short' [note]
   local s=$1; shift
   printf '%s,%s,%d,%s\n' "$STEP_NAME" "$s" $(( $(date +%s) - STEP_T )) "$*" >> "$STEPS_CSV"
   say "   $STEP_NAME: $s ($(( $(date +%s) - STEP_T )) s)${*:+ — $*}"
@@ -308,7 +308,7 @@ run_kit() {
   LOG=$OUTD/log.txt STEPS_CSV=$OUTD/steps.csv
   : > "$LOG"; echo "step,status,seconds,note" > "$STEPS_CSV"
   local budget=${DEVICE_KIT_BUDGET:-530} work=${DEVICE_KIT_WORK:-/tmp/mpiddp-device-kit}
-  local deadline=$((T0 + budget)) rc_final=0
+  local deadline=$((T0 + budget)) rc_final=0 cut=0
   R=$work/root
   local B=$work/build
   say "device-kit run: $(hostname) $(date -u +%FT%TZ), $(nproc) cores, budget ${budget} s, prefix $R, build $B"
@@ -394,12 +394,12 @@ run_kit() {
   local left=$(( deadline - $(date +%s) ))
   local share=55; [ -n "${RUN_GPU_ONLY:-}" ] && share=90   # run_gpu.sh gets the rest (a tenth for the kernel table alone)
   if [ "$runbench" = 1 ] && [ -f "$REPO/benchmarks/run_gpu.sh" ]; then left=$(( left * share / 100 )); fi
-  if BUILD=$B GPU_CHECK_NO_BUILD=1 GPU_CHECK_NO_DEPS=1 REPORT=$LOG GPU_CHECK_APPEND=1 GPU_CHECK_CSV_DIR=$OUTD \
-     GPU_CHECK_BENCH=$bench GPU_CHECK_DEADLINE=$(( $(date +%s) + left )) bash "$REPO/scripts/gpu-check.sh"; then
-    step_end ok
-  else
-    step_end FAILED "$(grep -c '^FAILED' "$LOG") failed step(s); see report.md"; rc_final=1
-  fi
+  local rc_gc=0 verdict
+  BUILD=$B GPU_CHECK_NO_BUILD=1 GPU_CHECK_NO_DEPS=1 REPORT=$LOG GPU_CHECK_APPEND=1 GPU_CHECK_CSV_DIR=$OUTD \
+    GPU_CHECK_BENCH=$bench GPU_CHECK_DEADLINE=$(( $(date +%s) + left )) bash "$REPO/scripts/gpu-check.sh" || rc_gc=$?
+  verdict=$(. "$REPO/scripts/steps.sh" && steps_verdict $rc_gc "$LOG")
+  step_end "${verdict%%|*}" "${verdict#*|}"
+  case ${verdict%%|*} in FAILED) rc_final=1 ;; "cut short") cut=1 ;; esac
 
   step "benchmarks (benchmarks/run_gpu.sh)"
   if [ "$runbench" = 0 ]; then
@@ -407,17 +407,23 @@ run_kit() {
   elif [ -f "$REPO/benchmarks/run_gpu.sh" ]; then
     left=$(( deadline - $(date +%s) ))
     if [ $left -lt 20 ]; then
-      step_end skipped "no time left"
+      step_end "not run" "no time left"; cut=1
     elif MPIDDP_KIT=1 MPIDDP_DEADLINE=$deadline timeout -k 5 "$left" bash "$REPO/benchmarks/run_gpu.sh" "$OUTD" "$B" 2>&1 | tee -a "$LOG"; then
       step_end ok
     else
-      step_end FAILED "exit ${PIPESTATUS[0]}"; rc_final=1
+      local rc_b=${PIPESTATUS[0]}
+      if [ "$rc_b" = 124 ] || [ "$rc_b" = 137 ] || [ "$rc_b" = 4 ]; then
+        step_end "cut short" "the budget ran out: see the steps table of gpu_bench.md"; cut=1
+      else step_end FAILED "exit $rc_b"; rc_final=1; fi
     fi
   else
     step_end skipped "benchmarks/run_gpu.sh does not exist yet"
   fi
   write_report "$OUTD" "$B" ""
-  say "device-kit: $([ $rc_final = 0 ] && echo "all passed" || echo "FAILURES"): $OUTD/report.md ($(el) s)"
+  local verdict="all passed"
+  [ "$cut" = 1 ] && verdict="passed what ran; some steps not run (the budget ran out)"
+  [ $rc_final = 0 ] || verdict=FAILURES
+  say "device-kit: $verdict: $OUTD/report.md ($(el) s)"
   exit $rc_final
 }
 
@@ -438,9 +444,9 @@ write_report() { # write_report OUT BUILD NOTE: report.md; at most 8 files under
     echo "| step | result | seconds | note |"
     echo "|---|---|---|---|"
     tail -n +2 "$STEPS_CSV" | awk -F, '{n = $4; for (i = 5; i <= NF; i++) n = n "," $i; print "| " $1 " | " $2 " | " $3 " | " n " |"}'
-    if grep -q '^\(ok\|FAILED\|TIMEOUT\|SKIPPED\)' "$LOG"; then
+    if grep -q '^\(ok\|FAILED\|TIMEOUT\|SKIPPED\|NOT RUN\)' "$LOG"; then
       echo; echo "## gpu-check"; echo; echo '```'
-      grep -E '^(== |ok|FAILED|TIMEOUT|SKIPPED|PASS|FAIL|gpu-check:|mpiddp |  )' "$LOG" | grep -v '^== step' | cut -c1-220 | head -150
+      grep -E '^(== |ok|FAILED|TIMEOUT|SKIPPED|NOT RUN|PASS|FAIL|gpu-check:|mpiddp |  )' "$LOG" | grep -v '^== step' | cut -c1-220 | head -150
       echo '```'
     fi
     if grep -q '^FAILED' "$LOG"; then

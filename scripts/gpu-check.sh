@@ -13,8 +13,8 @@
 # Knobs (scripts/device-kit.sh run sets them): BUILD (build-gpu); GPU_CHECK_NO_BUILD=1 (use BUILD as it
 # is); GPU_CHECK_NO_DEPS=1 (never call scripts/deps.sh); GPU_CHECK_APPEND=1 (append to REPORT);
 # GPU_CHECK_CSV_DIR (where the benchmark CSVs go; default BUILD); GPU_CHECK_BENCH=0 (no benchmarks);
-# GPU_CHECK_DEADLINE (epoch seconds: every step is cut to the time left, and steps that cannot start
-# are reported as TIMEOUT).
+# GPU_CHECK_DEADLINE (epoch seconds: every step is cut to the time left; steps it keeps from starting or
+# cuts short are reported NOT RUN and make the exit 4, not a failure, when every step that ran passed).
 set -uo pipefail
 SELF=$(realpath "$0")
 cd "$(dirname "$0")/.."
@@ -72,28 +72,15 @@ if ! ls /dev/nvidia* >/dev/null 2>&1 && [ ! -e /proc/driver/nvidia/gpus ]; then
   exit 0
 fi
 [ "${GPU_CHECK_APPEND:-0}" = 1 ] || : > "$REPORT"
-failed=0
-DEADLINE=${GPU_CHECK_DEADLINE:-$((T0 + 86400))}
+. "$PWD/scripts/steps.sh"
+STEPS_REPORT=$REPORT STEPS_DEADLINE=${GPU_CHECK_DEADLINE:-$((T0 + 86400))}
 section() { printf '\n== %s (%d s)\n' "$*" $(( $(date +%s) - T0 )) | tee -a "$REPORT"; }
-run_t() { # run_t SECONDS CMD...: output into the report; a failure or a timeout is counted, never skipped
-  local t=$1; shift
-  local left=$(( DEADLINE - $(date +%s) ))
-  [ "$left" -lt "$t" ] && t=$left
-  if [ "$t" -le 5 ]; then echo "TIMEOUT (not started, no time left): $*" | tee -a "$REPORT"; failed=$((failed + 1)); return 0; fi
-  local s; s=$(date +%s)
-  timeout -k 10 "$t" "$@" >>"$REPORT" 2>&1; local rc=$?
-  local took=$(( $(date +%s) - s ))
-  if [ $rc = 124 ] || [ $rc = 137 ]; then echo "TIMEOUT (${t} s): $*" | tee -a "$REPORT"; failed=$((failed + 1))
-  elif [ $rc != 0 ]; then echo "FAILED ($rc, ${took} s): $*" | tee -a "$REPORT"; failed=$((failed + 1))
-  else echo "ok (${took} s): $*" | tee -a "$REPORT"; fi
-  return 0
-}
 run() { run_t 600 "$@"; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 section "machine"
 { hostname; date -u; nvidia-smi -L; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv; } >>"$REPORT" 2>&1 ||
-  { echo "FAILED: nvidia-smi" | tee -a "$REPORT"; failed=$((failed + 1)); }
+  steps_fail nvidia-smi
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "GPUs: $ngpu" | tee -a "$REPORT"
 # The tests' helpers call /usr/bin/python3; where that one lacks h5py and numpy but the python3 on PATH
@@ -145,7 +132,7 @@ fi
 section "compute-sanitizer: memcheck, racecheck, synccheck over test_cuda_backend, test_cuda_norm and test_cuda_attn; memcheck over short training runs (fp32, and the transformer at bf16)"
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -z "$CS" ]; then
-  echo "FAILED: compute-sanitizer not found (CUDA toolkit's bin/)" | tee -a "$REPORT"; failed=$((failed + 1))
+  steps_fail "compute-sanitizer not found (CUDA toolkit's bin/)"
 else
   # --report-api-errors no: the sanitizer looks for memory errors, races and barrier misuse. A CUDA call that
   # returns an error is the program's to check (mpiddp checks every one and fails with its name; the tests
@@ -187,6 +174,6 @@ if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   rm -rf "$W"
 fi
 section "result"
-if [ $failed = 0 ]; then echo "gpu-check: all passed" | tee -a "$REPORT"; else echo "gpu-check: $failed step(s) FAILED" | tee -a "$REPORT"; fi
+steps_result gpu-check; rc=$?
 echo "report: $REPORT"
-[ $failed = 0 ]
+exit $rc

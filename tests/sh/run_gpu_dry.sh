@@ -3,7 +3,7 @@
 # in bf16 and fp32) → bench_kernels → bench_allreduce → report_gpu.py. mpiddp runs --device cuda on the host
 # emulator where the build has libmpiddp_cudaemu.so (-DMPIDDP_CUDA_EMULATION=ON), else --device cpu; PyTorch
 # runs on the CPU. Checks: exit 0, at most 5 files in OUT, every configuration ok on both sides, the tables'
-# columns, and that the peer's default CPU row (run_tx.sh's format) is unchanged: 24 columns, impl torch-ddp.
+# columns, a budget cut reported as "cut short" with exit 4, and that the peer's default CPU row (run_tx.sh's format) is unchanged: 24 columns, impl torch-ddp.
 # No timing claim.
 . "$(dirname "$0")/lib.sh"
 $PY -c "import torch, h5py, numpy" 2>/dev/null || { echo "SKIP: torch/h5py missing for $PY"; exit 77; }
@@ -79,6 +79,16 @@ if [ "$mode" = emu ]; then
   grep -q "check against the cpu backend: ok" kb.txt || fail "bench_kernels bf16 check"
   expect_rc 2 "$BENCH_DIR/bench_kernels" --device cuda --preset tiny --reps 1 --precision fp16
 fi
+# a budget spent before the first command: the synthetic data is cut short, nothing else runs, exit 4 (not a
+# failure), and the report lists the steps as cut short / not run
+set +e
+RUN_GPU_DEVICE=$mode RUN_GPU_TINY=1 RUN_GPU_BUDGET=0 RUN_GPU_RESERVE=0 RUN_GPU_WORK=$WORK/cut PY=$PY \
+  bash "$SRC/benchmarks/run_gpu.sh" "$WORK/cutout" "$BUILD" > cut.log 2>&1
+rc=$?
+set -e
+[ $rc = 4 ] || { tail -20 cut.log; fail "run_gpu.sh with no budget exited $rc, expected 4 (cut short)"; }
+grep -q "| synth | cut short |" "$WORK/cutout/gpu_bench.md" || { cat "$WORK/cutout/gpu_bench.md"; fail "synth not listed as cut short"; }
+grep -q "FAILED\|TIMEOUT" "$WORK/cutout/gpu_bench.md" && fail "a budget cut reported as a failure"
 # the peer without the new options: run_tx.sh's row, 24 columns, impl torch-ddp
 S=$WORK/scratch
 $PY "$SRC/benchmarks/peers/torch_tx.py" --data "$S/data" --hidden 32 --layers 2 --heads 4 --batches "$S/bt-tx_d32_L2" \
