@@ -27,6 +27,7 @@ extern ddp_backend *cpu, *gpu; /* created by test_cuda_backend.c's group setup *
 
 /* the test cases of test_cuda_backend_enc.c */
 void test_enc_ops(void **state);
+void test_pool_mean(void **state);
 void test_attention_tiles(void **state);
 void test_transformer_steps(void **state);
 

@@ -271,6 +271,7 @@ int main(void)
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_loss_optim),
         cmocka_unit_test(test_enc_ops),
+        cmocka_unit_test(test_pool_mean), /* mean pooling across widths and lengths */
         cmocka_unit_test(test_attention_tiles),
         cmocka_unit_test(test_transformer_steps),
         cmocka_unit_test(test_model_steps),

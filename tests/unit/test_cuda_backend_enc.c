@@ -288,3 +288,48 @@ void test_transformer_steps(void **state)
     twin_close(&t);
     free(x);
 }
+
+/* Mean pooling on widths that take both of the kernel's paths (float4 and scalar) and several column blocks, over
+ * samples of 1 to 70 rows (more than the kernel's 8 row-parallel warps): within the bound of two fp32 sums of the
+ * same n terms in different orders (docs/transformer.md), and bitwise equal across two runs (one fixed order). */
+void test_pool_mean(void **state)
+{
+    (void)state;
+    enum { B = 9 };
+    const int64_t widths[] = {264, 130, 1};
+    int64_t o[B + 1];
+    test_random_offsets(o, B, 11, 4, 1, 35); /* every fourth sample one row long */
+    test_pack pk;
+    test_pack_offsets(&pk, o, B, 0, 1);
+    ddp_packing pc = {
+        .B = B, .R = pk.R, .off = pk.off, .seg = pk.seg, .sid = pk.sid, .hoff = pk.off, .max_rows = pk.max_rows};
+    ddp_packing pg = pc;
+    pg.off = dev(pk.off, sizeof o);
+    for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+        const int64_t d = widths[k], R = pk.R;
+        float *x = test_rnd(R * d, 20 + k, 3, 0.5f), *y = calloc((size_t)(B * d), 4);
+        void *xg = dev(x, (size_t)(R * d) * 4), *yg, *y2g;
+        OK(gpu->alloc(gpu, &yg, (size_t)(B * d) * 4));
+        OK(gpu->alloc(gpu, &y2g, (size_t)(B * d) * 4));
+        OK(cpu->enc->pool_mean_fwd(cpu, x, y, &pc, d));
+        OK(gpu->enc->pool_mean_fwd(gpu, xg, yg, &pg, d));
+        OK(gpu->enc->pool_mean_fwd(gpu, xg, y2g, &pg, d));
+        float *a = host_of(yg, B * d), *b2 = host_of(y2g, B * d);
+        for (int64_t q = 0; q < B; q++) /* two fp32 sums of n terms: 2 (n + 2) u sum|x| / n apart, + the scaling */
+            for (int64_t c = 0; c < d; c++) {
+                int64_t n = o[q + 1] - o[q];
+                double mag = 0;
+                for (int64_t r = o[q]; r < o[q + 1]; r++) mag += fabs(x[r * d + c]);
+                double bound = (2.0 * (double)(n + 2) * mag / (double)n + 2.0 * fabs(y[q * d + c])) / 16777216.0;
+                if (!(fabs((double)a[q * d + c] - y[q * d + c]) <= bound))
+                    fail_msg(
+                        "pool_mean_fwd d %lld sample %lld (%lld rows) column %lld: cuda %.9g vs cpu %.9g, bound %.3g",
+                        (long long)d, (long long)q, (long long)n, (long long)c, a[q * d + c], y[q * d + c], bound);
+            }
+        assert_memory_equal(a, b2, (size_t)(B * d) * 4);
+        free(a), free(b2), free(x), free(y);
+        gpu->release(gpu, xg), gpu->release(gpu, yg), gpu->release(gpu, y2g);
+    }
+    gpu->release(gpu, (void *)pg.off);
+    test_pack_free(&pk);
+}

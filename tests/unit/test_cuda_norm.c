@@ -19,9 +19,10 @@ const ddp_enc_ops *C, *G;
  *   - element-wise results (embedding, gelu, dropout, residual, pooling backward, layernorm y, mean, rstd) are
  *     the same expressions on both sides (kern_enc.h; the forward statistics are summed in the CPU's order):
  *     8u x magnitude (a few roundings; the plugin compiles these kernels without FMA, so on a GPU they are
- *     usually the CPU's bits); gelu through erfc, 2 (x^2 + 36) u of gelu and of each term of gelu' (its
- *     exponent's rounding; gelu' cancels near x = -0.75), carried into gelu_erf_bwd; dropout masks are compared exactly
- *     (an element is zero on the GPU iff on the CPU, and the kept fraction is about 1 - p);
+ *     usually the CPU's bits, and the layernorm's mean and rstd must be); gelu through erfc, 2 (x^2 + 36) u of
+ *     gelu and of each term of gelu' (its exponent's rounding; gelu' cancels near x = -0.75), carried into
+ *     gelu_erf_bwd; dropout masks are compared exactly (an element is zero on the GPU iff on the CPU, and the
+ *     kept fraction is about 1 - p);
  *   - a sum of n fp32 terms in any order is within (n - 1) u sum|t| of the exact sum, so two sums in different
  *     orders (CPU: row order; GPU: chunks, then the chunk sums) differ by at most 2(n + 2) u sum|t|: dw, db,
  *     dbias (n = R), mean pooling (n = rows of the sample); layernorm dx, whose two row sums (n = d) run as a
@@ -116,6 +117,14 @@ static void layernorm_case(int64_t R, int64_t d, int misalign)
     WITHIN(what, yg + m, y, my, n, 8 * U);
     WITHIN("layernorm mean", mug, mu, mmu, R, 8 * U);
     WITHIN("layernorm rstd", rsg, rs, mrs, R, 8 * U);
+    { /* the statistics are the CPU's additions in the CPU's order (16 lanes, one fold): the same bits */
+        float *gm = down(mug, R), *gr = down(rsg, R);
+        for (int64_t r = 0; r < R; r++)
+            if (memcmp(&gm[r], &mu[r], 4) || memcmp(&gr[r], &rs[r], 4))
+                fail_msg("layernorm R %lld d %lld row %lld: mean %.9g rstd %.9g, the CPU's %.9g %.9g", (long long)R,
+                         (long long)d, (long long)r, gm[r], gr[r], mu[r], rs[r]);
+        free(gm), free(gr);
+    }
     /* backward twice: dx, dw and db accumulate (+=) onto their non-zero starting values */
     for (int k = 0; k < 2; k++) {
         OK(C->layernorm_bwd(cpu, dy, x, w, mu, rs, dx, dw, db, R, d));

@@ -136,15 +136,36 @@ __global__ void k_part_sum(const float *part, float *dbias, int64_t nchunks, int
     dbias[c] += s;
 }
 
-/* one block per sample, threads over columns, rows in order */
-__global__ void k_pool_mean_fwd(const float *x, float *out, const int64_t *off, int64_t d)
+/* Mean pooling: a block per (sample, 32 x V columns). Its POOL_WARPS warps take every POOL_WARPS-th row of the
+ * sample, each lane V adjacent columns (coalesced, float4 where aligned), so the rows are read in parallel; the
+ * partial sums meet in shared memory and warp 0 adds them in warp order. A fixed order: runs are bitwise equal;
+ * it differs from the CPU's single running sum by rounding only (docs/transformer.md states the bound). */
+#define POOL_WARPS 8
+template <int V> __global__ void k_pool_mean_fwd(const float *x, float *out, const int64_t *off, int64_t d)
 {
-    int64_t s = blockIdx.x, lo = off[s], hi = off[s + 1];
-    float inv = 1.0f / (float)(hi - lo);
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-        float acc = 0.0f;
-        for (int64_t r = lo; r < hi; r++) acc += x[r * d + c];
-        out[s * d + c] = acc * inv;
+    __shared__ float part[POOL_WARPS][32 * V];
+    const int64_t s = blockIdx.x, lo = off[s], hi = off[s + 1];
+    const int lane = (int)threadIdx.x & 31, w = (int)threadIdx.x >> 5;
+    const int64_t c = ((int64_t)blockIdx.y * 32 + lane) * V;
+    float acc[V];
+    for (int j = 0; j < V; j++) acc[j] = 0.0f;
+    if (c < d)
+        for (int64_t r = lo + w; r < hi; r += POOL_WARPS) {
+            float v[V];
+            vld<V>(x + r * d, c, v);
+            for (int j = 0; j < V; j++) acc[j] += v[j];
+        }
+    for (int j = 0; j < V; j++) part[w][lane * V + j] = acc[j];
+    __syncthreads();
+    if (w == 0 && c < d) {
+        const float inv = 1.0f / (float)(hi - lo);
+        float o[V];
+        for (int j = 0; j < V; j++) {
+            float t = part[0][lane * V + j];
+            for (int k = 1; k < POOL_WARPS; k++) t += part[k][lane * V + j];
+            o[j] = t * inv;
+        }
+        vst<V>(out + s * d, c, o);
     }
 }
 
@@ -287,8 +308,13 @@ static ddp_status cu_residual_bwd(ddp_backend *b, const float *dh, float *dt, fl
 
 static ddp_status cu_pool_mean_fwd(ddp_backend *b, const float *x, float *out, const ddp_packing *pack, int64_t d)
 {
-    if (pack->B > 0) {
-        DDP_LAUNCH(k_pool_mean_fwd, (unsigned)pack->B, row_threads(d), 0, cuda_of(b)->stream, x, out, pack->off, d);
+    if (pack->B > 0 && d > 0) {
+        const int v = vec_width(d, x, out, NULL, NULL);
+        const dim3 grid((unsigned)pack->B, (unsigned)((d / v + 31) / 32));
+        if (v == 4)
+            DDP_LAUNCH(k_pool_mean_fwd<4>, grid, 32 * POOL_WARPS, 0, cuda_of(b)->stream, x, out, pack->off, d);
+        else
+            DDP_LAUNCH(k_pool_mean_fwd<1>, grid, 32 * POOL_WARPS, 0, cuda_of(b)->stream, x, out, pack->off, d);
         LAUNCH_CHECK();
     }
     return DDP_OK;

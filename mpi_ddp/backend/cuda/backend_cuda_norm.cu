@@ -39,16 +39,35 @@ static __device__ inline void block_sum2(float *a, float *b, float (*sh)[LN_THRE
 }
 
 /* ------------------------------------------------------------------ kernels */
-/* The mean and rstd of row xr in the CPU's order (ddp_layernorm_stats of kern_enc.h: 16 lanes of sequential sums,
- * then a fixed fold), by thread 0 over the row staged in shared memory (sh, d <= LN_SMEM) or over memory; returned
- * to every thread. Summed in the CPU's order so y matches the CPU twin to the last bits where its elements cancel
- * (another order moves the mean by an ulp, and y = xhat w + b near 0 by far more relative to itself). */
+/* The mean and rstd of row xr in the CPU's order (ddp_layernorm_stats of kern_enc.h: lane j of 16 sums the columns
+ * j, j + 16, ... in turn, then the lanes fold in halves), with those 16 lanes as 16 threads: each runs its own chain
+ * (consecutive threads read consecutive columns of the row staged in shared memory, sh, when d <= LN_SMEM, else of
+ * memory), and thread 0 folds the 16 sums as ddp_ln_fold does. The same additions in the same order: the CPU's
+ * bits (the plugin compiles this file without FMA contraction), d / 16 dependent adds a pass instead of d.
+ * Returned to every thread; blockDim.x >= DDP_LN_LANES. */
 static __device__ inline void row_stats(const float *xr, const float *sh, int64_t d, float *mean, float *rstd)
 {
-    __shared__ float st2[2];
-    if (threadIdx.x == 0) ddp_layernorm_stats(d <= LN_SMEM ? sh : xr, d, &st2[0], &st2[1]);
+    __shared__ float lane[DDP_LN_LANES], st2[2];
+    const float *x = d <= LN_SMEM ? sh : xr;
+    const int j = (int)threadIdx.x;
+    if (j < DDP_LN_LANES) {
+        float l = 0.0f;
+        for (int64_t c = j; c < d; c += DDP_LN_LANES) l += x[c];
+        lane[j] = l;
+    }
     __syncthreads();
-    *mean = st2[0];
+    if (j == 0) st2[0] = ddp_ln_fold(lane) / (float)d;
+    __syncthreads();
+    const float mu = st2[0];
+    if (j < DDP_LN_LANES) {
+        float l = 0.0f;
+        for (int64_t c = j; c < d; c += DDP_LN_LANES) l += (x[c] - mu) * (x[c] - mu);
+        lane[j] = l;
+    }
+    __syncthreads();
+    if (j == 0) st2[1] = 1.0f / sqrtf(ddp_ln_fold(lane) / (float)d + DDP_LN_EPS);
+    __syncthreads();
+    *mean = mu;
     *rstd = st2[1];
 }
 
