@@ -4,7 +4,9 @@
 
 #include "io/dataset.h"
 #include "mpi_ddp/backend/cpu/backend_cpu_bf16.h"
+#include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/train/plan.h"
 #include "mpi_ddp/train/train_state.h"
 #include "slurm/preempt.h"
 #include "stop_signals.h"
@@ -266,8 +268,13 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
                 if (st == DDP_OK) st = ddp_dataset_check_max_rows(ctx, tr, cfg.batch_rows, "--batch-rows");
                 if (st == DDP_OK) st = ddp_dataset_check_max_rows(ctx, va, cfg.batch_rows, "--batch-rows");
             }
-            if (st == DDP_OK) st = ddp_agree_status(ctx, ddp_model_create(ctx, got, &mc, &model));
             cfg.model_config = &mc;
+            if (st == DDP_OK && ddp_plan_wanted(got)) { /* the largest micro-batch the run reads, not the bound */
+                int64_t rows, samples, slack = ddp_knob_int(DDP_KNOB_TEST_PLAN_SLACK);
+                st = ddp_plan_max_batch(ctx, &cfg, tr, va, &rows, &samples);
+                mc.max_batch_rows = rows + slack > 0 ? rows + slack : 1, mc.max_batch_samples = samples;
+            }
+            if (st == DDP_OK) st = ddp_agree_status(ctx, ddp_model_create(ctx, got, &mc, &model));
         }
     }
     if (st == DDP_OK) {

@@ -8,6 +8,7 @@
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/comm/sync.h"
+#include "mpi_ddp/train/plan.h"
 #include "mpiddp.h"
 #include "bench_util.h"
 
@@ -77,6 +78,29 @@ static double sgemm_gflops(ddp_backend *be, int64_t M, int64_t H)
  * peer trains on, so both see the same batches. --precision fp32|tf32|bf16 (default fp32): the GEMMs' arithmetic, as
  * mpiddp train --precision; tf32 and bf16 need --device cuda, except the CPU's bf16 where the backend has it. Also
  * --device cpu|cuda, --bucket-mb M, --batch-rows N, --shuffle block with --shuffle-block-mb and --shuffle-window. */
+/* The largest micro-batch (rows, samples) of the first `total` steps of sampler sm, epoch after epoch from 0, as the
+ * timed loop reads them; sm is left at epoch 0. */
+static void plan_steps(ddp_sampler *sm, int64_t total, const int32_t *lens, int64_t *rows, int64_t *samples)
+{
+    int64_t *idx = calloc((size_t)sm->max_samples + 1, sizeof *idx), e = 0, k = 0;
+    uint8_t *pad = calloc((size_t)sm->max_samples + 1, 1);
+    if (!idx || !pad) DIE("alloc");
+    *rows = *samples = 1;
+    for (int64_t s = 0; s < total; s++, k++) {
+        if (k == sm->steps) {
+            if (ddp_sampler_set_epoch(sm, ++e) != DDP_OK) DIE("epoch");
+            k = 0;
+        }
+        int64_t n = 0, r = 0;
+        if (ddp_sampler_batch(sm, k, idx, pad, &n) != DDP_OK) DIE("batch plan");
+        for (int64_t i = 0; i < n; i++) r += lens[idx[i]];
+        if (r > *rows) *rows = r;
+        if (n > *samples) *samples = n;
+    }
+    if (ddp_sampler_set_epoch(sm, 0) != DDP_OK) DIE("epoch");
+    free(idx), free(pad);
+}
+
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
@@ -173,10 +197,16 @@ int main(int argc, char **argv)
         if (steps < 1)
             DIE("--steps 0 with --warmup %lld: the epoch has %lld steps", (long long)warmup, (long long)sm.steps);
     }
+    int64_t plan_rows = 0, plan_samples = 0; /* as mpiddp train: the workspace of the largest batch the steps read */
+    if (ddp_plan_wanted(dev)) {
+        if (!rowcounts && ddp_dataset_row_counts(ctx, ds, &rowcounts) != DDP_OK) DIE("row counts");
+        plan_steps(&sm, warmup + steps, rowcounts, &plan_rows, &plan_samples); /* before the loader's thread reads sm */
+    }
     ddp_loader *ld;
     if (ddp_loader_create(ds, &sm, 1, &ld) != DDP_OK) DIE("loader");
     ddp_model m;
     mc.max_batch_rows = ddp_loader_max_rows(ld), mc.max_batch_samples = B;
+    if (plan_rows > 0) mc.max_batch_rows = plan_rows, mc.max_batch_samples = plan_samples;
     ddp_precision pr = !strcmp(prec, "bf16")   ? DDP_PRECISION_BF16
                        : !strcmp(prec, "tf32") ? DDP_PRECISION_TF32
                                                : DDP_PRECISION_FP32;
@@ -393,6 +423,9 @@ int main(int argc, char **argv)
                (double)agg[0] / w, w * ms, tm[0] * ms, fwd * ms, bwd * ms, tm[2] * ms, tm[3] * ms, gf, sgs, rss, anon,
                cmax * ms, bal);
     }
+    if (t->rank == 0) /* the activation workspace: planned (MPIDDP_PLAN_BUFFERS) or the loader's bound */
+        printf("bench_train workspace: %lld rows, %s (bound %lld)\n", (long long)mc.max_batch_rows,
+               plan_rows > 0 ? "planned" : "the bound", (long long)ddp_loader_max_rows(ld));
     if (t->rank == 0) /* for the scaling model: the buckets, and the busiest rank's compute (token budgets) */
         printf("bench_train sync: %d buckets of %.4g MiB for %lld parameters; slowest rank's fwd+bwd %.3f ms\n",
                ddp_sync_num_buckets(sync), bucket_mb, (long long)n, cmax * 1e3 / (double)steps);

@@ -24,6 +24,7 @@
     I(CUDA_PREFETCH, 1, "0: upload each batch on the compute stream, no staging on a copy stream")            \
     I(NCCL_INIT_TIMEOUT, 0, "seconds NCCL start-up may take; 0: --collective-timeout if set, else 300")       \
     I(REQUEUE, 1, "0: train does not run scontrol requeue after a stop request")                              \
+    I(PLAN_BUFFERS, -1, "1: activations sized to the run's largest batch; 0: batch x longest; -1: GPU only")  \
     S(TEST_TRACE_SAMPLES, "test hook: PREFIX.r<rank> gets one line per trained micro-batch")                  \
     I(TEST_FIRST_STEP_DELAY_MS, 0, "test hook: the first training step sleeps this long first")               \
     I(TEST_STEP_DELAY_MS, 0, "test hook: every training step sleeps this long")                               \
@@ -35,7 +36,8 @@
     I(TEST_FAIL_ALLOC_RANK, 0, "test hook: the rank of TEST_FAIL_ALLOC")                                      \
     S(TEST_ALLOC_SITES, "test hook: PREFIX.r<rank> gets every allocation site reached")                       \
     I(TEST_GATHER_CHUNK, 134217728, "test hook: elements per message of the prediction gather")               \
-    I(TEST_DIE_IN_SAVE, 0, "test hook: rank 0 is killed between writing and renaming its N-th checkpoint")
+    I(TEST_DIE_IN_SAVE, 0, "test hook: rank 0 is killed between writing and renaming its N-th checkpoint")    \
+    I(TEST_PLAN_SLACK, 0, "test hook: rows added to the planned activation buffers (negative: fewer)")
 
 #define DDP_KNOB_ENUM_(name, ...) DDP_KNOB_##name,
 typedef enum { DDP_KNOBS(DDP_KNOB_ENUM_, DDP_KNOB_ENUM_) DDP_KNOB_COUNT } ddp_knob;

@@ -6,6 +6,7 @@
 #include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 #include "io/shard_cache.h"
+#include "mpi_ddp/train/plan.h"
 
 #include <cjson/cJSON.h>
 #include <hdf5.h>
@@ -117,6 +118,15 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
     if (!all) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
     MPI_CHECK(MPI_Gather(ctx->topo.host, 256, MPI_CHAR, hosts, 256, MPI_CHAR, 0, ctx->world));
     MPI_CHECK(MPI_Gather(mine, 4, MPI_INT, facts, 4, MPI_INT, 0, ctx->world));
+    /* the rows each rank's activation buffers hold (the model's workspace: docs/sizing.md); 0 for a caller's model */
+    int64_t arows = cfg->model_config ? cfg->model_config->max_batch_rows : 0, *arows_all = NULL;
+    if (ctx->topo.rank == 0 && !(arows_all = ddp_calloc((size_t)W, sizeof *arows_all))) ok = 0;
+    DDP_CHECK(ddp_all_ok(ctx, ok, &all));
+    if (!all) {
+        free(hosts), free(facts), free(arows_all);
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
+    }
+    MPI_CHECK(MPI_Gather(&arows, 1, MPI_INT64_T, arows_all, 1, MPI_INT64_T, 0, ctx->world));
     int64_t budgets[NBUDGET];
     DDP_CHECK(cache_budgets(ctx, budgets));
     ddp_status st = DDP_OK;
@@ -148,6 +158,7 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
             cJSON_AddNumberToObject(o, "node_id", facts[4 * r + 1]);
             cJSON_AddStringToObject(o, "device", facts[4 * r + 2] == DDP_DEVICE_CUDA ? "cuda" : "cpu");
             cJSON_AddNumberToObject(o, "cuda_device", facts[4 * r + 3]);
+            cJSON_AddNumberToObject(o, "activation_rows", (double)arows_all[r]);
             cJSON_AddItemToArray(ranks, o);
         }
         ddp_versions v;
@@ -185,6 +196,8 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         set_item(c, "drop_last", cJSON_CreateBool(cfg->drop_last));
         set_item(c, "bucket_mb", cJSON_CreateNumber(cfg->bucket_mb));
         set_item(c, "precision", cJSON_CreateString(ddp_precision_name(cfg->precision)));
+        /* the activation buffers: each rank's rows (ranks[].activation_rows), planned or batch x longest sample */
+        set_item(c, "buffer_plan", cJSON_CreateBool(cfg->model_config && ddp_plan_wanted(ctx->device)));
         cJSON_AddItemToObject(root, "config", c);
         if (train) cJSON_AddItemToObject(root, "train_data", info_json(train));
         if (val) cJSON_AddItemToObject(root, "val_data", info_json(val));
@@ -205,6 +218,7 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
     }
     free(hosts);
     free(facts);
+    free(arows_all);
     return ddp_agree_status(ctx, st);
 }
 

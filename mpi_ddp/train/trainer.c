@@ -14,6 +14,7 @@
 #include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/train/lr_schedule.h"
 #include "mpi_ddp/train/metrics.h"
+#include "mpi_ddp/train/plan.h"
 #include "mpi_ddp/train/progress.h"
 #include "mpi_ddp/train/runinfo.h"
 #include "mpi_ddp/core/status.h"
@@ -422,39 +423,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     ddp_sampler tsm = {0}, vsm = {0};
     ddp_loader *tl = NULL, *vl = NULL;
     ddp_status st = DDP_OK;
-    int64_t *sizes = ddp_calloc((size_t)train->nshards, sizeof *sizes);
-    if (!sizes) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld shard sizes", (long long)train->nshards);
-    for (int64_t i = 0; sizes && i < train->nshards; i++) sizes[i] = train->shards[i].meta.n;
-    if (sizes)
-        st = ddp_sampler_init(&tsm, c->sampling_shard ? DDP_SAMPLE_SHARD : DDP_SAMPLE_GLOBAL, train->info.num_samples,
-                              ctx->topo.size, ctx->topo.rank, c->seed, c->drop_last, c->batch_size, sizes,
-                              train->nshards);
-    free(sizes);
-    st = ddp_agree_status(ctx, st);
-    if (st != DDP_OK) return st;
-    DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&vsm, DDP_SAMPLE_SEQUENTIAL, val->info.num_samples, ctx->topo.size,
-                                                   ctx->topo.rank, c->seed, 0, c->batch_size, NULL, 0)));
-    if (c->batch_rows > 0 || c->shuffle_block) DDP_TRY(ddp_dataset_row_counts(ctx, train, &tr->lens_train));
-    if (c->shuffle_block) { /* blocks of consecutive samples within each shard, permuted per epoch */
-        int64_t *first = ddp_calloc((size_t)train->nshards + 1, sizeof *first);
-        if (!first) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
-        for (int64_t k = 0; k < train->nshards; k++) first[k] = train->shards[k].meta.first;
-        first[train->nshards] = train->info.num_samples;
-        st = ddp_sampler_set_blocks(&tsm, tr->lens_train, train->info.dim, first, train->nshards,
-                                    c->shuffle_block_mb * 1048576.0, c->shuffle_window);
-        free(first);
-        DDP_TRY(ddp_agree_status(ctx, st));
-    }
-    if (c->batch_rows > 0) { /* token budgets: every sample's rows, then the plans (docs/distributed.md) */
-        double sq = ddp_model_cost_sq(c->model_config); /* a user's own model: rows only */
-        DDP_TRY(ddp_dataset_check_max_rows(ctx, train, c->batch_rows, "--batch-rows"));
-        DDP_TRY(ddp_dataset_check_max_rows(ctx, val, c->batch_rows, "--batch-rows"));
-        DDP_TRY(ddp_dataset_row_counts(ctx, val, &tr->lens_val));
-        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&tsm, c->batch_rows, c->accumulate, tr->lens_train,
-                                                             train->info.max_sample_rows, sq)));
-        DDP_TRY(ddp_agree_status(
-            ctx, ddp_sampler_set_budget(&vsm, c->batch_rows, 1, tr->lens_val, val->info.max_sample_rows, sq)));
-    }
+    DDP_TRY(ddp_plan_samplers(ctx, c, train, val, 0, &tsm, &vsm, &tr->lens_train, &tr->lens_val));
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(train, &tsm, 1, &tl)));
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(val, &vsm, 1, &vl)));
     DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, ts->epoch)));
