@@ -65,7 +65,9 @@ static double memcpy_peak(void)
  * each kernel from it. --precision sets the backend's arithmetic (set_precision: the GEMMs and, on CUDA, attention's
  * tensor cores).
  *   bench_kernels [--device cpu|cuda] [--preset issue|tiny|tx] [--rows R] [--reps N] [--peak-gflops G] [--peak-gbs B]
- *                 [--check] [--csv FILE] [--only SUBSTRING] [--precision fp32|tf32|bf16]
+ *                 [--check] [--csv FILE] [--only SUBSTRING] [--precision fp32|tf32|bf16] [--lens-out FILE]
+ * --lens-out writes each encoder configuration's name, d, heads and sample lengths, one line each, tab-separated:
+ * benchmarks/peers/torch_attn.py times PyTorch's attention on the same batches.
  * Presets: issue = the MLP at H 256 and the encoder at d 256 (4 heads) and d 512 (8 heads), ff 2d, lengths 16-512
  * packed into about R rows (default 4096); tiny = H 16, d 32, lengths 2-12, ~64 rows (correctness); tx = run_tx.sh's
  * CPU encoder shapes: d 128 (4 heads) at lengths 16-256 and 4-64, d 256 (4 heads) at 16-256. --check runs each op once
@@ -76,7 +78,7 @@ int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
-    const char *device = "cpu", *preset = "issue", *csv = NULL, *only = NULL, *prec = "fp32";
+    const char *device = "cpu", *preset = "issue", *csv = NULL, *only = NULL, *prec = "fp32", *lens_out = NULL;
     int64_t rows = 4096, reps = 5;
     double peak_gf = 0, peak_gbs = 0;
     int check = 0;
@@ -85,7 +87,8 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: bench_kernels [--device cpu|cuda] [--preset issue|tiny|tx] [--rows R] [--reps N] "
                    "[--peak-gflops G] "
-                   "[--peak-gbs B] [--check] [--csv FILE] [--only SUBSTRING] [--precision fp32|tf32|bf16]\n"
+                   "[--peak-gbs B] [--check] [--csv FILE] [--only SUBSTRING] [--precision fp32|tf32|bf16] [--lens-out "
+                   "FILE]\n"
                    "  each backend op alone, best of N: shape, bytes and FLOPs per call, time, GB/s, GFLOP/s, fraction "
                    "of the\n"
                    "  roofline max(FLOPs/peak, bytes/bandwidth) (CPU default: sgemm and memcpy measured here; CUDA: "
@@ -112,6 +115,8 @@ int main(int argc, char **argv)
             peak_gbs = atof(v), i++;
         else if (!strcmp(a, "--csv"))
             csv = v, i++;
+        else if (!strcmp(a, "--lens-out"))
+            lens_out = v, i++;
         else if (!strcmp(a, "--only"))
             only = v, i++;
         else if (!strcmp(a, "--precision"))
@@ -179,6 +184,11 @@ int main(int argc, char **argv)
         bk_make_config(&cf[2], "enc", 512, 8, 16, 512, rows);
         ncf = 3;
     }
+    FILE *lf = lens_out ? fopen(lens_out, "w") : NULL;
+    if (lens_out && !lf) {
+        fprintf(stderr, "bench_kernels: cannot write %s\n", lens_out);
+        return 2;
+    }
     FILE *f = csv ? fopen(csv, "w") : NULL;
     if (csv && !f) {
         fprintf(stderr, "bench_kernels: cannot write %s\n", csv);
@@ -200,6 +210,12 @@ int main(int argc, char **argv)
         else
             snprintf(cname, sizeof cname, "enc d %lld h %lld, %lld rows (%lld-%lld)", (long long)c->w,
                      (long long)c->heads, (long long)c->R, (long long)c->lo, (long long)c->hi);
+        if (lf && strcmp(c->model, "mlp")) {
+            fprintf(lf, "%s\t%lld\t%lld\t", cname, (long long)c->w, (long long)c->heads);
+            for (int64_t b = 0; b < c->B; b++)
+                fprintf(lf, b ? ",%lld" : "%lld", (long long)(c->hoff[b + 1] - c->hoff[b]));
+            fputc('\n', lf);
+        }
         bufs q, qc;
         bk_bufs_create(&q, be, c);
         if (check) bk_bufs_create(&qc, cpu, c);
@@ -257,6 +273,10 @@ int main(int argc, char **argv)
         free(c->hoff);
     }
     if (f) fclose(f);
+    if (lf && fclose(lf) != 0) {
+        fprintf(stderr, "bench_kernels: cannot write %s\n", lens_out);
+        failed = 1;
+    }
     if (check)
         printf("\nbench_kernels: check against the cpu backend: %s (max relative difference <= %g)\n",
                failed ? "FAILED" : "ok", check_tol);

@@ -10,7 +10,7 @@ PyTorch on the same GPU and the same batches, the per-kernel table and the allre
       (PREFIX.r<rank>, one line of global sample indices per step, warmup steps first) and the dataset's
       offsets, so both sides get the same counts.
   report_gpu.py report --train CSV --kernels CSV --allreduce CSV --out MD [--meta FILE] [--steps FILE]
-                    [--compute CSV]
+                    [--compute CSV] [--attn CSV]
       writes the markdown (gpu_bench.md), and with --compute mpiddp's compute per step in the --gpu-report format
       of benchmarks/scaling_model.py (model,hidden,layers,rows_per_step,fwd_ms,bwd_ms,opt_ms).
 
@@ -224,6 +224,26 @@ def report(a):
             L.append("Furthest from the roofline: " + "; ".join(f"{r['op']} ({r['config']}) {fnum(r['roofline_frac']):.2f}" for r in worst) + ".")
     else:
         L.append("(not run)")
+    section(L, "Attention per layer, forward + backward: `bench_kernels` beside `peers/torch_attn.py`")
+    peer = read_csv(a.attn)
+    if kern and peer:
+        L.append("The same packed batches (bench_kernels --lens-out): mpiddp's attention_fwd + attention_bwd rows above, "
+                 "PyTorch's packed attention on one [R, 3, heads, dh] tensor (median of its reps). Target (issue #32): "
+                 "mpiddp ≤ 0.7 × PyTorch's varlen flash.")
+        L.append("")
+        L.append("| config | mpiddp fwd ms | mpiddp bwd ms | mpiddp ms | peer | peer fwd ms | peer bwd ms | peer ms | mpiddp ÷ peer |")
+        L.append("|---|---:|---:|---:|---|---:|---:|---:|---:|")
+        for r in peer:
+            mine = {k["op"]: fnum(k["time_us"]) for k in kern if k["config"] == r["config"]}
+            fw, bw = mine.get("attention_fwd"), mine.get("attention_bwd")
+            tot = fw + bw if fw is not None and bw is not None else None
+            pt = fnum(r["total_ms"])
+            ratio = f"{tot / 1e3 / pt:.2f}" if tot is not None and pt else "–"
+            L.append(f"| {r['config']} | {fmt(fw / 1e3 if fw is not None else None, 3)} | {fmt(bw / 1e3 if bw is not None else None, 3)} | "
+                     f"{fmt(tot / 1e3 if tot is not None else None, 3)} | {r['impl']} ({r['precision']}) | {fmt(r['fwd_ms'], 3)} | "
+                     f"{fmt(r['bwd_ms'], 3)} | {fmt(r['total_ms'], 3)} | {ratio} |")
+    else:
+        L.append("(not run)")
     section(L, "Allreduce: `bench_allreduce`")
     ar = read_csv(a.allreduce)
     if ar:
@@ -285,6 +305,7 @@ def main():
     p.add_argument("--train", default="")
     p.add_argument("--kernels", default="")
     p.add_argument("--allreduce", default="")
+    p.add_argument("--attn", default="", help="peers/torch_attn.py's CSV: the attention-per-layer table")
     p.add_argument("--meta", default="")
     p.add_argument("--steps", default="")
     p.add_argument("--out", required=True)

@@ -11,8 +11,9 @@
 #     ff 2d, lengths 16-512: PyTorch's padded nn.TransformerEncoder with the key padding mask under bf16
 #     autocast (SDPA), and PyTorch's packed path (--packed: varlen_attn, else nested jagged tensors + SDPA,
 #     else a per-sample loop; the one used is in the table)
-# then bench_kernels --device cuda (the issue preset, the roofline of the precision mpiddp runs at and HBM) and
-# bench_allreduce -d cuda. mpiddp trains at --precision bf16 on the GPU (RUN_GPU_PRECISION=fp32|tf32|bf16 to change).
+# then bench_kernels --device cuda (the issue preset, the roofline of the precision mpiddp runs at and HBM), one
+# layer's attention on bench_kernels' batches in PyTorch (peers/torch_attn.py: varlen flash, bf16) beside mpiddp's,
+# and bench_allreduce -d cuda. mpiddp trains at --precision bf16 on the GPU (RUN_GPU_PRECISION=fp32|tf32|bf16 to change).
 # Writes at most 5 files into OUT: gpu_bench.md (markdown, ready to paste under a dated "GPU (device kit)"
 # heading in benchmarks/RESULTS.md), gpu_train.csv, gpu_kernels.csv, gpu_allreduce.csv, and gpu_compute.csv
 # (mpiddp's compute per step: benchmarks/scaling_model.py --gpu-report gpu_compute.csv). Progress: lines
@@ -78,7 +79,7 @@ finish() {
   trap - TERM INT
   say "report: $OUT/gpu_bench.md"
   $PY "$REPO/benchmarks/report_gpu.py" report --train "$TRAIN" --kernels "$KCSV" --allreduce "$ACSV" --meta "$META" \
-      --steps "$STEPS" --out "$OUT/gpu_bench.md" --compute "$OUT/gpu_compute.csv" || { echo "run_gpu: the report failed" >&2; rc=1; }
+      --steps "$STEPS" --out "$OUT/gpu_bench.md" --compute "$OUT/gpu_compute.csv" --attn "$W/attn.csv" || { echo "run_gpu: the report failed" >&2; rc=1; }
   [ "${RUN_GPU_KEEP:-0}" = 1 ] || [ -n "${RUN_GPU_WORK:-}" ] || rm -rf "$W"
   say "done: $(cd "$OUT" && for f in gpu_bench.md gpu_train.csv gpu_kernels.csv gpu_allreduce.csv gpu_compute.csv; do [ -f "$f" ] && printf '%s ' "$f"; done)"
   exit "$rc"
@@ -239,10 +240,18 @@ kernels() {
   [ "$MDEV" = cuda ] && kargs+=(--peak-gflops $(( pk_tf * 1000 )) --peak-gbs "$PEAK_GBS")
   say "bench_kernels ${kargs[*]}"
   t=$(date +%s)
-  tcap 150 "$MPIRUN" -np 1 "$BUILD/benchmarks/bench_kernels" "${kargs[@]}" > "$W/kernels.txt" 2>&1; rc=$?
+  tcap 150 "$MPIRUN" -np 1 "$BUILD/benchmarks/bench_kernels" "${kargs[@]}" --lens-out "$W/lens.tsv" > "$W/kernels.txt" 2>&1; rc=$?
   grep '^#' "$W/kernels.txt" | sed 's/^/   /'
   step_rec bench_kernels "$(status $rc)$([ $rc = 0 ] || echo " (exit $rc)")" $(( $(date +%s) - t )) "$(grep -c '^| ' "$W/kernels.txt") table lines"
-  [ $rc = 0 ] || tail -5 "$W/kernels.txt" >&2
+  [ $rc = 0 ] || { tail -5 "$W/kernels.txt" >&2; return; }
+  # the attention of one layer on the same batches: PyTorch's packed path (varlen flash on a GPU)
+  if [ "$(left)" -lt 10 ]; then step_rec "attention: torch" "not run" 0 "the budget ran out"; return; fi
+  say "attention per layer: peers/torch_attn.py on $TDEV"
+  t=$(date +%s); rm -f "$W/attn.csv"
+  tcap 120 "$PY" "$REPO/benchmarks/peers/torch_attn.py" --lens "$W/lens.tsv" --csv "$W/attn.csv" --device "$TDEV" \
+      $([ "$TINY" = 1 ] && echo "--reps 2 --warmup 1") > "$W/attn.txt" 2>&1; rc=$?
+  sed 's/^/   /' "$W/attn.txt" | tail -4
+  step_rec "attention: torch" "$(status $rc)" $(( $(date +%s) - t )) "$(grep -o 'torch_attn [^:]*: [a-z]*' "$W/attn.txt" | head -1 | sed 's/.*: //')"
 }
 
 allreduce() {

@@ -1,6 +1,6 @@
 # run_gpu_dry.sh — benchmarks/run_gpu.sh end to end without a GPU, at tiny sizes (RUN_GPU_TINY=1): synth →
 # bench_train --batches-out → peers/torch_tx.py on the same batches (bf16 autocast padded, --packed, the MLP
-# in bf16 and fp32) → bench_kernels → bench_allreduce → report_gpu.py. mpiddp runs --device cuda on the host
+# in bf16 and fp32) → bench_kernels → peers/torch_attn.py on its batches → bench_allreduce → report_gpu.py. mpiddp runs --device cuda on the host
 # emulator where the build has libmpiddp_cudaemu.so (-DMPIDDP_CUDA_EMULATION=ON), else --device cpu; PyTorch
 # runs on the CPU. Checks: exit 0, at most 5 files in OUT, every configuration ok on both sides, the tables'
 # columns, a budget cut reported as "cut short" with exit 4, and that the peer's default CPU row (run_tx.sh's format) is unchanged: 24 columns, impl torch-ddp.
@@ -66,8 +66,15 @@ assert kern and {"op", "time_us", "gflops", "gbs", "roofline_frac"} <= set(kern[
 ar = list(csv.DictReader(open(f"{o}/gpu_allreduce.csv")))
 assert ar and {"size_bytes", "time_us", "busbw_GBps"} <= set(ar[0]), ar[:1]
 for h in ("### Training throughput", "| samples/s | tokens/s |", "| TFLOP/s | MFU | MFU bf16 |", "### Step breakdown",
-          "### Per-kernel table", "| of roofline |", "### Allreduce", "### Steps", "Dry run, no GPU measurement"):
+          "### Per-kernel table", "| of roofline |", "### Attention per layer", "### Allreduce", "### Steps",
+          "Dry run, no GPU measurement"):
     assert h in md, h
+# the attention row: mpiddp's two kernels and the peer's call on the same batch, and their ratio
+att = [ln for ln in md.splitlines() if ln.startswith("| enc d 32 h 4") and "torch-" in ln]
+assert len(att) == 1, att
+cells = [c.strip() for c in att[0].strip("|").split("|")]
+assert all(float(cells[i]) > 0 for i in (1, 2, 3, 5, 6, 7, 8)), cells
+assert abs(float(cells[3]) - float(cells[1]) - float(cells[2])) < 2e-3, cells
 print(f"run_gpu dry run: {len(rows)} training rows, {len(kern)} kernel rows, {len(ar)} allreduce rows: ok")
 EOF
 # --precision reaches the benchmarks: on the emulator the bf16 GEMMs against the CPU within bf16's tolerance
