@@ -269,7 +269,9 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
                 if (st == DDP_OK) st = ddp_dataset_check_max_rows(ctx, va, cfg.batch_rows, "--batch-rows");
             }
             cfg.model_config = &mc;
-            if (st == DDP_OK && ddp_plan_wanted(got)) { /* the largest micro-batch the run reads, not the bound */
+            int plan = 0;
+            if (st == DDP_OK) st = ddp_plan_agree(ctx, got, &plan);
+            if (st == DDP_OK && plan) { /* the largest micro-batch the run reads, not the bound */
                 int64_t rows, samples, slack = ddp_knob_int(DDP_KNOB_TEST_PLAN_SLACK);
                 st = ddp_plan_max_batch(ctx, &cfg, tr, va, &rows, &samples);
                 mc.max_batch_rows = rows + slack > 0 ? rows + slack : 1, mc.max_batch_samples = samples;

@@ -191,6 +191,7 @@ int main(int argc, char **argv)
     }
     FILE *f = csv ? fopen(csv, "w") : NULL;
     if (csv && !f) {
+        if (lf) fclose(lf);
         fprintf(stderr, "bench_kernels: cannot write %s\n", csv);
         return 1;
     }

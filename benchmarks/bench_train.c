@@ -198,7 +198,9 @@ int main(int argc, char **argv)
             DIE("--steps 0 with --warmup %lld: the epoch has %lld steps", (long long)warmup, (long long)sm.steps);
     }
     int64_t plan_rows = 0, plan_samples = 0; /* as mpiddp train: the workspace of the largest batch the steps read */
-    if (ddp_plan_wanted(dev)) {
+    int plan = 0;
+    if (ddp_plan_agree(ctx, dev, &plan) != DDP_OK) DIE("plan");
+    if (plan) {
         if (!rowcounts && ddp_dataset_row_counts(ctx, ds, &rowcounts) != DDP_OK) DIE("row counts");
         plan_steps(&sm, warmup + steps, rowcounts, &plan_rows, &plan_samples); /* before the loader's thread reads sm */
     }

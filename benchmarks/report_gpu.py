@@ -228,7 +228,7 @@ def report(a):
     peer = read_csv(a.attn)
     if kern and peer:
         L.append("The same packed batches (bench_kernels --lens-out): mpiddp's attention_fwd + attention_bwd rows above, "
-                 "PyTorch's packed attention on one [R, 3, heads, dh] tensor (median of its reps). Target (issue #32): "
+                 "PyTorch's packed attention on one [R, 3, heads, dh] tensor, both timed alike (back-to-back calls, best of the reps). Target (issue #32): "
                  "mpiddp ≤ 0.7 × PyTorch's varlen flash.")
         L.append("")
         L.append("| config | mpiddp fwd ms | mpiddp bwd ms | mpiddp ms | peer | peer fwd ms | peer bwd ms | peer ms | mpiddp ÷ peer |")

@@ -62,16 +62,19 @@ step_rec() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >> "$STEPS"; }
 # left, not SECONDS, was the limit: a command stopped there was cut short by the budget, it did not fail.
 tcap() {
   local cap=$1 l; shift
-  TCAP_BUDGET=0
+  TCAP_BUDGET=0 TCAP_T0=$(date +%s)
   l=$(left); [ "$l" -lt "$cap" ] && cap=$l TCAP_BUDGET=1
+  TCAP_CAP=$cap
   [ "$cap" -lt 1 ] && return 124
   timeout -k 3 "$cap" "$@"
 }
-# status RC: of a command run by tcap: ok, "cut short" (the budget stopped it), TIMEOUT (its own limit), FAILED
+# status RC: of a command run by tcap: ok, "cut short" (the budget stopped it after it ran until the cap: its result
+# unknown), TIMEOUT (its own limit), FAILED (also a kill well before the cap)
 status() {
   if [ "$1" = 0 ]; then echo ok
-  elif { [ "$1" = 124 ] || [ "$1" = 137 ]; } && [ "$TCAP_BUDGET" = 1 ]; then echo "cut short"
-  elif [ "$1" = 124 ] || [ "$1" = 137 ]; then echo TIMEOUT
+  elif { [ "$1" = 124 ] || [ "$1" = 137 ]; } && [ "$TCAP_BUDGET" = 1 ] && [ $(($(date +%s) - TCAP_T0)) -ge $((TCAP_CAP - 1)) ]; then
+    echo "cut short"
+  elif { [ "$1" = 124 ] || [ "$1" = 137 ]; } && [ $(($(date +%s) - TCAP_T0)) -ge $((TCAP_CAP - 1)) ]; then echo TIMEOUT
   else echo FAILED; fi
 }
 finish() {
@@ -242,7 +245,7 @@ kernels() {
   t=$(date +%s)
   tcap 150 "$MPIRUN" -np 1 "$BUILD/benchmarks/bench_kernels" "${kargs[@]}" --lens-out "$W/lens.tsv" > "$W/kernels.txt" 2>&1; rc=$?
   grep '^#' "$W/kernels.txt" | sed 's/^/   /'
-  step_rec bench_kernels "$(status $rc)$([ $rc = 0 ] || echo " (exit $rc)")" $(( $(date +%s) - t )) "$(grep -c '^| ' "$W/kernels.txt") table lines"
+  step_rec bench_kernels "$(status $rc)" $(( $(date +%s) - t )) "$(grep -c '^| ' "$W/kernels.txt") table lines$([ $rc = 0 ] || echo ", exit $rc")"
   [ $rc = 0 ] || { tail -5 "$W/kernels.txt" >&2; return; }
   # the attention of one layer on the same batches: PyTorch's packed path (varlen flash on a GPU)
   if [ "$(left)" -lt 10 ]; then step_rec "attention: torch" "not run" 0 "the budget ran out"; return; fi
@@ -264,7 +267,7 @@ allreduce() {
   t=$(date +%s)
   tcap 120 "$MPIRUN" -np "$np" "$BUILD/benchmarks/bench_allreduce" -d "$dv" -b 8 -e "$e" -f 4 -n 20 -w 5 -o "$ACSV" > "$W/allreduce.txt" 2>&1; rc=$?
   tail -4 "$W/allreduce.txt" | sed 's/^/   /'
-  step_rec "bench_allreduce -d $dv" "$(status $rc)$([ $rc = 0 ] || echo " (exit $rc)")" $(( $(date +%s) - t )) "np $np"
+  step_rec "bench_allreduce -d $dv" "$(status $rc)" $(( $(date +%s) - t )) "np $np$([ $rc = 0 ] || echo ", exit $rc")"
 }
 
 # ---------------------------------------------------------------- the plan, most wanted first
@@ -289,7 +292,7 @@ else
   config transformer "tx d1024 L12" 1024 12 16 32 10 3 100 bf16-pad bf16-packed
 fi
 # exit: 1 when a step failed or passed its own limit, else 4 when the budget left steps not run or cut short, else 0
-if grep -q "	\(FAILED\|TIMEOUT\)" "$STEPS" 2>/dev/null; then finish 1
-elif grep -q "	\(cut short\|not run\)	" "$STEPS" 2>/dev/null; then finish 4
+if awk -F'\t' '$2 == "FAILED" || $2 == "TIMEOUT" { f = 1 } END { exit !f }' "$STEPS" 2>/dev/null; then finish 1
+elif awk -F'\t' '$2 == "cut short" || $2 == "not run" { f = 1 } END { exit !f }' "$STEPS" 2>/dev/null; then finish 4
 fi
 finish 0

@@ -267,18 +267,16 @@ ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out)
         for (int64_t i = 0; st == DDP_OK && i < s->meta.n; i++)
             mine[at++] = (int32_t)(s->offsets[i + 1] - s->offsets[i]);
     }
+    /* the gather's buffer before the agreement: a rank without it must not skip a collective the others enter */
+    int32_t *all = st == DDP_OK ? ddp_calloc((size_t)(n > 0 ? n : 1), sizeof *all) : NULL;
+    if (st == DDP_OK && !all) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for %lld row counts", (long long)n);
     st = ddp_agree_status(ctx, st);
     if (st == DDP_OK) {
         for (int r = 0; r < W; r++)
             for (int64_t k = r; k < ds->nshards; k += W) cnt[r] += (int)ds->shards[k].meta.n;
         for (int r = 1; r < W; r++) dsp[r] = dsp[r - 1] + cnt[r - 1];
-        int32_t *all = ddp_calloc((size_t)n, sizeof *all);
-        int rc = all ? MPI_Allgatherv(mine, (int)nmine, MPI_INT32_T, all, cnt, dsp, MPI_INT32_T, ctx->world)
-                     : MPI_SUCCESS;
-        if (!all)
-            st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-        else if (rc != MPI_SUCCESS)
-            st = ddp_mpi_error(rc, "MPI_Allgatherv(row counts)", __FILE__, __LINE__);
+        int rc = MPI_Allgatherv(mine, (int)nmine, MPI_INT32_T, all, cnt, dsp, MPI_INT32_T, ctx->world);
+        if (rc != MPI_SUCCESS) st = ddp_mpi_error(rc, "MPI_Allgatherv(row counts)", __FILE__, __LINE__);
         for (int r = 0; st == DDP_OK && r < W; r++) { /* rank r's block holds shards r, r + W, ... in order */
             int64_t p = dsp[r];
             for (int64_t k = r; k < ds->nshards; k += W) {
@@ -286,9 +284,8 @@ ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out)
                 p += ds->shards[k].meta.n;
             }
         }
-        free(all);
     }
-    free(mine), free(cnt), free(dsp);
+    free(all), free(mine), free(cnt), free(dsp);
     if (st != DDP_OK) {
         free(lens);
         return st;

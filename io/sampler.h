@@ -62,6 +62,9 @@ ddp_status ddp_sampler_batch(const ddp_sampler *s, int64_t step, int64_t *indice
  * rows_per_rank below the longest sample (max_len) is an error. */
 ddp_status ddp_sampler_set_budget(ddp_sampler *s, int64_t rows_per_rank, int accumulate, const int32_t *lens,
                                   int64_t max_len, double cost_sq);
+/* Token budgets: the most rows and samples of this rank's share of any micro-batch of optimizer step os (a running
+ * max into *rows and *samples), from one split of the step (ddp_sampler_batch splits it once per micro-batch). */
+ddp_status ddp_sampler_budget_step_max(const ddp_sampler *s, int64_t os, int64_t *rows, int64_t *samples);
 /* --shuffle block: blocks of consecutive samples of about block_bytes of features each (never crossing a
  * shard: shard_first[k] is shard k's first global index, shard_first[nshards] = n), window blocks per window.
  * Call before ddp_sampler_set_budget. lens: every sample's rows; dim: floats per row. */

@@ -75,36 +75,33 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : (x > y);
 }
 
-/* This rank's share of micro-batch m of optimizer step os: longest-processing-time-first over the step's
- * samples (cost descending, position ascending), each to the cheapest of the world x acc bins that still has
- * room for its rows (lowest bin on ties); bin m x world + rank, in order of position. Every rank computes the
- * same assignment. Room: a bin holds at most max_rows rows (the loader's and the model's buffers; a sample has
- * at least one row, so at most max_rows samples too). The bin with the fewest rows always has room: the step's
- * rows fit the global budget, so that bin holds at most budget / bins = rows_per_rank rows, and a sample adds at
- * most max_len (max_rows = rows_per_rank + max_len). Balancing by cost alone could give a bin of short samples
- * far more rows than that, next to a bin with one long sample. */
-ddp_status ddp_sampler_budget_batch(const ddp_sampler *s, int64_t os, int64_t m, int64_t *indices, uint8_t *is_pad,
-                                    int64_t *count)
+/* The split of optimizer step os over its world x acc bins: longest-processing-time-first over the step's
+ * samples (cost descending, position ascending), each to the cheapest bin that still has room for its rows
+ * (lowest bin on ties). Every rank computes the same assignment; this rank's share of micro-batch m is bin
+ * m x world + rank, in order of position. Room: a bin holds at most max_rows rows (the loader's and the model's
+ * buffers; a sample has at least one row, so at most max_rows samples too). The bin with the fewest rows always has
+ * room: the step's rows fit the global budget, so that bin holds at most budget / bins = rows_per_rank rows, and a
+ * sample adds at most max_len (max_rows = rows_per_rank + max_len). Balancing by cost alone could give a bin of short
+ * samples far more rows than that, next to a bin with one long sample. The step's k samples come back as items sorted
+ * by cost (*items) with each one's bin (*bins), both allocated (the caller frees them). */
+static ddp_status lpt_split(const ddp_sampler *s, int64_t os, lpt_item **items, int64_t **bins, int64_t *k)
 {
-    int64_t lo = s->plan[os], hi = s->plan[os + 1], k = hi - lo, nb = (int64_t)s->world * s->acc,
-            mine = m * s->world + s->rank;
-    lpt_item *it = ddp_calloc((size_t)k, sizeof *it);
+    int64_t lo = s->plan[os], hi = s->plan[os + 1], nb = (int64_t)s->world * s->acc;
+    *k = hi - lo;
+    lpt_item *it = *items = ddp_calloc((size_t)(*k > 0 ? *k : 1), sizeof *it);
+    int64_t *bin = *bins = ddp_calloc((size_t)(*k > 0 ? *k : 1), sizeof *bin);
     double *load = ddp_calloc((size_t)nb, sizeof *load);
     int64_t *rows = ddp_calloc((size_t)nb, sizeof *rows);
-    int64_t *pos = ddp_calloc((size_t)k, sizeof *pos);
     ddp_status st = DDP_OK;
-    if (!it || !load || !rows || !pos) {
+    if (!it || !bin || !load || !rows)
         st = ddp_set_error(DDP_ERR_NOMEM, "out of memory splitting a batch of %lld samples over %lld bins",
-                           (long long)k, (long long)nb);
-        goto done;
-    }
-    for (int64_t i = 0; i < k; i++) {
+                           (long long)*k, (long long)nb);
+    for (int64_t i = 0; st == DDP_OK && i < *k; i++) {
         int64_t len = s->lens[ddp_sampler_order(s, lo + i)];
         it[i] = (lpt_item){(double)len + s->cost_sq * (double)len * (double)len, lo + i, len};
     }
-    qsort(it, (size_t)k, sizeof *it, cmp_lpt);
-    int64_t n = 0;
-    for (int64_t i = 0; i < k; i++) {
+    if (st == DDP_OK) qsort(it, (size_t)*k, sizeof *it, cmp_lpt);
+    for (int64_t i = 0; st == DDP_OK && i < *k; i++) {
         int64_t len = it[i].len, best = -1, fewest = 0;
         for (int64_t b = 0; b < nb; b++) {
             if (rows[b] < rows[fewest]) fewest = b;
@@ -113,15 +110,47 @@ ddp_status ddp_sampler_budget_batch(const ddp_sampler *s, int64_t os, int64_t m,
         if (best < 0) best = fewest; /* cannot happen (see above); the loader's check would name it */
         load[best] += it[i].cost;
         rows[best] += len;
-        if (best == mine) pos[n++] = it[i].pos;
+        bin[i] = best;
     }
-    qsort(pos, (size_t)n, sizeof *pos, cmp_i64);
-    for (int64_t i = 0; i < n; i++) {
-        indices[i] = ddp_sampler_order(s, pos[i]);
-        is_pad[i] = 0;
+    free(load), free(rows);
+    return st;
+}
+
+ddp_status ddp_sampler_budget_batch(const ddp_sampler *s, int64_t os, int64_t m, int64_t *indices, uint8_t *is_pad,
+                                    int64_t *count)
+{
+    lpt_item *it = NULL;
+    int64_t *bin = NULL, k = 0, n = 0, mine = m * s->world + s->rank;
+    ddp_status st = lpt_split(s, os, &it, &bin, &k);
+    int64_t *pos = st == DDP_OK ? ddp_calloc((size_t)(k > 0 ? k : 1), sizeof *pos) : NULL;
+    if (st == DDP_OK && !pos)
+        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for a batch of %lld samples", (long long)k);
+    for (int64_t i = 0; st == DDP_OK && i < k; i++)
+        if (bin[i] == mine) pos[n++] = it[i].pos;
+    if (st == DDP_OK) {
+        qsort(pos, (size_t)n, sizeof *pos, cmp_i64);
+        for (int64_t i = 0; i < n; i++) {
+            indices[i] = ddp_sampler_order(s, pos[i]);
+            is_pad[i] = 0;
+        }
+        *count = n;
     }
-    *count = n;
-done:
-    free(it), free(load), free(rows), free(pos);
+    free(it), free(bin), free(pos);
+    return st;
+}
+
+ddp_status ddp_sampler_budget_step_max(const ddp_sampler *s, int64_t os, int64_t *rows, int64_t *samples)
+{
+    lpt_item *it = NULL;
+    int64_t *bin = NULL, k = 0;
+    ddp_status st = lpt_split(s, os, &it, &bin, &k);
+    for (int64_t m = 0; st == DDP_OK && m < s->acc; m++) { /* this rank's bin of each micro-batch */
+        int64_t mine = m * s->world + s->rank, r = 0, n = 0;
+        for (int64_t i = 0; i < k; i++)
+            if (bin[i] == mine) r += it[i].len, n++;
+        if (r > *rows) *rows = r;
+        if (n > *samples) *samples = n;
+    }
+    free(it), free(bin);
     return st;
 }

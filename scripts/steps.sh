@@ -15,9 +15,12 @@ run_t() { # run_t SECONDS CMD...: output into the report; cut to the time left b
   local s; s=$(date +%s)
   timeout -k 10 "$t" "$@" >>"$STEPS_REPORT" 2>&1
   local rc=$? took=$(($(date +%s) - s))
-  if { [ $rc = 124 ] || [ $rc = 137 ]; } && [ $capped = 1 ]; then
-    steps_line "NOT RUN (cut short at ${t} s: the budget ran out): $*"; steps_notrun=$((steps_notrun + 1))
-  elif [ $rc = 124 ] || [ $rc = 137 ]; then
+  # cut short: stopped by the budget's cap after running until it (a kill well before it, e.g. the OOM killer's
+  # SIGKILL, is a failure); a step cut short may have been hanging, so its result is unknown, not a pass
+  if { [ $rc = 124 ] || [ $rc = 137 ]; } && [ $capped = 1 ] && [ "$took" -ge $((t - 1)) ]; then
+    steps_line "NOT RUN (cut short at ${t} s: the budget ran out; its result is unknown): $*"
+    steps_notrun=$((steps_notrun + 1))
+  elif { [ $rc = 124 ] || [ $rc = 137 ]; } && [ "$took" -ge $((t - 1)) ]; then
     steps_line "TIMEOUT (${t} s): $*"; steps_failed=$((steps_failed + 1))
   elif [ $rc != 0 ]; then
     steps_line "FAILED ($rc, ${took} s): $*"; steps_failed=$((steps_failed + 1))
@@ -40,7 +43,7 @@ steps_verdict() { # steps_verdict RC LOG: device-kit's "status|note" for a gpu-c
   local notrun; notrun=$(grep -c '^NOT RUN' "$2")
   case $1 in
     0) echo "ok|" ;;
-    4) echo "cut short|$notrun step(s) not run: the budget ran out; every step that ran passed" ;;
+    4) echo "cut short|$notrun step(s) not run or cut short by the budget (results unknown); every step that finished passed" ;;
     *) if [ "$failed" = 0 ]; then echo "FAILED|gpu-check exited $1 before its verdict; see log.txt"
        else echo "FAILED|$failed failed step(s)$([ "$notrun" = 0 ] || echo ", $notrun not run"); see report.md"; fi ;;
   esac

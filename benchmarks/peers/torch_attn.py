@@ -4,8 +4,10 @@ packed batches bench_kernels timed (its --lens-out file: one line per configurat
 and the comma-separated sample lengths). q, k and v are [R, heads, d/heads] slices of one packed [R, 3, heads, dh]
 tensor, as in a layer, in bf16 on CUDA; the attention is PyTorch's packed path, found the way torch_tx.py finds
 it: varlen = torch.nn.attention.varlen.varlen_attn (flash), else SDPA on nested jagged tensors, else one SDPA
-call per sample (loop), else its arithmetic per sample (math: an old PyTorch on the CPU of a dry run). Times per call with CUDA events (wall time on the CPU), the median of
---reps after --warmup. Appends one row per configuration to --csv:
+call per sample (loop), else its arithmetic per sample (math: an old PyTorch on the CPU of a dry run). Timed as
+bench_kernels times its ops: on CUDA 10 back-to-back calls between two events, averaged (the backward: 10
+backward passes of one forward, retain_graph), the best of --reps after --warmup (on the CPU one call, wall time).
+Appends one row per configuration to --csv:
 
   config,impl,precision,rows,samples,fwd_ms,bwd_ms,total_ms
 
@@ -14,7 +16,6 @@ call per sample (loop), else its arithmetic per sample (math: an old PyTorch on 
 import argparse
 import csv
 import os
-import statistics
 import sys
 import time
 
@@ -110,19 +111,25 @@ with open(a.csv, "a", newline="") as out:
         qkv = torch.randn(R, 3, H, dh, device=dev, dtype=dtype, requires_grad=True)
         dout = torch.randn(R, H, dh, device=dev, dtype=dtype)
         fw, bw = [], []
+        inner = 10 if a.device == "cuda" else 1  # as bench_kernels: back-to-back calls averaged, the best of --reps
         for rep in range(a.warmup + a.reps):
             holder = {}
 
             def fwd():
-                holder["o"] = fn(qkv[:, 0], qkv[:, 1], qkv[:, 2], lens, cu, max(lens))
+                for _ in range(inner):
+                    holder["o"] = fn(qkv[:, 0], qkv[:, 1], qkv[:, 2], lens, cu, max(lens))
 
-            tf = timed(fwd)
+            def bwd():
+                for j in range(inner):
+                    holder["o"].backward(dout, retain_graph=j < inner - 1)
+
+            tf = timed(fwd) / inner
             qkv.grad = None
-            tb = timed(lambda: holder["o"].backward(dout))
+            tb = timed(bwd) / inner
             if rep >= a.warmup:
                 fw.append(tf)
                 bw.append(tb)
-        mf, mb = statistics.median(fw), statistics.median(bw)
+        mf, mb = min(fw), min(bw)
         w.writerow([name, f"torch-{kind}", "bf16" if dtype == torch.bfloat16 else "fp32", R, len(lens),
                     f"{mf:.4f}", f"{mb:.4f}", f"{mf + mb:.4f}"])
         print(f"torch_attn {name}: {kind}, {R} rows, {len(lens)} samples: fwd {mf:.3f} ms, bwd {mb:.3f} ms")

@@ -55,6 +55,10 @@ static ddp_status epoch_max(ddp_sampler *sm, int64_t e, const int32_t *lens, int
                             int64_t *samples)
 {
     DDP_CHECK(ddp_sampler_set_epoch(sm, e));
+    if (sm->budget > 0) { /* token budgets: one split per optimizer step gives every micro-batch of it */
+        for (int64_t os = 0; os < sm->nplan; os++) DDP_CHECK(ddp_sampler_budget_step_max(sm, os, rows, samples));
+        return DDP_OK;
+    }
     for (int64_t s = 0; s < sm->steps; s++) {
         int64_t n = 0, r = 0;
         DDP_CHECK(ddp_sampler_batch(sm, s, idx, pad, &n));
@@ -90,4 +94,12 @@ int ddp_plan_wanted(ddp_device device)
 {
     int64_t k = ddp_knob_int(DDP_KNOB_PLAN_BUFFERS);
     return k < 0 ? device == DDP_DEVICE_CUDA : k != 0;
+}
+
+ddp_status ddp_plan_agree(ddp_ctx *ctx, ddp_device device, int *want)
+{
+    int w = ddp_plan_wanted(device); /* rank 0's: an environment that differs between ranks cannot split them */
+    MPI_CHECK(MPI_Bcast(&w, 1, MPI_INT, 0, ctx->world));
+    *want = w;
+    return DDP_OK;
 }

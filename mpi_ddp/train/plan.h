@@ -22,5 +22,7 @@ ddp_status ddp_plan_max_batch(ddp_ctx *ctx, const ddp_train_config *c, ddp_datas
 /* Whether train sizes the model's buffers by ddp_plan_max_batch on this device: MPIDDP_PLAN_BUFFERS, by default on
  * a GPU only (device memory is committed when allocated; untouched host pages cost nothing). */
 int ddp_plan_wanted(ddp_device device);
+/* Collective: rank 0's ddp_plan_wanted, on every rank (it decides collective calls). */
+ddp_status ddp_plan_agree(ddp_ctx *ctx, ddp_device device, int *want);
 
 #endif

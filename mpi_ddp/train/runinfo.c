@@ -128,7 +128,11 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
     }
     MPI_CHECK(MPI_Gather(&arows, 1, MPI_INT64_T, arows_all, 1, MPI_INT64_T, 0, ctx->world));
     int64_t budgets[NBUDGET];
-    DDP_CHECK(cache_budgets(ctx, budgets));
+    ddp_status stb = cache_budgets(ctx, budgets);
+    if (stb != DDP_OK) {
+        free(hosts), free(facts), free(arows_all);
+        return stb;
+    }
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) {
         cJSON *root = cJSON_CreateObject();
