@@ -78,29 +78,6 @@ static double sgemm_gflops(ddp_backend *be, int64_t M, int64_t H)
  * peer trains on, so both see the same batches. --precision fp32|tf32|bf16 (default fp32): the GEMMs' arithmetic, as
  * mpiddp train --precision; tf32 and bf16 need --device cuda, except the CPU's bf16 where the backend has it. Also
  * --device cpu|cuda, --bucket-mb M, --batch-rows N, --shuffle block with --shuffle-block-mb and --shuffle-window. */
-/* The largest micro-batch (rows, samples) of the first `total` steps of sampler sm, epoch after epoch from 0, as the
- * timed loop reads them; sm is left at epoch 0. */
-static void plan_steps(ddp_sampler *sm, int64_t total, const int32_t *lens, int64_t *rows, int64_t *samples)
-{
-    int64_t *idx = calloc((size_t)sm->max_samples + 1, sizeof *idx), e = 0, k = 0;
-    uint8_t *pad = calloc((size_t)sm->max_samples + 1, 1);
-    if (!idx || !pad) DIE("alloc");
-    *rows = *samples = 1;
-    for (int64_t s = 0; s < total; s++, k++) {
-        if (k == sm->steps) {
-            if (ddp_sampler_set_epoch(sm, ++e) != DDP_OK) DIE("epoch");
-            k = 0;
-        }
-        int64_t n = 0, r = 0;
-        if (ddp_sampler_batch(sm, k, idx, pad, &n) != DDP_OK) DIE("batch plan");
-        for (int64_t i = 0; i < n; i++) r += lens[idx[i]];
-        if (r > *rows) *rows = r;
-        if (n > *samples) *samples = n;
-    }
-    if (ddp_sampler_set_epoch(sm, 0) != DDP_OK) DIE("epoch");
-    free(idx), free(pad);
-}
-
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
@@ -202,7 +179,10 @@ int main(int argc, char **argv)
     if (ddp_plan_agree(ctx, dev, &plan) != DDP_OK) DIE("plan");
     if (plan) {
         if (!rowcounts && ddp_dataset_row_counts(ctx, ds, &rowcounts) != DDP_OK) DIE("row counts");
-        plan_steps(&sm, warmup + steps, rowcounts, &plan_rows, &plan_samples); /* before the loader's thread reads sm */
+        /* the steps the timed loop reads, epoch after epoch; before the loader's thread reads sm */
+        if (ddp_plan_walk(&sm, rowcounts, 0, warmup + steps, &plan_rows, &plan_samples) != DDP_OK ||
+            ddp_sampler_set_epoch(&sm, 0) != DDP_OK)
+            DIE("batch plan");
     }
     ddp_loader *ld;
     if (ddp_loader_create(ds, &sm, 1, &ld) != DDP_OK) DIE("loader");

@@ -50,23 +50,31 @@ ddp_status ddp_plan_samplers(ddp_ctx *ctx, const ddp_train_config *c, ddp_datase
     return DDP_OK;
 }
 
-/* the largest micro-batch of sampler sm's epoch e, in rows and samples, into *rows and *samples (a running max) */
-static ddp_status epoch_max(ddp_sampler *sm, int64_t e, const int32_t *lens, int64_t *idx, uint8_t *pad, int64_t *rows,
-                            int64_t *samples)
+ddp_status ddp_plan_walk(ddp_sampler *sm, const int32_t *lens, int64_t epochs, int64_t steps, int64_t *rows,
+                         int64_t *samples)
 {
-    DDP_CHECK(ddp_sampler_set_epoch(sm, e));
-    if (sm->budget > 0) { /* token budgets: one split per optimizer step gives every micro-batch of it */
-        for (int64_t os = 0; os < sm->nplan; os++) DDP_CHECK(ddp_sampler_budget_step_max(sm, os, rows, samples));
-        return DDP_OK;
+    int64_t cap = sm->max_samples > 0 ? sm->max_samples : 1, left = steps;
+    int64_t *idx = ddp_calloc((size_t)cap, sizeof *idx);
+    uint8_t *pad = ddp_calloc((size_t)cap, 1);
+    ddp_status st = idx && pad ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch plan");
+    for (int64_t e = 0; st == DDP_OK && (steps < 0 ? e < epochs : left > 0); e++) {
+        st = ddp_sampler_set_epoch(sm, e);
+        if (st == DDP_OK && sm->steps == 0) break;
+        if (st == DDP_OK && steps < 0 && sm->budget > 0) { /* token budgets: one split serves a step's micro-batches */
+            for (int64_t os = 0; st == DDP_OK && os < sm->nplan; os++)
+                st = ddp_sampler_budget_step_max(sm, os, rows, samples);
+            continue;
+        }
+        for (int64_t k = 0; st == DDP_OK && k < sm->steps && (steps < 0 || left-- > 0); k++) {
+            int64_t n = 0, r = 0;
+            st = ddp_sampler_batch(sm, k, idx, pad, &n);
+            for (int64_t i = 0; st == DDP_OK && i < n; i++) r += lens[idx[i]]; /* padding duplicates are read too */
+            if (r > *rows) *rows = r;
+            if (n > *samples) *samples = n;
+        }
     }
-    for (int64_t s = 0; s < sm->steps; s++) {
-        int64_t n = 0, r = 0;
-        DDP_CHECK(ddp_sampler_batch(sm, s, idx, pad, &n));
-        for (int64_t i = 0; i < n; i++) r += lens[idx[i]]; /* padding duplicates are read too */
-        if (r > *rows) *rows = r;
-        if (n > *samples) *samples = n;
-    }
-    return DDP_OK;
+    free(idx), free(pad);
+    return st;
 }
 
 ddp_status ddp_plan_max_batch(ddp_ctx *ctx, const ddp_train_config *c, ddp_dataset *train, ddp_dataset *val,
@@ -76,14 +84,8 @@ ddp_status ddp_plan_max_batch(ddp_ctx *ctx, const ddp_train_config *c, ddp_datas
     int32_t *lt = NULL, *lv = NULL;
     *rows = *samples = 0;
     ddp_status st = ddp_plan_samplers(ctx, c, train, val, 1, &tsm, &vsm, &lt, &lv);
-    int64_t cap = tsm.max_samples > vsm.max_samples ? tsm.max_samples : vsm.max_samples;
-    int64_t *idx = st == DDP_OK ? ddp_calloc((size_t)(cap > 0 ? cap : 1), sizeof *idx) : NULL;
-    uint8_t *pad = st == DDP_OK ? ddp_calloc((size_t)(cap > 0 ? cap : 1), 1) : NULL;
-    if (st == DDP_OK && (!idx || !pad)) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for the batch plan");
-    int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
-    for (int64_t e = 0; st == DDP_OK && e < epochs; e++) st = epoch_max(&tsm, e, lt, idx, pad, rows, samples);
-    if (st == DDP_OK) st = epoch_max(&vsm, 0, lv, idx, pad, rows, samples);
-    free(idx), free(pad);
+    if (st == DDP_OK) st = ddp_plan_walk(&tsm, lt, c->fast_dev_run > 0 ? 1 : c->epochs, -1, rows, samples);
+    if (st == DDP_OK) st = ddp_plan_walk(&vsm, lv, 1, -1, rows, samples);
     ddp_sampler_free(&tsm), ddp_sampler_free(&vsm);
     free(lt), free(lv);
     if (st == DDP_OK && *rows < 1) *rows = 1, *samples = *samples > 0 ? *samples : 1; /* an empty rank still builds */

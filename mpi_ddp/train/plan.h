@@ -13,6 +13,11 @@
 ddp_status ddp_plan_samplers(ddp_ctx *ctx, const ddp_train_config *c, ddp_dataset *train, ddp_dataset *val,
                              int want_lens, ddp_sampler *tsm, ddp_sampler *vsm, int32_t **lens_train,
                              int32_t **lens_val);
+/* Local. The most rows and samples of sm's micro-batches (a running max into *rows and *samples; lens: every sample's
+ * rows): every step of epochs 0 .. epochs - 1 when steps < 0, else the first `steps` micro-batches from epoch 0 on,
+ * epoch after epoch. Leaves sm at the last epoch it walked. */
+ddp_status ddp_plan_walk(ddp_sampler *sm, const int32_t *lens, int64_t epochs, int64_t steps, int64_t *rows,
+                         int64_t *samples);
 /* Collective. The most rows and samples one micro-batch of this rank holds in any epoch of the run (epochs of c;
  * one with --fast-dev-run) and in a validation pass: the samplers' plans are deterministic, so this is the
  * largest batch the run will read, not the bound batch x longest sample. */
