@@ -111,8 +111,23 @@ struct ddp_backend {
     ddp_status (*gemm16)(ddp_backend *b, int transa, int transb, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb, float beta, float *C,
                          int64_t ldc);
+    /* Optional (NULL: the caller composes it, as ddp_gemm_epi does): gemm16's product followed by an epilogue fused
+     * into the GEMM where the backend can (cuBLASLt on the GPU):
+     *   DDP_EPI_BIAS  (beta 0, C packed: ldc = N):  C[r,:] = (op(A) op(B))[r,:] + bias, as gemm then add_bias;
+     *   DDP_EPI_BGRAD (transa 1, alpha 1, the weight-gradient form C += A^T B, A fp32 and packed: lda = M): also
+     *                 bias[c] += sum_r A[r,c], as gemm then colsum with beta 1; the sum may run over A as
+     *                 the GEMM reads it (bf16 at bf16). */
+    ddp_status (*gemm_epi)(ddp_backend *b, int epi, float *bias, int transa, int transb, int64_t M, int64_t N,
+                           int64_t K, float alpha, const void *A, int a16, int64_t lda, const void *B, int b16,
+                           int64_t ldb, float beta, float *C, int64_t ldc);
+    /* Optional (NULL: the caller composes it, as ddp_linear_bwd does): the backward of y = x W^T (+ bias) over R rows,
+     * dW[N,K] += dy[R,N]^T x[R,K] (x stored in bf16 when x16), dbias[N] += sum_r dy[r,:] unless dbias is NULL (as
+     * gemm_epi's DDP_EPI_BGRAD), and dx[R,K] = dy[R,N] W[N,K]: at bf16 one rounding of dy serves both products. */
+    ddp_status (*linear_bwd)(ddp_backend *b, const float *dy, const void *x, int x16, const float *W, float *dW,
+                             float *dbias, float *dx, int64_t R, int64_t N, int64_t K);
 };
 #define DDP_TIMERS 256
+enum { DDP_EPI_BIAS = 1, DDP_EPI_BGRAD = 2 };
 
 /* The ops of the Transformer encoder (model_transformer.c), on top of gemm, colsum, add_bias,
  * softmax_xent and adamw above. Row bodies are in kern_enc.h. Shapes: R rows, d model width, f FFN width;
@@ -203,6 +218,36 @@ static inline ddp_status ddp_backend_set_precision(ddp_backend *be, ddp_precisio
     if (p == DDP_PRECISION_FP32) return DDP_OK;
     return ddp_set_error(DDP_ERR_ARG, "--precision %s needs --device cuda (the %s backend computes in fp32)",
                          ddp_precision_name(p), be->name);
+}
+/* gemm_epi when fuse is set and the backend has it, else its composition: gemm (gemm16 with a bf16 operand), then
+ * add_bias (DDP_EPI_BIAS) or colsum of A with beta 1 (DDP_EPI_BGRAD), the bits of the unfused calls. */
+static inline ddp_status ddp_gemm_epi(ddp_backend *be, int fuse, int epi, float *bias, int ta, int tb, int64_t M,
+                                      int64_t N, int64_t K, float alpha, const void *A, int a16, int64_t lda,
+                                      const void *B, int b16, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    if (fuse && be->gemm_epi)
+        return be->gemm_epi(be, epi, bias, ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc);
+    if (a16 || b16)
+        DDP_CHECK(be->gemm16(be, ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc));
+    else
+        DDP_CHECK(be->gemm(be, ta, tb, M, N, K, alpha, (const float *)A, lda, (const float *)B, ldb, beta, C, ldc));
+    if (epi == DDP_EPI_BIAS) return be->add_bias(be, C, bias, M, N);
+    return be->colsum(be, (const float *)A, bias, K, M, 1.0f);
+}
+/* linear_bwd when fuse is set and the backend has it, else its composition: the weight gradient (with the bias
+ * gradient through ddp_gemm_epi when dbias is not NULL), then the data gradient. */
+static inline ddp_status ddp_linear_bwd(ddp_backend *be, int fuse, const float *dy, const void *x, int x16,
+                                        const float *W, float *dW, float *dbias, float *dx, int64_t R, int64_t N,
+                                        int64_t K)
+{
+    if (fuse && be->linear_bwd) return be->linear_bwd(be, dy, x, x16, W, dW, dbias, dx, R, N, K);
+    if (dbias)
+        DDP_CHECK(ddp_gemm_epi(be, fuse, DDP_EPI_BGRAD, dbias, 1, 0, N, K, R, 1.0f, dy, 0, N, x, x16, K, 1.0f, dW, K));
+    else if (x16)
+        DDP_CHECK(be->gemm16(be, 1, 0, N, K, R, 1.0f, dy, 0, N, x, 1, K, 1.0f, dW, K));
+    else
+        DDP_CHECK(be->gemm(be, 1, 0, N, K, R, 1.0f, dy, N, (const float *)x, K, 1.0f, dW, K));
+    return be->gemm(be, 0, 0, R, K, N, 1.0f, dy, N, W, K, 0.0f, dx, K);
 }
 #endif
 

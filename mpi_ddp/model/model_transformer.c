@@ -247,6 +247,8 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     /* bf16 activations: the tensors only GEMMs read, where the backend has the ops that write and read them */
     m->act16 = c->precision == DDP_PRECISION_BF16 && be->gemm16 && be->enc->layernorm_fwd16 &&
                be->enc->gelu_erf_fwd16 && ddp_knob_int(DDP_KNOB_BF16_ACTIVATIONS) != 0;
+    /* fp32 keeps the unfused calls: the pedantic reference the GPU tests compare against */
+    m->fuse_epi = c->precision != DDP_PRECISION_FP32 && be->gemm_epi && ddp_knob_int(DDP_KNOB_CUBLASLT) != 0;
     int64_t A = m->act16 ? 2 : 1; /* an activation of n values takes n / A floats' room */
     for (int64_t l = 0; l < L; l++) {
         tx_layer *y = &m->lay[l];

@@ -29,6 +29,11 @@
     TIMED(m->t_gemm, m->act16 ? be->gemm16(be, 0, 1, R, N, K, 1.0f, x, 1, K, W, 0, K, 0.0f, y, N) \
                               : be->gemm(be, 0, 1, R, N, K, 1.0f, x, K, W, K, 0.0f, y, N))
 
+/* y[R,N] = x[R,K] . W[N,K]^T + bias, x stored as the model keeps it (act16: bf16), the bias in the GEMM's epilogue
+ * where the backend fuses it (txmodel.fuse_epi) */
+#define LINEAR_BIAS(x, x16, W, bias, y, R, N, K)                                                                     \
+    TIMED(m->t_gemm, ddp_gemm_epi(be, m->fuse_epi, DDP_EPI_BIAS, (float *)(bias), 0, 1, R, N, K, 1.0f, x, x16, K, W, \
+                                  0, K, 0.0f, y, N))
 enum { SITE_ATTN, SITE_RES1, SITE_FFN, SITE_RES2 };
 
 /* The dropout of one site: keyed by (seed, optimizer step, layer, site); p = 0 in eval. */
@@ -87,8 +92,7 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
         const int64_t *w = y->p;
         ddp_dropout drop_attn = drop_at(m, b, train, l, SITE_ATTN), drop_res1 = drop_at(m, b, train, l, SITE_RES1),
                     drop_ffn = drop_at(m, b, train, l, SITE_FFN), drop_res2 = drop_at(m, b, train, l, SITE_RES2);
-        LINEAR_ACT(y->y1, P + w[T_QKV_W], y->qkv, R, 3 * d, d);
-        DDP_CHECK(be->add_bias(be, y->qkv, P + w[T_QKV_B], R, 3 * d));
+        LINEAR_BIAS(y->y1, m->act16, P + w[T_QKV_W], P + w[T_QKV_B], y->qkv, R, 3 * d, d);
         ATTN_TIMED(train, E->attention_fwd(be, y->qkv, y->o, y->lse, pack, d, (int)H, &drop_attn));
         LINEAR(y->o, P + w[T_OUT_W], m->branch, R, d, d, 0.0f);
         DDP_CHECK(residual_norm(m, y->hmid, y->h, P + w[T_OUT_B], &drop_res1, P + w[T_N2_W], P + w[T_N2_B], y->y2,
@@ -108,8 +112,7 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
                                     m->muf, m->rsf));
     }
     DDP_CHECK(E->pool_mean_fwd(be, m->yf, m->p, pack, d));
-    LINEAR(m->p, P + m->head_w, m->logits, B, m->C, d, 0.0f);
-    DDP_CHECK(be->add_bias(be, m->logits, P + m->head_b, B, m->C));
+    LINEAR_BIAS(m->p, 0, P + m->head_w, P + m->head_b, m->logits, B, m->C, d);
     DDP_CHECK(
         be->softmax_xent(be, m->logits, lab, B, m->C, train ? m->dlogits : NULL, m->io.loss, m->io.pred, m->io.prob));
     if (timers)
@@ -121,12 +124,10 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
 
 /* dW[N,K] += dy[R,N]^T . x[R,K] */
 #define WGRAD(dy, x, dW, R, N, K) TIMED(m->t_gemm, be->gemm(be, 1, 0, N, K, R, 1.0f, dy, N, x, K, 1.0f, dW, K))
-/* WGRAD of an activation x stored as the model keeps it (LINEAR_ACT) */
-#define WGRAD_ACT(dy, x, dW, R, N, K)                                                               \
-    TIMED(m->t_gemm, m->act16 ? be->gemm16(be, 1, 0, N, K, R, 1.0f, dy, 0, N, x, 1, K, 1.0f, dW, K) \
-                              : be->gemm(be, 1, 0, N, K, R, 1.0f, dy, N, x, K, 1.0f, dW, K))
-/* dx[R,K] = dy[R,N] . W[N,K] */
-#define DGRAD(dy, W, dx, R, N, K) TIMED(m->t_gemm, be->gemm(be, 0, 0, R, K, N, 1.0f, dy, N, W, K, 0.0f, dx, K))
+/* A linear layer's backward: dW[N,K] += dy[R,N]^T . x[R,K] (x stored as the model keeps it: x16), dbias[N] += sum_r dy
+ * unless dbias is NULL, dx[R,K] = dy[R,N] . W[N,K]; one rounding of dy for both products where the backend fuses */
+#define LINEAR_BWD(dy, x, x16, W, dW, dbias, dx, R, N, K) \
+    TIMED(m->t_gemm, ddp_linear_bwd(be, m->fuse_epi, dy, x, x16, W, dW, dbias, dx, R, N, K))
 
 ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float *G, const float *x,
                            ddp_grad_ready_fn ready, void *ready_arg)
@@ -137,9 +138,7 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
     int64_t R = pack->R, B = pack->B, d = m->d, f = m->f, C = m->C, H = m->heads;
     double t0 = ddp_model_clock();
     /* head, pooling and the final norm */
-    WGRAD(m->dlogits, m->p, G + m->head_w, B, C, d);
-    DDP_CHECK(be->colsum(be, m->dlogits, G + m->head_b, B, C, 1.0f));
-    DGRAD(m->dlogits, P + m->head_w, m->dp, B, C, d);
+    LINEAR_BWD(m->dlogits, m->p, 0, P + m->head_w, G + m->head_w, G + m->head_b, m->dp, B, C, d);
     DDP_CHECK(E->pool_mean_bwd(be, m->dp, m->dy, pack, d));
     DDP_CHECK(be->zero(be, m->dh, (size_t)(R * d) * sizeof(float)));
     DDP_CHECK(E->layernorm_bwd(be, m->dy, m->hL, P + m->nf_w, m->muf, m->rsf, m->dh, G + m->nf_w, G + m->nf_b, R, d));
@@ -150,28 +149,33 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
         const int64_t *w = y->p;
         ddp_dropout drop_attn = drop_at(m, b, 1, l, SITE_ATTN), drop_res1 = drop_at(m, b, 1, l, SITE_RES1),
                     drop_ffn = drop_at(m, b, 1, l, SITE_FFN), drop_res2 = drop_at(m, b, 1, l, SITE_RES2);
+        /* Without dropout a residual branch's gradient is dh itself: with fused epilogues the branch's GEMMs read dh,
+         * and its bias gradient comes from the weight gradient's epilogue instead of a copy of dh that sums it */
+        const float *t2 = m->dh, *t1 = m->dh;
+        float *b2 = G + w[T_L2_B], *b1 = G + w[T_OUT_B];
         /* FFN block: h_next = hmid + drop2(linear2(drop(gelu(linear1(norm2(hmid)))))) */
-        DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, G + w[T_L2_B], pack, d, &drop_res2));
-        WGRAD_ACT(m->branch, y->a2, G + w[T_L2_W], R, d, f);
-        DGRAD(m->branch, P + w[T_L2_W], m->dffn, R, d, f);
+        if (!(m->fuse_epi && drop_res2.p == 0.0f)) {
+            DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, b2, pack, d, &drop_res2));
+            t2 = m->branch, b2 = NULL;
+        }
+        LINEAR_BWD(t2, y->a2, m->act16, P + w[T_L2_W], G + w[T_L2_W], b2, m->dffn, R, d, f);
         DDP_CHECK(E->gelu_erf_bwd(be, m->dffn, y->dg, m->dffn, G + w[T_L1_B], pack, f, &drop_ffn));
-        WGRAD_ACT(m->dffn, y->y2, G + w[T_L1_W], R, f, d);
-        DGRAD(m->dffn, P + w[T_L1_W], m->dy, R, f, d);
+        LINEAR_BWD(m->dffn, y->y2, m->act16, P + w[T_L1_W], G + w[T_L1_W], NULL, m->dy, R, f, d);
         DDP_CHECK(E->layernorm_bwd(be, m->dy, y->hmid, P + w[T_N2_W], y->mu2, y->rs2, m->dh, G + w[T_N2_W],
                                    G + w[T_N2_B], R, d));
         /* attention block: hmid = h + drop1(out_proj(attention(in_proj(norm1(h))))) */
-        DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, G + w[T_OUT_B], pack, d, &drop_res1));
-        WGRAD(m->branch, y->o, G + w[T_OUT_W], R, d, d);
-        DGRAD(m->branch, P + w[T_OUT_W], m->dy, R, d, d);
+        if (!(m->fuse_epi && drop_res1.p == 0.0f)) {
+            DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, b1, pack, d, &drop_res1));
+            t1 = m->branch, b1 = NULL;
+        }
+        LINEAR_BWD(t1, y->o, 0, P + w[T_OUT_W], G + w[T_OUT_W], b1, m->dy, R, d, d);
         ATTN_TIMED(
             1, E->attention_bwd(be, y->qkv, y->o, m->dy, y->lse, m->dqkv, m->attn_delta, pack, d, (int)H, &drop_attn));
-        DDP_CHECK(be->colsum(be, m->dqkv, G + w[T_QKV_B], R, 3 * d, 1.0f));
+        LINEAR_BWD(m->dqkv, y->y1, m->act16, P + w[T_QKV_W], G + w[T_QKV_W], G + w[T_QKV_B], m->dy, R, 3 * d, d);
         /* The key bias adds q.b_k to every score of a row, which softmax ignores: its gradient is exactly 0.
          * Summed, it is rounding noise that depends on the batch's packing, and AdamW would turn that noise
          * into +-lr steps that differ between world sizes. It is written as the exact 0 instead. */
         DDP_CHECK(be->zero(be, G + w[T_QKV_B] + d, (size_t)d * sizeof(float)));
-        WGRAD_ACT(m->dqkv, y->y1, G + w[T_QKV_W], R, 3 * d, d);
-        DGRAD(m->dqkv, P + w[T_QKV_W], m->dy, R, 3 * d, d);
         DDP_CHECK(E->layernorm_bwd(be, m->dy, y->h, P + w[T_N1_W], y->mu1, y->rs1, m->dh, G + w[T_N1_W], G + w[T_N1_B],
                                    R, d));
         if (ready) ready(ready_arg, y->lo, y->hi);

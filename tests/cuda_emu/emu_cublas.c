@@ -1,12 +1,14 @@
-/* emu_cublas.c — the emulated cuBLAS subset (see emu_cuda.h): a handle holds a stream and a math mode; Sgemm,
- * GemmEx and Sgemv check their arguments as cuBLAS does (dimensions, leading dimensions, types, device
- * pointers), take alpha and beta at call time (host pointer mode) and queue a column-major cblas call on the
- * handle's stream. A GEMM whose inputs a GPU rounds (TF32 tensor cores) or converts (bf16) reads them, when
- * the stream runs it, into fp32 copies holding exactly the values the tensor cores multiply. */
+/* emu_cublas.c — the emulated cuBLAS and cuBLASLt subsets (see emu_cuda.h): a handle holds a stream and a math mode;
+ * Sgemm, GemmEx, Sgemv and cublasLtMatmul check their arguments as cuBLAS does (dimensions, leading dimensions, types,
+ * device pointers), take alpha and beta at call time (host pointer mode) and queue a column-major cblas call on the
+ * stream, cublasLtMatmul's epilogue after it. A GEMM whose inputs a GPU rounds (TF32 tensor cores) or converts (bf16)
+ * reads them, when the stream runs it, into fp32 copies holding exactly the values the tensor cores multiply. */
 #include "emu_cuda.h"
 
 #include <cblas.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct ddp_emu_blas {
     cudaStream_t stream;
@@ -70,6 +72,8 @@ typedef struct {
     int in;              /* IN_*: IN_TF32 and IN_BF16 read A and B into ca, cb first */
     const void *rA, *rB; /* those inputs (fp32 or bf16) */
     float *ca, *cb;      /* their fp32 copies, packed (leading dimension = rows) */
+    int epi;             /* cublasLtMatmul: CUBLASLT_EPILOGUE_*, applied to C after the product; 0 otherwise */
+    float *vec;          /* its bias (added to C's rows) or bias gradient (written: op(B) summed over k) */
 } blas_args;
 
 /* The rows x cols column-major matrix at src (leading dimension ld, fp32 or bf16) into dst, as the tensor
@@ -97,6 +101,15 @@ static void run_blas(void *p)
     else
         cblas_sgemm(CblasColMajor, a->ta ? CblasTrans : CblasNoTrans, a->tb ? CblasTrans : CblasNoTrans, a->m, a->n,
                     a->k, a->alpha, a->A, a->lda, a->B, a->ldb, a->beta, a->C, a->ldc);
+    if (a->epi == CUBLASLT_EPILOGUE_BIAS)
+        for (int64_t j = 0; j < a->n; j++)
+            for (int64_t i = 0; i < a->m; i++) a->C[j * a->ldc + i] += a->vec[i];
+    if (a->epi == CUBLASLT_EPILOGUE_BGRADB) /* over op(B) as the tensor cores read it */
+        for (int64_t j = 0; j < a->n; j++) {
+            float s = 0.0f;
+            for (int64_t q = 0; q < a->k; q++) s += a->tb ? a->B[q * a->ldb + j] : a->B[j * a->ldb + q];
+            a->vec[j] = s;
+        }
 }
 
 static int dev(const void *p) { return p && ddp_emu_is_device_ptr(p, 1); }
@@ -190,7 +203,178 @@ cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t t, int m, int n, 
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
     if (!dev(A) || !dev(x) || !dev(y)) return CUBLAS_STATUS_INVALID_VALUE;
-    blas_args a = {1, t == CUBLAS_OP_T, 0,    m,    n,    0,   lda, 0, 0, incx, incy, *alpha, *beta, A, x,
-                   y, IN_FP32,          NULL, NULL, NULL, NULL};
+    blas_args a = {.gemv = 1, .ta = t == CUBLAS_OP_T, .m = m, .n = n, .lda = lda, .incx = incx, .incy = incy};
+    a.alpha = *alpha, a.beta = *beta, a.A = A, a.B = x, a.C = y, a.in = IN_FP32;
     return submit(h, &a);
+}
+
+/* ------------------------------------------------------------------ cuBLASLt */
+struct ddp_emu_lt {
+    int unused;
+};
+struct ddp_emu_lt_desc {
+    cublasComputeType_t compute;
+    cudaDataType scale;
+    int32_t opa, opb, vtype;
+    uint32_t epi;
+    void *vec;
+};
+struct ddp_emu_lt_layout {
+    cudaDataType type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct ddp_emu_lt_pref {
+    uint64_t ws;
+    uint32_t align[4]; /* the least alignment in bytes of A, B, C and D the caller promises */
+};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
+{
+    int n;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) return CUBLAS_STATUS_NOT_INITIALIZED;
+    *h = calloc(1, sizeof **h);
+    return *h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
+{
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType scale)
+{
+    *d = calloc(1, sizeof **d);
+    if (!*d) return CUBLAS_STATUS_ALLOC_FAILED;
+    **d = (struct ddp_emu_lt_desc){compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, -1, CUBLASLT_EPILOGUE_DEFAULT, NULL};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
+{
+    free(d);
+    return CUBLAS_STATUS_SUCCESS;
+}
+/* the attribute's size must be its type's, as cuBLASLt checks */
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t size)
+{
+    void *dst = attr == CUBLASLT_MATMUL_DESC_TRANSA           ? (void *)&d->opa
+                : attr == CUBLASLT_MATMUL_DESC_TRANSB         ? (void *)&d->opb
+                : attr == CUBLASLT_MATMUL_DESC_EPILOGUE       ? (void *)&d->epi
+                : attr == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE ? (void *)&d->vtype
+                : attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER   ? (void *)&d->vec
+                                                              : NULL;
+    size_t want = attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER ? sizeof(void *) : 4;
+    if (!d || !dst || !buf || size != want) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(dst, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld)
+{
+    if (ld < (int64_t)(rows > 1 ? rows : 1) || rows > INT32_MAX || cols > INT32_MAX) return CUBLAS_STATUS_INVALID_VALUE;
+    *l = calloc(1, sizeof **l);
+    if (!*l) return CUBLAS_STATUS_ALLOC_FAILED;
+    **l = (struct ddp_emu_lt_layout){type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
+{
+    free(l);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+    *p = calloc(1, sizeof **p);
+    if (!*p) return CUBLAS_STATUS_ALLOC_FAILED;
+    for (int i = 0; i < 4; i++) (*p)->align[i] = 256;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+    free(p);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t size)
+{
+    if (!p || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && size == sizeof p->ws) {
+        memcpy(&p->ws, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    int i = (int)attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES;
+    if (i < 0 || i > 3 || size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(&p->align[i], buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The problem a descriptor and its layouts describe, as cuBLASLt validates it: INVALID_VALUE for shapes that do not
+ * fit together, NOT_SUPPORTED for types and epilogues outside the subset (a GPU would look for an algorithm). */
+static cublasStatus_t lt_problem(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                 cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd, int *m, int *n, int *k)
+{
+    if (!d || !a || !b || !c || !dd) return CUBLAS_STATUS_INVALID_VALUE;
+    int ta = d->opa == CUBLAS_OP_T, tb = d->opb == CUBLAS_OP_T;
+    *m = (int)c->rows, *n = (int)c->cols, *k = (int)(ta ? a->rows : a->cols);
+    if ((uint64_t)*m != (ta ? a->cols : a->rows) || (uint64_t)*k != (tb ? b->cols : b->rows) ||
+        (uint64_t)*n != (tb ? b->rows : b->cols) || c->rows != dd->rows || c->cols != dd->cols || c->ld != dd->ld)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    int bf16 = a->type == CUDA_R_16BF;
+    if (a->type != b->type || (a->type != CUDA_R_32F && !bf16) || c->type != CUDA_R_32F || dd->type != CUDA_R_32F ||
+        d->scale != CUDA_R_32F ||
+        (d->compute != CUBLAS_COMPUTE_32F && (bf16 || d->compute != CUBLAS_COMPUTE_32F_FAST_TF32)))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && d->epi != CUBLASLT_EPILOGUE_BIAS && d->epi != CUBLASLT_EPILOGUE_BGRADB)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && (!d->vec || (d->vtype != -1 && d->vtype != CUDA_R_32F)))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t p, int requested,
+                                              cublasLtMatmulHeuristicResult_t *results, int *returned)
+{
+    int m, n, k;
+    if (!h || !p || requested < 1 || !results || !returned) return CUBLAS_STATUS_INVALID_VALUE;
+    *returned = 0;
+    cublasStatus_t s = lt_problem(d, a, b, c, dd, &m, &n, &k);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    if (ddp_emu_env_long("MPIDDP_EMU_LT_REFUSE", 0) > 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    memset(results, 0, sizeof *results);
+    results[0].algo.data[0] = 1; /* cublasLtMatmul takes only this emulator's algorithm, */
+    for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = p->align[i] ? p->align[i] : 1; /* at these alignments */
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t la, const void *B, cublasLtMatrixLayout_t lb, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t lc, void *D, cublasLtMatrixLayout_t ld,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t stream)
+{
+    int m, n, k;
+    (void)ws, (void)ws_bytes;
+    if (!h || !alpha || !beta || !algo || algo->data[0] != 1) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t s = lt_problem(d, la, lb, lc, ld, &m, &n, &k);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    if (C != D) return CUBLAS_STATUS_NOT_SUPPORTED; /* mpiddp writes in place: the emulator has only that */
+    const void *ptr[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)ptr[i] % algo->data[1 + i] != 0) return CUBLAS_STATUS_INVALID_VALUE; /* a misaligned address */
+    if (!m || !n) return CUBLAS_STATUS_SUCCESS;
+    if ((k && (!dev(A) || !dev(B))) || !dev(D) || (d->epi != CUBLASLT_EPILOGUE_DEFAULT && !dev(d->vec)))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    int bf16 = la->type == CUDA_R_16BF, tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    blas_args a = {.ta = d->opa == CUBLAS_OP_T, .tb = d->opb == CUBLAS_OP_T, .m = m, .n = n, .k = k};
+    a.lda = (int)la->ld, a.ldb = (int)lb->ld, a.ldc = (int)lc->ld, a.alpha = *(const float *)alpha;
+    a.beta = *(const float *)beta, a.A = A, a.B = B, a.C = D, a.in = bf16 ? IN_BF16 : tf32 ? IN_TF32 : IN_FP32;
+    a.epi = (int)d->epi, a.vec = d->vec;
+    struct ddp_emu_blas one = {.stream = stream};
+    return submit(&one, &a);
 }

@@ -65,6 +65,25 @@ static ddp_status count_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_
     gemm16_calls++;
     return real_gemm16(b, ta, tb, M, N, K, alpha, A, a16, lda, Bm, b16, ldb, beta, Cm, ldc);
 }
+/* a GEMM with an epilogue (gemm_epi, the CUDA backend's) reading a bf16 operand counts as a gemm16 call */
+static ddp_status (*real_gemm_epi)(ddp_backend *, int, float *, int, int, int64_t, int64_t, int64_t, float,
+                                   const void *, int, int64_t, const void *, int, int64_t, float, float *, int64_t);
+static ddp_status count_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                                 float alpha, const void *A, int a16, int64_t lda, const void *Bm, int b16, int64_t ldb,
+                                 float beta, float *Cm, int64_t ldc)
+{
+    gemm16_calls += a16 || b16;
+    return real_gemm_epi(b, epi, bias, ta, tb, M, N, K, alpha, A, a16, lda, Bm, b16, ldb, beta, Cm, ldc);
+}
+/* a linear layer's backward (linear_bwd) reads its bf16 input x in the weight-gradient GEMM: one gemm16 call */
+static ddp_status (*real_linear_bwd)(ddp_backend *, const float *, const void *, int, const float *, float *, float *,
+                                     float *, int64_t, int64_t, int64_t);
+static ddp_status count_linear_bwd(ddp_backend *b, const float *dy, const void *x, int x16, const float *W, float *dW,
+                                   float *dbias, float *dx, int64_t R, int64_t N, int64_t K)
+{
+    gemm16_calls += x16;
+    return real_linear_bwd(b, dy, x, x16, W, dW, dbias, dx, R, N, K);
+}
 static ddp_status count_fused(ddp_backend *b, float *out, const float *h, const float *t, const float *tb,
                               const ddp_packing *pk, int64_t d, const ddp_dropout *dr, const float *w, const float *lb,
                               void *y, int y16, float *mu, float *rs)
@@ -171,8 +190,9 @@ static void wrong_precision(ddp_backend *be)
  * backend's op table); at fp32 the fused and unfused passes agree bit for bit too. The checks that make these
  * comparisons mean something: the bf16 model really stores bf16 (its activation allocations are smaller by
  * exactly L x rows x (2d + f) x 2 bytes, computed here from the configuration), the GEMMs really read them
- * (gemm16 calls counted per step), the fused op really runs (counted), and bf16 differs from fp32. A bf16
- * model on a backend left at fp32 fails its step with one line instead of computing garbage. */
+ * (gemm16 calls counted per step, with gemm_epi and linear_bwd calls reading a bf16 operand), the fused op really runs
+ * (counted), and bf16 differs from fp32. A bf16 model on a backend left at fp32 fails its step with one line instead of
+ * computing garbage. */
 static void test_backend(ddp_backend *be)
 {
     real_alloc = be->alloc;
@@ -181,6 +201,10 @@ static void test_backend(ddp_backend *be)
     if (!(be->gemm16 && be->enc->layernorm_fwd16 && be->enc->gelu_erf_fwd16 && be->enc->residual_layernorm_fwd))
         fail_msg("%s: the backend lacks gemm16 or the bf16 / fused encoder ops", be->name);
     if (real_gemm16) be->gemm16 = count_gemm16;
+    real_gemm_epi = be->gemm_epi;
+    if (real_gemm_epi) be->gemm_epi = count_gemm_epi;
+    real_linear_bwd = be->linear_bwd;
+    if (real_linear_bwd) be->linear_bwd = count_linear_bwd;
     ops_counting = *be->enc;
     ops_counting.residual_layernorm_fwd = count_fused;
     ops_unfused = *be->enc;
@@ -225,6 +249,8 @@ static void test_backend(ddp_backend *be)
     result *all[] = {&r16f, &r16u, &r32sf, &r32su, &f32f, &f32u};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->grad);
     be->gemm16 = real_gemm16;
+    be->gemm_epi = real_gemm_epi;
+    be->linear_bwd = real_linear_bwd;
     wrong_precision(be);
     printf("%s: bf16 activations save %zu of %zu bytes; %ld gemm16 and %ld fused calls per step\n", nm,
            r32sf.bytes - r16f.bytes, r32sf.bytes, r16f.gemm16_per_step, r16f.fused_per_step);

@@ -409,6 +409,136 @@ static void test_gemm_ex(void **state)
     cudaFree(dA), cudaFree(dA2), cudaFree(dB), cudaFree(dC), cudaFree(dA16), cudaFree(dB16);
 }
 
+/* cublasLtMatmul with its epilogues, column-major: BIAS adds a vector along D's rows, BGRADB writes op(B) summed over
+ * k (bf16 B: the sum of the values the tensor cores read); the checks cuBLASLt makes (shapes, attribute sizes, types),
+ * C = D only, and MPIDDP_EMU_LT_REFUSE=1 finding no algorithm. Small integers: every result is exact. */
+static void test_cublaslt(void **state)
+{
+    (void)state;
+    enum { M = 3, N = 2, K = 4 };
+    float A[M * K], Bm[K * N], C[M * N], bias[M] = {1, 2, 3}, grad[N];
+    __nv_bfloat16 B16[K * N];
+    for (int i = 0; i < M * K; i++) A[i] = (float)(i % 3);
+    /* B's fp32 values carry a 2^-9 that bf16 (8 significant bits, values 0.5-8) rounds away */
+    for (int i = 0; i < K * N; i++) Bm[i] = (float)i + 0.5f + 0x1p-9f, B16[i] = __float2bfloat16_rn(Bm[i]);
+    float *dA, *dB, *dC, *dbias, *dgrad;
+    __nv_bfloat16 *dB16;
+    cudaMalloc((void **)&dA, sizeof A), cudaMalloc((void **)&dB, sizeof Bm),
+        cudaMalloc((void **)&dC, sizeof C + 16); /* + 16: C also at dC + 1 */
+    cudaMalloc((void **)&dbias, sizeof bias), cudaMalloc((void **)&dgrad, sizeof grad);
+    cudaMalloc((void **)&dB16, sizeof B16);
+    cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice), cudaMemcpy(dB, Bm, sizeof Bm, cudaMemcpyHostToDevice);
+    cudaMemcpy(dbias, bias, sizeof bias, cudaMemcpyHostToDevice),
+        cudaMemcpy(dB16, B16, sizeof B16, cudaMemcpyHostToDevice);
+    cublasLtHandle_t h;
+    assert_int_equal(cublasLtCreate(&h), CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lb16, lc, lbad;
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    uint64_t ws = 1 << 20;
+    float one = 1, zero = 0;
+    assert_int_equal(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, M, K, M), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, K, N, K), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatrixLayoutCreate(&lb16, CUDA_R_16BF, K, N, K), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, M, N, M), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatrixLayoutCreate(&lbad, CUDA_R_32F, K, N, K - 1), CUBLAS_STATUS_INVALID_VALUE);
+    assert_int_equal(cublasLtMatrixLayoutCreate(&lbad, CUDA_R_32F, K + 1, N, K + 1), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, 4),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    assert_int_equal(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, 8),
+                     CUBLAS_STATUS_SUCCESS);
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    void *vec = dbias;
+    assert_int_equal(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, 2),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    assert_int_equal(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+                     CUBLAS_STATUS_SUCCESS);
+    /* a bias epilogue without its vector is refused */
+    assert_int_equal(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &found),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    assert_int_equal(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulAlgoGetHeuristic(h, op, la, lbad, lc, lc, pref, 1, &res, &found),
+                     CUBLAS_STATUS_INVALID_VALUE); /* B's rows are not A's columns */
+    assert_int_equal(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb16, lc, lc, pref, 1, &res, &found),
+                     CUBLAS_STATUS_NOT_SUPPORTED); /* fp32 A with bf16 B */
+    setenv("MPIDDP_EMU_LT_REFUSE", "1", 1);
+    assert_int_equal(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &found),
+                     CUBLAS_STATUS_NOT_SUPPORTED);
+    assert_int_equal(found, 0);
+    unsetenv("MPIDDP_EMU_LT_REFUSE");
+    assert_int_equal(cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &found),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(found, 1);
+    assert_int_equal(cublasLtMatmul(h, op, &one, dA, la, dB, lb, &zero, dC, lc, dbias, lc, &res.algo, NULL, 0, NULL),
+                     CUBLAS_STATUS_NOT_SUPPORTED); /* C != D */
+    assert_int_equal(cublasLtMatmul(h, op, &one, dA, la, dB, lb, &zero, dC, lc, dC, lc, &res.algo, NULL, 0, NULL),
+                     CUBLAS_STATUS_SUCCESS);
+    cudaMemcpy(C, dC, sizeof C, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float want = bias[i];
+            for (int k = 0; k < K; k++) want += A[k * M + i] * Bm[j * K + k];
+            if (C[j * M + i] != want) fail_msg("BIAS: C[%d,%d] = %g, want %g", i, j, C[j * M + i], want);
+        }
+    /* BGRADB over a bf16 B, transposed: B16 read as [N x K] with op T, the gradient per column of D */
+    cublasLtMatrixLayout_t lbt;
+    assert_int_equal(cublasLtMatrixLayoutCreate(&lbt, CUDA_R_16BF, N, K, N), CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulDesc_t op16;
+    cublasOperation_t t = CUBLAS_OP_T;
+    epi = CUBLASLT_EPILOGUE_BGRADB, vec = dgrad;
+    assert_int_equal(cublasLtMatmulDescCreate(&op16, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulDescSetAttribute(op16, CUBLASLT_MATMUL_DESC_TRANSB, &t, sizeof t),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulDescSetAttribute(op16, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulDescSetAttribute(op16, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec),
+                     CUBLAS_STATUS_SUCCESS);
+    cublasLtMatrixLayout_t la16;
+    __nv_bfloat16 A16[M * K];
+    for (int i = 0; i < M * K; i++) A16[i] = __float2bfloat16_rn(A[i]);
+    __nv_bfloat16 *dA16;
+    cudaMalloc((void **)&dA16, sizeof A16), cudaMemcpy(dA16, A16, sizeof A16, cudaMemcpyHostToDevice);
+    assert_int_equal(cublasLtMatrixLayoutCreate(&la16, CUDA_R_16BF, M, K, M), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulAlgoGetHeuristic(h, op16, la16, lbt, lc, lc, pref, 1, &res, &found),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(
+        cublasLtMatmul(h, op16, &one, dA16, la16, dB16, lbt, &zero, dC, lc, dC, lc, &res.algo, NULL, 0, NULL),
+        CUBLAS_STATUS_SUCCESS);
+    cudaMemcpy(grad, dgrad, sizeof grad, cudaMemcpyDeviceToHost);
+    for (int j = 0; j < N; j++) {
+        float want = 0, fp32 = 0;
+        for (int k = 0; k < K; k++) want += __bfloat162float(B16[k * N + j]), fp32 += Bm[k * N + j];
+        if (grad[j] != want || want == fp32)
+            fail_msg("BGRADB: %d = %g, want %g (the bf16 values, not the fp32 %g)", j, grad[j], want, fp32);
+    }
+    /* the algorithm assumes the alignment the preference promised (256 bytes unless told): a pointer 4 bytes into
+     * an allocation is refused, and accepted once the preference says 4 */
+    assert_int_equal(
+        cublasLtMatmul(h, op16, &one, dA16, la16, dB16, lbt, &zero, dC + 1, lc, dC + 1, lc, &res.algo, NULL, 0, NULL),
+        CUBLAS_STATUS_INVALID_VALUE);
+    uint32_t four = 4;
+    for (int a = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES; a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES; a++)
+        assert_int_equal(
+            cublasLtMatmulPreferenceSetAttribute(pref, (cublasLtMatmulPreferenceAttributes_t)a, &four, sizeof four),
+            CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulAlgoGetHeuristic(h, op16, la16, lbt, lc, lc, pref, 1, &res, &found),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(
+        cublasLtMatmul(h, op16, &one, dA16, la16, dB16, lbt, &zero, dC + 1, lc, dC + 1, lc, &res.algo, NULL, 0, NULL),
+        CUBLAS_STATUS_SUCCESS);
+    cublasLtMatmulDescDestroy(op), cublasLtMatmulDescDestroy(op16), cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lb16);
+    cublasLtMatrixLayoutDestroy(lc), cublasLtMatrixLayoutDestroy(lbad), cublasLtMatrixLayoutDestroy(lbt);
+    cublasLtMatrixLayoutDestroy(la16);
+    cublasLtDestroy(h);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dbias), cudaFree(dgrad), cudaFree(dB16), cudaFree(dA16);
+}
+
 /* NCCL between forked ranks. A forked rank cannot report through cmocka (a failed assertion would jump into the
  * child's copy of the test runner), so it counts its failed checks, each printed, and exits with the count. */
 static int child_failures;
@@ -557,6 +687,7 @@ int main(void)
         cmocka_unit_test(test_blas),
         cmocka_unit_test(test_rounding),
         cmocka_unit_test(test_gemm_ex),
+        cmocka_unit_test(test_cublaslt),
         cmocka_unit_test(test_wmma_tf32_rounding), /* the test_wmma_* tests: test_emu_wmma.cpp */
         cmocka_unit_test(test_wmma_mma_tf32),
         cmocka_unit_test(test_wmma_mma_bf16),

@@ -50,12 +50,6 @@ __global__ void k_mul(const float *dact, const float *dg, float *dz, int64_t n)
     if (i < n) dz[i] = dact[i] * dg[i];
 }
 
-__global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t cols)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < rows * cols) x[i] += bias[i % cols];
-}
-
 /* one block per segment, threads over columns: gelu(z + bias) pooled by mean, gelu' kept when dg */
 __global__ void k_bias_gelu_pool(const float *z, const float *bias, float *dg, const int64_t *off, int64_t cols,
                                  float *out)
@@ -325,14 +319,6 @@ static ddp_status cu_pool_gelu_backward(ddp_backend *b, const float *dp, const i
     return ddp_cuda_colsum(b, dz, dbias, rows, cols, 1.0f);
 }
 
-static ddp_status cu_add_bias(ddp_backend *b, float *x, const float *bias, int64_t rows, int64_t cols)
-{
-    if (rows * cols == 0) return DDP_OK;
-    DDP_LAUNCH(k_add_bias, blocks_for(rows * cols, 256), 256, 0, cuda_of(b)->stream, x, bias, rows, cols);
-    LAUNCH_CHECK();
-    return DDP_OK;
-}
-
 static ddp_status cu_softmax_xent(ddp_backend *b, const float *logits, const int64_t *labels, int64_t n, int64_t c,
                                   float *dlogits, float *loss, int64_t *pred, float *prob)
 {
@@ -437,6 +423,8 @@ static void cu_destroy(ddp_backend *b)
         if (c->colpart) cudaFree(c->colpart);
         if (c->hpart) cudaFreeHost(c->hpart);
         if (c->blas) cublasDestroy(c->blas);
+        if (c->lt) cublasLtDestroy(c->lt);
+        if (c->lt_ws) cudaFree(c->lt_ws);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
     }
@@ -471,8 +459,10 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->gelu_backward = cu_gelu_backward;
     b->bias_gelu_pool = cu_bias_gelu_pool;
     b->pool_gelu_backward = cu_pool_gelu_backward;
-    b->colsum = ddp_cuda_colsum; /* backend_cuda_gemm.cu */
-    b->add_bias = cu_add_bias;
+    b->colsum = ddp_cuda_colsum;     /* backend_cuda_gemm.cu */
+    b->add_bias = ddp_cuda_add_bias; /* backend_cuda_gemm.cu */
+    b->gemm_epi = ddp_cuda_gemm_epi;
+    b->linear_bwd = ddp_cuda_linear_bwd;
     b->softmax_xent = cu_softmax_xent;
     b->adamw = cu_adamw;
     b->sumsq = cu_sumsq;
@@ -506,6 +496,7 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     /* exact fp32 GEMMs (no TF32) so GPU results track the CPU reference; --precision tf32 and bf16 ask cublasGemmEx
      * for their compute type explicitly, which the math mode does not override (cublas_api.h) */
     CUBLAS_TRY(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH));
+    DDP_TRY(ddp_cuda_lt_create(c)); /* backend_cuda_gemm.cu */
     *out = b;
     return DDP_OK;
 done:

@@ -1,6 +1,8 @@
 /* backend_cuda_gemm.cu — the CUDA backend's cuBLAS products: gemm, gemm16 and set_precision (fp32, or TF32 or bf16
- * operands with fp32 accumulation; the bf16 rounding kernel and the use of the weights' bf16 copy), and colsum (a gemv
- * over the ones). Here, below both its callers (backend_cuda.cu, backend_cuda_enc.cu), colsum closes no call circle. */
+ * operands with fp32 accumulation; the bf16 rounding kernel and the use of the weights' bf16 copy), gemm_epi (cuBLASLt
+ * with a bias or bias-gradient epilogue), linear_bwd (both gradient products from one rounding of dy), colsum (a gemv
+ * over the ones) and add_bias. Here, below their callers
+ * (backend_cuda.cu, backend_cuda_enc.cu), colsum and add_bias close no call circle. */
 #include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 
 #include <stdint.h>
@@ -14,6 +16,15 @@ __global__ void k_to_bf16(const float *x, int64_t rows, int64_t cols, int64_t ld
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols) return;
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) y[r * cols + c] = __float2bfloat16_rn(x[r * ld + c]);
+}
+
+/* x[r, c] += bias[c]: blockIdx.x walks a row's columns, blockIdx.y the rows in a grid stride; no division */
+__global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t cols)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float bc = bias[c];
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) x[r * cols + c] += bc;
 }
 
 /* ------------------------------------------------------------------ helpers */
@@ -57,15 +68,20 @@ static ddp_status check_dims(int64_t M, int64_t N, int64_t K)
     return DDP_OK;
 }
 
-/* The bf16 GEMM, M, N > 0. An operand given in bf16 (a16, b16 non-NULL, leading dimension lda, ldb) is cuBLAS's
- * operand as it is; an fp32 one (A, B) inside the weights is read from their bf16 copy with its own leading
- * dimension, any other is rounded to bf16 into the scratch, packed (B's copy 16-byte aligned). Then bf16 x bf16
- * products accumulated in fp32 into the fp32 C. */
-static ddp_status gemm_bf16(cuda_impl *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                            const __nv_bfloat16 *a16, int64_t lda, const float *B, const __nv_bfloat16 *b16,
-                            int64_t ldb, float beta, float *C, int64_t ldc)
+/* The operands of a GEMM as cuBLAS reads them (row-major, leading dimensions in elements). */
+typedef struct {
+    const void *a, *b;
+    int64_t lda, ldb;
+    cudaDataType type;
+} gemm_in;
+
+/* The bf16 operands of a GEMM, M, N > 0. An operand given in bf16 (a16, b16 non-NULL, leading dimension lda, ldb) is
+ * cuBLAS's operand as it is; an fp32 one (A, B) inside the weights is read from their bf16 copy with its own leading
+ * dimension, any other is rounded to bf16 into the scratch, packed (B's copy 16-byte aligned). */
+static ddp_status bf16_operands(cuda_impl *c, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                                const __nv_bfloat16 *a16, int64_t lda, const float *B, const __nv_bfloat16 *b16,
+                                int64_t ldb, gemm_in *in)
 {
-    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
     int64_t lda16 = lda, ldb16 = ldb;
     if (!a16 && (a16 = weight_copy(c, A, ar, lda)) == NULL) lda16 = ac > 1 ? ac : 1;
@@ -80,9 +96,21 @@ static ddp_status gemm_bf16(cuda_impl *c, int ta, int tb, int64_t M, int64_t N, 
         DDP_CHECK(to_bf16(c, B, br, bc, ldb, c->bf16 + na));
         b16 = c->bf16 + na;
     }
+    *in = (gemm_in){a16, b16, lda16, ldb16, CUDA_R_16BF};
+    return DDP_OK;
+}
+
+/* The bf16 GEMM, M, N > 0: bf16 x bf16 products accumulated in fp32 into the fp32 C. */
+static ddp_status gemm_bf16(cuda_impl *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                            const __nv_bfloat16 *a16, int64_t lda, const float *B, const __nv_bfloat16 *b16,
+                            int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    gemm_in in;
+    DDP_CHECK(bf16_operands(c, ta, tb, M, N, K, A, a16, lda, B, b16, ldb, &in));
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
-    CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, b16, CUDA_R_16BF, (int)ldb16, a16,
-                                CUDA_R_16BF, (int)lda16, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+    CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, in.b, CUDA_R_16BF, (int)in.ldb, in.a,
+                                CUDA_R_16BF, (int)in.lda, &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT));
     return DDP_OK;
 }
@@ -133,7 +161,213 @@ ddp_status ddp_cuda_set_precision(ddp_backend *b, ddp_precision p)
     return DDP_OK;
 }
 
-/* ------------------------------------------------------------------ column sums */
+/* ------------------------------------------------------------------ cuBLASLt epilogues */
+/* cuBLASLt's workspace: what NVIDIA recommends for Hopper (32 MiB), allocated once with the backend */
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+ddp_status ddp_cuda_lt_create(cuda_impl *c)
+{
+    CUBLAS_CHECK(cublasLtCreate(&c->lt));
+    ALLOC_CHECK(cudaMalloc(&c->lt_ws, LT_WORKSPACE_BYTES), LT_WORKSPACE_BYTES, c->device, "the cuBLASLt workspace");
+    c->lt_ws_bytes = LT_WORKSPACE_BYTES;
+    return DDP_OK;
+}
+
+/* The alignment in bytes cuBLASLt may assume of p: the largest power of two dividing its address, at most 256. */
+static uint32_t lt_align(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uintptr_t low = a & (~a + 1);
+    return a == 0 || low >= 256 ? 256u : (uint32_t)low;
+}
+
+/* Column-major D = C = alpha op(A) op(B) + beta C (m x n, op(A) m x k) with cuBLASLt's epilogue: BIAS adds
+ * vec[0..m) to every column, BGRADB writes vec[j] = sum over k of op(B)[., j] (j < n). *ran = 0 when cuBLASLt has no
+ * algorithm for it; then nothing was queued. Descriptors are host objects, made per call as PyTorch does: the
+ * heuristic depends on the shapes, and a packed batch's rows change per step. The preference states each operand's
+ * real alignment: parameters and their gradients are packed back to back, so a tensor inside them may be aligned
+ * to 4 bytes only, where cuBLASLt otherwise assumes 256. */
+static ddp_status lt_matmul(cuda_impl *c, cublasLtEpilogue_t epi, void *vec, cublasOperation_t opa,
+                            cublasOperation_t opb, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
+                            int64_t lda, const void *B, int64_t ldb, cudaDataType type, cublasComputeType_t compute,
+                            float beta, float *C, int64_t ldc, int *ran)
+{
+    ddp_status st = DDP_OK;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t h;
+    cublasStatus_t hs;
+    int found = 0;
+    int32_t vtype = CUDA_R_32F;
+    uint64_t ws = c->lt_ws_bytes;
+    uint32_t al_a = lt_align(A), al_b = lt_align(B), al_c = lt_align(C);
+    *ran = 0;
+    CUBLAS_TRY(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &vtype, sizeof vtype));
+    CUBLAS_TRY(cublasLtMatrixLayoutCreate(&la, type, opa == CUBLAS_OP_N ? m : k, opa == CUBLAS_OP_N ? k : m, lda));
+    CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lb, type, opb == CUBLAS_OP_N ? k : n, opb == CUBLAS_OP_N ? n : k, ldb));
+    CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc));
+    CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, 4));
+    CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, 4));
+    CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, 4));
+    CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, 4));
+    /* NOT_SUPPORTED: no algorithm for this epilogue, types, layout and alignment (the caller composes) */
+    hs = cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &h, &found);
+    if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) {
+        st = DDP_CUBLAS_ERR_(cublasLtMatmulAlgoGetHeuristic, hs);
+        goto done;
+    }
+    if (hs == CUBLAS_STATUS_SUCCESS && found > 0 && h.state == CUBLAS_STATUS_SUCCESS) {
+        DDP_LAUNCH_NOTE();
+        hs = cublasLtMatmul(c->lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &h.algo, c->lt_ws, ws, c->stream);
+        if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) { /* NOT_SUPPORTED queues nothing */
+            st = DDP_CUBLAS_ERR_(cublasLtMatmul, hs);
+            goto done;
+        }
+        *ran = hs == CUBLAS_STATUS_SUCCESS;
+    }
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return st;
+}
+
+/* bias[0..n) += colpart[0..n): a bias gradient that cuBLASLt's BGRADB wrote, added to the accumulating one */
+static ddp_status add_colpart(cuda_impl *c, float *bias, int64_t n)
+{
+    DDP_LAUNCH(k_add_bias, dim3(blocks_for(n, 256), 1), 256, 0, c->stream, bias, c->colpart, (int64_t)1, n);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+/* gemm_epi at tf32 and bf16, M, N, K > 0: through cuBLASLt, the bias gradient landing in colpart (BGRADB writes, it
+ * does not add) and added to bias by one short launch; where cuBLASLt has no algorithm, the same operands (rounded
+ * once) through cublasGemmEx, then the bias add or the column sums of the fp32 A: the unfused calls' bits. */
+static ddp_status epi_fused(ddp_backend *b, int epi, float *bias, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                            float alpha, const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb,
+                            float beta, float *C, int64_t ldc)
+{
+    cuda_impl *c = cuda_of(b);
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    gemm_in in = {A, B, lda, ldb, CUDA_R_32F};
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (c->precision == DDP_PRECISION_BF16) {
+        DDP_CHECK(bf16_operands(c, ta, tb, M, N, K, a16 ? NULL : (const float *)A,
+                                a16 ? (const __nv_bfloat16 *)A : NULL, lda, b16 ? NULL : (const float *)B,
+                                b16 ? (const __nv_bfloat16 *)B : NULL, ldb, &in));
+        compute = CUBLAS_COMPUTE_32F;
+    }
+    /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T: the bias runs along C^T's rows (N of
+     * them), the bias gradient sums the second operand (A) over k into C^T's columns (M) */
+    int ran = 0;
+    DDP_CHECK(lt_matmul(c, epi == DDP_EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB,
+                        epi == DDP_EPI_BIAS ? (void *)bias : (void *)c->colpart, opb, opa, N, M, K, alpha, in.b, in.ldb,
+                        in.a, in.lda, in.type, compute, beta, C, ldc, &ran));
+    if (ran) return epi == DDP_EPI_BGRAD ? add_colpart(c, bias, M) : DDP_OK;
+    CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, in.b, in.type, (int)in.ldb, in.a,
+                                in.type, (int)in.lda, &beta, C, CUDA_R_32F, (int)ldc, compute, CUBLAS_GEMM_DEFAULT));
+    if (epi == DDP_EPI_BIAS) return ddp_cuda_add_bias(b, C, bias, M, N);
+    return ddp_cuda_colsum(b, (const float *)A, bias, K, M, 1.0f);
+}
+
+ddp_status ddp_cuda_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                             float alpha, const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb,
+                             float beta, float *C, int64_t ldc)
+{
+    cuda_impl *c = cuda_of(b);
+    if (!(epi == DDP_EPI_BIAS && beta == 0.0f && ldc == N) &&
+        !(epi == DDP_EPI_BGRAD && ta && !a16 && lda == M && alpha == 1.0f))
+        return ddp_set_error(DDP_ERR_ARG,
+                             "cuda gemm_epi: epilogue %d with transa %d, a16 %d, lda %lld, ldc %lld, alpha %g, beta %g "
+                             "(bias: beta 0 and a packed C; bias gradient: transa 1, alpha 1 and a packed fp32 A)",
+                             epi, ta, a16, (long long)lda, (long long)ldc, (double)alpha, (double)beta);
+    if ((a16 || b16) && c->precision != DDP_PRECISION_BF16)
+        return ddp_set_error(DDP_ERR_ARG,
+                             "cuda gemm_epi: bf16 operands need --precision bf16 (the backend computes "
+                             "in %s)",
+                             c->precision == DDP_PRECISION_TF32 ? "tf32" : "fp32");
+    if (M <= 0) return DDP_OK;
+    if (N > 0 && K > 0 && c->precision != DDP_PRECISION_FP32 && (epi == DDP_EPI_BIAS || M <= DDP_COLPART_FLOATS)) {
+        DDP_CHECK(check_dims(M, N, K));
+        return epi_fused(b, epi, bias, ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc);
+    }
+    /* fp32 (the pedantic reference), empty products, bias gradients wider than colpart: the unfused calls */
+    if (a16 || b16)
+        DDP_CHECK(ddp_cuda_gemm16(b, ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc));
+    else
+        DDP_CHECK(ddp_cuda_gemm(b, ta, tb, M, N, K, alpha, (const float *)A, lda, (const float *)B, ldb, beta, C, ldc));
+    if (epi == DDP_EPI_BIAS) return ddp_cuda_add_bias(b, C, bias, M, N);
+    return ddp_cuda_colsum(b, (const float *)A, bias, K, M, 1.0f);
+}
+
+/* ------------------------------------------------------------------ a linear layer's backward */
+ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const float *dy, const void *x, int x16, const float *W, float *dW,
+                               float *dbias, float *dx, int64_t R, int64_t N, int64_t K)
+{
+    cuda_impl *c = cuda_of(b);
+    const float one = 1.0f, zero = 0.0f;
+    if (c->precision != DDP_PRECISION_BF16 || R <= 0 || N <= 0 || K <= 0) { /* nothing to convert: the two products */
+        if (dbias)
+            DDP_CHECK(
+                ddp_cuda_gemm_epi(b, DDP_EPI_BGRAD, dbias, 1, 0, N, K, R, 1.0f, dy, 0, N, x, x16, K, 1.0f, dW, K));
+        else if (x16)
+            DDP_CHECK(ddp_cuda_gemm16(b, 1, 0, N, K, R, 1.0f, dy, 0, N, x, 1, K, 1.0f, dW, K));
+        else
+            DDP_CHECK(ddp_cuda_gemm(b, 1, 0, N, K, R, 1.0f, dy, N, (const float *)x, K, 1.0f, dW, K));
+        return ddp_cuda_gemm(b, 0, 0, R, K, N, 1.0f, dy, N, W, K, 0.0f, dx, K);
+    }
+    DDP_CHECK(check_dims(R, N, K));
+    /* the scratch holds dy's rounding (read by both products), x's when it is fp32, W's when its copy is stale */
+    const __nv_bfloat16 *w16 = weight_copy(c, W, N, K);
+    size_t ndy = ((size_t)(R * N) + 7) & ~(size_t)7, nx = x16 ? 0 : ((size_t)(R * K) + 7) & ~(size_t)7;
+    DDP_CHECK(bf16_scratch(c, ndy + nx + (w16 ? 0 : (size_t)(N * K))));
+    const __nv_bfloat16 *dy16 = c->bf16, *xb = x16 ? (const __nv_bfloat16 *)x : c->bf16 + ndy;
+    DDP_CHECK(to_bf16(c, dy, R, N, N, c->bf16));
+    if (!x16) DDP_CHECK(to_bf16(c, (const float *)x, R, K, K, c->bf16 + ndy));
+    if (!w16) {
+        DDP_CHECK(to_bf16(c, W, N, K, K, c->bf16 + ndy + nx));
+        w16 = c->bf16 + ndy + nx;
+    }
+    /* dW[N,K] += dy^T x  <=>  column-major dW^T [K,N] += x^T [K,R] . dy [R,N]; the bias gradient in its epilogue */
+    int ran = 0;
+    if (dbias && N <= DDP_COLPART_FLOATS)
+        DDP_CHECK(lt_matmul(c, CUBLASLT_EPILOGUE_BGRADB, c->colpart, CUBLAS_OP_N, CUBLAS_OP_T, K, N, R, 1.0f, xb, K,
+                            dy16, N, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 1.0f, dW, K, &ran));
+    if (ran)
+        DDP_CHECK(add_colpart(c, dbias, N));
+    else {
+        CUBLAS_COMPUTE(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)K, (int)N, (int)R, &one, xb, CUDA_R_16BF,
+                                    (int)K, dy16, CUDA_R_16BF, (int)N, &one, dW, CUDA_R_32F, (int)K, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+        if (dbias) DDP_CHECK(ddp_cuda_colsum(b, dy, dbias, R, N, 1.0f));
+    }
+    /* dx[R,K] = dy W  <=>  column-major dx^T [K,R] = W^T [K,N] . dy^T [N,R], from the same rounding of dy */
+    CUBLAS_COMPUTE(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)K, (int)R, (int)N, &one, w16, CUDA_R_16BF,
+                                (int)K, dy16, CUDA_R_16BF, (int)N, &zero, dx, CUDA_R_32F, (int)K, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+    return DDP_OK;
+}
+
+/* ------------------------------------------------------------------ column sums and bias adds */
+ddp_status ddp_cuda_add_bias(ddp_backend *b, float *x, const float *bias, int64_t rows, int64_t cols)
+{
+    if (rows <= 0 || cols <= 0) return DDP_OK;
+    dim3 grid(blocks_for(cols, 256), (unsigned)(rows < 65535 ? rows : 65535));
+    DDP_LAUNCH(k_add_bias, grid, 256, 0, cuda_of(b)->stream, x, bias, rows, cols);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
 /* through the backend's ones vector, sized by reserve() (backend_cuda.cu) */
 ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out, int64_t rows, int64_t cols, float beta)
 {

@@ -48,6 +48,10 @@ typedef struct {
     const float *w_base;
     int64_t w_n, w16_cap;
     int w_valid;
+    /* cuBLASLt (gemm_epi at tf32 and bf16): its handle and the workspace of its matmuls, sized once at creation */
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    size_t lt_ws_bytes;
     float *ones; /* [ones_len] ones for column sums through gemv, sized by reserve() */
     int64_t ones_len;
     double *dpart;  /* [SUMSQ_BLOCKS] per-block partial sums of sumsq */
@@ -73,6 +77,20 @@ static inline unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n
 /* out = beta out + column sums of row-major x [rows, cols] (backend_cuda_gemm.cu: a cuBLAS gemv over the ones) */
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out,
                                                                  int64_t rows, int64_t cols, float beta);
+/* x[r,:] += bias (backend_cuda_gemm.cu, below gemm_epi which adds with it) */
+__attribute__((visibility("hidden"))) ddp_status ddp_cuda_add_bias(ddp_backend *b, float *x, const float *bias,
+                                                                   int64_t rows, int64_t cols);
+/* ddp_backend.gemm_epi (backend_cuda_gemm.cu): cuBLASLt's BIAS and BGRADB epilogues; its handle and workspace */
+__attribute__((visibility("hidden"))) ddp_status ddp_cuda_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, int tb,
+                                                                   int64_t M, int64_t N, int64_t K, float alpha,
+                                                                   const void *A, int a16, int64_t lda, const void *B,
+                                                                   int b16, int64_t ldb, float beta, float *C,
+                                                                   int64_t ldc);
+__attribute__((visibility("hidden"))) ddp_status ddp_cuda_lt_create(cuda_impl *c);
+/* ddp_backend.linear_bwd (backend_cuda_gemm.cu) */
+__attribute__((visibility("hidden"))) ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const float *dy, const void *x,
+                                                                     int x16, const float *W, float *dW, float *dbias,
+                                                                     float *dx, int64_t R, int64_t N, int64_t K);
 /* the GEMMs (backend_cuda_gemm.cu): ddp_backend.gemm, .gemm16 and .set_precision */
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
                                                                int64_t K, float alpha, const float *A, int64_t lda,

@@ -26,6 +26,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #ifdef __CUDACC__
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
