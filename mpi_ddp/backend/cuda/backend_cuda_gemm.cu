@@ -250,34 +250,30 @@ static ddp_status add_colpart(cuda_impl *c, float *bias, int64_t n)
     return DDP_OK;
 }
 
-/* gemm_epi at tf32 and bf16, M, N, K > 0: through cuBLASLt, the bias gradient landing in colpart (BGRADB writes, it
- * does not add) and added to bias by one short launch; where cuBLASLt has no algorithm, the same operands (rounded
- * once) through cublasGemmEx, then the bias add or the column sums of the fp32 A: the unfused calls' bits. */
-static ddp_status epi_fused(ddp_backend *b, int epi, float *bias, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                            float alpha, const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb,
-                            float beta, float *C, int64_t ldc)
+/* C = alpha op(A) op(B) + beta C on operands as cuBLAS reads them (in), M, N, K > 0, then the epilogue epi: none (0),
+ * DDP_EPI_BIAS or DDP_EPI_BGRAD (A32: the fp32 A its unfused column sums read). An epilogue runs in cuBLASLt, the
+ * bias gradient landing in colpart (BGRADB writes, it does not add) and added to bias by one short launch; where
+ * cuBLASLt has no algorithm, or the bias gradient is wider than colpart, the same operands through cublasGemmEx,
+ * then the bias add or the column sums: the unfused calls' bits. */
+static ddp_status epi_run(ddp_backend *b, int epi, float *bias, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                          float alpha, const gemm_in *in, cublasComputeType_t compute, const float *A32, float beta,
+                          float *C, int64_t ldc)
 {
     cuda_impl *c = cuda_of(b);
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    gemm_in in = {A, B, lda, ldb, CUDA_R_32F};
-    cublasComputeType_t compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-    if (c->precision == DDP_PRECISION_BF16) {
-        DDP_CHECK(bf16_operands(c, ta, tb, M, N, K, a16 ? NULL : (const float *)A,
-                                a16 ? (const __nv_bfloat16 *)A : NULL, lda, b16 ? NULL : (const float *)B,
-                                b16 ? (const __nv_bfloat16 *)B : NULL, ldb, &in));
-        compute = CUBLAS_COMPUTE_32F;
-    }
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T: the bias runs along C^T's rows (N of
      * them), the bias gradient sums the second operand (A) over k into C^T's columns (M) */
     int ran = 0;
-    DDP_CHECK(lt_matmul(c, epi == DDP_EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB,
-                        epi == DDP_EPI_BIAS ? (void *)bias : (void *)c->colpart, opb, opa, N, M, K, alpha, in.b, in.ldb,
-                        in.a, in.lda, in.type, compute, beta, C, ldc, &ran));
+    if (epi == DDP_EPI_BIAS || (epi == DDP_EPI_BGRAD && M <= DDP_COLPART_FLOATS))
+        DDP_CHECK(lt_matmul(c, epi == DDP_EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB,
+                            epi == DDP_EPI_BIAS ? (void *)bias : (void *)c->colpart, opb, opa, N, M, K, alpha, in->b,
+                            in->ldb, in->a, in->lda, in->type, compute, beta, C, ldc, &ran));
     if (ran) return epi == DDP_EPI_BGRAD ? add_colpart(c, bias, M) : DDP_OK;
-    CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, in.b, in.type, (int)in.ldb, in.a,
-                                in.type, (int)in.lda, &beta, C, CUDA_R_32F, (int)ldc, compute, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, in->b, in->type, (int)in->ldb, in->a,
+                                in->type, (int)in->lda, &beta, C, CUDA_R_32F, (int)ldc, compute, CUBLAS_GEMM_DEFAULT));
     if (epi == DDP_EPI_BIAS) return ddp_cuda_add_bias(b, C, bias, M, N);
-    return ddp_cuda_colsum(b, (const float *)A, bias, K, M, 1.0f);
+    if (epi == DDP_EPI_BGRAD) return ddp_cuda_colsum(b, A32, bias, K, M, 1.0f);
+    return DDP_OK;
 }
 
 ddp_status ddp_cuda_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, int tb, int64_t M, int64_t N, int64_t K,
@@ -297,11 +293,19 @@ ddp_status ddp_cuda_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, int t
                              "in %s)",
                              c->precision == DDP_PRECISION_TF32 ? "tf32" : "fp32");
     if (M <= 0) return DDP_OK;
-    if (N > 0 && K > 0 && c->precision != DDP_PRECISION_FP32 && (epi == DDP_EPI_BIAS || M <= DDP_COLPART_FLOATS)) {
+    if (N > 0 && K > 0 && c->precision != DDP_PRECISION_FP32) {
         DDP_CHECK(check_dims(M, N, K));
-        return epi_fused(b, epi, bias, ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc);
+        gemm_in in = {A, B, lda, ldb, CUDA_R_32F};
+        cublasComputeType_t compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+        if (c->precision == DDP_PRECISION_BF16) {
+            DDP_CHECK(bf16_operands(c, ta, tb, M, N, K, a16 ? NULL : (const float *)A,
+                                    a16 ? (const __nv_bfloat16 *)A : NULL, lda, b16 ? NULL : (const float *)B,
+                                    b16 ? (const __nv_bfloat16 *)B : NULL, ldb, &in));
+            compute = CUBLAS_COMPUTE_32F;
+        }
+        return epi_run(b, epi, bias, ta, tb, M, N, K, alpha, &in, compute, (const float *)A, beta, C, ldc);
     }
-    /* fp32 (the pedantic reference), empty products, bias gradients wider than colpart: the unfused calls */
+    /* fp32 (the pedantic reference) and empty products: the unfused calls */
     if (a16 || b16)
         DDP_CHECK(ddp_cuda_gemm16(b, ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc));
     else
@@ -315,7 +319,6 @@ ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const float *dy, const void *x, i
                                float *dbias, float *dx, int64_t R, int64_t N, int64_t K)
 {
     cuda_impl *c = cuda_of(b);
-    const float one = 1.0f, zero = 0.0f;
     if (c->precision != DDP_PRECISION_BF16 || R <= 0 || N <= 0 || K <= 0) { /* nothing to convert: the two products */
         if (dbias)
             DDP_CHECK(
@@ -338,24 +341,11 @@ ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const float *dy, const void *x, i
         DDP_CHECK(to_bf16(c, W, N, K, K, c->bf16 + ndy + nx));
         w16 = c->bf16 + ndy + nx;
     }
-    /* dW[N,K] += dy^T x  <=>  column-major dW^T [K,N] += x^T [K,R] . dy [R,N]; the bias gradient in its epilogue */
-    int ran = 0;
-    if (dbias && N <= DDP_COLPART_FLOATS)
-        DDP_CHECK(lt_matmul(c, CUBLASLT_EPILOGUE_BGRADB, c->colpart, CUBLAS_OP_N, CUBLAS_OP_T, K, N, R, 1.0f, xb, K,
-                            dy16, N, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 1.0f, dW, K, &ran));
-    if (ran)
-        DDP_CHECK(add_colpart(c, dbias, N));
-    else {
-        CUBLAS_COMPUTE(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)K, (int)N, (int)R, &one, xb, CUDA_R_16BF,
-                                    (int)K, dy16, CUDA_R_16BF, (int)N, &one, dW, CUDA_R_32F, (int)K, CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT));
-        if (dbias) DDP_CHECK(ddp_cuda_colsum(b, dy, dbias, R, N, 1.0f));
-    }
-    /* dx[R,K] = dy W  <=>  column-major dx^T [K,R] = W^T [K,N] . dy^T [N,R], from the same rounding of dy */
-    CUBLAS_COMPUTE(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)K, (int)R, (int)N, &one, w16, CUDA_R_16BF,
-                                (int)K, dy16, CUDA_R_16BF, (int)N, &zero, dx, CUDA_R_32F, (int)K, CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT));
-    return DDP_OK;
+    /* dW[N,K] += dy^T x with the bias gradient in its epilogue, then dx[R,K] = dy W, from the same rounding of dy */
+    gemm_in wg = {dy16, xb, N, K, CUDA_R_16BF}, dg = {dy16, w16, N, K, CUDA_R_16BF};
+    DDP_CHECK(
+        epi_run(b, dbias ? DDP_EPI_BGRAD : 0, dbias, 1, 0, N, K, R, 1.0f, &wg, CUBLAS_COMPUTE_32F, dy, 1.0f, dW, K));
+    return epi_run(b, 0, NULL, 0, 0, R, K, N, 1.0f, &dg, CUBLAS_COMPUTE_32F, NULL, 0.0f, dx, K);
 }
 
 /* ------------------------------------------------------------------ column sums and bias adds */
