@@ -5,6 +5,7 @@
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/train/runinfo.h"
+#include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 
 #include <stdio.h>
@@ -29,9 +30,12 @@ int cmd_env(ddp_ctx *ctx, int argc, char **argv)
     const ddp_topology *t = ddp_topo(ctx);
     ddp_versions v;
     ddp_versions_get(&v);
+    char cudnn[400] = "unavailable: no CUDA plugin";
+    const char *attn = ddp_knob_str(DDP_KNOB_ATTENTION);
     if (ddp_cuda()) { /* env is a diagnostic: report the plugin even on a node without a GPU */
         ddp_cuda()->version_string(v.cuda, sizeof v.cuda);
         ddp_cuda()->nccl_version_string(v.nccl, sizeof v.nccl);
+        ddp_cuda()->cudnn_version_string(cudnn, sizeof cudnn);
     } else {
         snprintf(v.cuda, sizeof v.cuda, "unavailable");
         snprintf(v.nccl, sizeof v.nccl, "unavailable");
@@ -46,10 +50,10 @@ int cmd_env(ddp_ctx *ctx, int argc, char **argv)
     snprintf(
         line, sizeof line,
         "rank=%d size=%d local_rank=%d local_size=%d node=%d nodes=%d host=%s device=%s backend=%s launcher=%s job=%s "
-        "mpi=\"%s\" hdf5=%s cuda=\"%s\" nccl=\"%s\"",
+        "mpi=\"%s\" hdf5=%s cuda=\"%s\" nccl=\"%s\" cudnn=\"%s\" attention=%s",
         t->rank, t->size, t->local_rank, t->local_size, t->node_id, t->num_nodes, t->host, dev,
         got == DDP_DEVICE_CUDA ? "cuda(cublas+nccl)" : "cpu(openblas+mpi)", t->launcher, t->job_id[0] ? t->job_id : "-",
-        v.mpi, v.hdf5, v.cuda, v.nccl);
+        v.mpi, v.hdf5, v.cuda, v.nccl, cudnn, attn ? attn : "auto");
     char *all = t->rank == 0 ? calloc((size_t)t->size, LINE) : NULL;
     int mrc = MPI_Gather(line, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (mrc != MPI_SUCCESS) return cli_fail(ctx, "env", ddp_set_error(DDP_ERR_MPI, "MPI_Gather failed"));

@@ -167,6 +167,13 @@ int main(int argc, char **argv)
     }
     printf("# bench_kernels: backend %s, --precision %s, best of %lld; roofline %.1f GFLOP/s, %.1f GB/s (%s)\n",
            be->name, prec, (long long)reps, peak_gf, peak_gbs, roof);
+    if (be->attention_select) { /* the attention a model would run (MPIDDP_ATTENTION): cuDNN's at bf16 where it applies
+                                 */
+        const char *path = "own";
+        char why[400] = "";
+        CK(be->attention_select(be, pr, 128, 2, 0.0f, &path, why, sizeof why));
+        printf("# attention: %s: %s\n", path, why);
+    }
     config cf[3];
     int ncf;
     if (tiny) {

@@ -194,7 +194,8 @@ int main(int argc, char **argv)
                                                : DDP_PRECISION_FP32;
     if (strcmp(prec, ddp_precision_name(pr))) DIE("--precision %s: expected fp32|tf32|bf16", prec);
     mc.precision = pr; /* bf16: GEMM-only activations in bf16, as mpiddp train keeps them */
-    if (ddp_model_create(ctx, dev, &mc, &m) != DDP_OK) DIE("model");
+    if (ddp_model_create(ctx, dev, &mc, &m) != DDP_OK) DIE("model: %s", ddp_last_error());
+    if (t->rank == 0 && m.attention) printf("# bench_train: attention %s\n", m.attention); /* cuDNN's or the own */
     FILE *bf = NULL;
     if (bout) {
         char path[4200];

@@ -152,6 +152,8 @@ typedef struct ddp_model {
      * returns) to the device, so that the copy overlaps this step's compute. next NULL: no next batch (and
      * anything moved early is dropped). Results must be the same with or without it. */
     ddp_status (*prefetch)(void *self, ddp_next_batch_fn next, void *arg);
+    /* Optional (NULL: not said): which attention the model runs and why, "<path>: <reason>" (run.json) */
+    const char *attention;
 } ddp_model;
 
 int64_t ddp_model_num_params(const ddp_model *m);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # emu_coverage.sh BUILD [MIN] — gcov line coverage of the GPU code after the emu-labelled tests ran in BUILD
 # (configured with -DMPIDDP_CUDA_EMULATION=ON -DMPIDDP_COVERAGE=ON): every file of mpi_ddp/backend/cuda/ that
-# libmpiddp_cudaemu.so compiles (the kernels, the GEMMs, cuda_plugin.c, backend_cuda_state.c),
+# libmpiddp_cudaemu.so compiles (the kernels, the GEMMs, cuDNN's attention, cuda_plugin.c, backend_cuda_state.c),
 # and the NCCL half of gradient sync (sync_nccl.c) with the NCCL bootstrap (comm_nccl.c). Prints one line per
 # file and fails when any is below MIN percent (default 95).
 set -euo pipefail
@@ -16,10 +16,12 @@ G=mpi_ddp/backend/cuda
 declare -A OBJ=([$G/cuda_plugin.c]=$E/$G/cuda_plugin.c.gcda [$G/backend_cuda_state.c]=$E/$G/backend_cuda_state.c.gcda
                 [mpi_ddp/comm/sync_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm/sync_nccl.c.gcda
                 [mpi_ddp/comm/comm_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm/comm_nccl.c.gcda)
-CU=(backend_cuda backend_cuda_gemm backend_cuda_enc backend_cuda_norm backend_cuda_attn backend_cuda_attn_tc)
+CU=(backend_cuda backend_cuda_gemm backend_cuda_enc backend_cuda_norm backend_cuda_attn backend_cuda_attn_tc backend_cuda_sdpa)
 FILES=()
 for k in "${CU[@]}"; do OBJ[$G/$k.cu]=$E/tests/cuda_emu/${k}_emu.cpp.gcda; FILES+=("$G/$k.cu"); done
 FILES+=($G/cuda_plugin.c $G/backend_cuda_state.c mpi_ddp/comm/sync_nccl.c mpi_ddp/comm/comm_nccl.c)
+# cuDNN's attention, where configure found cuDNN's headers (the plugin then compiles cudnn_sdpa.c)
+if [ -e "$BUILD/$E/$G/cudnn_sdpa.c.o" ]; then OBJ[$G/cudnn_sdpa.c]=$E/$G/cudnn_sdpa.c.gcda; FILES+=($G/cudnn_sdpa.c); fi
 fail=0
 printf '%-44s %9s %8s\n' file lines covered
 for f in "${FILES[@]}"; do

@@ -125,6 +125,15 @@ struct ddp_backend {
      * gemm_epi's DDP_EPI_BGRAD), and dx[R,K] = dy[R,N] W[N,K]: at bf16 one rounding of dy serves both products. */
     ddp_status (*linear_bwd)(ddp_backend *b, const float *dy, const void *x, int x16, const float *W, float *dW,
                              float *dbias, float *dx, int64_t R, int64_t N, int64_t K);
+    /* Optional (NULL: the encoder's own attention): chooses, once per model, the attention that the encoder's
+     * attention_fwd/_bwd run for heads of d/heads columns at precision `prec` with attention dropout p
+     * (MPIDDP_ATTENTION): *name "cudnn" or "own", the reason in why; DDP_ERR_ARG when MPIDDP_ATTENTION=cudnn cannot
+     * be honoured. A call at another precision than the backend's then runs the own kernels. */
+    ddp_status (*attention_select)(ddp_backend *b, ddp_precision prec, int64_t d, int heads, float p, const char **name,
+                                   char *why, size_t n);
+    /* Optional: the chosen attention's plan cache so far: plans built, calls served from the cache, shape classes
+     * refused (their calls ran the own kernels), microseconds spent building plans */
+    void (*attention_counts)(ddp_backend *b, int64_t out[4]);
 };
 #define DDP_TIMERS 256
 enum { DDP_EPI_BIAS = 1, DDP_EPI_BGRAD = 2 };

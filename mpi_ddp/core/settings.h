@@ -13,7 +13,8 @@
     I(CPU_ONEDNN_FP32, 1, "0: every fp32 GEMM on OpenBLAS")                                                   \
     I(BF16_ACTIVATIONS, 1, "0: the transformer keeps layernorm and GELU outputs in fp32 at --precision bf16") \
     I(CUBLASLT, 1, "0: no GEMM epilogues or shared dy rounding on the GPU: the unfused calls, as at fp32")    \
-    S(ATTENTION, "fused, gemm or tiled: one CPU attention method for every sample; auto or unset: by length") \
+    S(ATTENTION, "GPU: cudnn or own; CPU: fused, gemm or tiled for every sample; auto or unset: the default") \
+    S(CUDNN_LIB, "cuDNN graph library the GPU plugin dlopens instead of libcudnn_graph.so.9")                 \
     I(ATTENTION_GEMM_MIN, 8, "rows from which a sample uses the gemm attention method (auto)")                \
     I(ATTENTION_TILED_MIN, 24, "rows from which a sample uses the tiled attention method (auto)")             \
     I(VALIDATE_TIMEOUT, 120, "seconds HDF5 may spend validating one object of a shard; 0: no limit")          \

@@ -249,6 +249,16 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
                be->enc->gelu_erf_fwd16 && ddp_knob_int(DDP_KNOB_BF16_ACTIVATIONS) != 0;
     /* fp32 keeps the unfused calls: the pedantic reference the GPU tests compare against */
     m->fuse_epi = c->precision != DDP_PRECISION_FP32 && be->gemm_epi && ddp_knob_int(DDP_KNOB_CUBLASLT) != 0;
+    /* the attention the encoder runs: cuDNN's fused SDPA where the backend chooses it, else the own kernels */
+    if (be->attention_select) {
+        const char *name = "own";
+        char why[360] = "";
+        DDP_TRY(be->attention_select(be, c->precision, d, (int)H, m->dropout, &name, why, sizeof why));
+        snprintf(m->attention, sizeof m->attention, "%s: %s", name, why);
+    } else {
+        const char *k = ddp_knob_str(DDP_KNOB_ATTENTION);
+        snprintf(m->attention, sizeof m->attention, "cpu: %s", k ? k : "auto (by each sample's rows)");
+    }
     int64_t A = m->act16 ? 2 : 1; /* an activation of n values takes n / A floats' room */
     for (int64_t l = 0; l < L; l++) {
         tx_layer *y = &m->lay[l];
@@ -291,7 +301,8 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
                        .train_step = tx_train_step,
                        .eval_step = tx_eval_step,
                        .destroy = tx_destroy,
-                       .prefetch = tx_prefetch};
+                       .prefetch = tx_prefetch,
+                       .attention = m->attention};
     return DDP_OK;
 done:
     tx_destroy(m);

@@ -42,7 +42,8 @@ typedef struct {
     const ddp_enc_ops *E;
     int64_t D, d, f, C, P, L, heads, maxR, maxB;
     int positions;
-    int act16;    /* 1: y1, y2, a2 stored in bf16 (model config precision bf16, backend able) */
+    int act16;           /* 1: y1, y2, a2 stored in bf16 (model config precision bf16, backend able) */
+    char attention[400]; /* "cudnn: <why>" or "own: <why>" (attention_select), "cpu: <method>" */
     int fuse_epi; /* 1: bias adds and bias gradients in the GEMMs' epilogues (tf32, bf16: gemm_epi, MPIDDP_CUBLASLT) */
     float dropout;
     uint64_t seed;

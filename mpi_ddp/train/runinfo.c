@@ -101,12 +101,19 @@ static cJSON *cache_json(const int64_t *v)
 }
 
 ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_config *cfg, const char *extra,
-                              const ddp_dataset_info *train, const ddp_dataset_info *val, const char *device_note)
+                              const ddp_dataset_info *train, const ddp_dataset_info *val, const char *device_note,
+                              const char *attention)
 {
     int W = ctx->topo.size;
-    int mine[4] = {ctx->topo.local_rank, ctx->topo.node_id, ctx->device, ctx->cuda_device};
+    static const char *const paths[] = {"", "cpu", "own", "cudnn"};
+    int att = 0;
+    for (int k = 1; k < 4 && attention; k++) {
+        size_t n = strlen(paths[k]);
+        if (!strncmp(attention, paths[k], n) && attention[n] == ':') att = k;
+    }
+    int mine[5] = {ctx->topo.local_rank, ctx->topo.node_id, ctx->device, ctx->cuda_device, att};
     char *hosts = ctx->topo.rank == 0 ? ddp_calloc((size_t)W, 256) : NULL;
-    int *facts = ctx->topo.rank == 0 ? ddp_calloc((size_t)W * 4, sizeof(int)) : NULL;
+    int *facts = ctx->topo.rank == 0 ? ddp_calloc((size_t)W * 5, sizeof(int)) : NULL;
     if (ctx->topo.rank == 0 && (!hosts || !facts)) {
         free(hosts);
         free(facts);
@@ -117,7 +124,7 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
     DDP_CHECK(ddp_all_ok(ctx, ok, &all));
     if (!all) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
     MPI_CHECK(MPI_Gather(ctx->topo.host, 256, MPI_CHAR, hosts, 256, MPI_CHAR, 0, ctx->world));
-    MPI_CHECK(MPI_Gather(mine, 4, MPI_INT, facts, 4, MPI_INT, 0, ctx->world));
+    MPI_CHECK(MPI_Gather(mine, 5, MPI_INT, facts, 5, MPI_INT, 0, ctx->world));
     /* the rows each rank's activation buffers hold (the model's workspace: docs/sizing.md); 0 for a caller's model */
     int64_t arows = cfg->model_config ? cfg->model_config->max_batch_rows : 0, *arows_all = NULL;
     if (ctx->topo.rank == 0 && !(arows_all = ddp_calloc((size_t)W, sizeof *arows_all))) ok = 0;
@@ -148,6 +155,10 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         cJSON_AddStringToObject(root, "launcher", ctx->topo.launcher);
         cJSON_AddStringToObject(root, "job_id", ctx->topo.job_id);
         cJSON_AddStringToObject(root, "device", device_note ? device_note : "");
+        /* which attention rank 0's model runs and why (ranks[].attention: each rank's) */
+        cJSON *ao = cJSON_AddObjectToObject(root, "attention");
+        cJSON_AddStringToObject(ao, "path", paths[att]);
+        cJSON_AddStringToObject(ao, "why", attention && att ? attention + strlen(paths[att]) + 2 : "");
         cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
         cJSON *hl = cJSON_AddArrayToObject(root, "hosts");
         for (int r = 0; r < W; r++) {
@@ -158,11 +169,12 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "rank", r);
             cJSON_AddStringToObject(o, "host", h);
-            cJSON_AddNumberToObject(o, "local_rank", facts[4 * r]);
-            cJSON_AddNumberToObject(o, "node_id", facts[4 * r + 1]);
-            cJSON_AddStringToObject(o, "device", facts[4 * r + 2] == DDP_DEVICE_CUDA ? "cuda" : "cpu");
-            cJSON_AddNumberToObject(o, "cuda_device", facts[4 * r + 3]);
+            cJSON_AddNumberToObject(o, "local_rank", facts[5 * r]);
+            cJSON_AddNumberToObject(o, "node_id", facts[5 * r + 1]);
+            cJSON_AddStringToObject(o, "device", facts[5 * r + 2] == DDP_DEVICE_CUDA ? "cuda" : "cpu");
+            cJSON_AddNumberToObject(o, "cuda_device", facts[5 * r + 3]);
             cJSON_AddNumberToObject(o, "activation_rows", (double)arows_all[r]);
+            cJSON_AddStringToObject(o, "attention", paths[facts[5 * r + 4]]);
             cJSON_AddItemToArray(ranks, o);
         }
         ddp_versions v;

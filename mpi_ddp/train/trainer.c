@@ -376,8 +376,8 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     char note[160];
     snprintf(note, sizeof note, "%s", be->name);
     snprintf(path, sizeof path, "%s/run.json", c->out_dir);
-    DDP_CHECK(
-        ddp_write_run_json(ctx, path, c, c->config_json, ddp_dataset_get_info(train), ddp_dataset_get_info(val), note));
+    DDP_CHECK(ddp_write_run_json(ctx, path, c, c->config_json, ddp_dataset_get_info(train), ddp_dataset_get_info(val),
+                                 note, ts->model->attention));
     ddp_progress_init(&tr->prog, ctx->topo.rank == 0 && c->progress);
     return DDP_OK;
 }

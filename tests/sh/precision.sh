@@ -58,6 +58,42 @@ for p in ("fp32", "tf32", "bf16"):
 print("run.json and checkpoints record the precision")
 PY
 
+# run.json says which attention ran and why: cuDNN's at bf16 (on the emulator always; on a GPU where cuDNN accepts
+# the graph, else the own kernels with cuDNN's reason), the own kernels at fp32 and tf32; every rank's in ranks[]
+# (the emulator's cuDNN is there wherever the plugin was built with cuDNN's headers: mpiddp env says so)
+ENV_OUT=$(mpirun_np 1 "$MPIDDP" env --device cuda)
+EMULATED=$([ -n "${MPIDDP_CUDA_PLUGIN:-}" ] && ! grep -q "built without cuDNN's headers" <<<"$ENV_OUT" && echo 1 || echo 0)
+MPIDDP_ATTENTION=own mpirun_np 2 "$MPIDDP" train "${tx[@]}" --batch-size 50 --epochs 1 --precision bf16 \
+  --out own_bf16b >/dev/null
+$PY - "$EMULATED" <<'PY' || fail "run.json's attention"
+import json, sys
+emulated = sys.argv[1] == "1"
+def att(r):
+    j = json.load(open(r + "/run.json"))
+    a = j["attention"]
+    assert a["why"], (r, a)
+    assert [x["attention"] for x in j["ranks"]] == [a["path"]] * len(j["ranks"]), (r, j["ranks"])
+    return a
+for r in ("r2_fp32", "r2_tf32"):
+    a = att(r)
+    assert a["path"] == "own" and a["why"].startswith("precision "), (r, a)
+a = att("r2_bf16")
+assert a["path"] == ("cudnn" if emulated else a["path"]) and a["path"] in ("cudnn", "own"), a
+assert a["path"] == "own" or "fused SDPA at bf16" in a["why"], a
+print("bf16 attention:", a["path"], "-", a["why"])
+a = att("own_bf16b")
+assert a == {"path": "own", "why": "MPIDDP_ATTENTION=own"}, a
+PY
+# MPIDDP_ATTENTION=cudnn where it cannot apply (tf32) fails at model creation with one line naming the reason
+export MPIDDP_ATTENTION=cudnn
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${tx[@]}" --batch-size 50 --epochs 1 --precision tf32 --out bad_cudnn
+unset MPIDDP_ATTENTION
+grep -qF "MPIDDP_ATTENTION=cudnn: precision tf32: cuDNN's fused attention runs at bf16 only" <<<"$ERR" ||
+  fail "MPIDDP_ATTENTION=cudnn at tf32: $ERR"
+# mpiddp env names the cuDNN the plugin would load
+grep -q 'cudnn="[0-9]*\.[0-9]*\.[0-9]* (' <<<"$ENV_OUT" || [ "$EMULATED" = 0 ] || fail "mpiddp env: no cudnn version: $ENV_OUT"
+grep -q 'attention=auto' <<<"$ENV_OUT" || fail "mpiddp env: no attention setting: $ENV_OUT"
+
 # eval at any precision: bf16 of the bf16 checkpoint matches the run's last validation; fp32 of it too, closely
 ck=r2_bf16/checkpoints/last.h5
 mpirun_np 2 "$MPIDDP" eval --ckpt $ck --data val --device cuda --batch-size 50 --precision bf16 > e_bf16.txt

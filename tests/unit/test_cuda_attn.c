@@ -1,5 +1,6 @@
 /* test_cuda_attn.c — the CUDA backend's attention on tensor cores (backend_cuda_attn_tc.cu, --precision tf32 and
- * bf16) and its SIMT kernels against the CPU twin, within bounds derived from the rounding (see bounds() below). */
+ * bf16), its SIMT kernels, and cuDNN's fused SDPA (backend_cuda_sdpa.cu) against the CPU twin, within bounds derived
+ * from the rounding (see bounds() below); attention_select's choices and cuDNN's plan cache. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +25,7 @@
 #define SAFETY 2.0
 
 static ddp_backend *cpu, *gpu;
+static int cudnn_mode;       /* 1: attention_select chose cuDNN, whose outputs (o, dq|dk|dv) and dout are also bf16 */
 static double worst_seen[3]; /* the largest error-to-bound ratio: fp32, tf32, bf16 */
 
 static void *dev(const void *h, size_t bytes)
@@ -113,12 +115,12 @@ static void bounds(const float *qkv, const float *dout, const float *o, const fl
                     double b = 0;
                     for (int64_t j = 0; j < n; j++)
                         b += pm[i * n + j] * ms[i * n + j] * fabs((double)v[j * ld + c]) *
-                             (es[i * n + j] + esmax[i] + 2 * ur + (double)(n + 8) * U);
+                             (es[i * n + j] + esmax[i] + (2 + cudnn_mode) * ur + (double)(n + 8) * U);
                     bo[(lo + i) * d + h * dh + c] = b;
                     D += (double)dO[i * d + c] * o[(lo + i) * d + h * dh + c],
                         aD += fabs((double)dO[i * d + c] * o[(lo + i) * d + h * dh + c]);
                 }
-                eD[i] = (double)(dh + 2) * U * aD;
+                eD[i] = ((double)(dh + 2) * U + cudnn_mode * ur) * aD; /* cuDNN: dout read as bf16 */
                 for (int64_t c = 0; c < dh; c++)
                     eD[i] += fabs((double)dO[i * d + c]) * SAFETY * bo[(lo + i) * d + h * dh + c];
                 for (int64_t j = 0; j < n; j++) {
@@ -134,7 +136,7 @@ static void bounds(const float *qkv, const float *dout, const float *o, const fl
             }
             for (int64_t r = 0; r < n; r++)
                 for (int64_t c = 0; c < dh; c++) {
-                    double bdq = 0, bdk = 0, bdv = 0, tail = 2 * ur + (double)(n + 4) * U;
+                    double bdq = 0, bdk = 0, bdv = 0, tail = (2 + cudnn_mode) * ur + (double)(n + 4) * U;
                     for (int64_t x = 0; x < n; x++) {
                         bdq += eds[r * n + x] * fabs((double)k[x * ld + c]) +
                                fabs(dsv[r * n + x] * k[x * ld + c]) * tail;
@@ -183,7 +185,8 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     float *gy = down(yg, R * d), *gl = down(lg, R * H), *gq = down(dqg, R * 3 * d);
     double *bo = calloc((size_t)(R * d + 1), 8), *bl = calloc((size_t)(R * H + 1), 8),
            *bq = calloc((size_t)(R * 3 * d + 1), 8);
-    bounds(qkv, dout, y, lse, o, sid, B, d, H, &dr, dh > 64 ? 0.0 : urs[prec], bo, bl, bq); /* > 64: fp32 SIMT */
+    bounds(qkv, dout, y, lse, o, sid, B, d, H, &dr, dh > 64 && !cudnn_mode ? 0.0 : urs[prec], bo, bl,
+           bq); /* > 64: SIMT */
     char what[160];
     snprintf(what, sizeof what, "attention %s dh %lld H %d p %.1f", names[prec], (long long)dh, H, (double)p);
     char w1[200], w2[200], w3[200];
@@ -194,6 +197,13 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     wst = eg > wst ? eg : wst;
     if (wst > worst_seen[prec]) worst_seen[prec] = wst;
     printf("%-36s rows %4lld: error / bound: output %.3f lse %.3f dqkv %.3f\n", what, (long long)R, eo, el, eg);
+    if (cudnn_mode) { /* cuDNN ran: its outputs are bf16 values (the own kernels' are fp32) */
+        for (int64_t i = 0; i < R * 3 * d; i++) {
+            uint32_t u;
+            memcpy(&u, i < R * d ? &gy[i] : &gq[i], 4);
+            if (u & 0xffffu) fail_msg("%s: element %lld is not a bf16 value: cuDNN did not run", what, (long long)i);
+        }
+    }
     /* determinism: the same call again, identical bits */
     OK(gpu->enc->attention_fwd(gpu, qg, yg, lg, &pg, d, H, &dr));
     OK(gpu->enc->attention_bwd(gpu, qg, yg, dog, lg, dqg, Dg, &pg, d, H, &dr));
@@ -300,6 +310,193 @@ static void test_past_tensor_core_widths(void **state)
     attn_case(small, 4, 80, 2, DDP_PRECISION_TF32, 0.0f, 0);
 }
 
+/* 1 when the plugin was built without cuDNN's headers: nothing of cuDNN's to test (said once) */
+static int no_cudnn_build(void)
+{
+    char v[400];
+    ddp_cuda()->cudnn_version_string(v, sizeof v);
+    if (!strstr(v, "built without cuDNN's headers")) return 0;
+    printf("no cuDNN tests: %s\n", v);
+    return 1;
+}
+
+/* attention_select on a fresh backend at precision prec, heads of d/H, dropout p: the name, why in why */
+static const char *select_on(ddp_backend *b, ddp_precision prec, int64_t d, int H, float p, char *why, ddp_status *st)
+{
+    const char *name = "unset";
+    *st = b->attention_select(b, prec, d, H, p, &name, why, 400);
+    return name;
+}
+static void expect_own(ddp_precision prec, int64_t d, int H, float p, const char *attn, const char *because)
+{
+    ddp_backend *b = NULL;
+    char why[400];
+    ddp_status st;
+    if (attn) setenv("MPIDDP_ATTENTION", attn, 1);
+    OK(ddp_backend_cuda_create(0, &b));
+    const char *name = select_on(b, prec, d, H, p, why, &st);
+    if (st != DDP_OK || strcmp(name, "own") || !strstr(why, because))
+        fail_msg("select(%s, d %lld, H %d, p %.1f): %s, \"%s\", want own because \"%s\"", attn ? attn : "auto",
+                 (long long)d, H, (double)p, name, why, because);
+    printf("own attention: %s\n", why);
+    b->destroy(b);
+    unsetenv("MPIDDP_ATTENTION");
+}
+
+/* Where attention_select keeps the own kernels, and says why: fp32, tf32, attention dropout, head widths cuDNN's
+ * flash attention refuses, MPIDDP_ATTENTION=own (or a CPU method), no cuDNN library; MPIDDP_ATTENTION=cudnn where it
+ * cannot be honoured is an error of one line. */
+static void test_cudnn_select(void **state)
+{
+    (void)state;
+    expect_own(DDP_PRECISION_FP32, 128, 2, 0.0f, NULL, "precision fp32");
+    expect_own(DDP_PRECISION_TF32, 128, 2, 0.0f, NULL, "precision tf32");
+    expect_own(DDP_PRECISION_BF16, 128, 2, 0.1f, NULL, "attention dropout 0.1");
+    expect_own(DDP_PRECISION_BF16, 24, 2, 0.0f, NULL, "head width 12");
+    expect_own(DDP_PRECISION_BF16, 272, 1, 0.0f, NULL, "head width 272");
+    expect_own(DDP_PRECISION_BF16, 128, 2, 0.0f, "own", "MPIDDP_ATTENTION=own");
+    expect_own(DDP_PRECISION_BF16, 128, 2, 0.0f, "tiled", "MPIDDP_ATTENTION=tiled");
+    if (no_cudnn_build()) {
+        expect_own(DDP_PRECISION_BF16, 128, 2, 0.0f, NULL, "built without cuDNN's headers");
+        return;
+    }
+    char v[400]; /* what mpiddp env prints: the cuDNN the plugin would load, or why none */
+    ddp_cuda()->cudnn_version_string(v, sizeof v);
+    printf("cudnn: %s\n", v);
+    if (!strstr(v, "9.") || strstr(v, "unavailable")) fail_msg("cudnn_version_string: \"%s\"", v);
+    setenv("MPIDDP_CUDNN_LIB", "libm.so.6", 1); /* a library, not cuDNN's */
+    ddp_cuda()->cudnn_version_string(v, sizeof v);
+    if (!strstr(v, "unavailable: libm.so.6 has no cudnnGetVersion")) fail_msg("cudnn_version_string: \"%s\"", v);
+    expect_own(DDP_PRECISION_BF16, 128, 2, 0.0f, NULL, "libm.so.6 has no cudnnGetVersion");
+    setenv("MPIDDP_CUDNN_LIB", "/nonexistent/libcudnn_graph.so.9", 1);
+    ddp_cuda()->cudnn_version_string(v, sizeof v);
+    if (!strstr(v, "unavailable: /nonexistent/libcudnn_graph.so.9")) fail_msg("cudnn_version_string: \"%s\"", v);
+    expect_own(DDP_PRECISION_BF16, 128, 2, 0.0f, NULL, "/nonexistent/libcudnn_graph.so.9");
+    ddp_backend *b = NULL;
+    char why[400];
+    ddp_status st;
+    setenv("MPIDDP_ATTENTION", "cudnn", 1);
+    OK(ddp_backend_cuda_create(0, &b));
+    select_on(b, DDP_PRECISION_BF16, 128, 2, 0.0f, why, &st);
+    if (st != DDP_ERR_ARG || !strstr(ddp_last_error(), "MPIDDP_ATTENTION=cudnn: cuDNN not loaded"))
+        fail_msg("MPIDDP_ATTENTION=cudnn without cuDNN: status %d, \"%s\"", (int)st, ddp_last_error());
+    unsetenv("MPIDDP_CUDNN_LIB");
+    select_on(b, DDP_PRECISION_FP32, 128, 2, 0.0f, why, &st);
+    if (st != DDP_ERR_ARG || !strstr(ddp_last_error(), "MPIDDP_ATTENTION=cudnn: precision fp32"))
+        fail_msg("MPIDDP_ATTENTION=cudnn at fp32: status %d, \"%s\"", (int)st, ddp_last_error());
+    b->destroy(b);
+    unsetenv("MPIDDP_ATTENTION");
+    if (ddp_cuda()->emulated) { /* the emulated cuDNN refuses on demand: the probe finds it */
+        setenv("MPIDDP_EMU_CUDNN_REFUSE", "bwd", 1);
+        expect_own(DDP_PRECISION_BF16, 128, 2, 0.0f, NULL, "cuDNN refused the backward attention");
+        setenv("MPIDDP_EMU_CUDNN_REFUSE", "1", 1);
+        expect_own(DDP_PRECISION_BF16, 128, 2, 0.0f, NULL, "cuDNN refused the forward attention");
+        unsetenv("MPIDDP_EMU_CUDNN_REFUSE");
+    }
+}
+
+/* cuDNN chosen on gpu (fails the test where it cannot be: no cuDNN, or cuDNN refusing the probe's graphs) */
+static void choose_cudnn(void)
+{
+    char why[400];
+    ddp_status st;
+    setenv("MPIDDP_ATTENTION", "cudnn", 1);
+    const char *name = select_on(gpu, DDP_PRECISION_BF16, 128, 2, 0.0f, why, &st);
+    unsetenv("MPIDDP_ATTENTION");
+    if (st != DDP_OK || strcmp(name, "cudnn")) fail_msg("cuDNN not chosen: %s", ddp_last_error());
+    printf("cudnn attention: %s\n", why);
+    if (ddp_cuda()->emulated && !strstr(why, "deterministic backward (engine 1)"))
+        fail_msg("the emulated cuDNN lists a deterministic backward engine (1) after a nondeterministic one: %s", why);
+    cudnn_mode = 1;
+}
+
+/* cuDNN's fused attention against the CPU twin within the bf16 bounds (outputs, dout and the gradients also rounded to
+ * bf16), two runs bitwise, a sample alone as in its batch: ragged batches of 1 to 512 rows, heads of 64 and 128 */
+static void test_cudnn_attention(void **state)
+{
+    (void)state;
+    static const int64_t wide[] = {1, 512, 7, 64, 65, 300, 1, 128};
+    if (no_cudnn_build()) return;
+    choose_cudnn();
+    attn_case(wide, 8, 64, 2, DDP_PRECISION_BF16, 0.0f, 0);
+    attn_case(wide, 8, 128, 2, DDP_PRECISION_BF16, 0.0f, 0);
+    attn_case(small, 4, 64, 1, DDP_PRECISION_BF16, 0.0f, 0);
+    /* dropout > 0 reaches the own kernels even on a backend that chose cuDNN */
+    cudnn_mode = 0;
+    attn_case(small, 4, 64, 1, DDP_PRECISION_BF16, 0.2f, 0);
+    gpu->destroy(gpu); /* a fresh backend: the own kernels until the next select */
+    gpu = NULL;
+    OK(ddp_backend_cuda_create(0, &gpu));
+}
+
+/* The plan cache over an "epoch" of 40 batches of 1 to 16 samples of 1 to 300 rows: one plan per shape class
+ * (samples up to a power of two, rows up to a multiple of 64) and direction, every other call served from the cache;
+ * prints the hit rate and the build time. On the emulator, a class cuDNN refuses runs on the own kernels. */
+static void test_cudnn_plan_cache(void **state)
+{
+    (void)state;
+    if (no_cudnn_build()) return;
+    choose_cudnn();
+    int64_t c0[4], c1[4];
+    gpu->attention_counts(gpu, c0);
+    uint64_t seed = 99;
+    int64_t classes[80][2], nc = 0, calls = 0;
+    const int64_t d = 128, H = 2;
+    for (int it = 0; it < 40; it++) {
+        int64_t B = 1 + (int64_t)((test_frand(&seed) + 1.0f) / 2.0f * 16), len[16], mx = 0;
+        if (B > 16) B = 16;
+        for (int64_t s = 0; s < B; s++) {
+            len[s] = 1 + (int64_t)((test_frand(&seed) + 1.0f) / 2.0f * 300);
+            mx = len[s] > mx ? len[s] : mx;
+        }
+        int64_t Bc = 1, Sc = (mx + 63) / 64 * 64, seen = 0;
+        while (Bc < B) Bc *= 2;
+        for (int64_t k = 0; k < nc; k++) seen |= classes[k][0] == Bc && classes[k][1] == Sc;
+        if (!seen && !(Bc == 1 && Sc == 64)) classes[nc][0] = Bc, classes[nc][1] = Sc, nc++; /* 1 x 64: the probe's */
+        test_pack pk;
+        test_pack_lengths(&pk, len, B, 5, 1);
+        int64_t R = pk.R;
+        ddp_packing pg = {.B = B, .R = R, .hoff = pk.off, .max_rows = pk.max_rows};
+        pg.off = dev(pk.off, (size_t)(B + 1) * 8), pg.seg = dev(pk.seg, (size_t)R * 8),
+        pg.sid = dev(pk.sid, (size_t)B * 8);
+        void *q = dev(NULL, (size_t)R * 3 * d * 4), *o = dev(NULL, (size_t)R * d * 4),
+             *l = dev(NULL, (size_t)R * H * 4);
+        void *dq = dev(NULL, (size_t)R * 3 * d * 4), *D = dev(NULL, (size_t)R * H * 4);
+        const ddp_dropout dr = {.p = 0.0f, .key = 1};
+        OK(ddp_backend_set_precision(gpu, DDP_PRECISION_BF16));
+        OK(gpu->enc->attention_fwd(gpu, q, o, l, &pg, d, (int)H, &dr));
+        OK(gpu->enc->attention_bwd(gpu, q, o, o, l, dq, D, &pg, d, (int)H, &dr));
+        calls += 2;
+        void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, q, o, l, dq, D};
+        for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
+        test_pack_free(&pk);
+    }
+    OK(gpu->synchronize(gpu));
+    gpu->attention_counts(gpu, c1);
+    int64_t built = c1[0] - c0[0], hits = c1[1] - c0[1];
+    printf("cuDNN plan cache over 40 batches: %lld classes, %lld plans built (%.1f ms each), %lld of %lld calls from "
+           "the cache (%.0f%%)\n",
+           (long long)nc, (long long)built, built ? (double)(c1[3] - c0[3]) / 1000.0 / (double)built : 0.0,
+           (long long)hits, (long long)calls, 100.0 * (double)hits / (double)calls);
+    if (built != 2 * nc || hits != calls - built || c1[2] != c0[2])
+        fail_msg("plan cache: %lld built for %lld classes x 2 directions, %lld hits of %lld calls, %lld refused",
+                 (long long)built, (long long)nc, (long long)hits, (long long)calls, (long long)(c1[2] - c0[2]));
+    if (ddp_cuda()->emulated) { /* a class cuDNN refuses: the own kernels take its calls, counted once */
+        setenv("MPIDDP_EMU_CUDNN_REFUSE", "1", 1);
+        cudnn_mode = 0;
+        attn_case(small, 4, 64, 1, DDP_PRECISION_BF16, 0.0f, 0); /* one head: classes not seen so far */
+        unsetenv("MPIDDP_EMU_CUDNN_REFUSE");
+        int64_t c2[4];
+        gpu->attention_counts(gpu, c2);
+        if (c2[2] - c1[2] != 4) /* the batch's and its sample alone's, forward and backward */
+            fail_msg("refused classes: %lld, want 4", (long long)(c2[2] - c1[2]));
+    }
+    cudnn_mode = 0;
+    gpu->destroy(gpu);
+    gpu = NULL;
+    OK(ddp_backend_cuda_create(0, &gpu));
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -318,7 +515,9 @@ int main(void)
     int exit_code;
     if (cuda_test_devices(&exit_code) == 0) return exit_code;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_head_widths),
-                                       cmocka_unit_test(test_past_tensor_core_widths)};
+                                       cmocka_unit_test(test_past_tensor_core_widths),
+                                       cmocka_unit_test(test_cudnn_select), cmocka_unit_test(test_cudnn_attention),
+                                       cmocka_unit_test(test_cudnn_plan_cache)};
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     printf("largest error / bound: fp32 %.3f, tf32 %.3f, bf16 %.3f\n", worst_seen[0], worst_seen[1], worst_seen[2]);
     if (gpu) gpu->destroy(gpu);

@@ -425,6 +425,7 @@ static void cu_destroy(ddp_backend *b)
         if (c->blas) cublasDestroy(c->blas);
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->lt_ws) cudaFree(c->lt_ws);
+        ddp_cuda_sdpa_destroy(c); /* backend_cuda_sdpa.cu */
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
     }
@@ -463,6 +464,8 @@ extern "C" ddp_status ddp_cuda_backend_create_impl(int device, ddp_backend **out
     b->add_bias = ddp_cuda_add_bias; /* backend_cuda_gemm.cu */
     b->gemm_epi = ddp_cuda_gemm_epi;
     b->linear_bwd = ddp_cuda_linear_bwd;
+    b->attention_select = ddp_cuda_attention_select; /* backend_cuda_sdpa.cu */
+    b->attention_counts = ddp_cuda_attention_counts;
     b->softmax_xent = cu_softmax_xent;
     b->adamw = cu_adamw;
     b->sumsq = cu_sumsq;

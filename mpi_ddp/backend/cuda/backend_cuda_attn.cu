@@ -1,6 +1,7 @@
 /* backend_cuda_attn.cu — the CUDA backend's packed attention (attention_fwd/_bwd of the encoder's op table): the fp32
  * FlashAttention-2-style SIMT kernels, the reference kernels for heads wider than ATT_DMAX, and the ops, which hand
- * tf32 and bf16 to the tensor-core kernels of backend_cuda_attn_tc.cu where those apply. */
+ * tf32 and bf16 to the tensor-core kernels of backend_cuda_attn_tc.cu where those apply, and first to cuDNN
+ * (backend_cuda_sdpa.cu) where attention_select chose it. */
 #include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 
 #define ATT_BQ 64    /* rows per block: query rows (forward, dQ) or key rows (dK/dV), one thread each */
@@ -345,8 +346,10 @@ ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, float *o, fl
                                   int64_t d, int heads, const ddp_dropout *dr)
 {
     int64_t dh = d / heads;
-    int tc = 0;
+    int tc = 0, ran = 0;
     if (pack->R <= 0 || pack->max_rows <= 0) return DDP_OK;
+    if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_fwd(b, qkv, o, lse, pack, d, heads, &ran)); /* cuDNN where chosen */
+    if (ran) return DDP_OK;
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
     if (tc) return ddp_cuda_attention_tc_fwd(b, qkv, o, lse, pack, d, heads, dr); /* --precision tf32, bf16 */
     if (dh <= 16) return att_fwd<16>(b, qkv, o, lse, pack, d, heads, dr);
@@ -364,7 +367,9 @@ ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const float 
 {
     int64_t n = pack->R * heads, H = heads, dh = d / heads;
     if (n <= 0 || pack->max_rows <= 0) return DDP_OK;
-    int tc = 0;
+    int tc = 0, ran = 0;
+    if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_bwd(b, qkv, o, dout, lse, dqkv, pack, d, heads, &ran));
+    if (ran) return DDP_OK;
     ENC_LAUNCH(k_attn_D, n, dout, o, delta, pack->R, d, H);
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
     if (tc) return ddp_cuda_attention_tc_bwd(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);

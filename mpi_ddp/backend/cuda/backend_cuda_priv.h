@@ -52,6 +52,13 @@ typedef struct {
     cublasLtHandle_t lt;
     void *lt_ws;
     size_t lt_ws_bytes;
+    /* cuDNN's attention (backend_cuda_sdpa.cu): attention_select's choice, the library (NULL: not loaded, sdpa_why
+     * says why), the bf16 operands of a call and the plans' workspace, grown in stream order */
+    int attn_cudnn, sdpa_tried;
+    struct ddp_sdpa *sdpa;
+    char sdpa_why[300];
+    void *sdpa_buf, *sdpa_ws;
+    size_t sdpa_cap, sdpa_ws_cap;
     float *ones; /* [ones_len] ones for column sums through gemv, sized by reserve() */
     int64_t ones_len;
     double *dpart;  /* [SUMSQ_BLOCKS] per-block partial sums of sumsq */
@@ -72,8 +79,9 @@ static inline cuda_impl *cuda_of(ddp_backend *b) { return (cuda_impl *)b->impl; 
 static inline unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
 /* Calls between the plugin's files go down only (tests/py/layers.py checks it): cuda_plugin.c -> backend_cuda.cu ->
- * backend_cuda_enc.cu -> backend_cuda_norm.cu, backend_cuda_attn.cu -> backend_cuda_attn_tc.cu; backend_cuda_gemm.cu
- * under backend_cuda.cu and backend_cuda_enc.cu; every file -> backend_cuda_state.c, which calls none. */
+ * backend_cuda_enc.cu -> backend_cuda_norm.cu, backend_cuda_attn.cu -> backend_cuda_attn_tc.cu, backend_cuda_sdpa.cu
+ * (-> cudnn_sdpa.c); backend_cuda_gemm.cu under backend_cuda.cu and backend_cuda_enc.cu; every file ->
+ * backend_cuda_state.c, which calls none. */
 /* out = beta out + column sums of row-major x [rows, cols] (backend_cuda_gemm.cu: a cuBLAS gemv over the ones) */
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_colsum(ddp_backend *b, const float *x, float *out,
                                                                  int64_t rows, int64_t cols, float beta);
@@ -131,6 +139,18 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float
                                                      const float *lse, float *dqkv, const float *delta,
                                                      const ddp_packing *pack, int64_t d, int heads,
                                                      const ddp_dropout *dr);
+
+/* cuDNN's fused attention (backend_cuda_sdpa.cu, over cudnn_sdpa.c): *ran = 0 when the own kernels must run instead
+ * (attention_select chose them, or cuDNN refused this batch's shape class) */
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, float *o, float *lse,
+                                             const ddp_packing *pack, int64_t d, int heads, int *ran);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout,
+                                             const float *lse, float *dqkv, const ddp_packing *pack, int64_t d,
+                                             int heads, int *ran);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_select(ddp_backend *b, ddp_precision prec, int64_t d, int heads, float p,
+                                                     const char **name, char *why, size_t n);
+DDP_CUDA_HIDDEN void ddp_cuda_attention_counts(ddp_backend *b, int64_t out[4]);
+DDP_CUDA_HIDDEN void ddp_cuda_sdpa_destroy(cuda_impl *c);
 
 /* V (1 or 4) consecutive floats of p from column c into o[0..V), and back: one float4 access when V is 4 (the
  * caller checked alignment), for the row-wise kernels of backend_cuda_enc.cu and backend_cuda_norm.cu. */

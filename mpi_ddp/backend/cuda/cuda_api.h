@@ -16,8 +16,8 @@ struct ddp_backend;
 typedef ddp_status (*ddp_set_error_fn)(ddp_status st, const char *fmt, ...);
 
 /* The plugin ABI's version. 3: ddp_backend.set_precision; 4: its stage* and timer entries, launches,
- * compute_capability. */
-#define DDP_CUDA_API_VERSION 4
+ * compute_capability; 5: cudnn_version_string, ddp_backend.attention_select. */
+#define DDP_CUDA_API_VERSION 5
 #define DDP_NCCL_ID_BYTES 128
 
 /* What the plugin exports (ddp_cuda_plugin_api). Streams, events and communicators are opaque. The same
@@ -31,6 +31,8 @@ typedef struct {
     int (*compute_capability)(int dev); /* 10 major + minor (90: sm_90), -1 on a CUDA error */
     void (*version_string)(char *buf, size_t n);
     void (*nccl_version_string)(char *buf, size_t n);
+    /* the cuDNN the plugin would load for attention, or why none ("unavailable: ...") */
+    void (*cudnn_version_string)(char *buf, size_t n);
     ddp_status (*backend_create)(int dev, struct ddp_backend **out);
     void *(*backend_stream)(struct ddp_backend *b);
     ddp_status (*nccl_unique_id)(void *id /* DDP_NCCL_ID_BYTES */);

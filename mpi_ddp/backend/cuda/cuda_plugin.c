@@ -4,6 +4,7 @@
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda/backend_cuda_state.h"
 #include "mpi_ddp/backend/cuda/cuda_api.h"
+#include "mpi_ddp/backend/cuda/cudnn_sdpa.h"
 #include "mpi_ddp/core/status.h"
 
 #include "mpi_ddp/backend/cuda/cuda_compat.h"
@@ -75,6 +76,15 @@ static void nccl_version_string(char *buf, size_t n)
     int v = 0;
     if (ncclGetVersion(&v) != ncclSuccess) v = 0;
     snprintf(buf, n, "%s%d.%d.%d", DDP_CUDA_EMULATED ? "emulated " : "", v / 10000, (v / 100) % 100, v % 100);
+}
+
+static void cudnn_version_string(char *buf, size_t n)
+{
+#ifdef DDP_HAVE_CUDNN
+    ddp_sdpa_describe(buf, n); /* cudnn_sdpa.c */
+#else
+    snprintf(buf, n, "unavailable: the plugin was built without cuDNN's headers");
+#endif
 }
 
 static ddp_status nccl_unique_id(void *id)
@@ -194,6 +204,7 @@ static const ddp_cuda_api g_api = {
     .compute_capability = compute_capability,
     .version_string = version_string,
     .nccl_version_string = nccl_version_string,
+    .cudnn_version_string = cudnn_version_string,
     .backend_create = ddp_cuda_backend_create_impl,
     .backend_stream = ddp_cuda_backend_stream_impl,
     .nccl_unique_id = nccl_unique_id,

@@ -1,0 +1,261 @@
+/* backend_cuda_sdpa.cu — the CUDA backend's attention through cuDNN (cudnn_sdpa.c): the choice between cuDNN and the
+ * own kernels (MPIDDP_ATTENTION), and what feeds cuDNN the packed batch: sequence lengths and ragged offsets from the
+ * packing, q|k|v, o and dout rounded to bf16, o and the gradients back to fp32. */
+#include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
+#include "mpi_ddp/backend/cuda/cudnn_sdpa.h"
+extern "C" {
+#include "mpi_ddp/core/settings.h"
+}
+
+#include <stdio.h>
+#include <string.h>
+
+/* seq[b] = rows of sample b, and the ragged offsets (in elements) of q|k|v (3d per row), o (d) and the statistics
+ * (H) at b = 0 .. Bc; the Bc - B entries past the batch are empty samples. One block. */
+__global__ void k_sdpa_offsets(const int64_t *off, int64_t B, int64_t Bc, int64_t d, int64_t H, int32_t *seq,
+                               int32_t *oq, int32_t *oo, int32_t *os)
+{
+    for (int64_t b = threadIdx.x; b <= Bc; b += blockDim.x) {
+        int64_t r = off[b < B ? b : B];
+        if (b < Bc) seq[b] = (int32_t)(b < B ? off[b + 1] - r : 0);
+        oq[b] = (int32_t)(r * 3 * d), oo[b] = (int32_t)(r * d), os[b] = (int32_t)(r * H);
+    }
+}
+/* y = bf16(x) over n elements, four per thread */
+__global__ void k_sdpa_round(const float *x, __nv_bfloat16 *y, int64_t n)
+{
+    int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i + 4 <= n) {
+        float v[4];
+        vld<4>(x, i, v);
+        vst_out<4>(y, i, v);
+    } else {
+        for (; i < n; i++) y[i] = __float2bfloat16_rn(x[i]);
+    }
+}
+/* y = float(x) over n elements, four per thread */
+__global__ void k_sdpa_widen(const __nv_bfloat16 *x, float *y, int64_t n)
+{
+    int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    for (int64_t e = i; e < i + 4 && e < n; e++) y[e] = __bfloat162float(x[e]);
+}
+
+#ifdef DDP_HAVE_CUDNN
+static ddp_status round16(cuda_impl *c, const float *x, __nv_bfloat16 *y, int64_t n)
+{
+    DDP_LAUNCH(k_sdpa_round, blocks_for((n + 3) / 4, 256), 256, 0, c->stream, x, y, n);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+static ddp_status widen(cuda_impl *c, const __nv_bfloat16 *x, float *y, int64_t n)
+{
+    DDP_LAUNCH(k_sdpa_widen, blocks_for((n + 3) / 4, 256), 256, 0, c->stream, x, y, n);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+/* Grows *p to `need` bytes in stream order (no host wait), as the GEMMs' bf16 scratch */
+static ddp_status grow(cuda_impl *c, void **p, size_t *cap, size_t need, const char *what)
+{
+    if (need <= *cap) return DDP_OK;
+    size_t bytes = need + need / 4;
+    if (*p) CUDA_CHECK(cudaFreeAsync(*p, c->stream));
+    *p = NULL, *cap = 0;
+    ALLOC_CHECK(cudaMallocAsync(p, bytes, c->stream), bytes, c->device, what);
+    *cap = bytes;
+    return DDP_OK;
+}
+
+/* The shape class of a batch: samples up to a power of two, rows up to a multiple of 64 (a few plans per epoch) */
+static ddp_sdpa_key class_of(const ddp_packing *pack, int64_t d, int heads, const float *lse, int bwd)
+{
+    ddp_sdpa_key k = {bwd, 1, 64, heads, d / heads, 16};
+    while (k.B < pack->B) k.B *= 2;
+    k.S = (pack->max_rows + 63) / 64 * 64;
+    uintptr_t a = (uintptr_t)lse;
+    k.st_align = a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : 4;
+    return k;
+}
+
+/* The scratch of one call, carved from c->sdpa_buf: bf16 q|k|v, o, dout, dq|dk|dv, then the int32 lengths and
+ * offsets. *ok = 0 when the batch's offsets would not fit cuDNN's int32 (the own kernels take it). */
+static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key *k, int64_t d, ddp_sdpa_ptrs *p,
+                       int *ok)
+{
+    const int64_t R = pack->R, n3 = R * 3 * d;
+    *ok = n3 < INT32_MAX;
+    if (!*ok) return DDP_OK;
+    size_t half = (size_t)(2 * n3 + 2 * R * d) * sizeof(__nv_bfloat16), ints = (size_t)(4 * (k->B + 1)) * 4;
+    DDP_CHECK(grow(c, &c->sdpa_buf, &c->sdpa_cap, half + ints, "cuDNN attention's bf16 operands"));
+    __nv_bfloat16 *h = (__nv_bfloat16 *)c->sdpa_buf;
+    p->qkv = h, p->dqkv = h + n3, p->o = h + 2 * n3, p->dout = h + 2 * n3 + R * d;
+    int32_t *i = (int32_t *)((char *)c->sdpa_buf + half);
+    p->seq = i, p->off_qkv = i + k->B + 1, p->off_o = i + 2 * (k->B + 1), p->off_st = i + 3 * (k->B + 1);
+    p->ws = c->sdpa_ws;
+    p->scale = 1.0f / sqrtf((float)k->D);
+    DDP_LAUNCH(k_sdpa_offsets, 1, 256, 0, c->stream, pack->off, pack->B, k->B, d, k->H, p->seq, p->off_qkv, p->off_o,
+               p->off_st);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+/* The plan of k and its workspace; *ok = 0 when cuDNN refused the class */
+static ddp_status plan(cuda_impl *c, const ddp_sdpa_key *k, int *ok)
+{
+    int64_t ws = 0;
+    DDP_CHECK(ddp_sdpa_prepare(c->sdpa, k, ok, &ws));
+    if (*ok) DDP_CHECK(grow(c, &c->sdpa_ws, &c->sdpa_ws_cap, (size_t)ws, "cuDNN attention's workspace"));
+    return DDP_OK;
+}
+
+/* A call's shape class, plan and scratch; *ok = 0 when the own kernels take it (not chosen, not bf16, a head width
+ * cuDNN does not take, a class it refused, offsets beyond int32) */
+static ddp_status begin(ddp_backend *b, const ddp_packing *pack, int64_t d, int heads, const float *lse, int bwd,
+                        ddp_sdpa_key *k, ddp_sdpa_ptrs *p, int *ok)
+{
+    cuda_impl *c = cuda_of(b);
+    const int64_t dh = d / heads;
+    *ok = c->attn_cudnn && c->precision == DDP_PRECISION_BF16 && dh % 8 == 0 && dh <= 128;
+    if (!*ok) return DDP_OK;
+    *k = class_of(pack, d, heads, lse, bwd);
+    DDP_CHECK(plan(c, k, ok));
+    if (*ok) DDP_CHECK(feed(c, pack, k, d, p, ok));
+    p->stats = (float *)lse;
+    return DDP_OK;
+}
+#endif
+
+ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t d,
+                             int heads, int *ran)
+{
+    *ran = 0;
+#ifdef DDP_HAVE_CUDNN
+    cuda_impl *c = cuda_of(b);
+    ddp_sdpa_key k;
+    ddp_sdpa_ptrs p;
+    int ok;
+    DDP_CHECK(begin(b, pack, d, heads, lse, 0, &k, &p, &ok));
+    if (!ok) return DDP_OK;
+    DDP_CHECK(round16(c, qkv, (__nv_bfloat16 *)p.qkv, pack->R * 3 * d));
+    DDP_LAUNCH_NOTE();
+    DDP_CHECK(ddp_sdpa_run(c->sdpa, &k, &p));
+    DDP_CHECK(widen(c, (const __nv_bfloat16 *)p.o, o, pack->R * d));
+    *ran = 1;
+#else
+    (void)b, (void)qkv, (void)o, (void)lse, (void)pack, (void)d, (void)heads;
+#endif
+    return DDP_OK;
+}
+
+ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout, const float *lse,
+                             float *dqkv, const ddp_packing *pack, int64_t d, int heads, int *ran)
+{
+    *ran = 0;
+#ifdef DDP_HAVE_CUDNN
+    cuda_impl *c = cuda_of(b);
+    ddp_sdpa_key k;
+    ddp_sdpa_ptrs p;
+    int ok;
+    DDP_CHECK(begin(b, pack, d, heads, lse, 1, &k, &p, &ok));
+    if (!ok) return DDP_OK;
+    DDP_CHECK(round16(c, qkv, (__nv_bfloat16 *)p.qkv, pack->R * 3 * d));
+    DDP_CHECK(round16(c, o, (__nv_bfloat16 *)p.o, pack->R * d));
+    DDP_CHECK(round16(c, dout, (__nv_bfloat16 *)p.dout, pack->R * d));
+    DDP_LAUNCH_NOTE();
+    DDP_CHECK(ddp_sdpa_run(c->sdpa, &k, &p));
+    DDP_CHECK(widen(c, (const __nv_bfloat16 *)p.dqkv, dqkv, pack->R * 3 * d));
+    *ran = 1;
+#else
+    (void)b, (void)qkv, (void)o, (void)dout, (void)lse, (void)dqkv, (void)pack, (void)d, (void)heads;
+#endif
+    return DDP_OK;
+}
+
+/* ddp_backend.attention_select: MPIDDP_ATTENTION=cudnn demands cuDNN, own (or a CPU method's name) the own kernels,
+ * auto or unset cuDNN where it applies: bf16, no attention dropout, heads of a multiple of 8 up to 128, cuDNN loaded
+ * and accepting a probe of the forward and backward graphs (the first seconds on a new GPU say whether it does). */
+ddp_status ddp_cuda_attention_select(ddp_backend *b, ddp_precision prec, int64_t d, int heads, float p,
+                                     const char **name, char *why, size_t n)
+{
+    cuda_impl *c = cuda_of(b);
+    const char *m = ddp_knob_str(DDP_KNOB_ATTENTION);
+    const int want = m && !strcmp(m, "cudnn") ? 2 : !m || !strcmp(m, "auto") ? 1 : 0;
+    const int64_t dh = d / heads;
+    char reason[400] = "";
+    c->attn_cudnn = 0;
+    if (!want)
+        snprintf(reason, sizeof reason, "MPIDDP_ATTENTION=%s", m);
+    else if (prec != DDP_PRECISION_BF16)
+        snprintf(reason, sizeof reason, "precision %s: cuDNN's fused attention runs at bf16 only",
+                 prec == DDP_PRECISION_TF32 ? "tf32" : "fp32");
+    else if (p > 0.0f)
+        snprintf(reason, sizeof reason,
+                 "attention dropout %g: cuDNN's mask is not the counter-based one that keeps results independent of "
+                 "packing and world size",
+                 (double)p);
+    else if (dh % 8 || dh > 128)
+        snprintf(reason, sizeof reason, "head width %lld: cuDNN's flash attention takes multiples of 8 up to 128",
+                 (long long)dh);
+#ifdef DDP_HAVE_CUDNN
+    else {
+        if (!c->sdpa && !c->sdpa_tried) {
+            c->sdpa_tried = 1;
+            DDP_CHECK(ddp_sdpa_create((void *)c->stream, &c->sdpa, c->sdpa_why, sizeof c->sdpa_why));
+        }
+        int ok = 0;
+        if (!c->sdpa) snprintf(reason, sizeof reason, "%s", c->sdpa_why);
+        for (int bwd = 0; c->sdpa && bwd < 2; bwd++) {
+            ddp_sdpa_key k = {bwd, 1, 64, heads, dh, 16};
+            DDP_CHECK(plan(c, &k, &ok));
+            if (!ok) {
+                snprintf(reason, sizeof reason, "%s", ddp_sdpa_refusal(c->sdpa));
+                break;
+            }
+        }
+    }
+#else
+    else
+        snprintf(reason, sizeof reason, "built without cuDNN's headers");
+#endif
+    if (!*reason) {
+#ifdef DDP_HAVE_CUDNN
+        ddp_sdpa_counts k;
+        ddp_sdpa_counts_get(c->sdpa, &k);
+        c->attn_cudnn = 1;
+        snprintf(why, n, "%s: fused SDPA at bf16, %s backward (engine %lld)", ddp_sdpa_version(c->sdpa),
+                 k.bwd_deterministic ? "deterministic" : "nondeterministic", (long long)k.bwd_engine);
+#endif
+        *name = "cudnn";
+        return DDP_OK;
+    }
+    *name = "own";
+    snprintf(why, n, "%s", reason);
+    if (want == 2) return ddp_set_error(DDP_ERR_ARG, "MPIDDP_ATTENTION=cudnn: %s", reason);
+    return DDP_OK;
+}
+
+/* ddp_backend.attention_counts: plans built, cache hits, classes refused, microseconds building (cuDNN's) */
+void ddp_cuda_attention_counts(ddp_backend *b, int64_t out[4])
+{
+    memset(out, 0, 4 * sizeof *out);
+#ifdef DDP_HAVE_CUDNN
+    cuda_impl *c = cuda_of(b);
+    if (!c->sdpa) return;
+    ddp_sdpa_counts k;
+    ddp_sdpa_counts_get(c->sdpa, &k);
+    out[0] = k.built, out[1] = k.hits, out[2] = k.refused, out[3] = k.build_us;
+#else
+    (void)b;
+#endif
+}
+
+void ddp_cuda_sdpa_destroy(cuda_impl *c)
+{
+#ifdef DDP_HAVE_CUDNN
+    ddp_sdpa_destroy(c->sdpa);
+    c->sdpa = NULL;
+#endif
+    if (c->sdpa_buf) cudaFree(c->sdpa_buf);
+    if (c->sdpa_ws) cudaFree(c->sdpa_ws);
+    c->sdpa_buf = c->sdpa_ws = NULL;
+}
