@@ -385,6 +385,13 @@ int main(int argc, char **argv)
                be->name, t->size, (long long)H, (long long)L, lens, (double)agg[1] / w, (double)agg[0] / w, w * ms,
                tm[0] * ms, fwd * ms, bwd * ms, attn, be->host_memory ? gemm_s : "n/a", ew_s, tm[2] * ms, tm[3] * ms, gf,
                sg_s, rss, anon);
+        int64_t pc[4] = {0, 0, 0, 0}; /* cuDNN's plan cache over the run (warm-up included): build cost, hit rate */
+        if (be->attention_counts) be->attention_counts(be, pc);
+        if (pc[0] + pc[1] + pc[2] > 0)
+            printf("cuDNN attention plans: %lld built in %.1f ms (%.2f ms each), %lld calls from the cache (%.1f%%), "
+                   "%lld shape classes refused\n",
+                   (long long)pc[0], (double)pc[3] / 1e3, pc[0] ? (double)pc[3] / 1e3 / (double)pc[0] : 0.0,
+                   (long long)pc[1], 100.0 * (double)pc[1] / (double)(pc[0] + pc[1]), (long long)pc[2]);
     } else if (t->rank == 0) {
         double ms = 1e3 / (double)steps;
         char sgs[32] = "n/a"; /* no in-process sgemm reference on a GPU */

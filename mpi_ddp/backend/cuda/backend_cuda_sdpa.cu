@@ -10,27 +10,37 @@ extern "C" {
 #include <stdio.h>
 #include <string.h>
 
-/* seq[b] = rows of sample b, and the ragged offsets (in elements) of q|k|v (3d per row), o (d) and the statistics
- * (H) at b = 0 .. Bc; the Bc - B entries past the batch are empty samples. One block. */
-__global__ void k_sdpa_offsets(const int64_t *off, int64_t B, int64_t Bc, int64_t d, int64_t H, int32_t *seq,
-                               int32_t *oq, int32_t *oo, int32_t *os)
+/* The fp32 operands a call rounds to bf16 for cuDNN: q|k|v, and for the backward o and dout (k of them) */
+struct sdpa_rounds {
+    const float *x[3];
+    __nv_bfloat16 *y[3];
+    int64_t n[3];
+    int vec[3]; /* x 16-byte aligned: float4 loads */
+    int k;
+};
+/* One launch feeds a call: the last block writes seq[b] = rows of sample b and the ragged offsets (in elements) of
+ * q|k|v (3d per row), o (d) and the statistics (H) at b = 0 .. Bc (the Bc - B entries past the batch are empty
+ * samples); the others round r's operands to bf16 (nearest even), four elements per thread. */
+__global__ void k_sdpa_feed(const int64_t *off, int64_t B, int64_t Bc, int64_t d, int64_t H, int32_t *seq, int32_t *oq,
+                            int32_t *oo, int32_t *os, sdpa_rounds r)
 {
-    for (int64_t b = threadIdx.x; b <= Bc; b += blockDim.x) {
-        int64_t r = off[b < B ? b : B];
-        if (b < Bc) seq[b] = (int32_t)(b < B ? off[b + 1] - r : 0);
-        oq[b] = (int32_t)(r * 3 * d), oo[b] = (int32_t)(r * d), os[b] = (int32_t)(r * H);
+    if (blockIdx.x == gridDim.x - 1) {
+        for (int64_t b = threadIdx.x; b <= Bc; b += blockDim.x) {
+            int64_t lo = off[b < B ? b : B];
+            if (b < Bc) seq[b] = (int32_t)(b < B ? off[b + 1] - lo : 0);
+            oq[b] = (int32_t)(lo * 3 * d), oo[b] = (int32_t)(lo * d), os[b] = (int32_t)(lo * H);
+        }
+        return;
     }
-}
-/* y = bf16(x) over n elements, four per thread */
-__global__ void k_sdpa_round(const float *x, __nv_bfloat16 *y, int64_t n)
-{
-    int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
-    if (i + 4 <= n) {
-        float v[4];
-        vld<4>(x, i, v);
-        vst_out<4>(y, i, v);
-    } else {
-        for (; i < n; i++) y[i] = __float2bfloat16_rn(x[i]);
+    const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    for (int a = 0; a < r.k; a++) {
+        if (r.vec[a] && i + 4 <= r.n[a]) {
+            float v[4];
+            vld<4>(r.x[a], i, v);
+            vst_out<4>(r.y[a], i, v);
+        } else {
+            for (int64_t e = i; e < i + 4 && e < r.n[a]; e++) r.y[a][e] = __float2bfloat16_rn(r.x[a][e]);
+        }
     }
 }
 /* y = float(x) over n elements, four per thread */
@@ -41,12 +51,6 @@ __global__ void k_sdpa_widen(const __nv_bfloat16 *x, float *y, int64_t n)
 }
 
 #ifdef DDP_HAVE_CUDNN
-static ddp_status round16(cuda_impl *c, const float *x, __nv_bfloat16 *y, int64_t n)
-{
-    DDP_LAUNCH(k_sdpa_round, blocks_for((n + 3) / 4, 256), 256, 0, c->stream, x, y, n);
-    LAUNCH_CHECK();
-    return DDP_OK;
-}
 static ddp_status widen(cuda_impl *c, const __nv_bfloat16 *x, float *y, int64_t n)
 {
     DDP_LAUNCH(k_sdpa_widen, blocks_for((n + 3) / 4, 256), 256, 0, c->stream, x, y, n);
@@ -78,9 +82,10 @@ static ddp_sdpa_key class_of(const ddp_packing *pack, int64_t d, int heads, cons
 }
 
 /* The scratch of one call, carved from c->sdpa_buf: bf16 q|k|v, o, dout, dq|dk|dv, then the int32 lengths and
- * offsets. *ok = 0 when the batch's offsets would not fit cuDNN's int32 (the own kernels take it). */
-static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key *k, int64_t d, ddp_sdpa_ptrs *p,
-                       int *ok)
+ * offsets; one launch fills the lengths and offsets and rounds qkv (and o, dout: the backward) into it. *ok = 0 when
+ * the batch's offsets would not fit cuDNN's int32 (the own kernels take it). */
+static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key *k, int64_t d, const float *qkv,
+                       const float *o, const float *dout, ddp_sdpa_ptrs *p, int *ok)
 {
     const int64_t R = pack->R, n3 = R * 3 * d;
     *ok = n3 < INT32_MAX;
@@ -93,8 +98,14 @@ static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key
     p->seq = i, p->off_qkv = i + k->B + 1, p->off_o = i + 2 * (k->B + 1), p->off_st = i + 3 * (k->B + 1);
     p->ws = c->sdpa_ws;
     p->scale = 1.0f / sqrtf((float)k->D);
-    DDP_LAUNCH(k_sdpa_offsets, 1, 256, 0, c->stream, pack->off, pack->B, k->B, d, k->H, p->seq, p->off_qkv, p->off_o,
-               p->off_st);
+    sdpa_rounds r = {{qkv, o, dout},
+                     {(__nv_bfloat16 *)p->qkv, (__nv_bfloat16 *)p->o, (__nv_bfloat16 *)p->dout},
+                     {n3, R * d, R * d},
+                     {0, 0, 0},
+                     k->bwd ? 3 : 1};
+    for (int a = 0; a < r.k; a++) r.vec[a] = (uintptr_t)r.x[a] % 16 == 0;
+    DDP_LAUNCH(k_sdpa_feed, blocks_for((n3 + 3) / 4, 256) + 1, 256, 0, c->stream, pack->off, pack->B, k->B, d, k->H,
+               p->seq, p->off_qkv, p->off_o, p->off_st, r);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -110,16 +121,16 @@ static ddp_status plan(cuda_impl *c, const ddp_sdpa_key *k, int *ok)
 
 /* A call's shape class, plan and scratch; *ok = 0 when the own kernels take it (not chosen, not bf16, a head width
  * cuDNN does not take, a class it refused, offsets beyond int32) */
-static ddp_status begin(ddp_backend *b, const ddp_packing *pack, int64_t d, int heads, const float *lse, int bwd,
-                        ddp_sdpa_key *k, ddp_sdpa_ptrs *p, int *ok)
+static ddp_status begin(ddp_backend *b, const ddp_packing *pack, int64_t d, int heads, const float *lse,
+                        const float *qkv, const float *o, const float *dout, ddp_sdpa_key *k, ddp_sdpa_ptrs *p, int *ok)
 {
     cuda_impl *c = cuda_of(b);
     const int64_t dh = d / heads;
     *ok = c->attn_cudnn && c->precision == DDP_PRECISION_BF16 && dh % 8 == 0 && dh <= 128;
     if (!*ok) return DDP_OK;
-    *k = class_of(pack, d, heads, lse, bwd);
+    *k = class_of(pack, d, heads, lse, o != NULL);
     DDP_CHECK(plan(c, k, ok));
-    if (*ok) DDP_CHECK(feed(c, pack, k, d, p, ok));
+    if (*ok) DDP_CHECK(feed(c, pack, k, d, qkv, o, dout, p, ok));
     p->stats = (float *)lse;
     return DDP_OK;
 }
@@ -134,9 +145,8 @@ ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, float *o, float *
     ddp_sdpa_key k;
     ddp_sdpa_ptrs p;
     int ok;
-    DDP_CHECK(begin(b, pack, d, heads, lse, 0, &k, &p, &ok));
+    DDP_CHECK(begin(b, pack, d, heads, lse, qkv, NULL, NULL, &k, &p, &ok));
     if (!ok) return DDP_OK;
-    DDP_CHECK(round16(c, qkv, (__nv_bfloat16 *)p.qkv, pack->R * 3 * d));
     DDP_LAUNCH_NOTE();
     DDP_CHECK(ddp_sdpa_run(c->sdpa, &k, &p));
     DDP_CHECK(widen(c, (const __nv_bfloat16 *)p.o, o, pack->R * d));
@@ -156,11 +166,8 @@ ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const float *o, c
     ddp_sdpa_key k;
     ddp_sdpa_ptrs p;
     int ok;
-    DDP_CHECK(begin(b, pack, d, heads, lse, 1, &k, &p, &ok));
+    DDP_CHECK(begin(b, pack, d, heads, lse, qkv, o, dout, &k, &p, &ok));
     if (!ok) return DDP_OK;
-    DDP_CHECK(round16(c, qkv, (__nv_bfloat16 *)p.qkv, pack->R * 3 * d));
-    DDP_CHECK(round16(c, o, (__nv_bfloat16 *)p.o, pack->R * d));
-    DDP_CHECK(round16(c, dout, (__nv_bfloat16 *)p.dout, pack->R * d));
     DDP_LAUNCH_NOTE();
     DDP_CHECK(ddp_sdpa_run(c->sdpa, &k, &p));
     DDP_CHECK(widen(c, (const __nv_bfloat16 *)p.dqkv, dqkv, pack->R * 3 * d));
