@@ -107,7 +107,12 @@ def add(a):
         if r.get("params"):
             params = int(r["params"])
         if impl.startswith("mpiddp"):
-            row["attention"] = "per-sample kernels (packed)" if a.model == "transformer" else "–"
+            row["attention"] = "own kernels (packed)" if a.model == "transformer" else "–"
+            # bench_train's "# bench_train: attention cudnn: ..." line: cuDNN's fused SDPA where the model chose it
+            said = re.findall(r"# bench_train: attention (\w+):", open(a.log, errors="replace").read()) \
+                if a.log and os.path.exists(a.log) else []
+            if a.model == "transformer" and said and said[0] == "cudnn":
+                row["attention"] = "cuDNN fused SDPA (packed)"
             row["pad_share"] = "0"
     row["impl"] = impl
     # from --impl (mpiddp-DEVICE-PRECISION, torch-bf16-pad, ...): the CSV's impl names mpiddp without its precision

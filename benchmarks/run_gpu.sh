@@ -10,7 +10,8 @@
 #     (4 heads), d 512 L 8 (8 heads), then d 1024 L 12 (16 heads) if time allows,
 #     ff 2d, lengths 16-512: PyTorch's padded nn.TransformerEncoder with the key padding mask under bf16
 #     autocast (SDPA), and PyTorch's packed path (--packed: varlen_attn, else nested jagged tensors + SDPA,
-#     else a per-sample loop; the one used is in the table)
+#     else a per-sample loop; the one used is in the table), and at d 512 L 8 (B 128 and B 32) the packed path
+#     torch.compile'd (dynamic shapes; compiled during the warm-up steps) as a second peer where the budget allows
 # then bench_kernels --device cuda (the issue preset, the roofline of the precision mpiddp runs at and HBM), one
 # layer's attention on bench_kernels' batches in PyTorch (peers/torch_attn.py: varlen flash, bf16) beside mpiddp's,
 # and bench_allreduce -d cuda. mpiddp trains at --precision bf16 on the GPU (RUN_GPU_PRECISION=fp32|tf32|bf16 to change).
@@ -185,7 +186,7 @@ mem_stop() { # prints the peak over the baseline, MiB
 # ---------------------------------------------------------------- one configuration: mpiddp, then the peers
 port=29700
 # config MODEL LABEL HIDDEN LAYERS HEADS BATCH STEPS WARMUP EST_SECONDS PEER_VARIANTS...
-# a peer variant: "bf16-pad" | "bf16-packed" | "bf16-rows" | "fp32-rows"
+# a peer variant: "bf16-pad" | "bf16-packed" | "bf16-packed-compiled" (torch.compile'd) | "bf16-rows" | "fp32-rows"
 config() {
   local model=$1 label=$2 d=$3 L=$4 heads=$5 B=$6 s=$7 wu=$8 est=$9; shift 9
   local tag=${label// /_} rc t mem
@@ -214,7 +215,8 @@ config() {
     local prec=${v%%-*} kind=${v#*-} pargs=(--device "$TDEV")
     [ "$prec" = bf16 ] && [ "$BF16_PEER" = fp32 ] && prec=fp32 v=fp32-$kind pargs+=(--impl "torch-fp32-$kind")
     [ "$prec" = bf16 ] && pargs+=(--autocast bf16)
-    [ "$kind" = packed ] && pargs+=(--packed)
+    case $kind in packed*) pargs+=(--packed) ;; esac
+    [ "$kind" = packed-compiled ] && pargs+=(--compile)   # the second peer: torch.compile'd, packed
     [ "$model" = mlp ] && pargs+=(--model mlp)
     port=$((port + 1)); t=$(date +%s); rm -f "$W/peer-$tag.csv"
     if [ "$(left)" -lt 5 ]; then step_rec "$label: torch $v" "not run" 0 "the budget ran out"; continue; fi
@@ -282,10 +284,10 @@ elif [ "$TINY" = 1 ]; then
   allreduce 1
 else
   # a batch that fills the GPU first (issue #32's targets), then the launch-bound B 32 rows
-  config transformer "tx d512 L8 B128" 512 8 8 128 12 3 75 bf16-pad bf16-packed
+  config transformer "tx d512 L8 B128" 512 8 8 128 12 3 75 bf16-pad bf16-packed bf16-packed-compiled
   config transformer "tx d1024 L12 B128" 1024 12 16 128 8 2 110 bf16-pad bf16-packed
   config transformer "tx d256 L4" 256 4 4 32 30 5 45 bf16-pad bf16-packed
-  config transformer "tx d512 L8" 512 8 8 32 20 3 60 bf16-pad bf16-packed
+  config transformer "tx d512 L8" 512 8 8 32 20 3 60 bf16-pad bf16-packed bf16-packed-compiled
   kernels 30
   allreduce 15
   config mlp "mlp H256" 256 0 0 64 50 5 30 bf16-rows fp32-rows

@@ -71,10 +71,12 @@ ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
 ap.add_argument("--autocast", choices=["none", "bf16"], default="none")
 ap.add_argument("--packed", nargs="?", const="auto", default=None, choices=["auto", "varlen", "njt", "loop"])
 ap.add_argument("--impl", default="")
+ap.add_argument("--compile", action="store_true", help="torch.compile the DDP module (dynamic shapes): the second peer")
 a = ap.parse_args()
 ff = a.ff or 2 * a.hidden
 # the extended row (run_gpu.sh's) for any option beyond run_tx.sh's fp32 CPU peer, or a name other than its torch-ddp
-EXT = a.device != "cpu" or a.autocast != "none" or a.packed is not None or a.model != "transformer" or a.impl not in ("", "torch-ddp")
+EXT = a.device != "cpu" or a.autocast != "none" or a.packed is not None or a.model != "transformer" or a.impl not in ("", "torch-ddp") \
+    or a.compile
 MLP = a.model == "mlp"
 if MLP:
     a.layers, a.heads, ff = 0, 0, 0
@@ -222,12 +224,17 @@ if a.packed is not None and not MLP:
     net = Packed(net, attn_fn)
 net = net.to(dev)
 model = torch.nn.parallel.DistributedDataParallel(net, device_ids=[dev.index] if CUDA else None)
+if a.compile:  # compiled on the first (warm-up) steps; packed batches change shape, hence dynamic
+    if not hasattr(torch, "compile"):
+        sys.exit(f"--compile: this PyTorch ({torch.__version__}) has no torch.compile")
+    model = torch.compile(model, dynamic=True)
 model.train()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 Lh, dh = a.layers, a.hidden
 if not a.impl:
     a.impl = "torch-ddp" if not EXT else \
-        f"torch-{'bf16' if a.autocast == 'bf16' else 'fp32'}-{'rows' if MLP else 'packed' if a.packed is not None else 'pad'}"
+        f"torch-{'bf16' if a.autocast == 'bf16' else 'fp32'}-{'rows' if MLP else 'packed' if a.packed is not None else 'pad'}" \
+        + ("-compiled" if a.compile else "")
 
 
 def batch(step):

@@ -252,8 +252,8 @@ cudaError_t ddp_emu_launch(const char *name, dim3 grid, dim3 block, size_t smem,
     return ddp_emu_enqueue(s, run_launch, a, free_launch);
 }
 
-/* ddp_emu_enqueue with plain types for emu_cudnn.c, which includes the real CUDA headers instead of emu_cuda.h: 0 when
- * queued (on failure free_arg(arg) has run). */
+/* ddp_emu_enqueue with plain types for emu_cudnn_sdpa.c, which includes the real CUDA headers instead of emu_cuda.h: 0
+ * when queued (on failure free_arg(arg) has run). */
 int ddp_emu_enqueue_host(void *stream, void (*fn)(void *), void *arg, void (*free_arg)(void *))
 {
     return ddp_emu_enqueue((cudaStream_t)stream, fn, arg, free_arg) == cudaSuccess ? 0 : -1;

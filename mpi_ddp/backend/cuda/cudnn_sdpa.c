@@ -21,11 +21,12 @@
 #define SDPA_CONFIGS 16 /* engine configurations asked of the heuristics */
 
 /* the entry points used, resolved by dlsym */
-#define SDPA_FNS(X)                                                                                         \
-    X(cudnnGetVersion)                                                                                      \
-    X(cudnnGetErrorString) X(cudnnCreate) X(cudnnDestroy) X(cudnnSetStream) X(cudnnBackendCreateDescriptor) \
-        X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute) X(cudnnBackendGetAttribute)            \
-            X(cudnnBackendFinalize) X(cudnnBackendExecute)
+// clang-format off
+#define SDPA_FNS(X)                                                                                   \
+    X(cudnnGetVersion) X(cudnnGetErrorString) X(cudnnCreate) X(cudnnDestroy) X(cudnnSetStream)        \
+    X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute)      \
+    X(cudnnBackendGetAttribute) X(cudnnBackendFinalize) X(cudnnBackendExecute)
+// clang-format on
 typedef struct {
 #define SDPA_FN_FIELD(f) __typeof__(f) *f;
     SDPA_FNS(SDPA_FN_FIELD)
@@ -327,6 +328,8 @@ static void build(ddp_sdpa *s, sdpa_plan *p)
                                                   &got, &p->ws);
             if (e == CUDNN_STATUS_SUCCESS) {
                 p->plan = plan;
+                p->d[p->nd++] = cfg[i]; /* the plan's configuration lives as long as the plan */
+                cfg[i] = NULL;
                 if (p->k.bwd) s->n.bwd_engine = gi, s->n.bwd_deterministic = !nd;
             } else {
                 last = e;
