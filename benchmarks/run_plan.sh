@@ -37,21 +37,32 @@ echo
 [ -d mv ] || "$M" synth --out mv --samples 100 --dim 4 --classes 3 --min-rows 2 --max-rows 20 --shards 1 --seed 2 \
                 --first-id 9000000 >/dev/null
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}'; }
-echo "### Start-up: train --fast-dev-run 2 over $SHARDS shards ($((2 * SHARDS)) samples, warm page cache), plan off / on"
-echo
-echo "| ranks | plan off s (median) | plan on s (median) | difference s |"
-echo "|---:|---:|---:|---:|"
-for np in 1 2; do
-  off=() on=()
-  for ((i = 0; i < REPS; i++)); do
-    for p in 0 1; do
-      rm -rf "run$p"
-      t=$(MPIDDP_PLAN_BUFFERS=$p secs mpirun -np "$np" "$M" train --train m --val mv --out "run$p" --model transformer \
-            --hidden 8 --heads 2 --layers 1 --batch-size 16 --epochs 1 --fast-dev-run 2 --no-progress)
-      [ "$p" = 0 ] && off+=("$t") || on+=("$t")
+med() { printf '%s\n' "$@" | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+# startup TITLE OPTIONS...: the batch options (--batch-size 16, or --batch-rows 64: token budgets, whose samplers
+# read every sample's row count too)
+startup() {
+  local title=$1; shift
+  echo "### Start-up: train --fast-dev-run 2 over $SHARDS shards ($((2 * SHARDS)) samples, warm page cache)$title, plan off / on"
+  echo
+  echo "| ranks | plan off s (median) | plan on s (median) | difference s |"
+  echo "|---:|---:|---:|---:|"
+  for np in 1 2; do
+    off=() on=()
+    for ((i = 0; i < REPS; i++)); do
+      for p in 0 1; do
+        rm -rf "run$p"
+        t=$(MPIDDP_MAX_OPEN_SHARDS=${MAXOPEN:-0} MPIDDP_PLAN_BUFFERS=$p secs mpirun -np "$np" "$M" train --train m --val mv --out "run$p" --model transformer \
+              --hidden 8 --heads 2 --layers 1 --epochs 1 --fast-dev-run 2 --no-progress "$@")
+        [ -e "run$p/run.json" ] || { echo "run_plan.sh: the run (plan $p, np $np) failed" >&2; exit 1; }
+        [ "$p" = 0 ] && off+=("$t") || on+=("$t")
+      done
     done
+    a=$(med "${off[@]}") b=$(med "${on[@]}")
+    echo "| $np | $a | $b | $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%+.3f", b - a}') |"
   done
-  med() { printf '%s\n' "$@" | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
-  a=$(med "${off[@]}") b=$(med "${on[@]}")
-  echo "| $np | $a | $b | $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%+.3f", b - a}') |"
-done
+  echo
+}
+startup "" --batch-size 16
+# with budgets both sides need every row count: the plan hands its copy to the trainer (one read, not two); at most
+# 64 open shards (MPIDDP_MAX_OPEN_SHARDS), as where the descriptor limit binds (100 000 shards), so a read opens them
+MAXOPEN=64 startup " with --batch-rows 64, at most 64 open shards" --batch-rows 64

@@ -144,6 +144,7 @@ void ddp_dataset_close(ddp_dataset *ds)
     ddp_shard_cache_detach(ds);
     for (int64_t i = 0; i < ds->nshards; i++) ddp_shard_close(&ds->shards[i]);
     free(ds->shards);
+    free(ds->row_counts);
     free(ds);
 }
 
@@ -247,6 +248,11 @@ ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out)
     *out = NULL;
     int W = ctx->topo.size, me = ctx->topo.rank;
     int64_t n = ds->info.num_samples;
+    if (ds->row_counts) { /* handed back by an earlier caller (ddp_dataset_keep_row_counts), on every rank */
+        *out = ds->row_counts;
+        ds->row_counts = NULL;
+        return DDP_OK;
+    }
     int32_t *lens = ddp_calloc((size_t)n, sizeof *lens);
     int *cnt = ddp_calloc((size_t)W, sizeof *cnt), *dsp = ddp_calloc((size_t)W, sizeof *dsp);
     ddp_status st = lens && cnt && dsp
@@ -292,6 +298,12 @@ ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out)
     }
     *out = lens;
     return DDP_OK;
+}
+
+void ddp_dataset_keep_row_counts(ddp_dataset *ds, int32_t *lens)
+{
+    free(ds->row_counts);
+    ds->row_counts = lens;
 }
 
 int ddp_sample_nonfinite(ddp_dataset *ds, int64_t index, const float *rows, int64_t nrows, ddp_shard **shard,

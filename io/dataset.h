@@ -16,6 +16,7 @@ struct ddp_dataset {
     struct ddp_shard_lru *lru; /* which shards are open: the bounded LRU of io/shard_cache.c */
     char notice[16384];     /* rank 0: one line about the manifest (stale, corrupt: ignored) for app/ to print, or "" */
     int64_t manifest_fresh; /* shards whose metadata came from the manifest unvalidated */
+    int32_t *row_counts;    /* every sample's rows, handed back by ddp_dataset_keep_row_counts for the next reader */
 };
 
 /* The *.h5 shard names of dir, sorted (strcmp); each strdup'ed. Serial, no MPI (rank 0 of ddp_dataset_survey). */
@@ -63,8 +64,12 @@ int64_t ddp_dataset_shard_of(const ddp_dataset *ds, int64_t index);
  * by file, /offsets index and id ("option" names the limit in the message). */
 ddp_status ddp_dataset_check_max_rows(ddp_ctx *ctx, ddp_dataset *ds, int64_t limit, const char *option);
 /* Collective: every sample's row count, [num_samples] by global index, for token-budget batches. Rank r reads
- * the offsets of shards r, r + W, ... and the counts are allgathered. Allocated; the caller frees. */
+ * the offsets of shards r, r + W, ... and the counts are allgathered. Allocated; the caller frees. Where an earlier
+ * caller handed its counts back (ddp_dataset_keep_row_counts, on every rank), they are returned without reading. */
 ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out);
+/* Takes lens (from ddp_dataset_row_counts, or NULL) for the next ddp_dataset_row_counts of ds; call on every rank
+ * alike. Start-up reads them once though the plan's walk and the trainer's samplers both need them. */
+void ddp_dataset_keep_row_counts(ddp_dataset *ds, int32_t *lens);
 /* madvise(WILLNEED) the rows of global samples [lo, hi), which lie in one shard. */
 void ddp_dataset_prefetch_range(ddp_dataset *ds, int64_t lo, int64_t hi);
 /* The mapped bytes of the rows of global samples [lo, hi) (one shard; opened if needed): 1, or 0 if unmapped. */

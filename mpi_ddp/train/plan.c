@@ -87,9 +87,14 @@ ddp_status ddp_plan_max_batch(ddp_ctx *ctx, const ddp_train_config *c, ddp_datas
     if (st == DDP_OK) st = ddp_plan_walk(&tsm, lt, c->fast_dev_run > 0 ? 1 : c->epochs, -1, rows, samples);
     if (st == DDP_OK) st = ddp_plan_walk(&vsm, lv, 1, -1, rows, samples);
     ddp_sampler_free(&tsm), ddp_sampler_free(&vsm);
-    free(lt), free(lv);
     if (st == DDP_OK && *rows < 1) *rows = 1, *samples = *samples > 0 ? *samples : 1; /* an empty rank still builds */
-    return ddp_agree_status(ctx, st);
+    st = ddp_agree_status(ctx, st);
+    /* the trainer's samplers read the counts again where they need them (ddp_plan_samplers): hand them over */
+    ddp_dataset_keep_row_counts(train, st == DDP_OK && (c->batch_rows > 0 || c->shuffle_block) ? lt : NULL);
+    ddp_dataset_keep_row_counts(val, st == DDP_OK && c->batch_rows > 0 ? lv : NULL);
+    if (st != DDP_OK || !(c->batch_rows > 0 || c->shuffle_block)) free(lt);
+    if (st != DDP_OK || !(c->batch_rows > 0)) free(lv);
+    return st;
 }
 
 int ddp_plan_wanted(ddp_device device)
