@@ -167,6 +167,12 @@ static cudnnStatus_t graph_fin(desc *d)
     const desc *op = ((desc **)ops->v)[0];
     if (!is_sdpa(op->type))
         return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM, "operation graph: descriptor %d is no operation", op->type);
+    /* cuDNN 9.19 finalizes the unified SDPA backward operation but not a graph of it (buildDAG: BAD_PARAM; no engine
+     * takes it); MPIDDP_EMU_CUDNN_BWD=1 emulates a cuDNN that does */
+    const char *bwd = getenv("MPIDDP_EMU_CUDNN_BWD");
+    if (op->type == CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR && !(bwd && !strcmp(bwd, "1")))
+        return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM, "operation graph: outputGraph.buildDAG() (the SDPA backward, "
+                                                      "as cuDNN 9.19; MPIDDP_EMU_CUDNN_BWD=1 takes it)");
     inherit(d, op);
     return CUDNN_STATUS_SUCCESS;
 }

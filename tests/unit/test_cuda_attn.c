@@ -25,7 +25,8 @@
 #define SAFETY 2.0
 
 static ddp_backend *cpu, *gpu;
-static int cudnn_mode;       /* 1: attention_select chose cuDNN, whose outputs (o, dq|dk|dv) and dout are also bf16 */
+static int cudnn_mode; /* bits: 1 cuDNN runs the forward (o rounded to bf16), 2 also the backward (dout read, dq|dk|dv
+                        * written as bf16); the bounds widen for either */
 static double worst_seen[3]; /* the largest error-to-bound ratio: fp32, tf32, bf16 */
 
 static void *dev(const void *h, size_t bytes)
@@ -115,12 +116,12 @@ static void bounds(const float *qkv, const float *dout, const float *o, const fl
                     double b = 0;
                     for (int64_t j = 0; j < n; j++)
                         b += pm[i * n + j] * ms[i * n + j] * fabs((double)v[j * ld + c]) *
-                             (es[i * n + j] + esmax[i] + (2 + cudnn_mode) * ur + (double)(n + 8) * U);
+                             (es[i * n + j] + esmax[i] + (2 + (cudnn_mode != 0)) * ur + (double)(n + 8) * U);
                     bo[(lo + i) * d + h * dh + c] = b;
                     D += (double)dO[i * d + c] * o[(lo + i) * d + h * dh + c],
                         aD += fabs((double)dO[i * d + c] * o[(lo + i) * d + h * dh + c]);
                 }
-                eD[i] = ((double)(dh + 2) * U + cudnn_mode * ur) * aD; /* cuDNN: dout read as bf16 */
+                eD[i] = ((double)(dh + 2) * U + (cudnn_mode != 0) * ur) * aD; /* cuDNN: dout read as bf16 */
                 for (int64_t c = 0; c < dh; c++)
                     eD[i] += fabs((double)dO[i * d + c]) * SAFETY * bo[(lo + i) * d + h * dh + c];
                 for (int64_t j = 0; j < n; j++) {
@@ -136,7 +137,7 @@ static void bounds(const float *qkv, const float *dout, const float *o, const fl
             }
             for (int64_t r = 0; r < n; r++)
                 for (int64_t c = 0; c < dh; c++) {
-                    double bdq = 0, bdk = 0, bdv = 0, tail = (2 + cudnn_mode) * ur + (double)(n + 4) * U;
+                    double bdq = 0, bdk = 0, bdv = 0, tail = (2 + (cudnn_mode != 0)) * ur + (double)(n + 4) * U;
                     for (int64_t x = 0; x < n; x++) {
                         bdq += eds[r * n + x] * fabs((double)k[x * ld + c]) +
                                fabs(dsv[r * n + x] * k[x * ld + c]) * tail;
@@ -198,10 +199,12 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     if (wst > worst_seen[prec]) worst_seen[prec] = wst;
     printf("%-36s rows %4lld: error / bound: output %.3f lse %.3f dqkv %.3f\n", what, (long long)R, eo, el, eg);
     if (cudnn_mode) { /* cuDNN ran: its outputs are bf16 values (the own kernels' are fp32) */
-        for (int64_t i = 0; i < R * 3 * d; i++) {
+        for (int64_t i = 0; i < (cudnn_mode & 2 ? R * 3 * d : R * d); i++) {
             uint32_t u;
-            memcpy(&u, i < R * d ? &gy[i] : &gq[i], 4);
-            if (u & 0xffffu) fail_msg("%s: element %lld is not a bf16 value: cuDNN did not run", what, (long long)i);
+            memcpy(&u, i < R * d ? &gy[i] : &gq[i - R * d], 4);
+            if (u & 0xffffu)
+                fail_msg("%s: %s element %lld is not a bf16 value: cuDNN did not run", what, i < R * d ? "o" : "dqkv",
+                         (long long)(i < R * d ? i : i - R * d));
         }
     }
     /* determinism: the same call again, identical bits */
@@ -387,8 +390,6 @@ static void test_cudnn_select(void **state)
     b->destroy(b);
     unsetenv("MPIDDP_ATTENTION");
     if (ddp_cuda()->emulated) { /* the emulated cuDNN refuses on demand: the probe finds it */
-        setenv("MPIDDP_EMU_CUDNN_REFUSE", "bwd", 1);
-        expect_own(DDP_PRECISION_BF16, 128, 2, 0.0f, NULL, "cuDNN refused the backward attention");
         setenv("MPIDDP_EMU_CUDNN_REFUSE", "1", 1);
         expect_own(DDP_PRECISION_BF16, 128, 2, 0.0f, NULL, "cuDNN refused the forward attention");
         unsetenv("MPIDDP_EMU_CUDNN_REFUSE");
@@ -396,18 +397,26 @@ static void test_cudnn_select(void **state)
 }
 
 /* cuDNN chosen on gpu (fails the test where it cannot be: no cuDNN, or cuDNN refusing the probe's graphs) */
-static void choose_cudnn(void)
+static void choose_cudnn(int bwd)
 {
     char why[400];
     ddp_status st;
     setenv("MPIDDP_ATTENTION", "cudnn", 1);
+    if (bwd && ddp_cuda()->emulated) /* a cuDNN that takes the backward, till the test unsets it */
+        setenv("MPIDDP_EMU_CUDNN_BWD", "1", 1);
+    else
+        unsetenv("MPIDDP_EMU_CUDNN_BWD");
     const char *name = select_on(gpu, DDP_PRECISION_BF16, 128, 2, 0.0f, why, &st);
     unsetenv("MPIDDP_ATTENTION");
     if (st != DDP_OK || strcmp(name, "cudnn")) fail_msg("cuDNN not chosen: %s", ddp_last_error());
     printf("cudnn attention: %s\n", why);
-    if (ddp_cuda()->emulated && !strstr(why, "deterministic backward (engine 1)"))
-        fail_msg("the emulated cuDNN lists a deterministic backward engine (1) after a nondeterministic one: %s", why);
-    cudnn_mode = 1;
+    cudnn_mode = strstr(why, "forward and backward") ? 3 : 1;
+    if (ddp_cuda()->emulated && cudnn_mode != (bwd ? 3 : 1))
+        fail_msg("the emulated cuDNN %s the backward: %s", bwd ? "refused" : "took", why);
+    if (ddp_cuda()->emulated && bwd && !strstr(why, "backward engine 1, no nondeterministic note"))
+        fail_msg("the emulated cuDNN lists an engine (1) without the nondeterministic note after one with it: %s", why);
+    if (ddp_cuda()->emulated && !bwd && !strstr(why, "the backward on the own kernels (cuDNN refused the backward"))
+        fail_msg("as cuDNN 9.19, the emulator refuses the backward graph: %s", why);
 }
 
 /* cuDNN's fused attention against the CPU twin within the bf16 bounds (outputs, dout and the gradients also rounded to
@@ -417,16 +426,39 @@ static void test_cudnn_attention(void **state)
     (void)state;
     static const int64_t wide[] = {1, 512, 7, 64, 65, 300, 1, 128};
     if (no_cudnn_build()) return;
-    choose_cudnn();
+    choose_cudnn(0); /* as cuDNN 9.19 does (the emulator refuses the backward graph): cuDNN's forward, own backward */
+    attn_case(wide, 8, 64, 2, DDP_PRECISION_BF16, 0.0f, 0);
+    gpu->destroy(gpu);
+    gpu = NULL;
+    OK(ddp_backend_cuda_create(0, &gpu));
+    choose_cudnn(1); /* both directions where cuDNN takes the backward (the emulator: MPIDDP_EMU_CUDNN_BWD=1) */
     attn_case(wide, 8, 64, 2, DDP_PRECISION_BF16, 0.0f, 0);
     attn_case(wide, 8, 128, 2, DDP_PRECISION_BF16, 0.0f, 0);
     attn_case(small, 4, 64, 1, DDP_PRECISION_BF16, 0.0f, 0);
+    unsetenv("MPIDDP_EMU_CUDNN_BWD");
     /* dropout > 0 reaches the own kernels even on a backend that chose cuDNN */
     cudnn_mode = 0;
     attn_case(small, 4, 64, 1, DDP_PRECISION_BF16, 0.2f, 0);
     gpu->destroy(gpu); /* a fresh backend: the own kernels until the next select */
     gpu = NULL;
     OK(ddp_backend_cuda_create(0, &gpu));
+}
+
+/* One forward attention on gpu (zeroed inputs) over samples of len[0..B) rows, d columns, H heads */
+static void one_forward(const int64_t *len, int B, int64_t d, int H)
+{
+    test_pack pk;
+    test_pack_lengths(&pk, len, B, 5, 1);
+    const int64_t R = pk.R;
+    ddp_packing pg = {.B = B, .R = R, .hoff = pk.off, .max_rows = pk.max_rows};
+    pg.off = dev(pk.off, (size_t)(B + 1) * 8), pg.seg = dev(pk.seg, (size_t)R * 8), pg.sid = dev(pk.sid, (size_t)B * 8);
+    void *q = dev(NULL, (size_t)R * 3 * d * 4), *o = dev(NULL, (size_t)R * d * 4), *l = dev(NULL, (size_t)R * H * 4);
+    const ddp_dropout dr = {.p = 0.0f, .key = 1};
+    OK(ddp_backend_set_precision(gpu, DDP_PRECISION_BF16));
+    OK(gpu->enc->attention_fwd(gpu, q, o, l, &pg, d, H, &dr));
+    void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, q, o, l};
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
+    test_pack_free(&pk);
 }
 
 /* The plan cache over an "epoch" of 40 batches of 1 to 16 samples of 1 to 300 rows: one plan per shape class
@@ -436,7 +468,8 @@ static void test_cudnn_plan_cache(void **state)
 {
     (void)state;
     if (no_cudnn_build()) return;
-    choose_cudnn();
+    choose_cudnn(1);
+    const int dirs = cudnn_mode == 3 ? 2 : 1; /* the directions cuDNN runs */
     int64_t c0[4], c1[4];
     gpu->attention_counts(gpu, c0);
     uint64_t seed = 99;
@@ -449,8 +482,9 @@ static void test_cudnn_plan_cache(void **state)
             len[s] = 1 + (int64_t)((test_frand(&seed) + 1.0f) / 2.0f * 300);
             mx = len[s] > mx ? len[s] : mx;
         }
-        int64_t Bc = 1, Sc = (mx + 63) / 64 * 64, seen = 0;
+        int64_t Bc = 1, Sc = 64, seen = 0;
         while (Bc < B) Bc *= 2;
+        while (Sc < mx) Sc *= 2;
         for (int64_t k = 0; k < nc; k++) seen |= classes[k][0] == Bc && classes[k][1] == Sc;
         if (!seen && !(Bc == 1 && Sc == 64)) classes[nc][0] = Bc, classes[nc][1] = Sc, nc++; /* 1 x 64: the probe's */
         test_pack pk;
@@ -466,7 +500,7 @@ static void test_cudnn_plan_cache(void **state)
         OK(ddp_backend_set_precision(gpu, DDP_PRECISION_BF16));
         OK(gpu->enc->attention_fwd(gpu, q, o, l, &pg, d, (int)H, &dr));
         OK(gpu->enc->attention_bwd(gpu, q, o, o, l, dq, D, &pg, d, (int)H, &dr));
-        calls += 2;
+        calls += dirs;
         void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, q, o, l, dq, D};
         for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
         test_pack_free(&pk);
@@ -478,9 +512,27 @@ static void test_cudnn_plan_cache(void **state)
            "the cache (%.0f%%)\n",
            (long long)nc, (long long)built, built ? (double)(c1[3] - c0[3]) / 1000.0 / (double)built : 0.0,
            (long long)hits, (long long)calls, 100.0 * (double)hits / (double)calls);
-    if (built != 2 * nc || hits != calls - built || c1[2] != c0[2])
-        fail_msg("plan cache: %lld built for %lld classes x 2 directions, %lld hits of %lld calls, %lld refused",
-                 (long long)built, (long long)nc, (long long)hits, (long long)calls, (long long)(c1[2] - c0[2]));
+    if (built != dirs * nc || hits != calls - built || c1[2] != c0[2])
+        fail_msg("plan cache: %lld built for %lld classes x %d directions, %lld hits of %lld calls, %lld refused",
+                 (long long)built, (long long)nc, dirs, (long long)hits, (long long)calls, (long long)(c1[2] - c0[2]));
+    if (ddp_cuda()->emulated) { /* more classes than the cache keeps (64): the least recently used plan goes */
+        int64_t e0[4], e1[4], e2[4];
+        const int64_t len2[1] = {2};
+        for (int pass = 0; pass < 2; pass++) {
+            gpu->attention_counts(gpu, e0);
+            for (int H = 1; H <= 9; H++)
+                for (int64_t dh = 8; dh <= 64; dh += 8) one_forward(len2, 1, dh * H, H);
+            gpu->attention_counts(gpu, e1);
+            one_forward(len2, 1, 8, 1);      /* the loop's first class: evicted, built again */
+            one_forward(len2, 1, 64 * 9, 9); /* its last: still there */
+            gpu->attention_counts(gpu, e2);
+            /* 72 classes in order through 64 slots: each misses (LRU) but one found cached, in pass 0 the probe's (2
+             * heads of 64), in pass 1 the first, which the end of pass 0 rebuilt */
+            if (e1[0] - e0[0] != 71 || e2[0] - e1[0] != 1 || e2[1] - e1[1] != 1)
+                fail_msg("plan eviction, pass %d: %lld of 72 classes built, then %lld built and %lld hits (want 1, 1)",
+                         pass, (long long)(e1[0] - e0[0]), (long long)(e2[0] - e1[0]), (long long)(e2[1] - e1[1]));
+        }
+    }
     if (ddp_cuda()->emulated) { /* a class cuDNN refuses: the own kernels take its calls, counted once */
         setenv("MPIDDP_EMU_CUDNN_REFUSE", "1", 1);
         cudnn_mode = 0;
@@ -491,6 +543,7 @@ static void test_cudnn_plan_cache(void **state)
         if (c2[2] - c1[2] != 4) /* the batch's and its sample alone's, forward and backward */
             fail_msg("refused classes: %lld, want 4", (long long)(c2[2] - c1[2]));
     }
+    unsetenv("MPIDDP_EMU_CUDNN_BWD");
     cudnn_mode = 0;
     gpu->destroy(gpu);
     gpu = NULL;

@@ -928,6 +928,16 @@ static void cd_backward(cd_ctx *c)
     int nondet = -1;
     uint16_t g1[CR * CQKV], g0[CR * CQKV];
     CK(cd_op(1, c->t, -1, &op));
+    { /* as cuDNN 9.19: the backward operation finalizes, a graph of it does not (unless MPIDDP_EMU_CUDNN_BWD=1) */
+        cudnnBackendDescriptor_t g;
+        unsetenv("MPIDDP_EMU_CUDNN_BWD");
+        CK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g));
+        CK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CD_DESC, 1, &op));
+        CK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->h));
+        assert_int_equal(cudnnBackendFinalize(g), CUDNN_STATUS_BAD_PARAM);
+        cd_destroy(&g, 1);
+        setenv("MPIDDP_EMU_CUDNN_BWD", "1", 1);
+    }
     CK(cd_plan(c, op, 1, cfg, &n, &plan));
     assert_int_equal(n, 2); /* the nondeterministic engine 0 first, then the deterministic engine 1 */
     assert_int_equal(cd_engine(cfg[0], &nondet), 0);
@@ -1030,6 +1040,7 @@ static void test_cudnn_sdpa(void **state)
     cd_refuse_ops(&c);
     cd_refuse_plans(&c);
     cd_teardown(&c);
+    unsetenv("MPIDDP_EMU_CUDNN_BWD");
 }
 #endif
 

@@ -54,11 +54,13 @@ typedef struct {
     size_t lt_ws_bytes;
     /* cuDNN's attention (backend_cuda_sdpa.cu): attention_select's choice, the library (NULL: not loaded, sdpa_why
      * says why), the bf16 operands of a call and the plans' workspace, grown in stream order */
-    int attn_cudnn, sdpa_tried;
+    int attn_cudnn; /* bits: 1 the forward, 2 the backward runs on cuDNN */
+    int sdpa_tried;
     struct ddp_sdpa *sdpa;
     char sdpa_why[300];
     void *sdpa_buf, *sdpa_ws;
-    size_t sdpa_cap, sdpa_ws_cap;
+    int64_t sdpa_rows, sdpa_d, sdpa_b; /* what sdpa_buf holds: rows (+ padding) of width d, samples */
+    size_t sdpa_ws_cap;
     float *ones; /* [ones_len] ones for column sums through gemv, sized by reserve() */
     int64_t ones_len;
     double *dpart;  /* [SUMSQ_BLOCKS] per-block partial sums of sumsq */

@@ -70,31 +70,49 @@ static ddp_status grow(cuda_impl *c, void **p, size_t *cap, size_t need, const c
     return DDP_OK;
 }
 
-/* The shape class of a batch: samples up to a power of two, rows up to a multiple of 64 (a few plans per epoch) */
+/* The shape class of a batch: samples and rows (the longest sample, at least 64) up to powers of two. With ragged
+ * offsets and sequence lengths both are bounds only, and each new class costs a plan (a kernel compile), so few. */
 static ddp_sdpa_key class_of(const ddp_packing *pack, int64_t d, int heads, const float *lse, int bwd)
 {
     ddp_sdpa_key k = {bwd, 1, 64, heads, d / heads, 16};
     while (k.B < pack->B) k.B *= 2;
-    k.S = (pack->max_rows + 63) / 64 * 64;
+    while (k.S < pack->max_rows) k.S *= 2;
     uintptr_t a = (uintptr_t)lse;
     k.st_align = a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : 4;
     return k;
 }
 
-/* The scratch of one call, carved from c->sdpa_buf: bf16 q|k|v, o, dout, dq|dk|dv, then the int32 lengths and
+/* The bf16 areas of c->sdpa_buf hold rows rows of width d each plus SDPA_PAD rows: a kernel may read (never use) rows
+ * past a batch's end, which must hold finite values, and do; the buffer is zeroed when it grows. */
+#define SDPA_PAD 64
+static ddp_status scratch(cuda_impl *c, int64_t R, int64_t d, int64_t B)
+{
+    if (R <= c->sdpa_rows && d <= c->sdpa_d && B <= c->sdpa_b) return DDP_OK;
+    const int64_t rows = R > c->sdpa_rows ? R + R / 4 : c->sdpa_rows, w = d > c->sdpa_d ? d : c->sdpa_d,
+                  nb = B > c->sdpa_b ? B : c->sdpa_b;
+    size_t bytes = (size_t)(8 * (rows + SDPA_PAD) * w) * sizeof(__nv_bfloat16) + (size_t)(4 * (nb + 1)) * 4;
+    if (c->sdpa_buf) CUDA_CHECK(cudaFreeAsync(c->sdpa_buf, c->stream));
+    c->sdpa_buf = NULL, c->sdpa_rows = c->sdpa_d = c->sdpa_b = 0;
+    ALLOC_CHECK(cudaMallocAsync(&c->sdpa_buf, bytes, c->stream), bytes, c->device, "cuDNN attention's bf16 operands");
+    CUDA_CHECK(cudaMemsetAsync(c->sdpa_buf, 0, bytes, c->stream));
+    c->sdpa_rows = rows, c->sdpa_d = w, c->sdpa_b = nb;
+    return DDP_OK;
+}
+
+/* The scratch of one call, carved from c->sdpa_buf: bf16 q|k|v, dq|dk|dv, o and dout, then the int32 lengths and
  * offsets; one launch fills the lengths and offsets and rounds qkv (and o, dout: the backward) into it. *ok = 0 when
  * the batch's offsets would not fit cuDNN's int32 (the own kernels take it). */
 static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key *k, int64_t d, const float *qkv,
                        const float *o, const float *dout, ddp_sdpa_ptrs *p, int *ok)
 {
     const int64_t R = pack->R, n3 = R * 3 * d;
-    *ok = n3 < INT32_MAX;
+    *ok = (R + SDPA_PAD) * 3 * d < INT32_MAX;
     if (!*ok) return DDP_OK;
-    size_t half = (size_t)(2 * n3 + 2 * R * d) * sizeof(__nv_bfloat16), ints = (size_t)(4 * (k->B + 1)) * 4;
-    DDP_CHECK(grow(c, &c->sdpa_buf, &c->sdpa_cap, half + ints, "cuDNN attention's bf16 operands"));
+    DDP_CHECK(scratch(c, R, d, k->B));
+    const int64_t a3 = (c->sdpa_rows + SDPA_PAD) * 3 * c->sdpa_d, a1 = a3 / 3; /* elements of each area */
     __nv_bfloat16 *h = (__nv_bfloat16 *)c->sdpa_buf;
-    p->qkv = h, p->dqkv = h + n3, p->o = h + 2 * n3, p->dout = h + 2 * n3 + R * d;
-    int32_t *i = (int32_t *)((char *)c->sdpa_buf + half);
+    p->qkv = h, p->dqkv = h + a3, p->o = h + 2 * a3, p->dout = h + 2 * a3 + a1;
+    int32_t *i = (int32_t *)(h + 2 * a3 + 2 * a1);
     p->seq = i, p->off_qkv = i + k->B + 1, p->off_o = i + 2 * (k->B + 1), p->off_st = i + 3 * (k->B + 1);
     p->ws = c->sdpa_ws;
     p->scale = 1.0f / sqrtf((float)k->D);
@@ -126,7 +144,7 @@ static ddp_status begin(ddp_backend *b, const ddp_packing *pack, int64_t d, int 
 {
     cuda_impl *c = cuda_of(b);
     const int64_t dh = d / heads;
-    *ok = c->attn_cudnn && c->precision == DDP_PRECISION_BF16 && dh % 8 == 0 && dh <= 128;
+    *ok = (c->attn_cudnn & (o ? 2 : 1)) && c->precision == DDP_PRECISION_BF16 && dh % 8 == 0 && dh <= 128;
     if (!*ok) return DDP_OK;
     *k = class_of(pack, d, heads, lse, o != NULL);
     DDP_CHECK(plan(c, k, ok));
@@ -180,7 +198,8 @@ ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const float *o, c
 
 /* ddp_backend.attention_select: MPIDDP_ATTENTION=cudnn demands cuDNN, own (or a CPU method's name) the own kernels,
  * auto or unset cuDNN where it applies: bf16, no attention dropout, heads of a multiple of 8 up to 128, cuDNN loaded
- * and accepting a probe of the forward and backward graphs (the first seconds on a new GPU say whether it does). */
+ * and accepting a probe of the forward graph (the first seconds on a new GPU say whether it does). The backward is
+ * cuDNN's where it accepts that graph too, else the own kernels', which read the same statistics. */
 ddp_status ddp_cuda_attention_select(ddp_backend *b, ddp_precision prec, int64_t d, int heads, float p,
                                      const char **name, char *why, size_t n)
 {
@@ -188,7 +207,7 @@ ddp_status ddp_cuda_attention_select(ddp_backend *b, ddp_precision prec, int64_t
     const char *m = ddp_knob_str(DDP_KNOB_ATTENTION);
     const int want = m && !strcmp(m, "cudnn") ? 2 : !m || !strcmp(m, "auto") ? 1 : 0;
     const int64_t dh = d / heads;
-    char reason[400] = "";
+    char reason[700] = "", bwd[700] = "";
     c->attn_cudnn = 0;
     if (!want)
         snprintf(reason, sizeof reason, "MPIDDP_ATTENTION=%s", m);
@@ -209,15 +228,14 @@ ddp_status ddp_cuda_attention_select(ddp_backend *b, ddp_precision prec, int64_t
             c->sdpa_tried = 1;
             DDP_CHECK(ddp_sdpa_create((void *)c->stream, &c->sdpa, c->sdpa_why, sizeof c->sdpa_why));
         }
-        int ok = 0;
         if (!c->sdpa) snprintf(reason, sizeof reason, "%s", c->sdpa_why);
-        for (int bwd = 0; c->sdpa && bwd < 2; bwd++) {
-            ddp_sdpa_key k = {bwd, 1, 64, heads, dh, 16};
+        for (int dir = 0; c->sdpa && dir < 2; dir++) { /* a probe per direction: one sample of 64 rows */
+            ddp_sdpa_key k = {dir, 1, 64, heads, dh, 16};
+            int ok = 0;
             DDP_CHECK(plan(c, &k, &ok));
-            if (!ok) {
-                snprintf(reason, sizeof reason, "%s", ddp_sdpa_refusal(c->sdpa));
-                break;
-            }
+            if (ok) c->attn_cudnn |= 1 << dir;
+            if (!ok) snprintf(dir ? bwd : reason, sizeof reason, "%s", ddp_sdpa_refusal(c->sdpa));
+            if (!ok) break;
         }
     }
 #else
@@ -228,9 +246,13 @@ ddp_status ddp_cuda_attention_select(ddp_backend *b, ddp_precision prec, int64_t
 #ifdef DDP_HAVE_CUDNN
         ddp_sdpa_counts k;
         ddp_sdpa_counts_get(c->sdpa, &k);
-        c->attn_cudnn = 1;
-        snprintf(why, n, "%s: fused SDPA at bf16, %s backward (engine %lld)", ddp_sdpa_version(c->sdpa),
-                 k.bwd_deterministic ? "deterministic" : "nondeterministic", (long long)k.bwd_engine);
+        if (c->attn_cudnn & 2)
+            snprintf(why, n, "%s: fused SDPA at bf16, forward and backward (backward engine %lld%s)",
+                     ddp_sdpa_version(c->sdpa), (long long)k.bwd_engine,
+                     k.bwd_deterministic ? ", no nondeterministic note" : ", nondeterministic");
+        else
+            snprintf(why, n, "%s: fused SDPA forward at bf16; the backward on the own kernels (%s)",
+                     ddp_sdpa_version(c->sdpa), bwd);
 #endif
         *name = "cudnn";
         return DDP_OK;
@@ -265,4 +287,5 @@ void ddp_cuda_sdpa_destroy(cuda_impl *c)
     if (c->sdpa_buf) cudaFree(c->sdpa_buf);
     if (c->sdpa_ws) cudaFree(c->sdpa_ws);
     c->sdpa_buf = c->sdpa_ws = NULL;
+    c->sdpa_rows = c->sdpa_d = c->sdpa_b = 0;
 }

@@ -23,7 +23,8 @@
 /* the entry points used, resolved by dlsym */
 // clang-format off
 #define SDPA_FNS(X)                                                                                   \
-    X(cudnnGetVersion) X(cudnnGetErrorString) X(cudnnCreate) X(cudnnDestroy) X(cudnnSetStream)        \
+    X(cudnnGetVersion) X(cudnnGetErrorString) X(cudnnGetLastErrorString) X(cudnnCreate) X(cudnnDestroy) \
+    X(cudnnSetStream)                                                                                 \
     X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute)      \
     X(cudnnBackendGetAttribute) X(cudnnBackendFinalize) X(cudnnBackendExecute)
 // clang-format on
@@ -38,7 +39,7 @@ typedef struct {
     int used, ok;
     cudnnBackendDescriptor_t plan, d[SDPA_DESCS]; /* the plan and every descriptor it was built from */
     int nd;
-    int64_t ws;
+    int64_t ws, last; /* workspace bytes; the call that last used it (LRU) */
 } sdpa_plan;
 
 struct ddp_sdpa {
@@ -46,17 +47,30 @@ struct ddp_sdpa {
     sdpa_api f;
     cudnnHandle_t h;
     sdpa_plan plans[SDPA_PLANS];
-    int next; /* the slot the next new class takes (round robin) */
+    int64_t calls;
+    /* descriptors of evicted plans: their kernels may still be queued on the stream, so they are destroyed with the
+     * handle, after the backend has synchronized its stream (cu_destroy) */
+    cudnnBackendDescriptor_t *dead;
+    int64_t ndead;
     ddp_sdpa_counts n;
-    char version[1300], refusal[300];
+    char version[1300], refusal[600], last[300];
 };
 
 /* the tensors' unique ids in the graphs and variant packs */
-enum { U_Q = 1, U_K, U_V, U_O, U_ST, U_SCALE, U_SEQ, U_DO, U_DQ, U_DK, U_DV, U_OFF_QKV, U_OFF_O, U_OFF_ST };
+enum { U_Q = 1, U_K, U_V, U_O, U_ST, U_SCALE, U_SEQ_Q, U_SEQ_KV, U_DO, U_DQ, U_DK, U_DV, U_OFF_QKV, U_OFF_O, U_OFF_ST };
 
-#define SDPA_ERR(s, call, r)                                                                \
-    ddp_set_error(DDP_ERR_CUDA, "cuDNN error in %s (%s:%d): %s", #call, __FILE__, __LINE__, \
-                  (s)->f.cudnnGetErrorString(r))
+#define SDPA_ERR(s, call, r)                                                                  \
+    ddp_set_error(DDP_ERR_CUDA, "cuDNN error in %s (%s:%d): %s%s", #call, __FILE__, __LINE__, \
+                  (s)->f.cudnnGetErrorString(r), last_error(s))
+
+/* cuDNN's own reason for its last failure (cudnnGetLastErrorString), as ": <reason>", or "" */
+static const char *last_error(ddp_sdpa *s)
+{
+    char m[280] = "";
+    s->f.cudnnGetLastErrorString(m, sizeof m);
+    snprintf(s->last, sizeof s->last, "%s%s", *m ? ": " : "", m);
+    return s->last;
+}
 #define SDPA_CHECK(s, call)                                           \
     do {                                                              \
         cudnnStatus_t r_ = (s)->f.call;                               \
@@ -128,7 +142,7 @@ ddp_status ddp_sdpa_create(void *stream, ddp_sdpa **out, char *why, size_t n)
     s->lib = lib;
 #define SDPA_FN_LOAD(fn)                                                                          \
     if (!(*(void **)&s->f.fn = dlsym(lib, #fn))) {                                                \
-        snprintf(why, n, "cuDNN not used: %s has no %s (cuDNN 9.10 or later needed)", path, #fn); \
+        snprintf(why, n, "cuDNN not used: %s has no %s (cuDNN 9.15 or later needed)", path, #fn); \
         ddp_sdpa_destroy(s);                                                                      \
         return DDP_OK;                                                                            \
     }
@@ -136,11 +150,11 @@ ddp_status ddp_sdpa_create(void *stream, ddp_sdpa **out, char *why, size_t n)
 #undef SDPA_FN_LOAD
     size_t v = s->f.cudnnGetVersion();
     snprintf(s->version, sizeof s->version, "cuDNN %zu.%zu.%zu (%s)", v / 10000, v / 100 % 100, v % 100, path);
-    cudnnStatus_t r = v < 91000 ? CUDNN_STATUS_NOT_SUPPORTED : s->f.cudnnCreate(&s->h);
+    cudnnStatus_t r = v < 91500 ? CUDNN_STATUS_NOT_SUPPORTED : s->f.cudnnCreate(&s->h);
     if (r == CUDNN_STATUS_SUCCESS) r = s->f.cudnnSetStream(s->h, (cudaStream_t)stream);
-    if (r != CUDNN_STATUS_SUCCESS) { /* too old for the SDPA operations (9.10), or no GPU it supports: reported */
+    if (r != CUDNN_STATUS_SUCCESS) { /* too old (the SDPA operation with sequence lengths: 9.15), or no GPU: reported */
         snprintf(why, n, "cuDNN not used: %s: %s", s->version,
-                 v < 91000 ? "9.10 or later needed" : s->f.cudnnGetErrorString(r));
+                 v < 91500 ? "9.15 or later needed" : s->f.cudnnGetErrorString(r));
         ddp_sdpa_destroy(s);
         return DDP_OK;
     }
@@ -161,8 +175,10 @@ void ddp_sdpa_destroy(ddp_sdpa *s)
     if (!s) return;
     if (s->h) {
         for (int i = 0; i < SDPA_PLANS; i++) plan_free(s, &s->plans[i]);
+        for (int64_t i = 0; i < s->ndead; i++) s->f.cudnnBackendDestroyDescriptor(s->dead[i]);
         s->f.cudnnDestroy(s->h);
     }
+    free(s->dead);
     if (s->lib) dlclose(s->lib);
     free(s);
 }
@@ -229,10 +245,12 @@ static cudnnBackendDescriptor_t sdpa_op(ddp_sdpa *s, sdpa_plan *p, const ddp_sdp
     cudnnBackendDescriptor_t o = tensor(s, p, U_O, CUDNN_DATA_BFLOAT16, qdim, ostr, 16, ro, 0, r);
     cudnnBackendDescriptor_t st = tensor(s, p, U_ST, CUDNN_DATA_FLOAT, sdim, sstr, k->st_align, rs, 0, r);
     cudnnBackendDescriptor_t sc = tensor(s, p, U_SCALE, CUDNN_DATA_FLOAT, one, one, 4, NULL, 1, r);
-    cudnnBackendDescriptor_t sq = tensor(s, p, U_SEQ, CUDNN_DATA_INT32, seq_dim, one, 4, NULL, 0, r);
+    /* the two sequence lengths are the same buffer, two tensors (as NVIDIA's code gives them) */
+    cudnnBackendDescriptor_t sq = tensor(s, p, U_SEQ_Q, CUDNN_DATA_INT32, seq_dim, one, 4, NULL, 0, r);
+    cudnnBackendDescriptor_t skv = tensor(s, p, U_SEQ_KV, CUDNN_DATA_INT32, seq_dim, one, 4, NULL, 0, r);
     if (!k->bwd) {
         cudnnBackendDescriptor_t op = desc(s, p, CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, r);
-        const cudnnBackendDescriptor_t *in[] = {&q, &kk, &v, &o, &st, &sc, &sq, &sq};
+        const cudnnBackendDescriptor_t *in[] = {&q, &kk, &v, &o, &st, &sc, &sq, &skv};
         const cudnnBackendAttributeName_t at[] = {
             CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC,         CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC,
             CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC,         CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC,
@@ -248,7 +266,7 @@ static cudnnBackendDescriptor_t sdpa_op(ddp_sdpa *s, sdpa_plan *p, const ddp_sdp
     cudnnBackendDescriptor_t dk = tensor(s, p, U_DK, CUDNN_DATA_BFLOAT16, qdim, qstr, 16, rq, 0, r);
     cudnnBackendDescriptor_t dv = tensor(s, p, U_DV, CUDNN_DATA_BFLOAT16, qdim, qstr, 16, rq, 0, r);
     cudnnBackendDescriptor_t op = desc(s, p, CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR, r);
-    const cudnnBackendDescriptor_t *in[] = {&q, &kk, &v, &o, &st, &sc, &sq, &sq, &dq, &dk, &dv, &dout};
+    const cudnnBackendDescriptor_t *in[] = {&q, &kk, &v, &o, &st, &sc, &sq, &skv, &dq, &dk, &dv, &dout};
     const cudnnBackendAttributeName_t at[] = {
         CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC,         CUDNN_ATTR_OPERATION_SDPA_BWD_KDESC,
         CUDNN_ATTR_OPERATION_SDPA_BWD_VDESC,         CUDNN_ATTR_OPERATION_SDPA_BWD_ODESC,
@@ -343,10 +361,22 @@ static void build(ddp_sdpa *s, sdpa_plan *p)
     if (!p->ok) {
         if (r == CUDNN_STATUS_SUCCESS) r = last;
         snprintf(s->refusal, sizeof s->refusal,
-                 "cuDNN refused the %s attention of %lld samples x %lld rows, %lld heads of %lld at %s: %s",
+                 "cuDNN refused the %s attention of %lld samples x %lld rows, %lld heads of %lld at %s: %s%s",
                  p->k.bwd ? "backward" : "forward", (long long)p->k.B, (long long)p->k.S, (long long)p->k.H,
-                 (long long)p->k.D, stage, s->f.cudnnGetErrorString(r));
+                 (long long)p->k.D, stage, s->f.cudnnGetErrorString(r), last_error(s));
     }
+}
+
+/* p's descriptors to s->dead (destroyed with the handle), p emptied */
+static ddp_status bury(ddp_sdpa *s, sdpa_plan *p)
+{
+    cudnnBackendDescriptor_t *d = realloc(s->dead, (size_t)(s->ndead + p->nd + 1) * sizeof *d);
+    if (!d) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the cuDNN plans replaced");
+    s->dead = d;
+    if (p->plan) d[s->ndead++] = p->plan;
+    for (int i = 0; i < p->nd; i++) d[s->ndead++] = p->d[i];
+    memset(p, 0, sizeof *p);
+    return DDP_OK;
 }
 
 static int same(const ddp_sdpa_key *a, const ddp_sdpa_key *b)
@@ -369,9 +399,10 @@ ddp_status ddp_sdpa_prepare(ddp_sdpa *s, const ddp_sdpa_key *k, int *ok, int64_t
     } else {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        p = &s->plans[s->next];
-        s->next = (s->next + 1) % SDPA_PLANS;
-        plan_free(s, p);
+        p = &s->plans[0]; /* a free slot, else the least recently used plan, whose descriptors are kept till the end */
+        for (int i = 1; i < SDPA_PLANS && p->used; i++)
+            if (!s->plans[i].used || s->plans[i].last < p->last) p = &s->plans[i];
+        if (p->used) DDP_CHECK(bury(s, p));
         p->k = *k;
         p->used = 1;
         build(s, p);
@@ -382,6 +413,7 @@ ddp_status ddp_sdpa_prepare(ddp_sdpa *s, const ddp_sdpa_key *k, int *ok, int64_t
         else
             s->n.refused++;
     }
+    p->last = ++s->calls;
     *ok = p->ok;
     *ws = p->ws;
     return DDP_OK;
@@ -394,10 +426,11 @@ ddp_status ddp_sdpa_run(ddp_sdpa *s, const ddp_sdpa_key *k, const ddp_sdpa_ptrs 
     char *qkv = a->qkv, *dqkv = a->dqkv;
     const int64_t d2 = k->H * k->D * 2; /* bytes of one third of a q|k|v row in bf16 */
     float scale = a->scale;
-    int64_t uid[14] = {U_Q, U_K, U_V, U_O, U_ST, U_SCALE, U_SEQ, U_OFF_QKV, U_OFF_O, U_OFF_ST, U_DO, U_DQ, U_DK, U_DV};
-    void *ptr[14] = {qkv,        qkv + d2, qkv + 2 * d2, a->o,    a->stats, &scale,    a->seq,
+    int64_t uid[15] = {U_Q,       U_K,     U_V,      U_O,  U_ST, U_SCALE, U_SEQ_Q, U_SEQ_KV,
+                       U_OFF_QKV, U_OFF_O, U_OFF_ST, U_DO, U_DQ, U_DK,    U_DV};
+    void *ptr[15] = {qkv,        qkv + d2, qkv + 2 * d2, a->o,    a->stats, &scale,    a->seq,       a->seq,
                      a->off_qkv, a->off_o, a->off_st,    a->dout, dqkv,     dqkv + d2, dqkv + 2 * d2};
-    int64_t n = k->bwd ? 14 : 10;
+    int64_t n = k->bwd ? 15 : 11;
     cudnnStatus_t r = CUDNN_STATUS_SUCCESS;
     cudnnBackendDescriptor_t vp = NULL;
     r = s->f.cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
