@@ -90,10 +90,12 @@ ddp_status ddp_plan_max_batch(ddp_ctx *ctx, const ddp_train_config *c, ddp_datas
     if (st == DDP_OK && *rows < 1) *rows = 1, *samples = *samples > 0 ? *samples : 1; /* an empty rank still builds */
     st = ddp_agree_status(ctx, st);
     /* the trainer's samplers read the counts again where they need them (ddp_plan_samplers): hand them over */
-    ddp_dataset_keep_row_counts(train, st == DDP_OK && (c->batch_rows > 0 || c->shuffle_block) ? lt : NULL);
-    ddp_dataset_keep_row_counts(val, st == DDP_OK && c->batch_rows > 0 ? lv : NULL);
-    if (st != DDP_OK || !(c->batch_rows > 0 || c->shuffle_block)) free(lt);
-    if (st != DDP_OK || !(c->batch_rows > 0)) free(lv);
+    const int keep_t = st == DDP_OK && (c->batch_rows > 0 || c->shuffle_block),
+              keep_v = st == DDP_OK && c->batch_rows > 0;
+    ddp_dataset_keep_row_counts(train, keep_t ? lt : NULL);
+    ddp_dataset_keep_row_counts(val, keep_v ? lv : NULL);
+    if (!keep_t) free(lt);
+    if (!keep_v) free(lv);
     return st;
 }
 

@@ -137,19 +137,29 @@ static ddp_status plan(cuda_impl *c, const ddp_sdpa_key *k, int *ok)
     return DDP_OK;
 }
 
-/* A call's shape class, plan and scratch; *ok = 0 when the own kernels take it (not chosen, not bf16, a head width
- * cuDNN does not take, a class it refused, offsets beyond int32) */
-static ddp_status begin(ddp_backend *b, const ddp_packing *pack, int64_t d, int heads, const float *lse,
-                        const float *qkv, const float *o, const float *dout, ddp_sdpa_key *k, ddp_sdpa_ptrs *p, int *ok)
+/* One call on cuDNN: the forward (o_in NULL: out = o [R, d]) or the backward (o_in, dout given: out = dq|dk|dv
+ * [R, 3d]). *ran = 0 when the own kernels take it (that direction not chosen, not bf16, a head width cuDNN does not
+ * take, a class it refused, offsets beyond int32). */
+static ddp_status sdpa_call(ddp_backend *b, const float *qkv, const float *o_in, const float *dout, const float *lse,
+                            float *out, const ddp_packing *pack, int64_t d, int heads, int *ran)
 {
     cuda_impl *c = cuda_of(b);
     const int64_t dh = d / heads;
-    *ok = (c->attn_cudnn & (o ? 2 : 1)) && c->precision == DDP_PRECISION_BF16 && dh % 8 == 0 && dh <= 128;
-    if (!*ok) return DDP_OK;
-    *k = class_of(pack, d, heads, lse, o != NULL);
-    DDP_CHECK(plan(c, k, ok));
-    if (*ok) DDP_CHECK(feed(c, pack, k, d, qkv, o, dout, p, ok));
-    p->stats = (float *)lse;
+    const int bwd = o_in != NULL;
+    ddp_sdpa_key k;
+    ddp_sdpa_ptrs p;
+    int ok = (c->attn_cudnn & (bwd ? 2 : 1)) && c->precision == DDP_PRECISION_BF16 && dh % 8 == 0 && dh <= 128;
+    *ran = 0;
+    if (!ok) return DDP_OK;
+    k = class_of(pack, d, heads, lse, bwd);
+    DDP_CHECK(plan(c, &k, &ok));
+    if (ok) DDP_CHECK(feed(c, pack, &k, d, qkv, o_in, dout, &p, &ok));
+    if (!ok) return DDP_OK;
+    p.stats = (float *)lse;
+    DDP_LAUNCH_NOTE();
+    DDP_CHECK(ddp_sdpa_run(c->sdpa, &k, &p));
+    DDP_CHECK(widen(c, (const __nv_bfloat16 *)(bwd ? p.dqkv : p.o), out, pack->R * (bwd ? 3 : 1) * d));
+    *ran = 1;
     return DDP_OK;
 }
 #endif
@@ -157,43 +167,25 @@ static ddp_status begin(ddp_backend *b, const ddp_packing *pack, int64_t d, int 
 ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t d,
                              int heads, int *ran)
 {
-    *ran = 0;
 #ifdef DDP_HAVE_CUDNN
-    cuda_impl *c = cuda_of(b);
-    ddp_sdpa_key k;
-    ddp_sdpa_ptrs p;
-    int ok;
-    DDP_CHECK(begin(b, pack, d, heads, lse, qkv, NULL, NULL, &k, &p, &ok));
-    if (!ok) return DDP_OK;
-    DDP_LAUNCH_NOTE();
-    DDP_CHECK(ddp_sdpa_run(c->sdpa, &k, &p));
-    DDP_CHECK(widen(c, (const __nv_bfloat16 *)p.o, o, pack->R * d));
-    *ran = 1;
+    return sdpa_call(b, qkv, NULL, NULL, lse, o, pack, d, heads, ran);
 #else
     (void)b, (void)qkv, (void)o, (void)lse, (void)pack, (void)d, (void)heads;
-#endif
+    *ran = 0;
     return DDP_OK;
+#endif
 }
 
 ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout, const float *lse,
                              float *dqkv, const ddp_packing *pack, int64_t d, int heads, int *ran)
 {
-    *ran = 0;
 #ifdef DDP_HAVE_CUDNN
-    cuda_impl *c = cuda_of(b);
-    ddp_sdpa_key k;
-    ddp_sdpa_ptrs p;
-    int ok;
-    DDP_CHECK(begin(b, pack, d, heads, lse, qkv, o, dout, &k, &p, &ok));
-    if (!ok) return DDP_OK;
-    DDP_LAUNCH_NOTE();
-    DDP_CHECK(ddp_sdpa_run(c->sdpa, &k, &p));
-    DDP_CHECK(widen(c, (const __nv_bfloat16 *)p.dqkv, dqkv, pack->R * 3 * d));
-    *ran = 1;
+    return sdpa_call(b, qkv, o, dout, lse, dqkv, pack, d, heads, ran);
 #else
     (void)b, (void)qkv, (void)o, (void)dout, (void)lse, (void)dqkv, (void)pack, (void)d, (void)heads;
-#endif
+    *ran = 0;
     return DDP_OK;
+#endif
 }
 
 /* ddp_backend.attention_select: MPIDDP_ATTENTION=cudnn demands cuDNN, own (or a CPU method's name) the own kernels,

@@ -71,11 +71,6 @@ static const char *last_error(ddp_sdpa *s)
     snprintf(s->last, sizeof s->last, "%s%s", *m ? ": " : "", m);
     return s->last;
 }
-#define SDPA_CHECK(s, call)                                           \
-    do {                                                              \
-        cudnnStatus_t r_ = (s)->f.call;                               \
-        if (r_ != CUDNN_STATUS_SUCCESS) return SDPA_ERR(s, call, r_); \
-    } while (0)
 
 /* dlopens cuDNN's graph library, its name in path */
 static void *open_lib(char *path, size_t pn)
