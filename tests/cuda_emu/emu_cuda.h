@@ -8,8 +8,8 @@
  *    return; streams are not ordered with each other unless an event orders them; the legacy stream is
  *    ordered with blocking streams only (as on a GPU); cudaMemset on device memory does not wait;
  *  - a kernel launch runs every block of the grid, the threads of a block as fibers (ucontext) so that
- *    __syncthreads and __shared__ keep CUDA's meaning; kernels that never call __syncthreads run their
- *    threads as a plain loop after the first block; launches over CUDA's limits fail as on a GPU;
+ *    __syncthreads, __syncwarp, the warp shuffles and __shared__ keep CUDA's meaning; kernels that never
+ *    wait run their threads as a plain loop after the first block; launches over CUDA's limits fail as on a GPU;
  *  - cuBLAS runs column-major cblas calls on the handle's stream; NCCL runs over POSIX shared memory
  *    between the processes of one machine (sum in rank order: identical bits on every rank).
  * Knobs (read once): MPIDDP_EMU_DEVICES (visible devices, default 1), MPIDDP_EMU_JITTER_US (random delay
@@ -125,6 +125,12 @@ cudaError_t ddp_emu_enqueue(cudaStream_t s, void (*fn)(void *), void *arg, void 
 /* Built-in variables of the running emulated thread (set by the scheduler of the worker thread). */
 extern __thread dim3 ddp_emu_threadIdx, ddp_emu_blockIdx, ddp_emu_blockDim, ddp_emu_gridDim;
 void ddp_emu_syncthreads(void);
+/* __syncwarp: waits for every thread of the caller's warp (32 consecutive linear thread indices of the block; all of
+ * them must arrive, as with a full mask). ddp_emu_shfl: the caller's 8 bytes v published, the warp synchronised,
+ * the bytes lane src_lane of the warp published returned, the warp synchronised again. */
+void ddp_emu_syncwarp(void);
+uint64_t ddp_emu_shfl(uint64_t v, unsigned src_lane);
+unsigned ddp_emu_lane(void);
 void *ddp_emu_dynamic_smem(void);
 /* A fault seen while a stream executed (the sticky error's text), or "". */
 const char *ddp_emu_last_fault(void);
@@ -344,6 +350,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 #define __restrict__ __restrict
 #define __shared__ static __thread
 #define __syncthreads() ddp_emu_syncthreads()
+#define __syncwarp(...) ddp_emu_syncwarp()
 #ifdef __cplusplus
 #include "emu_intrinsics.h"
 #include "emu_wmma.h" /* nvcuda::wmma, the tensor-core kernels' subset */

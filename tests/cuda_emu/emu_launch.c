@@ -1,10 +1,11 @@
 /* emu_launch.c — kernel launches of the emulated runtime: the configuration is checked as a GPU checks
  * it, then the launch is queued on its stream; the stream's worker runs every block, the threads of a block
  * as fibers (64 KiB stacks pooled per worker; entered once with swapcontext, then switched with
- * _setjmp/_longjmp, which make no system call) so that __syncthreads waits for every thread of the block
- * and __shared__ (a per-worker static) is shared by them. A kernel whose first thread finishes
- * without a barrier is remembered as barrier-free and later runs its threads as a plain loop. Misuse that
- * a GPU would hang or fault on (a barrier some threads never reach) becomes the sticky launch failure. */
+ * _setjmp/_longjmp, which make no system call) so that __syncthreads waits for every thread of the block,
+ * __syncwarp and the shuffles for every thread of the warp, and __shared__ (a per-worker static) is shared by them. A
+ * kernel whose first thread finishes without a barrier is remembered as barrier-free and later runs its threads as a
+ * plain loop. Misuse that a GPU would hang or fault on (a barrier some threads never reach) becomes the sticky launch
+ * failure. */
 #undef _FORTIFY_SOURCE /* _longjmp between fiber stacks is deliberate (see resume) */
 #include "emu_cuda.h"
 
@@ -34,7 +35,7 @@ typedef struct {
     void (*free_arg)(void *);
 } launch_args;
 
-enum { T_RUN, T_BARRIER, T_DONE };
+enum { T_RUN, T_BARRIER, T_WARP, T_DONE }; /* T_WARP: at __syncwarp (or inside a shuffle) */
 typedef struct {
     ucontext_t ctx; /* first entry */
     jmp_buf jb;     /* where the fiber waits at a barrier */
@@ -48,6 +49,7 @@ static __thread ucontext_t t_sched;
 static __thread jmp_buf t_sched_jb;
 static __thread int t_cur, t_fiber_mode;
 static __thread launch_args *t_launch;
+static __thread uint64_t t_xch[MAXT]; /* the shuffles' published values, by linear thread index */
 static __thread char *t_smem;
 static __thread size_t t_smem_cap;
 
@@ -97,6 +99,49 @@ void ddp_emu_syncthreads(void)
     }
     t_fib[t_cur].state = T_BARRIER;
     if (!_setjmp(t_fib[t_cur].jb)) _longjmp(t_sched_jb, 1);
+}
+
+void ddp_emu_syncwarp(void)
+{
+    if (!t_fiber_mode) {
+        ddp_emu__fault("kernel %s: __syncwarp or a shuffle reached by some threads of a block only (divergent)",
+                       t_launch->name);
+        return;
+    }
+    t_fib[t_cur].state = T_WARP;
+    if (!_setjmp(t_fib[t_cur].jb)) _longjmp(t_sched_jb, 1);
+}
+
+unsigned ddp_emu_lane(void) { return (unsigned)t_cur % 32; }
+
+uint64_t ddp_emu_shfl(uint64_t v, unsigned src_lane)
+{
+    const dim3 b = t_launch->block;
+    const unsigned me = (unsigned)t_cur, src = (me & ~31u) + src_lane % 32, n = b.x * b.y * b.z;
+    t_xch[me] = v;
+    ddp_emu_syncwarp();
+    uint64_t r = src < n ? t_xch[src] : v; /* a lane past the block's last thread: CUDA leaves it undefined */
+    ddp_emu_syncwarp();                    /* nobody publishes again before every lane has read */
+    return r;
+}
+
+/* After a sweep, every fiber waits or is done. Releases each warp whose threads all wait at __syncwarp; 1 if one
+ * did, 0 if no fiber waits there, -1 if some do but no warp is complete (a warp-mate exited or waits at
+ * __syncthreads: a hang on a GPU). */
+static int release_warps(unsigned n)
+{
+    int waiting = 0, released = 0;
+    for (unsigned w0 = 0; w0 < n; w0 += 32) {
+        const unsigned e = w0 + 32 < n ? w0 + 32 : n;
+        unsigned at = 0;
+        for (unsigned i = w0; i < e; i++) at += t_fib[i].state == T_WARP;
+        waiting |= at > 0;
+        if (at && at == e - w0) {
+            for (unsigned i = w0; i < e; i++) t_fib[i].state = T_RUN;
+            released = 1;
+        }
+    }
+    return released ? 1 : waiting ? -1 : 0;
 }
 
 static void fiber_main(void)
@@ -157,6 +202,13 @@ static void run_fibers(unsigned n, int started)
             waiting += t_fib[i].state == T_BARRIER;
         }
         if (done == n) break;
+        const int wr = release_warps(n);
+        if (wr > 0) continue; /* the released warps run on; the block barrier waits for them */
+        if (wr < 0) {
+            ddp_emu__fault("kernel %s: __syncwarp or a shuffle not reached by every thread of the warp",
+                           t_launch->name);
+            break;
+        }
         if (waiting && done) { /* on a GPU: a hang, or undefined behaviour */
             ddp_emu__fault("kernel %s: some threads of a block exited while others wait in __syncthreads",
                            t_launch->name);

@@ -315,9 +315,11 @@ static void test_self_check(void **state)
 }
 
 /* layernorm across row widths that take every kernel path (d 4, 6, 64: one partial block; 768: float4 path, row
- * in registers; 770: scalar path; 1028/1030: rows longer than the registers and the shared row buffer; 64 with
- * misaligned pointers: the scalar fallback of a d % 4 == 0 row) and row counts (R 1, 7, 300, 4097: one chunk, many
- * chunks of the two-stage column sums); determinism and the accumulate (+=) rule of dw/db/dx */
+ * in registers; 770: scalar path; 1024: the widest row of the one-pass backward; 1028/1030: rows longer than the
+ * registers and the shared row buffer, the two-kernel backward; 64 with misaligned pointers: the scalar fallback of
+ * a d % 4 == 0 row) and row counts (R 1, 7, 300, 4097: one chunk, many chunks of the two-stage column sums, a short
+ * last chunk; 20000 at d 8: the chunk count capped at LN_MAX_CHUNKS, 20 rows a chunk); determinism and the
+ * accumulate (+=) rule of dw/db/dx */
 static const int64_t ds[] = {4, 6, 64, 768, 770}, Rs[] = {1, 7, 300, 4097};
 static void test_layernorm(void **state)
 {
@@ -327,9 +329,12 @@ static void test_layernorm(void **state)
     /* rows past the registers and the shared row buffer (vector 1028, scalar 1030), misaligned pointers */
     layernorm_case(7, 1028, 0);
     layernorm_case(300, 1030, 0);
+    layernorm_case(40, 1024, 0);
+    layernorm_case(20000, 8, 0);
     layernorm_case(300, 64, 1);
-    /* rows wider than the column-partials scratch holds for two chunks: one chunk, straight into dw/db */
-    layernorm_case(2, 131076, 0);
+    /* rows wider than the column-partials scratch holds for two chunks: 17 rows (two chunks by count) in one chunk,
+     * straight into dw/db */
+    layernorm_case(17, DDP_COLPART_FLOATS / 4 + 4, 0);
 }
 
 /* the element-wise encoder ops at the same widths and row counts, with and without dropout */

@@ -1,6 +1,6 @@
 /* test_emu.c — the CUDA host emulator's own semantics, which the GPU tests rely on: streams, events, device memory,
- * kernels and __syncthreads, launch limits, cuBLAS, bf16/TF32 rounding, wmma (test_emu_wmma.cpp), NCCL,
- * cuDNN's SDPA graphs (emu_cudnn.c). */
+ * kernels, __syncthreads, __syncwarp and the warp shuffles, launch limits, cuBLAS, bf16/TF32 rounding, wmma
+ * (test_emu_wmma.cpp), NCCL, cuDNN's SDPA graphs (emu_cudnn.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1139,6 +1139,8 @@ void test_wmma_tf32_rounding(void **state);
 void test_wmma_mma_tf32(void **state);
 void test_wmma_mma_bf16(void **state);
 void test_wmma_memo(void **state);
+void test_warp_shuffles(void **state);
+void test_warp_divergent(void **state);
 
 /* the devices MPIDDP_EMU_DEVICES makes visible */
 static void test_device_count(void **state)
@@ -1179,9 +1181,13 @@ static void test_nccl_hang_abort(void **state)
     run_nccl(3, three_devs, 0, "hang:2", 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     setenv("MPIDDP_EMU_DEVICES", "4", 1);
+    if (argc > 1 && !strcmp(argv[1], "warp_divergent")) { /* it leaves the sticky fault set: a process of its own */
+        const struct CMUnitTest one[] = {cmocka_unit_test(test_warp_divergent)};
+        return cmocka_run_group_tests(one, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_count),
         cmocka_unit_test(test_nccl_blocking),
@@ -1200,6 +1206,7 @@ int main(void)
         cmocka_unit_test(test_wmma_mma_tf32),
         cmocka_unit_test(test_wmma_mma_bf16),
         cmocka_unit_test(test_wmma_memo),
+        cmocka_unit_test(test_warp_shuffles),
         cmocka_unit_test_teardown(test_streams, open_gates),
         cmocka_unit_test(test_kernels), /* last: it leaves the sticky fault set */
     };

@@ -139,3 +139,64 @@ extern "C" void test_wmma_memo(void **state)
           memcmp(r1.x, r2.x, sizeof r1.x)))
         fail_msg("the memo of lane 0's mma_sync results gives another lane a wrong result");
 }
+
+/* ------------------------------------------------------------------ warp shuffles and __syncwarp */
+/* 3 warps a block: a butterfly sum over __shfl_xor_sync (every lane gets the warp's sum), a broadcast from lane 3,
+ * an xor within 16-lane segments, an 8-byte value, and an exchange through shared memory that is wrong without
+ * its __syncwarp (the emulator runs a lane until it waits). Then the block's __syncthreads still holds. */
+enum { WARP_T = 96, WARP_G = 2, WARP_K = 6 };
+__shared__ int warp_sh[WARP_T]; /* file scope: __shared__ is a per-worker static here */
+static void k_warp(void *p)
+{
+    int *out = (int *)p;
+    const int t = (int)threadIdx.x, lane = t % 32, g = (int)blockIdx.x * WARP_T + t, v = (int)blockIdx.x * 1000 + t;
+    int s = v;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const double dv = __shfl_xor_sync(0xffffffffu, (double)v + 0.5, 1);
+    warp_sh[t] = v;
+    __syncwarp();
+    const int next = warp_sh[(t & ~31) + (lane + 1) % 32];
+    __syncthreads();
+    int *o = out + g * WARP_K;
+    o[0] = s, o[1] = __shfl_sync(0xffffffffu, v, 3), o[2] = __shfl_xor_sync(0xffffffffu, v, 8, 16);
+    o[3] = dv == (double)(v ^ 1) + 0.5, o[4] = next, o[5] = warp_sh[WARP_T - 1 - t];
+}
+
+extern "C" void test_warp_shuffles(void **state)
+{
+    (void)state;
+    const size_t bytes = WARP_T * WARP_G * WARP_K * sizeof(int);
+    int *d = NULL, *h = (int *)malloc(bytes);
+    assert_int_equal(cudaMalloc((void **)&d, bytes), cudaSuccess);
+    assert_int_equal(ddp_emu_launch("k_warp", dim3(WARP_G), dim3(WARP_T), 0, NULL, k_warp, d, NULL), cudaSuccess);
+    assert_int_equal(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int b = 0; b < WARP_G; b++)
+        for (int t = 0; t < WARP_T; t++) {
+            const int *o = h + (b * WARP_T + t) * WARP_K, w0 = t & ~31, lane = t % 32, base = b * 1000;
+            int sum = 0;
+            for (int l = 0; l < 32; l++) sum += base + w0 + l;
+            const int want[WARP_K] = {
+                sum, base + w0 + 3, base + (t ^ 8), 1, base + w0 + (lane + 1) % 32, base + WARP_T - 1 - t};
+            for (int k = 0; k < WARP_K; k++)
+                if (o[k] != want[k]) fail_msg("block %d thread %d value %d: %d, not %d", b, t, k, o[k], want[k]);
+        }
+    cudaFree(d);
+    free(h);
+}
+
+/* a __syncwarp that one lane never reaches: the sticky launch failure, with its reason (a process of its own:
+ * test_cuda_emu warp_divergent) */
+static void k_warp_divergent(void *p)
+{
+    (void)p;
+    if (threadIdx.x % 32 != 7) __syncwarp();
+}
+extern "C" void test_warp_divergent(void **state)
+{
+    (void)state;
+    assert_int_equal(ddp_emu_launch("k_warp_divergent", dim3(1), dim3(64), 0, NULL, k_warp_divergent, NULL, NULL),
+                     cudaSuccess);
+    assert_int_equal(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+    if (!strstr(ddp_emu_last_fault(), "k_warp_divergent") || !strstr(ddp_emu_last_fault(), "every thread of the warp"))
+        fail_msg("fault text: %s", ddp_emu_last_fault());
+}

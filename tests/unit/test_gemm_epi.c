@@ -151,7 +151,7 @@ static void run_case(const epi_case *c, int p, uint64_t seed)
     /* On the emulator cuBLASLt always runs at tf32 and bf16 (unless told to refuse): its bias gradient sums A as the
      * tensor cores read it, which shows at bf16; fp32 composes (the pedantic reference). */
     const char *refuse = getenv("MPIDDP_EMU_LT_REFUSE");
-    int fused = p == 2 && c->epi == DDP_EPI_BGRAD && K > 1 && M <= (1 << 18) && !(refuse && *refuse == '1');
+    int fused = p == 2 && c->epi == DDP_EPI_BGRAD && K > 1 && M <= DDP_COLPART_FLOATS && !(refuse && *refuse == '1');
     if (fused) bgrad_cases++, bgrad_fused += rounded_sum;
     if (emulated && fused && !rounded_sum)
         fail_msg("%s: the bias gradient is not the GEMM's epilogue's (no column shows it)", what);
@@ -228,7 +228,7 @@ static void test_refused(void **state)
 static void test_wide_bias_gradient(void **state)
 {
     (void)state;
-    int64_t M = (1 << 18) + 3;
+    int64_t M = DDP_COLPART_FLOATS + 3;
     float *A = malloc((size_t)M * 4), *bias = malloc((size_t)M * 4), x = 0.5f, w = 0.0f;
     uint64_t seed = 5;
     for (int64_t i = 0; i < M; i++) A[i] = test_frand(&seed), bias[i] = 1.0f;

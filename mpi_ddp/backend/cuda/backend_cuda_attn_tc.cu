@@ -9,8 +9,15 @@
 /* widest head of the tensor-core kernels: heads of 65..128 stay on the SIMT kernels, where dK/dV would hold 16 key
  * rows x 128 of K, V, dK and dV in fragments (over 255 registers) and stage over 48 KiB at tf32 */
 #define TC_DMAX 64
-static_assert(TC_BQ == 2 * TC_BK && TC_BQ == 16 * (TC_THREADS / 32),
-              "a block's 64 rows: two staged tiles, 16 per warp");
+static_assert(TC_BQ == 2 * TC_BK && TC_BQ == 16 * (TC_THREADS / 32) && TC_BK == 32,
+              "a block's 64 rows: two staged tiles, 16 per warp; a tile's keys: 16 per half-warp");
+#define TC_LOG2E 1.4426950408889634f /* the scores' scale times it: exponentials as exp2, one multiply folded */
+#define TC_LN2 0.6931471805599453f
+#ifdef __CUDACC__ /* the softmax loops (16 iterations) unrolled by 4, not 16: registers for the fragments */
+#define TC_UNROLL4 _Pragma("unroll 4")
+#else
+#define TC_UNROLL4
+#endif
 enum { TC_TF32 = 0, TC_BF16 = 1 };
 
 /* tf32 and bf16 WMMA exist from sm_80; the kernels are empty for older targets and never launched there */
@@ -32,6 +39,18 @@ template <> struct tc_t<TC_BF16> {
 };
 static __device__ inline void tc_put(float *p, float x) { *p = wmma::__float_to_tf32(x); }
 static __device__ inline void tc_put(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+/* 2^x by the special-function unit (ex2.approx.ftz: relative error below 2^-22, subnormal results flushed to 0), as
+ * FlashAttention's exponentials; the emulator's exp2f is exact */
+static __device__ inline float tc_ex2(float x)
+{
+#ifdef __CUDA_ARCH__
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
 
 /* nrows rows of src (row stride ld; zero past `rows` rows and dh columns) into t [nrows][DM], rounded */
 template <int DM, class T>
@@ -44,7 +63,7 @@ static __device__ inline void tc_stage(T *t, const float *src, int64_t ld, int64
 }
 
 /* The warp's accumulator fragments f[DM / 16] (its 16 rows x DM) to dst (row stride ld), rows < `rows` and
- * columns < dh, each row times mul[row] (mul NULL: 1), through its 16 x 16 staging tile stg. */
+ * columns < dh, each row times mul[row] (mul NULL: 1), through its own 16 x 16 staging tile stg (__syncwarp). */
 template <int DM, class F>
 static __device__ inline void tc_out(float *dst, int64_t ld, const F (&f)[DM / 16], float *stg, int64_t rows, int dh,
                                      const float *mul)
@@ -52,12 +71,12 @@ static __device__ inline void tc_out(float *dst, int64_t ld, const F (&f)[DM / 1
     const int lane = threadIdx.x % 32;
     for (int t = 0; t < DM / 16; t++) {
         wmma::store_matrix_sync(stg, f[t], 16, wmma::mem_row_major);
-        __syncthreads();
+        __syncwarp();
         for (int e = lane; e < 256; e += 32) {
             int r = e / 16, c = t * 16 + e % 16;
             if (r < rows && c < dh) dst[r * ld + c] = stg[e] * (mul ? mul[r] : 1.0f);
         }
-        __syncthreads();
+        __syncwarp();
     }
 }
 
@@ -74,8 +93,9 @@ static __device__ inline void tc_out(float *dst, int64_t ld, const F (&f)[DM / 1
 #endif
 
 /* ------------------------------------------------------------------ forward */
-/* Budget (ptxas sm_80, CUDA 13.0; T = 4 bytes for tf32, 2 for bf16): static shared memory 2 x 32 x DM x T + 9.5 KiB
- * (+ 4 KiB of bf16 P), 13 824 to 26 112 bytes; 56 to 128 registers, no spills. */
+/* Budget (ptxas, CUDA 13.0; T = 4 bytes for tf32, 2 for bf16): static shared memory 2 x 32 x DM x T + 9.5 KiB
+ * (+ 4 KiB of bf16 P), 13 824 to 26 112 bytes; 56 to 128 registers at sm_80 (tf32, DM 64: 4 bytes spilled), 48 to
+ * 140 at sm_90, no spills. */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *o, float *lse, const int64_t *off,
                                                        const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
@@ -91,7 +111,8 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *
     const ddp_attn_blk k = ddp_attn_block(off, d, H, TC_BQ);
     __syncthreads(); /* uniform, before the exit (the emulator learns from a kernel's first block that it waits) */
     if (k.r0 >= k.n) return;
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, row = w * 16 + lane;
+    /* lanes l and l + 16 of warp w share row w * 16 + l: the first takes keys 0..15 of a tile, the second 16..31 */
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, row = w * 16 + lane % 16, j1 = lane / 16 * 16;
     const float *base = qkv + k.lo * k.ld + k.h * k.dh;
     tc_stage<DM>(kv, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
     for (int e = threadIdx.x; e < 256; e += TC_THREADS) rowmap[e] = (float)(e / 16);
@@ -104,11 +125,11 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *
     for (int t = 0; t < DM / 16; t++) wmma::fill_fragment(of[t], 0.0f);
     wmma::load_matrix_sync(rm, rowmap, 16, wmma::mem_row_major);
     __syncthreads();
-    const int64_t i = k.r0 + row; /* lanes 0..15: query row `row` of the tile */
+    const int64_t i = k.r0 + row; /* the lane's query row of the tile */
     const int on = dr.p > 0.0f;
-    const uint64_t rk = on && lane < 16 && i < k.n ? ddp_drop_samplekey(&dr, sid, k.s, i) : 0,
-                   u0 = ddp_drop_attn_unit(k.h, 0);
-    float m = -1e30f, l = 0.0f; /* below any finite score; never an infinity (fast-math builds) */
+    const uint64_t rk = on && i < k.n ? ddp_drop_samplekey(&dr, sid, k.s, i) : 0, u0 = ddp_drop_attn_unit(k.h, 0);
+    const float sl2 = k.scale * TC_LOG2E;
+    float m = -1e30f, l = 0.0f; /* in log2 units; below any finite score, never an infinity (fast-math builds) */
     for (int64_t j0 = 0; j0 < k.n; j0 += TC_BK) {
         tc_stage<DM>(kv, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
         tc_stage<DM>(kv + TC_BK * DM, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, TC_BK, k.dh);
@@ -121,23 +142,29 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *
             }
             wmma::store_matrix_sync(sc + w * 16 * TC_BK + t * 16, sf, TC_BK, wmma::mem_row_major);
         }
-        __syncthreads();
-        if (lane < 16) { /* the row's online softmax: tile maximum, one rescale, P rounded over the scores */
+        __syncwarp(); /* the warp's own rows of scores */
+        { /* the row's online softmax on its two lanes, each over its 16 keys: their maxima and sums meet through one
+           * shuffle each (both lanes then hold the same m, l), exp2 of the scores times scale * log2 e */
             const float *sr = sc + row * TC_BK;
             const int jn = k.n - j0 < TC_BK ? (int)(k.n - j0) : TC_BK;
-            float mt = m;
-            for (int j = 0; j < jn; j++) mt = fmaxf(mt, sr[j] * k.scale);
-            const float cr = ddp_expf(m - mt); /* first tile: ~0, and l, O are 0 anyway */
-            l *= cr;
+            float mt = m, s = 0.0f;
+            TC_UNROLL4
+            for (int j = j1; j < j1 + 16; j++)
+                if (j < jn) mt = fmaxf(mt, sr[j] * sl2);
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 16));
+            const float cr = tc_ex2(m - mt); /* first tile: 0, and l, O are 0 anyway */
             m = mt;
-            for (int j = 0; j < TC_BK; j++) {
-                float e = j < jn ? ddp_expf(sr[j] * k.scale - m) : 0.0f;
-                l += e;
+            TC_UNROLL4
+            for (int j = j1; j < j1 + 16; j++) {
+                float e = j < jn ? tc_ex2(sr[j] * sl2 - m) : 0.0f;
+                s += e;
                 tc_put(pp + row * TC_BK + j, on && j < jn ? e * ddp_drop_scale(&dr, rk, u0 + (uint64_t)(j0 + j)) : e);
             }
-            corr[row] = cr;
+            const float so = __shfl_xor_sync(0xffffffffu, s, 16);
+            l = l * cr + (j1 ? so + s : s + so); /* keys 0..15 first on both lanes: the same bits */
+            if (lane < 16) corr[row] = cr;
         }
-        __syncthreads();
+        __syncwarp();                       /* P and corr of the warp's rows */
         for (int t = 0; t < DM / 16; t++) { /* O = corr O + P V */
             for (int e = 0; e < of[t].num_elements; e++) of[t].x[e] *= corr[w * 16 + (int)rm.x[e]];
             for (int c = 0; c < TC_BK / KK; c++) {
@@ -149,10 +176,10 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *
         __syncthreads();
     }
     if (lane < 16) {
-        if (i < k.n) lse[(k.lo + i) * H + k.h] = m + logf(l);
+        if (i < k.n) lse[(k.lo + i) * H + k.h] = (m + log2f(l)) * TC_LN2; /* natural log, as cuDNN's statistics */
         inv[row] = 1.0f / l;
     }
-    __syncthreads();
+    __syncwarp();
     tc_out<DM>(o + (k.lo + k.r0 + w * 16) * d + k.h * k.dh, d, of, sc + w * 16 * TC_BK, k.n - k.r0 - w * 16, k.dh,
                inv + w * 16);
 #else
@@ -162,9 +189,9 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *
 
 /* ------------------------------------------------------------------ backward */
 /* dK, dV of the block's 64 key rows over the sample's query rows in order (tiles of 32).
- * Budget (ptxas sm_80, CUDA 13.0; T as k_tc_fwd's): static shared memory 2 x 32 x DM x T + 16.5 KiB (+ 8 KiB of
- * bf16 P and dS), 20 992 to 33 280 bytes; 96 to 255 registers; at tf32 it spills (spill stores: 16 bytes at DM 32 with
- * 128 registers, 32 at DM 64 with 255). */
+ * Budget (ptxas, CUDA 13.0; T as k_tc_fwd's): static shared memory 2 x 32 x DM x T + 16.5 KiB (+ 8 KiB of
+ * bf16 P and dS), 20 992 to 33 280 bytes; 64 to 255 registers; tf32 at DM 64 spills (255 registers; spill stores 40
+ * bytes at sm_80, 60 at sm_90). */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS)
     k_tc_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv, const int64_t *off,
@@ -198,13 +225,14 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int t = 0; t < DM / 16; t++) wmma::fill_fragment(dk[t], 0.0f), wmma::fill_fragment(dv[t], 0.0f);
     __syncthreads();
     const int on = dr.p > 0.0f;
+    const float sl2 = k.scale * TC_LOG2E;
     for (int64_t i0 = 0; i0 < k.n; i0 += TC_BK) {
         tc_stage<DM>(qd, base + i0 * k.ld, k.ld, k.n - i0, TC_BK, k.dh);
         tc_stage<DM>(qd + TC_BK * DM, dob + i0 * d, d, k.n - i0, TC_BK, k.dh);
         const int in = k.n - i0 < TC_BK ? (int)(k.n - i0) : TC_BK;
         if ((int)threadIdx.x < in) {
             int64_t r = k.lo + i0 + threadIdx.x;
-            ls[threadIdx.x] = lse[r * H + k.h], Ds[threadIdx.x] = D[r * H + k.h];
+            ls[threadIdx.x] = lse[r * H + k.h] * TC_LOG2E, Ds[threadIdx.x] = D[r * H + k.h];
             rks[threadIdx.x] = on ? ddp_drop_samplekey(&dr, sid, k.s, i0 + threadIdx.x) : 0;
         }
         __syncthreads();
@@ -222,19 +250,20 @@ __global__ void __launch_bounds__(TC_THREADS)
             }
             wmma::store_matrix_sync(dpt + w * 16 * TC_BK + t * 16, sf, TC_BK, wmma::mem_row_major);
         }
-        __syncthreads();
+        __syncwarp(); /* the warp's own rows of S^T and dP^T */
+        TC_UNROLL4
         for (int e = lane; e < 16 * TC_BK; e += 32) { /* the warp's 16 key rows x the tile's query rows */
             const int r = w * 16 + e / TC_BK, c = e % TC_BK, x = r * TC_BK + c;
             float pmv = 0.0f, dsv = 0.0f;
             if (c < in) { /* past the sample: no lse to read, zero weights */
-                float p = ddp_expf(st[x] * k.scale - ls[c]);
+                float p = tc_ex2(st[x] * sl2 - ls[c]);
                 float ms = on ? ddp_drop_scale(&dr, rks[c], ddp_drop_attn_unit(k.h, k.r0 + r)) : 1.0f;
                 dsv = p * (dpt[x] * ms - Ds[c]) * k.scale, pmv = p * ms;
             }
             tc_put(pm + x, pmv);
             tc_put(dsp + x, dsv);
         }
-        __syncthreads();
+        __syncwarp();                     /* the warp's rows of drop(P)^T and dS^T */
         for (int t = 0; t < DM / 16; t++) /* dV += drop(P)^T dO, dK += dS^T Q */
             for (int c = 0; c < TC_BK / KK; c++) {
                 wmma::load_matrix_sync(pa, pm + w * 16 * TC_BK + c * KK, TC_BK);
@@ -256,8 +285,8 @@ __global__ void __launch_bounds__(TC_THREADS)
 }
 
 /* dQ of the block's 64 query rows over the sample's key rows in order (tiles of 32).
- * Budget (ptxas sm_80, CUDA 13.0; T as k_tc_fwd's): static shared memory 2 x 32 x DM x T + 17 KiB (+ 4 KiB of bf16
- * dS), 21 504 to 33 792 bytes (tf32, DM 64: the most of the three kernels); 66 to 168 registers, no spills. */
+ * Budget (ptxas, CUDA 13.0; T as k_tc_fwd's): static shared memory 2 x 32 x DM x T + 17 KiB (+ 4 KiB of bf16
+ * dS), 21 504 to 33 792 bytes (tf32, DM 64: the most of the three kernels); 56 to 168 registers, no spills. */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS)
     k_tc_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv, const int64_t *off,
@@ -278,6 +307,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const float *base = qkv + k.lo * k.ld + k.h * k.dh;
     const int on = dr.p > 0.0f;
+    const float sl2 = k.scale * TC_LOG2E;
     frag_a qf[DM / KK], df[DM / KK], pa;
     frag_b bb;
     frag_bt bt;
@@ -285,7 +315,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     tc_stage<DM>(kv, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
     if (threadIdx.x < TC_BQ) { /* the rows' lse, delta and dropout keys (0 past the sample: finite, unused) */
         const int64_t i = k.r0 + threadIdx.x, r = k.lo + i;
-        ls[threadIdx.x] = i < k.n ? lse[r * H + k.h] : 0.0f, Ds[threadIdx.x] = i < k.n ? D[r * H + k.h] : 0.0f;
+        ls[threadIdx.x] = i < k.n ? lse[r * H + k.h] * TC_LOG2E : 0.0f;
+        Ds[threadIdx.x] = i < k.n ? D[r * H + k.h] : 0.0f;
         rks[threadIdx.x] = on && i < k.n ? ddp_drop_samplekey(&dr, sid, k.s, i) : 0;
     }
     __syncthreads();
@@ -315,19 +346,20 @@ __global__ void __launch_bounds__(TC_THREADS)
             }
             wmma::store_matrix_sync(dps + w * 16 * TC_BK + t * 16, sf, TC_BK, wmma::mem_row_major);
         }
-        __syncthreads();
+        __syncwarp(); /* the warp's own rows of S and dP */
         const int jn = k.n - j0 < TC_BK ? (int)(k.n - j0) : TC_BK;
+        TC_UNROLL4
         for (int e = lane; e < 16 * TC_BK; e += 32) { /* the warp's 16 query rows x the tile's keys */
             const int r = w * 16 + e / TC_BK, c = e % TC_BK, x = r * TC_BK + c;
             float dsv = 0.0f;
             if (c < jn) {
-                float p = ddp_expf(sc[x] * k.scale - ls[r]), dp = dps[x];
+                float p = tc_ex2(sc[x] * sl2 - ls[r]), dp = dps[x];
                 if (on) dp *= ddp_drop_scale(&dr, rks[r], u0 + (uint64_t)(j0 + c));
                 dsv = p * (dp - Ds[r]) * k.scale;
             }
             tc_put(dsp + x, dsv);
         }
-        __syncthreads();
+        __syncwarp();                     /* the warp's rows of dS */
         for (int t = 0; t < DM / 16; t++) /* dQ += dS K */
             for (int c = 0; c < TC_BK / KK; c++) {
                 wmma::load_matrix_sync(pa, dsp + w * 16 * TC_BK + c * KK, TC_BK);

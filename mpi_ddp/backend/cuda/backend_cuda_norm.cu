@@ -5,10 +5,11 @@
 
 #include <stdint.h>
 
-#define LN_THREADS 128  /* most threads of a block */
-#define LN_REG 8        /* floats of a row a thread keeps in registers */
-#define LN_MIN_CHUNK 16 /* fewest rows of a dw/db chunk */
-#define LN_MAX_CHUNKS 256
+#define LN_THREADS 128                /* most threads of a block */
+#define LN_REG 8                      /* floats of a row a thread keeps in registers */
+#define LN_MIN_CHUNK 16               /* fewest rows of a dw/db chunk */
+#define LN_MAX_CHUNKS 1024            /* most chunks: the fused backward's blocks */
+#define LN_CS_WARPS 8                 /* warps of a column-sum block (k_colpart_sum) */
 #define LN_SMEM (LN_THREADS * LN_REG) /* longest row the forward stages in shared memory: the registers' columns */
 #ifdef __CUDACC__                     /* the register array's loops unrolled, so v[] stays in registers */
 #define LN_UNROLL _Pragma("unroll")
@@ -160,6 +161,28 @@ __global__ void k_residual_layernorm_fwd(float *out, const float *h, const float
     ln_row_finish<V, T>(v, outr, row, w, lb, y + r * d, mean, rstd, r, d);
 }
 
+/* The end of a backward row for the thread's columns in registers (g = dy w and xhat, LN_REG / V groups from c0 in
+ * steps of step): the two row sums over the block, turned into means (returned for columns past the registers),
+ * then dx += rstd (g - mean(g) - xhat mean(g xhat)). */
+template <int V>
+static __device__ inline void ln_dx_regs(const float *g, const float *xh, float *sg, float *sgx, float rs, float *dxr,
+                                         int64_t c0, int64_t step, int64_t d, float (*sh)[LN_THREADS])
+{
+    block_sum2(sg, sgx, sh);
+    *sg /= (float)d;
+    *sgx /= (float)d;
+    LN_UNROLL
+    for (int k = 0; k < LN_REG / V; k++) {
+        int64_t c = c0 + k * step;
+        if (c < d) {
+            float o[V];
+            vld<V>(dxr, c, o);
+            for (int j = 0; j < V; j++) o[j] += rs * (g[k * V + j] - *sg - xh[k * V + j] * *sgx);
+            vst<V>(dxr, c, o);
+        }
+    }
+}
+
 /* one block per row: dx += rstd (dy w - mean(dy w) - xhat mean(dy w xhat)) */
 template <int V>
 __global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float *w, const float *mean,
@@ -199,19 +222,7 @@ __global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float 
             sgx += gj * ((xv[j] - mu) * rs);
         }
     }
-    block_sum2(&sg, &sgx, sh);
-    sg /= (float)d;
-    sgx /= (float)d;
-    LN_UNROLL
-    for (int k = 0; k < LN_REG / V; k++) {
-        int64_t c = c0 + k * step;
-        if (c < d) {
-            float o[V];
-            vld<V>(dxr, c, o);
-            for (int j = 0; j < V; j++) o[j] += rs * (g[k * V + j] - sg - xh[k * V + j] * sgx);
-            vst<V>(dxr, c, o);
-        }
-    }
+    ln_dx_regs<V>(g, xh, &sg, &sgx, rs, dxr, c0, step, d, sh);
     for (int64_t c = cr; c < d; c += step) {
         float u[V], xv[V], wv[V], o[V];
         vld<V>(dyr, c, u);
@@ -223,9 +234,72 @@ __global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float 
     }
 }
 
-/* Stage 1 of dw/db: block (x: column tile of blockDim.x * V columns, y: chunk of `rows` rows) sums
- * dy * xhat and dy over its rows in row order. One chunk: added into dw/db at once; else written to the
- * partials pw/pb [gridDim.y, d]. */
+/* The backward of rows of at most LN_SMEM columns in one pass: block x owns the chunk of `rows` rows from x * rows
+ * and walks them in order; per row, dx += as k_layernorm_bwd_dx (the same expressions, sums and tree), while each
+ * thread adds its columns' dy (x - mean) rstd and dy, the CPU's terms, over the chunk's rows in registers. dy and x
+ * are read once for dx and dw/db instead of twice. One chunk: added into dw/db at once; else written to the
+ * partials pw/pb [gridDim.x, d], summed in chunk order by k_colpart_sum. */
+template <int V>
+__global__ void k_layernorm_bwd(const float *dy, const float *x, const float *w, const float *mean, const float *rstd,
+                                float *dx, float *dw, float *db, float *pw, float *pb, int64_t R, int64_t d,
+                                int64_t rows)
+{
+    __shared__ float sh[2][LN_THREADS];
+    const int64_t step = (int64_t)blockDim.x * V, c0 = (int64_t)threadIdx.x * V;
+    const int64_t lo = (int64_t)blockIdx.x * rows, hi = lo + rows < R ? lo + rows : R;
+    float wv[LN_REG], sw[LN_REG], sb[LN_REG];
+    LN_UNROLL
+    for (int k = 0; k < LN_REG / V; k++) {
+        for (int j = 0; j < V; j++) wv[k * V + j] = sw[k * V + j] = sb[k * V + j] = 0.0f;
+        if (c0 + k * step < d) vld<V>(w, c0 + k * step, &wv[k * V]);
+    }
+    for (int64_t r = lo; r < hi; r++) {
+        const float *dyr = dy + r * d, *xr = x + r * d;
+        float *dxr = dx + r * d;
+        const float mu = mean[r], rs = rstd[r];
+        /* = {}: the emulator's host compiler does not see that c < d guards both loops */
+        float g[LN_REG] = {}, xh[LN_REG] = {}, sg = 0.0f, sgx = 0.0f;
+        LN_UNROLL
+        for (int k = 0; k < LN_REG / V; k++) {
+            int64_t c = c0 + k * step;
+            if (c < d) {
+                float u[V], xv[V];
+                vld<V>(dyr, c, u);
+                vld<V>(xr, c, xv);
+                for (int j = 0; j < V; j++) {
+                    const int e = k * V + j;
+                    sw[e] += u[j] * (xv[j] - mu) * rs;
+                    sb[e] += u[j];
+                    g[e] = u[j] * wv[e];
+                    xh[e] = (xv[j] - mu) * rs;
+                    sg += g[e];
+                    sgx += g[e] * xh[e];
+                }
+            }
+        }
+        ln_dx_regs<V>(g, xh, &sg, &sgx, rs, dxr, c0, step, d, sh);
+    }
+    LN_UNROLL
+    for (int k = 0; k < LN_REG / V; k++) {
+        int64_t c = c0 + k * step;
+        if (c >= d) continue;
+        if (gridDim.x == 1) {
+            float ow[V], ob[V];
+            vld<V>(dw, c, ow);
+            vld<V>(db, c, ob);
+            for (int j = 0; j < V; j++) ow[j] += sw[k * V + j], ob[j] += sb[k * V + j];
+            vst<V>(dw, c, ow);
+            vst<V>(db, c, ob);
+        } else {
+            vst<V>(pw + (int64_t)blockIdx.x * d, c, &sw[k * V]);
+            vst<V>(pb + (int64_t)blockIdx.x * d, c, &sb[k * V]);
+        }
+    }
+}
+
+/* Rows wider than LN_SMEM, stage 1 of dw/db after k_layernorm_bwd_dx: block (x: column tile of blockDim.x * V
+ * columns, y: chunk of `rows` rows) sums the same terms over its rows in row order. One chunk: added into dw/db at
+ * once; else written to the partials pw/pb [gridDim.y, d]. */
 template <int V>
 __global__ void k_layernorm_dwdb_part(const float *dy, const float *x, const float *mean, const float *rstd, float *dw,
                                       float *db, float *pw, float *pb, int64_t R, int64_t d, int64_t rows)
@@ -258,18 +332,28 @@ __global__ void k_layernorm_dwdb_part(const float *dy, const float *x, const flo
     }
 }
 
-/* Stage 2: one thread per column adds the partials in chunk order into dw (and db). */
+/* Stage 2: a block per 32 columns, LN_CS_WARPS warps; warp w sums the chunks w, w + LN_CS_WARPS, ... of its lane's
+ * column in turn (a warp reads 32 consecutive floats of a chunk), then warp 0 adds the warps' sums in warp order
+ * into dw (and db). A fixed order: the same bits on every run. */
 __global__ void k_colpart_sum(const float *pw, const float *pb, float *dw, float *db, int64_t nchunks, int64_t d)
 {
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= d) return;
+    __shared__ float sh[2][LN_CS_WARPS][32];
+    const int lane = (int)threadIdx.x % 32, wp = (int)threadIdx.x / 32;
+    const int64_t c = (int64_t)blockIdx.x * 32 + lane;
     float sw = 0.0f, sb = 0.0f;
-    for (int64_t k = 0; k < nchunks; k++) {
-        sw += pw[k * d + c];
-        sb += pb[k * d + c];
+    if (c < d)
+        for (int64_t k = wp; k < nchunks; k += LN_CS_WARPS) {
+            sw += pw[k * d + c];
+            sb += pb[k * d + c];
+        }
+    sh[0][wp][lane] = sw;
+    sh[1][wp][lane] = sb;
+    __syncthreads();
+    if (wp == 0 && c < d) {
+        for (int k = 1; k < LN_CS_WARPS; k++) sw += sh[0][k][lane], sb += sh[1][k][lane];
+        dw[c] += sw;
+        db[c] += sb;
     }
-    dw[c] += sw;
-    db[c] += sb;
 }
 
 /* ------------------------------------------------------------------ ops */
@@ -359,11 +443,6 @@ ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *
     if (R <= 0 || d <= 0) return DDP_OK;
     cuda_impl *ci = cuda_of(b);
     const int v = vec_width(d, dy, x, w, dx) == 4 && vec_width(d, dw, db, ci->colpart, ci->colpart) == 4 ? 4 : 1;
-    if (v == 4)
-        DDP_LAUNCH(k_layernorm_bwd_dx<4>, (unsigned)R, row_threads(d / 4), 0, ci->stream, dy, x, w, mean, rstd, dx, d);
-    else
-        DDP_LAUNCH(k_layernorm_bwd_dx<1>, (unsigned)R, row_threads(d), 0, ci->stream, dy, x, w, mean, rstd, dx, d);
-    LAUNCH_CHECK();
     /* chunks: as many as the scratch holds for both partials, each of at least LN_MIN_CHUNK rows */
     int64_t nch = (R + LN_MIN_CHUNK - 1) / LN_MIN_CHUNK, cap = DDP_COLPART_FLOATS / (2 * d);
     if (nch > cap) nch = cap;
@@ -372,15 +451,33 @@ ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *
     const int64_t rows = (R + nch - 1) / nch;
     nch = (R + rows - 1) / rows;
     float *pw = ci->colpart, *pb = ci->colpart + nch * d;
-    const unsigned nt = 128;
-    dim3 grid(blocks_for(d / v, (int)nt), (unsigned)nch);
-    if (v == 4)
-        DDP_LAUNCH(k_layernorm_dwdb_part<4>, grid, nt, 0, ci->stream, dy, x, mean, rstd, dw, db, pw, pb, R, d, rows);
-    else
-        DDP_LAUNCH(k_layernorm_dwdb_part<1>, grid, nt, 0, ci->stream, dy, x, mean, rstd, dw, db, pw, pb, R, d, rows);
-    LAUNCH_CHECK();
+    if (d <= LN_SMEM) { /* one pass: dx and the chunks' dw/db partials */
+        if (v == 4)
+            DDP_LAUNCH(k_layernorm_bwd<4>, (unsigned)nch, row_threads(d / 4), 0, ci->stream, dy, x, w, mean, rstd, dx,
+                       dw, db, pw, pb, R, d, rows);
+        else
+            DDP_LAUNCH(k_layernorm_bwd<1>, (unsigned)nch, row_threads(d), 0, ci->stream, dy, x, w, mean, rstd, dx, dw,
+                       db, pw, pb, R, d, rows);
+        LAUNCH_CHECK();
+    } else { /* rows past the registers: dx by a block per row, then the partials by column tiles */
+        if (v == 4)
+            DDP_LAUNCH(k_layernorm_bwd_dx<4>, (unsigned)R, row_threads(d / 4), 0, ci->stream, dy, x, w, mean, rstd, dx,
+                       d);
+        else
+            DDP_LAUNCH(k_layernorm_bwd_dx<1>, (unsigned)R, row_threads(d), 0, ci->stream, dy, x, w, mean, rstd, dx, d);
+        LAUNCH_CHECK();
+        const unsigned nt = 128;
+        dim3 grid(blocks_for(d / v, (int)nt), (unsigned)nch);
+        if (v == 4)
+            DDP_LAUNCH(k_layernorm_dwdb_part<4>, grid, nt, 0, ci->stream, dy, x, mean, rstd, dw, db, pw, pb, R, d,
+                       rows);
+        else
+            DDP_LAUNCH(k_layernorm_dwdb_part<1>, grid, nt, 0, ci->stream, dy, x, mean, rstd, dw, db, pw, pb, R, d,
+                       rows);
+        LAUNCH_CHECK();
+    }
     if (nch > 1) {
-        DDP_LAUNCH(k_colpart_sum, blocks_for(d, 128), 128, 0, ci->stream, pw, pb, dw, db, nch, d);
+        DDP_LAUNCH(k_colpart_sum, blocks_for(d, 32), 32 * LN_CS_WARPS, 0, ci->stream, pw, pb, dw, db, nch, d);
         LAUNCH_CHECK();
     }
     return DDP_OK;

@@ -75,7 +75,6 @@ typedef struct {
     cudaEvent_t zeroed;            /* on stream: the zeroing of the last buffer alloc returned (copy waits for it) */
     cudaEvent_t timer[DDP_TIMERS]; /* mark/elapsed, created on first use */
 } cuda_impl;
-#define DDP_COLPART_FLOATS (1 << 18)
 
 static inline cuda_impl *cuda_of(ddp_backend *b) { return (cuda_impl *)b->impl; }
 static inline unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }

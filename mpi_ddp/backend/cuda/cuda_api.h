@@ -19,6 +19,9 @@ typedef ddp_status (*ddp_set_error_fn)(ddp_status st, const char *fmt, ...);
  * compute_capability; 5: cudnn_version_string, ddp_backend.attention_select. */
 #define DDP_CUDA_API_VERSION 5
 #define DDP_NCCL_ID_BYTES 128
+/* The backend's column-partials scratch (layernorm dw/db chunks, bias gradients), in floats: 8 MiB, 1024 chunks of
+ * a 1024-wide row. Tests size their widest cases past it. */
+#define DDP_COLPART_FLOATS (1 << 21)
 
 /* What the plugin exports (ddp_cuda_plugin_api). Streams, events and communicators are opaque. The same
  * table comes from the real plugin (libmpiddp_cuda.so) and from the host emulator (libmpiddp_cudaemu.so). */
