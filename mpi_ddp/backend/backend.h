@@ -122,9 +122,10 @@ struct ddp_backend {
                            int64_t ldb, float beta, float *C, int64_t ldc);
     /* Optional (NULL: the caller composes it, as ddp_linear_bwd does): the backward of y = x W^T (+ bias) over R rows,
      * dW[N,K] += dy[R,N]^T x[R,K] (x stored in bf16 when x16), dbias[N] += sum_r dy[r,:] unless dbias is NULL (as
-     * gemm_epi's DDP_EPI_BGRAD), and dx[R,K] = dy[R,N] W[N,K]: at bf16 one rounding of dy serves both products. */
-    ddp_status (*linear_bwd)(ddp_backend *b, const float *dy, const void *x, int x16, const float *W, float *dW,
-                             float *dbias, float *dx, int64_t R, int64_t N, int64_t K);
+     * gemm_epi's DDP_EPI_BGRAD), and dx[R,K] = dy[R,N] W[N,K]: at bf16 one rounding of dy serves both products.
+     * dy16: dy is stored in bf16 already (no rounding; dbias must be NULL: a bias gradient sums fp32 values). */
+    ddp_status (*linear_bwd)(ddp_backend *b, const void *dy, int dy16, const void *x, int x16, const float *W,
+                             float *dW, float *dbias, float *dx, int64_t R, int64_t N, int64_t K);
     /* Optional (NULL: the encoder's own attention): chooses, once per model, the attention that the encoder's
      * attention_fwd/_bwd run for heads of d/heads columns at precision `prec` with attention dropout p
      * (MPIDDP_ATTENTION): *name "cudnn" or "own", the reason in why; DDP_ERR_ARG when MPIDDP_ATTENTION=cudnn cannot
@@ -193,6 +194,9 @@ struct ddp_enc_ops {
     ddp_status (*residual_layernorm_fwd)(ddp_backend *b, float *out, const float *h, const float *t, const float *tbias,
                                          const ddp_packing *pack, int64_t d, const ddp_dropout *dr, const float *w,
                                          const float *lbias, void *y, int y16, float *mean, float *rstd);
+    /* gelu_erf_bwd with dz in bf16 (its own buffer: not dact); dbias sums the fp32 values */
+    ddp_status (*gelu_erf_bwd16)(ddp_backend *b, const float *dact, const float *dgelu, ddp_bf16 *dz, float *dbias,
+                                 const ddp_packing *pack, int64_t cols, const ddp_dropout *dr);
 };
 
 /* The names of the encoder ops, in table order: ddp_backend_require() checks a backend has them all. */
@@ -244,19 +248,22 @@ static inline ddp_status ddp_gemm_epi(ddp_backend *be, int fuse, int epi, float 
     return be->colsum(be, (const float *)A, bias, K, M, 1.0f);
 }
 /* linear_bwd when fuse is set and the backend has it, else its composition: the weight gradient (with the bias
- * gradient through ddp_gemm_epi when dbias is not NULL), then the data gradient. */
-static inline ddp_status ddp_linear_bwd(ddp_backend *be, int fuse, const float *dy, const void *x, int x16,
+ * gradient through ddp_gemm_epi when dbias is not NULL), then the data gradient; a bf16 operand (dy16, x16) through
+ * gemm16. */
+static inline ddp_status ddp_linear_bwd(ddp_backend *be, int fuse, const void *dy, int dy16, const void *x, int x16,
                                         const float *W, float *dW, float *dbias, float *dx, int64_t R, int64_t N,
                                         int64_t K)
 {
-    if (fuse && be->linear_bwd) return be->linear_bwd(be, dy, x, x16, W, dW, dbias, dx, R, N, K);
+    if (fuse && be->linear_bwd) return be->linear_bwd(be, dy, dy16, x, x16, W, dW, dbias, dx, R, N, K);
+    if (dbias && dy16) return ddp_set_error(DDP_ERR_ARG, "linear_bwd: a bias gradient needs dy in fp32");
     if (dbias)
         DDP_CHECK(ddp_gemm_epi(be, fuse, DDP_EPI_BGRAD, dbias, 1, 0, N, K, R, 1.0f, dy, 0, N, x, x16, K, 1.0f, dW, K));
-    else if (x16)
-        DDP_CHECK(be->gemm16(be, 1, 0, N, K, R, 1.0f, dy, 0, N, x, 1, K, 1.0f, dW, K));
+    else if (x16 || dy16)
+        DDP_CHECK(be->gemm16(be, 1, 0, N, K, R, 1.0f, dy, dy16, N, x, x16, K, 1.0f, dW, K));
     else
-        DDP_CHECK(be->gemm(be, 1, 0, N, K, R, 1.0f, dy, N, (const float *)x, K, 1.0f, dW, K));
-    return be->gemm(be, 0, 0, R, K, N, 1.0f, dy, N, W, K, 0.0f, dx, K);
+        DDP_CHECK(be->gemm(be, 1, 0, N, K, R, 1.0f, (const float *)dy, N, (const float *)x, K, 1.0f, dW, K));
+    if (dy16) return be->gemm16(be, 0, 0, R, K, N, 1.0f, dy, 1, N, W, 0, K, 0.0f, dx, K);
+    return be->gemm(be, 0, 0, R, K, N, 1.0f, (const float *)dy, N, W, K, 0.0f, dx, K);
 }
 #endif
 

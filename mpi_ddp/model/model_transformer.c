@@ -182,8 +182,8 @@ static void tx_destroy(void *self)
                         y->hmid, y->y2, y->mu2, y->rs2, y->dg,  y->a2};
         ddp_model_release_all(be, bufs, sizeof bufs / sizeof bufs[0]);
     }
-    void *bufs[] = {m->hL,      m->yf,     m->muf, m->rsf, m->p,    m->dp,   m->logits,
-                    m->dlogits, m->branch, m->dh,  m->dy,  m->dqkv, m->dffn, m->attn_delta};
+    void *bufs[] = {m->hL,     m->yf, m->muf, m->rsf,  m->p,    m->dp,         m->logits,  m->dlogits,
+                    m->branch, m->dh, m->dy,  m->dqkv, m->dffn, m->attn_delta, m->dz16_own};
     ddp_model_release_all(be, bufs, sizeof bufs / sizeof bufs[0]);
     ddp_model_io_release(be, &m->io);
     ddp_param_table_free(&m->tab);
@@ -290,6 +290,14 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     BALLOC(m->dqkv, R * 3 * d);
     BALLOC(m->dffn, R * f);
     BALLOC(m->attn_delta, R * H);
+    if (m->act16 && be->enc->gelu_erf_bwd16) { /* R x f bf16 values: 2 f bytes a row, dqkv has 12 d */
+        if (f <= 6 * d)
+            m->dz16 = m->dqkv;
+        else {
+            BALLOC(m->dz16_own, (R * f + 1) / 2);
+            m->dz16 = m->dz16_own;
+        }
+    }
     DDP_TRY(ddp_model_io_alloc(be, &m->io, m->D, R, B, 1));
     *out = (ddp_model){.name = "transformer",
                        .ntensors = m->tab.n,

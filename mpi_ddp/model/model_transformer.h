@@ -57,8 +57,12 @@ typedef struct {
                               then its gradient (backward) */
     float *dh, *dy, *dqkv; /* backward: residual-stream, block-input and q|k|v gradients */
     float *dffn;           /* [R,f] gradient of the feed-forward hidden activations */
-    float *attn_delta;     /* [R,heads] attention backward's rowsum(dO * O) per head */
-    ddp_model_io io;       /* the batch on the backend (with its packing), the loss/prob/pred block */
+    void *dz16;            /* [R,f] bf16: linear1's output gradient for its two products (act16 with gelu_erf_bwd16,
+                            * else NULL); inside dqkv where f <= 6d (free until the attention block's backward), else
+                            * in dz16_own */
+    float *dz16_own;
+    float *attn_delta; /* [R,heads] attention backward's rowsum(dO * O) per head */
+    ddp_model_io io;   /* the batch on the backend (with its packing), the loss/prob/pred block */
     ddp_packing pack;
     double t_fwd, t_bwd, t_attn, t_gemm; /* cumulative seconds: the host clock per op class on host backends;
                                           * device timers of train steps (no t_gemm) on device backends */

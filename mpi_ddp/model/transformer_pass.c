@@ -125,9 +125,11 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
 /* dW[N,K] += dy[R,N]^T . x[R,K] */
 #define WGRAD(dy, x, dW, R, N, K) TIMED(m->t_gemm, be->gemm(be, 1, 0, N, K, R, 1.0f, dy, N, x, K, 1.0f, dW, K))
 /* A linear layer's backward: dW[N,K] += dy[R,N]^T . x[R,K] (x stored as the model keeps it: x16), dbias[N] += sum_r dy
- * unless dbias is NULL, dx[R,K] = dy[R,N] . W[N,K]; one rounding of dy for both products where the backend fuses */
-#define LINEAR_BWD(dy, x, x16, W, dW, dbias, dx, R, N, K) \
-    TIMED(m->t_gemm, ddp_linear_bwd(be, m->fuse_epi, dy, x, x16, W, dW, dbias, dx, R, N, K))
+ * unless dbias is NULL, dx[R,K] = dy[R,N] . W[N,K]; one rounding of dy for both products where the backend fuses
+ * (none where dy is bf16 already: LINEAR_BWD16) */
+#define LINEAR_BWD16(dy, dy16, x, x16, W, dW, dbias, dx, R, N, K) \
+    TIMED(m->t_gemm, ddp_linear_bwd(be, m->fuse_epi, dy, dy16, x, x16, W, dW, dbias, dx, R, N, K))
+#define LINEAR_BWD(dy, x, x16, W, dW, dbias, dx, R, N, K) LINEAR_BWD16(dy, 0, x, x16, W, dW, dbias, dx, R, N, K)
 
 ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float *G, const float *x,
                            ddp_grad_ready_fn ready, void *ready_arg)
@@ -159,8 +161,14 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
             t2 = m->branch, b2 = NULL;
         }
         LINEAR_BWD(t2, y->a2, m->act16, P + w[T_L2_W], G + w[T_L2_W], b2, m->dffn, R, d, f);
-        DDP_CHECK(E->gelu_erf_bwd(be, m->dffn, y->dg, m->dffn, G + w[T_L1_B], pack, f, &drop_ffn));
-        LINEAR_BWD(m->dffn, y->y2, m->act16, P + w[T_L1_W], G + w[T_L1_W], NULL, m->dy, R, f, d);
+        if (m->dz16) { /* linear1's output gradient written in bf16 by the gelu backward: the rounding its two products
+                        * read, without a pass of its own */
+            DDP_CHECK(E->gelu_erf_bwd16(be, m->dffn, y->dg, m->dz16, G + w[T_L1_B], pack, f, &drop_ffn));
+            LINEAR_BWD16(m->dz16, 1, y->y2, m->act16, P + w[T_L1_W], G + w[T_L1_W], NULL, m->dy, R, f, d);
+        } else {
+            DDP_CHECK(E->gelu_erf_bwd(be, m->dffn, y->dg, m->dffn, G + w[T_L1_B], pack, f, &drop_ffn));
+            LINEAR_BWD(m->dffn, y->y2, m->act16, P + w[T_L1_W], G + w[T_L1_W], NULL, m->dy, R, f, d);
+        }
         DDP_CHECK(E->layernorm_bwd(be, m->dy, y->hmid, P + w[T_N2_W], y->mu2, y->rs2, m->dh, G + w[T_N2_W],
                                    G + w[T_N2_B], R, d));
         /* attention block: hmid = h + drop1(out_proj(attention(in_proj(norm1(h))))) */

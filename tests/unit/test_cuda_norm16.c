@@ -1,5 +1,5 @@
-/* test_cuda_norm16.c — the bf16 forms of layernorm and gelu (layernorm_fwd16, gelu_erf_fwd16) and the fused
- * residual_layernorm_fwd against the GPU's own fp32 ops, bit for bit (test cases of test_cuda_norm). */
+/* test_cuda_norm16.c — the bf16 forms of layernorm and gelu (layernorm_fwd16, gelu_erf_fwd16, gelu_erf_bwd16) and the
+ * fused residual_layernorm_fwd against the GPU's own fp32 ops, bit for bit (test cases of test_cuda_norm). */
 #include "test_cuda_norm.h"
 
 #include <stdio.h>
@@ -79,7 +79,7 @@ static void layernorm16_case(int64_t R, int64_t d, int64_t m16)
 }
 
 /* gelu_erf_fwd16: a the rounding of gelu_erf_fwd's a, with dgelu NULL, its own buffer, and z itself (the bits of
- * gelu_erf_fwd's dgelu) */
+ * gelu_erf_fwd's dgelu); gelu_erf_bwd16: dz the rounding of gelu_erf_bwd's, dbias the same bits */
 static void gelu16_case(int64_t R, int64_t cols, float p, int64_t m16)
 {
     char what[160];
@@ -105,6 +105,18 @@ static void gelu16_case(int64_t R, int64_t cols, float p, int64_t m16)
         expect_bf16_of(what, a16 + m16, a, n);
         if (dgo) expect_same_bits("gelu_erf_fwd16 dgelu", dgo, dg, n);
     }
+    float *dact = test_rnd(n, 43, 2.0f, -1.0f), *db0 = test_rnd(cols, 44, 1.0f, 0.0f);
+    float *dactg = dev(dact, n), *dbg = dev(db0, cols), *db16g = dev(db0, cols);
+    OK(G->gelu_erf_bwd(gpu, dactg, dgg, dg2, dbg, &pk.g, cols, &dr));
+    OK(gpu->zero(gpu, a16, (size_t)(n + 8) * 2));
+    OK(G->gelu_erf_bwd16(gpu, dactg, dgg, a16 + m16, db16g, &pk.g, cols, &dr));
+    float *dz = down(dg2, n), *dbv = down(dbg, cols);
+    snprintf(what, sizeof what, "gelu_erf_bwd16 R %lld cols %lld p %.1f dz at +%lld", (long long)R, (long long)cols, p,
+             (long long)m16);
+    expect_bf16_of(what, a16 + m16, dz, n);
+    expect_same_bits("gelu_erf_bwd16 dbias", db16g, dbv, cols);
+    free(dact), free(db0), free(dz), free(dbv);
+    gpu->release(gpu, dactg), gpu->release(gpu, dbg), gpu->release(gpu, db16g);
     pack_free(&pk);
     free(z), free(bias), free(a), free(dg);
     float *bufs[] = {zg, biasg, ag, dgg, dg2};

@@ -274,31 +274,35 @@ static void test_arguments(void **state)
  * gemm_epi and gemm (linear_bwd removed from the op table): the same bits on the emulator, where the two see the same
  * bf16 operands; on a GPU, whose algorithms may differ with the scratch's offsets, within 1e-5 (relative L2) of each
  * other, fp32 accumulation of the same products. With x in bf16 or fp32, with and without a bias, at every
- * precision, and with cuBLASLt refusing (MPIDDP_EMU_LT_REFUSE=1). */
+ * precision, and with cuBLASLt refusing (MPIDDP_EMU_LT_REFUSE=1). At bf16 without a bias, dy handed over in bf16
+ * (dy16: the rounding linear_bwd would make) gives the same results as dy in fp32: the same bits on the emulator. */
 static double rel_l2(const float *a, const float *b, size_t n)
 {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
-static void linear_bwd_case(int p, int64_t R, int64_t N, int64_t K, int x16, int with_bias, uint64_t seed)
+/* the case's results (dW, dbias, dx) through linear_bwd and through its composition; fused[] (NULL: freed) gets
+ * linear_bwd's */
+static void linear_bwd_case(int p, int64_t R, int64_t N, int64_t K, int dy16, int x16, int with_bias, uint64_t seed,
+                            float *fused[3])
 {
     size_t ndy = (size_t)(R * N), nx = (size_t)(R * K), nw = (size_t)(N * K);
     float *dy = test_rnd((int64_t)ndy, seed, 2.0f, -1.0f), *x = test_rnd((int64_t)nx, seed + 1, 2.0f, -1.0f),
           *W = test_rnd((int64_t)nw, seed + 2, 2.0f, -1.0f), *dW0 = test_rnd((int64_t)nw, seed + 3, 2.0f, -1.0f),
           *b0 = test_rnd(N, seed + 4, 2.0f, -1.0f);
-    uint16_t *x16b = to_bits16(x, nx);
+    uint16_t *x16b = to_bits16(x, nx), *dy16b = to_bits16(dy, ndy);
     float *out[2][3];
     for (int way = 0; way < 2; way++) {
-        float *ddy = on_gpu(dy, ndy * 4), *dW = on_gpu(dW0, nw * 4), *db = on_gpu(b0, (size_t)N * 4),
-              *dWt = on_gpu(W, nw * 4), *dx = NULL;
-        void *dxin = x16 ? on_gpu(x16b, nx * 2) : on_gpu(x, nx * 4);
+        float *dW = on_gpu(dW0, nw * 4), *db = on_gpu(b0, (size_t)N * 4), *dWt = on_gpu(W, nw * 4), *dx = NULL;
+        void *dxin = x16 ? on_gpu(x16b, nx * 2) : on_gpu(x, nx * 4),
+             *ddy = dy16 ? on_gpu(dy16b, ndy * 2) : on_gpu(dy, ndy * 4);
         OK(gpu->alloc(gpu, (void **)&dx, nx * 4));
         OK(gpu->set_precision(gpu, (ddp_precision)p));
-        ddp_status (*own)(ddp_backend *, const float *, const void *, int, const float *, float *, float *, float *,
+        ddp_status (*own)(ddp_backend *, const void *, int, const void *, int, const float *, float *, float *, float *,
                           int64_t, int64_t, int64_t) = gpu->linear_bwd;
         if (way) gpu->linear_bwd = NULL; /* the composition */
-        ddp_status st = ddp_linear_bwd(gpu, 1, ddy, dxin, x16, dWt, dW, with_bias ? db : NULL, dx, R, N, K);
+        ddp_status st = ddp_linear_bwd(gpu, 1, ddy, dy16, dxin, x16, dWt, dW, with_bias ? db : NULL, dx, R, N, K);
         gpu->linear_bwd = own;
         OK(st);
         out[way][0] = malloc(nw * 4), out[way][1] = malloc((size_t)N * 4), out[way][2] = malloc(nx * 4);
@@ -315,22 +319,44 @@ static void linear_bwd_case(int p, int64_t R, int64_t N, int64_t K, int x16, int
         int same = memcmp(out[0][k], out[1][k], n[k] * 4) == 0;
         double d = rel_l2(out[0][k], out[1][k], n[k]);
         if (emulated ? !same : !(d <= 1e-5))
-            fail_msg("%s linear_bwd %lldx%lldx%lld x16 %d bias %d: %s %s its composition's (relative L2 %.3g)",
-                     ddp_precision_name((ddp_precision)p), (long long)R, (long long)N, (long long)K, x16, with_bias,
-                     what[k], emulated ? "not the bits of" : "too far from", d);
-        free(out[0][k]), free(out[1][k]);
+            fail_msg("%s linear_bwd %lldx%lldx%lld dy16 %d x16 %d bias %d: %s %s its composition's (relative L2 %.3g)",
+                     ddp_precision_name((ddp_precision)p), (long long)R, (long long)N, (long long)K, dy16, x16,
+                     with_bias, what[k], emulated ? "not the bits of" : "too far from", d);
+        free(out[1][k]);
+        if (fused)
+            fused[k] = out[0][k];
+        else
+            free(out[0][k]);
     }
-    free(dy), free(x), free(W), free(dW0), free(b0), free(x16b);
+    free(dy), free(x), free(W), free(dW0), free(b0), free(x16b), free(dy16b);
 }
 static void linear_bwd_cases(void)
 {
     static const int64_t shapes[][3] = {{37, 96, 32}, {300, 24, 16}, {1, 3, 5}, {0, 4, 4}};
     uint64_t seed = 99;
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int64_t R = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
         for (int p = 0; p < 3; p++)
             for (int bias = 0; bias < 2; bias++)
-                for (int x16 = 0; x16 <= (p == 2); x16++)
-                    linear_bwd_case(p, shapes[s][0], shapes[s][1], shapes[s][2], x16, bias, seed += 10);
+                for (int x16 = 0; x16 <= (p == 2); x16++) {
+                    seed += 10;
+                    float *f32[3], *f16[3];
+                    const int both = p == 2 && !bias; /* dy16 as well: the results of the same seed's fp32 dy */
+                    linear_bwd_case(p, R, N, K, 0, x16, bias, seed, both ? f32 : NULL);
+                    if (!both) continue;
+                    linear_bwd_case(p, R, N, K, 1, x16, bias, seed, f16);
+                    size_t n[3] = {(size_t)(N * K), (size_t)N, (size_t)(R * K)};
+                    for (int k = 0; k < 3; k++) {
+                        double d = rel_l2(f16[k], f32[k], n[k]);
+                        if (emulated ? memcmp(f16[k], f32[k], n[k] * 4) != 0 : !(d <= 1e-5))
+                            fail_msg("bf16 linear_bwd %lldx%lldx%lld x16 %d: output %d from a bf16 dy %s from an fp32 "
+                                     "dy (relative L2 %.3g)",
+                                     (long long)R, (long long)N, (long long)K, x16, k,
+                                     emulated ? "not the bits of that" : "too far from that", d);
+                        free(f16[k]), free(f32[k]);
+                    }
+                }
+    }
 }
 static void test_linear_bwd(void **state)
 {

@@ -416,19 +416,24 @@ DDP_CLONES static ddp_status cpu_gelu_erf_fwd16(ddp_backend *b, const float *z, 
 }
 
 /* dst = drop(src) * mul (mul NULL: drop(src)), dbias += dst: the backward of gelu_erf (mul = gelu') and of the
- * residual's dropout, as the CUDA backend's k_drop_mul */
-static inline void drop_mul_rows(const float *src, const float *mul, float *dst, float *dbias, const ddp_packing *pack,
-                                 int64_t cols, const ddp_dropout *dr)
+ * residual's dropout, as the CUDA backend's k_drop_mul_part; with dst16, dst is stored there rounded to bf16 instead
+ * (dbias sums the fp32 values) */
+static inline void drop_mul_rows(const float *src, const float *mul, float *dst, ddp_bf16 *dst16, float *dbias,
+                                 const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
     int drop = dr && dr->p > 0.0f;
     for (int64_t r = 0; r < pack->R; r++) {
         const float *sr = src + r * cols, *mr = mul ? mul + r * cols : NULL;
-        float *dstr = dst + r * cols;
+        float *dstr = dst16 ? NULL : dst + r * cols;
+        ddp_bf16 *d16 = dst16 ? dst16 + r * cols : NULL;
         uint64_t rk = ddp_drop_packedkey(dr, pack->off, pack->seg, pack->sid, r);
         for (int64_t c = 0; c < cols; c++) {
             float v = ddp_drop_apply(drop, dr, rk, (uint64_t)c, sr[c]);
             if (mr) v *= mr[c];
-            dstr[c] = v;
+            if (d16)
+                d16[c] = ddp_bf16_bits(v);
+            else
+                dstr[c] = v;
             dbias[c] += v;
         }
     }
@@ -439,7 +444,16 @@ DDP_CLONES static ddp_status cpu_gelu_erf_bwd(ddp_backend *b, const float *dact,
                                               const ddp_dropout *dr)
 {
     (void)b;
-    drop_mul_rows(dact, dgelu, dz, dbias, pack, cols, dr);
+    drop_mul_rows(dact, dgelu, dz, NULL, dbias, pack, cols, dr);
+    return DDP_OK;
+}
+
+DDP_CLONES static ddp_status cpu_gelu_erf_bwd16(ddp_backend *b, const float *dact, const float *dgelu, ddp_bf16 *dz,
+                                                float *dbias, const ddp_packing *pack, int64_t cols,
+                                                const ddp_dropout *dr)
+{
+    (void)b;
+    drop_mul_rows(dact, dgelu, NULL, dz, dbias, pack, cols, dr);
     return DDP_OK;
 }
 
@@ -492,7 +506,7 @@ DDP_CLONES static ddp_status cpu_residual_bwd(ddp_backend *b, const float *dh, f
                                               const ddp_packing *pack, int64_t d, const ddp_dropout *dr)
 {
     (void)b;
-    drop_mul_rows(dh, NULL, dt, dbias, pack, d, dr);
+    drop_mul_rows(dh, NULL, dt, NULL, dbias, pack, d, dr);
     return DDP_OK;
 }
 
@@ -537,6 +551,7 @@ static const ddp_enc_ops cpu_enc = {
     .layernorm_fwd16 = cpu_layernorm_fwd16,
     .gelu_erf_fwd16 = cpu_gelu_erf_fwd16,
     .residual_layernorm_fwd = cpu_residual_layernorm_fwd,
+    .gelu_erf_bwd16 = cpu_gelu_erf_bwd16,
 };
 
 const ddp_enc_ops *ddp_cpu_enc_ops(void) { return &cpu_enc; }

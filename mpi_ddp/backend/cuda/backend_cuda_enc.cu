@@ -85,8 +85,8 @@ __global__ void k_residual_fwd(float *out, const float *h, const float *t, const
  * blockDim.x * V columns, y: chunk of `rows` rows) sums dst over its rows in row order; one chunk: added into
  * dbias at once, else written to part [gridDim.y, cols]. Row keys are computed blockDim.x rows at a time, one
  * row per thread, into shared memory. */
-template <int V>
-__global__ void k_drop_mul_part(const float *src, const float *mul, float *dst, float *dbias, float *part,
+template <int V, typename T>
+__global__ void k_drop_mul_part(const float *src, const float *mul, T *dst, float *dbias, float *part,
                                 const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t R, int64_t cols,
                                 int64_t rows, ddp_dropout dr)
 {
@@ -104,7 +104,7 @@ __global__ void k_drop_mul_part(const float *src, const float *mul, float *dst, 
         __syncthreads();
         for (int64_t i = 0; in && i < n; i++) {
             const int64_t r = r0 + i;
-            float v[V], m[V];
+            float v[V], m[V] = {}; /* = {}: the emulator's host compiler sees no link between mul and m */
             vld<V>(src + r * cols, c, v);
             if (mul) vld<V>(mul + r * cols, c, m);
             for (int j = 0; j < V; j++) {
@@ -112,7 +112,7 @@ __global__ void k_drop_mul_part(const float *src, const float *mul, float *dst, 
                 if (mul) v[j] *= m[j];
                 acc[j] += v[j];
             }
-            vst<V>(dst + r * cols, c, v);
+            vst_out<V>(dst + r * cols, c, v); /* fp32, or bf16 rounded (the sums keep the fp32 values) */
         }
     }
     if (!in) return;
@@ -256,15 +256,19 @@ static ddp_status cu_gelu_erf_fwd16(ddp_backend *b, const float *z, const float 
     return gelu_erf_fwd(b, z, bias, (__nv_bfloat16 *)a, dgelu, pack, cols, dr, v);
 }
 
-/* dst = drop(src) * mul and dbias += its column sums: k_drop_mul_part over row chunks (as many as the scratch
- * holds, each of at least EW_MIN_CHUNK rows; the chunking depends on (R, cols) only), then k_part_sum */
-static ddp_status drop_mul_colsum(ddp_backend *b, const float *src, const float *mul, float *dst, float *dbias,
-                                  const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
+/* dst = drop(src) * mul (T: fp32, or bf16 rounded to nearest even) and dbias += its column sums (of the fp32
+ * values): k_drop_mul_part over row chunks (as many as the scratch holds, each of at least EW_MIN_CHUNK rows; the
+ * chunking depends on (R, cols) only), then k_part_sum. v: 4 or 1 columns a thread. */
+template <typename T>
+static ddp_status drop_mul_colsum(ddp_backend *b, const float *src, const float *mul, T *dst, float *dbias,
+                                  const ddp_packing *pack, int64_t cols, const ddp_dropout *dr, int v)
 {
+    typedef void (*kernel_t)(const float *, const float *, T *, float *, float *, const int64_t *, const int64_t *,
+                             const int64_t *, int64_t, int64_t, int64_t, ddp_dropout);
+    static const kernel_t k4 = k_drop_mul_part<4, T>, k1 = k_drop_mul_part<1, T>; /* names without a comma */
     const int64_t R = pack->R;
     if (R <= 0 || cols <= 0) return DDP_OK;
     cuda_impl *ci = cuda_of(b);
-    const int v = vec_width(cols, src, mul, dst, dbias);
     int64_t nch = (R + EW_MIN_CHUNK - 1) / EW_MIN_CHUNK, cap = DDP_COLPART_FLOATS / cols;
     if (nch > cap) nch = cap;
     if (nch > EW_MAX_CHUNKS) nch = EW_MAX_CHUNKS;
@@ -273,11 +277,11 @@ static ddp_status drop_mul_colsum(ddp_backend *b, const float *src, const float 
     nch = (R + rows - 1) / rows;
     dim3 grid(blocks_for(cols / v, EW_THREADS), (unsigned)nch);
     if (v == 4)
-        DDP_LAUNCH(k_drop_mul_part<4>, grid, EW_THREADS, 0, ci->stream, src, mul, dst, dbias, ci->colpart, pack->off,
-                   pack->seg, pack->sid, R, cols, rows, *dr);
+        DDP_LAUNCH(k4, grid, EW_THREADS, 0, ci->stream, src, mul, dst, dbias, ci->colpart, pack->off, pack->seg,
+                   pack->sid, R, cols, rows, *dr);
     else
-        DDP_LAUNCH(k_drop_mul_part<1>, grid, EW_THREADS, 0, ci->stream, src, mul, dst, dbias, ci->colpart, pack->off,
-                   pack->seg, pack->sid, R, cols, rows, *dr);
+        DDP_LAUNCH(k1, grid, EW_THREADS, 0, ci->stream, src, mul, dst, dbias, ci->colpart, pack->off, pack->seg,
+                   pack->sid, R, cols, rows, *dr);
     LAUNCH_CHECK();
     if (nch > 1) {
         DDP_LAUNCH(k_part_sum, blocks_for(cols, 128), 128, 0, ci->stream, ci->colpart, dbias, nch, cols);
@@ -289,7 +293,14 @@ static ddp_status drop_mul_colsum(ddp_backend *b, const float *src, const float 
 static ddp_status cu_gelu_erf_bwd(ddp_backend *b, const float *dact, const float *dgelu, float *dz, float *dbias,
                                   const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
-    return drop_mul_colsum(b, dact, dgelu, dz, dbias, pack, cols, dr);
+    return drop_mul_colsum(b, dact, dgelu, dz, dbias, pack, cols, dr, vec_width(cols, dact, dgelu, dz, dbias));
+}
+
+static ddp_status cu_gelu_erf_bwd16(ddp_backend *b, const float *dact, const float *dgelu, ddp_bf16 *dz, float *dbias,
+                                    const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
+{
+    const int v = vec_width(cols, dact, dgelu, dbias, NULL) == 4 && ((uintptr_t)dz & 7) == 0 ? 4 : 1;
+    return drop_mul_colsum(b, dact, dgelu, (__nv_bfloat16 *)dz, dbias, pack, cols, dr, v);
 }
 
 static ddp_status cu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
@@ -303,7 +314,7 @@ static ddp_status cu_residual_fwd(ddp_backend *b, float *out, const float *h, co
 static ddp_status cu_residual_bwd(ddp_backend *b, const float *dh, float *dt, float *dbias, const ddp_packing *pack,
                                   int64_t d, const ddp_dropout *dr)
 {
-    return drop_mul_colsum(b, dh, NULL, dt, dbias, pack, d, dr);
+    return drop_mul_colsum(b, dh, (const float *)NULL, dt, dbias, pack, d, dr, vec_width(d, dh, dt, dbias, NULL));
 }
 
 static ddp_status cu_pool_mean_fwd(ddp_backend *b, const float *x, float *out, const ddp_packing *pack, int64_t d)
@@ -342,6 +353,7 @@ static const ddp_enc_ops cu_enc = {
     ddp_cuda_layernorm_fwd16,
     cu_gelu_erf_fwd16,
     ddp_cuda_residual_layernorm_fwd,
+    cu_gelu_erf_bwd16,
 };
 
 const ddp_enc_ops *ddp_cuda_enc_ops(void) { return &cu_enc; }

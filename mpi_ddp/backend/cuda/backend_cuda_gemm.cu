@@ -315,36 +315,40 @@ ddp_status ddp_cuda_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, int t
 }
 
 /* ------------------------------------------------------------------ a linear layer's backward */
-ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const float *dy, const void *x, int x16, const float *W, float *dW,
-                               float *dbias, float *dx, int64_t R, int64_t N, int64_t K)
+ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const void *dy, int dy16, const void *x, int x16, const float *W,
+                               float *dW, float *dbias, float *dx, int64_t R, int64_t N, int64_t K)
 {
     cuda_impl *c = cuda_of(b);
+    if (dbias && dy16) return ddp_set_error(DDP_ERR_ARG, "cuda linear_bwd: a bias gradient needs dy in fp32");
     if (c->precision != DDP_PRECISION_BF16 || R <= 0 || N <= 0 || K <= 0) { /* nothing to convert: the two products */
         if (dbias)
             DDP_CHECK(
                 ddp_cuda_gemm_epi(b, DDP_EPI_BGRAD, dbias, 1, 0, N, K, R, 1.0f, dy, 0, N, x, x16, K, 1.0f, dW, K));
-        else if (x16)
-            DDP_CHECK(ddp_cuda_gemm16(b, 1, 0, N, K, R, 1.0f, dy, 0, N, x, 1, K, 1.0f, dW, K));
+        else if (x16 || dy16) /* gemm16 refuses them at another precision, with its line */
+            DDP_CHECK(ddp_cuda_gemm16(b, 1, 0, N, K, R, 1.0f, dy, dy16, N, x, x16, K, 1.0f, dW, K));
         else
-            DDP_CHECK(ddp_cuda_gemm(b, 1, 0, N, K, R, 1.0f, dy, N, (const float *)x, K, 1.0f, dW, K));
-        return ddp_cuda_gemm(b, 0, 0, R, K, N, 1.0f, dy, N, W, K, 0.0f, dx, K);
+            DDP_CHECK(ddp_cuda_gemm(b, 1, 0, N, K, R, 1.0f, (const float *)dy, N, (const float *)x, K, 1.0f, dW, K));
+        if (dy16) return ddp_cuda_gemm16(b, 0, 0, R, K, N, 1.0f, dy, 1, N, W, 0, K, 0.0f, dx, K);
+        return ddp_cuda_gemm(b, 0, 0, R, K, N, 1.0f, (const float *)dy, N, W, K, 0.0f, dx, K);
     }
     DDP_CHECK(check_dims(R, N, K));
-    /* the scratch holds dy's rounding (read by both products), x's when it is fp32, W's when its copy is stale */
+    /* the scratch holds dy's rounding (read by both products) unless dy is bf16 already, x's when it is fp32, W's
+     * when its copy is stale */
     const __nv_bfloat16 *w16 = weight_copy(c, W, N, K);
-    size_t ndy = ((size_t)(R * N) + 7) & ~(size_t)7, nx = x16 ? 0 : ((size_t)(R * K) + 7) & ~(size_t)7;
+    size_t ndy = dy16 ? 0 : ((size_t)(R * N) + 7) & ~(size_t)7, nx = x16 ? 0 : ((size_t)(R * K) + 7) & ~(size_t)7;
     DDP_CHECK(bf16_scratch(c, ndy + nx + (w16 ? 0 : (size_t)(N * K))));
-    const __nv_bfloat16 *dy16 = c->bf16, *xb = x16 ? (const __nv_bfloat16 *)x : c->bf16 + ndy;
-    DDP_CHECK(to_bf16(c, dy, R, N, N, c->bf16));
+    const __nv_bfloat16 *dyb = dy16 ? (const __nv_bfloat16 *)dy : c->bf16,
+                        *xb = x16 ? (const __nv_bfloat16 *)x : c->bf16 + ndy;
+    if (!dy16) DDP_CHECK(to_bf16(c, (const float *)dy, R, N, N, c->bf16));
     if (!x16) DDP_CHECK(to_bf16(c, (const float *)x, R, K, K, c->bf16 + ndy));
     if (!w16) {
         DDP_CHECK(to_bf16(c, W, N, K, K, c->bf16 + ndy + nx));
         w16 = c->bf16 + ndy + nx;
     }
     /* dW[N,K] += dy^T x with the bias gradient in its epilogue, then dx[R,K] = dy W, from the same rounding of dy */
-    gemm_in wg = {dy16, xb, N, K, CUDA_R_16BF}, dg = {dy16, w16, N, K, CUDA_R_16BF};
-    DDP_CHECK(
-        epi_run(b, dbias ? DDP_EPI_BGRAD : 0, dbias, 1, 0, N, K, R, 1.0f, &wg, CUBLAS_COMPUTE_32F, dy, 1.0f, dW, K));
+    gemm_in wg = {dyb, xb, N, K, CUDA_R_16BF}, dg = {dyb, w16, N, K, CUDA_R_16BF};
+    DDP_CHECK(epi_run(b, dbias ? DDP_EPI_BGRAD : 0, dbias, 1, 0, N, K, R, 1.0f, &wg, CUBLAS_COMPUTE_32F,
+                      (const float *)dy, 1.0f, dW, K));
     return epi_run(b, 0, NULL, 0, 0, R, K, N, 1.0f, &dg, CUBLAS_COMPUTE_32F, NULL, 0.0f, dx, K);
 }
 
