@@ -9,13 +9,17 @@
 
 /* ------------------------------------------------------------------ kernels */
 /* y (rows x cols, packed) = x (rows x cols, leading dimension ld) rounded to bf16, nearest even: blockIdx.x
- * walks a row's columns (consecutive threads, consecutive floats), blockIdx.y the rows in a grid stride (the
- * grid's y is at most 65535); no division per element. */
-__global__ void k_to_bf16(const float *x, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *y)
+ * walks a row's columns V at a time (consecutive threads, consecutive groups: float4 loads and 8-byte stores at
+ * V = 4), blockIdx.y the rows in a grid stride (the grid's y is at most 65535); no division per element. */
+template <int V> __global__ void k_to_bf16(const float *x, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *y)
 {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
     if (c >= cols) return;
-    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) y[r * cols + c] = __float2bfloat16_rn(x[r * ld + c]);
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        float v[V];
+        vld<V>(x + r * ld, c, v);
+        vst_out<V>(y + r * cols, c, v);
+    }
 }
 
 /* x[r, c] += bias[c]: blockIdx.x walks a row's columns, blockIdx.y the rows in a grid stride; no division */
@@ -32,8 +36,12 @@ __global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t co
 static ddp_status to_bf16(cuda_impl *c, const float *x, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *y)
 {
     if (rows * cols == 0) return DDP_OK;
-    dim3 grid(blocks_for(cols, 256), (unsigned)(rows < 65535 ? rows : 65535));
-    DDP_LAUNCH(k_to_bf16, grid, 256, 0, c->stream, x, rows, cols, ld, y);
+    const int v = cols % 4 == 0 && ld % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 7) == 0 ? 4 : 1;
+    dim3 grid(blocks_for(cols / v, 256), (unsigned)(rows < 65535 ? rows : 65535));
+    if (v == 4)
+        DDP_LAUNCH(k_to_bf16<4>, grid, 256, 0, c->stream, x, rows, cols, ld, y);
+    else
+        DDP_LAUNCH(k_to_bf16<1>, grid, 256, 0, c->stream, x, rows, cols, ld, y);
     LAUNCH_CHECK();
     return DDP_OK;
 }

@@ -47,6 +47,14 @@ __global__ void k_sdpa_feed(const int64_t *off, int64_t B, int64_t Bc, int64_t d
 __global__ void k_sdpa_widen(const __nv_bfloat16 *x, float *y, int64_t n)
 {
     int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i + 4 <= n && ((uintptr_t)x & 7) == 0 && ((uintptr_t)y & 15) == 0) { /* one 8-byte load, one float4 store */
+        const ddp_bf16x4 t = *(const ddp_bf16x4 *)(x + i);
+        float4 o;
+        o.x = __bfloat162float(t.v[0]), o.y = __bfloat162float(t.v[1]);
+        o.z = __bfloat162float(t.v[2]), o.w = __bfloat162float(t.v[3]);
+        *(float4 *)(y + i) = o;
+        return;
+    }
     for (int64_t e = i; e < i + 4 && e < n; e++) y[e] = __bfloat162float(x[e]);
 }
 
