@@ -126,16 +126,6 @@ __global__ void k_drop_mul_part(const float *src, const float *mul, T *dst, floa
     }
 }
 
-/* stage 2: one thread per column adds the partials in chunk order into dbias */
-__global__ void k_part_sum(const float *part, float *dbias, int64_t nchunks, int64_t cols)
-{
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
-    float s = 0.0f;
-    for (int64_t k = 0; k < nchunks; k++) s += part[k * cols + c];
-    dbias[c] += s;
-}
-
 /* Mean pooling: a block per (sample, 32 x V columns). Its POOL_WARPS warps take every POOL_WARPS-th row of the
  * sample, each lane V adjacent columns (coalesced, float4 where aligned), so the rows are read in parallel; the
  * partial sums meet in shared memory and warp 0 adds them in warp order. A fixed order: runs are bitwise equal;
@@ -190,12 +180,6 @@ __global__ void k_pool_mean_bwd(const float *dp, float *dx, const int64_t *off, 
 }
 
 /* ------------------------------------------------------------------ ops */
-/* 4 where cols % 4 == 0 and every pointer is 16-byte aligned (NULL counts as aligned), else 1 */
-static int vec_width(int64_t cols, const void *p0, const void *p1, const void *p2, const void *p3)
-{
-    uintptr_t a = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3;
-    return cols % 4 == 0 && (a & 15) == 0 ? 4 : 1;
-}
 /* the smallest multiple of 32 in [32, EW_THREADS] covering n groups */
 static unsigned row_threads(int64_t n) { return n >= EW_THREADS ? EW_THREADS : (unsigned)((n + 31) / 32 * 32); }
 
@@ -258,7 +242,8 @@ static ddp_status cu_gelu_erf_fwd16(ddp_backend *b, const float *z, const float 
 
 /* dst = drop(src) * mul (T: fp32, or bf16 rounded to nearest even) and dbias += its column sums (of the fp32
  * values): k_drop_mul_part over row chunks (as many as the scratch holds, each of at least EW_MIN_CHUNK rows; the
- * chunking depends on (R, cols) only), then k_part_sum. v: 4 or 1 columns a thread. */
+ * chunking depends on (R, cols) only), then the chunks' sum in a fixed order (ddp_cuda_colpart_sum). v: 4 or 1 columns
+ * a thread. */
 template <typename T>
 static ddp_status drop_mul_colsum(ddp_backend *b, const float *src, const float *mul, T *dst, float *dbias,
                                   const ddp_packing *pack, int64_t cols, const ddp_dropout *dr, int v)
@@ -283,11 +268,7 @@ static ddp_status drop_mul_colsum(ddp_backend *b, const float *src, const float 
         DDP_LAUNCH(k1, grid, EW_THREADS, 0, ci->stream, src, mul, dst, dbias, ci->colpart, pack->off, pack->seg,
                    pack->sid, R, cols, rows, *dr);
     LAUNCH_CHECK();
-    if (nch > 1) {
-        DDP_LAUNCH(k_part_sum, blocks_for(cols, 128), 128, 0, ci->stream, ci->colpart, dbias, nch, cols);
-        LAUNCH_CHECK();
-    }
-    return DDP_OK;
+    return nch > 1 ? ddp_cuda_colpart_sum(ci, ci->colpart, NULL, dbias, NULL, nch, cols) : DDP_OK;
 }
 
 static ddp_status cu_gelu_erf_bwd(ddp_backend *b, const float *dact, const float *dgelu, float *dz, float *dbias,

@@ -332,9 +332,9 @@ __global__ void k_layernorm_dwdb_part(const float *dy, const float *x, const flo
     }
 }
 
-/* Stage 2: a block per 32 columns, LN_CS_WARPS warps; warp w sums the chunks w, w + LN_CS_WARPS, ... of its lane's
- * column in turn (a warp reads 32 consecutive floats of a chunk), then warp 0 adds the warps' sums in warp order
- * into dw (and db). A fixed order: the same bits on every run. */
+/* Stage 2 (ddp_cuda_colpart_sum): a block per 32 columns, LN_CS_WARPS warps; warp w sums the chunks w,
+ * w + LN_CS_WARPS, ... of its lane's column in turn (a warp reads 32 consecutive floats of a chunk), then warp 0 adds
+ * the warps' sums in warp order into dw (and db, unless pb is NULL). A fixed order: the same bits on every run. */
 __global__ void k_colpart_sum(const float *pw, const float *pb, float *dw, float *db, int64_t nchunks, int64_t d)
 {
     __shared__ float sh[2][LN_CS_WARPS][32];
@@ -344,7 +344,7 @@ __global__ void k_colpart_sum(const float *pw, const float *pb, float *dw, float
     if (c < d)
         for (int64_t k = wp; k < nchunks; k += LN_CS_WARPS) {
             sw += pw[k * d + c];
-            sb += pb[k * d + c];
+            if (pb) sb += pb[k * d + c];
         }
     sh[0][wp][lane] = sw;
     sh[1][wp][lane] = sb;
@@ -352,17 +352,19 @@ __global__ void k_colpart_sum(const float *pw, const float *pb, float *dw, float
     if (wp == 0 && c < d) {
         for (int k = 1; k < LN_CS_WARPS; k++) sw += sh[0][k][lane], sb += sh[1][k][lane];
         dw[c] += sw;
-        db[c] += sb;
+        if (pb) db[c] += sb;
     }
 }
 
 /* ------------------------------------------------------------------ ops */
-/* 4 where d % 4 == 0 and every pointer is 16-byte aligned, else 1 */
-static int vec_width(int64_t d, const void *p0, const void *p1, const void *p2, const void *p3)
+ddp_status ddp_cuda_colpart_sum(cuda_impl *c, const float *pw, const float *pb, float *dw, float *db, int64_t nchunks,
+                                int64_t d)
 {
-    uintptr_t a = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3;
-    return d % 4 == 0 && (a & 15) == 0 ? 4 : 1;
+    DDP_LAUNCH(k_colpart_sum, blocks_for(d, 32), 32 * LN_CS_WARPS, 0, c->stream, pw, pb, dw, db, nchunks, d);
+    LAUNCH_CHECK();
+    return DDP_OK;
 }
+
 /* the smallest power of two in [32, LN_THREADS] covering n groups */
 static unsigned row_threads(int64_t n)
 {
@@ -476,9 +478,5 @@ ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *
                        rows);
         LAUNCH_CHECK();
     }
-    if (nch > 1) {
-        DDP_LAUNCH(k_colpart_sum, blocks_for(d, 32), 32 * LN_CS_WARPS, 0, ci->stream, pw, pb, dw, db, nch, d);
-        LAUNCH_CHECK();
-    }
-    return DDP_OK;
+    return nch > 1 ? ddp_cuda_colpart_sum(ci, pw, pb, dw, db, nch, d) : DDP_OK;
 }

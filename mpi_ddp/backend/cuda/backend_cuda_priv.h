@@ -78,6 +78,12 @@ typedef struct {
 
 static inline cuda_impl *cuda_of(ddp_backend *b) { return (cuda_impl *)b->impl; }
 static inline unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+/* 4 (float4 groups) where cols % 4 == 0 and every pointer is 16-byte aligned (NULL counts as aligned), else 1 */
+static inline int vec_width(int64_t cols, const void *p0, const void *p1, const void *p2, const void *p3)
+{
+    uintptr_t a = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3;
+    return cols % 4 == 0 && (a & 15) == 0 ? 4 : 1;
+}
 
 /* Calls between the plugin's files go down only (tests/py/layers.py checks it): cuda_plugin.c -> backend_cuda.cu ->
  * backend_cuda_enc.cu -> backend_cuda_norm.cu, backend_cuda_attn.cu -> backend_cuda_attn_tc.cu, backend_cuda_sdpa.cu
@@ -96,6 +102,10 @@ __attribute__((visibility("hidden"))) ddp_status ddp_cuda_gemm_epi(ddp_backend *
                                                                    int b16, int64_t ldb, float beta, float *C,
                                                                    int64_t ldc);
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_lt_create(cuda_impl *c);
+/* Stage 2 of the column sums (layernorm dγ/dβ, bias gradients; backend_cuda_norm.cu): dw[c] += the sum of the
+ * nchunks partials pw[k, c] in a fixed order (and db from pb, unless pb is NULL) */
+__attribute__((visibility("hidden"))) ddp_status ddp_cuda_colpart_sum(cuda_impl *c, const float *pw, const float *pb,
+                                                                      float *dw, float *db, int64_t nchunks, int64_t d);
 /* ddp_backend.linear_bwd (backend_cuda_gemm.cu) */
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const void *dy, int dy16,
                                                                      const void *x, int x16, const float *W, float *dW,
