@@ -80,10 +80,12 @@ void bk_bufs_create(bufs *q, ddp_backend *be, const config *c)
     }
     free(h);
     int64_t B = c->B;
-    int64_t *lab = malloc((size_t)(B + R + 1) * sizeof *lab), *seg = malloc((size_t)R * sizeof *seg);
+    int64_t *lab = malloc((size_t)(B + R + 1) * sizeof *lab),
+            *seg = malloc((size_t)(R + DDP_ATT_TILES_MAX(R, B) + 1) * sizeof *seg);
     for (int64_t i = 0; i < B; i++) lab[i] = i % 10;
     for (int64_t s = 0; s < B; s++)
         for (int64_t r = c->hoff[s]; r < c->hoff[s + 1]; r++) seg[r] = s;
+    const int64_t T = ddp_packing_tiles(c->hoff, B, seg + R); /* the attention tiles after the row map, as the model */
     void *p;
     CK(be->alloc(be, &p, (size_t)B * 8));
     q->lab = p;
@@ -95,13 +97,21 @@ void bk_bufs_create(bufs *q, ddp_backend *be, const config *c)
     CK(be->alloc(be, &p, (size_t)(B + 1) * 8));
     q->off = p;
     CK(be->upload(be, q->off, c->hoff, (size_t)(B + 1) * 8));
-    CK(be->alloc(be, &p, (size_t)R * 8));
+    CK(be->alloc(be, &p, (size_t)(R + T) * 8));
     q->seg = p;
-    CK(be->upload(be, q->seg, seg, (size_t)R * 8));
+    CK(be->upload(be, q->seg, seg, (size_t)(R + T) * 8));
     free(lab), free(seg);
     int64_t mx = 0;
     for (int64_t s = 0; s < B; s++) mx = c->hoff[s + 1] - c->hoff[s] > mx ? c->hoff[s + 1] - c->hoff[s] : mx;
-    q->pk = (ddp_packing){.B = B, .R = R, .off = q->off, .seg = q->seg, .sid = q->sid, .hoff = c->hoff, .max_rows = mx};
+    q->pk = (ddp_packing){.B = B,
+                          .R = R,
+                          .off = q->off,
+                          .seg = q->seg,
+                          .sid = q->sid,
+                          .hoff = c->hoff,
+                          .max_rows = mx,
+                          .tile = q->seg + R,
+                          .tiles = T};
     CK(be->reserve(be, R > B ? R : B));
 }
 

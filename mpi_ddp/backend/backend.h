@@ -29,7 +29,26 @@ typedef struct {
     const int64_t *sid;  /* [B] sample ids (dropout keys), backend memory */
     const int64_t *hoff; /* [B+1] the same offsets in host memory */
     int64_t max_rows;    /* longest sample of the batch */
+    /* The batch's attention tiles (ddp_packing_tiles): tile[t] = s | j << 32 for the j-th DDP_ATT_TILE rows of
+     * sample s, in sample order; backend memory, [tiles]. The CUDA attention kernels launch one block per tile and
+     * head, so no block lands past its sample's end; the CPU backend does not read them. */
+    const int64_t *tile;
+    int64_t tiles;
 } ddp_packing;
+
+/* Rows of an attention tile: the query (or key) rows of one block of the CUDA attention kernels. */
+#define DDP_ATT_TILE 64
+/* Most tiles of a batch of R rows in B samples: sum of ceil(n_s / 64) <= floor(R / 64) + B. */
+#define DDP_ATT_TILES_MAX(R, B) ((R) / DDP_ATT_TILE + (B))
+/* The tiles of the B samples at host offsets hoff[0..B] into tile (NULL: only counted); returns their count. */
+static inline int64_t ddp_packing_tiles(const int64_t *hoff, int64_t B, int64_t *tile)
+{
+    int64_t t = 0;
+    for (int64_t s = 0; s < B; s++)
+        for (int64_t j = 0; j * DDP_ATT_TILE < hoff[s + 1] - hoff[s]; j++, t++)
+            if (tile) tile[t] = s | j << 32;
+    return t;
+}
 
 struct ddp_backend {
     const char *name;        /* "cpu", "cuda" or "cuda-emu" (the CUDA backend on the host emulator) */

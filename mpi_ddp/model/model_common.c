@@ -75,7 +75,7 @@ ddp_status ddp_model_io_alloc(ddp_backend *be, ddp_model_io *io, int64_t D, int6
     io->prob = io->loss + maxB;
     io->pred = (int64_t *)(io->prob + maxB); /* 8 * maxB bytes in: aligned */
     if (packing) {
-        io->seg_h = ddp_calloc((size_t)maxR, sizeof *io->seg_h);
+        io->seg_h = ddp_calloc((size_t)(maxR + DDP_ATT_TILES_MAX(maxR, maxB)), sizeof *io->seg_h);
         if (!io->seg_h) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     }
     if (be->host_memory) return DDP_OK;
@@ -90,12 +90,12 @@ ddp_status ddp_model_io_alloc(ddp_backend *be, ddp_model_io *io, int64_t D, int6
         DDP_MODEL_ALLOC(be, t->lab, maxB);
         if (packing) {
             DDP_MODEL_ALLOC(be, t->sid, maxB);
-            DDP_MODEL_ALLOC(be, t->seg, maxR);
+            DDP_MODEL_ALLOC(be, t->seg, maxR + DDP_ATT_TILES_MAX(maxR, maxB));
         }
     }
     if (io->staged) { /* the pinned slots: every region of the largest batch, each 256-byte aligned */
         size_t bytes = (size_t)(maxR * D) * sizeof(float) + (size_t)(2 * maxB + 1) * sizeof(int64_t) + 5 * 256;
-        if (packing) bytes += (size_t)(maxB + maxR) * sizeof(int64_t);
+        if (packing) bytes += (size_t)(maxB + maxR + DDP_ATT_TILES_MAX(maxR, maxB)) * sizeof(int64_t);
         DDP_TRY(be->stage_reserve(be, bytes));
         io->pf_meta = ddp_calloc((size_t)(3 * maxB + 1), sizeof *io->pf_meta);
         if (!io->pf_meta) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
@@ -116,21 +116,28 @@ ddp_status ddp_model_io_check(const ddp_model_io *io, const ddp_batch *b)
     return DDP_OK;
 }
 
-/* The row -> sample map of b into seg_h (packing). */
-static void fill_seg(ddp_model_io *io, const ddp_batch *b)
+/* The row -> sample map of b into seg_h (packing), its attention tiles after it; returns their count. */
+static int64_t fill_seg(ddp_model_io *io, const ddp_batch *b)
 {
     for (int64_t s = 0; s < b->nsamples; s++)
         for (int64_t r = b->offsets[s]; r < b->offsets[s + 1]; r++) io->seg_h[r] = s;
+    return ddp_packing_tiles(b->offsets, b->nsamples, io->seg_h + b->nrows);
 }
 
-static ddp_staged staged_of(const ddp_model_io *io, int k)
+static ddp_staged staged_of(const ddp_model_io *io, int k, const ddp_batch *b, int64_t tiles)
 {
     const ddp_io_set *t = &io->set[k];
-    return (ddp_staged){.x = t->x, .off = t->off, .lab = t->lab, .sid = t->sid, .seg = t->seg};
+    return (ddp_staged){.x = t->x,
+                        .off = t->off,
+                        .lab = t->lab,
+                        .sid = t->sid,
+                        .seg = t->seg,
+                        .tile = t->seg ? t->seg + b->nrows : NULL,
+                        .tiles = tiles};
 }
 
-/* Uploads b (its row -> sample map already in seg_h) into set k through the copy stream. */
-static ddp_status stage_into(ddp_backend *be, ddp_model_io *io, const ddp_batch *b, int k)
+/* Uploads b (its row -> sample map and its `tiles` tiles already in seg_h) into set k through the copy stream. */
+static ddp_status stage_into(ddp_backend *be, ddp_model_io *io, const ddp_batch *b, int k, int64_t tiles)
 {
     const ddp_io_set *t = &io->set[k];
     int64_t B = b->nsamples, R = b->nrows;
@@ -138,7 +145,7 @@ static ddp_status stage_into(ddp_backend *be, ddp_model_io *io, const ddp_batch 
                       {t->off, b->offsets, (size_t)(B + 1) * sizeof(int64_t)},
                       {t->lab, b->labels, (size_t)B * sizeof(int64_t)},
                       {t->sid, b->sample_ids, (size_t)B * sizeof(int64_t)},
-                      {t->seg, io->seg_h, (size_t)R * sizeof(int64_t)}};
+                      {t->seg, io->seg_h, (size_t)(R + tiles) * sizeof(int64_t)}};
     return be->stage(be, k, cp, io->packing ? 5 : 3);
 }
 
@@ -159,9 +166,15 @@ ddp_status ddp_model_io_stage(ddp_backend *be, ddp_model_io *io, const ddp_batch
     /* the row -> sample map on the host: built here unless this batch was prefetched (ddp_model_io_done built and
      * staged it then) */
     int pre = io->staged && is_prefetched(io, b);
-    if (io->packing && !pre) fill_seg(io, b);
+    int64_t T = !io->packing ? 0 : pre ? ddp_packing_tiles(b->offsets, b->nsamples, NULL) : fill_seg(io, b);
     if (be->host_memory) {
-        *s = (ddp_staged){.x = b->x, .off = b->offsets, .lab = b->labels, .sid = b->sample_ids, .seg = io->seg_h};
+        *s = (ddp_staged){.x = b->x,
+                          .off = b->offsets,
+                          .lab = b->labels,
+                          .sid = b->sample_ids,
+                          .seg = io->seg_h,
+                          .tile = io->seg_h ? io->seg_h + b->nrows : NULL,
+                          .tiles = T};
         return DDP_OK;
     }
     if (!io->staged) {
@@ -171,17 +184,17 @@ ddp_status ddp_model_io_stage(ddp_backend *be, ddp_model_io *io, const ddp_batch
         DDP_CHECK(be->upload_async(be, t->lab, b->labels, (size_t)b->nsamples * sizeof(int64_t)));
         if (io->packing) {
             DDP_CHECK(be->upload_async(be, t->sid, b->sample_ids, (size_t)b->nsamples * sizeof(int64_t)));
-            DDP_CHECK(be->upload_async(be, t->seg, io->seg_h, (size_t)b->nrows * sizeof(int64_t)));
+            DDP_CHECK(be->upload_async(be, t->seg, io->seg_h, (size_t)(b->nrows + T) * sizeof(int64_t)));
         }
-        *s = staged_of(io, 0);
+        *s = staged_of(io, 0, b, T);
         return DDP_OK;
     }
     int k = io->cur < 0 ? 0 : 1 - io->cur; /* the sets in turn: the prefetch went to the next one too */
-    if (!pre) DDP_CHECK(stage_into(be, io, b, k));
+    if (!pre) DDP_CHECK(stage_into(be, io, b, k, T));
     io->pf = -1;
     DDP_CHECK(be->stage_acquire(be, k));
     io->cur = k;
-    *s = staged_of(io, k);
+    *s = staged_of(io, k, b, T);
     return DDP_OK;
 }
 
@@ -203,8 +216,8 @@ ddp_status ddp_model_io_done(ddp_backend *be, ddp_model_io *io, int prefetch)
         return DDP_OK; /* none ready, or one its step will reject */
     int k = 1 - io->cur;
     int64_t B = nb->nsamples;
-    if (io->packing) fill_seg(io, nb);
-    DDP_CHECK(stage_into(be, io, nb, k));
+    int64_t T = io->packing ? fill_seg(io, nb) : 0;
+    DDP_CHECK(stage_into(be, io, nb, k, T));
     io->pf = k;
     io->pf_x = nb->x;
     io->pf_ptr[0] = nb->offsets, io->pf_ptr[1] = nb->labels, io->pf_ptr[2] = nb->sample_ids;

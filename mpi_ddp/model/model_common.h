@@ -36,7 +36,8 @@ ddp_status ddp_model_init_params(ddp_backend *be, const ddp_param_table *t, floa
 typedef struct {
     float *x;
     int64_t *off, *lab;
-    int64_t *sid, *seg; /* packing only: sample ids [maxB], row -> sample map [maxR] */
+    int64_t *sid; /* packing only: sample ids [maxB], */
+    int64_t *seg; /* the row -> sample map [maxR] followed by the attention tiles [DDP_ATT_TILES_MAX(maxR, maxB)] */
 } ddp_io_set;
 
 /* A batch's I/O on the backend. With a staging backend (be->stage, unless MPIDDP_CUDA_PREFETCH=0) batches are
@@ -50,7 +51,7 @@ typedef struct {
     float *loss, *prob;    /* into out */
     int64_t *pred;
     void *h_out;              /* host staging of out, same layout (device backends) */
-    int64_t *seg_h;           /* packing: [maxR] host row -> sample map of the batch last staged */
+    int64_t *seg_h;           /* packing: the host row -> sample map and tiles of the batch last staged (as seg) */
     ddp_io_set set[2];        /* device copies of the batch (device backends; set[1] only when staged) */
     int staged;               /* 1: uploads through be->stage, two sets */
     int cur;                  /* the set of the batch being computed (-1: none yet) */
@@ -72,7 +73,9 @@ typedef struct {
 typedef struct {
     const float *x;
     const int64_t *off, *lab;
-    const int64_t *sid, *seg; /* packing only */
+    const int64_t *sid, *seg; /* packing only, */
+    const int64_t *tile;      /* with the attention tiles (ddp_packing.tile) */
+    int64_t tiles;
 } ddp_staged;
 
 /* Allocates io's buffers on be (the batch copies and h_out only on device backends; with packing also the sample

@@ -117,8 +117,15 @@ static ddp_status stage(txmodel *m, const ddp_batch *b, const float **x, const i
     }
     ddp_staged s;
     DDP_CHECK(ddp_model_io_stage(m->be, &m->io, b, &s));
-    m->pack = (ddp_packing){
-        .B = B, .R = R, .off = s.off, .seg = s.seg, .sid = s.sid, .hoff = b->offsets, .max_rows = nmax};
+    m->pack = (ddp_packing){.B = B,
+                            .R = R,
+                            .off = s.off,
+                            .seg = s.seg,
+                            .sid = s.sid,
+                            .hoff = b->offsets,
+                            .max_rows = nmax,
+                            .tile = s.tile,
+                            .tiles = s.tiles};
     *x = s.x;
     *lab = s.lab;
     return DDP_OK;

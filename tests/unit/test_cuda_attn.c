@@ -153,6 +153,27 @@ static void bounds(const float *qkv, const float *dout, const float *o, const fl
     }
 }
 
+/* The blocks the own kernels launched for a forward (fwd) and a backward (bwd) over the batch pk: a block per tile of
+ * TEST_ATT_TILE rows and head in each tiled kernel (one forward, two backward) and the delta pass's ceil(R H / 128),
+ * none past a sample's end; a thread per row and head in the reference kernels (dh > 128). Where cuDNN ran a
+ * direction, its conversions count instead, unchecked. The tiles also as ddp_packing_tiles finds them. */
+_Static_assert(TEST_ATT_TILE == DDP_ATT_TILE, "test_data.h's tiles are the backend's");
+static void expect_blocks(const test_pack *pk, int64_t dh, int H, float p, long long fwd, long long bwd)
+{
+    int64_t *t = calloc((size_t)(DDP_ATT_TILES_MAX(pk->R, pk->B) + 1), 8);
+    if (ddp_packing_tiles(pk->off, pk->B, t) != pk->T || memcmp(t, pk->tile, (size_t)pk->T * 8))
+        fail_msg("ddp_packing_tiles: not the %lld tiles of test_pack", (long long)pk->T);
+    free(t);
+    const long long rh = (pk->R * H + 127) / 128, th = pk->T * H;
+    const long long want_f = dh <= 128 ? th : rh, want_b = dh <= 128 ? 2 * th + rh : 2 * rh;
+    if ((!(cudnn_mode & 1) || p > 0.0f) && fwd != want_f)
+        fail_msg("attention forward dh %lld H %d: %lld blocks, want %lld (%lld tiles)", (long long)dh, H, fwd, want_f,
+                 (long long)pk->T);
+    if ((!(cudnn_mode & 2) || p > 0.0f) && bwd != want_b)
+        fail_msg("attention backward dh %lld H %d: %lld blocks, want %lld (%lld tiles)", (long long)dh, H, bwd, want_b,
+                 (long long)pk->T);
+}
+
 /* One batch on both backends at precision prec: output, lse and dqkv within the bounds of the header; with
  * `self` the checks that must fail (zeros; tf32 against the fp32 bounds) and tf32 differing from fp32. */
 static int tc_device; /* device 0 runs tf32/bf16 attention on tensor cores (sm_80+; the emulator says 9.0) */
@@ -167,6 +188,7 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     const int64_t *o = pk.off, *sid = pk.sid;
     ddp_packing pc = {.B = B, .R = R, .off = o, .seg = pk.seg, .sid = sid, .hoff = o, .max_rows = pk.max_rows}, pg = pc;
     pg.off = dev(o, (size_t)(B + 1) * 8), pg.seg = dev(pk.seg, (size_t)R * 8), pg.sid = dev(sid, (size_t)B * 8);
+    pg.tile = dev(pk.tile, (size_t)pk.T * 8), pg.tiles = pk.T;
     uint64_t seed = 1234 + (uint64_t)dh * 7 + (uint64_t)H;
     float *qkv = malloc((size_t)(R * 3 * d + 1) * 4), *dout = malloc((size_t)(R * d + 1) * 4);
     for (int64_t i = 0; i < R * 3 * d; i++) qkv[i] = 1.5f * test_frand(&seed);
@@ -181,8 +203,11 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     OK(cpu->enc->attention_fwd(cpu, qkv, y, lse, &pc, d, H, &dr));
     OK(cpu->enc->attention_bwd(cpu, qkv, y, dout, lse, dq, D, &pc, d, H, &dr));
     OK(ddp_backend_set_precision(gpu, prec));
+    const long long b0 = ddp_cuda()->blocks();
     OK(gpu->enc->attention_fwd(gpu, qg, yg, lg, &pg, d, H, &dr));
+    const long long b1 = ddp_cuda()->blocks();
     OK(gpu->enc->attention_bwd(gpu, qg, yg, dog, lg, dqg, Dg, &pg, d, H, &dr));
+    expect_blocks(&pk, dh, H, p, b1 - b0, ddp_cuda()->blocks() - b1);
     float *gy = down(yg, R * d), *gl = down(lg, R * H), *gq = down(dqg, R * 3 * d);
     double *bo = calloc((size_t)(R * d + 1), 8), *bl = calloc((size_t)(R * H + 1), 8),
            *bq = calloc((size_t)(R * 3 * d + 1), 8);
@@ -215,23 +240,28 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
         fail_msg("%s: two runs differ", what);
     /* sample B/2 alone (its id kept): the same bits as inside the batch */
     const int solo = B / 2;
-    int64_t lo = o[solo], n = len[solo], o1[2] = {0, n}, *seg1 = calloc((size_t)n + 1, 8);
+    int64_t lo = o[solo], n = len[solo];
+    test_pack t1;
+    test_pack_lengths(&t1, &len[solo], 1, sid[solo], 0);
     ddp_packing p1 = {.B = 1,
                       .R = n,
-                      .off = dev(o1, sizeof o1),
-                      .seg = dev(seg1, (size_t)n * 8),
-                      .sid = dev(&sid[solo], 8),
-                      .hoff = o1,
-                      .max_rows = n};
+                      .off = dev(t1.off, 16),
+                      .seg = dev(t1.seg, (size_t)n * 8),
+                      .sid = dev(t1.sid, 8),
+                      .hoff = t1.off,
+                      .max_rows = n,
+                      .tile = dev(t1.tile, (size_t)t1.T * 8),
+                      .tiles = t1.T};
     void *q1 = dev(qkv + lo * 3 * d, (size_t)n * 3 * d * 4), *do1 = dev(dout + lo * d, (size_t)n * d * 4);
     OK(gpu->enc->attention_fwd(gpu, q1, yg, lg, &p1, d, H, &dr));
     OK(gpu->enc->attention_bwd(gpu, q1, yg, do1, lg, dqg, Dg, &p1, d, H, &dr));
     float *y3 = down(yg, n * d), *g3 = down(dqg, n * 3 * d);
     if (!(!memcmp(y3, gy + lo * d, (size_t)n * d * 4) && !memcmp(g3, gq + lo * 3 * d, (size_t)n * 3 * d * 4)))
         fail_msg("%s: sample %d alone differs from the batch", what, solo);
-    void *d1[] = {(void *)p1.off, (void *)p1.seg, (void *)p1.sid, q1, do1};
+    void *d1[] = {(void *)p1.off, (void *)p1.seg, (void *)p1.sid, (void *)p1.tile, q1, do1};
     for (size_t i = 0; i < sizeof d1 / sizeof d1[0]; i++) gpu->release(gpu, d1[i]);
-    free(seg1), free(y3), free(g3);
+    test_pack_free(&t1);
+    free(y3), free(g3);
     if (self) {
         int64_t at;
         float *zero = calloc((size_t)(R * 3 * d + 1), 4);
@@ -269,7 +299,7 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
         }
     }
     OK(ddp_backend_set_precision(gpu, DDP_PRECISION_FP32));
-    void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, qg, dog, yg, lg, dqg, Dg};
+    void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, (void *)pg.tile, qg, dog, yg, lg, dqg, Dg};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
     test_pack_free(&pk);
     free(qkv), free(dout), free(y), free(lse), free(dq), free(D);
@@ -450,13 +480,14 @@ static void one_forward(const int64_t *len, int B, int64_t d, int H)
     test_pack pk;
     test_pack_lengths(&pk, len, B, 5, 1);
     const int64_t R = pk.R;
-    ddp_packing pg = {.B = B, .R = R, .hoff = pk.off, .max_rows = pk.max_rows};
+    ddp_packing pg = {.B = B, .R = R, .hoff = pk.off, .max_rows = pk.max_rows, .tiles = pk.T};
     pg.off = dev(pk.off, (size_t)(B + 1) * 8), pg.seg = dev(pk.seg, (size_t)R * 8), pg.sid = dev(pk.sid, (size_t)B * 8);
+    pg.tile = dev(pk.tile, (size_t)pk.T * 8);
     void *q = dev(NULL, (size_t)R * 3 * d * 4), *o = dev(NULL, (size_t)R * d * 4), *l = dev(NULL, (size_t)R * H * 4);
     const ddp_dropout dr = {.p = 0.0f, .key = 1};
     OK(ddp_backend_set_precision(gpu, DDP_PRECISION_BF16));
     OK(gpu->enc->attention_fwd(gpu, q, o, l, &pg, d, H, &dr));
-    void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, q, o, l};
+    void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, (void *)pg.tile, q, o, l};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
     test_pack_free(&pk);
 }
@@ -490,9 +521,9 @@ static void test_cudnn_plan_cache(void **state)
         test_pack pk;
         test_pack_lengths(&pk, len, B, 5, 1);
         int64_t R = pk.R;
-        ddp_packing pg = {.B = B, .R = R, .hoff = pk.off, .max_rows = pk.max_rows};
+        ddp_packing pg = {.B = B, .R = R, .hoff = pk.off, .max_rows = pk.max_rows, .tiles = pk.T};
         pg.off = dev(pk.off, (size_t)(B + 1) * 8), pg.seg = dev(pk.seg, (size_t)R * 8),
-        pg.sid = dev(pk.sid, (size_t)B * 8);
+        pg.sid = dev(pk.sid, (size_t)B * 8), pg.tile = dev(pk.tile, (size_t)pk.T * 8);
         void *q = dev(NULL, (size_t)R * 3 * d * 4), *o = dev(NULL, (size_t)R * d * 4),
              *l = dev(NULL, (size_t)R * H * 4);
         void *dq = dev(NULL, (size_t)R * 3 * d * 4), *D = dev(NULL, (size_t)R * H * 4);
@@ -501,7 +532,7 @@ static void test_cudnn_plan_cache(void **state)
         OK(gpu->enc->attention_fwd(gpu, q, o, l, &pg, d, (int)H, &dr));
         OK(gpu->enc->attention_bwd(gpu, q, o, o, l, dq, D, &pg, d, (int)H, &dr));
         calls += dirs;
-        void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, q, o, l, dq, D};
+        void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, (void *)pg.tile, q, o, l, dq, D};
         for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
         test_pack_free(&pk);
     }

@@ -16,6 +16,7 @@ void test_enc_ops(void **state)
     ddp_packing pc = {.B = B, .R = R, .off = pk.off, .seg = pk.seg, .sid = pk.sid, .hoff = pk.off, .max_rows = mx};
     ddp_packing pg = pc;
     pg.off = dev(pk.off, sizeof o), pg.seg = dev(pk.seg, (size_t)R * 8), pg.sid = dev(pk.sid, (size_t)B * 8);
+    pg.tile = dev(pk.tile, (size_t)(pk.T + 1) * 8), pg.tiles = pk.T;
     const ddp_enc_ops *C = cpu->enc, *G = gpu->enc;
     OK(ddp_backend_require_enc(gpu));
     ddp_dropout dr = {.p = 0.1f, .key = 4242};
@@ -125,8 +126,25 @@ void test_enc_ops(void **state)
     OK(C->pool_mean_bwd(cpu, dout, y, &pc, d));
     OK(G->pool_mean_bwd(gpu, dog, yg, &pg, d));
     expect_dev_close("pool_mean_bwd", yg, y, R * d, 1e-6);
-    void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, xg, wg, bg, qg, dog, zg, bfg, posg, yg, y2g, mug, rsg,
-                  accg,           acc2g,          acc3g};
+    void *dv[] = {(void *)pg.off,
+                  (void *)pg.seg,
+                  (void *)pg.sid,
+                  (void *)pg.tile,
+                  xg,
+                  wg,
+                  bg,
+                  qg,
+                  dog,
+                  zg,
+                  bfg,
+                  posg,
+                  yg,
+                  y2g,
+                  mug,
+                  rsg,
+                  accg,
+                  acc2g,
+                  acc3g};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
     test_pack_free(&pk);
     free(x), free(w), free(bb), free(qkv), free(dout), free(z), free(bf), free(pos);
@@ -144,7 +162,7 @@ static void attn_case(const char *tag, const int64_t *len, int B, int64_t dh, in
     const int64_t d = dh * H, R = pk.R, *o = pk.off, *sid = pk.sid;
     ddp_packing pc = {.B = B, .R = R, .off = o, .seg = pk.seg, .sid = sid, .hoff = o, .max_rows = pk.max_rows}, pg = pc;
     pg.off = dev(o, (size_t)(B + 1) * 8), pg.seg = dev(pk.seg, (size_t)(R ? R : 1) * 8),
-    pg.sid = dev(sid, (size_t)B * 8);
+    pg.sid = dev(sid, (size_t)B * 8), pg.tile = dev(pk.tile, (size_t)(pk.T + 1) * 8), pg.tiles = pk.T;
     /* + 1: the host data covers the device copies' spare element (the same values otherwise) */
     float *qkv = test_rnd(R * 3 * d + 1, 31 + (uint64_t)dh, 1.5f, 0), *dout = test_rnd(R * d + 1, 32, 1, 0),
           *y = calloc((size_t)R * d + 1, 4), *lse = calloc((size_t)R * H + 1, 4),
@@ -189,14 +207,18 @@ static void attn_case(const char *tag, const int64_t *len, int B, int64_t dh, in
           !memcmp(g1, g2, (size_t)R * 3 * d * 4)))
         fail_msg("attention %s dh %lld: two runs differ", tag, (long long)dh);
     /* sample `solo` alone (its id kept): the same bits as in the batch */
-    int64_t lo = o[solo], n = len[solo], o1[2] = {0, n}, *seg1 = calloc((size_t)n + 1, 8);
+    int64_t lo = o[solo], n = len[solo];
+    test_pack t1;
+    test_pack_lengths(&t1, &len[solo], 1, sid[solo], 0);
     ddp_packing p1 = {.B = 1,
                       .R = n,
-                      .off = dev(o1, sizeof o1),
-                      .seg = dev(seg1, (size_t)n * 8 + 8),
-                      .sid = dev(&sid[solo], 8),
-                      .hoff = o1,
-                      .max_rows = n};
+                      .off = dev(t1.off, 16),
+                      .seg = dev(t1.seg, (size_t)n * 8 + 8),
+                      .sid = dev(t1.sid, 8),
+                      .hoff = t1.off,
+                      .max_rows = n,
+                      .tile = dev(t1.tile, (size_t)(t1.T + 1) * 8),
+                      .tiles = t1.T};
     void *q1 = dev(qkv + lo * 3 * d, (size_t)n * 3 * d * 4), *do1 = dev(dout + lo * d, (size_t)n * d * 4);
     OK(gpu->enc->attention_fwd(gpu, q1, yg, lg, &p1, d, H, &dk));
     OK(gpu->enc->attention_bwd(gpu, q1, yg, do1, lg, dqg, Dg, &p1, d, H, &dk));
@@ -206,9 +228,11 @@ static void attn_case(const char *tag, const int64_t *len, int B, int64_t dh, in
     void *dv[] = {(void *)pg.off,
                   (void *)pg.seg,
                   (void *)pg.sid,
+                  (void *)pg.tile,
                   (void *)p1.off,
                   (void *)p1.seg,
                   (void *)p1.sid,
+                  (void *)p1.tile,
                   qg,
                   dog,
                   yg,
@@ -218,8 +242,8 @@ static void attn_case(const char *tag, const int64_t *len, int B, int64_t dh, in
                   q1,
                   do1};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
-    test_pack_free(&pk);
-    free(seg1), free(qkv), free(dout), free(y), free(lse), free(dq), free(D);
+    test_pack_free(&pk), test_pack_free(&t1);
+    free(qkv), free(dout), free(y), free(lse), free(dq), free(D);
     free(y1), free(l1), free(g1), free(y2), free(l2), free(g2), free(y3), free(g3);
 }
 

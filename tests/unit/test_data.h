@@ -45,10 +45,13 @@ static inline void test_random_offsets(int64_t *o, int b, uint64_t seed, int eve
 }
 
 /* A packed batch's layout in host memory: sample s in rows [off[s], off[s + 1]), seg[r] the sample of row r, sid[s]
- * its id (dropout keys); max_rows the longest sample. The arrays are malloc'd (at least one element each). */
+ * its id (dropout keys); max_rows the longest sample; tile[0..T) the attention tiles of TEST_ATT_TILE rows (s | j << 32
+ * for the j-th of sample s; ddp_packing.tile, computed here independently). The arrays are malloc'd (at least one
+ * element each). */
+#define TEST_ATT_TILE 64 /* DDP_ATT_TILE (test_cuda_attn.c asserts it) */
 typedef struct {
-    int64_t B, R, max_rows;
-    int64_t *off, *seg, *sid;
+    int64_t B, R, max_rows, T;
+    int64_t *off, *seg, *sid, *tile;
 } test_pack;
 
 /* The layout of the B samples at the offsets off[0..B] (copied), ids sid0 + sid_step * s. */
@@ -58,11 +61,14 @@ static inline void test_pack_offsets(test_pack *p, const int64_t *off, int64_t B
     p->off = malloc((size_t)(B + 1) * sizeof(int64_t));
     p->seg = malloc((size_t)(p->R > 0 ? p->R : 1) * sizeof(int64_t));
     p->sid = malloc((size_t)(B > 0 ? B : 1) * sizeof(int64_t));
-    p->off[0] = off[0];
+    p->tile = calloc((size_t)(p->R / TEST_ATT_TILE + B + 1), sizeof(int64_t));
+    p->off[0] = off[0], p->T = 0;
     for (int64_t s = 0; s < B; s++) {
         p->off[s + 1] = off[s + 1], p->sid[s] = sid0 + sid_step * s;
         p->max_rows = off[s + 1] - off[s] > p->max_rows ? off[s + 1] - off[s] : p->max_rows;
         for (int64_t r = off[s]; r < off[s + 1]; r++) p->seg[r] = s;
+        for (int64_t j = 0; j < (off[s + 1] - off[s] + TEST_ATT_TILE - 1) / TEST_ATT_TILE; j++)
+            p->tile[p->T++] = s + j * ((int64_t)1 << 32);
     }
 }
 
@@ -78,8 +84,8 @@ static inline void test_pack_lengths(test_pack *p, const int64_t *len, int64_t B
 
 static inline void test_pack_free(test_pack *p)
 {
-    free(p->off), free(p->seg), free(p->sid);
-    p->off = p->seg = p->sid = NULL;
+    free(p->off), free(p->seg), free(p->sid), free(p->tile);
+    p->off = p->seg = p->sid = p->tile = NULL;
 }
 
 /* A packed batch of host data for ddp_model's steps (ddp_batch b points into the arrays). */

@@ -4,10 +4,12 @@
  * (backend_cuda_sdpa.cu) where attention_select chose it. */
 #include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 
-#define ATT_BQ 64    /* rows per block: query rows (forward, dQ) or key rows (dK/dV), one thread each */
+#define ATT_BQ                                                                                                 \
+    DDP_ATT_TILE     /* rows per block (a tile): query rows (forward, dQ) or key rows (dK/dV), one thread each \
+                      */
 #define ATT_BK 32    /* rows per shared tile */
 #define ATT_DMAX 128 /* widest head of the tiled kernels */
-static_assert(ATT_BQ == 2 * ATT_BK, "a block's rows pass through two shared tiles");
+static_assert(ATT_BQ == 64 && ATT_BQ == 2 * ATT_BK, "a block's rows pass through two shared tiles");
 
 #ifdef __CUDACC__
 #define ATT_UNROLL _Pragma("unroll")
@@ -102,14 +104,13 @@ template <int DM> static __device__ inline float att_dot(const float (&x)[DM], c
  * 8 KiB of scores; q and the accumulator keep 2 x DM floats a thread: 75, 94 and 166 registers at DM 16, 32 and 64,
  * and at DM 128 beyond the 255 registers, so they spill (160 bytes of spill stores). */
 template <int DM>
-__global__ void __launch_bounds__(ATT_BQ) k_flash_fwd(const float *qkv, float *o, float *lse, const int64_t *off,
-                                                      const int64_t *sid, int64_t d, int64_t H, int vec, ddp_dropout dr)
+__global__ void __launch_bounds__(ATT_BQ)
+    k_flash_fwd(const float *qkv, float *o, float *lse, const int64_t *tile, const int64_t *off, const int64_t *sid,
+                int64_t d, int64_t H, int vec, ddp_dropout dr)
 {
     __shared__ float4 ks[ATT_BK * DM / 4], vs[ATT_BK * DM / 4];
     __shared__ float sc[ATT_BK][ATT_BQ]; /* a key tile's scores, a column per thread (no bank conflicts) */
-    const ddp_attn_blk k = ddp_attn_block(off, d, H, ATT_BQ);
-    __syncthreads(); /* (uniform, before the exit: the emulator learns from a kernel's first block that it waits) */
-    if (k.r0 >= k.n) return;                            /* the whole block: past its sample's end */
+    const ddp_attn_blk k = ddp_attn_block(tile, off, d, H);
     const float *base = qkv + k.lo * k.ld + k.h * k.dh; /* q of the sample's first row, head h */
     const int64_t i = k.r0 + threadIdx.x;
     float q[DM], acc[DM];
@@ -159,14 +160,13 @@ __global__ void __launch_bounds__(ATT_BQ) k_flash_fwd(const float *qkv, float *o
 template <int DM>
 __global__ void __launch_bounds__(ATT_BQ)
     k_flash_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                   const int64_t *off, const int64_t *sid, int64_t d, int64_t H, int vec, ddp_dropout dr)
+                   const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H, int vec,
+                   ddp_dropout dr)
 {
     __shared__ float4 qs[ATT_BK * DM / 4], ds[ATT_BK * DM / 4];
     __shared__ float ls[ATT_BK], Ds[ATT_BK];
     __shared__ uint64_t rks[ATT_BK];
-    const ddp_attn_blk k = ddp_attn_block(off, d, H, ATT_BQ);
-    __syncthreads(); /* as in k_flash_fwd */
-    if (k.r0 >= k.n) return;
+    const ddp_attn_blk k = ddp_attn_block(tile, off, d, H);
     const float *base = qkv + k.lo * k.ld + k.h * k.dh, *dob = dout + k.lo * d + k.h * k.dh;
     const int64_t j = k.r0 + threadIdx.x;
     float kr[DM], vr[DM], dk[DM], dv[DM];
@@ -213,12 +213,11 @@ __global__ void __launch_bounds__(ATT_BQ)
 template <int DM>
 __global__ void __launch_bounds__(ATT_BQ)
     k_flash_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                  const int64_t *off, const int64_t *sid, int64_t d, int64_t H, int vec, ddp_dropout dr)
+                  const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H, int vec,
+                  ddp_dropout dr)
 {
     __shared__ float4 ks[ATT_BK * DM / 4], vs[ATT_BK * DM / 4];
-    const ddp_attn_blk k = ddp_attn_block(off, d, H, ATT_BQ);
-    __syncthreads(); /* as in k_flash_fwd */
-    if (k.r0 >= k.n) return;
+    const ddp_attn_blk k = ddp_attn_block(tile, off, d, H);
     const float *base = qkv + k.lo * k.ld + k.h * k.dh;
     const int64_t i = k.r0 + threadIdx.x;
     float q[DM], dor[DM], dq[DM];
@@ -305,15 +304,19 @@ __global__ void k_attn_bwd(const float *qkv, const float *dout, const float *lse
 }
 
 /* ------------------------------------------------------------------ ops */
-/* The tiled kernels' grid: samples x query (or key) tiles x heads; float4 accesses when every row of every
- * head starts 16-byte aligned (dh % 4 == 0 and the buffers aligned). */
-static dim3 att_grid(const ddp_packing *pack, int heads)
-{
-    return dim3((unsigned)pack->B, (unsigned)((pack->max_rows + ATT_BQ - 1) / ATT_BQ), (unsigned)heads);
-}
+/* float4 accesses in the tiled kernels when every row of every head starts 16-byte aligned (dh % 4 == 0 and the
+ * buffers aligned). */
 static int att_vec(int64_t dh, const void *a, const void *b, const void *c)
 {
     return dh % 4 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
+}
+
+/* The tiled kernels' grid needs the batch's tile map (ddp_packing.tile), which the model stages with the batch. */
+static ddp_status tiles_check(const ddp_packing *pack)
+{
+    if (pack->tile && pack->tiles == ddp_packing_tiles(pack->hoff, pack->B, NULL)) return DDP_OK;
+    return ddp_set_error(DDP_ERR_ARG, "attention: the packing's tile map is missing or not of its batch (%lld tiles)",
+                         (long long)pack->tiles);
 }
 
 template <int DM>
@@ -321,8 +324,8 @@ static ddp_status att_fwd(ddp_backend *b, const float *qkv, float *o, float *lse
                           int heads, const ddp_dropout *dr)
 {
     int vec = att_vec(d / heads, qkv, o, o);
-    DDP_LAUNCH(k_flash_fwd<DM>, att_grid(pack, heads), ATT_BQ, 0, cuda_of(b)->stream, qkv, o, lse, pack->off, pack->sid,
-               d, (int64_t)heads, vec, *dr);
+    DDP_LAUNCH(k_flash_fwd<DM>, ddp_attn_grid(pack, heads), ATT_BQ, 0, cuda_of(b)->stream, qkv, o, lse, pack->tile,
+               pack->off, pack->sid, d, (int64_t)heads, vec, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -333,11 +336,11 @@ static ddp_status att_bwd(ddp_backend *b, const float *qkv, const float *dout, c
 {
     int vec = att_vec(d / heads, qkv, dout, dqkv);
     cudaStream_t st = cuda_of(b)->stream;
-    DDP_LAUNCH(k_flash_bwd_kv<DM>, att_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->off,
-               pack->sid, d, (int64_t)heads, vec, *dr);
+    DDP_LAUNCH(k_flash_bwd_kv<DM>, ddp_attn_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->tile,
+               pack->off, pack->sid, d, (int64_t)heads, vec, *dr);
     LAUNCH_CHECK();
-    DDP_LAUNCH(k_flash_bwd_q<DM>, att_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->off,
-               pack->sid, d, (int64_t)heads, vec, *dr);
+    DDP_LAUNCH(k_flash_bwd_q<DM>, ddp_attn_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->tile,
+               pack->off, pack->sid, d, (int64_t)heads, vec, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -350,6 +353,7 @@ ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, float *o, fl
     if (pack->R <= 0 || pack->max_rows <= 0) return DDP_OK;
     if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_fwd(b, qkv, o, lse, pack, d, heads, &ran)); /* cuDNN where chosen */
     if (ran) return DDP_OK;
+    if (dh <= ATT_DMAX) DDP_CHECK(tiles_check(pack));
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
     if (tc) return ddp_cuda_attention_tc_fwd(b, qkv, o, lse, pack, d, heads, dr); /* --precision tf32, bf16 */
     if (dh <= 16) return att_fwd<16>(b, qkv, o, lse, pack, d, heads, dr);
@@ -370,6 +374,7 @@ ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const float 
     int tc = 0, ran = 0;
     if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_bwd(b, qkv, o, dout, lse, dqkv, pack, d, heads, &ran));
     if (ran) return DDP_OK;
+    if (dh <= ATT_DMAX) DDP_CHECK(tiles_check(pack));
     ENC_LAUNCH(k_attn_D, n, dout, o, delta, pack->R, d, H);
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
     if (tc) return ddp_cuda_attention_tc_bwd(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);

@@ -3,8 +3,8 @@
  * ddp_cuda_attention_tc says they apply. */
 #include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 
-#define TC_BQ 64 /* rows of a block: 4 warps of 16 */
-#define TC_BK 32 /* rows of a streamed tile */
+#define TC_BQ DDP_ATT_TILE /* rows of a block (a tile): 4 warps of 16 */
+#define TC_BK 32           /* rows of a streamed tile */
 #define TC_THREADS 128
 /* widest head of the tensor-core kernels: heads of 65..128 stay on the SIMT kernels, where dK/dV would hold 16 key
  * rows x 128 of K, V, dK and dV in fragments (over 255 registers) and stage over 48 KiB at tf32 */
@@ -97,8 +97,9 @@ static __device__ inline void tc_out(float *dst, int64_t ld, const F (&f)[DM / 1
  * (+ 4 KiB of bf16 P), 13 824 to 26 112 bytes; 56 to 128 registers at sm_80 (tf32, DM 64: 4 bytes spilled), 48 to
  * 140 at sm_90, no spills. */
 template <int P, int DM>
-__global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *o, float *lse, const int64_t *off,
-                                                       const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+__global__ void __launch_bounds__(TC_THREADS)
+    k_tc_fwd(const float *qkv, float *o, float *lse, const int64_t *tile, const int64_t *off, const int64_t *sid,
+             int64_t d, int64_t H, ddp_dropout dr)
 {
 #if TC_ARCH
     TC_TYPES(P);
@@ -108,9 +109,7 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *
     __shared__ __align__(32) float rowmap[256];                      /* element (r, c) = r */
     __shared__ float corr[TC_BQ], inv[TC_BQ];
     T *pp = P == TC_TF32 ? (T *)sc : pb;
-    const ddp_attn_blk k = ddp_attn_block(off, d, H, TC_BQ);
-    __syncthreads(); /* uniform, before the exit (the emulator learns from a kernel's first block that it waits) */
-    if (k.r0 >= k.n) return;
+    const ddp_attn_blk k = ddp_attn_block(tile, off, d, H);
     /* lanes l and l + 16 of warp w share row w * 16 + l: the first takes keys 0..15 of a tile, the second 16..31 */
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, row = w * 16 + lane % 16, j1 = lane / 16 * 16;
     const float *base = qkv + k.lo * k.ld + k.h * k.dh;
@@ -194,8 +193,8 @@ __global__ void __launch_bounds__(TC_THREADS) k_tc_fwd(const float *qkv, float *
  * bytes at sm_80, 60 at sm_90). */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_tc_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv, const int64_t *off,
-                const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+    k_tc_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv, const int64_t *tile,
+                const int64_t *off, const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
 {
 #if TC_ARCH
     TC_TYPES(P);
@@ -206,9 +205,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     __shared__ float ls[TC_BK], Ds[TC_BK];
     __shared__ uint64_t rks[TC_BK];
     T *pm = P == TC_TF32 ? (T *)st : pmb, *dsp = P == TC_TF32 ? (T *)dpt : dsb;
-    const ddp_attn_blk k = ddp_attn_block(off, d, H, TC_BQ);
-    __syncthreads(); /* as in k_tc_fwd */
-    if (k.r0 >= k.n) return;
+    const ddp_attn_blk k = ddp_attn_block(tile, off, d, H);
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const float *base = qkv + k.lo * k.ld + k.h * k.dh, *dob = dout + k.lo * d + k.h * k.dh;
     frag_a kf[DM / KK], vf[DM / KK], pa;
@@ -289,8 +286,8 @@ __global__ void __launch_bounds__(TC_THREADS)
  * dS), 21 504 to 33 792 bytes (tf32, DM 64: the most of the three kernels); 56 to 168 registers, no spills. */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_tc_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv, const int64_t *off,
-               const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+    k_tc_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv, const int64_t *tile,
+               const int64_t *off, const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
 {
 #if TC_ARCH
     TC_TYPES(P);
@@ -301,9 +298,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     __shared__ float ls[TC_BQ], Ds[TC_BQ];
     __shared__ uint64_t rks[TC_BQ];
     T *dsp = P == TC_TF32 ? (T *)dps : dsb;
-    const ddp_attn_blk k = ddp_attn_block(off, d, H, TC_BQ);
-    __syncthreads(); /* as in k_tc_fwd */
-    if (k.r0 >= k.n) return;
+    const ddp_attn_blk k = ddp_attn_block(tile, off, d, H);
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const float *base = qkv + k.lo * k.ld + k.h * k.dh;
     const int on = dr.p > 0.0f;
@@ -376,11 +371,6 @@ __global__ void __launch_bounds__(TC_THREADS)
 }
 
 /* ------------------------------------------------------------------ ops */
-static dim3 tc_grid(const ddp_packing *pack, int heads)
-{
-    return dim3((unsigned)pack->B, (unsigned)((pack->max_rows + TC_BQ - 1) / TC_BQ), (unsigned)heads);
-}
-
 /* 1: the device has tensor cores for tf32 and bf16 WMMA (sm_80 and later), asked once per device */
 static ddp_status tc_device_ok(ddp_backend *b, int *ok)
 {
@@ -416,10 +406,10 @@ template <int P, int DM>
 static ddp_status tc_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t d,
                          int heads, const ddp_dropout *dr)
 {
-    static void (*const kernel)(const float *, float *, float *, const int64_t *, const int64_t *, int64_t, int64_t,
-                                ddp_dropout) = k_tc_fwd<P, DM>;
-    DDP_LAUNCH(kernel, tc_grid(pack, heads), TC_THREADS, 0, cuda_of(b)->stream, qkv, o, lse, pack->off, pack->sid, d,
-               (int64_t)heads, *dr);
+    static void (*const kernel)(const float *, float *, float *, const int64_t *, const int64_t *, const int64_t *,
+                                int64_t, int64_t, ddp_dropout) = k_tc_fwd<P, DM>;
+    DDP_LAUNCH(kernel, ddp_attn_grid(pack, heads), TC_THREADS, 0, cuda_of(b)->stream, qkv, o, lse, pack->tile,
+               pack->off, pack->sid, d, (int64_t)heads, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -429,14 +419,14 @@ static ddp_status tc_bwd(ddp_backend *b, const float *qkv, const float *dout, co
                          const float *delta, const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
     typedef void (*kernel_t)(const float *, const float *, const float *, const float *, float *, const int64_t *,
-                             const int64_t *, int64_t, int64_t, ddp_dropout);
+                             const int64_t *, const int64_t *, int64_t, int64_t, ddp_dropout);
     static const kernel_t kv = k_tc_bwd_kv<P, DM>, q = k_tc_bwd_q<P, DM>; /* a name without a comma to launch */
     cudaStream_t s = cuda_of(b)->stream;
-    DDP_LAUNCH(kv, tc_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->off, pack->sid, d,
-               (int64_t)heads, *dr);
+    DDP_LAUNCH(kv, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->tile, pack->off,
+               pack->sid, d, (int64_t)heads, *dr);
     LAUNCH_CHECK();
-    DDP_LAUNCH(q, tc_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->off, pack->sid, d,
-               (int64_t)heads, *dr);
+    DDP_LAUNCH(q, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->tile, pack->off,
+               pack->sid, d, (int64_t)heads, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }

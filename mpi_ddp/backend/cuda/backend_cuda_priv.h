@@ -11,10 +11,17 @@ extern "C" {
 }
 #include "mpi_ddp/backend/cuda/backend_cuda_state.h"
 
-/* Every launch and cuBLAS compute call counts (ddp_cuda_launches, backend_cuda_state.c). */
+/* Every launch and cuBLAS compute call counts (ddp_cuda_launches, backend_cuda_state.c); a kernel launch also its
+ * blocks (ddp_cuda_blocks). */
 #define DDP_LAUNCH_NOTE() ((void)++ddp_cuda_launches)
+#define DDP_LAUNCH_NOTE_GRID(grid) ddp_cuda_note_grid(dim3(grid))
 #include "mpi_ddp/backend/cuda/cuda_compat.h"
 #include "mpi_ddp/backend/cuda/cuda_checks.h"
+static inline void ddp_cuda_note_grid(dim3 g)
+{
+    ++ddp_cuda_launches;
+    ddp_cuda_blocks += (long long)g.x * g.y * g.z;
+}
 /* A failed allocation in the one-line format of cuda_checks.h, with its size, device and purpose (backend_cuda.cu,
  * backend_cuda_gemm.cu). */
 #define DDP_ALLOC_ERR_(call, e, bytes, dev, what)                                                                      \
@@ -224,20 +231,26 @@ static __device__ inline void residual_elems(const float *hr, const float *tr, c
 }
 
 /* Where a block of the attention kernels (backend_cuda_attn.cu, backend_cuda_attn_tc.cu) works, from its grid
- * position (sample, tile of `rows` rows, head): sample s (rows lo .. lo + n of the batch), head h of width dh,
- * first row r0 of its tile (query or key rows), q|k|v's row stride ld = 3d, the softmax scale 1/sqrt(dh). */
+ * position (tile of the batch, head; att_grid): sample s (rows lo .. lo + n of the batch), head h of width dh, first
+ * row r0 of its tile of DDP_ATT_TILE query (or key) rows, q|k|v's row stride ld = 3d, the softmax scale 1/sqrt(dh). */
 struct ddp_attn_blk {
     int64_t s, h, lo, n, r0, ld;
     int dh;
     float scale;
 };
-static __device__ inline ddp_attn_blk ddp_attn_block(const int64_t *off, int64_t d, int64_t H, int rows)
+static __device__ inline ddp_attn_blk ddp_attn_block(const int64_t *tile, const int64_t *off, int64_t d, int64_t H)
 {
     ddp_attn_blk k;
-    k.s = blockIdx.x, k.r0 = (int64_t)blockIdx.y * rows, k.h = blockIdx.z;
+    const int64_t e = tile[blockIdx.x];
+    k.s = e & 0xffffffff, k.r0 = (e >> 32) * DDP_ATT_TILE, k.h = blockIdx.y;
     k.lo = off[k.s], k.n = off[k.s + 1] - k.lo, k.ld = 3 * d, k.dh = (int)(d / H);
     k.scale = 1.0f / sqrtf((float)k.dh);
     return k;
+}
+/* The attention kernels' grid: a block per tile of the batch and head (x: tiles, at most 2^31 - 1; y: heads). */
+static inline dim3 ddp_attn_grid(const ddp_packing *pack, int heads)
+{
+    return dim3((unsigned)pack->tiles, (unsigned)heads);
 }
 
 /* Launches `kernel` over n threads (128 a block) on the backend's stream, when n > 0; in an op returning

@@ -16,8 +16,8 @@ struct ddp_backend;
 typedef ddp_status (*ddp_set_error_fn)(ddp_status st, const char *fmt, ...);
 
 /* The plugin ABI's version. 3: ddp_backend.set_precision; 4: its stage* and timer entries, launches,
- * compute_capability; 5: cudnn_version_string, ddp_backend.attention_select. */
-#define DDP_CUDA_API_VERSION 5
+ * compute_capability; 5: cudnn_version_string, ddp_backend.attention_select; 6: blocks. */
+#define DDP_CUDA_API_VERSION 6
 #define DDP_NCCL_ID_BYTES 128
 /* The backend's column-partials scratch (layernorm dw/db chunks, bias gradients), in floats: 8 MiB, 1024 chunks of
  * a 1024-wide row. Tests size their widest cases past it. */
@@ -63,6 +63,8 @@ typedef struct {
     long long (*host_syncs)(void);
     /* Kernel launches and cuBLAS compute calls the backend made so far, for benchmarks and tests. */
     long long (*launches)(void);
+    /* Blocks of the backend's kernel launches so far (the product of each grid), for tests. */
+    long long (*blocks)(void);
 } ddp_cuda_api;
 
 /* Plugin entry point. */

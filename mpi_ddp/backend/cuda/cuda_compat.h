@@ -4,9 +4,10 @@
 #ifndef DDP_CUDA_COMPAT_H
 #define DDP_CUDA_COMPAT_H
 
-/* Called at every DDP_LAUNCH: the backend counts its launches (backend_cuda_priv.h defines it first). */
-#ifndef DDP_LAUNCH_NOTE
-#define DDP_LAUNCH_NOTE() ((void)0)
+/* Called at every DDP_LAUNCH with its grid: the backend counts its launches and blocks (backend_cuda_priv.h defines
+ * it first). */
+#ifndef DDP_LAUNCH_NOTE_GRID
+#define DDP_LAUNCH_NOTE_GRID(grid) ((void)0)
 #endif
 
 /* DDP_LAUNCH(kernel, grid, block, dyn_smem, stream, args...) is the only way kernels are launched:
@@ -19,7 +20,7 @@
 #include "emu_cuda.h"
 #ifdef __cplusplus
 #define DDP_LAUNCH(k, grid, block, smem, stream, ...) \
-    (DDP_LAUNCH_NOTE(), (void)DDP_EMU_LAUNCH(k, grid, block, smem, stream, __VA_ARGS__))
+    (DDP_LAUNCH_NOTE_GRID(grid), (void)DDP_EMU_LAUNCH(k, grid, block, smem, stream, __VA_ARGS__))
 #endif
 #define DDP_CUDA_EMULATED 1
 #else
@@ -32,7 +33,7 @@
 #include <cuda_runtime.h>
 #include <mma.h> /* nvcuda::wmma (backend_cuda_attn_tc.cu) */
 #define DDP_LAUNCH(k, grid, block, smem, stream, ...) \
-    (DDP_LAUNCH_NOTE(), k<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__))
+    (DDP_LAUNCH_NOTE_GRID(grid), k<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__))
 #endif
 #define DDP_CUDA_EMULATED 0
 #endif

@@ -190,6 +190,7 @@ static ddp_status stream_wait(void *event, void *from, void *to)
 long long ddp_cuda_backend_host_syncs_impl(void); /* backend_cuda.cu */
 static long long host_syncs(void) { return ddp_cuda_backend_host_syncs_impl(); }
 static long long launches(void) { return ddp_cuda_backend_launches_impl(); } /* backend_cuda_state.c */
+static long long blocks(void) { return ddp_cuda_backend_blocks_impl(); }
 
 #ifdef MPIDDP_COVERAGE /* test builds: counters of a process that ends in MPI_Abort are written first */
 void __gcov_dump(void);
@@ -221,6 +222,7 @@ static const ddp_cuda_api g_api = {
     .stream_wait = stream_wait,
     .host_syncs = host_syncs,
     .launches = launches,
+    .blocks = blocks,
 };
 
 const ddp_cuda_api *ddp_cuda_plugin_api(ddp_set_error_fn set_error)
