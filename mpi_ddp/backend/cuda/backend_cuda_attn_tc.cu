@@ -189,10 +189,11 @@ __global__ void __launch_bounds__(TC_THREADS)
 /* ------------------------------------------------------------------ backward */
 /* dK, dV of the block's 64 key rows over the sample's query rows in order (tiles of 32).
  * Budget (ptxas, CUDA 13.0; T as k_tc_fwd's): static shared memory 2 x 32 x DM x T + 16.5 KiB (+ 8 KiB of
- * bf16 P and dS), 20 992 to 33 280 bytes; 64 to 255 registers; tf32 at DM 64 spills (255 registers; spill stores 40
- * bytes at sm_80, 60 at sm_90). */
+ * bf16 P and dS), 20 992 to 33 280 bytes; 68 to 255 registers; tf32 at DM 64 spills (255 registers; spill stores 36
+ * bytes at sm_80, 40 at sm_90); bf16 at DM 64 held to 128 registers (4 blocks an SM, no spills), where the compiler
+ * would take 168 otherwise. */
 template <int P, int DM>
-__global__ void __launch_bounds__(TC_THREADS)
+__global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
     k_tc_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv, const int64_t *tile,
                 const int64_t *off, const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
 {
