@@ -52,6 +52,15 @@ ddp_status ddp_mpi_error(int rc, const char *call, const char *file, int line);
         int ddp_rc_ = (call);                                                       \
         if (ddp_rc_ != 0) return ddp_mpi_error(ddp_rc_, #call, __FILE__, __LINE__); \
     } while (0)
+/* MPI_CHECK for functions that clean up: st = the error, goto done (as DDP_TRY). */
+#define MPI_TRY(call)                                               \
+    do {                                                            \
+        int ddp_rc_ = (call);                                       \
+        if (ddp_rc_ != 0) {                                         \
+            st = ddp_mpi_error(ddp_rc_, #call, __FILE__, __LINE__); \
+            goto done;                                              \
+        }                                                           \
+    } while (0)
 
 /* Allocation helpers: zeroed, size-checked, and seen by the allocation-failure test hook: each call site
  * (file:line) can be made to fail once on one rank (MPIDDP_TEST_FAIL_ALLOC=dir/file.c:LINE, with

@@ -120,27 +120,20 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         hosts = NULL;
         facts = NULL;
     }
-    int ok = ctx->topo.rank != 0 || hosts != NULL, all = 0;
-    DDP_CHECK(ddp_all_ok(ctx, ok, &all));
-    if (!all) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
-    MPI_CHECK(MPI_Gather(ctx->topo.host, 256, MPI_CHAR, hosts, 256, MPI_CHAR, 0, ctx->world));
-    MPI_CHECK(MPI_Gather(mine, 5, MPI_INT, facts, 5, MPI_INT, 0, ctx->world));
     /* the rows each rank's activation buffers hold (the model's workspace: docs/sizing.md); 0 for a caller's model */
     int64_t arows = cfg->model_config ? cfg->model_config->max_batch_rows : 0, *arows_all = NULL;
-    if (ctx->topo.rank == 0 && !(arows_all = ddp_calloc((size_t)W, sizeof *arows_all))) ok = 0;
-    DDP_CHECK(ddp_all_ok(ctx, ok, &all));
-    if (!all) {
-        free(hosts), free(facts), free(arows_all);
-        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
-    }
-    MPI_CHECK(MPI_Gather(&arows, 1, MPI_INT64_T, arows_all, 1, MPI_INT64_T, 0, ctx->world));
     int64_t budgets[NBUDGET];
-    ddp_status stb = cache_budgets(ctx, budgets);
-    if (stb != DDP_OK) {
-        free(hosts), free(facts), free(arows_all);
-        return stb;
-    }
     ddp_status st = DDP_OK;
+    int ok = ctx->topo.rank != 0 || hosts != NULL, all = 0;
+    DDP_TRY(ddp_all_ok(ctx, ok, &all));
+    if (!all) DDP_FAIL(DDP_ERR_NOMEM, "out of memory for run.json");
+    MPI_TRY(MPI_Gather(ctx->topo.host, 256, MPI_CHAR, hosts, 256, MPI_CHAR, 0, ctx->world));
+    MPI_TRY(MPI_Gather(mine, 5, MPI_INT, facts, 5, MPI_INT, 0, ctx->world));
+    if (ctx->topo.rank == 0 && !(arows_all = ddp_calloc((size_t)W, sizeof *arows_all))) ok = 0;
+    DDP_TRY(ddp_all_ok(ctx, ok, &all));
+    if (!all) DDP_FAIL(DDP_ERR_NOMEM, "out of memory for run.json");
+    MPI_TRY(MPI_Gather(&arows, 1, MPI_INT64_T, arows_all, 1, MPI_INT64_T, 0, ctx->world));
+    DDP_TRY(cache_budgets(ctx, budgets));
     if (ctx->topo.rank == 0) {
         cJSON *root = cJSON_CreateObject();
         cJSON_AddStringToObject(root, "mpiddp_version", MPIDDP_VERSION);
@@ -236,6 +229,11 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
     free(facts);
     free(arows_all);
     return ddp_agree_status(ctx, st);
+done: /* a failed agreement or gather: every rank returns the error (no agreement left to make) */
+    free(hosts);
+    free(facts);
+    free(arows_all);
+    return st;
 }
 
 /* The hit rate of one dataset's batch lookups, and how many shards it may hold open at once (cap: the largest over
