@@ -225,11 +225,8 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         }
         free(text);
     }
-    free(hosts);
-    free(facts);
-    free(arows_all);
-    return ddp_agree_status(ctx, st);
-done: /* a failed agreement or gather: every rank returns the error (no agreement left to make) */
+    st = ddp_agree_status(ctx, st);
+done: /* a failed agreement or gather jumps here: every rank has the error already */
     free(hosts);
     free(facts);
     free(arows_all);

@@ -4,9 +4,8 @@
  * (backend_cuda_sdpa.cu) where attention_select chose it. */
 #include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 
-#define ATT_BQ                                                                                                 \
-    DDP_ATT_TILE     /* rows per block (a tile): query rows (forward, dQ) or key rows (dK/dV), one thread each \
-                      */
+/* rows per block (a tile): query rows (forward, dQ) or key rows (dK/dV), one thread each */
+#define ATT_BQ DDP_ATT_TILE
 #define ATT_BK 32    /* rows per shared tile */
 #define ATT_DMAX 128 /* widest head of the tiled kernels */
 static_assert(ATT_BQ == 64 && ATT_BQ == 2 * ATT_BK, "a block's rows pass through two shared tiles");

@@ -231,8 +231,9 @@ static __device__ inline void residual_elems(const float *hr, const float *tr, c
 }
 
 /* Where a block of the attention kernels (backend_cuda_attn.cu, backend_cuda_attn_tc.cu) works, from its grid
- * position (tile of the batch, head; att_grid): sample s (rows lo .. lo + n of the batch), head h of width dh, first
- * row r0 of its tile of DDP_ATT_TILE query (or key) rows, q|k|v's row stride ld = 3d, the softmax scale 1/sqrt(dh). */
+ * position (tile of the batch, head; ddp_attn_grid): sample s (rows lo .. lo + n of the batch), head h of width dh,
+ * first row r0 of its tile of DDP_ATT_TILE query (or key) rows, q|k|v's row stride ld = 3d, the softmax scale
+ * 1/sqrt(dh). */
 struct ddp_attn_blk {
     int64_t s, h, lo, n, r0, ld;
     int dh;
