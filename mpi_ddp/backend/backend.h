@@ -176,13 +176,15 @@ struct ddp_enc_ops {
     ddp_status (*layernorm_bwd)(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
                                 const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t d);
     /* o[r, head h] = sum_j drop(softmax_j(q_r . k_j / sqrt(dh))) v_j over the rows j of r's sample;
-     * lse[r*heads + h] = log-sum-exp of the scaled scores, kept for the backward pass */
-    ddp_status (*attention_fwd)(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
+     * lse[r*heads + h] = log-sum-exp of the scaled scores, kept for the backward pass. o16: o is stored in bf16
+     * (ddp_bf16, each value the fp32 result rounded once, nearest even), else in fp32 */
+    ddp_status (*attention_fwd)(ddp_backend *b, const float *qkv, void *o, int o16, float *lse, const ddp_packing *pack,
                                 int64_t d, int heads, const ddp_dropout *dr);
-    /* dqkv (written) from dout; delta is backend scratch of R*heads floats: rowsum(dout * o) per head */
-    ddp_status (*attention_bwd)(ddp_backend *b, const float *qkv, const float *o, const float *dout, const float *lse,
-                                float *dqkv, float *delta, const ddp_packing *pack, int64_t d, int heads,
-                                const ddp_dropout *dr);
+    /* dqkv (written) from dout; o as the forward stored it (o16); delta is backend scratch of R*heads floats:
+     * rowsum(dout * o) per head */
+    ddp_status (*attention_bwd)(ddp_backend *b, const float *qkv, const void *o, int o16, const float *dout,
+                                const float *lse, float *dqkv, float *delta, const ddp_packing *pack, int64_t d,
+                                int heads, const ddp_dropout *dr);
     /* a = drop(gelu_erf(z + bias)); dgelu = gelu_erf'(z + bias) when non-NULL (may be z) */
     ddp_status (*gelu_erf_fwd)(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
                                const ddp_packing *pack, int64_t cols, const ddp_dropout *dr);

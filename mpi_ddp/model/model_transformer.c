@@ -254,6 +254,9 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     /* bf16 activations: the tensors only GEMMs read, where the backend has the ops that write and read them */
     m->act16 = c->precision == DDP_PRECISION_BF16 && be->gemm16 && be->enc->layernorm_fwd16 &&
                be->enc->gelu_erf_fwd16 && ddp_knob_int(DDP_KNOB_BF16_ACTIVATIONS) != 0;
+    /* at bf16 the attention writes o in bf16 (the values the out projection reads), which the backward's rowsum
+     * (dO . O) reads too, as cuDNN's and FlashAttention's do: bf16's arithmetic, not a storage choice */
+    m->o16 = c->precision == DDP_PRECISION_BF16 && be->gemm16;
     /* fp32 keeps the unfused calls: the pedantic reference the GPU tests compare against */
     m->fuse_epi = c->precision != DDP_PRECISION_FP32 && be->gemm_epi && ddp_knob_int(DDP_KNOB_CUBLASLT) != 0;
     /* the attention the encoder runs: cuDNN's fused SDPA where the backend chooses it, else the own kernels */
@@ -274,7 +277,7 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
         BALLOC(y->mu1, R);
         BALLOC(y->rs1, R);
         BALLOC(y->qkv, R * 3 * d);
-        BALLOC(y->o, R * d);
+        BALLOC(y->o, m->o16 ? (R * d + 1) / 2 : R * d);
         BALLOC(y->lse, R * H);
         BALLOC(y->hmid, R * d);
         BALLOC(y->y2, (R * d + A - 1) / A);

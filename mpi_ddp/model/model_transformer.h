@@ -28,7 +28,7 @@ typedef struct {
     /* saved activations of a training forward, [maxR, ...] */
     float *h; /* layer input (residual stream) [R, d] */
     /* y1, y2 and a2 are read by GEMMs only: with bf16 activations (txmodel.act16) they hold ddp_bf16 values, half
-     * the size (cast them through ACT()) */
+     * the size; o too at bf16 (txmodel.o16) */
     float *y1, *mu1, *rs1; /* norm1 output and row statistics */
     float *qkv;            /* [R, 3d] */
     float *o, *lse;        /* attention output [R, d] (heads concatenated), log-sum-exp [R, heads] */
@@ -43,6 +43,7 @@ typedef struct {
     int64_t D, d, f, C, P, L, heads, maxR, maxB;
     int positions;
     int act16;           /* 1: y1, y2, a2 stored in bf16 (model config precision bf16, backend able) */
+    int o16;             /* 1: the attention output o in bf16 (precision bf16) */
     char attention[400]; /* "cudnn: <why>" or "own: <why>" (attention_select), "cpu: <method>" */
     int fuse_epi; /* 1: bias adds and bias gradients in the GEMMs' epilogues (tf32, bf16: gemm_epi, MPIDDP_CUBLASLT) */
     float dropout;

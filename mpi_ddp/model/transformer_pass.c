@@ -24,10 +24,12 @@
 
 /* y[R,N] = x[R,K] . W[N,K]^T (+ beta y) */
 #define LINEAR(x, W, y, R, N, K, beta) TIMED(m->t_gemm, be->gemm(be, 0, 1, R, N, K, 1.0f, x, K, W, K, beta, y, N))
+/* LINEAR of an activation x stored in bf16 when x16 */
+#define LINEAR_X16(x, x16, W, y, R, N, K)                                                      \
+    TIMED(m->t_gemm, (x16) ? be->gemm16(be, 0, 1, R, N, K, 1.0f, x, 1, K, W, 0, K, 0.0f, y, N) \
+                           : be->gemm(be, 0, 1, R, N, K, 1.0f, x, K, W, K, 0.0f, y, N))
 /* LINEAR of an activation x stored as the model keeps it: bf16 with bf16 activations (m->act16) */
-#define LINEAR_ACT(x, W, y, R, N, K)                                                              \
-    TIMED(m->t_gemm, m->act16 ? be->gemm16(be, 0, 1, R, N, K, 1.0f, x, 1, K, W, 0, K, 0.0f, y, N) \
-                              : be->gemm(be, 0, 1, R, N, K, 1.0f, x, K, W, K, 0.0f, y, N))
+#define LINEAR_ACT(x, W, y, R, N, K) LINEAR_X16(x, m->act16, W, y, R, N, K)
 
 /* y[R,N] = x[R,K] . W[N,K]^T + bias, x stored as the model keeps it (act16: bf16), the bias in the GEMM's epilogue
  * where the backend fuses it (txmodel.fuse_epi) */
@@ -93,8 +95,8 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
         ddp_dropout drop_attn = drop_at(m, b, train, l, SITE_ATTN), drop_res1 = drop_at(m, b, train, l, SITE_RES1),
                     drop_ffn = drop_at(m, b, train, l, SITE_FFN), drop_res2 = drop_at(m, b, train, l, SITE_RES2);
         LINEAR_BIAS(y->y1, m->act16, P + w[T_QKV_W], P + w[T_QKV_B], y->qkv, R, 3 * d, d);
-        ATTN_TIMED(train, E->attention_fwd(be, y->qkv, y->o, y->lse, pack, d, (int)H, &drop_attn));
-        LINEAR(y->o, P + w[T_OUT_W], m->branch, R, d, d, 0.0f);
+        ATTN_TIMED(train, E->attention_fwd(be, y->qkv, y->o, m->o16, y->lse, pack, d, (int)H, &drop_attn));
+        LINEAR_X16(y->o, m->o16, P + w[T_OUT_W], m->branch, R, d, d);
         DDP_CHECK(residual_norm(m, y->hmid, y->h, P + w[T_OUT_B], &drop_res1, P + w[T_N2_W], P + w[T_N2_B], y->y2,
                                 m->act16, y->mu2, y->rs2));
         LINEAR_ACT(y->y2, P + w[T_L1_W], y->dg, R, f, d);
@@ -176,9 +178,9 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
             DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, b1, pack, d, &drop_res1));
             t1 = m->branch, b1 = NULL;
         }
-        LINEAR_BWD(t1, y->o, 0, P + w[T_OUT_W], G + w[T_OUT_W], b1, m->dy, R, d, d);
-        ATTN_TIMED(
-            1, E->attention_bwd(be, y->qkv, y->o, m->dy, y->lse, m->dqkv, m->attn_delta, pack, d, (int)H, &drop_attn));
+        LINEAR_BWD(t1, y->o, m->o16, P + w[T_OUT_W], G + w[T_OUT_W], b1, m->dy, R, d, d);
+        ATTN_TIMED(1, E->attention_bwd(be, y->qkv, y->o, m->o16, m->dy, y->lse, m->dqkv, m->attn_delta, pack, d, (int)H,
+                                       &drop_attn));
         LINEAR_BWD(m->dqkv, y->y1, m->act16, P + w[T_QKV_W], G + w[T_QKV_W], G + w[T_QKV_B], m->dy, R, 3 * d, d);
         /* The key bias adds q.b_k to every score of a row, which softmax ignores: its gradient is exactly 0.
          * Summed, it is rounding noise that depends on the batch's packing, and AdamW would turn that noise

@@ -192,8 +192,9 @@ static void wrong_precision(ddp_backend *be)
  * comparisons mean something: the bf16 model really stores bf16 (its activation allocations are smaller by
  * exactly L x rows x (2d + f) x 2 bytes, computed here from the configuration), the GEMMs really read them
  * (gemm16 calls counted per step, with gemm_epi and linear_bwd calls reading a bf16 operand), the fused op really runs
- * (counted), and bf16 differs from fp32. A bf16 model on a backend left at fp32 fails its step with one line instead of
- * computing garbage. */
+ * (counted), and bf16 differs from fp32. The attention output is bf16 at bf16 with either storage (L x rows x d x 2
+ * bytes fewer than fp32, and its two GEMMs read it as bf16). A bf16 model on a backend left at fp32 fails its step with
+ * one line instead of computing garbage. */
 static void test_backend(ddp_backend *be)
 {
     real_alloc = be->alloc;
@@ -227,14 +228,17 @@ static void test_backend(ddp_backend *be)
     size_t want = (size_t)LAYERS * (size_t)max_rows * (2 * HID + FF) * 2;
     if (!(r32sf.bytes - r16f.bytes == want))
         fail_msg("%s: bf16 activations save %zu bytes, want %zu", nm, r32sf.bytes - r16f.bytes, want);
-    if (f32f.bytes != r32sf.bytes)
-        fail_msg("%s: fp32 model %zu bytes, bf16-GEMM model with fp32 activations %zu", nm, f32f.bytes, r32sf.bytes);
-    /* the GEMMs read them: 3 per layer forward, 3 per layer backward (weight gradients), and linear1's data gradient
-     * from the bf16 output gradient the gelu backward wrote (gelu_erf_bwd16) */
-    if (!(r16f.gemm16_per_step == 7 * LAYERS))
-        fail_msg("%s: %ld gemm16 calls per step, want %d", nm, r16f.gemm16_per_step, 7 * LAYERS);
-    if (!(r32sf.gemm16_per_step == 0 && f32f.gemm16_per_step == 0))
-        fail_msg("%s: gemm16 ran without bf16 activations", nm);
+    size_t want_o = (size_t)LAYERS * (size_t)max_rows * HID * 2; /* o: rows x d per layer in bf16 */
+    if (f32f.bytes - r32sf.bytes != want_o)
+        fail_msg("%s: fp32 model %zu bytes, bf16-GEMM model with fp32 activations %zu: want %zu less", nm, f32f.bytes,
+                 r32sf.bytes, want_o);
+    /* the GEMMs read them: 4 per layer forward (o's too), 4 per layer backward (weight gradients), and linear1's data
+     * gradient from the bf16 output gradient the gelu backward wrote (gelu_erf_bwd16); with fp32 activations o's two */
+    if (!(r16f.gemm16_per_step == 9 * LAYERS))
+        fail_msg("%s: %ld gemm16 calls per step, want %d", nm, r16f.gemm16_per_step, 9 * LAYERS);
+    if (!(r32sf.gemm16_per_step == 2 * LAYERS && f32f.gemm16_per_step == 0))
+        fail_msg("%s: %ld gemm16 calls per step with fp32 activations at bf16, want %d (o's); %ld at fp32, want 0", nm,
+                 r32sf.gemm16_per_step, 2 * LAYERS, f32f.gemm16_per_step);
     /* every residual add is fused with the layernorm after it: 2 per layer */
     if (!(r16f.fused_per_step == 2 * LAYERS && f32f.fused_per_step == 2 * LAYERS))
         fail_msg("%s: %ld and %ld fused calls, want %d", nm, r16f.fused_per_step, f32f.fused_per_step, 2 * LAYERS);

@@ -249,14 +249,22 @@ static ddp_status attn_scratch(attn_pick k, int64_t nmax, int64_t dh, int64_t ge
     return DDP_OK;
 }
 
-static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
-                                    int64_t d, int heads, const ddp_dropout *dr)
+/* With o16 the methods write fp32 rows into o32 (R x d floats, the batch's), rounded to bf16 into o after. */
+static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, void *o16p, int o16, float *lse,
+                                    const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
     (void)b;
     attn_pick k = attn_method();
     int64_t nmax = pack->max_rows, dh = d / heads;
-    float *S;
-    DDP_CHECK(attn_scratch(k, nmax, dh, 1, &S));
+    float *S, *o = o16 ? NULL : (float *)o16p;
+    if (o16 && !(o = ddp_malloc((size_t)(pack->R * d > 0 ? pack->R * d : 1), sizeof *o)))
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention's fp32 output (%lld rows)",
+                             (long long)pack->R);
+    ddp_status st = attn_scratch(k, nmax, dh, 1, &S);
+    if (st != DDP_OK) {
+        if (o16) free(o);
+        return st;
+    }
     for (int64_t s = 0; s < pack->B; s++) {
         int w = attn_which(k, pack->off[s + 1] - pack->off[s]);
         if (w == ATT_TILED)
@@ -267,6 +275,10 @@ static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, float *o, 
             attn_fused_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
     }
     free(S);
+    if (o16) {
+        round_row16(o, (ddp_bf16 *)o16p, pack->R * d);
+        free(o);
+    }
     return DDP_OK;
 }
 
@@ -343,15 +355,34 @@ static void attn_gemm_bwd(const float *qkv, const float *dout, float *lse, const
     }
 }
 
-static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout,
+/* D_i = dO_i . O_i per head, O in bf16: each product of the widened value, in the order of ddp_dot */
+static void attn_delta16(const float *dout, const ddp_bf16 *o, float *delta, int64_t R, int64_t d, int heads)
+{
+    int64_t dh = d / heads;
+    for (int64_t r = 0; r < R; r++)
+        for (int h = 0; h < heads; h++) {
+            const float *g = dout + r * d + h * dh;
+            const ddp_bf16 *x = o + r * d + h * dh;
+            float s = 0.0f;
+            for (int64_t c = 0; c < dh; c++) s += g[c] * ddp_bf16_widen(x[c]);
+            delta[r * heads + h] = s;
+        }
+}
+
+static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const void *ov, int o16, const float *dout,
                                     const float *lse, float *dqkv, float *delta, const ddp_packing *pack, int64_t d,
                                     int heads, const ddp_dropout *dr)
 {
     (void)b;
     attn_pick k = attn_method();
     int64_t dh = d / heads, nmax = pack->max_rows;
-    for (int64_t r = 0; r < pack->R; r++) /* D_i = dO_i . O_i per head */
-        for (int h = 0; h < heads; h++) delta[r * heads + h] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
+    const float *o = ov;
+    if (o16)
+        attn_delta16(dout, ov, delta, pack->R, d, heads);
+    else
+        for (int64_t r = 0; r < pack->R; r++) /* D_i = dO_i . O_i per head */
+            for (int h = 0; h < heads; h++)
+                delta[r * heads + h] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
     float *S;
     DDP_CHECK(attn_scratch(k, nmax, dh, 3, &S));
     for (int64_t s = 0; s < pack->B; s++) {

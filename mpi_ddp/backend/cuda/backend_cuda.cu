@@ -425,6 +425,7 @@ static void cu_destroy(ddp_backend *b)
         if (c->blas) cublasDestroy(c->blas);
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->lt_ws) cudaFree(c->lt_ws);
+        if (c->o32) cudaFree(c->o32);
         ddp_cuda_sdpa_destroy(c); /* backend_cuda_sdpa.cu */
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);

@@ -36,20 +36,21 @@ static __device__ inline void att_load(float4 *t, const float *src, int64_t ld, 
     }
 }
 
-/* The tile t's first `rows` rows (dh columns) to dst (row stride ld); the access pattern of att_load. */
-template <int DM>
-static __device__ inline void att_store(float *dst, int64_t ld, const float4 *t, int64_t rows, int dh, int vec)
+/* The tile t's first `rows` rows (dh columns) to dst (row stride ld), fp32 or rounded to bf16 (vst_out); the access
+ * pattern of att_load. */
+template <int DM, class T>
+static __device__ inline void att_store(T *dst, int64_t ld, const float4 *t, int64_t rows, int dh, int vec)
 {
+    const float *f = (const float *)t;
     if (vec) {
         for (int e = threadIdx.x; e < ATT_BK * DM / 4; e += blockDim.x) {
             int r = e / (DM / 4), c = e % (DM / 4) * 4;
-            if (r < rows && c < dh) *(float4 *)(dst + r * ld + c) = t[e];
+            if (r < rows && c < dh) vst_out<4>(dst + r * ld, c, f + 4 * e);
         }
     } else {
-        const float *f = (const float *)t;
         for (int e = threadIdx.x; e < ATT_BK * DM; e += blockDim.x) {
             int r = e / DM, c = e % DM;
-            if (r < rows && c < dh) dst[r * ld + c] = f[e];
+            if (r < rows && c < dh) vst_out<1>(dst + r * ld, c, f + e);
         }
     }
 }
@@ -74,17 +75,18 @@ static __device__ inline void att_rows_in(float (&x)[DM], float4 *a, float4 *b, 
     __syncthreads();
 }
 
-/* x * mul of every thread to row threadIdx.x of the 64 rows at dst (the first `rows` only), through a and b. */
-template <int DM>
-static __device__ inline void att_rows_out(const float (&x)[DM], float mul, float4 *a, float4 *b, float *dst,
-                                           int64_t ld, int64_t rows, int dh, int vec)
+/* x * mul of every thread to row threadIdx.x of the 64 rows at dst (the first `rows` only), through a and b; T is
+ * float or __nv_bfloat16 (att_store). */
+template <int DM, class T>
+static __device__ inline void att_rows_out(const float (&x)[DM], float mul, float4 *a, float4 *b, T *dst, int64_t ld,
+                                           int64_t rows, int dh, int vec)
 {
     float *own = att_own<DM>(a, b);
     ATT_UNROLL
     for (int c = 0; c < DM; c++) own[c] = x[c] * mul;
     __syncthreads();
-    att_store<DM>(dst, ld, a, rows, dh, vec);
-    att_store<DM>(dst + ATT_BK * ld, ld, b, rows - ATT_BK, dh, vec);
+    att_store<DM, T>(dst, ld, a, rows, dh, vec);
+    att_store<DM, T>(dst + ATT_BK * ld, ld, b, rows - ATT_BK, dh, vec);
     __syncthreads();
 }
 
@@ -101,10 +103,11 @@ template <int DM> static __device__ inline float att_dot(const float (&x)[DM], c
 /* The forward: a block per (sample, tile of 64 query rows, head), thread t owning query row t.
  * Budget (ptxas sm_80, CUDA 13.0): static shared memory 2 x 32 x DM floats of K and V tiles (4, 8, 16, 32 KiB) plus
  * 8 KiB of scores; q and the accumulator keep 2 x DM floats a thread: 75, 94 and 166 registers at DM 16, 32 and 64,
- * and at DM 128 beyond the 255 registers, so they spill (160 bytes of spill stores). */
-template <int DM>
+ * and at DM 128 beyond the 255 registers, so they spill (160 bytes of spill stores). o is [R, d] of T (fp32, or bf16:
+ * attention_fwd's o16). */
+template <int DM, class T>
 __global__ void __launch_bounds__(ATT_BQ)
-    k_flash_fwd(const float *qkv, float *o, float *lse, const int64_t *tile, const int64_t *off, const int64_t *sid,
+    k_flash_fwd(const float *qkv, T *o, float *lse, const int64_t *tile, const int64_t *off, const int64_t *sid,
                 int64_t d, int64_t H, int vec, ddp_dropout dr)
 {
     __shared__ float4 ks[ATT_BK * DM / 4], vs[ATT_BK * DM / 4];
@@ -146,8 +149,8 @@ __global__ void __launch_bounds__(ATT_BQ)
         __syncthreads();
     }
     if (i < k.n) lse[(k.lo + i) * H + k.h] = m + logf(l);
-    att_rows_out<DM>(acc, i < k.n ? 1.0f / l : 0.0f, ks, vs, o + (k.lo + k.r0) * d + k.h * k.dh, d, k.n - k.r0, k.dh,
-                     vec);
+    att_rows_out<DM, T>(acc, i < k.n ? 1.0f / l : 0.0f, ks, vs, o + (k.lo + k.r0) * d + k.h * k.dh, d, k.n - k.r0, k.dh,
+                        vec);
 }
 
 /* dK, dV of the block's 64 key rows: dv_j = sum_i drop(P_ij) dO_i, dk_j = scale sum_i dS_ij q_i over the
@@ -201,8 +204,8 @@ __global__ void __launch_bounds__(ATT_BQ)
         __syncthreads();
     }
     float *out = dqkv + (k.lo + k.r0) * k.ld + k.h * k.dh;
-    att_rows_out<DM>(dk, 1.0f, qs, ds, out + d, k.ld, k.n - k.r0, k.dh, vec);
-    att_rows_out<DM>(dv, 1.0f, qs, ds, out + 2 * d, k.ld, k.n - k.r0, k.dh, vec);
+    att_rows_out<DM, float>(dk, 1.0f, qs, ds, out + d, k.ld, k.n - k.r0, k.dh, vec);
+    att_rows_out<DM, float>(dv, 1.0f, qs, ds, out + 2 * d, k.ld, k.n - k.r0, k.dh, vec);
 }
 
 /* dQ of the block's 64 query rows: dq_i = scale sum_j dS_ij k_j over the sample's key rows j in order.
@@ -244,7 +247,7 @@ __global__ void __launch_bounds__(ATT_BQ)
         }
         __syncthreads();
     }
-    att_rows_out<DM>(dq, 1.0f, ks, vs, dqkv + (k.lo + k.r0) * k.ld + k.h * k.dh, k.ld, k.n - k.r0, k.dh, vec);
+    att_rows_out<DM, float>(dq, 1.0f, ks, vs, dqkv + (k.lo + k.r0) * k.ld + k.h * k.dh, k.ld, k.n - k.r0, k.dh, vec);
 }
 
 /* ------------------------------------------------------------------ reference kernels (dh > ATT_DMAX) */
@@ -276,13 +279,28 @@ __global__ void k_attn_fwd(const float *qkv, float *o, float *lse, const int64_t
                               ddp_drop_attn_unit(a.h, 0));
 }
 
-/* D[r, h] = dO[r, head h] . O[r, head h] (the tiled path's too) */
-__global__ void k_attn_D(const float *dout, const float *o, float *D, int64_t R, int64_t d, int64_t H)
+/* y = x rounded to bf16 over n elements (the reference forward's o at o16), four a thread */
+__global__ void k_attn_round(const float *x, __nv_bfloat16 *y, int64_t n)
+{
+    int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    for (int64_t e = i; e < i + 4 && e < n; e++) vst_out<1>(y, e, x + e);
+}
+
+static __device__ inline float att_widen(float x) { return x; }
+static __device__ inline float att_widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+/* D[r, h] = dO[r, head h] . O[r, head h], O of T (fp32, or bf16 widened: o16), in ddp_dot's order (the tiled path's
+ * too) */
+template <class T> __global__ void k_attn_D(const float *dout, const T *o, float *D, int64_t R, int64_t d, int64_t H)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= R * H) return;
     int64_t r = i / H, h = i % H, dh = d / H;
-    D[i] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
+    const float *g = dout + r * d + h * dh;
+    const T *x = o + r * d + h * dh;
+    float s = 0.0f;
+    for (int64_t c = 0; c < dh; c++) s += g[c] * att_widen(x[c]);
+    D[i] = s;
 }
 
 /* Thread (r, h) writes row r's gradients of head h: dq as a query row, over the sample's key rows, and dk, dv
@@ -319,13 +337,43 @@ static ddp_status tiles_check(const ddp_packing *pack)
 }
 
 template <int DM>
-static ddp_status att_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t d,
-                          int heads, const ddp_dropout *dr)
+static ddp_status att_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse, const ddp_packing *pack,
+                          int64_t d, int heads, const ddp_dropout *dr)
 {
-    int vec = att_vec(d / heads, qkv, o, o);
-    DDP_LAUNCH(k_flash_fwd<DM>, ddp_attn_grid(pack, heads), ATT_BQ, 0, cuda_of(b)->stream, qkv, o, lse, pack->tile,
-               pack->off, pack->sid, d, (int64_t)heads, vec, *dr);
+    /* float4 loads of qkv; the stores of o are 16 (fp32) or 8 (bf16) bytes wide */
+    int vec = att_vec(d / heads, qkv, qkv, qkv) && (uintptr_t)o % (o16 ? 8 : 16) == 0;
+    cudaStream_t st = cuda_of(b)->stream;
+    if (o16) {
+        static const auto kernel = k_flash_fwd<DM, __nv_bfloat16>; /* a name without a comma */
+        DDP_LAUNCH(kernel, ddp_attn_grid(pack, heads), ATT_BQ, 0, st, qkv, (__nv_bfloat16 *)o, lse, pack->tile,
+                   pack->off, pack->sid, d, (int64_t)heads, vec, *dr);
+    } else {
+        static const auto kernel = k_flash_fwd<DM, float>;
+        DDP_LAUNCH(kernel, ddp_attn_grid(pack, heads), ATT_BQ, 0, st, qkv, (float *)o, lse, pack->tile, pack->off,
+                   pack->sid, d, (int64_t)heads, vec, *dr);
+    }
     LAUNCH_CHECK();
+    return DDP_OK;
+}
+
+/* The reference forward (dh > ATT_DMAX): its row body accumulates in the output, so at o16 it writes fp32 rows into
+ * the backend's o32 scratch (grown in stream order), rounded into o after */
+static ddp_status ref_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse, const ddp_packing *pack,
+                          int64_t d, int heads, const ddp_dropout *dr)
+{
+    cuda_impl *c = cuda_of(b);
+    const int64_t n = pack->R * d;
+    float *o32 = (float *)o;
+    if (o16) {
+        DDP_CHECK(ddp_cuda_grow(c, &c->o32, &c->o32_cap, (size_t)n * sizeof(float), "attention's fp32 output"));
+        o32 = (float *)c->o32;
+    }
+    ENC_LAUNCH(k_attn_fwd, pack->R * heads, qkv, o32, lse, pack->off, pack->seg, pack->sid, pack->R, d, (int64_t)heads,
+               *dr);
+    if (o16) {
+        DDP_LAUNCH(k_attn_round, blocks_for((n + 3) / 4, 256), 256, 0, c->stream, o32, (__nv_bfloat16 *)o, n);
+        LAUNCH_CHECK();
+    }
     return DDP_OK;
 }
 
@@ -344,37 +392,38 @@ static ddp_status att_bwd(ddp_backend *b, const float *qkv, const float *dout, c
     return DDP_OK;
 }
 
-ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
-                                  int64_t d, int heads, const ddp_dropout *dr)
+ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
+                                  const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
     int64_t dh = d / heads;
     int tc = 0, ran = 0;
     if (pack->R <= 0 || pack->max_rows <= 0) return DDP_OK;
-    if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_fwd(b, qkv, o, lse, pack, d, heads, &ran)); /* cuDNN where chosen */
+    if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_fwd(b, qkv, o, o16, lse, pack, d, heads, &ran)); /* cuDNN if chosen */
     if (ran) return DDP_OK;
     if (dh <= ATT_DMAX) DDP_CHECK(tiles_check(pack));
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
-    if (tc) return ddp_cuda_attention_tc_fwd(b, qkv, o, lse, pack, d, heads, dr); /* --precision tf32, bf16 */
-    if (dh <= 16) return att_fwd<16>(b, qkv, o, lse, pack, d, heads, dr);
-    if (dh <= 32) return att_fwd<32>(b, qkv, o, lse, pack, d, heads, dr);
-    if (dh <= 64) return att_fwd<64>(b, qkv, o, lse, pack, d, heads, dr);
-    if (dh <= ATT_DMAX) return att_fwd<ATT_DMAX>(b, qkv, o, lse, pack, d, heads, dr);
-    ENC_LAUNCH(k_attn_fwd, pack->R * heads, qkv, o, lse, pack->off, pack->seg, pack->sid, pack->R, d, (int64_t)heads,
-               *dr);
-    return DDP_OK;
+    if (tc) return ddp_cuda_attention_tc_fwd(b, qkv, o, o16, lse, pack, d, heads, dr); /* --precision tf32, bf16 */
+    if (dh <= 16) return att_fwd<16>(b, qkv, o, o16, lse, pack, d, heads, dr);
+    if (dh <= 32) return att_fwd<32>(b, qkv, o, o16, lse, pack, d, heads, dr);
+    if (dh <= 64) return att_fwd<64>(b, qkv, o, o16, lse, pack, d, heads, dr);
+    if (dh <= ATT_DMAX) return att_fwd<ATT_DMAX>(b, qkv, o, o16, lse, pack, d, heads, dr);
+    return ref_fwd(b, qkv, o, o16, lse, pack, d, heads, dr);
 }
 
-ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout, const float *lse,
-                                  float *dqkv, float *delta, const ddp_packing *pack, int64_t d, int heads,
-                                  const ddp_dropout *dr)
+ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const void *o, int o16, const float *dout,
+                                  const float *lse, float *dqkv, float *delta, const ddp_packing *pack, int64_t d,
+                                  int heads, const ddp_dropout *dr)
 {
     int64_t n = pack->R * heads, H = heads, dh = d / heads;
     if (n <= 0 || pack->max_rows <= 0) return DDP_OK;
     int tc = 0, ran = 0;
-    if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_bwd(b, qkv, o, dout, lse, dqkv, pack, d, heads, &ran));
+    if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_bwd(b, qkv, o, o16, dout, lse, dqkv, pack, d, heads, &ran));
     if (ran) return DDP_OK;
     if (dh <= ATT_DMAX) DDP_CHECK(tiles_check(pack));
-    ENC_LAUNCH(k_attn_D, n, dout, o, delta, pack->R, d, H);
+    if (o16)
+        ENC_LAUNCH(k_attn_D<__nv_bfloat16>, n, dout, (const __nv_bfloat16 *)o, delta, pack->R, d, H);
+    else
+        ENC_LAUNCH(k_attn_D<float>, n, dout, (const float *)o, delta, pack->R, d, H);
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
     if (tc) return ddp_cuda_attention_tc_bwd(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
     if (dh <= 16) return att_bwd<16>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);

@@ -64,8 +64,8 @@ static __device__ inline void tc_stage(T *t, const float *src, int64_t ld, int64
 
 /* The warp's accumulator fragments f[DM / 16] (its 16 rows x DM) to dst (row stride ld), rows < `rows` and
  * columns < dh, each row times mul[row] (mul NULL: 1), through its own 16 x 16 staging tile stg (__syncwarp). */
-template <int DM, class F>
-static __device__ inline void tc_out(float *dst, int64_t ld, const F (&f)[DM / 16], float *stg, int64_t rows, int dh,
+template <int DM, class F, class O>
+static __device__ inline void tc_out(O *dst, int64_t ld, const F (&f)[DM / 16], float *stg, int64_t rows, int dh,
                                      const float *mul)
 {
     const int lane = threadIdx.x % 32;
@@ -74,7 +74,8 @@ static __device__ inline void tc_out(float *dst, int64_t ld, const F (&f)[DM / 1
         __syncwarp();
         for (int e = lane; e < 256; e += 32) {
             int r = e / 16, c = t * 16 + e % 16;
-            if (r < rows && c < dh) dst[r * ld + c] = stg[e] * (mul ? mul[r] : 1.0f);
+            const float v = stg[e] * (mul ? mul[r] : 1.0f);
+            if (r < rows && c < dh) vst_out<1>(dst + r * ld, c, &v);
         }
         __syncwarp();
     }
@@ -94,12 +95,12 @@ static __device__ inline void tc_out(float *dst, int64_t ld, const F (&f)[DM / 1
 
 /* ------------------------------------------------------------------ forward */
 /* Budget (ptxas, CUDA 13.0; T = 4 bytes for tf32, 2 for bf16): static shared memory 2 x 32 x DM x T + 9.5 KiB
- * (+ 4 KiB of bf16 P), 13 824 to 26 112 bytes; 56 to 128 registers at sm_80 (tf32, DM 64: 4 bytes spilled), 48 to
- * 140 at sm_90, no spills. */
+ * (+ 4 KiB of bf16 P), 13 824 to 26 112 bytes; 64 to 128 registers at sm_80, 56 to 130 at sm_90, no spills. o is
+ * written fp32, or bf16 at o16 (a uniform branch in the epilogue only). */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_tc_fwd(const float *qkv, float *o, float *lse, const int64_t *tile, const int64_t *off, const int64_t *sid,
-             int64_t d, int64_t H, ddp_dropout dr)
+    k_tc_fwd(const float *qkv, void *o, int o16, float *lse, const int64_t *tile, const int64_t *off,
+             const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
 {
 #if TC_ARCH
     TC_TYPES(P);
@@ -179,8 +180,11 @@ __global__ void __launch_bounds__(TC_THREADS)
         inv[row] = 1.0f / l;
     }
     __syncwarp();
-    tc_out<DM>(o + (k.lo + k.r0 + w * 16) * d + k.h * k.dh, d, of, sc + w * 16 * TC_BK, k.n - k.r0 - w * 16, k.dh,
-               inv + w * 16);
+    const int64_t at = (k.lo + k.r0 + w * 16) * d + k.h * k.dh; /* o is fp32, or bf16 at o16 */
+    if (o16)
+        tc_out<DM>((__nv_bfloat16 *)o + at, d, of, sc + w * 16 * TC_BK, k.n - k.r0 - w * 16, k.dh, inv + w * 16);
+    else
+        tc_out<DM>((float *)o + at, d, of, sc + w * 16 * TC_BK, k.n - k.r0 - w * 16, k.dh, inv + w * 16);
 #else
     __trap(); /* never launched below sm_80 (tc_device_ok): a wrong launch fails loudly */
 #endif
@@ -404,12 +408,12 @@ ddp_status ddp_cuda_attention_tc(ddp_backend *b, int64_t dh, int *use)
 }
 
 template <int P, int DM>
-static ddp_status tc_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t d,
-                         int heads, const ddp_dropout *dr)
+static ddp_status tc_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse, const ddp_packing *pack,
+                         int64_t d, int heads, const ddp_dropout *dr)
 {
-    static void (*const kernel)(const float *, float *, float *, const int64_t *, const int64_t *, const int64_t *,
+    static void (*const kernel)(const float *, void *, int, float *, const int64_t *, const int64_t *, const int64_t *,
                                 int64_t, int64_t, ddp_dropout) = k_tc_fwd<P, DM>;
-    DDP_LAUNCH(kernel, ddp_attn_grid(pack, heads), TC_THREADS, 0, cuda_of(b)->stream, qkv, o, lse, pack->tile,
+    DDP_LAUNCH(kernel, ddp_attn_grid(pack, heads), TC_THREADS, 0, cuda_of(b)->stream, qkv, o, o16, lse, pack->tile,
                pack->off, pack->sid, d, (int64_t)heads, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
@@ -441,10 +445,10 @@ static ddp_status tc_bwd(ddp_backend *b, const float *qkv, const float *dout, co
         return bf ? fn<TC_BF16, 64>(__VA_ARGS__) : fn<TC_TF32, 64>(__VA_ARGS__);               \
     } while (0)
 
-ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack,
-                                     int64_t d, int heads, const ddp_dropout *dr)
+ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
+                                     const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
-    TC_PICK(tc_fwd, b, qkv, o, lse, pack, d, heads, dr);
+    TC_PICK(tc_fwd, b, qkv, o, o16, lse, pack, d, heads, dr);
 }
 
 ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse, float *dqkv,

@@ -68,6 +68,8 @@ typedef struct {
     void *sdpa_buf, *sdpa_ws;
     int64_t sdpa_rows, sdpa_d, sdpa_b; /* what sdpa_buf holds: rows (+ padding) of width d, samples */
     size_t sdpa_ws_cap;
+    void *o32; /* the reference attention forward's fp32 output at o16 (dh > 128), [o32_cap] bytes, grown */
+    size_t o32_cap;
     float *ones; /* [ones_len] ones for column sums through gemv, sized by reserve() */
     int64_t ones_len;
     double *dpart;  /* [SUMSQ_BLOCKS] per-block partial sums of sumsq */
@@ -143,15 +145,15 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_residual_layernorm_fwd(ddp_backend *b, float
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w,
                                                   const float *mean, const float *rstd, float *dx, float *dw, float *db,
                                                   int64_t R, int64_t d);
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, float *o, float *lse,
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
                                                   const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout,
-                                                  const float *lse, float *dqkv, float *delta, const ddp_packing *pack,
-                                                  int64_t d, int heads, const ddp_dropout *dr);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const void *o, int o16,
+                                                  const float *dout, const float *lse, float *dqkv, float *delta,
+                                                  const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
 /* attention on tensor cores (backend_cuda_attn_tc.cu): *use = 1 when it covers this backend's precision (tf32,
  * bf16), device (sm_80+) and head width dh; then the forward, and the backward after delta is computed */
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc(ddp_backend *b, int64_t dh, int *use);
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const float *qkv, float *o, float *lse,
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
                                                      const ddp_packing *pack, int64_t d, int heads,
                                                      const ddp_dropout *dr);
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float *qkv, const float *dout,
@@ -161,11 +163,22 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float
 
 /* cuDNN's fused attention (backend_cuda_sdpa.cu, over cudnn_sdpa.c): *ran = 0 when the own kernels must run instead
  * (attention_select chose them, or cuDNN refused this batch's shape class) */
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, float *o, float *lse,
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
                                              const ddp_packing *pack, int64_t d, int heads, int *ran);
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout,
-                                             const float *lse, float *dqkv, const ddp_packing *pack, int64_t d,
-                                             int heads, int *ran);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const void *o, int o16,
+                                             const float *dout, const float *lse, float *dqkv, const ddp_packing *pack,
+                                             int64_t d, int heads, int *ran);
+/* Grows *p to `need` bytes in stream order (cudaFreeAsync, cudaMallocAsync: no host wait), a quarter over */
+static inline ddp_status ddp_cuda_grow(cuda_impl *c, void **p, size_t *cap, size_t need, const char *what)
+{
+    if (need <= *cap) return DDP_OK;
+    size_t bytes = need + need / 4;
+    if (*p) CUDA_CHECK(cudaFreeAsync(*p, c->stream));
+    *p = NULL, *cap = 0;
+    ALLOC_CHECK(cudaMallocAsync(p, bytes, c->stream), bytes, c->device, what);
+    *cap = bytes;
+    return DDP_OK;
+}
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_select(ddp_backend *b, ddp_precision prec, int64_t d, int heads, float p,
                                                      const char **name, char *why, size_t n);
 DDP_CUDA_HIDDEN void ddp_cuda_attention_counts(ddp_backend *b, int64_t out[4]);

@@ -1,6 +1,7 @@
 /* backend_cuda_sdpa.cu — the CUDA backend's attention through cuDNN (cudnn_sdpa.c): the choice between cuDNN and the
  * own kernels (MPIDDP_ATTENTION), and what feeds cuDNN the packed batch: sequence lengths and ragged offsets from the
- * packing, q|k|v, o and dout rounded to bf16, o and the gradients back to fp32. */
+ * packing, q|k|v, o and dout rounded to bf16 (o copied where the model keeps it in bf16), o and the gradients back to
+ * fp32 (o copied as it is where the model keeps it in bf16). */
 #include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 #include "mpi_ddp/backend/cuda/cudnn_sdpa.h"
 extern "C" {
@@ -66,18 +67,6 @@ static ddp_status widen(cuda_impl *c, const __nv_bfloat16 *x, float *y, int64_t 
     return DDP_OK;
 }
 
-/* Grows *p to `need` bytes in stream order (no host wait), as the GEMMs' bf16 scratch */
-static ddp_status grow(cuda_impl *c, void **p, size_t *cap, size_t need, const char *what)
-{
-    if (need <= *cap) return DDP_OK;
-    size_t bytes = need + need / 4;
-    if (*p) CUDA_CHECK(cudaFreeAsync(*p, c->stream));
-    *p = NULL, *cap = 0;
-    ALLOC_CHECK(cudaMallocAsync(p, bytes, c->stream), bytes, c->device, what);
-    *cap = bytes;
-    return DDP_OK;
-}
-
 /* The shape class of a batch: samples and rows (the longest sample, at least 64) up to powers of two. With ragged
  * offsets and sequence lengths both are bounds only, and each new class costs a plan (a kernel compile), so few. */
 static ddp_sdpa_key class_of(const ddp_packing *pack, int64_t d, int heads, const float *lse, int bwd)
@@ -108,10 +97,11 @@ static ddp_status scratch(cuda_impl *c, int64_t R, int64_t d, int64_t B)
 }
 
 /* The scratch of one call, carved from c->sdpa_buf: bf16 q|k|v, dq|dk|dv, o and dout, then the int32 lengths and
- * offsets; one launch fills the lengths and offsets and rounds qkv (and o, dout: the backward) into it. *ok = 0 when
- * the batch's offsets would not fit cuDNN's int32 (the own kernels take it). */
+ * offsets; one launch fills the lengths and offsets and rounds qkv (and o unless o16, dout: the backward) into it; o
+ * stored in bf16 (o16) is copied. *ok = 0 when the batch's offsets would not fit cuDNN's int32 (the own kernels take
+ * it). */
 static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key *k, int64_t d, const float *qkv,
-                       const float *o, const float *dout, ddp_sdpa_ptrs *p, int *ok)
+                       const void *o, int o16, const float *dout, ddp_sdpa_ptrs *p, int *ok)
 {
     const int64_t R = pack->R, n3 = R * 3 * d;
     *ok = (R + SDPA_PAD) * 3 * d < INT32_MAX;
@@ -124,15 +114,18 @@ static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key
     p->seq = i, p->off_qkv = i + k->B + 1, p->off_o = i + 2 * (k->B + 1), p->off_st = i + 3 * (k->B + 1);
     p->ws = c->sdpa_ws;
     p->scale = 1.0f / sqrtf((float)k->D);
-    sdpa_rounds r = {{qkv, o, dout},
+    sdpa_rounds r = {{qkv, o16 ? NULL : (const float *)o, dout},
                      {(__nv_bfloat16 *)p->qkv, (__nv_bfloat16 *)p->o, (__nv_bfloat16 *)p->dout},
-                     {n3, R * d, R * d},
+                     {n3, o16 ? 0 : R * d, R * d},
                      {0, 0, 0},
                      k->bwd ? 3 : 1};
     for (int a = 0; a < r.k; a++) r.vec[a] = (uintptr_t)r.x[a] % 16 == 0;
     DDP_LAUNCH(k_sdpa_feed, blocks_for((n3 + 3) / 4, 256) + 1, 256, 0, c->stream, pack->off, pack->B, k->B, d, k->H,
                p->seq, p->off_qkv, p->off_o, p->off_st, r);
     LAUNCH_CHECK();
+    if (k->bwd && o16)
+        CUDA_CHECK(
+            cudaMemcpyAsync(p->o, o, (size_t)(R * d) * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice, c->stream));
     return DDP_OK;
 }
 
@@ -141,15 +134,15 @@ static ddp_status plan(cuda_impl *c, const ddp_sdpa_key *k, int *ok)
 {
     int64_t ws = 0;
     DDP_CHECK(ddp_sdpa_prepare(c->sdpa, k, ok, &ws));
-    if (*ok) DDP_CHECK(grow(c, &c->sdpa_ws, &c->sdpa_ws_cap, (size_t)ws, "cuDNN attention's workspace"));
+    if (*ok) DDP_CHECK(ddp_cuda_grow(c, &c->sdpa_ws, &c->sdpa_ws_cap, (size_t)ws, "cuDNN attention's workspace"));
     return DDP_OK;
 }
 
-/* One call on cuDNN: the forward (o_in NULL: out = o [R, d]) or the backward (o_in, dout given: out = dq|dk|dv
- * [R, 3d]). *ran = 0 when the own kernels take it (that direction not chosen, not bf16, a head width cuDNN does not
- * take, a class it refused, offsets beyond int32). */
-static ddp_status sdpa_call(ddp_backend *b, const float *qkv, const float *o_in, const float *dout, const float *lse,
-                            float *out, const ddp_packing *pack, int64_t d, int heads, int *ran)
+/* One call on cuDNN: the forward (o_in NULL: out = o [R, d], bf16 at o16) or the backward (o_in, bf16 at o16, and
+ * dout given: out = dq|dk|dv [R, 3d]). *ran = 0 when the own kernels take it (that direction not chosen, not bf16, a
+ * head width cuDNN does not take, a class it refused, offsets beyond int32). */
+static ddp_status sdpa_call(ddp_backend *b, const float *qkv, const void *o_in, int o16, const float *dout,
+                            const float *lse, void *out, const ddp_packing *pack, int64_t d, int heads, int *ran)
 {
     cuda_impl *c = cuda_of(b);
     const int64_t dh = d / heads;
@@ -161,36 +154,40 @@ static ddp_status sdpa_call(ddp_backend *b, const float *qkv, const float *o_in,
     if (!ok) return DDP_OK;
     k = class_of(pack, d, heads, lse, bwd);
     DDP_CHECK(plan(c, &k, &ok));
-    if (ok) DDP_CHECK(feed(c, pack, &k, d, qkv, o_in, dout, &p, &ok));
+    if (ok) DDP_CHECK(feed(c, pack, &k, d, qkv, o_in, o16, dout, &p, &ok));
     if (!ok) return DDP_OK;
     p.stats = (float *)lse;
     DDP_LAUNCH_NOTE();
     DDP_CHECK(ddp_sdpa_run(c->sdpa, &k, &p));
-    DDP_CHECK(widen(c, (const __nv_bfloat16 *)(bwd ? p.dqkv : p.o), out, pack->R * (bwd ? 3 : 1) * d));
+    if (!bwd && o16) /* cuDNN's bf16 o is the model's: the area past the batch stays cuDNN's */
+        CUDA_CHECK(cudaMemcpyAsync(out, p.o, (size_t)(pack->R * d) * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice,
+                                   c->stream));
+    else
+        DDP_CHECK(widen(c, (const __nv_bfloat16 *)(bwd ? p.dqkv : p.o), (float *)out, pack->R * (bwd ? 3 : 1) * d));
     *ran = 1;
     return DDP_OK;
 }
 #endif
 
-ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, float *o, float *lse, const ddp_packing *pack, int64_t d,
-                             int heads, int *ran)
+ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse, const ddp_packing *pack,
+                             int64_t d, int heads, int *ran)
 {
 #ifdef DDP_HAVE_CUDNN
-    return sdpa_call(b, qkv, NULL, NULL, lse, o, pack, d, heads, ran);
+    return sdpa_call(b, qkv, NULL, o16, NULL, lse, o, pack, d, heads, ran);
 #else
-    (void)b, (void)qkv, (void)o, (void)lse, (void)pack, (void)d, (void)heads;
+    (void)b, (void)qkv, (void)o, (void)o16, (void)lse, (void)pack, (void)d, (void)heads;
     *ran = 0;
     return DDP_OK;
 #endif
 }
 
-ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const float *o, const float *dout, const float *lse,
-                             float *dqkv, const ddp_packing *pack, int64_t d, int heads, int *ran)
+ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const void *o, int o16, const float *dout,
+                             const float *lse, float *dqkv, const ddp_packing *pack, int64_t d, int heads, int *ran)
 {
 #ifdef DDP_HAVE_CUDNN
-    return sdpa_call(b, qkv, o, dout, lse, dqkv, pack, d, heads, ran);
+    return sdpa_call(b, qkv, o, o16, dout, lse, dqkv, pack, d, heads, ran);
 #else
-    (void)b, (void)qkv, (void)o, (void)dout, (void)lse, (void)dqkv, (void)pack, (void)d, (void)heads;
+    (void)b, (void)qkv, (void)o, (void)o16, (void)dout, (void)lse, (void)dqkv, (void)pack, (void)d, (void)heads;
     *ran = 0;
     return DDP_OK;
 #endif
