@@ -249,36 +249,41 @@ static ddp_status attn_scratch(attn_pick k, int64_t nmax, int64_t dh, int64_t ge
     return DDP_OK;
 }
 
-/* With o16 the methods write fp32 rows into o32 (R x d floats, the batch's), rounded to bf16 into o after. */
-static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, void *o16p, int o16, float *lse,
+/* With o16 each sample runs alone (a one-sample packing: the same bits as in the batch) into o32, max_rows x d
+ * floats, rounded to bf16 into its rows of o. */
+static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
                                     const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
     (void)b;
     attn_pick k = attn_method();
     int64_t nmax = pack->max_rows, dh = d / heads;
-    float *S, *o = o16 ? NULL : (float *)o16p;
-    if (o16 && !(o = ddp_malloc((size_t)(pack->R * d > 0 ? pack->R * d : 1), sizeof *o)))
-        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention's fp32 output (%lld rows)",
-                             (long long)pack->R);
+    float *S, *o32 = NULL;
+    if (o16 && !(o32 = ddp_malloc((size_t)(nmax * d > 0 ? nmax * d : 1), sizeof *o32)))
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention's fp32 output (%lld rows)", (long long)nmax);
     ddp_status st = attn_scratch(k, nmax, dh, 1, &S);
     if (st != DDP_OK) {
-        if (o16) free(o);
+        free(o32);
         return st;
     }
     for (int64_t s = 0; s < pack->B; s++) {
-        int w = attn_which(k, pack->off[s + 1] - pack->off[s]);
+        int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, off1[2] = {0, n};
+        ddp_packing one = {
+            .B = 1, .R = n, .off = off1, .hoff = off1, .sid = pack->sid ? pack->sid + s : NULL, .max_rows = n};
+        const ddp_packing *ps = o16 ? &one : pack;
+        const float *qs = o16 ? qkv + lo * 3 * d : qkv;
+        float *os = o16 ? o32 : (float *)o, *ls = o16 ? lse + lo * heads : lse;
+        int64_t si = o16 ? 0 : s;
+        int w = attn_which(k, n);
         if (w == ATT_TILED)
-            ddp_cpu_attn_tiled_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
+            ddp_cpu_attn_tiled_fwd(qs, os, ls, ps, si, d, heads, dr, S);
         else if (w == ATT_GEMM)
-            attn_gemm_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
+            attn_gemm_fwd(qs, os, ls, ps, si, d, heads, dr, S);
         else
-            attn_fused_fwd(qkv, o, lse, pack, s, d, heads, dr, S);
+            attn_fused_fwd(qs, os, ls, ps, si, d, heads, dr, S);
+        if (o16) round_row16(o32, (ddp_bf16 *)o + lo * d, n * d);
     }
     free(S);
-    if (o16) {
-        round_row16(o, (ddp_bf16 *)o16p, pack->R * d);
-        free(o);
-    }
+    free(o32);
     return DDP_OK;
 }
 
