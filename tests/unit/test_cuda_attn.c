@@ -377,12 +377,15 @@ static void test_head_widths(void **state)
     }
 }
 
-/* dh 80 at bf16 and tf32: past the tensor-core widths, the SIMT kernels */
+/* dh 80 at bf16 and tf32: past the tensor-core widths, the SIMT kernels; dh 160: past the SIMT kernels' 128, the
+ * reference kernels (whose bf16 o goes through an fp32 scratch and a rounding pass: o16_case) */
 static void test_past_tensor_core_widths(void **state)
 {
     (void)state;
     attn_case(small, 4, 80, 1, DDP_PRECISION_BF16, 0.2f, 0);
     attn_case(small, 4, 80, 2, DDP_PRECISION_TF32, 0.0f, 0);
+    attn_case(small, 4, 160, 1, DDP_PRECISION_BF16, 0.2f, 0);
+    attn_case(small, 4, 160, 2, DDP_PRECISION_BF16, 0.0f, 0);
 }
 
 /* 1 when the plugin was built without cuDNN's headers: nothing of cuDNN's to test (said once) */
