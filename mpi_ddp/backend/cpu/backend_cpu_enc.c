@@ -360,16 +360,17 @@ static void attn_gemm_bwd(const float *qkv, const float *dout, float *lse, const
     }
 }
 
-/* D_i = dO_i . O_i per head, O in bf16: each product of the widened value, in the order of ddp_dot */
-static void attn_delta16(const float *dout, const ddp_bf16 *o, float *delta, int64_t R, int64_t d, int heads)
+/* D_i = dO_i . O_i per head, O in fp32 or (o16) bf16 widened, summed in order */
+static void attn_delta(const float *dout, const void *o, int o16, float *delta, int64_t R, int64_t d, int heads)
 {
+    const float *x = o;
+    const ddp_bf16 *x16 = o;
     int64_t dh = d / heads;
     for (int64_t r = 0; r < R; r++)
         for (int h = 0; h < heads; h++) {
-            const float *g = dout + r * d + h * dh;
-            const ddp_bf16 *x = o + r * d + h * dh;
+            const int64_t at = r * d + h * dh;
             float s = 0.0f;
-            for (int64_t c = 0; c < dh; c++) s += g[c] * ddp_bf16_widen(x[c]);
+            for (int64_t c = 0; c < dh; c++) s += dout[at + c] * (o16 ? ddp_bf16_widen(x16[at + c]) : x[at + c]);
             delta[r * heads + h] = s;
         }
 }
@@ -381,13 +382,7 @@ static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const void
     (void)b;
     attn_pick k = attn_method();
     int64_t dh = d / heads, nmax = pack->max_rows;
-    const float *o = ov;
-    if (o16)
-        attn_delta16(dout, ov, delta, pack->R, d, heads);
-    else
-        for (int64_t r = 0; r < pack->R; r++) /* D_i = dO_i . O_i per head */
-            for (int h = 0; h < heads; h++)
-                delta[r * heads + h] = ddp_dot(dout + r * d + h * dh, o + r * d + h * dh, dh);
+    attn_delta(dout, ov, o16, delta, pack->R, d, heads);
     float *S;
     DDP_CHECK(attn_scratch(k, nmax, dh, 3, &S));
     for (int64_t s = 0; s < pack->B; s++) {

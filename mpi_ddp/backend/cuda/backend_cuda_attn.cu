@@ -279,13 +279,6 @@ __global__ void k_attn_fwd(const float *qkv, float *o, float *lse, const int64_t
                               ddp_drop_attn_unit(a.h, 0));
 }
 
-/* y = x rounded to bf16 over n elements (the reference forward's o at o16), four a thread */
-__global__ void k_attn_round(const float *x, __nv_bfloat16 *y, int64_t n)
-{
-    int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
-    for (int64_t e = i; e < i + 4 && e < n; e++) vst_out<1>(y, e, x + e);
-}
-
 static __device__ inline float att_widen(float x) { return x; }
 static __device__ inline float att_widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 
@@ -362,19 +355,15 @@ static ddp_status ref_fwd(ddp_backend *b, const float *qkv, void *o, int o16, fl
                           int64_t d, int heads, const ddp_dropout *dr)
 {
     cuda_impl *c = cuda_of(b);
-    const int64_t n = pack->R * d;
+    const size_t n = (size_t)(pack->R * d);
     float *o32 = (float *)o;
     if (o16) {
-        DDP_CHECK(ddp_cuda_grow(c, &c->o32, &c->o32_cap, (size_t)n * sizeof(float), "attention's fp32 output"));
+        DDP_CHECK(ddp_cuda_grow(c, &c->o32, &c->o32_cap, n * sizeof(float), "attention's fp32 output"));
         o32 = (float *)c->o32;
     }
     ENC_LAUNCH(k_attn_fwd, pack->R * heads, qkv, o32, lse, pack->off, pack->seg, pack->sid, pack->R, d, (int64_t)heads,
                *dr);
-    if (o16) {
-        DDP_LAUNCH(k_attn_round, blocks_for((n + 3) / 4, 256), 256, 0, c->stream, o32, (__nv_bfloat16 *)o, n);
-        LAUNCH_CHECK();
-    }
-    return DDP_OK;
+    return o16 ? ddp_cuda_to_bf16(c, o32, pack->R, d, d, (__nv_bfloat16 *)o) : DDP_OK;
 }
 
 template <int DM>

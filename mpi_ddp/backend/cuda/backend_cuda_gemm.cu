@@ -32,8 +32,9 @@ __global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t co
 }
 
 /* ------------------------------------------------------------------ helpers */
-/* The rows x cols row-major matrix x (leading dimension ld) rounded to bf16 into y, packed. */
-static ddp_status to_bf16(cuda_impl *c, const float *x, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *y)
+/* The rows x cols row-major matrix x (leading dimension ld) rounded to bf16 into y, packed (the GEMMs' operands,
+ * the reference attention forward's o: backend_cuda_priv.h) */
+ddp_status ddp_cuda_to_bf16(cuda_impl *c, const float *x, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *y)
 {
     if (rows * cols == 0) return DDP_OK;
     const int v = cols % 4 == 0 && ld % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 7) == 0 ? 4 : 1;
@@ -97,11 +98,11 @@ static ddp_status bf16_operands(cuda_impl *c, int ta, int tb, int64_t M, int64_t
     size_t na = a16 ? 0 : ((size_t)(ar * ac) + 7) & ~(size_t)7;
     DDP_CHECK(bf16_scratch(c, na + (b16 ? 0 : (size_t)(br * bc))));
     if (!a16) {
-        DDP_CHECK(to_bf16(c, A, ar, ac, lda, c->bf16));
+        DDP_CHECK(ddp_cuda_to_bf16(c, A, ar, ac, lda, c->bf16));
         a16 = c->bf16;
     }
     if (!b16) {
-        DDP_CHECK(to_bf16(c, B, br, bc, ldb, c->bf16 + na));
+        DDP_CHECK(ddp_cuda_to_bf16(c, B, br, bc, ldb, c->bf16 + na));
         b16 = c->bf16 + na;
     }
     *in = (gemm_in){a16, b16, lda16, ldb16, CUDA_R_16BF};
@@ -347,10 +348,10 @@ ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const void *dy, int dy16, const v
     DDP_CHECK(bf16_scratch(c, ndy + nx + (w16 ? 0 : (size_t)(N * K))));
     const __nv_bfloat16 *dyb = dy16 ? (const __nv_bfloat16 *)dy : c->bf16,
                         *xb = x16 ? (const __nv_bfloat16 *)x : c->bf16 + ndy;
-    if (!dy16) DDP_CHECK(to_bf16(c, (const float *)dy, R, N, N, c->bf16));
-    if (!x16) DDP_CHECK(to_bf16(c, (const float *)x, R, K, K, c->bf16 + ndy));
+    if (!dy16) DDP_CHECK(ddp_cuda_to_bf16(c, (const float *)dy, R, N, N, c->bf16));
+    if (!x16) DDP_CHECK(ddp_cuda_to_bf16(c, (const float *)x, R, K, K, c->bf16 + ndy));
     if (!w16) {
-        DDP_CHECK(to_bf16(c, W, N, K, K, c->bf16 + ndy + nx));
+        DDP_CHECK(ddp_cuda_to_bf16(c, W, N, K, K, c->bf16 + ndy + nx));
         w16 = c->bf16 + ndy + nx;
     }
     /* dW[N,K] += dy^T x with the bias gradient in its epilogue, then dx[R,K] = dy W, from the same rounding of dy */

@@ -168,6 +168,9 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, v
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const void *o, int o16,
                                              const float *dout, const float *lse, float *dqkv, const ddp_packing *pack,
                                              int64_t d, int heads, int *ran);
+/* x (rows x cols, leading dimension ld) rounded to bf16 (nearest even) into y, packed: one launch (gemm.cu) */
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_to_bf16(cuda_impl *c, const float *x, int64_t rows, int64_t cols, int64_t ld,
+                                            __nv_bfloat16 *y);
 /* Grows *p to `need` bytes in stream order (cudaFreeAsync, cudaMallocAsync: no host wait), a quarter over */
 static inline ddp_status ddp_cuda_grow(cuda_impl *c, void **p, size_t *cap, size_t need, const char *what)
 {
