@@ -285,7 +285,7 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
             if (q) {
                 /* the forward's lse for these q, k, v (attention_bwd reads it) */
                 CK(E->attention_fwd(be, F[X0], F[Y0], 0, F[VEC0], &q->pk, w, (int)heads, &nodrop));
-                CK(E->attention_bwd(be, F[X0], F[Y0], 0, F[X1], F[VEC0], F[Y1], F[VEC2], &q->pk, w, (int)heads,
+                CK(E->attention_bwd(be, F[X0], F[Y0], 0, F[X1], F[VEC0], F[Y1], 0, F[VEC2], &q->pk, w, (int)heads,
                                     &nodrop));
             }
             return 1;

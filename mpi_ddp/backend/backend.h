@@ -142,7 +142,8 @@ struct ddp_backend {
     /* Optional (NULL: the caller composes it, as ddp_linear_bwd does): the backward of y = x W^T (+ bias) over R rows,
      * dW[N,K] += dy[R,N]^T x[R,K] (x stored in bf16 when x16), dbias[N] += sum_r dy[r,:] unless dbias is NULL (as
      * gemm_epi's DDP_EPI_BGRAD), and dx[R,K] = dy[R,N] W[N,K]: at bf16 one rounding of dy serves both products.
-     * dy16: dy is stored in bf16 already (no rounding; dbias must be NULL: a bias gradient sums fp32 values). */
+     * dy16: dy is stored in bf16 already (no rounding), at DDP_PRECISION_BF16; the bias gradient then sums those bf16
+     * values, as the epilogue does. */
     ddp_status (*linear_bwd)(ddp_backend *b, const void *dy, int dy16, const void *x, int x16, const float *W,
                              float *dW, float *dbias, float *dx, int64_t R, int64_t N, int64_t K);
     /* Optional (NULL: the encoder's own attention): chooses, once per model, the attention that the encoder's
@@ -180,11 +181,11 @@ struct ddp_enc_ops {
      * (ddp_bf16, each value the fp32 result rounded once, nearest even), else in fp32 */
     ddp_status (*attention_fwd)(ddp_backend *b, const float *qkv, void *o, int o16, float *lse, const ddp_packing *pack,
                                 int64_t d, int heads, const ddp_dropout *dr);
-    /* dqkv (written) from dout; o as the forward stored it (o16); delta is backend scratch of R*heads floats:
-     * rowsum(dout * o) per head */
+    /* dqkv (written: fp32, or at dqkv16 each value rounded once to bf16, nearest even) from dout; o as the forward
+     * stored it (o16); delta is backend scratch of R*heads floats: rowsum(dout * o) per head */
     ddp_status (*attention_bwd)(ddp_backend *b, const float *qkv, const void *o, int o16, const float *dout,
-                                const float *lse, float *dqkv, float *delta, const ddp_packing *pack, int64_t d,
-                                int heads, const ddp_dropout *dr);
+                                const float *lse, void *dqkv, int dqkv16, float *delta, const ddp_packing *pack,
+                                int64_t d, int heads, const ddp_dropout *dr);
     /* a = drop(gelu_erf(z + bias)); dgelu = gelu_erf'(z + bias) when non-NULL (may be z) */
     ddp_status (*gelu_erf_fwd)(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
                                const ddp_packing *pack, int64_t cols, const ddp_dropout *dr);
@@ -276,7 +277,8 @@ static inline ddp_status ddp_linear_bwd(ddp_backend *be, int fuse, const void *d
                                         int64_t K)
 {
     if (fuse && be->linear_bwd) return be->linear_bwd(be, dy, dy16, x, x16, W, dW, dbias, dx, R, N, K);
-    if (dbias && dy16) return ddp_set_error(DDP_ERR_ARG, "linear_bwd: a bias gradient needs dy in fp32");
+    if (dbias && dy16) /* colsum sums fp32: the bias gradient of a bf16 dy needs the backend's linear_bwd */
+        return ddp_set_error(DDP_ERR_ARG, "linear_bwd: a bias gradient of a bf16 dy needs a fused linear_bwd");
     if (dbias)
         DDP_CHECK(ddp_gemm_epi(be, fuse, DDP_EPI_BGRAD, dbias, 1, 0, N, K, R, 1.0f, dy, 0, N, x, x16, K, 1.0f, dW, K));
     else if (x16 || dy16)

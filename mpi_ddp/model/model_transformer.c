@@ -259,6 +259,9 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     m->o16 = c->precision == DDP_PRECISION_BF16 && be->gemm16;
     /* fp32 keeps the unfused calls: the pedantic reference the GPU tests compare against */
     m->fuse_epi = c->precision != DDP_PRECISION_FP32 && be->gemm_epi && ddp_knob_int(DDP_KNOB_CUBLASLT) != 0;
+    /* the q|k|v gradient in bf16, the rounding its two products read, where the fused linear_bwd's bias gradient sums
+     * those same bf16 values (its epilogue): the bits of an fp32 dqkv there */
+    m->dqkv16 = m->act16 && m->fuse_epi && be->linear_bwd;
     /* the attention the encoder runs: cuDNN's fused SDPA where the backend chooses it, else the own kernels */
     if (be->attention_select) {
         const char *name = "own";
@@ -297,11 +300,15 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     BALLOC(m->branch, R * d);
     BALLOC(m->dh, R * d);
     BALLOC(m->dy, R * d);
-    BALLOC(m->dqkv, R * 3 * d);
+    if (m->dqkv16) /* R x 3d bf16 values, shared with dz16's R x f */
+        BALLOC(m->dqkv, (R * (3 * d > f ? 3 * d : f) + 1) / 2);
+    else
+        BALLOC(m->dqkv, R * 3 * d);
     BALLOC(m->dffn, R * f);
     BALLOC(m->attn_delta, R * H);
-    if (m->act16 && be->enc->gelu_erf_bwd16) { /* R x f bf16 values: 2 f bytes a row, dqkv has 12 d */
-        if (f <= 6 * d)
+    if (m->act16 && be->enc->gelu_erf_bwd16) { /* R x f bf16 values: 2 f bytes a row, dqkv has 12 d (6 d at dqkv16,
+                                                * then sized for both) */
+        if (m->dqkv16 || f <= 6 * d)
             m->dz16 = m->dqkv;
         else {
             BALLOC(m->dz16_own, (R * f + 1) / 2);
@@ -328,6 +335,7 @@ done:
 }
 
 int ddp_transformer_act16(const ddp_model *model) { return ((const txmodel *)model->self)->act16; }
+int ddp_transformer_dqkv16(const ddp_model *model) { return ((const txmodel *)model->self)->dqkv16; }
 
 void ddp_transformer_times(const ddp_model *model, double t[4])
 {

@@ -42,8 +42,9 @@ typedef struct {
     const ddp_enc_ops *E;
     int64_t D, d, f, C, P, L, heads, maxR, maxB;
     int positions;
-    int act16;           /* 1: y1, y2, a2 stored in bf16 (model config precision bf16, backend able) */
-    int o16;             /* 1: the attention output o in bf16 (precision bf16) */
+    int act16;  /* 1: y1, y2, a2 stored in bf16 (model config precision bf16, backend able) */
+    int o16;    /* 1: the attention output o in bf16 (precision bf16) */
+    int dqkv16; /* 1: the q|k|v gradient in bf16 (act16 with a fused linear_bwd, whose bias gradient sums bf16) */
     char attention[400]; /* "cudnn: <why>" or "own: <why>" (attention_select), "cpu: <method>" */
     int fuse_epi; /* 1: bias adds and bias gradients in the GEMMs' epilogues (tf32, bf16: gemm_epi, MPIDDP_CUBLASLT) */
     float dropout;
@@ -56,11 +57,11 @@ typedef struct {
     float *p, *dp, *logits, *dlogits;
     float *branch;         /* [R,d] a residual branch's linear output before bias and dropout (forward),
                               then its gradient (backward) */
-    float *dh, *dy, *dqkv; /* backward: residual-stream, block-input and q|k|v gradients */
+    float *dh, *dy, *dqkv; /* backward: residual-stream, block-input and q|k|v gradients (dqkv bf16 at dqkv16) */
     float *dffn;           /* [R,f] gradient of the feed-forward hidden activations */
     void *dz16;            /* [R,f] bf16: linear1's output gradient for its two products (act16 with gelu_erf_bwd16,
-                            * else NULL); inside dqkv where f <= 6d (free until the attention block's backward), else
-                            * in dz16_own */
+                            * else NULL); inside dqkv (free until the attention block's backward) where it fits
+                            * (dqkv16, or f <= 6d), else in dz16_own */
     float *dz16_own;
     float *attn_delta; /* [R,heads] attention backward's rowsum(dO * O) per head */
     ddp_model_io io;   /* the batch on the backend (with its packing), the loss/prob/pred block */

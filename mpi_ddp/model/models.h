@@ -21,5 +21,7 @@ double ddp_model_cost_sq(const ddp_model_config *c);
 void ddp_transformer_times(const ddp_model *m, double t[4]);
 /* 1 when a transformer stores its GEMM-only activations in bf16 (config precision bf16 on an able backend). */
 int ddp_transformer_act16(const ddp_model *m);
+/* 1 when that model keeps the q|k|v gradient in bf16 (txmodel.dqkv16) */
+int ddp_transformer_dqkv16(const ddp_model *m);
 
 #endif

@@ -179,9 +179,10 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
             t1 = m->branch, b1 = NULL;
         }
         LINEAR_BWD(t1, y->o, m->o16, P + w[T_OUT_W], G + w[T_OUT_W], b1, m->dy, R, d, d);
-        ATTN_TIMED(1, E->attention_bwd(be, y->qkv, y->o, m->o16, m->dy, y->lse, m->dqkv, m->attn_delta, pack, d, (int)H,
-                                       &drop_attn));
-        LINEAR_BWD(m->dqkv, y->y1, m->act16, P + w[T_QKV_W], G + w[T_QKV_W], G + w[T_QKV_B], m->dy, R, 3 * d, d);
+        ATTN_TIMED(1, E->attention_bwd(be, y->qkv, y->o, m->o16, m->dy, y->lse, m->dqkv, m->dqkv16, m->attn_delta, pack,
+                                       d, (int)H, &drop_attn));
+        LINEAR_BWD16(m->dqkv, m->dqkv16, y->y1, m->act16, P + w[T_QKV_W], G + w[T_QKV_W], G + w[T_QKV_B], m->dy, R,
+                     3 * d, d);
         /* The key bias adds q.b_k to every score of a row, which softmax ignores: its gradient is exactly 0.
          * Summed, it is rounding noise that depends on the batch's packing, and AdamW would turn that noise
          * into +-lr steps that differ between world sizes. It is written as the exact 0 instead. */

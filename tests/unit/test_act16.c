@@ -99,7 +99,7 @@ typedef struct {
     float *grad;
     int64_t n;
     size_t bytes; /* allocated by the model's creation */
-    int act16;
+    int act16, dqkv16;
     long gemm16_per_step, fused_per_step;
 } result;
 
@@ -125,7 +125,7 @@ static void run(ddp_backend *be, ddp_precision prec, int act16_env, int fused, r
     unsetenv("MPIDDP_BF16_ACTIVATIONS");
     OK(st);
     OK(be->set_precision(be, prec));
-    r->act16 = ddp_transformer_act16(&m);
+    r->act16 = ddp_transformer_act16(&m), r->dqkv16 = ddp_transformer_dqkv16(&m);
     r->n = ddp_model_num_params(&m);
     void *p, *g;
     OK(be->alloc(be, &p, (size_t)r->n * 4));
@@ -224,8 +224,16 @@ static void test_backend(ddp_backend *be)
     if (!(r16f.act16 == 1 && r16u.act16 == 1)) fail_msg("%s: a bf16 model does not store bf16 activations", nm);
     if (!(r32sf.act16 == 0 && f32f.act16 == 0))
         fail_msg("%s: MPIDDP_BF16_ACTIVATIONS=0 or fp32 stored bf16 activations", nm);
-    /* the memory: y1, y2 (rows x d each) and a2 (rows x f) per layer at 2 bytes instead of 4 */
+    /* the q|k|v gradient in bf16 where the backend fuses linear_bwd (its bias gradient sums the bf16 values), with
+     * bf16 activations only */
+    if (!(r16f.dqkv16 == (be->linear_bwd != NULL) && r32sf.dqkv16 == 0 && f32f.dqkv16 == 0))
+        fail_msg("%s: q|k|v gradient in bf16 %d, %d with fp32 activations, %d at fp32; want %d, 0, 0", nm, r16f.dqkv16,
+                 r32sf.dqkv16, f32f.dqkv16, be->linear_bwd != NULL);
+    /* the memory: y1, y2 (rows x d each) and a2 (rows x f) per layer at 2 bytes instead of 4; the q|k|v gradient's
+     * buffer (rows x 3d floats) as rows x max(3d, f) bf16 (shared with linear1's bf16 output gradient) */
     size_t want = (size_t)LAYERS * (size_t)max_rows * (2 * HID + FF) * 2;
+    if (r16f.dqkv16)
+        want += (size_t)max_rows * 3 * HID * 4 - ((size_t)max_rows * (3 * HID > FF ? 3 * HID : FF) + 1) / 2 * 4;
     if (!(r32sf.bytes - r16f.bytes == want))
         fail_msg("%s: bf16 activations save %zu bytes, want %zu", nm, r32sf.bytes - r16f.bytes, want);
     size_t want_o = (size_t)LAYERS * (size_t)max_rows * HID * 2; /* o: rows x d per layer in bf16 */
@@ -233,9 +241,11 @@ static void test_backend(ddp_backend *be)
         fail_msg("%s: fp32 model %zu bytes, bf16-GEMM model with fp32 activations %zu: want %zu less", nm, f32f.bytes,
                  r32sf.bytes, want_o);
     /* the GEMMs read them: 4 per layer forward (o's too), 4 per layer backward (weight gradients), and linear1's data
-     * gradient from the bf16 output gradient the gelu backward wrote (gelu_erf_bwd16); with fp32 activations o's two */
-    if (!(r16f.gemm16_per_step == 9 * LAYERS))
-        fail_msg("%s: %ld gemm16 calls per step, want %d", nm, r16f.gemm16_per_step, 9 * LAYERS);
+     * gradient from the bf16 output gradient the gelu backward wrote (gelu_erf_bwd16), and the in projection's data
+     * gradient from the bf16 q|k|v gradient (dqkv16); with fp32 activations o's two */
+    const long want16 = (9 + r16f.dqkv16) * LAYERS;
+    if (!(r16f.gemm16_per_step == want16))
+        fail_msg("%s: %ld gemm16 calls per step, want %ld", nm, r16f.gemm16_per_step, want16);
     if (!(r32sf.gemm16_per_step == 2 * LAYERS && f32f.gemm16_per_step == 0))
         fail_msg("%s: %ld gemm16 calls per step with fp32 activations at bf16, want %d (o's); %ld at fp32, want 0", nm,
                  r32sf.gemm16_per_step, 2 * LAYERS, f32f.gemm16_per_step);

@@ -177,7 +177,8 @@ static void expect_blocks(const test_pack *pk, int64_t dh, int H, float p, long 
 
 /* o stored in bf16 (attention_fwd's o16: the model's o with bf16 activations) for the batch pg at the backend's
  * precision, given the fp32 call's o (gy), lse (gl): each value of o rounded once to bf16 (nearest even), the same lse;
- * and the backward from that o, the bits of the backward given the same rounded values in fp32. */
+ * and the backward from that o, the bits of the backward given the same rounded values in fp32; its dq|dk|dv in bf16
+ * (attention_bwd's dqkv16), each that backward's value rounded once. */
 static void o16_case(const char *what, void *qg, void *dog, const ddp_packing *pg, int64_t d, int H,
                      const ddp_dropout *dr, const float *gy, const float *gl)
 {
@@ -195,13 +196,22 @@ static void o16_case(const char *what, void *qg, void *dog, const ddp_packing *p
             fail_msg("%s o16: o[%lld] is bf16 0x%04x, want 0x%04x (the fp32 call's %g rounded)", what, (long long)i,
                      got[i], want[i], (double)gy[i]);
     if (memcmp(l16, gl, (size_t)(R * H) * 4)) fail_msg("%s o16: lse differs from the fp32 call's", what);
-    OK(gpu->enc->attention_bwd(gpu, qg, y16, 1, dog, lg, dq16, Dg, pg, d, H, dr));
-    OK(gpu->enc->attention_bwd(gpu, qg, yrg, 0, dog, lg, dqr, Dg, pg, d, H, dr));
+    OK(gpu->enc->attention_bwd(gpu, qg, y16, 1, dog, lg, dq16, 0, Dg, pg, d, H, dr));
+    OK(gpu->enc->attention_bwd(gpu, qg, yrg, 0, dog, lg, dqr, 0, Dg, pg, d, H, dr));
     float *a = down(dq16, n * 3), *b = down(dqr, n * 3);
     for (int64_t i = 0; i < n * 3; i++)
         if (memcmp(&a[i], &b[i], 4))
             fail_msg("%s o16: dqkv[%lld] %g, from o given in fp32 %g", what, (long long)i, (double)a[i], (double)b[i]);
-    void *dv[] = {y16, yrg, lg, dq16, dqr, Dg};
+    uint16_t *g = malloc((size_t)(n * 3 + 1) * 2);
+    void *g16 = dev(NULL, (size_t)n * 3 * 2);
+    OK(gpu->enc->attention_bwd(gpu, qg, y16, 1, dog, lg, g16, 1, Dg, pg, d, H, dr));
+    OK(gpu->download(gpu, g, g16, (size_t)n * 3 * 2));
+    for (int64_t i = 0; i < n * 3; i++)
+        if (g[i] != ddp_bf16_bits(b[i]))
+            fail_msg("%s dqkv16: dqkv[%lld] is bf16 0x%04x, want 0x%04x (the fp32 call's %g rounded)", what,
+                     (long long)i, g[i], ddp_bf16_bits(b[i]), (double)b[i]);
+    free(g);
+    void *dv[] = {y16, yrg, lg, dq16, dqr, Dg, g16};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
     free(want), free(got), free(yr), free(l16), free(a), free(b);
 }
@@ -233,12 +243,12 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
          *Dg = dev(NULL, (size_t)R * H * 4);
     const ddp_dropout dr = {.p = p, .key = 0x5eed + (uint64_t)dh};
     OK(cpu->enc->attention_fwd(cpu, qkv, y, 0, lse, &pc, d, H, &dr));
-    OK(cpu->enc->attention_bwd(cpu, qkv, y, 0, dout, lse, dq, D, &pc, d, H, &dr));
+    OK(cpu->enc->attention_bwd(cpu, qkv, y, 0, dout, lse, dq, 0, D, &pc, d, H, &dr));
     OK(ddp_backend_set_precision(gpu, prec));
     const long long b0 = ddp_cuda()->blocks();
     OK(gpu->enc->attention_fwd(gpu, qg, yg, 0, lg, &pg, d, H, &dr));
     const long long b1 = ddp_cuda()->blocks();
-    OK(gpu->enc->attention_bwd(gpu, qg, yg, 0, dog, lg, dqg, Dg, &pg, d, H, &dr));
+    OK(gpu->enc->attention_bwd(gpu, qg, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dr));
     expect_blocks(&pk, dh, H, p, b1 - b0, ddp_cuda()->blocks() - b1);
     if (dh <= 128 && (!(cudnn_mode & 1) || p > 0.0f)) { /* a tile map not of the batch: one line, nothing launched */
         ddp_packing bad = pg;
@@ -275,7 +285,7 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     }
     /* determinism: the same call again, identical bits */
     OK(gpu->enc->attention_fwd(gpu, qg, yg, 0, lg, &pg, d, H, &dr));
-    OK(gpu->enc->attention_bwd(gpu, qg, yg, 0, dog, lg, dqg, Dg, &pg, d, H, &dr));
+    OK(gpu->enc->attention_bwd(gpu, qg, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dr));
     float *gy2 = down(yg, R * d), *gq2 = down(dqg, R * 3 * d);
     if (!(!memcmp(gy, gy2, (size_t)R * d * 4) && !memcmp(gq, gq2, (size_t)R * 3 * d * 4)))
         fail_msg("%s: two runs differ", what);
@@ -296,7 +306,7 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
                       .tiles = t1.T};
     void *q1 = dev(qkv + lo * 3 * d, (size_t)n * 3 * d * 4), *do1 = dev(dout + lo * d, (size_t)n * d * 4);
     OK(gpu->enc->attention_fwd(gpu, q1, yg, 0, lg, &p1, d, H, &dr));
-    OK(gpu->enc->attention_bwd(gpu, q1, yg, 0, do1, lg, dqg, Dg, &p1, d, H, &dr));
+    OK(gpu->enc->attention_bwd(gpu, q1, yg, 0, do1, lg, dqg, 0, Dg, &p1, d, H, &dr));
     float *y3 = down(yg, n * d), *g3 = down(dqg, n * 3 * d);
     if (!(!memcmp(y3, gy + lo * d, (size_t)n * d * 4) && !memcmp(g3, gq + lo * 3 * d, (size_t)n * 3 * d * 4)))
         fail_msg("%s: sample %d alone differs from the batch", what, solo);
@@ -575,7 +585,7 @@ static void test_cudnn_plan_cache(void **state)
         const ddp_dropout dr = {.p = 0.0f, .key = 1};
         OK(ddp_backend_set_precision(gpu, DDP_PRECISION_BF16));
         OK(gpu->enc->attention_fwd(gpu, q, o, 0, l, &pg, d, (int)H, &dr));
-        OK(gpu->enc->attention_bwd(gpu, q, o, 0, o, l, dq, D, &pg, d, (int)H, &dr));
+        OK(gpu->enc->attention_bwd(gpu, q, o, 0, o, l, dq, 0, D, &pg, d, (int)H, &dr));
         calls += dirs;
         void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, (void *)pg.tile, q, o, l, dq, D};
         for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);

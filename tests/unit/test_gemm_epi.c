@@ -274,8 +274,10 @@ static void test_arguments(void **state)
  * gemm_epi and gemm (linear_bwd removed from the op table): the same bits on the emulator, where the two see the same
  * bf16 operands; on a GPU, whose algorithms may differ with the scratch's offsets, within 1e-5 (relative L2) of each
  * other, fp32 accumulation of the same products. With x in bf16 or fp32, with and without a bias, at every
- * precision, and with cuBLASLt refusing (MPIDDP_EMU_LT_REFUSE=1). At bf16 without a bias, dy handed over in bf16
- * (dy16: the rounding linear_bwd would make) gives the same results as dy in fp32: the same bits on the emulator. */
+ * precision, and with cuBLASLt refusing (MPIDDP_EMU_LT_REFUSE=1). At bf16, dy handed over in bf16 (dy16: the
+ * rounding linear_bwd would make) gives the same dW and dx as dy in fp32: the same bits on the emulator; its bias
+ * gradient (linear_bwd's own: the composition refuses a bias of a bf16 dy) the sum of those bf16 values, the bits of
+ * the fp32 dy's epilogue where cuBLASLt ran, else within the fp32 accumulation bound of that sum. */
 static double rel_l2(const float *a, const float *b, size_t n)
 {
     double num = 0, den = 0;
@@ -304,6 +306,18 @@ static void linear_bwd_case(int p, int64_t R, int64_t N, int64_t K, int dy16, in
         if (way) gpu->linear_bwd = NULL; /* the composition */
         ddp_status st = ddp_linear_bwd(gpu, 1, ddy, dy16, dxin, x16, dWt, dW, with_bias ? db : NULL, dx, R, N, K);
         gpu->linear_bwd = own;
+        if (way && dy16 && with_bias) { /* refused with its line; linear_bwd's results stand for both */
+            if (st != DDP_ERR_ARG || !strstr(ddp_last_error(), "bf16 dy"))
+                fail_msg("the composition took a bias gradient of a bf16 dy (%d: %s)", (int)st, ddp_last_error());
+            const size_t nk[3] = {nw, (size_t)N, nx};
+            for (int k = 0; k < 3; k++) out[1][k] = malloc(nk[k] * 4), memcpy(out[1][k], out[0][k], nk[k] * 4);
+            OK(gpu->download(gpu, out[1][1], db, (size_t)N * 4));
+            if (memcmp(out[1][1], b0, (size_t)N * 4)) fail_msg("the refused composition wrote a bias gradient");
+            memcpy(out[1][1], out[0][1], (size_t)N * 4);
+            gpu->release(gpu, ddy), gpu->release(gpu, dW), gpu->release(gpu, db), gpu->release(gpu, dWt);
+            gpu->release(gpu, dx), gpu->release(gpu, dxin);
+            break;
+        }
         OK(st);
         out[way][0] = malloc(nw * 4), out[way][1] = malloc((size_t)N * 4), out[way][2] = malloc(nx * 4);
         OK(gpu->download(gpu, out[way][0], dW, nw * 4));
@@ -330,6 +344,29 @@ static void linear_bwd_case(int p, int64_t R, int64_t N, int64_t K, int dy16, in
     }
     free(dy), free(x), free(W), free(dW0), free(b0), free(x16b), free(dy16b);
 }
+/* the bias gradient g16 of linear_bwd_case's bf16 dy (seed's): b0 + the sum of the bf16 values, within the fp32
+ * accumulation bound of a double reference; where cuBLASLt ran, the bits of g32, the fp32 dy's epilogue (which sums
+ * the same bf16 values) */
+static void bias_of16(int64_t R, int64_t N, uint64_t seed, const float *g16, const float *g32)
+{
+    float *dy = test_rnd(R * N, seed, 2.0f, -1.0f), *b0 = test_rnd(N, seed + 4, 2.0f, -1.0f);
+    const char *refuse = getenv("MPIDDP_EMU_LT_REFUSE");
+    for (int64_t c = 0; c < N; c++) {
+        double ref = b0[c], S = fabs(b0[c]);
+        for (int64_t r = 0; r < R; r++) {
+            double v = round_bits(dy[r * N + c], 16);
+            ref += v, S += fabs(v);
+        }
+        if (!(fabs(g16[c] - ref) <= (R + 3) * 0x1p-24 * S + 1e-30))
+            fail_msg("bf16 linear_bwd %lldx%lld: the bias gradient of a bf16 dy %lld = %.9g, the sum of its values "
+                     "%.9g",
+                     (long long)R, (long long)N, (long long)c, (double)g16[c], ref);
+    }
+    if (emulated && !(refuse && *refuse == '1') && R > 1 && memcmp(g16, g32, (size_t)N * 4))
+        fail_msg("bf16 linear_bwd %lldx%lld: the bias gradient of a bf16 dy is not the bits of the fp32 dy's epilogue",
+                 (long long)R, (long long)N);
+    free(dy), free(b0);
+}
 static void linear_bwd_cases(void)
 {
     static const int64_t shapes[][3] = {{37, 96, 32}, {300, 24, 16}, {1, 3, 5}, {0, 4, 4}};
@@ -341,12 +378,17 @@ static void linear_bwd_cases(void)
                 for (int x16 = 0; x16 <= (p == 2); x16++) {
                     seed += 10;
                     float *f32[3], *f16[3];
-                    const int both = p == 2 && !bias; /* dy16 as well: the results of the same seed's fp32 dy */
+                    const int both = p == 2; /* dy16 as well: the results of the same seed's fp32 dy */
                     linear_bwd_case(p, R, N, K, 0, x16, bias, seed, both ? f32 : NULL);
                     if (!both) continue;
                     linear_bwd_case(p, R, N, K, 1, x16, bias, seed, f16);
                     size_t n[3] = {(size_t)(N * K), (size_t)N, (size_t)(R * K)};
+                    if (bias) bias_of16(R, N, seed, f16[1], f32[1]);
                     for (int k = 0; k < 3; k++) {
+                        if (bias && k == 1) {
+                            free(f16[k]), free(f32[k]);
+                            continue;
+                        }
                         double d = rel_l2(f16[k], f32[k], n[k]);
                         if (emulated ? memcmp(f16[k], f32[k], n[k] * 4) != 0 : !(d <= 1e-5))
                             fail_msg("bf16 linear_bwd %lldx%lldx%lld x16 %d: output %d from a bf16 dy %s from an fp32 "

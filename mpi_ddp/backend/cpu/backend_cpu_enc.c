@@ -375,26 +375,44 @@ static void attn_delta(const float *dout, const void *o, int o16, float *delta, 
         }
 }
 
+/* With dqkv16 each sample runs alone (a one-sample packing, as the forward's o16) into g32, max_rows x 3d floats,
+ * rounded to bf16 into its rows of dqkv. */
 static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const void *ov, int o16, const float *dout,
-                                    const float *lse, float *dqkv, float *delta, const ddp_packing *pack, int64_t d,
-                                    int heads, const ddp_dropout *dr)
+                                    const float *lse, void *dqkv, int dqkv16, float *delta, const ddp_packing *pack,
+                                    int64_t d, int heads, const ddp_dropout *dr)
 {
     (void)b;
     attn_pick k = attn_method();
     int64_t dh = d / heads, nmax = pack->max_rows;
     attn_delta(dout, ov, o16, delta, pack->R, d, heads);
-    float *S;
-    DDP_CHECK(attn_scratch(k, nmax, dh, 3, &S));
+    float *S, *g32 = NULL;
+    if (dqkv16 && !(g32 = ddp_malloc((size_t)(nmax * 3 * d > 0 ? nmax * 3 * d : 1), sizeof *g32)))
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention's fp32 gradients (%lld rows)",
+                             (long long)nmax);
+    ddp_status st = attn_scratch(k, nmax, dh, 3, &S);
+    if (st != DDP_OK) {
+        free(g32);
+        return st;
+    }
     for (int64_t s = 0; s < pack->B; s++) {
-        int w = attn_which(k, pack->off[s + 1] - pack->off[s]);
+        int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, off1[2] = {0, n};
+        ddp_packing one = {
+            .B = 1, .R = n, .off = off1, .hoff = off1, .sid = pack->sid ? pack->sid + s : NULL, .max_rows = n};
+        const ddp_packing *ps = dqkv16 ? &one : pack;
+        const int64_t at = dqkv16 ? lo : 0, si = dqkv16 ? 0 : s;
+        const float *qs = qkv + at * 3 * d, *dos = dout + at * d, *ls = lse + at * heads, *Ds = delta + at * heads;
+        float *gs = dqkv16 ? g32 : (float *)dqkv;
+        int w = attn_which(k, n);
         if (w == ATT_TILED)
-            ddp_cpu_attn_tiled_bwd(qkv, dout, lse, delta, dqkv, pack, s, d, heads, dr, S);
+            ddp_cpu_attn_tiled_bwd(qs, dos, ls, Ds, gs, ps, si, d, heads, dr, S);
         else if (w == ATT_GEMM)
-            attn_gemm_bwd(qkv, dout, (float *)lse, delta, dqkv, pack, s, d, heads, dr, S);
+            attn_gemm_bwd(qs, dos, (float *)ls, Ds, gs, ps, si, d, heads, dr, S);
         else
-            attn_fused_bwd(qkv, dout, lse, delta, dqkv, pack, s, d, heads, dr, S);
+            attn_fused_bwd(qs, dos, ls, Ds, gs, ps, si, d, heads, dr, S);
+        if (dqkv16) round_row16(g32, (ddp_bf16 *)dqkv + lo * 3 * d, n * 3 * d);
     }
     free(S);
+    free(g32);
     return DDP_OK;
 }
 

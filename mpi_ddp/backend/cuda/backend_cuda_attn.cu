@@ -158,12 +158,11 @@ __global__ void __launch_bounds__(ATT_BQ)
  * Budget (ptxas sm_80, CUDA 13.0): static shared memory 2 x 32 x DM floats of Q and dO tiles plus 512 bytes of
  * per-row values (lse, delta, dropout keys); k, v, dk and dv keep 4 x DM floats a thread: 117 and 211 registers at
  * DM 16 and 32, from DM 64 the 255 registers and spills (spill stores:
- * 628 bytes at DM 64, 3216 at 128). */
-template <int DM>
+ * 628 bytes at DM 64, 3216 at 128). dqkv is [R, 3d] of T (fp32, or bf16: attention_bwd's dqkv16). */
+template <int DM, class T>
 __global__ void __launch_bounds__(ATT_BQ)
-    k_flash_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                   const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H, int vec,
-                   ddp_dropout dr)
+    k_flash_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, T *dqkv, const int64_t *tile,
+                   const int64_t *off, const int64_t *sid, int64_t d, int64_t H, int vec, ddp_dropout dr)
 {
     __shared__ float4 qs[ATT_BK * DM / 4], ds[ATT_BK * DM / 4];
     __shared__ float ls[ATT_BK], Ds[ATT_BK];
@@ -203,20 +202,19 @@ __global__ void __launch_bounds__(ATT_BQ)
         }
         __syncthreads();
     }
-    float *out = dqkv + (k.lo + k.r0) * k.ld + k.h * k.dh;
-    att_rows_out<DM, float>(dk, 1.0f, qs, ds, out + d, k.ld, k.n - k.r0, k.dh, vec);
-    att_rows_out<DM, float>(dv, 1.0f, qs, ds, out + 2 * d, k.ld, k.n - k.r0, k.dh, vec);
+    T *out = dqkv + (k.lo + k.r0) * k.ld + k.h * k.dh;
+    att_rows_out<DM, T>(dk, 1.0f, qs, ds, out + d, k.ld, k.n - k.r0, k.dh, vec);
+    att_rows_out<DM, T>(dv, 1.0f, qs, ds, out + 2 * d, k.ld, k.n - k.r0, k.dh, vec);
 }
 
 /* dQ of the block's 64 query rows: dq_i = scale sum_j dS_ij k_j over the sample's key rows j in order.
  * Budget (ptxas sm_80, CUDA 13.0): static shared memory 2 x 32 x DM floats of K and V tiles; q, dO and dq keep
  * 3 x DM floats a thread: 93 and 156 registers at DM 16 and 32, from DM 64 the 255 registers and spills (spill
- * stores: 96 bytes at DM 64, 1448 at 128). */
-template <int DM>
+ * stores: 96 bytes at DM 64, 1448 at 128). dqkv of T as k_flash_bwd_kv's. */
+template <int DM, class T>
 __global__ void __launch_bounds__(ATT_BQ)
-    k_flash_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv,
-                  const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H, int vec,
-                  ddp_dropout dr)
+    k_flash_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, T *dqkv, const int64_t *tile,
+                  const int64_t *off, const int64_t *sid, int64_t d, int64_t H, int vec, ddp_dropout dr)
 {
     __shared__ float4 ks[ATT_BK * DM / 4], vs[ATT_BK * DM / 4];
     const ddp_attn_blk k = ddp_attn_block(tile, off, d, H);
@@ -247,7 +245,7 @@ __global__ void __launch_bounds__(ATT_BQ)
         }
         __syncthreads();
     }
-    att_rows_out<DM, float>(dq, 1.0f, ks, vs, dqkv + (k.lo + k.r0) * k.ld + k.h * k.dh, k.ld, k.n - k.r0, k.dh, vec);
+    att_rows_out<DM, T>(dq, 1.0f, ks, vs, dqkv + (k.lo + k.r0) * k.ld + k.h * k.dh, k.ld, k.n - k.r0, k.dh, vec);
 }
 
 /* ------------------------------------------------------------------ reference kernels (dh > ATT_DMAX) */
@@ -366,19 +364,46 @@ static ddp_status ref_fwd(ddp_backend *b, const float *qkv, void *o, int o16, fl
     return o16 ? ddp_cuda_to_bf16(c, o32, pack->R, d, d, (__nv_bfloat16 *)o) : DDP_OK;
 }
 
-template <int DM>
-static ddp_status att_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse, float *dqkv,
-                          const float *delta, const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
+template <int DM, class T>
+static ddp_status att_bwd_t(ddp_backend *b, const float *qkv, const float *dout, const float *lse, T *dqkv,
+                            const float *delta, const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
-    int vec = att_vec(d / heads, qkv, dout, dqkv);
+    /* float4 loads of qkv and dout; the stores of dqkv are 16 (fp32) or 8 (bf16) bytes wide */
+    int vec = att_vec(d / heads, qkv, dout, dout) && (uintptr_t)dqkv % (sizeof(T) == 4 ? 16 : 8) == 0;
     cudaStream_t st = cuda_of(b)->stream;
-    DDP_LAUNCH(k_flash_bwd_kv<DM>, ddp_attn_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->tile,
-               pack->off, pack->sid, d, (int64_t)heads, vec, *dr);
+    static const auto kv = k_flash_bwd_kv<DM, T>, q = k_flash_bwd_q<DM, T>; /* names without a comma */
+    DDP_LAUNCH(kv, ddp_attn_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->tile, pack->off,
+               pack->sid, d, (int64_t)heads, vec, *dr);
     LAUNCH_CHECK();
-    DDP_LAUNCH(k_flash_bwd_q<DM>, ddp_attn_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->tile,
-               pack->off, pack->sid, d, (int64_t)heads, vec, *dr);
+    DDP_LAUNCH(q, ddp_attn_grid(pack, heads), ATT_BQ, 0, st, qkv, dout, lse, delta, dqkv, pack->tile, pack->off,
+               pack->sid, d, (int64_t)heads, vec, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
+}
+
+template <int DM>
+static ddp_status att_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse, void *dqkv, int dqkv16,
+                          const float *delta, const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
+{
+    if (dqkv16) return att_bwd_t<DM>(b, qkv, dout, lse, (__nv_bfloat16 *)dqkv, delta, pack, d, heads, dr);
+    return att_bwd_t<DM>(b, qkv, dout, lse, (float *)dqkv, delta, pack, d, heads, dr);
+}
+
+/* The reference backward (dh > ATT_DMAX): its row bodies accumulate dk and dv in the output, so at dqkv16 it writes
+ * fp32 rows into the backend's o32 scratch (3d floats a row) and one pass rounds them into dqkv */
+static ddp_status ref_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse, const float *delta,
+                          void *dqkv, int dqkv16, const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
+{
+    cuda_impl *c = cuda_of(b);
+    float *g32 = (float *)dqkv;
+    if (dqkv16) {
+        DDP_CHECK(ddp_cuda_grow(c, &c->o32, &c->o32_cap, (size_t)(pack->R * 3 * d) * sizeof(float),
+                                "attention's fp32 gradients"));
+        g32 = (float *)c->o32;
+    }
+    ENC_LAUNCH(k_attn_bwd, pack->R * heads, qkv, dout, lse, delta, g32, pack->off, pack->seg, pack->sid, pack->R, d,
+               (int64_t)heads, *dr);
+    return dqkv16 ? ddp_cuda_to_bf16(c, g32, pack->R, 3 * d, 3 * d, (__nv_bfloat16 *)dqkv) : DDP_OK;
 }
 
 ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
@@ -400,13 +425,13 @@ ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, void *o, int
 }
 
 ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const void *o, int o16, const float *dout,
-                                  const float *lse, float *dqkv, float *delta, const ddp_packing *pack, int64_t d,
-                                  int heads, const ddp_dropout *dr)
+                                  const float *lse, void *dqkv, int dqkv16, float *delta, const ddp_packing *pack,
+                                  int64_t d, int heads, const ddp_dropout *dr)
 {
     int64_t n = pack->R * heads, H = heads, dh = d / heads;
     if (n <= 0 || pack->max_rows <= 0) return DDP_OK;
     int tc = 0, ran = 0;
-    if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_bwd(b, qkv, o, o16, dout, lse, dqkv, pack, d, heads, &ran));
+    if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_bwd(b, qkv, o, o16, dout, lse, dqkv, dqkv16, pack, d, heads, &ran));
     if (ran) return DDP_OK;
     if (dh <= ATT_DMAX) DDP_CHECK(tiles_check(pack));
     if (o16)
@@ -414,11 +439,10 @@ ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const void *
     else
         ENC_LAUNCH(k_attn_D<float>, n, dout, (const float *)o, delta, pack->R, d, H);
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
-    if (tc) return ddp_cuda_attention_tc_bwd(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
-    if (dh <= 16) return att_bwd<16>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
-    if (dh <= 32) return att_bwd<32>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
-    if (dh <= 64) return att_bwd<64>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
-    if (dh <= ATT_DMAX) return att_bwd<ATT_DMAX>(b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
-    ENC_LAUNCH(k_attn_bwd, n, qkv, dout, lse, delta, dqkv, pack->off, pack->seg, pack->sid, pack->R, d, H, *dr);
-    return DDP_OK;
+    if (tc) return ddp_cuda_attention_tc_bwd(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
+    if (dh <= 16) return att_bwd<16>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
+    if (dh <= 32) return att_bwd<32>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
+    if (dh <= 64) return att_bwd<64>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
+    if (dh <= ATT_DMAX) return att_bwd<ATT_DMAX>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
+    return ref_bwd(b, qkv, dout, lse, delta, dqkv, dqkv16, pack, d, heads, dr);
 }

@@ -198,8 +198,8 @@ __global__ void __launch_bounds__(TC_THREADS)
  * would take 168 otherwise. */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
-    k_tc_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv, const int64_t *tile,
-                const int64_t *off, const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+    k_tc_bwd_kv(const float *qkv, const float *dout, const float *lse, const float *D, void *dqkv, int dqkv16,
+                const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
 {
 #if TC_ARCH
     TC_TYPES(P);
@@ -277,10 +277,14 @@ __global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
             }
         __syncthreads();
     }
-    float *out = dqkv + (k.lo + k.r0 + w * 16) * k.ld + k.h * k.dh;
-    const int64_t rows = k.n - k.r0 - w * 16;
-    tc_out<DM>(out + d, k.ld, dk, st + w * 16 * TC_BK, rows, k.dh, (const float *)0);
-    tc_out<DM>(out + 2 * d, k.ld, dv, st + w * 16 * TC_BK, rows, k.dh, (const float *)0);
+    const int64_t at = (k.lo + k.r0 + w * 16) * k.ld + k.h * k.dh, rows = k.n - k.r0 - w * 16; /* dqkv16: bf16 */
+    if (dqkv16) {
+        tc_out<DM>((__nv_bfloat16 *)dqkv + at + d, k.ld, dk, st + w * 16 * TC_BK, rows, k.dh, (const float *)0);
+        tc_out<DM>((__nv_bfloat16 *)dqkv + at + 2 * d, k.ld, dv, st + w * 16 * TC_BK, rows, k.dh, (const float *)0);
+    } else {
+        tc_out<DM>((float *)dqkv + at + d, k.ld, dk, st + w * 16 * TC_BK, rows, k.dh, (const float *)0);
+        tc_out<DM>((float *)dqkv + at + 2 * d, k.ld, dv, st + w * 16 * TC_BK, rows, k.dh, (const float *)0);
+    }
 #else
     __trap(); /* never launched below sm_80 (tc_device_ok): a wrong launch fails loudly */
 #endif
@@ -291,8 +295,8 @@ __global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
  * dS), 21 504 to 33 792 bytes (tf32, DM 64: the most of the three kernels); 56 to 168 registers, no spills. */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_tc_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, float *dqkv, const int64_t *tile,
-               const int64_t *off, const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+    k_tc_bwd_q(const float *qkv, const float *dout, const float *lse, const float *D, void *dqkv, int dqkv16,
+               const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
 {
 #if TC_ARCH
     TC_TYPES(P);
@@ -368,8 +372,11 @@ __global__ void __launch_bounds__(TC_THREADS)
             }
         __syncthreads();
     }
-    tc_out<DM>(dqkv + (k.lo + k.r0 + w * 16) * k.ld + k.h * k.dh, k.ld, dq, sc + w * 16 * TC_BK, k.n - k.r0 - w * 16,
-               k.dh, (const float *)0);
+    const int64_t at = (k.lo + k.r0 + w * 16) * k.ld + k.h * k.dh, rows = k.n - k.r0 - w * 16; /* dqkv16: bf16 */
+    if (dqkv16)
+        tc_out<DM>((__nv_bfloat16 *)dqkv + at, k.ld, dq, sc + w * 16 * TC_BK, rows, k.dh, (const float *)0);
+    else
+        tc_out<DM>((float *)dqkv + at, k.ld, dq, sc + w * 16 * TC_BK, rows, k.dh, (const float *)0);
 #else
     __trap(); /* never launched below sm_80 (tc_device_ok): a wrong launch fails loudly */
 #endif
@@ -420,18 +427,18 @@ static ddp_status tc_fwd(ddp_backend *b, const float *qkv, void *o, int o16, flo
 }
 
 template <int P, int DM>
-static ddp_status tc_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse, float *dqkv,
+static ddp_status tc_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse, void *dqkv, int dqkv16,
                          const float *delta, const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
-    typedef void (*kernel_t)(const float *, const float *, const float *, const float *, float *, const int64_t *,
+    typedef void (*kernel_t)(const float *, const float *, const float *, const float *, void *, int, const int64_t *,
                              const int64_t *, const int64_t *, int64_t, int64_t, ddp_dropout);
     static const kernel_t kv = k_tc_bwd_kv<P, DM>, q = k_tc_bwd_q<P, DM>; /* a name without a comma to launch */
     cudaStream_t s = cuda_of(b)->stream;
-    DDP_LAUNCH(kv, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->tile, pack->off,
-               pack->sid, d, (int64_t)heads, *dr);
+    DDP_LAUNCH(kv, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, dqkv16, pack->tile,
+               pack->off, pack->sid, d, (int64_t)heads, *dr);
     LAUNCH_CHECK();
-    DDP_LAUNCH(q, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, pack->tile, pack->off,
-               pack->sid, d, (int64_t)heads, *dr);
+    DDP_LAUNCH(q, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, dout, lse, delta, dqkv, dqkv16, pack->tile,
+               pack->off, pack->sid, d, (int64_t)heads, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -451,9 +458,9 @@ ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const float *qkv, void *o, 
     TC_PICK(tc_fwd, b, qkv, o, o16, lse, pack, d, heads, dr);
 }
 
-ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse, float *dqkv,
-                                     const float *delta, const ddp_packing *pack, int64_t d, int heads,
+ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float *qkv, const float *dout, const float *lse, void *dqkv,
+                                     int dqkv16, const float *delta, const ddp_packing *pack, int64_t d, int heads,
                                      const ddp_dropout *dr)
 {
-    TC_PICK(tc_bwd, b, qkv, dout, lse, dqkv, delta, pack, d, heads, dr);
+    TC_PICK(tc_bwd, b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
 }

@@ -31,6 +31,17 @@ __global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t co
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) x[r * cols + c] += bc;
 }
 
+/* out[c] += sum over the rows of x[r, c] (rows x cols bf16, packed), widened, summed in row order: the bias gradient
+ * of a bf16 dy where cuBLASLt's epilogue did not run; a thread per column (consecutive columns, coalesced) */
+__global__ void k_colsum16(const __nv_bfloat16 *x, float *out, int64_t rows, int64_t cols)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float s = 0.0f;
+    for (int64_t r = 0; r < rows; r++) s += __bfloat162float(x[r * cols + c]);
+    out[c] += s;
+}
+
 /* ------------------------------------------------------------------ helpers */
 /* The rows x cols row-major matrix x (leading dimension ld) rounded to bf16 into y, packed (the GEMMs' operands,
  * the reference attention forward's o: backend_cuda_priv.h) */
@@ -252,6 +263,15 @@ done:
 }
 
 /* bias[0..n) += colpart[0..n): a bias gradient that cuBLASLt's BGRADB wrote, added to the accumulating one */
+/* out[c] += the column sums of the rows x cols bf16 x (k_colsum16) */
+static ddp_status colsum16(cuda_impl *c, const __nv_bfloat16 *x, float *out, int64_t rows, int64_t cols)
+{
+    if (rows <= 0 || cols <= 0) return DDP_OK;
+    DDP_LAUNCH(k_colsum16, blocks_for(cols, 256), 256, 0, c->stream, x, out, rows, cols);
+    LAUNCH_CHECK();
+    return DDP_OK;
+}
+
 static ddp_status add_colpart(cuda_impl *c, float *bias, int64_t n)
 {
     DDP_LAUNCH(k_add_bias, dim3(blocks_for(n, 256), 1), 256, 0, c->stream, bias, c->colpart, (int64_t)1, n);
@@ -260,7 +280,8 @@ static ddp_status add_colpart(cuda_impl *c, float *bias, int64_t n)
 }
 
 /* C = alpha op(A) op(B) + beta C on operands as cuBLAS reads them (in), M, N, K > 0, then the epilogue epi: none (0),
- * DDP_EPI_BIAS or DDP_EPI_BGRAD (A32: the fp32 A its unfused column sums read). An epilogue runs in cuBLASLt, the
+ * DDP_EPI_BIAS or DDP_EPI_BGRAD (A32: the fp32 A its unfused column sums read; NULL: A is bf16, summed as it is by
+ * k_colsum16). An epilogue runs in cuBLASLt, the
  * bias gradient landing in colpart (BGRADB writes, it does not add) and added to bias by one short launch; where
  * cuBLASLt has no algorithm, or the bias gradient is wider than colpart, the same operands through cublasGemmEx,
  * then the bias add or the column sums: the unfused calls' bits. */
@@ -281,7 +302,8 @@ static ddp_status epi_run(ddp_backend *b, int epi, float *bias, int ta, int tb, 
     CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, in->b, in->type, (int)in->ldb, in->a,
                                 in->type, (int)in->lda, &beta, C, CUDA_R_32F, (int)ldc, compute, CUBLAS_GEMM_DEFAULT));
     if (epi == DDP_EPI_BIAS) return ddp_cuda_add_bias(b, C, bias, M, N);
-    if (epi == DDP_EPI_BGRAD) return ddp_cuda_colsum(b, A32, bias, K, M, 1.0f);
+    if (epi == DDP_EPI_BGRAD && A32) return ddp_cuda_colsum(b, A32, bias, K, M, 1.0f);
+    if (epi == DDP_EPI_BGRAD) return colsum16(c, (const __nv_bfloat16 *)in->a, bias, K, M);
     return DDP_OK;
 }
 
@@ -328,9 +350,11 @@ ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const void *dy, int dy16, const v
                                float *dW, float *dbias, float *dx, int64_t R, int64_t N, int64_t K)
 {
     cuda_impl *c = cuda_of(b);
-    if (dbias && dy16) return ddp_set_error(DDP_ERR_ARG, "cuda linear_bwd: a bias gradient needs dy in fp32");
+    if (dbias && dy16 && c->precision != DDP_PRECISION_BF16)
+        return ddp_set_error(DDP_ERR_ARG, "cuda linear_bwd: a bf16 dy needs --precision bf16");
     if (c->precision != DDP_PRECISION_BF16 || R <= 0 || N <= 0 || K <= 0) { /* nothing to convert: the two products */
-        if (dbias)
+        if (dbias && dy16) DDP_CHECK(colsum16(c, (const __nv_bfloat16 *)dy, dbias, R, N));
+        if (dbias && !dy16)
             DDP_CHECK(
                 ddp_cuda_gemm_epi(b, DDP_EPI_BGRAD, dbias, 1, 0, N, K, R, 1.0f, dy, 0, N, x, x16, K, 1.0f, dW, K));
         else if (x16 || dy16) /* gemm16 refuses them at another precision, with its line */
@@ -354,10 +378,12 @@ ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const void *dy, int dy16, const v
         DDP_CHECK(ddp_cuda_to_bf16(c, W, N, K, K, c->bf16 + ndy + nx));
         w16 = c->bf16 + ndy + nx;
     }
-    /* dW[N,K] += dy^T x with the bias gradient in its epilogue, then dx[R,K] = dy W, from the same rounding of dy */
+    /* dW[N,K] += dy^T x with the bias gradient in its epilogue, then dx[R,K] = dy W, from the same rounding of dy; the
+     * bias gradient sums dy as the GEMM reads it (bf16), or where cuBLASLt cannot, the fp32 dy (the bf16 one at dy16)
+     */
     gemm_in wg = {dyb, xb, N, K, CUDA_R_16BF}, dg = {dyb, w16, N, K, CUDA_R_16BF};
     DDP_CHECK(epi_run(b, dbias ? DDP_EPI_BGRAD : 0, dbias, 1, 0, N, K, R, 1.0f, &wg, CUBLAS_COMPUTE_32F,
-                      (const float *)dy, 1.0f, dW, K));
+                      dy16 ? NULL : (const float *)dy, 1.0f, dW, K));
     return epi_run(b, 0, NULL, 0, 0, R, K, N, 1.0f, &dg, CUBLAS_COMPUTE_32F, NULL, 0.0f, dx, K);
 }
 

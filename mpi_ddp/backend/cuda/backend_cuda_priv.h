@@ -68,7 +68,8 @@ typedef struct {
     void *sdpa_buf, *sdpa_ws;
     int64_t sdpa_rows, sdpa_d, sdpa_b; /* what sdpa_buf holds: rows (+ padding) of width d, samples */
     size_t sdpa_ws_cap;
-    void *o32; /* the reference attention forward's fp32 output at o16 (dh > 128), [o32_cap] bytes, grown */
+    void *o32; /* the reference attention kernels' fp32 output (dh > 128) before its rounding to bf16: o at o16,
+                * dq|dk|dv at dqkv16; [o32_cap] bytes, grown */
     size_t o32_cap;
     float *ones; /* [ones_len] ones for column sums through gemv, sized by reserve() */
     int64_t ones_len;
@@ -148,8 +149,9 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *d
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
                                                   const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const void *o, int o16,
-                                                  const float *dout, const float *lse, float *dqkv, float *delta,
-                                                  const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
+                                                  const float *dout, const float *lse, void *dqkv, int dqkv16,
+                                                  float *delta, const ddp_packing *pack, int64_t d, int heads,
+                                                  const ddp_dropout *dr);
 /* attention on tensor cores (backend_cuda_attn_tc.cu): *use = 1 when it covers this backend's precision (tf32,
  * bf16), device (sm_80+) and head width dh; then the forward, and the backward after delta is computed */
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc(ddp_backend *b, int64_t dh, int *use);
@@ -157,7 +159,7 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const float
                                                      const ddp_packing *pack, int64_t d, int heads,
                                                      const ddp_dropout *dr);
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float *qkv, const float *dout,
-                                                     const float *lse, float *dqkv, const float *delta,
+                                                     const float *lse, void *dqkv, int dqkv16, const float *delta,
                                                      const ddp_packing *pack, int64_t d, int heads,
                                                      const ddp_dropout *dr);
 
@@ -166,8 +168,8 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
                                              const ddp_packing *pack, int64_t d, int heads, int *ran);
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const void *o, int o16,
-                                             const float *dout, const float *lse, float *dqkv, const ddp_packing *pack,
-                                             int64_t d, int heads, int *ran);
+                                             const float *dout, const float *lse, void *dqkv, int dqkv16,
+                                             const ddp_packing *pack, int64_t d, int heads, int *ran);
 /* x (rows x cols, leading dimension ld) rounded to bf16 (nearest even) into y, packed: one launch (gemm.cu) */
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_to_bf16(cuda_impl *c, const float *x, int64_t rows, int64_t cols, int64_t ld,
                                             __nv_bfloat16 *y);

@@ -138,11 +138,13 @@ static ddp_status plan(cuda_impl *c, const ddp_sdpa_key *k, int *ok)
     return DDP_OK;
 }
 
-/* One call on cuDNN: the forward (o_in NULL: out = o [R, d], bf16 at o16) or the backward (o_in, bf16 at o16, and
- * dout given: out = dq|dk|dv [R, 3d]). *ran = 0 when the own kernels take it (that direction not chosen, not bf16, a
- * head width cuDNN does not take, a class it refused, offsets beyond int32). */
+/* One call on cuDNN: the forward (o_in NULL: out = o [R, d]) or the backward (o_in, bf16 at o16, and dout given:
+ * out = dq|dk|dv [R, 3d]); out16: out in bf16 (cuDNN's values copied as they are), else widened to fp32. *ran = 0
+ * when the own kernels take it (that direction not chosen, not bf16, a head width cuDNN does not take, a class it
+ * refused, offsets beyond int32). */
 static ddp_status sdpa_call(ddp_backend *b, const float *qkv, const void *o_in, int o16, const float *dout,
-                            const float *lse, void *out, const ddp_packing *pack, int64_t d, int heads, int *ran)
+                            const float *lse, void *out, int out16, const ddp_packing *pack, int64_t d, int heads,
+                            int *ran)
 {
     cuda_impl *c = cuda_of(b);
     const int64_t dh = d / heads;
@@ -159,11 +161,12 @@ static ddp_status sdpa_call(ddp_backend *b, const float *qkv, const void *o_in, 
     p.stats = (float *)lse;
     DDP_LAUNCH_NOTE();
     DDP_CHECK(ddp_sdpa_run(c->sdpa, &k, &p));
-    if (!bwd && o16) /* cuDNN's bf16 o is the model's: the area past the batch stays cuDNN's */
-        CUDA_CHECK(cudaMemcpyAsync(out, p.o, (size_t)(pack->R * d) * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice,
-                                   c->stream));
+    const void *res = bwd ? p.dqkv : p.o;
+    const int64_t n = pack->R * (bwd ? 3 : 1) * d;
+    if (out16) /* cuDNN's bf16 values are the model's: the area past the batch stays cuDNN's */
+        CUDA_CHECK(cudaMemcpyAsync(out, res, (size_t)n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice, c->stream));
     else
-        DDP_CHECK(widen(c, (const __nv_bfloat16 *)(bwd ? p.dqkv : p.o), (float *)out, pack->R * (bwd ? 3 : 1) * d));
+        DDP_CHECK(widen(c, (const __nv_bfloat16 *)res, (float *)out, n));
     *ran = 1;
     return DDP_OK;
 }
@@ -173,7 +176,7 @@ ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, void *o, int o16,
                              int64_t d, int heads, int *ran)
 {
 #ifdef DDP_HAVE_CUDNN
-    return sdpa_call(b, qkv, NULL, o16, NULL, lse, o, pack, d, heads, ran);
+    return sdpa_call(b, qkv, NULL, o16, NULL, lse, o, o16, pack, d, heads, ran);
 #else
     (void)b, (void)qkv, (void)o, (void)o16, (void)lse, (void)pack, (void)d, (void)heads;
     *ran = 0;
@@ -182,12 +185,14 @@ ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, void *o, int o16,
 }
 
 ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const void *o, int o16, const float *dout,
-                             const float *lse, float *dqkv, const ddp_packing *pack, int64_t d, int heads, int *ran)
+                             const float *lse, void *dqkv, int dqkv16, const ddp_packing *pack, int64_t d, int heads,
+                             int *ran)
 {
 #ifdef DDP_HAVE_CUDNN
-    return sdpa_call(b, qkv, o, o16, dout, lse, dqkv, pack, d, heads, ran);
+    return sdpa_call(b, qkv, o, o16, dout, lse, dqkv, dqkv16, pack, d, heads, ran);
 #else
-    (void)b, (void)qkv, (void)o, (void)o16, (void)dout, (void)lse, (void)dqkv, (void)pack, (void)d, (void)heads;
+    (void)b, (void)qkv, (void)o, (void)o16, (void)dout, (void)lse, (void)dqkv, (void)dqkv16, (void)pack, (void)d,
+        (void)heads;
     *ran = 0;
     return DDP_OK;
 #endif
