@@ -262,7 +262,6 @@ done:
     return st;
 }
 
-/* bias[0..n) += colpart[0..n): a bias gradient that cuBLASLt's BGRADB wrote, added to the accumulating one */
 /* out[c] += the column sums of the rows x cols bf16 x (k_colsum16) */
 static ddp_status colsum16(cuda_impl *c, const __nv_bfloat16 *x, float *out, int64_t rows, int64_t cols)
 {
@@ -272,6 +271,7 @@ static ddp_status colsum16(cuda_impl *c, const __nv_bfloat16 *x, float *out, int
     return DDP_OK;
 }
 
+/* bias[0..n) += colpart[0..n): a bias gradient that cuBLASLt's BGRADB wrote, added to the accumulating one */
 static ddp_status add_colpart(cuda_impl *c, float *bias, int64_t n)
 {
     DDP_LAUNCH(k_add_bias, dim3(blocks_for(n, 256), 1), 256, 0, c->stream, bias, c->colpart, (int64_t)1, n);
