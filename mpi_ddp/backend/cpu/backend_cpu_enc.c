@@ -249,8 +249,15 @@ static ddp_status attn_scratch(attn_pick k, int64_t nmax, int64_t dh, int64_t ge
     return DDP_OK;
 }
 
-/* With o16 each sample runs alone (a one-sample packing: the same bits as in the batch) into o32, max_rows x d
- * floats, rounded to bf16 into its rows of o. */
+/* Sample s of pack as a batch of its own (its rows from 0, its sample id): the same bits as inside the batch */
+static ddp_packing sample_alone(const ddp_packing *pack, int64_t s, int64_t off1[2])
+{
+    off1[0] = 0, off1[1] = pack->off[s + 1] - pack->off[s];
+    return (ddp_packing){
+        .B = 1, .R = off1[1], .off = off1, .hoff = off1, .sid = pack->sid ? pack->sid + s : NULL, .max_rows = off1[1]};
+}
+
+/* With o16 each sample runs alone (sample_alone) into o32, max_rows x d floats, rounded to bf16 into its rows of o. */
 static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
                                     const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
@@ -266,10 +273,8 @@ static ddp_status cpu_attention_fwd(ddp_backend *b, const float *qkv, void *o, i
         return st;
     }
     for (int64_t s = 0; s < pack->B; s++) {
-        int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, off1[2] = {0, n};
-        ddp_packing one = {
-            .B = 1, .R = n, .off = off1, .hoff = off1, .sid = pack->sid ? pack->sid + s : NULL, .max_rows = n};
-        const ddp_packing *ps = o16 ? &one : pack;
+        int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, off1[2];
+        const ddp_packing one = sample_alone(pack, s, off1), *ps = o16 ? &one : pack;
         const float *qs = o16 ? qkv + lo * 3 * d : qkv;
         float *os = o16 ? o32 : (float *)o, *ls = o16 ? lse + lo * heads : lse;
         int64_t si = o16 ? 0 : s;
@@ -375,8 +380,8 @@ static void attn_delta(const float *dout, const void *o, int o16, float *delta, 
         }
 }
 
-/* With dqkv16 each sample runs alone (a one-sample packing, as the forward's o16) into g32, max_rows x 3d floats,
- * rounded to bf16 into its rows of dqkv. */
+/* With dqkv16 each sample runs alone (sample_alone) into g32, max_rows x 3d floats, rounded to bf16 into its rows of
+ * dqkv. */
 static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const void *ov, int o16, const float *dout,
                                     const float *lse, void *dqkv, int dqkv16, float *delta, const ddp_packing *pack,
                                     int64_t d, int heads, const ddp_dropout *dr)
@@ -395,10 +400,8 @@ static ddp_status cpu_attention_bwd(ddp_backend *b, const float *qkv, const void
         return st;
     }
     for (int64_t s = 0; s < pack->B; s++) {
-        int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, off1[2] = {0, n};
-        ddp_packing one = {
-            .B = 1, .R = n, .off = off1, .hoff = off1, .sid = pack->sid ? pack->sid + s : NULL, .max_rows = n};
-        const ddp_packing *ps = dqkv16 ? &one : pack;
+        int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, off1[2];
+        const ddp_packing one = sample_alone(pack, s, off1), *ps = dqkv16 ? &one : pack;
         const int64_t at = dqkv16 ? lo : 0, si = dqkv16 ? 0 : s;
         const float *qs = qkv + at * 3 * d, *dos = dout + at * d, *ls = lse + at * heads, *Ds = delta + at * heads;
         float *gs = dqkv16 ? g32 : (float *)dqkv;
