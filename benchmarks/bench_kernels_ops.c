@@ -270,7 +270,7 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
             d->bytes = 4 * (3 * r * W + r * W + r * (double)heads), d->out = Y0, d->out_n = (size_t)(R * w);
             SHAPE("R %lld, %lld samples %lld-%lld, d %lld, %lld heads", (long long)R, (long long)B, (long long)c->lo,
                   (long long)c->hi, (long long)w, (long long)heads);
-            if (q) CK(E->attention_fwd(be, F[X0], F[Y0], 0, F[VEC0], &q->pk, w, (int)heads, &nodrop));
+            if (q) CK(E->attention_fwd(be, F[X0], 0, F[Y0], 0, F[VEC0], &q->pk, w, (int)heads, &nodrop));
             return 1;
         case 11:
             /* recompute S, then dV, dP, dQ, dK: 5 products of 2 dh n^2 per head (the algorithm's FLOPs, 2.5x the
@@ -284,8 +284,8 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
                   (long long)c->hi, (long long)w, (long long)heads);
             if (q) {
                 /* the forward's lse for these q, k, v (attention_bwd reads it) */
-                CK(E->attention_fwd(be, F[X0], F[Y0], 0, F[VEC0], &q->pk, w, (int)heads, &nodrop));
-                CK(E->attention_bwd(be, F[X0], F[Y0], 0, F[X1], F[VEC0], F[Y1], 0, F[VEC2], &q->pk, w, (int)heads,
+                CK(E->attention_fwd(be, F[X0], 0, F[Y0], 0, F[VEC0], &q->pk, w, (int)heads, &nodrop));
+                CK(E->attention_bwd(be, F[X0], 0, F[Y0], 0, F[X1], F[VEC0], F[Y1], 0, F[VEC2], &q->pk, w, (int)heads,
                                     &nodrop));
             }
             return 1;

@@ -135,10 +135,12 @@ struct ddp_backend {
      *   DDP_EPI_BIAS  (beta 0, C packed: ldc = N):  C[r,:] = (op(A) op(B))[r,:] + bias, as gemm then add_bias;
      *   DDP_EPI_BGRAD (transa 1, alpha 1, the weight-gradient form C += A^T B, A fp32 and packed: lda = M): also
      *                 bias[c] += sum_r A[r,c], as gemm then colsum with beta 1; the sum may run over A as
-     *                 the GEMM reads it (bf16 at bf16). */
+     *                 the GEMM reads it (bf16 at bf16).
+     * C is fp32 (float), or with DDP_EPI_C16 added to DDP_EPI_BIAS at DDP_PRECISION_BF16 bf16 (ddp_bf16): the fp32
+     * result of DDP_EPI_BIAS rounded once to nearest even. */
     ddp_status (*gemm_epi)(ddp_backend *b, int epi, float *bias, int transa, int transb, int64_t M, int64_t N,
                            int64_t K, float alpha, const void *A, int a16, int64_t lda, const void *B, int b16,
-                           int64_t ldb, float beta, float *C, int64_t ldc);
+                           int64_t ldb, float beta, void *C, int64_t ldc);
     /* Optional (NULL: the caller composes it, as ddp_linear_bwd does): the backward of y = x W^T (+ bias) over R rows,
      * dW[N,K] += dy[R,N]^T x[R,K] (x stored in bf16 when x16), dbias[N] += sum_r dy[r,:] unless dbias is NULL (as
      * gemm_epi's DDP_EPI_BGRAD), and dx[R,K] = dy[R,N] W[N,K]: at bf16 one rounding of dy serves both products.
@@ -157,7 +159,7 @@ struct ddp_backend {
     void (*attention_counts)(ddp_backend *b, int64_t out[4]);
 };
 #define DDP_TIMERS 256
-enum { DDP_EPI_BIAS = 1, DDP_EPI_BGRAD = 2 };
+enum { DDP_EPI_BIAS = 1, DDP_EPI_BGRAD = 2, DDP_EPI_C16 = 4 };
 
 /* The ops of the Transformer encoder (model_transformer.c), on top of gemm, colsum, add_bias,
  * softmax_xent and adamw above. Row bodies are in kern_enc.h. Shapes: R rows, d model width, f FFN width;
@@ -178,12 +180,13 @@ struct ddp_enc_ops {
                                 const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t d);
     /* o[r, head h] = sum_j drop(softmax_j(q_r . k_j / sqrt(dh))) v_j over the rows j of r's sample;
      * lse[r*heads + h] = log-sum-exp of the scaled scores, kept for the backward pass. o16: o is stored in bf16
-     * (ddp_bf16, each value the fp32 result rounded once, nearest even), else in fp32 */
-    ddp_status (*attention_fwd)(ddp_backend *b, const float *qkv, void *o, int o16, float *lse, const ddp_packing *pack,
-                                int64_t d, int heads, const ddp_dropout *dr);
+     * (ddp_bf16, each value the fp32 result rounded once, nearest even), else in fp32. qkv16: q|k|v [R, 3d] are
+     * stored in bf16, read as the fp32 values they widen to (both directions) */
+    ddp_status (*attention_fwd)(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16, float *lse,
+                                const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
     /* dqkv (written: fp32, or at dqkv16 each value rounded once to bf16, nearest even) from dout; o as the forward
      * stored it (o16); delta is backend scratch of R*heads floats: rowsum(dout * o) per head */
-    ddp_status (*attention_bwd)(ddp_backend *b, const float *qkv, const void *o, int o16, const float *dout,
+    ddp_status (*attention_bwd)(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16, const float *dout,
                                 const float *lse, void *dqkv, int dqkv16, float *delta, const ddp_packing *pack,
                                 int64_t d, int heads, const ddp_dropout *dr);
     /* a = drop(gelu_erf(z + bias)); dgelu = gelu_erf'(z + bias) when non-NULL (may be z) */
@@ -255,18 +258,22 @@ static inline ddp_status ddp_backend_set_precision(ddp_backend *be, ddp_precisio
                          ddp_precision_name(p), be->name);
 }
 /* gemm_epi when fuse is set and the backend has it, else its composition: gemm (gemm16 with a bf16 operand), then
- * add_bias (DDP_EPI_BIAS) or colsum of A with beta 1 (DDP_EPI_BGRAD), the bits of the unfused calls. */
+ * add_bias (DDP_EPI_BIAS) or colsum of A with beta 1 (DDP_EPI_BGRAD), the bits of the unfused calls. A bf16 C
+ * (DDP_EPI_C16) needs the backend's gemm_epi. */
 static inline ddp_status ddp_gemm_epi(ddp_backend *be, int fuse, int epi, float *bias, int ta, int tb, int64_t M,
                                       int64_t N, int64_t K, float alpha, const void *A, int a16, int64_t lda,
-                                      const void *B, int b16, int64_t ldb, float beta, float *C, int64_t ldc)
+                                      const void *B, int b16, int64_t ldb, float beta, void *C, int64_t ldc)
 {
     if (fuse && be->gemm_epi)
         return be->gemm_epi(be, epi, bias, ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc);
+    if (epi & DDP_EPI_C16)
+        return ddp_set_error(DDP_ERR_ARG, "gemm_epi: a bf16 output needs the backend's fused gemm_epi");
     if (a16 || b16)
-        DDP_CHECK(be->gemm16(be, ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc));
+        DDP_CHECK(be->gemm16(be, ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, (float *)C, ldc));
     else
-        DDP_CHECK(be->gemm(be, ta, tb, M, N, K, alpha, (const float *)A, lda, (const float *)B, ldb, beta, C, ldc));
-    if (epi == DDP_EPI_BIAS) return be->add_bias(be, C, bias, M, N);
+        DDP_CHECK(
+            be->gemm(be, ta, tb, M, N, K, alpha, (const float *)A, lda, (const float *)B, ldb, beta, (float *)C, ldc));
+    if (epi == DDP_EPI_BIAS) return be->add_bias(be, (float *)C, bias, M, N);
     return be->colsum(be, (const float *)A, bias, K, M, 1.0f);
 }
 /* linear_bwd when fuse is set and the backend has it, else its composition: the weight gradient (with the bias

@@ -1,6 +1,7 @@
 /* bf16_round.h — the CPU backend's one rounding of fp32 to bf16 (nearest even, NaN kept a quiet NaN) and the exact
- * widening back: backend_cpu_bf16.c rounds GEMM operands with it, backend_cpu_enc.c the activations its "16" ops
- * store (ddp_bf16, backend.h), so an activation stored rounded and one rounded at GEMM time are the same bits. */
+ * widening back: backend_cpu_bf16.c rounds GEMM operands with it, backend_cpu_enc.c and backend_cpu_enc_attn.c the
+ * activations their "16" ops store (ddp_bf16, backend.h), so an activation stored rounded and one rounded at GEMM time
+ * are the same bits. */
 #ifndef DDP_BF16_ROUND_H
 #define DDP_BF16_ROUND_H
 

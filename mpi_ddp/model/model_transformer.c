@@ -262,6 +262,9 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     /* the q|k|v gradient in bf16, the rounding its two products read, where the fused linear_bwd's bias gradient sums
      * those same bf16 values (its epilogue): the bits of an fp32 dqkv there */
     m->dqkv16 = m->act16 && m->fuse_epi && be->linear_bwd;
+    /* q|k|v in bf16, rounded once by the in projection's bias epilogue: the values the tensor-core kernels and cuDNN
+     * round them to when they read them; the SIMT kernels read them widened (docs/transformer.md) */
+    m->qkv16 = m->act16 && m->fuse_epi;
     /* the attention the encoder runs: cuDNN's fused SDPA where the backend chooses it, else the own kernels */
     if (be->attention_select) {
         const char *name = "own";
@@ -279,7 +282,7 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
         BALLOC(y->y1, (R * d + A - 1) / A);
         BALLOC(y->mu1, R);
         BALLOC(y->rs1, R);
-        BALLOC(y->qkv, R * 3 * d);
+        BALLOC(y->qkv, m->qkv16 ? (R * 3 * d + 1) / 2 : R * 3 * d);
         BALLOC(y->o, m->o16 ? (R * d + 1) / 2 : R * d);
         BALLOC(y->lse, R * H);
         BALLOC(y->hmid, R * d);
@@ -336,6 +339,7 @@ done:
 
 int ddp_transformer_act16(const ddp_model *model) { return ((const txmodel *)model->self)->act16; }
 int ddp_transformer_dqkv16(const ddp_model *model) { return ((const txmodel *)model->self)->dqkv16; }
+int ddp_transformer_qkv16(const ddp_model *model) { return ((const txmodel *)model->self)->qkv16; }
 
 void ddp_transformer_times(const ddp_model *model, double t[4])
 {

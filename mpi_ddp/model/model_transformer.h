@@ -30,7 +30,7 @@ typedef struct {
     /* y1, y2 and a2 are read by GEMMs only: with bf16 activations (txmodel.act16) they hold ddp_bf16 values, half
      * the size; o too at bf16 (txmodel.o16) */
     float *y1, *mu1, *rs1; /* norm1 output and row statistics */
-    float *qkv;            /* [R, 3d] */
+    float *qkv;            /* [R, 3d]: bf16 at qkv16 */
     float *o, *lse;        /* attention output [R, d] (heads concatenated), log-sum-exp [R, heads] */
     float *hmid;           /* residual stream after the attention block */
     float *y2, *mu2, *rs2; /* norm2 */
@@ -45,6 +45,7 @@ typedef struct {
     int act16;  /* 1: y1, y2, a2 stored in bf16 (model config precision bf16, backend able) */
     int o16;    /* 1: the attention output o in bf16 (precision bf16) */
     int dqkv16; /* 1: the q|k|v gradient in bf16 (act16 with a fused linear_bwd, whose bias gradient sums bf16) */
+    int qkv16;  /* 1: q|k|v in bf16, written by the in projection's bias epilogue (act16 with fused epilogues) */
     char attention[400]; /* "cudnn: <why>" or "own: <why>" (attention_select), "cpu: <method>" */
     int fuse_epi; /* 1: bias adds and bias gradients in the GEMMs' epilogues (tf32, bf16: gemm_epi, MPIDDP_CUBLASLT) */
     float dropout;

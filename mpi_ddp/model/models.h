@@ -23,5 +23,7 @@ void ddp_transformer_times(const ddp_model *m, double t[4]);
 int ddp_transformer_act16(const ddp_model *m);
 /* 1 when that model keeps the q|k|v gradient in bf16 (txmodel.dqkv16) */
 int ddp_transformer_dqkv16(const ddp_model *m);
+/* 1 when that model keeps q|k|v in bf16 (txmodel.qkv16) */
+int ddp_transformer_qkv16(const ddp_model *m);
 
 #endif

@@ -32,10 +32,11 @@
 #define LINEAR_ACT(x, W, y, R, N, K) LINEAR_X16(x, m->act16, W, y, R, N, K)
 
 /* y[R,N] = x[R,K] . W[N,K]^T + bias, x stored as the model keeps it (act16: bf16), the bias in the GEMM's epilogue
- * where the backend fuses it (txmodel.fuse_epi) */
-#define LINEAR_BIAS(x, x16, W, bias, y, R, N, K)                                                                     \
-    TIMED(m->t_gemm, ddp_gemm_epi(be, m->fuse_epi, DDP_EPI_BIAS, (float *)(bias), 0, 1, R, N, K, 1.0f, x, x16, K, W, \
-                                  0, K, 0.0f, y, N))
+ * where the backend fuses it (txmodel.fuse_epi); y16: y written in bf16 by that epilogue */
+#define LINEAR_BIAS16(x, x16, W, bias, y, y16, R, N, K)                                                                \
+    TIMED(m->t_gemm, ddp_gemm_epi(be, m->fuse_epi, DDP_EPI_BIAS | ((y16) ? DDP_EPI_C16 : 0), (float *)(bias), 0, 1, R, \
+                                  N, K, 1.0f, x, x16, K, W, 0, K, 0.0f, y, N))
+#define LINEAR_BIAS(x, x16, W, bias, y, R, N, K) LINEAR_BIAS16(x, x16, W, bias, y, 0, R, N, K)
 enum { SITE_ATTN, SITE_RES1, SITE_FFN, SITE_RES2 };
 
 /* The dropout of one site: keyed by (seed, optimizer step, layer, site); p = 0 in eval. */
@@ -94,8 +95,8 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
         const int64_t *w = y->p;
         ddp_dropout drop_attn = drop_at(m, b, train, l, SITE_ATTN), drop_res1 = drop_at(m, b, train, l, SITE_RES1),
                     drop_ffn = drop_at(m, b, train, l, SITE_FFN), drop_res2 = drop_at(m, b, train, l, SITE_RES2);
-        LINEAR_BIAS(y->y1, m->act16, P + w[T_QKV_W], P + w[T_QKV_B], y->qkv, R, 3 * d, d);
-        ATTN_TIMED(train, E->attention_fwd(be, y->qkv, y->o, m->o16, y->lse, pack, d, (int)H, &drop_attn));
+        LINEAR_BIAS16(y->y1, m->act16, P + w[T_QKV_W], P + w[T_QKV_B], y->qkv, m->qkv16, R, 3 * d, d);
+        ATTN_TIMED(train, E->attention_fwd(be, y->qkv, m->qkv16, y->o, m->o16, y->lse, pack, d, (int)H, &drop_attn));
         LINEAR_X16(y->o, m->o16, P + w[T_OUT_W], m->branch, R, d, d);
         DDP_CHECK(residual_norm(m, y->hmid, y->h, P + w[T_OUT_B], &drop_res1, P + w[T_N2_W], P + w[T_N2_B], y->y2,
                                 m->act16, y->mu2, y->rs2));
@@ -179,8 +180,8 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
             t1 = m->branch, b1 = NULL;
         }
         LINEAR_BWD(t1, y->o, m->o16, P + w[T_OUT_W], G + w[T_OUT_W], b1, m->dy, R, d, d);
-        ATTN_TIMED(1, E->attention_bwd(be, y->qkv, y->o, m->o16, m->dy, y->lse, m->dqkv, m->dqkv16, m->attn_delta, pack,
-                                       d, (int)H, &drop_attn));
+        ATTN_TIMED(1, E->attention_bwd(be, y->qkv, m->qkv16, y->o, m->o16, m->dy, y->lse, m->dqkv, m->dqkv16,
+                                       m->attn_delta, pack, d, (int)H, &drop_attn));
         LINEAR_BWD16(m->dqkv, m->dqkv16, y->y1, m->act16, P + w[T_QKV_W], G + w[T_QKV_W], G + w[T_QKV_B], m->dy, R,
                      3 * d, d);
         /* The key bias adds q.b_k to every score of a row, which softmax ignores: its gradient is exactly 0.

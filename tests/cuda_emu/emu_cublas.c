@@ -1,8 +1,9 @@
 /* emu_cublas.c — the emulated cuBLAS and cuBLASLt subsets (see emu_cuda.h): a handle holds a stream and a math mode;
  * Sgemm, GemmEx, Sgemv and cublasLtMatmul check their arguments as cuBLAS does (dimensions, leading dimensions, types,
  * device pointers), take alpha and beta at call time (host pointer mode) and queue a column-major cblas call on the
- * stream, cublasLtMatmul's epilogue after it. A GEMM whose inputs a GPU rounds (TF32 tensor cores) or converts (bf16)
- * reads them, when the stream runs it, into fp32 copies holding exactly the values the tensor cores multiply. */
+ * stream, cublasLtMatmul's epilogue after it (and with a bf16 D, beta 0, the fp32 result rounded into D). A GEMM whose
+ * inputs a GPU rounds (TF32 tensor cores) or converts (bf16) reads them, when the stream runs it, into fp32 copies
+ * holding exactly the values the tensor cores multiply. */
 #include "emu_cuda.h"
 
 #include <cblas.h>
@@ -74,6 +75,8 @@ typedef struct {
     float *ca, *cb;      /* their fp32 copies, packed (leading dimension = rows) */
     int epi;             /* cublasLtMatmul: CUBLASLT_EPILOGUE_*, applied to C after the product; 0 otherwise */
     float *vec;          /* its bias (added to C's rows) or bias gradient (written: op(B) summed over k) */
+    __nv_bfloat16 *d16;  /* cublasLtMatmul with a bf16 D (beta 0): C is fp32 scratch (ldc = m), rounded into d16 */
+    int ld16;            /* d16's leading dimension */
 } blas_args;
 
 /* The rows x cols column-major matrix at src (leading dimension ld, fp32 or bf16) into dst, as the tensor
@@ -110,6 +113,9 @@ static void run_blas(void *p)
             for (int64_t q = 0; q < a->k; q++) s += a->tb ? a->B[q * a->ldb + j] : a->B[j * a->ldb + q];
             a->vec[j] = s;
         }
+    if (a->d16) /* the fp32 result rounded once, to nearest even */
+        for (int64_t j = 0; j < a->n; j++)
+            for (int64_t i = 0; i < a->m; i++) a->d16[j * a->ld16 + i] = __float2bfloat16_rn(a->C[j * a->ldc + i]);
 }
 
 static int dev(const void *p) { return p && ddp_emu_is_device_ptr(p, 1); }
@@ -119,6 +125,7 @@ static void free_blas(void *p)
     blas_args *a = p;
     free(a->ca);
     free(a->cb);
+    if (a->d16) free(a->C);
     free(a);
 }
 
@@ -128,6 +135,10 @@ static cublasStatus_t submit(cublasHandle_t h, blas_args *a)
     blas_args *c = calloc(1, sizeof *c);
     if (!c) return CUBLAS_STATUS_ALLOC_FAILED;
     *c = *a;
+    if (c->d16 && !(c->C = calloc((size_t)c->m * (size_t)c->n, sizeof(float)))) {
+        free(c);
+        return CUBLAS_STATUS_ALLOC_FAILED;
+    }
     if (c->in != IN_FP32 && c->k) {
         c->rA = c->A, c->rB = c->B;
         c->ca = malloc((size_t)c->m * (size_t)c->k * sizeof(float));
@@ -322,7 +333,8 @@ static cublasStatus_t lt_problem(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t 
         (uint64_t)*n != (tb ? b->rows : b->cols) || c->rows != dd->rows || c->cols != dd->cols || c->ld != dd->ld)
         return CUBLAS_STATUS_INVALID_VALUE;
     int bf16 = a->type == CUDA_R_16BF;
-    if (a->type != b->type || (a->type != CUDA_R_32F && !bf16) || c->type != CUDA_R_32F || dd->type != CUDA_R_32F ||
+    if (a->type != b->type || (a->type != CUDA_R_32F && !bf16) || c->type != dd->type ||
+        (c->type != CUDA_R_32F && (c->type != CUDA_R_16BF || d->epi == CUBLASLT_EPILOGUE_BGRADB)) ||
         d->scale != CUDA_R_32F ||
         (d->compute != CUBLAS_COMPUTE_32F && (bf16 || d->compute != CUBLAS_COMPUTE_32F_FAST_TF32)))
         return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -375,6 +387,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     a.lda = (int)la->ld, a.ldb = (int)lb->ld, a.ldc = (int)lc->ld, a.alpha = *(const float *)alpha;
     a.beta = *(const float *)beta, a.A = A, a.B = B, a.C = D, a.in = bf16 ? IN_BF16 : tf32 ? IN_TF32 : IN_FP32;
     a.epi = (int)d->epi, a.vec = d->vec;
+    if (ld->type == CUDA_R_16BF) { /* the emulator's bf16 D: beta 0 only (mpiddp's), through an fp32 result */
+        if (a.beta != 0.0f) return CUBLAS_STATUS_NOT_SUPPORTED;
+        a.d16 = D, a.ld16 = a.ldc, a.ldc = m;
+    }
     struct ddp_emu_blas one = {.stream = stream};
     return submit(&one, &a);
 }

@@ -11,6 +11,7 @@
 #include "mpi_ddp/model/models.h"
 #include "test_data.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,12 +68,14 @@ static ddp_status count_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_
 }
 /* a GEMM with an epilogue (gemm_epi, the CUDA backend's) reading a bf16 operand counts as a gemm16 call */
 static ddp_status (*real_gemm_epi)(ddp_backend *, int, float *, int, int, int64_t, int64_t, int64_t, float,
-                                   const void *, int, int64_t, const void *, int, int64_t, float, float *, int64_t);
+                                   const void *, int, int64_t, const void *, int, int64_t, float, void *, int64_t);
+static long c16_calls; /* gemm_epi calls writing a bf16 C */
 static ddp_status count_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, int tb, int64_t M, int64_t N, int64_t K,
                                  float alpha, const void *A, int a16, int64_t lda, const void *Bm, int b16, int64_t ldb,
-                                 float beta, float *Cm, int64_t ldc)
+                                 float beta, void *Cm, int64_t ldc)
 {
     gemm16_calls += a16 || b16;
+    c16_calls += (epi & DDP_EPI_C16) != 0;
     return real_gemm_epi(b, epi, bias, ta, tb, M, N, K, alpha, A, a16, lda, Bm, b16, ldb, beta, Cm, ldc);
 }
 /* a linear layer's backward (linear_bwd) reads a bf16 operand in the weight-gradient GEMM (x16 or dy16) and in the
@@ -99,8 +102,8 @@ typedef struct {
     float *grad;
     int64_t n;
     size_t bytes; /* allocated by the model's creation */
-    int act16, dqkv16;
-    long gemm16_per_step, fused_per_step;
+    int act16, dqkv16, qkv16;
+    long gemm16_per_step, fused_per_step, c16_per_step;
 } result;
 
 /* NB train steps (accumulating) and an eval step of a fresh model at precision prec; act16_env: the value of
@@ -125,7 +128,7 @@ static void run(ddp_backend *be, ddp_precision prec, int act16_env, int fused, r
     unsetenv("MPIDDP_BF16_ACTIVATIONS");
     OK(st);
     OK(be->set_precision(be, prec));
-    r->act16 = ddp_transformer_act16(&m), r->dqkv16 = ddp_transformer_dqkv16(&m);
+    r->act16 = ddp_transformer_act16(&m), r->dqkv16 = ddp_transformer_dqkv16(&m), r->qkv16 = ddp_transformer_qkv16(&m);
     r->n = ddp_model_num_params(&m);
     void *p, *g;
     OK(be->alloc(be, &p, (size_t)r->n * 4));
@@ -133,12 +136,14 @@ static void run(ddp_backend *be, ddp_precision prec, int act16_env, int fused, r
     OK(m.init(m.self, p, 9));
     for (int k = 0; k <= NB; k++) {
         ddp_forward_out o = {.loss = r->loss[k], .prob = r->prob[k], .pred = r->pred[k]};
-        long g0 = gemm16_calls, f0 = fused_calls;
+        long g0 = gemm16_calls, f0 = fused_calls, c0 = c16_calls;
         if (k < NB)
             OK(m.train_step(m.self, &bat[k].b, p, g, &o, NULL, NULL));
         else
             OK(m.eval_step(m.self, &bat[0].b, p, &o));
-        if (k == 0) r->gemm16_per_step = gemm16_calls - g0, r->fused_per_step = fused_calls - f0;
+        if (k == 0)
+            r->gemm16_per_step = gemm16_calls - g0, r->fused_per_step = fused_calls - f0,
+            r->c16_per_step = c16_calls - c0;
     }
     r->grad = malloc((size_t)r->n * 4);
     OK(be->download(be, r->grad, g, (size_t)r->n * 4));
@@ -154,6 +159,21 @@ static int same(const result *a, const result *b)
     return a->grad && b->grad && a->n == b->n && !memcmp(a->loss, b->loss, sizeof a->loss) &&
            !memcmp(a->prob, b->prob, sizeof a->prob) && !memcmp(a->pred, b->pred, sizeof a->pred) &&
            !memcmp(a->grad, b->grad, (size_t)a->n * 4);
+}
+
+/* Within 2^-7 relative of each other (losses, probabilities, the gradient's L2 norm of the difference against its own):
+ * a real GPU's cuBLASLt may choose another algorithm for the bf16-output GEMM of q|k|v than for its fp32 one, so
+ * those products may differ in their last bits before the rounding (the emulator's do not) */
+static int close_to(const result *a, const result *b)
+{
+    double dg = 0, g = 0;
+    for (int k = 0; k <= NB; k++)
+        for (int i = 0; i < B; i++)
+            if (!(fabs(a->loss[k][i] - b->loss[k][i]) <= 0x1p-7 * fabs(b->loss[k][i]) &&
+                  fabs(a->prob[k][i] - b->prob[k][i]) <= 0x1p-7))
+                return 0;
+    for (int64_t i = 0; i < a->n; i++) dg += pow(a->grad[i] - b->grad[i], 2), g += pow(b->grad[i], 2);
+    return a->n == b->n && dg <= 0x1p-14 * g;
 }
 
 /* A bf16 model whose backend computes at fp32: the step fails with a line, nothing crashes. */
@@ -229,11 +249,21 @@ static void test_backend(ddp_backend *be)
     if (!(r16f.dqkv16 == (be->linear_bwd != NULL) && r32sf.dqkv16 == 0 && f32f.dqkv16 == 0))
         fail_msg("%s: q|k|v gradient in bf16 %d, %d with fp32 activations, %d at fp32; want %d, 0, 0", nm, r16f.dqkv16,
                  r32sf.dqkv16, f32f.dqkv16, be->linear_bwd != NULL);
+    /* q|k|v in bf16 where the backend's gemm_epi writes them (its bias epilogue with a bf16 output) */
+    if (!(r16f.qkv16 == (be->gemm_epi != NULL) && r32sf.qkv16 == 0 && f32f.qkv16 == 0))
+        fail_msg("%s: q|k|v in bf16 %d, %d with fp32 activations, %d at fp32; want %d, 0, 0", nm, r16f.qkv16,
+                 r32sf.qkv16, f32f.qkv16, be->gemm_epi != NULL);
+    if (r16f.c16_per_step != (r16f.qkv16 ? LAYERS : 0) || r32sf.c16_per_step != 0)
+        fail_msg("%s: %ld and %ld bf16-output GEMMs per step, want %d and 0", nm, r16f.c16_per_step, r32sf.c16_per_step,
+                 r16f.qkv16 ? LAYERS : 0);
     /* the memory: y1, y2 (rows x d each) and a2 (rows x f) per layer at 2 bytes instead of 4; the q|k|v gradient's
-     * buffer (rows x 3d floats) as rows x max(3d, f) bf16 (shared with linear1's bf16 output gradient) */
+     * buffer (rows x 3d floats) as rows x max(3d, f) bf16 (shared with linear1's bf16 output gradient); q|k|v (rows x
+     * 3d per layer) in bf16 */
     size_t want = (size_t)LAYERS * (size_t)max_rows * (2 * HID + FF) * 2;
     if (r16f.dqkv16)
         want += (size_t)max_rows * 3 * HID * 4 - ((size_t)max_rows * (3 * HID > FF ? 3 * HID : FF) + 1) / 2 * 4;
+    if (r16f.qkv16)
+        want += (size_t)LAYERS * ((size_t)max_rows * 3 * HID * 4 - ((size_t)max_rows * 3 * HID + 1) / 2 * 4);
     if (!(r32sf.bytes - r16f.bytes == want))
         fail_msg("%s: bf16 activations save %zu bytes, want %zu", nm, r32sf.bytes - r16f.bytes, want);
     size_t want_o = (size_t)LAYERS * (size_t)max_rows * HID * 2; /* o: rows x d per layer in bf16 */
@@ -253,8 +283,18 @@ static void test_backend(ddp_backend *be)
     if (!(r16f.fused_per_step == 2 * LAYERS && f32f.fused_per_step == 2 * LAYERS))
         fail_msg("%s: %ld and %ld fused calls, want %d", nm, r16f.fused_per_step, f32f.fused_per_step, 2 * LAYERS);
     if (r16u.fused_per_step != 0) fail_msg("%s: the unfused table ran the fused op", nm);
-    if (!same(&r16f, &r32su)) fail_msg("%s: bf16 activations, fused: not the bits of fp32 activations, unfused", nm);
-    if (!same(&r16u, &r32su)) fail_msg("%s: bf16 activations, unfused: not the bits of fp32 activations, unfused", nm);
+    /* q|k|v from a bf16-output GEMM: the same bits on the emulator, within close_to on a GPU (said when it differs) */
+    const int gpu_qkv16 = r16f.qkv16 && !ddp_cuda()->emulated;
+    for (int u = 0; u < 2; u++) {
+        const result *r = u ? &r16u : &r16f;
+        if (same(r, &r32su)) continue;
+        if (!(gpu_qkv16 && close_to(r, &r32su)))
+            fail_msg("%s: bf16 activations, %s: not the bits of fp32 activations, unfused", nm,
+                     u ? "unfused" : "fused");
+        printf("%s: bf16 activations, %s: within 2^-7 of fp32 activations, not the same bits (q|k|v's bf16-output "
+               "GEMM)\n",
+               nm, u ? "unfused" : "fused");
+    }
     if (!same(&r32sf, &r32su))
         fail_msg("%s: at bf16 the fused residual + layernorm is not the bits of the two ops", nm);
     if (!same(&f32f, &f32u)) fail_msg("%s: at fp32 the fused residual + layernorm is not the bits of the two ops", nm);

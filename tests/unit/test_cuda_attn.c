@@ -1,48 +1,22 @@
 /* test_cuda_attn.c — the CUDA backend's attention on tensor cores (backend_cuda_attn_tc.cu, --precision tf32 and
  * bf16), its SIMT kernels, and cuDNN's fused SDPA (backend_cuda_sdpa.cu) against the CPU twin, within bounds derived
- * from the rounding (see bounds() below); attention_select's choices and cuDNN's plan cache. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
-
-#include "mpi_ddp/backend/backend.h"
-#include "mpi_ddp/backend/bf16_round.h"
+ * from the rounding (see bounds() below); attention_select's choices and cuDNN's plan cache. Its bf16 inputs and
+ * outputs bit for bit: test_cuda_attn16.c. */
+#include "test_cuda_attn.h"
 #include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "cuda_test.h"
-#include "test_data.h"
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#define OK(call)                                                           \
-    do {                                                                   \
-        if ((call) != DDP_OK) fail_msg("%s: %s", #call, ddp_last_error()); \
-    } while (0)
 #define U (1.0 / 16777216.0) /* fp32 unit roundoff, 2^-24 */
 #define SAFETY 2.0
 
-static ddp_backend *cpu, *gpu;
+ddp_backend *cpu, *gpu;
 static int cudnn_mode; /* bits: 1 cuDNN runs the forward (o rounded to bf16), 2 also the backward (dout read, dq|dk|dv
                         * written as bf16); the bounds widen for either */
 static double worst_seen[3]; /* the largest error-to-bound ratio: fp32, tf32, bf16 */
-
-static void *dev(const void *h, size_t bytes)
-{
-    void *d = NULL;
-    OK(gpu->alloc(gpu, &d, bytes ? bytes : 4));
-    if (h && bytes) OK(gpu->upload(gpu, d, h, bytes));
-    return d;
-}
-static float *down(const void *d, int64_t n)
-{
-    float *h = malloc((size_t)(n > 0 ? n : 1) * 4);
-    OK(gpu->download(gpu, h, d, (size_t)n * 4));
-    return h;
-}
 
 /* the largest |g - c| / (SAFETY bound), a NaN counting as largest; its element in *at */
 static double worst_ratio(const float *g, const float *c, const double *bound, int64_t n, int64_t *at)
@@ -175,47 +149,6 @@ static void expect_blocks(const test_pack *pk, int64_t dh, int H, float p, long 
                  (long long)pk->T);
 }
 
-/* o stored in bf16 (attention_fwd's o16: the model's o with bf16 activations) for the batch pg at the backend's
- * precision, given the fp32 call's o (gy), lse (gl): each value of o rounded once to bf16 (nearest even), the same lse;
- * and the backward from that o, the bits of the backward given the same rounded values in fp32; its dq|dk|dv in bf16
- * (attention_bwd's dqkv16), each that backward's value rounded once. */
-static void o16_case(const char *what, void *qg, void *dog, const ddp_packing *pg, int64_t d, int H,
-                     const ddp_dropout *dr, const float *gy, const float *gl)
-{
-    const int64_t R = pg->R, n = R * d;
-    uint16_t *want = malloc((size_t)(n + 1) * 2), *got = malloc((size_t)(n + 1) * 2);
-    float *yr = malloc((size_t)(n + 1) * 4);
-    for (int64_t i = 0; i < n; i++) want[i] = ddp_bf16_bits(gy[i]), yr[i] = ddp_bf16_widen(want[i]);
-    void *y16 = dev(NULL, (size_t)n * 2), *yrg = dev(yr, (size_t)n * 4), *lg = dev(NULL, (size_t)R * H * 4);
-    void *dq16 = dev(NULL, (size_t)n * 3 * 4), *dqr = dev(NULL, (size_t)n * 3 * 4), *Dg = dev(NULL, (size_t)R * H * 4);
-    OK(gpu->enc->attention_fwd(gpu, qg, y16, 1, lg, pg, d, H, dr));
-    OK(gpu->download(gpu, got, y16, (size_t)n * 2));
-    float *l16 = down(lg, R * H);
-    for (int64_t i = 0; i < n; i++)
-        if (got[i] != want[i])
-            fail_msg("%s o16: o[%lld] is bf16 0x%04x, want 0x%04x (the fp32 call's %g rounded)", what, (long long)i,
-                     got[i], want[i], (double)gy[i]);
-    if (memcmp(l16, gl, (size_t)(R * H) * 4)) fail_msg("%s o16: lse differs from the fp32 call's", what);
-    OK(gpu->enc->attention_bwd(gpu, qg, y16, 1, dog, lg, dq16, 0, Dg, pg, d, H, dr));
-    OK(gpu->enc->attention_bwd(gpu, qg, yrg, 0, dog, lg, dqr, 0, Dg, pg, d, H, dr));
-    float *a = down(dq16, n * 3), *b = down(dqr, n * 3);
-    for (int64_t i = 0; i < n * 3; i++)
-        if (memcmp(&a[i], &b[i], 4))
-            fail_msg("%s o16: dqkv[%lld] %g, from o given in fp32 %g", what, (long long)i, (double)a[i], (double)b[i]);
-    uint16_t *g = malloc((size_t)(n * 3 + 1) * 2);
-    void *g16 = dev(NULL, (size_t)n * 3 * 2);
-    OK(gpu->enc->attention_bwd(gpu, qg, y16, 1, dog, lg, g16, 1, Dg, pg, d, H, dr));
-    OK(gpu->download(gpu, g, g16, (size_t)n * 3 * 2));
-    for (int64_t i = 0; i < n * 3; i++)
-        if (g[i] != ddp_bf16_bits(b[i]))
-            fail_msg("%s dqkv16: dqkv[%lld] is bf16 0x%04x, want 0x%04x (the fp32 call's %g rounded)", what,
-                     (long long)i, g[i], ddp_bf16_bits(b[i]), (double)b[i]);
-    free(g);
-    void *dv[] = {y16, yrg, lg, dq16, dqr, Dg, g16};
-    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
-    free(want), free(got), free(yr), free(l16), free(a), free(b);
-}
-
 /* One batch on both backends at precision prec: output, lse and dqkv within the bounds of the header; with
  * `self` the checks that must fail (zeros; tf32 against the fp32 bounds) and tf32 differing from fp32. */
 static int tc_device; /* device 0 runs tf32/bf16 attention on tensor cores (sm_80+; the emulator says 9.0) */
@@ -242,19 +175,19 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     void *lg = dev(NULL, (size_t)R * H * 4), *dqg = dev(NULL, (size_t)R * 3 * d * 4),
          *Dg = dev(NULL, (size_t)R * H * 4);
     const ddp_dropout dr = {.p = p, .key = 0x5eed + (uint64_t)dh};
-    OK(cpu->enc->attention_fwd(cpu, qkv, y, 0, lse, &pc, d, H, &dr));
-    OK(cpu->enc->attention_bwd(cpu, qkv, y, 0, dout, lse, dq, 0, D, &pc, d, H, &dr));
+    OK(cpu->enc->attention_fwd(cpu, qkv, 0, y, 0, lse, &pc, d, H, &dr));
+    OK(cpu->enc->attention_bwd(cpu, qkv, 0, y, 0, dout, lse, dq, 0, D, &pc, d, H, &dr));
     OK(ddp_backend_set_precision(gpu, prec));
     const long long b0 = ddp_cuda()->blocks();
-    OK(gpu->enc->attention_fwd(gpu, qg, yg, 0, lg, &pg, d, H, &dr));
+    OK(gpu->enc->attention_fwd(gpu, qg, 0, yg, 0, lg, &pg, d, H, &dr));
     const long long b1 = ddp_cuda()->blocks();
-    OK(gpu->enc->attention_bwd(gpu, qg, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dr));
+    OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dr));
     expect_blocks(&pk, dh, H, p, b1 - b0, ddp_cuda()->blocks() - b1);
     if (dh <= 128 && (!(cudnn_mode & 1) || p > 0.0f)) { /* a tile map not of the batch: one line, nothing launched */
         ddp_packing bad = pg;
         bad.tiles--;
         const long long b2 = ddp_cuda()->blocks();
-        ddp_status st = gpu->enc->attention_fwd(gpu, qg, yg, 0, lg, &bad, d, H, &dr);
+        ddp_status st = gpu->enc->attention_fwd(gpu, qg, 0, yg, 0, lg, &bad, d, H, &dr);
         if (st != DDP_ERR_ARG || !strstr(ddp_last_error(), "tile map") || ddp_cuda()->blocks() != b2)
             fail_msg("attention with %lld of %lld tiles: status %d, \"%s\"", (long long)bad.tiles, (long long)pk.T,
                      (int)st, ddp_last_error());
@@ -284,12 +217,13 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
         }
     }
     /* determinism: the same call again, identical bits */
-    OK(gpu->enc->attention_fwd(gpu, qg, yg, 0, lg, &pg, d, H, &dr));
-    OK(gpu->enc->attention_bwd(gpu, qg, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dr));
+    OK(gpu->enc->attention_fwd(gpu, qg, 0, yg, 0, lg, &pg, d, H, &dr));
+    OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dr));
     float *gy2 = down(yg, R * d), *gq2 = down(dqg, R * 3 * d);
     if (!(!memcmp(gy, gy2, (size_t)R * d * 4) && !memcmp(gq, gq2, (size_t)R * 3 * d * 4)))
         fail_msg("%s: two runs differ", what);
     o16_case(what, qg, dog, &pg, d, H, &dr, gy, gl);
+    qkv16_case(what, qkv, dog, &pg, d, H, &dr);
     /* sample B/2 alone (its id kept): the same bits as inside the batch */
     const int solo = B / 2;
     int64_t lo = o[solo], n = len[solo];
@@ -305,8 +239,8 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
                       .tile = dev(t1.tile, (size_t)t1.T * 8),
                       .tiles = t1.T};
     void *q1 = dev(qkv + lo * 3 * d, (size_t)n * 3 * d * 4), *do1 = dev(dout + lo * d, (size_t)n * d * 4);
-    OK(gpu->enc->attention_fwd(gpu, q1, yg, 0, lg, &p1, d, H, &dr));
-    OK(gpu->enc->attention_bwd(gpu, q1, yg, 0, do1, lg, dqg, 0, Dg, &p1, d, H, &dr));
+    OK(gpu->enc->attention_fwd(gpu, q1, 0, yg, 0, lg, &p1, d, H, &dr));
+    OK(gpu->enc->attention_bwd(gpu, q1, 0, yg, 0, do1, lg, dqg, 0, Dg, &p1, d, H, &dr));
     float *y3 = down(yg, n * d), *g3 = down(dqg, n * 3 * d);
     if (!(!memcmp(y3, gy + lo * d, (size_t)n * d * 4) && !memcmp(g3, gq + lo * 3 * d, (size_t)n * 3 * d * 4)))
         fail_msg("%s: sample %d alone differs from the batch", what, solo);
@@ -328,7 +262,7 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
                    *fq = calloc((size_t)(R * 3 * d + 1), 8);
             bounds(qkv, dout, y, lse, o, sid, B, d, H, &dr, 0.0, fo, fl, fq);
             OK(ddp_backend_set_precision(gpu, DDP_PRECISION_FP32));
-            OK(gpu->enc->attention_fwd(gpu, qg, yg, 0, lg, &pg, d, H, &dr));
+            OK(gpu->enc->attention_fwd(gpu, qg, 0, yg, 0, lg, &pg, d, H, &dr));
             float *fy = down(yg, R * d);
             if (tc_device) {
                 if (!(worst_ratio(gy, y, fo, R * d, &at) > 1.0 && worst_ratio(gq, dq, fq, R * 3 * d, &at) > 1.0))
@@ -337,7 +271,7 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
                     fail_msg("%s: the fp32 and %s outputs have the same bits", what, names[prec]);
                 if (prec == DDP_PRECISION_BF16) {
                     OK(ddp_backend_set_precision(gpu, DDP_PRECISION_TF32));
-                    OK(gpu->enc->attention_fwd(gpu, qg, yg, 0, lg, &pg, d, H, &dr));
+                    OK(gpu->enc->attention_fwd(gpu, qg, 0, yg, 0, lg, &pg, d, H, &dr));
                     float *ty = down(yg, R * d);
                     if (memcmp(ty, gy, (size_t)R * d * 4) == 0)
                         fail_msg("%s: the tf32 and bf16 outputs have the same bits", what);
@@ -541,7 +475,7 @@ static void one_forward(const int64_t *len, int B, int64_t d, int H)
     void *q = dev(NULL, (size_t)R * 3 * d * 4), *o = dev(NULL, (size_t)R * d * 4), *l = dev(NULL, (size_t)R * H * 4);
     const ddp_dropout dr = {.p = 0.0f, .key = 1};
     OK(ddp_backend_set_precision(gpu, DDP_PRECISION_BF16));
-    OK(gpu->enc->attention_fwd(gpu, q, o, 0, l, &pg, d, H, &dr));
+    OK(gpu->enc->attention_fwd(gpu, q, 0, o, 0, l, &pg, d, H, &dr));
     void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, (void *)pg.tile, q, o, l};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
     test_pack_free(&pk);
@@ -584,8 +518,8 @@ static void test_cudnn_plan_cache(void **state)
         void *dq = dev(NULL, (size_t)R * 3 * d * 4), *D = dev(NULL, (size_t)R * H * 4);
         const ddp_dropout dr = {.p = 0.0f, .key = 1};
         OK(ddp_backend_set_precision(gpu, DDP_PRECISION_BF16));
-        OK(gpu->enc->attention_fwd(gpu, q, o, 0, l, &pg, d, (int)H, &dr));
-        OK(gpu->enc->attention_bwd(gpu, q, o, 0, o, l, dq, 0, D, &pg, d, (int)H, &dr));
+        OK(gpu->enc->attention_fwd(gpu, q, 0, o, 0, l, &pg, d, (int)H, &dr));
+        OK(gpu->enc->attention_bwd(gpu, q, 0, o, 0, o, l, dq, 0, D, &pg, d, (int)H, &dr));
         calls += dirs;
         void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, (void *)pg.tile, q, o, l, dq, D};
         for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);

@@ -86,14 +86,14 @@ void test_enc_ops(void **state)
         ddp_dropout dk = {.p = k < 2 ? 0.0f : 0.1f, .key = 99};
         setenv("MPIDDP_ATTENTION", methods[k % 2], 1);
         char what[96];
-        OK(C->attention_fwd(cpu, qkv, y, 0, mu, &pc, d, H, &dk));
-        OK(G->attention_fwd(gpu, qg, yg, 0, mug, &pg, d, H, &dk));
+        OK(C->attention_fwd(cpu, qkv, 0, y, 0, mu, &pc, d, H, &dk));
+        OK(G->attention_fwd(gpu, qg, 0, yg, 0, mug, &pg, d, H, &dk));
         snprintf(what, sizeof what, "attention (cpu %s, p %.1f) output", methods[k % 2], (double)dk.p);
         expect_dev_close(what, yg, y, R * d, 1e-3); /* sums of up to 40 terms, in another order */
         snprintf(what, sizeof what, "attention (cpu %s, p %.1f) lse", methods[k % 2], (double)dk.p);
         expect_dev_close(what, mug, mu, R * H, 1e-5);
-        OK(C->attention_bwd(cpu, qkv, y, 0, dout, mu, y2, 0, rs, &pc, d, H, &dk));
-        OK(G->attention_bwd(gpu, qg, yg, 0, dog, mug, y2g, 0, rsg, &pg, d, H, &dk));
+        OK(C->attention_bwd(cpu, qkv, 0, y, 0, dout, mu, y2, 0, rs, &pc, d, H, &dk));
+        OK(G->attention_bwd(gpu, qg, 0, yg, 0, dog, mug, y2g, 0, rsg, &pg, d, H, &dk));
         snprintf(what, sizeof what, "attention (cpu %s, p %.1f) dqkv", methods[k % 2], (double)dk.p);
         expect_dev_close(what, y2g, y2, R * 3 * d, 1e-3);
     }
@@ -178,17 +178,17 @@ static void attn_case(const char *tag, const int64_t *len, int B, int64_t dh, in
         dk = (ddp_dropout){.p = k < 2 ? 0.0f : 0.2f, .key = 77};
         setenv("MPIDDP_ATTENTION", methods[k % 2], 1);
         char what[160];
-        OK(cpu->enc->attention_fwd(cpu, qkv, y, 0, lse, &pc, d, H, &dk));
+        OK(cpu->enc->attention_fwd(cpu, qkv, 0, y, 0, lse, &pc, d, H, &dk));
         if (k % 2 == 0) /* the kernels once per dropout setting, against both CPU methods */
-            OK(gpu->enc->attention_fwd(gpu, qg, yg, 0, lg, &pg, d, H, &dk));
+            OK(gpu->enc->attention_fwd(gpu, qg, 0, yg, 0, lg, &pg, d, H, &dk));
         snprintf(what, sizeof what, "attention %s dh %lld (cpu %s, p %.1f) output", tag, (long long)dh, methods[k % 2],
                  (double)dk.p);
         double eo = expect_dev_close(what, yg, y, R * d, 2e-3); /* sums of up to 300 terms, in another order */
         snprintf(what, sizeof what, "attention %s dh %lld (cpu %s, p %.1f) lse", tag, (long long)dh, methods[k % 2],
                  (double)dk.p);
         double el = expect_dev_close(what, lg, lse, R * H, 1e-5);
-        OK(cpu->enc->attention_bwd(cpu, qkv, y, 0, dout, lse, dq, 0, D, &pc, d, H, &dk));
-        if (k % 2 == 0) OK(gpu->enc->attention_bwd(gpu, qg, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dk));
+        OK(cpu->enc->attention_bwd(cpu, qkv, 0, y, 0, dout, lse, dq, 0, D, &pc, d, H, &dk));
+        if (k % 2 == 0) OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dk));
         snprintf(what, sizeof what, "attention %s dh %lld (cpu %s, p %.1f) dqkv", tag, (long long)dh, methods[k % 2],
                  (double)dk.p);
         double eg = expect_dev_close(what, dqg, dq, R * 3 * d, 5e-3);
@@ -200,8 +200,8 @@ static void attn_case(const char *tag, const int64_t *len, int B, int64_t dh, in
     /* determinism: the same call again (dropout on), identical bits */
     float *y1 = host_of(yg, R * d), *l1 = host_of(lg, R * H), *g1 = host_of(dqg, R * 3 * d);
     OK(gpu->zero(gpu, dqg, (size_t)R * 3 * d * 4));
-    OK(gpu->enc->attention_fwd(gpu, qg, yg, 0, lg, &pg, d, H, &dk));
-    OK(gpu->enc->attention_bwd(gpu, qg, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dk));
+    OK(gpu->enc->attention_fwd(gpu, qg, 0, yg, 0, lg, &pg, d, H, &dk));
+    OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dk));
     float *y2 = host_of(yg, R * d), *l2 = host_of(lg, R * H), *g2 = host_of(dqg, R * 3 * d);
     if (!(!memcmp(y1, y2, (size_t)R * d * 4) && !memcmp(l1, l2, (size_t)R * H * 4) &&
           !memcmp(g1, g2, (size_t)R * 3 * d * 4)))
@@ -220,8 +220,8 @@ static void attn_case(const char *tag, const int64_t *len, int B, int64_t dh, in
                       .tile = dev(t1.tile, (size_t)(t1.T + 1) * 8),
                       .tiles = t1.T};
     void *q1 = dev(qkv + lo * 3 * d, (size_t)n * 3 * d * 4), *do1 = dev(dout + lo * d, (size_t)n * d * 4);
-    OK(gpu->enc->attention_fwd(gpu, q1, yg, 0, lg, &p1, d, H, &dk));
-    OK(gpu->enc->attention_bwd(gpu, q1, yg, 0, do1, lg, dqg, 0, Dg, &p1, d, H, &dk));
+    OK(gpu->enc->attention_fwd(gpu, q1, 0, yg, 0, lg, &p1, d, H, &dk));
+    OK(gpu->enc->attention_bwd(gpu, q1, 0, yg, 0, do1, lg, dqg, 0, Dg, &p1, d, H, &dk));
     float *y3 = host_of(yg, n * d), *g3 = host_of(dqg, n * 3 * d);
     if (!(!memcmp(y3, y1 + lo * d, (size_t)n * d * 4) && !memcmp(g3, g1 + lo * 3 * d, (size_t)n * 3 * d * 4)))
         fail_msg("attention %s dh %lld: sample %d alone differs from the batch", tag, (long long)dh, solo);

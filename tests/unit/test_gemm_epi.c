@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/bf16_round.h"
 #include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/model/models.h"
 #include "cuda_test.h"
@@ -26,6 +27,7 @@
 static ddp_backend *gpu;
 static int emulated;
 static int bgrad_cases, bgrad_fused; /* bf16 bias gradients checked, and those that came from cuBLASLt's epilogue */
+static int c16_cases, c16_fused;     /* bf16-output bias epilogues checked, and those cuBLASLt ran (one launch) */
 
 static float round_bits(float f, int drop) /* nearest even, dropping `drop` mantissa bits (finite inputs) */
 {
@@ -69,6 +71,50 @@ static void *on_gpu_at(const void *h, size_t bytes, int shift, void **base)
     OK(gpu->alloc(gpu, base, bytes + 16));
     OK(gpu->upload(gpu, (char *)*base + shift, h, bytes));
     return (char *)*base + shift;
+}
+
+/* The bias epilogue with a bf16 C (DDP_EPI_C16, beta 0, C packed) of run_case's operands, given its fp32 result C
+ * and bounds tols: each value C rounded once (nearest even) on the emulator, where the same product runs; on a GPU
+ * cuBLASLt may pick another algorithm for a bf16 output, so within the bound twice plus the rounding. Twice: the same
+ * bits. */
+static void c16_case(const epi_case *c, const char *what, int64_t M, int64_t N, int64_t K, float alpha, const void *dA,
+                     int64_t lda, const void *dB, int64_t ldb, float *dbias, const float *C, const double *tols)
+{
+    const size_t n = (size_t)(M * N);
+    uint16_t *got = calloc(n ? n : 1, 2), *got2 = malloc((n ? n : 1) * 2);
+    void *base, *dC16 = on_gpu_at(got, n * 2, c->shift, &base);
+    /* the launches of the same call with an fp32 C: conversions of the operands, then cuBLASLt or the unfused calls */
+    void *base32, *dC32 = on_gpu_at(C, n * 4, c->shift, &base32);
+    long long l0 = ddp_cuda()->launches(), launched = 0;
+    OK(gpu->gemm_epi(gpu, DDP_EPI_BIAS, dbias, c->ta, c->tb, M, N, K, alpha, dA, c->a16, lda, dB, c->b16, ldb, 0.0f,
+                     dC32, N));
+    const long long l32 = ddp_cuda()->launches() - l0;
+    gpu->release(gpu, base32);
+    for (int run = 0; run < 2; run++) {
+        l0 = ddp_cuda()->launches();
+        OK(gpu->gemm_epi(gpu, DDP_EPI_BIAS | DDP_EPI_C16, dbias, c->ta, c->tb, M, N, K, alpha, dA, c->a16, lda, dB,
+                         c->b16, ldb, 0.0f, dC16, N));
+        launched = ddp_cuda()->launches() - l0;
+        OK(gpu->download(gpu, run ? got2 : got, dC16, n * 2));
+    }
+    if (memcmp(got, got2, n * 2)) fail_msg("%s bf16 C: two runs differ", what);
+    /* cuBLASLt's epilogue writes either type in one launch; without it the bf16 C takes one rounding pass more than
+     * the fp32 one (the product and bias add into scratch). So cuBLASLt ran the bf16 C where it took no more launches
+     * than the fp32 call (which may itself have been refused on a GPU). */
+    const char *refuse = getenv("MPIDDP_EMU_LT_REFUSE");
+    const int refused = emulated && refuse && *refuse == '1';
+    if (K > 0) c16_cases++, c16_fused += launched <= l32;
+    if (emulated && K > 0 && launched != l32 + refused)
+        fail_msg("%s bf16 C: %lld launches, the fp32 C's %lld%s", what, launched, l32, refused ? " + 1" : "");
+    for (size_t i = 0; i < n; i++) {
+        const float w = ddp_bf16_widen(got[i]);
+        const double tol = 2 * tols[i] + 0x1p-8 * (fabs(C[i]) + 2 * tols[i]);
+        if (emulated ? got[i] != ddp_bf16_bits(C[i]) : !(fabs(w - C[i]) <= tol * (1 + 1e-12) + 1e-30))
+            fail_msg("%s bf16 C[%zu] = 0x%04x (%.9g), the fp32 epilogue's %.9g%s", what, i, got[i], (double)w,
+                     (double)C[i], emulated ? " rounded is not it" : ": beyond the bound");
+    }
+    gpu->release(gpu, base);
+    free(got), free(got2);
 }
 
 /* The bound of test_precision.c (u: one operand's rounding; S = sum |a b|; T = S + |beta c0| + |bias|), one more
@@ -116,6 +162,7 @@ static void run_case(const epi_case *c, int p, uint64_t seed)
              (long long)K);
     if (memcmp(C, C2, nc * 4) != 0 || memcmp(bias, bias2, (size_t)nbias * 4) != 0)
         fail_msg("%s: two runs differ", what);
+    double *tols = malloc((nc ? nc : 1) * sizeof(double)); /* each element's bound */
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < ldc; j++) {
             if (j >= N) { /* the padding of C is never written */
@@ -131,10 +178,13 @@ static void run_case(const epi_case *c, int p, uint64_t seed)
             double T = fabs(alpha) * S + fabs(c->beta * c0) + fabs(add);
             ref = alpha * ref + c->beta * c0 + add;
             double tol = (2 * u + u * u) * fabs(alpha) * S + (K + 4) * 0x1p-24 * (1 + u) * (1 + u) * T;
+            tols[i * ldc + j] = tol;
             if (!(fabs(C[i * ldc + j] - ref) <= tol * (1 + 1e-12) + 1e-30))
                 fail_msg("%s: C[%lld,%lld] = %.9g, reference %.9g, beyond the bound %.3g", what, (long long)i,
                          (long long)j, (double)C[i * ldc + j], ref, tol);
         }
+    if (c->epi == DDP_EPI_BIAS && p == 2) c16_case(c, what, M, N, K, alpha, dA, lda, dB, ldb, dbias, C, tols);
+    free(tols);
     int rounded_sum = 0; /* a column whose gradient is the sum of the bf16-rounded A, not of A */
     if (c->epi == DDP_EPI_BGRAD)
         for (int64_t j = 0; j < M; j++) {
@@ -211,6 +261,7 @@ static void test_epilogues(void **state)
     all_cases();
     /* on a GPU, where cuBLASLt may decline some layouts, this line says how often the epilogue ran */
     printf("bf16 bias gradients from cuBLASLt's epilogue: %d of %d cases\n", bgrad_fused, bgrad_cases);
+    printf("bf16-output bias epilogues from cuBLASLt (fp32 bias, bf16 D): %d of %d cases\n", c16_fused, c16_cases);
 }
 
 /* cuBLASLt finding no algorithm (MPIDDP_EMU_LT_REFUSE=1 on the emulator; a GPU may, for some layouts): gemm_epi
@@ -267,6 +318,22 @@ static void test_arguments(void **state)
                      DDP_ERR_ARG);
     assert_int_equal(gpu->gemm_epi(gpu, 3, d, 1, 0, 2, 2, 2, 1.0f, d, 0, 2, d, 0, 2, 1.0f, d, 2), DDP_ERR_ARG);
     OK(gpu->gemm_epi(gpu, DDP_EPI_BIAS, d, 0, 1, 0, 2, 2, 1.0f, d, 0, 2, d, 0, 2, 0.0f, d, 2));
+    /* a bf16 C: with the bias epilogue at bf16 only; the composition has none */
+    assert_int_equal(
+        gpu->gemm_epi(gpu, DDP_EPI_BGRAD | DDP_EPI_C16, d, 1, 0, 2, 2, 2, 1.0f, d, 0, 2, d, 0, 2, 1.0f, d, 2),
+        DDP_ERR_ARG);
+    assert_non_null(strstr(ddp_last_error(), "bf16 C: the bias epilogue only"));
+    assert_int_equal(gpu->gemm_epi(gpu, DDP_EPI_C16, d, 0, 1, 2, 2, 2, 1.0f, d, 0, 2, d, 0, 2, 0.0f, d, 2),
+                     DDP_ERR_ARG);
+    assert_int_equal(
+        ddp_gemm_epi(gpu, 0, DDP_EPI_BIAS | DDP_EPI_C16, d, 0, 1, 2, 2, 2, 1.0f, d, 0, 2, d, 0, 2, 0.0f, d, 2),
+        DDP_ERR_ARG);
+    assert_non_null(strstr(ddp_last_error(), "bf16 output"));
+    OK(gpu->set_precision(gpu, DDP_PRECISION_TF32));
+    assert_int_equal(
+        gpu->gemm_epi(gpu, DDP_EPI_BIAS | DDP_EPI_C16, d, 0, 1, 2, 2, 2, 1.0f, d, 0, 2, d, 0, 2, 0.0f, d, 2),
+        DDP_ERR_ARG);
+    assert_non_null(strstr(ddp_last_error(), "bf16 operands or output need --precision bf16"));
     gpu->release(gpu, d);
 }
 

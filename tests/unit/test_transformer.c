@@ -85,16 +85,16 @@ static void attention_fd(const char *method, float p)
     uint64_t s = 5;
     for (int i = 0; i < R * 3 * DM; i++) qkv[i] = 1.5f * test_frand(&s);
     for (int i = 0; i < R * DM; i++) wo[i] = test_frand(&s);
-    assert_int_equal(E->attention_fwd(g_be, qkv, o, 0, lse, &pk, DM, HEADS, &dr), DDP_OK);
-    assert_int_equal(E->attention_bwd(g_be, qkv, o, 0, wo, lse, dqkv, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+    assert_int_equal(E->attention_fwd(g_be, qkv, 0, o, 0, lse, &pk, DM, HEADS, &dr), DDP_OK);
+    assert_int_equal(E->attention_bwd(g_be, qkv, 0, o, 0, wo, lse, dqkv, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
     const float eps = 1e-2f;
     for (int i = 0; i < R * 3 * DM; i++) {
         float keep = qkv[i];
         qkv[i] = keep + eps;
-        E->attention_fwd(g_be, qkv, o, 0, lse, &pk, DM, HEADS, &dr);
+        E->attention_fwd(g_be, qkv, 0, o, 0, lse, &pk, DM, HEADS, &dr);
         double up = objective(o, wo, R * DM);
         qkv[i] = keep - eps;
-        E->attention_fwd(g_be, qkv, o, 0, lse, &pk, DM, HEADS, &dr);
+        E->attention_fwd(g_be, qkv, 0, o, 0, lse, &pk, DM, HEADS, &dr);
         double dn = objective(o, wo, R * DM);
         qkv[i] = keep;
         char what[64];
@@ -129,8 +129,9 @@ static void test_attention_methods_agree(void **state)
     const char *methods[3] = {"fused", "gemm", "tiled"};
     for (int k = 0; k < 3; k++) {
         setenv("MPIDDP_ATTENTION", methods[k], 1);
-        assert_int_equal(E->attention_fwd(g_be, qkv, o[k], 0, lse[k], &pk, DM, HEADS, &dr), DDP_OK);
-        assert_int_equal(E->attention_bwd(g_be, qkv, o[k], 0, dout, lse[k], dq[k], 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_fwd(g_be, qkv, 0, o[k], 0, lse[k], &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_bwd(g_be, qkv, 0, o[k], 0, dout, lse[k], dq[k], 0, ws, &pk, DM, HEADS, &dr),
+                         DDP_OK);
     }
     unsetenv("MPIDDP_ATTENTION");
     for (int k = 1; k < 3; k++) {
@@ -142,7 +143,8 @@ static void test_attention_methods_agree(void **state)
 
 /* o stored in bf16 (o16, the model's with bf16 activations), every CPU method, with and without dropout: each value
  * the fp32 call's rounded once (nearest even), the same lse; the backward from it the bits of the backward given the
- * same rounded values in fp32; the backward's dq|dk|dv in bf16 (dqkv16): each the fp32 gradient rounded once */
+ * same rounded values in fp32; the backward's dq|dk|dv in bf16 (dqkv16): each the fp32 gradient rounded once; q|k|v
+ * read in bf16 (qkv16): the bits of the same values given in fp32 */
 static void test_attention_o16(void **state)
 {
     (void)state;
@@ -150,7 +152,8 @@ static void test_attention_o16(void **state)
     ddp_packing pk = packing();
     float qkv[R * 3 * DM], o[R * DM], orr[R * DM], lse[R * HEADS], l16[R * HEADS], dout[R * DM];
     float dq[R * 3 * DM], dq16[R * 3 * DM], ws[R * HEADS];
-    ddp_bf16 o16[R * DM], g16[R * 3 * DM];
+    ddp_bf16 o16[R * DM], g16[R * 3 * DM], q16[R * 3 * DM];
+    float qr[R * 3 * DM];
     uint64_t s = 12;
     for (int i = 0; i < R * 3 * DM; i++) qkv[i] = 2.0f * test_frand(&s);
     for (int i = 0; i < R * DM; i++) dout[i] = test_frand(&s);
@@ -158,8 +161,8 @@ static void test_attention_o16(void **state)
     for (int k = 0; k < 6; k++) {
         ddp_dropout dr = {.p = k < 3 ? 0.0f : 0.2f, .key = 9};
         setenv("MPIDDP_ATTENTION", methods[k % 3], 1);
-        assert_int_equal(E->attention_fwd(g_be, qkv, o, 0, lse, &pk, DM, HEADS, &dr), DDP_OK);
-        assert_int_equal(E->attention_fwd(g_be, qkv, o16, 1, l16, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_fwd(g_be, qkv, 0, o, 0, lse, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_fwd(g_be, qkv, 0, o16, 1, l16, &pk, DM, HEADS, &dr), DDP_OK);
         for (int i = 0; i < R * DM; i++) {
             if (o16[i] != ddp_bf16_bits(o[i]))
                 fail_msg("%s p %.1f: o16[%d] 0x%04x, want %g rounded", methods[k % 3], (double)dr.p, i, o16[i],
@@ -167,14 +170,23 @@ static void test_attention_o16(void **state)
             orr[i] = ddp_bf16_widen(o16[i]);
         }
         assert_memory_equal(l16, lse, sizeof lse);
-        assert_int_equal(E->attention_bwd(g_be, qkv, o16, 1, dout, lse, dq16, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
-        assert_int_equal(E->attention_bwd(g_be, qkv, orr, 0, dout, lse, dq, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_bwd(g_be, qkv, 0, o16, 1, dout, lse, dq16, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_bwd(g_be, qkv, 0, orr, 0, dout, lse, dq, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
         assert_memory_equal(dq16, dq, sizeof dq);
-        assert_int_equal(E->attention_bwd(g_be, qkv, o16, 1, dout, lse, g16, 1, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_bwd(g_be, qkv, 0, o16, 1, dout, lse, g16, 1, ws, &pk, DM, HEADS, &dr), DDP_OK);
         for (int i = 0; i < R * 3 * DM; i++)
             if (g16[i] != ddp_bf16_bits(dq[i]))
                 fail_msg("%s p %.1f: dqkv16[%d] 0x%04x, want %g rounded", methods[k % 3], (double)dr.p, i, g16[i],
                          (double)dq[i]);
+        /* q|k|v given in bf16 (qkv16): the bits of the same values given in fp32 */
+        for (int i = 0; i < R * 3 * DM; i++) q16[i] = ddp_bf16_bits(qkv[i]), qr[i] = ddp_bf16_widen(q16[i]);
+        assert_int_equal(E->attention_fwd(g_be, q16, 1, o, 0, lse, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_fwd(g_be, qr, 0, orr, 0, l16, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_memory_equal(o, orr, sizeof o);
+        assert_memory_equal(lse, l16, sizeof lse);
+        assert_int_equal(E->attention_bwd(g_be, q16, 1, o, 0, dout, lse, dq16, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_bwd(g_be, qr, 0, o, 0, dout, lse, dq, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_memory_equal(dq16, dq, sizeof dq);
     }
     unsetenv("MPIDDP_ATTENTION");
 }
@@ -213,8 +225,8 @@ static void test_attention_tiled_agree(void **state)
             const char *methods[2] = {"fused", "tiled"};
             for (int k = 0; k < 2; k++) {
                 setenv("MPIDDP_ATTENTION", methods[k], 1);
-                assert_int_equal(E->attention_fwd(g_be, qkv, o[k], 0, lse[k], &pk, dm, HT, &dr), DDP_OK);
-                assert_int_equal(E->attention_bwd(g_be, qkv, o[k], 0, dout, lse[k], dq[k], 0, ws, &pk, dm, HT, &dr),
+                assert_int_equal(E->attention_fwd(g_be, qkv, 0, o[k], 0, lse[k], &pk, dm, HT, &dr), DDP_OK);
+                assert_int_equal(E->attention_bwd(g_be, qkv, 0, o[k], 0, dout, lse[k], dq[k], 0, ws, &pk, dm, HT, &dr),
                                  DDP_OK);
             }
             for (size_t i = 0; i < no; i++)
@@ -231,9 +243,9 @@ static void test_attention_tiled_agree(void **state)
             ddp_packing p1 = {.B = 1, .R = n1, .off = off1, .seg = seg1, .sid = &sid[k1], .hoff = off1, .max_rows = n1};
             float *o1 = malloc((size_t)(n1 * dm) * sizeof *o1), *l1 = malloc((size_t)(n1 * HT) * sizeof *l1);
             float *q1 = malloc((size_t)(n1 * 3 * dm) * sizeof *q1);
-            assert_int_equal(E->attention_fwd(g_be, qkv + off[k1] * 3 * dm, o1, 0, l1, &p1, dm, HT, &dr), DDP_OK);
-            assert_int_equal(E->attention_bwd(g_be, qkv + off[k1] * 3 * dm, o1, 0, dout + off[k1] * dm, l1, q1, 0, ws,
-                                              &p1, dm, HT, &dr),
+            assert_int_equal(E->attention_fwd(g_be, qkv + off[k1] * 3 * dm, 0, o1, 0, l1, &p1, dm, HT, &dr), DDP_OK);
+            assert_int_equal(E->attention_bwd(g_be, qkv + off[k1] * 3 * dm, 0, o1, 0, dout + off[k1] * dm, l1, q1, 0,
+                                              ws, &p1, dm, HT, &dr),
                              DDP_OK);
             assert_memory_equal(o1, o[1] + off[k1] * dm, (size_t)(n1 * dm) * sizeof *o1);
             assert_memory_equal(l1, lse[1] + off[k1] * HT, (size_t)(n1 * HT) * sizeof *l1);

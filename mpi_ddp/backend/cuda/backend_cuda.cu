@@ -426,6 +426,7 @@ static void cu_destroy(ddp_backend *b)
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->lt_ws) cudaFree(c->lt_ws);
         if (c->o32) cudaFree(c->o32);
+        if (c->f32) cudaFree(c->f32);
         ddp_cuda_sdpa_destroy(c); /* backend_cuda_sdpa.cu */
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);

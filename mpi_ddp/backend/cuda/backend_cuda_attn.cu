@@ -406,17 +406,35 @@ static ddp_status ref_bwd(ddp_backend *b, const float *qkv, const float *dout, c
     return dqkv16 ? ddp_cuda_to_bf16(c, g32, pack->R, 3 * d, 3 * d, (__nv_bfloat16 *)dqkv) : DDP_OK;
 }
 
-ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
+/* The fp32 q|k|v the SIMT and reference kernels read: qkv itself, or at qkv16 its values widened into the backend's
+ * f32 scratch (one launch; cuDNN and the tensor-core kernels read the bf16 values as they are) */
+static ddp_status qkv32(ddp_backend *b, const void *qkv, int qkv16, const ddp_packing *pack, int64_t d,
+                        const float **out)
+{
+    cuda_impl *c = cuda_of(b);
+    const int64_t n = pack->R * 3 * d;
+    *out = (const float *)qkv;
+    if (!qkv16) return DDP_OK;
+    DDP_CHECK(ddp_cuda_grow(c, &c->f32, &c->f32_cap, (size_t)n * sizeof(float), "attention's fp32 q|k|v"));
+    *out = (const float *)c->f32;
+    return ddp_cuda_widen(c, (const __nv_bfloat16 *)qkv, (float *)c->f32, n);
+}
+
+ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const void *qkv16v, int qkv16, void *o, int o16, float *lse,
                                   const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
     int64_t dh = d / heads;
     int tc = 0, ran = 0;
+    const float *qkv;
     if (pack->R <= 0 || pack->max_rows <= 0) return DDP_OK;
-    if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_fwd(b, qkv, o, o16, lse, pack, d, heads, &ran)); /* cuDNN if chosen */
+    if (dr->p == 0.0f) /* cuDNN if chosen */
+        DDP_CHECK(ddp_cuda_sdpa_fwd(b, qkv16v, qkv16, o, o16, lse, pack, d, heads, &ran));
     if (ran) return DDP_OK;
     if (dh <= ATT_DMAX) DDP_CHECK(tiles_check(pack));
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
-    if (tc) return ddp_cuda_attention_tc_fwd(b, qkv, o, o16, lse, pack, d, heads, dr); /* --precision tf32, bf16 */
+    if (tc) /* --precision tf32, bf16 */
+        return ddp_cuda_attention_tc_fwd(b, qkv16v, qkv16, o, o16, lse, pack, d, heads, dr);
+    DDP_CHECK(qkv32(b, qkv16v, qkv16, pack, d, &qkv));
     if (dh <= 16) return att_fwd<16>(b, qkv, o, o16, lse, pack, d, heads, dr);
     if (dh <= 32) return att_fwd<32>(b, qkv, o, o16, lse, pack, d, heads, dr);
     if (dh <= 64) return att_fwd<64>(b, qkv, o, o16, lse, pack, d, heads, dr);
@@ -424,14 +442,16 @@ ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, void *o, int
     return ref_fwd(b, qkv, o, o16, lse, pack, d, heads, dr);
 }
 
-ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const void *o, int o16, const float *dout,
-                                  const float *lse, void *dqkv, int dqkv16, float *delta, const ddp_packing *pack,
-                                  int64_t d, int heads, const ddp_dropout *dr)
+ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const void *qkv16v, int qkv16, const void *o, int o16,
+                                  const float *dout, const float *lse, void *dqkv, int dqkv16, float *delta,
+                                  const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
     int64_t n = pack->R * heads, H = heads, dh = d / heads;
     if (n <= 0 || pack->max_rows <= 0) return DDP_OK;
     int tc = 0, ran = 0;
-    if (dr->p == 0.0f) DDP_CHECK(ddp_cuda_sdpa_bwd(b, qkv, o, o16, dout, lse, dqkv, dqkv16, pack, d, heads, &ran));
+    const float *qkv;
+    if (dr->p == 0.0f)
+        DDP_CHECK(ddp_cuda_sdpa_bwd(b, qkv16v, qkv16, o, o16, dout, lse, dqkv, dqkv16, pack, d, heads, &ran));
     if (ran) return DDP_OK;
     if (dh <= ATT_DMAX) DDP_CHECK(tiles_check(pack));
     if (o16)
@@ -439,7 +459,8 @@ ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const void *
     else
         ENC_LAUNCH(k_attn_D<float>, n, dout, (const float *)o, delta, pack->R, d, H);
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
-    if (tc) return ddp_cuda_attention_tc_bwd(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
+    if (tc) return ddp_cuda_attention_tc_bwd(b, qkv16v, qkv16, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
+    DDP_CHECK(qkv32(b, qkv16v, qkv16, pack, d, &qkv));
     if (dh <= 16) return att_bwd<16>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
     if (dh <= 32) return att_bwd<32>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
     if (dh <= 64) return att_bwd<64>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);

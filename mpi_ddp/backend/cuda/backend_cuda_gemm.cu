@@ -201,7 +201,8 @@ static uint32_t lt_align(const void *p)
     return a == 0 || low >= 256 ? 256u : (uint32_t)low;
 }
 
-/* Column-major D = C = alpha op(A) op(B) + beta C (m x n, op(A) m x k) with cuBLASLt's epilogue: BIAS adds
+/* Column-major D = C = alpha op(A) op(B) + beta C (m x n, op(A) m x k; C of type ctype: fp32, or bf16 rounded from
+ * the fp32 result) with cuBLASLt's epilogue: BIAS adds
  * vec[0..m) to every column, BGRADB writes vec[j] = sum over k of op(B)[., j] (j < n). *ran = 0 when cuBLASLt has no
  * algorithm for it; then nothing was queued. Descriptors are host objects, made per call as PyTorch does: the
  * heuristic depends on the shapes, and a packed batch's rows change per step. The preference states each operand's
@@ -210,7 +211,7 @@ static uint32_t lt_align(const void *p)
 static ddp_status lt_matmul(cuda_impl *c, cublasLtEpilogue_t epi, void *vec, cublasOperation_t opa,
                             cublasOperation_t opb, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
                             int64_t lda, const void *B, int64_t ldb, cudaDataType type, cublasComputeType_t compute,
-                            float beta, float *C, int64_t ldc, int *ran)
+                            float beta, void *C, cudaDataType ctype, int64_t ldc, int *ran)
 {
     ddp_status st = DDP_OK;
     cublasLtMatmulDesc_t op = NULL;
@@ -231,7 +232,7 @@ static ddp_status lt_matmul(cuda_impl *c, cublasLtEpilogue_t epi, void *vec, cub
     CUBLAS_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &vtype, sizeof vtype));
     CUBLAS_TRY(cublasLtMatrixLayoutCreate(&la, type, opa == CUBLAS_OP_N ? m : k, opa == CUBLAS_OP_N ? k : m, lda));
     CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lb, type, opb == CUBLAS_OP_N ? k : n, opb == CUBLAS_OP_N ? n : k, ldb));
-    CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc));
+    CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lc, ctype, m, n, ldc));
     CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, 4));
@@ -280,27 +281,40 @@ static ddp_status add_colpart(cuda_impl *c, float *bias, int64_t n)
 }
 
 /* C = alpha op(A) op(B) + beta C on operands as cuBLAS reads them (in), M, N, K > 0, then the epilogue epi: none (0),
- * DDP_EPI_BIAS or DDP_EPI_BGRAD (A32: the fp32 A its unfused column sums read; NULL: A is bf16, summed as it is by
- * k_colsum16). An epilogue runs in cuBLASLt, the
+ * DDP_EPI_BIAS (with DDP_EPI_C16: C is bf16, the fp32 result rounded once) or DDP_EPI_BGRAD (A32: the fp32 A its
+ * unfused column sums read; NULL: A is bf16, summed as it is by k_colsum16). An epilogue runs in cuBLASLt, the
  * bias gradient landing in colpart (BGRADB writes, it does not add) and added to bias by one short launch; where
  * cuBLASLt has no algorithm, or the bias gradient is wider than colpart, the same operands through cublasGemmEx,
  * then the bias add or the column sums: the unfused calls' bits. */
 static ddp_status epi_run(ddp_backend *b, int epi, float *bias, int ta, int tb, int64_t M, int64_t N, int64_t K,
                           float alpha, const gemm_in *in, cublasComputeType_t compute, const float *A32, float beta,
-                          float *C, int64_t ldc)
+                          void *Cv, int64_t ldc)
 {
     cuda_impl *c = cuda_of(b);
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int c16 = (epi & DDP_EPI_C16) != 0;
+    epi &= ~DDP_EPI_C16;
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T: the bias runs along C^T's rows (N of
      * them), the bias gradient sums the second operand (A) over k into C^T's columns (M) */
     int ran = 0;
     if (epi == DDP_EPI_BIAS || (epi == DDP_EPI_BGRAD && M <= DDP_COLPART_FLOATS))
         DDP_CHECK(lt_matmul(c, epi == DDP_EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB,
                             epi == DDP_EPI_BIAS ? (void *)bias : (void *)c->colpart, opb, opa, N, M, K, alpha, in->b,
-                            in->ldb, in->a, in->lda, in->type, compute, beta, C, ldc, &ran));
+                            in->ldb, in->a, in->lda, in->type, compute, beta, Cv, c16 ? CUDA_R_16BF : CUDA_R_32F, ldc,
+                            &ran));
     if (ran) return epi == DDP_EPI_BGRAD ? add_colpart(c, bias, M) : DDP_OK;
+    /* a bf16 C without cuBLASLt: the fp32 product and bias add in the f32 scratch, then one rounding pass */
+    float *C = (float *)Cv;
+    if (c16) {
+        DDP_CHECK(ddp_cuda_grow(c, &c->f32, &c->f32_cap, (size_t)(M * N) * sizeof(float), "a bf16 GEMM's fp32 result"));
+        C = (float *)c->f32;
+    }
     CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, in->b, in->type, (int)in->ldb, in->a,
                                 in->type, (int)in->lda, &beta, C, CUDA_R_32F, (int)ldc, compute, CUBLAS_GEMM_DEFAULT));
+    if (c16) {
+        DDP_CHECK(ddp_cuda_add_bias(b, C, bias, M, N));
+        return ddp_cuda_to_bf16(c, C, M, N, N, (__nv_bfloat16 *)Cv);
+    }
     if (epi == DDP_EPI_BIAS) return ddp_cuda_add_bias(b, C, bias, M, N);
     if (epi == DDP_EPI_BGRAD && A32) return ddp_cuda_colsum(b, A32, bias, K, M, 1.0f);
     if (epi == DDP_EPI_BGRAD) return colsum16(c, (const __nv_bfloat16 *)in->a, bias, K, M);
@@ -309,22 +323,30 @@ static ddp_status epi_run(ddp_backend *b, int epi, float *bias, int ta, int tb, 
 
 ddp_status ddp_cuda_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, int tb, int64_t M, int64_t N, int64_t K,
                              float alpha, const void *A, int a16, int64_t lda, const void *B, int b16, int64_t ldb,
-                             float beta, float *C, int64_t ldc)
+                             float beta, void *Cv, int64_t ldc)
 {
     cuda_impl *c = cuda_of(b);
-    if (!(epi == DDP_EPI_BIAS && beta == 0.0f && ldc == N) &&
-        !(epi == DDP_EPI_BGRAD && ta && !a16 && lda == M && alpha == 1.0f))
+    const int bias_epi = (epi & ~DDP_EPI_C16) == DDP_EPI_BIAS;
+    if (!(bias_epi && beta == 0.0f && ldc == N) && !(epi == DDP_EPI_BGRAD && ta && !a16 && lda == M && alpha == 1.0f))
         return ddp_set_error(DDP_ERR_ARG,
                              "cuda gemm_epi: epilogue %d with transa %d, a16 %d, lda %lld, ldc %lld, alpha %g, beta %g "
-                             "(bias: beta 0 and a packed C; bias gradient: transa 1, alpha 1 and a packed fp32 A)",
+                             "(bias: beta 0 and a packed C; bias gradient: transa 1, alpha 1 and a packed fp32 A; a "
+                             "bf16 C: the bias epilogue only)",
                              epi, ta, a16, (long long)lda, (long long)ldc, (double)alpha, (double)beta);
-    if ((a16 || b16) && c->precision != DDP_PRECISION_BF16)
+    if ((a16 || b16 || (epi & DDP_EPI_C16)) && c->precision != DDP_PRECISION_BF16)
         return ddp_set_error(DDP_ERR_ARG,
-                             "cuda gemm_epi: bf16 operands need --precision bf16 (the backend computes "
+                             "cuda gemm_epi: bf16 operands or output need --precision bf16 (the backend computes "
                              "in %s)",
                              c->precision == DDP_PRECISION_TF32 ? "tf32" : "fp32");
-    if (M <= 0) return DDP_OK;
-    if (N > 0 && K > 0 && c->precision != DDP_PRECISION_FP32) {
+    float *C = (float *)Cv;
+    if (M <= 0 || (N <= 0 && (epi & DDP_EPI_C16))) return DDP_OK;
+    if ((epi & DDP_EPI_C16) && K <= 0) { /* an empty product: the bias, rounded */
+        DDP_CHECK(ddp_cuda_grow(c, &c->f32, &c->f32_cap, (size_t)(M * N) * sizeof(float), "a bf16 GEMM's fp32 result"));
+        CUDA_CHECK(cudaMemsetAsync(c->f32, 0, (size_t)(M * N) * sizeof(float), c->stream));
+        DDP_CHECK(ddp_cuda_add_bias(b, (float *)c->f32, bias, M, N));
+        return ddp_cuda_to_bf16(c, (const float *)c->f32, M, N, N, (__nv_bfloat16 *)Cv);
+    }
+    if (N > 0 && K > 0 && c->precision != DDP_PRECISION_FP32) { /* a bf16 C (at bf16 only) always here */
         DDP_CHECK(check_dims(M, N, K));
         gemm_in in = {A, B, lda, ldb, CUDA_R_32F};
         cublasComputeType_t compute = CUBLAS_COMPUTE_32F_FAST_TF32;

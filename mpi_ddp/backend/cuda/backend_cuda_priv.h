@@ -71,6 +71,10 @@ typedef struct {
     void *o32; /* the reference attention kernels' fp32 output (dh > 128) before its rounding to bf16: o at o16,
                 * dq|dk|dv at dqkv16; [o32_cap] bytes, grown */
     size_t o32_cap;
+    void *f32; /* fp32 scratch of one call: q|k|v widened for the SIMT and reference attention kernels and the tf32
+                * tensor-core ones (qkv16), a bf16-output bias epilogue's product where cuBLASLt has no algorithm;
+                * [f32_cap] bytes, grown */
+    size_t f32_cap;
     float *ones; /* [ones_len] ones for column sums through gemv, sized by reserve() */
     int64_t ones_len;
     double *dpart;  /* [SUMSQ_BLOCKS] per-block partial sums of sumsq */
@@ -105,11 +109,12 @@ __attribute__((visibility("hidden"))) ddp_status ddp_cuda_colsum(ddp_backend *b,
 /* x[r,:] += bias (backend_cuda_gemm.cu, below gemm_epi which adds with it) */
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_add_bias(ddp_backend *b, float *x, const float *bias,
                                                                    int64_t rows, int64_t cols);
-/* ddp_backend.gemm_epi (backend_cuda_gemm.cu): cuBLASLt's BIAS and BGRADB epilogues; its handle and workspace */
+/* ddp_backend.gemm_epi (backend_cuda_gemm.cu): cuBLASLt's BIAS (fp32 or bf16 output) and BGRADB epilogues; its
+ * handle and workspace */
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, int tb,
                                                                    int64_t M, int64_t N, int64_t K, float alpha,
                                                                    const void *A, int a16, int64_t lda, const void *B,
-                                                                   int b16, int64_t ldb, float beta, float *C,
+                                                                   int b16, int64_t ldb, float beta, void *C,
                                                                    int64_t ldc);
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_lt_create(cuda_impl *c);
 /* Stage 2 of the column sums (layernorm dγ/dβ, bias gradients; backend_cuda_norm.cu): dw[c] += the sum of the
@@ -146,30 +151,33 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_residual_layernorm_fwd(ddp_backend *b, float
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w,
                                                   const float *mean, const float *rstd, float *dx, float *dw, float *db,
                                                   int64_t R, int64_t d);
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
-                                                  const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const float *qkv, const void *o, int o16,
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16,
+                                                  float *lse, const ddp_packing *pack, int64_t d, int heads,
+                                                  const ddp_dropout *dr);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16,
                                                   const float *dout, const float *lse, void *dqkv, int dqkv16,
                                                   float *delta, const ddp_packing *pack, int64_t d, int heads,
                                                   const ddp_dropout *dr);
 /* attention on tensor cores (backend_cuda_attn_tc.cu): *use = 1 when it covers this backend's precision (tf32,
  * bf16), device (sm_80+) and head width dh; then the forward, and the backward after delta is computed */
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc(ddp_backend *b, int64_t dh, int *use);
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
-                                                     const ddp_packing *pack, int64_t d, int heads,
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16,
+                                                     float *lse, const ddp_packing *pack, int64_t d, int heads,
                                                      const ddp_dropout *dr);
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const float *qkv, const float *dout,
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const void *qkv, int qkv16, const float *dout,
                                                      const float *lse, void *dqkv, int dqkv16, const float *delta,
                                                      const ddp_packing *pack, int64_t d, int heads,
                                                      const ddp_dropout *dr);
 
 /* cuDNN's fused attention (backend_cuda_sdpa.cu, over cudnn_sdpa.c): *ran = 0 when the own kernels must run instead
  * (attention_select chose them, or cuDNN refused this batch's shape class) */
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse,
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16, float *lse,
                                              const ddp_packing *pack, int64_t d, int heads, int *ran);
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const void *o, int o16,
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16,
                                              const float *dout, const float *lse, void *dqkv, int dqkv16,
                                              const ddp_packing *pack, int64_t d, int heads, int *ran);
+/* y = float(x) over n bf16 values, one launch (backend_cuda_sdpa.cu) */
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_widen(cuda_impl *c, const __nv_bfloat16 *x, float *y, int64_t n);
 /* x (rows x cols, leading dimension ld) rounded to bf16 (nearest even) into y, packed: one launch (gemm.cu) */
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_to_bf16(cuda_impl *c, const float *x, int64_t rows, int64_t cols, int64_t ld,
                                             __nv_bfloat16 *y);

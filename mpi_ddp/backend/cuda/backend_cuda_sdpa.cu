@@ -1,7 +1,8 @@
 /* backend_cuda_sdpa.cu — the CUDA backend's attention through cuDNN (cudnn_sdpa.c): the choice between cuDNN and the
  * own kernels (MPIDDP_ATTENTION), and what feeds cuDNN the packed batch: sequence lengths and ragged offsets from the
- * packing, q|k|v, o and dout rounded to bf16 (o copied where the model keeps it in bf16), o and the gradients back to
- * fp32 (o copied as it is where the model keeps it in bf16). */
+ * packing, q|k|v, o and dout rounded to bf16 (q|k|v and o copied where the model keeps them in bf16), o and the
+ * gradients back to fp32 (copied as they are where the model keeps them in bf16) by the widening pass
+ * (ddp_cuda_widen) that also gives the own kernels their fp32 copy of a bf16 q|k|v. */
 #include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
 #include "mpi_ddp/backend/cuda/cudnn_sdpa.h"
 extern "C" {
@@ -11,17 +12,20 @@ extern "C" {
 #include <stdio.h>
 #include <string.h>
 
-/* The fp32 operands a call rounds to bf16 for cuDNN: q|k|v, and for the backward o and dout (k of them) */
+/* The operands a call gives cuDNN in bf16: q|k|v, and for the backward o and dout (k of them), each rounded from
+ * fp32 or (x16) copied as it is */
 struct sdpa_rounds {
-    const float *x[3];
+    const void *x[3];
     __nv_bfloat16 *y[3];
     int64_t n[3];
-    int vec[3]; /* x 16-byte aligned: float4 loads */
+    int vec[3]; /* x 16-byte aligned: float4 loads (8-byte aligned at x16: four bf16 in one load) */
+    int x16[3];
     int k;
 };
 /* One launch feeds a call: the last block writes seq[b] = rows of sample b and the ragged offsets (in elements) of
  * q|k|v (3d per row), o (d) and the statistics (H) at b = 0 .. Bc (the Bc - B entries past the batch are empty
- * samples); the others round r's operands to bf16 (nearest even), four elements per thread. */
+ * samples); the others round r's fp32 operands to bf16 (nearest even) and copy its bf16 ones (x16), four elements per
+ * thread. */
 __global__ void k_sdpa_feed(const int64_t *off, int64_t B, int64_t Bc, int64_t d, int64_t H, int32_t *seq, int32_t *oq,
                             int32_t *oo, int32_t *os, sdpa_rounds r)
 {
@@ -35,12 +39,19 @@ __global__ void k_sdpa_feed(const int64_t *off, int64_t B, int64_t Bc, int64_t d
     }
     const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     for (int a = 0; a < r.k; a++) {
-        if (r.vec[a] && i + 4 <= r.n[a]) {
+        if (r.x16[a]) {
+            const __nv_bfloat16 *x = (const __nv_bfloat16 *)r.x[a];
+            if (r.vec[a] && i + 4 <= r.n[a])
+                *(ddp_bf16x4 *)(r.y[a] + i) = *(const ddp_bf16x4 *)(x + i);
+            else
+                for (int64_t e = i; e < i + 4 && e < r.n[a]; e++) r.y[a][e] = x[e];
+        } else if (r.vec[a] && i + 4 <= r.n[a]) {
             float v[4];
-            vld<4>(r.x[a], i, v);
+            vld<4>((const float *)r.x[a], i, v);
             vst_out<4>(r.y[a], i, v);
         } else {
-            for (int64_t e = i; e < i + 4 && e < r.n[a]; e++) r.y[a][e] = __float2bfloat16_rn(r.x[a][e]);
+            for (int64_t e = i; e < i + 4 && e < r.n[a]; e++)
+                r.y[a][e] = __float2bfloat16_rn(((const float *)r.x[a])[e]);
         }
     }
 }
@@ -59,13 +70,15 @@ __global__ void k_sdpa_widen(const __nv_bfloat16 *x, float *y, int64_t n)
     for (int64_t e = i; e < i + 4 && e < n; e++) y[e] = __bfloat162float(x[e]);
 }
 
-#ifdef DDP_HAVE_CUDNN
-static ddp_status widen(cuda_impl *c, const __nv_bfloat16 *x, float *y, int64_t n)
+ddp_status ddp_cuda_widen(cuda_impl *c, const __nv_bfloat16 *x, float *y, int64_t n)
 {
+    if (n <= 0) return DDP_OK;
     DDP_LAUNCH(k_sdpa_widen, blocks_for((n + 3) / 4, 256), 256, 0, c->stream, x, y, n);
     LAUNCH_CHECK();
     return DDP_OK;
 }
+
+#ifdef DDP_HAVE_CUDNN
 
 /* The shape class of a batch: samples and rows (the longest sample, at least 64) up to powers of two. With ragged
  * offsets and sequence lengths both are bounds only, and each new class costs a plan (a kernel compile), so few. */
@@ -97,11 +110,11 @@ static ddp_status scratch(cuda_impl *c, int64_t R, int64_t d, int64_t B)
 }
 
 /* The scratch of one call, carved from c->sdpa_buf: bf16 q|k|v, dq|dk|dv, o and dout, then the int32 lengths and
- * offsets; one launch fills the lengths and offsets and rounds qkv (and o unless o16, dout: the backward) into it; o
- * stored in bf16 (o16) is copied. *ok = 0 when the batch's offsets would not fit cuDNN's int32 (the own kernels take
- * it). */
-static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key *k, int64_t d, const float *qkv,
-                       const void *o, int o16, const float *dout, ddp_sdpa_ptrs *p, int *ok)
+ * offsets; one launch fills the lengths and offsets and rounds qkv (copies it at qkv16), and for the backward o unless
+ * o16 and dout, into it; o stored in bf16 (o16) is copied. *ok = 0 when the batch's offsets would not fit cuDNN's
+ * int32 (the own kernels take it). */
+static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key *k, int64_t d, const void *qkv,
+                       int qkv16, const void *o, int o16, const float *dout, ddp_sdpa_ptrs *p, int *ok)
 {
     const int64_t R = pack->R, n3 = R * 3 * d;
     *ok = (R + SDPA_PAD) * 3 * d < INT32_MAX;
@@ -114,12 +127,13 @@ static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key
     p->seq = i, p->off_qkv = i + k->B + 1, p->off_o = i + 2 * (k->B + 1), p->off_st = i + 3 * (k->B + 1);
     p->ws = c->sdpa_ws;
     p->scale = 1.0f / sqrtf((float)k->D);
-    sdpa_rounds r = {{qkv, o16 ? NULL : (const float *)o, dout},
+    sdpa_rounds r = {{qkv, o16 ? NULL : o, dout},
                      {(__nv_bfloat16 *)p->qkv, (__nv_bfloat16 *)p->o, (__nv_bfloat16 *)p->dout},
                      {n3, o16 ? 0 : R * d, R * d},
                      {0, 0, 0},
+                     {qkv16, 0, 0},
                      k->bwd ? 3 : 1};
-    for (int a = 0; a < r.k; a++) r.vec[a] = (uintptr_t)r.x[a] % 16 == 0;
+    for (int a = 0; a < r.k; a++) r.vec[a] = (uintptr_t)r.x[a] % (r.x16[a] ? 8 : 16) == 0;
     DDP_LAUNCH(k_sdpa_feed, blocks_for((n3 + 3) / 4, 256) + 1, 256, 0, c->stream, pack->off, pack->B, k->B, d, k->H,
                p->seq, p->off_qkv, p->off_o, p->off_st, r);
     LAUNCH_CHECK();
@@ -142,7 +156,7 @@ static ddp_status plan(cuda_impl *c, const ddp_sdpa_key *k, int *ok)
  * out = dq|dk|dv [R, 3d]); out16: out in bf16 (cuDNN's values copied as they are), else widened to fp32. *ran = 0
  * when the own kernels take it (that direction not chosen, not bf16, a head width cuDNN does not take, a class it
  * refused, offsets beyond int32). */
-static ddp_status sdpa_call(ddp_backend *b, const float *qkv, const void *o_in, int o16, const float *dout,
+static ddp_status sdpa_call(ddp_backend *b, const void *qkv, int qkv16, const void *o_in, int o16, const float *dout,
                             const float *lse, void *out, int out16, const ddp_packing *pack, int64_t d, int heads,
                             int *ran)
 {
@@ -156,7 +170,7 @@ static ddp_status sdpa_call(ddp_backend *b, const float *qkv, const void *o_in, 
     if (!ok) return DDP_OK;
     k = class_of(pack, d, heads, lse, bwd);
     DDP_CHECK(plan(c, &k, &ok));
-    if (ok) DDP_CHECK(feed(c, pack, &k, d, qkv, o_in, o16, dout, &p, &ok));
+    if (ok) DDP_CHECK(feed(c, pack, &k, d, qkv, qkv16, o_in, o16, dout, &p, &ok));
     if (!ok) return DDP_OK;
     p.stats = (float *)lse;
     DDP_LAUNCH_NOTE();
@@ -166,33 +180,33 @@ static ddp_status sdpa_call(ddp_backend *b, const float *qkv, const void *o_in, 
     if (out16) /* cuDNN's bf16 values are the model's: the area past the batch stays cuDNN's */
         CUDA_CHECK(cudaMemcpyAsync(out, res, (size_t)n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice, c->stream));
     else
-        DDP_CHECK(widen(c, (const __nv_bfloat16 *)res, (float *)out, n));
+        DDP_CHECK(ddp_cuda_widen(c, (const __nv_bfloat16 *)res, (float *)out, n));
     *ran = 1;
     return DDP_OK;
 }
 #endif
 
-ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const float *qkv, void *o, int o16, float *lse, const ddp_packing *pack,
-                             int64_t d, int heads, int *ran)
+ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16, float *lse,
+                             const ddp_packing *pack, int64_t d, int heads, int *ran)
 {
 #ifdef DDP_HAVE_CUDNN
-    return sdpa_call(b, qkv, NULL, o16, NULL, lse, o, o16, pack, d, heads, ran);
+    return sdpa_call(b, qkv, qkv16, NULL, o16, NULL, lse, o, o16, pack, d, heads, ran);
 #else
-    (void)b, (void)qkv, (void)o, (void)o16, (void)lse, (void)pack, (void)d, (void)heads;
+    (void)b, (void)qkv, (void)qkv16, (void)o, (void)o16, (void)lse, (void)pack, (void)d, (void)heads;
     *ran = 0;
     return DDP_OK;
 #endif
 }
 
-ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const float *qkv, const void *o, int o16, const float *dout,
+ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16, const float *dout,
                              const float *lse, void *dqkv, int dqkv16, const ddp_packing *pack, int64_t d, int heads,
                              int *ran)
 {
 #ifdef DDP_HAVE_CUDNN
-    return sdpa_call(b, qkv, o, o16, dout, lse, dqkv, dqkv16, pack, d, heads, ran);
+    return sdpa_call(b, qkv, qkv16, o, o16, dout, lse, dqkv, dqkv16, pack, d, heads, ran);
 #else
-    (void)b, (void)qkv, (void)o, (void)o16, (void)dout, (void)lse, (void)dqkv, (void)dqkv16, (void)pack, (void)d,
-        (void)heads;
+    (void)b, (void)qkv, (void)qkv16, (void)o, (void)o16, (void)dout, (void)lse, (void)dqkv, (void)dqkv16, (void)pack,
+        (void)d, (void)heads;
     *ran = 0;
     return DDP_OK;
 #endif
