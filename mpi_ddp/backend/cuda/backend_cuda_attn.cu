@@ -406,17 +406,18 @@ static ddp_status ref_bwd(ddp_backend *b, const float *qkv, const float *dout, c
     return dqkv16 ? ddp_cuda_to_bf16(c, g32, pack->R, 3 * d, 3 * d, (__nv_bfloat16 *)dqkv) : DDP_OK;
 }
 
-/* The fp32 q|k|v the SIMT and reference kernels read: qkv itself, or at qkv16 its values widened into the backend's
- * f32 scratch (one launch; cuDNN and the tensor-core kernels read the bf16 values as they are) */
-static ddp_status qkv32(ddp_backend *b, const void *qkv, int qkv16, const ddp_packing *pack, int64_t d,
-                        const float **out)
+/* The q|k|v the own kernels read (*q, *q16): as given where they are fp32 or the bf16 tensor-core kernels run (tc
+ * at bf16), else the bf16 values widened into the backend's f32 scratch (one launch) for the SIMT, reference and tf32
+ * tensor-core kernels. cuDNN reads the bf16 values as they are. */
+static ddp_status own_qkv(ddp_backend *b, int tc, const void *qkv, int qkv16, const ddp_packing *pack, int64_t d,
+                          const void **q, int *q16)
 {
     cuda_impl *c = cuda_of(b);
     const int64_t n = pack->R * 3 * d;
-    *out = (const float *)qkv;
-    if (!qkv16) return DDP_OK;
+    *q = qkv, *q16 = qkv16;
+    if (!qkv16 || (tc && c->precision == DDP_PRECISION_BF16)) return DDP_OK;
     DDP_CHECK(ddp_cuda_grow(c, &c->f32, &c->f32_cap, (size_t)n * sizeof(float), "attention's fp32 q|k|v"));
-    *out = (const float *)c->f32;
+    *q = c->f32, *q16 = 0;
     return ddp_cuda_widen(c, (const __nv_bfloat16 *)qkv, (float *)c->f32, n);
 }
 
@@ -425,16 +426,17 @@ ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const void *qkv16v, int qkv16,
 {
     int64_t dh = d / heads;
     int tc = 0, ran = 0;
-    const float *qkv;
+    const void *q;
+    int q16;
     if (pack->R <= 0 || pack->max_rows <= 0) return DDP_OK;
     if (dr->p == 0.0f) /* cuDNN if chosen */
         DDP_CHECK(ddp_cuda_sdpa_fwd(b, qkv16v, qkv16, o, o16, lse, pack, d, heads, &ran));
     if (ran) return DDP_OK;
     if (dh <= ATT_DMAX) DDP_CHECK(tiles_check(pack));
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
-    if (tc) /* --precision tf32, bf16 */
-        return ddp_cuda_attention_tc_fwd(b, qkv16v, qkv16, o, o16, lse, pack, d, heads, dr);
-    DDP_CHECK(qkv32(b, qkv16v, qkv16, pack, d, &qkv));
+    DDP_CHECK(own_qkv(b, tc, qkv16v, qkv16, pack, d, &q, &q16));
+    if (tc) return ddp_cuda_attention_tc_fwd(b, q, q16, o, o16, lse, pack, d, heads, dr); /* --precision tf32, bf16 */
+    const float *qkv = (const float *)q;
     if (dh <= 16) return att_fwd<16>(b, qkv, o, o16, lse, pack, d, heads, dr);
     if (dh <= 32) return att_fwd<32>(b, qkv, o, o16, lse, pack, d, heads, dr);
     if (dh <= 64) return att_fwd<64>(b, qkv, o, o16, lse, pack, d, heads, dr);
@@ -449,7 +451,8 @@ ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const void *qkv16v, int qkv16,
     int64_t n = pack->R * heads, H = heads, dh = d / heads;
     if (n <= 0 || pack->max_rows <= 0) return DDP_OK;
     int tc = 0, ran = 0;
-    const float *qkv;
+    const void *q;
+    int q16;
     if (dr->p == 0.0f)
         DDP_CHECK(ddp_cuda_sdpa_bwd(b, qkv16v, qkv16, o, o16, dout, lse, dqkv, dqkv16, pack, d, heads, &ran));
     if (ran) return DDP_OK;
@@ -459,8 +462,9 @@ ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const void *qkv16v, int qkv16,
     else
         ENC_LAUNCH(k_attn_D<float>, n, dout, (const float *)o, delta, pack->R, d, H);
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
-    if (tc) return ddp_cuda_attention_tc_bwd(b, qkv16v, qkv16, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
-    DDP_CHECK(qkv32(b, qkv16v, qkv16, pack, d, &qkv));
+    DDP_CHECK(own_qkv(b, tc, qkv16v, qkv16, pack, d, &q, &q16));
+    if (tc) return ddp_cuda_attention_tc_bwd(b, q, q16, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
+    const float *qkv = (const float *)q;
     if (dh <= 16) return att_bwd<16>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
     if (dh <= 32) return att_bwd<32>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
     if (dh <= 64) return att_bwd<64>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);

@@ -65,7 +65,7 @@ static __device__ inline void tc_stage(T *t, const S *src, int64_t ld, int64_t r
     }
 }
 /* tc_stage of the q|k|v rows from element `at` of qkv: fp32, or bf16 at qkv16 (a uniform branch), which the bf16
- * kernels read only: the tf32 ones are given fp32 (ddp_cuda_attention_tc_fwd/_bwd), and keep their registers */
+ * kernels read only: the tf32 ones are given fp32 (backend_cuda_attn.cu's own_qkv), and keep their registers */
 template <int DM, class T>
 static __device__ inline void tc_stage_qkv(T *t, const void *qkv, int qkv16, int64_t at, int64_t ld, int64_t rows,
                                            int nrows, int dh)
@@ -468,22 +468,9 @@ static ddp_status tc_bwd(ddp_backend *b, const void *qkv, int qkv16, const float
         return bf ? fn<TC_BF16, 64>(__VA_ARGS__) : fn<TC_TF32, 64>(__VA_ARGS__);               \
     } while (0)
 
-/* A bf16 q|k|v at tf32: the kernels read it widened to fp32 in the f32 scratch (as the SIMT kernels do) */
-static ddp_status tf32_qkv(ddp_backend *b, const void **qkv, int *qkv16, const ddp_packing *pack, int64_t d)
-{
-    cuda_impl *c = cuda_of(b);
-    if (!*qkv16 || c->precision == DDP_PRECISION_BF16) return DDP_OK;
-    const int64_t n = pack->R * 3 * d;
-    DDP_CHECK(ddp_cuda_grow(c, &c->f32, &c->f32_cap, (size_t)n * sizeof(float), "attention's fp32 q|k|v"));
-    DDP_CHECK(ddp_cuda_widen(c, (const __nv_bfloat16 *)*qkv, (float *)c->f32, n));
-    *qkv = c->f32, *qkv16 = 0;
-    return DDP_OK;
-}
-
 ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16, float *lse,
                                      const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
-    DDP_CHECK(tf32_qkv(b, &qkv, &qkv16, pack, d));
     TC_PICK(tc_fwd, b, qkv, qkv16, o, o16, lse, pack, d, heads, dr);
 }
 
@@ -491,6 +478,5 @@ ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const void *qkv, int qkv16,
                                      void *dqkv, int dqkv16, const float *delta, const ddp_packing *pack, int64_t d,
                                      int heads, const ddp_dropout *dr)
 {
-    DDP_CHECK(tf32_qkv(b, &qkv, &qkv16, pack, d));
     TC_PICK(tc_bwd, b, qkv, qkv16, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
 }
