@@ -277,17 +277,27 @@ static ddp_status cu_reserve(ddp_backend *b, int64_t rows)
 {
     cuda_impl *c = cuda_of(b);
     if (rows <= c->ones_len) return DDP_OK;
+    /* rows fp32 ones, then (16-byte aligned) rows bf16 ones: pairs of them, filled as floats of their bits */
+    const int64_t n32 = (rows + 3) & ~(int64_t)3, n16 = ((rows + 1) / 2 + 3) & ~(int64_t)3;
+    const uint32_t pair_bits = 0x3F803F80u; /* two bf16 1.0 */
+    float pair;
+    memcpy(&pair, &pair_bits, sizeof pair);
     float *ones = NULL;
-    ALLOC_CHECK(cudaMalloc((void **)&ones, (size_t)rows * sizeof(float)), (size_t)rows * sizeof(float), c->device,
-                "the column-sum vector of the largest batch's rows");
+    ALLOC_CHECK(cudaMalloc((void **)&ones, (size_t)(n32 + n16) * sizeof(float)), (size_t)(n32 + n16) * sizeof(float),
+                c->device, "the column-sum vectors of the largest batch's rows");
     DDP_LAUNCH(k_fill, blocks_for(rows, 256), 256, 0, c->stream, ones, 1.0f, rows);
     cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        DDP_LAUNCH(k_fill, blocks_for(n16, 256), 256, 0, c->stream, ones + n32, pair, n16);
+        e = cudaGetLastError();
+    }
     if (e != cudaSuccess) {
         cudaFree(ones);
         return DDP_CUDA_ERR_(k_fill, e);
     }
     if (c->ones) CUDA_CHECK(cudaFree(c->ones)); /* only before training: cudaFree waits for the device */
     c->ones = ones;
+    c->ones16 = (__nv_bfloat16 *)(ones + n32);
     c->ones_len = rows;
     return DDP_OK;
 }

@@ -31,17 +31,6 @@ __global__ void k_add_bias(float *x, const float *bias, int64_t rows, int64_t co
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) x[r * cols + c] += bc;
 }
 
-/* out[c] += sum over the rows of x[r, c] (rows x cols bf16, packed), widened, summed in row order: the bias gradient
- * of a bf16 dy where cuBLASLt's epilogue did not run; a thread per column (consecutive columns, coalesced) */
-__global__ void k_colsum16(const __nv_bfloat16 *x, float *out, int64_t rows, int64_t cols)
-{
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
-    float s = 0.0f;
-    for (int64_t r = 0; r < rows; r++) s += __bfloat162float(x[r * cols + c]);
-    out[c] += s;
-}
-
 /* ------------------------------------------------------------------ helpers */
 /* The rows x cols row-major matrix x (leading dimension ld) rounded to bf16 into y, packed (the GEMMs' operands,
  * the reference attention forward's o: backend_cuda_priv.h) */
@@ -263,12 +252,22 @@ done:
     return st;
 }
 
-/* out[c] += the column sums of the rows x cols bf16 x (k_colsum16) */
+/* out[c] += the column sums of the rows x cols bf16 x: one GEMM with the bf16 ones, the values widened exactly and
+ * summed in fp32 (in cuBLAS's order) */
 static ddp_status colsum16(cuda_impl *c, const __nv_bfloat16 *x, float *out, int64_t rows, int64_t cols)
 {
     if (rows <= 0 || cols <= 0) return DDP_OK;
-    DDP_LAUNCH(k_colsum16, blocks_for(cols, 256), 256, 0, c->stream, x, out, rows, cols);
-    LAUNCH_CHECK();
+    if (rows > c->ones_len)
+        return ddp_set_error(DDP_ERR_ARG,
+                             "cuda colsum of bf16 values over %lld rows: the backend reserved %lld (reserve() at model "
+                             "creation)",
+                             (long long)rows, (long long)c->ones_len);
+    DDP_CHECK(check_dims(cols, 1, rows));
+    const float one = 1.0f;
+    /* x row-major [rows, cols] is column-major [cols, rows]: out = x_cm . ones16 + out */
+    CUBLAS_COMPUTE(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols, 1, (int)rows, &one, x, CUDA_R_16BF,
+                                (int)cols, c->ones16, CUDA_R_16BF, (int)rows, &one, out, CUDA_R_32F, (int)cols,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return DDP_OK;
 }
 
@@ -282,7 +281,7 @@ static ddp_status add_colpart(cuda_impl *c, float *bias, int64_t n)
 
 /* C = alpha op(A) op(B) + beta C on operands as cuBLAS reads them (in), M, N, K > 0, then the epilogue epi: none (0),
  * DDP_EPI_BIAS (with DDP_EPI_C16: C is bf16, the fp32 result rounded once) or DDP_EPI_BGRAD (A32: the fp32 A its
- * unfused column sums read; NULL: A is bf16, summed as it is by k_colsum16). An epilogue runs in cuBLASLt, the
+ * unfused column sums read; NULL: A is bf16, summed as it is by colsum16). An epilogue runs in cuBLASLt, the
  * bias gradient landing in colpart (BGRADB writes, it does not add) and added to bias by one short launch; where
  * cuBLASLt has no algorithm, or the bias gradient is wider than colpart, the same operands through cublasGemmEx,
  * then the bias add or the column sums: the unfused calls' bits. */

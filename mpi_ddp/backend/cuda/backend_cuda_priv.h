@@ -75,7 +75,8 @@ typedef struct {
                 * tensor-core ones (qkv16), a bf16-output bias epilogue's product where cuBLASLt has no algorithm;
                 * [f32_cap] bytes, grown */
     size_t f32_cap;
-    float *ones; /* [ones_len] ones for column sums through gemv, sized by reserve() */
+    float *ones;           /* [ones_len] ones for column sums through gemv, sized by reserve() */
+    __nv_bfloat16 *ones16; /* [ones_len] bf16 ones (the same allocation) for column sums of bf16 values */
     int64_t ones_len;
     double *dpart;  /* [SUMSQ_BLOCKS] per-block partial sums of sumsq */
     double *hpart;  /* host copy of dpart */
