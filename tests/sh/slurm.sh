@@ -4,12 +4,20 @@
 # allocation, the generated script passing `sbatch --test-only`, and a clear exit code without scontrol.
 . "$(dirname "$0")/lib.sh"
 command -v slurmctld >/dev/null && command -v munged >/dev/null || { echo "SKIP: slurm-wlm/munge not installed"; exit 77; }
-export MPIDDP_SLURM_DIR=/var/tmp/mpiddp-slurm-test   # not under /tmp: node2 gets a private /tmp
+export MPIDDP_SLURM_DIR=/var/tmp/mpiddp-slurm-test   # not under /tmp: each node gets a private /tmp
 export MPIDDP_SLURM_PORT=17817                         # apart from a demo cluster on the default ports
 SL="$SRC/slurm/local-cluster.sh"
 $SL reset >/dev/null 2>&1 || true
+# what a cluster killed mid-job leaves in the host's /tmp: PMIx directories of the job ids this test's jobs get
+# (Slurm's PMIx plugin names them by uid, job and step only); each node's private /tmp must keep them out of the
+# way. Only the ones made here are removed.
+decoys=()
+for j in 1 2 3 4 5 6 7 8; do
+  dd=/tmp/spmix_appdir_$(id -u)_$j.0
+  [ -e "$dd" ] || { mkdir "$dd" && decoys+=("$dd"); }
+done
 $SL start
-trap '$SL stop >/dev/null 2>&1; $SL reset >/dev/null 2>&1' EXIT
+trap '$SL stop >/dev/null 2>&1; $SL reset >/dev/null 2>&1; [ ${#decoys[@]} = 0 ] || rmdir "${decoys[@]}"' EXIT
 eval "$($SL env)"
 # the job runs on both simulated nodes: binaries and data outside /tmp (node2's /tmp is private)
 J=/var/tmp/mpiddp-slurm-test-work
