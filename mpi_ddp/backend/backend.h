@@ -222,6 +222,10 @@ struct ddp_enc_ops {
     /* gelu_erf_bwd with dz in bf16 (its own buffer: not dact); dbias sums the fp32 values */
     ddp_status (*gelu_erf_bwd16)(ddp_backend *b, const float *dact, const float *dgelu, ddp_bf16 *dz, float *dbias,
                                  const ddp_packing *pack, int64_t cols, const ddp_dropout *dr);
+    /* layernorm_bwd, and dx16 = each value of dx after the add, rounded (a copy for the GEMMs that read dx next) */
+    ddp_status (*layernorm_bwd16)(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
+                                  const float *rstd, float *dx, ddp_bf16 *dx16, float *dw, float *db, int64_t R,
+                                  int64_t d);
 };
 
 /* The names of the encoder ops, in table order: ddp_backend_require() checks a backend has them all. */

@@ -262,6 +262,10 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     /* the q|k|v gradient in bf16, the rounding its two products read, where the fused linear_bwd's bias gradient sums
      * those same bf16 values (its epilogue): the bits of an fp32 dqkv there */
     m->dqkv16 = m->act16 && m->fuse_epi && be->linear_bwd;
+    /* without dropout the residual stream's gradient dh is the dy of the next linear backward: the layernorm backward
+     * that writes dh also writes its bf16 rounding (in dqkv's buffer, free between those two ops), the operand that
+     * linear_bwd would round dh to, instead of a conversion pass per GEMM pair: the same bits */
+    m->dh16 = m->dqkv16 && m->dropout == 0.0f && be->enc->layernorm_bwd16;
     /* q|k|v in bf16, rounded once by the in projection's bias epilogue: the values the tensor-core kernels and cuDNN
      * round them to when they read them; the SIMT kernels read them widened (docs/transformer.md) */
     m->qkv16 = m->act16 && m->fuse_epi;
@@ -339,6 +343,7 @@ done:
 
 int ddp_transformer_act16(const ddp_model *model) { return ((const txmodel *)model->self)->act16; }
 int ddp_transformer_dqkv16(const ddp_model *model) { return ((const txmodel *)model->self)->dqkv16; }
+int ddp_transformer_dh16(const ddp_model *model) { return ((const txmodel *)model->self)->dh16; }
 int ddp_transformer_qkv16(const ddp_model *model) { return ((const txmodel *)model->self)->qkv16; }
 
 void ddp_transformer_times(const ddp_model *model, double t[4])

@@ -25,5 +25,7 @@ int ddp_transformer_act16(const ddp_model *m);
 int ddp_transformer_dqkv16(const ddp_model *m);
 /* 1 when that model keeps q|k|v in bf16 (txmodel.qkv16) */
 int ddp_transformer_qkv16(const ddp_model *m);
+/* 1 when that model's layernorm backward also writes the residual stream's gradient in bf16 (txmodel.dh16) */
+int ddp_transformer_dh16(const ddp_model *m);
 
 #endif

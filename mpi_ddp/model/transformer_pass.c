@@ -134,6 +134,16 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
     TIMED(m->t_gemm, ddp_linear_bwd(be, m->fuse_epi, dy, dy16, x, x16, W, dW, dbias, dx, R, N, K))
 #define LINEAR_BWD(dy, x, x16, W, dW, dbias, dx, R, N, K) LINEAR_BWD16(dy, 0, x, x16, W, dW, dbias, dx, R, N, K)
 
+/* dh += the backward of a layernorm of x from m->dy (its weight's gradients into gw, gb); with dh's bf16 rounding into
+ * dqkv's buffer where a linear backward reads dh next (copy16, at dh16) */
+static ddp_status norm_bwd(txmodel *m, const float *x, const float *w, const float *mu, const float *rs, float *gw,
+                           float *gb, int copy16)
+{
+    if (m->dh16 && copy16)
+        return m->E->layernorm_bwd16(m->be, m->dy, x, w, mu, rs, m->dh, (ddp_bf16 *)m->dqkv, gw, gb, m->pack.R, m->d);
+    return m->E->layernorm_bwd(m->be, m->dy, x, w, mu, rs, m->dh, gw, gb, m->pack.R, m->d);
+}
+
 ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float *G, const float *x,
                            ddp_grad_ready_fn ready, void *ready_arg)
 {
@@ -146,7 +156,7 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
     LINEAR_BWD(m->dlogits, m->p, 0, P + m->head_w, G + m->head_w, G + m->head_b, m->dp, B, C, d);
     DDP_CHECK(E->pool_mean_bwd(be, m->dp, m->dy, pack, d));
     DDP_CHECK(be->zero(be, m->dh, (size_t)(R * d) * sizeof(float)));
-    DDP_CHECK(E->layernorm_bwd(be, m->dy, m->hL, P + m->nf_w, m->muf, m->rsf, m->dh, G + m->nf_w, G + m->nf_b, R, d));
+    DDP_CHECK(norm_bwd(m, m->hL, P + m->nf_w, m->muf, m->rsf, G + m->nf_w, G + m->nf_b, m->L > 0));
     if (ready) ready(ready_arg, m->nf_w, m->total);
     /* dh: the gradient of the residual stream, flowing down through the layers */
     for (int64_t l = m->L - 1; l >= 0; l--) {
@@ -154,16 +164,18 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
         const int64_t *w = y->p;
         ddp_dropout drop_attn = drop_at(m, b, 1, l, SITE_ATTN), drop_res1 = drop_at(m, b, 1, l, SITE_RES1),
                     drop_ffn = drop_at(m, b, 1, l, SITE_FFN), drop_res2 = drop_at(m, b, 1, l, SITE_RES2);
-        /* Without dropout a residual branch's gradient is dh itself: with fused epilogues the branch's GEMMs read dh,
-         * and its bias gradient comes from the weight gradient's epilogue instead of a copy of dh that sums it */
-        const float *t2 = m->dh, *t1 = m->dh;
+        /* Without dropout a residual branch's gradient is dh itself: with fused epilogues the branch's GEMMs read dh
+         * (at dh16 its bf16 rounding, which the layernorm backward wrote), and its bias gradient comes from the weight
+         * gradient's epilogue instead of a copy of dh that sums it */
+        const void *t2 = m->dh16 ? (const void *)m->dqkv : m->dh, *t1 = t2;
+        int t2_16 = m->dh16, t1_16 = m->dh16;
         float *b2 = G + w[T_L2_B], *b1 = G + w[T_OUT_B];
         /* FFN block: h_next = hmid + drop2(linear2(drop(gelu(linear1(norm2(hmid)))))) */
         if (!(m->fuse_epi && drop_res2.p == 0.0f)) {
             DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, b2, pack, d, &drop_res2));
-            t2 = m->branch, b2 = NULL;
+            t2 = m->branch, t2_16 = 0, b2 = NULL;
         }
-        LINEAR_BWD(t2, y->a2, m->act16, P + w[T_L2_W], G + w[T_L2_W], b2, m->dffn, R, d, f);
+        LINEAR_BWD16(t2, t2_16, y->a2, m->act16, P + w[T_L2_W], G + w[T_L2_W], b2, m->dffn, R, d, f);
         if (m->dz16) { /* linear1's output gradient written in bf16 by the gelu backward: the rounding its two products
                         * read, without a pass of its own */
             DDP_CHECK(E->gelu_erf_bwd16(be, m->dffn, y->dg, m->dz16, G + w[T_L1_B], pack, f, &drop_ffn));
@@ -172,14 +184,13 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
             DDP_CHECK(E->gelu_erf_bwd(be, m->dffn, y->dg, m->dffn, G + w[T_L1_B], pack, f, &drop_ffn));
             LINEAR_BWD(m->dffn, y->y2, m->act16, P + w[T_L1_W], G + w[T_L1_W], NULL, m->dy, R, f, d);
         }
-        DDP_CHECK(E->layernorm_bwd(be, m->dy, y->hmid, P + w[T_N2_W], y->mu2, y->rs2, m->dh, G + w[T_N2_W],
-                                   G + w[T_N2_B], R, d));
+        DDP_CHECK(norm_bwd(m, y->hmid, P + w[T_N2_W], y->mu2, y->rs2, G + w[T_N2_W], G + w[T_N2_B], 1));
         /* attention block: hmid = h + drop1(out_proj(attention(in_proj(norm1(h))))) */
         if (!(m->fuse_epi && drop_res1.p == 0.0f)) {
             DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, b1, pack, d, &drop_res1));
-            t1 = m->branch, b1 = NULL;
+            t1 = m->branch, t1_16 = 0, b1 = NULL;
         }
-        LINEAR_BWD(t1, y->o, m->o16, P + w[T_OUT_W], G + w[T_OUT_W], b1, m->dy, R, d, d);
+        LINEAR_BWD16(t1, t1_16, y->o, m->o16, P + w[T_OUT_W], G + w[T_OUT_W], b1, m->dy, R, d, d);
         ATTN_TIMED(1, E->attention_bwd(be, y->qkv, m->qkv16, y->o, m->o16, m->dy, y->lse, m->dqkv, m->dqkv16,
                                        m->attn_delta, pack, d, (int)H, &drop_attn));
         LINEAR_BWD16(m->dqkv, m->dqkv16, y->y1, m->act16, P + w[T_QKV_W], G + w[T_QKV_W], G + w[T_QKV_B], m->dy, R,
@@ -188,8 +199,7 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
          * Summed, it is rounding noise that depends on the batch's packing, and AdamW would turn that noise
          * into +-lr steps that differ between world sizes. It is written as the exact 0 instead. */
         DDP_CHECK(be->zero(be, G + w[T_QKV_B] + d, (size_t)d * sizeof(float)));
-        DDP_CHECK(E->layernorm_bwd(be, m->dy, y->h, P + w[T_N1_W], y->mu1, y->rs1, m->dh, G + w[T_N1_W], G + w[T_N1_B],
-                                   R, d));
+        DDP_CHECK(norm_bwd(m, y->h, P + w[T_N1_W], y->mu1, y->rs1, G + w[T_N1_W], G + w[T_N1_B], l > 0));
         if (ready) ready(ready_arg, y->lo, y->hi);
     }
     /* input projection and positions */

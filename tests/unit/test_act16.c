@@ -52,7 +52,9 @@ static ddp_status (*real_fused)(ddp_backend *, float *, const float *, const flo
                                 int, float *, float *);
 static size_t alloc_bytes;
 static long gemm16_calls, fused_calls;
-static ddp_enc_ops ops_counting, ops_unfused;
+static ddp_enc_ops ops_counting, ops_unfused, ops_no_dh16;
+static double run_dropout = 0.1;          /* the models' dropout */
+static const ddp_enc_ops *run_ops = NULL; /* non-NULL: run()'s op table instead of the one `fused` chooses */
 
 static ddp_status count_alloc(ddp_backend *b, void **p, size_t bytes)
 {
@@ -102,7 +104,7 @@ typedef struct {
     float *grad;
     int64_t n;
     size_t bytes; /* allocated by the model's creation */
-    int act16, dqkv16, qkv16;
+    int act16, dqkv16, qkv16, dh16;
     long gemm16_per_step, fused_per_step, c16_per_step;
 } result;
 
@@ -112,13 +114,14 @@ static void run(ddp_backend *be, ddp_precision prec, int act16_env, int fused, r
 {
     memset(r, 0, sizeof *r);
     const ddp_enc_ops *own = be->enc;
-    be->enc = fused ? &ops_counting : &ops_unfused;
+    be->enc = run_ops ? run_ops : fused ? &ops_counting : &ops_unfused;
     setenv("MPIDDP_BF16_ACTIVATIONS", act16_env ? "1" : "0", 1);
     ddp_model_config c;
     ddp_model_config_default(&c);
     c.kind = DDP_MODEL_TRANSFORMER, c.dim = D, c.classes = C, c.hidden = HID, c.heads = HEADS, c.ff = FF,
     c.layers = LAYERS;
-    c.max_positions = 16, c.dropout = 0.1, c.max_batch_rows = max_rows, c.max_batch_samples = B, c.precision = prec;
+    c.max_positions = 16, c.dropout = run_dropout, c.max_batch_rows = max_rows, c.max_batch_samples = B,
+    c.precision = prec;
     ddp_model m;
     alloc_bytes = 0;
     be->alloc = count_alloc;
@@ -129,6 +132,7 @@ static void run(ddp_backend *be, ddp_precision prec, int act16_env, int fused, r
     OK(st);
     OK(be->set_precision(be, prec));
     r->act16 = ddp_transformer_act16(&m), r->dqkv16 = ddp_transformer_dqkv16(&m), r->qkv16 = ddp_transformer_qkv16(&m);
+    r->dh16 = ddp_transformer_dh16(&m);
     r->n = ddp_model_num_params(&m);
     void *p, *g;
     OK(be->alloc(be, &p, (size_t)r->n * 4));
@@ -299,6 +303,34 @@ static void test_backend(ddp_backend *be)
         fail_msg("%s: at bf16 the fused residual + layernorm is not the bits of the two ops", nm);
     if (!same(&f32f, &f32u)) fail_msg("%s: at fp32 the fused residual + layernorm is not the bits of the two ops", nm);
     if (same(&r16f, &f32f)) fail_msg("%s: bf16 gave the bits of fp32: the bf16 GEMMs did not run", nm);
+    if (r16f.dh16) fail_msg("%s: with dropout the layernorm backward wrote a bf16 dh", nm);
+    /* Without dropout the layernorm backward also writes dh's bf16 rounding for the linear backward that reads dh
+     * next (dh16, where the q|k|v gradient is bf16): the bits of the same steps without it (layernorm_bwd16 removed
+     * from a copy of the table; within close_to on a GPU, whose cuBLASLt may choose by the operands' addresses), no
+     * more memory (the copy lives in the q|k|v gradient's buffer), and the out projection's and linear2's backward
+     * reading a bf16 dy: one gemm16 call more each per layer */
+    ops_no_dh16 = ops_counting;
+    ops_no_dh16.layernorm_bwd16 = NULL;
+    result h16, h32;
+    run_dropout = 0.0;
+    run(be, DDP_PRECISION_BF16, 1, 1, &h16);
+    run_ops = &ops_no_dh16;
+    run(be, DDP_PRECISION_BF16, 1, 1, &h32);
+    run_ops = NULL, run_dropout = 0.1;
+    if (!(h16.dh16 == h16.dqkv16 && h32.dh16 == 0))
+        fail_msg("%s: dh in bf16 %d (q|k|v gradient in bf16 %d), %d without layernorm_bwd16", nm, h16.dh16, h16.dqkv16,
+                 h32.dh16);
+    if (h16.bytes != h32.bytes) fail_msg("%s: dh in bf16 took %zu bytes, without it %zu", nm, h16.bytes, h32.bytes);
+    if (h16.gemm16_per_step != h32.gemm16_per_step + (h16.dh16 ? 2 * LAYERS : 0))
+        fail_msg("%s: %ld gemm16 calls per step with dh in bf16, %ld without", nm, h16.gemm16_per_step,
+                 h32.gemm16_per_step);
+    if (!same(&h16, &h32)) {
+        if (!(h16.dh16 && !ddp_cuda()->emulated && close_to(&h16, &h32)))
+            fail_msg("%s: dh in bf16 is not the bits of the same steps without it", nm);
+        printf("%s: dh in bf16: within 2^-7 of the steps without it, not the same bits\n", nm);
+    }
+    if (same(&h16, &r16f)) fail_msg("%s: the steps without dropout gave the bits of those with it", nm);
+    free(h16.grad), free(h32.grad);
     int finite = 1;
     for (int k = 0; k <= NB; k++)
         for (int i = 0; i < B; i++) finite &= r16f.loss[k][i] == r16f.loss[k][i] && r16f.loss[k][i] > 0.0f;

@@ -1,5 +1,6 @@
-/* test_cuda_norm16.c — the bf16 forms of layernorm and gelu (layernorm_fwd16, gelu_erf_fwd16, gelu_erf_bwd16) and the
- * fused residual_layernorm_fwd against the GPU's own fp32 ops, bit for bit (test cases of test_cuda_norm). */
+/* test_cuda_norm16.c — the bf16 forms of layernorm and gelu (layernorm_fwd16, layernorm_bwd16, gelu_erf_fwd16,
+ * gelu_erf_bwd16) and the fused residual_layernorm_fwd against the GPU's own fp32 ops, bit for bit (test cases of
+ * test_cuda_norm). */
 #include "test_cuda_norm.h"
 
 #include <stdio.h>
@@ -76,6 +77,51 @@ static void layernorm16_case(int64_t R, int64_t d, int64_t m16)
     float *bufs[] = {xg, wg, bg, yg, mug, rsg, mu2, rs2};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->release(gpu, bufs[i]);
     gpu->release(gpu, y16);
+}
+
+/* layernorm_bwd16 at dx16 offset m16 against layernorm_bwd from the same starting dx, dw, db (non-zero: they
+ * accumulate): dx, dw, db the same bits, dx16 the rounding of dx after the add; on the GPU and on the CPU */
+static void layernorm_bwd16_case(int64_t R, int64_t d, int64_t m16)
+{
+    char what[160];
+    const int64_t n = R * d;
+    float *x = test_rnd(n, 61 + d, 2.0f, 0.5f), *w = test_rnd(d, 62, 1.0f, 0.2f), *bb = test_rnd(d, 63, 1.0f, 0.0f),
+          *dy = test_rnd(n, 64, 2.0f, -1.0f), *dx0 = test_rnd(n, 65, 1.0f, -0.5f), *dw0 = test_rnd(d, 66, 1.0f, 0.0f),
+          *db0 = test_rnd(d, 67, 1.0f, 0.0f);
+    float *xg = dev(x, n), *wg = dev(w, d), *bg = dev(bb, d), *yg = dev(NULL, n), *mug = dev(NULL, R),
+          *rsg = dev(NULL, R), *dyg = dev(dy, n);
+    float *dxg[2], *dwg[2], *dbg[2];
+    for (int k = 0; k < 2; k++) dxg[k] = dev(dx0, n), dwg[k] = dev(dw0, d), dbg[k] = dev(db0, d);
+    uint16_t *dx16 = dev16(n);
+    OK(G->layernorm_fwd(gpu, xg, wg, bg, yg, mug, rsg, R, d));
+    OK(G->layernorm_bwd(gpu, dyg, xg, wg, mug, rsg, dxg[0], dwg[0], dbg[0], R, d));
+    OK(G->layernorm_bwd16(gpu, dyg, xg, wg, mug, rsg, dxg[1], (ddp_bf16 *)(dx16 + m16), dwg[1], dbg[1], R, d));
+    float *dx = down(dxg[0], n), *dw = down(dwg[0], d), *db = down(dbg[0], d), *mu = down(mug, R), *rs = down(rsg, R);
+    snprintf(what, sizeof what, "layernorm_bwd16 R %lld d %lld dx16 at +%lld", (long long)R, (long long)d,
+             (long long)m16);
+    expect_bf16_of(what, dx16 + m16, dx, n);
+    expect_same_bits("layernorm_bwd16 dx", dxg[1], dx, n);
+    expect_same_bits("layernorm_bwd16 dw", dwg[1], dw, d);
+    expect_same_bits("layernorm_bwd16 db", dbg[1], db, d);
+    /* the CPU's, from the GPU's statistics */
+    float *cdx[2], *cdw[2], *cdb[2];
+    uint16_t *c16 = malloc((size_t)(n > 0 ? n : 1) * 2);
+    for (int k = 0; k < 2; k++) {
+        cdx[k] = malloc((size_t)(n > 0 ? n : 1) * 4), cdw[k] = malloc((size_t)d * 4), cdb[k] = malloc((size_t)d * 4);
+        memcpy(cdx[k], dx0, (size_t)n * 4), memcpy(cdw[k], dw0, (size_t)d * 4), memcpy(cdb[k], db0, (size_t)d * 4);
+    }
+    OK(C->layernorm_bwd(cpu, dy, x, w, mu, rs, cdx[0], cdw[0], cdb[0], R, d));
+    OK(C->layernorm_bwd16(cpu, dy, x, w, mu, rs, cdx[1], (ddp_bf16 *)c16, cdw[1], cdb[1], R, d));
+    int64_t at = bf16_mismatch(c16, cdx[0], n);
+    if (!(at < 0) || memcmp(cdx[0], cdx[1], (size_t)n * 4) || memcmp(cdw[0], cdw[1], (size_t)d * 4) ||
+        memcmp(cdb[0], cdb[1], (size_t)d * 4))
+        fail_msg("cpu %s: not layernorm_bwd's bits and their rounding (first bf16 mismatch %lld)", what, (long long)at);
+    for (int k = 0; k < 2; k++) free(cdx[k]), free(cdw[k]), free(cdb[k]);
+    free(c16), free(x), free(w), free(bb), free(dy), free(dx0), free(dw0), free(db0), free(dx), free(dw), free(db);
+    free(mu), free(rs);
+    float *bufs[] = {xg, wg, bg, yg, mug, rsg, dyg, dxg[0], dxg[1], dwg[0], dwg[1], dbg[0], dbg[1]};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->release(gpu, bufs[i]);
+    gpu->release(gpu, dx16);
 }
 
 /* gelu_erf_fwd16: a the rounding of gelu_erf_fwd's a, with dgelu NULL, its own buffer, and z itself (the bits of
@@ -189,9 +235,14 @@ void test_layernorm16(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof ds16 / sizeof *ds16; i++)
-        for (size_t j = 0; j < sizeof Rs16 / sizeof *Rs16; j++) layernorm16_case(Rs16[j], ds16[i], m16_of(i, j));
+        for (size_t j = 0; j < sizeof Rs16 / sizeof *Rs16; j++) {
+            layernorm16_case(Rs16[j], ds16[i], m16_of(i, j));
+            layernorm_bwd16_case(Rs16[j], ds16[i], m16_of(i, j));
+        }
     layernorm16_case(3, 64, 1);
     layernorm16_case(3, 64, 4);
+    layernorm_bwd16_case(3, 64, 1);
+    layernorm_bwd16_case(3, 64, 4);
 }
 void test_gelu16(void **state)
 {

@@ -105,6 +105,16 @@ DDP_CLONES static ddp_status cpu_layernorm_bwd(ddp_backend *b, const float *dy, 
     return DDP_OK;
 }
 
+/* layernorm_bwd, then dx's rows rounded into dx16 */
+static ddp_status cpu_layernorm_bwd16(ddp_backend *b, const float *dy, const float *x, const float *w,
+                                      const float *mean, const float *rstd, float *dx, ddp_bf16 *dx16, float *dw,
+                                      float *db, int64_t R, int64_t d)
+{
+    DDP_CHECK(cpu_layernorm_bwd(b, dy, x, w, mean, rstd, dx, dw, db, R, d));
+    for (int64_t r = 0; r < R; r++) round_row16(dx + r * d, dx16 + r * d, d);
+    return DDP_OK;
+}
+
 /* ------------------------------------------------------------------ element-wise */
 /* One row of gelu_erf_fwd: ar = drop(gelu_erf(zr + bias)), gr = gelu_erf'(zr + bias) when non-NULL (gr may be zr:
  * element by element, so still vectorisable); rk: the row's dropout key. */
@@ -290,6 +300,7 @@ static const ddp_enc_ops cpu_enc = {
     .gelu_erf_fwd16 = cpu_gelu_erf_fwd16,
     .residual_layernorm_fwd = cpu_residual_layernorm_fwd,
     .gelu_erf_bwd16 = cpu_gelu_erf_bwd16,
+    .layernorm_bwd16 = cpu_layernorm_bwd16,
 };
 
 const ddp_enc_ops *ddp_cpu_enc_ops(void) { return &cpu_enc; }

@@ -335,6 +335,7 @@ static const ddp_enc_ops cu_enc = {
     cu_gelu_erf_fwd16,
     ddp_cuda_residual_layernorm_fwd,
     cu_gelu_erf_bwd16,
+    ddp_cuda_layernorm_bwd16,
 };
 
 const ddp_enc_ops *ddp_cuda_enc_ops(void) { return &cu_enc; }

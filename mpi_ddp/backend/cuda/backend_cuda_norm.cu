@@ -161,12 +161,23 @@ __global__ void k_residual_layernorm_fwd(float *out, const float *h, const float
     ln_row_finish<V, T>(v, outr, row, w, lb, y + r * d, mean, rstd, r, d);
 }
 
+/* V values of dx rounded into dx16 from column c: one 8-byte store where aligned, else one at a time (so dx16's
+ * alignment does not choose the kernel's width, and dx keeps layernorm_bwd's bits) */
+template <int V> static __device__ inline void st_dx16(__nv_bfloat16 *p, int64_t c, const float *o)
+{
+    if (V == 4 && ((uintptr_t)(p + c) & 7) == 0)
+        vst_out<4>(p, c, o);
+    else
+        for (int j = 0; j < V; j++) p[c + j] = __float2bfloat16_rn(o[j]);
+}
+
 /* The end of a backward row for the thread's columns in registers (g = dy w and xhat, LN_REG / V groups from c0 in
  * steps of step): the two row sums over the block, turned into means (returned for columns past the registers),
- * then dx += rstd (g - mean(g) - xhat mean(g xhat)). */
+ * then dx += rstd (g - mean(g) - xhat mean(g xhat)), and the sum rounded into dx16r where it is non-NULL. */
 template <int V>
 static __device__ inline void ln_dx_regs(const float *g, const float *xh, float *sg, float *sgx, float rs, float *dxr,
-                                         int64_t c0, int64_t step, int64_t d, float (*sh)[LN_THREADS])
+                                         __nv_bfloat16 *dx16r, int64_t c0, int64_t step, int64_t d,
+                                         float (*sh)[LN_THREADS])
 {
     block_sum2(sg, sgx, sh);
     *sg /= (float)d;
@@ -179,20 +190,22 @@ static __device__ inline void ln_dx_regs(const float *g, const float *xh, float 
             vld<V>(dxr, c, o);
             for (int j = 0; j < V; j++) o[j] += rs * (g[k * V + j] - *sg - xh[k * V + j] * *sgx);
             vst<V>(dxr, c, o);
+            if (dx16r) st_dx16<V>(dx16r, c, o);
         }
     }
 }
 
-/* one block per row: dx += rstd (dy w - mean(dy w) - xhat mean(dy w xhat)) */
+/* one block per row: dx += rstd (dy w - mean(dy w) - xhat mean(dy w xhat)), rounded into dx16 too unless NULL */
 template <int V>
 __global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float *w, const float *mean,
-                                   const float *rstd, float *dx, int64_t d)
+                                   const float *rstd, float *dx, __nv_bfloat16 *dx16, int64_t d)
 {
     __shared__ float sh[2][LN_THREADS];
     const int64_t r = blockIdx.x, step = (int64_t)blockDim.x * V, c0 = (int64_t)threadIdx.x * V;
     const int64_t cr = c0 + (LN_REG / V) * step;
     const float *dyr = dy + r * d, *xr = x + r * d;
     float *dxr = dx + r * d;
+    __nv_bfloat16 *dx16r = dx16 ? dx16 + r * d : nullptr;
     const float mu = mean[r], rs = rstd[r];
     float g[LN_REG], xh[LN_REG], sg = 0.0f, sgx = 0.0f;
     LN_UNROLL
@@ -222,7 +235,7 @@ __global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float 
             sgx += gj * ((xv[j] - mu) * rs);
         }
     }
-    ln_dx_regs<V>(g, xh, &sg, &sgx, rs, dxr, c0, step, d, sh);
+    ln_dx_regs<V>(g, xh, &sg, &sgx, rs, dxr, dx16r, c0, step, d, sh);
     for (int64_t c = cr; c < d; c += step) {
         float u[V], xv[V], wv[V], o[V];
         vld<V>(dyr, c, u);
@@ -231,6 +244,7 @@ __global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float 
         vld<V>(dxr, c, o);
         for (int j = 0; j < V; j++) o[j] += rs * (u[j] * wv[j] - sg - (xv[j] - mu) * rs * sgx);
         vst<V>(dxr, c, o);
+        if (dx16r) st_dx16<V>(dx16r, c, o);
     }
 }
 
@@ -241,8 +255,8 @@ __global__ void k_layernorm_bwd_dx(const float *dy, const float *x, const float 
  * partials pw/pb [gridDim.x, d], summed in chunk order by k_colpart_sum. */
 template <int V>
 __global__ void k_layernorm_bwd(const float *dy, const float *x, const float *w, const float *mean, const float *rstd,
-                                float *dx, float *dw, float *db, float *pw, float *pb, int64_t R, int64_t d,
-                                int64_t rows)
+                                float *dx, __nv_bfloat16 *dx16, float *dw, float *db, float *pw, float *pb, int64_t R,
+                                int64_t d, int64_t rows)
 {
     __shared__ float sh[2][LN_THREADS];
     const int64_t step = (int64_t)blockDim.x * V, c0 = (int64_t)threadIdx.x * V;
@@ -277,7 +291,7 @@ __global__ void k_layernorm_bwd(const float *dy, const float *x, const float *w,
                 }
             }
         }
-        ln_dx_regs<V>(g, xh, &sg, &sgx, rs, dxr, c0, step, d, sh);
+        ln_dx_regs<V>(g, xh, &sg, &sgx, rs, dxr, dx16 ? dx16 + r * d : nullptr, c0, step, d, sh);
     }
     LN_UNROLL
     for (int k = 0; k < LN_REG / V; k++) {
@@ -439,8 +453,9 @@ ddp_status ddp_cuda_residual_layernorm_fwd(ddp_backend *b, float *out, const flo
     return res_ln_fwd(b, out, h, t, tbias, pack, d, dr, w, lbias, (float *)y, mean, rstd, v);
 }
 
-ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
-                                  const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t d)
+/* layernorm_bwd, with dx's rounding into dx16 where it is non-NULL (layernorm_bwd16) */
+static ddp_status ln_bwd(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
+                         const float *rstd, float *dx, __nv_bfloat16 *dx16, float *dw, float *db, int64_t R, int64_t d)
 {
     if (R <= 0 || d <= 0) return DDP_OK;
     cuda_impl *ci = cuda_of(b);
@@ -456,17 +471,18 @@ ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *
     if (d <= LN_SMEM) { /* one pass: dx and the chunks' dw/db partials */
         if (v == 4)
             DDP_LAUNCH(k_layernorm_bwd<4>, (unsigned)nch, row_threads(d / 4), 0, ci->stream, dy, x, w, mean, rstd, dx,
-                       dw, db, pw, pb, R, d, rows);
+                       dx16, dw, db, pw, pb, R, d, rows);
         else
-            DDP_LAUNCH(k_layernorm_bwd<1>, (unsigned)nch, row_threads(d), 0, ci->stream, dy, x, w, mean, rstd, dx, dw,
-                       db, pw, pb, R, d, rows);
+            DDP_LAUNCH(k_layernorm_bwd<1>, (unsigned)nch, row_threads(d), 0, ci->stream, dy, x, w, mean, rstd, dx, dx16,
+                       dw, db, pw, pb, R, d, rows);
         LAUNCH_CHECK();
     } else { /* rows past the registers: dx by a block per row, then the partials by column tiles */
         if (v == 4)
             DDP_LAUNCH(k_layernorm_bwd_dx<4>, (unsigned)R, row_threads(d / 4), 0, ci->stream, dy, x, w, mean, rstd, dx,
-                       d);
+                       dx16, d);
         else
-            DDP_LAUNCH(k_layernorm_bwd_dx<1>, (unsigned)R, row_threads(d), 0, ci->stream, dy, x, w, mean, rstd, dx, d);
+            DDP_LAUNCH(k_layernorm_bwd_dx<1>, (unsigned)R, row_threads(d), 0, ci->stream, dy, x, w, mean, rstd, dx,
+                       dx16, d);
         LAUNCH_CHECK();
         const unsigned nt = 128;
         dim3 grid(blocks_for(d / v, (int)nt), (unsigned)nch);
@@ -479,4 +495,17 @@ ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *
         LAUNCH_CHECK();
     }
     return nch > 1 ? ddp_cuda_colpart_sum(ci, pw, pb, dw, db, nch, d) : DDP_OK;
+}
+
+ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
+                                  const float *rstd, float *dx, float *dw, float *db, int64_t R, int64_t d)
+{
+    return ln_bwd(b, dy, x, w, mean, rstd, dx, NULL, dw, db, R, d);
+}
+
+ddp_status ddp_cuda_layernorm_bwd16(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
+                                    const float *rstd, float *dx, ddp_bf16 *dx16, float *dw, float *db, int64_t R,
+                                    int64_t d)
+{
+    return ln_bwd(b, dy, x, w, mean, rstd, dx, (__nv_bfloat16 *)dx16, dw, db, R, d);
 }

@@ -152,6 +152,9 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_residual_layernorm_fwd(ddp_backend *b, float
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w,
                                                   const float *mean, const float *rstd, float *dx, float *dw, float *db,
                                                   int64_t R, int64_t d);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_layernorm_bwd16(ddp_backend *b, const float *dy, const float *x, const float *w,
+                                                    const float *mean, const float *rstd, float *dx, ddp_bf16 *dx16,
+                                                    float *dw, float *db, int64_t R, int64_t d);
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16,
                                                   float *lse, const ddp_packing *pack, int64_t d, int heads,
                                                   const ddp_dropout *dr);
