@@ -36,7 +36,7 @@ while read -r site rank; do
   if [ $rc = 124 ] || [ $rc = 137 ]; then why="hung (killed after 30 s)"
   elif [ $rc = 0 ]; then grep -q 'out of memory' err.txt && why="exit 0 after an allocation failure"
   elif [ "$errs" != 1 ]; then why="$errs error lines"
-  elif ! grep 'error:' err.txt | grep -qE 'bytes|MiB'; then why="the error does not say how much: $(grep 'error:' err.txt)"
+  elif ! grep 'error:' err.txt | qgrep -E 'bytes|MiB'; then why="the error does not say how much: $(grep 'error:' err.txt)"
   fi
   grep -qE 'AddressSanitizer|runtime error:|LeakSanitizer' err.txt && why="sanitizer report"
   if [ -n "$why" ]; then

@@ -6,7 +6,7 @@ n=0
 while IFS='|' read -r name regex; do
   expect_rc 1 "$MPIDDP" inspect "bad/$name"
   [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] || fail "$name: expected one line, got: $ERR"
-  printf '%s\n' "$ERR" | grep -Eq "$regex" || fail "$name: '$ERR' does not match /$regex/"
+  printf '%s\n' "$ERR" | qgrep -E "$regex" || fail "$name: '$ERR' does not match /$regex/"
   n=$((n + 1))
 done < bad/cases.txt
 synth --out good --samples 40 --dim 5 --classes 3 --shards 2
@@ -21,7 +21,7 @@ done
 for f in "$SRC"/tests/fuzz/regressions/*; do
   d=fz_$(basename "$f" .h5); mkdir -p "$d"; cp "$f" "$d/s0.h5"
   expect_rc 1 env MPIDDP_VALIDATE_TIMEOUT=3 timeout 20 "$MPIDDP" inspect "$d"
-  [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] && printf '%s' "$ERR" | grep -q "$d/s0.h5" || fail "$d: $ERR"
+  [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] && printf '%s' "$ERR" | qgrep "$d/s0.h5" || fail "$d: $ERR"
   start=$(date +%s)
   expect_rc 1 env MPIDDP_VALIDATE_TIMEOUT=3 timeout 20 mpirun -np 4 --oversubscribe "$MPIDDP" train --device "$DEVICE" --train "$d" --val good --out "run_$d"
   [ $(( $(date +%s) - start )) -le 10 ] || fail "$d: took more than 10 s"

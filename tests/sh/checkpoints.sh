@@ -86,7 +86,7 @@ done
 # a different world size with the same global batch resumes (global sampler); a different global batch is refused
 MPIDDP_TEST_STOP_AT_STEP=37 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size 10 --epochs 3 --out ws >/dev/null
 expect_rc 1 mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size 10 --epochs 3 --out ws --resume auto
-printf '%s' "$ERR" | grep -q "saved by 2 ranks with a global batch of 20; resuming on 4 ranks needs --sampling global and the same global batch (batch-size x ranks x accumulate = 40 now)" || fail "world-size refusal: $ERR"
+printf '%s' "$ERR" | qgrep "saved by 2 ranks with a global batch of 20; resuming on 4 ranks needs --sampling global and the same global batch (batch-size x ranks x accumulate = 40 now)" || fail "world-size refusal: $ERR"
 mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --batch-size 5 --epochs 3 --out ws --resume auto >/dev/null
 $PY "$SRC/tests/py/compare_ckpt.py" full2/checkpoints/last.h5 ws/checkpoints/last.h5 1e-5 || fail "resume on 4 ranks diverged"
 
@@ -102,13 +102,13 @@ cp full2/checkpoints/last.h5 trunc.h5 && truncate -s 5000 trunc.h5
 $PY -c "import h5py,shutil; shutil.copy('full2/checkpoints/last.h5','v2.h5'); f=h5py.File('v2.h5','a'); f.attrs['version']=2"
 for bad in trunc.h5 v2.h5 v/shard-00000.h5 missing.h5; do
   expect_rc 1 "$MPIDDP" eval --device "$DEVICE" --ckpt $bad --data v
-  [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] && printf '%s' "$ERR" | grep -q "$bad" || fail "bad checkpoint $bad: $ERR"
+  [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] && printf '%s' "$ERR" | qgrep "$bad" || fail "bad checkpoint $bad: $ERR"
   expect_rc 1 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --out rb --resume $bad
   [ "$(printf '%s\n' "$ERR" | grep -c error:)" = 1 ] || fail "resume from $bad: $ERR"
 done
 
 expect_rc 1 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --out rb --resume v/shard-00000.h5
-printf '%s' "$ERR" | grep -q "v/shard-00000.h5: attribute 'format': not an mpiddp checkpoint" || fail "foreign checkpoint message: $ERR"
+printf '%s' "$ERR" | qgrep "v/shard-00000.h5: attribute 'format': not an mpiddp checkpoint" || fail "foreign checkpoint message: $ERR"
 
 # 7. the PyTorch bridge reproduces eval's val/loss
 "$MPIDDP" eval --device "$DEVICE" --ckpt full2/checkpoints/last.h5 --data v > ev.txt

@@ -37,8 +37,8 @@ every_rank_rc() {
 one_error() {
   local name=$1 want=$2
   [ "$(printf '%s\n' "$ERR" | grep -c "error:")" = 1 ] || { echo "stderr: $ERR" >&2; fail "$name: expected one error line"; }
-  printf '%s\n' "$ERR" | grep "error:" | grep -Eq -- "$want" || { echo "stderr: $ERR" >&2; fail "$name: error line does not match '$want'"; }
-  ! printf '%s\n' "$ERR" | grep -Eiq "segmentation|signal|core dumped|HDF5-DIAG|H5F|infinite loop|cleanup" ||
+  printf '%s\n' "$ERR" | grep "error:" | qgrep -E -- "$want" || { echo "stderr: $ERR" >&2; fail "$name: error line does not match '$want'"; }
+  ! printf '%s\n' "$ERR" | qgrep -Ei "segmentation|signal|core dumped|HDF5-DIAG|H5F|infinite loop|cleanup" ||
     { echo "stderr: $ERR" >&2; fail "$name: crash or HDF5 noise"; }
 }
 # refused FILE REGEX: train --resume FILE (np 2) and eval --ckpt FILE (np 2) end 1 on every rank with one line
@@ -106,13 +106,13 @@ with h5py.File("old.h5", "r+") as f:
     f.visititems(lambda n, o: o.attrs.__delitem__("crc32") if isinstance(o, h5py.Dataset) and "crc32" in o.attrs else None)
 PY
 expect_rc 0 timeout 60 "$MPIDDP" eval --device cpu --ckpt old.h5 --data v
-printf '%s' "$OUT" | grep -q "val/loss=" || fail "old checkpoint: no result: $OUT"
-[ "$(printf '%s\n' "$ERR" | grep -c .)" = 1 ] && printf '%s' "$ERR" | grep -q "old.h5.*no checksums" ||
+printf '%s' "$OUT" | qgrep "val/loss=" || fail "old checkpoint: no result: $OUT"
+[ "$(printf '%s\n' "$ERR" | grep -c .)" = 1 ] && printf '%s' "$ERR" | qgrep "old.h5.*no checksums" ||
   fail "old checkpoint (eval): expected exactly one notice line: $ERR"
 rm -rf ro
 ranks oldresume 2 "$MPIDDP" train "${base[@]}" --epochs 2 --out ro --resume old.h5
 every_rank_rc oldresume 0 2
-[ "$(printf '%s\n' "$ERR" | grep -c "no checksums")" = 1 ] && printf '%s' "$ERR" | grep -q "old.h5.*no checksums" ||
+[ "$(printf '%s\n' "$ERR" | grep -c "no checksums")" = 1 ] && printf '%s' "$ERR" | qgrep "old.h5.*no checksums" ||
   fail "old checkpoint (resume): expected exactly one notice line: $ERR"
 # the checkpoint the resumed run wrote carries checksums again
 $PY -c "import h5py; assert h5py.File('ro/checkpoints/last.h5', 'r').attrs.get('checksums') == b'crc32'" || fail "resumed run wrote no checksums"

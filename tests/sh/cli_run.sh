@@ -13,7 +13,7 @@ synth --out v --samples 50 --shards 1 --dim 6 --classes 3 --first-id 9999
 printf '[train]\nepochs = 1\nbatch_size = 5\nhidden = 12\nlr = 0.002\n' > good.ini
 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" --config good.ini --train t --val v --out r --hidden 10 --log-per-rank --log-every 3 --no-progress > o.txt
 grep -q "run directory: $WORK/r" o.txt || fail "run directory not printed"
-head -1 r/metrics.csv | grep -q '^epoch,step,train/loss,train/samples_per_s,lr,val/loss,val/acc,val/macro_f1' || fail "metrics.csv header: $(head -1 r/metrics.csv)"
+head -1 r/metrics.csv | qgrep '^epoch,step,train/loss,train/samples_per_s,lr,val/loss,val/acc,val/macro_f1' || fail "metrics.csv header: $(head -1 r/metrics.csv)"
 $PY - <<'PY' || fail "run.json / config precedence / per-rank files"
 import csv, json
 j = json.load(open("r/run.json"))
@@ -40,7 +40,7 @@ assert abs(sum(float(x["val/loss"]) * m for x, m in zip(v, n)) / 50 - vg) < 1e-6
 PY
 printf 'epochs = 1\nwarp = 9\n' > bad.ini
 expect_rc 2 "$MPIDDP" train --device "$DEVICE" --config bad.ini --train t --val v --out r2
-printf '%s' "$ERR" | grep -q "bad.ini:2: unknown key 'warp'" || fail "bad config message: $ERR"
+printf '%s' "$ERR" | qgrep "bad.ini:2: unknown key 'warp'" || fail "bad config message: $ERR"
 for np in 1 2 4; do
   mpirun_np $np "$MPIDDP" train --device "$DEVICE" --train t --val v --out f$np --fast-dev-run 2 --batch-size 4 --no-progress >/dev/null
   [ ! -e f$np/checkpoints/last.h5 ] || fail "fast-dev-run wrote a checkpoint"

@@ -42,7 +42,7 @@ mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 8 --log-every
 grep -q "^epoch 0 (of 2) step" err.txt && grep -q "^epoch 1 (of 2) step" err.txt || fail "progress lines: $(cat err.txt)"
 grep -q "^epoch 0: val/loss=" err.txt && grep -q "^epoch 1: val/loss=" err.txt && ! grep -q "^epoch 2" err.txt || fail "validation lines: $(cat err.txt)"
 [ "$(cut -d, -f1 r/metrics.csv | sort -u | grep -v epoch | tr '\n' ' ')" = "0 1 " ] || fail "metrics.csv epochs"
-ls r/checkpoints | grep -q "^epoch=[01]-" || fail "checkpoint names: $(ls r/checkpoints)"
+ls r/checkpoints | qgrep "^epoch=[01]-" || fail "checkpoint names: $(ls r/checkpoints)"
 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --fast-dev-run 3 --log-every 1 --out fdr 2>err.txt >/dev/null
 grep -q "^epoch 0 (of 1) step" err.txt && ! grep -q "of 3" err.txt || fail "fast-dev-run progress: $(cat err.txt)"
 # nothing left to train: one clear line and exit 0, whether --epochs equals or is below what is done
@@ -53,7 +53,7 @@ done
 expect_rc 0 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 3 --batch-size 8 --out r --resume auto --log-every 100
 grep -q "resuming from r/checkpoints/last.h5 at epoch 2 (0-based)" <<<"$ERR" && grep -q "^epoch 2: val/loss" <<<"$ERR" || fail "resume notice: $ERR"
 # help texts and the environment report (captured first: grep -q would end the pipe early under pipefail)
-h=$("$MPIDDP" eval --help); head -1 <<<"$h" | grep -q -- "--batch-rows N" || fail "eval usage line: $h"
+h=$("$MPIDDP" eval --help); head -1 <<<"$h" | qgrep -- "--batch-rows N" || fail "eval usage line: $h"
 h=$("$MPIDDP" train --help); grep -q -- "--sampling.*(default)" <<<"$h" || fail "train --sampling default"
 h=$("$MPIDDP" pack --help); grep -q "must hold no \*.h5" <<<"$h" || fail "pack --out"
 h=$("$MPIDDP" env); ! grep -q 'driver 0\.0' <<<"$h" || fail "env reports a driver 0.0 where there is none: $h"

@@ -12,61 +12,61 @@ EMU=$MPIDDP_CUDA_PLUGIN
 CUDA_TEST=$(dirname "$TESTTOOL")/test_cuda_backend
 # 1. the emulated device, as env and --device auto see it
 expect_rc 0 "$MPIDDP" env
-printf '%s' "$OUT" | grep -q "# --device auto: [0-9]* CUDA device(s) visible (host emulator), using cuda" || fail "auto with the emulator: $OUT"
-printf '%s' "$OUT" | grep -q 'device=cuda:0(mpiddp CUDA emulator' || fail "env device: $OUT"
+printf '%s' "$OUT" | qgrep "# --device auto: [0-9]* CUDA device(s) visible (host emulator), using cuda" || fail "auto with the emulator: $OUT"
+printf '%s' "$OUT" | qgrep 'device=cuda:0(mpiddp CUDA emulator' || fail "env device: $OUT"
 # a machine where CUDA works but shows no device
 expect_rc 0 env MPIDDP_EMU_DEVICES=0 "$MPIDDP" env
-printf '%s' "$OUT" | grep -q "# --device auto: no CUDA device visible, using cpu" || fail "no device: $OUT"
+printf '%s' "$OUT" | qgrep "# --device auto: no CUDA device visible, using cpu" || fail "no device: $OUT"
 # --device auto never puts two ranks on one GPU: with 1 device for 2 ranks it chooses the CPU and says why
 expect_rc 0 env MPIDDP_EMU_DEVICES=1 mpirun -np 2 --oversubscribe "$MPIDDP" env
-printf '%s' "$OUT" | grep -q "# --device auto: 1 CUDA device(s) for 2 ranks on this node (one GPU per rank), using cpu" || fail "auto, 2 ranks, 1 GPU: $OUT"
+printf '%s' "$OUT" | qgrep "# --device auto: 1 CUDA device(s) for 2 ranks on this node (one GPU per rank), using cpu" || fail "auto, 2 ranks, 1 GPU: $OUT"
 # 2. a CUDA error in the device query keeps CUDA's words
 expect_rc 0 env MPIDDP_EMU_FAIL=driver "$MPIDDP" env
-printf '%s' "$OUT" | grep -q "# --device auto: cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver), using cpu" ||
+printf '%s' "$OUT" | qgrep "# --device auto: cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver), using cpu" ||
   fail "driver error not shown by env: $OUT"
 expect_rc 1 env MPIDDP_EMU_FAIL=driver "$MPIDDP" env --device cuda
-printf '%s' "$ERR" | grep -q "insufficient for CUDA runtime" || fail "--device cuda with a failing driver: $ERR"
+printf '%s' "$ERR" | qgrep "insufficient for CUDA runtime" || fail "--device cuda with a failing driver: $ERR"
 expect_rc 1 env MPIDDP_EMU_FAIL=driver "$CUDA_TEST"
-printf '%s' "$ERR" | grep -q "FAIL: MPIDDP_CUDA_PLUGIN exists but no CUDA device is usable: .*insufficient" || fail "test_cuda_backend with a failing driver: $ERR"
+printf '%s' "$ERR" | qgrep "FAIL: MPIDDP_CUDA_PLUGIN exists but no CUDA device is usable: .*insufficient" || fail "test_cuda_backend with a failing driver: $ERR"
 # 3. no file at MPIDDP_CUDA_PLUGIN
 expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/none.so" "$MPIDDP" env --device cuda
-printf '%s' "$ERR" | grep -q "MPIDDP_CUDA_PLUGIN=$WORK/none.so: No such file or directory" || fail "missing plugin file: $ERR"
+printf '%s' "$ERR" | qgrep "MPIDDP_CUDA_PLUGIN=$WORK/none.so: No such file or directory" || fail "missing plugin file: $ERR"
 expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/none.so" "$CUDA_TEST"
 # 4. a file that exists but is not a shared object
 echo "not a library" > notelf.so
 expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/notelf.so" "$MPIDDP" env --device cuda
-printf '%s' "$ERR" | grep -q "notelf.so: .*\(invalid ELF header\|file too short\)" || fail "non-ELF plugin: $ERR"
+printf '%s' "$ERR" | qgrep "notelf.so: .*\(invalid ELF header\|file too short\)" || fail "non-ELF plugin: $ERR"
 # 5. a plugin whose dependency is missing (as libnccl.so.2 would be): the loader names the library
 printf 'int ddp_missing_dep(void) { return 1; }\n' > dep.c
 printf 'int ddp_missing_dep(void); int ddp_use(void) { return ddp_missing_dep(); }\n' > plug.c
 cc -shared -fPIC -o libddpmissing.so dep.c && cc -shared -fPIC -o plug.so plug.c -L. -lddpmissing && rm libddpmissing.so
 expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/plug.so" "$MPIDDP" env --device cuda
-printf '%s' "$ERR" | grep -q "libddpmissing.so: cannot open shared object file" || fail "missing dependency not named: $ERR"
-! printf '%s' "$ERR" | grep -q "built without CUDA" || fail "missing dependency reported as 'built without CUDA': $ERR"
+printf '%s' "$ERR" | qgrep "libddpmissing.so: cannot open shared object file" || fail "missing dependency not named: $ERR"
+! printf '%s' "$ERR" | qgrep "built without CUDA" || fail "missing dependency reported as 'built without CUDA': $ERR"
 # 5b. a shared object that loads but is no mpiddp plugin, or one of another API version: the message keeps
 # the loader's words and names the file MPIDDP_CUDA_PLUGIN chose, not the default libmpiddp_cuda.so
 printf 'int ddp_not_a_plugin(void) { return 1; }\n' > nosym.c
 printf 'static struct { int version; } api = {9999};\nconst void *ddp_cuda_plugin_api(void *f) { (void)f; return &api; }\n' > oldapi.c
 cc -shared -fPIC -o nosym.so nosym.c && cc -shared -fPIC -o oldapi.so oldapi.c
 expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/nosym.so" "$MPIDDP" env --device cuda
-printf '%s' "$ERR" | grep -q "$WORK/nosym.so: not an mpiddp CUDA plugin: .*nosym.so: undefined symbol: ddp_cuda_plugin_api" ||
+printf '%s' "$ERR" | qgrep "$WORK/nosym.so: not an mpiddp CUDA plugin: .*nosym.so: undefined symbol: ddp_cuda_plugin_api" ||
   fail "missing plugin symbol: $ERR"
-! printf '%s' "$ERR" | grep -q "libmpiddp_cuda.so" || fail "missing symbol reported against the default plugin file: $ERR"
+! printf '%s' "$ERR" | qgrep "libmpiddp_cuda.so" || fail "missing symbol reported against the default plugin file: $ERR"
 expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/oldapi.so" "$MPIDDP" env --device cuda
-printf '%s' "$ERR" | grep -q "$WORK/oldapi.so: incompatible plugin (API version 9999, expected [0-9]*)" || fail "wrong API version: $ERR"
-! printf '%s' "$ERR" | grep -q "libmpiddp_cuda.so" || fail "wrong API version reported against the default plugin file: $ERR"
+printf '%s' "$ERR" | qgrep "$WORK/oldapi.so: incompatible plugin (API version 9999, expected [0-9]*)" || fail "wrong API version: $ERR"
+! printf '%s' "$ERR" | qgrep "libmpiddp_cuda.so" || fail "wrong API version reported against the default plugin file: $ERR"
 # 5c. a failed device allocation says how many bytes, on which device, for what (a 2.4 TB workspace: the bound
 # batch x longest sample, MPIDDP_PLAN_BUFFERS=0; the plan would size it to the 40 samples there are)
 synth --out bigt --samples 40 --dim 4 --classes 2 --shards 1
 expect_rc 1 env MPIDDP_PLAN_BUFFERS=0 "$MPIDDP" train --device cuda --train bigt --val bigt --out big --hidden 100000 --batch-size 100000 --no-progress
-printf '%s' "$ERR" | grep -q "CUDA error in cudaMalloc.*: out of memory: [0-9]\{13\} bytes ([0-9.]* MiB) on cuda:0 for a model buffer" ||
+printf '%s' "$ERR" | qgrep "CUDA error in cudaMalloc.*: out of memory: [0-9]\{13\} bytes ([0-9.]* MiB) on cuda:0 for a model buffer" ||
   fail "cudaMalloc failure without its size and device: $ERR"
 [ "$(printf '%s\n' "$ERR" | grep -c .)" = 1 ] || fail "cudaMalloc failure: expected one line: $ERR"
 # 6. bench_allreduce -d cuda stops on a failing NCCL init (no timings printed)
 if [ -x "$BENCH_DIR/bench_allreduce" ]; then
   expect_rc 1 env MPIDDP_EMU_DEVICES=2 MPIDDP_EMU_NCCL_FAULT=init:1 MPIDDP_NCCL_INIT_TIMEOUT=3 mpirun -np 2 --oversubscribe "$BENCH_DIR/bench_allreduce" -d cuda -e 1K -o b.csv
-  printf '%s' "$ERR" | grep -q "bench_allreduce: .* failed: .*injected" || fail "bench_allreduce did not stop on the NCCL failure: $ERR"
-  ! printf '%s' "$OUT" | grep -q "^ *[0-9]\+ \+[0-9]\+ \+float" || fail "bench_allreduce printed timings after a failure: $OUT"
+  printf '%s' "$ERR" | qgrep "bench_allreduce: .* failed: .*injected" || fail "bench_allreduce did not stop on the NCCL failure: $ERR"
+  ! printf '%s' "$OUT" | qgrep "^ *[0-9]\+ \+[0-9]\+ \+float" || fail "bench_allreduce printed timings after a failure: $OUT"
   expect_rc 0 env MPIDDP_EMU_DEVICES=2 mpirun -np 2 --oversubscribe "$BENCH_DIR/bench_allreduce" -d cuda -e 64K -n 3 -w 1 -o b.csv
   printf '%s' "$OUT" | awk '$3=="float" && $7!=0 {bad=1} END{exit bad}' || fail "bench_allreduce -d cuda: wrong results: $OUT"
 fi

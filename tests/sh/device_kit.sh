@@ -90,7 +90,7 @@ R="$WORK/kit/root"; L=$R/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH="$L/openmpi/lib:$L/hdf5/openmpi:$L/openblas-pthread:$L/pmix2/lib:$L"
 for f in $(find "$R/usr/bin" "$L" -type f \( -perm -u+x -o -name '*.so*' \)) "$WORK/kit/build/mpiddp" "$WORK/kit/build"/*.so \
          "$WORK/kit/build/tests/test_cuda_backend" "$WORK/kit/build/benchmarks/bench_train"; do
-  [ -f "$f" ] && head -c 4 "$f" | grep -q ELF || continue
+  [ -f "$f" ] && head -c 4 "$f" | grep -q ELF || continue   # one write: no early-exit race (no qgrep in this script)
   ldd "$f" 2>/dev/null | awk -v f="$f" '/=> \// {print f, $3} /not found/ {print f, "NOTFOUND:" $1}'
 done > "$WORK/ldd.txt"
 exit $rc

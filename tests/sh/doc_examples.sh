@@ -41,7 +41,7 @@ bad=$(grep '^epoch [0-9]* (of' lightning.err | grep -Ev "$PROGRESS_RE" || true)
 topk=$(ls "$L/runs/lit/checkpoints" | grep -c '^epoch=[0-9]*-step=[0-9]*-val_acc=.*\.h5$' || true)
 [ "$topk" -ge 1 ] && [ "$topk" -le 2 ] || fail "lightning.md: $topk top-k files (save_top_k=2)"
 [ -f "$L/runs/lit/checkpoints/last.h5" ] || fail "lightning.md: no last.h5"
-head -1 "$L/runs/lit/checkpoints/decisions.log" | grep -q '^epoch 0 step 32: val/acc=' \
+head -1 "$L/runs/lit/checkpoints/decisions.log" | qgrep '^epoch 0 step 32: val/acc=' \
   || fail "lightning.md: decisions.log: $(head -1 "$L/runs/lit/checkpoints/decisions.log")"
 has lightning.out "best checkpoint: $L/runs/lit/checkpoints/epoch=" "lightning.md's summary"
 # the lr column: warmup over the first 13 steps (10% of 128), then the cosine decay
@@ -81,7 +81,7 @@ bad=$(grep -Ev "$DECISION_RE" "$Dd/runs/vote/checkpoints/decisions.log" || true)
 [ -z "$bad" ] || fail "decisions.log lines out of format: $bad"
 for line in "epoch 0 step 59: val/loss=0.473969; policy reduced: save" \
             "epoch 2 step 177: val/loss=0.0194398; policy all: no save (improved on ranks 0; not on ranks 1) - ranks disagree"; do
-  printf '%s\n' "$line" | grep -Eq "$DECISION_RE" || fail "distributed.md's example '$line' is not the program's format"
+  printf '%s\n' "$line" | qgrep -E "$DECISION_RE" || fail "distributed.md's example '$line' is not the program's format"
   has "$SRC/docs/distributed.md" "$line" "the test's copy of distributed.md's examples"
 done
 # the stop and the resume on 1 rank with --accumulate 2: the messages the page quotes, the end at step 177
@@ -123,13 +123,13 @@ grep -Eq "^mpiddp train: error: non-finite gradient at step [0-9]+ in parameter 
 # ---------------------------------------------------------------- README and --help
 "$MPIDDP" --help > help.txt
 grep -q -- '--version' help.txt || fail "mpiddp --help does not mention --version: $(cat help.txt)"
-"$MPIDDP" --version | grep -Eq '^mpiddp [0-9]+\.[0-9]+' || fail "mpiddp --version: $("$MPIDDP" --version)"
+"$MPIDDP" --version | qgrep -E '^mpiddp [0-9]+\.[0-9]+' || fail "mpiddp --version: $("$MPIDDP" --version)"
 # the options the README's eval and pack synopses lacked (#34), each one that --help lists
 for co in eval:--batch-size eval:--batch-rows eval:--device eval:--precision eval:--out pack:--shards pack:--classes; do
   cmd=${co%%:*} o=${co#*:}
   row=$(grep -F "| \`mpiddp $cmd" "$SRC/README.md" | head -1)
-  "$MPIDDP" $cmd --help | grep -q -- "^  $o " || fail "mpiddp $cmd --help has no $o"
+  "$MPIDDP" $cmd --help | qgrep -- "^  $o " || fail "mpiddp $cmd --help has no $o"
   case $row in *"[$o "* | *"| $o "*) ;; *) fail "README's synopsis of mpiddp $cmd lacks $o: $row" ;; esac
 done
-grep -F '| `mpiddp pack' "$SRC/README.md" | grep -q -- '--classes' || fail "README: pack --classes"
+grep -F '| `mpiddp pack' "$SRC/README.md" | qgrep -- '--classes' || fail "README: pack --classes"
 pass "lightning.md, distributed.md and faults.md run as written; README's eval and pack synopses; --help names --version"

@@ -55,5 +55,5 @@ done
 # the largest shard (37 samples, batch 4) sets 10 steps per epoch on every rank: 20 train rows + 2 val rows
 [ "$(grep -c . shard4/metrics.csv)" = 23 ] || fail "shard mode step count: $(grep -c . shard4/metrics.csv) lines"
 bash "$SRC/scripts/plot_metrics.sh" run run/metrics.png >/dev/null
-head -c 8 run/metrics.png | od -An -c | grep -q "P   N   G" || fail "metrics.png is not a PNG"
+head -c 8 run/metrics.png | od -An -c | qgrep "P   N   G" || fail "metrics.png is not a PNG"
 pass "validation and predictions are exact at np 1-4; shard sampling balanced at np 4; plot"

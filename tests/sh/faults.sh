@@ -25,17 +25,17 @@ grep -Eq "collective timeout: rank [013] waited [0-9]+ s in (the|an?) [a-z -]+ a
 $PY "$SRC/tests/py/make_shards.py" nan nan
 $PY "$SRC/tests/py/make_shards.py" variants vv >/dev/null
 expect_rc 1 mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanrun
-printf '%s' "$ERR" | grep -q "error: non-finite gradient at step [0-9]* in parameter 'l[0-9].\(weight\|bias\)'" || fail "NaN message: $ERR"
+printf '%s' "$ERR" | qgrep "error: non-finite gradient at step [0-9]* in parameter 'l[0-9].\(weight\|bias\)'" || fail "NaN message: $ERR"
 # every rank sees the same reduced gradient: one line from rank 0 and a clean shutdown, not MPI_Abort
 [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "NaN: not one line: $ERR"
-printf '%s' "$ERR" | grep -q "MPI_ABORT" && fail "NaN ended in MPI_Abort: $ERR"
+printf '%s' "$ERR" | qgrep "MPI_ABORT" && fail "NaN ended in MPI_Abort: $ERR"
 mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanskip --skip-nonfinite --epochs 2 >/dev/null
 skipped=$(csv_last nanskip/metrics.csv train/skipped_steps)
 [ "$skipped" = 2 ] || fail "expected 2 skipped steps (one per epoch), got '$skipped'"
 # the count is checkpointed: a resumed third epoch goes on counting (3, not 1)
 mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanskip --skip-nonfinite --epochs 3 --resume auto >/dev/null 2>&1
 [ "$(csv_last nanskip/metrics.csv train/skipped_steps)" = 3 ] || fail "skipped steps after resume: $(csv_last nanskip/metrics.csv train/skipped_steps), expected 3"
-"$MPIDDP" eval --device "$DEVICE" --ckpt nanskip/checkpoints/last.h5 --data vv/one_shard | grep -qv nan || fail "parameters became NaN"
+"$MPIDDP" eval --device "$DEVICE" --ckpt nanskip/checkpoints/last.h5 --data vv/one_shard | qgrep -v nan || fail "parameters became NaN"
 
 # 4. full and read-only run directories (a small tmpfs in a private mount namespace)
 if unshare -m true 2>/dev/null; then

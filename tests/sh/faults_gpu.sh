@@ -15,7 +15,7 @@ timed() { local start=$(date +%s); set +e; "$@" >"$WORK/out.txt" 2>"$WORK/err.tx
 if [ -n "$emu" ]; then
   timed env MPIDDP_EMU_DEVICES=1 mpirun -np 2 --oversubscribe "$MPIDDP" train "${base[@]}" --epochs 1 --out toomany
   [ "$RC" = 1 ] || fail "2 ranks on 1 device: exit $RC ($ERR)"
-  printf '%s' "$ERR" | grep -q "node 0 (.*) runs 2 ranks (0,1) but sees 1 CUDA device(s) (CUDA_VISIBLE_DEVICES=unset)" || fail "ranks per GPU: $ERR"
+  printf '%s' "$ERR" | qgrep "node 0 (.*) runs 2 ranks (0,1) but sees 1 CUDA device(s) (CUDA_VISIBLE_DEVICES=unset)" || fail "ranks per GPU: $ERR"
   [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "expected one error line: $ERR"
   [ ! -e toomany ] || fail "a refused run left a run directory"
 fi
@@ -25,7 +25,7 @@ if [ -n "$emu" ]; then
   timed env MPIDDP_EMU_NCCL_FAULT=init:1 MPIDDP_NCCL_INIT_TIMEOUT=5 mpirun -np 4 --oversubscribe "$MPIDDP" train "${base[@]}" --epochs 1 --out initfail
   [ "$RC" = 1 ] || fail "NCCL init failure: exit $RC ($ERR)"
   [ "$TOOK" -le 30 ] || fail "NCCL init failure took $TOOK s"
-  printf '%s' "$ERR" | grep -q "error: NCCL error in ncclCommInitRankConfig (rank 1 of 4, device 1): .*injected" || fail "init failure message: $ERR"
+  printf '%s' "$ERR" | qgrep "error: NCCL error in ncclCommInitRankConfig (rank 1 of 4, device 1): .*injected" || fail "init failure message: $ERR"
 fi
 
 # 3. an allreduce that never completes on rank 1 (its 5th): every rank reports within the timeout
@@ -33,7 +33,7 @@ if [ -n "$emu" ]; then
   timed env MPIDDP_EMU_NCCL_FAULT=hang:1:5 mpirun -np 4 --oversubscribe "$MPIDDP" train "${base[@]}" --epochs 5 --collective-timeout 5 --out hang
   [ "$RC" != 0 ] || fail "a hung allreduce exited 0"
   [ "$TOOK" -le 30 ] || fail "a hung allreduce took $TOOK s to stop (timeout 5 s)"
-  printf '%s' "$ERR" | grep -q "collective timeout: rank [0-9] waited [0-9]* s in the gradient allreduce at step [0-9]* (--collective-timeout 5)" ||
+  printf '%s' "$ERR" | qgrep "collective timeout: rank [0-9] waited [0-9]* s in the gradient allreduce at step [0-9]* (--collective-timeout 5)" ||
     fail "no timeout report for the hung allreduce: $ERR"
 fi
 

@@ -16,6 +16,10 @@ rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
 
 mpirun_np() { local np=$1; shift; mpirun -np "$np" --oversubscribe "$@"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# qgrep ARGS...: grep -q that reads all of its input. Piped into, `grep -q` exits at its first match while the
+# writer may still be writing (bash's printf writes a line at a time): the writer's SIGPIPE then failed the
+# pipeline under pipefail, and the test at random. Tests pipe into qgrep, never into grep -q.
+qgrep() { grep "$@" >/dev/null; }
 pass() { echo "PASS: $*"; }
 # expect_rc WANT CMD...: runs CMD, captures stdout/stderr in $OUT/$ERR, checks the exit code
 expect_rc() {
@@ -83,7 +87,7 @@ resume_bitwise() {
   local np=$1; shift
   mpirun_np $np "$MPIDDP" train "$@" --out full$np >/dev/null
   expect_rc 0 env MPIDDP_TEST_STOP_AT_STEP=37 MPIDDP_TEST_STOP_RANK=1 mpirun -np $np --oversubscribe "$MPIDDP" train "$@" --out part$np
-  printf '%s' "$OUT" | grep -q "stopped on request at step 37" || fail "stop message: $OUT"
+  printf '%s' "$OUT" | qgrep "stopped on request at step 37" || fail "stop message: $OUT"
   mpirun_np $np "$MPIDDP" train "$@" --out part$np --resume auto >/dev/null
   $PY "$SRC/tests/py/compare_ckpt.py" full$np/checkpoints/last.h5 part$np/checkpoints/last.h5 0 || fail "resume at np $np on $DEVICE is not bitwise exact"
 }

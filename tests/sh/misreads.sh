@@ -17,22 +17,22 @@ head -c 1100000 /dev/zero | tr '\0' '#' > big.ini
 printf 'epochs = 2\n\0\n' > nul.ini
 for np in 1 2 4; do
   expect_rc 2 tmpirun $np "$MPIDDP" train "${args[@]}" --out c$np --config /dev/zero
-  printf '%s' "$ERR" | grep -q "^mpiddp train: --config /dev/zero: is a character device, not a regular file$" || fail "/dev/zero at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "^mpiddp train: --config /dev/zero: is a character device, not a regular file$" || fail "/dev/zero at np $np: $ERR"
   one_line "/dev/zero at np $np"
   expect_rc 2 tmpirun $np "$MPIDDP" train "${args[@]}" --out c$np --config cfg.fifo
-  printf '%s' "$ERR" | grep -q "^mpiddp train: --config cfg.fifo: is a FIFO, not a regular file$" || fail "FIFO at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "^mpiddp train: --config cfg.fifo: is a FIFO, not a regular file$" || fail "FIFO at np $np: $ERR"
   [ -e c$np ] && fail "--config refused at np $np, yet a run directory was made"
 done
 expect_rc 2 timeout 10 "$MPIDDP" train "${args[@]}" --out c --config cfgdir
-printf '%s' "$ERR" | grep -q "^mpiddp train: --config cfgdir: is a directory, not an INI file$" || fail "directory: $ERR"
+printf '%s' "$ERR" | qgrep "^mpiddp train: --config cfgdir: is a directory, not an INI file$" || fail "directory: $ERR"
 expect_rc 2 timeout 10 "$MPIDDP" train "${args[@]}" --out c --config=cfgdir/
-printf '%s' "$ERR" | grep -q "is a directory" || fail "directory with a slash: $ERR"
+printf '%s' "$ERR" | qgrep "is a directory" || fail "directory with a slash: $ERR"
 expect_rc 2 timeout 10 "$MPIDDP" train "${args[@]}" --out c --config big.ini
-printf '%s' "$ERR" | grep -q "^mpiddp train: --config big.ini: 1100000 bytes, more than the 1048576 a config file may hold$" || fail "large file: $ERR"
+printf '%s' "$ERR" | qgrep "^mpiddp train: --config big.ini: 1100000 bytes, more than the 1048576 a config file may hold$" || fail "large file: $ERR"
 expect_rc 2 timeout 10 "$MPIDDP" train "${args[@]}" --out c --config nul.ini
-printf '%s' "$ERR" | grep -q "^mpiddp train: --config nul.ini: holds a NUL byte at offset 11: not a text file$" || fail "NUL byte: $ERR"
+printf '%s' "$ERR" | qgrep "^mpiddp train: --config nul.ini: holds a NUL byte at offset 11: not a text file$" || fail "NUL byte: $ERR"
 expect_rc 2 timeout 10 "$MPIDDP" train "${args[@]}" --out c --config missing.ini
-printf '%s' "$ERR" | grep -q "^mpiddp train: --config missing.ini: cannot open: No such file or directory$" || fail "missing file: $ERR"
+printf '%s' "$ERR" | qgrep "^mpiddp train: --config missing.ini: cannot open: No such file or directory$" || fail "missing file: $ERR"
 printf 'epochs = 1\nhidden = 8\n' > ok.ini # a regular file still works (through the same reader)
 expect_rc 0 timeout 60 "$MPIDDP" train --device cpu --train t --val v --batch-size 8 --no-progress --out cok --config ok.ini
 grep -Eq '"hidden":[[:space:]]*8,' cok/run.json || fail "config values not applied: $(head -c 400 cok/run.json)"
@@ -48,20 +48,20 @@ mkdir preds
 for np in 1 2 4; do
   ev=(tmpirun $np "$MPIDDP" eval --device cpu --ckpt "$ck" --data v --batch-size 4)
   expect_rc 2 "${ev[@]}" --out "$ck"
-  printf '%s' "$ERR" | grep -q "^mpiddp eval: --out $ck: is the checkpoint --ckpt $ck; refusing to replace it$" || fail "--out = --ckpt at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "^mpiddp eval: --out $ck: is the checkpoint --ckpt $ck; refusing to replace it$" || fail "--out = --ckpt at np $np: $ERR"
   expect_rc 2 "${ev[@]}" --out ck-link.csv # another name, the same inode
-  printf '%s' "$ERR" | grep -q "is the checkpoint" || fail "--out a link to the checkpoint at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "is the checkpoint" || fail "--out a link to the checkpoint at np $np: $ERR"
   expect_rc 2 "${ev[@]}" --out "$(pwd)/v/../v/shard-00001.h5"
-  printf '%s' "$ERR" | grep -q "is v/shard-00001.h5 of the dataset --data v; refusing to replace it" || fail "--out = a shard at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "is v/shard-00001.h5 of the dataset --data v; refusing to replace it" || fail "--out = a shard at np $np: $ERR"
   expect_rc 2 "${ev[@]}" --out notes.txt
-  printf '%s' "$ERR" | grep -q "^mpiddp eval: --out notes.txt: exists and is not a predictions CSV of mpiddp eval" || fail "--out = a foreign file at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "^mpiddp eval: --out notes.txt: exists and is not a predictions CSV of mpiddp eval" || fail "--out = a foreign file at np $np: $ERR"
   expect_rc 2 "${ev[@]}" --out preds/
-  printf '%s' "$ERR" | grep -q "^mpiddp eval: --out preds/: is a directory (give a file name, e.g. preds/predictions.csv)$" || fail "--out dir/ at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "^mpiddp eval: --out preds/: is a directory (give a file name, e.g. preds/predictions.csv)$" || fail "--out dir/ at np $np: $ERR"
   one_line "--out dir/ at np $np"
   expect_rc 2 "${ev[@]}" --out preds
-  printf '%s' "$ERR" | grep -q "is a directory" || fail "--out dir at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "is a directory" || fail "--out dir at np $np: $ERR"
   expect_rc 1 "${ev[@]}" --out nodir/p.csv
-  printf '%s' "$ERR" | grep -q "nodir/p.csv.tmp: cannot create: No such file or directory" || fail "--out in a missing directory at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "nodir/p.csv.tmp: cannot create: No such file or directory" || fail "--out in a missing directory at np $np: $ERR"
   expect_rc 0 "${ev[@]}" --out p.csv # a new file, then the same file again: mpiddp wrote it, it may be replaced
   expect_rc 0 "${ev[@]}" --out p.csv
   [ "$(head -1 p.csv)" = "sample_id,label,pred,prob" ] && [ "$(wc -l < p.csv)" = 41 ] || fail "predictions at np $np: $(head -3 p.csv)"
@@ -86,10 +86,10 @@ if [ "$(id -u)" = 0 ]; then # root reads mode 000: run as nobody
   "${as_user[@]}" test -r "$priv/v/shard-00001.h5" && fail "nobody can read a mode-000 file: the check would prove nothing"
 fi
 expect_rc 1 timeout 60 "${as_user[@]}" "$MPIDDP" inspect "$priv/v"
-printf '%s' "$ERR" | grep -q "^mpiddp inspect: error: $priv/v/shard-00001.h5: cannot open: Permission denied$" || fail "mode 000, inspect: $ERR"
+printf '%s' "$ERR" | qgrep "^mpiddp inspect: error: $priv/v/shard-00001.h5: cannot open: Permission denied$" || fail "mode 000, inspect: $ERR"
 for np in 2 4; do
   expect_rc 1 env HOME="$priv" "${as_user[@]}" timeout 60 mpirun -np $np --oversubscribe "$MPIDDP" train --device cpu --train "$priv/v" --val v \
     --no-progress --out "$priv/run"
-  printf '%s' "$ERR" | grep -q "^mpiddp train: error: $priv/v/shard-00001.h5: cannot open: Permission denied" || fail "mode 000, train at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "^mpiddp train: error: $priv/v/shard-00001.h5: cannot open: Permission denied" || fail "mode 000, train at np $np: $ERR"
 done
 pass "--config refuses what is not a regular text file, eval --out keeps its inputs, a mode-000 shard says Permission denied"

@@ -11,10 +11,10 @@ for np in 2 4; do
 done
 expect_rc 0 mpirun_np 2 "$MPIDDP" env
 [ "$(printf '%s\n' "$OUT" | grep -c '^rank=')" = 2 ] || fail "env: expected 2 rank lines: $OUT"
-printf '%s\n' "$OUT" | grep -q "rank=1 size=2 local_rank=1 local_size=2 node=0 nodes=1" || fail "env topology: $OUT"
+printf '%s\n' "$OUT" | qgrep "rank=1 size=2 local_rank=1 local_size=2 node=0 nodes=1" || fail "env topology: $OUT"
 # a process that srun's variables call rank 2 of 4 but that MPI started alone: a clear error, exit 1
 expect_rc 1 env SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=2 "$MPIDDP" env
-printf '%s' "$ERR" | grep -q "srun started this process as rank 2 of 4 but MPI says rank 0 of 1: launch with .srun --mpi=pmix." || fail "cross-check: $ERR"
+printf '%s' "$ERR" | qgrep "srun started this process as rank 2 of 4 but MPI says rank 0 of 1: launch with .srun --mpi=pmix." || fail "cross-check: $ERR"
 synth --out val --samples 80 --shards 1 --dim 6 --classes 3 --first-id 100000
 mpirun_np 2 "$EXAMPLE" d val user_run
 acc=$(csv_last user_run/metrics.csv val/acc)

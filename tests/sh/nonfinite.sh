@@ -27,28 +27,28 @@ r=$(row_of "$s1" 5 1)
 set_value "$s1" "$r" 4 nan
 id=$($PY -c "import h5py,sys; f=h5py.File(sys.argv[1],'r'); print(int(f['sample_ids'][5]) if 'sample_ids' in f else -1)" "$s1")
 expect_rc 0 $T "$MPIDDP" inspect v
-printf '%s' "$OUT" | grep -q "dataset v: valid" || fail "clean dataset: $OUT"
+printf '%s' "$OUT" | qgrep "dataset v: valid" || fail "clean dataset: $OUT"
 expect_rc 1 $T "$MPIDDP" inspect vnan
 want="vnan/$(basename "$s1"): dataset 'features'\[row $r, column 4\]: nan, in sample 5 of the shard (offsets\[5\], id"
-printf '%s' "$ERR" | grep -q "^mpiddp inspect: error: $want" || fail "inspect names the NaN: $ERR (want $want)"
-[ "$id" = -1 ] || printf '%s' "$ERR" | grep -q "id $id)" || fail "inspect: sample id $id not named: $ERR"
-printf '%s' "$ERR" | grep -q "1 non-finite value(s) in 1 sample(s) of the dataset" || fail "inspect totals: $ERR"
+printf '%s' "$ERR" | qgrep "^mpiddp inspect: error: $want" || fail "inspect names the NaN: $ERR (want $want)"
+[ "$id" = -1 ] || printf '%s' "$ERR" | qgrep "id $id)" || fail "inspect: sample id $id not named: $ERR"
+printf '%s' "$ERR" | qgrep "1 non-finite value(s) in 1 sample(s) of the dataset" || fail "inspect totals: $ERR"
 [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] || fail "inspect: not one line: $ERR"
-printf '%s' "$OUT" | grep -q valid && fail "inspect called a NaN dataset valid: $OUT"
+printf '%s' "$OUT" | qgrep valid && fail "inspect called a NaN dataset valid: $OUT"
 $PY "$SRC/tests/py/make_shards.py" variants vars > /dev/null
 g=vars/h5py_gzip/part-01.h5
 set_value "$g" 3 2 -inf
 set_value "$g" 4 0 inf
 set_value vars/h5py_gzip/part-03.h5 0 1 nan
 expect_rc 1 $T "$MPIDDP" inspect vars/h5py_gzip
-printf '%s' "$ERR" | grep -q "part-01.h5: dataset 'features'\[row 3, column 2\]: -inf, in sample [0-9]* of the shard" || fail "inspect, chunked shard: $ERR"
-printf '%s' "$ERR" | grep -q "3 non-finite value(s) in [23] sample(s) of the dataset" || fail "inspect totals, chunked: $ERR"
+printf '%s' "$ERR" | qgrep "part-01.h5: dataset 'features'\[row 3, column 2\]: -inf, in sample [0-9]* of the shard" || fail "inspect, chunked shard: $ERR"
+printf '%s' "$ERR" | qgrep "3 non-finite value(s) in [23] sample(s) of the dataset" || fail "inspect totals, chunked: $ERR"
 
 # --- 2. train --check-finite: the same line at np 1, 2 and 4 (the shards are spread over the ranks) ---
 base=(--device cpu --train t --batch-size 4 --hidden 8 --no-progress)
 for np in 1 2 4; do
   expect_rc 1 tmpirun $np "$MPIDDP" train "${base[@]}" --val vnan --out cf$np --check-finite
-  printf '%s' "$ERR" | grep -q "^mpiddp train: error: $want" || fail "--check-finite at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "^mpiddp train: error: $want" || fail "--check-finite at np $np: $ERR"
   [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "--check-finite at np $np: not one line: $ERR"
   [ -e cf$np/metrics.csv ] && fail "--check-finite at np $np: the run started"
 done
@@ -59,13 +59,13 @@ s2=$(ls tnan/*.h5 | sed -n 3p)
 set_value "$s2" 0 0 nan
 for np in 2 4; do
   expect_rc 1 tmpirun $np "$MPIDDP" train --device cpu --train tnan --val v --batch-size 4 --hidden 8 --no-progress --out cft$np --check-finite
-  printf '%s' "$ERR" | grep -q "error: tnan/$(basename "$s2"): dataset 'features'\[row 0, column 0\]: nan, in sample 0 of the shard" || fail "--check-finite, train set, np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "error: tnan/$(basename "$s2"): dataset 'features'\[row 0, column 0\]: nan, in sample 0 of the shard" || fail "--check-finite, train set, np $np: $ERR"
 done
 
 # --- 3. a NaN in the validation set without --check-finite: val/loss is not finite ---
 for np in 1 2 4; do
   expect_rc 1 tmpirun $np "$MPIDDP" train "${base[@]}" --val vnan --out vl$np --epochs 2
-  printf '%s' "$ERR" | grep -q "^mpiddp train: error: val/loss is not finite (nan) after epoch 0 (step [0-9]*), so it can neither rank checkpoints nor stop early" || fail "NaN monitor at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep "^mpiddp train: error: val/loss is not finite (nan) after epoch 0 (step [0-9]*), so it can neither rank checkpoints nor stop early" || fail "NaN monitor at np $np: $ERR"
   [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "NaN monitor at np $np: not one line: $ERR"
   ls vl$np/checkpoints/epoch=* 2>/dev/null && fail "NaN monitor at np $np: a top-k checkpoint was saved"
   # opting out: the run goes on, no top-k file, each decision says why
@@ -77,7 +77,7 @@ for np in 1 2 4; do
 done
 # a vote: the ranks whose local value is not finite are named (v's second shard holds the NaN: the last samples)
 expect_rc 1 tmpirun 2 "$MPIDDP" train "${base[@]}" --val vnan --out vote --ckpt-policy all
-printf '%s' "$ERR" | grep -q "error: val/loss is not finite on rank(s) [0-9,]* after epoch 0" || fail "vote: $ERR"
+printf '%s' "$ERR" | qgrep "error: val/loss is not finite on rank(s) [0-9,]* after epoch 0" || fail "vote: $ERR"
 
 # --- 4. a NaN in the training data: the gradient error names the sample; finite data says so ---
 cp -r t tg
@@ -87,7 +87,7 @@ gid=$($PY -c "import h5py,sys; f=h5py.File(sys.argv[1],'r'); print(int(f['sample
 for np in 1 2 4; do
   for acc in 1 2; do
     expect_rc 1 tmpirun $np "$MPIDDP" train --device cpu --train tg --val v --batch-size 4 --hidden 8 --no-progress --accumulate $acc --out g$np$acc
-    printf '%s' "$ERR" | grep -q "^mpiddp train: error: non-finite gradient at step [0-9]* in parameter '[a-z0-9.]*', from the data: tg/$(basename "$s0"): dataset 'features'\[row [0-9]*, column 5\]: nan, in sample 3 of the shard (offsets\[3\], id $gid), global index 3, on rank [0-9]" ||
+    printf '%s' "$ERR" | qgrep "^mpiddp train: error: non-finite gradient at step [0-9]* in parameter '[a-z0-9.]*', from the data: tg/$(basename "$s0"): dataset 'features'\[row [0-9]*, column 5\]: nan, in sample 3 of the shard (offsets\[3\], id $gid), global index 3, on rank [0-9]" ||
       fail "gradient message at np $np, accumulate $acc: $ERR"
     [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "gradient message at np $np: not one line: $ERR"
   done
@@ -97,6 +97,6 @@ cp -r t tbig
 sb=$(first_shard tbig)
 for k in 0 1 2 3 4 5; do set_value "$sb" 0 $k 3e38; done
 expect_rc 1 tmpirun 2 "$MPIDDP" train --device cpu --train tbig --val v --batch-size 4 --hidden 8 --no-progress --out big
-printf '%s' "$ERR" | grep -q "error: non-finite gradient at step [0-9]* in parameter '[a-z0-9.]*'; every feature of the step's samples is finite, so the cause is not in the data" ||
+printf '%s' "$ERR" | qgrep "error: non-finite gradient at step [0-9]* in parameter '[a-z0-9.]*'; every feature of the step's samples is finite, so the cause is not in the data" ||
   fail "overflow message: $ERR"
 pass "inspect, --check-finite, a non-finite monitor and the gradient message name NaN/Inf data"

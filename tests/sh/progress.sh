@@ -39,7 +39,7 @@ best=$(best_of a/metrics.csv val/loss min)
 line=$(grep '^mpiddp train: best checkpoint: ' a.out) || fail "no best checkpoint line: $(cat a.out)"
 path=$(printf '%s' "$line" | sed -E 's/^mpiddp train: best checkpoint: (.*\.h5), val\/loss=.*/\1/')
 [ -f "$path" ] && [ "$(dirname "$path")" = "$WORK/a/checkpoints" ] || fail "best checkpoint '$path' is not a file of the run"
-printf '%s' "$line" | grep -qF ", val/loss=$best (epoch " || fail "summary's best '$line', metrics.csv's best val/loss $best"
+printf '%s' "$line" | qgrep -F ", val/loss=$best (epoch " || fail "summary's best '$line', metrics.csv's best val/loss $best"
 e=$(printf '%s' "$line" | sed -E 's/.*\(epoch ([0-9]+), global step ([0-9]+)\)$/\1 \2/')
 grep -q "^${e% *},${e#* },.*,$best," a/metrics.csv || fail "best checkpoint's epoch and step ($e) are not metrics.csv's row of val/loss $best"
 [ "$(basename "$path")" = "epoch=${e% *}-step=${e#* }-val_loss=$(printf '%.6g' "$best").h5" ] || fail "best checkpoint $path vs epoch/step $e"
@@ -99,14 +99,14 @@ awk -v f="$csv_first" -v b="$with_startup" 'BEGIN {exit !(f >= 8 * b)}' || fail 
 
 # 4. the summary of a run stopped on request, and of its resume
 expect_rc 0 env MPIDDP_TEST_STOP_AT_STEP=40 mpirun -np 2 --oversubscribe "$MPIDDP" train "${ARGS[@]}" --out p --epochs 3 --log-every 10
-printf '%s\n' "$OUT" | grep -qx 'mpiddp train: stopped at epoch 0 (of 3) step 40/63 (global 40)' || fail "stopped summary: $OUT"
-printf '%s\n' "$OUT" | grep -qx 'mpiddp train: best checkpoint: none (no checkpoint decision yet)' || fail "stopped before a decision: $OUT"
-printf '%s\n' "$OUT" | grep -q 'trained 1280 samples' || fail "40 steps of 32 samples: $OUT"
-printf '%s\n' "$OUT" | tail -1 | grep -qx "run directory: $WORK/p" || fail "a stopped run names its run directory last: $OUT"
-printf '%s\n' "$OUT" | head -1 | grep -q '^mpiddp train: stopped on request at step 40 ' || fail "the stop message comes first: $OUT"
+printf '%s\n' "$OUT" | qgrep -x 'mpiddp train: stopped at epoch 0 (of 3) step 40/63 (global 40)' || fail "stopped summary: $OUT"
+printf '%s\n' "$OUT" | qgrep -x 'mpiddp train: best checkpoint: none (no checkpoint decision yet)' || fail "stopped before a decision: $OUT"
+printf '%s\n' "$OUT" | qgrep 'trained 1280 samples' || fail "40 steps of 32 samples: $OUT"
+printf '%s\n' "$OUT" | tail -1 | qgrep -x "run directory: $WORK/p" || fail "a stopped run names its run directory last: $OUT"
+printf '%s\n' "$OUT" | head -1 | qgrep '^mpiddp train: stopped on request at step 40 ' || fail "the stop message comes first: $OUT"
 [ "$(printf '%s\n' "$OUT" | grep -c 'stopped on request')" = 1 ] || fail "the summary repeats the stop message's words: $OUT"
 mpirun_np 2 "$MPIDDP" train "${ARGS[@]}" --out p --epochs 3 --log-every 10 --resume auto > p2.out 2> p2.err
-grep '^epoch [0-9]* (of' p2.err | head -1 | grep -q '^epoch 0 (of 3) step 50/63 (global 50) ' || fail "resumed progress: $(grep '^epoch' p2.err | head -1)"
+grep '^epoch [0-9]* (of' p2.err | head -1 | qgrep '^epoch 0 (of 3) step 50/63 (global 50) ' || fail "resumed progress: $(grep '^epoch' p2.err | head -1)"
 grep -qx 'mpiddp train: finished at epoch 2 (of 3) step 63/63 (global 189)' p2.out || fail "resumed summary: $(cat p2.out)"
 grep -q 'trained 4720 samples' p2.out || fail "the resume trained 6000 - 1280 samples: $(cat p2.out)"
 

@@ -30,14 +30,14 @@ done
 MPIDDP_TEST_STOP_AT_STEP=5 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out bad >/dev/null
 $PY -c "import h5py; f = h5py.File('bad/checkpoints/last.h5', 'r+'); f.attrs['samples_in_epoch'] = f.attrs['samples_in_epoch'] - 3"
 expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out bad --resume auto
-printf '%s' "$ERR" | grep -q "cannot be continued exactly" || fail "inexact position: $ERR"
+printf '%s' "$ERR" | qgrep "cannot be continued exactly" || fail "inexact position: $ERR"
 [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "inexact position: not one line: $ERR"
-printf '%s' "$ERR" | grep -q "MPI_ABORT" && fail "inexact position ended in MPI_Abort: $ERR"
+printf '%s' "$ERR" | qgrep "MPI_ABORT" && fail "inexact position ended in MPI_Abort: $ERR"
 # seed, monitor and mode must match the checkpoint's
 MPIDDP_TEST_STOP_AT_STEP=5 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out ok >/dev/null
 for opt in "--seed 9|saved with --seed 0" "--monitor val/acc --mode max|saved with --mode min" "--monitor val/acc|saved with --monitor val/loss"; do
   read -r -a extra <<< "${opt%%|*}"
   expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out ok --resume auto "${extra[@]}"
-  printf '%s' "$ERR" | grep -qF "${opt#*|}" || fail "resume with ${opt%%|*}: $ERR"
+  printf '%s' "$ERR" | qgrep -F "${opt#*|}" || fail "resume with ${opt%%|*}: $ERR"
 done
 pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode refused"

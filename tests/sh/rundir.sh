@@ -54,12 +54,12 @@ pass "old checkpoints' top-k paths"
 for np in 1 2 4; do
   sums runs/orig > before.sums
   expect_rc 2 mpirun_np $np "$MPIDDP" train "${base[@]}" --epochs 1 --out runs/orig
-  printf '%s' "$ERR" | grep -q "runs/orig holds a run (run.json): continue it with --resume auto" || fail "np $np refusal: $ERR"
+  printf '%s' "$ERR" | qgrep "runs/orig holds a run (run.json): continue it with --resume auto" || fail "np $np refusal: $ERR"
   [ "$(printf '%s\n' "$ERR" | grep -c 'mpiddp train')" = 1 ] || fail "np $np refusal is not one line: $ERR"
   sums runs/orig | diff before.sums - >/dev/null || fail "np $np: the refused run touched the old run's files"
 done
 expect_rc 2 mpirun_np 2 "$MPIDDP" train "${base[@]}" --out runs/orig --overwrite --resume auto
-printf '%s' "$ERR" | grep -q -- "--resume and --overwrite: give one" || fail "--resume with --overwrite: $ERR"
+printf '%s' "$ERR" | qgrep -- "--resume and --overwrite: give one" || fail "--resume with --overwrite: $ERR"
 pass "a finished run is refused"
 
 # 2b. --overwrite removes the run's files, and only those
@@ -82,7 +82,7 @@ for np in 2 4; do
   for extra in "" "--resume auto"; do
     # shellcheck disable=SC2086
     expect_rc 2 mpirun_np $np "$MPIDDP" train "${base[@]}" --epochs 2 --out live $extra
-    printf '%s' "$ERR" | grep -q "live: the run directory is in use by another run (host $(hostname), PID $holder, since" \
+    printf '%s' "$ERR" | qgrep "live: the run directory is in use by another run (host $(hostname), PID $holder, since" \
       || fail "np $np second run ($extra): $ERR"
   done
 done
@@ -124,7 +124,7 @@ else # no mount permission: the same failure through the file-size limit (SIGXFS
   expect_rc 1 bash -c "trap '' XFSZ; ulimit -f 96; exec mpirun -np 2 --oversubscribe '$MPIDDP' train ${base[*]} --hidden 96 --epochs 1 --out '$mnt/run'"
   how="96 KiB file-size limit"
 fi
-printf '%s' "$ERR" | grep -q "mpiddp train: error: .*$mnt/run/checkpoints/" || fail "disk full ($how): $ERR"
+printf '%s' "$ERR" | qgrep "mpiddp train: error: .*$mnt/run/checkpoints/" || fail "disk full ($how): $ERR"
 if [ -f "$mnt/run/checkpoints/decisions.log" ]; then
   ! grep -q "save" "$mnt/run/checkpoints/decisions.log" || fail "decisions.log records a save that failed ($how)"
 fi

@@ -9,7 +9,7 @@ mpirun_np 2 "$MPIDDP" synth --out o2 "${ORD[@]}" --seed 9 >/dev/null
 synth --out o3 "${ORD[@]}" --seed 10
 synth --out c0 --samples 300 --dim 8 --classes 3 --min-rows 3 --max-rows 12 --shards 2 --seed 9
 synth --out c1 --samples 300 --dim 8 --classes 3 --min-rows 3 --max-rows 12 --shards 2 --seed 9 --task class
-"$MPIDDP" inspect o1 | grep -q "samples 1000 .* classes 3" || fail "inspect of the order dataset"
+"$MPIDDP" inspect o1 | qgrep "samples 1000 .* classes 3" || fail "inspect of the order dataset"
 $PY - <<'EOF' || fail "order dataset properties"
 import glob, itertools, sys
 import h5py, numpy as np
@@ -101,14 +101,14 @@ EOF
 # (c) an unknown task: one line, exit 2, nothing written
 expect_rc 2 "$MPIDDP" synth --out bogus --task bogus
 [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] || fail "--task bogus: expected one stderr line, got: $ERR"
-printf '%s' "$ERR" | grep -q -- "--task 'bogus'" || fail "--task bogus: message does not name the value: $ERR"
+printf '%s' "$ERR" | qgrep -- "--task 'bogus'" || fail "--task bogus: message does not name the value: $ERR"
 [ ! -e bogus ] || fail "--task bogus created its output directory"
 # (d) the order task needs every marker in every sample
 expect_rc 2 "$MPIDDP" synth --out few --task order --classes 5 --min-rows 3
 [ "$(printf '%s\n' "$ERR" | wc -l)" = 1 ] || fail "--min-rows < --classes: expected one stderr line, got: $ERR"
-printf '%s' "$ERR" | grep -q -- "--task order needs --min-rows >= --classes" || fail "--min-rows < --classes: $ERR"
+printf '%s' "$ERR" | qgrep -- "--task order needs --min-rows >= --classes" || fail "--min-rows < --classes: $ERR"
 [ ! -e few ] || fail "--min-rows < --classes created its output directory"
 "$MPIDDP" synth --out edge --task order --classes 5 --min-rows 5 --max-rows 5 --samples 20 --shards 1 >/dev/null ||
   fail "--task order with --min-rows = --classes"
-"$MPIDDP" synth --help | grep -q -- "--task class|order" || fail "synth --help does not list --task"
+"$MPIDDP" synth --help | qgrep -- "--task class|order" || fail "synth --help does not list --task"
 pass "synth --task order"

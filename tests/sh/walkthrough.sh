@@ -61,7 +61,7 @@ quoted=$(grep '^    epoch [0-9]* (of' "$DOC" | sed 's/^    //')
 bad=$(printf '%s\n' "$quoted" | grep -Ev "$RE" || true)
 [ -z "$bad" ] || fail "the page's progress lines are not the program's format: $bad"
 # decisions.log and the validation lines count epochs from 0 too (the page used to say 1)
-head -1 runs/first/checkpoints/decisions.log | grep -q '^epoch 0 step ' || fail "decisions.log: $(head -1 runs/first/checkpoints/decisions.log)"
+head -1 runs/first/checkpoints/decisions.log | qgrep '^epoch 0 step ' || fail "decisions.log: $(head -1 runs/first/checkpoints/decisions.log)"
 grep -q '^epoch 0: val/loss=' "$WORK/walk.err" || fail "no 'epoch 0:' validation line"
 grep -qi 'from 1' "$DOC" && fail "the page still says something counts from 1: $(grep -i 'from 1' "$DOC")"
 # the end-of-run summary on stdout: where it ended (= metrics.csv's last row), the best checkpoint (a file of the
@@ -69,7 +69,7 @@ grep -qi 'from 1' "$DOC" && fail "the page still says something counts from 1: $
 end=$(grep '^mpiddp train: \(finished\|early stopping\) at epoch' "$WORK/walk.out") || fail "no summary: $(cat "$WORK/walk.out")"
 last_step=$(tail -1 runs/first/metrics.csv | cut -d, -f2)
 last_epoch=$(tail -1 runs/first/metrics.csv | cut -d, -f1)
-printf '%s' "$end" | grep -Eq "at epoch $last_epoch \(of 4\) step ([0-9]+)/\1 \(global $last_step\)$" \
+printf '%s' "$end" | qgrep -E "at epoch $last_epoch \(of 4\) step ([0-9]+)/\1 \(global $last_step\)$" \
   || fail "summary '$end' vs metrics.csv's last row (epoch $last_epoch, step $last_step)"
 best=$(grep '^mpiddp train: best checkpoint: ' "$WORK/walk.out") || fail "no best checkpoint line"
 path=$(printf '%s' "$best" | sed -E 's/^mpiddp train: best checkpoint: (.*\.h5), val\/acc=.*/\1/')
