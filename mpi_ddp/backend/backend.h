@@ -226,6 +226,13 @@ struct ddp_enc_ops {
     ddp_status (*layernorm_bwd16)(ddp_backend *b, const float *dy, const float *x, const float *w, const float *mean,
                                   const float *rstd, float *dx, ddp_bf16 *dx16, float *dw, float *db, int64_t R,
                                   int64_t d);
+    /* gelu_erf_fwd16 of a z stored in bf16 with its bias already added (by the GEMM's bias epilogue) and no dgelu:
+     * the backward recomputes gelu' from z (gelu_erf_bwd16z) */
+    ddp_status (*gelu_erf_fwd16z)(ddp_backend *b, const ddp_bf16 *z, ddp_bf16 *a, const ddp_packing *pack, int64_t cols,
+                                  const ddp_dropout *dr);
+    /* gelu_erf_bwd16 with dgelu = gelu_erf'(z), z the bf16 input of gelu_erf_fwd16z */
+    ddp_status (*gelu_erf_bwd16z)(ddp_backend *b, const float *dact, const ddp_bf16 *z, ddp_bf16 *dz, float *dbias,
+                                  const ddp_packing *pack, int64_t cols, const ddp_dropout *dr);
 };
 
 /* The names of the encoder ops, in table order: ddp_backend_require() checks a backend has them all. */

@@ -269,6 +269,10 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     /* q|k|v in bf16, rounded once by the in projection's bias epilogue: the values the tensor-core kernels and cuDNN
      * round them to when they read them; the SIMT kernels read them widened (docs/transformer.md) */
     m->qkv16 = m->act16 && m->fuse_epi;
+    /* linear1's output in bf16 from its bias epilogue, as PyTorch's autocast keeps it: the GELU reads it, its backward
+     * recomputes gelu' from it instead of keeping an fp32 gelu' (half the memory, 40 d bytes a row less traffic);
+     * unlike the flags above this rounds a value nothing rounded before (docs/transformer.md states the bound) */
+    m->z16 = m->act16 && m->fuse_epi && be->enc->gelu_erf_fwd16z && be->enc->gelu_erf_bwd16z && be->enc->gelu_erf_bwd16;
     /* the attention the encoder runs: cuDNN's fused SDPA where the backend chooses it, else the own kernels */
     if (be->attention_select) {
         const char *name = "own";
@@ -293,7 +297,7 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
         BALLOC(y->y2, (R * d + A - 1) / A);
         BALLOC(y->mu2, R);
         BALLOC(y->rs2, R);
-        BALLOC(y->dg, R * f);
+        BALLOC(y->dg, m->z16 ? (R * f + 1) / 2 : R * f);
         BALLOC(y->a2, (R * f + A - 1) / A);
     }
     BALLOC(m->hL, R * d);
@@ -344,6 +348,7 @@ done:
 int ddp_transformer_act16(const ddp_model *model) { return ((const txmodel *)model->self)->act16; }
 int ddp_transformer_dqkv16(const ddp_model *model) { return ((const txmodel *)model->self)->dqkv16; }
 int ddp_transformer_dh16(const ddp_model *model) { return ((const txmodel *)model->self)->dh16; }
+int ddp_transformer_z16(const ddp_model *model) { return ((const txmodel *)model->self)->z16; }
 int ddp_transformer_qkv16(const ddp_model *model) { return ((const txmodel *)model->self)->qkv16; }
 
 void ddp_transformer_times(const ddp_model *model, double t[4])

@@ -34,7 +34,8 @@ typedef struct {
     float *o, *lse;        /* attention output [R, d] (heads concatenated), log-sum-exp [R, heads] */
     float *hmid;           /* residual stream after the attention block */
     float *y2, *mu2, *rs2; /* norm2 */
-    float *dg, *a2;        /* gelu' of linear1's output [R, f]; dropped gelu output [R, f] */
+    float *dg, *a2;        /* gelu' of linear1's output [R, f] (at z16: that output itself, in bf16); dropped gelu
+                            * output [R, f] */
 } tx_layer;
 
 typedef struct {
@@ -47,6 +48,8 @@ typedef struct {
     int dqkv16; /* 1: the q|k|v gradient in bf16 (act16 with a fused linear_bwd, whose bias gradient sums bf16) */
     int qkv16;  /* 1: q|k|v in bf16, written by the in projection's bias epilogue (act16 with fused epilogues) */
     int dh16;   /* 1: the layernorm backward writes dh's bf16 rounding into dqkv's buffer (dqkv16, no dropout) */
+    int z16;    /* 1: linear1's output (bias added) in bf16 from its epilogue, gelu' recomputed from it (act16, fused
+                 * epilogues, gelu_erf_fwd16z / bwd16z) */
     char attention[400]; /* "cudnn: <why>" or "own: <why>" (attention_select), "cpu: <method>" */
     int fuse_epi; /* 1: bias adds and bias gradients in the GEMMs' epilogues (tf32, bf16: gemm_epi, MPIDDP_CUBLASLT) */
     float dropout;

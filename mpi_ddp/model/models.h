@@ -27,5 +27,7 @@ int ddp_transformer_dqkv16(const ddp_model *m);
 int ddp_transformer_qkv16(const ddp_model *m);
 /* 1 when that model's layernorm backward also writes the residual stream's gradient in bf16 (txmodel.dh16) */
 int ddp_transformer_dh16(const ddp_model *m);
+/* 1 when that model keeps linear1's output in bf16 and recomputes gelu' from it (txmodel.z16) */
+int ddp_transformer_z16(const ddp_model *m);
 
 #endif

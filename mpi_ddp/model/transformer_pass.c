@@ -100,12 +100,17 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
         LINEAR_X16(y->o, m->o16, P + w[T_OUT_W], m->branch, R, d, d);
         DDP_CHECK(residual_norm(m, y->hmid, y->h, P + w[T_OUT_B], &drop_res1, P + w[T_N2_W], P + w[T_N2_B], y->y2,
                                 m->act16, y->mu2, y->rs2));
-        LINEAR_ACT(y->y2, P + w[T_L1_W], y->dg, R, f, d);
-        if (m->act16)
+        if (m->z16) { /* z = linear1's output + bias, rounded to bf16 by the epilogue; the GELU reads it */
+            LINEAR_BIAS16(y->y2, 1, P + w[T_L1_W], P + w[T_L1_B], y->dg, 1, R, f, d);
+            DDP_CHECK(E->gelu_erf_fwd16z(be, (const ddp_bf16 *)y->dg, (ddp_bf16 *)y->a2, pack, f, &drop_ffn));
+        } else if (m->act16) {
+            LINEAR_ACT(y->y2, P + w[T_L1_W], y->dg, R, f, d);
             DDP_CHECK(E->gelu_erf_fwd16(be, y->dg, P + w[T_L1_B], (ddp_bf16 *)y->a2, train ? y->dg : NULL, pack, f,
                                         &drop_ffn));
-        else
+        } else {
+            LINEAR_ACT(y->y2, P + w[T_L1_W], y->dg, R, f, d);
             DDP_CHECK(E->gelu_erf_fwd(be, y->dg, P + w[T_L1_B], y->a2, train ? y->dg : NULL, pack, f, &drop_ffn));
+        }
         LINEAR_ACT(y->a2, P + w[T_L2_W], m->branch, R, d, f);
         if (yn)
             DDP_CHECK(residual_norm(m, yn->h, y->hmid, P + w[T_L2_B], &drop_res2, P + yn->p[T_N1_W], P + yn->p[T_N1_B],
@@ -176,9 +181,13 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
             t2 = m->branch, t2_16 = 0, b2 = NULL;
         }
         LINEAR_BWD16(t2, t2_16, y->a2, m->act16, P + w[T_L2_W], G + w[T_L2_W], b2, m->dffn, R, d, f);
-        if (m->dz16) { /* linear1's output gradient written in bf16 by the gelu backward: the rounding its two products
-                        * read, without a pass of its own */
-            DDP_CHECK(E->gelu_erf_bwd16(be, m->dffn, y->dg, m->dz16, G + w[T_L1_B], pack, f, &drop_ffn));
+        if (m->dz16) {  /* linear1's output gradient written in bf16 by the gelu backward: the rounding its two products
+                         * read, without a pass of its own */
+            if (m->z16) /* gelu' recomputed from the bf16 z */
+                DDP_CHECK(E->gelu_erf_bwd16z(be, m->dffn, (const ddp_bf16 *)y->dg, m->dz16, G + w[T_L1_B], pack, f,
+                                             &drop_ffn));
+            else
+                DDP_CHECK(E->gelu_erf_bwd16(be, m->dffn, y->dg, m->dz16, G + w[T_L1_B], pack, f, &drop_ffn));
             LINEAR_BWD16(m->dz16, 1, y->y2, m->act16, P + w[T_L1_W], G + w[T_L1_W], NULL, m->dy, R, f, d);
         } else {
             DDP_CHECK(E->gelu_erf_bwd(be, m->dffn, y->dg, m->dffn, G + w[T_L1_B], pack, f, &drop_ffn));

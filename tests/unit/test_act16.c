@@ -52,7 +52,7 @@ static ddp_status (*real_fused)(ddp_backend *, float *, const float *, const flo
                                 int, float *, float *);
 static size_t alloc_bytes;
 static long gemm16_calls, fused_calls;
-static ddp_enc_ops ops_counting, ops_unfused, ops_no_dh16;
+static ddp_enc_ops ops_counting, ops_unfused, ops_no_dh16, ops_z16;
 static double run_dropout = 0.1;          /* the models' dropout */
 static const ddp_enc_ops *run_ops = NULL; /* non-NULL: run()'s op table instead of the one `fused` chooses */
 
@@ -104,7 +104,7 @@ typedef struct {
     float *grad;
     int64_t n;
     size_t bytes; /* allocated by the model's creation */
-    int act16, dqkv16, qkv16, dh16;
+    int act16, dqkv16, qkv16, dh16, z16;
     long gemm16_per_step, fused_per_step, c16_per_step;
 } result;
 
@@ -132,7 +132,7 @@ static void run(ddp_backend *be, ddp_precision prec, int act16_env, int fused, r
     OK(st);
     OK(be->set_precision(be, prec));
     r->act16 = ddp_transformer_act16(&m), r->dqkv16 = ddp_transformer_dqkv16(&m), r->qkv16 = ddp_transformer_qkv16(&m);
-    r->dh16 = ddp_transformer_dh16(&m);
+    r->dh16 = ddp_transformer_dh16(&m), r->z16 = ddp_transformer_z16(&m);
     r->n = ddp_model_num_params(&m);
     void *p, *g;
     OK(be->alloc(be, &p, (size_t)r->n * 4));
@@ -208,6 +208,44 @@ static void wrong_precision(ddp_backend *be)
     m.destroy(m.self);
 }
 
+/* linear1's output in bf16 (z16): where the backend has gemm_epi and the two ops, its bias epilogue writes z in bf16,
+ * the GELU reads it and its backward recomputes gelu' from it (gelu_erf_fwd16z, gelu_erf_bwd16z). This rounds a value
+ * nothing rounded before, so against the same steps without it (base, dropout 0.1) the results differ, and within
+ * close_to: z moves by at most u = 2^-8 of itself, a = gelu(z) by at most about 1.13 u |z| before its own rounding,
+ * the size of the bf16 roundings the step already makes (docs/transformer.md, "bf16 activation storage"). The checks
+ * that make it mean something: the flag, the memory (gelu' [R, f] fp32 per layer becomes z [R, f] bf16: exactly
+ * L x ((R f) - (R f + 1) / 2) x 4 bytes less, as the model allocates in floats), one more bf16-output GEMM per layer,
+ * the same number of gemm16 calls, and not the same bits. */
+static void z16_steps(ddp_backend *be, const result *base)
+{
+    const char *nm = be->name;
+    const int want = be->gemm_epi && be->enc->gelu_erf_fwd16z && be->enc->gelu_erf_bwd16z;
+    result z;
+    run_ops = &ops_z16;
+    run(be, DDP_PRECISION_BF16, 1, 1, &z);
+    run_ops = NULL;
+    if (z.z16 != want || base->z16 != 0)
+        fail_msg("%s: linear1's output in bf16 %d (%d without its ops), want %d and 0", nm, z.z16, base->z16, want);
+    if (!want) {
+        if (!same(&z, base)) fail_msg("%s: without linear1's bf16 output the steps changed", nm);
+        free(z.grad);
+        return;
+    }
+    const size_t Rf = (size_t)max_rows * FF, saved = (size_t)LAYERS * (Rf - (Rf + 1) / 2) * 4;
+    if (base->bytes - z.bytes != saved)
+        fail_msg("%s: linear1's bf16 output saves %zu bytes, want %zu", nm, base->bytes - z.bytes, saved);
+    if (z.c16_per_step != base->c16_per_step + LAYERS || z.gemm16_per_step != base->gemm16_per_step)
+        fail_msg("%s: %ld bf16-output GEMMs and %ld gemm16 calls per step, want %ld and %ld", nm, z.c16_per_step,
+                 z.gemm16_per_step, base->c16_per_step + LAYERS, base->gemm16_per_step);
+    if (same(&z, base)) fail_msg("%s: linear1's bf16 output gave the bits of the fp32 one: it was not rounded", nm);
+    if (!close_to(&z, base)) fail_msg("%s: linear1's bf16 output moved the steps by more than 2^-7", nm);
+    double dg = 0, g = 0;
+    for (int64_t i = 0; i < z.n; i++) dg += pow(z.grad[i] - base->grad[i], 2), g += pow(base->grad[i], 2);
+    printf("%s: linear1's output in bf16: %zu bytes less, the gradient moved by %.3g (relative L2)\n", nm, saved,
+           sqrt(dg / g));
+    free(z.grad);
+}
+
 /* At --precision bf16 a model created for bf16 keeps the activations only GEMMs read (norm1 and norm2 outputs,
  * the GELU output) in bf16. Those are exactly what the bf16 GEMMs would round them to, so three train steps (with
  * dropout, gradients accumulated) and an eval step give the same bits as the same model keeping them in fp32
@@ -234,7 +272,9 @@ static void test_backend(ddp_backend *be)
     if (real_linear_bwd) be->linear_bwd = count_linear_bwd;
     ops_counting = *be->enc;
     ops_counting.residual_layernorm_fwd = count_fused;
-    ops_unfused = *be->enc;
+    ops_z16 = ops_counting; /* with linear1's output in bf16 where the backend has its ops (below) */
+    ops_counting.gelu_erf_fwd16z = NULL, ops_counting.gelu_erf_bwd16z = NULL; /* the storage-only changes first */
+    ops_unfused = ops_counting;
     ops_unfused.residual_layernorm_fwd = NULL;
 
     result r16f, r16u, r32sf, r32su, f32f, f32u;
@@ -331,6 +371,7 @@ static void test_backend(ddp_backend *be)
     }
     if (same(&h16, &r16f)) fail_msg("%s: the steps without dropout gave the bits of those with it", nm);
     free(h16.grad), free(h32.grad);
+    z16_steps(be, &r16f);
     int finite = 1;
     for (int k = 0; k <= NB; k++)
         for (int i = 0; i < B; i++) finite &= r16f.loss[k][i] == r16f.loss[k][i] && r16f.loss[k][i] > 0.0f;

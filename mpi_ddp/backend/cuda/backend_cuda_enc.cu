@@ -44,23 +44,25 @@ __global__ void k_embed_bwd_pos(const float *dh, float *dpos, const int64_t *off
     }
 }
 
-/* one block per row: a = drop(gelu_erf(z + bias)) as fp32 or bf16 (T), dg = gelu_erf'(z + bias) */
-template <int V, typename T>
-__global__ void k_gelu_erf_fwd(const float *z, const float *bias, T *a, float *dg, const int64_t *off,
-                               const int64_t *seg, const int64_t *sid, int64_t cols, ddp_dropout dr)
+/* one block per row: a = drop(gelu_erf(z + bias)) as fp32 or bf16 (T) from an fp32 or bf16 (Z) z, dg =
+ * gelu_erf'(z + bias) where dg is non-NULL; bias NULL: z alone (gelu_erf_fwd16z) */
+template <int V, typename T, typename Z>
+__global__ void k_gelu_erf_fwd(const Z *z, const float *bias, T *a, float *dg, const int64_t *off, const int64_t *seg,
+                               const int64_t *sid, int64_t cols, ddp_dropout dr)
 {
     const int64_t r = blockIdx.x;
     const int drop = dr.p > 0.0f;
     const uint64_t rk = block_rowkey(dr, off, seg, sid, r);
-    const float *zr = z + r * cols;
+    const Z *zr = z + r * cols;
     T *ar = a + r * cols;
     float *gr = dg ? dg + r * cols : NULL;
     for (int64_t c = (int64_t)threadIdx.x * V; c < cols; c += (int64_t)blockDim.x * V) {
-        float zv[V], bv[V], g[V], o[V];
+        float zv[V], bv[V] = {}, g[V], o[V];
         vld<V>(zr, c, zv);
-        vld<V>(bias, c, bv);
+        if (bias) vld<V>(bias, c, bv);
         for (int j = 0; j < V; j++)
-            o[j] = ddp_drop_apply(drop, &dr, rk, (uint64_t)(c + j), ddp_gelu_erf_fwd(zv[j] + bv[j], gr ? &g[j] : NULL));
+            o[j] = ddp_drop_apply(drop, &dr, rk, (uint64_t)(c + j),
+                                  ddp_gelu_erf_fwd(bias ? zv[j] + bv[j] : zv[j], gr ? &g[j] : NULL));
         if (gr) vst<V>(gr, c, g);
         vst_out<V>(ar, c, o);
     }
@@ -81,14 +83,24 @@ __global__ void k_residual_fwd(float *out, const float *h, const float *t, const
     }
 }
 
-/* dst = drop(src) * mul (mul NULL: drop(src)) and the bias gradient's stage 1: block (x: column tile of
- * blockDim.x * V columns, y: chunk of `rows` rows) sums dst over its rows in row order; one chunk: added into
- * dbias at once, else written to part [gridDim.y, cols]. Row keys are computed blockDim.x rows at a time, one
- * row per thread, into shared memory. */
-template <int V, typename T>
-__global__ void k_drop_mul_part(const float *src, const float *mul, T *dst, float *dbias, float *part,
-                                const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t R, int64_t cols,
-                                int64_t rows, ddp_dropout dr)
+/* the factors of dst = drop(src) * mul from column c: mul's fp32 values, or gelu_erf' of mul's bf16 values (the
+ * pre-activation z of gelu_erf_fwd16z, whose backward recomputes gelu') */
+template <int V> static __device__ inline void mul_factor(const float *p, int64_t c, float *m) { vld<V>(p, c, m); }
+template <int V> static __device__ inline void mul_factor(const __nv_bfloat16 *p, int64_t c, float *m)
+{
+    float z[V];
+    vld<V>(p, c, z);
+    for (int j = 0; j < V; j++) ddp_gelu_erf_fwd(z[j], &m[j]);
+}
+
+/* dst = drop(src) * mul (mul NULL: drop(src); M bf16: mul_factor's gelu') and the bias gradient's stage 1: block (x:
+ * column tile of blockDim.x * V columns, y: chunk of `rows` rows) sums dst over its rows in row order; one chunk: added
+ * into dbias at once, else written to part [gridDim.y, cols]. Row keys are computed blockDim.x rows at a time, one row
+ * per thread, into shared memory. */
+template <int V, typename T, typename M>
+__global__ void k_drop_mul_part(const float *src, const M *mul, T *dst, float *dbias, float *part, const int64_t *off,
+                                const int64_t *seg, const int64_t *sid, int64_t R, int64_t cols, int64_t rows,
+                                ddp_dropout dr)
 {
     __shared__ uint64_t keys[EW_THREADS];
     const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
@@ -106,7 +118,7 @@ __global__ void k_drop_mul_part(const float *src, const float *mul, T *dst, floa
             const int64_t r = r0 + i;
             float v[V], m[V] = {}; /* = {}: the emulator's host compiler sees no link between mul and m */
             vld<V>(src + r * cols, c, v);
-            if (mul) vld<V>(mul + r * cols, c, m);
+            if (mul) mul_factor<V>(mul + r * cols, c, m);
             for (int j = 0; j < V; j++) {
                 v[j] = ddp_drop_apply(drop, &dr, drop ? keys[i] : 0, (uint64_t)(c + j), v[j]);
                 if (mul) v[j] *= m[j];
@@ -215,13 +227,13 @@ static ddp_status cu_embed_bwd(ddp_backend *b, const float *dh, float *dbias, fl
     return ddp_cuda_colsum(b, dh, dbias, pack->R, d, 1.0f);
 }
 
-template <typename T>
-static ddp_status gelu_erf_fwd(ddp_backend *b, const float *z, const float *bias, T *a, float *dgelu,
+template <typename T, typename Z>
+static ddp_status gelu_erf_fwd(ddp_backend *b, const Z *z, const float *bias, T *a, float *dgelu,
                                const ddp_packing *pack, int64_t cols, const ddp_dropout *dr, int v)
 {
-    typedef void (*kernel_t)(const float *, const float *, T *, float *, const int64_t *, const int64_t *,
-                             const int64_t *, int64_t, ddp_dropout);
-    static const kernel_t k4 = k_gelu_erf_fwd<4, T>, k1 = k_gelu_erf_fwd<1, T>; /* names without a comma to launch */
+    typedef void (*kernel_t)(const Z *, const float *, T *, float *, const int64_t *, const int64_t *, const int64_t *,
+                             int64_t, ddp_dropout);
+    static const kernel_t k4 = k_gelu_erf_fwd<4, T, Z>, k1 = k_gelu_erf_fwd<1, T, Z>; /* names without a comma */
     ROWS_LAUNCH(k4, k1, v, cols, z, bias, a, dgelu, pack->off, pack->seg, pack->sid, cols, *dr);
     return DDP_OK;
 }
@@ -240,17 +252,25 @@ static ddp_status cu_gelu_erf_fwd16(ddp_backend *b, const float *z, const float 
     return gelu_erf_fwd(b, z, bias, (__nv_bfloat16 *)a, dgelu, pack, cols, dr, v);
 }
 
+/* z and a in bf16 (z with its bias added by the GEMM's epilogue), no dgelu: 4 wide where both are 8-byte aligned */
+static ddp_status cu_gelu_erf_fwd16z(ddp_backend *b, const ddp_bf16 *z, ddp_bf16 *a, const ddp_packing *pack,
+                                     int64_t cols, const ddp_dropout *dr)
+{
+    const int v = cols % 4 == 0 && (((uintptr_t)z | (uintptr_t)a) & 7) == 0 ? 4 : 1;
+    return gelu_erf_fwd(b, (const __nv_bfloat16 *)z, (const float *)NULL, (__nv_bfloat16 *)a, NULL, pack, cols, dr, v);
+}
+
 /* dst = drop(src) * mul (T: fp32, or bf16 rounded to nearest even) and dbias += its column sums (of the fp32
  * values): k_drop_mul_part over row chunks (as many as the scratch holds, each of at least EW_MIN_CHUNK rows; the
  * chunking depends on (R, cols) only), then the chunks' sum in a fixed order (ddp_cuda_colpart_sum). v: 4 or 1 columns
  * a thread. */
-template <typename T>
-static ddp_status drop_mul_colsum(ddp_backend *b, const float *src, const float *mul, T *dst, float *dbias,
+template <typename T, typename M>
+static ddp_status drop_mul_colsum(ddp_backend *b, const float *src, const M *mul, T *dst, float *dbias,
                                   const ddp_packing *pack, int64_t cols, const ddp_dropout *dr, int v)
 {
-    typedef void (*kernel_t)(const float *, const float *, T *, float *, float *, const int64_t *, const int64_t *,
+    typedef void (*kernel_t)(const float *, const M *, T *, float *, float *, const int64_t *, const int64_t *,
                              const int64_t *, int64_t, int64_t, int64_t, ddp_dropout);
-    static const kernel_t k4 = k_drop_mul_part<4, T>, k1 = k_drop_mul_part<1, T>; /* names without a comma */
+    static const kernel_t k4 = k_drop_mul_part<4, T, M>, k1 = k_drop_mul_part<1, T, M>; /* names without a comma */
     const int64_t R = pack->R;
     if (R <= 0 || cols <= 0) return DDP_OK;
     cuda_impl *ci = cuda_of(b);
@@ -282,6 +302,14 @@ static ddp_status cu_gelu_erf_bwd16(ddp_backend *b, const float *dact, const flo
 {
     const int v = vec_width(cols, dact, dgelu, dbias, NULL) == 4 && ((uintptr_t)dz & 7) == 0 ? 4 : 1;
     return drop_mul_colsum(b, dact, dgelu, (__nv_bfloat16 *)dz, dbias, pack, cols, dr, v);
+}
+
+/* dz = drop(dact) * gelu_erf'(z) in bf16, z the bf16 pre-activation of gelu_erf_fwd16z; dbias sums the fp32 values */
+static ddp_status cu_gelu_erf_bwd16z(ddp_backend *b, const float *dact, const ddp_bf16 *z, ddp_bf16 *dz, float *dbias,
+                                     const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
+{
+    const int v = vec_width(cols, dact, dbias, NULL, NULL) == 4 && (((uintptr_t)z | (uintptr_t)dz) & 7) == 0 ? 4 : 1;
+    return drop_mul_colsum(b, dact, (const __nv_bfloat16 *)z, (__nv_bfloat16 *)dz, dbias, pack, cols, dr, v);
 }
 
 static ddp_status cu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,
@@ -336,6 +364,8 @@ static const ddp_enc_ops cu_enc = {
     ddp_cuda_residual_layernorm_fwd,
     cu_gelu_erf_bwd16,
     ddp_cuda_layernorm_bwd16,
+    cu_gelu_erf_fwd16z,
+    cu_gelu_erf_bwd16z,
 };
 
 const ddp_enc_ops *ddp_cuda_enc_ops(void) { return &cu_enc; }

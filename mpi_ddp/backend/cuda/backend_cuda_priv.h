@@ -225,6 +225,17 @@ template <int V> static __device__ inline void vst(float *p, int64_t c, const fl
 struct alignas(8) ddp_bf16x4 {
     __nv_bfloat16 v[4];
 };
+/* V consecutive bf16 values of p from column c widened into o[0..V): one 8-byte load when V is 4 (the caller checked p
+ * is 8-byte aligned and c % 4 == 0) */
+template <int V> static __device__ inline void vld(const __nv_bfloat16 *p, int64_t c, float *o)
+{
+    if (V == 4) {
+        const ddp_bf16x4 t = *(const ddp_bf16x4 *)(p + c);
+        for (int j = 0; j < 4; j++) o[j] = __bfloat162float(t.v[j]);
+    } else {
+        o[0] = __bfloat162float(p[c]);
+    }
+}
 template <int V> static __device__ inline void vst_out(float *p, int64_t c, const float *o) { vst<V>(p, c, o); }
 template <int V> static __device__ inline void vst_out(__nv_bfloat16 *p, int64_t c, const float *o)
 {
