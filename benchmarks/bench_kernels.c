@@ -1,6 +1,7 @@
 /* bench_kernels.c — each backend op alone (ddp_backend, ddp_enc_ops) at the shapes the models run, as llm.c's dev/cuda
  * keeps its kernels: time, GB/s, GFLOP/s, the fraction of a roofline, and the op's time bound on an H100. */
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/backend/bf16_round.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/comm/comm.h"
 #include "mpiddp.h"
@@ -72,7 +73,11 @@ static double memcpy_peak(void)
  * packed into about R rows (default 4096); tiny = H 16, d 32, lengths 2-12, ~64 rows (correctness); tx = run_tx.sh's
  * CPU encoder shapes: d 128 (4 heads) at lengths 16-256 and 4-64, d 256 (4 heads) at 16-256. --check runs each op once
  * on the chosen device and on the CPU backend from the same inputs and compares the outputs by their max relative
- * difference; exit 1 when a check fails. --device cuda on the host emulator:
+ * difference (bf16 outputs widened); exit 1 when a check fails. At --precision bf16 the attention rows read and write
+ * the storage the encoder's step uses on the backend (bk_set_bf16: o, and with gemm_epi q|k|v and their gradient, in
+ * bf16), and rows of the bf16 step's own forms follow: residual_layernorm_fwd16, layernorm_bwd16 and, where the
+ * backend has them, gelu_erf_fwd16z / bwd16z and linear1's bf16-output GEMM (not checked: the CPU lacks them).
+ * --device cuda on the host emulator:
  * MPIDDP_CUDA_PLUGIN=<build>/libmpiddp_cudaemu.so. */
 int main(int argc, char **argv)
 {
@@ -212,6 +217,7 @@ int main(int argc, char **argv)
     int failed = 0;
     for (int k = 0; k < ncf; k++) {
         config *c = &cf[k];
+        bk_set_bf16(c, be, pr);
         char cname[96];
         if (!strcmp(c->model, "mlp"))
             snprintf(cname, sizeof cname, "MLP H %lld, %lld rows", (long long)c->w, (long long)c->R);
@@ -231,15 +237,19 @@ int main(int argc, char **argv)
         for (int i = 0; bk_op_at(c, i, &d, NULL); i++) {
             if (only && !strstr(d.name, only)) continue;
             char chk[64] = "";
-            if (check && d.out >= 0) { /* from the same inputs: a fresh output buffer on both, one call each */
+            if (check && d.out >= 0 && !d.nocheck) { /* the same inputs: a fresh output buffer on both, one call each */
                 float *h = calloc(d.out_n, sizeof *h), *hc = calloc(d.out_n, sizeof *hc);
-                CK(be->upload(be, q.f[d.out], h, d.out_n * 4));
-                CK(cpu->upload(cpu, qc.f[d.out], h, d.out_n * 4));
+                const size_t nb = d.out_n * (d.out16 ? 2 : 4);
+                CK(be->upload(be, q.f[d.out], h, nb));
+                CK(cpu->upload(cpu, qc.f[d.out], h, nb));
                 bk_op_at(c, i, &d, &q);
                 bk_op_at(c, i, &d, &qc);
                 CK(be->synchronize(be));
-                CK(be->download(be, h, q.f[d.out], d.out_n * 4));
-                CK(cpu->download(cpu, hc, qc.f[d.out], d.out_n * 4));
+                CK(be->download(be, h, q.f[d.out], nb));
+                CK(cpu->download(cpu, hc, qc.f[d.out], nb));
+                if (d.out16) /* bf16 outputs: widened in place, from the last value down */
+                    for (size_t j = d.out_n; j-- > 0;)
+                        h[j] = ddp_bf16_widen(((uint16_t *)h)[j]), hc[j] = ddp_bf16_widen(((uint16_t *)hc)[j]);
                 double mx = 0, scale = 0;
                 for (size_t j = 0; j < d.out_n; j++) scale = fabs(hc[j]) > scale ? fabs(hc[j]) : scale;
                 for (size_t j = 0; j < d.out_n; j++) {

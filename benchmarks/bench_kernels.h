@@ -22,7 +22,8 @@ enum { X0, X1, X2, Y0, Y1, W0, BIAS, VEC0, VEC1, VEC2, PA, PG, PM, PV, NBUF };
 typedef struct {
     ddp_backend *be;
     float *f[NBUF];
-    size_t n[NBUF]; /* floats */
+    size_t n[NBUF];   /* floats */
+    ddp_bf16 *h16[2]; /* X0's and X1's values rounded to bf16, n[X0] and n[X1] of them: the bf16 rows' inputs */
     int64_t *lab, *off, *seg, *sid;
     ddp_packing pk;
 } bufs;
@@ -33,19 +34,26 @@ typedef struct {
     int64_t f, heads, lo, hi, R, B, nparams;
     int64_t *hoff; /* host offsets [B+1] */
     double sum_n2;
+    /* at --precision bf16, the storage the encoder's step uses on the backend (model_transformer.c): o16 the attention
+     * output in bf16; qkv16 (a backend with gemm_epi) q|k|v and, with linear_bwd, their gradient; z16 also the z16
+     * ops: linear1's output. bk_set_bf16 sets them. */
+    int bf16, o16, qkv16, dqkv16, z16;
 } config;
 
-/* One op: runs it on q; `out` names the buffer it writes (compared by --check), its length in floats. */
+/* One op: runs it on q; `out` names the buffer it writes (compared by --check; -1: none), its length in floats, or in
+ * bf16 values where out16; nocheck: the CPU backend lacks the op. */
 typedef struct {
     const char *name;
     char shape[96];
     double flops, bytes;
-    int out;
+    int out, out16, nocheck;
     size_t out_n;
 } opdesc;
 
 /* A configuration: model "mlp" or "enc", width w (H or d), heads, sample lengths lo..hi, about `rows` rows. */
 void bk_make_config(config *c, const char *model, int64_t w, int64_t heads, int64_t lo, int64_t hi, int64_t rows);
+/* The bf16 storage flags of c for backend be at precision pr (all 0 but at bf16). */
+void bk_set_bf16(config *c, const ddp_backend *be, ddp_precision pr);
 void bk_bufs_create(bufs *q, ddp_backend *be, const config *c);
 void bk_bufs_free(bufs *q);
 /* The op table: index i of a configuration. Returns 0 past the end. Fills d and, when q is given, runs the op once. */

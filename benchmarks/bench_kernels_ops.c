@@ -1,6 +1,7 @@
 /* bench_kernels_ops.c — bench_kernels' configurations and buffers, and its table of backend ops with their
  * FLOP and byte counts. */
 #include "bench_kernels.h"
+#include "mpi_ddp/backend/bf16_round.h"
 #include "mpi_ddp/core/ctx.h"
 
 #include <math.h>
@@ -29,6 +30,15 @@ void bk_make_config(config *c, const char *model, int64_t w, int64_t heads, int6
     c->B = b, c->R = r;
     /* the parameter count the optimizer ops run over: the MLP (D 64, C 10), or one encoder layer */
     c->nparams = !strcmp(model, "mlp") ? w * 64 + w + w * w + w + 10 * w + 10 : 4 * w * w + 2 * w * c->f + 9 * w + c->f;
+}
+
+void bk_set_bf16(config *c, const ddp_backend *be, ddp_precision pr)
+{
+    c->bf16 = pr == DDP_PRECISION_BF16;
+    c->o16 = c->bf16;
+    c->qkv16 = c->bf16 && be->gemm_epi;
+    c->dqkv16 = c->qkv16 && be->linear_bwd;
+    c->z16 = c->qkv16 && be->enc->gelu_erf_fwd16z && be->enc->gelu_erf_bwd16z;
 }
 
 static void fill_host(float *h, size_t n, uint64_t seed, float scale)
@@ -77,6 +87,13 @@ void bk_bufs_create(bufs *q, ddp_backend *be, const config *c)
         if (k == VEC1) /* rstd of layernorm */
             for (size_t i = 0; i < sizes[k]; i++) h[i] = 1.0f + fabsf(h[i]);
         CK(be->upload(be, p, h, sizes[k] * sizeof(float)));
+        if (k == X0 || k == X1) { /* the same values rounded to bf16, packed (h's first half holds them) */
+            ddp_bf16 *h16 = (ddp_bf16 *)h;
+            for (size_t i = 0; i < sizes[k]; i++) h16[i] = ddp_bf16_bits(h[i]); /* h16[i] overlaps h[i / 2] only */
+            CK(be->alloc(be, &p, sizes[k] * sizeof(ddp_bf16)));
+            q->h16[k == X1] = p;
+            CK(be->upload(be, p, h16, sizes[k] * sizeof(ddp_bf16)));
+        }
     }
     free(h);
     int64_t B = c->B;
@@ -118,6 +135,7 @@ void bk_bufs_create(bufs *q, ddp_backend *be, const config *c)
 void bk_bufs_free(bufs *q)
 {
     for (int k = 0; k < NBUF; k++) q->be->release(q->be, q->f[k]);
+    q->be->release(q->be, q->h16[0]), q->be->release(q->be, q->h16[1]);
     q->be->release(q->be, q->lab), q->be->release(q->be, q->sid), q->be->release(q->be, q->off),
         q->be->release(q->be, q->seg);
 }
@@ -221,6 +239,22 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
         const ddp_dropout nodrop = {0};
         int64_t d3 = 3 * w;
         double n2 = c->sum_n2;
+        /* attention's operands as the step stores them at the precision (bk_set_bf16): their bytes per value, the
+         * q|k|v read (bf16 from h16[0]) and the shape's note */
+        const double bq = c->qkv16 ? 2 : 4, bo = c->o16 ? 2 : 4, bdq = c->dqkv16 ? 2 : 4;
+        const void *qkv = q ? (c->qkv16 ? (const void *)q->h16[0] : (const void *)F[X0]) : NULL;
+        const char *st16 = c->dqkv16 ? ", bf16 q|k|v, o, dq|dk|dv" : c->o16 ? ", bf16 o" : "";
+        /* the bf16 step's own forms (index 20 on, at bf16): which of them this backend has */
+        int rows16[5], n16 = 0;
+        if (c->bf16) {
+            rows16[n16++] = 20, rows16[n16++] = 21;
+            if (c->z16) rows16[n16++] = 22, rows16[n16++] = 23;
+            if (c->qkv16) rows16[n16++] = 24;
+        }
+        if (i >= 20 && i < 20 + n16)
+            i = rows16[i - 20];
+        else if (i >= 20)
+            i += 5 - n16; /* past them: the optimizer's ops below */
         switch (i) {
         case 0:
             GEMM("gemm qkv = y.Wqkv^T", 0, 1, R, d3, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, d3);
@@ -267,10 +301,11 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
         case 10:
             /* S = QK^T (2 dh n^2 per head) and PV (the same), softmax ~ 5 per score; reads qkv, writes o, lse */
             d->name = "attention_fwd", d->flops = 4 * W * n2 + 5 * (double)heads * n2,
-            d->bytes = 4 * (3 * r * W + r * W + r * (double)heads), d->out = Y0, d->out_n = (size_t)(R * w);
-            SHAPE("R %lld, %lld samples %lld-%lld, d %lld, %lld heads", (long long)R, (long long)B, (long long)c->lo,
-                  (long long)c->hi, (long long)w, (long long)heads);
-            if (q) CK(E->attention_fwd(be, F[X0], 0, F[Y0], 0, F[VEC0], &q->pk, w, (int)heads, &nodrop));
+            d->bytes = bq * 3 * r * W + bo * r * W + 4 * r * (double)heads, d->out = Y0, d->out_n = (size_t)(R * w),
+            d->out16 = c->o16;
+            SHAPE("R %lld, %lld samples %lld-%lld, d %lld, %lld heads%s", (long long)R, (long long)B, (long long)c->lo,
+                  (long long)c->hi, (long long)w, (long long)heads, st16);
+            if (q) CK(E->attention_fwd(be, qkv, c->qkv16, F[Y0], c->o16, F[VEC0], &q->pk, w, (int)heads, &nodrop));
             return 1;
         case 11:
             /* recompute S, then dV, dP, dQ, dK: 5 products of 2 dh n^2 per head (the algorithm's FLOPs, 2.5x the
@@ -278,15 +313,15 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
              * The deterministic two-pass GPU kernels execute 7 such products (S and dP again in the dQ pass):
              * their hardware rate is 1.4x the rate shown. Reads qkv, o, dout, lse, writes dqkv */
             d->name = "attention_bwd", d->flops = 10 * W * n2 + 6 * (double)heads * n2,
-            d->bytes = 4 * (3 * r * W + r * W + r * W + r * (double)heads + 3 * r * W), d->out = Y1,
-            d->out_n = (size_t)(R * d3);
-            SHAPE("R %lld, %lld samples %lld-%lld, d %lld, %lld heads", (long long)R, (long long)B, (long long)c->lo,
-                  (long long)c->hi, (long long)w, (long long)heads);
+            d->bytes = bq * 3 * r * W + bo * r * W + 4 * r * W + 4 * r * (double)heads + bdq * 3 * r * W, d->out = Y1,
+            d->out_n = (size_t)(R * d3), d->out16 = c->dqkv16;
+            SHAPE("R %lld, %lld samples %lld-%lld, d %lld, %lld heads%s", (long long)R, (long long)B, (long long)c->lo,
+                  (long long)c->hi, (long long)w, (long long)heads, st16);
             if (q) {
-                /* the forward's lse for these q, k, v (attention_bwd reads it) */
-                CK(E->attention_fwd(be, F[X0], 0, F[Y0], 0, F[VEC0], &q->pk, w, (int)heads, &nodrop));
-                CK(E->attention_bwd(be, F[X0], 0, F[Y0], 0, F[X1], F[VEC0], F[Y1], 0, F[VEC2], &q->pk, w, (int)heads,
-                                    &nodrop));
+                /* the forward's o and lse for these q, k, v (attention_bwd reads them); dO fp32, as the model's */
+                CK(E->attention_fwd(be, qkv, c->qkv16, F[Y0], c->o16, F[VEC0], &q->pk, w, (int)heads, &nodrop));
+                CK(E->attention_bwd(be, qkv, c->qkv16, F[Y0], c->o16, F[X1], F[VEC0], F[Y1], c->dqkv16, F[VEC2], &q->pk,
+                                    w, (int)heads, &nodrop));
             }
             return 1;
         case 12:
@@ -337,9 +372,46 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
             SHAPE("[%lld x %lld]", (long long)R, (long long)d3);
             if (q) CK(be->colsum(be, F[X0], F[VEC2], R, d3, 0.0f));
             return 1;
+        case 20: /* the bf16 step's residual add and the layernorm after it, y in bf16 (txmodel.act16) */
+            d->name = "residual_layernorm_fwd16", d->flops = 10 * r * W, d->bytes = 4 * 3 * r * W + 2 * r * W + 8 * r,
+            d->out = Y1, d->out_n = (size_t)(R * w), d->out16 = 1;
+            SHAPE("[%lld x %lld], bf16 y", (long long)R, (long long)w);
+            if (q)
+                CK(E->residual_layernorm_fwd(be, F[Y0], F[X0], F[X1], F[BIAS], &q->pk, w, &nodrop, F[BIAS], F[BIAS],
+                                             F[Y1], 1, F[VEC0], F[VEC1]));
+            return 1;
+        case 21: /* without dropout: dh and its bf16 copy for the next linear backward (txmodel.dh16) */
+            d->name = "layernorm_bwd16", d->flops = 14 * r * W, d->bytes = 4 * (4 * r * W + 2 * r + 3 * W) + 2 * r * W,
+            d->out = Y0, d->out_n = (size_t)(R * w);
+            SHAPE("[%lld x %lld] + bf16 dx", (long long)R, (long long)w);
+            if (q)
+                CK(E->layernorm_bwd16(be, F[X0], F[X1], F[BIAS], F[VEC0], F[VEC1], F[Y0], (ddp_bf16 *)F[Y1], F[VEC2],
+                                      F[VEC2] + w, R, w));
+            return 1;
+        case 22: /* the GELU of linear1's bf16 output (txmodel.z16); not on the CPU backend */
+            d->name = "gelu_erf_fwd16z", d->flops = 25 * r * Ff, d->bytes = 2 * 2 * r * Ff, d->out = Y0,
+            d->out_n = (size_t)(R * f), d->out16 = 1, d->nocheck = 1;
+            SHAPE("[%lld x %lld], bf16 z and a", (long long)R, (long long)f);
+            if (q) CK(E->gelu_erf_fwd16z(be, q->h16[0], (ddp_bf16 *)F[Y0], &q->pk, f, &nodrop));
+            return 1;
+        case 23: /* its backward, gelu' recomputed from the bf16 z */
+            d->name = "gelu_erf_bwd16z", d->flops = 27 * r * Ff, d->bytes = 4 * r * Ff + 2 * 2 * r * Ff + 8 * Ff,
+            d->out = Y0, d->out_n = (size_t)(R * f), d->out16 = 1, d->nocheck = 1;
+            SHAPE("[%lld x %lld], bf16 z and dz", (long long)R, (long long)f);
+            if (q) CK(E->gelu_erf_bwd16z(be, F[X0], q->h16[1], (ddp_bf16 *)F[Y0], F[VEC2], &q->pk, f, &nodrop));
+            return 1;
+        case 24: /* linear1 as the bf16 step runs it: bf16 operands, the bias epilogue writing bf16 (gemm_epi) */
+            d->name = "gemm ff1 = y.W1^T + b1";
+            SHAPE("NT[%lld x %lld x %lld], bf16 in and out", (long long)R, (long long)f, (long long)w);
+            d->flops = 2 * r * Ff * W, d->bytes = 2 * (r * W + W * Ff + r * Ff) + 4 * Ff, d->out = Y0,
+            d->out_n = (size_t)(R * f), d->out16 = 1, d->nocheck = 1;
+            if (q)
+                CK(be->gemm_epi(be, DDP_EPI_BIAS | DDP_EPI_C16, F[BIAS], 0, 1, R, f, w, 1.0f, q->h16[0], 1, w,
+                                q->h16[1], 1, w, 0.0f, F[Y0], f));
+            return 1;
         default: break;
         }
-        i -= 20;
+        i -= 25;
     }
     switch (i) { /* the optimizer's ops over the parameters (the MLP's, or one encoder layer's) */
     case 0:

@@ -82,13 +82,22 @@ assert all(float(cells[i]) > 0 for i in (1, 2, 3, 5, 6, 7, 8)), cells
 assert abs(float(cells[3]) - float(cells[1]) - float(cells[2])) < 2e-3, cells
 print(f"run_gpu dry run: {len(rows)} training rows, {len(kern)} kernel rows, {len(ar)} allreduce rows: ok")
 EOF
-# --precision reaches the benchmarks: on the emulator the bf16 GEMMs against the CPU within bf16's tolerance
+# --precision reaches the benchmarks: on the emulator every op at bf16 against the CPU within bf16's tolerance,
+# attention with the bf16 storage the step uses (q|k|v, o and their gradients), and the bf16 step's own forms: the
+# fused residual + layernorm and the layernorm backward with bf16 copies checked, the GELU of linear1's bf16 output and
+# linear1's bf16-output GEMM (ops the CPU lacks) timed unchecked
 if [ "$mode" = emu ]; then
   export MPIDDP_CUDA_PLUGIN=${MPIDDP_CUDA_PLUGIN:-$BUILD/libmpiddp_cudaemu.so}
-  "$BENCH_DIR/bench_kernels" --device cuda --preset tiny --check --reps 1 --only gemm --precision bf16 > kb.txt 2>&1 ||
+  "$BENCH_DIR/bench_kernels" --device cuda --preset tiny --check --reps 1 --precision bf16 > kb.txt 2>&1 ||
     { cat kb.txt; fail "bench_kernels --precision bf16 --check"; }
   grep -q "^# bench_kernels: backend cuda-emu, --precision bf16" kb.txt || fail "bench_kernels ignored --precision: $(head -1 kb.txt)"
   grep -q "check against the cpu backend: ok" kb.txt || fail "bench_kernels bf16 check"
+  for row in "attention_fwd | .*bf16 q|k|v, o, dq|dk|dv |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" \
+             "attention_bwd | .*bf16 q|k|v, o, dq|dk|dv |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" \
+             "residual_layernorm_fwd16 |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" "layernorm_bwd16 |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" \
+             "gelu_erf_fwd16z |.* – |$" "gelu_erf_bwd16z |.* – |$" "gemm ff1 = y.W1^T + b1 | .*bf16 in and out |.* – |$"; do
+    grep -q -- "$row" kb.txt || { cat kb.txt; fail "bench_kernels at bf16: no row matching '$row'"; }
+  done
   expect_rc 2 "$BENCH_DIR/bench_kernels" --device cuda --preset tiny --reps 1 --precision fp16
 fi
 # a budget spent before the first command: the synthetic data is cut short, nothing else runs, exit 4 (not a
