@@ -270,7 +270,7 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
      * round them to when they read them; the SIMT kernels read them widened (docs/transformer.md) */
     m->qkv16 = m->act16 && m->fuse_epi;
     /* linear1's output in bf16 from its bias epilogue, as PyTorch's autocast keeps it: the GELU reads it, its backward
-     * recomputes gelu' from it instead of keeping an fp32 gelu' (half the memory, 40 d bytes a row less traffic);
+     * recomputes gelu' from it instead of keeping an fp32 gelu' (half the memory, 10 f bytes a row less traffic);
      * unlike the flags above this rounds a value nothing rounded before (docs/transformer.md states the bound) */
     m->z16 = m->act16 && m->fuse_epi && be->enc->gelu_erf_fwd16z && be->enc->gelu_erf_bwd16z && be->enc->gelu_erf_bwd16;
     /* the attention the encoder runs: cuDNN's fused SDPA where the backend chooses it, else the own kernels */
