@@ -394,11 +394,11 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
             SHAPE("[%lld x %lld], bf16 z and a", (long long)R, (long long)f);
             if (q) CK(E->gelu_erf_fwd16z(be, q->h16[0], (ddp_bf16 *)F[Y0], &q->pk, f, &nodrop));
             return 1;
-        case 23: /* its backward, gelu' recomputed from the bf16 z */
-            d->name = "gelu_erf_bwd16z", d->flops = 27 * r * Ff, d->bytes = 4 * r * Ff + 2 * 2 * r * Ff + 8 * Ff,
-            d->out = Y0, d->out_n = (size_t)(R * f), d->out16 = 1, d->nocheck = 1;
-            SHAPE("[%lld x %lld], bf16 z and dz", (long long)R, (long long)f);
-            if (q) CK(E->gelu_erf_bwd16z(be, F[X0], q->h16[1], (ddp_bf16 *)F[Y0], F[VEC2], &q->pk, f, &nodrop));
+        case 23: /* its backward from linear2's bf16 data gradient, gelu' recomputed from the bf16 z */
+            d->name = "gelu_erf_bwd16z", d->flops = 27 * r * Ff, d->bytes = 3 * 2 * r * Ff + 8 * Ff, d->out = Y0,
+            d->out_n = (size_t)(R * f), d->out16 = 1, d->nocheck = 1;
+            SHAPE("[%lld x %lld], bf16 da, z and dz", (long long)R, (long long)f);
+            if (q) CK(E->gelu_erf_bwd16z(be, q->h16[0], q->h16[1], (ddp_bf16 *)F[Y0], F[VEC2], &q->pk, f, &nodrop));
             return 1;
         case 24: /* linear1 as the bf16 step runs it: bf16 operands, the bias epilogue writing bf16 (gemm_epi) */
             d->name = "gemm ff1 = y.W1^T + b1";

@@ -26,9 +26,9 @@ for c in "tx d512 L8 B128:128:12:3:512:8:8" "tx d1024 L12 B128:128:8:2:1024:12:1
            --layers 1 --heads 2 --batch "$B" --steps "$s" --warmup "$w" --lens 16-512 --device cpu 2>&1 | grep '^bench_train workspace')
   planned=$(sed -n 's/^bench_train workspace: \([0-9]*\) rows.*/\1/p' <<< "$line")
   bound=$(sed -n 's/.*(bound \([0-9]*\)).*/\1/p' <<< "$line")
-  # bytes per row on a GPU at bf16: L (28d + 4 heads + 16) + 34d + 4 heads + 8, f = 2d (docs/sizing.md)
+  # bytes per row on a GPU at bf16: L (28d + 4 heads + 16) + 30d + 4 heads + 8, f = 2d (docs/sizing.md)
   gb=$(awk -v r=$((bound - planned)) -v d="$d" -v L="$L" -v H="$H" \
-         'BEGIN { printf "%.1f GB", r * (L * (28 * d + 4 * H + 16) + 34 * d + 4 * H + 8) / 1e9 }')
+         'BEGIN { printf "%.1f GB", r * (L * (28 * d + 4 * H + 16) + 30 * d + 4 * H + 8) / 1e9 }')
   echo "| $label | $B | $((s + w)) | $planned | $bound | $gb |"
 done
 echo

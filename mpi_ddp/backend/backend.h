@@ -145,9 +145,10 @@ struct ddp_backend {
      * dW[N,K] += dy[R,N]^T x[R,K] (x stored in bf16 when x16), dbias[N] += sum_r dy[r,:] unless dbias is NULL (as
      * gemm_epi's DDP_EPI_BGRAD), and dx[R,K] = dy[R,N] W[N,K]: at bf16 one rounding of dy serves both products.
      * dy16: dy is stored in bf16 already (no rounding), at DDP_PRECISION_BF16; the bias gradient then sums those bf16
-     * values, as the epilogue does. */
+     * values, as the epilogue does. dx16: dx is written in bf16 (ddp_bf16: the fp32 product rounded once to nearest
+     * even; DDP_PRECISION_BF16 only), else fp32. */
     ddp_status (*linear_bwd)(ddp_backend *b, const void *dy, int dy16, const void *x, int x16, const float *W,
-                             float *dW, float *dbias, float *dx, int64_t R, int64_t N, int64_t K);
+                             float *dW, float *dbias, void *dx, int dx16, int64_t R, int64_t N, int64_t K);
     /* Optional (NULL: the encoder's own attention): chooses, once per model, the attention that the encoder's
      * attention_fwd/_bwd run for heads of d/heads columns at precision `prec` with attention dropout p
      * (MPIDDP_ATTENTION): *name "cudnn" or "own", the reason in why; DDP_ERR_ARG when MPIDDP_ATTENTION=cudnn cannot
@@ -230,8 +231,8 @@ struct ddp_enc_ops {
      * the backward recomputes gelu' from z (gelu_erf_bwd16z) */
     ddp_status (*gelu_erf_fwd16z)(ddp_backend *b, const ddp_bf16 *z, ddp_bf16 *a, const ddp_packing *pack, int64_t cols,
                                   const ddp_dropout *dr);
-    /* gelu_erf_bwd16 with dgelu = gelu_erf'(z), z the bf16 input of gelu_erf_fwd16z */
-    ddp_status (*gelu_erf_bwd16z)(ddp_backend *b, const float *dact, const ddp_bf16 *z, ddp_bf16 *dz, float *dbias,
+    /* gelu_erf_bwd16 with dact in bf16 and dgelu = gelu_erf'(z), z the bf16 input of gelu_erf_fwd16z */
+    ddp_status (*gelu_erf_bwd16z)(ddp_backend *b, const ddp_bf16 *dact, const ddp_bf16 *z, ddp_bf16 *dz, float *dbias,
                                   const ddp_packing *pack, int64_t cols, const ddp_dropout *dr);
 };
 
@@ -289,22 +290,24 @@ static inline ddp_status ddp_gemm_epi(ddp_backend *be, int fuse, int epi, float 
 }
 /* linear_bwd when fuse is set and the backend has it, else its composition: the weight gradient (with the bias
  * gradient through ddp_gemm_epi when dbias is not NULL), then the data gradient; a bf16 operand (dy16, x16) through
- * gemm16. */
+ * gemm16. A bf16 dx (dx16) needs the backend's linear_bwd. */
 static inline ddp_status ddp_linear_bwd(ddp_backend *be, int fuse, const void *dy, int dy16, const void *x, int x16,
-                                        const float *W, float *dW, float *dbias, float *dx, int64_t R, int64_t N,
-                                        int64_t K)
+                                        const float *W, float *dW, float *dbias, void *dx, int dx16, int64_t R,
+                                        int64_t N, int64_t K)
 {
-    if (fuse && be->linear_bwd) return be->linear_bwd(be, dy, dy16, x, x16, W, dW, dbias, dx, R, N, K);
+    if (fuse && be->linear_bwd) return be->linear_bwd(be, dy, dy16, x, x16, W, dW, dbias, dx, dx16, R, N, K);
     if (dbias && dy16) /* colsum sums fp32: the bias gradient of a bf16 dy needs the backend's linear_bwd */
         return ddp_set_error(DDP_ERR_ARG, "linear_bwd: a bias gradient of a bf16 dy needs a fused linear_bwd");
+    if (dx16) /* gemm and gemm16 write fp32 */
+        return ddp_set_error(DDP_ERR_ARG, "linear_bwd: a bf16 dx needs a fused linear_bwd");
     if (dbias)
         DDP_CHECK(ddp_gemm_epi(be, fuse, DDP_EPI_BGRAD, dbias, 1, 0, N, K, R, 1.0f, dy, 0, N, x, x16, K, 1.0f, dW, K));
     else if (x16 || dy16)
         DDP_CHECK(be->gemm16(be, 1, 0, N, K, R, 1.0f, dy, dy16, N, x, x16, K, 1.0f, dW, K));
     else
         DDP_CHECK(be->gemm(be, 1, 0, N, K, R, 1.0f, (const float *)dy, N, (const float *)x, K, 1.0f, dW, K));
-    if (dy16) return be->gemm16(be, 0, 0, R, K, N, 1.0f, dy, 1, N, W, 0, K, 0.0f, dx, K);
-    return be->gemm(be, 0, 0, R, K, N, 1.0f, (const float *)dy, N, W, K, 0.0f, dx, K);
+    if (dy16) return be->gemm16(be, 0, 0, R, K, N, 1.0f, dy, 1, N, W, 0, K, 0.0f, (float *)dx, K);
+    return be->gemm(be, 0, 0, R, K, N, 1.0f, (const float *)dy, N, W, K, 0.0f, (float *)dx, K);
 }
 #endif
 

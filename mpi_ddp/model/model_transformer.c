@@ -270,9 +270,11 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
      * round them to when they read them; the SIMT kernels read them widened (docs/transformer.md) */
     m->qkv16 = m->act16 && m->fuse_epi;
     /* linear1's output in bf16 from its bias epilogue, as PyTorch's autocast keeps it: the GELU reads it, its backward
-     * recomputes gelu' from it instead of keeping an fp32 gelu' (half the memory, 10 f bytes a row less traffic);
-     * unlike the flags above this rounds a value nothing rounded before (docs/transformer.md states the bound) */
-    m->z16 = m->act16 && m->fuse_epi && be->enc->gelu_erf_fwd16z && be->enc->gelu_erf_bwd16z && be->enc->gelu_erf_bwd16;
+     * recomputes gelu' from it instead of keeping an fp32 gelu', and reads the GELU output's gradient in bf16 as
+     * linear2's backward writes it (half the memory, 14 f bytes a row less traffic); unlike the flags above this
+     * rounds values nothing rounded before (docs/transformer.md states the bound) */
+    m->z16 = m->act16 && m->fuse_epi && be->linear_bwd && be->enc->gelu_erf_fwd16z && be->enc->gelu_erf_bwd16z &&
+             be->enc->gelu_erf_bwd16;
     /* the attention the encoder runs: cuDNN's fused SDPA where the backend chooses it, else the own kernels */
     if (be->attention_select) {
         const char *name = "own";
@@ -315,7 +317,7 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
         BALLOC(m->dqkv, (R * (3 * d > f ? 3 * d : f) + 1) / 2);
     else
         BALLOC(m->dqkv, R * 3 * d);
-    BALLOC(m->dffn, R * f);
+    BALLOC(m->dffn, m->z16 ? (R * f + 1) / 2 : R * f); /* bf16 at z16 */
     BALLOC(m->attn_delta, R * H);
     if (m->act16 && be->enc->gelu_erf_bwd16) { /* R x f bf16 values: 2 f bytes a row, dqkv has 12 d (6 d at dqkv16,
                                                 * then sized for both) */

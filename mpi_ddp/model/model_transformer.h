@@ -48,8 +48,8 @@ typedef struct {
     int dqkv16; /* 1: the q|k|v gradient in bf16 (act16 with a fused linear_bwd, whose bias gradient sums bf16) */
     int qkv16;  /* 1: q|k|v in bf16, written by the in projection's bias epilogue (act16 with fused epilogues) */
     int dh16;   /* 1: the layernorm backward writes dh's bf16 rounding into dqkv's buffer (dqkv16, no dropout) */
-    int z16;    /* 1: linear1's output (bias added) in bf16 from its epilogue, gelu' recomputed from it (act16, fused
-                 * epilogues, gelu_erf_fwd16z / bwd16z) */
+    int z16;    /* 1: linear1's output (bias added) in bf16 from its epilogue, gelu' recomputed from it, and the GELU
+                 * output's gradient in bf16 (act16, fused epilogues and linear_bwd, gelu_erf_fwd16z / bwd16z) */
     char attention[400]; /* "cudnn: <why>" or "own: <why>" (attention_select), "cpu: <method>" */
     int fuse_epi; /* 1: bias adds and bias gradients in the GEMMs' epilogues (tf32, bf16: gemm_epi, MPIDDP_CUBLASLT) */
     float dropout;
@@ -64,7 +64,7 @@ typedef struct {
                               then its gradient (backward) */
     float *dh, *dy, *dqkv; /* backward: residual-stream, block-input and q|k|v gradients (dqkv bf16 at dqkv16; at
                             * dh16 it also holds dh's bf16 copy from a layernorm backward to the next linear one) */
-    float *dffn;           /* [R,f] gradient of the feed-forward hidden activations */
+    float *dffn;           /* [R,f] gradient of the feed-forward hidden activations (bf16 at z16) */
     void *dz16;            /* [R,f] bf16: linear1's output gradient for its two products (act16 with gelu_erf_bwd16,
                             * else NULL); inside dqkv (free until the attention block's backward) where it fits
                             * (dqkv16, or f <= 6d), else in dz16_own */

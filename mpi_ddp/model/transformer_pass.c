@@ -134,9 +134,11 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
 #define WGRAD(dy, x, dW, R, N, K) TIMED(m->t_gemm, be->gemm(be, 1, 0, N, K, R, 1.0f, dy, N, x, K, 1.0f, dW, K))
 /* A linear layer's backward: dW[N,K] += dy[R,N]^T . x[R,K] (x stored as the model keeps it: x16), dbias[N] += sum_r dy
  * unless dbias is NULL, dx[R,K] = dy[R,N] . W[N,K]; one rounding of dy for both products where the backend fuses
- * (none where dy is bf16 already: LINEAR_BWD16) */
+ * (none where dy is bf16 already: LINEAR_BWD16; dx written in bf16 where dx16: LINEAR_BWD16X) */
+#define LINEAR_BWD16X(dy, dy16, x, x16, W, dW, dbias, dx, dx16, R, N, K) \
+    TIMED(m->t_gemm, ddp_linear_bwd(be, m->fuse_epi, dy, dy16, x, x16, W, dW, dbias, dx, dx16, R, N, K))
 #define LINEAR_BWD16(dy, dy16, x, x16, W, dW, dbias, dx, R, N, K) \
-    TIMED(m->t_gemm, ddp_linear_bwd(be, m->fuse_epi, dy, dy16, x, x16, W, dW, dbias, dx, R, N, K))
+    LINEAR_BWD16X(dy, dy16, x, x16, W, dW, dbias, dx, 0, R, N, K)
 #define LINEAR_BWD(dy, x, x16, W, dW, dbias, dx, R, N, K) LINEAR_BWD16(dy, 0, x, x16, W, dW, dbias, dx, R, N, K)
 
 /* dh += the backward of a layernorm of x from m->dy (its weight's gradients into gw, gb); with dh's bf16 rounding into
@@ -180,12 +182,13 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
             DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, b2, pack, d, &drop_res2));
             t2 = m->branch, t2_16 = 0, b2 = NULL;
         }
-        LINEAR_BWD16(t2, t2_16, y->a2, m->act16, P + w[T_L2_W], G + w[T_L2_W], b2, m->dffn, R, d, f);
+        /* at z16 linear2's data gradient (the GELU output's) is written in bf16, the GELU backward's input */
+        LINEAR_BWD16X(t2, t2_16, y->a2, m->act16, P + w[T_L2_W], G + w[T_L2_W], b2, m->dffn, m->z16, R, d, f);
         if (m->dz16) {  /* linear1's output gradient written in bf16 by the gelu backward: the rounding its two products
                          * read, without a pass of its own */
             if (m->z16) /* gelu' recomputed from the bf16 z */
-                DDP_CHECK(E->gelu_erf_bwd16z(be, m->dffn, (const ddp_bf16 *)y->dg, m->dz16, G + w[T_L1_B], pack, f,
-                                             &drop_ffn));
+                DDP_CHECK(E->gelu_erf_bwd16z(be, (const ddp_bf16 *)m->dffn, (const ddp_bf16 *)y->dg, m->dz16,
+                                             G + w[T_L1_B], pack, f, &drop_ffn));
             else
                 DDP_CHECK(E->gelu_erf_bwd16(be, m->dffn, y->dg, m->dz16, G + w[T_L1_B], pack, f, &drop_ffn));
             LINEAR_BWD16(m->dz16, 1, y->y2, m->act16, P + w[T_L1_W], G + w[T_L1_W], NULL, m->dy, R, f, d);

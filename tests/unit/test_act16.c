@@ -83,12 +83,14 @@ static ddp_status count_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, i
 /* a linear layer's backward (linear_bwd) reads a bf16 operand in the weight-gradient GEMM (x16 or dy16) and in the
  * data-gradient GEMM (dy16): one gemm16 call each, as its composition makes them */
 static ddp_status (*real_linear_bwd)(ddp_backend *, const void *, int, const void *, int, const float *, float *,
-                                     float *, float *, int64_t, int64_t, int64_t);
+                                     float *, void *, int, int64_t, int64_t, int64_t);
+static long dx16_calls; /* linear_bwd calls writing a bf16 dx */
 static ddp_status count_linear_bwd(ddp_backend *b, const void *dy, int dy16, const void *x, int x16, const float *W,
-                                   float *dW, float *dbias, float *dx, int64_t R, int64_t N, int64_t K)
+                                   float *dW, float *dbias, void *dx, int dx16, int64_t R, int64_t N, int64_t K)
 {
     gemm16_calls += (x16 || dy16) + dy16;
-    return real_linear_bwd(b, dy, dy16, x, x16, W, dW, dbias, dx, R, N, K);
+    dx16_calls += dx16 != 0;
+    return real_linear_bwd(b, dy, dy16, x, x16, W, dW, dbias, dx, dx16, R, N, K);
 }
 static ddp_status count_fused(ddp_backend *b, float *out, const float *h, const float *t, const float *tb,
                               const ddp_packing *pk, int64_t d, const ddp_dropout *dr, const float *w, const float *lb,
@@ -105,7 +107,7 @@ typedef struct {
     int64_t n;
     size_t bytes; /* allocated by the model's creation */
     int act16, dqkv16, qkv16, dh16, z16;
-    long gemm16_per_step, fused_per_step, c16_per_step;
+    long gemm16_per_step, fused_per_step, c16_per_step, dx16_per_step;
 } result;
 
 /* NB train steps (accumulating) and an eval step of a fresh model at precision prec; act16_env: the value of
@@ -140,14 +142,14 @@ static void run(ddp_backend *be, ddp_precision prec, int act16_env, int fused, r
     OK(m.init(m.self, p, 9));
     for (int k = 0; k <= NB; k++) {
         ddp_forward_out o = {.loss = r->loss[k], .prob = r->prob[k], .pred = r->pred[k]};
-        long g0 = gemm16_calls, f0 = fused_calls, c0 = c16_calls;
+        long g0 = gemm16_calls, f0 = fused_calls, c0 = c16_calls, x0 = dx16_calls;
         if (k < NB)
             OK(m.train_step(m.self, &bat[k].b, p, g, &o, NULL, NULL));
         else
             OK(m.eval_step(m.self, &bat[0].b, p, &o));
         if (k == 0)
             r->gemm16_per_step = gemm16_calls - g0, r->fused_per_step = fused_calls - f0,
-            r->c16_per_step = c16_calls - c0;
+            r->c16_per_step = c16_calls - c0, r->dx16_per_step = dx16_calls - x0;
     }
     r->grad = malloc((size_t)r->n * 4);
     OK(be->download(be, r->grad, g, (size_t)r->n * 4));
@@ -208,18 +210,19 @@ static void wrong_precision(ddp_backend *be)
     m.destroy(m.self);
 }
 
-/* linear1's output in bf16 (z16): where the backend has gemm_epi and the two ops, its bias epilogue writes z in bf16,
- * the GELU reads it and its backward recomputes gelu' from it (gelu_erf_fwd16z, gelu_erf_bwd16z). This rounds a value
- * nothing rounded before, so against the same steps without it (base, dropout 0.1) the results differ, and within
- * close_to: z moves by at most u = 2^-8 of itself, a = gelu(z) by at most about 1.13 u |z| before its own rounding,
- * the size of the bf16 roundings the step already makes (docs/transformer.md, "bf16 activation storage"). The checks
- * that make it mean something: the flag, the memory (gelu' [R, f] fp32 per layer becomes z [R, f] bf16: exactly
- * L x ((R f) - (R f + 1) / 2) x 4 bytes less, as the model allocates in floats), one more bf16-output GEMM per layer,
- * the same number of gemm16 calls, and not the same bits. */
+/* linear1's output in bf16 (z16): where the backend has gemm_epi, linear_bwd and the two ops, its bias epilogue writes
+ * z in bf16, the GELU reads it, linear2's backward writes the GELU output's gradient in bf16 and the GELU backward
+ * reads both, recomputing gelu' from z (gelu_erf_fwd16z, gelu_erf_bwd16z). This rounds values nothing rounded before,
+ * so against the same steps without it (base, dropout 0.1) the results differ, and within close_to: z and that gradient
+ * move by at most u = 2^-8 of themselves, a = gelu(z) by at most about 1.13 u |z| before its own rounding, the size of
+ * the bf16 roundings the step already makes (docs/transformer.md, "bf16 activation storage"). The checks that make it
+ * mean something: the flag, the memory (gelu' [R, f] fp32 per layer becomes z [R, f] bf16, and the gradient's [R, f]
+ * buffer bf16 too: exactly (L + 1) x ((R f) - (R f + 1) / 2) x 4 bytes less, as the model allocates in floats), one
+ * more bf16-output GEMM and one bf16 dx per layer, the same number of gemm16 calls, and not the same bits. */
 static void z16_steps(ddp_backend *be, const result *base)
 {
     const char *nm = be->name;
-    const int want = be->gemm_epi && be->enc->gelu_erf_fwd16z && be->enc->gelu_erf_bwd16z;
+    const int want = be->gemm_epi && be->linear_bwd && be->enc->gelu_erf_fwd16z && be->enc->gelu_erf_bwd16z;
     result z;
     run_ops = &ops_z16;
     run(be, DDP_PRECISION_BF16, 1, 1, &z);
@@ -231,12 +234,15 @@ static void z16_steps(ddp_backend *be, const result *base)
         free(z.grad);
         return;
     }
-    const size_t Rf = (size_t)max_rows * FF, saved = (size_t)LAYERS * (Rf - (Rf + 1) / 2) * 4;
+    const size_t Rf = (size_t)max_rows * FF, saved = (size_t)(LAYERS + 1) * (Rf - (Rf + 1) / 2) * 4;
     if (base->bytes - z.bytes != saved)
         fail_msg("%s: linear1's bf16 output saves %zu bytes, want %zu", nm, base->bytes - z.bytes, saved);
-    if (z.c16_per_step != base->c16_per_step + LAYERS || z.gemm16_per_step != base->gemm16_per_step)
-        fail_msg("%s: %ld bf16-output GEMMs and %ld gemm16 calls per step, want %ld and %ld", nm, z.c16_per_step,
-                 z.gemm16_per_step, base->c16_per_step + LAYERS, base->gemm16_per_step);
+    if (z.c16_per_step != base->c16_per_step + LAYERS || z.gemm16_per_step != base->gemm16_per_step ||
+        z.dx16_per_step != LAYERS || base->dx16_per_step != 0)
+        fail_msg("%s: %ld bf16-output GEMMs, %ld gemm16 calls and %ld bf16 dx per step (%ld without), want %ld, %ld, "
+                 "%d and 0",
+                 nm, z.c16_per_step, z.gemm16_per_step, z.dx16_per_step, base->dx16_per_step,
+                 base->c16_per_step + LAYERS, base->gemm16_per_step, LAYERS);
     if (same(&z, base)) fail_msg("%s: linear1's bf16 output gave the bits of the fp32 one: it was not rounded", nm);
     if (!close_to(&z, base)) fail_msg("%s: linear1's bf16 output moved the steps by more than 2^-7", nm);
     double dg = 0, g = 0;

@@ -170,9 +170,23 @@ static void gelu16_case(int64_t R, int64_t cols, float p, int64_t m16)
     gpu->release(gpu, a16);
 }
 
-/* gelu_erf_fwd16z and gelu_erf_bwd16z on a bf16 z (z16, at offset m16 like the outputs) against gelu_erf_fwd and
- * gelu_erf_bwd of its fp32 widening (exact) with a zero bias: a and dz the roundings of their a and dz, dbias the same
- * bits (gelu' recomputed from z is the dgelu gelu_erf_fwd kept) */
+/* n bf16 values at offset m16 of a device buffer: x's roundings, x replaced by those values widened (exactly) */
+static uint16_t *dev16_of(float *x, int64_t n, int64_t m16)
+{
+    uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * 2), *d = dev16(n);
+    for (int64_t i = 0; i < n; i++) {
+        h[i] = bf16_rne(x[i]);
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&x[i], &u, 4);
+    }
+    if (n > 0) OK(gpu->upload(gpu, d + m16, h, (size_t)n * 2));
+    free(h);
+    return d;
+}
+
+/* gelu_erf_fwd16z and gelu_erf_bwd16z on a bf16 z and (the backward) a bf16 dact, at offset m16 like the outputs,
+ * against gelu_erf_fwd and gelu_erf_bwd of their fp32 widenings (exact) with a zero bias: a and dz the roundings of
+ * their a and dz, dbias the same bits (gelu' recomputed from z is the dgelu gelu_erf_fwd kept) */
 static void gelu16z_case(int64_t R, int64_t cols, float p, int64_t m16)
 {
     char what[160];
@@ -181,14 +195,7 @@ static void gelu16z_case(int64_t R, int64_t cols, float p, int64_t m16)
     const int64_t n = R * cols;
     ddp_dropout dr = {p, 0x1234567ULL + (uint64_t)cols};
     float *z = test_rnd(n, 45, 3.0f, 0.0f), *zero = calloc((size_t)cols + 1, sizeof(float));
-    uint16_t *zh = malloc((size_t)(n > 0 ? n : 1) * 2);
-    for (int64_t i = 0; i < n; i++) { /* z's bf16 rounding, and that value widened (exactly) for the fp32 ops */
-        zh[i] = bf16_rne(z[i]);
-        uint32_t u = (uint32_t)zh[i] << 16;
-        memcpy(&z[i], &u, 4);
-    }
-    uint16_t *z16 = dev16(n), *out16 = dev16(n);
-    if (n > 0) OK(gpu->upload(gpu, z16 + m16, zh, (size_t)n * 2));
+    uint16_t *z16 = dev16_of(z, n, m16), *out16 = dev16(n);
     float *zg = dev(z, n), *biasg = dev(zero, cols), *ag = dev(NULL, n), *dgg = dev(NULL, n), *dzg = dev(NULL, n);
     OK(G->gelu_erf_fwd(gpu, zg, biasg, ag, dgg, &pk.g, cols, &dr));
     OK(gpu->zero(gpu, out16, (size_t)(n + 8) * 2));
@@ -198,20 +205,21 @@ static void gelu16z_case(int64_t R, int64_t cols, float p, int64_t m16)
              (long long)m16);
     expect_bf16_of(what, out16 + m16, a, n);
     float *dact = test_rnd(n, 46, 2.0f, -1.0f), *db0 = test_rnd(cols, 47, 1.0f, 0.0f);
+    uint16_t *dact16 = dev16_of(dact, n, m16);
     float *dactg = dev(dact, n), *dbg = dev(db0, cols), *db16g = dev(db0, cols);
     OK(G->gelu_erf_bwd(gpu, dactg, dgg, dzg, dbg, &pk.g, cols, &dr));
     OK(gpu->zero(gpu, out16, (size_t)(n + 8) * 2));
-    OK(G->gelu_erf_bwd16z(gpu, dactg, (const ddp_bf16 *)(z16 + m16), (ddp_bf16 *)(out16 + m16), db16g, &pk.g, cols,
-                          &dr));
+    OK(G->gelu_erf_bwd16z(gpu, (const ddp_bf16 *)(dact16 + m16), (const ddp_bf16 *)(z16 + m16),
+                          (ddp_bf16 *)(out16 + m16), db16g, &pk.g, cols, &dr));
     float *dz = down(dzg, n), *dbv = down(dbg, cols);
     snprintf(what, sizeof what, "gelu_erf_bwd16z R %lld cols %lld p %.1f at +%lld", (long long)R, (long long)cols, p,
              (long long)m16);
     expect_bf16_of(what, out16 + m16, dz, n);
     expect_same_bits("gelu_erf_bwd16z dbias", db16g, dbv, cols);
-    free(z), free(zero), free(zh), free(a), free(dact), free(db0), free(dz), free(dbv);
+    free(z), free(zero), free(a), free(dact), free(db0), free(dz), free(dbv);
     float *bufs[] = {zg, biasg, ag, dgg, dzg, dactg, dbg, db16g};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->release(gpu, bufs[i]);
-    gpu->release(gpu, z16), gpu->release(gpu, out16);
+    gpu->release(gpu, z16), gpu->release(gpu, out16), gpu->release(gpu, dact16);
     pack_free(&pk);
 }
 

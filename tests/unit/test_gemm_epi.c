@@ -368,10 +368,10 @@ static void linear_bwd_case(int p, int64_t R, int64_t N, int64_t K, int dy16, in
              *ddy = dy16 ? on_gpu(dy16b, ndy * 2) : on_gpu(dy, ndy * 4);
         OK(gpu->alloc(gpu, (void **)&dx, nx * 4));
         OK(gpu->set_precision(gpu, (ddp_precision)p));
-        ddp_status (*own)(ddp_backend *, const void *, int, const void *, int, const float *, float *, float *, float *,
-                          int64_t, int64_t, int64_t) = gpu->linear_bwd;
+        ddp_status (*own)(ddp_backend *, const void *, int, const void *, int, const float *, float *, float *, void *,
+                          int, int64_t, int64_t, int64_t) = gpu->linear_bwd;
         if (way) gpu->linear_bwd = NULL; /* the composition */
-        ddp_status st = ddp_linear_bwd(gpu, 1, ddy, dy16, dxin, x16, dWt, dW, with_bias ? db : NULL, dx, R, N, K);
+        ddp_status st = ddp_linear_bwd(gpu, 1, ddy, dy16, dxin, x16, dWt, dW, with_bias ? db : NULL, dx, 0, R, N, K);
         gpu->linear_bwd = own;
         if (way && dy16 && with_bias) { /* refused with its line; linear_bwd's results stand for both */
             if (st != DDP_ERR_ARG || !strstr(ddp_last_error(), "bf16 dy"))
@@ -434,8 +434,74 @@ static void bias_of16(int64_t R, int64_t N, uint64_t seed, const float *g16, con
                  (long long)R, (long long)N);
     free(dy), free(b0);
 }
+/* dx written in bf16 (dx16) at bf16: the rounding of the fp32 dx of the same call, bit for bit on the emulator (on a
+ * GPU, whose cuBLASLt may choose another algorithm for a bf16 D, within 2^-8 relative L2, a rounding's size), with
+ * dW and dbias the same bits. The composition refuses a bf16 dx with one line, and
+ * so does linear_bwd at another precision. */
+static void linear_bwd_dx16_case(int64_t R, int64_t N, int64_t K, int dy16, int x16, int with_bias, uint64_t seed)
+{
+    size_t ndy = (size_t)(R * N), nx = (size_t)(R * K), nw = (size_t)(N * K);
+    float *dy = test_rnd((int64_t)ndy, seed, 2.0f, -1.0f), *x = test_rnd((int64_t)nx, seed + 1, 2.0f, -1.0f),
+          *W = test_rnd((int64_t)nw, seed + 2, 2.0f, -1.0f), *dW0 = test_rnd((int64_t)nw, seed + 3, 2.0f, -1.0f),
+          *b0 = test_rnd(N, seed + 4, 2.0f, -1.0f);
+    uint16_t *x16b = to_bits16(x, nx), *dy16b = to_bits16(dy, ndy);
+    void *dxin = x16 ? on_gpu(x16b, nx * 2) : on_gpu(x, nx * 4),
+         *ddy = dy16 ? on_gpu(dy16b, ndy * 2) : on_gpu(dy, ndy * 4);
+    float *dWt = on_gpu(W, nw * 4), *res[2][3];
+    OK(gpu->set_precision(gpu, DDP_PRECISION_BF16));
+    for (int o16 = 0; o16 < 2; o16++) {
+        float *dW = on_gpu(dW0, nw * 4), *db = on_gpu(b0, (size_t)N * 4);
+        void *dx = NULL;
+        OK(gpu->alloc(gpu, &dx, nx * 4 + 8));
+        OK(gpu->zero(gpu, dx, nx * 4 + 8));
+        OK(ddp_linear_bwd(gpu, 1, ddy, dy16, dxin, x16, dWt, dW, with_bias ? db : NULL, dx, o16, R, N, K));
+        res[o16][0] = malloc(nw * 4 + 4), res[o16][1] = malloc((size_t)N * 4 + 4), res[o16][2] = malloc(nx * 4 + 4);
+        OK(gpu->download(gpu, res[o16][0], dW, nw * 4));
+        OK(gpu->download(gpu, res[o16][1], db, (size_t)N * 4));
+        OK(gpu->download(gpu, res[o16][2], dx, nx * (o16 ? 2 : 4)));
+        gpu->release(gpu, dW), gpu->release(gpu, db), gpu->release(gpu, dx);
+    }
+    float *w16 = malloc(nx * 4 + 4); /* the bf16 dx widened, and the fp32 dx rounded */
+    int64_t bad = -1;
+    for (size_t i = 0; i < nx; i++) {
+        uint32_t u = (uint32_t)((uint16_t *)res[1][2])[i] << 16;
+        memcpy(&w16[i], &u, 4);
+        if (bad < 0 && memcmp(&w16[i], &(float){round_bits(res[0][2][i], 16)}, 4)) bad = (int64_t)i;
+    }
+    const double d = rel_l2(w16, res[0][2], nx);
+    if (emulated ? bad >= 0 : !(d <= 0x1p-8))
+        fail_msg(
+            "bf16 linear_bwd %lldx%lldx%lld dy16 %d x16 %d bias %d: the bf16 dx is not the fp32 dx rounded (element "
+            "%lld, relative L2 %.3g)",
+            (long long)R, (long long)N, (long long)K, dy16, x16, with_bias, (long long)bad, d);
+    for (int k = 0; k < 2; k++) {
+        const size_t nk = k ? (size_t)N : nw;
+        if (emulated ? memcmp(res[0][k], res[1][k], nk * 4) != 0 : !(rel_l2(res[1][k], res[0][k], nk) <= 1e-5))
+            fail_msg("bf16 linear_bwd %lldx%lldx%lld: %s changed with a bf16 dx", (long long)R, (long long)N,
+                     (long long)K, k ? "dbias" : "dW");
+    }
+    ddp_status (*own)(ddp_backend *, const void *, int, const void *, int, const float *, float *, float *, void *, int,
+                      int64_t, int64_t, int64_t) = gpu->linear_bwd;
+    gpu->linear_bwd = NULL; /* the composition: refused, one line */
+    ddp_status st = ddp_linear_bwd(gpu, 1, ddy, dy16, dxin, x16, dWt, (float *)dxin, NULL, ddy, 1, R, N, K);
+    gpu->linear_bwd = own;
+    if (st != DDP_ERR_ARG || !strstr(ddp_last_error(), "bf16 dx") || strchr(ddp_last_error(), '\n'))
+        fail_msg("the composition took a bf16 dx (%d: %s)", (int)st, ddp_last_error());
+    OK(gpu->set_precision(gpu, DDP_PRECISION_TF32));
+    st = gpu->linear_bwd(gpu, dy, 0, x, 0, W, dW0, NULL, x, 1, R, N, K); /* refused before any pointer is read */
+    if (st != DDP_ERR_ARG || !strstr(ddp_last_error(), "bf16 dx needs --precision bf16"))
+        fail_msg("linear_bwd at tf32 took a bf16 dx (%d: %s)", (int)st, ddp_last_error());
+    for (int k = 0; k < 3; k++) free(res[0][k]), free(res[1][k]);
+    free(w16), free(dy), free(x), free(W), free(dW0), free(b0), free(x16b), free(dy16b);
+    gpu->release(gpu, dxin), gpu->release(gpu, ddy), gpu->release(gpu, dWt);
+}
 static void linear_bwd_cases(void)
 {
+    static const int64_t dx16_shapes[][3] = {{37, 96, 32}, {300, 24, 16}, {1, 3, 5}, {0, 4, 4}, {5, 8, 6}};
+    for (size_t s = 0; s < sizeof dx16_shapes / sizeof *dx16_shapes; s++)
+        for (int v = 0; v < 4; v++) /* dy16, x16 and the bias: four of their combinations */
+            linear_bwd_dx16_case(dx16_shapes[s][0], dx16_shapes[s][1], dx16_shapes[s][2], v & 1, (v >> 1) & 1,
+                                 v == 0 || v == 3 ? 0 : 1, 777 + 10 * s + (uint64_t)v);
     static const int64_t shapes[][3] = {{37, 96, 32}, {300, 24, 16}, {1, 3, 5}, {0, 4, 4}};
     uint64_t seed = 99;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {

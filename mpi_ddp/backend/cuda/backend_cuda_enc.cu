@@ -93,12 +93,13 @@ template <int V> static __device__ inline void mul_factor(const __nv_bfloat16 *p
     for (int j = 0; j < V; j++) ddp_gelu_erf_fwd(z[j], &m[j]);
 }
 
-/* dst = drop(src) * mul (mul NULL: drop(src); M bf16: mul_factor's gelu') and the bias gradient's stage 1: block (x:
+/* dst = drop(src) * mul (src fp32 or bf16: S; mul NULL: drop(src); M bf16: mul_factor's gelu') and the bias
+ * gradient's stage 1: block (x:
  * column tile of blockDim.x * V columns, y: chunk of `rows` rows) sums dst over its rows in row order; one chunk: added
  * into dbias at once, else written to part [gridDim.y, cols]. Row keys are computed blockDim.x rows at a time, one row
  * per thread, into shared memory. */
-template <int V, typename T, typename M>
-__global__ void k_drop_mul_part(const float *src, const M *mul, T *dst, float *dbias, float *part, const int64_t *off,
+template <int V, typename T, typename M, typename S>
+__global__ void k_drop_mul_part(const S *src, const M *mul, T *dst, float *dbias, float *part, const int64_t *off,
                                 const int64_t *seg, const int64_t *sid, int64_t R, int64_t cols, int64_t rows,
                                 ddp_dropout dr)
 {
@@ -264,13 +265,13 @@ static ddp_status cu_gelu_erf_fwd16z(ddp_backend *b, const ddp_bf16 *z, ddp_bf16
  * values): k_drop_mul_part over row chunks (as many as the scratch holds, each of at least EW_MIN_CHUNK rows; the
  * chunking depends on (R, cols) only), then the chunks' sum in a fixed order (ddp_cuda_colpart_sum). v: 4 or 1 columns
  * a thread. */
-template <typename T, typename M>
-static ddp_status drop_mul_colsum(ddp_backend *b, const float *src, const M *mul, T *dst, float *dbias,
+template <typename T, typename M, typename S>
+static ddp_status drop_mul_colsum(ddp_backend *b, const S *src, const M *mul, T *dst, float *dbias,
                                   const ddp_packing *pack, int64_t cols, const ddp_dropout *dr, int v)
 {
-    typedef void (*kernel_t)(const float *, const M *, T *, float *, float *, const int64_t *, const int64_t *,
+    typedef void (*kernel_t)(const S *, const M *, T *, float *, float *, const int64_t *, const int64_t *,
                              const int64_t *, int64_t, int64_t, int64_t, ddp_dropout);
-    static const kernel_t k4 = k_drop_mul_part<4, T, M>, k1 = k_drop_mul_part<1, T, M>; /* names without a comma */
+    static const kernel_t k4 = k_drop_mul_part<4, T, M, S>, k1 = k_drop_mul_part<1, T, M, S>; /* names, no comma */
     const int64_t R = pack->R;
     if (R <= 0 || cols <= 0) return DDP_OK;
     cuda_impl *ci = cuda_of(b);
@@ -304,12 +305,17 @@ static ddp_status cu_gelu_erf_bwd16(ddp_backend *b, const float *dact, const flo
     return drop_mul_colsum(b, dact, dgelu, (__nv_bfloat16 *)dz, dbias, pack, cols, dr, v);
 }
 
-/* dz = drop(dact) * gelu_erf'(z) in bf16, z the bf16 pre-activation of gelu_erf_fwd16z; dbias sums the fp32 values */
-static ddp_status cu_gelu_erf_bwd16z(ddp_backend *b, const float *dact, const ddp_bf16 *z, ddp_bf16 *dz, float *dbias,
-                                     const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
+/* dz = drop(dact) * gelu_erf'(z) in bf16 from a bf16 dact, z the bf16 pre-activation of gelu_erf_fwd16z; dbias sums
+ * the fp32 values */
+static ddp_status cu_gelu_erf_bwd16z(ddp_backend *b, const ddp_bf16 *dact, const ddp_bf16 *z, ddp_bf16 *dz,
+                                     float *dbias, const ddp_packing *pack, int64_t cols, const ddp_dropout *dr)
 {
-    const int v = vec_width(cols, dact, dbias, NULL, NULL) == 4 && (((uintptr_t)z | (uintptr_t)dz) & 7) == 0 ? 4 : 1;
-    return drop_mul_colsum(b, dact, (const __nv_bfloat16 *)z, (__nv_bfloat16 *)dz, dbias, pack, cols, dr, v);
+    const int v = vec_width(cols, dbias, NULL, NULL, NULL) == 4 &&
+                          (((uintptr_t)dact | (uintptr_t)z | (uintptr_t)dz) & 7) == 0
+                      ? 4
+                      : 1;
+    return drop_mul_colsum(b, (const __nv_bfloat16 *)dact, (const __nv_bfloat16 *)z, (__nv_bfloat16 *)dz, dbias, pack,
+                           cols, dr, v);
 }
 
 static ddp_status cu_residual_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *bias,

@@ -279,8 +279,9 @@ static ddp_status add_colpart(cuda_impl *c, float *bias, int64_t n)
     return DDP_OK;
 }
 
-/* C = alpha op(A) op(B) + beta C on operands as cuBLAS reads them (in), M, N, K > 0, then the epilogue epi: none (0),
- * DDP_EPI_BIAS (with DDP_EPI_C16: C is bf16, the fp32 result rounded once) or DDP_EPI_BGRAD (A32: the fp32 A its
+/* C = alpha op(A) op(B) + beta C on operands as cuBLAS reads them (in), M, N, K > 0, then the epilogue epi: none (0;
+ * with DDP_EPI_C16 and beta 0: C is bf16, the fp32 result rounded once, through cuBLASLt's default epilogue),
+ * DDP_EPI_BIAS (with DDP_EPI_C16 likewise) or DDP_EPI_BGRAD (A32: the fp32 A its
  * unfused column sums read; NULL: A is bf16, summed as it is by colsum16). An epilogue runs in cuBLASLt, the
  * bias gradient landing in colpart (BGRADB writes, it does not add) and added to bias by one short launch; where
  * cuBLASLt has no algorithm, or the bias gradient is wider than colpart, the same operands through cublasGemmEx,
@@ -296,8 +297,11 @@ static ddp_status epi_run(ddp_backend *b, int epi, float *bias, int ta, int tb, 
     /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T: the bias runs along C^T's rows (N of
      * them), the bias gradient sums the second operand (A) over k into C^T's columns (M) */
     int ran = 0;
-    if (epi == DDP_EPI_BIAS || (epi == DDP_EPI_BGRAD && M <= DDP_COLPART_FLOATS))
-        DDP_CHECK(lt_matmul(c, epi == DDP_EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB,
+    if (epi == DDP_EPI_BIAS || (epi == DDP_EPI_BGRAD && M <= DDP_COLPART_FLOATS) || (epi == 0 && c16))
+        DDP_CHECK(lt_matmul(c,
+                            epi == DDP_EPI_BIAS    ? CUBLASLT_EPILOGUE_BIAS
+                            : epi == DDP_EPI_BGRAD ? CUBLASLT_EPILOGUE_BGRADB
+                                                   : CUBLASLT_EPILOGUE_DEFAULT,
                             epi == DDP_EPI_BIAS ? (void *)bias : (void *)c->colpart, opb, opa, N, M, K, alpha, in->b,
                             in->ldb, in->a, in->lda, in->type, compute, beta, Cv, c16 ? CUDA_R_16BF : CUDA_R_32F, ldc,
                             &ran));
@@ -311,7 +315,7 @@ static ddp_status epi_run(ddp_backend *b, int epi, float *bias, int ta, int tb, 
     CUBLAS_COMPUTE(cublasGemmEx(c->blas, opb, opa, (int)N, (int)M, (int)K, &alpha, in->b, in->type, (int)in->ldb, in->a,
                                 in->type, (int)in->lda, &beta, C, CUDA_R_32F, (int)ldc, compute, CUBLAS_GEMM_DEFAULT));
     if (c16) {
-        DDP_CHECK(ddp_cuda_add_bias(b, C, bias, M, N));
+        if (epi == DDP_EPI_BIAS) DDP_CHECK(ddp_cuda_add_bias(b, C, bias, M, N));
         return ddp_cuda_to_bf16(c, C, M, N, N, (__nv_bfloat16 *)Cv);
     }
     if (epi == DDP_EPI_BIAS) return ddp_cuda_add_bias(b, C, bias, M, N);
@@ -368,11 +372,14 @@ ddp_status ddp_cuda_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, int t
 
 /* ------------------------------------------------------------------ a linear layer's backward */
 ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const void *dy, int dy16, const void *x, int x16, const float *W,
-                               float *dW, float *dbias, float *dx, int64_t R, int64_t N, int64_t K)
+                               float *dW, float *dbias, void *dxv, int dx16, int64_t R, int64_t N, int64_t K)
 {
     cuda_impl *c = cuda_of(b);
+    float *dx = (float *)dxv;
     if (dbias && dy16 && c->precision != DDP_PRECISION_BF16)
         return ddp_set_error(DDP_ERR_ARG, "cuda linear_bwd: a bf16 dy needs --precision bf16");
+    if (dx16 && c->precision != DDP_PRECISION_BF16)
+        return ddp_set_error(DDP_ERR_ARG, "cuda linear_bwd: a bf16 dx needs --precision bf16");
     if (c->precision != DDP_PRECISION_BF16 || R <= 0 || N <= 0 || K <= 0) { /* nothing to convert: the two products */
         if (dbias && dy16) DDP_CHECK(colsum16(c, (const __nv_bfloat16 *)dy, dbias, R, N));
         if (dbias && !dy16)
@@ -382,6 +389,7 @@ ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const void *dy, int dy16, const v
             DDP_CHECK(ddp_cuda_gemm16(b, 1, 0, N, K, R, 1.0f, dy, dy16, N, x, x16, K, 1.0f, dW, K));
         else
             DDP_CHECK(ddp_cuda_gemm(b, 1, 0, N, K, R, 1.0f, (const float *)dy, N, (const float *)x, K, 1.0f, dW, K));
+        if (dx16) return DDP_OK; /* at bf16 here: R or K is 0, dx empty (N 0 is no layer: cuBLAS refused its ld) */
         if (dy16) return ddp_cuda_gemm16(b, 0, 0, R, K, N, 1.0f, dy, 1, N, W, 0, K, 0.0f, dx, K);
         return ddp_cuda_gemm(b, 0, 0, R, K, N, 1.0f, (const float *)dy, N, W, K, 0.0f, dx, K);
     }
@@ -405,7 +413,7 @@ ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const void *dy, int dy16, const v
     gemm_in wg = {dyb, xb, N, K, CUDA_R_16BF}, dg = {dyb, w16, N, K, CUDA_R_16BF};
     DDP_CHECK(epi_run(b, dbias ? DDP_EPI_BGRAD : 0, dbias, 1, 0, N, K, R, 1.0f, &wg, CUBLAS_COMPUTE_32F,
                       dy16 ? NULL : (const float *)dy, 1.0f, dW, K));
-    return epi_run(b, 0, NULL, 0, 0, R, K, N, 1.0f, &dg, CUBLAS_COMPUTE_32F, NULL, 0.0f, dx, K);
+    return epi_run(b, dx16 ? DDP_EPI_C16 : 0, NULL, 0, 0, R, K, N, 1.0f, &dg, CUBLAS_COMPUTE_32F, NULL, 0.0f, dx, K);
 }
 
 /* ------------------------------------------------------------------ column sums and bias adds */

@@ -125,8 +125,8 @@ __attribute__((visibility("hidden"))) ddp_status ddp_cuda_colpart_sum(cuda_impl 
 /* ddp_backend.linear_bwd (backend_cuda_gemm.cu) */
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const void *dy, int dy16,
                                                                      const void *x, int x16, const float *W, float *dW,
-                                                                     float *dbias, float *dx, int64_t R, int64_t N,
-                                                                     int64_t K);
+                                                                     float *dbias, void *dx, int dx16, int64_t R,
+                                                                     int64_t N, int64_t K);
 /* the GEMMs (backend_cuda_gemm.cu): ddp_backend.gemm, .gemm16 and .set_precision */
 __attribute__((visibility("hidden"))) ddp_status ddp_cuda_gemm(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
                                                                int64_t K, float alpha, const float *A, int64_t lda,
