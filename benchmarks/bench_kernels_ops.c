@@ -39,6 +39,7 @@ void bk_set_bf16(config *c, const ddp_backend *be, ddp_precision pr)
     c->qkv16 = c->bf16 && be->gemm_epi;
     c->dqkv16 = c->qkv16 && be->linear_bwd;
     c->z16 = c->qkv16 && be->enc->gelu_erf_fwd16z && be->enc->gelu_erf_bwd16z;
+    c->do16 = c->z16 && c->dqkv16;
 }
 
 static void fill_host(float *h, size_t n, uint64_t seed, float scale)
@@ -241,9 +242,12 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
         double n2 = c->sum_n2;
         /* attention's operands as the step stores them at the precision (bk_set_bf16): their bytes per value, the
          * q|k|v read (bf16 from h16[0]) and the shape's note */
-        const double bq = c->qkv16 ? 2 : 4, bo = c->o16 ? 2 : 4, bdq = c->dqkv16 ? 2 : 4;
+        const double bq = c->qkv16 ? 2 : 4, bo = c->o16 ? 2 : 4, bdq = c->dqkv16 ? 2 : 4, bdo = c->do16 ? 2 : 4;
         const void *qkv = q ? (c->qkv16 ? (const void *)q->h16[0] : (const void *)F[X0]) : NULL;
-        const char *st16 = c->dqkv16 ? ", bf16 q|k|v, o, dq|dk|dv" : c->o16 ? ", bf16 o" : "";
+        const char *st16 = c->do16     ? ", bf16 q|k|v, o, dO, dq|dk|dv"
+                           : c->dqkv16 ? ", bf16 q|k|v, o, dq|dk|dv"
+                           : c->o16    ? ", bf16 o"
+                                       : "";
         /* the bf16 step's own forms (index 20 on, at bf16): which of them this backend has */
         int rows16[5], n16 = 0;
         if (c->bf16) {
@@ -313,15 +317,17 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
              * The deterministic two-pass GPU kernels execute 7 such products (S and dP again in the dQ pass):
              * their hardware rate is 1.4x the rate shown. Reads qkv, o, dout, lse, writes dqkv */
             d->name = "attention_bwd", d->flops = 10 * W * n2 + 6 * (double)heads * n2,
-            d->bytes = bq * 3 * r * W + bo * r * W + 4 * r * W + 4 * r * (double)heads + bdq * 3 * r * W, d->out = Y1,
+            d->bytes = bq * 3 * r * W + bo * r * W + bdo * r * W + 4 * r * (double)heads + bdq * 3 * r * W, d->out = Y1,
             d->out_n = (size_t)(R * d3), d->out16 = c->dqkv16;
             SHAPE("R %lld, %lld samples %lld-%lld, d %lld, %lld heads%s", (long long)R, (long long)B, (long long)c->lo,
                   (long long)c->hi, (long long)w, (long long)heads, st16);
             if (q) {
-                /* the forward's o and lse for these q, k, v (attention_bwd reads them); dO fp32, as the model's */
+                /* the forward's o and lse for these q, k, v (attention_bwd reads them); dO as the model stores it (bf16
+                 * from h16[1] at do16) */
+                const void *dO = c->do16 ? (const void *)q->h16[1] : (const void *)F[X1];
                 CK(E->attention_fwd(be, qkv, c->qkv16, F[Y0], c->o16, F[VEC0], &q->pk, w, (int)heads, &nodrop));
-                CK(E->attention_bwd(be, qkv, c->qkv16, F[Y0], c->o16, F[X1], F[VEC0], F[Y1], c->dqkv16, F[VEC2], &q->pk,
-                                    w, (int)heads, &nodrop));
+                CK(E->attention_bwd(be, qkv, c->qkv16, F[Y0], c->o16, dO, c->do16, F[VEC0], F[Y1], c->dqkv16, F[VEC2],
+                                    &q->pk, w, (int)heads, &nodrop));
             }
             return 1;
         case 12:

@@ -185,11 +185,12 @@ struct ddp_enc_ops {
      * stored in bf16, read as the fp32 values they widen to (both directions) */
     ddp_status (*attention_fwd)(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16, float *lse,
                                 const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
-    /* dqkv (written: fp32, or at dqkv16 each value rounded once to bf16, nearest even) from dout; o as the forward
-     * stored it (o16); delta is backend scratch of R*heads floats: rowsum(dout * o) per head */
-    ddp_status (*attention_bwd)(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16, const float *dout,
-                                const float *lse, void *dqkv, int dqkv16, float *delta, const ddp_packing *pack,
-                                int64_t d, int heads, const ddp_dropout *dr);
+    /* dqkv (written: fp32, or at dqkv16 each value rounded once to bf16, nearest even) from dout (stored in bf16 at
+     * do16, read as the fp32 values it widens to: the bits of those values given in fp32); o as the forward stored it
+     * (o16); delta is backend scratch of R*heads floats: rowsum(dout * o) per head */
+    ddp_status (*attention_bwd)(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16, const void *dout,
+                                int do16, const float *lse, void *dqkv, int dqkv16, float *delta,
+                                const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
     /* a = drop(gelu_erf(z + bias)); dgelu = gelu_erf'(z + bias) when non-NULL (may be z) */
     ddp_status (*gelu_erf_fwd)(ddp_backend *b, const float *z, const float *bias, float *a, float *dgelu,
                                const ddp_packing *pack, int64_t cols, const ddp_dropout *dr);

@@ -275,6 +275,11 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
      * rounds values nothing rounded before (docs/transformer.md states the bound) */
     m->z16 = m->act16 && m->fuse_epi && be->linear_bwd && be->enc->gelu_erf_fwd16z && be->enc->gelu_erf_bwd16z &&
              be->enc->gelu_erf_bwd16;
+    /* the attention output's gradient dO in bf16 from the out projection's linear_bwd (dx16): the operand cuDNN and the
+     * bf16 tensor-core kernels round dO to for their products, so there only delta = rowsum(dO . O) sees the rounding,
+     * as in FlashAttention and cuDNN (bound: docs/transformer.md); 2 d bytes a row written and read instead of 4 d.
+     * It rounds values nothing rounded before, as z16 does: the two go together (z16 implies dqkv16) */
+    m->do16 = m->z16;
     /* the attention the encoder runs: cuDNN's fused SDPA where the backend chooses it, else the own kernels */
     if (be->attention_select) {
         const char *name = "own";
@@ -351,6 +356,7 @@ int ddp_transformer_act16(const ddp_model *model) { return ((const txmodel *)mod
 int ddp_transformer_dqkv16(const ddp_model *model) { return ((const txmodel *)model->self)->dqkv16; }
 int ddp_transformer_dh16(const ddp_model *model) { return ((const txmodel *)model->self)->dh16; }
 int ddp_transformer_z16(const ddp_model *model) { return ((const txmodel *)model->self)->z16; }
+int ddp_transformer_do16(const ddp_model *model) { return ((const txmodel *)model->self)->do16; }
 int ddp_transformer_qkv16(const ddp_model *model) { return ((const txmodel *)model->self)->qkv16; }
 
 void ddp_transformer_times(const ddp_model *model, double t[4])

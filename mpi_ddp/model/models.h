@@ -29,5 +29,7 @@ int ddp_transformer_qkv16(const ddp_model *m);
 int ddp_transformer_dh16(const ddp_model *m);
 /* 1 when that model keeps linear1's output in bf16 and recomputes gelu' from it (txmodel.z16) */
 int ddp_transformer_z16(const ddp_model *m);
+/* 1 when that model's out projection writes the attention output's gradient in bf16 (txmodel.do16) */
+int ddp_transformer_do16(const ddp_model *m);
 
 #endif

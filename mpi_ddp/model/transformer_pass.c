@@ -202,8 +202,9 @@ ddp_status ddp_tx_backward(txmodel *m, const ddp_batch *b, const float *P, float
             DDP_CHECK(E->residual_bwd(be, m->dh, m->branch, b1, pack, d, &drop_res1));
             t1 = m->branch, t1_16 = 0, b1 = NULL;
         }
-        LINEAR_BWD16(t1, t1_16, y->o, m->o16, P + w[T_OUT_W], G + w[T_OUT_W], b1, m->dy, R, d, d);
-        ATTN_TIMED(1, E->attention_bwd(be, y->qkv, m->qkv16, y->o, m->o16, m->dy, y->lse, m->dqkv, m->dqkv16,
+        /* at do16 the out projection's data gradient dO is written in bf16, the attention backward's input */
+        LINEAR_BWD16X(t1, t1_16, y->o, m->o16, P + w[T_OUT_W], G + w[T_OUT_W], b1, m->dy, m->do16, R, d, d);
+        ATTN_TIMED(1, E->attention_bwd(be, y->qkv, m->qkv16, y->o, m->o16, m->dy, m->do16, y->lse, m->dqkv, m->dqkv16,
                                        m->attn_delta, pack, d, (int)H, &drop_attn));
         LINEAR_BWD16(m->dqkv, m->dqkv16, y->y1, m->act16, P + w[T_QKV_W], G + w[T_QKV_W], G + w[T_QKV_B], m->dy, R,
                      3 * d, d);

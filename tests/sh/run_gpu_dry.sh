@@ -83,7 +83,7 @@ assert abs(float(cells[3]) - float(cells[1]) - float(cells[2])) < 2e-3, cells
 print(f"run_gpu dry run: {len(rows)} training rows, {len(kern)} kernel rows, {len(ar)} allreduce rows: ok")
 EOF
 # --precision reaches the benchmarks: on the emulator every op at bf16 against the CPU within bf16's tolerance,
-# attention with the bf16 storage the step uses (q|k|v, o and their gradients), and the bf16 step's own forms: the
+# attention with the bf16 storage the step uses (q|k|v, o, dO and dq|dk|dv), and the bf16 step's own forms: the
 # fused residual + layernorm and the layernorm backward with bf16 copies checked, the GELU of linear1's bf16 output and
 # linear1's bf16-output GEMM (ops the CPU lacks) timed unchecked
 if [ "$mode" = emu ]; then
@@ -92,8 +92,8 @@ if [ "$mode" = emu ]; then
     { cat kb.txt; fail "bench_kernels --precision bf16 --check"; }
   grep -q "^# bench_kernels: backend cuda-emu, --precision bf16" kb.txt || fail "bench_kernels ignored --precision: $(head -1 kb.txt)"
   grep -q "check against the cpu backend: ok" kb.txt || fail "bench_kernels bf16 check"
-  for row in "attention_fwd | .*bf16 q|k|v, o, dq|dk|dv |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" \
-             "attention_bwd | .*bf16 q|k|v, o, dq|dk|dv |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" \
+  for row in "attention_fwd | .*bf16 q|k|v, o, dO, dq|dk|dv |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" \
+             "attention_bwd | .*bf16 q|k|v, o, dO, dq|dk|dv |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" \
              "residual_layernorm_fwd16 |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" "layernorm_bwd16 |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" \
              "gelu_erf_fwd16z |.* – |$" "gelu_erf_bwd16z |.* – |$" "gemm ff1 = y.W1^T + b1 | .*bf16 in and out |.* – |$"; do
     grep -q -- "$row" kb.txt || { cat kb.txt; fail "bench_kernels at bf16: no row matching '$row'"; }

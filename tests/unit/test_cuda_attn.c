@@ -176,12 +176,12 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
          *Dg = dev(NULL, (size_t)R * H * 4);
     const ddp_dropout dr = {.p = p, .key = 0x5eed + (uint64_t)dh};
     OK(cpu->enc->attention_fwd(cpu, qkv, 0, y, 0, lse, &pc, d, H, &dr));
-    OK(cpu->enc->attention_bwd(cpu, qkv, 0, y, 0, dout, lse, dq, 0, D, &pc, d, H, &dr));
+    OK(cpu->enc->attention_bwd(cpu, qkv, 0, y, 0, dout, 0, lse, dq, 0, D, &pc, d, H, &dr));
     OK(ddp_backend_set_precision(gpu, prec));
     const long long b0 = ddp_cuda()->blocks();
     OK(gpu->enc->attention_fwd(gpu, qg, 0, yg, 0, lg, &pg, d, H, &dr));
     const long long b1 = ddp_cuda()->blocks();
-    OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dr));
+    OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, 0, lg, dqg, 0, Dg, &pg, d, H, &dr));
     expect_blocks(&pk, dh, H, p, b1 - b0, ddp_cuda()->blocks() - b1);
     if (dh <= 128 && (!(cudnn_mode & 1) || p > 0.0f)) { /* a tile map not of the batch: one line, nothing launched */
         ddp_packing bad = pg;
@@ -218,12 +218,13 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     }
     /* determinism: the same call again, identical bits */
     OK(gpu->enc->attention_fwd(gpu, qg, 0, yg, 0, lg, &pg, d, H, &dr));
-    OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dr));
+    OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, 0, lg, dqg, 0, Dg, &pg, d, H, &dr));
     float *gy2 = down(yg, R * d), *gq2 = down(dqg, R * 3 * d);
     if (!(!memcmp(gy, gy2, (size_t)R * d * 4) && !memcmp(gq, gq2, (size_t)R * 3 * d * 4)))
         fail_msg("%s: two runs differ", what);
     o16_case(what, qg, dog, &pg, d, H, &dr, gy, gl);
     qkv16_case(what, qkv, dog, &pg, d, H, &dr);
+    do16_case(what, qg, dout, &pg, d, H, &dr);
     /* sample B/2 alone (its id kept): the same bits as inside the batch */
     const int solo = B / 2;
     int64_t lo = o[solo], n = len[solo];
@@ -240,7 +241,7 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
                       .tiles = t1.T};
     void *q1 = dev(qkv + lo * 3 * d, (size_t)n * 3 * d * 4), *do1 = dev(dout + lo * d, (size_t)n * d * 4);
     OK(gpu->enc->attention_fwd(gpu, q1, 0, yg, 0, lg, &p1, d, H, &dr));
-    OK(gpu->enc->attention_bwd(gpu, q1, 0, yg, 0, do1, lg, dqg, 0, Dg, &p1, d, H, &dr));
+    OK(gpu->enc->attention_bwd(gpu, q1, 0, yg, 0, do1, 0, lg, dqg, 0, Dg, &p1, d, H, &dr));
     float *y3 = down(yg, n * d), *g3 = down(dqg, n * 3 * d);
     if (!(!memcmp(y3, gy + lo * d, (size_t)n * d * 4) && !memcmp(g3, gq + lo * 3 * d, (size_t)n * 3 * d * 4)))
         fail_msg("%s: sample %d alone differs from the batch", what, solo);
@@ -519,7 +520,7 @@ static void test_cudnn_plan_cache(void **state)
         const ddp_dropout dr = {.p = 0.0f, .key = 1};
         OK(ddp_backend_set_precision(gpu, DDP_PRECISION_BF16));
         OK(gpu->enc->attention_fwd(gpu, q, 0, o, 0, l, &pg, d, (int)H, &dr));
-        OK(gpu->enc->attention_bwd(gpu, q, 0, o, 0, o, l, dq, 0, D, &pg, d, (int)H, &dr));
+        OK(gpu->enc->attention_bwd(gpu, q, 0, o, 0, o, 0, l, dq, 0, D, &pg, d, (int)H, &dr));
         calls += dirs;
         void *dv[] = {(void *)pg.off, (void *)pg.seg, (void *)pg.sid, (void *)pg.tile, q, o, l, dq, D};
         for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);

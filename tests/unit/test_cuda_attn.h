@@ -44,5 +44,8 @@ void o16_case(const char *what, void *qg, void *dog, const ddp_packing *pg, int6
               const float *gy, const float *gl);
 void qkv16_case(const char *what, const float *qkv, void *dog, const ddp_packing *pg, int64_t d, int H,
                 const ddp_dropout *dr);
+/* dout read in bf16 (attention_bwd's do16), given its fp32 host copy: the bits of the same values given in fp32 */
+void do16_case(const char *what, void *qg, const float *dout, const ddp_packing *pg, int64_t d, int H,
+               const ddp_dropout *dr);
 
 #endif

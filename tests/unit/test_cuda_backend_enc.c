@@ -92,8 +92,8 @@ void test_enc_ops(void **state)
         expect_dev_close(what, yg, y, R * d, 1e-3); /* sums of up to 40 terms, in another order */
         snprintf(what, sizeof what, "attention (cpu %s, p %.1f) lse", methods[k % 2], (double)dk.p);
         expect_dev_close(what, mug, mu, R * H, 1e-5);
-        OK(C->attention_bwd(cpu, qkv, 0, y, 0, dout, mu, y2, 0, rs, &pc, d, H, &dk));
-        OK(G->attention_bwd(gpu, qg, 0, yg, 0, dog, mug, y2g, 0, rsg, &pg, d, H, &dk));
+        OK(C->attention_bwd(cpu, qkv, 0, y, 0, dout, 0, mu, y2, 0, rs, &pc, d, H, &dk));
+        OK(G->attention_bwd(gpu, qg, 0, yg, 0, dog, 0, mug, y2g, 0, rsg, &pg, d, H, &dk));
         snprintf(what, sizeof what, "attention (cpu %s, p %.1f) dqkv", methods[k % 2], (double)dk.p);
         expect_dev_close(what, y2g, y2, R * 3 * d, 1e-3);
     }
@@ -187,8 +187,8 @@ static void attn_case(const char *tag, const int64_t *len, int B, int64_t dh, in
         snprintf(what, sizeof what, "attention %s dh %lld (cpu %s, p %.1f) lse", tag, (long long)dh, methods[k % 2],
                  (double)dk.p);
         double el = expect_dev_close(what, lg, lse, R * H, 1e-5);
-        OK(cpu->enc->attention_bwd(cpu, qkv, 0, y, 0, dout, lse, dq, 0, D, &pc, d, H, &dk));
-        if (k % 2 == 0) OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dk));
+        OK(cpu->enc->attention_bwd(cpu, qkv, 0, y, 0, dout, 0, lse, dq, 0, D, &pc, d, H, &dk));
+        if (k % 2 == 0) OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, 0, lg, dqg, 0, Dg, &pg, d, H, &dk));
         snprintf(what, sizeof what, "attention %s dh %lld (cpu %s, p %.1f) dqkv", tag, (long long)dh, methods[k % 2],
                  (double)dk.p);
         double eg = expect_dev_close(what, dqg, dq, R * 3 * d, 5e-3);
@@ -201,7 +201,7 @@ static void attn_case(const char *tag, const int64_t *len, int B, int64_t dh, in
     float *y1 = host_of(yg, R * d), *l1 = host_of(lg, R * H), *g1 = host_of(dqg, R * 3 * d);
     OK(gpu->zero(gpu, dqg, (size_t)R * 3 * d * 4));
     OK(gpu->enc->attention_fwd(gpu, qg, 0, yg, 0, lg, &pg, d, H, &dk));
-    OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, lg, dqg, 0, Dg, &pg, d, H, &dk));
+    OK(gpu->enc->attention_bwd(gpu, qg, 0, yg, 0, dog, 0, lg, dqg, 0, Dg, &pg, d, H, &dk));
     float *y2 = host_of(yg, R * d), *l2 = host_of(lg, R * H), *g2 = host_of(dqg, R * 3 * d);
     if (!(!memcmp(y1, y2, (size_t)R * d * 4) && !memcmp(l1, l2, (size_t)R * H * 4) &&
           !memcmp(g1, g2, (size_t)R * 3 * d * 4)))
@@ -221,7 +221,7 @@ static void attn_case(const char *tag, const int64_t *len, int B, int64_t dh, in
                       .tiles = t1.T};
     void *q1 = dev(qkv + lo * 3 * d, (size_t)n * 3 * d * 4), *do1 = dev(dout + lo * d, (size_t)n * d * 4);
     OK(gpu->enc->attention_fwd(gpu, q1, 0, yg, 0, lg, &p1, d, H, &dk));
-    OK(gpu->enc->attention_bwd(gpu, q1, 0, yg, 0, do1, lg, dqg, 0, Dg, &p1, d, H, &dk));
+    OK(gpu->enc->attention_bwd(gpu, q1, 0, yg, 0, do1, 0, lg, dqg, 0, Dg, &p1, d, H, &dk));
     float *y3 = host_of(yg, n * d), *g3 = host_of(dqg, n * 3 * d);
     if (!(!memcmp(y3, y1 + lo * d, (size_t)n * d * 4) && !memcmp(g3, g1 + lo * 3 * d, (size_t)n * 3 * d * 4)))
         fail_msg("attention %s dh %lld: sample %d alone differs from the batch", tag, (long long)dh, solo);

@@ -86,7 +86,7 @@ static void attention_fd(const char *method, float p)
     for (int i = 0; i < R * 3 * DM; i++) qkv[i] = 1.5f * test_frand(&s);
     for (int i = 0; i < R * DM; i++) wo[i] = test_frand(&s);
     assert_int_equal(E->attention_fwd(g_be, qkv, 0, o, 0, lse, &pk, DM, HEADS, &dr), DDP_OK);
-    assert_int_equal(E->attention_bwd(g_be, qkv, 0, o, 0, wo, lse, dqkv, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+    assert_int_equal(E->attention_bwd(g_be, qkv, 0, o, 0, wo, 0, lse, dqkv, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
     const float eps = 1e-2f;
     for (int i = 0; i < R * 3 * DM; i++) {
         float keep = qkv[i];
@@ -130,7 +130,7 @@ static void test_attention_methods_agree(void **state)
     for (int k = 0; k < 3; k++) {
         setenv("MPIDDP_ATTENTION", methods[k], 1);
         assert_int_equal(E->attention_fwd(g_be, qkv, 0, o[k], 0, lse[k], &pk, DM, HEADS, &dr), DDP_OK);
-        assert_int_equal(E->attention_bwd(g_be, qkv, 0, o[k], 0, dout, lse[k], dq[k], 0, ws, &pk, DM, HEADS, &dr),
+        assert_int_equal(E->attention_bwd(g_be, qkv, 0, o[k], 0, dout, 0, lse[k], dq[k], 0, ws, &pk, DM, HEADS, &dr),
                          DDP_OK);
     }
     unsetenv("MPIDDP_ATTENTION");
@@ -170,10 +170,11 @@ static void test_attention_o16(void **state)
             orr[i] = ddp_bf16_widen(o16[i]);
         }
         assert_memory_equal(l16, lse, sizeof lse);
-        assert_int_equal(E->attention_bwd(g_be, qkv, 0, o16, 1, dout, lse, dq16, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
-        assert_int_equal(E->attention_bwd(g_be, qkv, 0, orr, 0, dout, lse, dq, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_bwd(g_be, qkv, 0, o16, 1, dout, 0, lse, dq16, 0, ws, &pk, DM, HEADS, &dr),
+                         DDP_OK);
+        assert_int_equal(E->attention_bwd(g_be, qkv, 0, orr, 0, dout, 0, lse, dq, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
         assert_memory_equal(dq16, dq, sizeof dq);
-        assert_int_equal(E->attention_bwd(g_be, qkv, 0, o16, 1, dout, lse, g16, 1, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_bwd(g_be, qkv, 0, o16, 1, dout, 0, lse, g16, 1, ws, &pk, DM, HEADS, &dr), DDP_OK);
         for (int i = 0; i < R * 3 * DM; i++)
             if (g16[i] != ddp_bf16_bits(dq[i]))
                 fail_msg("%s p %.1f: dqkv16[%d] 0x%04x, want %g rounded", methods[k % 3], (double)dr.p, i, g16[i],
@@ -184,9 +185,16 @@ static void test_attention_o16(void **state)
         assert_int_equal(E->attention_fwd(g_be, qr, 0, orr, 0, l16, &pk, DM, HEADS, &dr), DDP_OK);
         assert_memory_equal(o, orr, sizeof o);
         assert_memory_equal(lse, l16, sizeof lse);
-        assert_int_equal(E->attention_bwd(g_be, q16, 1, o, 0, dout, lse, dq16, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
-        assert_int_equal(E->attention_bwd(g_be, qr, 0, o, 0, dout, lse, dq, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_bwd(g_be, q16, 1, o, 0, dout, 0, lse, dq16, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_int_equal(E->attention_bwd(g_be, qr, 0, o, 0, dout, 0, lse, dq, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
         assert_memory_equal(dq16, dq, sizeof dq);
+        /* dO given in bf16 (do16): delta and dq|dk|dv the bits of the same values given in fp32 */
+        for (int i = 0; i < R * DM; i++) o16[i] = ddp_bf16_bits(dout[i]), orr[i] = ddp_bf16_widen(o16[i]);
+        assert_int_equal(E->attention_bwd(g_be, qkv, 0, o, 0, o16, 1, lse, dq16, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        memcpy(l16, ws, sizeof l16);
+        assert_int_equal(E->attention_bwd(g_be, qkv, 0, o, 0, orr, 0, lse, dq, 0, ws, &pk, DM, HEADS, &dr), DDP_OK);
+        assert_memory_equal(dq16, dq, sizeof dq);
+        assert_memory_equal(l16, ws, sizeof l16);
     }
     unsetenv("MPIDDP_ATTENTION");
 }
@@ -226,8 +234,8 @@ static void test_attention_tiled_agree(void **state)
             for (int k = 0; k < 2; k++) {
                 setenv("MPIDDP_ATTENTION", methods[k], 1);
                 assert_int_equal(E->attention_fwd(g_be, qkv, 0, o[k], 0, lse[k], &pk, dm, HT, &dr), DDP_OK);
-                assert_int_equal(E->attention_bwd(g_be, qkv, 0, o[k], 0, dout, lse[k], dq[k], 0, ws, &pk, dm, HT, &dr),
-                                 DDP_OK);
+                assert_int_equal(
+                    E->attention_bwd(g_be, qkv, 0, o[k], 0, dout, 0, lse[k], dq[k], 0, ws, &pk, dm, HT, &dr), DDP_OK);
             }
             for (size_t i = 0; i < no; i++)
                 if (!(relerr(o[0][i], o[1][i]) < 1e-5f))
@@ -244,7 +252,7 @@ static void test_attention_tiled_agree(void **state)
             float *o1 = malloc((size_t)(n1 * dm) * sizeof *o1), *l1 = malloc((size_t)(n1 * HT) * sizeof *l1);
             float *q1 = malloc((size_t)(n1 * 3 * dm) * sizeof *q1);
             assert_int_equal(E->attention_fwd(g_be, qkv + off[k1] * 3 * dm, 0, o1, 0, l1, &p1, dm, HT, &dr), DDP_OK);
-            assert_int_equal(E->attention_bwd(g_be, qkv + off[k1] * 3 * dm, 0, o1, 0, dout + off[k1] * dm, l1, q1, 0,
+            assert_int_equal(E->attention_bwd(g_be, qkv + off[k1] * 3 * dm, 0, o1, 0, dout + off[k1] * dm, 0, l1, q1, 0,
                                               ws, &p1, dm, HT, &dr),
                              DDP_OK);
             assert_memory_equal(o1, o[1] + off[k1] * dm, (size_t)(n1 * dm) * sizeof *o1);

@@ -8,9 +8,9 @@
 /* ddp_enc_ops.attention_fwd and attention_bwd (backend.h) */
 ddp_status ddp_cpu_attention_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16, float *lse,
                                  const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
-ddp_status ddp_cpu_attention_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16, const float *dout,
-                                 const float *lse, void *dqkv, int dqkv16, float *delta, const ddp_packing *pack,
-                                 int64_t d, int heads, const ddp_dropout *dr);
+ddp_status ddp_cpu_attention_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16, const void *dout,
+                                 int do16, const float *lse, void *dqkv, int dqkv16, float *delta,
+                                 const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr);
 /* Scratch floats for one sample of up to nmax rows at head size dh (any alignment: the kernels align it). */
 size_t ddp_cpu_attn_tiled_scratch(int64_t nmax, int64_t dh);
 /* Sample s's forward: o and lse of every head, from q|k|v rows [R, 3d] (as attention_fwd in backend.h). */

@@ -166,18 +166,18 @@ static ddp_status attn_scratch(attn_pick k, int64_t nmax, int64_t dh, int64_t ge
     return DDP_OK;
 }
 
-/* The fp32 q|k|v the methods read: qkv itself, or where it is bf16 (qkv16) *own = its R x 3d values widened (free
- * *own after use). NULL with the error set when out of memory. */
-static const float *qkv32(const void *qkv, int qkv16, int64_t R, int64_t d, float **own)
+/* The fp32 rows the methods read (q|k|v, w = 3d; dO, w = d): x itself, or where it is bf16 (x16) *own = its R x w
+ * values widened (free *own after use). NULL with the error set when out of memory. */
+static const float *widen32(const void *x, int x16, int64_t R, int64_t w, const char *what, float **own)
 {
     *own = NULL;
-    if (!qkv16) return qkv;
-    const int64_t n = R * 3 * d;
+    if (!x16) return x;
+    const int64_t n = R * w;
     if (!(*own = ddp_malloc((size_t)(n > 0 ? n : 1), sizeof **own))) {
-        ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention's fp32 q|k|v (%lld rows)", (long long)R);
+        ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention's fp32 %s (%lld rows)", what, (long long)R);
         return NULL;
     }
-    for (int64_t i = 0; i < n; i++) (*own)[i] = ddp_bf16_widen(((const ddp_bf16 *)qkv)[i]);
+    for (int64_t i = 0; i < n; i++) (*own)[i] = ddp_bf16_widen(((const ddp_bf16 *)x)[i]);
     return *own;
 }
 
@@ -190,7 +190,7 @@ static ddp_status attn_buffers(attn_pick k, const ddp_packing *pack, int64_t d, 
 {
     const int64_t nmax = pack->max_rows;
     *x32 = *S = NULL;
-    *qkv = qkv32(qkv16v, qkv16, pack->R, d, q32);
+    *qkv = widen32(qkv16v, qkv16, pack->R, 3 * d, "q|k|v", q32);
     ddp_status st = qkv16 && !*qkv ? DDP_ERR_NOMEM : DDP_OK;
     if (st == DDP_OK && nx && !(*x32 = ddp_malloc((size_t)(nmax * nx > 0 ? nmax * nx : 1), sizeof **x32)))
         st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for attention's fp32 rows (%lld x %lld)", (long long)nmax,
@@ -333,17 +333,21 @@ static void attn_delta(const float *dout, const void *o, int o16, float *delta, 
 /* With dqkv16 each sample runs alone (sample_alone) into g32, max_rows x 3d floats, rounded to bf16 into its rows of
  * dqkv. */
 ddp_status ddp_cpu_attention_bwd(ddp_backend *b, const void *qkv16v, int qkv16, const void *ov, int o16,
-                                 const float *dout, const float *lse, void *dqkv, int dqkv16, float *delta,
+                                 const void *dout16v, int do16, const float *lse, void *dqkv, int dqkv16, float *delta,
                                  const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
     (void)b;
     attn_pick k = attn_method();
     int64_t dh = d / heads;
+    float *S = NULL, *g32 = NULL, *q32 = NULL, *do32 = NULL;
+    const float *qkv, *dout = widen32(dout16v, do16, pack->R, d, "dO", &do32);
+    if (do16 && !dout) return DDP_ERR_NOMEM;
     attn_delta(dout, ov, o16, delta, pack->R, d, heads);
-    float *S = NULL, *g32 = NULL, *q32 = NULL;
-    const float *qkv;
     ddp_status st = attn_buffers(k, pack, d, dh, qkv16v, qkv16, dqkv16 ? 3 * d : 0, 3, &qkv, &q32, &g32, &S);
-    if (st != DDP_OK) return st;
+    if (st != DDP_OK) {
+        free(do32);
+        return st;
+    }
     for (int64_t s = 0; s < pack->B; s++) {
         int64_t lo = pack->off[s], n = pack->off[s + 1] - lo, off1[2];
         const ddp_packing one = sample_alone(pack, s, off1), *ps = dqkv16 ? &one : pack;
@@ -362,5 +366,6 @@ ddp_status ddp_cpu_attention_bwd(ddp_backend *b, const void *qkv16v, int qkv16, 
     free(S);
     free(g32);
     free(q32);
+    free(do32);
     return DDP_OK;
 }

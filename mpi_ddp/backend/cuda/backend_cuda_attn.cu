@@ -280,17 +280,18 @@ __global__ void k_attn_fwd(const float *qkv, float *o, float *lse, const int64_t
 static __device__ inline float att_widen(float x) { return x; }
 static __device__ inline float att_widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-/* D[r, h] = dO[r, head h] . O[r, head h], O of T (fp32, or bf16 widened: o16), in ddp_dot's order (the tiled path's
- * too) */
-template <class T> __global__ void k_attn_D(const float *dout, const T *o, float *D, int64_t R, int64_t d, int64_t H)
+/* D[r, h] = dO[r, head h] . O[r, head h], dO of G and O of T (fp32, or bf16 widened: do16, o16), in ddp_dot's order
+ * (the tiled path's too) */
+template <class G, class T>
+__global__ void k_attn_D(const G *dout, const T *o, float *D, int64_t R, int64_t d, int64_t H)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= R * H) return;
     int64_t r = i / H, h = i % H, dh = d / H;
-    const float *g = dout + r * d + h * dh;
+    const G *g = dout + r * d + h * dh;
     const T *x = o + r * d + h * dh;
     float s = 0.0f;
-    for (int64_t c = 0; c < dh; c++) s += g[c] * att_widen(x[c]);
+    for (int64_t c = 0; c < dh; c++) s += att_widen(g[c]) * att_widen(x[c]);
     D[i] = s;
 }
 
@@ -421,6 +422,29 @@ static ddp_status own_qkv(ddp_backend *b, int tc, const void *qkv, int qkv16, co
     return ddp_cuda_widen(c, (const __nv_bfloat16 *)qkv, (float *)c->f32, n);
 }
 
+/* delta = rowsum(dO * O) per head (k_attn_D) for dO of G and O of T */
+template <class G, class T>
+static ddp_status attn_D(ddp_backend *b, const void *dout, const void *o, float *delta, int64_t R, int64_t d, int64_t H)
+{
+    static void (*const k)(const G *, const T *, float *, int64_t, int64_t, int64_t) = k_attn_D<G, T>;
+    ENC_LAUNCH(k, R * H, (const G *)dout, (const T *)o, delta, R, d, H);
+    return DDP_OK;
+}
+
+/* dO as the own kernels read it (*g, *g16), as own_qkv gives q|k|v: a bf16 dO (do16) widened for all but the bf16
+ * tensor-core kernels, into the f32 scratch past q|k|v's R x 3d floats (grown here, before own_qkv, which keeps it) */
+static ddp_status own_dout(ddp_backend *b, int tc, const void *dout, int do16, const ddp_packing *pack, int64_t d,
+                           const void **g, int *g16)
+{
+    cuda_impl *c = cuda_of(b);
+    const int64_t n = pack->R * d, at = pack->R * 3 * d;
+    *g = dout, *g16 = do16;
+    if (!do16 || (tc && c->precision == DDP_PRECISION_BF16)) return DDP_OK;
+    DDP_CHECK(ddp_cuda_grow(c, &c->f32, &c->f32_cap, (size_t)(at + n) * sizeof(float), "attention's fp32 dO"));
+    *g = (float *)c->f32 + at, *g16 = 0;
+    return ddp_cuda_widen(c, (const __nv_bfloat16 *)dout, (float *)c->f32 + at, n);
+}
+
 ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const void *qkv16v, int qkv16, void *o, int o16, float *lse,
                                   const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
@@ -445,26 +469,26 @@ ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const void *qkv16v, int qkv16,
 }
 
 ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const void *qkv16v, int qkv16, const void *o, int o16,
-                                  const float *dout, const float *lse, void *dqkv, int dqkv16, float *delta,
+                                  const void *dout16v, int do16, const float *lse, void *dqkv, int dqkv16, float *delta,
                                   const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
     int64_t n = pack->R * heads, H = heads, dh = d / heads;
     if (n <= 0 || pack->max_rows <= 0) return DDP_OK;
-    int tc = 0, ran = 0;
-    const void *q;
-    int q16;
+    int tc = 0, ran = 0, q16, g16;
+    const void *q, *g;
     if (dr->p == 0.0f)
-        DDP_CHECK(ddp_cuda_sdpa_bwd(b, qkv16v, qkv16, o, o16, dout, lse, dqkv, dqkv16, pack, d, heads, &ran));
+        DDP_CHECK(ddp_cuda_sdpa_bwd(b, qkv16v, qkv16, o, o16, dout16v, do16, lse, dqkv, dqkv16, pack, d, heads, &ran));
     if (ran) return DDP_OK;
     if (dh <= ATT_DMAX) DDP_CHECK(tiles_check(pack));
-    if (o16)
-        ENC_LAUNCH(k_attn_D<__nv_bfloat16>, n, dout, (const __nv_bfloat16 *)o, delta, pack->R, d, H);
-    else
-        ENC_LAUNCH(k_attn_D<float>, n, dout, (const float *)o, delta, pack->R, d, H);
+    typedef ddp_status (*attn_D_t)(ddp_backend *, const void *, const void *, float *, int64_t, int64_t, int64_t);
+    static const attn_D_t D_of[2][2] = {{attn_D<float, float>, attn_D<float, __nv_bfloat16>},
+                                        {attn_D<__nv_bfloat16, float>, attn_D<__nv_bfloat16, __nv_bfloat16>}};
+    DDP_CHECK(D_of[do16 != 0][o16 != 0](b, dout16v, o, delta, pack->R, d, H));
     DDP_CHECK(ddp_cuda_attention_tc(b, dh, &tc));
+    DDP_CHECK(own_dout(b, tc, dout16v, do16, pack, d, &g, &g16));
     DDP_CHECK(own_qkv(b, tc, qkv16v, qkv16, pack, d, &q, &q16));
-    if (tc) return ddp_cuda_attention_tc_bwd(b, q, q16, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
-    const float *qkv = (const float *)q;
+    if (tc) return ddp_cuda_attention_tc_bwd(b, q, q16, g, g16, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
+    const float *qkv = (const float *)q, *dout = (const float *)g;
     if (dh <= 16) return att_bwd<16>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
     if (dh <= 32) return att_bwd<32>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
     if (dh <= 64) return att_bwd<64>(b, qkv, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);

@@ -64,16 +64,17 @@ static __device__ inline void tc_stage(T *t, const S *src, int64_t ld, int64_t r
         tc_put(t + e, r < rows && c < dh ? tc_get(src[r * ld + c]) : 0.0f);
     }
 }
-/* tc_stage of the q|k|v rows from element `at` of qkv: fp32, or bf16 at qkv16 (a uniform branch), which the bf16
- * kernels read only: the tf32 ones are given fp32 (backend_cuda_attn.cu's own_qkv), and keep their registers */
+/* tc_stage of the rows from element `at` of x (q|k|v or dO): fp32, or bf16 at x16 (a uniform branch), which the bf16
+ * kernels read only: the tf32 ones are given fp32 (backend_cuda_attn.cu's own_qkv, own_dout), and keep their
+ * registers */
 template <int DM, class T>
-static __device__ inline void tc_stage_qkv(T *t, const void *qkv, int qkv16, int64_t at, int64_t ld, int64_t rows,
-                                           int nrows, int dh)
+static __device__ inline void tc_stage16(T *t, const void *x, int x16, int64_t at, int64_t ld, int64_t rows, int nrows,
+                                         int dh)
 {
-    if (sizeof(T) == 2 && qkv16)
-        tc_stage<DM>(t, (const __nv_bfloat16 *)qkv + at, ld, rows, nrows, dh);
+    if (sizeof(T) == 2 && x16)
+        tc_stage<DM>(t, (const __nv_bfloat16 *)x + at, ld, rows, nrows, dh);
     else
-        tc_stage<DM>(t, (const float *)qkv + at, ld, rows, nrows, dh);
+        tc_stage<DM>(t, (const float *)x + at, ld, rows, nrows, dh);
 }
 
 /* The warp's accumulator fragments f[DM / 16] (its 16 rows x DM) to dst (row stride ld), rows < `rows` and
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     /* lanes l and l + 16 of warp w share row w * 16 + l: the first takes keys 0..15 of a tile, the second 16..31 */
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, row = w * 16 + lane % 16, j1 = lane / 16 * 16;
     const int64_t base = k.lo * k.ld + k.h * k.dh; /* q|k|v's element of the block's first row and head */
-    tc_stage_qkv<DM>(kv, qkv, qkv16, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    tc_stage16<DM>(kv, qkv, qkv16, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
     for (int e = threadIdx.x; e < 256; e += TC_THREADS) rowmap[e] = (float)(e / 16);
     __syncthreads();
     frag_a qf[DM / KK], pa;
@@ -145,8 +146,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     const float sl2 = k.scale * TC_LOG2E;
     float m = -1e30f, l = 0.0f; /* in log2 units; below any finite score, never an infinity (fast-math builds) */
     for (int64_t j0 = 0; j0 < k.n; j0 += TC_BK) {
-        tc_stage_qkv<DM>(kv, qkv, qkv16, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
-        tc_stage_qkv<DM>(kv + TC_BK * DM, qkv, qkv16, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, TC_BK, k.dh);
+        tc_stage16<DM>(kv, qkv, qkv16, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
+        tc_stage16<DM>(kv + TC_BK * DM, qkv, qkv16, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, TC_BK, k.dh);
         __syncthreads();
         for (int t = 0; t < TC_BK / 16; t++) { /* S = Q K^T, the warp's 16 rows x 16 keys at a time */
             wmma::fill_fragment(sf, 0.0f);
@@ -212,8 +213,9 @@ __global__ void __launch_bounds__(TC_THREADS)
  * would take 168 otherwise. */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
-    k_tc_bwd_kv(const void *qkv, int qkv16, const float *dout, const float *lse, const float *D, void *dqkv, int dqkv16,
-                const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+    k_tc_bwd_kv(const void *qkv, int qkv16, const void *dout, int do16, const float *lse, const float *D, void *dqkv,
+                int dqkv16, const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H,
+                ddp_dropout dr)
 {
 #if TC_ARCH
     TC_TYPES(P);
@@ -227,16 +229,17 @@ __global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
     const ddp_attn_blk k = ddp_attn_block(tile, off, d, H);
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t base = k.lo * k.ld + k.h * k.dh; /* q|k|v's element of the block's first row and head */
-    const float *dob = dout + k.lo * d + k.h * k.dh;
+    /* dO's block's first row and head (its elements 2 or 4 bytes: do16) */
+    const void *dob = (const char *)dout + (k.lo * d + k.h * k.dh) * (do16 ? 2 : 4);
     frag_a kf[DM / KK], vf[DM / KK], pa;
     frag_b bb;
     frag_bt bt;
     frag_c dk[DM / 16], dv[DM / 16], sf;
-    tc_stage_qkv<DM>(qd, qkv, qkv16, base + k.r0 * k.ld + d, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    tc_stage16<DM>(qd, qkv, qkv16, base + k.r0 * k.ld + d, k.ld, k.n - k.r0, TC_BQ, k.dh);
     __syncthreads();
     for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(kf[c], qd + w * 16 * DM + c * KK, DM);
     __syncthreads();
-    tc_stage_qkv<DM>(qd, qkv, qkv16, base + k.r0 * k.ld + 2 * d, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    tc_stage16<DM>(qd, qkv, qkv16, base + k.r0 * k.ld + 2 * d, k.ld, k.n - k.r0, TC_BQ, k.dh);
     __syncthreads();
     for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(vf[c], qd + w * 16 * DM + c * KK, DM);
     for (int t = 0; t < DM / 16; t++) wmma::fill_fragment(dk[t], 0.0f), wmma::fill_fragment(dv[t], 0.0f);
@@ -244,8 +247,8 @@ __global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
     const int on = dr.p > 0.0f;
     const float sl2 = k.scale * TC_LOG2E;
     for (int64_t i0 = 0; i0 < k.n; i0 += TC_BK) {
-        tc_stage_qkv<DM>(qd, qkv, qkv16, base + i0 * k.ld, k.ld, k.n - i0, TC_BK, k.dh);
-        tc_stage<DM>(qd + TC_BK * DM, dob + i0 * d, d, k.n - i0, TC_BK, k.dh);
+        tc_stage16<DM>(qd, qkv, qkv16, base + i0 * k.ld, k.ld, k.n - i0, TC_BK, k.dh);
+        tc_stage16<DM>(qd + TC_BK * DM, dob, do16, i0 * d, d, k.n - i0, TC_BK, k.dh);
         const int in = k.n - i0 < TC_BK ? (int)(k.n - i0) : TC_BK;
         if ((int)threadIdx.x < in) {
             int64_t r = k.lo + i0 + threadIdx.x;
@@ -310,8 +313,9 @@ __global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
  * dS), 21 504 to 33 792 bytes (tf32, DM 64: the most of the three kernels); 56 to 168 registers, no spills. */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_tc_bwd_q(const void *qkv, int qkv16, const float *dout, const float *lse, const float *D, void *dqkv, int dqkv16,
-               const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
+    k_tc_bwd_q(const void *qkv, int qkv16, const void *dout, int do16, const float *lse, const float *D, void *dqkv,
+               int dqkv16, const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H,
+               ddp_dropout dr)
 {
 #if TC_ARCH
     TC_TYPES(P);
@@ -331,7 +335,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     frag_b bb;
     frag_bt bt;
     frag_c dq[DM / 16], sf;
-    tc_stage_qkv<DM>(kv, qkv, qkv16, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    tc_stage16<DM>(kv, qkv, qkv16, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
     if (threadIdx.x < TC_BQ) { /* the rows' lse, delta and dropout keys (0 past the sample: finite, unused) */
         const int64_t i = k.r0 + threadIdx.x, r = k.lo + i;
         ls[threadIdx.x] = i < k.n ? lse[r * H + k.h] * TC_LOG2E : 0.0f;
@@ -341,15 +345,15 @@ __global__ void __launch_bounds__(TC_THREADS)
     __syncthreads();
     for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(qf[c], kv + w * 16 * DM + c * KK, DM);
     __syncthreads();
-    tc_stage<DM>(kv, dout + (k.lo + k.r0) * d + k.h * k.dh, d, k.n - k.r0, TC_BQ, k.dh);
+    tc_stage16<DM>(kv, dout, do16, (k.lo + k.r0) * d + k.h * k.dh, d, k.n - k.r0, TC_BQ, k.dh);
     __syncthreads();
     for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(df[c], kv + w * 16 * DM + c * KK, DM);
     for (int t = 0; t < DM / 16; t++) wmma::fill_fragment(dq[t], 0.0f);
     __syncthreads();
     const uint64_t u0 = ddp_drop_attn_unit(k.h, 0);
     for (int64_t j0 = 0; j0 < k.n; j0 += TC_BK) {
-        tc_stage_qkv<DM>(kv, qkv, qkv16, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
-        tc_stage_qkv<DM>(kv + TC_BK * DM, qkv, qkv16, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, TC_BK, k.dh);
+        tc_stage16<DM>(kv, qkv, qkv16, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
+        tc_stage16<DM>(kv + TC_BK * DM, qkv, qkv16, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, TC_BK, k.dh);
         __syncthreads();
         for (int t = 0; t < TC_BK / 16; t++) { /* S = Q K^T and dP = dO V^T */
             wmma::fill_fragment(sf, 0.0f);
@@ -442,19 +446,19 @@ static ddp_status tc_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o, in
 }
 
 template <int P, int DM>
-static ddp_status tc_bwd(ddp_backend *b, const void *qkv, int qkv16, const float *dout, const float *lse, void *dqkv,
-                         int dqkv16, const float *delta, const ddp_packing *pack, int64_t d, int heads,
+static ddp_status tc_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *dout, int do16, const float *lse,
+                         void *dqkv, int dqkv16, const float *delta, const ddp_packing *pack, int64_t d, int heads,
                          const ddp_dropout *dr)
 {
-    typedef void (*kernel_t)(const void *, int, const float *, const float *, const float *, void *, int,
+    typedef void (*kernel_t)(const void *, int, const void *, int, const float *, const float *, void *, int,
                              const int64_t *, const int64_t *, const int64_t *, int64_t, int64_t, ddp_dropout);
     static const kernel_t kv = k_tc_bwd_kv<P, DM>, q = k_tc_bwd_q<P, DM>; /* a name without a comma to launch */
     cudaStream_t s = cuda_of(b)->stream;
-    DDP_LAUNCH(kv, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, qkv16, dout, lse, delta, dqkv, dqkv16, pack->tile,
-               pack->off, pack->sid, d, (int64_t)heads, *dr);
+    DDP_LAUNCH(kv, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, qkv16, dout, do16, lse, delta, dqkv, dqkv16,
+               pack->tile, pack->off, pack->sid, d, (int64_t)heads, *dr);
     LAUNCH_CHECK();
-    DDP_LAUNCH(q, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, qkv16, dout, lse, delta, dqkv, dqkv16, pack->tile,
-               pack->off, pack->sid, d, (int64_t)heads, *dr);
+    DDP_LAUNCH(q, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, qkv16, dout, do16, lse, delta, dqkv, dqkv16,
+               pack->tile, pack->off, pack->sid, d, (int64_t)heads, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -474,9 +478,9 @@ ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const void *qkv, int qkv16,
     TC_PICK(tc_fwd, b, qkv, qkv16, o, o16, lse, pack, d, heads, dr);
 }
 
-ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const void *qkv, int qkv16, const float *dout, const float *lse,
-                                     void *dqkv, int dqkv16, const float *delta, const ddp_packing *pack, int64_t d,
-                                     int heads, const ddp_dropout *dr)
+ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *dout, int do16,
+                                     const float *lse, void *dqkv, int dqkv16, const float *delta,
+                                     const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
-    TC_PICK(tc_bwd, b, qkv, qkv16, dout, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
+    TC_PICK(tc_bwd, b, qkv, qkv16, dout, do16, lse, dqkv, dqkv16, delta, pack, d, heads, dr);
 }

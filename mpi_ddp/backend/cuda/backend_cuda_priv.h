@@ -159,7 +159,7 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_fwd(ddp_backend *b, const void *qk
                                                   float *lse, const ddp_packing *pack, int64_t d, int heads,
                                                   const ddp_dropout *dr);
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16,
-                                                  const float *dout, const float *lse, void *dqkv, int dqkv16,
+                                                  const void *dout, int do16, const float *lse, void *dqkv, int dqkv16,
                                                   float *delta, const ddp_packing *pack, int64_t d, int heads,
                                                   const ddp_dropout *dr);
 /* attention on tensor cores (backend_cuda_attn_tc.cu): *use = 1 when it covers this backend's precision (tf32,
@@ -168,9 +168,9 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc(ddp_backend *b, int64_t dh, int
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16,
                                                      float *lse, const ddp_packing *pack, int64_t d, int heads,
                                                      const ddp_dropout *dr);
-DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const void *qkv, int qkv16, const float *dout,
-                                                     const float *lse, void *dqkv, int dqkv16, const float *delta,
-                                                     const ddp_packing *pack, int64_t d, int heads,
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *dout,
+                                                     int do16, const float *lse, void *dqkv, int dqkv16,
+                                                     const float *delta, const ddp_packing *pack, int64_t d, int heads,
                                                      const ddp_dropout *dr);
 
 /* cuDNN's fused attention (backend_cuda_sdpa.cu, over cudnn_sdpa.c): *ran = 0 when the own kernels must run instead
@@ -178,7 +178,7 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_attention_tc_bwd(ddp_backend *b, const void 
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16, float *lse,
                                              const ddp_packing *pack, int64_t d, int heads, int *ran);
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16,
-                                             const float *dout, const float *lse, void *dqkv, int dqkv16,
+                                             const void *dout, int do16, const float *lse, void *dqkv, int dqkv16,
                                              const ddp_packing *pack, int64_t d, int heads, int *ran);
 /* y = float(x) over n bf16 values, one launch (backend_cuda_sdpa.cu) */
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_widen(cuda_impl *c, const __nv_bfloat16 *x, float *y, int64_t n);

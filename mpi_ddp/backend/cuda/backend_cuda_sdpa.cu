@@ -1,6 +1,6 @@
 /* backend_cuda_sdpa.cu — the CUDA backend's attention through cuDNN (cudnn_sdpa.c): the choice between cuDNN and the
  * own kernels (MPIDDP_ATTENTION), and what feeds cuDNN the packed batch: sequence lengths and ragged offsets from the
- * packing, q|k|v, o and dout rounded to bf16 (q|k|v and o copied where the model keeps them in bf16), o and the
+ * packing, q|k|v, o and dout rounded to bf16 (each copied where the model keeps it in bf16), o and the
  * gradients back to fp32 (copied as they are where the model keeps them in bf16) by the widening pass
  * (ddp_cuda_widen) that also gives the own kernels their fp32 copy of a bf16 q|k|v. */
 #include "mpi_ddp/backend/cuda/backend_cuda_priv.h"
@@ -111,10 +111,10 @@ static ddp_status scratch(cuda_impl *c, int64_t R, int64_t d, int64_t B)
 
 /* The scratch of one call, carved from c->sdpa_buf: bf16 q|k|v, dq|dk|dv, o and dout, then the int32 lengths and
  * offsets; one launch fills the lengths and offsets and rounds qkv (copies it at qkv16), and for the backward o unless
- * o16 and dout, into it; o stored in bf16 (o16) is copied. *ok = 0 when the batch's offsets would not fit cuDNN's
- * int32 (the own kernels take it). */
+ * o16 and dout (copies it at do16), into it; o stored in bf16 (o16) is copied. *ok = 0 when the batch's offsets would
+ * not fit cuDNN's int32 (the own kernels take it). */
 static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key *k, int64_t d, const void *qkv,
-                       int qkv16, const void *o, int o16, const float *dout, ddp_sdpa_ptrs *p, int *ok)
+                       int qkv16, const void *o, int o16, const void *dout, int do16, ddp_sdpa_ptrs *p, int *ok)
 {
     const int64_t R = pack->R, n3 = R * 3 * d;
     *ok = (R + SDPA_PAD) * 3 * d < INT32_MAX;
@@ -131,7 +131,7 @@ static ddp_status feed(cuda_impl *c, const ddp_packing *pack, const ddp_sdpa_key
                      {(__nv_bfloat16 *)p->qkv, (__nv_bfloat16 *)p->o, (__nv_bfloat16 *)p->dout},
                      {n3, o16 ? 0 : R * d, R * d},
                      {0, 0, 0},
-                     {qkv16, 0, 0},
+                     {qkv16, 0, do16},
                      k->bwd ? 3 : 1};
     for (int a = 0; a < r.k; a++) r.vec[a] = (uintptr_t)r.x[a] % (r.x16[a] ? 8 : 16) == 0;
     DDP_LAUNCH(k_sdpa_feed, blocks_for((n3 + 3) / 4, 256) + 1, 256, 0, c->stream, pack->off, pack->B, k->B, d, k->H,
@@ -152,13 +152,13 @@ static ddp_status plan(cuda_impl *c, const ddp_sdpa_key *k, int *ok)
     return DDP_OK;
 }
 
-/* One call on cuDNN: the forward (o_in NULL: out = o [R, d]) or the backward (o_in, bf16 at o16, and dout given:
- * out = dq|dk|dv [R, 3d]); out16: out in bf16 (cuDNN's values copied as they are), else widened to fp32. *ran = 0
- * when the own kernels take it (that direction not chosen, not bf16, a head width cuDNN does not take, a class it
- * refused, offsets beyond int32). */
-static ddp_status sdpa_call(ddp_backend *b, const void *qkv, int qkv16, const void *o_in, int o16, const float *dout,
-                            const float *lse, void *out, int out16, const ddp_packing *pack, int64_t d, int heads,
-                            int *ran)
+/* One call on cuDNN: the forward (o_in NULL: out = o [R, d]) or the backward (o_in, bf16 at o16, and dout given,
+ * bf16 at do16: out = dq|dk|dv [R, 3d]); out16: out in bf16 (cuDNN's values copied as they are), else widened to fp32.
+ * *ran = 0 when the own kernels take it (that direction not chosen, not bf16, a head width cuDNN does not take, a class
+ * it refused, offsets beyond int32). */
+static ddp_status sdpa_call(ddp_backend *b, const void *qkv, int qkv16, const void *o_in, int o16, const void *dout,
+                            int do16, const float *lse, void *out, int out16, const ddp_packing *pack, int64_t d,
+                            int heads, int *ran)
 {
     cuda_impl *c = cuda_of(b);
     const int64_t dh = d / heads;
@@ -170,7 +170,7 @@ static ddp_status sdpa_call(ddp_backend *b, const void *qkv, int qkv16, const vo
     if (!ok) return DDP_OK;
     k = class_of(pack, d, heads, lse, bwd);
     DDP_CHECK(plan(c, &k, &ok));
-    if (ok) DDP_CHECK(feed(c, pack, &k, d, qkv, qkv16, o_in, o16, dout, &p, &ok));
+    if (ok) DDP_CHECK(feed(c, pack, &k, d, qkv, qkv16, o_in, o16, dout, do16, &p, &ok));
     if (!ok) return DDP_OK;
     p.stats = (float *)lse;
     DDP_LAUNCH_NOTE();
@@ -190,7 +190,7 @@ ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o
                              const ddp_packing *pack, int64_t d, int heads, int *ran)
 {
 #ifdef DDP_HAVE_CUDNN
-    return sdpa_call(b, qkv, qkv16, NULL, o16, NULL, lse, o, o16, pack, d, heads, ran);
+    return sdpa_call(b, qkv, qkv16, NULL, o16, NULL, 0, lse, o, o16, pack, d, heads, ran);
 #else
     (void)b, (void)qkv, (void)qkv16, (void)o, (void)o16, (void)lse, (void)pack, (void)d, (void)heads;
     *ran = 0;
@@ -198,15 +198,15 @@ ddp_status ddp_cuda_sdpa_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o
 #endif
 }
 
-ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16, const float *dout,
-                             const float *lse, void *dqkv, int dqkv16, const ddp_packing *pack, int64_t d, int heads,
-                             int *ran)
+ddp_status ddp_cuda_sdpa_bwd(ddp_backend *b, const void *qkv, int qkv16, const void *o, int o16, const void *dout,
+                             int do16, const float *lse, void *dqkv, int dqkv16, const ddp_packing *pack, int64_t d,
+                             int heads, int *ran)
 {
 #ifdef DDP_HAVE_CUDNN
-    return sdpa_call(b, qkv, qkv16, o, o16, dout, lse, dqkv, dqkv16, pack, d, heads, ran);
+    return sdpa_call(b, qkv, qkv16, o, o16, dout, do16, lse, dqkv, dqkv16, pack, d, heads, ran);
 #else
-    (void)b, (void)qkv, (void)qkv16, (void)o, (void)o16, (void)dout, (void)lse, (void)dqkv, (void)dqkv16, (void)pack,
-        (void)d, (void)heads;
+    (void)b, (void)qkv, (void)qkv16, (void)o, (void)o16, (void)dout, (void)do16, (void)lse, (void)dqkv, (void)dqkv16,
+        (void)pack, (void)d, (void)heads;
     *ran = 0;
     return DDP_OK;
 #endif
