@@ -36,8 +36,9 @@ typedef struct {
     double sum_n2;
     /* at --precision bf16, the storage the encoder's step uses on the backend (model_transformer.c): o16 the attention
      * output in bf16; qkv16 (a backend with gemm_epi) q|k|v and, with linear_bwd, their gradient; z16 also the z16
-     * ops: linear1's output; do16 (z16 with linear_bwd) the attention output's gradient. bk_set_bf16 sets them. */
-    int bf16, o16, qkv16, dqkv16, z16, do16;
+     * ops: linear1's output; do16 (z16 with linear_bwd) the attention output's gradient; t16 (z16 with
+     * residual_layernorm_fwd16t) the out projection's and linear2's outputs. bk_set_bf16 sets them. */
+    int bf16, o16, qkv16, dqkv16, z16, do16, t16;
 } config;
 
 /* One op: runs it on q; `out` names the buffer it writes (compared by --check; -1: none), its length in floats, or in

@@ -40,6 +40,7 @@ void bk_set_bf16(config *c, const ddp_backend *be, ddp_precision pr)
     c->dqkv16 = c->qkv16 && be->linear_bwd;
     c->z16 = c->qkv16 && be->enc->gelu_erf_fwd16z && be->enc->gelu_erf_bwd16z;
     c->do16 = c->z16 && c->dqkv16;
+    c->t16 = c->z16 && be->enc->residual_layernorm_fwd16t;
 }
 
 static void fill_host(float *h, size_t n, uint64_t seed, float scale)
@@ -249,16 +250,17 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
                            : c->o16    ? ", bf16 o"
                                        : "";
         /* the bf16 step's own forms (index 20 on, at bf16): which of them this backend has */
-        int rows16[5], n16 = 0;
+        int rows16[6], n16 = 0;
         if (c->bf16) {
             rows16[n16++] = 20, rows16[n16++] = 21;
             if (c->z16) rows16[n16++] = 22, rows16[n16++] = 23;
             if (c->qkv16) rows16[n16++] = 24;
+            if (c->t16) rows16[n16++] = 25;
         }
         if (i >= 20 && i < 20 + n16)
             i = rows16[i - 20];
         else if (i >= 20)
-            i += 5 - n16; /* past them: the optimizer's ops below */
+            i += 6 - n16; /* past them: the optimizer's ops below */
         switch (i) {
         case 0:
             GEMM("gemm qkv = y.Wqkv^T", 0, 1, R, d3, w, 0.0f, q ? F[X0] : 0, w, q ? F[W0] : 0, w, q ? F[Y0] : 0, d3);
@@ -415,9 +417,18 @@ int bk_op_at(const config *c, int i, opdesc *d, bufs *q)
                 CK(be->gemm_epi(be, DDP_EPI_BIAS | DDP_EPI_C16, F[BIAS], 0, 1, R, f, w, 1.0f, q->h16[0], 1, w,
                                 q->h16[1], 1, w, 0.0f, F[Y0], f));
             return 1;
+        case 25: /* the residual add of a bf16 branch with its bias added (txmodel.t16), y in bf16; not on the CPU */
+            d->name = "residual_layernorm_fwd16t", d->flops = 9 * r * W,
+            d->bytes = 4 * 2 * r * W + 2 * 2 * r * W + 8 * r, d->out = Y1, d->out_n = (size_t)(R * w), d->out16 = 1,
+            d->nocheck = 1;
+            SHAPE("[%lld x %lld], bf16 t and y", (long long)R, (long long)w);
+            if (q)
+                CK(E->residual_layernorm_fwd16t(be, F[Y0], F[X0], q->h16[1], &q->pk, w, &nodrop, F[BIAS], F[BIAS],
+                                                F[Y1], 1, F[VEC0], F[VEC1]));
+            return 1;
         default: break;
         }
-        i -= 25;
+        i -= 26;
     }
     switch (i) { /* the optimizer's ops over the parameters (the MLP's, or one encoder layer's) */
     case 0:

@@ -235,6 +235,11 @@ struct ddp_enc_ops {
     /* gelu_erf_bwd16 with dact in bf16 and dgelu = gelu_erf'(z), z the bf16 input of gelu_erf_fwd16z */
     ddp_status (*gelu_erf_bwd16z)(ddp_backend *b, const ddp_bf16 *dact, const ddp_bf16 *z, ddp_bf16 *dz, float *dbias,
                                   const ddp_packing *pack, int64_t cols, const ddp_dropout *dr);
+    /* Optional: residual_layernorm_fwd of a branch t stored in bf16 with its bias already added (a bias epilogue
+     * wrote it): out = h + drop(t); the bits of residual_layernorm_fwd given t widened and a zero tbias */
+    ddp_status (*residual_layernorm_fwd16t)(ddp_backend *b, float *out, const float *h, const ddp_bf16 *t,
+                                            const ddp_packing *pack, int64_t d, const ddp_dropout *dr, const float *w,
+                                            const float *lbias, void *y, int y16, float *mean, float *rstd);
 };
 
 /* The names of the encoder ops, in table order: ddp_backend_require() checks a backend has them all. */

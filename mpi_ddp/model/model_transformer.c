@@ -280,6 +280,10 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
      * as in FlashAttention and cuDNN (bound: docs/transformer.md); 2 d bytes a row written and read instead of 4 d.
      * It rounds values nothing rounded before, as z16 does: the two go together (z16 implies dqkv16) */
     m->do16 = m->z16;
+    /* the out projection's and linear2's outputs in bf16 from their bias epilogues, as autocast's linears write them:
+     * the residual add reads bf16(x W^T + b) instead of the fp32 product and an fp32 bias (bound: docs/transformer.md);
+     * 8 d bytes a row less traffic per layer, the bias adds move into the epilogues */
+    m->t16 = m->z16 && be->enc->residual_layernorm_fwd16t && be->enc->residual_layernorm_fwd;
     /* the attention the encoder runs: cuDNN's fused SDPA where the backend chooses it, else the own kernels */
     if (be->attention_select) {
         const char *name = "own";
@@ -357,6 +361,7 @@ int ddp_transformer_dqkv16(const ddp_model *model) { return ((const txmodel *)mo
 int ddp_transformer_dh16(const ddp_model *model) { return ((const txmodel *)model->self)->dh16; }
 int ddp_transformer_z16(const ddp_model *model) { return ((const txmodel *)model->self)->z16; }
 int ddp_transformer_do16(const ddp_model *model) { return ((const txmodel *)model->self)->do16; }
+int ddp_transformer_t16(const ddp_model *model) { return ((const txmodel *)model->self)->t16; }
 int ddp_transformer_qkv16(const ddp_model *model) { return ((const txmodel *)model->self)->qkv16; }
 
 void ddp_transformer_times(const ddp_model *model, double t[4])

@@ -51,6 +51,8 @@ typedef struct {
     int z16;    /* 1: linear1's output (bias added) in bf16 from its epilogue, gelu' recomputed from it, and the GELU
                  * output's gradient in bf16 (act16, fused epilogues and linear_bwd, gelu_erf_fwd16z / bwd16z) */
     int do16;   /* 1: the attention output's gradient dO in bf16, written by the out projection's linear_bwd (z16) */
+    int t16;    /* 1: the out projection's and linear2's outputs in bf16 with their biases, from their epilogues, read
+                 * by residual_layernorm_fwd16t (z16 with that op and the fused residual_layernorm_fwd) */
     char attention[400]; /* "cudnn: <why>" or "own: <why>" (attention_select), "cpu: <method>" */
     int fuse_epi; /* 1: bias adds and bias gradients in the GEMMs' epilogues (tf32, bf16: gemm_epi, MPIDDP_CUBLASLT) */
     float dropout;

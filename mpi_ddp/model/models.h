@@ -31,5 +31,7 @@ int ddp_transformer_dh16(const ddp_model *m);
 int ddp_transformer_z16(const ddp_model *m);
 /* 1 when that model's out projection writes the attention output's gradient in bf16 (txmodel.do16) */
 int ddp_transformer_do16(const ddp_model *m);
+/* 1 when that model's out projection and linear2 write their outputs in bf16 (txmodel.t16) */
+int ddp_transformer_t16(const ddp_model *m);
 
 #endif

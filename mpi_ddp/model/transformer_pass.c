@@ -59,11 +59,15 @@ static ddp_status norm(txmodel *m, const float *x, const float *w, const float *
     return m->E->layernorm_fwd(be, x, w, lb, y, mu, rs, R, d);
 }
 
-/* out = h + drop(branch + tb), then y = layernorm(out): in one pass where the backend fuses them */
+/* out = h + drop(branch + tb), then y = layernorm(out): in one pass where the backend fuses them; at t16 the branch
+ * is bf16 with tb added by its GEMM's epilogue */
 static ddp_status residual_norm(txmodel *m, float *out, const float *h, const float *tb, const ddp_dropout *dr,
                                 const float *w, const float *lb, void *y, int y16, float *mu, float *rs)
 {
     const ddp_enc_ops *E = m->E;
+    if (m->t16)
+        return E->residual_layernorm_fwd16t(m->be, out, h, (const ddp_bf16 *)m->branch, &m->pack, m->d, dr, w, lb, y,
+                                            y16, mu, rs);
     if (E->residual_layernorm_fwd)
         return E->residual_layernorm_fwd(m->be, out, h, m->branch, tb, &m->pack, m->d, dr, w, lb, y, y16, mu, rs);
     DDP_CHECK(E->residual_fwd(m->be, out, h, m->branch, tb, &m->pack, m->d, dr));
@@ -97,7 +101,10 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
                     drop_ffn = drop_at(m, b, train, l, SITE_FFN), drop_res2 = drop_at(m, b, train, l, SITE_RES2);
         LINEAR_BIAS16(y->y1, m->act16, P + w[T_QKV_W], P + w[T_QKV_B], y->qkv, m->qkv16, R, 3 * d, d);
         ATTN_TIMED(train, E->attention_fwd(be, y->qkv, m->qkv16, y->o, m->o16, y->lse, pack, d, (int)H, &drop_attn));
-        LINEAR_X16(y->o, m->o16, P + w[T_OUT_W], m->branch, R, d, d);
+        if (m->t16) /* the out projection's output in bf16, its bias added by the epilogue */
+            LINEAR_BIAS16(y->o, m->o16, P + w[T_OUT_W], P + w[T_OUT_B], m->branch, 1, R, d, d);
+        else
+            LINEAR_X16(y->o, m->o16, P + w[T_OUT_W], m->branch, R, d, d);
         DDP_CHECK(residual_norm(m, y->hmid, y->h, P + w[T_OUT_B], &drop_res1, P + w[T_N2_W], P + w[T_N2_B], y->y2,
                                 m->act16, y->mu2, y->rs2));
         if (m->z16) { /* z = linear1's output + bias, rounded to bf16 by the epilogue; the GELU reads it */
@@ -111,7 +118,10 @@ ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const 
             LINEAR_ACT(y->y2, P + w[T_L1_W], y->dg, R, f, d);
             DDP_CHECK(E->gelu_erf_fwd(be, y->dg, P + w[T_L1_B], y->a2, train ? y->dg : NULL, pack, f, &drop_ffn));
         }
-        LINEAR_ACT(y->a2, P + w[T_L2_W], m->branch, R, d, f);
+        if (m->t16) /* linear2's output likewise */
+            LINEAR_BIAS16(y->a2, m->act16, P + w[T_L2_W], P + w[T_L2_B], m->branch, 1, R, d, f);
+        else
+            LINEAR_ACT(y->a2, P + w[T_L2_W], m->branch, R, d, f);
         if (yn)
             DDP_CHECK(residual_norm(m, yn->h, y->hmid, P + w[T_L2_B], &drop_res2, P + yn->p[T_N1_W], P + yn->p[T_N1_B],
                                     yn->y1, m->act16, yn->mu1, yn->rs1));

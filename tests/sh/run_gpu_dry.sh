@@ -84,8 +84,8 @@ print(f"run_gpu dry run: {len(rows)} training rows, {len(kern)} kernel rows, {le
 EOF
 # --precision reaches the benchmarks: on the emulator every op at bf16 against the CPU within bf16's tolerance,
 # attention with the bf16 storage the step uses (q|k|v, o, dO and dq|dk|dv), and the bf16 step's own forms: the
-# fused residual + layernorm and the layernorm backward with bf16 copies checked, the GELU of linear1's bf16 output and
-# linear1's bf16-output GEMM (ops the CPU lacks) timed unchecked
+# fused residual + layernorm and the layernorm backward with bf16 copies checked, the GELU of linear1's bf16 output,
+# linear1's bf16-output GEMM and the residual + layernorm of a bf16 branch (ops the CPU lacks) timed unchecked
 if [ "$mode" = emu ]; then
   export MPIDDP_CUDA_PLUGIN=${MPIDDP_CUDA_PLUGIN:-$BUILD/libmpiddp_cudaemu.so}
   "$BENCH_DIR/bench_kernels" --device cuda --preset tiny --check --reps 1 --precision bf16 > kb.txt 2>&1 ||
@@ -95,7 +95,8 @@ if [ "$mode" = emu ]; then
   for row in "attention_fwd | .*bf16 q|k|v, o, dO, dq|dk|dv |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" \
              "attention_bwd | .*bf16 q|k|v, o, dO, dq|dk|dv |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" \
              "residual_layernorm_fwd16 |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" "layernorm_bwd16 |.* [0-9]\.[0-9]e[-+][0-9][0-9] |$" \
-             "gelu_erf_fwd16z |.* – |$" "gelu_erf_bwd16z |.* – |$" "gemm ff1 = y.W1^T + b1 | .*bf16 in and out |.* – |$"; do
+             "gelu_erf_fwd16z |.* – |$" "gelu_erf_bwd16z |.* – |$" "gemm ff1 = y.W1^T + b1 | .*bf16 in and out |.* – |$" \
+             "residual_layernorm_fwd16t | .*bf16 t and y |.* – |$"; do
     grep -q -- "$row" kb.txt || { cat kb.txt; fail "bench_kernels at bf16: no row matching '$row'"; }
   done
   expect_rc 2 "$BENCH_DIR/bench_kernels" --device cuda --preset tiny --reps 1 --precision fp16

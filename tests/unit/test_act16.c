@@ -106,7 +106,7 @@ typedef struct {
     float *grad;
     int64_t n;
     size_t bytes; /* allocated by the model's creation */
-    int act16, dqkv16, qkv16, dh16, z16, do16;
+    int act16, dqkv16, qkv16, dh16, z16, do16, t16;
     long gemm16_per_step, fused_per_step, c16_per_step, dx16_per_step;
 } result;
 
@@ -135,6 +135,7 @@ static void run(ddp_backend *be, ddp_precision prec, int act16_env, int fused, r
     OK(be->set_precision(be, prec));
     r->act16 = ddp_transformer_act16(&m), r->dqkv16 = ddp_transformer_dqkv16(&m), r->qkv16 = ddp_transformer_qkv16(&m);
     r->dh16 = ddp_transformer_dh16(&m), r->z16 = ddp_transformer_z16(&m), r->do16 = ddp_transformer_do16(&m);
+    r->t16 = ddp_transformer_t16(&m);
     r->n = ddp_model_num_params(&m);
     void *p, *g;
     OK(be->alloc(be, &p, (size_t)r->n * 4));
@@ -213,14 +214,16 @@ static void wrong_precision(ddp_backend *be)
 /* linear1's output in bf16 (z16): where the backend has gemm_epi, linear_bwd and the two ops, its bias epilogue writes
  * z in bf16, the GELU reads it, linear2's backward writes the GELU output's gradient in bf16 and the GELU backward
  * reads both, recomputing gelu' from z (gelu_erf_fwd16z, gelu_erf_bwd16z); with it the out projection's backward
- * writes the attention output's gradient dO in bf16, which the attention backward reads (do16). This rounds values
- * nothing rounded before, so against the same steps without it (base, dropout 0.1) the results differ, and within
- * close_to: z and those gradients move by at most u = 2^-8 of themselves, a = gelu(z) by at most about 1.13 u |z|
- * before its own rounding, the size of the bf16 roundings the step already makes (docs/transformer.md, "bf16
- * activation storage"). The checks that make it mean something: the flags, the memory (gelu' [R, f] fp32 per layer
- * becomes z [R, f] bf16, and the gradient's [R, f] buffer bf16 too: exactly (L + 1) x ((R f) - (R f + 1) / 2) x 4
- * bytes less, as the model allocates in floats; dO keeps its buffer), one more bf16-output GEMM and two bf16 dx per
- * layer (linear2's and the out projection's), the same number of gemm16 calls, and not the same bits. */
+ * writes the attention output's gradient dO in bf16, which the attention backward reads (do16), and the out
+ * projection's and linear2's bias epilogues write their outputs in bf16, which the residual adds read
+ * (residual_layernorm_fwd16t: t16). This rounds values nothing rounded before, so against the same steps without it
+ * (base, dropout 0.1) the results differ, and within close_to: z, those outputs and gradients move by at most
+ * u = 2^-8 of themselves, a = gelu(z) by at most about 1.13 u |z| before its own rounding, the size of the bf16
+ * roundings the step already makes (docs/transformer.md, "bf16 activation storage"). The checks that make it mean
+ * something: the flags, the memory (gelu' [R, f] fp32 per layer becomes z [R, f] bf16, and the gradient's [R, f]
+ * buffer bf16 too: exactly (L + 1) x ((R f) - (R f + 1) / 2) x 4 bytes less, as the model allocates in floats; dO and
+ * the branch keep their buffers), three more bf16-output GEMMs and two bf16 dx per layer (linear2's and the out
+ * projection's), the same number of gemm16 calls, and not the same bits. */
 static void z16_steps(ddp_backend *be, const result *base)
 {
     const char *nm = be->name;
@@ -229,9 +232,11 @@ static void z16_steps(ddp_backend *be, const result *base)
     run_ops = &ops_z16;
     run(be, DDP_PRECISION_BF16, 1, 1, &z);
     run_ops = NULL;
-    if (z.z16 != want || base->z16 != 0 || z.do16 != want || base->do16 != 0)
-        fail_msg("%s: linear1's output in bf16 %d, dO in bf16 %d (%d, %d without its ops), want %d and 0", nm, z.z16,
-                 z.do16, base->z16, base->do16, want);
+    const int want_t = want && be->enc->residual_layernorm_fwd16t;
+    if (z.z16 != want || base->z16 != 0 || z.do16 != want || base->do16 != 0 || z.t16 != want_t || base->t16 != 0)
+        fail_msg("%s: linear1's output in bf16 %d, dO %d, the branches %d (%d, %d, %d without their ops), want %d, %d, "
+                 "%d and 0",
+                 nm, z.z16, z.do16, z.t16, base->z16, base->do16, base->t16, want, want, want_t);
     if (!want) {
         if (!same(&z, base)) fail_msg("%s: without linear1's bf16 output the steps changed", nm);
         free(z.grad);
@@ -240,18 +245,19 @@ static void z16_steps(ddp_backend *be, const result *base)
     const size_t Rf = (size_t)max_rows * FF, saved = (size_t)(LAYERS + 1) * (Rf - (Rf + 1) / 2) * 4;
     if (base->bytes - z.bytes != saved)
         fail_msg("%s: linear1's bf16 output saves %zu bytes, want %zu", nm, base->bytes - z.bytes, saved);
-    if (z.c16_per_step != base->c16_per_step + LAYERS || z.gemm16_per_step != base->gemm16_per_step ||
-        z.dx16_per_step != 2 * LAYERS || base->dx16_per_step != 0)
+    if (z.c16_per_step != base->c16_per_step + (want_t ? 3 : 1) * LAYERS ||
+        z.gemm16_per_step != base->gemm16_per_step || z.dx16_per_step != 2 * LAYERS || base->dx16_per_step != 0)
         fail_msg("%s: %ld bf16-output GEMMs, %ld gemm16 calls and %ld bf16 dx per step (%ld without), want %ld, %ld, "
                  "%d and 0",
                  nm, z.c16_per_step, z.gemm16_per_step, z.dx16_per_step, base->dx16_per_step,
-                 base->c16_per_step + LAYERS, base->gemm16_per_step, 2 * LAYERS);
+                 base->c16_per_step + (want_t ? 3 : 1) * LAYERS, base->gemm16_per_step, 2 * LAYERS);
     if (same(&z, base)) fail_msg("%s: linear1's bf16 output gave the bits of the fp32 one: it was not rounded", nm);
     if (!close_to(&z, base)) fail_msg("%s: linear1's bf16 output moved the steps by more than 2^-7", nm);
     double dg = 0, g = 0;
     for (int64_t i = 0; i < z.n; i++) dg += pow(z.grad[i] - base->grad[i], 2), g += pow(base->grad[i], 2);
-    printf("%s: linear1's output and dO in bf16: %zu bytes less, the gradient moved by %.3g (relative L2)\n", nm, saved,
-           sqrt(dg / g));
+    printf("%s: linear1's output, dO and the branches in bf16: %zu bytes less, the gradient moved by %.3g (relative "
+           "L2)\n",
+           nm, saved, sqrt(dg / g));
     free(z.grad);
 }
 
@@ -283,6 +289,7 @@ static void test_backend(ddp_backend *be)
     ops_counting.residual_layernorm_fwd = count_fused;
     ops_z16 = ops_counting; /* with linear1's output in bf16 where the backend has its ops (below) */
     ops_counting.gelu_erf_fwd16z = NULL, ops_counting.gelu_erf_bwd16z = NULL; /* the storage-only changes first */
+    ops_counting.residual_layernorm_fwd16t = NULL;
     ops_unfused = ops_counting;
     ops_unfused.residual_layernorm_fwd = NULL;
 

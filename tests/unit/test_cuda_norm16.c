@@ -1,6 +1,6 @@
 /* test_cuda_norm16.c — the bf16 forms of layernorm and gelu (layernorm_fwd16, layernorm_bwd16, gelu_erf_fwd16,
- * gelu_erf_bwd16, gelu_erf_fwd16z, gelu_erf_bwd16z) and the fused residual_layernorm_fwd against the GPU's own fp32
- * ops, bit for bit (test cases of test_cuda_norm). */
+ * gelu_erf_bwd16, gelu_erf_fwd16z, gelu_erf_bwd16z) and the fused residual_layernorm_fwd (and its form of a bf16
+ * branch, residual_layernorm_fwd16t) against the GPU's own fp32 ops, bit for bit (test cases of test_cuda_norm). */
 #include "test_cuda_norm.h"
 
 #include <stdio.h>
@@ -224,16 +224,20 @@ static void gelu16z_case(int64_t R, int64_t cols, float p, int64_t m16)
 }
 
 /* residual_layernorm_fwd against residual_fwd then layernorm_fwd on the GPU: out, y (fp32, or bf16 at y16 = 1), mean
- * and rstd the same bits; out in its own buffer, then in place (out = h) */
-static void residual_layernorm_case(int64_t R, int64_t d, float p, int y16, int64_t m16)
+ * and rstd the same bits; out in its own buffer, then in place (out = h). t16: residual_layernorm_fwd16t of a bf16 t
+ * (at its own offset: 8-byte aligned where y is 16-byte aligned, 2-byte where y is 8-byte, else 16) against those ops
+ * given its widened values and a zero bias */
+static void residual_layernorm_case(int64_t R, int64_t d, float p, int y16, int64_t m16, int t16)
 {
     char what[200];
     packing pk;
     pack_rows(&pk, R);
-    const int64_t n = R * d;
+    const int64_t n = R * d, mt = m16 == 0 ? 4 : m16 == 4 ? 1 : 0;
     ddp_dropout dr = {p, 0xabcdefULL + (uint64_t)d};
     float *h = test_rnd(n, 51 + d, 1.0f, 0.3f), *t = test_rnd(n, 52, 1.0f, 0.0f), *tb = test_rnd(d, 53, 0.5f, 0.0f);
     float *w = test_rnd(d, 54, 1.0f, 0.2f), *lb = test_rnd(d, 55, 1.0f, 0.0f);
+    uint16_t *t16g = t16 ? dev16_of(t, n, mt) : NULL; /* t becomes the widened bf16 values */
+    if (t16) memset(tb, 0, (size_t)d * sizeof *tb);
     float *hg = dev(h, n), *tg = dev(t, n), *tbg = dev(tb, d), *wg = dev(w, d), *lbg = dev(lb, d), *outg = dev(NULL, n);
     float *yg = dev(NULL, n), *mug = dev(NULL, R), *rsg = dev(NULL, R), *y2 = dev(NULL, n), *mu2 = dev(NULL, R),
           *rs2 = dev(NULL, R);
@@ -243,12 +247,16 @@ static void residual_layernorm_case(int64_t R, int64_t d, float p, int y16, int6
     float *out = down(outg, n), *y = down(yg, n), *mu = down(mug, R), *rs = down(rsg, R);
     void *yo = y16 ? (void *)(y16g + m16) : (void *)y2;
     for (int inplace = 0; inplace < 2; inplace++) {
-        snprintf(what, sizeof what, "residual_layernorm_fwd R %lld d %lld p %.1f y%s%s", (long long)R, (long long)d, p,
-                 y16 ? " bf16" : " fp32", inplace ? " out = h" : "");
+        snprintf(what, sizeof what, "residual_layernorm_fwd%s R %lld d %lld p %.1f y%s%s", t16 ? "16t" : "",
+                 (long long)R, (long long)d, p, y16 ? " bf16" : " fp32", inplace ? " out = h" : "");
         OK(gpu->zero(gpu, outg, (size_t)n * 4));
         OK(gpu->zero(gpu, y16 ? (void *)y16g : (void *)y2, (size_t)n * (y16 ? 2 : 4)));
         float *o = inplace ? hg : outg;
-        OK(G->residual_layernorm_fwd(gpu, o, hg, tg, tbg, &pk.g, d, &dr, wg, lbg, yo, y16, mu2, rs2));
+        if (t16)
+            OK(G->residual_layernorm_fwd16t(gpu, o, hg, (const ddp_bf16 *)(t16g + mt), &pk.g, d, &dr, wg, lbg, yo, y16,
+                                            mu2, rs2));
+        else
+            OK(G->residual_layernorm_fwd(gpu, o, hg, tg, tbg, &pk.g, d, &dr, wg, lbg, yo, y16, mu2, rs2));
         char nm[240];
 #define NAME(s) (snprintf(nm, sizeof nm, "%s %s", what, (s)), nm)
         expect_same_bits(NAME("out"), o, out, n);
@@ -265,6 +273,7 @@ static void residual_layernorm_case(int64_t R, int64_t d, float p, int y16, int6
     float *bufs[] = {hg, tg, tbg, wg, lbg, outg, yg, mug, rsg, y2, mu2, rs2};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu->release(gpu, bufs[i]);
     gpu->release(gpu, y16g);
+    if (t16g) gpu->release(gpu, t16g);
 }
 
 /* the exact comparisons reject one bf16 ulp (and one fp32 ulp) */
@@ -316,9 +325,12 @@ void test_residual_layernorm(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof ds16 / sizeof *ds16; i++)
         for (size_t j = 0; j < sizeof Rs16 / sizeof *Rs16; j++)
-            for (int y16 = 0; y16 < 2; y16++) {
-                residual_layernorm_case(Rs16[j], ds16[i], 0.0f, y16, m16_of(i, j));
-                residual_layernorm_case(Rs16[j], ds16[i], 0.2f, y16, 0);
-            }
-    residual_layernorm_case(3, 64, 0.2f, 1, 1);
+            for (int y16 = 0; y16 < 2; y16++)
+                for (int t16 = 0; t16 < 2; t16++) {
+                    residual_layernorm_case(Rs16[j], ds16[i], 0.0f, y16, m16_of(i, j), t16);
+                    residual_layernorm_case(Rs16[j], ds16[i], 0.2f, y16, 0, t16);
+                }
+    residual_layernorm_case(3, 64, 0.2f, 1, 1, 0);
+    residual_layernorm_case(3, 64, 0.2f, 1, 1, 1);
+    residual_layernorm_case(3, 64, 0.2f, 0, 4, 1);
 }

@@ -372,6 +372,7 @@ static const ddp_enc_ops cu_enc = {
     ddp_cuda_layernorm_bwd16,
     cu_gelu_erf_fwd16z,
     cu_gelu_erf_bwd16z,
+    ddp_cuda_residual_layernorm_fwd16t,
 };
 
 const ddp_enc_ops *ddp_cuda_enc_ops(void) { return &cu_enc; }

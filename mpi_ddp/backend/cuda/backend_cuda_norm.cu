@@ -131,12 +131,11 @@ __global__ void k_layernorm_fwd(const float *x, const float *w, const float *b, 
 
 /* one block per row: out = h + drop(t + tb) (residual_elems, as k_residual_fwd), written, kept in registers and
  * staged as k_layernorm_fwd keeps x, then y = layernorm(out) * w + lb; out may be h (each column is read, then
- * written, by one thread) */
-template <int V, typename T>
-__global__ void k_residual_layernorm_fwd(float *out, const float *h, const float *t, const float *tb,
-                                         const int64_t *off, const int64_t *seg, const int64_t *sid, int64_t d,
-                                         ddp_dropout dr, const float *w, const float *lb, T *y, float *mean,
-                                         float *rstd)
+ * written, by one thread). t of S: fp32, or bf16 with its bias added by a GEMM's epilogue (tb unused) */
+template <int V, typename T, typename S>
+__global__ void k_residual_layernorm_fwd(float *out, const float *h, const S *t, const float *tb, const int64_t *off,
+                                         const int64_t *seg, const int64_t *sid, int64_t d, ddp_dropout dr,
+                                         const float *w, const float *lb, T *y, float *mean, float *rstd)
 {
     __shared__ float4 row4[LN_SMEM / 4];
     float *row = (float *)row4;
@@ -144,7 +143,8 @@ __global__ void k_residual_layernorm_fwd(float *out, const float *h, const float
     const int64_t cr = c0 + (LN_REG / V) * step;
     const int drop = dr.p > 0.0f;
     const uint64_t rk = block_rowkey(dr, off, seg, sid, r);
-    const float *hr = h + r * d, *tr = t + r * d;
+    const float *hr = h + r * d;
+    const S *tr = t + r * d;
     float *outr = out + r * d, v[LN_REG];
     LN_UNROLL
     for (int k = 0; k < LN_REG / V; k++)
@@ -422,15 +422,15 @@ ddp_status ddp_cuda_layernorm_fwd16(ddp_backend *b, const float *x, const float 
     return ln_fwd(b, x, w, bias, (__nv_bfloat16 *)y, mean, rstd, R, d, fwd_width(d, x, w, bias, y, 1));
 }
 
-template <typename T>
-static ddp_status res_ln_fwd(ddp_backend *b, float *out, const float *h, const float *t, const float *tb,
+template <typename T, typename S>
+static ddp_status res_ln_fwd(ddp_backend *b, float *out, const float *h, const S *t, const float *tb,
                              const ddp_packing *pack, int64_t d, const ddp_dropout *dr, const float *w, const float *lb,
                              T *y, float *mean, float *rstd, int v)
 {
-    typedef void (*kernel_t)(float *, const float *, const float *, const float *, const int64_t *, const int64_t *,
+    typedef void (*kernel_t)(float *, const float *, const S *, const float *, const int64_t *, const int64_t *,
                              const int64_t *, int64_t, ddp_dropout, const float *, const float *, T *, float *,
                              float *);
-    static const kernel_t k4 = k_residual_layernorm_fwd<4, T>, k1 = k_residual_layernorm_fwd<1, T>;
+    static const kernel_t k4 = k_residual_layernorm_fwd<4, T, S>, k1 = k_residual_layernorm_fwd<1, T, S>;
     if (pack->R <= 0 || d <= 0) return DDP_OK;
     cudaStream_t s = cuda_of(b)->stream;
     if (v == 4)
@@ -451,6 +451,21 @@ ddp_status ddp_cuda_residual_layernorm_fwd(ddp_backend *b, float *out, const flo
     const int v = vec_width(d, out, h, t, tbias) == 4 && fwd_width(d, w, lbias, NULL, y, y16) == 4 ? 4 : 1;
     if (y16) return res_ln_fwd(b, out, h, t, tbias, pack, d, dr, w, lbias, (__nv_bfloat16 *)y, mean, rstd, v);
     return res_ln_fwd(b, out, h, t, tbias, pack, d, dr, w, lbias, (float *)y, mean, rstd, v);
+}
+
+/* the same with t in bf16, its bias added (residual_layernorm_fwd16t): four values of t in one 8-byte load where the
+ * row allows */
+ddp_status ddp_cuda_residual_layernorm_fwd16t(ddp_backend *b, float *out, const float *h, const ddp_bf16 *t16,
+                                              const ddp_packing *pack, int64_t d, const ddp_dropout *dr, const float *w,
+                                              const float *lbias, void *y, int y16, float *mean, float *rstd)
+{
+    const __nv_bfloat16 *t = (const __nv_bfloat16 *)t16;
+    const int v = vec_width(d, out, h, NULL, NULL) == 4 && ((uintptr_t)t & 7) == 0 &&
+                          fwd_width(d, w, lbias, NULL, y, y16) == 4
+                      ? 4
+                      : 1;
+    if (y16) return res_ln_fwd(b, out, h, t, NULL, pack, d, dr, w, lbias, (__nv_bfloat16 *)y, mean, rstd, v);
+    return res_ln_fwd(b, out, h, t, NULL, pack, d, dr, w, lbias, (float *)y, mean, rstd, v);
 }
 
 /* layernorm_bwd, with dx's rounding into dx16 where it is non-NULL (layernorm_bwd16) */

@@ -149,6 +149,10 @@ DDP_CUDA_HIDDEN ddp_status ddp_cuda_residual_layernorm_fwd(ddp_backend *b, float
                                                            const float *tbias, const ddp_packing *pack, int64_t d,
                                                            const ddp_dropout *dr, const float *w, const float *lbias,
                                                            void *y, int y16, float *mean, float *rstd);
+DDP_CUDA_HIDDEN ddp_status ddp_cuda_residual_layernorm_fwd16t(ddp_backend *b, float *out, const float *h,
+                                                              const ddp_bf16 *t, const ddp_packing *pack, int64_t d,
+                                                              const ddp_dropout *dr, const float *w, const float *lbias,
+                                                              void *y, int y16, float *mean, float *rstd);
 DDP_CUDA_HIDDEN ddp_status ddp_cuda_layernorm_bwd(ddp_backend *b, const float *dy, const float *x, const float *w,
                                                   const float *mean, const float *rstd, float *dx, float *dw, float *db,
                                                   int64_t R, int64_t d);
@@ -268,6 +272,19 @@ static __device__ inline void residual_elems(const float *hr, const float *tr, c
     vld<V>(hr, c, hv);
     vld<V>(tr, c, tv);
     vld<V>(bias, c, bv);
+    for (int j = 0; j < V; j++) o[j] = hv[j] + ddp_drop_apply(drop, &dr, rk, (uint64_t)(c + j), tv[j] + bv[j]);
+}
+/* residual_elems of a bf16 t whose bias a GEMM's epilogue added: t + 0.0f for the bias, the fp32 form's arithmetic
+ * with a zero bias (the add is kept: it turns -0 into +0 as that form does) */
+template <int V>
+static __device__ inline void residual_elems(const float *hr, const __nv_bfloat16 *tr, const float *bias, int64_t c,
+                                             int drop, const ddp_dropout &dr, uint64_t rk, float *o)
+{
+    float hv[V], tv[V], bv[V];
+    (void)bias;
+    vld<V>(hr, c, hv);
+    vld<V>(tr, c, tv);
+    for (int j = 0; j < V; j++) bv[j] = 0.0f;
     for (int j = 0; j < V; j++) o[j] = hv[j] + ddp_drop_apply(drop, &dr, rk, (uint64_t)(c + j), tv[j] + bv[j]);
 }
 
