@@ -1,8 +1,10 @@
 /* cmd_env.c — `mpiddp env`: one line per rank (in rank order, printed by rank 0) with rank, local
- * rank, node, host, device, backend, launcher and the MPI / HDF5 / CUDA / NCCL versions. */
+ * rank, node, host, device, backend, launcher, the MPI / HDF5 / CUDA / NCCL / cuDNN versions and, on a GPU, which
+ * attention a bf16 encoder would run (cuDNN's probe). */
 #include "cli.h"
 
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/train/runinfo.h"
 #include "mpi_ddp/core/settings.h"
@@ -13,6 +15,25 @@
 #include <string.h>
 
 #define LINE 2048
+
+/* What attention_select says for a bf16 encoder of d 512 with 8 heads (heads of 64) on device dev: "cudnn: <why>"
+ * (cuDNN's forward and backward probes built, or why the backward stays on the own kernels), "own: <why>", or why
+ * it could not ask. The first thing a new GPU or cuDNN shows (docs/transformer.md). */
+static void attention_probe(int dev, char *out, size_t n)
+{
+    ddp_backend *b = NULL;
+    const char *name = NULL;
+    char why[700] = "";
+    ddp_status st = ddp_cuda()->backend_create(dev, &b);
+    if (st == DDP_OK) st = b->attention_select(b, DDP_PRECISION_BF16, 512, 8, 0.0f, &name, why, sizeof why);
+    if (st == DDP_OK)
+        snprintf(out, n, "%s: %s", name, why);
+    else
+        snprintf(out, n, "not probed: %s", ddp_last_error());
+    if (b) b->destroy(b);
+    for (char *c = out; *c; c++) /* one field of the line */
+        if (*c == '"') *c = '\'';
+}
 
 int cmd_env(ddp_ctx *ctx, int argc, char **argv)
 {
@@ -40,20 +61,21 @@ int cmd_env(ddp_ctx *ctx, int argc, char **argv)
         snprintf(v.cuda, sizeof v.cuda, "unavailable");
         snprintf(v.nccl, sizeof v.nccl, "unavailable");
     }
-    char dev[200] = "cpu";
+    char dev[200] = "cpu", probe[800] = "-";
     if (got == DDP_DEVICE_CUDA) {
         char name[160];
         ddp_cuda_device_name(ctx->cuda_device, name, sizeof name);
         snprintf(dev, sizeof dev, "cuda:%d(%s)", ctx->cuda_device, name);
+        attention_probe(ctx->cuda_device, probe, sizeof probe);
     }
     char line[LINE];
     snprintf(
         line, sizeof line,
         "rank=%d size=%d local_rank=%d local_size=%d node=%d nodes=%d host=%s device=%s backend=%s launcher=%s job=%s "
-        "mpi=\"%s\" hdf5=%s cuda=\"%s\" nccl=\"%s\" cudnn=\"%s\" attention=%s",
+        "mpi=\"%s\" hdf5=%s cuda=\"%s\" nccl=\"%s\" cudnn=\"%s\" attention=%s attention_bf16=\"%s\"",
         t->rank, t->size, t->local_rank, t->local_size, t->node_id, t->num_nodes, t->host, dev,
         got == DDP_DEVICE_CUDA ? "cuda(cublas+nccl)" : "cpu(openblas+mpi)", t->launcher, t->job_id[0] ? t->job_id : "-",
-        v.mpi, v.hdf5, v.cuda, v.nccl, cudnn, attn ? attn : "auto");
+        v.mpi, v.hdf5, v.cuda, v.nccl, cudnn, attn ? attn : "auto", probe);
     char *all = t->rank == 0 ? calloc((size_t)t->size, LINE) : NULL;
     int mrc = MPI_Gather(line, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (mrc != MPI_SUCCESS) return cli_fail(ctx, "env", ddp_set_error(DDP_ERR_MPI, "MPI_Gather failed"));

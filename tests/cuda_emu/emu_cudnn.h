@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MAGIC_HANDLE 0x444e4e48u
 #define MAGIC_DESC 0x444e4e44u
@@ -55,6 +56,14 @@ struct desc {
     int bwd;
     desc *role[NROLE];
     int64_t index, ws; /* engine (and up): its global index; plan: workspace bytes */
+    bool is_virtual;
+    /* a graph of matmul, pointwise, reduction and reshape operations (emu_cudnn_graph.c), inherited like role[]; its
+     * order of execution (prog, the graph's own); a pointwise's mode and axis; a reshape's permutation of x's dims */
+    const desc *graph;
+    void *prog;
+    cudnnPointwiseMode_t mode;
+    int64_t axis;
+    int perm[4];
 };
 
 static inline desc *as_desc(cudnnBackendDescriptor_t p)
@@ -73,6 +82,24 @@ static inline int is_sdpa(cudnnBackendDescriptorType_t t)
     return t == CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR || t == CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR;
 }
 
+/* bf16 bits to fp32, and fp32 to bf16 at nearest even (NaN becomes the canonical 0x7FFF, as CUDA's
+ * __float2bfloat16_rn): emu_cuda.h's own, which these files cannot include (its CUDA types clash with the real
+ * headers') */
+static inline float emu_bf16_to_f(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint16_t emu_f_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 /* emu_cudnn.c: the last error, the descriptor store */
 __attribute__((format(printf, 2, 3))) cudnnStatus_t emu_cudnn_fail(cudnnStatus_t s, const char *fmt, ...);
 desc *emu_cudnn_new_desc(cudnnBackendDescriptorType_t t);
@@ -83,5 +110,17 @@ cudnnStatus_t emu_cudnn_store(desc *d, cudnnBackendAttributeName_t name, cudnnBa
                               const void *vals);
 /* emu_cudnn_finalize.c */
 int emu_cudnn_tensors_of(const desc *d, desc *list[2 * NROLE]);
+/* emu_cudnn_graph.c: the operations' finalize, the graph's, its execution */
+static inline int is_graph_op(cudnnBackendDescriptorType_t t)
+{
+    return t == CUDNN_BACKEND_POINTWISE_DESCRIPTOR || t == CUDNN_BACKEND_MATMUL_DESCRIPTOR ||
+           t == CUDNN_BACKEND_REDUCTION_DESCRIPTOR || t == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR ||
+           t == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR || t == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR ||
+           t == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR;
+}
+cudnnStatus_t emu_cudnn_op_fin(desc *d);
+cudnnStatus_t emu_cudnn_graph_fin(desc *d);
+cudnnStatus_t emu_cudnn_graph_execute(cudnnHandle_t h, const desc *plan, const desc *pack);
+void emu_cudnn_prog_free(void *p);
 
 #endif

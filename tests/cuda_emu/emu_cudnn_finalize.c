@@ -27,7 +27,8 @@ static int64_t get_i64(const desc *d, cudnnBackendAttributeName_t name)
 /* ------------------------------------------------------------------ finalize */
 static int data_type_ok(cudnnDataType_t t)
 {
-    return t == CUDNN_DATA_BFLOAT16 || t == CUDNN_DATA_FLOAT || t == CUDNN_DATA_INT32 || t == CUDNN_DATA_INT64;
+    return t == CUDNN_DATA_BFLOAT16 || t == CUDNN_DATA_FLOAT || t == CUDNN_DATA_INT32 || t == CUDNN_DATA_INT64 ||
+           t == CUDNN_DATA_BOOLEAN;
 }
 
 static int dims_are(const desc *t, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
@@ -69,6 +70,10 @@ static cudnnStatus_t tensor_fin(desc *d)
     if (d->align < 1 || (d->align & (d->align - 1)))
         return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM, "tensor: alignment %lld", (long long)d->align);
     d->by_value = bv && *(const bool *)bv->v;
+    const attr *virt = get(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL);
+    d->is_virtual = virt && *(const bool *)virt->v;
+    if (d->is_virtual && d->by_value)
+        return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM, "tensor %lld: virtual and by value", (long long)d->uid);
     return tensor_ragged(d);
 }
 
@@ -154,6 +159,7 @@ static cudnnStatus_t sdpa_fin(desc *d)
 static void inherit(desc *d, const desc *from)
 {
     d->bwd = from->bwd;
+    d->graph = from->graph;
     memcpy(d->role, from->role, sizeof d->role);
     d->index = from->index;
 }
@@ -162,9 +168,8 @@ static cudnnStatus_t graph_fin(desc *d)
 {
     const attr *ops = get(d, CUDNN_ATTR_OPERATIONGRAPH_OPS);
     if (!ops) return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM, "operation graph: no operations");
-    if (ops->n != 1)
-        return emu_cudnn_fail(CUDNN_STATUS_NOT_SUPPORTED, "operation graph: the emulator runs one SDPA operation");
     const desc *op = ((desc **)ops->v)[0];
+    if (ops->n > 1 || is_graph_op(op->type)) return emu_cudnn_graph_fin(d);
     if (!is_sdpa(op->type))
         return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM, "operation graph: descriptor %d is no operation", op->type);
     /* cuDNN 9.19 finalizes the unified SDPA backward operation but not a graph of it (buildDAG: BAD_PARAM; no engine
@@ -215,7 +220,7 @@ static cudnnStatus_t cfg_fin(desc *d)
 static int64_t workspace_of(const desc *d)
 {
     const desc *q = d->role[R_Q];
-    return d->bwd ? q->dim[0] * q->dim[1] * q->dim[2] * (int64_t)sizeof(float) : 0;
+    return d->bwd && !d->graph ? q->dim[0] * q->dim[1] * q->dim[2] * (int64_t)sizeof(float) : 0;
 }
 
 /* MPIDDP_EMU_CUDNN_REFUSE=1: no plan is supported; =bwd: no backward plan (read at each finalize). */
@@ -263,7 +268,9 @@ static cudnnStatus_t finalize(desc *d)
     case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR: return cfg_fin(d);
     case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: return plan_fin(d);
     case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: return pack_fin(d);
-    default: return emu_cudnn_fail(CUDNN_STATUS_NOT_SUPPORTED, "descriptor type %d", (int)d->type);
+    default:
+        if (is_graph_op(d->type)) return emu_cudnn_op_fin(d);
+        return emu_cudnn_fail(CUDNN_STATUS_NOT_SUPPORTED, "descriptor type %d", (int)d->type);
     }
 }
 

@@ -30,22 +30,7 @@ typedef struct {
     float *ws;             /* backward: dO.O per query row, B*H*S */
 } sdpa_job;
 
-static float bf16_to_f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-/* nearest even; NaN becomes the canonical 0x7FFF, as CUDA's __float2bfloat16_rn */
-static uint16_t f_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static float bf16_round(float f) { return bf16_to_f(f_to_bf16(f)); }
+static float bf16_round(float f) { return emu_bf16_to_f(emu_f_to_bf16(f)); }
 
 static int64_t row_base(const jten *t, int64_t b)
 {
@@ -105,13 +90,14 @@ static void gather(const sdpa_job *j, int r, int64_t b, int64_t h, int64_t n, fl
     const jten *t = &j->t[r];
     int64_t base = row_base(t, b);
     for (int64_t s = 0; s < n; s++)
-        for (int64_t d = 0; d < j->D; d++) out[s * j->D + d] = bf16_to_f(((uint16_t *)t->p)[elem(t, base, h, s, d)]);
+        for (int64_t d = 0; d < j->D; d++)
+            out[s * j->D + d] = emu_bf16_to_f(((uint16_t *)t->p)[elem(t, base, h, s, d)]);
 }
 static void scatter(const sdpa_job *j, int r, int64_t b, int64_t h, int64_t s, const float *row)
 {
     const jten *t = &j->t[r];
     int64_t base = row_base(t, b);
-    for (int64_t d = 0; d < j->D; d++) ((uint16_t *)t->p)[elem(t, base, h, s, d)] = f_to_bf16(row[d]);
+    for (int64_t d = 0; d < j->D; d++) ((uint16_t *)t->p)[elem(t, base, h, s, d)] = emu_f_to_bf16(row[d]);
 }
 static float *stat(const sdpa_job *j, int64_t b, int64_t h, int64_t s)
 {
@@ -306,6 +292,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
         return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM, "Execute: needs an execution plan and a variant pack");
     if (!p->finalized || !v->finalized)
         return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM, "Execute: descriptors not finalized");
+    if (p->graph) return emu_cudnn_graph_execute(h, p, v);
     sdpa_job *j = calloc(1, sizeof *j);
     if (!j) return emu_cudnn_fail(CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED, "out of memory");
     cudnnStatus_t s = bind(j, p, v);

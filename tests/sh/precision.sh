@@ -93,6 +93,15 @@ grep -qF "MPIDDP_ATTENTION=cudnn: precision tf32: cuDNN's fused attention runs a
 # mpiddp env names the cuDNN the plugin would load
 grep -q 'cudnn="[0-9]*\.[0-9]*\.[0-9]* (' <<<"$ENV_OUT" || [ "$EMULATED" = 0 ] || fail "mpiddp env: no cudnn version: $ENV_OUT"
 grep -q 'attention=auto' <<<"$ENV_OUT" || fail "mpiddp env: no attention setting: $ENV_OUT"
+# ... and, on a GPU, what a bf16 encoder would run: cuDNN's probe of both directions (on the emulator, which takes
+# the backward graph, both on cuDNN; with backward plans refused, the forward alone)
+grep -q 'attention_bf16="\(cudnn\|own\): ' <<<"$ENV_OUT" || fail "mpiddp env: no attention probe: $ENV_OUT"
+if [ "$EMULATED" = 1 ]; then
+  grep -q 'attention_bf16="cudnn: .*forward and backward' <<<"$ENV_OUT" || fail "mpiddp env: probe: $ENV_OUT"
+  REFUSED=$(MPIDDP_EMU_CUDNN_REFUSE=bwd mpirun_np 1 "$MPIDDP" env --device cuda)
+  grep -q "attention_bf16=\"cudnn: .*the backward on the own kernels (cuDNN refused the backward" <<<"$REFUSED" ||
+    fail "mpiddp env: the probe with backward plans refused: $REFUSED"
+fi
 
 # eval at any precision: bf16 of the bf16 checkpoint matches the run's last validation; fp32 of it too, closely
 ck=r2_bf16/checkpoints/last.h5

@@ -1,11 +1,11 @@
-/* cudnn_sdpa.c — cuDNN's fused attention through its backend C API (cudnn_graph.h): libcudnn_graph dlopen'ed, an SDPA
- * forward or backward operation graph per shape class over the packed rows (ragged offsets, sequence lengths), its
- * execution plan built once and kept (a deterministic engine for the backward where cuDNN lists one). */
-#include "mpi_ddp/backend/cuda/cudnn_sdpa.h"
+/* cudnn_sdpa.c — cuDNN's fused attention through its backend C API (cudnn_graph.h): libcudnn_graph dlopen'ed, the SDPA
+ * forward operation (or the backward's graph, cudnn_sdpa_bwd.c) per shape class over the packed rows, its execution
+ * plan built once and kept (a deterministic engine for the backward where cuDNN lists one). */
+#include "mpi_ddp/backend/cuda/cudnn_sdpa_priv.h"
 #include "mpi_ddp/core/settings.h"
 
-#include <cudnn_graph.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,48 +16,6 @@
 #define DDP_CUDNN_LIBRARY_DIR ""
 #endif
 #define CUDNN_GRAPH_LIB "libcudnn_graph.so.9"
-#define SDPA_PLANS 64   /* shape classes kept (a few per epoch: docs/transformer.md) */
-#define SDPA_DESCS 24   /* descriptors one plan owns */
-#define SDPA_CONFIGS 16 /* engine configurations asked of the heuristics */
-
-/* the entry points used, resolved by dlsym */
-// clang-format off
-#define SDPA_FNS(X)                                                                                   \
-    X(cudnnGetVersion) X(cudnnGetErrorString) X(cudnnGetLastErrorString) X(cudnnCreate) X(cudnnDestroy) \
-    X(cudnnSetStream)                                                                                 \
-    X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute)      \
-    X(cudnnBackendGetAttribute) X(cudnnBackendFinalize) X(cudnnBackendExecute)
-// clang-format on
-typedef struct {
-#define SDPA_FN_FIELD(f) __typeof__(f) *f;
-    SDPA_FNS(SDPA_FN_FIELD)
-#undef SDPA_FN_FIELD
-} sdpa_api;
-
-typedef struct {
-    ddp_sdpa_key k;
-    int used, ok;
-    cudnnBackendDescriptor_t plan, d[SDPA_DESCS]; /* the plan and every descriptor it was built from */
-    int nd;
-    int64_t ws, last; /* workspace bytes; the call that last used it (LRU) */
-} sdpa_plan;
-
-struct ddp_sdpa {
-    void *lib;
-    sdpa_api f;
-    cudnnHandle_t h;
-    sdpa_plan plans[SDPA_PLANS];
-    int64_t calls;
-    /* descriptors of evicted plans: their kernels may still be queued on the stream, so they are destroyed with the
-     * handle, after the backend has synchronized its stream (cu_destroy) */
-    cudnnBackendDescriptor_t *dead;
-    int64_t ndead;
-    ddp_sdpa_counts n;
-    char version[1300], refusal[600], last[300];
-};
-
-/* the tensors' unique ids in the graphs and variant packs */
-enum { U_Q = 1, U_K, U_V, U_O, U_ST, U_SCALE, U_SEQ_Q, U_SEQ_KV, U_DO, U_DQ, U_DK, U_DV, U_OFF_QKV, U_OFF_O, U_OFF_ST };
 
 #define SDPA_ERR(s, call, r)                                                                  \
     ddp_set_error(DDP_ERR_CUDA, "cuDNN error in %s (%s:%d): %s%s", #call, __FILE__, __LINE__, \
@@ -183,8 +141,7 @@ const char *ddp_sdpa_refusal(const ddp_sdpa *s) { return s->refusal; }
 void ddp_sdpa_counts_get(const ddp_sdpa *s, ddp_sdpa_counts *c) { *c = s->n; }
 
 /* ------------------------------------------------------------------ building a plan */
-/* A descriptor of type t, kept by p (freed with it); *r the first failure of the build. */
-static cudnnBackendDescriptor_t desc(ddp_sdpa *s, sdpa_plan *p, cudnnBackendDescriptorType_t t, cudnnStatus_t *r)
+cudnnBackendDescriptor_t ddp_sdpa_desc(ddp_sdpa *s, sdpa_plan *p, cudnnBackendDescriptorType_t t, cudnnStatus_t *r)
 {
     cudnnBackendDescriptor_t d = NULL;
     if (*r == CUDNN_STATUS_SUCCESS && p->nd == SDPA_DESCS) *r = CUDNN_STATUS_INTERNAL_ERROR; /* SDPA_DESCS too small */
@@ -193,84 +150,73 @@ static cudnnBackendDescriptor_t desc(ddp_sdpa *s, sdpa_plan *p, cudnnBackendDesc
     if (*r == CUDNN_STATUS_SUCCESS) p->d[p->nd++] = d;
     return d;
 }
-static void set(ddp_sdpa *s, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t,
-                int64_t count, const void *v, cudnnStatus_t *r)
+void ddp_sdpa_set(ddp_sdpa *s, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t,
+                  int64_t count, const void *v, cudnnStatus_t *r)
 {
     if (*r == CUDNN_STATUS_SUCCESS) *r = s->f.cudnnBackendSetAttribute(d, a, t, count, v);
 }
-static void fin(ddp_sdpa *s, cudnnBackendDescriptor_t d, cudnnStatus_t *r)
+void ddp_sdpa_fin(ddp_sdpa *s, cudnnBackendDescriptor_t d, cudnnStatus_t *r)
 {
     if (*r == CUDNN_STATUS_SUCCESS) *r = s->f.cudnnBackendFinalize(d);
 }
 
-/* A finalized tensor: 4 dims, strides, unique id uid, type t; ragged (or NULL) its ragged-offset tensor. */
-static cudnnBackendDescriptor_t tensor(ddp_sdpa *s, sdpa_plan *p, int64_t uid, cudnnDataType_t t, const int64_t dim[4],
-                                       const int64_t str[4], int64_t align, cudnnBackendDescriptor_t ragged,
-                                       int by_value, cudnnStatus_t *r)
+cudnnBackendDescriptor_t ddp_sdpa_tensor(ddp_sdpa *s, sdpa_plan *p, int64_t uid, cudnnDataType_t t,
+                                         const int64_t dim[4], const int64_t str[4], int64_t align,
+                                         cudnnBackendDescriptor_t ragged, int flags, cudnnStatus_t *r)
 {
-    cudnnBackendDescriptor_t d = desc(s, p, CUDNN_BACKEND_TENSOR_DESCRIPTOR, r);
-    set(s, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t, r);
-    set(s, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim, r);
-    set(s, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str, r);
-    set(s, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, r);
-    set(s, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, r);
-    if (by_value) {
-        bool yes = true;
-        set(s, d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes, r);
-    }
-    if (ragged) set(s, d, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ragged, r);
-    fin(s, d, r);
+    cudnnBackendDescriptor_t d = ddp_sdpa_desc(s, p, CUDNN_BACKEND_TENSOR_DESCRIPTOR, r);
+    ddp_sdpa_set(s, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t, r);
+    ddp_sdpa_set(s, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim, r);
+    ddp_sdpa_set(s, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str, r);
+    ddp_sdpa_set(s, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, r);
+    ddp_sdpa_set(s, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, r);
+    bool yes = true;
+    if (flags & SDPA_BY_VALUE) ddp_sdpa_set(s, d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes, r);
+    if (flags & SDPA_VIRTUAL) ddp_sdpa_set(s, d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes, r);
+    if (ragged) ddp_sdpa_set(s, d, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ragged, r);
+    ddp_sdpa_fin(s, d, r);
     return d;
 }
 
-/* The SDPA operation of k over the packed layout (docs/transformer.md): q, k and v are the three column blocks of one
- * row of q|k|v (row stride 3HD), head h at columns h*D; o and do rows of HD; the statistics [R, H]. */
-static cudnnBackendDescriptor_t sdpa_op(ddp_sdpa *s, sdpa_plan *p, const ddp_sdpa_key *k, cudnnStatus_t *r)
+void ddp_sdpa_io(ddp_sdpa *s, sdpa_plan *p, int kv_t, sdpa_io *t, cudnnStatus_t *r)
 {
+    const ddp_sdpa_key *k = &p->k;
     const int64_t B = k->B, H = k->H, S = k->S, D = k->D, d = H * D;
     const int64_t one[4] = {1, 1, 1, 1}, off_dim[4] = {B + 1, 1, 1, 1}, seq_dim[4] = {B, 1, 1, 1};
     const int64_t qdim[4] = {B, H, S, D}, qstr[4] = {S * 3 * d, D, 3 * d, 1}, ostr[4] = {S * d, D, d, 1};
+    const int64_t tdim[4] = {B, H, D, S}, tstr[4] = {S * 3 * d, D, 1, 3 * d};
     const int64_t sdim[4] = {B, H, S, 1}, sstr[4] = {S * H, 1, H, 1};
-    cudnnBackendDescriptor_t rq = tensor(s, p, U_OFF_QKV, CUDNN_DATA_INT32, off_dim, one, 4, NULL, 0, r);
-    cudnnBackendDescriptor_t ro = tensor(s, p, U_OFF_O, CUDNN_DATA_INT32, off_dim, one, 4, NULL, 0, r);
-    cudnnBackendDescriptor_t rs = tensor(s, p, U_OFF_ST, CUDNN_DATA_INT32, off_dim, one, 4, NULL, 0, r);
-    cudnnBackendDescriptor_t q = tensor(s, p, U_Q, CUDNN_DATA_BFLOAT16, qdim, qstr, 16, rq, 0, r);
-    cudnnBackendDescriptor_t kk = tensor(s, p, U_K, CUDNN_DATA_BFLOAT16, qdim, qstr, 16, rq, 0, r);
-    cudnnBackendDescriptor_t v = tensor(s, p, U_V, CUDNN_DATA_BFLOAT16, qdim, qstr, 16, rq, 0, r);
-    cudnnBackendDescriptor_t o = tensor(s, p, U_O, CUDNN_DATA_BFLOAT16, qdim, ostr, 16, ro, 0, r);
-    cudnnBackendDescriptor_t st = tensor(s, p, U_ST, CUDNN_DATA_FLOAT, sdim, sstr, k->st_align, rs, 0, r);
-    cudnnBackendDescriptor_t sc = tensor(s, p, U_SCALE, CUDNN_DATA_FLOAT, one, one, 4, NULL, 1, r);
+    const cudnnDataType_t F = CUDNN_DATA_FLOAT, BF = CUDNN_DATA_BFLOAT16, I = CUDNN_DATA_INT32;
+    t->rq = ddp_sdpa_tensor(s, p, U_OFF_QKV, I, off_dim, one, 4, NULL, 0, r);
+    t->ro = ddp_sdpa_tensor(s, p, U_OFF_O, I, off_dim, one, 4, NULL, 0, r);
+    t->rs = ddp_sdpa_tensor(s, p, U_OFF_ST, I, off_dim, one, 4, NULL, 0, r);
+    t->q = ddp_sdpa_tensor(s, p, U_Q, BF, qdim, qstr, 16, t->rq, 0, r);
+    t->k = ddp_sdpa_tensor(s, p, U_K, BF, kv_t ? tdim : qdim, kv_t ? tstr : qstr, 16, t->rq, 0, r);
+    t->v = ddp_sdpa_tensor(s, p, U_V, BF, kv_t ? tdim : qdim, kv_t ? tstr : qstr, 16, t->rq, 0, r);
+    t->o = ddp_sdpa_tensor(s, p, U_O, BF, qdim, ostr, 16, t->ro, 0, r);
+    t->st = ddp_sdpa_tensor(s, p, U_ST, F, sdim, sstr, k->st_align, t->rs, 0, r);
+    t->sc = ddp_sdpa_tensor(s, p, U_SCALE, F, one, one, 4, NULL, SDPA_BY_VALUE, r);
     /* the two sequence lengths are the same buffer, two tensors (as NVIDIA's code gives them) */
-    cudnnBackendDescriptor_t sq = tensor(s, p, U_SEQ_Q, CUDNN_DATA_INT32, seq_dim, one, 4, NULL, 0, r);
-    cudnnBackendDescriptor_t skv = tensor(s, p, U_SEQ_KV, CUDNN_DATA_INT32, seq_dim, one, 4, NULL, 0, r);
-    if (!k->bwd) {
-        cudnnBackendDescriptor_t op = desc(s, p, CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, r);
-        const cudnnBackendDescriptor_t *in[] = {&q, &kk, &v, &o, &st, &sc, &sq, &skv};
-        const cudnnBackendAttributeName_t at[] = {
-            CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC,         CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC,
-            CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC,         CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC,
-            CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC,     CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC,
-            CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC};
-        for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
-            set(s, op, at[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, in[i], r);
-        fin(s, op, r);
-        return op;
-    }
-    cudnnBackendDescriptor_t dout = tensor(s, p, U_DO, CUDNN_DATA_BFLOAT16, qdim, ostr, 16, ro, 0, r);
-    cudnnBackendDescriptor_t dq = tensor(s, p, U_DQ, CUDNN_DATA_BFLOAT16, qdim, qstr, 16, rq, 0, r);
-    cudnnBackendDescriptor_t dk = tensor(s, p, U_DK, CUDNN_DATA_BFLOAT16, qdim, qstr, 16, rq, 0, r);
-    cudnnBackendDescriptor_t dv = tensor(s, p, U_DV, CUDNN_DATA_BFLOAT16, qdim, qstr, 16, rq, 0, r);
-    cudnnBackendDescriptor_t op = desc(s, p, CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR, r);
-    const cudnnBackendDescriptor_t *in[] = {&q, &kk, &v, &o, &st, &sc, &sq, &skv, &dq, &dk, &dv, &dout};
+    t->sq = ddp_sdpa_tensor(s, p, U_SEQ_Q, I, seq_dim, one, 4, NULL, 0, r);
+    t->skv = ddp_sdpa_tensor(s, p, U_SEQ_KV, I, seq_dim, one, 4, NULL, 0, r);
+}
+
+/* The SDPA forward operation of k over the packed layout (docs/transformer.md): q, k and v are the three column blocks
+ * of one row of q|k|v (row stride 3HD), head h at columns h*D; o rows of HD; the statistics [R, H]. */
+static cudnnBackendDescriptor_t sdpa_fwd_op(ddp_sdpa *s, sdpa_plan *p, cudnnStatus_t *r)
+{
+    sdpa_io t;
+    ddp_sdpa_io(s, p, 0, &t, r);
+    cudnnBackendDescriptor_t op = ddp_sdpa_desc(s, p, CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, r);
+    const cudnnBackendDescriptor_t *in[] = {&t.q, &t.k, &t.v, &t.o, &t.st, &t.sc, &t.sq, &t.skv};
     const cudnnBackendAttributeName_t at[] = {
-        CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC,         CUDNN_ATTR_OPERATION_SDPA_BWD_KDESC,
-        CUDNN_ATTR_OPERATION_SDPA_BWD_VDESC,         CUDNN_ATTR_OPERATION_SDPA_BWD_ODESC,
-        CUDNN_ATTR_OPERATION_SDPA_BWD_STATSDESC,     CUDNN_ATTR_OPERATION_SDPA_BWD_SCALEDESC,
-        CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_QDESC, CUDNN_ATTR_OPERATION_SDPA_BWD_SEQ_LEN_KVDESC,
-        CUDNN_ATTR_OPERATION_SDPA_BWD_DQDESC,        CUDNN_ATTR_OPERATION_SDPA_BWD_DKDESC,
-        CUDNN_ATTR_OPERATION_SDPA_BWD_DVDESC,        CUDNN_ATTR_OPERATION_SDPA_BWD_DODDESC};
-    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) set(s, op, at[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, in[i], r);
-    fin(s, op, r);
+        CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC,         CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC,
+        CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC,         CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC,
+        CUDNN_ATTR_OPERATION_SDPA_FWD_STATSDESC,     CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC,
+        CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC, CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+        ddp_sdpa_set(s, op, at[i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, in[i], r);
+    ddp_sdpa_fin(s, op, r);
     return op;
 }
 
@@ -300,19 +246,22 @@ static int nondeterministic(ddp_sdpa *s, cudnnBackendDescriptor_t cfg, int64_t *
 static void build(ddp_sdpa *s, sdpa_plan *p)
 {
     cudnnStatus_t r = CUDNN_STATUS_SUCCESS;
-    const char *stage = "the SDPA operation";
-    cudnnBackendDescriptor_t op = sdpa_op(s, p, &p->k, &r);
-    cudnnBackendDescriptor_t g = desc(s, p, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &r);
-    if (r == CUDNN_STATUS_SUCCESS) stage = "the operation graph";
-    set(s, g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op, &r);
-    set(s, g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &s->h, &r);
-    fin(s, g, &r);
+    const char *stage = p->k.bwd ? "the backward's operations" : "the SDPA operation";
+    cudnnBackendDescriptor_t g = p->k.bwd ? ddp_sdpa_bwd_graph(s, p, &r) : NULL;
+    if (!p->k.bwd) {
+        cudnnBackendDescriptor_t op = sdpa_fwd_op(s, p, &r);
+        g = ddp_sdpa_desc(s, p, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &r);
+        if (r == CUDNN_STATUS_SUCCESS) stage = "the operation graph";
+        ddp_sdpa_set(s, g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op, &r);
+        ddp_sdpa_set(s, g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &s->h, &r);
+        ddp_sdpa_fin(s, g, &r);
+    }
     if (r == CUDNN_STATUS_SUCCESS) stage = "the engine heuristics";
-    cudnnBackendDescriptor_t heur = desc(s, p, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &r);
+    cudnnBackendDescriptor_t heur = ddp_sdpa_desc(s, p, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &r);
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    set(s, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g, &r);
-    set(s, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, &r);
-    fin(s, heur, &r);
+    ddp_sdpa_set(s, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g, &r);
+    ddp_sdpa_set(s, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, &r);
+    ddp_sdpa_fin(s, heur, &r);
     cudnnBackendDescriptor_t cfg[SDPA_CONFIGS] = {0};
     int64_t ncfg = 0;
     for (int i = 0; i < SDPA_CONFIGS && r == CUDNN_STATUS_SUCCESS; i++)
@@ -332,14 +281,16 @@ static void build(ddp_sdpa *s, sdpa_plan *p)
             if (pass == 1 && p->k.bwd && !nd) continue; /* tried in pass 0 */
             cudnnBackendDescriptor_t plan = NULL;
             cudnnStatus_t e = s->f.cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
-            set(s, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &s->h, &e);
-            set(s, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i], &e);
-            fin(s, plan, &e);
+            ddp_sdpa_set(s, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &s->h, &e);
+            ddp_sdpa_set(s, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i],
+                         &e);
+            ddp_sdpa_fin(s, plan, &e);
             int64_t got = 0;
             if (e == CUDNN_STATUS_SUCCESS)
                 e = s->f.cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
                                                   &got, &p->ws);
             if (e == CUDNN_STATUS_SUCCESS) {
+                p->ws += p->k.bwd ? ddp_sdpa_rowsum_bytes(&p->k) : 0;
                 p->plan = plan;
                 p->d[p->nd++] = cfg[i]; /* the plan's configuration lives as long as the plan */
                 cfg[i] = NULL;
@@ -420,20 +371,22 @@ ddp_status ddp_sdpa_run(ddp_sdpa *s, const ddp_sdpa_key *k, const ddp_sdpa_ptrs 
     if (!p || !p->ok) return ddp_set_error(DDP_ERR_ARG, "cuDNN attention: run without a prepared plan");
     char *qkv = a->qkv, *dqkv = a->dqkv;
     const int64_t d2 = k->H * k->D * 2; /* bytes of one third of a q|k|v row in bf16 */
-    float scale = a->scale;
-    int64_t uid[15] = {U_Q,       U_K,     U_V,      U_O,  U_ST, U_SCALE, U_SEQ_Q, U_SEQ_KV,
-                       U_OFF_QKV, U_OFF_O, U_OFF_ST, U_DO, U_DQ, U_DK,    U_DV};
-    void *ptr[15] = {qkv,        qkv + d2, qkv + 2 * d2, a->o,    a->stats, &scale,    a->seq,       a->seq,
-                     a->off_qkv, a->off_o, a->off_st,    a->dout, dqkv,     dqkv + d2, dqkv + 2 * d2};
-    int64_t n = k->bwd ? 15 : 11;
+    float scale = a->scale, one = 1.0f, neg_inf = -INFINITY;
+    /* the backward: its row sums at the workspace's start, cuDNN's workspace after them */
+    char *ws = a->ws, *cu_ws = ws + (k->bwd ? ddp_sdpa_rowsum_bytes(k) : 0);
+    int64_t uid[18] = {U_Q,     U_K,      U_V,  U_O,  U_ST, U_SCALE, U_SEQ_Q, U_SEQ_KV,  U_OFF_QKV,
+                       U_OFF_O, U_OFF_ST, U_DO, U_DQ, U_DK, U_DV,    U_ONE,   U_NEG_INF, U_ROWSUM};
+    void *ptr[18] = {qkv,      qkv + d2,  qkv + 2 * d2, a->o, a->stats,  &scale,        a->seq, a->seq,   a->off_qkv,
+                     a->off_o, a->off_st, a->dout,      dqkv, dqkv + d2, dqkv + 2 * d2, &one,   &neg_inf, ws};
+    int64_t n = k->bwd ? 18 : 11;
     cudnnStatus_t r = CUDNN_STATUS_SUCCESS;
     cudnnBackendDescriptor_t vp = NULL;
     r = s->f.cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
     if (r != CUDNN_STATUS_SUCCESS) return SDPA_ERR(s, cudnnBackendCreateDescriptor(VARIANT_PACK), r);
-    set(s, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uid, &r);
-    set(s, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptr, &r);
-    set(s, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &a->ws, &r);
-    fin(s, vp, &r);
+    ddp_sdpa_set(s, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uid, &r);
+    ddp_sdpa_set(s, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptr, &r);
+    ddp_sdpa_set(s, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &cu_ws, &r);
+    ddp_sdpa_fin(s, vp, &r);
     if (r == CUDNN_STATUS_SUCCESS) r = s->f.cudnnBackendExecute(s->h, p->plan, vp);
     ddp_status st = r == CUDNN_STATUS_SUCCESS ? DDP_OK : SDPA_ERR(s, cudnnBackendExecute(variant pack), r);
     s->f.cudnnBackendDestroyDescriptor(vp);
