@@ -189,8 +189,14 @@ cudnnStatus_t emu_cudnn_graph_fin(desc *d)
     int made[MAXT] = {0}, done[64] = {0};
     for (int64_t i = 0; i < ops->n; i++) {
         const desc *op = ((desc **)ops->v)[i], *t[8];
-        if (is_sdpa(op->type) || op->type == TENSOR_D || !op->type)
+        if (is_sdpa(op->type))
             return emu_cudnn_fail(CUDNN_STATUS_NOT_SUPPORTED, "operation graph: an SDPA operation goes alone");
+        if (op->type != CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR &&
+            op->type != CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR &&
+            op->type != CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR &&
+            op->type != CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR)
+            return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM, "operation graph: descriptor type %d is no operation",
+                                  (int)op->type);
         int n = operands(op, t);
         for (int k = 0; k < n; k++) {
             if (!t[k]) continue;
@@ -207,14 +213,26 @@ cudnnStatus_t emu_cudnn_graph_fin(desc *d)
         if (!g->len && op->type == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR)
             g->len = att(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC);
     }
-    for (int64_t i = 0; i < ops->n; i++) {
-        const desc *op = ((desc **)ops->v)[i], *t[8];
-        int n = operands(op, t);
-        for (int k = 0; k < n - 1; k++)
-            if (t[k] && t[k]->is_virtual && !made[tindex(g, t[k])])
-                return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM,
-                                      "operation graph: virtual tensor %lld read, never written", (long long)t[k]->uid);
-    }
+    for (int pass = 0; pass < 2; pass++) /* a virtual tensor read but never written; then the emulator's limits */
+        for (int64_t i = 0; i < ops->n; i++) {
+            const desc *op = ((desc **)ops->v)[i], *t[8];
+            int n = operands(op, t);
+            for (int k = 0; pass == 0 && k < n - 1; k++)
+                if (t[k] && t[k]->is_virtual && !made[tindex(g, t[k])])
+                    return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM,
+                                          "operation graph: virtual tensor %lld read, never "
+                                          "written",
+                                          (long long)t[k]->uid);
+            if (pass == 1 && !g->len)
+                return emu_cudnn_fail(CUDNN_STATUS_NOT_SUPPORTED, "operation graph: the emulator needs the lengths "
+                                                                  "(a matmul's M override)");
+            for (int k = 0; pass == 1 && k < n; k++) /* the lengths are per sample: each operand has theirs, or 1 */
+                if (t[k] && t[k]->dim[0] != 1 && t[k]->dim[0] != g->len->dim[0])
+                    return emu_cudnn_fail(CUDNN_STATUS_BAD_PARAM,
+                                          "operation graph: tensor %lld has %lld samples, "
+                                          "the lengths %lld",
+                                          (long long)t[k]->uid, (long long)t[k]->dim[0], (long long)g->len->dim[0]);
+        }
     int ready[MAXT] = {0};
     for (int progress = 1; progress && g->nops < ops->n;) { /* Kahn's order, by passes */
         progress = 0;
@@ -473,12 +491,7 @@ cudnnStatus_t emu_cudnn_graph_execute(cudnnHandle_t h, const desc *plan, const d
     for (int x = 0; x < g->nt; x++) { /* ragged offsets and the lengths, now that every pointer is known */
         const desc *d = g->t[x];
         if (d->ragged && !d->is_virtual) j->t[x].rag = (const int32_t *)j->t[tindex((prog *)g, d->ragged)].p;
-        if (g->len && d == g->len) j->len = (const int32_t *)j->t[x].p;
-    }
-    if (!j->len) {
-        free(j);
-        return emu_cudnn_fail(CUDNN_STATUS_NOT_SUPPORTED, "operation graph: the emulator needs the lengths (a "
-                                                          "matmul's M override)");
+        if (d == g->len) j->len = (const int32_t *)j->t[x].p; /* finalize made sure there is one */
     }
     if (ddp_emu_enqueue_host((void *)h->stream, run_graph, j, free) != 0)
         return emu_cudnn_fail(CUDNN_STATUS_EXECUTION_FAILED, "Execute: the stream refused the work");

@@ -1119,6 +1119,23 @@ static void cd_graph(cd_ctx *c)
     CK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CD_DESC, 1, &bad)); /* X: never written */
     assert_int_equal(cudnnBackendFinalize(g), CUDNN_STATUS_BAD_PARAM);
     cd_destroy(&g, 1), cd_destroy(&bad, 1);
+    CK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g));
+    CK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CD_DESC, 1, &mul)); /* a mode, no operation */
+    assert_int_equal(cudnnBackendFinalize(g), CUDNN_STATUS_BAD_PARAM);
+    cd_destroy(&g, 1);
+    { /* tensors of 2 samples, lengths of 1 */
+        const int64_t a2[4] = {2, 1, 3, 2}, b2[4] = {2, 1, 2, 3}, s2[4] = {2, 1, 3, 3};
+        cudnnBackendDescriptor_t A2 = cg_tensor(GX + 1, CUDNN_DATA_FLOAT, a2, as, NULL, 0, 0),
+                                 B2 = cg_tensor(GX + 2, CUDNN_DATA_FLOAT, b2, bs, NULL, 0, 0),
+                                 S2 = cg_tensor(GX + 3, CUDNN_DATA_FLOAT, s2, ss, NULL, 1, 0);
+        CK(cg_op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 5, mma, (cudnnBackendDescriptor_t[]){A2, B2, S2, mmd, L},
+                 &bad));
+        CK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g));
+        CK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CD_DESC, 1, &bad));
+        assert_int_equal(cudnnBackendFinalize(g), CUDNN_STATUS_BAD_PARAM);
+        cudnnBackendDescriptor_t gone[] = {g, bad, A2, B2, S2};
+        cd_destroy(gone, 5);
+    }
     /* the graph, its operations given out of order, run by engine 1 */
     cudnnBackendDescriptor_t order[5] = {ops[4], ops[2], ops[3], ops[1], ops[0]}, heur, cfg[2], plan, pack;
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;

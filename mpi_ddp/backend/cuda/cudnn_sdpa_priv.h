@@ -8,7 +8,7 @@
 #include <cudnn_graph.h>
 
 #define SDPA_PLANS 64   /* shape classes kept (a few per epoch: docs/transformer.md) */
-#define SDPA_DESCS 112  /* descriptors one plan owns (the backward graph: 80) */
+#define SDPA_DESCS 112  /* descriptors one plan owns (the backward: 79) */
 #define SDPA_CONFIGS 16 /* engine configurations asked of the heuristics */
 
 /* the entry points used, resolved by dlsym */
