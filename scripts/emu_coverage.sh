@@ -22,7 +22,7 @@ for k in "${CU[@]}"; do OBJ[$G/$k.cu]=$E/tests/cuda_emu/${k}_emu.cpp.gcda; FILES
 FILES+=($G/cuda_plugin.c $G/backend_cuda_state.c mpi_ddp/comm/sync_nccl.c mpi_ddp/comm/comm_nccl.c)
 # cuDNN's attention, where configure found cuDNN's headers (the plugin then compiles cudnn_sdpa.c)
 if [ -e "$BUILD/$E/$G/cudnn_sdpa.c.o" ]; then
-  for k in cudnn_sdpa cudnn_sdpa_bwd; do OBJ[$G/$k.c]=$E/$G/$k.c.gcda; FILES+=($G/$k.c); done
+  for k in cudnn_sdpa cudnn_sdpa_bwd cudnn_sdpa_desc; do OBJ[$G/$k.c]=$E/$G/$k.c.gcda; FILES+=($G/$k.c); done
 fi
 fail=0
 printf '%-44s %9s %8s\n' file lines covered

@@ -1,5 +1,5 @@
 /* cudnn_sdpa_priv.h — private to cudnn_sdpa*.c: the loaded cuDNN, the plan cache, the tensors' unique ids, and the
- * descriptor helpers the forward (cudnn_sdpa.c) and backward (cudnn_sdpa_bwd.c) graph builders share. */
+ * descriptor helpers (cudnn_sdpa_desc.c) the forward (cudnn_sdpa.c) and backward (cudnn_sdpa_bwd.c) graphs share. */
 #ifndef DDP_CUDNN_SDPA_PRIV_H
 #define DDP_CUDNN_SDPA_PRIV_H
 
@@ -72,7 +72,7 @@ enum {
 };
 enum { SDPA_BY_VALUE = 1, SDPA_VIRTUAL = 2 }; /* ddp_sdpa_tensor's flags */
 
-/* A descriptor of type t, kept by p (freed with it); *r the first failure of the build. */
+/* cudnn_sdpa_desc.c. A descriptor of type t, kept by p (freed with it); *r the first failure of the build. */
 cudnnBackendDescriptor_t ddp_sdpa_desc(ddp_sdpa *s, sdpa_plan *p, cudnnBackendDescriptorType_t t, cudnnStatus_t *r);
 void ddp_sdpa_set(ddp_sdpa *s, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t,
                   int64_t count, const void *v, cudnnStatus_t *r);
