@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LINE 2048
+#define LINE 4096
 
 /* What attention_select says for a bf16 encoder of d 512 with 8 heads (heads of 64) on device dev: "cudnn: <why>"
  * (cuDNN's forward and backward probes built, or why the backward stays on the own kernels), "own: <why>", or why
@@ -69,13 +69,14 @@ int cmd_env(ddp_ctx *ctx, int argc, char **argv)
         attention_probe(ctx->cuda_device, probe, sizeof probe);
     }
     char line[LINE];
-    snprintf(
+    int len = snprintf(
         line, sizeof line,
         "rank=%d size=%d local_rank=%d local_size=%d node=%d nodes=%d host=%s device=%s backend=%s launcher=%s job=%s "
         "mpi=\"%s\" hdf5=%s cuda=\"%s\" nccl=\"%s\" cudnn=\"%s\" attention=%s attention_bf16=\"%s\"",
         t->rank, t->size, t->local_rank, t->local_size, t->node_id, t->num_nodes, t->host, dev,
         got == DDP_DEVICE_CUDA ? "cuda(cublas+nccl)" : "cpu(openblas+mpi)", t->launcher, t->job_id[0] ? t->job_id : "-",
         v.mpi, v.hdf5, v.cuda, v.nccl, cudnn, attn ? attn : "auto", probe);
+    if (len >= (int)sizeof line) memcpy(line + sizeof line - 4, "...", 4); /* a line too long says so */
     char *all = t->rank == 0 ? calloc((size_t)t->size, LINE) : NULL;
     int mrc = MPI_Gather(line, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (mrc != MPI_SUCCESS) return cli_fail(ctx, "env", ddp_set_error(DDP_ERR_MPI, "MPI_Gather failed"));
