@@ -1,6 +1,7 @@
 /* test_cuda_attn16.c — the attention's bf16 storage bit for bit (test cases of test_cuda_attn.c): o and dq|dk|dv
  * written in bf16 (o16, dqkv16) are the fp32 calls' rounded, and q|k|v and dO read in bf16 (qkv16, do16) give the bits
- * of the same values given in fp32, on every path the batch reaches. */
+ * of the same values given in fp32, on every path the batch reaches; and inputs off 16-byte alignment the bits of
+ * aligned ones. */
 #include "test_cuda_attn.h"
 
 #include <string.h>
@@ -114,4 +115,32 @@ void do16_case(const char *what, void *qg, const float *dout, const ddp_packing 
     void *dv[] = {g16g, grg, y, lg, dq[0], dq[1], D[0], D[1]};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
     free(g16), free(gr);
+}
+
+/* q|k|v and dO in fp32 each 4 bytes past a 16-byte boundary (the own kernels then stage them element by element:
+ * backend_cuda_attn_tc.cu's tc_form) for the batch pg at the backend's precision: o and dq|dk|dv are the bits of the
+ * aligned calls' (gy, gq, from the same values). */
+void unaligned_case(const char *what, const float *qkv, const float *dout, const ddp_packing *pg, int64_t d, int H,
+                    const ddp_dropout *dr, const float *gy, const float *gq)
+{
+    const int64_t R = pg->R;
+    char *qm = dev(NULL, (size_t)(R * 3 * d + 4) * 4), *dm = dev(NULL, (size_t)(R * d + 4) * 4);
+    if (R > 0) {
+        OK(gpu->upload(gpu, qm + 4, qkv, (size_t)(R * 3 * d) * 4));
+        OK(gpu->upload(gpu, dm + 4, dout, (size_t)(R * d) * 4));
+    }
+    void *y = dev(NULL, (size_t)R * d * 4), *lg = dev(NULL, (size_t)R * H * 4), *g = dev(NULL, (size_t)R * 3 * d * 4);
+    void *Dg = dev(NULL, (size_t)R * H * 4);
+    OK(gpu->enc->attention_fwd(gpu, qm + 4, 0, y, 0, lg, pg, d, H, dr));
+    OK(gpu->enc->attention_bwd(gpu, qm + 4, 0, y, 0, dm + 4, 0, lg, g, 0, Dg, pg, d, H, dr));
+    float *a = down(y, R * d), *b = down(g, R * 3 * d);
+    for (int64_t i = 0; i < R * d; i++)
+        if (memcmp(&a[i], &gy[i], 4))
+            fail_msg("%s unaligned: o[%lld] %g, aligned %g", what, (long long)i, (double)a[i], (double)gy[i]);
+    for (int64_t i = 0; i < R * 3 * d; i++)
+        if (memcmp(&b[i], &gq[i], 4))
+            fail_msg("%s unaligned: dqkv[%lld] %g, aligned %g", what, (long long)i, (double)b[i], (double)gq[i]);
+    void *dv[] = {qm, dm, y, lg, g, Dg};
+    for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
+    free(a), free(b);
 }

@@ -19,6 +19,9 @@ static_assert(TC_BQ == 2 * TC_BK && TC_BQ == 16 * (TC_THREADS / 32) && TC_BK == 
 #define TC_UNROLL4
 #endif
 enum { TC_TF32 = 0, TC_BF16 = 1 };
+/* the form of an input the kernels stage (q|k|v, dO; tc_form): its elements bf16 (else fp32); its rows staged by
+ * 16-byte groups */
+enum { TC_IN16 = 1, TC_INV = 2 };
 
 /* tf32 and bf16 WMMA exist from sm_80; the kernels are empty for older targets and never launched there */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
@@ -52,29 +55,56 @@ static __device__ inline float tc_ex2(float x)
 #endif
 }
 
+static __device__ inline void tc_put(__nv_bfloat16 *p, __nv_bfloat16 x) { *p = x; } /* its own bf16 rounding */
+/* (for the tf32 kernels' bf16 branch of tc_stage16, compiled but never taken) */
+static __device__ inline void tc_put(float *p, __nv_bfloat16 x) { tc_put(p, __bfloat162float(x)); }
 static __device__ inline float tc_get(float x) { return x; }
 static __device__ inline float tc_get(__nv_bfloat16 x) { return __bfloat162float(x); }
+/* 16 bytes of S (4 fp32 or 8 bf16) and the same elements as T, for one load and one store per thread */
+template <class S> struct alignas(16) tc_in {
+    S v[16 / sizeof(S)];
+};
+template <class T, class S> struct alignas(sizeof(T) * 16 / sizeof(S)) tc_st {
+    T v[16 / sizeof(S)];
+};
 /* nrows rows of src (fp32 or bf16; row stride ld; zero past `rows` rows and dh columns) into t [nrows][DM], rounded
- * (a bf16 value is its own bf16 and tf32 rounding) */
+ * (a bf16 value is its own bf16 and tf32 rounding). With vec (tc_stage16 says when), each thread moves whole 16-byte
+ * groups: one 16-byte load and one store of 8 or 16 bytes, where the element loop below takes 4 or 8 loads. */
 template <int DM, class T, class S>
-static __device__ inline void tc_stage(T *t, const S *src, int64_t ld, int64_t rows, int nrows, int dh)
+static __device__ inline void tc_stage(T *t, const S *src, int64_t ld, int64_t rows, int nrows, int dh, bool vec)
 {
+    const int VW = 16 / sizeof(S), G = DM / VW; /* elements a group, groups a row */
+    static_assert(DM % (16 / sizeof(S)) == 0, "a tile row is whole 16-byte groups");
+    if (vec) {
+        for (int e = threadIdx.x; e < nrows * G; e += blockDim.x) {
+            const int r = e / G, c = e % G * VW;
+            tc_st<T, S> o;
+            if (r < rows && c < dh) {
+                const tc_in<S> x = *(const tc_in<S> *)(src + r * ld + c);
+                for (int j = 0; j < VW; j++) tc_put(o.v + j, x.v[j]); /* bf16 to bf16: a copy */
+            } else {
+                for (int j = 0; j < VW; j++) tc_put(o.v + j, 0.0f);
+            }
+            *(tc_st<T, S> *)(t + r * DM + c) = o;
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < nrows * DM; e += blockDim.x) {
         int r = e / DM, c = e % DM;
         tc_put(t + e, r < rows && c < dh ? tc_get(src[r * ld + c]) : 0.0f);
     }
 }
-/* tc_stage of the rows from element `at` of x (q|k|v or dO): fp32, or bf16 at x16 (a uniform branch), which the bf16
- * kernels read only: the tf32 ones are given fp32 (backend_cuda_attn.cu's own_qkv, own_dout), and keep their
- * registers */
+/* tc_stage of the rows from element `at` of x (q|k|v or dO) in the form xf (tc_form): fp32, or bf16 (a uniform
+ * branch), which the bf16 kernels read only: the tf32 ones are given fp32 (backend_cuda_attn.cu's own_qkv, own_dout),
+ * and keep their registers */
 template <int DM, class T>
-static __device__ inline void tc_stage16(T *t, const void *x, int x16, int64_t at, int64_t ld, int64_t rows, int nrows,
+static __device__ inline void tc_stage16(T *t, const void *x, int xf, int64_t at, int64_t ld, int64_t rows, int nrows,
                                          int dh)
 {
-    if (sizeof(T) == 2 && x16)
-        tc_stage<DM>(t, (const __nv_bfloat16 *)x + at, ld, rows, nrows, dh);
+    if (sizeof(T) == 2 && (xf & TC_IN16))
+        tc_stage<DM>(t, (const __nv_bfloat16 *)x + at, ld, rows, nrows, dh, (xf & TC_INV) != 0);
     else
-        tc_stage<DM>(t, (const float *)x + at, ld, rows, nrows, dh);
+        tc_stage<DM>(t, (const float *)x + at, ld, rows, nrows, dh, (xf & TC_INV) != 0);
 }
 
 /* The warp's accumulator fragments f[DM / 16] (its 16 rows x DM) to dst (row stride ld), rows < `rows` and
@@ -110,11 +140,11 @@ static __device__ inline void tc_out(O *dst, int64_t ld, const F (&f)[DM / 16], 
 
 /* ------------------------------------------------------------------ forward */
 /* Budget (ptxas, CUDA 13.0; T = 4 bytes for tf32, 2 for bf16): static shared memory 2 x 32 x DM x T + 9.5 KiB
- * (+ 4 KiB of bf16 P), 13 824 to 26 112 bytes; 64 to 128 registers at sm_80, 56 to 130 at sm_90, no spills. o is
+ * (+ 4 KiB of bf16 P), 13 824 to 26 112 bytes; 56 to 128 registers at sm_80, 56 to 130 at sm_90, no spills. o is
  * written fp32, or bf16 at o16 (a uniform branch in the epilogue only). */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_tc_fwd(const void *qkv, int qkv16, void *o, int o16, float *lse, const int64_t *tile, const int64_t *off,
+    k_tc_fwd(const void *qkv, int qkvf, void *o, int o16, float *lse, const int64_t *tile, const int64_t *off,
              const int64_t *sid, int64_t d, int64_t H, ddp_dropout dr)
 {
 #if TC_ARCH
@@ -129,7 +159,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     /* lanes l and l + 16 of warp w share row w * 16 + l: the first takes keys 0..15 of a tile, the second 16..31 */
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32, row = w * 16 + lane % 16, j1 = lane / 16 * 16;
     const int64_t base = k.lo * k.ld + k.h * k.dh; /* q|k|v's element of the block's first row and head */
-    tc_stage16<DM>(kv, qkv, qkv16, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    tc_stage16<DM>(kv, qkv, qkvf, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
     for (int e = threadIdx.x; e < 256; e += TC_THREADS) rowmap[e] = (float)(e / 16);
     __syncthreads();
     frag_a qf[DM / KK], pa;
@@ -146,8 +176,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     const float sl2 = k.scale * TC_LOG2E;
     float m = -1e30f, l = 0.0f; /* in log2 units; below any finite score, never an infinity (fast-math builds) */
     for (int64_t j0 = 0; j0 < k.n; j0 += TC_BK) {
-        tc_stage16<DM>(kv, qkv, qkv16, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
-        tc_stage16<DM>(kv + TC_BK * DM, qkv, qkv16, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, TC_BK, k.dh);
+        tc_stage16<DM>(kv, qkv, qkvf, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
+        tc_stage16<DM>(kv + TC_BK * DM, qkv, qkvf, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, TC_BK, k.dh);
         __syncthreads();
         for (int t = 0; t < TC_BK / 16; t++) { /* S = Q K^T, the warp's 16 rows x 16 keys at a time */
             wmma::fill_fragment(sf, 0.0f);
@@ -208,12 +238,12 @@ __global__ void __launch_bounds__(TC_THREADS)
 /* ------------------------------------------------------------------ backward */
 /* dK, dV of the block's 64 key rows over the sample's query rows in order (tiles of 32).
  * Budget (ptxas, CUDA 13.0; T as k_tc_fwd's): static shared memory 2 x 32 x DM x T + 16.5 KiB (+ 8 KiB of
- * bf16 P and dS), 20 992 to 33 280 bytes; 68 to 255 registers; tf32 at DM 64 spills (255 registers; spill stores 36
- * bytes at sm_80, 40 at sm_90); bf16 at DM 64 held to 128 registers (4 blocks an SM, no spills), where the compiler
+ * bf16 P and dS), 20 992 to 33 280 bytes; 64 to 255 registers; tf32 at DM 64 spills (255 registers; spill stores 40
+ * bytes at sm_80, 36 at sm_90); bf16 at DM 64 held to 128 registers (4 blocks an SM, no spills), where the compiler
  * would take 168 otherwise. */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
-    k_tc_bwd_kv(const void *qkv, int qkv16, const void *dout, int do16, const float *lse, const float *D, void *dqkv,
+    k_tc_bwd_kv(const void *qkv, int qkvf, const void *dout, int dof, const float *lse, const float *D, void *dqkv,
                 int dqkv16, const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H,
                 ddp_dropout dr)
 {
@@ -229,17 +259,17 @@ __global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
     const ddp_attn_blk k = ddp_attn_block(tile, off, d, H);
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t base = k.lo * k.ld + k.h * k.dh; /* q|k|v's element of the block's first row and head */
-    /* dO's block's first row and head (its elements 2 or 4 bytes: do16) */
-    const void *dob = (const char *)dout + (k.lo * d + k.h * k.dh) * (do16 ? 2 : 4);
+    /* dO's block's first row and head (its elements 2 or 4 bytes: dof) */
+    const void *dob = (const char *)dout + (k.lo * d + k.h * k.dh) * (dof & TC_IN16 ? 2 : 4);
     frag_a kf[DM / KK], vf[DM / KK], pa;
     frag_b bb;
     frag_bt bt;
     frag_c dk[DM / 16], dv[DM / 16], sf;
-    tc_stage16<DM>(qd, qkv, qkv16, base + k.r0 * k.ld + d, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    tc_stage16<DM>(qd, qkv, qkvf, base + k.r0 * k.ld + d, k.ld, k.n - k.r0, TC_BQ, k.dh);
     __syncthreads();
     for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(kf[c], qd + w * 16 * DM + c * KK, DM);
     __syncthreads();
-    tc_stage16<DM>(qd, qkv, qkv16, base + k.r0 * k.ld + 2 * d, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    tc_stage16<DM>(qd, qkv, qkvf, base + k.r0 * k.ld + 2 * d, k.ld, k.n - k.r0, TC_BQ, k.dh);
     __syncthreads();
     for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(vf[c], qd + w * 16 * DM + c * KK, DM);
     for (int t = 0; t < DM / 16; t++) wmma::fill_fragment(dk[t], 0.0f), wmma::fill_fragment(dv[t], 0.0f);
@@ -247,8 +277,8 @@ __global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
     const int on = dr.p > 0.0f;
     const float sl2 = k.scale * TC_LOG2E;
     for (int64_t i0 = 0; i0 < k.n; i0 += TC_BK) {
-        tc_stage16<DM>(qd, qkv, qkv16, base + i0 * k.ld, k.ld, k.n - i0, TC_BK, k.dh);
-        tc_stage16<DM>(qd + TC_BK * DM, dob, do16, i0 * d, d, k.n - i0, TC_BK, k.dh);
+        tc_stage16<DM>(qd, qkv, qkvf, base + i0 * k.ld, k.ld, k.n - i0, TC_BK, k.dh);
+        tc_stage16<DM>(qd + TC_BK * DM, dob, dof, i0 * d, d, k.n - i0, TC_BK, k.dh);
         const int in = k.n - i0 < TC_BK ? (int)(k.n - i0) : TC_BK;
         if ((int)threadIdx.x < in) {
             int64_t r = k.lo + i0 + threadIdx.x;
@@ -310,10 +340,11 @@ __global__ void __launch_bounds__(TC_THREADS, P == TC_BF16 && DM == 64 ? 4 : 0)
 
 /* dQ of the block's 64 query rows over the sample's key rows in order (tiles of 32).
  * Budget (ptxas, CUDA 13.0; T as k_tc_fwd's): static shared memory 2 x 32 x DM x T + 17 KiB (+ 4 KiB of bf16
- * dS), 21 504 to 33 792 bytes (tf32, DM 64: the most of the three kernels); 56 to 168 registers, no spills. */
+ * dS), 21 504 to 33 792 bytes (tf32, DM 64: the most of the three kernels); 54 to 168 registers, no spills (but
+ * tf32 at DM 64 on sm_80: 4 bytes). */
 template <int P, int DM>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_tc_bwd_q(const void *qkv, int qkv16, const void *dout, int do16, const float *lse, const float *D, void *dqkv,
+    k_tc_bwd_q(const void *qkv, int qkvf, const void *dout, int dof, const float *lse, const float *D, void *dqkv,
                int dqkv16, const int64_t *tile, const int64_t *off, const int64_t *sid, int64_t d, int64_t H,
                ddp_dropout dr)
 {
@@ -335,7 +366,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     frag_b bb;
     frag_bt bt;
     frag_c dq[DM / 16], sf;
-    tc_stage16<DM>(kv, qkv, qkv16, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
+    tc_stage16<DM>(kv, qkv, qkvf, base + k.r0 * k.ld, k.ld, k.n - k.r0, TC_BQ, k.dh);
     if (threadIdx.x < TC_BQ) { /* the rows' lse, delta and dropout keys (0 past the sample: finite, unused) */
         const int64_t i = k.r0 + threadIdx.x, r = k.lo + i;
         ls[threadIdx.x] = i < k.n ? lse[r * H + k.h] * TC_LOG2E : 0.0f;
@@ -345,15 +376,15 @@ __global__ void __launch_bounds__(TC_THREADS)
     __syncthreads();
     for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(qf[c], kv + w * 16 * DM + c * KK, DM);
     __syncthreads();
-    tc_stage16<DM>(kv, dout, do16, (k.lo + k.r0) * d + k.h * k.dh, d, k.n - k.r0, TC_BQ, k.dh);
+    tc_stage16<DM>(kv, dout, dof, (k.lo + k.r0) * d + k.h * k.dh, d, k.n - k.r0, TC_BQ, k.dh);
     __syncthreads();
     for (int c = 0; c < DM / KK; c++) wmma::load_matrix_sync(df[c], kv + w * 16 * DM + c * KK, DM);
     for (int t = 0; t < DM / 16; t++) wmma::fill_fragment(dq[t], 0.0f);
     __syncthreads();
     const uint64_t u0 = ddp_drop_attn_unit(k.h, 0);
     for (int64_t j0 = 0; j0 < k.n; j0 += TC_BK) {
-        tc_stage16<DM>(kv, qkv, qkv16, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
-        tc_stage16<DM>(kv + TC_BK * DM, qkv, qkv16, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, TC_BK, k.dh);
+        tc_stage16<DM>(kv, qkv, qkvf, base + j0 * k.ld + d, k.ld, k.n - j0, TC_BK, k.dh);
+        tc_stage16<DM>(kv + TC_BK * DM, qkv, qkvf, base + j0 * k.ld + 2 * d, k.ld, k.n - j0, TC_BK, k.dh);
         __syncthreads();
         for (int t = 0; t < TC_BK / 16; t++) { /* S = Q K^T and dP = dO V^T */
             wmma::fill_fragment(sf, 0.0f);
@@ -433,14 +464,23 @@ ddp_status ddp_cuda_attention_tc(ddp_backend *b, int64_t dh, int *use)
     return tc_device_ok(b, use);
 }
 
+/* the form the kernels stage x in (TC_IN16, TC_INV): by 16-byte groups where dh is a multiple of one (8 bf16 or 4
+ * fp32; then so are d, the row strides and every tile's first element, so each group is whole and aligned) and x is
+ * 16-byte aligned. Tested here once per launch: a test of each tile's pointer and stride in the kernels took the
+ * tf32 forward at DM 64 from 130 registers to 168 and a spill (ptxas, sm_90). */
+static int tc_form(const void *x, int x16, int64_t dh)
+{
+    return (x16 ? TC_IN16 : 0) | (dh % (x16 ? 8 : 4) == 0 && ((uintptr_t)x & 15) == 0 ? TC_INV : 0);
+}
+
 template <int P, int DM>
 static ddp_status tc_fwd(ddp_backend *b, const void *qkv, int qkv16, void *o, int o16, float *lse,
                          const ddp_packing *pack, int64_t d, int heads, const ddp_dropout *dr)
 {
     static void (*const kernel)(const void *, int, void *, int, float *, const int64_t *, const int64_t *,
                                 const int64_t *, int64_t, int64_t, ddp_dropout) = k_tc_fwd<P, DM>;
-    DDP_LAUNCH(kernel, ddp_attn_grid(pack, heads), TC_THREADS, 0, cuda_of(b)->stream, qkv, qkv16, o, o16, lse,
-               pack->tile, pack->off, pack->sid, d, (int64_t)heads, *dr);
+    DDP_LAUNCH(kernel, ddp_attn_grid(pack, heads), TC_THREADS, 0, cuda_of(b)->stream, qkv,
+               tc_form(qkv, qkv16, d / heads), o, o16, lse, pack->tile, pack->off, pack->sid, d, (int64_t)heads, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }
@@ -454,11 +494,12 @@ static ddp_status tc_bwd(ddp_backend *b, const void *qkv, int qkv16, const void 
                              const int64_t *, const int64_t *, const int64_t *, int64_t, int64_t, ddp_dropout);
     static const kernel_t kv = k_tc_bwd_kv<P, DM>, q = k_tc_bwd_q<P, DM>; /* a name without a comma to launch */
     cudaStream_t s = cuda_of(b)->stream;
-    DDP_LAUNCH(kv, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, qkv16, dout, do16, lse, delta, dqkv, dqkv16,
+    const int qf = tc_form(qkv, qkv16, d / heads), df = tc_form(dout, do16, d / heads);
+    DDP_LAUNCH(kv, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, qf, dout, df, lse, delta, dqkv, dqkv16,
                pack->tile, pack->off, pack->sid, d, (int64_t)heads, *dr);
     LAUNCH_CHECK();
-    DDP_LAUNCH(q, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, qkv16, dout, do16, lse, delta, dqkv, dqkv16,
-               pack->tile, pack->off, pack->sid, d, (int64_t)heads, *dr);
+    DDP_LAUNCH(q, ddp_attn_grid(pack, heads), TC_THREADS, 0, s, qkv, qf, dout, df, lse, delta, dqkv, dqkv16, pack->tile,
+               pack->off, pack->sid, d, (int64_t)heads, *dr);
     LAUNCH_CHECK();
     return DDP_OK;
 }

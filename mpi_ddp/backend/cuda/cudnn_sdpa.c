@@ -6,7 +6,6 @@
 
 #include <dlfcn.h>
 #include <math.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
