@@ -225,7 +225,8 @@ static void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precisio
     o16_case(what, qg, dog, &pg, d, H, &dr, gy, gl);
     qkv16_case(what, qkv, dog, &pg, d, H, &dr);
     do16_case(what, qg, dout, &pg, d, H, &dr);
-    if (!cudnn_mode && prec != DDP_PRECISION_FP32 && dh <= 64) unaligned_case(what, qkv, dout, &pg, d, H, &dr, gy, gq);
+    if (!cudnn_mode && prec != DDP_PRECISION_FP32 && dh <= 64)
+        unaligned_case(what, qkv, dout, &pg, d, H, &dr, gy, gl, gq);
     /* sample B/2 alone (its id kept): the same bits as inside the batch */
     const int solo = B / 2;
     int64_t lo = o[solo], n = len[solo];
@@ -299,10 +300,10 @@ static const int64_t small[] = {1, 40, 2, 33};
 
 /* Forward (output, lse) and backward (dq, dk, dv) against the CPU twin (ddp_cpu_enc_ops, fp32) across the head widths
  * of every instantiation (dh 8 -> 16, 16, 24 -> 32, 32, 40 -> 64, 64; dh 6 and 12, whose rows are no whole 16-byte
- * groups of bf16, 6 not of fp32 either: the tensor-core kernels' staging element by element), 1 to 4 heads, a batch
- * of samples of 0, 1, 2, 17, 33, 64, 65 and 150 rows (one and several 64-row blocks and 32-row tiles, partial ones),
- * with and without dropout; determinism (a second run gives the same bits, a sample alone the same bits as in its
- * batch); and
+ * groups of bf16, 6 not of fp32 either: the tensor-core kernels' staging element by element where they read them), 1 to
+ * 4 heads, a batch of samples of 0, 1, 2, 17, 33, 64, 65 and 150 rows (one and several 64-row blocks and 32-row tiles,
+ * partial ones), with and without dropout; determinism (a second run gives the same bits, a sample alone the same bits
+ * as in its batch); and
  * --precision fp32 against a tight fp32 bound (the SIMT path unchanged), its bits differing from tf32's and bf16's
  * (the tensor-core path did run) on a device that has tensor cores for them (sm_80+, and the emulator), equal to
  * them on an older one (where tf32 and bf16 attention fall back to the SIMT kernels). */

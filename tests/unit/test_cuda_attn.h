@@ -47,8 +47,9 @@ void qkv16_case(const char *what, const float *qkv, void *dog, const ddp_packing
 /* dout read in bf16 (attention_bwd's do16), given its fp32 host copy: the bits of the same values given in fp32 */
 void do16_case(const char *what, void *qg, const float *dout, const ddp_packing *pg, int64_t d, int H,
                const ddp_dropout *dr);
-/* q|k|v and dO (fp32 host copies) read from 4 bytes past 16-byte alignment: the aligned calls' o (gy) and dqkv (gq) */
+/* q|k|v and dO (fp32 host copies) read from 4 bytes past 16-byte alignment: the aligned calls' o (gy), lse (gl) and
+ * dqkv (gq) */
 void unaligned_case(const char *what, const float *qkv, const float *dout, const ddp_packing *pg, int64_t d, int H,
-                    const ddp_dropout *dr, const float *gy, const float *gq);
+                    const ddp_dropout *dr, const float *gy, const float *gl, const float *gq);
 
 #endif

@@ -118,10 +118,10 @@ void do16_case(const char *what, void *qg, const float *dout, const ddp_packing 
 }
 
 /* q|k|v and dO in fp32 each 4 bytes past a 16-byte boundary (the own kernels then stage them element by element:
- * backend_cuda_attn_tc.cu's tc_form) for the batch pg at the backend's precision: o and dq|dk|dv are the bits of the
- * aligned calls' (gy, gq, from the same values). */
+ * backend_cuda_attn_tc.cu's tc_form) for the batch pg at the backend's precision: o, lse and dq|dk|dv are the bits of
+ * the aligned calls' (gy, gl, gq, from the same values). */
 void unaligned_case(const char *what, const float *qkv, const float *dout, const ddp_packing *pg, int64_t d, int H,
-                    const ddp_dropout *dr, const float *gy, const float *gq)
+                    const ddp_dropout *dr, const float *gy, const float *gl, const float *gq)
 {
     const int64_t R = pg->R;
     char *qm = dev(NULL, (size_t)(R * 3 * d + 4) * 4), *dm = dev(NULL, (size_t)(R * d + 4) * 4);
@@ -133,7 +133,8 @@ void unaligned_case(const char *what, const float *qkv, const float *dout, const
     void *Dg = dev(NULL, (size_t)R * H * 4);
     OK(gpu->enc->attention_fwd(gpu, qm + 4, 0, y, 0, lg, pg, d, H, dr));
     OK(gpu->enc->attention_bwd(gpu, qm + 4, 0, y, 0, dm + 4, 0, lg, g, 0, Dg, pg, d, H, dr));
-    float *a = down(y, R * d), *b = down(g, R * 3 * d);
+    float *a = down(y, R * d), *b = down(g, R * 3 * d), *l = down(lg, R * H);
+    if (memcmp(l, gl, (size_t)(R * H) * 4)) fail_msg("%s unaligned: lse differs from the aligned call's", what);
     for (int64_t i = 0; i < R * d; i++)
         if (memcmp(&a[i], &gy[i], 4))
             fail_msg("%s unaligned: o[%lld] %g, aligned %g", what, (long long)i, (double)a[i], (double)gy[i]);
@@ -142,5 +143,5 @@ void unaligned_case(const char *what, const float *qkv, const float *dout, const
             fail_msg("%s unaligned: dqkv[%lld] %g, aligned %g", what, (long long)i, (double)b[i], (double)gq[i]);
     void *dv[] = {qm, dm, y, lg, g, Dg};
     for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) gpu->release(gpu, dv[i]);
-    free(a), free(b);
+    free(a), free(b), free(l);
 }
