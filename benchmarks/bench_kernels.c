@@ -66,7 +66,11 @@ static double memcpy_peak(void)
  * each kernel from it. --precision sets the backend's arithmetic (set_precision: the GEMMs and, on CUDA, attention's
  * tensor cores).
  *   bench_kernels [--device cpu|cuda] [--preset issue|tiny|tx] [--rows R] [--reps N] [--peak-gflops G] [--peak-gbs B]
- *                 [--check] [--csv FILE] [--only SUBSTRING] [--precision fp32|tf32|bf16] [--lens-out FILE]
+ *                 [--check] [--csv FILE] [--only SUBSTRING] [--config SUBSTRING] [--inner N]
+ *                 [--precision fp32|tf32|bf16] [--lens-out FILE]
+ * --only runs the ops whose name holds SUBSTRING, --config the configurations whose name does ("d 512"); --inner
+ * sets the calls timed together on a device (10; 1 on the host): benchmarks/profile_gpu.sh runs --reps 1 --inner 1,
+ * so that each op launches its kernels twice (warm-up and one timed call) under the profiler.
  * --lens-out writes each encoder configuration's name, d, heads and sample lengths, one line each, tab-separated:
  * benchmarks/peers/torch_attn.py times PyTorch's attention on the same batches.
  * Presets: issue = the MLP at H 256 and the encoder at d 256 (4 heads) and d 512 (8 heads), ff 2d, lengths 16-512
@@ -83,8 +87,9 @@ int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
-    const char *device = "cpu", *preset = "issue", *csv = NULL, *only = NULL, *prec = "fp32", *lens_out = NULL;
-    int64_t rows = 4096, reps = 5;
+    const char *device = "cpu", *preset = "issue", *csv = NULL, *only = NULL, *prec = "fp32", *lens_out = NULL,
+               *only_cf = NULL;
+    int64_t rows = 4096, reps = 5, inner_dev = 10;
     double peak_gf = 0, peak_gbs = 0;
     int check = 0;
     for (int i = 1; i < argc; i++) {
@@ -92,8 +97,8 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: bench_kernels [--device cpu|cuda] [--preset issue|tiny|tx] [--rows R] [--reps N] "
                    "[--peak-gflops G] "
-                   "[--peak-gbs B] [--check] [--csv FILE] [--only SUBSTRING] [--precision fp32|tf32|bf16] [--lens-out "
-                   "FILE]\n"
+                   "[--peak-gbs B] [--check] [--csv FILE] [--only SUBSTRING] [--config SUBSTRING] [--inner N] "
+                   "[--precision fp32|tf32|bf16] [--lens-out FILE]\n"
                    "  each backend op alone, best of N: shape, bytes and FLOPs per call, time, GB/s, GFLOP/s, fraction "
                    "of the\n"
                    "  roofline max(FLOPs/peak, bytes/bandwidth) (CPU default: sgemm and memcpy measured here; CUDA: "
@@ -124,6 +129,10 @@ int main(int argc, char **argv)
             lens_out = v, i++;
         else if (!strcmp(a, "--only"))
             only = v, i++;
+        else if (!strcmp(a, "--config"))
+            only_cf = v, i++;
+        else if (!strcmp(a, "--inner"))
+            inner_dev = atoll(v), i++;
         else if (!strcmp(a, "--precision"))
             prec = v, i++;
         else {
@@ -136,7 +145,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_kernels: --preset issue|tiny|tx\n");
         return 2;
     }
+    if (rows < 1 || rows > (1 << 24)) {
+        fprintf(stderr, "bench_kernels: --rows %lld: expected 1 to %d\n", (long long)rows, 1 << 24);
+        return 2;
+    }
     if (reps < 1) reps = 1;
+    if (inner_dev < 1 || inner_dev > 1000) {
+        fprintf(stderr, "bench_kernels: --inner %lld: expected 1 to 1000\n", (long long)inner_dev);
+        return 2;
+    }
     ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
     char why[256] = "";
     if (dev == DDP_DEVICE_CUDA && ddp_select_device(ctx, DDP_DEVICE_CUDA, NULL, why) != DDP_OK) {
@@ -214,7 +231,7 @@ int main(int argc, char **argv)
            "bound us |%s\n",
            check ? " check (max rel diff vs cpu) |" : "");
     printf("|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|%s\n", check ? "---:|" : "");
-    int failed = 0;
+    int failed = 0, ran = 0;
     for (int k = 0; k < ncf; k++) {
         config *c = &cf[k];
         bk_set_bf16(c, be, pr);
@@ -224,6 +241,11 @@ int main(int argc, char **argv)
         else
             snprintf(cname, sizeof cname, "enc d %lld h %lld, %lld rows (%lld-%lld)", (long long)c->w,
                      (long long)c->heads, (long long)c->R, (long long)c->lo, (long long)c->hi);
+        if (only_cf && !strstr(cname, only_cf)) {
+            free(c->hoff);
+            continue;
+        }
+        ran++;
         if (lf && strcmp(c->model, "mlp")) {
             fprintf(lf, "%s\t%lld\t%lld\t", cname, (long long)c->w, (long long)c->heads);
             for (int64_t b = 0; b < c->B; b++)
@@ -265,7 +287,7 @@ int main(int argc, char **argv)
             }
             bk_op_at(c, i, &d, &q); /* warm */
             CK(be->synchronize(be));
-            int inner = be->host_memory ? 1 : 10;
+            int inner = be->host_memory ? 1 : (int)inner_dev;
             double best = 1e30;
             for (int64_t r = 0; r < reps; r++) {
                 double t0 = now_s();
@@ -291,6 +313,10 @@ int main(int argc, char **argv)
         free(c->hoff);
     }
     if (f) fclose(f);
+    if (!ran) {
+        fprintf(stderr, "bench_kernels: --config %s: no configuration of --preset %s is named so\n", only_cf, preset);
+        failed = 2;
+    }
     if (lf && fclose(lf) != 0) {
         fprintf(stderr, "bench_kernels: cannot write %s\n", lens_out);
         failed = 1;
@@ -299,5 +325,5 @@ int main(int argc, char **argv)
         printf("\nbench_kernels: check against the cpu backend: %s (max relative difference <= %g)\n",
                failed ? "FAILED" : "ok", check_tol);
     ddp_finalize(ctx);
-    return failed ? 1 : 0;
+    return failed == 2 ? 2 : failed ? 1 : 0;
 }

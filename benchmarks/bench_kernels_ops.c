@@ -58,7 +58,9 @@ void bk_bufs_create(bufs *q, ddp_backend *be, const config *c)
     q->be = be;
     int64_t R = c->R, wmax = 3 * c->w > c->f ? 3 * c->w : c->f;
     if (wmax < 64) wmax = 64;
-    size_t act = (size_t)(R * wmax), wts = (size_t)(wmax * wmax),
+    /* activations R x wmax; at least wmax x wmax, as the weight-gradient GEMMs (dWqkv: 3w x w) write into Y0 too: a
+     * batch of fewer rows than the width (--rows below d) wrote past the buffer */
+    size_t act = (size_t)((R > wmax ? R : wmax) * wmax), wts = (size_t)(wmax * wmax),
            vec = (size_t)(R * (c->heads > 1 ? c->heads : 1) + wmax);
     size_t sizes[NBUF] = {act,
                           act,

@@ -21,7 +21,8 @@
 # tree so that a later call does not carry them); DEVICE_KIT_BUDGET (run: seconds for the whole run, 530);
 # DEVICE_KIT_GAPFILL=0 (run: keep every carried library even where the machine has the same soname);
 # DEVICE_KIT_BENCH=0 (run: checks only, benchmarks/run_gpu.sh skipped: a rerun after a fix on a short lease;
-# =kernels: checks, then run_gpu.sh's per-kernel table alone).
+# =kernels: checks, then run_gpu.sh's per-kernel table alone; =profile: no checks, benchmarks/profile_gpu.sh's
+# Nsight Compute profile of the kernels alone, OUT/profile.md: the call after a first full run, on a warm machine).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 KIT=$REPO/.device-kit
@@ -385,6 +386,21 @@ run_kit() {
     write_report "$OUTD" "$B" "no NVIDIA GPU on $(hostname): built and smoke-tested on the CPU only"
     say "device-kit: no NVIDIA GPU here (no /dev/nvidia0, or nvidia-smi failed): built, CPU smoke $([ $rc_final = 0 ] && echo passed || echo FAILED); exit 3"
     exit 3
+  fi
+
+  if [ "${DEVICE_KIT_BENCH:-1}" = profile ]; then   # the kernels under ncu, no checks (the first call ran them)
+    step "profile (benchmarks/profile_gpu.sh)"
+    local rc_p=0 left=$(( deadline - $(date +%s) ))
+    MPIDDP_DEADLINE=$deadline timeout -k 5 "$left" bash "$REPO/benchmarks/profile_gpu.sh" "$OUTD" "$B" 2>&1 | tee -a "$LOG" ||
+      rc_p=${PIPESTATUS[0]}
+    case $rc_p in
+      0) step_end ok "$(grep -m1 -o 'No hardware counters[^:]*' "$OUTD/profile.md" 2>/dev/null || echo "counters read")" ;;
+      4|124|137) step_end "cut short" "the budget ran out: see profile.md"; cut=1 ;;
+      *) step_end FAILED "exit $rc_p"; rc_final=1 ;;
+    esac
+    write_report "$OUTD" "$B" ""
+    say "device-kit: profile $([ $rc_final = 0 ] && echo done || echo FAILED): $OUTD/profile.md ($(el) s)"
+    exit $rc_final
   fi
 
   step "gpu-check"
