@@ -391,15 +391,18 @@ run_kit() {
   if [ "${DEVICE_KIT_BENCH:-1}" = profile ]; then   # the kernels under ncu, no checks (the first call ran them)
     step "profile (benchmarks/profile_gpu.sh)"
     local rc_p=0 left=$(( deadline - $(date +%s) ))
-    MPIDDP_DEADLINE=$deadline timeout -k 5 "$left" bash "$REPO/benchmarks/profile_gpu.sh" "$OUTD" "$B" 2>&1 | tee -a "$LOG" ||
-      rc_p=${PIPESTATUS[0]}
+    if [ "$left" -lt 30 ]; then rc_p=4   # (timeout 0 would set no limit at all)
+    else
+      MPIDDP_DEADLINE=$deadline timeout -k 5 "$left" bash "$REPO/benchmarks/profile_gpu.sh" "$OUTD" "$B" 2>&1 | tee -a "$LOG" ||
+        rc_p=${PIPESTATUS[0]}
+    fi
     case $rc_p in
       0) step_end ok "$(grep -m1 -o 'No hardware counters[^:]*' "$OUTD/profile.md" 2>/dev/null || echo "counters read")" ;;
       4|124|137) step_end "cut short" "the budget ran out: see profile.md"; cut=1 ;;
       *) step_end FAILED "exit $rc_p"; rc_final=1 ;;
     esac
     write_report "$OUTD" "$B" ""
-    say "device-kit: profile $([ $rc_final = 0 ] && echo done || echo FAILED): $OUTD/profile.md ($(el) s)"
+    say "device-kit: profile $([ $rc_final = 0 ] && echo "finished" || echo FAILED): $OUTD/profile.md ($(el) s)"
     exit $rc_final
   fi
 
