@@ -8,6 +8,7 @@
 #include "mpiddp.h"
 #include "bench_util.h"
 
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -15,17 +16,19 @@
 #include <string.h>
 #include <time.h>
 
+/* nccl-tests' sizes: a number with an optional K, M or G (binary); -1 for anything else or beyond 2^40 */
 static int64_t parse_size(const char *s)
 {
     char *e;
     double v = strtod(s, &e);
+    if (e == s) return -1;
     if (*e == 'K' || *e == 'k')
-        v *= 1024;
+        v *= 1024, e++;
     else if (*e == 'M' || *e == 'm')
-        v *= 1024 * 1024;
+        v *= 1024 * 1024, e++;
     else if (*e == 'G' || *e == 'g')
-        v *= 1024.0 * 1024 * 1024;
-    return (int64_t)v;
+        v *= 1024.0 * 1024 * 1024, e++;
+    return *e || !(v >= 0 && v <= 1099511627776.0) ? -1 : (int64_t)v;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -51,27 +54,47 @@ int main(int argc, char **argv)
     ddp_ctx *ctx;
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
     int64_t minb = 8, maxb = 64 << 20, factor = 4;
-    int iters = 20, warm = 5, check = 1;
+    int64_t iters = 20, warm = 5, check = 1;
     const char *dev = "cpu", *csv = "allreduce.csv";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-b"))
-            minb = parse_size(argv[i + 1]);
-        else if (!strcmp(argv[i], "-e"))
-            maxb = parse_size(argv[i + 1]);
-        else if (!strcmp(argv[i], "-f"))
-            factor = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "-n"))
-            iters = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-w"))
-            warm = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-c"))
-            check = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-d"))
-            dev = argv[i + 1];
-        else if (!strcmp(argv[i], "-o"))
-            csv = argv[i + 1];
-    }
     const ddp_topology *t = ddp_topo(ctx);
+    const int say = t->rank == 0;
+    int bad = 0;
+#define P "bench_allreduce"
+    for (int i = 1; i < argc && !bad; i += 2) { /* a bad value or option: one line, exit 2 on every rank */
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            bad = bench_bad_option(P, a, 0, say);
+        else if (!strcmp(a, "-b"))
+            minb = parse_size(v);
+        else if (!strcmp(a, "-e"))
+            maxb = parse_size(v);
+        else if (!strcmp(a, "-f"))
+            bad = bench_int(P, a, v, 2, 1024, &factor, say);
+        else if (!strcmp(a, "-n"))
+            bad = bench_int(P, a, v, 1, 1000000, &iters, say);
+        else if (!strcmp(a, "-w"))
+            bad = bench_int(P, a, v, 0, 1000000, &warm, say);
+        else if (!strcmp(a, "-c"))
+            bad = bench_int(P, a, v, 0, 1, &check, say);
+        else if (!strcmp(a, "-d"))
+            bad = bench_choice(P, a, v, "cpu|cuda", say), dev = v;
+        else if (!strcmp(a, "-o"))
+            csv = v;
+        else
+            bad = bench_bad_option(P, a, 1, say);
+    }
+    /* whole floats, and at most INT_MAX of them (MPI_Allreduce's count) */
+    if (!bad && !(minb >= 4 && minb % 4 == 0 && maxb >= minb && maxb % 4 == 0 && maxb / 4 <= INT_MAX)) {
+        if (say)
+            fprintf(stderr, P ": -b %lld -e %lld: expected sizes from 4 B to %lld B, multiples of 4, -b <= -e\n",
+                    (long long)minb, (long long)maxb, (long long)INT_MAX * 4);
+        bad = 1;
+    }
+#undef P
+    if (bad) {
+        ddp_finalize(ctx);
+        return 2;
+    }
     int W = t->size, cuda = !strcmp(dev, "cuda");
     ddp_backend *be = NULL;
     ddp_sync_nccl *nccl = NULL; /* the trainer's NCCL path: comm stream, event, polled waits */
@@ -102,7 +125,7 @@ int main(int argc, char **argv)
         if (cnt < 1) continue;
         double tt = 0;
         long wrong = 0;
-        for (int it = -warm; it < iters; it++) {
+        for (int64_t it = -warm; it < iters; it++) {
             if (check || it < 0) {
                 for (int64_t i = 0; i < cnt; i++) host[i] = (float)(t->rank + 1) * (float)((i % 13) + 1);
                 BENCH_CHECK(be->upload(be, buf, host, (size_t)cnt * 4));
@@ -145,18 +168,20 @@ int main(int argc, char **argv)
         for (int k = 0; k < 3; k++) {
             int64_t H = hs[k], n = H * 64 + H + H * H + H + 10 * H + 10;
             float *g = calloc((size_t)n + 2, 4);
+            if (!g) BENCH_CHECK(DDP_ERR_NOMEM);
             ddp_sync *s;
-            ddp_sync_create(ctx, be, g, n, 2, 25 << 20, &s);
+            BENCH_CHECK(ddp_sync_create(ctx, be, g, n, 2, 25 << 20, &s));
             /* medians over the iterations (each the slower rank's time): single slow iterations on a shared
              * VM move a mean by several percent */
-            int reps = iters < 50 ? 50 : iters;
+            int64_t reps = iters < 50 ? 50 : iters;
             double *vs = calloc((size_t)reps, sizeof *vs), *vr = calloc((size_t)reps, sizeof *vr);
-            for (int it = -warm; it < reps; it++) {
+            if (!vs || !vr) BENCH_CHECK(DDP_ERR_NOMEM);
+            for (int64_t it = -warm; it < reps; it++) {
                 MPI_Barrier(MPI_COMM_WORLD);
                 double a = now_s();
                 ddp_sync_begin(s);
                 ddp_sync_ready(s, 0, n); /* the whole gradient ready at once: the transport cost only */
-                ddp_sync_finish(s, "bench");
+                BENCH_CHECK(ddp_sync_finish(s, "bench"));
                 double d1 = now_s() - a;
                 MPI_Barrier(MPI_COMM_WORLD);
                 a = now_s();

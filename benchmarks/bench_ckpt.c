@@ -103,28 +103,40 @@ static double median(double *x, int n)
 int main(int argc, char **argv)
 {
     const char *sizes = "10000000,100000000", *dir = ".";
-    int reps = 3;
+    int64_t reps64 = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--floats") && i + 1 < argc)
             sizes = argv[++i];
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
             dir = argv[++i];
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else {
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            if (bench_int("bench_ckpt", "--reps", argv[++i], 1, 100, &reps64, 1)) return 2;
+        } else {
             fprintf(stderr, "usage: bench_ckpt [--floats N,N...] [--dir DIR] [--reps R]\n");
             return 2;
         }
     }
-    if (reps < 1 || reps > 100) reps = 3;
+    const int reps = (int)reps64;
+    if (strlen(dir) > 4000) {
+        fprintf(stderr, "bench_ckpt: --dir: a path of %zu bytes (at most 4000)\n", strlen(dir));
+        return 2;
+    }
+    { /* every size first: 16 floats to 2^34 (a 192 GiB checkpoint) */
+        char *chk = strdup(sizes);
+        int64_t n;
+        int bad = !chk || !*sizes;
+        for (char *tok = chk ? strtok(chk, ",") : NULL; tok && !bad; tok = strtok(NULL, ","))
+            bad = bench_int("bench_ckpt", "--floats", tok, 16, (int64_t)1 << 34, &n, 1);
+        free(chk);
+        if (bad) return 2;
+    }
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     printf("| floats x 3 | file MB | variant | write s (median of %d) | read s | write GB/s | read GB/s "
            "|\n|---:|---:|---|---:|---:|---:|---:|\n",
            reps);
     char *list = strdup(sizes);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-        int64_t n = atoll(tok);
-        if (n < 16) continue;
+        int64_t n = atoll(tok); /* checked above */
         ddp_tensor_spec t[NT];
         specs(n, t);
         ddp_model model = {.name = "bench", .ntensors = NT, .tensors = t};

@@ -127,19 +127,29 @@ int main(int argc, char **argv)
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
     const char *data = NULL, *csv = "io_raw.csv", *readers = "mmap,h5dread";
     int64_t K = 20000, ahead_opt = 64;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--data"))
-            data = argv[i + 1];
-        else if (!strcmp(argv[i], "--samples"))
-            K = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--csv"))
-            csv = argv[i + 1];
-        else if (!strcmp(argv[i], "--readers"))
-            readers = argv[i + 1];
-        else if (!strcmp(argv[i], "--ahead"))
-            ahead_opt = atoll(argv[i + 1]);
-    }
     const ddp_topology *t = ddp_topo(ctx);
+    int bad = 0;
+    for (int i = 1; i < argc && !bad; i += 2) { /* a bad value or option: one line, exit 2 on every rank */
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            bad = bench_bad_option("bench_io", a, 0, t->rank == 0);
+        else if (!strcmp(a, "--data"))
+            data = v;
+        else if (!strcmp(a, "--samples"))
+            bad = bench_int("bench_io", a, v, 1, (int64_t)1 << 40, &K, t->rank == 0);
+        else if (!strcmp(a, "--csv"))
+            csv = v;
+        else if (!strcmp(a, "--readers"))
+            readers = v;
+        else if (!strcmp(a, "--ahead"))
+            bad = bench_int("bench_io", a, v, 0, 1 << 20, &ahead_opt, t->rank == 0);
+        else
+            bad = bench_bad_option("bench_io", a, 1, t->rank == 0);
+    }
+    if (bad) {
+        ddp_finalize(ctx);
+        return 2;
+    }
     if (!data) {
         if (t->rank == 0)
             fprintf(stderr, "usage: bench_io --data DIR [--samples K] [--csv FILE] [--readers mmap,h5dread]\n");

@@ -87,52 +87,67 @@ int main(int argc, char **argv)
     int64_t H = 64, B = 64, steps = 50, warmup = 5, cold = 0, L = 2, heads = 4, ff = 0, brows = 0, block = 0,
             window = 16;
     double block_mb = 4.0, bucket_mb = 25.0;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--data"))
-            data = argv[i + 1];
-        else if (!strcmp(argv[i], "--hidden"))
-            H = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--batch"))
-            B = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--steps"))
-            steps = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--warmup"))
-            warmup = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--cold"))
-            cold = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--csv"))
-            csv = argv[i + 1];
-        else if (!strcmp(argv[i], "--device"))
-            device = argv[i + 1];
-        else if (!strcmp(argv[i], "--model"))
-            model = argv[i + 1];
-        else if (!strcmp(argv[i], "--layers"))
-            L = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--heads"))
-            heads = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--ff"))
-            ff = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--lens"))
-            lens = argv[i + 1];
-        else if (!strcmp(argv[i], "--batches-out"))
-            bout = argv[i + 1];
-        else if (!strcmp(argv[i], "--batch-rows"))
-            brows = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--shuffle"))
-            block = !strcmp(argv[i + 1], "block");
-        else if (!strcmp(argv[i], "--shuffle-block-mb"))
-            block_mb = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--shuffle-window"))
-            window = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--bucket-mb"))
-            bucket_mb = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--precision"))
-            prec = argv[i + 1];
+    const ddp_topology *t = ddp_topo(ctx);
+    const int say = t->rank == 0;
+    int bad = 0;
+#define P "bench_train"
+    for (int i = 1; i < argc && !bad; i += 2) { /* a bad value or option: one line, exit 2 on every rank */
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            bad = bench_bad_option(P, a, 0, say);
+        else if (!strcmp(a, "--data"))
+            data = v;
+        else if (!strcmp(a, "--hidden"))
+            bad = bench_int(P, a, v, 1, 1 << 16, &H, say);
+        else if (!strcmp(a, "--batch"))
+            bad = bench_int(P, a, v, 1, 1 << 24, &B, say);
+        else if (!strcmp(a, "--steps"))
+            bad = bench_int(P, a, v, 0, (int64_t)1 << 40, &steps, say);
+        else if (!strcmp(a, "--warmup"))
+            bad = bench_int(P, a, v, 0, 1 << 30, &warmup, say);
+        else if (!strcmp(a, "--cold"))
+            bad = bench_int(P, a, v, 0, 1, &cold, say);
+        else if (!strcmp(a, "--csv"))
+            csv = v;
+        else if (!strcmp(a, "--device"))
+            device = v;
+        else if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--layers"))
+            bad = bench_int(P, a, v, 1, 1024, &L, say);
+        else if (!strcmp(a, "--heads"))
+            bad = bench_int(P, a, v, 1, 1024, &heads, say);
+        else if (!strcmp(a, "--ff"))
+            bad = bench_int(P, a, v, 0, 1 << 20, &ff, say);
+        else if (!strcmp(a, "--lens"))
+            lens = v;
+        else if (!strcmp(a, "--batches-out"))
+            bout = v;
+        else if (!strcmp(a, "--batch-rows"))
+            bad = bench_int(P, a, v, 0, (int64_t)1 << 40, &brows, say);
+        else if (!strcmp(a, "--shuffle"))
+            bad = bench_choice(P, a, v, "full|block", say), block = !strcmp(v, "block");
+        else if (!strcmp(a, "--shuffle-block-mb"))
+            bad = bench_num(P, a, v, 0, 1e6, &block_mb, say);
+        else if (!strcmp(a, "--shuffle-window"))
+            bad = bench_int(P, a, v, 1, 1 << 20, &window, say);
+        else if (!strcmp(a, "--bucket-mb"))
+            bad = bench_num(P, a, v, 0, 1e6, &bucket_mb, say);
+        else if (!strcmp(a, "--precision"))
+            prec = v;
+        else
+            bad = bench_bad_option(P, a, 1, say);
+    }
+    if (!bad) bad = bench_choice(P, "--model", model, "mlp|transformer", say);
+    if (!bad) bad = bench_choice(P, "--device", device, "cpu|cuda", say);
+#undef P
+    if (bad) {
+        ddp_finalize(ctx);
+        return 2;
     }
     int tx = !strcmp(model, "transformer");
     ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
     if (dev == DDP_DEVICE_CUDA && ddp_select_device(ctx, DDP_DEVICE_CUDA, NULL, NULL) != DDP_OK) DIE("--device cuda");
-    const ddp_topology *t = ddp_topo(ctx);
     if (!data) {
         if (t->rank == 0)
             fprintf(stderr, "usage: bench_train --data DIR --hidden H [--batch B] [--steps N] [--warmup W] [--cold "

@@ -1,8 +1,12 @@
-/* bench_util.h — what the C benchmarks share: the monotonic clock they time with, and the CPU they ran on. */
+/* bench_util.h — what the C benchmarks share: the monotonic clock they time with, the CPU they ran on, and the
+ * checked reading of their numeric options. */
 #ifndef MPIDDP_BENCH_UTIL_H
 #define MPIDDP_BENCH_UTIL_H
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -51,6 +55,61 @@ static inline int bench_cpu_has_flag(const char *flag)
     }
     fclose(f);
     return found;
+}
+
+/* An option's value as an integer: all of v, decimal, within [lo, hi]. Otherwise one line on stderr naming the
+ * program, the option and the range (where say is set: rank 0), and 1; 0 when *out was set. */
+static inline int bench_int(const char *prog, const char *opt, const char *v, int64_t lo, int64_t hi, int64_t *out,
+                            int say)
+{
+    char *e = NULL;
+    errno = 0;
+    long long x = v ? strtoll(v, &e, 10) : 0;
+    if (!v || e == v || *e || errno || x < lo || x > hi) {
+        if (say)
+            fprintf(stderr, "%s: %s %s: expected an integer from %lld to %lld\n", prog, opt, v ? v : "(no value)",
+                    (long long)lo, (long long)hi);
+        return 1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* The same for a number in (lo, hi] (sizes in MB). */
+static inline int bench_num(const char *prog, const char *opt, const char *v, double lo, double hi, double *out,
+                            int say)
+{
+    char *e = NULL;
+    errno = 0;
+    double x = v ? strtod(v, &e) : 0;
+    if (!v || e == v || *e || errno || !(x > lo && x <= hi)) {
+        if (say)
+            fprintf(stderr, "%s: %s %s: expected a number above %g, at most %g\n", prog, opt, v ? v : "(no value)", lo,
+                    hi);
+        return 1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* An option's value as one of choices ("cpu|cuda"): 0 when it is, else one line and 1. */
+static inline int bench_choice(const char *prog, const char *opt, const char *v, const char *choices, int say)
+{
+    size_t n = strlen(v);
+    for (const char *c = choices; c; c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL)
+        if (!strncmp(c, v, n) && (c[n] == '|' || !c[n])) return 0;
+    if (say) fprintf(stderr, "%s: %s %s: expected %s\n", prog, opt, v, choices);
+    return 1;
+}
+
+/* An option the program does not take, or one left without its value: one line, and 1. */
+static inline int bench_bad_option(const char *prog, const char *opt, int has_value, int say)
+{
+    if (say && has_value)
+        fprintf(stderr, "%s: unknown option %s (the usage is at the top of benchmarks/%s.c)\n", prog, opt, prog);
+    else if (say)
+        fprintf(stderr, "%s: %s needs a value\n", prog, opt);
+    return 1;
 }
 
 #endif
