@@ -231,7 +231,7 @@ int main(int argc, char **argv)
            "bound us |%s\n",
            check ? " check (max rel diff vs cpu) |" : "");
     printf("|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|%s\n", check ? "---:|" : "");
-    int failed = 0, ran = 0;
+    int failed = 0, ran = 0, nops = 0;
     for (int k = 0; k < ncf; k++) {
         config *c = &cf[k];
         bk_set_bf16(c, be, pr);
@@ -258,6 +258,7 @@ int main(int argc, char **argv)
         opdesc d;
         for (int i = 0; bk_op_at(c, i, &d, NULL); i++) {
             if (only && !strstr(d.name, only)) continue;
+            nops++;
             char chk[64] = "";
             if (check && d.out >= 0 && !d.nocheck) { /* the same inputs: a fresh output buffer on both, one call each */
                 float *h = calloc(d.out_n, sizeof *h), *hc = calloc(d.out_n, sizeof *hc);
@@ -315,6 +316,9 @@ int main(int argc, char **argv)
     if (f) fclose(f);
     if (!ran) {
         fprintf(stderr, "bench_kernels: --config %s: no configuration of --preset %s is named so\n", only_cf, preset);
+        failed = 2;
+    } else if (!nops) { /* nothing timed, nothing checked: not a pass */
+        fprintf(stderr, "bench_kernels: --only %s: no op is named so\n", only);
         failed = 2;
     }
     if (lf && fclose(lf) != 0) {

@@ -20,6 +20,7 @@ void bk_make_config(config *c, const char *model, int64_t w, int64_t heads, int6
     c->model = model, c->w = w, c->f = 2 * w, c->heads = heads, c->lo = lo, c->hi = hi;
     int64_t cap = rows / lo + 2;
     c->hoff = calloc((size_t)cap + 1, sizeof *c->hoff);
+    if (!c->hoff) CK(DDP_ERR_NOMEM);
     int64_t r = 0, b = 0;
     while (r < rows && b < cap) { /* lengths uniform in [lo, hi], packed until about `rows` */
         int64_t n = lo + (int64_t)(urand() * (double)(hi - lo + 1));
@@ -79,6 +80,7 @@ void bk_bufs_create(bufs *q, ddp_backend *be, const config *c)
     size_t hmax = 0;
     for (int k = 0; k < NBUF; k++) hmax = sizes[k] > hmax ? sizes[k] : hmax;
     float *h = malloc(hmax * sizeof *h);
+    if (!h) CK(DDP_ERR_NOMEM);
     for (int k = 0; k < NBUF; k++) {
         q->n[k] = sizes[k];
         void *p;
@@ -103,6 +105,7 @@ void bk_bufs_create(bufs *q, ddp_backend *be, const config *c)
     int64_t B = c->B;
     int64_t *lab = malloc((size_t)(B + R + 1) * sizeof *lab),
             *seg = malloc((size_t)(R + DDP_ATT_TILES_MAX(R, B) + 1) * sizeof *seg);
+    if (!lab || !seg) CK(DDP_ERR_NOMEM);
     for (int64_t i = 0; i < B; i++) lab[i] = i % 10;
     for (int64_t s = 0; s < B; s++)
         for (int64_t r = c->hoff[s]; r < c->hoff[s + 1]; r++) seg[r] = s;

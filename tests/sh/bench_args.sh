@@ -1,10 +1,11 @@
 # bench_args.sh — the benchmark programs refuse bad options with one line and exit 2 (on every rank, the line from
 # rank 0 only), where they once read before a buffer (bench_io --ahead -5), wrote past one (bench_ckpt --floats
 # 2^62: the malloc size wrapped), looped for ever (bench_allreduce -f 1, -b 0) or printed figures measured from the
-# machine's boot (bench_train --warmup -2); each refusal within 60 s. Then the options the scripts use still run.
+# machine's boot (bench_train --warmup -2), or passed a --check that checked nothing (bench_kernels --only with no
+# such op); each refusal within 60 s. Then the options the scripts use still run.
 . "$(dirname "$0")/lib.sh"
 B=$BENCH_DIR
-for b in bench_io bench_ckpt bench_allreduce bench_train; do
+for b in bench_io bench_ckpt bench_allreduce bench_train bench_kernels; do
   [ -x "$B/$b" ] || { echo "SKIP: benchmarks not built (MPIDDP_BENCHMARKS=OFF)"; exit 77; }
 done
 synth --out d --samples 64 --dim 4 --classes 3 --min-rows 1 --max-rows 4 --shards 2 --seed 1
@@ -36,6 +37,9 @@ done
 refuse "bench_train: --model mpl: expected mlp|transformer" "$B/bench_train" --data d --model mpl
 refuse "bench_train: --shuffle blocks: expected full|block" "$B/bench_train" --data d --shuffle blocks
 refuse "bench_train: --hidden needs a value" "$B/bench_train" --data d --hidden
+refuse "bench_kernels: --only nomatch: no op is named so" "$B/bench_kernels" --preset tiny --check --only nomatch --reps 1
+refuse "bench_kernels: --config d 9: no configuration" "$B/bench_kernels" --preset tiny --config "d 9" --reps 1
+refuse "bench_kernels: --inner 0: expected 1 to 1000" "$B/bench_kernels" --preset tiny --inner 0
 pass "bad options: one line, exit 2, at once"
 
 # what the scripts pass still runs
