@@ -115,11 +115,13 @@ int main(int argc, char **argv)
             device = v, i++;
         else if (!strcmp(a, "--preset"))
             preset = v, i++;
-        else if (!strcmp(a, "--rows"))
-            rows = atoll(v), i++;
-        else if (!strcmp(a, "--reps"))
-            reps = atoll(v), i++;
-        else if (!strcmp(a, "--peak-gflops"))
+        else if (!strcmp(a, "--rows")) {
+            if (bench_int("bench_kernels", a, v, 1, 1 << 24, &rows, 1)) return 2;
+            i++;
+        } else if (!strcmp(a, "--reps")) {
+            if (bench_int("bench_kernels", a, v, 1, 1000000, &reps, 1)) return 2;
+            i++;
+        } else if (!strcmp(a, "--peak-gflops"))
             peak_gf = atof(v), i++;
         else if (!strcmp(a, "--peak-gbs"))
             peak_gbs = atof(v), i++;
@@ -131,9 +133,10 @@ int main(int argc, char **argv)
             only = v, i++;
         else if (!strcmp(a, "--config"))
             only_cf = v, i++;
-        else if (!strcmp(a, "--inner"))
-            inner_dev = atoll(v), i++;
-        else if (!strcmp(a, "--precision"))
+        else if (!strcmp(a, "--inner")) {
+            if (bench_int("bench_kernels", a, v, 1, 1000, &inner_dev, 1)) return 2;
+            i++;
+        } else if (!strcmp(a, "--precision"))
             prec = v, i++;
         else {
             fprintf(stderr, "bench_kernels: unknown option %s\n", a);
@@ -143,15 +146,6 @@ int main(int argc, char **argv)
     int tiny = !strcmp(preset, "tiny"), txp = !strcmp(preset, "tx");
     if (!tiny && !txp && strcmp(preset, "issue")) {
         fprintf(stderr, "bench_kernels: --preset issue|tiny|tx\n");
-        return 2;
-    }
-    if (rows < 1 || rows > (1 << 24)) {
-        fprintf(stderr, "bench_kernels: --rows %lld: expected 1 to %d\n", (long long)rows, 1 << 24);
-        return 2;
-    }
-    if (reps < 1) reps = 1;
-    if (inner_dev < 1 || inner_dev > 1000) {
-        fprintf(stderr, "bench_kernels: --inner %lld: expected 1 to 1000\n", (long long)inner_dev);
         return 2;
     }
     ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;

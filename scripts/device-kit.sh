@@ -398,7 +398,7 @@ run_kit() {
     fi
     case $rc_p in
       0) step_end ok "$(grep -m1 -o 'No hardware counters[^:]*' "$OUTD/profile.md" 2>/dev/null || echo "counters read")" ;;
-      4|124|137) step_end "cut short" "the budget ran out: see profile.md"; cut=1 ;;
+      4|124|137) step_end "cut short" "the budget ran out: see profile.md" ;;
       *) step_end FAILED "exit $rc_p"; rc_final=1 ;;
     esac
     write_report "$OUTD" "$B" ""

@@ -39,7 +39,8 @@ refuse "bench_train: --shuffle blocks: expected full|block" "$B/bench_train" --d
 refuse "bench_train: --hidden needs a value" "$B/bench_train" --data d --hidden
 refuse "bench_kernels: --only nomatch: no op is named so" "$B/bench_kernels" --preset tiny --check --only nomatch --reps 1
 refuse "bench_kernels: --config d 9: no configuration" "$B/bench_kernels" --preset tiny --config "d 9" --reps 1
-refuse "bench_kernels: --inner 0: expected 1 to 1000" "$B/bench_kernels" --preset tiny --inner 0
+refuse "bench_kernels: --inner 0: expected an integer from 1 to 1000" "$B/bench_kernels" --preset tiny --inner 0
+refuse "bench_kernels: --rows 12abc: expected an integer from 1 to" "$B/bench_kernels" --preset tiny --rows 12abc
 pass "bad options: one line, exit 2, at once"
 
 # what the scripts pass still runs

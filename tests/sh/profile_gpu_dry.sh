@@ -148,5 +148,5 @@ PROFILE_GPU_PASSES=attn-fp64 expect_rc 2 prof out5 "$BUILD"
 echo "$ERR" | qgrep "unknown pass 'attn-fp64'" || fail "unknown pass not named"
 pass "ncu failing: exit 1; budget spent: exit 4, passes not run; unknown pass: exit 2"
 expect_rc 2 "$BENCH_DIR/bench_kernels" --rows 0
-echo "$ERR" | qgrep -- "--rows 0: expected 1 to" || fail "bench_kernels --rows 0 not refused"
+echo "$ERR" | qgrep -- "--rows 0: expected an integer from 1 to" || fail "bench_kernels --rows 0 not refused"
 pass "bench_kernels --rows 0: refused"
