@@ -331,6 +331,10 @@ static int parse_list(const char *arg, int *out, const char *opt)
         out[n++] = (int)v;
         p = *end ? end + 1 : end;
     }
+    if (!n) {
+        fprintf(stderr, "bench_gemm: %s: empty list (positive integers, comma-separated)\n", opt);
+        exit(2);
+    }
     return n;
 }
 

@@ -74,13 +74,14 @@ static double memcpy_peak(void)
  * --lens-out writes each encoder configuration's name, d, heads and sample lengths, one line each, tab-separated:
  * benchmarks/peers/torch_attn.py times PyTorch's attention on the same batches.
  * Presets: issue = the MLP at H 256 and the encoder at d 256 (4 heads) and d 512 (8 heads), ff 2d, lengths 16-512
- * packed into about R rows (default 4096); tiny = H 16, d 32, lengths 2-12, ~64 rows (correctness); tx = run_tx.sh's
- * CPU encoder shapes: d 128 (4 heads) at lengths 16-256 and 4-64, d 256 (4 heads) at 16-256. --check runs each op once
- * on the chosen device and on the CPU backend from the same inputs and compares the outputs by their max relative
- * difference (bf16 outputs widened); exit 1 when a check fails. At --precision bf16 the attention rows read and write
- * the storage the encoder's step uses on the backend (bk_set_bf16: o, and with gemm_epi q|k|v and their gradient, in
- * bf16), and rows of the bf16 step's own forms follow: residual_layernorm_fwd16, layernorm_bwd16 and, where the
- * backend has them, gelu_erf_fwd16z / bwd16z and linear1's bf16-output GEMM (not checked: the CPU lacks them).
+ * packed into about R rows (default 4096); tiny = H 16, d 32, lengths 2-12, ~R rows (default 64; correctness); tx =
+ * run_tx.sh's CPU encoder shapes: d 128 (4 heads) at lengths 16-256 and 4-64, d 256 (4 heads) at 16-256. --check runs
+ * each op once on the chosen device and on the CPU backend from the same inputs and compares the outputs by their max
+ * relative difference (bf16 outputs widened); exit 1 when a check fails. At --precision bf16 the attention rows read
+ * and write the storage the encoder's step uses on the backend (bk_set_bf16: o, and with gemm_epi q|k|v and their
+ * gradient, in bf16), and rows of the bf16 step's own forms follow: residual_layernorm_fwd16, layernorm_bwd16 and,
+ * where the backend has them, gelu_erf_fwd16z / bwd16z and linear1's bf16-output GEMM (not checked: the CPU lacks
+ * them).
  * --device cuda on the host emulator:
  * MPIDDP_CUDA_PLUGIN=<build>/libmpiddp_cudaemu.so. */
 int main(int argc, char **argv)
@@ -89,7 +90,7 @@ int main(int argc, char **argv)
     if (ddp_init(&argc, &argv, &ctx) != DDP_OK) return 1;
     const char *device = "cpu", *preset = "issue", *csv = NULL, *only = NULL, *prec = "fp32", *lens_out = NULL,
                *only_cf = NULL;
-    int64_t rows = 4096, reps = 5, inner_dev = 10;
+    int64_t rows = 0, reps = 5, inner_dev = 10; /* rows 0: the preset's (tiny 64, else 4096) */
     double peak_gf = 0, peak_gbs = 0;
     int check = 0;
     for (int i = 1; i < argc; i++) {
@@ -121,11 +122,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--reps")) {
             if (bench_int("bench_kernels", a, v, 1, 1000000, &reps, 1)) return 2;
             i++;
-        } else if (!strcmp(a, "--peak-gflops"))
-            peak_gf = atof(v), i++;
-        else if (!strcmp(a, "--peak-gbs"))
-            peak_gbs = atof(v), i++;
-        else if (!strcmp(a, "--csv"))
+        } else if (!strcmp(a, "--peak-gflops") || !strcmp(a, "--peak-gbs")) {
+            if (bench_num("bench_kernels", a, v, 0, 1e9, !strcmp(a, "--peak-gbs") ? &peak_gbs : &peak_gf, 1)) return 2;
+            i++;
+        } else if (!strcmp(a, "--csv"))
             csv = v, i++;
         else if (!strcmp(a, "--lens-out"))
             lens_out = v, i++;
@@ -148,6 +148,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_kernels: --preset issue|tiny|tx\n");
         return 2;
     }
+    if (bench_choice("bench_kernels", "--device", device, "cpu|cuda", 1)) return 2;
+    if (!rows) rows = tiny ? 64 : 4096;
     ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
     char why[256] = "";
     if (dev == DDP_DEVICE_CUDA && ddp_select_device(ctx, DDP_DEVICE_CUDA, NULL, why) != DDP_OK) {
@@ -193,8 +195,8 @@ int main(int argc, char **argv)
     config cf[3];
     int ncf;
     if (tiny) {
-        bk_make_config(&cf[0], "mlp", 16, 1, 2, 12, rows < 4096 ? rows : 64);
-        bk_make_config(&cf[1], "enc", 32, 4, 2, 12, rows < 4096 ? rows : 64);
+        bk_make_config(&cf[0], "mlp", 16, 1, 2, 12, rows);
+        bk_make_config(&cf[1], "enc", 32, 4, 2, 12, rows);
         ncf = 2;
     } else if (txp) { /* benchmarks/run_tx.sh's CPU configurations: 4 heads, lengths 16-256 and 4-64 */
         bk_make_config(&cf[0], "enc", 128, 4, 16, 256, rows);

@@ -2,7 +2,7 @@
 # rank 0 only), where they once read before a buffer (bench_io --ahead -5), wrote past one (bench_ckpt --floats
 # 2^62: the malloc size wrapped), looped for ever (bench_allreduce -f 1, -b 0) or printed figures measured from the
 # machine's boot (bench_train --warmup -2), or passed a --check that checked nothing (bench_kernels --only with no
-# such op); each refusal within 60 s. Then the options the scripts use still run.
+# such op) or timed the CPU for --device gpu; each refusal within 60 s. Then the options the scripts use still run.
 . "$(dirname "$0")/lib.sh"
 B=$BENCH_DIR
 for b in bench_io bench_ckpt bench_allreduce bench_train bench_kernels; do
@@ -41,6 +41,10 @@ refuse "bench_kernels: --only nomatch: no op is named so" "$B/bench_kernels" --p
 refuse "bench_kernels: --config d 9: no configuration" "$B/bench_kernels" --preset tiny --config "d 9" --reps 1
 refuse "bench_kernels: --inner 0: expected an integer from 1 to 1000" "$B/bench_kernels" --preset tiny --inner 0
 refuse "bench_kernels: --rows 12abc: expected an integer from 1 to" "$B/bench_kernels" --preset tiny --rows 12abc
+refuse "bench_kernels: --peak-gflops nan: expected a number above 0" "$B/bench_kernels" --preset tiny --peak-gflops nan
+refuse "bench_kernels: --peak-gbs -1: expected a number above 0" "$B/bench_kernels" --preset tiny --peak-gbs -1
+[ ! -x "$B/bench_gemm" ] || refuse "bench_gemm: --dims: empty list" "$B/bench_gemm" --dims ""
+refuse "bench_kernels: --device gpu: expected cpu|cuda" "$B/bench_kernels" --preset tiny --device gpu
 pass "bad options: one line, exit 2, at once"
 
 # what the scripts pass still runs
@@ -50,4 +54,8 @@ expect_rc 0 "$B/bench_ckpt" --floats 16,32 --reps 1 --dir .
 [ "$(echo "$OUT" | grep -c '^| \(16\|32\) | 0 |')" = 6 ] || fail "bench_ckpt: not 3 variants x 2 sizes: $OUT"
 expect_rc 0 mpirun_np 2 "$B/bench_io" --data d --samples 10 --ahead 3 --csv io.csv
 expect_rc 0 mpirun_np 2 "$B/bench_train" --data d --hidden 8 --batch 4 --steps 2 --warmup 1 --csv tr.csv --shuffle full
-pass "bench_allreduce, bench_ckpt, bench_io and bench_train run with good options"
+# --rows is the tiny preset's too (it once became 64 from 4096 up); the given roofline is the one used
+expect_rc 0 "$B/bench_kernels" --preset tiny --rows 5000 --reps 1 --only layernorm --peak-gflops 100 --peak-gbs 20
+echo "$OUT" | qgrep "enc d 32 h 4, [4-6][0-9][0-9][0-9] rows" || fail "bench_kernels --preset tiny --rows 5000: $OUT"
+echo "$OUT" | qgrep "roofline 100.0 GFLOP/s, 20.0 GB/s (given)" || fail "bench_kernels: the given roofline: $OUT"
+pass "bench_allreduce, bench_ckpt, bench_io, bench_train and bench_kernels run with good options"
