@@ -232,6 +232,11 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
     if (!ckpt || !data) return cli_usage(ctx, "eval", "--ckpt and --data are required");
+    if (cli_seen(opts, (int)(sizeof opts / sizeof opts[0]), "batch-size") &&
+        cli_seen(opts, (int)(sizeof opts / sizeof opts[0]), "batch-rows")) /* as train: --batch-rows won silently */
+        return cli_usage(ctx, "eval",
+                         "--batch-size and --batch-rows: give one (samples per rank per step, or a token "
+                         "budget per rank per step)");
     if (out &&
         ddp_agree_status(ctx, cli_rank0(ctx) ? check_out(out, ckpt, data) : DDP_OK) != DDP_OK) /* rank 0 writes it */
         return cli_usage(ctx, "eval", "%s", ddp_last_error());

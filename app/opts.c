@@ -44,6 +44,8 @@ static int set_value(cli_opt *o, const char *v, char *err, size_t n)
     case OPT_INT:
     case OPT_I64: {
         long long x = strtoll(v, &end, 10);
+        if (*v && !*end && errno == ERANGE) /* an integer, beyond 64 bits: the range, as for any other */
+            return snprintf(err, n, "--%s %s: must be in [%.0f, %.0f]", o->name, v, o->min, o->max), 0;
         if (!*v || *end || errno) return snprintf(err, n, "--%s '%s': not an integer", o->name, v), 0;
         if ((double)x < o->min || (double)x > o->max)
             return snprintf(err, n, "--%s %lld: must be in [%.0f, %.0f]", o->name, x, o->min, o->max), 0;
@@ -111,8 +113,12 @@ static int ini_cb(void *user, const char *section, const char *name, const char 
     }
     char *v = strdup(value);
     if (!v) return 0;
-    s->keep = realloc(s->keep, (size_t)(s->nkeep + 1) * sizeof *s->keep);
-    if (!s->keep) return 0;
+    char **keep = realloc(s->keep, (size_t)(s->nkeep + 1) * sizeof *s->keep);
+    if (!keep) { /* the values kept so far stay in s->keep, freed by the caller */
+        free(v);
+        return 0;
+    }
+    s->keep = keep;
     s->keep[s->nkeep++] = v;
     char msg[400];
     if (!set_value(o, v, msg, sizeof msg)) {

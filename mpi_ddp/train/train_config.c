@@ -78,6 +78,9 @@ ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
         return ddp_set_error(DDP_ERR_ARG, "--lr-schedule: unknown schedule");
     if (!(c->warmup >= 0) || !(c->min_lr >= 0) || !isfinite(c->warmup))
         return ddp_set_error(DDP_ERR_ARG, "--warmup-steps and --min-lr must be >= 0");
+    if (c->warmup >= 1 && c->warmup != floor(c->warmup)) /* 1.5 once ran as 1 step */
+        return ddp_set_error(DDP_ERR_ARG, "--warmup-steps %g: a step count (an integer >= 1) or a fraction in (0, 1)",
+                             c->warmup);
     if (c->lr_schedule != DDP_LR_CONSTANT && c->min_lr > c->lr)
         return ddp_set_error(DDP_ERR_ARG, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
     if (c->lr_horizon < DDP_LR_HORIZON_KEEP || c->lr_horizon > DDP_LR_HORIZON_RESTART)

@@ -1,7 +1,8 @@
 # The command line as docs/cli.md states it (issue: a newcomer's first day): usage and range errors, option
 # conflicts and errors found by combining options exit 2 with one line from rank 0 and no MPI_Abort, at np 1
 # and 2, and leave no run directory; epochs are 0-based everywhere (progress, validation lines, resume notice,
-# metrics.csv, file names); a resume with nothing left to train says so and exits 0; help texts.
+# metrics.csv, file names); a resume with nothing left to train says so and exits 0; eval's conflicting batch
+# options; help texts.
 . "$(dirname "$0")/lib.sh"
 synth --out train --samples 64 --dim 4 --classes 2 --min-rows 1 --max-rows 9 --shards 2 --seed 1
 synth --out val --samples 20 --dim 4 --classes 2 --min-rows 1 --max-rows 9 --shards 1 --seed 1 --first-id 100
@@ -30,6 +31,8 @@ for np in 1 2; do
 --monitor val/los|--monitor val/los: must be one of
 --resume --epochs 3|mpiddp train: --resume needs a value
 --lr-schedule cosine --lr 0.001 --min-lr 0.01|--min-lr 0.01 is above --lr 0.001
+--warmup-steps 1.5|--warmup-steps 1.5: a step count (an integer >= 1) or a fraction in (0, 1)
+--seed 9300000000000000000|mpiddp train: --seed 9300000000000000000: must be in [0, 9200000000000000000]
 CASES
   # a budget below the longest sample: a runtime error naming the longest sample, and still no run directory
   longest=$($PY -c "import h5py, glob, numpy as np; print(max(int(np.diff(h5py.File(p)['offsets'][()]).max()) for p in glob.glob('train/*.h5') + glob.glob('val/*.h5')))")
@@ -52,6 +55,11 @@ for e in 2 1; do
 done
 expect_rc 0 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 3 --batch-size 8 --out r --resume auto --log-every 100
 grep -q "resuming from r/checkpoints/last.h5 at epoch 2 (0-based)" <<<"$ERR" && grep -q "^epoch 2: val/loss" <<<"$ERR" || fail "resume notice: $ERR"
+# eval refuses the pair train refuses (--batch-rows once won silently)
+for np in 1 2; do
+  expect_rc 2 mpirun_np $np "$MPIDDP" eval --ckpt r/checkpoints/last.h5 --data val --batch-size 4 --batch-rows 64 --device "$DEVICE"
+  one_line "mpiddp eval: --batch-size and --batch-rows: give one"
+done
 # help texts and the environment report (captured first: grep -q would end the pipe early under pipefail)
 h=$("$MPIDDP" eval --help); head -1 <<<"$h" | qgrep -- "--batch-rows N" || fail "eval usage line: $h"
 h=$("$MPIDDP" train --help); grep -q -- "--sampling.*(default)" <<<"$h" || fail "train --sampling default"
