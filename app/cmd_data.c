@@ -5,6 +5,7 @@
 
 #include "io/dataset.h"
 #include "io/finite.h"
+#include "io/manifest.h"
 #include "io/writer.h"
 #include "mpi_ddp/core/status.h"
 
@@ -125,6 +126,8 @@ int cmd_index(ddp_ctx *ctx, int argc, char **argv)
     if (np != 1) return cli_usage(ctx, "index", "expected one dataset directory");
     if (manifest && !strcmp(manifest, "none"))
         return cli_usage(ctx, "index", "--manifest none: give the file to write");
+    if (manifest && ddp_agree_status(ctx, cli_rank0(ctx) ? ddp_manifest_replaceable(manifest) : DDP_OK) != DDP_OK)
+        return cli_usage(ctx, "index", "%s", ddp_last_error()); /* before validating: a shard named by mistake */
     ddp_survey sv;
     ddp_status st = ddp_dataset_survey(ctx, pos[0], "none", DDP_SURVEY_STATS | DDP_SURVEY_FINITE, &sv);
     if (st == DDP_OK) st = ddp_survey_write_manifest(ctx, &sv, manifest);

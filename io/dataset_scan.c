@@ -88,8 +88,12 @@ static ddp_status share_manifest(ddp_ctx *ctx, const char *dir, const char *path
             if (ddp_manifest_parse(mb, sb.st_size, &m, why, sizeof why) == 0) mlen = sb.st_size;
         }
         if (fd >= 0) close(fd);
+        int foreign = explicit_ && mb && mlen < 0 && sb.st_size >= 8 && memcmp(mb, DDP_MANIFEST_MAGIC, 8) != 0;
         if (mlen < 0) free(mb), mb = NULL;
-        if (why[0])
+        if (foreign) /* another file named by mistake: index would refuse to write there, so do not suggest it */
+            snprintf(out->notice, sizeof out->notice,
+                     "%s: %s: ignored, validating every shard (is it the manifest you meant to give?)", path, why);
+        else if (why[0])
             snprintf(out->notice, sizeof out->notice,
                      "%s: %s: ignored, validating every shard; %s `mpiddp index %s%s%s`", path, why,
                      explicit_ ? "write it with" : "rerun", dir, explicit_ ? " --manifest " : "",

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -148,6 +149,24 @@ static void put(mf_out *o, const void *p, size_t n)
         at += k;
     }
     if (fwrite(p, 1, n, o->f) != n) o->bad = 1;
+}
+
+ddp_status ddp_manifest_replaceable(const char *path)
+{
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    struct stat sb;
+    if (!strcmp(base, DDP_MANIFEST_NAME)) return DDP_OK; /* the name is mpiddp's: index DIR rewrites it too */
+    if (lstat(path, &sb) != 0)
+        return errno == ENOENT ? DDP_OK : ddp_set_error(DDP_ERR_IO, "%s: %s", path, strerror(errno));
+    char magic[8] = {0};
+    int fd = S_ISREG(sb.st_mode) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    ssize_t got = fd >= 0 ? read(fd, magic, sizeof magic) : -1;
+    if (fd >= 0) close(fd);
+    if (S_ISREG(sb.st_mode) && (sb.st_size == 0 || (got == 8 && !memcmp(magic, DDP_MANIFEST_MAGIC, 8)))) return DDP_OK;
+    return ddp_set_error(DDP_ERR_ARG,
+                         "%s: exists and is not an mpiddp manifest; refusing to replace it (remove it, or give "
+                         "--manifest a new path)",
+                         path);
 }
 
 ddp_status ddp_manifest_write(const char *path, ddp_manifest_entry *entries, char *const *names, int64_t count,

@@ -37,6 +37,10 @@ int ddp_manifest_parse(const void *buf, int64_t len, ddp_manifest *m, char *why,
 /* Index of the entry named name, or -1. */
 int64_t ddp_manifest_find(const ddp_manifest *m, const char *name);
 const char *ddp_manifest_name(const ddp_manifest *m, int64_t i);
+/* A manifest may be written to path (index --manifest): nothing is there, or an empty file, a manifest (its magic)
+ * or a file named DDP_MANIFEST_NAME. Any other file, a shard or a checkpoint named by mistake, is refused
+ * (DDP_ERR_ARG, one line), never replaced. */
+ddp_status ddp_manifest_replaceable(const char *path);
 /* Writes a manifest atomically (FILE.tmp.PID, fsync, rename, fsync of the directory): entries[count] (their
  * cc_first, name_off and name_len are filled here), names[count] sorted, pairs[npairs][2]. One-line errors. */
 ddp_status ddp_manifest_write(const char *path, ddp_manifest_entry *entries, char *const *names, int64_t count,

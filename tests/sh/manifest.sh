@@ -3,7 +3,8 @@
 # gives one notice line, those shards are re-validated and the run is still bitwise equal; a corrupt one (a flipped
 # byte, truncated, empty, wrong magic) gives one notice line and is ignored; a shard made bad after indexing still
 # stops every rank with the one-line error; a read-only data directory: `index DIR` fails in one line suggesting
-# --manifest FILE, and the manifest kept elsewhere serves train and inspect. The code before #33 has no manifest.
+# --manifest FILE, and the manifest kept elsewhere serves train and inspect; index --manifest never replaces a
+# file that is not a manifest. The code before #33 has no manifest.
 . "$(dirname "$0")/lib.sh"
 synth --out t --samples 600 --dim 8 --classes 3 --min-rows 1 --max-rows 6 --shards 12 --seed 4
 synth --out v --samples 60 --dim 8 --classes 3 --min-rows 1 --max-rows 6 --shards 3 --seed 4 --first-id 100000
@@ -146,4 +147,22 @@ if mount -t tmpfs -o size=32m tmpfs ro 2>/dev/null; then
 else
   echo "SKIP read-only: mount -t tmpfs is not permitted here"
 fi
-pass "manifest: fresh, stale, corrupt, changed-after-indexing and read-only cases"
+# --manifest naming a file that is not a manifest (a shard, a checkpoint given by mistake): index refuses it before
+# validating (exit 2, one line from rank 0) and leaves it as it was (it once replaced it); train ignores it with a
+# notice that no longer suggests writing the manifest there; an empty file or an old manifest is replaced
+cp t/shard-00001.h5 keep.h5
+for np in 1 2; do
+  expect_rc 2 mpirun_np $np "$MPIDDP" index t --manifest t/shard-00001.h5
+  [ "$(grep -c "mpiddp index: t/shard-00001.h5: exists and is not an mpiddp manifest; refusing to replace it" <<< "$ERR")" = 1 ] ||
+    fail "index over a shard, np $np: $ERR"
+  cmp -s t/shard-00001.h5 keep.h5 || fail "index --manifest replaced the shard t/shard-00001.h5"
+done
+train foreign 2 t --train-manifest ref1/checkpoints/last.h5
+grep -q "ref1/checkpoints/last.h5: not an mpiddp manifest (bad magic): ignored, validating every shard" <<< "$ERR" &&
+  ! grep -q "mpiddp index" <<< "$ERR" || fail "the notice for a checkpoint given as the manifest: $ERR"
+same ref2 foreign
+: > empty.bin
+expect_rc 0 "$MPIDDP" index t --manifest empty.bin
+expect_rc 0 "$MPIDDP" index t --manifest empty.bin
+head -c 8 empty.bin | qgrep -x MPIDDPMF || fail "index did not write over an empty file, then over its own manifest"
+pass "manifest: fresh, stale, corrupt, changed-after-indexing and read-only cases; a foreign --manifest file is refused"
