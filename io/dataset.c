@@ -270,8 +270,8 @@ ddp_status ddp_dataset_row_counts(ddp_ctx *ctx, ddp_dataset *ds, int32_t **out)
         ddp_shard *s;
         int64_t local;
         st = ddp_dataset_locate(ds, ds->shards[k].meta.first, &s, &local);
-        for (int64_t i = 0; st == DDP_OK && i < s->meta.n; i++)
-            mine[at++] = (int32_t)(s->offsets[i + 1] - s->offsets[i]);
+        for (int64_t i = 0, lo = 0, hi = 0; st == DDP_OK && i < s->meta.n; i++)
+            if ((st = ddp_shard_rows(s, i, &lo, &hi)) == DDP_OK) mine[at++] = (int32_t)(hi - lo);
     }
     /* the gather's buffer before the agreement: a rank without it must not skip a collective the others enter */
     int32_t *all = st == DDP_OK ? ddp_calloc((size_t)(n > 0 ? n : 1), sizeof *all) : NULL;

@@ -51,7 +51,9 @@ static ddp_status copy_batch(ddp_loader *ld, slot *s, int64_t count)
         const float *src;
         ddp_shard *sh = s->held[i];
         int64_t li = s->local[i];
-        int64_t nr = sh->offsets[li + 1] - sh->offsets[li];
+        int64_t lo = 0, hi = 0;
+        DDP_CHECK(ddp_shard_rows(sh, li, &lo, &hi)); /* a shard changed in place since validation stops here */
+        int64_t nr = hi - lo;
         if (rows + nr > ld->max_rows) /* checked before the sample is read into the buffer */
             return ddp_set_error(
                 DDP_ERR_INTERNAL,

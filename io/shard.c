@@ -88,6 +88,7 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
     if (s->opened) return DDP_OK;
     char path[4096 + DDP_SHARD_NAME_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, s->meta.name);
+    s->dir = dir;
     const ddp_shard_meta *m = &s->meta;
     s->fd = -1;
     s->h5file = s->h5features = -1;
@@ -166,13 +167,37 @@ void ddp_shard_release_handles(ddp_shard *s)
     s->opened = 0;
 }
 
+#define CHANGED "the file changed after it was validated (rerun mpiddp index, or pass --manifest none)"
+
+ddp_status ddp_shard_rows(const ddp_shard *s, int64_t i, int64_t *lo, int64_t *hi)
+{
+    const ddp_shard_meta *m = &s->meta;
+    if (i < 0 || i >= m->n)
+        return ddp_set_error(DDP_ERR_INTERNAL, "%s/%s: sample %lld of %lld", s->dir, m->name, (long long)i,
+                             (long long)m->n);
+    int64_t a = s->offsets[i], b = s->offsets[i + 1];
+    if (a < 0 || b <= a || b > m->rows || b - a > m->max_rows)
+        return ddp_set_error(DDP_ERR_FORMAT,
+                             "%s/%s: dataset 'offsets'[%lld]: %lld, then %lld: not a sample of 1 to %lld rows within "
+                             "the shard's %lld: " CHANGED,
+                             s->dir, m->name, (long long)i, (long long)a, (long long)b, (long long)m->max_rows,
+                             (long long)m->rows);
+    *lo = a, *hi = b;
+    return DDP_OK;
+}
+
 ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float **rows, int64_t *nrows, int64_t *label,
                             int64_t *sample_id)
 {
     const ddp_shard_meta *m = &s->meta;
-    int64_t lo = s->offsets[i], hi = s->offsets[i + 1];
+    int64_t lo = 0, hi = 0;
+    DDP_CHECK(ddp_shard_rows(s, i, &lo, &hi));
     *nrows = hi - lo;
-    if (label) *label = s->lab_width == 4 ? ((const int32_t *)s->labels)[i] : ((const int64_t *)s->labels)[i];
+    int64_t y = s->lab_width == 4 ? ((const int32_t *)s->labels)[i] : ((const int64_t *)s->labels)[i];
+    if (y < 0 || y >= m->classes)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s/%s: dataset 'labels'[%lld]: %lld: not in [0, %lld): " CHANGED, s->dir,
+                             m->name, (long long)i, (long long)y, (long long)m->classes);
+    if (label) *label = y;
     if (sample_id) *sample_id = s->ids ? s->ids[i] : m->first + i;
     if (s->features) {
         *rows = s->features + lo * m->dim;
@@ -195,10 +220,13 @@ ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float
 
 int ddp_shard_range(ddp_shard *s, int64_t i, int64_t j, void **addr, size_t *len)
 {
-    if (!s->features || j <= i) return 0;
+    int64_t a0 = 0, a1 = 0, b0 = 0, b1 = 0; /* hints only: a sample that changed since validation gets none */
+    if (!s->features || j <= i || ddp_shard_rows(s, i, &a0, &a1) != DDP_OK ||
+        ddp_shard_rows(s, j - 1, &b0, &b1) != DDP_OK)
+        return 0;
     long page = sysconf(_SC_PAGESIZE);
-    const char *a = (const char *)(s->features + s->offsets[i] * s->meta.dim);
-    const char *b = (const char *)(s->features + s->offsets[j] * s->meta.dim);
+    const char *a = (const char *)(s->features + a0 * s->meta.dim);
+    const char *b = (const char *)(s->features + b1 * s->meta.dim);
     uintptr_t lo = (uintptr_t)a & ~(uintptr_t)(page - 1);
     *addr = (void *)lo;
     *len = (size_t)((uintptr_t)b - lo);

@@ -61,6 +61,7 @@ typedef struct {
     const int64_t *ids; /* mapped, owned, or NULL (ids = global index) */
     void *owned[3];
     hid_t h5file, h5features; /* HDF5 read path for features */
+    const char *dir;          /* the dataset directory (set by ddp_shard_open; for messages) */
 } ddp_shard;
 
 ddp_status ddp_shard_open(ddp_shard *s, const char *dir);
@@ -68,7 +69,12 @@ void ddp_shard_close(ddp_shard *s);
 /* Closes what ddp_shard_close does but keeps the index arrays read through HDF5 (owned), so that reopening the
  * shard (io/shard_cache.c) maps its features again without calling HDF5, which a worker thread must not. */
 void ddp_shard_release_handles(ddp_shard *s);
-/* Sample i (local to the shard): rows and label; rows points into the map or into scratch. */
+/* Sample i's rows [*lo, *hi) of the shard, from its offsets: the values validation saw unless the file changed
+ * in place since (a manifest trusts a shard whose size and mtime it recorded). A sample of no rows, more than the
+ * shard's longest or outside its rows is one line naming file, object and index (DDP_ERR_FORMAT), never read. */
+ddp_status ddp_shard_rows(const ddp_shard *s, int64_t i, int64_t *lo, int64_t *hi);
+/* Sample i (local to the shard): rows and label, both checked as ddp_shard_rows does (a label outside
+ * [0, classes) is refused the same way); rows points into the map or into scratch. */
 ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float **rows, int64_t *nrows, int64_t *label,
                             int64_t *sample_id);
 /* Hint the kernel to read sample i's rows ahead (mapped shards only). */

@@ -4,7 +4,8 @@
 # byte, truncated, empty, wrong magic) gives one notice line and is ignored; a shard made bad after indexing still
 # stops every rank with the one-line error; a read-only data directory: `index DIR` fails in one line suggesting
 # --manifest FILE, and the manifest kept elsewhere serves train and inspect; index --manifest never replaces a
-# file that is not a manifest. The code before #33 has no manifest.
+# file that is not a manifest; a shard edited in place behind the manifest's back is one line, not a crash. The
+# code before #33 has no manifest.
 . "$(dirname "$0")/lib.sh"
 synth --out t --samples 600 --dim 8 --classes 3 --min-rows 1 --max-rows 6 --shards 12 --seed 4
 synth --out v --samples 60 --dim 8 --classes 3 --min-rows 1 --max-rows 6 --shards 3 --seed 4 --first-id 100000
@@ -114,6 +115,32 @@ for d in b tr; do
     [ ! -e bad_$d$np ] || fail "$d np $np: a run directory was created"
   done
   echo "changed after indexing: ${ref#mpiddp train: error: }"
+done
+
+# a shard edited in place after indexing, its size and mtime kept (what a manifest cannot see): a label outside
+# [0, classes) or offsets out of order stop train and eval with a line naming file, object and index, where eval
+# once died of SIGSEGV, wrote outside the confusion matrix or trained on the wrong rows
+poke() { # FILE DATASET INDEX VALUE: one element rewritten in the file's bytes, the mtime of t/'s copy restored
+  "$PY" -c "
+import sys, h5py, numpy as np
+p, ds, i, v = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+with h5py.File(p, 'r') as f: off, dt = f[ds].id.get_offset(), f[ds].dtype
+with open(p, 'r+b') as fh: fh.seek(off + dt.itemsize * i); fh.write(np.array(v, dtype=dt).tobytes())" "$@"
+  touch -r "t/$(basename "$1")" "$1"; }
+cp -a t pl; poke pl/shard-00005.h5 labels 3 99
+cp -a t po; poke po/shard-00005.h5 offsets 3 0
+want_pl="pl/shard-00005.h5: dataset 'labels'[3]: 99: not in [0, 3): the file changed after it was validated"
+want_po="po/shard-00005.h5: dataset 'offsets'[2]: "
+for d in pl po; do
+  want=want_$d
+  for np in 1 2; do
+    for cmd in "train ${COMMON[*]} --train $d --val v --out inplace_$d$np" "eval --ckpt ref1/checkpoints/last.h5 --data $d --batch-size 4"; do
+      set +e; mpirun -np $np --oversubscribe "$MPIDDP" $cmd >out.txt 2>err.txt; rc=$?; set -e
+      [ "$rc" != 0 ] && [ "$rc" -lt 128 ] || fail "$d np $np: '$cmd' exited $rc: $(cat err.txt)"
+      grep -qF -- "${!want}" err.txt && ! grep -qi "segmentation\|signal" err.txt || fail "$d np $np '$cmd': $(cat err.txt)"
+    done
+  done
+  echo "edited in place: $(grep -o "$d/shard.*" err.txt | head -1)"
 done
 
 # an explicit manifest that is missing: a notice, the run goes on
