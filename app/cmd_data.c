@@ -78,7 +78,7 @@ int cmd_pack(ddp_ctx *ctx, int argc, char **argv)
         {"input", OPT_STR, &input, NULL, 0, 0, "HDF5 file with /samples/<name> (rows x D) and /labels (required)", 0},
         {"out", OPT_STR, &out, NULL, 0, 0, "output dataset directory (required; must hold no *.h5)", 0},
         {"shards", OPT_I64, &shards, NULL, 1, 1e9, "number of shards, balanced by rows (default 1)", 0},
-        {"classes", OPT_I64, &classes, NULL, 2, 1e9,
+        {"classes", OPT_I64, &classes, NULL, 2, 16777216,
          "num_classes of the dataset (default: largest label + 1; give it when a split may lack the top class)", 0},
         {"no-manifest", OPT_FLAG, &no_manifest, NULL, 0, 0, "do not index the result into OUT/" DDP_MANIFEST_NAME, 0},
     };

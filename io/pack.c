@@ -131,6 +131,9 @@ static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l,
         if ((*labels)[i] < 0)
             return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels'[%lld]: negative label %lld", input,
                                  (long long)i, (long long)(*labels)[i]);
+        if ((*labels)[i] >= DDP_MAX_CLASSES) /* num_classes is at most 2^24 (mx + 1 must not wrap either) */
+            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels'[%lld]: label %lld: at most %lld classes", input,
+                                 (long long)i, (long long)(*labels)[i], (long long)DDP_MAX_CLASSES);
         if ((*labels)[i] > mx) mx = (*labels)[i];
     }
     *classes = mx + 1 < 2 ? 2 : mx + 1;

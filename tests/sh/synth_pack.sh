@@ -1,5 +1,6 @@
 # synth is deterministic and independent of how many ranks write it; pack round-trips a per-sample file;
-# writers produce contiguous, 4096-aligned, mappable shards and refuse to overwrite a dataset.
+# writers produce contiguous, 4096-aligned, mappable shards and refuse to overwrite a dataset; pack refuses labels
+# beyond the format's 2^24 classes; index's manifest of unsigned or big-endian labels is one its readers accept.
 . "$(dirname "$0")/lib.sh"
 "$MPIDDP" synth --out a --samples 500 --shards 5 --seed 3 >/dev/null
 mpirun_np 3 "$MPIDDP" synth --out b --samples 500 --shards 5 --seed 3 >/dev/null
@@ -21,6 +22,23 @@ $PY -c "import h5py, glob; assert all(int(h5py.File(p).attrs['num_classes']) == 
 top=$($PY -c "import h5py; print(int(h5py.File('in.h5')['labels'][()].max()))")
 expect_rc 1 mpirun_np 2 "$MPIDDP" pack --input in.h5 --out packed_low --classes "$top"
 grep -q "holds label $top, not below --classes $top" <<<"$ERR" || fail "pack --classes below a label: $ERR"
+# a label of 2^24 or more (num_classes would leave the format's range; 2^63 wrapped) is refused with its index, and
+# --classes above 2^24 is a usage error: pack once wrote shards no reader accepts and exited 0
+for big in 16777216 9223372036854775807; do
+  $PY -c "import h5py, numpy as np, shutil; shutil.copy('in.h5', 'big.h5'); f = h5py.File('big.h5', 'a'); l = f['labels'][()].astype(np.int64); l[3] = $big; del f['labels']; f['labels'] = l"
+  expect_rc 1 mpirun_np 2 "$MPIDDP" pack --input big.h5 --out packed_big
+  grep -q "big.h5: dataset '/labels'\[3\]: label $big: at most 16777216 classes" <<<"$ERR" || fail "pack, label $big: $ERR"
+  [ -z "$(ls packed_big 2>/dev/null)" ] || fail "pack, label $big: wrote $(ls packed_big)"
+done
+expect_rc 2 "$MPIDDP" pack --input in.h5 --out packed_big --classes 16777217
+# labels that validation reads but cannot map (unsigned, big-endian) still give a manifest its readers accept
+for t in u4 '>i8'; do
+  rm -rf lab; cp -a a lab; rm lab/mpiddp-manifest.bin
+  $PY -c "import h5py, glob; [(lambda f: (lambda l: (f.__delitem__('labels'), f.create_dataset('labels', data=l.astype('$t'))))(f['labels'][()]))(h5py.File(p, 'a')) for p in sorted(glob.glob('lab/*.h5'))]"
+  expect_rc 0 "$MPIDDP" index lab
+  expect_rc 0 "$MPIDDP" inspect lab
+  ! grep -q "notice" <<<"$ERR" && grep -q "metadata from lab/mpiddp-manifest.bin (5 shards unchanged" <<<"$OUT" || fail "labels $t: the manifest index wrote is not used: $OUT $ERR"
+done
 expect_rc 1 "$MPIDDP" pack --input missing.h5 --out p2
 printf '%s' "$ERR" | qgrep "missing.h5" || fail "pack error does not name the file"
 pass "synth and pack"
