@@ -16,19 +16,26 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define CSV_HEADER "sample_id,label,pred,prob"
 
 static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    char tmp[4200]; /* a name of this process, created anew: a file of that name is never replaced */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        ddp_status st = ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        if (fd >= 0) close(fd), remove(tmp);
+        return st;
+    }
     fprintf(f, CSV_HEADER "\n");
     for (int64_t i = 0; i < a->n; i++)
         fprintf(f, "%lld,%lld,%lld,%.7g\n", (long long)a->ids[i], (long long)a->labels[i], (long long)a->preds[i],
