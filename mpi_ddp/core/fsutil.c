@@ -32,6 +32,9 @@ ddp_status ddp_mkdir_p(const char *dir)
         *s = '/';
     }
     if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
+    struct stat sb; /* EEXIST: a directory, not a file of that name (found before the first save, not at it) */
+    if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return ddp_set_error(DDP_ERR_IO, "%s: exists and is not a directory", p);
     if (access(p, W_OK) != 0) return ddp_set_error(DDP_ERR_IO, "%s: not writable: %s", p, strerror(errno));
     return DDP_OK;
 }

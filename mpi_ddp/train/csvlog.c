@@ -97,7 +97,7 @@ static int whole_row(char *line, int ncols, int64_t *epoch, int64_t *step)
 
 /* Reads an existing metrics file back (resume), keeping the whole rows up to keep_step (a partial or
  * malformed row is dropped, never parsed). */
-static ddp_status load_existing(ddp_csv *c, int64_t keep_step)
+static ddp_status load_existing(ddp_csv *c, int64_t keep_step, int drop_val)
 {
     FILE *f = fopen(c->path, "r");
     if (!f) return DDP_OK;
@@ -114,14 +114,17 @@ static ddp_status load_existing(ddp_csv *c, int64_t keep_step)
         int64_t epoch = 0, step = 0;
         if (!whole_row(line, hdr.n, &epoch, &step)) continue;
         char *p = line;
+        int val = 0;
         for (int k = 0; k < hdr.n && p; k++) {
             char *comma = strchr(p, ',');
             if (comma) *comma = 0;
+            val |= k >= 2 && *p && !strncmp(hdr.names[k], "val/", 4);
             if (k >= 2 && *p && strcmp(hdr.names[k], "rank") != 0 && st == DDP_OK)
                 st = ddp_row_set(&row, hdr.names[k], strtod(p, NULL));
             p = comma ? comma + 1 : NULL;
         }
-        if (step <= keep_step && st == DDP_OK) st = add_row(c, epoch, step, &row);
+        if ((step < keep_step || (step == keep_step && !(drop_val && val))) && st == DDP_OK)
+            st = add_row(c, epoch, step, &row);
     }
     ddp_metric_row_free(&hdr);
     ddp_metric_row_free(&row);
@@ -154,7 +157,7 @@ static ddp_status rewrite(ddp_csv *c)
 }
 
 ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, int64_t keep_upto_step,
-                        ddp_csv **out)
+                        int drop_val_at_keep, ddp_csv **out)
 {
     ddp_csv *c = ddp_calloc(1, sizeof *c);
     if (!c) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
@@ -162,7 +165,7 @@ ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, in
     c->rank = rank;
     ddp_status st = DDP_OK;
     for (int i = 0; i < nfirst && st == DDP_OK; i++) st = ddp_row_set(&c->cols, first[i], 0);
-    if (st == DDP_OK && keep_upto_step >= 0) st = load_existing(c, keep_upto_step);
+    if (st == DDP_OK && keep_upto_step >= 0) st = load_existing(c, keep_upto_step, drop_val_at_keep);
     if (st != DDP_OK) {
         ddp_csv_close(c);
         return st;

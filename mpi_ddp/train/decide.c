@@ -177,6 +177,17 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     return DDP_OK;
 }
 
+int ddp_decider_trim(ddp_decider *d, char *removed, size_t n)
+{
+    if (d->top_k <= 0 || d->ntopk <= d->top_k) return 0;
+    int w = 0;
+    for (int i = 1; i < d->ntopk; i++)
+        if (better(d, d->topk[w].value, d->topk[i].value)) w = i;
+    snprintf(removed, n, "%s", d->topk[w].path);
+    d->topk[w] = d->topk[--d->ntopk];
+    return 1;
+}
+
 void ddp_topk_name(char *buf, size_t n, const ddp_decider *d, int64_t epoch, int64_t step, double value)
 {
     char mon[128];
@@ -191,13 +202,15 @@ void ddp_decider_commit(ddp_decider *d, const ddp_decision *out, int64_t epoch, 
 {
     if (n) removed[0] = 0;
     if (!out->save) return;
-    int slot = d->ntopk;
-    if (out->drop >= 0 && d->ntopk >= d->top_k) {
+    int slot = -1;
+    for (int i = 0; i < d->ntopk; i++) /* a file listed already (a resume from a top-k file of an older mpiddp) */
+        if (!strcmp(d->topk[i].path, path)) slot = i;
+    if (slot < 0 && out->drop >= 0 && d->ntopk >= d->top_k) {
         slot = out->drop;
         snprintf(removed, n, "%s", d->topk[slot].path);
-    } else if (d->ntopk < DDP_TOPK_MAX) {
-        d->ntopk++;
-    } else {
+    } else if (slot < 0 && d->ntopk < DDP_TOPK_MAX) {
+        slot = d->ntopk++;
+    } else if (slot < 0) {
         return;
     }
     d->topk[slot].value = out->value;

@@ -56,9 +56,13 @@ void ddp_decider_init(ddp_decider *d, ddp_policy policy, const char *monitor, in
  * nan after epoch E (step S): not finite ..."), as Lightning's EarlyStopping(check_finite=True) stops the run. */
 ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global, const ddp_metric_row *local,
                       int64_t epoch, int64_t step, ddp_decision *out);
-/* After the top-k file for out was written (rank 0): updates the list, returns the file to remove (or ""). */
+/* After the top-k file for out was written (rank 0): updates the list (an entry of the same path is replaced, not
+ * repeated), returns the file to remove (or ""). */
 void ddp_decider_commit(ddp_decider *d, const ddp_decision *out, int64_t epoch, int64_t step, const char *path,
                         char *removed, size_t n);
+/* Rank 0: while the list holds more than top_k files (a resume with a lower --save-top-k), drops the worst entry
+ * and returns 1 with its path in removed (the caller deletes the file); 0 when the list fits. */
+int ddp_decider_trim(ddp_decider *d, char *removed, size_t n);
 /* `epoch=E-step=S-<monitor>=V.h5`, '/' in the monitor name written as '_'. */
 void ddp_topk_name(char *buf, size_t n, const ddp_decider *d, int64_t epoch, int64_t step, double value);
 

@@ -17,9 +17,10 @@ int ddp_metrics_pending(const ddp_metrics *m);
 typedef struct ddp_csv ddp_csv;
 /* rank >= 0 adds a `rank` column holding that value. `first` lists columns in their preferred order.
  * keep_upto_step >= 0 (resume): an existing file's rows with step <= keep_upto_step are kept (rows logged
- * after the checkpoint would be logged again); -1 starts a new file. */
+ * after the checkpoint would be logged again), except, with drop_val_at_keep, rows at keep_upto_step that hold val/
+ * columns (the resumed run validates at that step again); -1 starts a new file. */
 ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, int64_t keep_upto_step,
-                        ddp_csv **out);
+                        int drop_val_at_keep, ddp_csv **out);
 ddp_status ddp_csv_write(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metric_row *row);
 void ddp_csv_close(ddp_csv *c);
 

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@ static const char *const RUN_FILES[] = {"run.json",
                                         "metrics_rank[0-9]*.csv.tmp",
                                         "checkpoints/last.h5",
                                         "checkpoints/decisions.log",
+                                        "checkpoints/decisions.log.tmp",
                                         "checkpoints/epoch=*-step=*-*=*.h5",
                                         "checkpoints/*.h5.tmp.[0-9]*",
                                         "progress/rank[0-9]*"};
@@ -131,7 +133,21 @@ static ddp_status remove_matching(const char *dir, const char *pattern, int *cou
 }
 
 /* Rank 0's part: directory, lock, the check of what it holds. */
-static ddp_status acquire_local(ddp_rundir *rd, const char *dir, int resume, int overwrite)
+/* 1 when the checkpoint file ckpt lies in dir/checkpoints (compared as real paths: any spelling of either). */
+static int own_checkpoint(const char *dir, const char *ckpt)
+{
+    char c[4400], d[4400], a[PATH_MAX], b[PATH_MAX];
+    snprintf(c, sizeof c, "%s", ckpt);
+    char *slash = strrchr(c, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(c, sizeof c, ".");
+    snprintf(d, sizeof d, "%s/checkpoints", dir);
+    return realpath(c, a) && realpath(d, b) && !strcmp(a, b);
+}
+
+static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *resume, int overwrite)
 {
     DDP_CHECK(ddp_mkdir_p(dir));
     char path[4400], holder[512] = "";
@@ -148,10 +164,15 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, int resume, int
             DDP_ERR_BUSY,
             "%s: the run directory is in use by another run (%s); wait for it to end, or choose another --out", dir,
             holder);
-    if (resume) return DDP_OK;
     const char *mark = NULL;
     for (size_t i = 0; i < sizeof RUN_MARKS / sizeof RUN_MARKS[0] && !mark; i++)
         if (exists(dir, RUN_MARKS[i])) mark = RUN_MARKS[i];
+    if (resume && strcmp(resume, "auto") && mark && !own_checkpoint(dir, resume)) /* would mix two runs' files */
+        return ddp_set_error(DDP_ERR_BUSY,
+                             "%s holds a run (%s) and --resume %s is not one of its checkpoints: resume into a new "
+                             "--out (the run continues there), or from a checkpoint in %s/checkpoints",
+                             dir, mark, resume, dir);
+    if (resume) return DDP_OK;
     if (mark && !overwrite)
         return ddp_set_error(
             DDP_ERR_BUSY,
@@ -167,7 +188,7 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, int resume, int
     return DDP_OK;
 }
 
-ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, int resume, int overwrite, ddp_rundir *rd)
+ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume, int overwrite, ddp_rundir *rd)
 {
     memset(rd, 0, sizeof *rd);
     rd->lock_fd = -1;

@@ -352,7 +352,12 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     if (resuming) DDP_CHECK(ddp_train_state_resume(ts, path));
     /* run directory; on resume the metric files keep the rows up to the checkpoint's step */
     if (ctx->topo.rank == 0) st = ddp_mkdir_p(ts->ckpt_dir);
-    if (ctx->topo.rank == 0 && st == DDP_OK) ddp_train_state_remove_stale_tmp(ts->ckpt_dir);
+    /* a checkpoint at its epoch's end, before validation (a top-k file, a stop during validation): the resumed run
+     * validates and decides at its step again, so the rows and lines of that validation are not kept */
+    int again = resuming && ts->resume_pos >= 0 && ts->resume_pos == ddp_dataset_get_info(train)->num_samples;
+    if (ctx->topo.rank == 0 && st == DDP_OK && resuming) ddp_train_state_remove_stale_tmp(ts->ckpt_dir);
+    if (ctx->topo.rank == 0 && st == DDP_OK && resuming)
+        st = ddp_train_state_trim_decisions(ts->ckpt_dir, ts->global_step - again);
     DDP_CHECK(ddp_agree_status(ctx, st));
     static const char *cols[] = {"train/loss",
                                  "train/samples_per_s",
@@ -361,15 +366,15 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
                                  "val/acc",
                                  "val/macro_f1",
                                  "train/rows_per_rank_max_over_mean"};
-    int64_t keep = resuming ? ts->global_step : -1;
+    int64_t keep = resuming ? ts->global_step : -1; /* with again: validation rows at that step are dropped */
     if (ctx->topo.rank == 0) {
         snprintf(path, sizeof path, "%s/metrics.csv", c->out_dir);
-        st = ddp_csv_open(path, -1, cols, 7, keep, &tr->csv);
+        st = ddp_csv_open(path, -1, cols, 7, keep, again, &tr->csv);
     }
     DDP_CHECK(ddp_agree_status(ctx, st));
     if (c->log_per_rank) {
         snprintf(path, sizeof path, "%s/metrics_rank%d.csv", c->out_dir, ctx->topo.rank);
-        st = ddp_csv_open(path, ctx->topo.rank, cols, 7, keep, &tr->csv_rank);
+        st = ddp_csv_open(path, ctx->topo.rank, cols, 7, keep, again, &tr->csv_rank);
         DDP_CHECK(ddp_agree_status(ctx, st));
     }
     DDP_CHECK(ddp_watch_init(ctx, c->out_dir, c->collective_timeout));
@@ -445,7 +450,9 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     ts->lr_total = steps0 * epochs;
     tr->lr_last = ddp_lr_at(c, ts->global_step, ts->lr_total);
     int64_t total_steps = opt_steps * epochs, first_epoch = ts->epoch;
-    int64_t last_epoch = ts->epoch > 0 ? ts->epoch - 1 : -1, last_k = ts->epoch > 0 ? opt_steps : 0; /* the summary's */
+    int at_end = ts->nmb > 0 && ts->mb >= ts->nmb; /* resumed after the epoch's training: it validates next */
+    int64_t last_epoch = at_end ? ts->epoch : ts->epoch > 0 ? ts->epoch - 1 : -1; /* the summary's */
+    int64_t last_k = at_end || ts->epoch > 0 ? opt_steps : 0;
     int early = 0;
     for (; ts->epoch < epochs; ts->epoch++, ts->mb = 0) {
         int64_t e = ts->epoch;
@@ -551,7 +558,7 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
         .summary = summary};
     ddp_rundir rd;
     /* before anything is written: the run directory is this run's (lock; no other run's files unless resuming) */
-    DDP_CHECK(ddp_rundir_acquire(ctx, cfg->out_dir, cfg->resume != NULL, cfg->overwrite, &rd));
+    DDP_CHECK(ddp_rundir_acquire(ctx, cfg->out_dir, cfg->resume, cfg->overwrite, &rd));
     ddp_status st = ddp_agree_status(ctx, setup(&tr, train, val));
     if (st == DDP_OK) st = run(&tr, train, val);
     if (st == DDP_OK) { /* run.json's data_cache: the open-shard LRU's peaks and hit rates (docs/run-directory.md) */

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <sys/stat.h>
 #include <math.h>
 #include <stdarg.h>
@@ -134,7 +135,20 @@ ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row
 {
     ddp_decision d;
     ts->dec.nonfinite_continue = ts->cfg->skip_nonfinite; /* a non-finite monitor: an error, unless --skip-nonfinite */
-    DDP_CHECK(ddp_decide(ts->ctx, &ts->dec, row, lrow, epoch, ts->global_step, &d));
+    /* the top-k file holds the state before this decision (its position is before this epoch's validation), so a
+     * resume from it takes the same decision again: the list, best and patience must not already count it */
+    ddp_decider *state = ddp_calloc(2, sizeof *state); /* [0] before the decision, [1] after it */
+    ddp_status st = ddp_agree_status(ts->ctx, state ? DDP_OK : ddp_set_error(DDP_ERR_NOMEM, "out of memory"));
+    if (st != DDP_OK) {
+        free(state);
+        return st;
+    }
+    state[0] = ts->dec;
+    st = ddp_decide(ts->ctx, &ts->dec, row, lrow, epoch, ts->global_step, &d);
+    if (st != DDP_OK) {
+        free(state);
+        return st;
+    }
     int rank0 = ts->ctx->topo.rank == 0;
     if (rank0 && ts->cfg->progress) fprintf(stderr, "checkpoint: %s\n", d.note);
     if (d.save) { /* the top-k list holds paths relative to the run directory: a copied or moved run manages its own */
@@ -143,14 +157,22 @@ ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row
         snprintf(rel, sizeof rel, "checkpoints/%s", name);
         snprintf(path, sizeof path, "%s/%s", ts->cfg->out_dir, rel);
         ddp_decider_commit(&ts->dec, &d, epoch, ts->global_step, rel, removed, sizeof removed);
-        DDP_CHECK(save_ckpt(ts, path));
+        state[1] = ts->dec; /* plain data: the state before the decision is the one saved */
+        ts->dec = state[0];
+        st = save_ckpt(ts, path);
+        ts->dec = state[1];
+        if (st != DDP_OK) {
+            free(state);
+            return st;
+        }
         if (rank0 && removed[0] && strcmp(removed, rel) != 0 &&
             ddp_rundir_inside(removed)) { /* never outside the run */
             snprintf(path, sizeof path, "%s/%s", ts->cfg->out_dir, removed);
             remove(path);
         }
     }
-    ddp_status st = DDP_OK;
+    free(state);
+    st = DDP_OK;
     if (rank0 && d.note[0]) { /* the decision log, one line per decision, once its save has succeeded */
         char p[4400];
         snprintf(p, sizeof p, "%s/decisions.log", ts->ckpt_dir);
@@ -321,6 +343,18 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
             if (topk_entry_path(c->out_dir, kept, k->path, sizeof k->path) != 0) ts->dec.ntopk--; /* not this run's */
         }
         cJSON_Delete(a);
+        /* a lower --save-top-k than the checkpoint's list: the run's command line applies, so the worst go now */
+        char removed[4800], p[8400];
+        int had = ts->dec.ntopk, n = 0;
+        for (; ddp_decider_trim(&ts->dec, removed, sizeof removed); n++)
+            if (ddp_rundir_inside(removed)) {
+                snprintf(p, sizeof p, "%s/%s", c->out_dir, removed);
+                remove(p);
+            }
+        if (n)
+            fprintf(stderr,
+                    "mpiddp train: notice: --save-top-k %d: kept the best %d of the checkpoint's %d top-k files\n",
+                    c->save_top_k, ts->dec.ntopk, had);
     }
     free(cs.best_local);
     free(cs.topk_json);
@@ -481,15 +515,22 @@ ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_step
                                (long long)ts->mb, (long long)ts->nmb);
     } else if (os >= 0) {
         int64_t end = ts->tsm->n;
-        if (ts->resume_pos >= end) /* saved at the epoch's end: validation comes next */
+        if (ts->resume_pos == end) /* saved at the epoch's end: validation comes next (past it: refused below) */
             ts->mb = ts->nmb;
-        else if (os > opt_steps || epoch_position(ts, os) != ts->resume_pos)
+        else if (os > opt_steps || ts->resume_pos > end)
+            st = ddp_set_error(DDP_ERR_ARG,
+                               "resume position: %lld optimizer steps and %lld samples into epoch %lld cannot be "
+                               "continued exactly (this run's epoch has %lld steps over %lld samples: another training "
+                               "set?)",
+                               (long long)os, (long long)ts->resume_pos, (long long)ts->epoch, (long long)opt_steps,
+                               (long long)end);
+        else if (epoch_position(ts, os) != ts->resume_pos)
             st = ddp_set_error(
                 DDP_ERR_ARG,
                 "resume position: %lld optimizer steps and %lld samples into epoch %lld cannot be continued exactly "
                 "(this run's epoch has %lld steps; step %lld starts at sample %lld)",
                 (long long)os, (long long)ts->resume_pos, (long long)ts->epoch, (long long)opt_steps, (long long)os,
-                (long long)(os <= opt_steps ? epoch_position(ts, os) : -1));
+                (long long)epoch_position(ts, os));
         else
             ts->mb = os * acc < ts->nmb ? os * acc : ts->nmb;
     }
@@ -499,6 +540,44 @@ ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_step
     return settle_schedule(ts, steps0);
 }
 
+ddp_status ddp_train_state_trim_decisions(const char *dir, int64_t keep_upto)
+{
+    char p[4400], tmp[4420], line[2048];
+    snprintf(p, sizeof p, "%s/decisions.log", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    FILE *f = fopen(p, "r"), *o = NULL;
+    if (!f) return DDP_OK;
+    long long e, s;
+    int after = 0;
+    while (!after && fgets(line, sizeof line, f))
+        after = sscanf(line, "epoch %lld step %lld:", &e, &s) == 2 && s > keep_upto;
+    if (after) {
+        rewind(f);
+        o = fopen(tmp, "w");
+        while (o && fgets(line, sizeof line, f))
+            if (!(sscanf(line, "epoch %lld step %lld:", &e, &s) == 2 && s > keep_upto)) fputs(line, o);
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!after) return DDP_OK;
+    bad |= !o || fflush(o) != 0 || ferror(o);
+    bad |= o && fclose(o) != 0;
+    if (!bad && rename(tmp, p) == 0) return DDP_OK;
+    ddp_status st = ddp_set_error(DDP_ERR_IO, "%s: cannot rewrite it for the resume: %s", p, strerror(errno));
+    remove(tmp);
+    return st;
+}
+
+/* NAME.h5.tmp.PID where NAME.h5 is a file a save writes (last.h5, a top-k file): nothing else is the run's. */
+static int stale_tmp_name(const char *name)
+{
+    const char *t = strstr(name, ".h5.tmp.");
+    if (!t || !t[8] || t[8 + strspn(t + 8, "0123456789")]) return 0;
+    char base[512];
+    snprintf(base, sizeof base, "%.*s.h5", (int)(t - name), name);
+    return !strcmp(base, "last.h5") || !fnmatch("epoch=*-step=*-*=*.h5", base, 0);
+}
+
 /* Temporary files of a save that was killed before its rename (never read: last.h5 is still whole). */
 void ddp_train_state_remove_stale_tmp(const char *dir)
 {
@@ -506,7 +585,7 @@ void ddp_train_state_remove_stale_tmp(const char *dir)
     struct dirent *e;
     char p[8400];
     while (d && (e = readdir(d)))
-        if (strstr(e->d_name, ".h5.tmp.")) {
+        if (stale_tmp_name(e->d_name)) {
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
             remove(p);
         }
