@@ -108,6 +108,26 @@ static ddp_status attr_int(vctx *v, const char *name, int64_t *out)
     return st;
 }
 
+/* A shard holds its own data: a virtual dataset (its mapped source files may be missing, and then HDF5 reads its fill
+ * value) and external raw storage (files the manifest's size and mtime do not cover) are refused. */
+static ddp_status dset_storage(vctx *v, const char *name, hid_t d)
+{
+    hid_t pl = H5Dget_create_plist(d);
+    if (pl < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': storage layout cannot be queried", v->path, name);
+    H5D_layout_t lay = H5Pget_layout(pl);
+    int ext = H5Pget_external_count(pl);
+    H5Pclose(pl);
+    if (lay < 0 || ext < 0)
+        return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': storage layout cannot be queried", v->path, name);
+    if (lay == H5D_VIRTUAL)
+        BAD("%s: dataset '%s': virtual dataset (its data lives in other files): not supported, store it in the shard",
+            v->path, name);
+    if (ext != 0)
+        BAD("%s: dataset '%s': external storage (its data lives in other files): not supported, store it in the shard",
+            v->path, name);
+    return DDP_OK;
+}
+
 /* Opens dataset name and checks class, size, rank; dims receives the shape. */
 static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank, hid_t *d, hsize_t *dims,
                             size_t *elsize, int optional, int *present)
@@ -142,6 +162,7 @@ static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank
         H5Sget_simple_extent_dims(sp, dims, NULL);
     H5Tclose(t);
     H5Sclose(sp);
+    if (st == DDP_OK) st = dset_storage(v, name, *d);
     if (st != DDP_OK) {
         H5Dclose(*d);
         *d = -1;

@@ -149,8 +149,14 @@ ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o)
         ddp_mark_error_shared();
         return st;
     }
-    if (ctx->topo.rank == 0) st = ddp_prepare_out_dir(o->out);
-    DDP_CHECK(ddp_agree_status(ctx, st));
+    int created = 0;
+    int64_t written = 0;
+    if (ctx->topo.rank == 0) st = ddp_prepare_out_dir(o->out, &created);
+    st = ddp_agree_status(ctx, st);
+    if (st != DDP_OK) {
+        ddp_out_discard(ctx, o->out, o->shards, 0, created);
+        return st;
+    }
 
     float *proto = ddp_calloc((size_t)(o->classes * o->dim), sizeof *proto);
     if (!proto) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
@@ -175,11 +181,14 @@ ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o)
         ddp_shard_name(name, sizeof name, k, o->shards);
         snprintf(path, sizeof path, "%s/%s", o->out, name);
         if (st == DDP_OK) st = ddp_shard_write(path, o->dim, o->classes, n, off, lab, ids, fill_rows, &ss);
+        if (st == DDP_OK) written++;
         free(ss.scratch);
         free(off);
         free(lab);
         free(ids);
     }
     free(proto);
-    return ddp_agree_status(ctx, st);
+    st = ddp_agree_status(ctx, st);
+    if (st != DDP_OK) ddp_out_discard(ctx, o->out, o->shards, written, created); /* no partial dataset is left */
+    return st;
 }

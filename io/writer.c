@@ -1,6 +1,7 @@
 /* writer.c — the atomic shard writer shared by synth and pack. */
 #include "io/writer.h"
 
+#include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/status.h"
 #include "io/shard.h"
 #include "mpi_ddp/core/fsutil.h"
@@ -44,6 +45,7 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     const char *dir = dirname(dcopy), *base = basename(bcopy);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, base, (long)getpid());
     ddp_status st = DDP_OK;
+    int placed = 0; /* path is this call's file: a failure after the rename removes it too */
     hid_t fapl = -1, f = -1, d = -1, fs = -1, ms = -1;
     float *buf = NULL;
     int64_t rows = offsets[n];
@@ -108,6 +110,7 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     H5W(e, "H5Fclose");
     DDP_TRY(ddp_fsync_path(tmp, 0));
     if (rename(tmp, path) != 0) DDP_FAIL(DDP_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
+    placed = 1;
     DDP_TRY(ddp_fsync_path(dir, 1));
 done:
     free(buf);
@@ -116,16 +119,24 @@ done:
     if (d >= 0) H5Dclose(d);
     if (f >= 0) H5Fclose(f);
     if (fapl >= 0) H5Pclose(fapl);
-    if (st != DDP_OK) unlink(tmp);
+    if (st != DDP_OK) unlink(placed ? path : tmp);
     return st;
 }
 
-ddp_status ddp_prepare_out_dir(const char *dir)
+ddp_status ddp_prepare_out_dir(const char *dir, int *created)
 {
+    struct stat sb;
+    *created = 0;
+    int existed = lstat(dir, &sb) == 0;
     DDP_CHECK(ddp_mkdir_p(dir));
+    *created = !existed;
     const char *p = dir;
     DIR *d = opendir(p);
-    if (!d) return ddp_set_error(DDP_ERR_IO, "%s: %s", p, strerror(errno));
+    if (!d) {
+        ddp_status st = ddp_set_error(DDP_ERR_IO, "%s: %s", p, strerror(errno));
+        if (*created && rmdir(dir) == 0) *created = 0;
+        return st;
+    }
     struct dirent *e;
     int found = 0;
     while ((e = readdir(d))) {
@@ -139,9 +150,26 @@ ddp_status ddp_prepare_out_dir(const char *dir)
     return DDP_OK;
 }
 
+void ddp_out_discard(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written, int created)
+{
+    char msg[1024], name[64], path[4200];
+    int shared = ddp_error_shared(), all = 1;
+    snprintf(msg, sizeof msg, "%s", ddp_last_error());
+    for (int64_t k = ctx->topo.rank, i = 0; k < shards && i < written; k += ctx->topo.size, i++) {
+        ddp_shard_name(name, sizeof name, k, shards);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        unlink(path); /* best effort: the run's error is the one reported */
+    }
+    /* every rank's shards are gone before the directory is; rmdir removes it only if it is now empty */
+    if (ctx->topo.size > 1 && ddp_all_ok(ctx, 1, &all) != DDP_OK) all = 0;
+    if (created && all && ctx->topo.rank == 0) rmdir(dir);
+    ddp_set_error_text(msg); /* the run's error, not the cleanup's */
+    if (shared) ddp_mark_error_shared();
+}
+
 void ddp_shard_name(char *buf, size_t len, int64_t k, int64_t total)
 {
     int w = 5;
-    for (int64_t t = total - 1; t >= 100000; t /= 10) w++;
+    for (int64_t t = total - 1; t >= 100000 && w < 19; t /= 10) w++; /* int64 has at most 19 digits */
     snprintf(buf, len, "shard-%0*lld.h5", w, (long long)k);
 }

@@ -30,8 +30,13 @@ ddp_status ddp_synth_check(const ddp_synth_opts *o);
 /* want_classes > 0 sets num_classes (at least the largest label + 1); 0: the largest label + 1. */
 ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards, int64_t want_classes);
 
-/* Creates dir (and parents); fails if it already holds *.h5 files. */
-ddp_status ddp_prepare_out_dir(const char *dir);
+/* Creates dir (and parents); fails if it already holds *.h5 files. *created: whether this call created dir. */
+ddp_status ddp_prepare_out_dir(const char *dir, int *created);
+/* Collective, after a failed synth or pack whose status the ranks agreed: each rank removes the first `written` of
+ * the shards it writes (k = rank, rank + size, ...), then, once every rank has, rank 0 removes dir if its
+ * ddp_prepare_out_dir created it (created) and it is now empty. Nothing the run did not create is touched;
+ * ddp_last_error() keeps the run's error. */
+void ddp_out_discard(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written, int created);
 /* The n-th shard file name for a dataset of total shards: shard-00000.h5 ... */
 void ddp_shard_name(char *buf, size_t len, int64_t k, int64_t total);
 

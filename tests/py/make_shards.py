@@ -137,6 +137,25 @@ def bad(out):
     neg[2] = -1
     case("label_negative", r"label_negative/s0\.h5: dataset 'labels'\[2\]: -1 out of range", data=dict(labels=neg))
     case("labels_length", r"labels_length/s0\.h5: dataset 'labels': length 19 differs", data=dict(labels=labels[:19]))
+    # data stored outside the shard: a virtual dataset (its source file missing, every feature read as the fill
+    # value 0) and external raw storage (truncated) both validated as valid; any dataset may be either
+    for name, obj in [("virtual_features", "features"), ("virtual_labels", "labels")]:
+        case(name, rf"{name}/s0\.h5: dataset '{obj}': virtual dataset \(its data lives in other files\): not supported")
+        with h5py.File(f"{out}/{name}/s0.h5", "a") as f:
+            x = f[obj][()]
+            del f[obj]
+            lay = h5py.VirtualLayout(shape=x.shape, dtype=x.dtype)
+            lay[...] = h5py.VirtualSource(f"{out}/{name}/missing_source.h5", "x", shape=x.shape)
+            f.create_virtual_dataset(obj, lay, fillvalue=0)
+    for name, obj in [("external_features", "features"), ("external_offsets", "offsets")]:
+        case(name, rf"{name}/s0\.h5: dataset '{obj}': external storage \(its data lives in other files\): not supported")
+        with h5py.File(f"{out}/{name}/s0.h5", "a") as f:
+            x = f[obj][()]
+            del f[obj]
+            x.tofile(f"{out}/{name}/{obj}.raw")
+            f.create_dataset(obj, shape=x.shape, dtype=x.dtype, external=[(f"{out}/{name}/{obj}.raw", 0, x.nbytes)])
+        if obj == "features":  # truncated; the offsets' file is intact: refused all the same
+            os.truncate(f"{out}/{name}/{obj}.raw", 100)
     # shards that disagree with each other
     case("dim_differs", r"dim_differs/s1\.h5: dataset 'features': D=6 differs from D=5")
     write_shard(f"{out}/dim_differs/s1.h5", np.zeros((int(offsets[-1]), D + 1), np.float32), offsets, labels)

@@ -1,6 +1,7 @@
 # synth is deterministic and independent of how many ranks write it; pack round-trips a per-sample file;
 # writers produce contiguous, 4096-aligned, mappable shards and refuse to overwrite a dataset; pack refuses labels
-# beyond the format's 2^24 classes; index's manifest of unsigned or big-endian labels is one its readers accept.
+# beyond the format's 2^24 classes; index's manifest of unsigned or big-endian labels is one its readers accept;
+# a failed pack or synth leaves no shard behind.
 . "$(dirname "$0")/lib.sh"
 "$MPIDDP" synth --out a --samples 500 --shards 5 --seed 3 >/dev/null
 mpirun_np 3 "$MPIDDP" synth --out b --samples 500 --shards 5 --seed 3 >/dev/null
@@ -38,6 +39,27 @@ for t in u4 '>i8'; do
   expect_rc 0 "$MPIDDP" index lab
   expect_rc 0 "$MPIDDP" inspect lab
   ! grep -q "notice" <<<"$ERR" && grep -q "metadata from lab/mpiddp-manifest.bin (5 shards unchanged" <<<"$OUT" || fail "labels $t: the manifest index wrote is not used: $OUT $ERR"
+done
+# a failed pack or synth removes the shards it wrote (every rank its own, after they agreed on the failure) and the
+# --out directory if the run created it: it left 3 of 4 shards, which inspect called valid and a rerun refused.
+# Sample 56 (the last, in shard 3: at np 2 written by rank 1 after shards 0-2) reads from a missing external file.
+$PY -c "import h5py, shutil; shutil.copy('in.h5', 'unr.h5'); f = h5py.File('unr.h5', 'a'); g = f['samples']; n = sorted(g)[-1]; s = g[n].shape; del g[n]; g.create_dataset(n, shape=s, dtype='f4', external=[('$WORK/missing.raw', 0, 4 * s[0] * s[1])])"
+mkdir -p kept && echo mine > kept/notes.txt
+for np in 1 2; do
+  for out in new_$np kept; do
+    expect_rc 1 mpirun_np $np "$MPIDDP" pack --input unr.h5 --out $out --shards 4
+    [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] && grep -q "unr.h5: dataset '/samples/.*'\[56\]: cannot be read" <<<"$ERR" || fail "pack, np $np, unreadable sample: $ERR"
+    ! ls $out/*.h5 >/dev/null 2>&1 || fail "pack, np $np: a failed pack left $(ls $out)"
+  done
+  [ ! -e new_$np ] || fail "pack, np $np: the out directory it created is left: $(ls -a new_$np)"
+  [ "$(cat kept/notes.txt)" = mine ] || fail "pack, np $np: removed what it did not write: $(ls -a kept)"
+  mpirun_np $np "$MPIDDP" pack --input in.h5 --out kept --shards 4 >/dev/null || fail "pack, np $np: rerun into kept"
+  $PY "$SRC/tests/py/make_shards.py" check-pack in.h5 kept
+  rm -f kept/*.h5 kept/mpiddp-manifest.bin
+  # synth: an allocation of its shard loop fails on rank np-1 (at np 2 after rank 0 wrote shards 0, 2 and 4)
+  site=io/synth.c:$(grep -n 'int64_t \*off = ddp_calloc' "$SRC/io/synth.c" | cut -d: -f1)
+  expect_rc 1 env MPIDDP_TEST_FAIL_ALLOC=$site MPIDDP_TEST_FAIL_ALLOC_RANK=$((np - 1)) mpirun -np $np --oversubscribe "$MPIDDP" synth --out syn_$np --samples 50 --shards 5
+  grep -q "out of memory" <<<"$ERR" && [ ! -e syn_$np ] || fail "synth, np $np, failed: left $(ls -a syn_$np 2>&1): $ERR"
 done
 expect_rc 1 "$MPIDDP" pack --input missing.h5 --out p2
 printf '%s' "$ERR" | qgrep "missing.h5" || fail "pack error does not name the file"
