@@ -102,8 +102,11 @@ static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l,
         if (dims[0] < 1)
             return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: empty sample (0 rows)", input,
                                  l->names[i], (long long)i);
+        if (dims[1] < 1)
+            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: D=0 (no features per row)", input,
+                                 l->names[i], (long long)i);
         if (*dim < 0) *dim = (int64_t)dims[1];
-        if ((int64_t)dims[1] != *dim || *dim < 1)
+        if ((int64_t)dims[1] != *dim)
             return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: D=%llu differs from D=%lld", input,
                                  l->names[i], (long long)i, (unsigned long long)dims[1], (long long)*dim);
         (*rows)[i] = (int64_t)dims[0];
@@ -122,7 +125,10 @@ static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l,
     if (isint && r == 1 && np == l->n) e = H5Dread(ld, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, *labels);
     H5Dclose(ld);
     if (!isint) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': wrong type (expected integer)", input);
-    if (r != 1 || np != l->n)
+    if (r != 1)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': wrong rank %d (expected 1: one label per sample)",
+                             input, r);
+    if (np != l->n)
         return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': %lld values for %lld samples", input,
                              (long long)np, (long long)l->n);
     if (e < 0) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': cannot be read", input);

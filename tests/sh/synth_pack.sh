@@ -61,6 +61,19 @@ for np in 1 2; do
   expect_rc 1 env MPIDDP_TEST_FAIL_ALLOC=$site MPIDDP_TEST_FAIL_ALLOC_RANK=$((np - 1)) mpirun -np $np --oversubscribe "$MPIDDP" synth --out syn_$np --samples 50 --shards 5
   grep -q "out of memory" <<<"$ERR" && [ ! -e syn_$np ] || fail "synth, np $np, failed: left $(ls -a syn_$np 2>&1): $ERR"
 done
+# misnamed inputs: samples of D=0 and 2-D labels are named as such (once "D=0 differs from D=0", "6 values for 6")
+$PY -c "
+import h5py, numpy as np
+with h5py.File('d0.h5', 'w') as f:
+    g = f.create_group('samples'); [g.create_dataset('s%d' % i, data=np.ones((2, 0), 'f4')) for i in range(6)]
+    f['labels'] = np.arange(6) % 3
+with h5py.File('lab2d.h5', 'w') as f:
+    g = f.create_group('samples'); [g.create_dataset('s%d' % i, data=np.ones((2, 3), 'f4')) for i in range(6)]
+    f['labels'] = (np.arange(6) % 3).reshape(2, 3)"
+expect_rc 1 "$MPIDDP" pack --input d0.h5 --out pd0
+grep -q "d0.h5: dataset '/samples/s0'\[0\]: D=0 (no features per row)" <<<"$ERR" || fail "pack, D=0: $ERR"
+expect_rc 1 "$MPIDDP" pack --input lab2d.h5 --out plab
+grep -q "lab2d.h5: dataset '/labels': wrong rank 2 (expected 1: one label per sample)" <<<"$ERR" || fail "pack, 2-D labels: $ERR"
 expect_rc 1 "$MPIDDP" pack --input missing.h5 --out p2
 printf '%s' "$ERR" | qgrep "missing.h5" || fail "pack error does not name the file"
 pass "synth and pack"
