@@ -193,8 +193,8 @@ ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float
     int64_t lo = 0, hi = 0;
     DDP_CHECK(ddp_shard_rows(s, i, &lo, &hi));
     *nrows = hi - lo;
-    int64_t y = s->lab_width == 4 ? ((const int32_t *)s->labels)[i] : ((const int64_t *)s->labels)[i];
-    if (y < 0 || y >= m->classes)
+    int64_t y = !label ? 0 : s->lab_width == 4 ? ((const int32_t *)s->labels)[i] : ((const int64_t *)s->labels)[i];
+    if (y < 0 || y >= m->classes) /* read (and checked) only for a caller that uses it */
         return ddp_set_error(DDP_ERR_FORMAT, "%s/%s: dataset 'labels'[%lld]: %lld: not in [0, %lld): " CHANGED, s->dir,
                              m->name, (long long)i, (long long)y, (long long)m->classes);
     if (label) *label = y;
