@@ -47,8 +47,7 @@ static int entry_ok(const ddp_manifest *m, const ddp_manifest_entry *e)
     if (e->n < 1 || e->n > ((int64_t)1 << 40) || e->rows < e->n || e->rows > big || e->dim < 1 || e->dim > big ||
         e->classes < 2 || e->classes > DDP_MAX_CLASSES || e->max_rows < 1 || e->max_rows > e->rows || e->min_rows < 1 ||
         e->min_rows > e->max_rows || e->sum_rows != e->rows || e->file_bytes < 0 || e->file_bytes > big ||
-        (e->lab_off == -1 ? e->lab_width != 0 && e->lab_width != 4 && e->lab_width != 8
-                          : e->lab_width != 4 && e->lab_width != 8) ||
+        (e->lab_width != 4 && e->lab_width != 8 && !(e->lab_off == -1 && e->lab_width == 0)) ||
         (e->has_ids != 0 && e->has_ids != 1) || e->nonfinite < -1 || e->nonfinite_samples < -1 ||
         e->nonfinite_samples > e->n)
         return 0;

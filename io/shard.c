@@ -169,14 +169,23 @@ void ddp_shard_release_handles(ddp_shard *s)
 
 #define CHANGED "the file changed after it was validated (rerun mpiddp index, or pass --manifest none)"
 
+/* 1 when sample i's offsets are ones validation could have seen: 1 to max_rows rows within the shard */
+static int rows_ok(const ddp_shard *s, int64_t i, int64_t *a, int64_t *b)
+{
+    const ddp_shard_meta *m = &s->meta;
+    if (i < 0 || i >= m->n) return 0;
+    *a = s->offsets[i], *b = s->offsets[i + 1];
+    return *a >= 0 && *b > *a && *b <= m->rows && *b - *a <= m->max_rows;
+}
+
 ddp_status ddp_shard_rows(const ddp_shard *s, int64_t i, int64_t *lo, int64_t *hi)
 {
     const ddp_shard_meta *m = &s->meta;
+    int64_t a = 0, b = 0;
     if (i < 0 || i >= m->n)
         return ddp_set_error(DDP_ERR_INTERNAL, "%s/%s: sample %lld of %lld", s->dir, m->name, (long long)i,
                              (long long)m->n);
-    int64_t a = s->offsets[i], b = s->offsets[i + 1];
-    if (a < 0 || b <= a || b > m->rows || b - a > m->max_rows)
+    if (!rows_ok(s, i, &a, &b))
         return ddp_set_error(DDP_ERR_FORMAT,
                              "%s/%s: dataset 'offsets'[%lld]: %lld, then %lld: not a sample of 1 to %lld rows within "
                              "the shard's %lld: " CHANGED,
@@ -220,10 +229,8 @@ ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float
 
 int ddp_shard_range(ddp_shard *s, int64_t i, int64_t j, void **addr, size_t *len)
 {
-    int64_t a0 = 0, a1 = 0, b0 = 0, b1 = 0; /* hints only: a sample that changed since validation gets none */
-    if (!s->features || j <= i || ddp_shard_rows(s, i, &a0, &a1) != DDP_OK ||
-        ddp_shard_rows(s, j - 1, &b0, &b1) != DDP_OK)
-        return 0;
+    int64_t a0 = 0, a1 = 0, b0 = 0, b1 = 0; /* hints only: a changed sample gets none, and sets no error */
+    if (!s->features || j <= i || !rows_ok(s, i, &a0, &a1) || !rows_ok(s, j - 1, &b0, &b1)) return 0;
     long page = sysconf(_SC_PAGESIZE);
     const char *a = (const char *)(s->features + a0 * s->meta.dim);
     const char *b = (const char *)(s->features + b1 * s->meta.dim);
