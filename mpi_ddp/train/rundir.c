@@ -23,6 +23,9 @@
 #define LOCK_NAME "run.lock"
 #define LOCK_WAIT_S 5.0 /* a run killed a moment ago may still be ending (ranks outlive a killed mpirun ~1 s) */
 
+/* The temporaries of a save killed before its rename: NAME.h5.tmp.PID of last.h5 and of the top-k files. */
+#define SAVE_TMP_LAST "checkpoints/last.h5.tmp.[0-9]*"
+#define SAVE_TMP_TOPK "checkpoints/epoch=*-step=*-*=*.h5.tmp.[0-9]*"
 /* The files a run writes, as shell patterns relative to the run directory; the first group marks a run. */
 static const char *const RUN_MARKS[] = {"run.json", "metrics.csv", "checkpoints/last.h5", "checkpoints/decisions.log"};
 static const char *const RUN_FILES[] = {"run.json",
@@ -34,7 +37,8 @@ static const char *const RUN_FILES[] = {"run.json",
                                         "checkpoints/decisions.log",
                                         "checkpoints/decisions.log.tmp",
                                         "checkpoints/epoch=*-step=*-*=*.h5",
-                                        "checkpoints/*.h5.tmp.[0-9]*",
+                                        SAVE_TMP_LAST,
+                                        SAVE_TMP_TOPK,
                                         "progress/rank[0-9]*"};
 
 static double now_s(void)
@@ -186,6 +190,13 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
         rd->removed = removed;
     }
     return DDP_OK;
+}
+
+void ddp_rundir_remove_stale_tmp(const char *dir)
+{
+    int n = 0; /* best effort: a temporary that cannot be removed is never read */
+    (void)remove_matching(dir, SAVE_TMP_LAST, &n);
+    (void)remove_matching(dir, SAVE_TMP_TOPK, &n);
 }
 
 ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume, int overwrite, ddp_rundir *rd)

@@ -22,5 +22,8 @@ ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume,
 void ddp_rundir_release(ddp_rundir *rd);
 /* 1 when rel is a relative path that stays inside the directory it is relative to (no "..", not absolute). */
 int ddp_rundir_inside(const char *rel);
+/* Rank 0, on resume: removes the temporaries of a save killed before its rename (last.h5's and the top-k files'
+ * NAME.h5.tmp.PID in dir/checkpoints; nothing else). */
+void ddp_rundir_remove_stale_tmp(const char *dir);
 
 #endif

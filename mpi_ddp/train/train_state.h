@@ -57,8 +57,6 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path);
  * learning-rate schedule (a resume keeps the checkpoint's horizon or restarts the decay, --lr-horizon; rank 0 prints
  * one notice when the schedule changes) and records it in run.json. */
 ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps, int64_t steps0);
-/* Temporary files of a save that was killed before its rename (NAME.h5.tmp.PID of last.h5 and top-k files only). */
-void ddp_train_state_remove_stale_tmp(const char *dir);
 /* Rank 0, on resume: dir/decisions.log keeps the lines of decisions at steps <= keep_upto (the ones the resumed run
  * does not take again), rewritten through decisions.log.tmp and a rename; untouched when nothing is after. */
 ddp_status ddp_train_state_trim_decisions(const char *dir, int64_t keep_upto);

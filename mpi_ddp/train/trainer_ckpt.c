@@ -11,9 +11,7 @@
 #include "mpi_ddp/train/runinfo.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fnmatch.h>
 #include <sys/stat.h>
 #include <math.h>
 #include <stdarg.h>
@@ -566,28 +564,4 @@ ddp_status ddp_train_state_trim_decisions(const char *dir, int64_t keep_upto)
     ddp_status st = ddp_set_error(DDP_ERR_IO, "%s: cannot rewrite it for the resume: %s", p, strerror(errno));
     remove(tmp);
     return st;
-}
-
-/* NAME.h5.tmp.PID where NAME.h5 is a file a save writes (last.h5, a top-k file): nothing else is the run's. */
-static int stale_tmp_name(const char *name)
-{
-    const char *t = strstr(name, ".h5.tmp.");
-    if (!t || !t[8] || t[8 + strspn(t + 8, "0123456789")]) return 0;
-    char base[512];
-    snprintf(base, sizeof base, "%.*s.h5", (int)(t - name), name);
-    return !strcmp(base, "last.h5") || !fnmatch("epoch=*-step=*-*=*.h5", base, 0);
-}
-
-/* Temporary files of a save that was killed before its rename (never read: last.h5 is still whole). */
-void ddp_train_state_remove_stale_tmp(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char p[8400];
-    while (d && (e = readdir(d)))
-        if (stale_tmp_name(e->d_name)) {
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            remove(p);
-        }
-    if (d) closedir(d);
 }

@@ -81,6 +81,14 @@ echo c > mine/checkpoints/last.h5.tmp.x
 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 1 --out mine --no-progress >/dev/null
 [ "$(cat mine/checkpoints/model.h5.tmp.42 mine/checkpoints/my.h5.tmp.backup mine/checkpoints/last.h5.tmp.x)" = "$(printf 'a\nb\nc')" ] ||
   fail "a fresh run removed files of checkpoints/ that were not its own: $(ls mine/checkpoints)"
+echo d > mine/checkpoints/last.h5.tmp.123 # a save's temporary: --overwrite and a resume remove it, and only it
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 1 --out mine --overwrite --no-progress
+[ ! -e mine/checkpoints/last.h5.tmp.123 ] || fail "--overwrite kept a save's temporary"
+[ "$(cat mine/checkpoints/model.h5.tmp.42 mine/checkpoints/my.h5.tmp.backup mine/checkpoints/last.h5.tmp.x)" = "$(printf 'a\nb\nc')" ] ||
+  fail "--overwrite removed files of checkpoints/ that were not its own: $(ls mine/checkpoints)"
+echo d > mine/checkpoints/last.h5.tmp.123
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 2 --out mine --resume auto --no-progress
+[ ! -e mine/checkpoints/last.h5.tmp.123 ] && [ -f mine/checkpoints/model.h5.tmp.42 ] || fail "a resume's clean-up: $(ls mine/checkpoints)"
 mkdir cf && echo x > cf/checkpoints
 expect_rc 1 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 1 --out cf
 grep -q "cf/checkpoints: exists and is not a directory" <<<"$ERR" && ! grep -q "^epoch 0" <<<"$ERR" || fail "checkpoints/ as a file: $ERR"
