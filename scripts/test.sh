@@ -6,7 +6,7 @@
 # coverage of the GPU code (at least 95%); fuzzes shard validation for 60 s; then builds with ASan+UBSan
 # and runs the suite under the sanitizers. The long tier (CTest label `long`: the signal storm, the
 # allocation-failure and spread-validation sweeps) runs once: in the sanitizer pass, or in the first pass
-# when that one is skipped.
+# when that one is skipped. CTest runs one test per core (nproc); tests that bound a run's wall time run alone.
 # Fails when any test fails or when a pass finds no test. Every pass configures every option it relies on,
 # so the order of demo.sh and test.sh, and repeated runs, do not matter. Each pass prints its start time.
 #   SANITIZE=0 ./scripts/test.sh   skips the sanitizer pass; FUZZ_SECONDS=0 only replays the fuzz regressions
@@ -20,7 +20,8 @@ build() {
   cmake --build "$dir" -j"$JOBS" 2>&1 | grep -Ev '^\[|^-- |Scanning|Built target|Consolidate' || true
   cmake --build "$dir" -j"$JOBS" >/dev/null   # fails loudly if the build is broken
 }
-ctest_in() { local dir=$1; shift; (cd "$dir" && ctest --output-on-failure --no-tests=error --timeout 600 -j1 "$@"); }
+# one test per core at a time; the tests that bound a run's wall time are RUN_SERIAL (tests/CMakeLists.txt)
+ctest_in() { local dir=$1; shift; (cd "$dir" && ctest --output-on-failure --no-tests=error --timeout 600 -j"$JOBS" "$@"); }
 pass() { printf '== %s  [%dm%02ds]\n' "$1" $((SECONDS / 60)) $((SECONDS % 60)); }   # the time since test.sh began
 long=(-LE long)                # the long tier runs in the sanitizer pass
 [ "${SANITIZE:-1}" != 0 ] || long=()
