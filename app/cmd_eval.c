@@ -12,6 +12,7 @@
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/train/evaluate.h"
+#include "mpi_ddp/train/metrics.h"
 #include "mpi_ddp/core/status.h"
 
 #include <dirent.h>
@@ -37,9 +38,10 @@ static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
         return st;
     }
     fprintf(f, CSV_HEADER "\n");
+    char prob[40];
     for (int64_t i = 0; i < a->n; i++)
-        fprintf(f, "%lld,%lld,%lld,%.7g\n", (long long)a->ids[i], (long long)a->labels[i], (long long)a->preds[i],
-                a->probs[i]);
+        fprintf(f, "%lld,%lld,%lld,%s\n", (long long)a->ids[i], (long long)a->labels[i], (long long)a->preds[i],
+                ddp_fmt_value(prob, sizeof prob, a->probs[i], 7));
     int bad = fflush(f) != 0 || ferror(f), err = bad ? errno : 0;
     if (fclose(f) != 0 && !bad) bad = 1, err = errno;
     if (bad) {
@@ -70,7 +72,20 @@ static ddp_status check_out(const char *out, const char *ckpt, const char *data)
         if (errno != ENOENT) return ddp_set_error(DDP_ERR_ARG, "--out %s: %s", out, strerror(errno));
         if (len && out[len - 1] == '/')
             return ddp_set_error(DDP_ERR_ARG, "--out %s: names a directory, not a file", out);
-        return DDP_OK; /* a new file: write_predictions says why if its directory is missing */
+        /* a new file: its directory must exist and take files now, not after the whole evaluation */
+        char dir[4200];
+        const char *slash = strrchr(out, '/');
+        if (!slash)
+            snprintf(dir, sizeof dir, ".");
+        else
+            snprintf(dir, sizeof dir, "%.*s", slash == out ? 1 : (int)(slash - out), out);
+        struct stat sd;
+        if (stat(dir, &sd) != 0)
+            return ddp_set_error(DDP_ERR_ARG, "--out %s: directory %s: %s", out, dir, strerror(errno));
+        if (!S_ISDIR(sd.st_mode)) return ddp_set_error(DDP_ERR_ARG, "--out %s: %s is not a directory", out, dir);
+        if (access(dir, W_OK | X_OK) != 0)
+            return ddp_set_error(DDP_ERR_ARG, "--out %s: cannot create files in %s: %s", out, dir, strerror(errno));
+        return DDP_OK;
     }
     if (S_ISDIR(so.st_mode))
         return ddp_set_error(DDP_ERR_ARG, "--out %s: is a directory (give a file name, e.g. %s%spredictions.csv)", out,
@@ -139,12 +154,19 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     if (mc.kind == DDP_MODEL_TRANSFORMER)
         DDP_TRY(ddp_dataset_check_max_rows(ctx, ds, mc.max_positions, "the model's max_positions"));
     mc.precision = precision; /* bf16: GEMM-only activations in bf16, as in training */
-    mc.max_batch_rows = batch * in->max_sample_rows;
-    mc.max_batch_samples = batch;
-    if (batch_rows > 0) { /* token budgets: a rank's share is at most the mean load plus one sample */
-        DDP_TRY(ddp_dataset_check_max_rows(ctx, ds, batch_rows, "--batch-rows"));
-        mc.max_batch_rows = mc.max_batch_samples = batch_rows + in->max_sample_rows;
+    if (batch_rows > 0) DDP_TRY(ddp_dataset_check_max_rows(ctx, ds, batch_rows, "--batch-rows"));
+    DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&sm, DDP_SAMPLE_SEQUENTIAL, in->num_samples, ctx->topo.size,
+                                                   ctx->topo.rank, 0, 0, batch, NULL, 0)));
+    if (batch_rows > 0) {
+        double sq = ddp_model_cost_sq(&mc);
+        DDP_TRY(ddp_dataset_row_counts(ctx, ds, &lens));
+        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&sm, batch_rows, 1, lens, in->max_sample_rows, sq)));
     }
+    /* the buffers hold the largest batch the sampler makes, which a batch past the set's size does not change: a
+     * rank's share of the set (token budgets: a rank's share is at most the mean load plus one sample, and never
+     * more than the set's rows) */
+    mc.max_batch_samples = sm.max_samples;
+    mc.max_batch_rows = batch_rows > 0 ? sm.max_rows : sm.max_samples * in->max_sample_rows;
     DDP_TRY(ddp_agree_status(ctx, ddp_model_create(ctx, dev, &mc, &m)));
     int64_t n = ddp_model_num_params(&m);
     host = ddp_calloc((size_t)n, sizeof *host);
@@ -171,13 +193,6 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     DDP_TRY(ddp_agree_status(ctx, ddp_backend_set_precision(be, precision))); /* any precision, whatever trained it */
     DDP_TRY(be->alloc(be, &params, (size_t)n * sizeof(float)));
     DDP_TRY(be->upload(be, params, host, (size_t)n * sizeof(float)));
-    DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&sm, DDP_SAMPLE_SEQUENTIAL, in->num_samples, ctx->topo.size,
-                                                   ctx->topo.rank, 0, 0, batch, NULL, 0)));
-    if (batch_rows > 0) {
-        double sq = ddp_model_cost_sq(&mc);
-        DDP_TRY(ddp_dataset_row_counts(ctx, ds, &lens));
-        DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_budget(&sm, batch_rows, 1, lens, in->max_sample_rows, sq)));
-    }
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(ds, &sm, 1, &ld)));
     DDP_TRY(ddp_agree_status(ctx, ddp_eval_acc_init(&a, dims[2], sm.max_samples, out != NULL)));
     DDP_TRY(ddp_loader_start_epoch(ld, 0, 0));
@@ -195,8 +210,12 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
         st = ctx->topo.rank == 0 ? write_predictions(out, &all) : DDP_OK;
         DDP_TRY(ddp_agree_status(ctx, st));
     }
-    if (ctx->topo.rank == 0)
-        printf("val/loss=%.9g val/acc=%.9g val/macro_f1=%.9g\n", sums[1] > 0 ? sums[0] / sums[1] : 0.0, acc, f1);
+    if (ctx->topo.rank == 0) { /* nan and inf written as metrics.csv writes them */
+        char v[3][40];
+        printf("val/loss=%s val/acc=%s val/macro_f1=%s\n",
+               ddp_fmt_value(v[0], sizeof v[0], sums[1] > 0 ? sums[0] / sums[1] : 0.0, 9),
+               ddp_fmt_value(v[1], sizeof v[1], acc, 9), ddp_fmt_value(v[2], sizeof v[2], f1, 9));
+    }
 done:
     if (be) (void)ddp_backend_set_precision(be, DDP_PRECISION_FP32);
     if (params) be->release(be, params);

@@ -46,6 +46,9 @@ static void print_summary(const ddp_train_summary *s, const ddp_train_config *cf
         else if (s->has_best)
             printf("mpiddp train: best checkpoint: none kept (--save-top-k 0); best %s=%.9g\n", s->monitor,
                    s->best_value);
+        else if (s->never_finite)
+            printf("mpiddp train: best checkpoint: none (%s was never finite; see checkpoints/decisions.log)\n",
+                   s->monitor);
         else
             printf("mpiddp train: best checkpoint: none (%s)\n", cfg->fast_dev_run > 0
                                                                      ? "--fast-dev-run makes no checkpoint decision"

@@ -96,6 +96,8 @@ ddp_status ddp_sampler_init(ddp_sampler *s, ddp_sample_mode mode, int64_t n, int
         }
     }
     s->steps = (s->per_rank + batch - 1) / batch;
+    if (s->max_samples > s->per_rank)
+        s->max_samples = s->per_rank; /* a batch past the set: buffers for what it holds */
     return DDP_OK;
 }
 

@@ -18,7 +18,8 @@ typedef struct {
     uint64_t seed;
     int drop_last;
     int64_t batch;       /* sample-count batches: samples per rank per step (0 with token budgets) */
-    int64_t max_samples; /* the most samples one rank's micro-batch holds (the loader's and models' buffers) */
+    int64_t max_samples; /* the most samples one rank's micro-batch holds (the loader's and models' buffers): batch,
+                            at most per_rank (a batch past the set's size sizes no more) */
     /* per epoch */
     int64_t epoch;
     int64_t per_rank; /* samples per rank this epoch, padding included */
@@ -33,7 +34,8 @@ typedef struct {
     int acc;             /* micro-batches per optimizer step */
     const int32_t *lens; /* [n] rows of each sample (borrowed) */
     double cost_sq;      /* a sample's cost: rows + cost_sq x rows^2 */
-    int64_t max_rows;    /* largest micro-batch of one rank, in rows (loader buffers); 0: batch x longest sample */
+    int64_t max_rows;    /* largest micro-batch of one rank, in rows (loader buffers), at most the set's rows; 0: batch
+                            x longest sample */
     int64_t nplan, cap_plan;
     int64_t *plan; /* per epoch: [nplan+1] first position of each optimizer step in the epoch's order */
     /* --shuffle block (ddp_sampler_set_blocks): the epoch's order permutes blocks of consecutive samples and

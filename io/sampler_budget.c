@@ -49,8 +49,11 @@ ddp_status ddp_sampler_set_budget(ddp_sampler *s, int64_t rows_per_rank, int acc
     s->cost_sq = cost_sq;
     /* a bin gets at most the mean load plus one sample (LPT): rows_per_rank + max_len */
     s->max_rows = rows_per_rank + max_len;
+    int64_t total = 0; /* a micro-batch never holds more than the whole set: a budget past it sizes no more */
+    for (int64_t i = 0; i < s->n; i++) total += lens[i];
+    if (s->max_rows > total) s->max_rows = total;
     s->batch = 0;
-    s->max_samples = s->max_rows; /* a sample has at least one row */
+    s->max_samples = s->max_rows < s->n ? s->max_rows : s->n; /* a sample has at least one row */
     s->per_rank = 0;
     s->epoch = 0;
     if (s->nblocks > 0 && s->blk_epoch != s->epoch) ddp_sampler_make_block_order(s);

@@ -26,14 +26,21 @@ struct ddp_csv {
     FILE *f;
 };
 
-static void put_value(FILE *f, double v)
+const char *ddp_fmt_value(char *buf, size_t n, double v, int digits)
 {
     if (isnan(v))
-        fputs("nan", f);
+        snprintf(buf, n, "nan");
     else if (isinf(v))
-        fputs(v > 0 ? "inf" : "-inf", f);
+        snprintf(buf, n, "%s", v > 0 ? "inf" : "-inf");
     else
-        fprintf(f, "%.9g", v);
+        snprintf(buf, n, "%.*g", digits, v);
+    return buf;
+}
+
+static void put_value(FILE *f, double v)
+{
+    char b[40];
+    fputs(ddp_fmt_value(b, sizeof b, v, 9), f);
 }
 
 static void put_row(ddp_csv *c, FILE *f, const csv_row *r)

@@ -23,25 +23,45 @@ void ddp_decider_init(ddp_decider *d, ddp_policy policy, const char *monitor, in
     d->best = d->best_local = NAN;
 }
 
-/* v improves on ref by more than min_delta in the monitored direction (anything beats NaN) */
-static int better(const ddp_decider *d, double v, double ref)
+/* v is better than ref in the monitored direction, plainly (anything beats NaN): ranks the top-k list and decides
+ * which files are saved. --early-stop-min-delta plays no part there, as in Lightning's ModelCheckpoint. */
+static int beats(const ddp_decider *d, double v, double ref)
+{
+    if (isnan(v)) return 0;
+    if (isnan(ref)) return 1;
+    return d->mode_max ? v > ref : v < ref;
+}
+
+/* v improves on ref by more than min_delta (anything beats NaN): early stopping's improvement, as in Lightning's
+ * EarlyStopping(min_delta) */
+static int improves(const ddp_decider *d, double v, double ref)
 {
     if (isnan(v)) return 0;
     if (isnan(ref)) return 1;
     return d->mode_max ? v > ref + d->min_delta : v < ref - d->min_delta;
 }
 
-/* would v enter the top-k list (rank 0) */
+/* The worst kept entry by plain comparison (NaN worst; of equal values the oldest), -1 when the list is empty: the
+ * entry a full list replaces and a lower --save-top-k drops. */
+static int topk_worst(const ddp_decider *d)
+{
+    int w = -1;
+    for (int i = 0; i < d->ntopk; i++) {
+        const ddp_topk_entry *e = &d->topk[i];
+        int tie = w >= 0 && !beats(d, e->value, d->topk[w].value) && !beats(d, d->topk[w].value, e->value);
+        if (w < 0 || beats(d, d->topk[w].value, e->value) || (tie && e->step < d->topk[w].step)) w = i;
+    }
+    return w;
+}
+
+/* would v enter the top-k list (rank 0): the list is not full, or v beats its worst entry */
 static int enters_topk(const ddp_decider *d, double v, int *worst)
 {
     *worst = -1;
     if (d->top_k <= 0 || isnan(v)) return 0;
     if (d->ntopk < d->top_k) return 1;
-    int w = 0;
-    for (int i = 1; i < d->ntopk; i++)
-        if (better(d, d->topk[w].value, d->topk[i].value)) w = i;
-    *worst = w;
-    return better(d, v, d->topk[w].value);
+    *worst = topk_worst(d);
+    return beats(d, v, d->topk[*worst].value);
 }
 
 static const char *policy_name(ddp_policy p)
@@ -50,6 +70,17 @@ static const char *policy_name(ddp_policy p)
     return n[p];
 }
 
+/* policy's rule over the ranks that voted: yes of voters said so */
+static int vote_passes(ddp_policy p, int yes, int voters)
+{
+    if (p == DDP_POLICY_ALL) return voters > 0 && yes == voters;
+    if (p == DDP_POLICY_ANY) return yes > 0;
+    return 2 * yes > voters; /* majority */
+}
+
+/* the bits of a rank's vote */
+enum { V_BEATS = 1, V_NONFINITE = 2, V_ABSENT = 4, V_IMPROVES = 8 };
+
 ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global, const ddp_metric_row *local,
                       int64_t epoch, int64_t step, ddp_decision *out)
 {
@@ -57,9 +88,10 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     out->drop = -1;
     int W = ctx->topo.size, me = ctx->topo.rank;
     int vote = d->policy >= DDP_POLICY_ALL, need_local = vote || d->policy == DDP_POLICY_RANK0;
-    /* 1. the monitor must exist where the policy reads it: a clear error on every rank, never a hang */
+    /* 1. the monitor must exist where the policy reads it: a clear error on every rank, never a hang. A rank whose
+     *    local row lacks it has no value of its own (no validation sample: ddp_metrics_sync) and abstains. */
     int gi = ddp_row_find(global, d->monitor), li = ddp_row_find(local, d->monitor);
-    int have = (me != 0 || gi >= 0) && (!need_local || li >= 0), all = 0;
+    int have = me != 0 || gi >= 0, all = 0;
     DDP_CHECK(ddp_all_ok(ctx, have, &all));
     if (!all) {
         ddp_set_error(
@@ -69,17 +101,21 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         ddp_mark_error_shared();
         return DDP_ERR_ARG;
     }
+    int absent = need_local && li < 0;
     double lv = li >= 0 ? local->vals[li] : NAN;
-    /* 2. each rank's vote: its local value improved over its own best (bit 0), and is not finite (bit 1) */
-    int mine = better(d, lv, d->best_local) | (need_local && !isfinite(lv) ? 2 : 0);
+    /* 2. each rank's vote on its local value against its own best: beats it (saves), not finite, no value, improves
+     *    on it by more than min_delta (early stopping) */
+    int mine = absent ? V_ABSENT
+                      : (beats(d, lv, d->best_local) ? V_BEATS : 0) | (need_local && !isfinite(lv) ? V_NONFINITE : 0) |
+                            (improves(d, lv, d->best_local) ? V_IMPROVES : 0);
     int *votes = me == 0 ? ddp_calloc((size_t)W, sizeof *votes) : NULL;
-    int *imp = me == 0 ? ddp_calloc((size_t)W, sizeof *imp) : NULL;
-    ddp_status ast = ddp_agree_status(ctx, me == 0 && (!votes || !imp)
+    int *fl = me == 0 ? ddp_calloc((size_t)(3 * W), sizeof *fl) : NULL; /* rank lists: yes, no, no value */
+    ddp_status ast = ddp_agree_status(ctx, me == 0 && (!votes || !fl)
                                                ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for the checkpoint vote")
                                                : DDP_OK);
     if (ast != DDP_OK) {
         free(votes);
-        free(imp);
+        free(fl);
         return ast;
     }
     MPI_Request rq;
@@ -87,37 +123,54 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     ddp_status wst = ddp_wait(ctx, 1, &rq, "the checkpoint vote");
     if (wst != DDP_OK) {
         free(votes);
-        free(imp);
+        free(fl);
         return wst;
     }
     /* 3. rank 0 decides; one broadcast carries the decision */
-    double dec[5] = {0, 0, NAN, -1, 0}; /* improved, stop, value, drop, not finite */
+    double dec[7] = {0, 0, NAN, -1, 0, 0, 0}; /* improved, stop, value, drop, not finite, beaten, no value */
     char fail[600] = "";
     if (me == 0) {
         double view = d->policy == DDP_POLICY_RANK0 ? lv : global->vals[gi];
-        int improved, yes = 0, nbad = 0;
-        for (int r = 0; r < W; r++) nbad += (votes[r] & 2) != 0;
-        for (int r = 0; r < W; r++) yes += imp[r] = votes[r] & 1;
-        int nonfinite = !isfinite(view) || (vote && nbad > 0);
-        if (d->policy == DDP_POLICY_ALL)
-            improved = yes == W;
-        else if (d->policy == DDP_POLICY_ANY)
-            improved = yes > 0;
-        else if (d->policy == DDP_POLICY_MAJORITY)
-            improved = 2 * yes > W;
-        else
-            improved = better(d, view, d->best);
-        if (nonfinite) { /* nothing to rank: no save, no improvement */
+        int improved, beaten, yes = 0, yes_imp = 0, voters = 0, nbad = 0, nabs = 0;
+        for (int r = 0; r < W; r++) {
+            fl[2 * W + r] = (votes[r] & V_ABSENT) != 0; /* abstains: counted nowhere else */
+            nabs += fl[2 * W + r];
+            if (fl[2 * W + r]) continue;
+            voters++;
+            nbad += (votes[r] & V_NONFINITE) != 0;
+            yes += fl[r] = (votes[r] & V_BEATS) != 0;
+            fl[W + r] = !fl[r];
+            yes_imp += (votes[r] & V_IMPROVES) != 0;
+        }
+        int novalue = vote ? voters == 0 : d->policy == DDP_POLICY_RANK0 && (votes[0] & V_ABSENT);
+        int nonfinite = !novalue && (!isfinite(view) || (vote && nbad > 0));
+        if (vote) {
+            beaten = vote_passes(d->policy, yes, voters);
+            improved = vote_passes(d->policy, yes_imp, voters);
+        } else {
+            beaten = beats(d, view, d->best);
+            improved = improves(d, view, d->best);
+        }
+        if (novalue) { /* nothing to decide on: an error on every rank (a validation set smaller than the world) */
+            improved = beaten = 0;
+            snprintf(fail, sizeof fail,
+                     "%s has no value %s after epoch %lld (step %lld): %s, so policy %s has nothing to decide on "
+                     "(--ckpt-policy reduced decides on the value over all ranks)",
+                     d->monitor, vote ? "on any rank" : "on rank 0", (long long)epoch, (long long)step,
+                     vote ? "no rank evaluated a validation sample" : "rank 0 evaluated no validation sample",
+                     policy_name(d->policy));
+        } else if (nonfinite) { /* nothing to rank: no save, no improvement */
             char who[240];
             if (vote && nbad) {
                 char badl[200];
-                for (int r = 0; r < W; r++) votes[r] = (votes[r] & 2) != 0; /* done counting: reused for the list */
+                for (int r = 0; r < W; r++) votes[r] = (votes[r] & V_NONFINITE) != 0; /* counted: reused for the list */
                 ddp_rank_list(votes, W, 1, badl, sizeof badl);
                 snprintf(who, sizeof who, "not finite on rank(s) %s", badl);
             } else {
-                snprintf(who, sizeof who, "not finite (%s)", isnan(view) ? "nan" : view > 0 ? "inf" : "-inf");
+                char v[32];
+                snprintf(who, sizeof who, "not finite (%s)", ddp_fmt_value(v, sizeof v, view, 6));
             }
-            improved = 0;
+            improved = beaten = 0;
             snprintf(fail, sizeof fail,
                      "%s is %s after epoch %lld (step %lld), so it can neither rank checkpoints nor stop "
                      "early (a NaN or Inf in the validation data? mpiddp inspect or train --check-finite names it; "
@@ -125,38 +178,42 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
                      "goes on without saving)",
                      d->monitor, who, (long long)epoch, (long long)step);
         }
-        int worst = -1, save = !nonfinite && d->top_k > 0 && (vote ? improved : enters_topk(d, view, &worst));
-        if (vote && save && d->ntopk >= d->top_k) { /* list full: the worst by value makes room */
-            int w = 0;
-            for (int i = 1; i < d->ntopk; i++)
-                if (better(d, d->topk[w].value, d->topk[i].value)) w = i;
-            worst = w;
-        }
+        int worst = -1, save = !nonfinite && !novalue && d->top_k > 0 && (vote ? beaten : enters_topk(d, view, &worst));
+        if (vote && save && d->ntopk >= d->top_k) worst = topk_worst(d); /* list full: the worst by value makes room */
         int stop = d->patience > 0 && !improved && d->bad_epochs + 1 >= d->patience;
         dec[0] = improved, dec[1] = stop, dec[2] = view, dec[3] = save ? worst : -2, dec[4] = nonfinite;
-        char yesl[200], nol[200];
-        ddp_rank_list(imp, W, 1, yesl, sizeof yesl);
-        ddp_rank_list(imp, W, 0, nol, sizeof nol);
+        dec[5] = beaten, dec[6] = novalue;
+        char val[32], yesl[200], nol[200], absl[220] = "";
+        ddp_fmt_value(val, sizeof val, view, 6);
+        ddp_rank_list(fl, W, 1, yesl, sizeof yesl);
+        ddp_rank_list(fl + W, W, 1, nol, sizeof nol);
+        if (nabs) {
+            char l[200];
+            ddp_rank_list(fl + 2 * W, W, 1, l, sizeof l);
+            snprintf(absl, sizeof absl, "; no value on ranks %s", l);
+        }
         if (vote)
             snprintf(out->note, sizeof out->note,
-                     "epoch %lld step %lld: %s=%.6g; policy %s: %s (improved on ranks %s; not on ranks %s)%s",
-                     (long long)epoch, (long long)step, d->monitor, view, policy_name(d->policy),
+                     "epoch %lld step %lld: %s=%s; policy %s: %s (improved on ranks %s; not on ranks %s%s)%s",
+                     (long long)epoch, (long long)step, d->monitor, val, policy_name(d->policy),
                      save        ? "save"
                      : nonfinite ? "not finite, no save"
                                  : "no save",
-                     yesl, nol, yes != 0 && yes != W ? " - ranks disagree" : "");
+                     yesl, nol, absl, yes != 0 && yes != voters ? " - ranks disagree" : "");
         else
-            snprintf(out->note, sizeof out->note, "epoch %lld step %lld: %s=%.6g; policy %s: %s", (long long)epoch,
-                     (long long)step, d->monitor, view, policy_name(d->policy),
+            snprintf(out->note, sizeof out->note, "epoch %lld step %lld: %s=%s; policy %s: %s", (long long)epoch,
+                     (long long)step, d->monitor, val, policy_name(d->policy),
                      save        ? "save"
                      : improved  ? "improved"
                      : nonfinite ? "not finite, no save"
                                  : "no improvement");
-        free(imp);
+        free(fl);
     }
     free(votes);
-    MPI_CHECK(MPI_Ibcast(dec, 5, MPI_DOUBLE, 0, ctx->world, &rq));
+    MPI_CHECK(MPI_Ibcast(dec, 7, MPI_DOUBLE, 0, ctx->world, &rq));
     DDP_CHECK(ddp_wait(ctx, 1, &rq, "the checkpoint decision"));
+    if (dec[6] != 0) /* rank 0's line, on every rank */
+        return ddp_agree_status(ctx, me == 0 ? ddp_set_error(DDP_ERR_ARG, "%s", fail) : DDP_OK);
     out->nonfinite = dec[4] != 0;
     if (out->nonfinite && !d->nonfinite_continue) /* rank 0's line, on every rank */
         return ddp_agree_status(ctx, me == 0 ? ddp_set_error(DDP_ERR_NUMERIC, "%s", fail) : DDP_OK);
@@ -165,24 +222,24 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     out->value = dec[2];
     out->save = dec[3] > -2;
     out->drop = out->save ? (int)dec[3] : -1;
-    /* 4. state updates, identical in meaning on every rank (Lightning updates each rank's local best only
-     *    when the combined decision is to save) */
+    /* 4. state updates, identical in meaning on every rank. Early stopping's best moves on an improvement (by more
+     *    than min_delta); a rank's own best moves, for the votes, when the combined vote says its values beat the
+     *    ranks' bests (as Lightning updates each rank's state only on the combined decision), else when its value
+     *    beats it. A rank without a value keeps its best. */
     if (improved) {
         d->best = out->value;
         d->bad_epochs = 0;
     } else {
         d->bad_epochs++;
     }
-    if (vote ? out->save || improved : better(d, lv, d->best_local)) d->best_local = lv;
+    if (!absent && (vote ? dec[5] != 0 : beats(d, lv, d->best_local))) d->best_local = lv;
     return DDP_OK;
 }
 
 int ddp_decider_trim(ddp_decider *d, char *removed, size_t n)
 {
     if (d->top_k <= 0 || d->ntopk <= d->top_k) return 0;
-    int w = 0;
-    for (int i = 1; i < d->ntopk; i++)
-        if (better(d, d->topk[w].value, d->topk[i].value)) w = i;
+    int w = topk_worst(d);
     snprintf(removed, n, "%s", d->topk[w].path);
     d->topk[w] = d->topk[--d->ntopk];
     return 1;

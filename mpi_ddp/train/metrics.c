@@ -229,8 +229,8 @@ ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_r
         for (int i = 0; i < nn; i++) {
             buf[i] = m->acc_sum.vals[i];
             buf[nn + i] = m->acc_cnt.vals[i];
-            if (local && st == DDP_OK)
-                st = ddp_row_set(local, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
+            if (local && st == DDP_OK && buf[nn + i] != 0) /* a count of 0 here: no local value (not 0) */
+                st = ddp_row_set(local, m->acc_sum.names[i], buf[i] / buf[nn + i]);
         }
     }
     if (!mismatch) st = ddp_agree_status(c, st); /* a rank out of memory here: agreed before the allreduce */

@@ -14,6 +14,10 @@ void ddp_row_clear(ddp_metric_row *r);
 /* Number of names currently accumulated (collective + rank-0). */
 int ddp_metrics_pending(const ddp_metrics *m);
 
+/* v as the metric files write it: %.<digits>g, and nan, inf, -inf for the non-finite (printf's "-nan" is not a
+ * number Python, pandas or awk read back). Returns buf. */
+const char *ddp_fmt_value(char *buf, size_t n, double v, int digits);
+
 typedef struct ddp_csv ddp_csv;
 /* rank >= 0 adds a `rank` column holding that value. `first` lists columns in their preferred order.
  * keep_upto_step >= 0 (resume): an existing file's rows with step <= keep_upto_step are kept (rows logged

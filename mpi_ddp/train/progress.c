@@ -130,6 +130,8 @@ void ddp_progress_summarize(const ddp_progress *p, const ddp_train_state *ts, dd
     const ddp_decider *d = &ts->dec;
     sm->has_best = 0;
     sm->best_path[0] = 0;
+    /* a first finite value always improves (anything beats "none yet"): decisions without one saw no finite value */
+    sm->never_finite = isnan(d->best) && d->ntopk == 0 && d->bad_epochs > 0;
     snprintf(sm->monitor, sizeof sm->monitor, "%s", d->monitor);
     int b = -1;
     for (int i = 0; i < d->ntopk; i++)

@@ -74,6 +74,7 @@ typedef struct {
                                               progress line; validation and epoch-end checkpoints excluded */
     int token_budget;                      /* --batch-rows: rows/s is the figure that matters (tokens/s) */
     int has_best;                          /* a decision has seen a value (rank 0) */
+    int never_finite;                      /* decisions were made (--skip-nonfinite) but none saw a finite value */
     double best_value;
     int64_t best_epoch, best_step; /* -1 with --save-top-k 0 */
     char best_path[4800];          /* "checkpoints/NAME" relative to the run directory; "" when none */

@@ -256,8 +256,10 @@ static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t
     DDP_CHECK(ddp_log_rank0(tr->metrics, "val/acc", acc));
     DDP_CHECK(ddp_log_rank0(tr->metrics, "val/macro_f1", f1));
     DDP_CHECK(ddp_metrics_sync(tr->metrics, &tr->row, &tr->lrow));
-    ddp_row_set(&tr->lrow, "val/acc", lacc);
-    ddp_row_set(&tr->lrow, "val/macro_f1", lf1);
+    if (a->count > 0) { /* a rank with no validation sample (padding only) has no local value: it abstains */
+        ddp_row_set(&tr->lrow, "val/acc", lacc);
+        ddp_row_set(&tr->lrow, "val/macro_f1", lf1);
+    }
     ddp_row_set(&tr->lrow, "val/count", (double)a->count);
     int mon = ddp_row_find(&tr->lrow, ts->cfg->monitor); /* test hook: ranks' local votes made to disagree */
     if (mon >= 0 && tr->hooks.monitor_offset) tr->lrow.vals[mon] += ddp_test_hooks_monitor_offset(&tr->hooks, epoch);
@@ -309,7 +311,11 @@ static ddp_status setup_local(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         return ddp_set_error(DDP_ERR_ARG, "model has %lld classes but the datasets have %lld (train) and %lld (val)",
                              (long long)C, (long long)ddp_dataset_get_info(train)->num_classes,
                              (long long)ddp_dataset_get_info(val)->num_classes);
-    DDP_CHECK(ddp_eval_acc_init(&tr->eval, C, c->batch_rows > 0 ? 2 * c->batch_rows : c->batch_size, 0));
+    /* a validation batch holds at most a rank's share of the set (as the sampler's max_samples): a batch past it
+     * sizes no more */
+    int64_t nval = ddp_dataset_get_info(val)->num_samples, vb = c->batch_rows > 0 ? 2 * c->batch_rows : c->batch_size;
+    int64_t share = c->batch_rows > 0 ? nval : (nval + ctx->topo.size - 1) / ctx->topo.size;
+    DDP_CHECK(ddp_eval_acc_init(&tr->eval, C, vb < share ? vb : share, 0));
     DDP_CHECK(ddp_metrics_create(ctx, &tr->metrics));
     ts->model->metrics = tr->metrics;
     DDP_CHECK(ddp_test_hooks_open(&tr->hooks, ts->ctx->topo.rank));

@@ -1,8 +1,9 @@
 # Hangs and silent misreads (#31 item 8): --config that is /dev/zero, a directory, a FIFO, too large or binary
 # is refused at once with one line and exit 2 (`timeout` turns a spin or a block into a failure); `eval --out`
-# never replaces the checkpoint, a shard or a file mpiddp did not write (compared by device and inode), and says
-# "is a directory" for one; a shard without read permission says "Permission denied" (as root the check runs
-# as `nobody`, through setpriv or runuser: it is never skipped). Multi-rank parts at np 1, 2 and 4.
+# never replaces the checkpoint, a shard or a file mpiddp did not write (compared by device and inode), says
+# "is a directory" for one, and refuses a file in a missing directory before it evaluates; a shard without read
+# permission says "Permission denied" (as root the check runs as `nobody`, through setpriv or runuser: it is never
+# skipped). Multi-rank parts at np 1, 2 and 4.
 . "$(dirname "$0")/lib.sh"
 tmpirun() { local np=$1; shift; timeout 60 mpirun -np "$np" --oversubscribe "$@"; }
 one_line() { [ "$(printf '%s\n' "$ERR" | grep -c '^mpiddp')" = 1 ] || fail "$1: not one line: $ERR"; }
@@ -60,8 +61,9 @@ for np in 1 2 4; do
   one_line "--out dir/ at np $np"
   expect_rc 2 "${ev[@]}" --out preds
   printf '%s' "$ERR" | qgrep "is a directory" || fail "--out dir at np $np: $ERR"
-  expect_rc 1 "${ev[@]}" --out nodir/p.csv
-  printf '%s' "$ERR" | qgrep "nodir/p.csv.tmp.[0-9]*: cannot create: No such file or directory" || fail "--out in a missing directory at np $np: $ERR"
+  expect_rc 2 "${ev[@]}" --out nodir/p.csv # refused before the evaluation, not after it
+  printf '%s' "$ERR" | qgrep "^mpiddp eval: --out nodir/p.csv: directory nodir: No such file or directory$" || fail "--out in a missing directory at np $np: $ERR"
+  one_line "--out in a missing directory at np $np"
   expect_rc 0 "${ev[@]}" --out p.csv # a new file, then the same file again: mpiddp wrote it, it may be replaced
   expect_rc 0 "${ev[@]}" --out p.csv
   [ "$(head -1 p.csv)" = "sample_id,label,pred,prob" ] && [ "$(wc -l < p.csv)" = 41 ] || fail "predictions at np $np: $(head -3 p.csv)"

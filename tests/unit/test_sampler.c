@@ -2,7 +2,7 @@
  * is independent of world size (the union over ranks, position by position, is the 1-rank order);
  * padding duplicates are flagged; shard mode gives equal step counts over uneven shards and each rank
  * reads only its own shards; epochs and seeds change the order; the block shuffle's windows and read-ahead
- * runs; the token-budget plan and split. */
+ * runs; the token-budget plan and split; a batch or budget past the set sizes buffers for the set, not the request. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -310,6 +310,49 @@ static void test_budget_capacity(void **state)
         }
 }
 
+
+/* --batch-size 10000000 (or a --batch-rows budget) on a 37-sample set: max_samples / max_rows (the loader's, the
+ * model's and evaluation's buffers) are what a rank's batch can hold, and the batches are those of a batch equal to
+ * the rank's share */
+static void test_batch_past_the_set(void **state)
+{
+    (void)state;
+    enum { N = 37 };
+    int32_t lens[N];
+    int64_t total = 0;
+    for (int i = 0; i < N; i++) total += lens[i] = 4 + i % 5;
+    for (int W = 1; W <= 4; W++)
+        for (int r = 0; r < W; r++) {
+            int64_t share = (N + W - 1) / W;
+            ddp_sampler big, exact;
+            assert_int_equal(ddp_sampler_init(&big, DDP_SAMPLE_SEQUENTIAL, N, W, r, 0, 0, 10000000, NULL, 0), DDP_OK);
+            assert_int_equal(ddp_sampler_init(&exact, DDP_SAMPLE_SEQUENTIAL, N, W, r, 0, 0, share, NULL, 0), DDP_OK);
+            assert_int_equal(big.max_samples, share);
+            assert_int_equal(big.steps, 1);
+            assert_int_equal(exact.steps, 1);
+            assert_int_equal(ddp_sampler_set_epoch(&big, 0), DDP_OK);
+            assert_int_equal(ddp_sampler_set_epoch(&exact, 0), DDP_OK);
+            int64_t ib[N], ie[N], nb = 0, ne = 0;
+            uint8_t pb[N], pe[N];
+            assert_int_equal(ddp_sampler_batch(&big, 0, ib, pb, &nb), DDP_OK);
+            assert_int_equal(ddp_sampler_batch(&exact, 0, ie, pe, &ne), DDP_OK);
+            assert_int_equal(nb, ne);
+            assert_memory_equal(ib, ie, (size_t)nb * sizeof *ib);
+            assert_memory_equal(pb, pe, (size_t)nb);
+            ddp_sampler_free(&big), ddp_sampler_free(&exact);
+            ddp_sampler gl; /* the training orders too */
+            assert_int_equal(ddp_sampler_init(&gl, DDP_SAMPLE_GLOBAL, N, W, r, 7, 0, 10000000, NULL, 0), DDP_OK);
+            assert_int_equal(gl.max_samples, share);
+            ddp_sampler_free(&gl);
+            ddp_sampler bud; /* a budget past the set's rows: buffers for the set's rows and samples */
+            assert_int_equal(ddp_sampler_init(&bud, DDP_SAMPLE_SEQUENTIAL, N, W, r, 0, 0, 1, NULL, 0), DDP_OK);
+            assert_int_equal(ddp_sampler_set_budget(&bud, 1000000000000LL, 1, lens, 8, 0.0), DDP_OK);
+            assert_int_equal(bud.max_rows, total);
+            assert_int_equal(bud.max_samples, N);
+            ddp_sampler_free(&bud);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_block_shuffle),
         cmocka_unit_test(test_budget_plan),
         cmocka_unit_test(test_budget_capacity),
+        cmocka_unit_test(test_batch_past_the_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
