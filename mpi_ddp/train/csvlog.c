@@ -103,20 +103,22 @@ static int whole_row(char *line, int ncols, int64_t *epoch, int64_t *step)
 }
 
 /* Reads an existing metrics file back (resume), keeping the whole rows up to keep_step (a partial or
- * malformed row is dropped, never parsed). */
+ * malformed row is dropped, never parsed). Lines of any length: a row of many metrics is not cut in two. */
 static ddp_status load_existing(ddp_csv *c, int64_t keep_step, int drop_val)
 {
     FILE *f = fopen(c->path, "r");
     if (!f) return DDP_OK;
     ddp_status st = DDP_OK;
-    char line[1 << 16];
+    char *line = NULL;
+    size_t cap = 0;
     ddp_metric_row hdr = {0}, row = {0};
-    if (fgets(line, sizeof line, f)) {
+    errno = 0;
+    if (getline(&line, &cap, f) > 0) {
         line[strcspn(line, "\r\n")] = 0;
         for (char *save = NULL, *tok = strtok_r(line, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
             if (st == DDP_OK) st = ddp_row_set(&hdr, tok, 0);
     }
-    while (st == DDP_OK && hdr.n >= 2 && fgets(line, sizeof line, f)) {
+    while (st == DDP_OK && hdr.n >= 2 && (errno = 0, getline(&line, &cap, f) > 0)) {
         ddp_row_clear(&row);
         int64_t epoch = 0, step = 0;
         if (!whole_row(line, hdr.n, &epoch, &step)) continue;
@@ -133,6 +135,11 @@ static ddp_status load_existing(ddp_csv *c, int64_t keep_step, int drop_val)
         if ((step < keep_step || (step == keep_step && !(drop_val && val))) && st == DDP_OK)
             st = add_row(c, epoch, step, &row);
     }
+    /* a failed read must not pass for the end of the file: the rewrite would drop the rows not read */
+    if (st == DDP_OK && (ferror(f) || errno == ENOMEM))
+        st = ddp_set_error(errno == ENOMEM ? DDP_ERR_NOMEM : DDP_ERR_IO, "%s: cannot read it back for the resume: %s",
+                           c->path, strerror(errno ? errno : EIO));
+    free(line);
     ddp_metric_row_free(&hdr);
     ddp_metric_row_free(&row);
     fclose(f);

@@ -2,8 +2,8 @@
  * --early-stop-min-delta is (the worst kept entry is found by plain comparison when a full list makes room, and
  * when a lower --save-top-k trims it, NaN worst), min_delta gates early stopping's improvement only; a rank without
  * a local value (no validation sample: ddp_metrics_sync leaves a count of 0 out of the local row) abstains, and
- * when no rank has one the decision is an error, not a vote of zeros. The vote across ranks at np 2 and 4 runs in
- * tests/sh/exact_validation.sh. */
+ * when no rank has one the decision is an error, not a vote of zeros; a resume reads metrics.csv back whole. The vote
+ * across ranks at np 2 and 4 runs in tests/sh/exact_validation.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,7 +15,9 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static ddp_ctx *g_ctx;
 
@@ -196,6 +198,43 @@ static void test_fmt_value(void **state)
     assert_string_equal(ddp_fmt_value(b, sizeof b, 0.123456789012, 6), "0.123457");
 }
 
+/* a resume reads metrics.csv back whole, however long its lines: a row of 3000 metrics (over 100 KiB) is kept,
+ * not cut at a buffer's end and dropped by the rewrite */
+static void test_csv_long_rows(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_decide.XXXXXX", path[64], name[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    static const char *const first[] = {"lr"};
+    enum { M = 3000 };
+    ddp_metric_row r = {0};
+    for (int i = 0; i < M; i++) {
+        snprintf(name, sizeof name, "val/a_metric_with_a_long_name_%04d", i);
+        assert_int_equal(ddp_row_set(&r, name, i + 0.5), DDP_OK);
+    }
+    ddp_csv *c = NULL;
+    assert_int_equal(ddp_csv_open(path, -1, first, 1, -1, 0, &c), DDP_OK);
+    assert_int_equal(ddp_csv_write(c, 0, 1, &r), DDP_OK);
+    assert_int_equal(ddp_csv_write(c, 0, 2, &r), DDP_OK);
+    ddp_csv_close(c);
+    assert_int_equal(ddp_csv_open(path, -1, first, 1, 2, 0, &c), DDP_OK); /* a resume at step 2 keeps both rows */
+    ddp_csv_close(c);
+    ddp_metric_row_free(&r);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int lines = 0, c1 = 0, ch;
+    while ((ch = fgetc(f)) != EOF) {
+        lines += ch == '\n';
+        c1 += ch == ',' && lines == 2; /* commas of the second row */
+    }
+    fclose(f);
+    assert_int_equal(lines, 3);
+    assert_int_equal(c1, M + 2); /* epoch, step, lr (empty) and the M metrics */
+    remove(path);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (ddp_init(&argc, &argv, &g_ctx) != DDP_OK) return 1;
@@ -206,6 +245,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sync_leaves_out_no_samples),
         cmocka_unit_test(test_no_value_anywhere),
         cmocka_unit_test(test_fmt_value),
+        cmocka_unit_test(test_csv_long_rows),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ddp_finalize(g_ctx);
