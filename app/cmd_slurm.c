@@ -3,6 +3,7 @@
  * output, and `srun --mpi=pmix mpiddp train ... --resume auto`. */
 #include "cli.h"
 
+#include <ini.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,84 @@ static void shq(FILE *f, const char *s)
             fputc(*s, f);
     }
     fputc('\'', f);
+}
+
+/* A value sbatch reads from an #SBATCH line cannot hold a newline, and one with a double quote would need
+ * sbatch's escapes: such a value is refused (cmd_slurm_script, before anything is printed). */
+static int sbatch_value_ok(const char *v) { return !strpbrk(v, "\n\r\""); }
+
+/* Prints `#SBATCH --opt=VALUE`: VALUE double-quoted when it holds anything beyond a plain word (sbatch splits an
+ * unquoted value at whitespace and ends it at '#'), with its backslashes escaped (sbatch's escape character). */
+static void sbatch_line(FILE *f, const char *opt, const char *v)
+{
+    fprintf(f, "#SBATCH --%s=", opt);
+    if (strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") == strlen(v)) {
+        fprintf(f, "%s\n", v);
+        return;
+    }
+    fputc('"', f);
+    for (; *v; v++) {
+        if (*v == '\\') fputc('\\', f);
+        fputc(*v, f);
+    }
+    fputs("\"\n", f);
+}
+
+/* How the train arguments start the run: whether they give --resume (on the command line or as a --config key),
+ * and --overwrite's value (the command line's, else the --config file's). */
+typedef struct {
+    int resume, overwrite;
+} train_start;
+
+static int parse_flag(const char *v, int *out)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcmp(v, yes[i])) return *out = 1, 1;
+        if (!strcmp(v, no[i])) return *out = 0, 1;
+    }
+    return 0;
+}
+
+static int start_key(void *user, const char *section, const char *name, const char *value)
+{
+    train_start *ts = user;
+    (void)section;
+    char key[64];
+    snprintf(key, sizeof key, "%s", name);
+    for (char *p = key; *p; p++)
+        if (*p == '_') *p = '-';
+    if (!strcmp(key, "resume")) ts->resume = 1;
+    if (!strcmp(key, "overwrite")) (void)parse_flag(value, &ts->overwrite); /* train refuses another value */
+    return 1;
+}
+
+/* Reads args[0..n) (and the --config file they name, as train would); returns 0, or 2 after a usage line. */
+static int read_train_start(ddp_ctx *ctx, char **args, int n, train_start *out)
+{
+    const char *config = NULL;
+    int resume = 0, overwrite = -1; /* -1: not on the command line */
+    for (int i = 0; i < n; i++) {
+        const char *a = args[i];
+        if (!strcmp(a, "--resume") || !strncmp(a, "--resume=", 9)) resume = 1;
+        if (!strcmp(a, "--overwrite")) overwrite = 1;
+        if (!strncmp(a, "--overwrite=", 12)) (void)parse_flag(a + 12, &overwrite);
+        if (!strcmp(a, "--config") && i + 1 < n) config = args[i + 1];
+        if (!strncmp(a, "--config=", 9)) config = a + 9;
+    }
+    *out = (train_start){0, 0};
+    if (config) {
+        int rc = ini_parse(config, start_key, out);
+        if (rc < 0)
+            return cli_usage(ctx, "slurm-script", "--config %s: cannot read it (the script's --resume depends on it)",
+                             config);
+    }
+    out->resume |= resume;
+    if (overwrite >= 0) out->overwrite = overwrite;
+    if (out->resume && out->overwrite)
+        return cli_usage(ctx, "slurm-script",
+                         "the train arguments give --resume and --overwrite: give one (train refuses both)");
+    return 0;
 }
 
 int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv)
@@ -53,12 +132,22 @@ int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv)
     const cli_cmd cmd = {
         "slurm-script", "[sbatch options] -- <train arguments>",
         "Prints an sbatch script that runs `srun --mpi=pmix mpiddp train ARGS --resume auto` with --signal=USR1@90\n"
-        "and --requeue: before the time limit (or on preemption) every rank saves last.h5 at the next step, rank 0\n"
-        "requeues the job, and the requeued job continues from that step. Submit it with sbatch.",
+        "and --requeue: before the time limit every rank saves last.h5 at the next step, rank 0 requeues the job,\n"
+        "and the requeued job continues from that step; scancel (SIGTERM) saves last.h5 and ends the job. --resume\n"
+        "auto is left out when ARGS (or their --config file) give --resume or --overwrite. Submit it with sbatch.",
         opts, n};
     int done = cli_cmd_parse(ctx, &cmd, dd, argv, NULL, 0, NULL); /* the options before -- */
     if (done >= 0) return done;
     if (dd >= argc - 1) return cli_usage(ctx, "slurm-script", "give the train arguments after --");
+    const char *lines[][2] = {
+        {"job-name", name}, {"time", time}, {"partition", partition}, {"account", account}, {"output", output}};
+    for (int i = 0; i < 5; i++)
+        if (lines[i][1] && !sbatch_value_ok(lines[i][1]))
+            return cli_usage(ctx, "slurm-script",
+                             "--%s: a value with a newline or a double quote cannot be an #SBATCH line", lines[i][0]);
+    train_start start;
+    int rc = read_train_start(ctx, argv + dd + 1, argc - dd - 1, &start);
+    if (rc != 0) return rc;
     if (!cli_rank0(ctx)) return 0;
     char self[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -66,29 +155,32 @@ int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv)
     if (!exe) exe = len > 0 ? self : "mpiddp";
     FILE *f = stdout;
     fprintf(f, "#!/bin/bash\n");
-    fprintf(f, "#SBATCH --job-name=%s\n#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=%d\n", name, nodes, tpn);
+    sbatch_line(f, "job-name", name);
+    fprintf(f, "#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=%d\n", nodes, tpn);
     if (gpn > 0) fprintf(f, "#SBATCH --gpus-per-node=%d\n", gpn);
-    fprintf(f, "#SBATCH --cpus-per-task=%d\n#SBATCH --time=%s\n", cpt, time);
-    if (partition) fprintf(f, "#SBATCH --partition=%s\n", partition);
-    if (account) fprintf(f, "#SBATCH --account=%s\n", account);
-    fprintf(f, "#SBATCH --output=%s\n#SBATCH --open-mode=append\n#SBATCH --signal=USR1@90\n#SBATCH --requeue\n",
-            output);
-    fprintf(f,
-            "# Generated by `mpiddp slurm-script`. SIGUSR1 (90 s before the time limit) or SIGTERM (preemption) only\n"
-            "# sets a flag: at the next step boundary the ranks agree, save RUNDIR/checkpoints/last.h5, rank 0 runs\n"
-            "# `scontrol requeue`, and the requeued job continues from that exact step (--resume auto).\n");
+    fprintf(f, "#SBATCH --cpus-per-task=%d\n", cpt);
+    sbatch_line(f, "time", time);
+    if (partition) sbatch_line(f, "partition", partition);
+    if (account) sbatch_line(f, "account", account);
+    sbatch_line(f, "output", output);
+    fprintf(f, "#SBATCH --open-mode=append\n#SBATCH --signal=USR1@90\n#SBATCH --requeue\n");
+    fprintf(
+        f, "# Generated by `mpiddp slurm-script`. SIGUSR1 (90 s before the time limit) only sets a flag: at the next\n"
+           "# step boundary the ranks agree, save RUNDIR/checkpoints/last.h5, rank 0 runs `scontrol requeue`, and the\n"
+           "# requeued job continues from that exact step (--resume auto). SIGTERM (scancel, preemption) saves\n"
+           "# last.h5 the same way and ends the job without a requeue.\n");
     fprintf(f, "set -euo pipefail\nexport OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}\n");
+    fprintf(f, "# srun (Slurm >= 22.05) does not take --cpus-per-task from the job: pass it on\n"
+               "[ -z \"${SLURM_CPUS_PER_TASK:-}\" ] || export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\n");
     fprintf(f, "echo \"mpiddp: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST\"\n");
     fprintf(f, "srun --mpi=pmix --kill-on-bad-exit=1 ");
     shq(f, exe);
     fprintf(f, " train");
-    int has_resume = 0;
     for (int i = dd + 1; i < argc; i++) {
         fputc(' ', f);
         shq(f, argv[i]);
-        if (!strcmp(argv[i], "--resume") || !strncmp(argv[i], "--resume=", 9)) has_resume = 1;
     }
-    if (!has_resume) fprintf(f, " --resume auto");
+    if (!start.resume && !start.overwrite) fprintf(f, " --resume auto"); /* train refuses both */
     fprintf(f, "\n");
     return 0;
 }

@@ -4,6 +4,7 @@
 
 #include "io/dataset.h"
 #include "mpi_ddp/backend/cpu/backend_cpu_bf16.h"
+#include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/train/plan.h"
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *USAGE = "--train DIR --val DIR --out RUNDIR [options]";
 static const char *ABOUT =
@@ -58,6 +60,58 @@ static void print_summary(const ddp_train_summary *s, const ddp_train_config *cf
         printf("\n");
     }
     printf("run directory: %s\n", dir);
+}
+
+/* A requeued SLURM job (SLURM_RESTART_COUNT > 0) never starts over what an earlier attempt saved: with
+ * RUNDIR/checkpoints/last.h5 present it continues from there, whatever --overwrite or --resume FILE say (one
+ * notice); without, it starts as the first attempt did (--overwrite, --resume FILE), else as --resume auto.
+ * Collective (rank 0 looks for last.h5). Returns 0, or the exit code of an MPI failure. */
+static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
+{
+    const ddp_topology *t = ddp_topo(ctx);
+    if (t->restart_count <= 0) return 0;
+    char last[PATH_MAX + 32];
+    snprintf(last, sizeof last, "%s/checkpoints/last.h5", cfg->out_dir);
+    int have = cli_rank0(ctx) && access(last, F_OK) == 0;
+    if (MPI_Bcast(&have, 1, MPI_INT, 0, ctx->world) != MPI_SUCCESS)
+        return cli_fail(ctx, "train", ddp_set_error(DDP_ERR_MPI, "MPI_Bcast of the restart's checkpoint failed"));
+    int file = cfg->resume && strcmp(cfg->resume, "auto") != 0;
+    if (have && (cfg->overwrite || file) && cli_rank0(ctx))
+        fprintf(stderr,
+                "mpiddp train: notice: a requeued job (SLURM_RESTART_COUNT=%d) continues from %s: %s%s is not "
+                "applied\n",
+                t->restart_count, last, cfg->overwrite ? "--overwrite" : "--resume ",
+                cfg->overwrite ? "" : cfg->resume);
+    if (have) {
+        cfg->resume = "auto";
+        cfg->overwrite = 0;
+    } else if (!cfg->resume && !cfg->overwrite)
+        cfg->resume = "auto";
+    return 0;
+}
+
+/* After a stop request the ranks agreed on (kinds: DDP_STOP_* bits), before training or when it returned
+ * DDP_STOPPED (summary non-NULL): the requeue the kinds ask for (preempt.h), rank 0's lines, the exit code. */
+static int end_stopped(ddp_ctx *ctx, int kinds, const char *line, const ddp_train_summary *summary,
+                       const ddp_train_config *cfg)
+{
+    char msg[256];
+    ddp_requeue rq;
+    if (ddp_slurm_requeue(ctx, kinds, &rq, msg) != DDP_OK) return cli_fail(ctx, "train", DDP_ERR_MPI);
+    if (cli_rank0(ctx)) {
+        printf("mpiddp train: %s\n", line);
+        if (rq == DDP_REQUEUE_NOT_BATCH) {
+            fflush(stdout);
+            fprintf(stderr, "mpiddp train: notice: %s\n", msg);
+        } else if (rq != DDP_REQUEUE_NOT_SLURM)
+            printf("mpiddp train: %s\n", msg);
+        if (rq == DDP_REQUEUE_FAILED || rq == DDP_REQUEUE_NO_SCONTROL) {
+            fflush(stdout);
+            fprintf(stderr, "mpiddp train: error: %s\n", msg);
+        }
+        if (summary) print_summary(summary, cfg);
+    }
+    return rq == DDP_REQUEUE_NO_SCONTROL ? 3 : rq == DDP_REQUEUE_FAILED ? 1 : 0;
 }
 
 int cmd_train(ddp_ctx *ctx, int argc, char **argv)
@@ -181,9 +235,9 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.collective_timeout = timeout;
     cfg.mode_max = mode == 1;
     cfg.precision = (ddp_precision)precision;
-    mc.precision = cfg.precision; /* bf16: the model keeps its GEMM-only activations in bf16 */
-    if (!cfg.resume && ddp_topo(ctx)->restart_count > 0)
-        cfg.resume = "auto"; /* a requeued SLURM job continues where it stopped */
+    mc.precision = cfg.precision;        /* bf16: the model keeps its GEMM-only activations in bf16 */
+    int rrc = restart_resume(ctx, &cfg); /* a requeued SLURM job continues where it stopped */
+    if (rrc != 0) return rrc;
     cfg.ckpt_policy = policy;
     /* usage errors found by combining options: one line from rank 0, exit 2, before anything is created */
     const char *conflict = NULL;
@@ -282,30 +336,29 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
             if (st == DDP_OK) st = ddp_agree_status(ctx, ddp_model_create(ctx, got, &mc, &model));
         }
     }
+    int early_stop = 0; /* the kinds of a stop request agreed before training started */
     if (st == DDP_OK) {
-        /* SIGUSR1 (SLURM's --signal), SIGTERM and SIGINT only set a flag (stop_signals.c); the ranks act at the
-         * next step or validation batch */
-        cli_stop_signals_arm(1);
+        /* from here SIGTERM and SIGINT too only set a flag (stop_signals.c; SIGUSR1 and SIGUSR2 have since main);
+         * the ranks act at the next step or validation batch. A request made during start-up is agreed here: the
+         * run ends before its first step, with nothing to save, and is requeued as its kinds ask. */
+        cli_stop_signals_arm(DDP_STOP_END | DDP_STOP_REQUEUE);
+        int mine = ddp_stop_requested();
+        if (MPI_Allreduce(&mine, &early_stop, 1, MPI_INT, MPI_BOR, ctx->world) != MPI_SUCCESS)
+            st = ddp_set_error(DDP_ERR_MPI, "MPI_Allreduce of the stop requests failed");
+    }
+    if (st == DDP_OK && !early_stop)
         st = ddp_train_summarized(ctx, &cfg, &model, tr, va,
                                   &summary); /* stays armed: a request after the last step changes nothing */
-    }
     if (model.destroy) model.destroy(model.self);
     ddp_dataset_close(tr);
     ddp_dataset_close(va);
     free(json);
-    if (st == DDP_STOPPED) { /* every rank saved last.h5; under SLURM rank 0 requeues the job */
-        char stopped[1024], msg[256];
+    if (st == DDP_OK && early_stop)
+        return end_stopped(ctx, early_stop, "stopped on request before training started; nothing saved", NULL, &cfg);
+    if (st == DDP_STOPPED) { /* every rank saved last.h5; rank 0 requeues the job when the stop asks for it */
+        char stopped[1024];
         snprintf(stopped, sizeof stopped, "%s", ddp_last_error());
-        ddp_requeue rq;
-        if (ddp_slurm_requeue(ctx, &rq, msg) != DDP_OK) return cli_fail(ctx, "train", DDP_ERR_MPI);
-        if (cli_rank0(ctx)) {
-            printf("mpiddp train: %s\n", stopped);
-            if (rq != DDP_REQUEUE_NOT_SLURM) printf("mpiddp train: %s\n", msg);
-            if (rq == DDP_REQUEUE_FAILED || rq == DDP_REQUEUE_NO_SCONTROL)
-                fprintf(stderr, "mpiddp train: error: %s\n", msg);
-            print_summary(&summary, &cfg);
-        }
-        return rq == DDP_REQUEUE_NO_SCONTROL ? 3 : rq == DDP_REQUEUE_FAILED ? 1 : 0;
+        return end_stopped(ctx, summary.stop_kinds, stopped, &summary, &cfg);
     }
     if (st == DDP_ERR_BUSY) { /* --out is another run's: a usage error, nothing written */
         (void)cli_fail(ctx, "train", st);

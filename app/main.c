@@ -97,10 +97,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "mpiddp: unknown command '%s' (see mpiddp --help)\n", argv[1]);
         return 2;
     }
-    /* train's stop signals go to one waiting thread: blocked before MPI_Init starts any thread */
-    if (fn == cmd_train && (cli_stop_signals_block() != 0 || cli_stop_signals_start() != 0)) {
-        fprintf(stderr, "mpiddp train: error: cannot set up the stop-signal thread\n");
-        return 1;
+    /* train's stop signals go to one waiting thread: blocked before MPI_Init starts any thread. The time-limit
+     * warning (SIGUSR1, SIGUSR2) is a request from the start, so one that arrives during a long start-up ends the run
+     * cleanly (and requeues it) once start-up is done; SIGTERM and SIGINT end the process at once until training
+     * starts (cmd_train), since there is nothing to save before */
+    if (fn == cmd_train) {
+        cli_stop_signals_arm(DDP_STOP_REQUEUE);
+        if (cli_stop_signals_block() != 0 || cli_stop_signals_start() != 0) {
+            fprintf(stderr, "mpiddp train: error: cannot set up the stop-signal thread\n");
+            return 1;
+        }
     }
     ddp_ctx *ctx = NULL;
     ddp_status st = ddp_init(&argc, &argv, &ctx);

@@ -1,4 +1,4 @@
-/* stop_signals.c — the stop requests of `mpiddp train` (SIGUSR1, SIGTERM, SIGINT), taken by one thread that
+/* stop_signals.c — the stop requests of `mpiddp train` (SIGUSR1, SIGUSR2, SIGTERM, SIGINT), taken by one thread that
  * waits for them; every other thread of the process, MPI's, OpenMP's and oneDNN's included, has them blocked,
  * so no signal handler ever runs on a compute thread's stack (docs/faults.md, "Stop signals"). */
 #include "stop_signals.h"
@@ -18,21 +18,26 @@ static void stop_set(sigset_t *s)
 {
     sigemptyset(s);
     sigaddset(s, SIGUSR1);
+    sigaddset(s, SIGUSR2);
     sigaddset(s, SIGTERM);
     sigaddset(s, SIGINT);
 }
+
+/* What a signal asks for: the time-limit warning (SLURM's --signal) continues in a requeued job; SIGTERM (scancel,
+ * preemption) and SIGINT (Ctrl-C) end the job. */
+static int kind_of(int sig) { return sig == SIGUSR1 || sig == SIGUSR2 ? DDP_STOP_REQUEUE : DDP_STOP_END; }
 
 /* Runs only on a thread that did not block the signals, none once set-up is done (the test checks every
  * thread's mask); a thread of a library started before main would land here, on its own stack. */
 static void on_stop(int sig)
 {
     atomic_store(&g_last_signal, sig);
-    if (!atomic_load(&g_armed)) {
+    if (!(atomic_load(&g_armed) & kind_of(sig))) {
         signal(sig, SIG_DFL);
         raise(sig); /* delivered when the handler returns */
         return;
     }
-    ddp_request_stop();
+    ddp_request_stop_kind(kind_of(sig));
 }
 
 int cli_stop_signals_block(void)
@@ -44,7 +49,8 @@ int cli_stop_signals_block(void)
     sa.sa_handler = on_stop;
     sa.sa_mask = g_set;
     sa.sa_flags = SA_RESTART;
-    if (sigaction(SIGUSR1, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0)
+    if (sigaction(SIGUSR1, &sa, NULL) != 0 || sigaction(SIGUSR2, &sa, NULL) != 0 ||
+        sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0)
         return -1;
     /* OpenBLAS (pthread build) starts its thread pool when the library loads, before main: shut it down here,
      * and its next parallel call starts it again from this thread, with the mask (the way its fork handler
@@ -62,7 +68,7 @@ static void *waiter(void *arg)
         int sig = 0;
         if (sigwait(&g_set, &sig) != 0) continue;
         atomic_store(&g_last_signal, sig);
-        if (!atomic_load(&g_armed)) { /* nothing to save yet (or any more): the signal's default action */
+        if (!(atomic_load(&g_armed) & kind_of(sig))) { /* not taken now: the signal's default action */
             signal(sig, SIG_DFL);
             sigset_t one;
             sigemptyset(&one);
@@ -70,7 +76,7 @@ static void *waiter(void *arg)
             pthread_sigmask(SIG_UNBLOCK, &one, NULL);
             raise(sig);
         }
-        ddp_request_stop(); /* the ranks agree on it at the next step or validation batch */
+        ddp_request_stop_kind(kind_of(sig)); /* the ranks agree on it at the next step or validation batch */
     }
     return NULL;
 }
@@ -86,6 +92,6 @@ int cli_stop_signals_start(void)
     return rc == 0 ? 0 : -1;
 }
 
-void cli_stop_signals_arm(int on) { atomic_store(&g_armed, on != 0); }
+void cli_stop_signals_arm(int kinds) { atomic_store(&g_armed, kinds); }
 
 int cli_stop_signal_received(void) { return atomic_load(&g_last_signal); }

@@ -3,15 +3,16 @@
 #ifndef DDP_APP_STOP_SIGNALS_H
 #define DDP_APP_STOP_SIGNALS_H
 
-/* Blocks SIGUSR1, SIGTERM and SIGINT in the calling thread; every thread created after inherits the mask.
+/* Blocks SIGUSR1, SIGUSR2, SIGTERM and SIGINT in the calling thread; every thread created after inherits the mask.
  * Call before MPI_Init and before any library starts a thread. Returns 0, or -1 on failure. */
 int cli_stop_signals_block(void);
-/* Starts the thread that waits for the blocked signals and turns each into ddp_request_stop(). A signal that
- * arrived between the two calls is pending and taken at once. Returns 0, or -1 on failure. */
+/* Starts the thread that waits for the blocked signals and turns each into ddp_request_stop_kind(): SIGUSR1 and
+ * SIGUSR2 (the time-limit warning) ask DDP_STOP_REQUEUE, SIGTERM and SIGINT DDP_STOP_END. A signal that arrived
+ * between the two calls is pending and taken at once. Returns 0, or -1 on failure. */
 int cli_stop_signals_start(void);
-/* Armed (on != 0), a stop signal becomes a stop request; disarmed (the default: before training starts, when
- * there is nothing to save), it takes its default action and ends the process. */
-void cli_stop_signals_arm(int on);
+/* The kinds (DDP_STOP_* bits) whose signals become stop requests; a signal of another kind takes its default action
+ * and ends the process (the default: none armed). */
+void cli_stop_signals_arm(int kinds);
 /* The last stop signal taken (0: none). */
 int cli_stop_signal_received(void);
 

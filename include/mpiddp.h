@@ -279,9 +279,18 @@ typedef struct {
                                 run.json and checkpoints; a resume may change it (parameters are fp32 either way) */
 } ddp_train_config;
 
+/* Why a run is asked to stop; a run's requests are OR-ed over the ranks (an agreed stop carries every kind asked). */
+enum {
+    DDP_STOP_END = 1,    /* end the job: SIGTERM (scancel, preemption), SIGINT (Ctrl-C) */
+    DDP_STOP_REQUEUE = 2 /* the time-limit warning (SIGUSR1, SIGUSR2): continue in a requeued job */
+};
 /* Asks a running ddp_train to stop at the next step boundary: the ranks agree through the step's
- * allreduce, save last.h5 and ddp_train returns DDP_STOPPED. Async-signal-safe (SIGUSR1/SIGTERM). */
+ * allreduce, save last.h5 and ddp_train returns DDP_STOPPED. Async-signal-safe. ddp_request_stop() asks
+ * DDP_STOP_END; ddp_request_stop_kind adds kind (DDP_STOP_*) to this process's requests. */
 void ddp_request_stop(void);
+void ddp_request_stop_kind(int kind);
+/* This process's stop requests so far (DDP_STOP_* bits, 0: none); local, async-signal-safe. */
+int ddp_stop_requested(void);
 
 void ddp_train_config_default(ddp_train_config *cfg);
 /* Checks cfg for a job of `world` ranks (ranges, conflicts, the global batch and budget fit their types):

@@ -58,6 +58,8 @@ void ddp_jobfacts_read(ddp_jobfacts *f)
     copy_env(f->array_task_id, sizeof f->array_task_id, "SLURM_ARRAY_TASK_ID");
     f->cpus_per_task = ddp_env_plain_int("SLURM_CPUS_PER_TASK", -1);
     f->restart_count = ddp_env_plain_int("SLURM_RESTART_COUNT", 0);
+    const char *env = getenv("ENVIRONMENT");
+    f->batch = env && !strcmp(env, "BATCH");
     int have = 0;
 #ifdef DDP_HAVE_PMIX
     have = read_pmix(f);

@@ -1,5 +1,6 @@
-/* preempt.c — requeue after a stop request; see preempt.h. The signal handler itself only sets a flag
- * (ddp_request_stop); the ranks agree on it in the step's allreduce and save before this runs. */
+/* preempt.c — requeue after a stop request; see preempt.h. The signal thread itself only records the request
+ * (ddp_request_stop_kind); the ranks agree on it, and on its kinds, in the step's allreduce and save before this
+ * runs. */
 #include "slurm/preempt.h"
 
 #include "mpi_ddp/core/ctx.h"
@@ -20,8 +21,8 @@ static ddp_requeue run_scontrol(const char *job, char *msg)
     char *argv[] = {"scontrol", "requeue", (char *)job, NULL};
     pid_t pid;
     /* The requeue itself makes SLURM signal every process of the job step, scontrol included, with SIGTERM
-     * (SIGKILL only after KillWait): scontrol starts with SIGTERM, SIGINT, SIGHUP and SIGUSR1 blocked, so
-     * the signal its own request causes cannot kill it before it reports. */
+     * (SIGKILL only after KillWait): scontrol starts with SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 blocked,
+     * so the signal its own request causes cannot kill it before it reports. */
     posix_spawnattr_t attr;
     sigset_t block;
     sigemptyset(&block);
@@ -29,6 +30,7 @@ static ddp_requeue run_scontrol(const char *job, char *msg)
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGHUP);
     sigaddset(&block, SIGUSR1);
+    sigaddset(&block, SIGUSR2);
     int have_attr = posix_spawnattr_init(&attr) == 0;
     if (have_attr && (posix_spawnattr_setsigmask(&attr, &block) != 0 ||
                       posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK) != 0)) {
@@ -55,7 +57,7 @@ static ddp_requeue run_scontrol(const char *job, char *msg)
     return DDP_REQUEUE_DONE;
 }
 
-ddp_status ddp_slurm_requeue(ddp_ctx *ctx, ddp_requeue *out, char *msg)
+ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, ddp_requeue *out, char *msg)
 {
     int code = DDP_REQUEUE_NOT_SLURM;
     char text[256] = "not a SLURM job: continue with --resume auto";
@@ -68,7 +70,19 @@ ddp_status ddp_slurm_requeue(ddp_ctx *ctx, ddp_requeue *out, char *msg)
             snprintf(job, sizeof job, "%s", f->job_id);
         if (!getenv("SLURM_JOB_ID") || !job[0])
             code = DDP_REQUEUE_NOT_SLURM;
-        else if (ddp_knob_int(DDP_KNOB_REQUEUE) == 0) {
+        else if (kinds != DDP_STOP_REQUEUE) {
+            code = DDP_REQUEUE_NOT_WANTED;
+            snprintf(text, sizeof text,
+                     "job %s not requeued: SIGTERM or SIGINT (scancel, preemption, Ctrl-C) ends the job (Slurm itself "
+                     "requeues a job preempted under PreemptMode=REQUEUE)",
+                     job);
+        } else if (!f->batch) {
+            code = DDP_REQUEUE_NOT_BATCH;
+            snprintf(text, sizeof text,
+                     "job %s is not a batch job (srun or salloc), so it is not requeued: run the same command with "
+                     "--resume auto to continue",
+                     job);
+        } else if (ddp_knob_int(DDP_KNOB_REQUEUE) == 0) {
             code = DDP_REQUEUE_DISABLED;
             snprintf(text, sizeof text, "job %s not requeued (MPIDDP_REQUEUE=0)", job);
         } else {

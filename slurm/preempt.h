@@ -1,5 +1,7 @@
-/* preempt.h — what a preempted (stopped) run does under SLURM: rank 0 requeues the job with scontrol
- * (array-aware) after every rank has saved last.h5; the requeued job resumes with --resume auto. */
+/* preempt.h — what a stopped run does under SLURM: after every rank has saved last.h5, rank 0 requeues the job
+ * with scontrol (array-aware) when the stop was the time-limit warning and the job is a batch job; the requeued job
+ * resumes with --resume auto. A stop that asked to end the job (SIGTERM: scancel, preemption; SIGINT) is not
+ * requeued. */
 #ifndef DDP_SLURM_PREEMPT_H
 #define DDP_SLURM_PREEMPT_H
 
@@ -10,11 +12,14 @@ typedef enum {
     DDP_REQUEUE_DONE,
     DDP_REQUEUE_DISABLED,
     DDP_REQUEUE_FAILED,
-    DDP_REQUEUE_NO_SCONTROL
+    DDP_REQUEUE_NO_SCONTROL,
+    DDP_REQUEUE_NOT_WANTED, /* the stop asked to end the job (DDP_STOP_END among its kinds) */
+    DDP_REQUEUE_NOT_BATCH   /* an interactive job (srun or salloc, not sbatch): Slurm cannot requeue it */
 } ddp_requeue;
 
-/* Collective: rank 0 runs `scontrol requeue <job>` when inside a SLURM job (MPIDDP_REQUEUE=0 disables);
- * every rank returns the same outcome; msg (256 bytes) says what happened. */
-ddp_status ddp_slurm_requeue(ddp_ctx *ctx, ddp_requeue *out, char *msg);
+/* Collective, after a stop whose agreed kinds (DDP_STOP_* bits) are `kinds`: rank 0 runs `scontrol requeue <job>`
+ * when the stop asked only for a requeue (DDP_STOP_REQUEUE) inside a SLURM batch job (ENVIRONMENT=BATCH;
+ * MPIDDP_REQUEUE=0 disables); every rank returns the same outcome; msg (256 bytes) says what happened. */
+ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, ddp_requeue *out, char *msg);
 
 #endif

@@ -30,9 +30,9 @@
     S(TEST_TRACE_SAMPLES, "test hook: PREFIX.r<rank> gets one line per trained micro-batch")                  \
     I(TEST_FIRST_STEP_DELAY_MS, 0, "test hook: the first training step sleeps this long first")               \
     I(TEST_STEP_DELAY_MS, 0, "test hook: every training step sleeps this long")                               \
-    I(TEST_STOP_AT_STEP, -1, "test hook: a stop request during this optimizer step")                          \
+    I(TEST_STOP_AT_STEP, -1, "test hook: a stop request (as SIGUSR1) during this optimizer step")             \
     I(TEST_STOP_RANK, 0, "test hook: the rank of TEST_STOP_AT_STEP's request")                                \
-    I(TEST_STOP_IN_VAL, -1, "test hook: a stop request on rank 0 during this validation batch")               \
+    I(TEST_STOP_IN_VAL, -1, "test hook: a stop request (as SIGUSR1) on rank 0 before this validation batch")  \
     S(TEST_MONITOR_OFFSET, "test hook: rank:epoch:offset,... added to one rank's monitored value")            \
     S(TEST_FAIL_ALLOC, "test hook: dir/file.c:LINE, the first allocation there fails")                        \
     I(TEST_FAIL_ALLOC_RANK, 0, "test hook: the rank of TEST_FAIL_ALLOC")                                      \

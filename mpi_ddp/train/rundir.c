@@ -7,6 +7,7 @@
 #include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/core/status.h"
 
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -151,6 +152,31 @@ static int own_checkpoint(const char *dir, const char *ckpt)
     return realpath(c, a) && realpath(d, b) && !strcmp(a, b);
 }
 
+/* 1 when dir holds an attempt of the same start that never saved: no checkpoints/last.h5, and its run.json says it
+ * started from ckpt (resumed_from, compared as real paths). A job that died (or was requeued) before its first save
+ * starts from ckpt again, as the first attempt did. */
+static int retry_of(const char *dir, const char *ckpt)
+{
+    if (exists(dir, "checkpoints/last.h5")) return 0;
+    char p[4400], want[PATH_MAX];
+    snprintf(p, sizeof p, "%s/run.json", dir);
+    if (!realpath(ckpt, want)) return 0;
+    FILE *f = fopen(p, "re");
+    if (!f) return 0;
+    char *text = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (1L << 24) && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = malloc((size_t)n + 1)))
+        text[fread(text, 1, (size_t)n, f)] = 0;
+    fclose(f);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *from = cJSON_GetObjectItemCaseSensitive(root, "resumed_from");
+    int same = cJSON_IsString(from) && !strcmp(from->valuestring, want);
+    cJSON_Delete(root);
+    return same;
+}
+
 static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *resume, int overwrite)
 {
     DDP_CHECK(ddp_mkdir_p(dir));
@@ -171,7 +197,8 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
     const char *mark = NULL;
     for (size_t i = 0; i < sizeof RUN_MARKS / sizeof RUN_MARKS[0] && !mark; i++)
         if (exists(dir, RUN_MARKS[i])) mark = RUN_MARKS[i];
-    if (resume && strcmp(resume, "auto") && mark && !own_checkpoint(dir, resume)) /* would mix two runs' files */
+    if (resume && strcmp(resume, "auto") && mark && !own_checkpoint(dir, resume) &&
+        !retry_of(dir, resume)) /* would mix two runs' files */
         return ddp_set_error(DDP_ERR_BUSY,
                              "%s holds a run (%s) and --resume %s is not one of its checkpoints: resume into a new "
                              "--out (the run continues there), or from a checkpoint in %s/checkpoints",

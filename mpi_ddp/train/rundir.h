@@ -14,8 +14,9 @@ typedef struct {
 
 /* Collective. Rank 0 creates dir, takes its lock (waiting up to a few seconds for a run that is ending) and,
  * unless resume (NULL, "auto" or a checkpoint file), refuses a directory holding another run's files, or with
- * overwrite removes exactly those files; a resume from a file refuses a directory holding a run the file is not a
- * checkpoint of (it lies outside dir/checkpoints) (metrics, run.json, checkpoints, progress board; nothing else).
+ * overwrite removes exactly those files (metrics, run.json, checkpoints, progress board; nothing else). A resume from
+ * a file refuses a directory holding a run the file is not a checkpoint of (it lies outside dir/checkpoints), unless
+ * that run is an attempt of the same start that never saved (run.json's resumed_from is the file; no last.h5).
  * DDP_ERR_BUSY, agreed, with one line naming the holder (host, PID, start) or the run's file and what to do. */
 ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume, int overwrite, ddp_rundir *rd);
 /* Releases the lock (no-op off rank 0 or when not held). */

@@ -102,7 +102,7 @@ static cJSON *cache_json(const int64_t *v)
 
 ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_config *cfg, const char *extra,
                               const ddp_dataset_info *train, const ddp_dataset_info *val, const char *device_note,
-                              const char *attention)
+                              const char *attention, const char *resumed_from)
 {
     int W = ctx->topo.size;
     static const char *const paths[] = {"", "cpu", "own", "cudnn"};
@@ -147,6 +147,8 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         cJSON_AddNumberToObject(root, "num_nodes", ctx->topo.num_nodes);
         cJSON_AddStringToObject(root, "launcher", ctx->topo.launcher);
         cJSON_AddStringToObject(root, "job_id", ctx->topo.job_id);
+        cJSON_AddItemToObject(root, "resumed_from",
+                              resumed_from && *resumed_from ? cJSON_CreateString(resumed_from) : cJSON_CreateNull());
         cJSON_AddStringToObject(root, "device", device_note ? device_note : "");
         /* which attention rank 0's model runs and why (ranks[].attention: each rank's) */
         cJSON *ao = cJSON_AddObjectToObject(root, "attention");

@@ -10,10 +10,11 @@ typedef struct {
 
 void ddp_versions_get(ddp_versions *v);
 /* Collective: gathers every rank's host and topology; rank 0 writes path. extra_config is a JSON object
- * text (may be NULL) merged under "config". */
+ * text (may be NULL) merged under "config"; resumed_from (rank 0's; NULL or "": a fresh start) is the absolute path
+ * of the checkpoint the run started from. */
 ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_config *cfg, const char *extra_config,
                               const ddp_dataset_info *train, const ddp_dataset_info *val, const char *device_note,
-                              const char *attention);
+                              const char *attention, const char *resumed_from);
 /* Collective, at the end of a run: rewrites path's data_cache (through path.tmp and a rename) with what the
  * open-shard LRU did: peak open shards, descriptors and maps (largest over the ranks), opens and evictions, and
  * each dataset's hit rate (sums over the ranks). */

@@ -65,6 +65,7 @@ ddp_status ddp_train_state_trim_decisions(const char *dir, int64_t keep_upto);
  * ended normally, by early stopping or on a stop request; the best checkpoint is rank 0's (the top-k list). */
 typedef struct {
     int valid, stopped, early_stopped;
+    int stop_kinds;                        /* stopped: the DDP_STOP_* kinds the ranks asked for (agreed) */
     int64_t epoch, epochs;                 /* the last epoch trained (0-based; -1: none), of --epochs */
     int64_t step_in_epoch, steps_in_epoch; /* optimizer steps of that epoch done, of its steps */
     int64_t global_step;                   /* global optimizer step at the end */

@@ -33,9 +33,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-/* Control floats after the gradients, summed by the same allreduce: the step's sample count, the stop flag,
- * then one slot per rank for that rank's rows (zero elsewhere), so every rank learns every rank's load. */
-enum { CTL_COUNT, CTL_STOP, CTL_ROWS };
+/* Control floats after the gradients, summed by the same allreduce: the step's sample count, one stop slot per
+ * kind of request (DDP_STOP_END, DDP_STOP_REQUEUE: a sum > 0 is the OR of the ranks' requests), then one slot per
+ * rank for that rank's rows (zero elsewhere), so every rank learns every rank's load. */
+enum { CTL_COUNT, CTL_STOP, CTL_STOP_KINDS = 2, CTL_ROWS = CTL_STOP + CTL_STOP_KINDS };
 
 /* The trainer: the checkpointed state (train_state.h, all trainer_ckpt.c sees) and what only the loop uses. */
 typedef struct {
@@ -58,8 +59,10 @@ typedef struct {
     ddp_loader_cursor peek;     /* ddp_model.prefetch: the next micro-batch (step -1: none) */
 } trainer;
 
-static atomic_int g_stop_requested; /* set by the CLI's signal thread, read by the training thread */
-void ddp_request_stop(void) { atomic_store(&g_stop_requested, 1); }
+static atomic_int g_stop_requested; /* DDP_STOP_* bits: set by the CLI's signal thread, read by the training thread */
+void ddp_request_stop_kind(int kind) { atomic_fetch_or(&g_stop_requested, kind & (DDP_STOP_END | DDP_STOP_REQUEUE)); }
+void ddp_request_stop(void) { ddp_request_stop_kind(DDP_STOP_END); }
+int ddp_stop_requested(void) { return atomic_load(&g_stop_requested); }
 
 
 static double now_s(void)
@@ -108,10 +111,12 @@ static ddp_status write_rows(trainer *tr, int64_t epoch)
     return st;
 }
 
-/* Stop requested on this rank: a signal, or the test hook that plays one arriving during a given step. */
+/* The stop requests of this rank (DDP_STOP_* bits): a signal's, or the test hook's, which plays the time-limit
+ * warning (SIGUSR1) arriving during a given step. */
 static int stop_wanted(const trainer *tr)
 {
-    return g_stop_requested || ddp_test_hooks_stop_at(&tr->hooks, tr->state.global_step + 1);
+    return atomic_load(&g_stop_requested) |
+           (ddp_test_hooks_stop_at(&tr->hooks, tr->state.global_step + 1) ? DDP_STOP_REQUEUE : 0);
 }
 
 /* One optimizer step over up to `accumulate` micro-batches starting at *mb. */
@@ -144,7 +149,8 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
         }
         if (is_last) { /* the stop flag as late as possible: agreed through this step's allreduce, no extra collective
                         */
-            ctl[CTL_STOP] = (float)stop_wanted(tr);
+            int want = stop_wanted(tr);
+            for (int kb = 0; kb < CTL_STOP_KINDS; kb++) ctl[CTL_STOP + kb] = (float)((want >> kb) & 1);
             DDP_CHECK(be->upload_async(be, tr->grads + ts->n, ctl, (size_t)tr->nctl * sizeof(float)));
             ddp_sync_begin(tr->sync);
         }
@@ -159,7 +165,8 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
     DDP_CHECK(be->download(be, g, tr->grads + ts->n, (size_t)tr->nctl * sizeof(float)));
     double count = g[CTL_COUNT];
     *samples = count;
-    *stop = g[CTL_STOP] > 0;
+    *stop = 0; /* the kinds any rank asked for */
+    for (int kb = 0; kb < CTL_STOP_KINDS; kb++) *stop |= (g[CTL_STOP + kb] > 0) << kb;
     /* load balance: the busiest rank's rows over the mean (1 = balanced); every rank computes the same */
     double rmax = 0.0, rsum = 0.0;
     for (int64_t r = CTL_ROWS; r < tr->nctl; r++) {
@@ -202,8 +209,8 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
     return DDP_OK;
 }
 
-/* Stop requests during validation: each batch boundary completes the previous boundary's MAX-allreduce of
- * the flag (in flight during a whole batch, so it costs no wait) and starts the next, so every rank ends the
+/* Stop requests during validation: each batch boundary completes the previous boundary's BOR-allreduce of
+ * the request kinds (in flight during a whole batch, so it costs no wait) and starts the next, so every rank ends the
  * pass at the same batch, at most two batches after a request. MPIDDP_TEST_STOP_IN_VAL=B plays a request
  * arriving on rank 0 before validation batch B. */
 typedef struct {
@@ -220,18 +227,20 @@ static ddp_status val_poll_fn(void *arg, int64_t batch, int *stop)
         DDP_CHECK(ddp_wait(ctx, 1, &p->rq, "the validation stop check"));
         p->pending = 0;
         if (p->out) {
-            *stop = p->stopped = 1;
+            p->stopped = p->out; /* the kinds asked for */
+            *stop = 1;
             return DDP_OK;
         }
     }
-    p->in = g_stop_requested || (batch == p->tr->hooks.stop_in_val && ctx->topo.rank == 0);
-    MPI_CHECK(MPI_Iallreduce(&p->in, &p->out, 1, MPI_INT, MPI_MAX, ctx->world, &p->rq));
+    p->in = atomic_load(&g_stop_requested) |
+            (batch == p->tr->hooks.stop_in_val && ctx->topo.rank == 0 ? DDP_STOP_REQUEUE : 0);
+    MPI_CHECK(MPI_Iallreduce(&p->in, &p->out, 1, MPI_INT, MPI_BOR, ctx->world, &p->rq));
     p->pending = 1;
     return DDP_OK;
 }
 
-/* Exact validation: padding duplicates excluded, confusion matrix reduced across ranks. *stopped: a stop
- * request ended the pass early (nothing logged). */
+/* Exact validation: padding duplicates excluded, confusion matrix reduced across ranks. *stopped: the kinds of the
+ * stop request that ended the pass early (nothing logged), 0 when none did. */
 static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t epoch, int *stopped)
 {
     ddp_train_state *ts = &tr->state;
@@ -356,6 +365,8 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         resuming = 1;
     }
     if (resuming) DDP_CHECK(ddp_train_state_resume(ts, path));
+    char from[4400] = ""; /* run.json's resumed_from (rank 0): a retry of this start is known by it */
+    if (resuming && ctx->topo.rank == 0 && !realpath(path, from)) snprintf(from, sizeof from, "%s", path);
     /* run directory; on resume the metric files keep the rows up to the checkpoint's step */
     if (ctx->topo.rank == 0) st = ddp_mkdir_p(ts->ckpt_dir);
     /* a checkpoint at its epoch's end, before validation (a top-k file, a stop during validation): the resumed run
@@ -388,7 +399,7 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     snprintf(note, sizeof note, "%s", be->name);
     snprintf(path, sizeof path, "%s/run.json", c->out_dir);
     DDP_CHECK(ddp_write_run_json(ctx, path, c, c->config_json, ddp_dataset_get_info(train), ddp_dataset_get_info(val),
-                                 note, ts->model->attention));
+                                 note, ts->model->attention, from));
     ddp_progress_init(&tr->prog, ctx->topo.rank == 0 && c->progress);
     return DDP_OK;
 }
@@ -505,6 +516,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
                 if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_save_last(ts));
                 if (ctx->topo.rank == 0) ddp_progress_end_line(&tr->prog);
                 ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, opt_steps, epochs, 1, 0);
+                if (tr->summary) tr->summary->stop_kinds = stop;
                 st = ddp_set_error(DDP_STOPPED, "stopped on request at step %lld (epoch %lld, batch %lld of %lld); %s",
                                    (long long)ts->global_step, (long long)e, (long long)ts->mb, (long long)nmb,
                                    c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)"
@@ -522,6 +534,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         if (vstop) { /* saved at the epoch's end: a resume validates again */
             if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_save_last(ts));
             ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, opt_steps, epochs, 1, 0);
+            if (tr->summary) tr->summary->stop_kinds = vstop;
             st = ddp_set_error(DDP_STOPPED, "stopped on request during validation after step %lld (epoch %lld); %s",
                                (long long)ts->global_step, (long long)e,
                                c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)"

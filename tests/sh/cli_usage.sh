@@ -65,4 +65,27 @@ h=$("$MPIDDP" eval --help); head -1 <<<"$h" | qgrep -- "--batch-rows N" || fail 
 h=$("$MPIDDP" train --help); grep -q -- "--sampling.*(default)" <<<"$h" || fail "train --sampling default"
 h=$("$MPIDDP" pack --help); grep -q "must hold no \*.h5" <<<"$h" || fail "pack --out"
 h=$("$MPIDDP" env); ! grep -q 'driver 0\.0' <<<"$h" || fail "env reports a driver 0.0 where there is none: $h"
-pass "usage errors exit 2 with one line at np 1 and 2; 0-based epochs; nothing-to-do resume; help texts"
+# slurm-script never writes a train command that train refuses: no --resume auto beside --overwrite (given or in the
+# --config file), none beside a --config resume; values sbatch would split are quoted, ones it cannot hold refused;
+# srun gets the job's --cpus-per-task (Slurm >= 22.05 does not pass it on)
+printf 'overwrite = true\n' > ow.ini && printf 'resume = r/checkpoints/last.h5\n' > rs.ini
+for args in "--overwrite" "--config ow.ini" "--config=rs.ini" "--config ow.ini --overwrite=true"; do
+  read -r -a extra <<<"$args"
+  expect_rc 0 "$MPIDDP" slurm-script -- --train t --val v --out r "${extra[@]}"
+  [[ $(grep '^srun' <<<"$OUT") != *"--resume auto"* ]] || fail "slurm-script $args: $(grep '^srun' <<<"$OUT")"
+done
+expect_rc 0 "$MPIDDP" slurm-script -- --train t --val v --out r --config ow.ini --overwrite=false
+grep -q -- "^srun .* --overwrite=false --resume auto$" <<<"$OUT" || fail "slurm-script --overwrite=false: $(grep srun <<<"$OUT")"
+expect_rc 2 "$MPIDDP" slurm-script -- --train t --val v --out r --config rs.ini --overwrite
+one_line "mpiddp slurm-script: the train arguments give --resume and --overwrite: give one"
+expect_rc 0 "$MPIDDP" slurm-script --job-name 'my job' --output 'logs dir/%j.out' -- --train t --val v --out r
+grep -qx '#SBATCH --job-name="my job"' <<<"$OUT" && grep -qx '#SBATCH --output="logs dir/%j.out"' <<<"$OUT" ||
+  fail "slurm-script quoting: $OUT"
+grep -qx '\[ -z "${SLURM_CPUS_PER_TASK:-}" \] || export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK' <<<"$OUT" ||
+  fail "slurm-script: no SRUN_CPUS_PER_TASK: $OUT"
+for v in 'a"b' $'a\nb'; do
+  expect_rc 2 "$MPIDDP" slurm-script --job-name "$v" -- --train t --val v --out r
+  one_line "mpiddp slurm-script: --job-name: a value with a newline or a double quote cannot be an #SBATCH line"
+  [ -z "$OUT" ] || fail "a refused slurm-script printed: $OUT"
+done
+pass "usage errors exit 2 with one line at np 1 and 2; 0-based epochs; nothing-to-do resume; help texts; slurm-script"

@@ -62,4 +62,59 @@ EOS
     grep -q "error: .*\(Read-only\|not writable\)" ro.err || { cat ro.err; fail "read-only: unclear message"; }
   fi
 fi
-pass "dead rank, stalled rank, NaN, full and read-only run directory"
+
+# 5. a stop inside a SLURM job (its environment, with a stand-in scontrol that records its calls): only the
+#    time-limit warning (SIGUSR1/SIGUSR2; the test hook plays SIGUSR1) of a batch job requeues. SIGTERM (scancel) to
+#    one rank ends the job; an interactive job is never requeued (a notice says how to continue); a warning during
+#    start-up ends the run before its first step; no scontrol: exit 3
+mkdir -p fake && printf '#!/bin/sh\necho "$*" >> %s/scontrol.calls\n' "$WORK" > fake/scontrol && chmod +x fake/scontrol
+small=(--device "$DEVICE" --train v --val v --batch-size 4 --hidden 8 --no-progress --epochs 2)
+job_env=(env SLURM_JOB_ID=4242 ENVIRONMENT=BATCH "PATH=$WORK/fake:$PATH")
+MPIDDP_TEST_STEP_DELAY_MS=20 mpirun_np 2 "${job_env[@]}" "$MPIDDP" train "${small[@]}" --out term > term.out 2>&1 &
+job=$!
+wait_for term/run.json # written when training starts: from there SIGTERM is a stop request
+victim=$(rank_pid 1)
+[ -n "$victim" ] && kill -TERM "$victim" || fail "SIGTERM to rank 1"
+wait $job || { cat term.out; fail "SIGTERM in a batch job: exit $?"; }
+grep -q "stopped on request at step" term.out && grep -q "job 4242 not requeued: SIGTERM or SIGINT" term.out ||
+  { cat term.out; fail "SIGTERM in a batch job: no stop, or not the 'not requeued' line"; }
+[ ! -e scontrol.calls ] && [ -f term/checkpoints/last.h5 ] || fail "SIGTERM: scontrol ran ($(cat scontrol.calls)) or no last.h5"
+# SIGUSR2 already pending when rank 1 starts (a warning during start-up): the run ends before its first step
+cat > pend.py <<'EOS'
+import os, signal, sys
+if os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    os.kill(os.getpid(), signal.SIGUSR2)  # pending across exec
+os.execv(sys.argv[1], sys.argv[1:])
+EOS
+expect_rc 0 mpirun_np 2 "${job_env[@]}" "$PY" pend.py "$MPIDDP" train "${small[@]}" --out early
+grep -q "stopped on request before training started; nothing saved" <<<"$OUT" && grep -q "job 4242 requeued" <<<"$OUT" ||
+  fail "SIGUSR2 during start-up: $OUT $ERR"
+[ "$(cat scontrol.calls)" = "requeue 4242" ] && [ ! -e early/checkpoints/last.h5 ] || fail "start-up stop: scontrol calls $(cat scontrol.calls)"
+rm scontrol.calls
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 MPIDDP_TEST_STOP_RANK=1 SLURM_JOB_ID=4242 "PATH=$WORK/fake:$PATH" "$MPIDDP" train "${small[@]}" --out inter
+grep -q "notice: job 4242 is not a batch job (srun or salloc), so it is not requeued: run the same command with --resume auto" <<<"$ERR" ||
+  fail "interactive job: $ERR"
+[ ! -e scontrol.calls ] || fail "interactive job: scontrol ran: $(cat scontrol.calls)"
+expect_rc 3 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 SLURM_JOB_ID=4242 ENVIRONMENT=BATCH PATH=/nonexistent "$MPIDDP" train "${small[@]}" --out noscontrol
+grep -q "NOT requeued: scontrol cannot be run" <<<"$ERR" || fail "no scontrol message: $ERR"
+
+# 6. a requeued job (SLURM_RESTART_COUNT > 0) keeps the progress of its earlier attempt: last.h5 wins over
+#    --overwrite and --resume FILE (one notice); an attempt that never saved starts from FILE again (its run.json
+#    says so), a run started from another file is still refused
+MPIDDP_TEST_STOP_AT_STEP=5 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out ow >/dev/null
+expect_rc 0 mpirun_np 2 env SLURM_RESTART_COUNT=1 MPIDDP_TEST_STOP_AT_STEP=8 "$MPIDDP" train "${small[@]}" --out ow --overwrite
+grep -q "notice: a requeued job (SLURM_RESTART_COUNT=1) continues from ow/checkpoints/last.h5: --overwrite is not applied" <<<"$ERR" &&
+  grep -q "resuming from ow/checkpoints/last.h5 .* step 5" <<<"$ERR" || fail "restart with --overwrite: $ERR"
+cp ow/checkpoints/last.h5 start.h5 && cp start.h5 other.h5
+MPIDDP_TEST_STOP_AT_STEP=12 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5 >/dev/null 2>&1
+expect_rc 0 mpirun_np 2 env SLURM_RESTART_COUNT=1 MPIDDP_TEST_STOP_AT_STEP=14 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5
+grep -q "continues from rf/checkpoints/last.h5: --resume start.h5 is not applied" <<<"$ERR" &&
+  grep -q "resuming from rf/checkpoints/last.h5 .* step 12" <<<"$ERR" || fail "restart with --resume FILE: $ERR"
+rm -r rf && MPIDDP_TEST_STOP_AT_STEP=12 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5 >/dev/null 2>&1
+rm rf/checkpoints/last.h5 # as if killed before its first save
+expect_rc 2 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out rf --resume other.h5
+grep -q "rf holds a run (run.json) and --resume other.h5 is not one of its checkpoints" <<<"$ERR" || fail "another file: $ERR"
+expect_rc 0 mpirun_np 2 env SLURM_RESTART_COUNT=1 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5
+grep -q "resuming from start.h5 .* step 8" <<<"$ERR" || fail "restart before a first save: $ERR"
+pass "dead rank, stalled rank, NaN, full and read-only run directory, stops and restarts in a SLURM job"

@@ -29,7 +29,7 @@ kinds=(ranks-TERM ranks-INT mpirun-USR1 mpirun-INT mpirun-TERM)
 # heap corruption (glibc), sanitizer reports, a rank killed by a signal
 BAD='corrupted|malloc\(\)|free\(\)|double free|AddressSanitizer|LeakSanitizer|runtime error|Segmentation|Aborted|signal [0-9]+ \(|core dumped'
 
-# every thread of each rank blocks SIGINT, SIGUSR1 and SIGTERM (mask 0x4202), but one thread waiting for them
+# every thread of each rank blocks SIGINT, SIGUSR1, SIGUSR2 and SIGTERM (mask 0x4a02), but one thread waiting for them
 check_masks() {
   local p t blk bad=0 waiting
   for p in $(rank_pid 0) $(rank_pid 1); do
@@ -37,7 +37,7 @@ check_masks() {
     for t in /proc/$p/task/*; do
       blk=$(awk '/^SigBlk/ {print $2}' "$t/status" 2>/dev/null) || continue
       [ -n "$blk" ] || continue
-      if (( (0x$blk & 0x4202) != 0x4202 )); then
+      if (( (0x$blk & 0x4a02) != 0x4a02 )); then
         if grep -q sigtimedwait "$t/wchan" 2>/dev/null || grep -q sigtimedwait "$t/stack" 2>/dev/null; then waiting=$((waiting + 1))
         else bad=1; echo "rank pid $p thread ${t##*/} ($(cat "$t/comm")): SigBlk $blk" >&2; fi
       fi

@@ -1,7 +1,9 @@
 # SLURM, against a real two-node cluster on this machine (slurm/local-cluster.sh): srun --mpi=pmix launch
 # and topology, training under srun, an sbatch job preempted with SIGUSR1 mid-epoch that checkpoints,
-# requeues itself, resumes and ends bitwise identical to an uninterrupted run, mpirun inside an
-# allocation, the generated script passing `sbatch --test-only`, and a clear exit code without scontrol.
+# requeues itself, resumes and ends bitwise identical to an uninterrupted run, the generated script (a job
+# name with a space) passing `sbatch --test-only`, scancel of a batch job saving last.h5 and ending it without
+# a requeue, mpirun inside an allocation, and an interactive srun job stopped by SIGUSR2: saved, not requeued,
+# exit 0. (The requeue decisions without a cluster, and exit code 3 without scontrol: faults.sh.)
 . "$(dirname "$0")/lib.sh"
 command -v slurmctld >/dev/null && command -v munged >/dev/null || { echo "SKIP: slurm-wlm/munge not installed"; exit 77; }
 export MPIDDP_SLURM_DIR=/var/tmp/mpiddp-slurm-test   # not under /tmp: each node gets a private /tmp
@@ -56,11 +58,12 @@ grep -q "run directory: $J/ref" ref.txt || fail "srun training did not finish"
 $PY -c "import json; j=json.load(open('ref/run.json')); assert j['num_nodes'] == 2 and j['world_size'] == 4 and j['launcher'] == 'pmix', j"
 
 # 3. sbatch, SIGUSR1 mid-epoch, checkpoint, requeue, resume: bitwise equal to the uninterrupted run
-./mpiddp slurm-script --nodes 2 --ntasks-per-node 2 --time 00:20:00 --output job-%j.log --mpiddp $J/mpiddp -- "${args[@]}" --out pre > job.sh
+./mpiddp slurm-script --nodes 2 --ntasks-per-node 2 --time 00:20:00 --job-name 'mpiddp test' --output job-%j.log --mpiddp $J/mpiddp -- "${args[@]}" --out pre > job.sh
 sbatch --test-only job.sh 2> testonly.txt || { cat testonly.txt; fail "sbatch --test-only rejected the generated script"; }
 grep -q "to start at" testonly.txt || fail "sbatch --test-only: $(cat testonly.txt)"
 jid=$(MPIDDP_TEST_STEP_DELAY_MS=20 sbatch --parsable job.sh)   # ~11 s of steps: time to be signalled
 wait_job $jid RUNNING
+scontrol show job $jid | grep -q "JobName=mpiddp test" || fail "job name: $(scontrol show job $jid | grep JobName)"
 for _ in $(seq 240); do [ -f pre/metrics.csv ] && [ "$(wc -l < pre/metrics.csv)" -ge 3 ] && break; sleep 0.25; done
 scancel --signal=USR1 $jid
 wait_job $jid PENDING
@@ -74,18 +77,36 @@ grep -q "restart 1" job-$jid.log || fail "the job did not restart"
 grep -q "resuming from" job-$jid.log || fail "the requeued job did not resume"
 $PY "$SRC/tests/py/compare_ckpt.py" ref/checkpoints/last.h5 pre/checkpoints/last.h5 0 || fail "requeued run differs from the uninterrupted one"
 
+# 3b. scancel (SIGTERM) of a running batch job: last.h5 saved mid-epoch, and the job stays cancelled (no requeue)
+./mpiddp slurm-script --nodes 1 --ntasks-per-node 2 --time 00:20:00 --output job-%j.log --mpiddp $J/mpiddp -- "${args[@]}" --out can > can.sh
+jc=$(MPIDDP_TEST_STEP_DELAY_MS=20 sbatch --parsable can.sh)
+wait_job $jc RUNNING
+for _ in $(seq 240); do [ -f can/metrics.csv ] && [ "$(wc -l < can/metrics.csv)" -ge 3 ] && break; sleep 0.25; done
+scancel $jc
+wait_job $jc CANCELLED PENDING REQUEUED  # COMPLETING first, while the ranks save
+sleep 1                                  # a requeue by the ranks would come at once
+scontrol show job $jc | grep -q "JobState=CANCELLED" && scontrol show job $jc | grep -q "Restarts=0" ||
+  { cat job-$jc.log; scontrol show job $jc; fail "scancel: the job requeued itself"; }
+grep -q "stopped on request at step" job-$jc.log && grep -q "job $jc not requeued: SIGTERM or SIGINT" job-$jc.log ||
+  { cat job-$jc.log; fail "scancel: no stop, or not the 'not requeued' line"; }
+[ -f can/checkpoints/last.h5 ] || fail "scancel: no last.h5"
+
 # 4. mpirun inside an allocation (2 nodes)
 jm=$(sbatch --parsable -N2 -n4 -o mpirun-%j.log --wrap "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 4 $J/mpiddp env")
 wait_job $jm COMPLETED FAILED
 [ "$(grep -c '^rank=.* nodes=2 ' mpirun-$jm.log)" = 4 ] || { cat mpirun-$jm.log; fail "mpirun inside sbatch"; }
 
-# 5. preempted where scontrol cannot be run: a clear message and exit code 3
-set +e
-MPIDDP_TEST_STOP_AT_STEP=5 timeout 120 srun -N1 -n2 --mpi=pmix /usr/bin/env PATH=/nonexistent ./mpiddp train "${args[@]}" --out noscontrol > ns.out 2> ns.err
-rc=$?
-set -e
-[ $rc = 3 ] || { cat ns.out ns.err; fail "expected exit 3 without scontrol, got $rc"; }
-grep -q "NOT requeued: scontrol cannot be run" ns.err || fail "no scontrol message: $(cat ns.err)"
+# 5. an interactive job (srun, no sbatch) stopped by SIGUSR2 (treated as SIGUSR1): last.h5 saved, not requeued
+#    (Slurm cannot requeue it), a notice says how to continue, exit 0
+MPIDDP_TEST_STEP_DELAY_MS=20 timeout 120 srun -N1 -n2 --mpi=pmix -J mpiddp-interactive ./mpiddp train "${args[@]}" --out inter > in.out 2> in.err &
+ji=$!
+for _ in $(seq 240); do [ -f inter/metrics.csv ] && [ "$(wc -l < inter/metrics.csv)" -ge 3 ] && break; sleep 0.25; done
+scancel --signal=USR2 "$(squeue -h -n mpiddp-interactive -o %i)"
+set +e; wait $ji; rc=$?; set -e
+[ $rc = 0 ] || { cat in.out in.err; fail "interactive job stopped by SIGUSR2: exit $rc"; }
+grep -q "stopped on request at step" in.out && grep -q "notice: job [0-9]* is not a batch job (srun or salloc), so it is not requeued: run the same command with --resume auto" in.err ||
+  { cat in.out in.err; fail "interactive job: no stop, or no notice"; }
+[ -f inter/checkpoints/last.h5 ] || fail "interactive job: no last.h5"
 # 6. the scaling benchmark script, in CPU mode on this cluster (when the benchmarks are built)
 if [ -x "${BENCH_DIR:-}/bench_train" ]; then
   mkdir -p b/benchmarks && cp ./mpiddp b/ && cp "$BENCH_DIR/bench_train" "$BENCH_DIR/bench_allreduce" b/benchmarks/
@@ -93,4 +114,4 @@ if [ -x "${BENCH_DIR:-}/bench_train" ]; then
   wait_job $js COMPLETED FAILED
   [ "$(grep -c '^mpiddp,' scal/weak.csv 2>/dev/null)" = 2 ] && [ -s scal/allreduce-2.csv ] || { cat scal-$js.log; fail "scaling.sbatch"; }
 fi
-pass "srun launch, 2-node training, preemption + requeue bitwise exact, mpirun in allocation, --test-only, no scontrol"
+pass "srun launch, 2-node training, preemption + requeue bitwise exact, --test-only, scancel ends a batch job, mpirun in allocation, interactive SIGUSR2"
