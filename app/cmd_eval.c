@@ -181,6 +181,7 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
                 ckpt);
     if (ctx->topo.rank == 0 && st == DDP_OK) { /* eval needs the parameters only */
         free(cs.best_local);
+        free(cs.best_local_es);
         free(cs.topk_json);
     }
     DDP_TRY(ddp_agree_status(ctx, st));

@@ -171,7 +171,7 @@ int main(int argc, char **argv)
                 if (v == 0) {
                     ddp_ckpt_state cs;
                     bad |= ddp_ckpt_read(path, &model, back[0], back[1], back[2], &cs) != DDP_OK;
-                    if (!bad) free(cs.best_local), free(cs.topk_json);
+                    if (!bad) free(cs.best_local), free(cs.best_local_es), free(cs.topk_json);
                 } else
                     bad |= h5_read(path, t, back);
                 tr[r] = now_s() - t0;

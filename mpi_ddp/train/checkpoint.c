@@ -81,6 +81,11 @@ static ddp_status write_attrs(hid_t f, const char *tmp, const ddp_model *model, 
         CK(ddp_ckpt_write_dataset(f, "best_local", 1, &w, cs->best_local, sizeof *cs->best_local),
            "%s: writing /best_local", tmp);
     }
+    if (cs->best_local_es) {
+        hsize_t w = (hsize_t)cs->world_size;
+        CK(ddp_ckpt_write_dataset(f, "best_local_es", 1, &w, cs->best_local_es, sizeof *cs->best_local_es),
+           "%s: writing /best_local_es", tmp);
+    }
     CK(ddp_h5_attr_str(f, "config", cs->config_json ? cs->config_json : "{}"), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "precision", ddp_precision_name(cs->precision)), "%s: writing attributes", tmp);
     if (cs->model_cfg) { /* the hyperparameters the shapes do not tell (eval and the PyTorch bridge read them) */
@@ -293,6 +298,28 @@ static ddp_status close_ckpt(hid_t f, const char *path, ddp_status st)
     return st;
 }
 
+/* Reads the per-rank dataset `name` of W doubles into out (verified against its checksum when the file has them);
+ * *found is 1 when the file holds it, out untouched when not. */
+static ddp_status read_per_rank(hid_t f, const char *path, const char *name, int sums, int64_t W, double *out,
+                                int *found)
+{
+    int have = ddp_ckpt_path_exists(f, name);
+    if (have < 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': unreadable (%s)", path, name, ddp_ckpt_h5_cause());
+    *found = have > 0;
+    if (!have) return DDP_OK;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+    hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    herr_t e = np == W ? H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) : -1;
+    ddp_status st = e < 0 ? DDP_OK : ddp_ckpt_verify_crc(d, path, name, sums, out, W, sizeof(double));
+    if (sp >= 0 && H5Sclose(sp) < 0) e = -1;
+    if (d >= 0 && H5Dclose(d) < 0) e = -1;
+    if (st == DDP_OK && e < 0)
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': unreadable or wrong length", path, name);
+    return st;
+}
+
 ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params, float *m, float *v,
                          ddp_ckpt_state *cs)
 {
@@ -394,24 +421,13 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     if (cs->world_size < 1 || cs->world_size > (1 << 24))
         DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'world_size': %lld out of range", path, (long long)cs->world_size);
     cs->best_local = ddp_calloc((size_t)cs->world_size, sizeof(double));
-    if (!cs->best_local) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    cs->best_local_es = ddp_calloc((size_t)cs->world_size, sizeof(double));
+    if (!cs->best_local || !cs->best_local_es) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     for (int64_t r = 0; r < cs->world_size; r++) cs->best_local[r] = NAN;
-    int bl = ddp_ckpt_path_exists(f, "best_local");
-    if (bl < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/best_local': unreadable (%s)", path, ddp_ckpt_h5_cause());
-    if (bl > 0) {
-        hid_t d = H5Dopen2(f, "best_local", H5P_DEFAULT);
-        hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
-        hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-        herr_t e = np == cs->world_size ? H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, cs->best_local)
-                                        : -1;
-        st = e < 0
-                 ? DDP_OK
-                 : ddp_ckpt_verify_crc(d, path, "best_local", sums > 0, cs->best_local, cs->world_size, sizeof(double));
-        if (sp >= 0 && H5Sclose(sp) < 0) e = -1;
-        if (d >= 0 && H5Dclose(d) < 0) e = -1;
-        if (st != DDP_OK) goto done;
-        if (e < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/best_local': unreadable or wrong length", path);
-    }
+    int found = 0;
+    DDP_TRY(read_per_rank(f, path, "best_local", sums > 0, cs->world_size, cs->best_local, &found));
+    DDP_TRY(read_per_rank(f, path, "best_local_es", sums > 0, cs->world_size, cs->best_local_es, &found));
+    if (!found) memcpy(cs->best_local_es, cs->best_local, (size_t)cs->world_size * sizeof(double)); /* older file */
     if (H5Aexists(f, "model") > 0) { /* another built-in model: say so, before a tensor of it is found missing */
         char *kind = NULL;
         DDP_TRY(read_str_attr(f, path, "model", &kind));
@@ -433,8 +449,9 @@ done:
     st = close_ckpt(f, path, st);
     if (st != DDP_OK) {
         free(cs->best_local);
+        free(cs->best_local_es);
         free(cs->topk_json);
-        cs->best_local = NULL;
+        cs->best_local = cs->best_local_es = NULL;
         cs->topk_json = NULL;
     }
     return st;

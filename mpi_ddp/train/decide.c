@@ -20,7 +20,7 @@ void ddp_decider_init(ddp_decider *d, ddp_policy policy, const char *monitor, in
     d->top_k = top_k > DDP_TOPK_MAX ? DDP_TOPK_MAX : top_k;
     d->patience = patience;
     d->min_delta = min_delta;
-    d->best = d->best_local = NAN;
+    d->best = d->best_local = d->best_local_es = NAN;
 }
 
 /* v is better than ref in the monitored direction, plainly (anything beats NaN): ranks the top-k list and decides
@@ -107,7 +107,7 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
      *    on it by more than min_delta (early stopping) */
     int mine = absent ? V_ABSENT
                       : (beats(d, lv, d->best_local) ? V_BEATS : 0) | (need_local && !isfinite(lv) ? V_NONFINITE : 0) |
-                            (improves(d, lv, d->best_local) ? V_IMPROVES : 0);
+                            (improves(d, lv, d->best_local_es) ? V_IMPROVES : 0);
     int *votes = me == 0 ? ddp_calloc((size_t)W, sizeof *votes) : NULL;
     int *fl = me == 0 ? ddp_calloc((size_t)(3 * W), sizeof *fl) : NULL; /* rank lists: yes, no, no value */
     ddp_status ast = ddp_agree_status(ctx, me == 0 && (!votes || !fl)
@@ -223,9 +223,9 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     out->save = dec[3] > -2;
     out->drop = out->save ? (int)dec[3] : -1;
     /* 4. state updates, identical in meaning on every rank. Early stopping's best moves on an improvement (by more
-     *    than min_delta); a rank's own best moves, for the votes, when the combined vote says its values beat the
-     *    ranks' bests (as Lightning updates each rank's state only on the combined decision), else when its value
-     *    beats it. A rank without a value keeps its best. */
+     *    than min_delta). A rank's own bests move, for the votes, on the combined decision (as Lightning updates
+     *    each rank's state only then): the save vote's when the vote saves, early stopping's when it improves, so
+     *    gains smaller than min_delta add up as they do for `reduced`. A rank without a value keeps its bests. */
     if (improved) {
         d->best = out->value;
         d->bad_epochs = 0;
@@ -233,6 +233,7 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         d->bad_epochs++;
     }
     if (!absent && (vote ? dec[5] != 0 : beats(d, lv, d->best_local))) d->best_local = lv;
+    if (!absent && (vote ? improved : improves(d, lv, d->best_local_es))) d->best_local_es = lv;
     return DDP_OK;
 }
 

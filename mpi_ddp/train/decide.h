@@ -33,10 +33,11 @@ typedef struct {
     int nonfinite_continue; /* a non-finite monitor: 0 (default) stops the run with one line (DDP_ERR_NUMERIC on
                                every rank); 1 takes it as "no improvement, no save" and goes on */
     /* state, saved in checkpoints */
-    double best;        /* policy view's best (for early stopping) */
-    double best_local;  /* this rank's best local value (votes) */
-    int64_t bad_epochs; /* consecutive non-improving decisions */
-    int ntopk;          /* rank 0 */
+    double best;          /* policy view's best (for early stopping) */
+    double best_local;    /* this rank's best local value for the save vote (moves on a combined save) */
+    double best_local_es; /* this rank's best for early stopping's vote (moves on a combined improvement) */
+    int64_t bad_epochs;   /* consecutive non-improving decisions */
+    int ntopk;            /* rank 0 */
     ddp_topk_entry topk[DDP_TOPK_MAX];
 } ddp_decider;
 

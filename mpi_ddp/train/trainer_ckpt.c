@@ -63,16 +63,18 @@ static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
     ddp_ctx *ctx = ts->ctx;
     ddp_watch_mark(ctx, ts->global_step, "checkpoint");
     int W = ctx->topo.size;
-    double *bl = ctx->topo.rank == 0 ? ddp_calloc((size_t)W, sizeof *bl) : NULL;
+    double *bl = ctx->topo.rank == 0 ? ddp_calloc((size_t)(2 * W), sizeof *bl) : NULL; /* best_local, then _es */
     int ok = ctx->topo.rank != 0 || bl, all;
     DDP_CHECK(ddp_all_ok(ctx, ok, &all));
     if (!all) {
         free(bl);
         return ddp_agree_status(ctx, ddp_set_error(DDP_ERR_NOMEM, "out of memory"));
     }
-    MPI_Request rq;
-    MPI_CHECK(MPI_Igather(&ts->dec.best_local, 1, MPI_DOUBLE, bl, 1, MPI_DOUBLE, 0, ctx->world, &rq));
-    ddp_status wst = ddp_wait(ctx, 1, &rq, "the checkpoint state gather");
+    MPI_Request rq[2];
+    MPI_CHECK(MPI_Igather(&ts->dec.best_local, 1, MPI_DOUBLE, bl, 1, MPI_DOUBLE, 0, ctx->world, &rq[0]));
+    MPI_CHECK(
+        MPI_Igather(&ts->dec.best_local_es, 1, MPI_DOUBLE, bl ? bl + W : NULL, 1, MPI_DOUBLE, 0, ctx->world, &rq[1]));
+    ddp_status wst = ddp_wait(ctx, 2, rq, "the checkpoint state gather");
     if (wst != DDP_OK) {
         free(bl);
         return wst;
@@ -108,6 +110,7 @@ static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
                              .global_batch = (int64_t)ts->cfg->batch_size * W * ts->cfg->accumulate,
                              .global_batch_rows = ts->cfg->batch_rows * W * ts->cfg->accumulate,
                              .best_local = bl,
+                             .best_local_es = bl + W,
                              .topk_json = tk,
                              .model_cfg = ts->cfg->model_config,
                              .precision = ts->cfg->precision};
@@ -280,6 +283,7 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     if (st != DDP_OK) ddp_mark_error_shared(); /* every rank computed the same facts */
     if (st != DDP_OK) {
         free(cs.best_local);
+        free(cs.best_local_es);
         free(cs.topk_json);
         return st;
     }
@@ -320,12 +324,16 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     ts->skipped = facts[11];
     /* decision state: rank 0's view is broadcast; each rank gets its own best local value when the world
      * size matches (else the votes start afresh) */
-    double dstate[2] = {cs.best_score, (double)cs.bad_epochs}, mybest = NAN;
+    double dstate[2] = {cs.best_score, (double)cs.bad_epochs}, mybest[2] = {NAN, NAN};
     MPI_CHECK(MPI_Bcast(dstate, 2, MPI_DOUBLE, 0, ctx->world));
-    if (facts[4] == W) MPI_CHECK(MPI_Scatter(cs.best_local, 1, MPI_DOUBLE, &mybest, 1, MPI_DOUBLE, 0, ctx->world));
+    if (facts[4] == W) {
+        MPI_CHECK(MPI_Scatter(cs.best_local, 1, MPI_DOUBLE, &mybest[0], 1, MPI_DOUBLE, 0, ctx->world));
+        MPI_CHECK(MPI_Scatter(cs.best_local_es, 1, MPI_DOUBLE, &mybest[1], 1, MPI_DOUBLE, 0, ctx->world));
+    }
     ts->dec.best = dstate[0];
     ts->dec.bad_epochs = (int64_t)dstate[1];
-    ts->dec.best_local = mybest;
+    ts->dec.best_local = mybest[0];
+    ts->dec.best_local_es = mybest[1];
     if (ctx->topo.rank == 0 && cs.topk_json) { /* the top-k list lives on rank 0, which manages the files */
         cJSON *a = cJSON_Parse(cs.topk_json);
         cJSON *e;
@@ -355,6 +363,7 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
                     c->save_top_k, ts->dec.ntopk, had);
     }
     free(cs.best_local);
+    free(cs.best_local_es);
     free(cs.topk_json);
     if (ctx->topo.rank == 0 && cs.no_checksums) /* written before checksums: loaded unverified (finiteness checked) */
         fprintf(stderr,

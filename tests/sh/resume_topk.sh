@@ -5,7 +5,7 @@
 # and its files at its next save. A resume position past the epoch of a smaller training set is refused, not taken
 # for the epoch's end. --resume FILE into a directory holding another run is refused and leaves it as it was. A
 # fresh run keeps files of checkpoints/ that are not its own, and a checkpoints/ that is a file stops it before
-# training.
+# training. The votes' early-stopping best (min_delta) survives a resume.
 . "$(dirname "$0")/lib.sh"
 synth --out t --samples 240 --dim 8 --classes 3 --shards 2 --seed 3
 synth --out small --samples 96 --dim 8 --classes 3 --shards 1 --seed 3
@@ -48,6 +48,19 @@ listed=$(topk old/checkpoints/last.h5)
 [ "$(tr ' ' '\n' <<<"$listed" | sort | uniq -d)" = "" ] || fail "an older top-k file: listed twice: $listed"
 for k in $listed; do [ -f "old/$k" ] || fail "an older top-k file: $k is listed and missing"; done
 pass "a resume from a top-k file ends as the uninterrupted run: decisions, metrics, top-k files, last.h5 bitwise"
+
+# the votes' early-stopping best is checkpointed beside the save vote's: local values 100, 97, 94, 91 (offsets
+# over a loss that moves by < 1) at min_delta 5 improve at epochs 0 and 2 only; patience 2 never stops, also
+# across a resume at the end of epoch 1 (a resume that took the save vote's best, 97, stopped at epoch 2)
+off="0:0:100,1:0:100,0:1:97,1:1:97,0:2:94,1:2:94,0:3:91,1:3:91"
+votes=(--ckpt-policy all --early-stop-min-delta 5 --no-progress)
+MPIDDP_TEST_MONITOR_OFFSET=$off mpirun_np 2 "$MPIDDP" train "${base[@]}" "${votes[@]}" --epochs 4 --out esfull >/dev/null
+MPIDDP_TEST_MONITOR_OFFSET=$off mpirun_np 2 "$MPIDDP" train "${base[@]}" "${votes[@]}" --epochs 2 --out espart >/dev/null
+MPIDDP_TEST_MONITOR_OFFSET=$off expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" "${votes[@]}" --epochs 4 --out espart --resume auto
+grep -q "finished at epoch 3 (of 4)" <<<"$OUT" || fail "votes with min_delta: $OUT $ERR"
+[ "$(rows esfull/metrics.csv)" = "$(rows espart/metrics.csv)" ] || fail "votes with min_delta: metrics.csv rows differ after a resume"
+same_ckpt esfull/checkpoints/last.h5 espart/checkpoints/last.h5
+pass "the votes' early-stopping best survives a resume (gains below min_delta add up)"
 
 # a lower --save-top-k on resume: the next save trims the list to it and deletes the files it drops
 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 3 --save-top-k 3 --early-stop-patience 0 --monitor val/loss --out k3 --no-progress >/dev/null

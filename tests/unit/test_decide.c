@@ -115,6 +115,17 @@ static void test_min_delta_gates_early_stopping_only(void **state)
     assert_true(o.save && o.stop);
     assert_string_equal(kept(&d), "1 2");
     assert_true(fabs(d.best_local - 0.58) < 1e-12);
+    /* gains smaller than min_delta add up for the votes as for reduced: 1.00, 0.97, 0.94 ... at min_delta 0.05
+     * improve every second epoch, so patience 3 never stops (every epoch's save moved the one best: it stopped) */
+    static const double loss[] = {1.00, 0.97, 0.94, 0.91, 0.88, 0.85};
+    for (int p = DDP_POLICY_REDUCED; p <= DDP_POLICY_MAJORITY; p++) {
+        ddp_decider_init(&d, (ddp_policy)p, "val/loss", 0, 2, 3, 0.05);
+        for (int e = 0; e < 6; e++) {
+            step(&d, loss[e], e, &o);
+            assert_false(o.stop);
+            assert_int_equal(d.bad_epochs, e % 2);
+        }
+    }
 }
 
 /* a lower --save-top-k on resume drops the worst entries, never the best: values within min_delta of each other,
