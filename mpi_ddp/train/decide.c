@@ -89,15 +89,22 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     int W = ctx->topo.size, me = ctx->topo.rank;
     int vote = d->policy >= DDP_POLICY_ALL, need_local = vote || d->policy == DDP_POLICY_RANK0;
     /* 1. the monitor must exist where the policy reads it: a clear error on every rank, never a hang. A rank whose
-     *    local row lacks it has no value of its own (no validation sample: ddp_metrics_sync) and abstains. */
+     *    local row lacks it while its val/count is 0 has no value of its own (no validation sample:
+     *    ddp_metrics_sync) and abstains; lacking it otherwise, the metric is not a per-rank one (logged on rank 0
+     *    alone). */
     int gi = ddp_row_find(global, d->monitor), li = ddp_row_find(local, d->monitor);
-    int have = me != 0 || gi >= 0, all = 0;
+    int ci = ddp_row_find(local, "val/count"), nosample = ci >= 0 && local->vals[ci] == 0;
+    int have = (me != 0 || gi >= 0) && (!need_local || li >= 0 || nosample), all = 0;
     DDP_CHECK(ddp_all_ok(ctx, have, &all));
     if (!all) {
+        char where[96] = "";
+        if (need_local)
+            snprintf(where, sizeof where, " on every rank (policy %s reads each rank's own value)",
+                     policy_name(d->policy));
         ddp_set_error(
             DDP_ERR_ARG,
-            "--monitor '%s' was never logged (logged metrics include val/loss, val/acc, val/macro_f1, train/loss)",
-            d->monitor);
+            "--monitor '%s' was never logged%s (logged metrics include val/loss, val/acc, val/macro_f1, train/loss)",
+            d->monitor, where);
         ddp_mark_error_shared();
         return DDP_ERR_ARG;
     }

@@ -56,9 +56,9 @@ void ddp_decider_init(ddp_decider *d, ddp_policy policy, const char *monitor, in
  * or Inf never saves and never improves; unless d->nonfinite_continue, it is an error on every rank ("val/loss is
  * nan after epoch E (step S): not finite ..."), as Lightning's EarlyStopping(check_finite=True) stops the run.
  * A save needs a value that beats (the worst kept, or for the votes each rank's own best) plainly; early stopping's
- * improvement needs it by more than min_delta. A rank whose local row lacks the monitor (it evaluated no sample)
- * abstains from the votes; with no value to decide on (no rank has one; rank 0 has none under rank0) every rank
- * returns DDP_ERR_ARG with one line. */
+ * improvement needs it by more than min_delta. A rank whose local row lacks the monitor and whose val/count is 0 (it
+ * evaluated no sample) abstains from the votes; with no value to decide on (no rank has one; rank 0 has none under
+ * rank0) every rank returns DDP_ERR_ARG with one line. */
 ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global, const ddp_metric_row *local,
                       int64_t epoch, int64_t step, ddp_decision *out);
 /* After the top-k file for out was written (rank 0): updates the list (an entry of the same path is replaced, not

@@ -192,6 +192,17 @@ static void test_no_value_anywhere(void **state)
     ddp_decision o;
     assert_int_equal(decide_on(&d, 0.5, 1, 0, &o), DDP_OK);
     assert_true(o.save);
+    /* a monitor in the global row but not in a rank's own, which evaluated samples (a metric logged on rank 0
+     * alone), is "never logged on every rank", not a rank without samples */
+    ddp_decider_init(&d, DDP_POLICY_ALL, "val/loss", 0, 2, 0, 0);
+    ddp_metric_row gg = {0}, ll = {0};
+    assert_int_equal(ddp_row_set(&gg, "val/loss", 0.5), DDP_OK);
+    assert_int_equal(ddp_row_set(&ll, "val/count", 5), DDP_OK);
+    assert_int_equal(ddp_decide(g_ctx, &d, &gg, &ll, 0, 10, &o), DDP_ERR_ARG);
+    assert_non_null(
+        strstr(ddp_last_error(), "was never logged on every rank (policy all reads each rank's own value)"));
+    ddp_metric_row_free(&gg);
+    ddp_metric_row_free(&ll);
     /* a monitor missing from the global row is still "never logged" */
     ddp_metric_row g = {0}, l = {0};
     assert_int_equal(ddp_decide(g_ctx, &d, &g, &l, 1, 20, &o), DDP_ERR_ARG);
