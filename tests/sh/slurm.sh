@@ -63,7 +63,7 @@ sbatch --test-only job.sh 2> testonly.txt || { cat testonly.txt; fail "sbatch --
 grep -q "to start at" testonly.txt || fail "sbatch --test-only: $(cat testonly.txt)"
 jid=$(MPIDDP_TEST_STEP_DELAY_MS=20 sbatch --parsable job.sh)   # ~11 s of steps: time to be signalled
 wait_job $jid RUNNING
-scontrol show job $jid | grep -q "JobName=mpiddp test" || fail "job name: $(scontrol show job $jid | grep JobName)"
+scontrol show job $jid | qgrep "JobName=mpiddp test" || fail "job name: $(scontrol show job $jid | grep JobName)"
 for _ in $(seq 240); do [ -f pre/metrics.csv ] && [ "$(wc -l < pre/metrics.csv)" -ge 3 ] && break; sleep 0.25; done
 scancel --signal=USR1 $jid
 wait_job $jid PENDING
@@ -85,7 +85,7 @@ for _ in $(seq 240); do [ -f can/metrics.csv ] && [ "$(wc -l < can/metrics.csv)"
 scancel $jc
 wait_job $jc CANCELLED PENDING REQUEUED  # COMPLETING first, while the ranks save
 sleep 1                                  # a requeue by the ranks would come at once
-scontrol show job $jc | grep -q "JobState=CANCELLED" && scontrol show job $jc | grep -q "Restarts=0" ||
+scontrol show job $jc | qgrep "JobState=CANCELLED" && scontrol show job $jc | qgrep "Restarts=0" ||
   { cat job-$jc.log; scontrol show job $jc; fail "scancel: the job requeued itself"; }
 grep -q "stopped on request at step" job-$jc.log && grep -q "job $jc not requeued: SIGTERM or SIGINT" job-$jc.log ||
   { cat job-$jc.log; fail "scancel: no stop, or not the 'not requeued' line"; }
