@@ -54,16 +54,6 @@ typedef struct {
     int resume, overwrite;
 } train_start;
 
-static int parse_flag(const char *v, int *out)
-{
-    static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
-    for (int i = 0; i < 4; i++) {
-        if (!strcmp(v, yes[i])) return *out = 1, 1;
-        if (!strcmp(v, no[i])) return *out = 0, 1;
-    }
-    return 0;
-}
-
 static int start_key(void *user, const char *section, const char *name, const char *value)
 {
     train_start *ts = user;
@@ -73,7 +63,7 @@ static int start_key(void *user, const char *section, const char *name, const ch
     for (char *p = key; *p; p++)
         if (*p == '_') *p = '-';
     if (!strcmp(key, "resume")) ts->resume = 1;
-    if (!strcmp(key, "overwrite")) (void)parse_flag(value, &ts->overwrite); /* train refuses another value */
+    if (!strcmp(key, "overwrite")) (void)cli_parse_bool(value, &ts->overwrite); /* train refuses another value */
     return 1;
 }
 
@@ -86,7 +76,7 @@ static int read_train_start(ddp_ctx *ctx, char **args, int n, train_start *out)
         const char *a = args[i];
         if (!strcmp(a, "--resume") || !strncmp(a, "--resume=", 9)) resume = 1;
         if (!strcmp(a, "--overwrite")) overwrite = 1;
-        if (!strncmp(a, "--overwrite=", 12)) (void)parse_flag(a + 12, &overwrite);
+        if (!strncmp(a, "--overwrite=", 12)) (void)cli_parse_bool(a + 12, &overwrite);
         if (!strcmp(a, "--config") && i + 1 < n) config = args[i + 1];
         if (!strncmp(a, "--config=", 9)) config = a + 9;
     }

@@ -21,7 +21,7 @@ static cli_opt *find(cli_opt *o, int n, const char *name)
     return NULL;
 }
 
-static int parse_bool(const char *v, int *out)
+int cli_parse_bool(const char *v, int *out)
 {
     if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on")) return *out = 1, 1;
     if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off")) return *out = 0, 1;
@@ -39,7 +39,8 @@ static int set_value(cli_opt *o, const char *v, char *err, size_t n)
         *(const char **)o->dst = v;
         break;
     case OPT_FLAG:
-        if (!parse_bool(v, (int *)o->dst)) return snprintf(err, n, "--%s '%s': expected true or false", o->name, v), 0;
+        if (!cli_parse_bool(v, (int *)o->dst))
+            return snprintf(err, n, "--%s '%s': expected true or false", o->name, v), 0;
         break;
     case OPT_INT:
     case OPT_I64: {

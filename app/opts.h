@@ -23,6 +23,8 @@ enum { CLI_OK = 0, CLI_HELP = 1, CLI_USAGE = 2 };
 
 /* Parses argv[first..]; positional arguments go to *pos (up to npos, may be NULL). An option named
  * "config" (OPT_STR) is loaded first as an INI file; the command line wins. err gets one line. */
+/* v as a boolean option's value (1/true/yes/on, 0/false/no/off): 1 and *out set, or 0 for anything else */
+int cli_parse_bool(const char *v, int *out);
 int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, int first, const char **pos, int npos,
               int *npos_out, char *err, size_t errlen);
 void cli_help(FILE *f, const char *cmd, const char *usage, const char *about, const cli_opt *opts, int nopts);
