@@ -95,9 +95,11 @@ static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
 static int end_stopped(ddp_ctx *ctx, int kinds, const char *line, const ddp_train_summary *summary,
                        const ddp_train_config *cfg)
 {
-    char msg[256];
+    char msg[256], last[PATH_MAX + 32];
+    snprintf(last, sizeof last, "%s/checkpoints/last.h5", cfg->out_dir);
+    int have_last = cli_rank0(ctx) && access(last, F_OK) == 0; /* what a requeued job resumes from (rank 0 reads it) */
     ddp_requeue rq;
-    if (ddp_slurm_requeue(ctx, kinds, &rq, msg) != DDP_OK) return cli_fail(ctx, "train", DDP_ERR_MPI);
+    if (ddp_slurm_requeue(ctx, kinds, have_last, &rq, msg) != DDP_OK) return cli_fail(ctx, "train", DDP_ERR_MPI);
     if (cli_rank0(ctx)) {
         printf("mpiddp train: %s\n", line);
         if (rq == DDP_REQUEUE_NOT_BATCH) {

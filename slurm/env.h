@@ -15,7 +15,8 @@ typedef struct ddp_jobfacts {
     int local_rank, node_id, num_nodes;
     int cpus_per_task; /* -1 when unknown */
     int restart_count; /* SLURM_RESTART_COUNT, 0 when absent */
-    int batch;         /* ENVIRONMENT=BATCH: Slurm set it for a batch job's script and the steps it starts */
+    int batch;         /* ENVIRONMENT=BATCH: Slurm set it for a batch job's script and the steps it starts (where
+                        * srun --export=NONE hid it, preempt.c asks scontrol) */
 } ddp_jobfacts;
 
 /* Reads what the environment says about this process; never fails (unknown fields are -1 or ""). */

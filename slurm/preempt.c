@@ -8,18 +8,20 @@
 #include "slurm/env.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 extern char **environ;
 
-static ddp_requeue run_scontrol(const char *job, char *msg)
+/* Spawns scontrol with argv, the stop signals blocked (see below), stdout to out_fd when >= 0 (else inherited).
+ * Returns 0 with its pid, or posix_spawn's error. */
+static int spawn_scontrol(char **argv, int out_fd, pid_t *pid)
 {
-    char *argv[] = {"scontrol", "requeue", (char *)job, NULL};
-    pid_t pid;
     /* The requeue itself makes SLURM signal every process of the job step, scontrol included, with SIGTERM
      * (SIGKILL only after KillWait): scontrol starts with SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 blocked,
      * so the signal its own request causes cannot kill it before it reports. */
@@ -37,27 +39,84 @@ static ddp_requeue run_scontrol(const char *job, char *msg)
         posix_spawnattr_destroy(&attr);
         have_attr = 0;
     }
-    int rc = posix_spawnp(&pid, "scontrol", NULL, have_attr ? &attr : NULL, argv, environ);
-    if (have_attr) posix_spawnattr_destroy(&attr);
-    if (rc != 0) {
-        snprintf(msg, 256,
-                 "job %s NOT requeued: scontrol cannot be run (%s); resubmit the job, it resumes from last.h5", job,
-                 strerror(rc));
-        return rc == ENOENT ? DDP_REQUEUE_NO_SCONTROL : DDP_REQUEUE_FAILED;
+    posix_spawn_file_actions_t fa;
+    int have_fa = out_fd >= 0 && posix_spawn_file_actions_init(&fa) == 0;
+    if (have_fa && posix_spawn_file_actions_adddup2(&fa, out_fd, STDOUT_FILENO) != 0) {
+        posix_spawn_file_actions_destroy(&fa);
+        have_fa = 0;
     }
+    if (out_fd >= 0 && !have_fa) {
+        if (have_attr) posix_spawnattr_destroy(&attr);
+        return ENOMEM;
+    }
+    int rc = posix_spawnp(pid, "scontrol", have_fa ? &fa : NULL, have_attr ? &attr : NULL, argv, environ);
+    if (have_attr) posix_spawnattr_destroy(&attr);
+    if (have_fa) posix_spawn_file_actions_destroy(&fa);
+    return rc;
+}
+
+static int wait_status(pid_t pid)
+{
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    return st;
+}
+
+/* Whether Slurm says job `job` is a batch job (`scontrol show job -o`: BatchFlag=1). Asked only where ENVIRONMENT
+ * is not BATCH: `srun --export=NONE` inside a batch script hides it from the ranks. 0 when scontrol cannot say. */
+static int batch_by_scontrol(const char *job)
+{
+    int fd[2];
+    if (pipe(fd) != 0) return 0;
+    fcntl(fd[0], F_SETFD, FD_CLOEXEC); /* scontrol keeps only its stdout */
+    fcntl(fd[1], F_SETFD, FD_CLOEXEC);
+    char *argv[] = {"scontrol", "show", "job", "-o", (char *)job, NULL};
+    pid_t pid;
+    int rc = spawn_scontrol(argv, fd[1], &pid);
+    close(fd[1]); /* the parent's write end: the reader sees end-of-file when scontrol exits */
+    if (rc != 0) {
+        close(fd[0]);
+        return 0;
+    }
+    /* the whole output is read (what does not fit the buffer is dropped) before waiting, so scontrol never blocks */
+    char buf[16384], sink[4096];
+    size_t n = 0;
+    ssize_t r;
+    while ((r = read(fd[0], n < sizeof buf - 1 ? buf + n : sink,
+                     n < sizeof buf - 1 ? sizeof buf - 1 - n : sizeof sink)) != 0) {
+        if (r < 0 && errno != EINTR) break;
+        if (r > 0 && n < sizeof buf - 1) n += (size_t)r;
+    }
+    close(fd[0]);
+    buf[n] = 0;
+    int st = wait_status(pid);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(buf, " BatchFlag=1") != NULL;
+}
+
+/* `scontrol requeue job`; msg says what happened and what the requeued (or resubmitted) job starts from: last.h5
+ * where one was saved (have_last), else the start. */
+static ddp_requeue run_scontrol(const char *job, int have_last, char *msg)
+{
+    char *argv[] = {"scontrol", "requeue", (char *)job, NULL};
+    const char *from = have_last ? "it resumes from last.h5" : "no last.h5 was saved, so it starts again";
+    pid_t pid;
+    int rc = spawn_scontrol(argv, -1, &pid);
+    if (rc != 0) {
+        snprintf(msg, 256, "job %s NOT requeued: scontrol cannot be run (%s); resubmit the job, %s", job, strerror(rc),
+                 from);
+        return rc == ENOENT ? DDP_REQUEUE_NO_SCONTROL : DDP_REQUEUE_FAILED;
+    }
+    int st = wait_status(pid);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(msg, 256,
-                 "job %s NOT requeued: `scontrol requeue %s` failed (status %d); resubmit it, it resumes from last.h5",
-                 job, job, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        snprintf(msg, 256, "job %s NOT requeued: `scontrol requeue` failed (status %d); resubmit it, %s", job,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1, from);
         return DDP_REQUEUE_FAILED;
     }
-    snprintf(msg, 256, "job %s requeued; it resumes from last.h5", job);
+    snprintf(msg, 256, "job %s requeued; %s", job, from);
     return DDP_REQUEUE_DONE;
 }
 
-ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, ddp_requeue *out, char *msg)
+ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, int have_last, ddp_requeue *out, char *msg)
 {
     int code = DDP_REQUEUE_NOT_SLURM;
     char text[256] = "not a SLURM job: continue with --resume auto";
@@ -76,7 +135,7 @@ ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, ddp_requeue *out, char *ms
                      "job %s not requeued: SIGTERM or SIGINT (scancel, preemption, Ctrl-C) ends the job (Slurm itself "
                      "requeues a job preempted under PreemptMode=REQUEUE)",
                      job);
-        } else if (!f->batch) {
+        } else if (!f->batch && !batch_by_scontrol(f->job_id)) {
             code = DDP_REQUEUE_NOT_BATCH;
             snprintf(text, sizeof text,
                      "job %s is not a batch job (srun or salloc), so it is not requeued: run the same command with "
@@ -86,7 +145,7 @@ ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, ddp_requeue *out, char *ms
             code = DDP_REQUEUE_DISABLED;
             snprintf(text, sizeof text, "job %s not requeued (MPIDDP_REQUEUE=0)", job);
         } else {
-            code = run_scontrol(job, text);
+            code = run_scontrol(job, have_last, text);
         }
     }
     MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, 0, ctx->world));

@@ -18,8 +18,9 @@ typedef enum {
 } ddp_requeue;
 
 /* Collective, after a stop whose agreed kinds (DDP_STOP_* bits) are `kinds`: rank 0 runs `scontrol requeue <job>`
- * when the stop asked only for a requeue (DDP_STOP_REQUEUE) inside a SLURM batch job (ENVIRONMENT=BATCH;
- * MPIDDP_REQUEUE=0 disables); every rank returns the same outcome; msg (256 bytes) says what happened. */
-ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, ddp_requeue *out, char *msg);
+ * when the stop asked only for a requeue (DDP_STOP_REQUEUE) inside a SLURM batch job (ENVIRONMENT=BATCH, or else
+ * `scontrol show job`'s BatchFlag=1; MPIDDP_REQUEUE=0 disables); every rank returns the same outcome; msg (256
+ * bytes) says what happened, and whether the job resumes from last.h5 (have_last, read on rank 0) or starts again. */
+ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, int have_last, ddp_requeue *out, char *msg);
 
 #endif

@@ -65,9 +65,14 @@ fi
 
 # 5. a stop inside a SLURM job (its environment, with a stand-in scontrol that records its calls): only the
 #    time-limit warning (SIGUSR1/SIGUSR2; the test hook plays SIGUSR1) of a batch job requeues. SIGTERM (scancel) to
-#    one rank ends the job; an interactive job is never requeued (a notice says how to continue); a warning during
-#    start-up ends the run before its first step; no scontrol: exit 3
-mkdir -p fake && printf '#!/bin/sh\necho "$*" >> %s/scontrol.calls\n' "$WORK" > fake/scontrol && chmod +x fake/scontrol
+#    one rank ends the job; an interactive job is never requeued (a notice says how to continue), a batch job whose
+#    ranks lost ENVIRONMENT (srun --export=NONE) is (scontrol show job: BatchFlag=1); a warning during start-up ends
+#    the run before its first step, and the requeue line says nothing was saved; no scontrol: exit 3
+mkdir -p fake && cat > fake/scontrol <<EOS && chmod +x fake/scontrol
+#!/bin/sh
+echo "\$*" >> $WORK/scontrol.calls
+[ "\$1" != show ] || echo "JobId=\$4 JobName=x UserId=root(0) JobState=RUNNING BatchFlag=\${FAKE_BATCHFLAG:-0} Reboot=0"
+EOS
 small=(--device "$DEVICE" --train v --val v --batch-size 4 --hidden 8 --no-progress --epochs 2)
 job_env=(env SLURM_JOB_ID=4242 ENVIRONMENT=BATCH "PATH=$WORK/fake:$PATH")
 MPIDDP_TEST_STEP_DELAY_MS=20 mpirun_np 2 "${job_env[@]}" "$MPIDDP" train "${small[@]}" --out term > term.out 2>&1 &
@@ -88,14 +93,19 @@ if os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
 os.execv(sys.argv[1], sys.argv[1:])
 EOS
 expect_rc 0 mpirun_np 2 "${job_env[@]}" "$PY" pend.py "$MPIDDP" train "${small[@]}" --out early
-grep -q "stopped on request before training started; nothing saved" <<<"$OUT" && grep -q "job 4242 requeued" <<<"$OUT" ||
+grep -q "stopped on request before training started; nothing saved" <<<"$OUT" &&
+  grep -q "job 4242 requeued; no last.h5 was saved, so it starts again" <<<"$OUT" ||
   fail "SIGUSR2 during start-up: $OUT $ERR"
 [ "$(cat scontrol.calls)" = "requeue 4242" ] && [ ! -e early/checkpoints/last.h5 ] || fail "start-up stop: scontrol calls $(cat scontrol.calls)"
 rm scontrol.calls
 expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 MPIDDP_TEST_STOP_RANK=1 SLURM_JOB_ID=4242 "PATH=$WORK/fake:$PATH" "$MPIDDP" train "${small[@]}" --out inter
 grep -q "notice: job 4242 is not a batch job (srun or salloc), so it is not requeued: run the same command with --resume auto" <<<"$ERR" ||
   fail "interactive job: $ERR"
-[ ! -e scontrol.calls ] || fail "interactive job: scontrol ran: $(cat scontrol.calls)"
+[ "$(cat scontrol.calls)" = "show job -o 4242" ] || fail "interactive job: scontrol calls $(cat scontrol.calls)"
+rm scontrol.calls
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 SLURM_JOB_ID=4242 FAKE_BATCHFLAG=1 "PATH=$WORK/fake:$PATH" "$MPIDDP" train "${small[@]}" --out exportnone
+grep -q "job 4242 requeued; it resumes from last.h5" <<<"$OUT" || fail "batch job without ENVIRONMENT: $OUT $ERR"
+[ "$(tr '\n' ' ' < scontrol.calls)" = "show job -o 4242 requeue 4242 " ] || fail "batch job without ENVIRONMENT: scontrol calls $(cat scontrol.calls)"
 expect_rc 3 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 SLURM_JOB_ID=4242 ENVIRONMENT=BATCH PATH=/nonexistent "$MPIDDP" train "${small[@]}" --out noscontrol
 grep -q "NOT requeued: scontrol cannot be run" <<<"$ERR" || fail "no scontrol message: $ERR"
 

@@ -3,7 +3,7 @@
 # requeues itself, resumes and ends bitwise identical to an uninterrupted run, the generated script (a job
 # name with a space) passing `sbatch --test-only`, scancel of a batch job saving last.h5 and ending it without
 # a requeue, mpirun inside an allocation, and an interactive srun job stopped by SIGUSR2: saved, not requeued,
-# exit 0. (The requeue decisions without a cluster, and exit code 3 without scontrol: faults.sh.)
+# exit 0; a batch job whose srun passes no ENVIRONMENT is requeued. (The requeue decisions without a cluster, and exit code 3 without scontrol: faults.sh.)
 . "$(dirname "$0")/lib.sh"
 command -v slurmctld >/dev/null && command -v munged >/dev/null || { echo "SKIP: slurm-wlm/munge not installed"; exit 77; }
 export MPIDDP_SLURM_DIR=/var/tmp/mpiddp-slurm-test   # not under /tmp: each node gets a private /tmp
@@ -91,6 +91,17 @@ grep -q "stopped on request at step" job-$jc.log && grep -q "job $jc not requeue
   { cat job-$jc.log; fail "scancel: no stop, or not the 'not requeued' line"; }
 [ -f can/checkpoints/last.h5 ] || fail "scancel: no last.h5"
 
+# 3c. a batch job whose srun passes only SLURM_* variables and the ones it names (--export=VAR: no ENVIRONMENT in the
+#     ranks) is still a batch job: the warning requeues it (rank 0 asks scontrol: BatchFlag=1)
+printf '#!/bin/bash\nsrun --mpi=pmix --export=MPIDDP_TEST_STEP_DELAY_MS=20 %s/mpiddp train %s --out en --resume auto\n' "$J" "${args[*]}" > en.sh
+je=$(sbatch --parsable -N1 -n2 -o job-%j.log en.sh)
+wait_job $je RUNNING
+for _ in $(seq 240); do [ -f en/metrics.csv ] && [ "$(wc -l < en/metrics.csv)" -ge 3 ] && break; sleep 0.25; done
+scancel --signal=USR1 $je
+wait_job $je PENDING
+grep -q "job $je requeued; it resumes from last.h5" job-$je.log || { cat job-$je.log; fail "--export=NONE batch job: not requeued"; }
+scancel $je
+
 # 4. mpirun inside an allocation (2 nodes)
 jm=$(sbatch --parsable -N2 -n4 -o mpirun-%j.log --wrap "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 4 $J/mpiddp env")
 wait_job $jm COMPLETED FAILED
@@ -114,4 +125,4 @@ if [ -x "${BENCH_DIR:-}/bench_train" ]; then
   wait_job $js COMPLETED FAILED
   [ "$(grep -c '^mpiddp,' scal/weak.csv 2>/dev/null)" = 2 ] && [ -s scal/allreduce-2.csv ] || { cat scal-$js.log; fail "scaling.sbatch"; }
 fi
-pass "srun launch, 2-node training, preemption + requeue bitwise exact, --test-only, scancel ends a batch job, mpirun in allocation, interactive SIGUSR2"
+pass "srun launch, 2-node training, preemption + requeue bitwise exact, --test-only, scancel ends a batch job, mpirun in allocation, interactive SIGUSR2, batch job under srun --export"
