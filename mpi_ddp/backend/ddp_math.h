@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define DDP_HD __host__ __device__
@@ -66,16 +67,26 @@ DDP_HD static inline float ddp_gelu_grad(float x)
     return g;
 }
 
+/* Whether x is a NaN, by its bits: the CPU loops are compiled with -ffinite-math-only, under which isnan() and
+ * x != x may be folded to false. */
+DDP_HD static inline int ddp_isnan_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x7fffffffu) > 0x7f800000u;
+}
+
 /* Softmax cross-entropy of one row of c logits against label y. Returns the loss; writes the
  * gradient (softmax - onehot) * dscale into dz when dz is non-NULL, and the argmax and its
- * probability into pred/prob when non-NULL. */
+ * probability into pred/prob when non-NULL. The argmax is torch.argmax's: the first NaN where the row holds one
+ * (its loss and probability are then NaN), else the first largest. */
 DDP_HD static inline float ddp_softmax_xent_row(const float *z, int64_t c, int64_t y, float dscale, float *dz,
                                                 int64_t *pred, float *prob)
 {
     float mx = z[0];
     int64_t am = 0;
-    for (int64_t j = 1; j < c; j++)
-        if (z[j] > mx) {
+    for (int64_t j = 1; j < c && !ddp_isnan_bits(mx); j++)
+        if (z[j] > mx || ddp_isnan_bits(z[j])) {
             mx = z[j];
             am = j;
         }

@@ -163,6 +163,21 @@ static void test_loss_optim(void **state)
     expect_dev_close("softmax_xent prob", dprob, prob, N, 1e-5);
     OK(gpu->download(gpu, predg, dpred, sizeof predg));
     if (memcmp(pred, predg, sizeof pred) != 0) fail_msg("softmax_xent predictions differ");
+    /* a row holding NaN predicts its first NaN (torch.argmax) on both backends, the CPU one built with
+     * -ffinite-math-only */
+    float nanrows[3 * C];
+    memcpy(nanrows, lg, sizeof nanrows);
+    nanrows[4] = nanrows[C] = nanrows[2 * C + 7] = nanrows[2 * C + 9] = nanf("");
+    int64_t npred[3], npredg[3];
+    void *dnan = dev(nanrows, sizeof nanrows);
+    OK(cpu->softmax_xent(cpu, nanrows, lab, 3, C, NULL, loss, npred, prob));
+    OK(gpu->softmax_xent(gpu, dnan, dlab, 3, C, NULL, dloss, dpred, dprob));
+    OK(gpu->download(gpu, npredg, dpred, sizeof npredg));
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(npred[r], r == 0 ? 4 : r == 1 ? 0 : 7);
+        assert_int_equal(npredg[r], npred[r]);
+    }
+    gpu->release(gpu, dnan);
     /* AdamW over more elements than one grid of 256-thread blocks covers in one launch of k_sumsq */
     const int64_t n = 300001;
     float *p = test_rnd(n, 41, 1, 0), *g = test_rnd(n, 42, 1, 0), *m = test_rnd(n, 43, 0.1f, 0),

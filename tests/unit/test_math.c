@@ -74,6 +74,28 @@ static void test_softmax_xent_grad_fd(void **state)
     }
 }
 
+/* the prediction of a row holding NaN is torch.argmax's, the first NaN, on every backend (the CPU one is compiled with
+ * -ffinite-math-only: a test by comparison would be folded away); the loss is NaN */
+static void test_softmax_xent_nan_argmax(void **state)
+{
+    (void)state;
+    float nan = nanf(""), rows[4][4] = {
+                              {1.0f, nan, 3.0f, 2.0f},
+                              {nan, 5.0f, nan, 0.0f},
+                              {1.0f, 2.0f, 3.0f, nan},
+                              {1.0f, 4.0f, 4.0f, 2.0f},
+                          };
+    int64_t want[4] = {1, 0, 3, 1}, pred;
+    float prob;
+    for (int r = 0; r < 4; r++) {
+        float loss = ddp_softmax_xent_row(rows[r], 4, 0, 1.0f, NULL, &pred, &prob);
+        assert_int_equal(pred, want[r]);
+        assert_int_equal(ddp_isnan_bits(loss), r < 3);
+    }
+    assert_false(ddp_isnan_bits(INFINITY));
+    assert_true(ddp_isnan_bits(-nan));
+}
+
 /* the encoder's exact gelu against libm's erfc in double: erfc to 1.5e-6 relative on [-4, 4] (float's exp of
  * a rounded -x^2: about 2|x|^2 ulp), gelu and its derivative to 1e-6 max(1, |x|) absolute on [-12, 12] */
 static void test_gelu_erf(void **state)
@@ -147,9 +169,13 @@ static void test_adamw_formula(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gelu_values),   cmocka_unit_test(test_expf),
-        cmocka_unit_test(test_gelu_grad_fd),  cmocka_unit_test(test_softmax_xent_grad_fd),
-        cmocka_unit_test(test_adamw_formula), cmocka_unit_test(test_gelu_erf),
+        cmocka_unit_test(test_gelu_values),
+        cmocka_unit_test(test_expf),
+        cmocka_unit_test(test_gelu_grad_fd),
+        cmocka_unit_test(test_softmax_xent_grad_fd),
+        cmocka_unit_test(test_softmax_xent_nan_argmax),
+        cmocka_unit_test(test_adamw_formula),
+        cmocka_unit_test(test_gelu_erf),
         cmocka_unit_test(test_dropout_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
