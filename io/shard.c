@@ -51,16 +51,56 @@ static ddp_status map_window(ddp_shard *s, const char *path, int slot, int64_t o
     return DDP_OK;
 }
 
-static ddp_status read_whole(ddp_shard *s, const char *name, int64_t n, int64_t **out)
+#define CHANGED "the file changed after it was validated (rerun mpiddp index, or pass --manifest none)"
+
+/* Dataset d (name) of path has the shape the shard's metadata records (rank 1 or 2: want[0], want[1]): the metadata
+ * may come from a manifest, which a file rewritten with its size and mtime kept, or a manifest written by something
+ * else, can contradict; HDF5 would otherwise read the file's extent into a buffer sized from the metadata. */
+static ddp_status check_extent(const char *path, hid_t d, const char *name, int rank, const int64_t *want)
+{
+    hsize_t dims[2] = {0, 0};
+    hid_t sp = H5Dget_space(d);
+    int r = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+    if (r >= 1 && r <= 2 && H5Sget_simple_extent_dims(sp, dims, NULL) < 0) r = -1;
+    if (sp >= 0) H5Sclose(sp);
+    if (r < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': its extent cannot be queried", path, name);
+    if (r != rank)
+        return ddp_set_error(DDP_ERR_FORMAT,
+                             "%s: dataset '%s': rank %d, the manifest or validation recorded %d: " CHANGED, path, name,
+                             r, rank);
+    if ((int64_t)dims[0] != want[0] && rank == 1)
+        return ddp_set_error(DDP_ERR_FORMAT,
+                             "%s: dataset '%s': %lld elements, the manifest or validation recorded %lld: " CHANGED,
+                             path, name, (long long)dims[0], (long long)want[0]);
+    if ((int64_t)dims[0] != want[0] || (rank == 2 && (int64_t)dims[1] != want[1]))
+        return ddp_set_error(
+            DDP_ERR_FORMAT, "%s: dataset '%s': %lld x %lld, the manifest or validation recorded %lld x %lld: " CHANGED,
+            path, name, (long long)dims[0], (long long)dims[1], (long long)want[0], (long long)want[1]);
+    return DDP_OK;
+}
+
+/* The n values of 1-D dataset name, as int64, into a new buffer (read with an explicit extent of n elements). */
+static ddp_status read_whole(ddp_shard *s, const char *path, const char *name, int64_t n, int64_t **out)
 {
     hid_t d = H5Dopen2(s->h5file, name, H5P_DEFAULT);
-    if (d < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': cannot be opened", s->meta.name, name);
+    if (d < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': cannot be opened", path, name);
+    ddp_status st = check_extent(path, d, name, 1, &n);
+    if (st != DDP_OK) {
+        H5Dclose(d);
+        return st;
+    }
+    hsize_t count = (hsize_t)n;
+    hid_t ms = H5Screate_simple(1, &count, NULL);
     int64_t *buf = ddp_calloc((size_t)n, sizeof *buf);
-    herr_t e = buf ? H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) : -1;
+    herr_t e = buf && ms >= 0 ? H5Dread(d, H5T_NATIVE_INT64, ms, H5S_ALL, H5P_DEFAULT, buf) : -1;
+    if (ms >= 0) H5Sclose(ms);
     H5Dclose(d);
+    if (!buf)
+        return ddp_set_error(DDP_ERR_NOMEM, "%s: dataset '%s': out of memory for %lld values", path, name,
+                             (long long)n);
     if (e < 0) {
         free(buf);
-        return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': cannot be read", s->meta.name, name);
+        return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': cannot be read", path, name);
     }
     *out = buf;
     return DDP_OK;
@@ -77,7 +117,7 @@ static ddp_status map_or_read(ddp_shard *s, const char *path, int slot, int64_t 
         return DDP_OK;
     }
     int64_t *buf = NULL;
-    DDP_CHECK(read_whole(s, obj, n, &buf));
+    DDP_CHECK(read_whole(s, path, obj, n, &buf));
     s->owned[slot - 1] = buf;
     *ptr = buf;
     return DDP_OK;
@@ -117,6 +157,8 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
     } else {
         s->h5features = H5Dopen2(s->h5file, "features", H5P_DEFAULT);
         if (s->h5features < 0) DDP_FAIL(DDP_ERR_HDF5, "%s: dataset 'features': cannot be opened", path);
+        const int64_t shape[2] = {m->rows, m->dim};
+        DDP_TRY(check_extent(path, s->h5features, "features", 2, shape));
     }
     DDP_TRY(map_or_read(s, path, 1, m->off_off, (m->n + 1) * 8, m->n + 1, "offsets", &p));
     s->offsets = p;
@@ -166,8 +208,6 @@ void ddp_shard_release_handles(ddp_shard *s)
     s->ids = NULL;
     s->opened = 0;
 }
-
-#define CHANGED "the file changed after it was validated (rerun mpiddp index, or pass --manifest none)"
 
 /* 1 when sample i's offsets are ones validation could have seen: 1 to max_rows rows within the shard */
 static int rows_ok(const ddp_shard *s, int64_t i, int64_t *a, int64_t *b)

@@ -144,6 +144,38 @@ for d in pl po; do
   echo "edited in place: $(grep -o "$d/shard.*" err.txt | head -1)"
 done
 
+# a manifest entry that contradicts its shard under a valid CRC (n = 10 for a shard of 50 samples; its size and mtime
+# kept), the shard's offsets and labels chunked, so read through HDF5: one line naming file and dataset on every rank,
+# where every rank once died of SIGSEGV in H5Dread (the whole dataset read into a buffer of the manifest's n)
+mkdir lie
+"$PY" - <<'PYEOF'
+import h5py
+with h5py.File("t/shard-00005.h5", "r") as a, h5py.File("lie/s0.h5", "w") as b:
+    for k, v in a.attrs.items(): b.attrs[k] = v
+    for k in a: b.create_dataset(k, data=a[k][()], **({} if k == "features" else {"chunks": (16,)}))
+PYEOF
+expect_rc 0 "$MPIDDP" index lie
+"$PY" - lie/mpiddp-manifest.bin <<'PYEOF'
+import struct, sys, zlib
+b = bytearray(open(sys.argv[1], "rb").read())
+e = list(struct.unpack_from("<37q", b, 40))         # the one entry (io/manifest.h: 37 int64 fields)
+assert e[0] == 50 and e[6] == -1 and e[7] == -1, e[:10]   # n; offsets and labels not mappable
+e[0], e[13], e[4] = 10, 1, e[1]                     # n, min_rows, max_rows: every sample passes the runtime row check
+e[15:31] = [10] + [0] * 15                           # hist sums to n
+e[33] = 0                                            # no (class, count) pairs
+struct.pack_into("<37q", b, 40, *e)
+struct.pack_into("<I", b, len(b) - 4, zlib.crc32(bytes(b[:-4])) & 0xffffffff)
+open(sys.argv[1], "wb").write(b)
+PYEOF
+touch -r lie/s0.h5 lie/mpiddp-manifest.bin
+for np in 1 2; do
+  expect_rc 1 timeout 60 mpirun -np $np --oversubscribe "$MPIDDP" train "${COMMON[@]}" --train lie --val v --out lie$np
+  [ "$(grep -c "error:" <<< "$ERR")" = 1 ] && ! grep -qi "segmentation\|signal" <<< "$ERR" &&
+    grep -qx "mpiddp train: error: lie/s0\.h5: dataset 'offsets': 51 elements, the manifest or validation recorded 11: the file changed after it was validated (rerun mpiddp index, or pass --manifest none)" <<< "$ERR" ||
+    fail "a manifest entry contradicting its shard, np $np: $ERR"
+done
+echo "a manifest entry contradicting its chunked shard: $(grep -o "lie/s0.h5: dataset 'offsets': [^:]*" <<< "$ERR")"
+
 # an explicit manifest that is missing: a notice, the run goes on
 train miss 2 t --train-manifest nowhere.bin
 grep -qx "mpiddp train: notice: nowhere.bin: cannot read (No such file or directory): ignored, validating every shard; write it with \`mpiddp index t --manifest nowhere.bin\`" <<< "$ERR" ||
