@@ -22,6 +22,7 @@
 typedef struct {
     const char *path;
     hid_t file;
+    unsigned long fileno; /* HDF5's number for the shard file: an object with another lives in another file */
 } vctx;
 
 #define BAD(...) return ddp_set_error(DDP_ERR_FORMAT, __VA_ARGS__)
@@ -128,6 +129,16 @@ static ddp_status dset_storage(vctx *v, const char *name, hid_t d)
     return DDP_OK;
 }
 
+/* Basic information on object name (links followed), for the HDF5 1.10 and 1.12+ API. */
+static herr_t obj_info(hid_t loc, const char *name, H5O_info_t *info)
+{
+#if H5_VERSION_GE(1, 12, 0)
+    return H5Oget_info_by_name3(loc, name, info, H5O_INFO_BASIC, H5P_DEFAULT);
+#else
+    return H5Oget_info_by_name2(loc, name, info, H5O_INFO_BASIC, H5P_DEFAULT);
+#endif
+}
+
 /* Opens dataset name and checks class, size, rank; dims receives the shape. */
 static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank, hid_t *d, hsize_t *dims,
                             size_t *elsize, int optional, int *present)
@@ -139,13 +150,21 @@ static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank
         if (optional) return DDP_OK;
         BAD("%s: dataset '%s': missing", v->path, name);
     }
+    /* an external link (or a soft link through one) names an object of another file: what its H5Dget_offset gives
+     * is an offset in that file, not in the shard that is mapped */
+    H5L_info_t link;
+    if (H5Lget_info(v->file, name, &link, H5P_DEFAULT) < 0)
+        return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': its link cannot be queried", v->path, name);
+    if (link.type != H5L_TYPE_HARD && link.type != H5L_TYPE_SOFT)
+        BAD("%s: dataset '%s': %s link (its data lives in other files): not supported, store it in the shard", v->path,
+            name, link.type == H5L_TYPE_EXTERNAL ? "an external" : "a user-defined");
     H5O_info_t info;
-#if H5_VERSION_GE(1, 12, 0)
-    if (H5Oget_info_by_name3(v->file, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0 || info.type != H5O_TYPE_DATASET)
-#else
-    if (H5Oget_info_by_name2(v->file, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0 || info.type != H5O_TYPE_DATASET)
-#endif
+    if (obj_info(v->file, name, &info) < 0 || info.type != H5O_TYPE_DATASET)
         BAD("%s: '%s': not a dataset", v->path, name);
+    if (info.fileno != v->fileno)
+        BAD("%s: dataset '%s': a link into another file (its data lives in other files): not supported, store it in "
+            "the shard",
+            v->path, name);
     *d = H5Dopen2(v->file, name, H5P_DEFAULT);
     if (*d < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': cannot be opened", v->path, name);
     hid_t t = H5Dget_type(*d), sp = H5Dget_space(*d);
@@ -249,6 +268,9 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
     v->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     ddp_io_counters_get()->h5_opens++;
     if (v->file < 0) BAD("%s: not an HDF5 file (or truncated): cannot be opened", path);
+    H5O_info_t root;
+    if (obj_info(v->file, "/", &root) < 0) BAD("%s: the root group cannot be read (corrupt file?)", path);
+    v->fileno = root.fileno;
 
     char fmt[128];
     int64_t version, classes;

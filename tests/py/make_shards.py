@@ -156,6 +156,22 @@ def bad(out):
             f.create_dataset(obj, shape=x.shape, dtype=x.dtype, external=[(f"{out}/{name}/{obj}.raw", 0, x.nbytes)])
         if obj == "features":  # truncated; the offsets' file is intact: refused all the same
             os.truncate(f"{out}/{name}/{obj}.raw", 100)
+    # an external link to a dataset of another file (or a soft link through one): HDF5 follows it, and the offset it
+    # gives is one in that file, yet the shard file was mapped there (silently wrong features, or false NaNs)
+    for name, obj in [("extlink_features", "features"), ("softlink_offsets", "offsets")]:
+        how = "an external link" if name.startswith("ext") else "a link into another file"
+        case(name, rf"{name}/s0\.h5: dataset '{obj}': {how} \(its data lives in other files\): not supported")
+        with h5py.File(f"{out}/{name}/s0.h5", "a") as f:
+            x = f[obj][()]
+            del f[obj]
+            with h5py.File(f"{out}/{name}/side.data", "w") as g:
+                g.create_dataset("pad", data=np.zeros(4096, np.float32))
+                g.create_dataset(obj, data=x)
+            if name.startswith("ext"):
+                f[obj] = h5py.ExternalLink("side.data", "/" + obj)
+            else:
+                f["elsewhere"] = h5py.ExternalLink("side.data", "/" + obj)
+                f[obj] = h5py.SoftLink("/elsewhere")
     # shards that disagree with each other
     case("dim_differs", r"dim_differs/s1\.h5: dataset 'features': D=6 differs from D=5")
     write_shard(f"{out}/dim_differs/s1.h5", np.zeros((int(offsets[-1]), D + 1), np.float32), offsets, labels)
