@@ -109,16 +109,50 @@ static ddp_status attr_int(vctx *v, const char *name, int64_t *out)
     return st;
 }
 
+/* Whether d's storage was all written: NULL, or what HDF5 says about it. A chunked dataset counts its chunks in the
+ * chunk index (H5Dget_num_chunks: no chunk is read; H5Dget_space_status compares bytes, and a compressed dataset has
+ * fewer than its extent); any other layout asks H5Dget_space_status. *failed: a query failed. */
+static const char *unwritten(hid_t d, hid_t pl, H5D_layout_t lay, int *failed, char *buf, size_t len)
+{
+    *failed = 0;
+#if H5_VERSION_GE(1, 10, 5)
+    if (lay == H5D_CHUNKED) {
+        hsize_t dims[H5S_MAX_RANK], cdims[H5S_MAX_RANK], total = 1, have = 0;
+        hid_t sp = H5Dget_space(d);
+        int r = sp >= 0 ? H5Sget_simple_extent_dims(sp, dims, NULL) : -1;
+        if (r < 0 || H5Pget_chunk(pl, r, cdims) != r || H5Dget_num_chunks(d, sp, &have) < 0) *failed = 1;
+        if (sp >= 0) H5Sclose(sp);
+        for (int i = 0; !*failed && i < r; i++) /* an overflow saturates: no chunk index holds that many */
+            if (__builtin_mul_overflow(total, cdims[i] ? (dims[i] + cdims[i] - 1) / cdims[i] : 1, &total))
+                total = UINT64_MAX;
+        if (*failed || have == total) return NULL;
+        snprintf(buf, len, "H5Dget_num_chunks: %llu of %llu chunks", (unsigned long long)have,
+                 (unsigned long long)total);
+        return buf;
+    }
+#endif
+    H5D_space_status_t ss;
+    if (H5Dget_space_status(d, &ss) < 0) return *failed = 1, NULL;
+    if (ss == H5D_SPACE_STATUS_ALLOCATED) return NULL;
+    return ss == H5D_SPACE_STATUS_PART_ALLOCATED ? "H5Dget_space_status: part allocated"
+                                                 : "H5Dget_space_status: not allocated";
+}
+
 /* A shard holds its own data: a virtual dataset (its mapped source files may be missing, and then HDF5 reads its fill
- * value) and external raw storage (files the manifest's size and mtime do not cover) are refused. */
-static ddp_status dset_storage(vctx *v, const char *name, hid_t d)
+ * value), external raw storage (files the manifest's size and mtime do not cover) and storage never (fully) written,
+ * e.g. by a writer that died after creating the dataset (read as the fill value), are refused. */
+static ddp_status dset_storage(vctx *v, const char *name, hid_t d, hssize_t npoints)
 {
     hid_t pl = H5Dget_create_plist(d);
     if (pl < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': storage layout cannot be queried", v->path, name);
     H5D_layout_t lay = H5Pget_layout(pl);
-    int ext = H5Pget_external_count(pl);
+    int ext = H5Pget_external_count(pl), failed = 0;
+    char buf[96];
+    const char *unw = NULL;
+    if (lay >= 0 && lay != H5D_VIRTUAL && ext == 0 && npoints > 0)
+        unw = unwritten(d, pl, lay, &failed, buf, sizeof buf);
     H5Pclose(pl);
-    if (lay < 0 || ext < 0)
+    if (lay < 0 || ext < 0 || failed)
         return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': storage layout cannot be queried", v->path, name);
     if (lay == H5D_VIRTUAL)
         BAD("%s: dataset '%s': virtual dataset (its data lives in other files): not supported, store it in the shard",
@@ -126,6 +160,7 @@ static ddp_status dset_storage(vctx *v, const char *name, hid_t d)
     if (ext != 0)
         BAD("%s: dataset '%s': external storage (its data lives in other files): not supported, store it in the shard",
             v->path, name);
+    if (unw) BAD("%s: dataset '%s': storage not (fully) written (%s): the writer did not finish", v->path, name, unw);
     return DDP_OK;
 }
 
@@ -171,6 +206,7 @@ static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank
     H5T_class_t c = H5Tget_class(t);
     *elsize = H5Tget_size(t);
     int r = H5Sget_simple_extent_ndims(sp);
+    hssize_t npoints = H5Sget_simple_extent_npoints(sp);
     ddp_status st = DDP_OK;
     if (c != cls)
         st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '%s': wrong type (expected %s)", v->path, name,
@@ -181,7 +217,7 @@ static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank
         H5Sget_simple_extent_dims(sp, dims, NULL);
     H5Tclose(t);
     H5Sclose(sp);
-    if (st == DDP_OK) st = dset_storage(v, name, *d);
+    if (st == DDP_OK) st = dset_storage(v, name, *d, npoints);
     if (st != DDP_OK) {
         H5Dclose(*d);
         *d = -1;
