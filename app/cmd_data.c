@@ -218,7 +218,7 @@ int cmd_inspect(ddp_ctx *ctx, int argc, char **argv)
         printf("%-28s %12s %14s %14s  %s\n", "shard", "samples", "rows", "bytes", "features");
         for (int64_t i = 0; i < ns; i++)
             printf("%-28s %12lld %14lld %14lld  %s\n", m[i].name, (long long)m[i].n, (long long)m[i].rows,
-                   (long long)m[i].file_bytes, m[i].feat_off >= 0 ? "mmap" : "hdf5-read (chunked/filtered: slower)");
+                   (long long)m[i].file_bytes, m[i].feat_off >= 0 ? "mmap" : "hdf5-read (not mappable: slower)");
         free(cc);
     }
     ddp_survey_free(&sv);

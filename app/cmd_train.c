@@ -292,7 +292,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
         const ddp_dataset_info *in = ddp_dataset_get_info(k ? va : tr);
         if (in->hdf5_read_shards)
             fprintf(stderr,
-                    "mpiddp train: notice: %lld of %lld shard(s) of %s have chunked or compressed features; "
+                    "mpiddp train: notice: %lld of %lld shard(s) of %s have features that cannot be memory-mapped "
+                    "(chunked, compressed, unaligned or not IEEE float32 little-endian); "
                     "they are read through HDF5, slower than the memory-mapped path\n",
                     (long long)in->hdf5_read_shards, (long long)in->num_shards, k ? val_dir : train_dir);
     }

@@ -235,12 +235,15 @@ static int is_le(hid_t d)
     return le;
 }
 
-static int is_signed(hid_t d)
+/* 1 when d's file type is exactly want (H5Tequal: class, size, order, sign, precision, offset, and for floats the
+ * exponent and mantissa layout and bias): only such an array is memory-mapped as the C type; any other is read
+ * through HDF5, which converts it. */
+static int type_is(hid_t d, hid_t want)
 {
     hid_t t = H5Dget_type(d);
-    int s = H5Tget_sign(t) == H5T_SGN_2;
-    H5Tclose(t);
-    return s;
+    int eq = t >= 0 && H5Tequal(t, want) > 0;
+    if (t >= 0) H5Tclose(t);
+    return eq;
 }
 
 /* File offset of a contiguous, allocated, unfiltered dataset holding `bytes` whose elements (`align`
@@ -429,13 +432,13 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
                 (long long)m->rows - 1);
     }
 
-    m->feat_off = mappable_offset(ds[0], m->rows * m->dim * 4, m->file_bytes, 4);
-    m->off_off = is_le(ds[1]) ? mappable_offset(ds[1], (m->n + 1) * 8, m->file_bytes, 8) : -1;
-    if (is_le(ds[2]) && is_signed(ds[2])) {
+    if (type_is(ds[0], H5T_IEEE_F32LE)) m->feat_off = mappable_offset(ds[0], m->rows * m->dim * 4, m->file_bytes, 4);
+    if (type_is(ds[1], H5T_STD_I64LE)) m->off_off = mappable_offset(ds[1], (m->n + 1) * 8, m->file_bytes, 8);
+    if (type_is(ds[2], ls == 4 ? H5T_STD_I32LE : H5T_STD_I64LE)) {
         m->lab_off = mappable_offset(ds[2], m->n * (int64_t)ls, m->file_bytes, (int64_t)ls);
         m->lab_width = (int32_t)ls;
     }
-    if (have_ids && is_le(ds[3])) m->ids_off = mappable_offset(ds[3], m->n * 8, m->file_bytes, 8);
+    if (have_ids && type_is(ds[3], H5T_STD_I64LE)) m->ids_off = mappable_offset(ds[3], m->n * 8, m->file_bytes, 8);
     return DDP_OK;
 }
 

@@ -68,6 +68,18 @@ def variants(out):
         os.makedirs(f"{out}/{name}", exist_ok=True)
         for k, (f_, o_, l_) in enumerate(split(feats, offsets, labels, bounds)):
             write_shard(f"{out}/{name}/part-{k:02d}.h5", f_, o_, l_, **kw)
+    # features as a 4-byte little-endian float that is not IEEE binary32 (exponent bias 112): HDF5 converts it exactly;
+    # its bytes were once memory-mapped as IEEE floats
+    os.makedirs(f"{out}/oddfloat", exist_ok=True)
+    for k, (f_, o_, l_) in enumerate(split(feats, offsets, labels, bounds)):
+        write_shard(f"{out}/oddfloat/part-{k:02d}.h5", f_, o_, l_, skip=("features",))
+        with h5py.File(f"{out}/oddfloat/part-{k:02d}.h5", "a") as f:
+            t = h5py.h5t.IEEE_F32LE.copy()
+            t.set_ebias(112)
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+            d = h5py.h5d.create(f.id, b"features", t, h5py.h5s.create_simple(f_.shape), dcpl)
+            d.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(f_, dtype=np.float32))
     os.makedirs(f"{out}/one_shard", exist_ok=True)
     write_shard(f"{out}/one_shard/all.h5", feats, offsets, labels, fmt="fixed", label_dtype=np.int64,
                 sample_ids=np.arange(len(labels)))
