@@ -73,12 +73,12 @@ static ddp_status share_manifest(ddp_ctx *ctx, const char *dir, const char *path
     char *mb = NULL;
     if (ctx->topo.rank == 0) {
         char why[256] = "";
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait for a writer, refused below */
         struct stat sb;
         if (fd < 0) {
             if (errno != ENOENT || explicit_) snprintf(why, sizeof why, "cannot read (%s)", strerror(errno));
         } else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-            snprintf(why, sizeof why, "not a regular file");
+            snprintf(why, sizeof why, "not a regular file%s", S_ISFIFO(sb.st_mode) ? " (a FIFO)" : "");
         } else if (!(mb = malloc((size_t)sb.st_size + 8))) {
             snprintf(why, sizeof why, "cannot read (out of memory for %lld bytes)", (long long)sb.st_size);
         } else if ((errno = 0, ddp_read_all(fd, mb, (size_t)sb.st_size) != 0) && sb.st_size > 0) {

@@ -2,6 +2,7 @@
  * any names, taken in sorted name order) and a 1-D /labels into a sharded dataset. Shards are contiguous
  * runs of samples balanced by rows (bytes), written round-robin by the ranks. */
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/core/status.h"
 #include "io/shard.h"
 #include "io/writer.h"
@@ -155,6 +156,7 @@ ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t sh
     name_list l = {0};
     int64_t *rows = NULL, *labels = NULL, dim = 0, classes = 0, written = 0;
     int created = 0;
+    if (st == DDP_OK) st = ddp_check_regular_file(input, "--input"); /* HDF5 would wait on a FIFO for ever */
     if (st == DDP_OK && !ddp_h5_is_hdf5(input))
         st = ddp_set_error(DDP_ERR_FORMAT, "%s: missing or not an HDF5 file", input);
     if (st == DDP_OK) {

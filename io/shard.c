@@ -135,10 +135,10 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
     int need_h5 = m->feat_off < 0 || (m->off_off < 0 && !s->owned[0]) || (m->lab_off < 0 && !s->owned[1]) ||
                   (m->has_ids && m->ids_off < 0 && !s->owned[2]);
     ddp_status st = DDP_OK;
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    s->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO put there since validation: no wait, refused */
     if (s->fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(s->fd, &sb) != 0 || (int64_t)sb.st_size != m->file_bytes)
+    if (fstat(s->fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (int64_t)sb.st_size != m->file_bytes)
         DDP_FAIL(DDP_ERR_IO, "%s: file changed since it was validated (size %lld, was %lld)", path,
                  (long long)sb.st_size, (long long)m->file_bytes);
     if (need_h5) {

@@ -300,7 +300,9 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
     snprintf(m->name, sizeof m->name, "%s", name);
     m->file_bytes = (int64_t)sb.st_size;
     m->feat_off = m->off_off = m->lab_off = m->ids_off = -1;
-    int probe = open(path, O_RDONLY | O_CLOEXEC); /* the real cause first (permission denied...), before HDF5 guesses */
+    /* the real cause first (permission denied...), before HDF5 guesses; O_NONBLOCK: a FIFO put there since the stat
+     * does not block */
+    int probe = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (probe < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     close(probe);
     if (!ddp_h5_is_hdf5(path)) BAD("%s: not an HDF5 file (or truncated)", path);

@@ -3,7 +3,8 @@
 # never replaces the checkpoint, a shard or a file mpiddp did not write (compared by device and inode), says
 # "is a directory" for one, and refuses a file in a missing directory before it evaluates; a shard without read
 # permission says "Permission denied" (as root the check runs as `nobody`, through setpriv or runuser: it is never
-# skipped). Multi-rank parts at np 1, 2 and 4.
+# skipped); a FIFO as the manifest, `pack --input`, `index --manifest` or `eval --ckpt` is refused or ignored at once
+# (it once blocked every rank in open(2)). Multi-rank parts at np 1, 2 and 4.
 . "$(dirname "$0")/lib.sh"
 tmpirun() { local np=$1; shift; timeout 60 mpirun -np "$np" --oversubscribe "$@"; }
 one_line() { [ "$(printf '%s\n' "$ERR" | grep -c '^mpiddp')" = 1 ] || fail "$1: not one line: $ERR"; }
@@ -94,4 +95,23 @@ for np in 2 4; do
     --no-progress --out "$priv/run"
   printf '%s' "$ERR" | qgrep "^mpiddp train: error: $priv/v/shard-00001.h5: cannot open: Permission denied" || fail "mode 000, train at np $np: $ERR"
 done
-pass "--config refuses what is not a regular text file, eval --out keeps its inputs, a mode-000 shard says Permission denied"
+
+# --- 4. a FIFO where a manifest, pack's input or a checkpoint is read: refused or ignored at once, never waited on ---
+cp -r t tf
+rm tf/mpiddp-manifest.bin
+mkfifo tf/mpiddp-manifest.bin in.fifo
+notice="notice: tf/mpiddp-manifest.bin: not a regular file (a FIFO): ignored, validating every shard"
+for np in 1 2; do
+  expect_rc 0 timeout 20 mpirun -np $np --oversubscribe "$MPIDDP" inspect tf
+  printf '%s' "$ERR" | qgrep "^mpiddp inspect: $notice" || fail "the manifest a FIFO, inspect at np $np: $ERR"
+  expect_rc 0 timeout 20 mpirun -np $np --oversubscribe "$MPIDDP" inspect t --manifest in.fifo
+  printf '%s' "$ERR" | qgrep "^mpiddp inspect: notice: in.fifo: not a regular file (a FIFO): ignored" || fail "inspect --manifest FIFO at np $np: $ERR"
+done
+expect_rc 0 timeout 30 "$MPIDDP" train "${args[@]}" --train tf --out fifo_run
+printf '%s' "$ERR" | qgrep "^mpiddp train: $notice" || fail "the manifest a FIFO, train: $ERR"
+expect_rc 1 timeout 20 "$MPIDDP" pack --input in.fifo --out packed
+printf '%s' "$ERR" | qgrep "^mpiddp pack: error: in.fifo: cannot open --input: not a regular file (a FIFO)$" || fail "pack --input FIFO: $ERR"
+expect_rc 2 timeout 20 "$MPIDDP" index t --manifest in.fifo
+expect_rc 1 timeout 20 "$MPIDDP" eval --device cpu --ckpt in.fifo --data v
+printf '%s' "$ERR" | qgrep "in.fifo: cannot open checkpoint: not a regular file (a FIFO)" || fail "eval --ckpt FIFO: $ERR"
+pass "--config refuses what is not a regular text file, eval --out keeps its inputs, a mode-000 shard says Permission denied, a FIFO is never waited on"
