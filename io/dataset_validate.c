@@ -146,6 +146,7 @@ static ddp_status check_one(const char *dir, const char *name, int flags, int64_
         sh.fd = -1;
         sh.h5file = sh.h5features = -1;
         ddp_finite_scan r;
+        scan_progress("dataset 'features'"); /* a scan that times out names what it was reading */
         DDP_CHECK(ddp_shard_scan_finite(&sh, dir, 1, &r));
         e.nonfinite = r.values, e.nonfinite_samples = r.samples;
     }

@@ -149,7 +149,19 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
     ld->ds = ds;
     ld->sm = sm;
     ld->dim = ds->info.dim;
-    ld->max_rows = sm->max_rows > 0 ? sm->max_rows : sm->max_samples * ds->info.max_sample_rows;
+    ld->max_rows = sm->max_rows;
+    size_t xbytes = 0; /* a batch's features: overflow-checked, as the loader's sizes come from the data */
+    if ((sm->max_rows <= 0 && __builtin_mul_overflow(sm->max_samples, ds->info.max_sample_rows, &ld->max_rows)) ||
+        ld->max_rows < 0 || ld->dim < 0 || __builtin_mul_overflow((size_t)ld->max_rows, (size_t)ld->dim, &xbytes) ||
+        __builtin_mul_overflow(xbytes, sizeof(float), &xbytes)) {
+        ddp_status st = ddp_set_error(DDP_ERR_NOMEM,
+                                      "batch buffers of %lld samples of up to %lld rows x %lld floats: more than this "
+                                      "machine can address",
+                                      (long long)sm->max_samples, (long long)ds->info.max_sample_rows,
+                                      (long long)ld->dim);
+        free(ld);
+        return st;
+    }
     ld->max_samples = sm->max_samples;
     /* shuffled orders read randomly: no kernel readahead, the loader prefetches exactly what it needs;
      * the sequential order (validation) reads the file front to back: aggressive readahead */
@@ -164,7 +176,7 @@ ddp_status ddp_loader_create(ddp_dataset *ds, ddp_sampler *sm, int threaded, ddp
     for (int k = 0; k < 2; k++) {
         slot *s = &ld->slots[k];
         s->step = -1;
-        s->x = ddp_calloc((size_t)(ld->max_rows * ld->dim), sizeof(float));
+        s->x = ddp_calloc((size_t)ld->max_rows * (size_t)ld->dim, sizeof(float));
         s->offsets = ddp_calloc((size_t)sm->max_samples + 1, sizeof(int64_t));
         s->labels = ddp_calloc((size_t)sm->max_samples, sizeof(int64_t));
         s->ids = ddp_calloc((size_t)sm->max_samples, sizeof(int64_t));

@@ -164,6 +164,21 @@ static ddp_status dset_storage(vctx *v, const char *name, hid_t d, hssize_t npoi
     return DDP_OK;
 }
 
+/* The manifest's limits (io/manifest.c entry_ok): features at most 2^50 values (so R and D too), an index array at
+ * most 2^40 + 1 elements (2^40 samples). Larger extents are refused before any storage query or read: their sizes
+ * would overflow int64 byte counts and allocations later, in messages that name no file. */
+static ddp_status dset_limits(vctx *v, const char *name, int rank, const hsize_t *dims)
+{
+    const hsize_t big = (hsize_t)1 << 50, samples = (hsize_t)1 << 40;
+    if (rank == 2 && (dims[0] > big || dims[1] > big || (dims[1] && dims[0] > big / dims[1])))
+        BAD("%s: dataset '%s': %llu rows x %llu columns: more than the 2^50 values a shard may hold", v->path, name,
+            (unsigned long long)dims[0], (unsigned long long)dims[1]);
+    if (rank == 1 && dims[0] > samples + 1)
+        BAD("%s: dataset '%s': %llu elements: more than a shard may hold (2^40 samples)", v->path, name,
+            (unsigned long long)dims[0]);
+    return DDP_OK;
+}
+
 /* Basic information on object name (links followed), for the HDF5 1.10 and 1.12+ API. */
 static herr_t obj_info(hid_t loc, const char *name, H5O_info_t *info)
 {
@@ -213,8 +228,10 @@ static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank
                            cls == H5T_FLOAT ? "32-bit float" : "integer");
     else if (r != rank)
         st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '%s': wrong rank %d (expected %d)", v->path, name, r, rank);
+    else if (H5Sget_simple_extent_dims(sp, dims, NULL) < 0)
+        st = ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': its extent cannot be read", v->path, name);
     else
-        H5Sget_simple_extent_dims(sp, dims, NULL);
+        st = dset_limits(v, name, rank, dims);
     H5Tclose(t);
     H5Sclose(sp);
     if (st == DDP_OK) st = dset_storage(v, name, *d, npoints);
@@ -415,6 +432,7 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
     if (st != DDP_OK) return st;
 
     /* features readable: check its last row (catches truncation behind a valid header) */
+    reading("dataset", "features");
     {
         hid_t fsp = H5Dget_space(ds[0]);
         hsize_t start[2] = {(hsize_t)m->rows - 1, 0}, count[2] = {1, (hsize_t)m->dim};

@@ -194,6 +194,14 @@ def bad(out):
                 f.create_dataset("features", shape=feats.shape, dtype=np.float32, chunks=(16, D))[:10] = feats[:10]
             else:
                 f.create_dataset("features", shape=feats.shape, dtype=np.float32)
+    # an 8 KB shard declaring 2^62 + 19 rows (chunked, unwritten), the last sample owning nearly all: refused by the
+    # manifest's limit before any storage is read, where it once failed late (BLAS int range, a run directory left)
+    huge = (1 << 62) + 19
+    case("huge_rows", rf"huge_rows/s0\.h5: dataset 'features': {huge} rows x {D} columns: more than the 2\^50 values")
+    with h5py.File(f"{out}/huge_rows/s0.h5", "a") as f:
+        del f["features"], f["offsets"]
+        f.create_dataset("offsets", data=np.append(offsets[:-1], huge).astype(np.int64))
+        f.create_dataset("features", shape=(huge, D), dtype=np.float32, chunks=(1024, D))
     # shards that disagree with each other
     case("dim_differs", r"dim_differs/s1\.h5: dataset 'features': D=6 differs from D=5")
     write_shard(f"{out}/dim_differs/s1.h5", np.zeros((int(offsets[-1]), D + 1), np.float32), offsets, labels)
