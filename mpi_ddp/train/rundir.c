@@ -26,7 +26,8 @@
 
 /* The temporaries of a save killed before its rename: NAME.h5.tmp.PID of last.h5 and of the top-k files. */
 #define SAVE_TMP_LAST "checkpoints/last.h5.tmp.[0-9]*"
-#define SAVE_TMP_TOPK "checkpoints/epoch=*-step=*-*=*.h5.tmp.[0-9]*"
+#define TOPK_FILE "epoch=*-step=*-*=*.h5"
+#define SAVE_TMP_TOPK "checkpoints/" TOPK_FILE ".tmp.[0-9]*"
 /* The files a run writes, as shell patterns relative to the run directory; the first group marks a run. */
 static const char *const RUN_MARKS[] = {"run.json", "metrics.csv", "checkpoints/last.h5", "checkpoints/decisions.log"};
 static const char *const RUN_FILES[] = {"run.json",
@@ -37,7 +38,7 @@ static const char *const RUN_FILES[] = {"run.json",
                                         "checkpoints/last.h5",
                                         "checkpoints/decisions.log",
                                         "checkpoints/decisions.log.tmp",
-                                        "checkpoints/epoch=*-step=*-*=*.h5",
+                                        "checkpoints/" TOPK_FILE,
                                         SAVE_TMP_LAST,
                                         SAVE_TMP_TOPK,
                                         "progress/rank[0-9]*"};
@@ -152,17 +153,13 @@ static int own_checkpoint(const char *dir, const char *ckpt)
     return realpath(c, a) && realpath(d, b) && !strcmp(a, b);
 }
 
-/* 1 when dir holds an attempt of the same start that never saved: no checkpoints/last.h5, and its run.json says it
- * started from ckpt (resumed_from, compared as real paths). A job that died (or was requeued) before its first save
- * starts from ckpt again, as the first attempt did. */
-static int retry_of(const char *dir, const char *ckpt)
+/* dir/run.json parsed (NULL when absent or unreadable); the caller deletes it. */
+static cJSON *read_run_json(const char *dir)
 {
-    if (exists(dir, "checkpoints/last.h5")) return 0;
-    char p[4400], want[PATH_MAX];
+    char p[4400];
     snprintf(p, sizeof p, "%s/run.json", dir);
-    if (!realpath(ckpt, want)) return 0;
     FILE *f = fopen(p, "re");
-    if (!f) return 0;
+    if (!f) return NULL;
     char *text = NULL;
     long n = -1;
     if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (1L << 24) && fseek(f, 0, SEEK_SET) == 0 &&
@@ -171,13 +168,63 @@ static int retry_of(const char *dir, const char *ckpt)
     fclose(f);
     cJSON *root = text ? cJSON_Parse(text) : NULL;
     free(text);
+    return root;
+}
+
+/* 1 when dir holds an attempt of the same start that never saved: no checkpoints/last.h5, and its run.json says it
+ * started from ckpt (resumed_from, compared as real paths). A job that died (or was requeued) before its first save
+ * starts from ckpt again, as the first attempt did. */
+static int retry_of(const char *dir, const char *ckpt)
+{
+    if (exists(dir, "checkpoints/last.h5")) return 0;
+    char want[PATH_MAX];
+    if (!realpath(ckpt, want)) return 0;
+    cJSON *root = read_run_json(dir);
     const cJSON *from = cJSON_GetObjectItemCaseSensitive(root, "resumed_from");
     int same = cJSON_IsString(from) && !strcmp(from->valuestring, want);
     cJSON_Delete(root);
     return same;
 }
 
-static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *resume, int overwrite)
+/* 1 when this is a requeued SLURM job (restart count > 0) whose earlier attempt wrote dir's run: run.json records
+ * this job's id. Such an attempt that never saved last.h5 starts again as the first attempt did. */
+static int restart_of(const char *dir, const ddp_topology *t)
+{
+    if (t->restart_count <= 0 || !t->job_id[0]) return 0;
+    cJSON *root = read_run_json(dir);
+    const cJSON *job = cJSON_GetObjectItemCaseSensitive(root, "job_id");
+    int same = cJSON_IsString(job) && !strcmp(job->valuestring, t->job_id);
+    cJSON_Delete(root);
+    return same;
+}
+
+/* The newest top-k file of dir/checkpoints ("checkpoints/NAME" into rel; "" when none): what a refused
+ * --resume auto names to resume from. */
+static void newest_topk(const char *dir, char *rel, size_t len)
+{
+    char p[4400], f[8800];
+    snprintf(p, sizeof p, "%s/checkpoints", dir);
+    rel[0] = 0;
+    DIR *d = opendir(p);
+    if (!d) return;
+    struct dirent *e;
+    struct timespec best = {0, 0};
+    while ((e = readdir(d))) {
+        if (fnmatch(TOPK_FILE, e->d_name, FNM_PERIOD) != 0) continue;
+        snprintf(f, sizeof f, "%s/%s", p, e->d_name);
+        struct stat s;
+        if (lstat(f, &s) != 0 || !S_ISREG(s.st_mode)) continue;
+        if (rel[0] &&
+            (s.st_mtim.tv_sec < best.tv_sec || (s.st_mtim.tv_sec == best.tv_sec && s.st_mtim.tv_nsec <= best.tv_nsec)))
+            continue;
+        best = s.st_mtim;
+        snprintf(rel, len, "checkpoints/%s", e->d_name);
+    }
+    closedir(d);
+}
+
+static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *resume, int overwrite,
+                                const ddp_topology *t)
 {
     DDP_CHECK(ddp_mkdir_p(dir));
     char path[4400], holder[512] = "";
@@ -203,6 +250,16 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
                              "%s holds a run (%s) and --resume %s is not one of its checkpoints: resume into a new "
                              "--out (the run continues there), or from a checkpoint in %s/checkpoints",
                              dir, mark, resume, dir);
+    if (resume && !strcmp(resume, "auto") && mark && !exists(dir, "checkpoints/last.h5") && !restart_of(dir, t)) {
+        char topk[600], hint[700] = "";
+        newest_topk(dir, topk, sizeof topk);
+        if (topk[0]) snprintf(hint, sizeof hint, " (the newest: %s/%s)", dir, topk);
+        return ddp_set_error(DDP_ERR_BUSY,
+                             "%s holds a run (%s) but no checkpoints/last.h5 to resume from: start over with "
+                             "--overwrite, resume from one of its checkpoints with --resume FILE%s, or choose a new "
+                             "--out",
+                             dir, mark, hint);
+    }
     if (resume) return DDP_OK;
     if (mark && !overwrite)
         return ddp_set_error(
@@ -231,7 +288,7 @@ ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume,
     memset(rd, 0, sizeof *rd);
     rd->lock_fd = -1;
     ddp_status st = DDP_OK;
-    if (ctx->topo.rank == 0) st = acquire_local(rd, dir, resume, overwrite);
+    if (ctx->topo.rank == 0) st = acquire_local(rd, dir, resume, overwrite, &ctx->topo);
     st = ddp_agree_status(ctx, st);
     if (st != DDP_OK) ddp_rundir_release(rd);
     return st;

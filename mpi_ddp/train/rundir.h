@@ -17,6 +17,8 @@ typedef struct {
  * overwrite removes exactly those files (metrics, run.json, checkpoints, progress board; nothing else). A resume from
  * a file refuses a directory holding a run the file is not a checkpoint of (it lies outside dir/checkpoints), unless
  * that run is an attempt of the same start that never saved (run.json's resumed_from is the file; no last.h5).
+ * --resume auto refuses a directory holding a run without checkpoints/last.h5, unless this is a requeued SLURM job
+ * (restart count > 0) whose run.json records this job's id (a restart of an attempt that never saved).
  * DDP_ERR_BUSY, agreed, with one line naming the holder (host, PID, start) or the run's file and what to do. */
 ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume, int overwrite, ddp_rundir *rd);
 /* Releases the lock (no-op off rank 0 or when not held). */

@@ -372,9 +372,9 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     /* a checkpoint at its epoch's end, before validation (a top-k file, a stop during validation): the resumed run
      * validates and decides at its step again, so the rows and lines of that validation are not kept */
     int again = resuming && ts->resume_pos >= 0 && ts->resume_pos == ddp_dataset_get_info(train)->num_samples;
-    if (ctx->topo.rank == 0 && st == DDP_OK && resuming) ddp_rundir_remove_stale_tmp(c->out_dir);
-    if (ctx->topo.rank == 0 && st == DDP_OK && resuming)
-        st = ddp_train_state_trim_decisions(ts->ckpt_dir, ts->global_step - again);
+    if (ctx->topo.rank == 0 && st == DDP_OK) ddp_rundir_remove_stale_tmp(c->out_dir);
+    if (ctx->topo.rank == 0 && st == DDP_OK && c->resume) /* --resume auto without last.h5: a restart, none kept */
+        st = ddp_train_state_trim_decisions(ts->ckpt_dir, resuming ? ts->global_step - again : -1);
     DDP_CHECK(ddp_agree_status(ctx, st));
     static const char *cols[] = {"train/loss",
                                  "train/samples_per_s",

@@ -1,0 +1,47 @@
+# A resume into a run directory changes nothing until every check has passed, and touches only the run's own files:
+# --resume auto without a last.h5 is refused (a SLURM restart of the same job starts again); a refused resume keeps
+# the top-k files, run.json and the metric files as they were; a fork starts with an empty top-k list; a resume on
+# fewer ranks trims every metrics_rank<R>.csv (docs/run-directory.md, "One run per directory").
+. "$(dirname "$0")/lib.sh"
+synth --out t --samples 240 --dim 8 --classes 3 --shards 2 --seed 3
+synth --out v --samples 60 --dim 8 --classes 3 --shards 1 --seed 3 --first-id 9000
+base=(--train t --val v --batch-size 8 --lr 0.01 --hidden 16 --no-progress --device cpu)
+sums() { (cd "$1" && find . -type f ! -name run.lock -print0 | sort -z | xargs -0 md5sum); }
+dups() { sort "$1" | uniq -d; }
+
+# 1a. --resume auto into a run that never saved last.h5 (--fast-dev-run saves none): refused, nothing changed
+mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 1 --fast-dev-run 3 --out fdr >/dev/null
+sums fdr >fdr.sums
+expect_rc 2 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 1 --out fdr --resume auto
+grep -q "error: fdr holds a run (run.json) but no checkpoints/last.h5 to resume from: start over with --overwrite, resume from one of its checkpoints with --resume FILE, or choose a new --out" <<<"$ERR" ||
+  fail "--resume auto without last.h5: $ERR"
+sums fdr | diff fdr.sums - >/dev/null || fail "a refused --resume auto changed the run's files"
+pass "--resume auto without last.h5 refused"
+
+# 1b. rank 0 killed inside its first last.h5 save (after the epoch-0 top-k file): --resume auto is refused and names
+#     the top-k file; resuming from it removes the stale temporary and keeps one line per decision
+expect_rc 137 env MPIDDP_TEST_DIE_IN_SAVE=2 bash -c "mpirun -np 2 --oversubscribe '$MPIDDP' train ${base[*]} --epochs 2 --out killed >/dev/null 2>&1; exit 137"
+[ ! -e killed/checkpoints/last.h5 ] && ls killed/checkpoints/last.h5.tmp.* >/dev/null 2>&1 || fail "killed save: $(ls killed/checkpoints)"
+sums killed >killed.sums
+expect_rc 2 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 2 --out killed --resume auto
+topk=$(cd killed && ls checkpoints/epoch=0-*.h5)
+grep -q "killed holds a run (run.json) but no checkpoints/last.h5 to resume from: .* --resume FILE (the newest: killed/$topk)" <<<"$ERR" ||
+  fail "killed before the first last.h5: $ERR"
+sums killed | diff killed.sums - >/dev/null || fail "a refused --resume auto changed the killed run's files"
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 2 --out killed --resume "killed/$topk"
+! ls killed/checkpoints/*.tmp.* >/dev/null 2>&1 || fail "stale temporary kept: $(ls killed/checkpoints)"
+[ -z "$(dups killed/checkpoints/decisions.log)" ] || fail "decisions.log repeats: $(cat killed/checkpoints/decisions.log)"
+pass "killed before the first last.h5: refused, then resumed from its top-k file"
+
+# 1c. a requeued SLURM job (SLURM_RESTART_COUNT > 0, the job id run.json records) whose first attempt never saved
+#     last.h5 starts again as that attempt did; another job's restart is refused
+expect_rc 137 env MPIDDP_TEST_DIE_IN_SAVE=2 bash -c "mpirun -np 2 --oversubscribe -x SLURM_JOB_ID=4343 '$MPIDDP' train ${base[*]} --epochs 2 --out rq >/dev/null 2>&1; exit 137"
+sums rq >rq.sums
+expect_rc 2 mpirun_np 2 env SLURM_JOB_ID=4344 SLURM_RESTART_COUNT=1 "$MPIDDP" train "${base[@]}" --epochs 2 --out rq
+grep -q "rq holds a run (run.json) but no checkpoints/last.h5 to resume from" <<<"$ERR" || fail "another job's restart: $ERR"
+sums rq | diff rq.sums - >/dev/null || fail "a refused restart changed the run's files"
+expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=4343 SLURM_RESTART_COUNT=1 "$MPIDDP" train "${base[@]}" --epochs 2 --out rq
+[ -e rq/checkpoints/last.h5 ] && ! ls rq/checkpoints/*.tmp.* >/dev/null 2>&1 || fail "restart: $(ls rq/checkpoints)"
+[ "$(wc -l <rq/checkpoints/decisions.log)" = 2 ] && [ -z "$(dups rq/checkpoints/decisions.log)" ] ||
+  fail "restart: decisions.log $(cat rq/checkpoints/decisions.log)"
+pass "a requeued job's restart before its first save starts again"
