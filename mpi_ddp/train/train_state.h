@@ -41,6 +41,10 @@ typedef struct {
     ddp_train_config cfg_resumed;
     ddp_decider dec;
     char ckpt_dir[4200];
+    /* rank 0, a resume with a lower --save-top-k: the top-k files (4800 bytes each, relative to the run directory)
+     * dropped from the list, deleted after the first save of last.h5 */
+    char *topk_drop;
+    int ntopk_drop;
 } ddp_train_state;
 
 /* Collective: saves the state at its position (epoch, mb) to ckpt_dir/last.h5. */

@@ -427,6 +427,7 @@ static void teardown(trainer *tr)
     free(ts->h_params);
     free(ts->h_m);
     free(ts->h_v);
+    free(ts->topk_drop);
     free(tr->toff);
     free(tr->sumsq);
     ddp_test_hooks_close(&tr->hooks);

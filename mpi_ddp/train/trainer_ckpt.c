@@ -127,7 +127,17 @@ ddp_status ddp_train_state_save_last(ddp_train_state *ts)
 {
     char path[4400];
     snprintf(path, sizeof path, "%s/last.h5", ts->ckpt_dir);
-    return save_ckpt(ts, path);
+    DDP_CHECK(save_ckpt(ts, path));
+    for (int i = 0; i < ts->ntopk_drop; i++) { /* rank 0: last.h5 no longer lists them (a lower --save-top-k) */
+        const char *rel = ts->topk_drop + 4800 * i;
+        int listed = 0;
+        for (int k = 0; k < ts->dec.ntopk; k++) listed |= !strcmp(ts->dec.topk[k].path, rel);
+        char p[8400];
+        snprintf(p, sizeof p, "%s/%s", ts->cfg->out_dir, rel);
+        if (!listed) remove(p);
+    }
+    ts->ntopk_drop = 0;
+    return DDP_OK;
 }
 
 /* After validation: the policy's decision, the top-k file, early stopping. */
@@ -349,17 +359,17 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
             if (topk_entry_path(c->out_dir, kept, k->path, sizeof k->path) != 0) ts->dec.ntopk--; /* not this run's */
         }
         cJSON_Delete(a);
-        /* a lower --save-top-k than the checkpoint's list: the run's command line applies, so the worst go now */
-        char removed[4800], p[8400];
+        /* a lower --save-top-k than the checkpoint's list: the run's command line applies, so the worst leave the
+         * list now; their files go once last.h5 records the shorter list (a resume refused later deletes none) */
+        char removed[4800];
         int had = ts->dec.ntopk, n = 0;
         for (; ddp_decider_trim(&ts->dec, removed, sizeof removed); n++)
-            if (ddp_rundir_inside(removed)) {
-                snprintf(p, sizeof p, "%s/%s", c->out_dir, removed);
-                remove(p);
-            }
+            if (ddp_rundir_inside(removed) && (ts->topk_drop || (ts->topk_drop = ddp_calloc(DDP_TOPK_MAX, 4800))))
+                snprintf(ts->topk_drop + 4800 * ts->ntopk_drop++, 4800, "%s", removed);
         if (n)
             fprintf(stderr,
-                    "mpiddp train: notice: --save-top-k %d: kept the best %d of the checkpoint's %d top-k files\n",
+                    "mpiddp train: notice: --save-top-k %d: kept the best %d of the checkpoint's %d top-k files (the "
+                    "others are deleted once last.h5 is saved)\n",
                     c->save_top_k, ts->dec.ntopk, had);
     }
     free(cs.best_local);

@@ -45,3 +45,19 @@ expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=4343 SLURM_RESTART_COUNT=1 "$MPIDDP" tr
 [ "$(wc -l <rq/checkpoints/decisions.log)" = 2 ] && [ -z "$(dups rq/checkpoints/decisions.log)" ] ||
   fail "restart: decisions.log $(cat rq/checkpoints/decisions.log)"
 pass "a requeued job's restart before its first save starts again"
+
+# 2. a lower --save-top-k on a resume that is then refused (a smaller --train by mistake: its epoch cannot continue
+#    the saved position) deletes no top-k file; the resume that goes ahead deletes the dropped ones once last.h5 is
+#    saved
+synth --out t3 --samples 48 --dim 8 --classes 3 --shards 1 --seed 5
+b4=(--val v --batch-size 8 --lr 0.01 --hidden 16 --no-progress --device cpu --epochs 4)
+topk_count() { find "$1/checkpoints" -name 'epoch=*.h5' | wc -l; }
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=50 "$MPIDDP" train --train t "${b4[@]}" --save-top-k 3 --out k3
+[ "$(topk_count k3)" = 3 ] || fail "setup: $(ls k3/checkpoints)"
+expect_rc 1 mpirun_np 2 "$MPIDDP" train --train t3 "${b4[@]}" --save-top-k 1 --out k3 --resume auto
+grep -q "resume position: .* cannot be continued exactly" <<<"$ERR" || fail "mistaken resume: $ERR"
+[ "$(topk_count k3)" = 3 ] || fail "a refused resume deleted top-k files: $(ls k3/checkpoints)"
+expect_rc 0 mpirun_np 2 "$MPIDDP" train --train t "${b4[@]}" --save-top-k 1 --out k3 --resume auto
+grep -q "notice: --save-top-k 1: kept the best 1 of the checkpoint's 3 top-k files" <<<"$ERR" || fail "lower top-k: $ERR"
+[ "$(topk_count k3)" = 1 ] || fail "--save-top-k 1 on resume keeps $(ls k3/checkpoints)"
+pass "a refused resume with a lower --save-top-k deletes no top-k file"
