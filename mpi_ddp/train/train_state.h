@@ -30,7 +30,7 @@ typedef struct {
      * (ddp_train_state_resume_position) */
     int64_t resume_os, resume_pos, resume_legacy_mb; /* -1: none */
     /* a resume: the checkpoint's learning-rate schedule (known 0: it records none), and the configuration in
-     * effect, *cfg with the schedule's span (lr_start_step, lr_end_step) settled by ddp_train_state_resume_position;
+     * effect, *cfg with the schedule's span (lr_start_step, lr_end_step) settled by ddp_train_state_settle_schedule;
      * cfg points to cfg_resumed from ddp_train_state_resume on */
     struct {
         int resumed, known, schedule;
@@ -56,11 +56,18 @@ ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row
 /* Restores the state from a checkpoint read by rank 0 and broadcast. */
 ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path);
 /* A resumed run's position in this run's micro-batches (ts->mb), once tsm and nmb hold the epoch's plan of
- * opt_steps optimizer steps; clears the pending position. Every rank computes the same. Collective, in every
- * run: with steps0, the first epoch's optimizer steps (the schedule's horizon is --epochs x steps0), also settles the
- * learning-rate schedule (a resume keeps the checkpoint's horizon or restarts the decay, --lr-horizon; rank 0 prints
- * one notice when the schedule changes) and records it in run.json. */
-ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps, int64_t steps0);
+ * opt_steps optimizer steps; clears the pending position. Every rank computes the same; writes nothing (the last
+ * check of a resume, before any file of the run directory is written). */
+ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps);
+/* Collective, in every run, once run.json is written: with steps0, the first epoch's optimizer steps (the schedule's
+ * horizon is --epochs x steps0), settles the learning-rate schedule (a resume keeps the checkpoint's horizon or
+ * restarts the decay, --lr-horizon; rank 0 prints one notice when the schedule changes) and records it in run.json. */
+ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0);
+/* Collective, once every check of a resume has passed (run_files.c): the run directory's files at the start of a run
+ * (resuming: from a checkpoint; the metric files and decisions.log keep what precedes its step), the CSV files
+ * (*csv on rank 0, *csv_rank with --log-per-rank), the progress board and run.json. */
+ddp_status ddp_train_start_files(ddp_train_state *ts, int resuming, const ddp_dataset_info *train,
+                                 const ddp_dataset_info *val, ddp_csv **csv, ddp_csv **csv_rank);
 /* Rank 0, on resume: dir/decisions.log keeps the lines of decisions at steps <= keep_upto (the ones the resumed run
  * does not take again), rewritten through decisions.log.tmp and a rename; untouched when nothing is after. */
 ddp_status ddp_train_state_trim_decisions(const char *dir, int64_t keep_upto);

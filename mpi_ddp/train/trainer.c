@@ -56,6 +56,7 @@ typedef struct {
     ddp_progress prog;          /* rank 0's line and the run's pace, the first step (start-up) left out (progress.c) */
     ddp_train_summary *summary; /* optional: the end of the run, for the CLI */
     ddp_test_hooks hooks;       /* MPIDDP_TEST_*, read once (test_hooks.h) */
+    int resuming;               /* setup resumed from a checkpoint */
     ddp_loader_cursor peek;     /* ddp_model.prefetch: the next micro-batch (step -1: none) */
 } trainer;
 
@@ -355,7 +356,6 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     snprintf(ts->ckpt_dir, sizeof ts->ckpt_dir, "%s/checkpoints", c->out_dir);
     char path[4400];
     int resuming = 0;
-    ddp_status st = DDP_OK;
     if (c->resume && strcmp(c->resume, "auto") == 0) {
         snprintf(path, sizeof path, "%s/last.h5", ts->ckpt_dir);
         resuming = ctx->topo.rank == 0 && access(path, F_OK) == 0;
@@ -365,41 +365,7 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         resuming = 1;
     }
     if (resuming) DDP_CHECK(ddp_train_state_resume(ts, path));
-    char from[4400] = ""; /* run.json's resumed_from (rank 0): a retry of this start is known by it */
-    if (resuming && ctx->topo.rank == 0 && !realpath(path, from)) snprintf(from, sizeof from, "%s", path);
-    /* run directory; on resume the metric files keep the rows up to the checkpoint's step */
-    if (ctx->topo.rank == 0) st = ddp_mkdir_p(ts->ckpt_dir);
-    /* a checkpoint at its epoch's end, before validation (a top-k file, a stop during validation): the resumed run
-     * validates and decides at its step again, so the rows and lines of that validation are not kept */
-    int again = resuming && ts->resume_pos >= 0 && ts->resume_pos == ddp_dataset_get_info(train)->num_samples;
-    if (ctx->topo.rank == 0 && st == DDP_OK) ddp_rundir_remove_stale_tmp(c->out_dir);
-    if (ctx->topo.rank == 0 && st == DDP_OK && c->resume) /* --resume auto without last.h5: a restart, none kept */
-        st = ddp_train_state_trim_decisions(ts->ckpt_dir, resuming ? ts->global_step - again : -1);
-    DDP_CHECK(ddp_agree_status(ctx, st));
-    static const char *cols[] = {"train/loss",
-                                 "train/samples_per_s",
-                                 "lr",
-                                 "val/loss",
-                                 "val/acc",
-                                 "val/macro_f1",
-                                 "train/rows_per_rank_max_over_mean"};
-    int64_t keep = resuming ? ts->global_step : -1; /* with again: validation rows at that step are dropped */
-    if (ctx->topo.rank == 0) {
-        snprintf(path, sizeof path, "%s/metrics.csv", c->out_dir);
-        st = ddp_csv_open(path, -1, cols, 7, keep, again, &tr->csv);
-    }
-    DDP_CHECK(ddp_agree_status(ctx, st));
-    if (c->log_per_rank) {
-        snprintf(path, sizeof path, "%s/metrics_rank%d.csv", c->out_dir, ctx->topo.rank);
-        st = ddp_csv_open(path, ctx->topo.rank, cols, 7, keep, again, &tr->csv_rank);
-        DDP_CHECK(ddp_agree_status(ctx, st));
-    }
-    DDP_CHECK(ddp_watch_init(ctx, c->out_dir, c->collective_timeout));
-    char note[160];
-    snprintf(note, sizeof note, "%s", be->name);
-    snprintf(path, sizeof path, "%s/run.json", c->out_dir);
-    DDP_CHECK(ddp_write_run_json(ctx, path, c, c->config_json, ddp_dataset_get_info(train), ddp_dataset_get_info(val),
-                                 note, ts->model->attention, from));
+    tr->resuming = resuming; /* the run directory's files are written once the resume's position is checked (run) */
     ddp_progress_init(&tr->prog, ctx->topo.rank == 0 && c->progress);
     return DDP_OK;
 }
@@ -464,7 +430,10 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         DDP_TRY(epoch_steps(tr, &tsm, NULL, &nmb0, &steps0));
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, ts->epoch)));
     }
-    DDP_TRY(ddp_train_state_resume_position(ts, opt_steps, steps0));
+    DDP_TRY(ddp_train_state_resume_position(ts, opt_steps)); /* the last check of a resume: nothing written before */
+    DDP_TRY(ddp_agree_status(ctx, ddp_train_start_files(ts, tr->resuming, ddp_dataset_get_info(train),
+                                                        ddp_dataset_get_info(val), &tr->csv, &tr->csv_rank)));
+    DDP_TRY(ddp_train_state_settle_schedule(ts, steps0));
     ts->lr_total = steps0 * epochs;
     tr->lr_last = ddp_lr_at(c, ts->global_step, ts->lr_total);
     int64_t total_steps = opt_steps * epochs, first_epoch = ts->epoch;

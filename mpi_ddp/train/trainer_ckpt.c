@@ -298,7 +298,7 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
         return st;
     }
     { /* the checkpoint's learning-rate schedule, settled against this run's once the horizon is known
-       * (ddp_train_state_resume_position); from here on the run uses its own copy of the configuration */
+       * (ddp_train_state_settle_schedule); from here on the run uses its own copy of the configuration */
         int id = cs.lr_schedule ? ddp_lr_schedule_id(cs.lr_schedule) : -1;
         int64_t lrf[5] = {id, cs.lr_warmup_steps, cs.lr_start_step, cs.lr_total_steps, 0};
         double lrd[2] = {cs.lr, cs.min_lr};
@@ -428,7 +428,7 @@ static void add_item(char *buf, size_t len, const char *fmt, ...)
  * at the resumed step over the run's remaining steps (only when the horizon changed: a requeued job resumed with
  * the same options continues a restarted schedule). --lr, --min-lr, --lr-schedule and --warmup-steps are this
  * run's. Rank 0 prints one notice when the schedule changes; run.json records the schedule in effect. */
-static ddp_status settle_schedule(ddp_train_state *ts, int64_t steps0)
+ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0)
 {
     ddp_ctx *ctx = ts->ctx;
     const ddp_train_config *c = ts->cfg;
@@ -521,7 +521,7 @@ static ddp_status settle_schedule(ddp_train_state *ts, int64_t steps0)
 
 /* A resumed run's position in this run's micro-batches: optimizer steps of the epoch x --accumulate, checked
  * against the positions of the epoch's order the checkpoint had consumed. Every rank computes the same. */
-ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps, int64_t steps0)
+ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps)
 {
     ddp_status st = DDP_OK;
     int64_t os = ts->resume_os, acc = ts->cfg->accumulate;
@@ -553,8 +553,7 @@ ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_step
     }
     ts->resume_os = ts->resume_legacy_mb = -1;
     if (st != DDP_OK) ddp_mark_error_shared();
-    if (st != DDP_OK) return st;
-    return settle_schedule(ts, steps0);
+    return st;
 }
 
 ddp_status ddp_train_state_trim_decisions(const char *dir, int64_t keep_upto)

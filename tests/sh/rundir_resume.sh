@@ -5,6 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 synth --out t --samples 240 --dim 8 --classes 3 --shards 2 --seed 3
 synth --out v --samples 60 --dim 8 --classes 3 --shards 1 --seed 3 --first-id 9000
+synth --out t3 --samples 48 --dim 8 --classes 3 --shards 1 --seed 5 # a smaller training set, given by mistake
 base=(--train t --val v --batch-size 8 --lr 0.01 --hidden 16 --no-progress --device cpu)
 sums() { (cd "$1" && find . -type f ! -name run.lock -print0 | sort -z | xargs -0 md5sum); }
 dups() { sort "$1" | uniq -d; }
@@ -49,7 +50,6 @@ pass "a requeued job's restart before its first save starts again"
 # 2. a lower --save-top-k on a resume that is then refused (a smaller --train by mistake: its epoch cannot continue
 #    the saved position) deletes no top-k file; the resume that goes ahead deletes the dropped ones once last.h5 is
 #    saved
-synth --out t3 --samples 48 --dim 8 --classes 3 --shards 1 --seed 5
 b4=(--val v --batch-size 8 --lr 0.01 --hidden 16 --no-progress --device cpu --epochs 4)
 topk_count() { find "$1/checkpoints" -name 'epoch=*.h5' | wc -l; }
 expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=50 "$MPIDDP" train --train t "${b4[@]}" --save-top-k 3 --out k3
@@ -61,3 +61,15 @@ expect_rc 0 mpirun_np 2 "$MPIDDP" train --train t "${b4[@]}" --save-top-k 1 --ou
 grep -q "notice: --save-top-k 1: kept the best 1 of the checkpoint's 3 top-k files" <<<"$ERR" || fail "lower top-k: $ERR"
 [ "$(topk_count k3)" = 1 ] || fail "--save-top-k 1 on resume keeps $(ls k3/checkpoints)"
 pass "a refused resume with a lower --save-top-k deletes no top-k file"
+
+# 3. a resume refused at its last check (the position: a smaller --train by mistake) writes nothing: run.json, the
+#    metric files (rows past the checkpoint's step included), decisions.log and the save's stale temporary stay
+expect_rc 137 env MPIDDP_TEST_DIE_IN_SAVE=3 bash -c "mpirun -np 2 --oversubscribe '$MPIDDP' train ${base[*]} --epochs 2 --log-every 1 --log-per-rank --ckpt-every-steps 5 --out pos >/dev/null 2>&1; exit 137"
+sums pos >pos.sums
+expect_rc 1 mpirun_np 2 "$MPIDDP" train --train t3 "${base[@]:2}" --epochs 2 --log-every 1 --log-per-rank --ckpt-every-steps 5 --out pos --resume auto
+grep -q "resume position: .* cannot be continued exactly" <<<"$ERR" || fail "mistaken resume: $ERR"
+sums pos | diff pos.sums - || fail "a refused resume changed the run's files"
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 2 --log-every 1 --log-per-rank --ckpt-every-steps 5 --out pos --resume auto
+[ "$(awk -F, 'NR>1 && $3!=""' pos/metrics.csv | cut -d, -f2 | sort -un | wc -l)" = 30 ] &&
+  [ "$(awk -F, 'NR>1 && $3!=""' pos/metrics.csv | wc -l)" = 30 ] || fail "resumed metrics.csv: $(cat pos/metrics.csv)"
+pass "a refused resume writes nothing"
