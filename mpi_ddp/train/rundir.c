@@ -31,6 +31,7 @@
 /* The files a run writes, as shell patterns relative to the run directory; the first group marks a run. */
 static const char *const RUN_MARKS[] = {"run.json", "metrics.csv", "checkpoints/last.h5", "checkpoints/decisions.log"};
 static const char *const RUN_FILES[] = {"run.json",
+                                        "run.json.tmp",
                                         "metrics.csv",
                                         "metrics.csv.tmp",
                                         "metrics_rank[0-9]*.csv",

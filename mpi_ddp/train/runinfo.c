@@ -9,11 +9,14 @@
 #include "mpi_ddp/train/plan.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 extern char *openblas_get_config(void);
 
@@ -59,6 +62,31 @@ static void dedupe(cJSON *o)
             }
         it = next;
     }
+}
+
+/* Replaces the file at path with text (len bytes) whole: written to path.tmp, fsynced, renamed over path, so a write
+ * that fails part-way (a full disk, a quota) leaves the previous file as it was and no temporary. */
+static ddp_status write_whole(const char *path, const char *text, size_t len)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    ddp_status st = DDP_OK;
+    for (size_t done = 0; done < len && st == DDP_OK;) {
+        ssize_t n = write(fd, text + done, len - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            st = ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", tmp, n < 0 ? strerror(errno) : "no space written");
+        else
+            done += (size_t)n;
+    }
+    if (st == DDP_OK && fsync(fd) != 0) st = ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && st == DDP_OK) st = ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    if (st == DDP_OK && rename(tmp, path) != 0)
+        st = ddp_set_error(DDP_ERR_IO, "%s: rename from %s failed: %s", path, tmp, strerror(errno));
+    if (st != DDP_OK) unlink(tmp);
+    return st;
 }
 
 static cJSON *info_json(const ddp_dataset_info *i)
@@ -215,16 +243,10 @@ ddp_status ddp_write_run_json(ddp_ctx *ctx, const char *path, const ddp_train_co
         cJSON_AddItemToObject(root, "data_cache", cache_json(budgets));
         char *text = cJSON_Print(root);
         cJSON_Delete(root);
-        FILE *f = text ? fopen(path, "w") : NULL;
-        if (!text)
-            st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
-        else if (!f)
-            st = ddp_set_error(DDP_ERR_IO, "%s: cannot create", path);
-        else {
-            fputs(text, f);
-            fputc('\n', f);
-            if (fclose(f) != 0) st = ddp_set_error(DDP_ERR_IO, "%s: write failed", path);
-        }
+        size_t len = text ? strlen(text) : 0;
+        char *nl = text ? realloc(text, len + 2) : NULL;
+        if (nl) text = nl, text[len++] = '\n', text[len] = 0;
+        st = nl ? write_whole(path, text, len) : ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
         free(text);
     }
     st = ddp_agree_status(ctx, st);
@@ -250,7 +272,7 @@ static void hits_json(cJSON *o, const char *key, ddp_dataset *ds, const int64_t 
 }
 
 /* Rank 0, local: sets root[key] = v (taking v) in the run.json at path, rewritten through path.tmp and a rename
- * (like the first write, not fsynced: the rename replaces the file whole); why names the figures for an error. */
+ * (write_whole, like the first write); why names the figures for an error. */
 static ddp_status rewrite_key(const char *path, const char *key, cJSON *v, const char *why)
 {
     ddp_status st = DDP_OK;
@@ -274,23 +296,10 @@ static ddp_status rewrite_key(const char *path, const char *key, cJSON *v, const
     set_item(root, key, v);
     out = cJSON_Print(root);
     cJSON_Delete(root);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     size_t len = out ? strlen(out) : 0;
     char *nl = out ? realloc(out, len + 2) : NULL;
     if (nl) out = nl, out[len++] = '\n', out[len] = 0;
-    if (!nl)
-        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
-    else {
-        FILE *w = fopen(tmp, "w");
-        if (!w)
-            st = ddp_set_error(DDP_ERR_IO, "%s: cannot create", tmp);
-        else if (fwrite(out, 1, len, w) != len)
-            st = ddp_set_error(DDP_ERR_IO, "%s: write failed", tmp);
-        if (w && fclose(w) != 0 && st == DDP_OK) st = ddp_set_error(DDP_ERR_IO, "%s: write failed", tmp);
-        if (st != DDP_OK) remove(tmp);
-    }
-    if (st == DDP_OK && rename(tmp, path) != 0) st = ddp_set_error(DDP_ERR_IO, "%s: rename from %s failed", path, tmp);
+    st = nl ? write_whole(path, out, len) : ddp_set_error(DDP_ERR_NOMEM, "out of memory for run.json");
     free(out);
     return st;
 }

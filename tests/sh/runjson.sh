@@ -46,3 +46,11 @@ for x, y in zip(a[1:], b[1:]):
     assert abs(float(x[3]) - float(y[3])) <= 1e-5, (x, y)
 PY
 pass "run.json keys are unique at np 1 and 2; predictions gathered in small messages are the same"
+
+# run.json is replaced whole (run.json.tmp, fsync, rename): a write that fails part-way (a 2 KiB file-size limit
+# standing in for a full disk) leaves the previous run.json valid and no temporary, and the error says why
+cp r1/run.json r1.before
+expect_rc 1 mpirun_np 1 bash -c "trap '' XFSZ; ulimit -f 2; exec '$MPIDDP' train --device '$DEVICE' ${MODEL_ARGS[*]} --train t --val v --out r1 --epochs 3 --batch-size 4 --lr 0.003 --seed 7 --accumulate 2 --sampling shard --hidden 8 --no-progress --resume auto"
+grep -q "error: r1/run.json.tmp: write failed: File too large" <<<"$ERR" || fail "run.json on a full disk: $ERR"
+cmp -s r1.before r1/run.json && [ ! -e r1/run.json.tmp ] || fail "a failed write changed run.json or left run.json.tmp"
+pass "a failed write of run.json keeps the previous one"
