@@ -45,9 +45,9 @@ static void print_summary(const ddp_train_summary *s, const ddp_train_config *cf
         if (s->has_best && s->best_path[0])
             printf("mpiddp train: best checkpoint: %s/%s, %s=%.9g (epoch %lld, global step %lld)\n", dir, s->best_path,
                    s->monitor, s->best_value, (long long)s->best_epoch, (long long)s->best_step);
-        else if (s->has_best)
-            printf("mpiddp train: best checkpoint: none kept (--save-top-k 0); best %s=%.9g\n", s->monitor,
-                   s->best_value);
+        else if (s->has_best) /* --save-top-k 0, or a fork whose best is the resumed run's */
+            printf("mpiddp train: best checkpoint: none kept%s; best %s=%.9g\n",
+                   cfg->save_top_k > 0 ? " in this run directory" : " (--save-top-k 0)", s->monitor, s->best_value);
         else if (s->never_finite)
             printf("mpiddp train: best checkpoint: none (%s was never finite; see checkpoints/decisions.log)\n",
                    s->monitor);

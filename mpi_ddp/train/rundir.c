@@ -140,8 +140,7 @@ static ddp_status remove_matching(const char *dir, const char *pattern, int *cou
 }
 
 /* Rank 0's part: directory, lock, the check of what it holds. */
-/* 1 when the checkpoint file ckpt lies in dir/checkpoints (compared as real paths: any spelling of either). */
-static int own_checkpoint(const char *dir, const char *ckpt)
+int ddp_rundir_own_checkpoint(const char *dir, const char *ckpt)
 {
     char c[4400], d[4400], a[PATH_MAX], b[PATH_MAX];
     snprintf(c, sizeof c, "%s", ckpt);
@@ -245,7 +244,7 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
     const char *mark = NULL;
     for (size_t i = 0; i < sizeof RUN_MARKS / sizeof RUN_MARKS[0] && !mark; i++)
         if (exists(dir, RUN_MARKS[i])) mark = RUN_MARKS[i];
-    if (resume && strcmp(resume, "auto") && mark && !own_checkpoint(dir, resume) &&
+    if (resume && strcmp(resume, "auto") && mark && !ddp_rundir_own_checkpoint(dir, resume) &&
         !retry_of(dir, resume)) /* would mix two runs' files */
         return ddp_set_error(DDP_ERR_BUSY,
                              "%s holds a run (%s) and --resume %s is not one of its checkpoints: resume into a new "

@@ -21,6 +21,8 @@ typedef struct {
  * (restart count > 0) whose run.json records this job's id (a restart of an attempt that never saved).
  * DDP_ERR_BUSY, agreed, with one line naming the holder (host, PID, start) or the run's file and what to do. */
 ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume, int overwrite, ddp_rundir *rd);
+/* 1 when the checkpoint file ckpt lies in dir/checkpoints (compared as real paths: any spelling of either). */
+int ddp_rundir_own_checkpoint(const char *dir, const char *ckpt);
 /* Releases the lock (no-op off rank 0 or when not held). */
 void ddp_rundir_release(ddp_rundir *rd);
 /* 1 when rel is a relative path that stays inside the directory it is relative to (no "..", not absolute). */

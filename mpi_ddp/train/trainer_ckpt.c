@@ -344,7 +344,9 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     ts->dec.bad_epochs = (int64_t)dstate[1];
     ts->dec.best_local = mybest[0];
     ts->dec.best_local_es = mybest[1];
-    if (ctx->topo.rank == 0 && cs.topk_json) { /* the top-k list lives on rank 0, which manages the files */
+    /* the top-k list lives on rank 0, which manages the files; a fork (a checkpoint outside this run's checkpoints/)
+     * starts with none: the files it lists are the other run's (best and early stopping carry over) */
+    if (ctx->topo.rank == 0 && cs.topk_json && ddp_rundir_own_checkpoint(c->out_dir, path)) {
         cJSON *a = cJSON_Parse(cs.topk_json);
         cJSON *e;
         ts->dec.ntopk = 0;

@@ -73,3 +73,21 @@ expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 2 --log-every 1 --
 [ "$(awk -F, 'NR>1 && $3!=""' pos/metrics.csv | cut -d, -f2 | sort -un | wc -l)" = 30 ] &&
   [ "$(awk -F, 'NR>1 && $3!=""' pos/metrics.csv | wc -l)" = 30 ] || fail "resumed metrics.csv: $(cat pos/metrics.csv)"
 pass "a refused resume writes nothing"
+
+# 4. a fork (--resume OTHER/checkpoints/last.h5 --out NEW) starts with an empty top-k list: a user's copy of the
+#    other run's best file in NEW/checkpoints is not the fork's to delete, and the summary names no file of the
+#    other run; the other run stays as it was
+mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 2 --out A >/dev/null
+sums A >A.sums
+best=$(cd A/checkpoints && ls epoch=*.h5)
+mkdir -p B/checkpoints && cp "A/checkpoints/$best" "B/checkpoints/$best"
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 4 --out B --resume A/checkpoints/last.h5
+cmp -s "A/checkpoints/$best" "B/checkpoints/$best" || fail "the fork deleted or changed the user's copy B/checkpoints/$best"
+sums A | diff A.sums - >/dev/null || fail "the fork changed the run it resumed from"
+path=$(sed -n 's/^mpiddp train: best checkpoint: \([^,;]*\),.*/\1/p' <<<"$OUT")
+[ -z "$path" ] || [ -e "$path" ] || fail "the fork's summary names a file that does not exist: $OUT"
+grep -q "best checkpoint: none kept in this run directory; best val/loss=" <<<"$OUT" || [ -n "$path" ] || fail "fork summary: $OUT"
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 4 --lr 5 --out C --resume A/checkpoints/last.h5
+path=$(sed -n 's/^mpiddp train: best checkpoint: \([^,;]*\),.*/\1/p' <<<"$OUT")
+[ -z "$path" ] || [ -e "$path" ] || fail "the fork's summary names a file that does not exist: $OUT"
+pass "a fork starts with an empty top-k list"
