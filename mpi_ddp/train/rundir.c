@@ -11,7 +11,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,25 +23,84 @@
 #define LOCK_NAME "run.lock"
 #define LOCK_WAIT_S 5.0 /* a run killed a moment ago may still be ending (ranks outlive a killed mpirun ~1 s) */
 
-/* The temporaries of a save killed before its rename: NAME.h5.tmp.PID of last.h5 and of the top-k files. */
-#define SAVE_TMP_LAST "checkpoints/last.h5.tmp.[0-9]*"
-#define TOPK_FILE "epoch=*-step=*-*=*.h5"
-#define SAVE_TMP_TOPK "checkpoints/" TOPK_FILE ".tmp.[0-9]*"
-/* The files a run writes, as shell patterns relative to the run directory; the first group marks a run. */
+/* The files a run writes (docs/run-directory.md), matched by their exact forms, never by a glob that a user's file
+ * could also match: the first group marks a run. */
 static const char *const RUN_MARKS[] = {"run.json", "metrics.csv", "checkpoints/last.h5", "checkpoints/decisions.log"};
-static const char *const RUN_FILES[] = {"run.json",
-                                        "run.json.tmp",
-                                        "metrics.csv",
-                                        "metrics.csv.tmp",
-                                        "metrics_rank[0-9]*.csv",
-                                        "metrics_rank[0-9]*.csv.tmp",
-                                        "checkpoints/last.h5",
-                                        "checkpoints/decisions.log",
-                                        "checkpoints/decisions.log.tmp",
-                                        "checkpoints/" TOPK_FILE,
-                                        SAVE_TMP_LAST,
-                                        SAVE_TMP_TOPK,
-                                        "progress/rank[0-9]*"};
+
+/* The end of a run of decimal digits starting at s; NULL when there is none. */
+static const char *digits(const char *s)
+{
+    if (*s < '0' || *s > '9') return NULL;
+    while (*s >= '0' && *s <= '9') s++;
+    return s;
+}
+
+/* 1 when [s, e) is a number as "%.6g" writes it: -?(nan|inf|D+(.D+)?(e[+-]D+)?). */
+static int g_number(const char *s, const char *e)
+{
+    if (s < e && *s == '-') s++;
+    if (e - s == 3 && (!strncmp(s, "nan", 3) || !strncmp(s, "inf", 3))) return 1;
+    const char *p = digits(s);
+    if (!p || p > e) return 0;
+    if (p < e && *p == '.' && (!(p = digits(p + 1)) || p > e)) return 0;
+    if (p < e && *p == 'e') {
+        if (p + 1 >= e || (p[1] != '+' && p[1] != '-') || !(p = digits(p + 2)) || p > e) return 0;
+    }
+    return p == e;
+}
+
+/* The length of name without a ".tmp.PID" ending (a save's temporary); -1 without one. */
+static long tmp_pid_base(const char *name)
+{
+    const char *t = strstr(name, ".tmp.");
+    for (const char *n; t && (n = strstr(t + 1, ".tmp.")); t = n) {}
+    const char *p = t ? digits(t + 5) : NULL;
+    return p && !*p ? (long)(t - name) : -1;
+}
+
+/* 1 when the first len characters of name are a top-k file's name as ddp_topk_name writes it:
+ * epoch=<int>-step=<int>-<monitor>=<%.6g number>.h5 (the monitor with '/' as '_'). */
+static int topk_name(const char *name, size_t len)
+{
+    const char *e = name + len, *p, *eq = NULL;
+    if (len < 3 || strncmp(e - 3, ".h5", 3)) return 0;
+    e -= 3;
+    if (strncmp(name, "epoch=", 6) || !(p = digits(name + 6)) || strncmp(p, "-step=", 6) || !(p = digits(p + 6)) ||
+        *p != '-')
+        return 0;
+    for (const char *q = ++p; q < e; q++)
+        if (*q == '=') eq = q;
+    return eq && eq > p && g_number(eq + 1, e);
+}
+
+/* 1 when name is a save's temporary in checkpoints/: last.h5.tmp.PID, or a top-k file's NAME.h5.tmp.PID. */
+static int save_tmp(const char *name)
+{
+    long b = tmp_pid_base(name);
+    return b >= 0 && ((b == 7 && !strncmp(name, "last.h5", 7)) || topk_name(name, (size_t)b));
+}
+
+/* 1 when sub/name ("" for the run directory itself) is a file a run writes. */
+static int run_file(const char *sub, const char *name)
+{
+    if (!*sub) {
+        static const char *const top[] = {"run.json", "run.json.tmp", "metrics.csv", "metrics.csv.tmp"};
+        for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+            if (!strcmp(name, top[i])) return 1;
+        const char *p = strncmp(name, "metrics_rank", 12) ? NULL : digits(name + 12);
+        return p && (!strcmp(p, ".csv") || !strcmp(p, ".csv.tmp"));
+    }
+    if (!strcmp(sub, "checkpoints"))
+        return !strcmp(name, "last.h5") || !strcmp(name, "decisions.log") || !strcmp(name, "decisions.log.tmp") ||
+               topk_name(name, strlen(name)) || save_tmp(name);
+    if (!strcmp(sub, "progress")) {
+        const char *p = strncmp(name, "rank", 4) ? NULL : digits(name + 4);
+        return p && !*p;
+    }
+    return 0;
+}
+
+static int save_tmp_in(const char *sub, const char *name) { return !strcmp(sub, "checkpoints") && save_tmp(name); }
 
 static double now_s(void)
 {
@@ -110,22 +168,18 @@ static int exists(const char *dir, const char *rel)
     return lstat(p, &s) == 0;
 }
 
-/* Removes the entries of dir/sub matching pattern (files only); counts them. */
-static ddp_status remove_matching(const char *dir, const char *pattern, int *count)
+/* Removes the regular files of dir/sub that match(sub, name) accepts; counts them. */
+static ddp_status remove_matching(const char *dir, const char *sub, int (*match)(const char *, const char *),
+                                  int *count)
 {
-    char sub[512] = "", p[8400];
-    const char *pat = pattern, *slash = strrchr(pattern, '/');
-    if (slash) {
-        snprintf(sub, sizeof sub, "%.*s", (int)(slash - pattern), pattern);
-        pat = slash + 1;
-    }
+    char p[8400];
     snprintf(p, sizeof p, "%s%s%s", dir, sub[0] ? "/" : "", sub);
     DIR *d = opendir(p);
     if (!d) return DDP_OK;
     ddp_status st = DDP_OK;
     struct dirent *e;
     while (st == DDP_OK && (e = readdir(d))) {
-        if (fnmatch(pat, e->d_name, FNM_PERIOD) != 0) continue;
+        if (!match(sub, e->d_name)) continue;
         char f[8800];
         snprintf(f, sizeof f, "%s/%s", p, e->d_name);
         struct stat s;
@@ -210,7 +264,7 @@ static void newest_topk(const char *dir, char *rel, size_t len)
     struct dirent *e;
     struct timespec best = {0, 0};
     while ((e = readdir(d))) {
-        if (fnmatch(TOPK_FILE, e->d_name, FNM_PERIOD) != 0) continue;
+        if (!topk_name(e->d_name, strlen(e->d_name))) continue;
         snprintf(f, sizeof f, "%s/%s", p, e->d_name);
         struct stat s;
         if (lstat(f, &s) != 0 || !S_ISREG(s.st_mode)) continue;
@@ -269,8 +323,9 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
             dir, mark);
     if (mark) {
         int removed = 0;
-        for (size_t i = 0; i < sizeof RUN_FILES / sizeof RUN_FILES[0]; i++)
-            DDP_CHECK(remove_matching(dir, RUN_FILES[i], &removed));
+        static const char *const subs[] = {"", "checkpoints", "progress"};
+        for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
+            DDP_CHECK(remove_matching(dir, subs[i], run_file, &removed));
         rd->removed = removed;
     }
     return DDP_OK;
@@ -279,8 +334,7 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
 void ddp_rundir_remove_stale_tmp(const char *dir)
 {
     int n = 0; /* best effort: a temporary that cannot be removed is never read */
-    (void)remove_matching(dir, SAVE_TMP_LAST, &n);
-    (void)remove_matching(dir, SAVE_TMP_TOPK, &n);
+    (void)remove_matching(dir, "checkpoints", save_tmp_in, &n);
 }
 
 ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume, int overwrite, ddp_rundir *rd)

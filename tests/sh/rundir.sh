@@ -143,3 +143,20 @@ cols() { awk -F, 'NR==1 {for (i = 1; i <= NF; i++) if ($i != "train/samples_per_
   || fail "rows no uninterrupted run writes: $(comm -13 <(cols csvfull/metrics.csv) <(cols csvpart/metrics.csv))"
 [ "$(comm -23 <(cols csvfull/metrics.csv) <(cols csvpart/metrics.csv) | wc -l)" = 1 ] || fail "rows lost beyond the truncated one"
 pass "partial metrics.csv rows dropped on resume"
+
+# --overwrite removes files of the exact forms a run writes (top-k names with any %g number: negative, exponent,
+# nan, inf; save temporaries NAME.tmp.PID), never a user's file that only looks like one
+mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 2 --log-per-rank --out globs >/dev/null
+best=$(cd globs/checkpoints && ls epoch=*.h5)
+mine=("checkpoints/${best%.h5}-BEST-keep.h5" "checkpoints/${best}.bak" "checkpoints/last.h5.tmp.x1" metrics_rank1-from-first-run.csv
+  metrics_rank.csv metrics_rank1.csv.old progress/rank1-notes.txt progress/rank run.json.bak "checkpoints/epoch=x-step=1-val_loss=1.h5")
+theirs=("checkpoints/epoch=0-step=3-val_loss=-1.5e-05.h5" "checkpoints/epoch=1-step=4-val_acc=nan.h5"
+  "checkpoints/epoch=2-step=5-val_loss=-inf.h5" "checkpoints/epoch=0-step=3-val_loss=1e+10.h5.tmp.123"
+  checkpoints/last.h5.tmp.99 metrics_rank12.csv.tmp run.json.tmp)
+mkdir -p globs/progress
+for f in "${mine[@]}" "${theirs[@]}"; do echo x >"globs/$f"; done
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 1 --out globs --overwrite
+for f in "${mine[@]}"; do [ -e "globs/$f" ] || fail "--overwrite deleted the user's $f"; done
+for f in "${theirs[@]}"; do [ ! -e "globs/$f" ] || fail "--overwrite kept the run file $f"; done
+[ ! -e "globs/checkpoints/$best" ] && [ ! -e globs/metrics_rank1.csv ] || fail "--overwrite kept the first run's files"
+pass "--overwrite removes the run's files by their exact forms"
