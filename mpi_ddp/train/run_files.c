@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const COLS[] = {"train/loss",
                                    "train/samples_per_s",
@@ -47,6 +48,15 @@ ddp_status ddp_train_start_files(ddp_train_state *ts, int resuming, const ddp_da
     if (ctx->topo.rank == 0) {
         snprintf(path, sizeof path, "%s/metrics.csv", c->out_dir);
         st = ddp_csv_open(path, -1, COLS, 7, keep, again, csv);
+    }
+    /* the per-rank files this run does not write (a resume on fewer ranks, or without --log-per-rank) keep the rows up
+     * to the resumed step too, as the others (rank 0: each one in turn while they exist) */
+    for (int r = c->log_per_rank ? ctx->topo.size : 0; resuming && ctx->topo.rank == 0 && st == DDP_OK; r++) {
+        ddp_csv *other = NULL;
+        snprintf(path, sizeof path, "%s/metrics_rank%d.csv", c->out_dir, r);
+        if (access(path, F_OK) != 0) break;
+        st = ddp_csv_open(path, r, COLS, 7, keep, again, &other);
+        ddp_csv_close(other);
     }
     DDP_CHECK(ddp_agree_status(ctx, st));
     if (c->log_per_rank) {

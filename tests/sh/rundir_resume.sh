@@ -91,3 +91,14 @@ expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 4 --lr 5 --out C -
 path=$(sed -n 's/^mpiddp train: best checkpoint: \([^,;]*\),.*/\1/p' <<<"$OUT")
 [ -z "$path" ] || [ -e "$path" ] || fail "the fork's summary names a file that does not exist: $OUT"
 pass "a fork starts with an empty top-k list"
+
+# 7. a resume on fewer ranks (--sampling global, the same global batch) trims metrics_rank<R>.csv of the ranks it no
+#    longer has to the resumed step too: no row of the killed run past it stays
+rb=(--train t --val v --lr 0.01 --hidden 16 --no-progress --device cpu --log-every 1 --log-per-rank --ckpt-every-steps 5 --epochs 1)
+expect_rc 137 env MPIDDP_TEST_DIE_IN_SAVE=2 bash -c "mpirun -np 2 --oversubscribe '$MPIDDP' train ${rb[*]} --batch-size 8 --out fewer >/dev/null 2>&1; exit 137"
+[ "$(awk -F, 'NR>1 && $2>5' fewer/metrics_rank1.csv | wc -l)" -gt 0 ] || fail "setup: no rows past step 5"
+expect_rc 0 mpirun_np 1 "$MPIDDP" train "${rb[@]}" --batch-size 16 --out fewer --resume auto
+grep -q "resuming from fewer/checkpoints/last.h5 .* step 5" <<<"$ERR" || fail "resume on 1 rank: $ERR"
+[ "$(awk -F, 'NR>1 && $2>5' fewer/metrics_rank1.csv | wc -l)" = 0 ] || fail "metrics_rank1.csv keeps the killed run's rows: $(cat fewer/metrics_rank1.csv)"
+[ "$(awk -F, 'NR>1 && $2<=5 && $3!=""' fewer/metrics_rank1.csv | wc -l)" = 5 ] || fail "metrics_rank1.csv lost rows: $(cat fewer/metrics_rank1.csv)"
+pass "a resume on fewer ranks trims every metrics_rank<R>.csv"
