@@ -8,7 +8,9 @@
 
 #define DDP_MANIFEST_NAME "mpiddp-manifest.bin"
 #define DDP_MANIFEST_MAGIC "MPIDDPMF"
-#define DDP_MANIFEST_VERSION 1
+/* 2: validation also refuses external links and unwritten storage, and maps only exact IEEE/STD types; a version-1
+ * manifest may hold shards this validation refuses or reads otherwise, so it is not read (every shard is validated) */
+#define DDP_MANIFEST_VERSION 2
 
 /* One shard's record: all int64 (no padding), written as is (little-endian hosts). Also the record the ranks
  * gather at start-up. */

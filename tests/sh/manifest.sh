@@ -58,6 +58,10 @@ corrupt() { # corrupt KIND DIR
     truncate) truncate -s $((size - 100)) "$m" ;;
     empty) : > "$m" ;;
     magic) printf 'NOTMPIDD' | dd of="$m" bs=1 seek=0 conv=notrunc status=none ;;
+    oldver) # a manifest an older mpiddp wrote (version 1, whose validation accepted shards this one refuses)
+      "$PY" -c 'import struct, sys, zlib
+b = bytearray(open(sys.argv[1], "rb").read()); struct.pack_into("<I", b, 8, 1)
+struct.pack_into("<I", b, len(b) - 4, zlib.crc32(bytes(b[:-4])) & 0xffffffff); open(sys.argv[1], "wb").write(b)' "$m" ;;
     labw|pairs) # a record no validation writes, under a recomputed (valid) CRC: a label width of 2 (its map would be
       # read as 8-byte labels past its end), a class-pair range whose end overflows int64
       "$PY" - "$m" $1 <<'PYEOF'
@@ -79,10 +83,10 @@ PYEOF
   esac
   touch -r t/shard-00000.h5 "$m"
 }
-for kind in flip truncate empty magic labw pairs; do
+for kind in flip truncate empty magic oldver labw pairs; do
   case $kind in flip) why="corrupt (checksum mismatch)" ;; truncate) why="corrupt ([0-9]* bytes, its header says [0-9]*)" ;;
     empty) why="corrupt (empty file)" ;; magic) why="not an mpiddp manifest (bad magic)" ;;
-    labw) why="corrupt (entry 5)" ;; pairs) why="corrupt (entry 3)" ;; esac
+    oldver) why="version 1, this mpiddp reads version 2" ;; labw) why="corrupt (entry 5)" ;; pairs) why="corrupt (entry 3)" ;; esac
   corrupt $kind c_$kind
   line="mpiddp train: notice: c_$kind/mpiddp-manifest.bin: $why: ignored, validating every shard; rerun \`mpiddp index c_$kind\`"
   nps=2
