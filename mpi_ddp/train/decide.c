@@ -54,11 +54,14 @@ static int topk_worst(const ddp_decider *d)
     return w;
 }
 
-/* would v enter the top-k list (rank 0): the list is not full, or v beats its worst entry */
+/* would v enter the top-k list (rank 0): the list is not full, or v beats its worst entry. An empty list beside a
+ * best value (a fork: the other run's files are not its own; a run resumed with --save-top-k raised from 0) takes
+ * only a v that beats that best, so the first file kept is never worse than a result already seen */
 static int enters_topk(const ddp_decider *d, double v, int *worst)
 {
     *worst = -1;
     if (d->top_k <= 0 || isnan(v)) return 0;
+    if (d->ntopk == 0) return beats(d, v, d->best);
     if (d->ntopk < d->top_k) return 1;
     *worst = topk_worst(d);
     return beats(d, v, d->topk[*worst].value);

@@ -1,6 +1,6 @@
 /* run_files.c — the run directory's files when a run starts, written only once every check of a resume has passed:
- * stale save temporaries, decisions.log and the metric files kept up to the resumed step, the progress board and
- * run.json (docs/run-directory.md). */
+ * stale save temporaries, decisions.log kept up to the resumed step, run.json, the metric files kept up to that step
+ * and the progress board (docs/run-directory.md). */
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/core/status.h"
@@ -44,6 +44,12 @@ ddp_status ddp_train_start_files(ddp_train_state *ts, int resuming, const ddp_da
     if (ctx->topo.rank == 0 && st == DDP_OK && c->resume) /* --resume auto without last.h5: a restart, none kept */
         st = ddp_train_state_trim_decisions(ts->ckpt_dir, resuming ? ts->global_step - again : -1);
     DDP_CHECK(ddp_agree_status(ctx, st));
+    /* run.json first: a requeued job's restart knows its directory by the job id it records (rundir.c), so no other
+     * file of a run may exist without it */
+    char note[160];
+    snprintf(note, sizeof note, "%s", ts->be->name);
+    snprintf(path, sizeof path, "%s/run.json", c->out_dir);
+    DDP_CHECK(ddp_write_run_json(ctx, path, c, c->config_json, train, val, note, ts->model->attention, from));
     int64_t keep = resuming ? ts->global_step : -1; /* with again: validation rows at that step are dropped */
     if (ctx->topo.rank == 0) {
         snprintf(path, sizeof path, "%s/metrics.csv", c->out_dir);
@@ -64,9 +70,5 @@ ddp_status ddp_train_start_files(ddp_train_state *ts, int resuming, const ddp_da
         st = ddp_csv_open(path, ctx->topo.rank, COLS, 7, keep, again, csv_rank);
         DDP_CHECK(ddp_agree_status(ctx, st));
     }
-    DDP_CHECK(ddp_watch_init(ctx, c->out_dir, c->collective_timeout));
-    char note[160];
-    snprintf(note, sizeof note, "%s", ts->be->name);
-    snprintf(path, sizeof path, "%s/run.json", c->out_dir);
-    return ddp_write_run_json(ctx, path, c, c->config_json, train, val, note, ts->model->attention, from);
+    return ddp_watch_init(ctx, c->out_dir, c->collective_timeout);
 }

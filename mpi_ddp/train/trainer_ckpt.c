@@ -123,12 +123,11 @@ static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
     return ddp_agree_status(ctx, st);
 }
 
-ddp_status ddp_train_state_save_last(ddp_train_state *ts)
+/* Rank 0, after a checkpoint that records the list without them was saved (last.h5 or a top-k file: a resume from
+ * either no longer knows them): the files a lower --save-top-k dropped from the list at resume. */
+static void drop_unlisted(ddp_train_state *ts)
 {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/last.h5", ts->ckpt_dir);
-    DDP_CHECK(save_ckpt(ts, path));
-    for (int i = 0; i < ts->ntopk_drop; i++) { /* rank 0: last.h5 no longer lists them (a lower --save-top-k) */
+    for (int i = 0; i < ts->ntopk_drop; i++) {
         const char *rel = ts->topk_drop + 4800 * i;
         int listed = 0;
         for (int k = 0; k < ts->dec.ntopk; k++) listed |= !strcmp(ts->dec.topk[k].path, rel);
@@ -137,6 +136,14 @@ ddp_status ddp_train_state_save_last(ddp_train_state *ts)
         if (!listed) remove(p);
     }
     ts->ntopk_drop = 0;
+}
+
+ddp_status ddp_train_state_save_last(ddp_train_state *ts)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/last.h5", ts->ckpt_dir);
+    DDP_CHECK(save_ckpt(ts, path));
+    drop_unlisted(ts);
     return DDP_OK;
 }
 
@@ -176,6 +183,7 @@ ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row
             free(state);
             return st;
         }
+        drop_unlisted(ts);
         if (rank0 && removed[0] && strcmp(removed, rel) != 0 &&
             ddp_rundir_inside(removed)) { /* never outside the run */
             snprintf(path, sizeof path, "%s/%s", ts->cfg->out_dir, removed);
@@ -362,16 +370,22 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
         }
         cJSON_Delete(a);
         /* a lower --save-top-k than the checkpoint's list: the run's command line applies, so the worst leave the
-         * list now; their files go once last.h5 records the shorter list (a resume refused later deletes none) */
+         * list now; their files go once a checkpoint records the shorter list (a resume refused later deletes none).
+         * A finished run saves nothing: its list and files stay as they are */
         char removed[4800];
-        int had = ts->dec.ntopk, n = 0;
-        for (; ddp_decider_trim(&ts->dec, removed, sizeof removed); n++)
+        int had = ts->dec.ntopk, n = 0, done = ts->epoch >= (c->fast_dev_run > 0 ? 1 : c->epochs);
+        if (done && c->save_top_k > 0 && had > c->save_top_k)
+            fprintf(stderr,
+                    "mpiddp train: notice: --save-top-k %d: the checkpoint lists %d top-k files, and this finished "
+                    "run saves nothing, so all are kept\n",
+                    c->save_top_k, had);
+        for (; !done && ddp_decider_trim(&ts->dec, removed, sizeof removed); n++)
             if (ddp_rundir_inside(removed) && (ts->topk_drop || (ts->topk_drop = ddp_calloc(DDP_TOPK_MAX, 4800))))
                 snprintf(ts->topk_drop + 4800 * ts->ntopk_drop++, 4800, "%s", removed);
         if (n)
             fprintf(stderr,
                     "mpiddp train: notice: --save-top-k %d: kept the best %d of the checkpoint's %d top-k files (the "
-                    "others are deleted once last.h5 is saved)\n",
+                    "others are deleted once the next checkpoint is saved)\n",
                     c->save_top_k, ts->dec.ntopk, had);
     }
     free(cs.best_local);

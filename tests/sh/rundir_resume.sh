@@ -60,6 +60,12 @@ grep -q "resume position: .* cannot be continued exactly" <<<"$ERR" || fail "mis
 expect_rc 0 mpirun_np 2 "$MPIDDP" train --train t "${b4[@]}" --save-top-k 1 --out k3 --resume auto
 grep -q "notice: --save-top-k 1: kept the best 1 of the checkpoint's 3 top-k files" <<<"$ERR" || fail "lower top-k: $ERR"
 [ "$(topk_count k3)" = 1 ] || fail "--save-top-k 1 on resume keeps $(ls k3/checkpoints)"
+# the next save after such a resume is a top-k file, and the run dies in the last.h5 save after it: the dropped
+# files went with that first save (it records the shorter list), none is left that no list names
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=35 "$MPIDDP" train --train t "${b4[@]}" --save-top-k 3 --out k3b
+[ "$(topk_count k3b)" = 2 ] || fail "setup: $(ls k3b/checkpoints)"
+expect_rc 137 env MPIDDP_TEST_DIE_IN_SAVE=2 bash -c "mpirun -np 2 --oversubscribe '$MPIDDP' train --train t ${b4[*]} --save-top-k 1 --out k3b --resume auto >/dev/null 2>&1; exit 137"
+[ "$(topk_count k3b)" = 1 ] || fail "killed after its first top-k save, a --save-top-k 1 resume left $(ls k3b/checkpoints)"
 pass "a refused resume with a lower --save-top-k deletes no top-k file"
 
 # 3. a resume refused at its last check (the position: a smaller --train by mistake) writes nothing: run.json, the
@@ -87,9 +93,20 @@ sums A | diff A.sums - >/dev/null || fail "the fork changed the run it resumed f
 path=$(sed -n 's/^mpiddp train: best checkpoint: \([^,;]*\),.*/\1/p' <<<"$OUT")
 [ -z "$path" ] || [ -e "$path" ] || fail "the fork's summary names a file that does not exist: $OUT"
 grep -q "best checkpoint: none kept in this run directory; best val/loss=" <<<"$OUT" || [ -n "$path" ] || fail "fork summary: $OUT"
-expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 4 --lr 5 --out C --resume A/checkpoints/last.h5
-path=$(sed -n 's/^mpiddp train: best checkpoint: \([^,;]*\),.*/\1/p' <<<"$OUT")
-[ -z "$path" ] || [ -e "$path" ] || fail "the fork's summary names a file that does not exist: $OUT"
+# a fork that diverges (--lr 5) keeps no file worse than the best it carries, under every policy
+abest=${best##*val_loss=}
+abest=${abest%.h5}
+for pol in reduced rank0 all; do
+  rm -rf C && expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 4 --lr 5 --out C --resume A/checkpoints/last.h5 --ckpt-policy $pol
+  path=$(sed -n 's/^mpiddp train: best checkpoint: \([^,;]*\),.*/\1/p' <<<"$OUT")
+  [ -z "$path" ] || [ -e "$path" ] || fail "the fork's summary names a file that does not exist: $OUT"
+  for f in C/checkpoints/epoch=*.h5; do
+    [ -e "$f" ] || continue
+    v=${f##*val_loss=}
+    "$PY" -c "import sys; sys.exit(not float(sys.argv[1]) < float(sys.argv[2]))" "${v%.h5}" "$abest" ||
+      fail "policy $pol: the fork kept $f, worse than the best it carries ($abest)"
+  done
+done
 pass "a fork starts with an empty top-k list"
 
 # 7. a resume on fewer ranks (--sampling global, the same global batch) trims metrics_rank<R>.csv of the ranks it no
