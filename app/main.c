@@ -1,6 +1,7 @@
 /* main.c — the `mpiddp` executable: subcommand dispatch, MPI start/stop, and exit codes
  * (0 success, 1 runtime error, 2 usage error). The only place besides the cmd_* files that prints. */
 #include "cli.h"
+#include "cli_agree.h"
 #include "stop_signals.h"
 #include "mpi_ddp/backend/cuda/cuda_api.h"
 
@@ -69,8 +70,12 @@ int cli_usage(ddp_ctx *ctx, const char *cmd, const char *fmt, ...)
 
 int cli_cmd_parse(ddp_ctx *ctx, const cli_cmd *c, int argc, char **argv, const char **pos, int npos, int *npos_out)
 {
-    char err[1024]; /* one line, already "mpiddp NAME: ..." */
-    int rc = cli_parse(c->name, c->opts, c->nopts, argc, argv, 2, pos, npos, npos_out, err, sizeof err);
+    char err[1024] = ""; /* one line, already "mpiddp NAME: ..." */
+    int np = 0, rc = cli_parse(c->name, c->opts, c->nopts, argc, argv, 2, pos, npos, &np, err, sizeof err);
+    if (npos_out) *npos_out = np;
+    int agreed = cli_agree_parse(ctx, c, rc, err, pos, np); /* a rank given other arguments: 2, one line */
+    if (agreed == 1) return 1;
+    if (agreed == 2 && rc != CLI_USAGE) return 2;
     if (rc == CLI_OK) return -1;
     if (rc == CLI_HELP) {
         if (cli_rank0(ctx)) cli_help(stdout, c->name, c->usage, c->about, c->opts, c->nopts);
@@ -93,8 +98,11 @@ int main(int argc, char **argv)
     cmd_fn fn = NULL;
     for (int i = 0; i < NCMD; i++)
         if (!strcmp(argv[1], commands[i].name)) fn = commands[i].fn;
-    if (!fn) {
-        fprintf(stderr, "mpiddp: unknown command '%s' (see mpiddp --help)\n", argv[1]);
+    if (!fn) { /* before MPI starts: every rank finds it; the first of the launch's ranks says so */
+        const char *r = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK")
+                        : getenv("PMIX_RANK")          ? getenv("PMIX_RANK")
+                                                       : getenv("SLURM_PROCID");
+        if (!r || !strcmp(r, "0")) fprintf(stderr, "mpiddp: unknown command '%s' (see mpiddp --help)\n", argv[1]);
         return 2;
     }
     /* train's stop signals go to one waiting thread: blocked before MPI_Init starts any thread. The time-limit
