@@ -284,7 +284,17 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
      * the residual add reads bf16(x W^T + b) instead of the fp32 product and an fp32 bias (bound: docs/transformer.md);
      * 8 d bytes a row less traffic per layer, the bias adds move into the epilogues */
     m->t16 = m->z16 && be->enc->residual_layernorm_fwd16t && be->enc->residual_layernorm_fwd;
-    /* the attention the encoder runs: cuDNN's fused SDPA where the backend chooses it, else the own kernels */
+    /* the attention the encoder runs: cuDNN's fused SDPA where the backend chooses it, else the own kernels. A
+     * device ignores the other's names (one setting may serve both kinds of job); a name neither knows is refused */
+    const char *knob = ddp_knob_str(DDP_KNOB_ATTENTION);
+    static const char *const names[] = {"auto", "cudnn", "own", "fused", "gemm", "tiled"};
+    int known = !knob;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !known; i++) known = !strcmp(knob, names[i]);
+    if (!known)
+        DDP_TRY(ddp_set_error(DDP_ERR_ARG,
+                              "MPIDDP_ATTENTION=%s: not an attention path (auto, or cudnn or own on a GPU, fused, gemm "
+                              "or tiled on the CPU)",
+                              knob));
     if (be->attention_select) {
         const char *name = "own";
         char why[360] = "";

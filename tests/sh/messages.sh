@@ -83,4 +83,8 @@ if [ ! -e /dev/nvidia0 ] && [ ! -e /dev/nvidiactl ] && [ ! -e /proc/driver/nvidi
 fi
 expect_rc 1 env -u MPIDDP_CUDA_PLUGIN CUDA_VISIBLE_DEVICES= mpirun -np 2 --oversubscribe bin/mpiddp train "${common[@]}" --device cuda --out cuda
 grep -q "^mpiddp train: error: --device cuda: every GPU hidden by CUDA_VISIBLE_DEVICES=\"\" on $host$" <<<"$ERR" || fail "--device cuda, GPUs hidden: $ERR"
-pass "run.json records the budget; resume and pack messages name the options that fix them; ckpt_to_torch --save reports; --device cuda without a GPU"
+# an MPIDDP_ATTENTION neither device knows (a typo of a path) is refused, not taken for auto
+expect_rc 1 env MPIDDP_ATTENTION=Tiled mpirun -np 2 --oversubscribe "$MPIDDP" train "${common[@]}" --model transformer --heads 2 --out attn
+[ "$(grep -c "^mpiddp" <<<"$ERR")" = 1 ] && grep -q "^mpiddp train: error: MPIDDP_ATTENTION=Tiled: not an attention path" <<<"$ERR" ||
+  fail "unknown MPIDDP_ATTENTION: $ERR"
+pass "run.json records the budget; resume and pack messages name the options that fix them; ckpt_to_torch --save reports; --device cuda without a GPU; an unknown MPIDDP_ATTENTION"
