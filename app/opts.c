@@ -2,6 +2,7 @@
 #include "opts.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ini.h>
@@ -186,6 +187,30 @@ static char *read_config(const char *file, char *err, size_t n)
     return NULL;
 }
 
+/* Rewrites a --config text in place for ini_parse_string, line for line (line numbers stay the file's): a UTF-8 BOM
+ * at its start and every line's leading whitespace (and a CR before its LF) are removed. inih (built with
+ * INI_ALLOW_MULTILINE) takes an indented line as a continuation of the previous key's value, so `  mode = max`
+ * under `  monitor = val/acc` set --monitor to "mode = max" without a word: here an indented line is an ordinary
+ * line, and continuation lines are not supported. */
+static void ini_prepare(char *text)
+{
+    char *r = text, *w = text;
+    if (!strncmp(r, "\xEF\xBB\xBF", 3)) r += 3;
+    while (*r) {
+        char *end = strchr(r, '\n');
+        size_t len = end ? (size_t)(end - r) : strlen(r);
+        if (len && r[len - 1] == '\r') len--;
+        size_t skip = 0;
+        while (skip < len && isspace((unsigned char)r[skip])) skip++;
+        memmove(w, r + skip, len - skip);
+        w += len - skip;
+        if (!end) break;
+        *w++ = '\n';
+        r = end + 1;
+    }
+    *w = 0;
+}
+
 int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, int first, const char **pos, int npos,
               int *npos_out, char *err, size_t errlen)
 {
@@ -208,6 +233,7 @@ int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, 
             st = (ini_state){.opts = opts, .n = nopts, .file = file, .err = msg, .errlen = sizeof msg};
             char *text = read_config(file, msg, sizeof msg);
             if (!text) return snprintf(err, errlen, "mpiddp %s: --config %s: %s", cmd, file, msg), CLI_USAGE;
+            ini_prepare(text);
             int rc = ini_parse_string(text, ini_cb, &st);
             free(text);
             if (rc < 0)

@@ -1,0 +1,24 @@
+# The --config INI file as docs/cli.md states it (#ini-configuration---config-file): indented lines are ordinary
+# lines (never a continuation of the previous value). Usage errors exit 2 with one line naming the file and line.
+. "$(dirname "$0")/lib.sh"
+args=(--train t --val v --device cpu) # no datasets: every refusal below comes before they are opened
+refuse() { # refuse FILE MESSAGE [train options]: exit 2 and exactly the line "mpiddp train: MESSAGE"
+  local f=$1 msg=$2; shift 2
+  expect_rc 2 "$MPIDDP" train "${args[@]}" --config "$f" "$@"
+  [ "$ERR" = "mpiddp train: $msg" ] || fail "--config $f: expected 'mpiddp train: $msg', got: $ERR"
+}
+
+# --- 1. an indented key = value line is its own key, not a continuation of the previous value ---
+printf '[train]\n  out = rA\n  epochs = 2\n  warp = 1\n' > ind.ini
+refuse ind.ini "ind.ini:4: unknown key 'warp'"
+printf '[train]\n\tout = rA\n  monitor = val/los\n' > ind2.ini
+refuse ind2.ini "--monitor val/los: must be one of val/loss, val/acc, val/macro_f1 (decisions are taken after each validation)"
+synth --out t --samples 24 --shards 1 --dim 3 --classes 2
+synth --out v --samples 8 --shards 1 --dim 3 --classes 2 --first-id 100
+printf '\xef\xbb\xbf[train]\r\n  out = rA\r\n  monitor = val/acc\r\n  mode = max\r\n   epochs=1\r\n' > run.ini
+expect_rc 0 timeout 120 "$MPIDDP" train "${args[@]}" --hidden 4 --batch-size 8 --no-progress --config run.ini
+[ -d rA ] && [ ! -e "mode = max" ] || fail "indented out = rA: $(ls)"
+$PY -c 'import json; c = json.load(open("rA/run.json"))["config"]; assert (c["out"], c["monitor"], c["mode"], c["epochs"]) == ("rA", "val/acc", "max", 1), c' ||
+  fail "indented keys not applied"
+
+pass "--config: indented lines"
