@@ -187,19 +187,29 @@ static char *read_config(const char *file, char *err, size_t n)
     return NULL;
 }
 
+/* The longest line of a --config file, line terminator excluded: inih (INI_MAX_LINE 200, no realloc) reads a
+ * line of 199 or more characters as two lines, which cut a value short (`out = <long path> run2` wrote to ./run2)
+ * or shifted the line numbers of its errors. */
+#define INI_LINE_MAX 198
+
 /* Rewrites a --config text in place for ini_parse_string, line for line (line numbers stay the file's): a UTF-8 BOM
  * at its start and every line's leading whitespace (and a CR before its LF) are removed. inih (built with
  * INI_ALLOW_MULTILINE) takes an indented line as a continuation of the previous key's value, so `  mode = max`
  * under `  monitor = val/acc` set --monitor to "mode = max" without a word: here an indented line is an ordinary
- * line, and continuation lines are not supported. */
-static void ini_prepare(char *text)
+ * line, and continuation lines are not supported. Returns 0, or the 1-based number of the first line inih would
+ * misread, with the reason in err. */
+static int ini_prepare(char *text, char *err, size_t n)
 {
     char *r = text, *w = text;
     if (!strncmp(r, "\xEF\xBB\xBF", 3)) r += 3;
-    while (*r) {
+    for (int line = 1; *r; line++) {
         char *end = strchr(r, '\n');
         size_t len = end ? (size_t)(end - r) : strlen(r);
         if (len && r[len - 1] == '\r') len--;
+        if (len > INI_LINE_MAX)
+            return snprintf(err, n, "line longer than %d characters (give that option on the command line)",
+                            INI_LINE_MAX),
+                   line;
         size_t skip = 0;
         while (skip < len && isspace((unsigned char)r[skip])) skip++;
         memmove(w, r + skip, len - skip);
@@ -209,6 +219,7 @@ static void ini_prepare(char *text)
         r = end + 1;
     }
     *w = 0;
+    return 0;
 }
 
 int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, int first, const char **pos, int npos,
@@ -233,7 +244,11 @@ int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, 
             st = (ini_state){.opts = opts, .n = nopts, .file = file, .err = msg, .errlen = sizeof msg};
             char *text = read_config(file, msg, sizeof msg);
             if (!text) return snprintf(err, errlen, "mpiddp %s: --config %s: %s", cmd, file, msg), CLI_USAGE;
-            ini_prepare(text);
+            int bad = ini_prepare(text, msg, sizeof msg);
+            if (bad) {
+                free(text);
+                return snprintf(err, errlen, "mpiddp %s: %s:%d: %s", cmd, file, bad, msg), CLI_USAGE;
+            }
             int rc = ini_parse_string(text, ini_cb, &st);
             free(text);
             if (rc < 0)

@@ -1,5 +1,6 @@
 # The --config INI file as docs/cli.md states it (#ini-configuration---config-file): indented lines are ordinary
-# lines (never a continuation of the previous value). Usage errors exit 2 with one line naming the file and line.
+# lines (never a continuation of the previous value); a line inih would split is refused. Usage errors exit 2
+# with one line naming the file and line.
 . "$(dirname "$0")/lib.sh"
 args=(--train t --val v --device cpu) # no datasets: every refusal below comes before they are opened
 refuse() { # refuse FILE MESSAGE [train options]: exit 2 and exactly the line "mpiddp train: MESSAGE"
@@ -21,4 +22,16 @@ expect_rc 0 timeout 120 "$MPIDDP" train "${args[@]}" --hidden 4 --batch-size 8 -
 $PY -c 'import json; c = json.load(open("rA/run.json"))["config"]; assert (c["out"], c["monitor"], c["mode"], c["epochs"]) == ("rA", "val/acc", "max", 1), c' ||
   fail "indented keys not applied"
 
-pass "--config: indented lines"
+# --- 2. a line longer than inih reads whole (198 characters, line terminator excluded) is refused: inih split it,
+# and `out = <long path> run2` wrote to ./run2, or an error named a line that does not exist ---
+printf 'epochs = 1\nout = %s run2\n' "$(printf 'a%.0s' {1..190})" > l1.ini
+refuse l1.ini "l1.ini:2: line longer than 198 characters (give that option on the command line)"
+[ ! -e run2 ] || fail "an over-long out line wrote run2"
+printf 'monitor = val/acc%182s\n' "" > l2.ini # 199 characters
+refuse l2.ini "l2.ini:1: line longer than 198 characters (give that option on the command line)"
+printf 'monitor = val/acc%181s\r\nepochs = 1\r\nwarp = 1\r\n' "" > l3.ini # 198 characters, then CRLF: read whole
+refuse l3.ini "l3.ini:3: unknown key 'warp'"
+[ "$(sed -n 2p l1.ini | wc -c)" = 202 ] && [ "$(head -1 l2.ini | wc -c)" = 200 ] && [ "$(head -1 l3.ini | wc -c)" = 200 ] ||
+  fail "test files: line lengths"
+
+pass "--config: indented and over-long lines"
