@@ -3,7 +3,6 @@
  * output, and `srun --mpi=pmix mpiddp train ... --resume auto`. */
 #include "cli.h"
 
-#include <ini.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,10 +81,10 @@ static int read_train_start(ddp_ctx *ctx, char **args, int n, train_start *out)
     }
     *out = (train_start){0, 0};
     if (config) {
-        int rc = ini_parse(config, start_key, out);
-        if (rc < 0)
-            return cli_usage(ctx, "slurm-script", "--config %s: cannot read it (the script's --resume depends on it)",
-                             config);
+        char err[600]; /* read as train reads it: a FIFO is never waited on, /dev/zero never read forever */
+        int rc = cli_ini_parse(config, start_key, out, err, sizeof err);
+        if (rc < 0) return cli_usage(ctx, "slurm-script", "%s", err);
+        if (rc > 0) return cli_usage(ctx, "slurm-script", "%s:%d: syntax error", config, rc);
     }
     out->resume |= resume;
     if (overwrite >= 0) out->overwrite = overwrite;

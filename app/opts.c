@@ -222,6 +222,22 @@ static int ini_prepare(char *text, char *err, size_t n)
     return 0;
 }
 
+int cli_ini_parse(const char *file, cli_ini_handler handler, void *user, char *err, size_t errlen)
+{
+    char why[300];
+    char *text = read_config(file, why, sizeof why);
+    if (!text) return snprintf(err, errlen, "--config %s: %s", file, why), -1;
+    int bad = ini_prepare(text, why, sizeof why);
+    if (bad) {
+        free(text);
+        return snprintf(err, errlen, "%s:%d: %s", file, bad, why), -1;
+    }
+    int rc = ini_parse_string(text, handler, user);
+    free(text);
+    if (rc < 0) return snprintf(err, errlen, "--config %s: cannot parse (out of memory)", file), -1;
+    return rc; /* inih reports the line of the first error */
+}
+
 int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, int first, const char **pos, int npos,
               int *npos_out, char *err, size_t errlen)
 {
@@ -242,19 +258,10 @@ int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, 
         if (file) {
             static ini_state st; /* values stay alive for the process */
             st = (ini_state){.opts = opts, .n = nopts, .file = file, .err = msg, .errlen = sizeof msg};
-            char *text = read_config(file, msg, sizeof msg);
-            if (!text) return snprintf(err, errlen, "mpiddp %s: --config %s: %s", cmd, file, msg), CLI_USAGE;
-            int bad = ini_prepare(text, msg, sizeof msg);
-            if (bad) {
-                free(text);
-                return snprintf(err, errlen, "mpiddp %s: %s:%d: %s", cmd, file, bad, msg), CLI_USAGE;
-            }
-            int rc = ini_parse_string(text, ini_cb, &st);
-            free(text);
-            if (rc < 0)
-                return snprintf(err, errlen, "mpiddp %s: --config %s: cannot parse (out of memory)", cmd, file),
-                       CLI_USAGE;
-            if (st.failed || rc > 0) /* inih reports the line of the first error */
+            char why[500];
+            int rc = cli_ini_parse(file, ini_cb, &st, why, sizeof why);
+            if (rc < 0) return snprintf(err, errlen, "mpiddp %s: %s", cmd, why), CLI_USAGE;
+            if (rc > 0)
                 return snprintf(err, errlen, "mpiddp %s: %s:%d: %s", cmd, file, rc, st.failed ? msg : "syntax error"),
                        CLI_USAGE;
         }

@@ -28,6 +28,14 @@ int cli_parse_bool(const char *v, int *out);
 int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, int first, const char **pos, int npos,
               int *npos_out, char *err, size_t errlen);
 void cli_help(FILE *f, const char *cmd, const char *usage, const char *about, const cli_opt *opts, int nopts);
+/* An INI key's callback, as inih's ini_handler: returns nonzero to go on, 0 to refuse the key. */
+typedef int (*cli_ini_handler)(void *user, const char *section, const char *name, const char *value);
+/* Reads the --config INI file as every command does and calls handler for each key in file order: only a regular
+ * text file of at most 1 MiB (a FIFO is never waited on, /dev/zero never read forever, a directory refused), a
+ * line's leading whitespace ignored (no continuation lines), a line inih would split refused. Returns 0; -1 with
+ * one line in err ("--config FILE: REASON" or "FILE:N: REASON", without a command prefix); or the line (> 0) of the
+ * first error inih reports. */
+int cli_ini_parse(const char *file, cli_ini_handler handler, void *user, char *err, size_t errlen);
 /* Whether the option was given (on the command line or in the --config file). */
 int cli_seen(const cli_opt *opts, int nopts, const char *name);
 /* Renders the options that were set (or all) as a JSON object, for run.json. Caller frees. */

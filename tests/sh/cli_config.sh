@@ -34,4 +34,18 @@ refuse l3.ini "l3.ini:3: unknown key 'warp'"
 [ "$(sed -n 2p l1.ini | wc -c)" = 202 ] && [ "$(head -1 l2.ini | wc -c)" = 200 ] && [ "$(head -1 l3.ini | wc -c)" = 200 ] ||
   fail "test files: line lengths"
 
-pass "--config: indented and over-long lines"
+# --- 4. slurm-script reads the --config file of its train arguments as train does: once it spun on /dev/zero,
+# waited on a FIFO and printed a script for a directory ---
+mkfifo cfg.fifo && mkdir cfgdir
+for c in "/dev/zero|is a character device, not a regular file" "cfg.fifo|is a FIFO, not a regular file" \
+  "cfgdir|is a directory, not an INI file" "l1.ini|line longer than 198 characters (give that option on the command line)"; do
+  f=${c%%|*} msg=${c#*|}
+  [ "$f" = l1.ini ] && want="l1.ini:2: $msg" || want="--config $f: $msg"
+  expect_rc 2 timeout 10 "$MPIDDP" slurm-script -- --train t --val v --out r --config "$f"
+  [ "$ERR" = "mpiddp slurm-script: $want" ] && [ -z "$OUT" ] || fail "slurm-script --config $f: $ERR / $OUT"
+done
+printf '[train]\n  out = r\n  overwrite = true\n' > ow.ini # an indented key counts: no --resume auto beside it
+expect_rc 0 timeout 10 "$MPIDDP" slurm-script -- --train t --val v --config ow.ini
+[[ $(grep '^srun' <<<"$OUT") != *"--resume auto"* ]] || fail "slurm-script, indented overwrite: $(grep '^srun' <<<"$OUT")"
+
+pass "--config: indented and over-long lines; slurm-script reads it as train does"
