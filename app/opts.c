@@ -192,12 +192,24 @@ static char *read_config(const char *file, char *err, size_t n)
  * or shifted the line numbers of its errors. */
 #define INI_LINE_MAX 198
 
+/* Where inih's find_chars_or_comment stops in [s, e): at the first of chars, at an inline comment (';' after
+ * whitespace), or at e. */
+static const char *ini_find(const char *s, const char *e, const char *chars)
+{
+    for (int was_space = 0; s < e && !strchr(chars, *s) && !(was_space && *s == ';'); s++)
+        was_space = isspace((unsigned char)*s);
+    return s;
+}
+
 /* Rewrites a --config text in place for ini_parse_string, line for line (line numbers stay the file's): a UTF-8 BOM
  * at its start and every line's leading whitespace (and a CR before its LF) are removed. inih (built with
  * INI_ALLOW_MULTILINE) takes an indented line as a continuation of the previous key's value, so `  mode = max`
  * under `  monitor = val/acc` set --monitor to "mode = max" without a word: here an indented line is an ordinary
- * line, and continuation lines are not supported. Returns 0, or the 1-based number of the first line inih would
- * misread, with the reason in err. */
+ * line, and continuation lines are not supported. A line that is not empty, a ;/# comment, a [section] header or
+ * `key = value` (`key : value`) is a syntax error, found here so that it is reported first and inih's result is
+ * then the line of the first key the handler refused (inih goes on after a syntax error and returns the first
+ * error's line: 'epochs 3' above 'warp = 1' was reported as "FILE:1: unknown key 'warp'"). Returns 0, or the
+ * 1-based number of the first line inih would misread, with the reason in err. */
 static int ini_prepare(char *text, char *err, size_t n)
 {
     char *r = text, *w = text;
@@ -212,6 +224,11 @@ static int ini_prepare(char *text, char *err, size_t n)
                    line;
         size_t skip = 0;
         while (skip < len && isspace((unsigned char)r[skip])) skip++;
+        const char *p = r + skip, *q = r + len, *f = NULL;
+        if (p < q && *p == '[' && ((f = ini_find(p + 1, q, "]")) == q || *f != ']'))
+            return snprintf(err, n, "syntax error (expected [section])"), line;
+        if (p < q && *p != '[' && *p != ';' && *p != '#' && ((f = ini_find(p, q, "=:")) == q || *f == ';'))
+            return snprintf(err, n, "syntax error (expected key = value)"), line;
         memmove(w, r + skip, len - skip);
         w += len - skip;
         if (!end) break;

@@ -1,6 +1,6 @@
 # The --config INI file as docs/cli.md states it (#ini-configuration---config-file): indented lines are ordinary
-# lines (never a continuation of the previous value); a line inih would split is refused. Usage errors exit 2
-# with one line naming the file and line.
+# lines (never a continuation of the previous value); a line inih would split is refused; a syntax error is
+# named at its own line. Usage errors exit 2 with one line naming the file and line.
 . "$(dirname "$0")/lib.sh"
 args=(--train t --val v --device cpu) # no datasets: every refusal below comes before they are opened
 refuse() { # refuse FILE MESSAGE [train options]: exit 2 and exactly the line "mpiddp train: MESSAGE"
@@ -34,6 +34,25 @@ refuse l3.ini "l3.ini:3: unknown key 'warp'"
 [ "$(sed -n 2p l1.ini | wc -c)" = 202 ] && [ "$(head -1 l2.ini | wc -c)" = 200 ] && [ "$(head -1 l3.ini | wc -c)" = 200 ] ||
   fail "test files: line lengths"
 
+# --- 3. a syntax error is reported at its own line, before any key's error (inih goes on after it and returns
+# the first error's line: a later key's error was reported at the syntax error's line) ---
+printf 'epochs 3\nwarp = 1\n' > e1.ini
+refuse e1.ini "e1.ini:1: syntax error (expected key = value)"
+printf 'epochs = 1\nwarp = 2\nx\n' > e2.ini
+refuse e2.ini "e2.ini:3: syntax error (expected key = value)"
+printf 'epochs = 1\n[train\nwarp = 2\n' > e3.ini
+refuse e3.ini "e3.ini:2: syntax error (expected [section])"
+printf 'epochs = 1\nmonitor ; = val/acc\n' > e4.ini # the inline comment starts before the '='
+refuse e4.ini "e4.ini:2: syntax error (expected key = value)"
+printf 'epochs = 1\n\n; c\n# c\nbatch-size = 0\n' > e5.ini # then a key's error, at its line
+refuse e5.ini "e5.ini:5: --batch-size 0: must be in [1, 10000000]"
+# what the file may hold: comments, sections, duplicate keys (the last wins), key : value, inline ; comments,
+# _ or - in keys, = in a value
+printf '; c\n# c\n[a]\nepochs = 3\n[b]\nepochs = 1\nbatch_size : 8\nlog-every = 7 ; seven\nout = rC\nhidden=4\nmonitor = val/acc\n' > ok.ini
+expect_rc 0 timeout 120 "$MPIDDP" train "${args[@]}" --no-progress --config ok.ini
+$PY -c 'import json; c = json.load(open("rC/run.json"))["config"]; assert (c["epochs"], c["batch-size"], c["log-every"], c["hidden"], c["monitor"]) == (1, 8, 7, 4, "val/acc"), c' ||
+  fail "ok.ini not applied as written"
+
 # --- 4. slurm-script reads the --config file of its train arguments as train does: once it spun on /dev/zero,
 # waited on a FIFO and printed a script for a directory ---
 mkfifo cfg.fifo && mkdir cfgdir
@@ -48,4 +67,4 @@ printf '[train]\n  out = r\n  overwrite = true\n' > ow.ini # an indented key cou
 expect_rc 0 timeout 10 "$MPIDDP" slurm-script -- --train t --val v --config ow.ini
 [[ $(grep '^srun' <<<"$OUT") != *"--resume auto"* ]] || fail "slurm-script, indented overwrite: $(grep '^srun' <<<"$OUT")"
 
-pass "--config: indented and over-long lines; slurm-script reads it as train does"
+pass "--config: indented, over-long and malformed lines; slurm-script reads it as train does"
