@@ -48,7 +48,8 @@ static void sbatch_line(FILE *f, const char *opt, const char *v)
 }
 
 /* How the train arguments start the run: whether they give --resume (on the command line or as a --config key),
- * and --overwrite's value (the command line's, else the --config file's). */
+ * and --overwrite's value (the command line's, else the --config file's). As train, one of them on the command
+ * line drops the other from the file; both on the command line, or both in the file, are refused. */
 typedef struct {
     int resume, overwrite;
 } train_start;
@@ -86,6 +87,9 @@ static int read_train_start(ddp_ctx *ctx, char **args, int n, train_start *out)
         if (rc < 0) return cli_usage(ctx, "slurm-script", "%s", err);
         if (rc > 0) return cli_usage(ctx, "slurm-script", "%s:%d: syntax error", config, rc);
     }
+    /* as train: the command line overrides the file, also across --resume / --overwrite */
+    if (resume && overwrite < 0) out->overwrite = 0;
+    if (overwrite == 1 && !resume) out->resume = 0;
     out->resume |= resume;
     if (overwrite >= 0) out->overwrite = overwrite;
     if (out->resume && out->overwrite)

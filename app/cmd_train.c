@@ -226,6 +226,9 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     const cli_cmd cmd = {"train", USAGE, ABOUT, opts, n};
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
+    /* the command line overrides the file, also across these either-or pairs (conflicts within one stay below) */
+    cli_either(opts, n, "batch-size", "batch-rows");
+    cli_either(opts, n, "resume", "overwrite");
     if (!train_dir || !val_dir || !cli_seen(opts, n, "out"))
         return cli_usage(ctx, "train", "--train, --val and --out are required (see mpiddp train --help)");
 

@@ -29,8 +29,43 @@ int cli_parse_bool(const char *v, int *out)
     return 0;
 }
 
-/* Sets o from text v; writes a message (without the command prefix) on failure. */
-static int set_value(cli_opt *o, const char *v, char *err, size_t n)
+/* An option's value, as its kind stores it. */
+typedef union {
+    const char *s;
+    int i;
+    int64_t l;
+    double d;
+} opt_val;
+
+static void opt_save(const cli_opt *o, opt_val *v)
+{
+    switch (o->kind) {
+    case OPT_STR: v->s = *(const char *const *)o->dst; break;
+    case OPT_I64: v->l = *(const int64_t *)o->dst; break;
+    case OPT_F64: v->d = *(const double *)o->dst; break;
+    default: v->i = *(const int *)o->dst; break; /* OPT_INT, OPT_FLAG, OPT_CHOICE */
+    }
+}
+
+static void opt_restore(cli_opt *o, const opt_val *v)
+{
+    switch (o->kind) {
+    case OPT_STR: *(const char **)o->dst = v->s; break;
+    case OPT_I64: *(int64_t *)o->dst = v->l; break;
+    case OPT_F64: *(double *)o->dst = v->d; break;
+    default: *(int *)o->dst = v->i; break;
+    }
+}
+
+/* The values the options of the last cli_parse held before it set any (their defaults), for cli_either. */
+static struct {
+    const cli_opt *opts;
+    opt_val *v;
+} defaults;
+
+/* Sets o from text v (given in from: CLI_FROM_FILE or CLI_FROM_ARGS); writes a message (without the command prefix) on
+ * failure. */
+static int set_value(cli_opt *o, const char *v, int from, char *err, size_t n)
 {
     char *end = NULL;
     errno = 0;
@@ -74,7 +109,7 @@ static int set_value(cli_opt *o, const char *v, char *err, size_t n)
             size_t cl = bar ? (size_t)(bar - c) : strlen(c);
             if (cl == len && strncmp(c, v, len) == 0) {
                 *(int *)o->dst = idx;
-                o->seen = 1;
+                o->seen |= from;
                 return 1;
             }
             idx++;
@@ -83,7 +118,7 @@ static int set_value(cli_opt *o, const char *v, char *err, size_t n)
         return snprintf(err, n, "--%s '%s': expected one of %s", o->name, v, o->choices), 0;
     }
     }
-    o->seen = 1;
+    o->seen |= from;
     return 1;
 }
 
@@ -123,7 +158,7 @@ static int ini_cb(void *user, const char *section, const char *name, const char 
     s->keep = keep;
     s->keep[s->nkeep++] = v;
     char msg[400];
-    if (!set_value(o, v, msg, sizeof msg)) {
+    if (!set_value(o, v, CLI_FROM_FILE, msg, sizeof msg)) {
         snprintf(s->err, s->errlen, "%s", msg);
         s->failed = 1;
         return 0;
@@ -262,6 +297,10 @@ int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, 
     char msg[600];
     for (int i = first; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return CLI_HELP;
+    free(defaults.v); /* without the memory, cli_either leaves a conflict to the command */
+    defaults.opts = opts;
+    if ((defaults.v = calloc((size_t)nopts, sizeof *defaults.v)))
+        for (int i = 0; i < nopts; i++) opt_save(&opts[i], &defaults.v[i]);
     /* --config first, so the command line wins */
     cli_opt *cfg = find(opts, nopts, "config");
     if (cfg) {
@@ -308,10 +347,27 @@ int cli_parse(const char *cmd, cli_opt *opts, int nopts, int argc, char **argv, 
                 return snprintf(err, errlen, "mpiddp %s: --%s needs a value", cmd, name), CLI_USAGE;
             v = argv[++i];
         }
-        if (!set_value(o, v, msg, sizeof msg)) return snprintf(err, errlen, "mpiddp %s: %s", cmd, msg), CLI_USAGE;
+        if (!set_value(o, v, CLI_FROM_ARGS, msg, sizeof msg))
+            return snprintf(err, errlen, "mpiddp %s: %s", cmd, msg), CLI_USAGE;
     }
     if (npos_out) *npos_out = np;
     return CLI_OK;
+}
+
+/* Whether o holds a value that conflicts: given, and for a flag, true. */
+static int opt_given(const cli_opt *o) { return o->seen && (o->kind != OPT_FLAG || *(const int *)o->dst); }
+
+void cli_either(cli_opt *opts, int nopts, const char *a, const char *b)
+{
+    cli_opt *x = find(opts, nopts, a), *y = find(opts, nopts, b);
+    if (!x || !y || defaults.opts != opts || !defaults.v) return;
+    for (int k = 0; k < 2; k++) {
+        cli_opt *arg = k ? y : x, *file = k ? x : y;
+        if ((arg->seen & CLI_FROM_ARGS) && opt_given(arg) && file->seen == CLI_FROM_FILE) {
+            opt_restore(file, &defaults.v[file - opts]);
+            file->seen = 0;
+        }
+    }
 }
 
 int cli_seen(const cli_opt *opts, int nopts, const char *name)

@@ -16,8 +16,10 @@ typedef struct {
     const char *choices; /* OPT_CHOICE: "a|b|c" */
     double min, max;     /* numeric range (inclusive) */
     const char *help;
-    int seen;
+    int seen; /* where it was given: CLI_FROM_FILE (the --config file) | CLI_FROM_ARGS (the command line); 0: not */
 } cli_opt;
+
+enum { CLI_FROM_FILE = 1, CLI_FROM_ARGS = 2 };
 
 enum { CLI_OK = 0, CLI_HELP = 1, CLI_USAGE = 2 };
 
@@ -38,6 +40,11 @@ typedef int (*cli_ini_handler)(void *user, const char *section, const char *name
 int cli_ini_parse(const char *file, cli_ini_handler handler, void *user, char *err, size_t errlen);
 /* Whether the option was given (on the command line or in the --config file). */
 int cli_seen(const cli_opt *opts, int nopts, const char *name);
+/* Options a and b of the last cli_parse are either-or (give one): when one was given on the command line (a flag:
+ * as true) and the other only in the --config file, the file's is dropped (back to its default, as not given), since
+ * the command line overrides the file. Both on the command line, or both in the file, stay for the caller to
+ * refuse. */
+void cli_either(cli_opt *opts, int nopts, const char *a, const char *b);
 /* Renders the options that were set (or all) as a JSON object, for run.json. Caller frees. */
 char *cli_to_json(const cli_opt *opts, int nopts);
 

@@ -1,6 +1,7 @@
 # The --config INI file as docs/cli.md states it (#ini-configuration---config-file): indented lines are ordinary
 # lines (never a continuation of the previous value); a line inih would split is refused; a syntax error is
-# named at its own line. Usage errors exit 2 with one line naming the file and line.
+# named at its own line; the command line overrides the file also across an either-or pair. Usage errors exit 2
+# with one line naming the file and line.
 . "$(dirname "$0")/lib.sh"
 args=(--train t --val v --device cpu) # no datasets: every refusal below comes before they are opened
 refuse() { # refuse FILE MESSAGE [train options]: exit 2 and exactly the line "mpiddp train: MESSAGE"
@@ -53,6 +54,45 @@ expect_rc 0 timeout 120 "$MPIDDP" train "${args[@]}" --no-progress --config ok.i
 $PY -c 'import json; c = json.load(open("rC/run.json"))["config"]; assert (c["epochs"], c["batch-size"], c["log-every"], c["hidden"], c["monitor"]) == (1, 8, 7, 4, "val/acc"), c' ||
   fail "ok.ini not applied as written"
 
+# --- 5. the command line overrides the file also across an either-or pair (--batch-size / --batch-rows,
+# --resume / --overwrite): the file's value is dropped; a pair within the file, or on the command line, is refused ---
+cfg() { $PY -c 'import json, sys; c = json.load(open(sys.argv[1] + "/run.json"))["config"]; print(*[c[k] for k in sys.argv[2:]])' "$@"; }
+small=(--hidden 4 --epochs 1 --no-progress)
+printf 'batch_size = 16\nout = rB\n' > bs.ini
+expect_rc 0 timeout 120 "$MPIDDP" train "${args[@]}" "${small[@]}" --config bs.ini --batch-rows 200
+[ "$(cfg rB batch-size batch-rows)" = "None 200" ] || fail "file batch_size, --batch-rows: $(cfg rB batch-size batch-rows)"
+printf 'batch_rows = 200\nout = rB\n' > br.ini
+expect_rc 0 timeout 120 "$MPIDDP" train "${args[@]}" "${small[@]}" --batch-size 8 --config br.ini --overwrite
+[ "$(cfg rB batch-size batch-rows)" = "8 0" ] || fail "file batch_rows, --batch-size: $(cfg rB batch-size batch-rows)"
+printf 'resume = auto\nout = rB\n' > rs.ini # rB holds a run: --overwrite starts afresh, the file's resume dropped
+expect_rc 0 timeout 120 "$MPIDDP" train "${args[@]}" "${small[@]}" --config rs.ini --overwrite
+[ "$(cfg rB resume overwrite)" = "None True" ] && ! grep -q resuming <<<"$ERR" || fail "file resume, --overwrite: $(cfg rB resume overwrite) $ERR"
+printf 'overwrite = true\nout = rB\n' > ow2.ini # --resume auto continues it, the file's overwrite dropped
+expect_rc 0 timeout 120 "$MPIDDP" train "${args[@]}" "${small[@]}" --config ow2.ini --resume auto --epochs 2
+[ "$(cfg rB resume overwrite)" = "auto False" ] && grep -q "resuming from rB/checkpoints/last.h5" <<<"$ERR" ||
+  fail "file overwrite, --resume auto: $(cfg rB resume overwrite) $ERR"
+expect_rc 0 timeout 120 "$MPIDDP" train "${args[@]}" "${small[@]}" --config rs.ini --overwrite=false --epochs 2 # not given
+grep -q "nothing to do: rB/checkpoints/last.h5 has finished 2 epoch(s)" <<<"$ERR" || fail "file resume, --overwrite=false: $ERR"
+printf 'batch_size = 8\nbatch_rows = 200\n' > both.ini
+refuse both.ini "--batch-size and --batch-rows: give one (samples per rank per step, or a token budget per rank per step)" --out rD
+refuse both.ini "--batch-size and --batch-rows: give one (samples per rank per step, or a token budget per rank per step)" --out rD --batch-size 8 --batch-rows 200
+printf 'resume = auto\noverwrite = true\n' > both2.ini
+refuse both2.ini "--resume and --overwrite: give one (continue the run in --out, or remove its files and start afresh)" --out rD
+refuse rs.ini "--resume and --overwrite: give one (continue the run in --out, or remove its files and start afresh)" --resume auto --overwrite
+[ ! -e rD ] || fail "a refused pair left a run directory"
+# slurm-script as train: no --resume auto beside either; a pair within the file or on the command line refused
+for a in "--config rs.ini --overwrite" "--config ow2.ini --resume auto"; do
+  read -r -a extra <<<"$a"
+  expect_rc 0 "$MPIDDP" slurm-script -- --train t --val v "${extra[@]}"
+  [[ $(grep '^srun' <<<"$OUT") != *"--resume auto --resume auto"* && $(grep '^srun' <<<"$OUT") == *"$a" ]] || fail "slurm-script $a: $OUT"
+done
+for a in "--config both2.ini" "--config rs.ini --resume auto --overwrite"; do
+  read -r -a extra <<<"$a"
+  expect_rc 2 "$MPIDDP" slurm-script -- --train t --val v "${extra[@]}"
+  [ "$ERR" = "mpiddp slurm-script: the train arguments give --resume and --overwrite: give one (train refuses both)" ] ||
+    fail "slurm-script $a: $ERR"
+done
+
 # --- 4. slurm-script reads the --config file of its train arguments as train does: once it spun on /dev/zero,
 # waited on a FIFO and printed a script for a directory ---
 mkfifo cfg.fifo && mkdir cfgdir
@@ -67,4 +107,4 @@ printf '[train]\n  out = r\n  overwrite = true\n' > ow.ini # an indented key cou
 expect_rc 0 timeout 10 "$MPIDDP" slurm-script -- --train t --val v --config ow.ini
 [[ $(grep '^srun' <<<"$OUT") != *"--resume auto"* ]] || fail "slurm-script, indented overwrite: $(grep '^srun' <<<"$OUT")"
 
-pass "--config: indented, over-long and malformed lines; slurm-script reads it as train does"
+pass "--config: indented, over-long and malformed lines; the command line over the file across either-or pairs; slurm-script reads it as train does"
