@@ -98,12 +98,20 @@ int main(int argc, char **argv)
     cmd_fn fn = NULL;
     for (int i = 0; i < NCMD; i++)
         if (!strcmp(argv[1], commands[i].name)) fn = commands[i].fn;
-    if (!fn) { /* before MPI starts: every rank finds it; the first of the launch's ranks says so */
-        const char *r = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK")
-                        : getenv("PMIX_RANK")          ? getenv("PMIX_RANK")
-                                                       : getenv("SLURM_PROCID");
-        if (!r || !strcmp(r, "0")) fprintf(stderr, "mpiddp: unknown command '%s' (see mpiddp --help)\n", argv[1]);
-        return 2;
+    if (!fn) { /* MPI starts, so that the ranks agree: one line from rank 0 (another rank may have a command) */
+        char err[600];
+        snprintf(err, sizeof err, "mpiddp: unknown command '%.400s' (see mpiddp --help)", argv[1]);
+        ddp_ctx *ctx = NULL;
+        if (ddp_init(&argc, &argv, &ctx) != DDP_OK) {
+            fprintf(stderr, "%s\n", err);
+            ddp_finalize(ctx);
+            return 2;
+        }
+        cli_cmd none = {argv[1], "", "", NULL, 0};
+        int rc = cli_agree_parse(ctx, &none, CLI_USAGE, err, NULL, 0);
+        if (cli_rank0(ctx)) fprintf(stderr, "%s\n", err); /* rank 0's own error: cli_agree_parse leaves it to us */
+        ddp_finalize(ctx);
+        return rc == 1 ? 1 : 2;
     }
     /* train's stop signals go to one waiting thread: blocked before MPI_Init starts any thread. The time-limit
      * warning (SIGUSR1, SIGUSR2) is a request from the start, so one that arrives during a long start-up ends the run

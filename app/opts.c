@@ -253,12 +253,13 @@ static int ini_prepare(char *text, char *err, size_t n)
         char *end = strchr(r, '\n');
         size_t len = end ? (size_t)(end - r) : strlen(r);
         if (len && r[len - 1] == '\r') len--;
-        if (len > INI_LINE_MAX)
+        size_t skip = 0;
+        while (skip < len && isspace((unsigned char)r[skip])) skip++;
+        if (skip < len && (r[skip] == ';' || r[skip] == '#')) skip = len; /* a comment: an empty line, any length */
+        if (len - skip > INI_LINE_MAX) /* what inih reads of the line: without its indentation */
             return snprintf(err, n, "line longer than %d characters (give that option on the command line)",
                             INI_LINE_MAX),
                    line;
-        size_t skip = 0;
-        while (skip < len && isspace((unsigned char)r[skip])) skip++;
         const char *p = r + skip, *q = r + len, *f = NULL;
         if (p < q && *p == '[' && ((f = ini_find(p + 1, q, "]")) == q || *f != ']'))
             return snprintf(err, n, "syntax error (expected [section])"), line;

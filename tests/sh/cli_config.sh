@@ -32,6 +32,10 @@ printf 'monitor = val/acc%182s\n' "" > l2.ini # 199 characters
 refuse l2.ini "l2.ini:1: line longer than 198 characters (give that option on the command line)"
 printf 'monitor = val/acc%181s\r\nepochs = 1\r\nwarp = 1\r\n' "" > l3.ini # 198 characters, then CRLF: read whole
 refuse l3.ini "l3.ini:3: unknown key 'warp'"
+# a comment of any length, and an indented line whose text fits, are read (the indentation is not what inih reads)
+printf '%s\n; %s\n  %s\nwarp = 1\n' "$(printf '#%.0s' {1..250})" "$(printf 'x%.0s' {1..250})" "monitor = val/acc$(printf ' %.0s' {1..150})" > l4.ini
+sed -i "3s/^/$(printf ' %.0s' {1..40})/" l4.ini
+refuse l4.ini "l4.ini:4: unknown key 'warp'"
 [ "$(sed -n 2p l1.ini | wc -c)" = 202 ] && [ "$(head -1 l2.ini | wc -c)" = 200 ] && [ "$(head -1 l3.ini | wc -c)" = 200 ] ||
   fail "test files: line lengths"
 

@@ -31,6 +31,21 @@ grep -qx "mpiddp inspect: the ranks were given different arguments: argument 1 i
   fail "different positional arguments: $ERR"
 expect_rc 2 mpmd "${A[@]}" : -np 1 "$MPIDDP" "${A[@]}" --help
 grep -qx "mpiddp train: the ranks were given different arguments: --help on rank 1 only" <<<"$ERR" || fail "--help on one rank: $ERR"
+# different commands with the same options (index and inspect) hung; a 64-bit option past 2^53 (a double's
+# mantissa) differing; a command whose options are a subset of the other's (env: --device, as train's) was refused
+# without a line; an unknown command on rank 1 only was never said
+expect_rc 2 mpmd index d : -np 1 "$MPIDDP" inspect d
+grep -qx "mpiddp: the ranks were given different commands: 'index' on rank 0 and 'inspect' on rank 1" <<<"$ERR" ||
+  fail "different commands: $ERR"
+expect_rc 2 mpmd synth --out s --samples 8 --dim 2 --classes 2 --seed 9000000000000000000 : -np 1 "$MPIDDP" synth --out s --samples 8 --dim 2 --classes 2 --seed 9000000000000000001
+grep -q "^mpiddp synth: the ranks were given different options: --seed is 9000000000000000000 on rank 0 and 9000000000000000001 on rank 1" <<<"$ERR" ||
+  fail "different 64-bit --seed: $ERR"
+expect_rc 2 mpmd env : -np 1 "$MPIDDP" "${A[@]}"
+[ "$(lines)" = 1 ] && grep -qx "mpiddp: the ranks were given different commands: 'env' on rank 0 and 'train' on rank 1" <<<"$ERR" ||
+  fail "env and train: $ERR"
+expect_rc 2 mpmd inspect d : -np 1 "$MPIDDP" inspcet d
+grep -qx "mpiddp: the ranks were given different commands: 'inspect' on rank 0 and 'inspcet' on rank 1" <<<"$ERR" ||
+  fail "unknown command on rank 1: $ERR"
 # the same arguments everywhere still run, and an unknown command is said once
 expect_rc 0 mpirun_np 2 "$MPIDDP" "${A[@]}" --epochs 1
 expect_rc 2 mpirun_np 2 "$MPIDDP" trian
