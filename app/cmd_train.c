@@ -62,6 +62,13 @@ static void print_summary(const ddp_train_summary *s, const ddp_train_config *cf
     printf("run directory: %s\n", dir);
 }
 
+/* RUNDIR/checkpoints/last.h5 into last; whether it exists, on rank 0 (0 elsewhere). */
+static int rank0_has_last(ddp_ctx *ctx, const ddp_train_config *cfg, char *last, size_t len)
+{
+    snprintf(last, len, "%s/checkpoints/last.h5", cfg->out_dir);
+    return cli_rank0(ctx) && access(last, F_OK) == 0;
+}
+
 /* A requeued SLURM job (SLURM_RESTART_COUNT > 0) never starts over what an earlier attempt saved: with
  * RUNDIR/checkpoints/last.h5 present it continues from there, whatever --overwrite or --resume FILE say (one
  * notice); without, it starts as the first attempt did (--overwrite, --resume FILE), else as --resume auto.
@@ -71,8 +78,7 @@ static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
     const ddp_topology *t = ddp_topo(ctx);
     if (t->restart_count <= 0) return 0;
     char last[PATH_MAX + 32];
-    snprintf(last, sizeof last, "%s/checkpoints/last.h5", cfg->out_dir);
-    int have = cli_rank0(ctx) && access(last, F_OK) == 0;
+    int have = rank0_has_last(ctx, cfg, last, sizeof last);
     if (MPI_Bcast(&have, 1, MPI_INT, 0, ctx->world) != MPI_SUCCESS)
         return cli_fail(ctx, "train", ddp_set_error(DDP_ERR_MPI, "MPI_Bcast of the restart's checkpoint failed"));
     int file = cfg->resume && strcmp(cfg->resume, "auto") != 0;
@@ -96,8 +102,7 @@ static int end_stopped(ddp_ctx *ctx, int kinds, const char *line, const ddp_trai
                        const ddp_train_config *cfg)
 {
     char msg[256], last[PATH_MAX + 32];
-    snprintf(last, sizeof last, "%s/checkpoints/last.h5", cfg->out_dir);
-    int have_last = cli_rank0(ctx) && access(last, F_OK) == 0; /* what a requeued job resumes from (rank 0 reads it) */
+    int have_last = rank0_has_last(ctx, cfg, last, sizeof last); /* what a requeued job resumes from */
     ddp_requeue rq;
     if (ddp_slurm_requeue(ctx, kinds, have_last, &rq, msg) != DDP_OK) return cli_fail(ctx, "train", DDP_ERR_MPI);
     if (cli_rank0(ctx)) {

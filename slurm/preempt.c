@@ -79,13 +79,15 @@ static int batch_by_scontrol(const char *job)
         return 0;
     }
     /* the whole output is read (what does not fit the buffer is dropped) before waiting, so scontrol never blocks */
-    char buf[16384], sink[4096];
+    char buf[16384], chunk[4096];
     size_t n = 0;
-    ssize_t r;
-    while ((r = read(fd[0], n < sizeof buf - 1 ? buf + n : sink,
-                     n < sizeof buf - 1 ? sizeof buf - 1 - n : sizeof sink)) != 0) {
-        if (r < 0 && errno != EINTR) break;
-        if (r > 0 && n < sizeof buf - 1) n += (size_t)r;
+    for (;;) { /* BatchFlag comes early: what does not fit buf is drained, not kept */
+        ssize_t r = read(fd[0], chunk, sizeof chunk);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        size_t k = (size_t)r < sizeof buf - 1 - n ? (size_t)r : sizeof buf - 1 - n;
+        memcpy(buf + n, chunk, k);
+        n += k;
     }
     close(fd[0]);
     buf[n] = 0;
