@@ -366,6 +366,10 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     }
     if (resuming) DDP_CHECK(ddp_train_state_resume(ts, path));
     tr->resuming = resuming; /* the run directory's files are written once the resume's position is checked (run) */
+    /* the progress board and --collective-timeout's watch from here, so that a rank stalled in the start of run()
+     * (loaders, the first epoch's plan, the resume's position) is reported, not waited on: the board's files are the
+     * only ones a resume refused there writes */
+    DDP_CHECK(ddp_watch_init(ctx, c->out_dir, c->collective_timeout));
     ddp_progress_init(&tr->prog, ctx->topo.rank == 0 && c->progress);
     return DDP_OK;
 }

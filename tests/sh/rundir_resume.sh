@@ -7,7 +7,7 @@ synth --out t --samples 240 --dim 8 --classes 3 --shards 2 --seed 3
 synth --out v --samples 60 --dim 8 --classes 3 --shards 1 --seed 3 --first-id 9000
 synth --out t3 --samples 48 --dim 8 --classes 3 --shards 1 --seed 5 # a smaller training set, given by mistake
 base=(--train t --val v --batch-size 8 --lr 0.01 --hidden 16 --no-progress --device cpu)
-sums() { (cd "$1" && find . -type f ! -name run.lock -print0 | sort -z | xargs -0 md5sum); }
+sums() { (cd "$1" && find . -type f ! -name run.lock ! -path './progress/*' -print0 | sort -z | xargs -0 md5sum); } # the live progress board aside
 dups() { sort "$1" | uniq -d; }
 
 # 1a. --resume auto into a run that never saved last.h5 (--fast-dev-run saves none): refused, nothing changed
