@@ -33,6 +33,7 @@
     I(TEST_STOP_AT_STEP, -1, "test hook: a stop request (as SIGUSR1) during this optimizer step")             \
     I(TEST_STOP_RANK, 0, "test hook: the rank of TEST_STOP_AT_STEP's request")                                \
     I(TEST_STOP_IN_VAL, -1, "test hook: a stop request (as SIGUSR1) on rank 0 before this validation batch")  \
+    I(TEST_STOP_SELF_AT_START, -1, "test hook: this rank stops itself (SIGSTOP) as training starts")          \
     S(TEST_MONITOR_OFFSET, "test hook: rank:epoch:offset,... added to one rank's monitored value")            \
     S(TEST_FAIL_ALLOC, "test hook: dir/file.c:LINE, the first allocation there fails")                        \
     I(TEST_FAIL_ALLOC_RANK, 0, "test hook: the rank of TEST_FAIL_ALLOC")                                      \

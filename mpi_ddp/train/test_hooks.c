@@ -2,6 +2,7 @@
 #include "mpi_ddp/train/test_hooks.h"
 #include "mpi_ddp/core/settings.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -13,6 +14,7 @@ ddp_status ddp_test_hooks_open(ddp_test_hooks *h, int rank)
         .stop_at = ddp_knob_int(DDP_KNOB_TEST_STOP_AT_STEP),
         .stop_rank = ddp_knob_int(DDP_KNOB_TEST_STOP_RANK),
         .stop_in_val = ddp_knob_int(DDP_KNOB_TEST_STOP_IN_VAL),
+        .stop_self_rank = ddp_knob_int(DDP_KNOB_TEST_STOP_SELF_AT_START),
         .step_delay_ms = ddp_knob_int(DDP_KNOB_TEST_STEP_DELAY_MS),
         .first_delay_ms = ddp_knob_int(DDP_KNOB_TEST_FIRST_STEP_DELAY_MS),
         .monitor_offset = ddp_knob_str(DDP_KNOB_TEST_MONITOR_OFFSET),
@@ -36,6 +38,11 @@ void ddp_test_hooks_close(ddp_test_hooks *h)
 int ddp_test_hooks_stop_at(const ddp_test_hooks *h, int64_t step)
 {
     return h->stop_at >= 0 && step == h->stop_at && h->rank == h->stop_rank;
+}
+
+void ddp_test_hooks_start(const ddp_test_hooks *h)
+{
+    if (h->stop_self_rank >= 0 && h->rank == h->stop_self_rank) raise(SIGSTOP);
 }
 
 void ddp_test_hooks_delay(const ddp_test_hooks *h, int first)

@@ -416,6 +416,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     ddp_sampler tsm = {0}, vsm = {0};
     ddp_loader *tl = NULL, *vl = NULL;
     ddp_status st = DDP_OK;
+    ddp_test_hooks_start(&tr->hooks); /* a rank stalled before the loaders: the watch must see it */
     DDP_TRY(ddp_plan_samplers(ctx, c, train, val, 0, &tsm, &vsm, &tr->lens_train, &tr->lens_val));
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(train, &tsm, 1, &tl)));
     DDP_TRY(ddp_agree_status(ctx, ddp_loader_create(val, &vsm, 1, &vl)));

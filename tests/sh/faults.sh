@@ -20,6 +20,18 @@ stalled_rank --device "$DEVICE" "${base[@]}"
 # board a second time first (test_watchdog), so rank 1 or 3 often reports before rank 0.
 grep -Eq "collective timeout: rank [013] waited [0-9]+ s in (the|an?) [a-z -]+ at step [0-9]+ \(--collective-timeout 5\); missing: rank 2 silent" stall.err ||
   { cat stall.err; fail "no report naming the collective and rank 2"; }
+# ... and a rank stalled as training starts (SIGSTOP on itself before the loaders and the first epoch's plan): the
+# watch runs from then on, so the others report it within the timeout instead of waiting on it for ever
+start=$(date +%s)
+set +e
+MPIDDP_TEST_STOP_SELF_AT_START=2 timeout -s KILL 120 mpirun -np 4 --oversubscribe "$MPIDDP" train --device "$DEVICE" \
+  "${base[@]}" --epochs 5 --collective-timeout 5 --out stall0 > stall0.out 2> stall0.err
+rc=$?
+set -e
+[ "$rc" != 0 ] && [ "$rc" != 137 ] || { cat stall0.err; fail "rank stalled at start: rc $rc (137: the job hung)"; }
+[ $(( $(date +%s) - start )) -le 60 ] || fail "rank stalled at start: the job took $(( $(date +%s) - start )) s to end"
+grep -Eq "collective timeout: rank [013] waited [0-9]+ s in (the|an?) [a-z -]+ at step 0 \(--collective-timeout 5\); missing: rank 2 silent" stall0.err ||
+  { cat stall0.err; fail "rank stalled at start: no report naming rank 2"; }
 
 # 3. NaN in the data: stops with the step and the parameter; --skip-nonfinite skips and counts instead
 $PY "$SRC/tests/py/make_shards.py" nan nan
