@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* Prints s single-quoted for the shell. */
@@ -45,6 +46,41 @@ static void sbatch_line(FILE *f, const char *opt, const char *v)
         fputc(*v, f);
     }
     fputs("\"\n", f);
+}
+
+/* A Slurm time limit in seconds: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS; 0, UNLIMITED and INFINITE
+ * are no limit (*secs = -1). Returns 0, or -1 when s is none of these. */
+static int time_limit_s(const char *s, long long *secs)
+{
+    if (!strcasecmp(s, "unlimited") || !strcasecmp(s, "infinite")) {
+        *secs = -1;
+        return 0;
+    }
+    long long f[4] = {0, 0, 0, 0}; /* the fields as written, left to right */
+    int nf = 0, days = strchr(s, '-') != NULL;
+    for (const char *p = s;; p++) {
+        if (*p < '0' || *p > '9' || nf == 4) return -1;
+        char *end;
+        f[nf++] = strtoll(p, &end, 10);
+        if (f[nf - 1] > 1000000) return -1;
+        p = end;
+        if (!*p) break;
+        if (*p != (days && nf == 1 ? '-' : ':')) return -1;
+    }
+    if (days ? nf < 2 || nf > 4 : nf > 3) return -1;
+    long long d = 0, h = 0, m = 0, sec = 0;
+    if (days) { /* D-HH[:MM[:SS]] */
+        d = f[0], h = f[1], m = f[2], sec = f[3];
+    } else if (nf == 1) { /* minutes */
+        m = f[0];
+    } else if (nf == 2) { /* MM:SS */
+        m = f[0], sec = f[1];
+    } else { /* HH:MM:SS */
+        h = f[0], m = f[1], sec = f[2];
+    }
+    *secs = ((d * 24 + h) * 60 + m) * 60 + sec;
+    if (*secs == 0) *secs = -1; /* sbatch: a limit of 0 is none */
+    return 0;
 }
 
 /* How the train arguments start the run: whether they give --resume (on the command line or as a --config key),
@@ -138,9 +174,32 @@ int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv)
         if (lines[i][1] && !sbatch_value_ok(lines[i][1]))
             return cli_usage(ctx, "slurm-script",
                              "--%s: a value with a newline or a double quote cannot be an #SBATCH line", lines[i][0]);
+    long long limit;
+    if (time_limit_s(time, &limit) != 0)
+        return cli_usage(ctx, "slurm-script",
+                         "--time %s: not a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or "
+                         "UNLIMITED)",
+                         time);
+    if (limit >= 0 && limit <= 90)
+        return cli_usage(ctx, "slurm-script",
+                         "--time %s: the time-limit warning comes 90 s before the limit (--signal=USR1@90): a limit "
+                         "of %lld s would stop and requeue the job at its first step, every time; give more than 90 s",
+                         time, limit);
     train_start start;
     int rc = read_train_start(ctx, argv + dd + 1, argc - dd - 1, &start);
     if (rc != 0) return rc;
+    /* the train arguments as train will parse them in the job (options, values, combinations), so that a typo is
+     * said now, not after the job waited in the queue */
+    char **targv = malloc(sizeof *targv * (size_t)(argc - dd + 2));
+    if (!targv) return cli_usage(ctx, "slurm-script", "out of memory");
+    targv[0] = argv[0];
+    targv[1] = "train";
+    memcpy(targv + 2, argv + dd + 1, sizeof *targv * (size_t)(argc - dd - 1));
+    targv[argc - dd + 1] = NULL;
+    long long world = (long long)nodes * tpn;
+    rc = cmd_train_check(ctx, argc - dd + 1, targv, world > INT_MAX ? INT_MAX : (int)world);
+    free(targv);
+    if (rc >= 0) return rc;
     if (!cli_rank0(ctx)) return 0;
     char self[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -121,7 +121,8 @@ static int end_stopped(ddp_ctx *ctx, int kinds, const char *line, const ddp_trai
     return rq == DDP_REQUEUE_NO_SCONTROL ? 3 : rq == DDP_REQUEUE_FAILED ? 1 : 0;
 }
 
-int cmd_train(ddp_ctx *ctx, int argc, char **argv)
+/* check_world > 0: only the parse and the usage checks, for a job of that many ranks (cmd_train_check). */
+static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world)
 {
     const char *train_dir = NULL, *val_dir = NULL, *config = NULL, *train_mf = NULL, *val_mf = NULL;
     int no_manifest = 0;
@@ -245,8 +246,8 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     cfg.collective_timeout = timeout;
     cfg.mode_max = mode == 1;
     cfg.precision = (ddp_precision)precision;
-    mc.precision = cfg.precision;        /* bf16: the model keeps its GEMM-only activations in bf16 */
-    int rrc = restart_resume(ctx, &cfg); /* a requeued SLURM job continues where it stopped */
+    mc.precision = cfg.precision;                          /* bf16: the model keeps its GEMM-only activations in bf16 */
+    int rrc = check_world ? 0 : restart_resume(ctx, &cfg); /* a requeued SLURM job continues where it stopped */
     if (rrc != 0) return rrc;
     cfg.ckpt_policy = policy;
     /* usage errors found by combining options: one line from rank 0, exit 2, before anything is created */
@@ -268,9 +269,11 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
             "--monitor %s: must be one of val/loss, val/acc, val/macro_f1 (decisions are taken after each validation)",
             cfg.monitor);
         conflict = ddp_last_error();
-    } else if (ddp_train_config_check(&cfg, ddp_topo(ctx)->size) != DDP_OK || ddp_model_config_check(&mc) != DDP_OK)
+    } else if (ddp_train_config_check(&cfg, check_world ? check_world : ddp_topo(ctx)->size) != DDP_OK ||
+               ddp_model_config_check(&mc) != DDP_OK)
         conflict = ddp_last_error(); /* before buffers are sized from them */
     if (conflict) return cli_usage(ctx, "train", "%s", conflict);
+    if (check_world) return -1;
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     char why[160];
     ddp_status st = ddp_select_device_all(ctx, want, &got, why);
@@ -379,3 +382,7 @@ int cmd_train(ddp_ctx *ctx, int argc, char **argv)
     if (cli_rank0(ctx)) print_summary(&summary, &cfg);
     return 0;
 }
+
+int cmd_train(ddp_ctx *ctx, int argc, char **argv) { return train_main(ctx, argc, argv, 0); }
+
+int cmd_train_check(ddp_ctx *ctx, int argc, char **argv, int world) { return train_main(ctx, argc, argv, world); }

@@ -87,12 +87,12 @@ refuse rs.ini "--resume and --overwrite: give one (continue the run in --out, or
 # slurm-script as train: no --resume auto beside either; a pair within the file or on the command line refused
 for a in "--config rs.ini --overwrite" "--config ow2.ini --resume auto"; do
   read -r -a extra <<<"$a"
-  expect_rc 0 "$MPIDDP" slurm-script -- --train t --val v "${extra[@]}"
+  expect_rc 0 "$MPIDDP" slurm-script -- --train t --val v --out r "${extra[@]}"
   [[ $(grep '^srun' <<<"$OUT") != *"--resume auto --resume auto"* && $(grep '^srun' <<<"$OUT") == *"$a" ]] || fail "slurm-script $a: $OUT"
 done
 for a in "--config both2.ini" "--config rs.ini --resume auto --overwrite"; do
   read -r -a extra <<<"$a"
-  expect_rc 2 "$MPIDDP" slurm-script -- --train t --val v "${extra[@]}"
+  expect_rc 2 "$MPIDDP" slurm-script -- --train t --val v --out r "${extra[@]}"
   [ "$ERR" = "mpiddp slurm-script: the train arguments give --resume and --overwrite: give one (train refuses both)" ] ||
     fail "slurm-script $a: $ERR"
 done

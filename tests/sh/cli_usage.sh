@@ -90,4 +90,32 @@ for v in 'a"b' $'a\nb'; do
   one_line "mpiddp slurm-script: --job-name: a value with a newline or a double quote cannot be an #SBATCH line"
   [ -z "$OUT" ] || fail "a refused slurm-script printed: $OUT"
 done
+# the train arguments pass train's own checks (for the job's world size) before a script is printed: a typo is said
+# now, not after the job's wait in the queue; so is a --time the 90 s warning would cut at the job's first step
+for args in "--epoch 3|unknown option '--epoch' (see mpiddp train --help)" \
+            "--batch-size 8 --batch-rows 64|--batch-size and --batch-rows: give one" \
+            "--model transformer --hidden 30 --heads 4|transformer: --heads 4 must divide --hidden 30" \
+            "--batch-size 3000000 --accumulate 3|--batch-size 3000000 x 2 ranks x --accumulate 3: more than 2^24"; do
+  read -r -a extra <<<"${args%%|*}"
+  expect_rc 2 "$MPIDDP" slurm-script --nodes 2 -- --train t --val v --out r "${extra[@]}"
+  one_line "mpiddp train: ${args#*|}"
+  [ -z "$OUT" ] || fail "slurm-script printed a script for train arguments train refuses: $OUT"
+done
+expect_rc 2 "$MPIDDP" slurm-script -- --train t --val v
+one_line "mpiddp train: --train, --val and --out are required"
+expect_rc 0 "$MPIDDP" slurm-script -- --train t --val v --out r --help
+head -1 <<<"$OUT" | qgrep "^usage: mpiddp train " || fail "slurm-script -- --help: $OUT"
+for t in 1 1:30 00:01:30 0-0:1; do
+  expect_rc 2 "$MPIDDP" slurm-script --time "$t" -- --train t --val v --out r
+  one_line "mpiddp slurm-script: --time $t: the time-limit warning comes 90 s before the limit"
+  [ -z "$OUT" ] || fail "slurm-script --time $t printed: $OUT"
+done
+for t in 2 1:31 0 UNLIMITED 2-12 1-0:30:00; do
+  expect_rc 0 "$MPIDDP" slurm-script --time "$t" -- --train t --val v --out r
+  qgrep -x -- "#SBATCH --time=$t" <<<"$OUT" || fail "slurm-script --time $t: $OUT"
+done
+for t in 1h 1:2:3:4 1-2-3 -5 1: 99999999999; do
+  expect_rc 2 "$MPIDDP" slurm-script --time "$t" -- --train t --val v --out r
+  one_line "mpiddp slurm-script: --time $t: not a Slurm time limit"
+done
 pass "usage errors exit 2 with one line at np 1 and 2; 0-based epochs; nothing-to-do resume; help texts; slurm-script"
