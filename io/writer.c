@@ -3,6 +3,7 @@
 
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/status.h"
+#include "io/manifest.h"
 #include "io/shard.h"
 #include "mpi_ddp/core/fsutil.h"
 
@@ -123,6 +124,25 @@ done:
     return st;
 }
 
+/* Whether s starts with prefix followed by one or more digits and then the end of s. */
+static int prefix_digits(const char *s, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(s, prefix, n) != 0) return 0;
+    s += n;
+    return *s && strspn(s, "0123456789") == strlen(s);
+}
+
+/* 1 for a temporary this module or the manifest writer names: .shard-N.h5.tmp.PID or mpiddp-manifest.bin.tmp.PID. */
+static int is_writer_temporary(const char *name)
+{
+    if (prefix_digits(name, DDP_MANIFEST_NAME ".tmp.")) return 1;
+    if (strncmp(name, ".shard-", 7) != 0) return 0;
+    const char *p = name + 7;
+    size_t digits = strspn(p, "0123456789");
+    return digits > 0 && prefix_digits(p + digits, ".h5.tmp.");
+}
+
 ddp_status ddp_prepare_out_dir(const char *dir, int *created)
 {
     struct stat sb;
@@ -143,10 +163,17 @@ ddp_status ddp_prepare_out_dir(const char *dir, int *created)
         size_t len = strlen(e->d_name);
         if (len >= 3 && strcmp(e->d_name + len - 3, ".h5") == 0 && e->d_name[0] != '.') found = 1;
     }
-    closedir(d);
-    if (found)
+    if (found) {
+        closedir(d);
         return ddp_set_error(DDP_ERR_ARG, "%s: already holds *.h5 shard files; remove them or choose another --out",
                              dir);
+    }
+    /* a writer killed before its rename (SIGKILL, a node lost) left its temporary: a dataset directory without shards
+     * is this run's now, and no rank writes before the ranks agree on this call's status */
+    rewinddir(d);
+    while ((e = readdir(d)))
+        if (is_writer_temporary(e->d_name)) (void)unlinkat(dirfd(d), e->d_name, 0); /* best effort: never read */
+    closedir(d);
     return DDP_OK;
 }
 

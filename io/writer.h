@@ -30,7 +30,8 @@ ddp_status ddp_synth_check(const ddp_synth_opts *o);
 /* want_classes > 0 sets num_classes (at least the largest label + 1); 0: the largest label + 1. */
 ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards, int64_t want_classes);
 
-/* Creates dir (and parents); fails if it already holds *.h5 files. *created: whether this call created dir. */
+/* Creates dir (and parents); fails if it already holds *.h5 files, else removes the temporaries a killed writer left
+ * there (.shard-N.h5.tmp.PID, mpiddp-manifest.bin.tmp.PID). *created: whether this call created dir. */
 ddp_status ddp_prepare_out_dir(const char *dir, int *created);
 /* Collective, after a failed synth or pack whose status the ranks agreed: each rank removes the first `written` of
  * the shards it writes (k = rank, rank + size, ...), then, once every rank has, rank 0 removes dir if its

@@ -13,6 +13,17 @@ cmp -s a.dump b.dump || fail "synth differs between 1 and 3 writer ranks"
 expect_rc 1 "$MPIDDP" synth --out a --samples 10
 printf '%s' "$ERR" | qgrep "already holds" || fail "synth overwrote a dataset: $ERR"
 ls -a a | qgrep tmp && fail "temporary files left behind"
+# a writer killed before its rename leaves its temporary; the next synth or pack into that directory (it holds no
+# shard) removes it, and the manifest writer's, but no file of another form: a 200 MB shard killed while written
+"$MPIDDP" synth --out killed --samples 25000 --dim 64 --shards 1 --seed 3 >/dev/null 2>&1 &
+job=$!
+for _ in $(seq 600); do compgen -G "killed/.shard-*.h5.tmp.*" >/dev/null && break; sleep 0.02; done
+kill -KILL $job; wait $job || true
+[ -n "$(compgen -G "killed/.shard-00000.h5.tmp.*")" ] || fail "no temporary of the killed synth (it finished first?): $(ls -a killed)"
+touch killed/mpiddp-manifest.bin.tmp.123 killed/.shard-00000.h5.tmp.mine killed/.shard-x.h5.tmp.1 killed/mpiddp-manifest.bin.tmp.
+"$MPIDDP" synth --out killed --samples 50 --shards 2 --seed 3 >/dev/null
+[ "$(LC_ALL=C ls -A killed | tr '\n' ' ')" = ".shard-00000.h5.tmp.mine .shard-x.h5.tmp.1 mpiddp-manifest.bin mpiddp-manifest.bin.tmp. shard-00000.h5 shard-00001.h5 " ] ||
+  fail "after a killed synth and a new one: $(ls -A killed | tr '\n' ' ')"
 $PY "$SRC/tests/py/make_shards.py" pack-input in.h5
 mpirun_np 2 "$MPIDDP" pack --input in.h5 --out packed --shards 4 >/dev/null
 $PY "$SRC/tests/py/make_shards.py" check-pack in.h5 packed
