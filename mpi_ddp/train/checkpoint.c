@@ -529,3 +529,16 @@ ddp_status ddp_ckpt_peek_model(const char *path, ddp_model_config *c)
     c->kind = DDP_MODEL_MLP; /* "mlp", or "reference" in checkpoints of earlier versions */
     return ddp_ckpt_peek_refmodel(path, &c->dim, &c->hidden, &c->classes);
 }
+
+ddp_status ddp_ckpt_check_heads(const char *path, const ddp_model_config *mc)
+{
+    ddp_model_config saved;
+    if (!mc || mc->kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
+    /* a file peek cannot read (no recorded hyperparameters: a model built through the library) is ddp_ckpt_read's */
+    if (ddp_ckpt_peek_model(path, &saved) != DDP_OK || saved.kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
+    if (saved.heads == mc->heads) return DDP_OK;
+    return ddp_set_error(DDP_ERR_ARG,
+                         "%s: saved with --heads %d; this run uses --heads %d (the same tensors would be split into "
+                         "other attention heads): resume with --heads %d",
+                         path, saved.heads, mc->heads, saved.heads);
+}

@@ -68,4 +68,10 @@ expect_rc 2 mpirun_np 2 "$MPIDDP" train "${common[@]}" --out bad2 --model transf
 [ "$(grep -c -- "--heads 5 must divide --hidden 32" <<<"$ERR")" = 1 ] && ! grep -q "MPI_ABORT" <<<"$ERR" || fail "heads error (one line from rank 0, exit 2): $ERR"
 expect_rc 2 "$MPIDDP" train "${common[@]}" --out bad3 --model rnn
 grep -q "model" <<<"$ERR" || fail "unknown model: $ERR"
+# a resume with other --heads: the parameter shapes do not depend on them, so the checkpoint's tensors would be
+# split into other heads (a different model, silently); refused in one line, the run directory untouched
+sum0=$(cat tx/metrics.csv tx/run.json | md5sum)
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --out tx --model transformer --heads 2 --epochs 5 --resume auto
+[ "$(grep -c -- "saved with --heads 4; this run uses --heads 2" <<<"$ERR")" = 1 ] || fail "resume with other --heads: $ERR"
+[ "$(cat tx/metrics.csv tx/run.json | md5sum)" = "$sum0" ] || fail "a resume refused for its --heads changed the run directory"
 pass "transformer: order task $acc (mlp $acc_mlp, no positions $acc_np), eval, PyTorch bridge, errors"
