@@ -75,6 +75,7 @@ static ddp_status write_attrs(hid_t f, const char *tmp, const ddp_model *model, 
     CK(ddp_h5_attr_i64(f, "global_batch", cs->global_batch), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "global_batch_rows", cs->global_batch_rows), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "shuffle", cs->shuffle[0] ? cs->shuffle : "full"), "%s: writing attributes", tmp);
+    if (cs->sampling[0]) CK(ddp_h5_attr_str(f, "sampling", cs->sampling), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "topk", cs->topk_json ? cs->topk_json : "[]"), "%s: writing attributes", tmp);
     if (cs->best_local) {
         hsize_t w = (hsize_t)cs->world_size;
@@ -378,6 +379,13 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         DDP_TRY(read_str_attr(f, path, "shuffle", &sh));
         snprintf(cs->shuffle, sizeof cs->shuffle, "%s", sh);
         free(sh);
+    }
+    cs->sampling[0] = 0;
+    if (H5Aexists(f, "sampling") > 0) {
+        char *sa = NULL;
+        DDP_TRY(read_str_attr(f, path, "sampling", &sa));
+        snprintf(cs->sampling, sizeof cs->sampling, "%s", sa);
+        free(sa);
     }
     DDP_TRY(read_attr(f, path, "best_score", H5T_NATIVE_DOUBLE, &cs->best_score));
     {

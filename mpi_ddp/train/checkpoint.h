@@ -33,6 +33,7 @@ typedef struct {
     int64_t global_batch;      /* samples per optimizer step over all ranks */
     int64_t global_batch_rows; /* token-budget runs: the global budget in rows (0: sample-count batches) */
     char shuffle[64];          /* the epoch order: "full", or "block:<MiB>:<window>" ("full" when absent) */
+    char sampling[16];         /* --sampling: "global" or "shard" ("" when absent: written before it was recorded) */
     /* each rank's best local monitor value [world_size] for the save vote and for early stopping's (vote policies);
      * read: allocated, caller frees; best_local_es a copy of best_local when the file has none (older files) */
     double *best_local, *best_local_es;

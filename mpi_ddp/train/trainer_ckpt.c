@@ -116,6 +116,7 @@ static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
                              .precision = ts->cfg->precision};
         snprintf(cs.monitor, sizeof cs.monitor, "%s", ts->dec.monitor);
         shuffle_name(ts->cfg, cs.shuffle, sizeof cs.shuffle);
+        snprintf(cs.sampling, sizeof cs.sampling, "%s", ts->cfg->sampling_shard ? "shard" : "global");
         if (st == DDP_OK) st = ddp_ckpt_write(path, ts->model, ts->h_params, ts->h_m, ts->h_v, &cs);
         free(tk);
     }
@@ -286,14 +287,20 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
             DDP_ERR_ARG,
             "%s: saved with --mode %s; this run uses --mode %s (the best score and top-k would be misread)", path,
             facts[10] ? "max" : "min", c->mode_max ? "max" : "min");
-    char mine[64], saved[64], monitor[128];
+    char mine[64], saved[64], monitor[128], sampling[16];
+    const char *my_sampling = c->sampling_shard ? "shard" : "global";
     shuffle_name(c, mine, sizeof mine);
     snprintf(saved, sizeof saved, "%s", cs.shuffle);
     snprintf(monitor, sizeof monitor, "%s", cs.monitor);
+    snprintf(sampling, sizeof sampling, "%s", cs.sampling);
     MPI_CHECK(MPI_Bcast(saved, (int)sizeof saved, MPI_CHAR, 0, ctx->world));
     MPI_CHECK(MPI_Bcast(monitor, (int)sizeof monitor, MPI_CHAR, 0, ctx->world));
+    MPI_CHECK(MPI_Bcast(sampling, (int)sizeof sampling, MPI_CHAR, 0, ctx->world));
     if (st == DDP_OK && strcmp(saved, mine) != 0) /* another order would not continue the saved epoch exactly */
         st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --shuffle %s; this run uses --shuffle %s", path, saved, mine);
+    if (st == DDP_OK && sampling[0] && strcmp(sampling, my_sampling) != 0) /* nor would another sampling's order */
+        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --sampling %s; this run uses --sampling %s", path, sampling,
+                           my_sampling);
     if (st == DDP_OK && monitor[0] && strcmp(monitor, c->monitor) != 0)
         st = ddp_set_error(
             DDP_ERR_ARG,

@@ -33,11 +33,13 @@ expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out bad 
 printf '%s' "$ERR" | qgrep "cannot be continued exactly" || fail "inexact position: $ERR"
 [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "inexact position: not one line: $ERR"
 printf '%s' "$ERR" | qgrep "MPI_ABORT" && fail "inexact position ended in MPI_Abort: $ERR"
-# seed, monitor and mode must match the checkpoint's
+# seed, monitor, mode and sampling must match the checkpoint's
 MPIDDP_TEST_STOP_AT_STEP=5 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out ok >/dev/null
-for opt in "--seed 9|saved with --seed 0" "--monitor val/acc --mode max|saved with --mode min" "--monitor val/acc|saved with --monitor val/loss"; do
+# (and --sampling: shard's order continued at a position of the global order repeated and skipped samples)
+for opt in "--seed 9|saved with --seed 0" "--monitor val/acc --mode max|saved with --mode min" "--monitor val/acc|saved with --monitor val/loss" \
+  "--sampling shard|saved with --sampling global; this run uses --sampling shard"; do
   read -r -a extra <<< "${opt%%|*}"
   expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out ok --resume auto "${extra[@]}"
   printf '%s' "$ERR" | qgrep -F "${opt#*|}" || fail "resume with ${opt%%|*}: $ERR"
 done
-pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode refused"
+pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode, sampling refused"
