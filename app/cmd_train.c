@@ -328,9 +328,18 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world)
             int64_t maxrows = ti->max_sample_rows > vi->max_sample_rows ? ti->max_sample_rows : vi->max_sample_rows;
             mc.positions = positions == 0; /* kind and hidden: set with the usage checks above */
             mc.dim = ti->dim, mc.classes = ti->num_classes;
-            mc.max_batch_rows = (int64_t)cfg.batch_size * maxrows, mc.max_batch_samples = cfg.batch_size;
-            if (cfg.batch_rows > 0) /* a rank's share: at most the mean load plus one sample */
-                mc.max_batch_rows = mc.max_batch_samples = cfg.batch_rows + maxrows;
+            /* a micro-batch never holds more samples than a set has (a rank's share is at most the set; shard
+             * sampling's padding repeats a rank's own samples, so rows are not capped by the set's), nor, with token
+             * budgets (no padding), more rows: a --batch-size or --batch-rows past the set sizes no more, as the
+             * loaders and eval do (before, --batch-rows 1e8 on 50 samples asked for 25.6 GB and failed) */
+            int64_t nmax = ti->num_samples > vi->num_samples ? ti->num_samples : vi->num_samples;
+            int64_t rmax = ti->num_rows > vi->num_rows ? ti->num_rows : vi->num_rows;
+            mc.max_batch_samples = cfg.batch_size < nmax ? cfg.batch_size : nmax;
+            mc.max_batch_rows = mc.max_batch_samples * maxrows;
+            if (cfg.batch_rows > 0) { /* a rank's share: at most the mean load plus one sample */
+                mc.max_batch_rows = cfg.batch_rows + maxrows < rmax ? cfg.batch_rows + maxrows : rmax;
+                mc.max_batch_samples = mc.max_batch_rows < nmax ? mc.max_batch_rows : nmax;
+            }
             if (mc.kind == DDP_MODEL_TRANSFORMER) { /* a sample longer than P: one line naming it, before any step */
                 st = ddp_dataset_check_max_rows(ctx, tr, mc.max_positions, "--max-positions");
                 if (st == DDP_OK) st = ddp_dataset_check_max_rows(ctx, va, mc.max_positions, "--max-positions");

@@ -30,4 +30,14 @@ MPIDDP_PLAN_BUFFERS=0 expect_rc 0 mpirun_np 1 "$MPIDDP" "${base[@]}" --batch-siz
 read -r plan r0 <<< "$(rows u1)"
 [ "$plan" = False ] && [ "$r0" = 320 ] || fail "unplanned: buffer_plan $plan, $r0 rows (want False, 320)"
 $PY "$SRC/tests/py/compare_ckpt.py" p1/checkpoints/last.h5 u1/checkpoints/last.h5 0 || fail "the planned run's bits differ"
-pass "buffer plan: 12 runs at np 1, 2, 4 under the bound, each exact (one row fewer refused); same bits as unplanned"
+# unplanned, a batch past the set (full-batch training): no micro-batch holds more samples than the set (300, each
+# at most 40 rows, shard sampling's padding included) nor, with token budgets, more rows, so the workspace is sized
+# no larger; it was --batch-size x the longest sample (--batch-rows 1e12: 256 TB asked for, "out of memory")
+for v in "--batch-size 1000000 --sampling shard" "--batch-rows 1000000000000"; do
+  read -r -a extra <<< "$v"
+  MPIDDP_PLAN_BUFFERS=0 expect_rc 0 mpirun_np 2 "$MPIDDP" "${base[@]}" "${extra[@]}" --out "big$n"
+  read -r plan r0 rest <<< "$(rows "big$n")"
+  for r in $r0 $rest; do [ "$r" -gt 0 ] && [ "$r" -le 12000 ] || fail "$v: a rank's workspace is $r rows (the set: 300 x 40)"; done
+  n=$((n + 1))
+done
+pass "buffer plan: 12 runs at np 1, 2, 4 under the bound, each exact (one row fewer refused); same bits as unplanned; a batch past the set"
