@@ -116,6 +116,33 @@ static int64_t first_nonfinite(const float *x, int64_t n)
     return -1;
 }
 
+/* Every tensor of the model was read from group: a group holding more (a Transformer of more --layers resumed with
+ * fewer) would lose them silently, training and saving a truncated model; the first one the model lacks is named. */
+static ddp_status extra_tensor(hid_t f, const char *path, const char *group, const ddp_model *model)
+{
+    H5G_info_t info;
+    hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+    herr_t e = g < 0 ? -1 : H5Gget_info(g, &info);
+    ddp_status st = DDP_OK;
+    if (e < 0) st = ddp_set_error(DDP_ERR_FORMAT, "%s: group '/%s': unreadable (%s)", path, group, ddp_ckpt_h5_cause());
+    for (hsize_t i = 0; st == DDP_OK && info.nlinks > (hsize_t)model->ntensors && i < info.nlinks; i++) {
+        char name[512] = "";
+        int known = 0;
+        if (H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0)
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: group '/%s': unreadable (%s)", path, group, ddp_ckpt_h5_cause());
+        for (int t = 0; t < model->ntensors && !known; t++) known = !strcmp(name, model->tensors[t].name);
+        if (st == DDP_OK && !known)
+            st = ddp_set_error(DDP_ERR_FORMAT,
+                               "%s: dataset '/%s/%s': not a tensor of the %s model this run builds (%lld in the file, "
+                               "%d in the model: another --layers?)",
+                               path, group, name, model->name ? model->name : "", (long long)info.nlinks,
+                               model->ntensors);
+    }
+    if (g >= 0 && H5Gclose(g) < 0 && st == DDP_OK)
+        st = ddp_set_error(DDP_ERR_HDF5, "%s: group '/%s': close failed", path, group);
+    return st;
+}
+
 ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char *group, const ddp_model *model,
                                  float *out)
 {
@@ -171,6 +198,7 @@ ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char
                      (double)dst[bad], (long long)bad);
         off += n;
     }
+    st = extra_tensor(f, path, group, model);
 done:
     free(scratch);
     return st;

@@ -74,4 +74,9 @@ sum0=$(cat tx/metrics.csv tx/run.json | md5sum)
 expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --out tx --model transformer --heads 2 --epochs 5 --resume auto
 [ "$(grep -c -- "saved with --heads 4; this run uses --heads 2" <<<"$ERR")" = 1 ] || fail "resume with other --heads: $ERR"
 [ "$(cat tx/metrics.csv tx/run.json | md5sum)" = "$sum0" ] || fail "a resume refused for its --heads changed the run directory"
+# nor with fewer --layers: layer 1's tensors would be dropped (the model trained and saved without them)
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --out tx --model transformer --layers 1 --epochs 5 --resume auto
+[ "$(grep -c -- "/params/enc.layers.1.[a-z0-9_.]*': not a tensor of the transformer model this run builds" <<<"$ERR")" = 1 ] ||
+  fail "resume with fewer --layers: $ERR"
+[ "$(cat tx/metrics.csv tx/run.json | md5sum)" = "$sum0" ] || fail "a resume refused for its --layers changed the run directory"
 pass "transformer: order task $acc (mlp $acc_mlp, no positions $acc_np), eval, PyTorch bridge, errors"
