@@ -109,10 +109,13 @@ int ddp_ckpt_path_exists(hid_t f, const char *name)
     }
 }
 
-static int64_t first_nonfinite(const float *x, int64_t n)
+/* The first value that is NaN or infinite; with posinf, +Inf is allowed: AdamW's second moment v = b2 v + (1 - b2) g^2
+ * overflows to +Inf in float where a finite gradient exceeds about 1.8e19, as PyTorch's does (the element's update is 0
+ * from then on), and a run that trained on is resumed and evaluated from its checkpoints like any other. */
+static int64_t first_nonfinite(const float *x, int64_t n, int posinf)
 {
     for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return i;
+        if (!isfinite(x[i]) && !(posinf && x[i] > 0)) return i;
     return -1;
 }
 
@@ -192,7 +195,7 @@ ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char
         if (!ok) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/%s': shape does not match the model", path, name);
         if (e < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/%s': cannot be read (%s)", path, name, why);
         if (st != DDP_OK) goto done;
-        int64_t bad = first_nonfinite(dst, n);
+        int64_t bad = first_nonfinite(dst, n, !strcmp(group, "optim/exp_avg_sq"));
         if (bad >= 0)
             DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/%s': non-finite value %g at index %lld", path, name,
                      (double)dst[bad], (long long)bad);

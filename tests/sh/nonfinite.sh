@@ -108,4 +108,27 @@ for k in 0 1 2 3 4 5; do set_value "$sb" 0 $k 3e38; done
 expect_rc 1 tmpirun 2 "$MPIDDP" train --device cpu --train tbig --val v --batch-size 4 --hidden 8 --no-progress --out big
 printf '%s' "$ERR" | qgrep "error: non-finite gradient at step [0-9]* in parameter '[a-z0-9.]*'; every feature of the step's samples is finite, so the cause is not in the data" ||
   fail "overflow message: $ERR"
-pass "inspect, --check-finite, a non-finite monitor and the gradient message name NaN/Inf data"
+# a finite gradient past ~1.8e19 overflows AdamW's second moment to +inf (its square; PyTorch's too) while training
+# goes on: the run's checkpoints hold it and must still resume (bitwise, the stop after the overflow) and evaluate;
+# they were refused as "non-finite value inf" in /optim/exp_avg_sq, so a requeued job could never continue
+ov=(--device cpu --train t --val v --model transformer --hidden 8 --heads 2 --batch-size 8 --lr 1000 --weight-decay 0
+    --epochs 2 --no-progress)
+tmpirun 2 "$MPIDDP" train "${ov[@]}" --out ovf >/dev/null
+MPIDDP_TEST_STOP_AT_STEP=20 tmpirun 2 "$MPIDDP" train "${ov[@]}" --out ovs >/dev/null
+$PY - <<'EOF' || fail "the overflow did not happen by step 20 (the test would be vacuous)"
+import h5py, numpy as np
+f = h5py.File("ovs/checkpoints/last.h5", "r")
+assert int(f.attrs["global_step"]) == 20, dict(f.attrs)
+v = np.concatenate([f["optim/exp_avg_sq"][k][()].ravel() for k in f["optim/exp_avg_sq"]])
+assert np.isposinf(v).any() and not np.isnan(v).any(), (np.isposinf(v).sum(), np.isnan(v).sum())
+EOF
+expect_rc 0 $T "$MPIDDP" eval --device cpu --ckpt ovs/checkpoints/last.h5 --data v
+expect_rc 0 tmpirun 2 "$MPIDDP" train "${ov[@]}" --out ovs --resume auto
+$PY - <<'EOF' || fail "the run resumed after the overflow differs from the uninterrupted one"
+import h5py, numpy as np
+a, b = h5py.File("ovf/checkpoints/last.h5", "r"), h5py.File("ovs/checkpoints/last.h5", "r")
+for g in ("params", "optim/exp_avg", "optim/exp_avg_sq"):
+    for k in a[g]:
+        assert np.array_equal(a[g][k][()], b[g][k][()]), (g, k)
+EOF
+pass "inspect, --check-finite, a non-finite monitor and the gradient message name NaN/Inf data; AdamW's overflowed v resumes"
