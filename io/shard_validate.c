@@ -192,6 +192,37 @@ static herr_t obj_info(hid_t loc, const char *name, H5O_info_t *info)
 }
 
 /* Opens dataset name and checks class, size, rank; dims receives the shape. */
+/* what a dataset's file type is, for a "wrong type" message: "64-bit float", "32-bit big-endian float",
+ * "16-bit unsigned integer", "string"... */
+static const char *type_desc(hid_t t, char *buf, size_t n)
+{
+    H5T_class_t c = H5Tget_class(t);
+    size_t bits = 8 * H5Tget_size(t);
+    int be = bits > 8 && H5Tget_order(t) == H5T_ORDER_BE;
+    if (c == H5T_FLOAT)
+        snprintf(buf, n, "%zu-bit %sfloat", bits, be ? "big-endian " : "");
+    else if (c == H5T_INTEGER)
+        snprintf(buf, n, "%zu-bit %s%sinteger", bits, be ? "big-endian " : "",
+                 H5Tget_sign(t) == H5T_SGN_NONE ? "unsigned " : "");
+    else
+        snprintf(buf, n, "%s",
+                 c == H5T_STRING     ? "string"
+                 : c == H5T_COMPOUND ? "compound"
+                 : c == H5T_ENUM     ? "enum"
+                 : c == H5T_ARRAY    ? "array"
+                                     : "non-numeric");
+    return buf;
+}
+
+/* the end of a "wrong type" message for a dataset of mpiddp's format: what it must be and how numpy writes it */
+static const char *type_want(const char *name)
+{
+    if (strcmp(name, "features") == 0)
+        return "expected 32-bit little-endian float: write it with numpy's .astype('<f4')";
+    if (strcmp(name, "labels") == 0) return "expected 32- or 64-bit integer: write it with numpy's .astype('<i8')";
+    return "expected 64-bit integer: write it with numpy's .astype('<i8')";
+}
+
 static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank, hid_t *d, hsize_t *dims,
                             size_t *elsize, int optional, int *present)
 {
@@ -225,9 +256,10 @@ static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank
     int r = H5Sget_simple_extent_ndims(sp);
     hssize_t npoints = H5Sget_simple_extent_npoints(sp);
     ddp_status st = DDP_OK;
+    char found[64];
     if (c != cls)
-        st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '%s': wrong type (expected %s)", v->path, name,
-                           cls == H5T_FLOAT ? "32-bit float" : "integer");
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '%s': wrong type (%s; %s)", v->path, name,
+                           type_desc(t, found, sizeof found), type_want(name));
     else if (r != rank)
         st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '%s': wrong rank %d (expected %d)", v->path, name, r, rank);
     else if (H5Sget_simple_extent_dims(sp, dims, NULL) < 0)
@@ -252,6 +284,14 @@ static int is_le(hid_t d)
     int le = H5Tget_order(t) == H5T_ORDER_LE;
     H5Tclose(t);
     return le;
+}
+
+static const char *dset_type_desc(hid_t d, char *buf, size_t n)
+{
+    hid_t t = H5Dget_type(d);
+    type_desc(t, buf, n);
+    H5Tclose(t);
+    return buf;
 }
 
 /* 1 when d's file type is exactly want (H5Tequal: class, size, order, sign, precision, offset, and for floats the
@@ -347,25 +387,33 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
     hsize_t fd[2], od[1], ld[1], id[1];
     size_t fs, os, ls, is2;
     DDP_CHECK(dset_open(v, "features", H5T_FLOAT, 2, &ds[0], fd, &fs, 0, NULL));
-    if (fs != 4 || !is_le(ds[0])) BAD("%s: dataset 'features': wrong type (expected 32-bit little-endian float)", path);
+    char found[64];
+    if (fs != 4 || !is_le(ds[0]))
+        BAD("%s: dataset 'features': wrong type (%s; %s)", path, dset_type_desc(ds[0], found, sizeof found),
+            type_want("features"));
     if (fd[1] < 1) BAD("%s: dataset 'features': dimension D is 0", path);
     m->rows = (int64_t)fd[0];
     m->dim = (int64_t)fd[1];
     DDP_CHECK(dset_open(v, "offsets", H5T_INTEGER, 1, &ds[1], od, &os, 0, NULL));
-    if (os != 8) BAD("%s: dataset 'offsets': wrong type (expected 64-bit integer, found %zu-byte)", path, os);
+    if (os != 8)
+        BAD("%s: dataset 'offsets': wrong type (%s; %s)", path, dset_type_desc(ds[1], found, sizeof found),
+            type_want("offsets"));
     if (od[0] < 2)
         BAD("%s: dataset 'offsets': length %llu, needs N+1 >= 2 (no samples)", path, (unsigned long long)od[0]);
     m->n = (int64_t)od[0] - 1;
     DDP_CHECK(dset_open(v, "labels", H5T_INTEGER, 1, &ds[2], ld, &ls, 0, NULL));
     if (ls != 4 && ls != 8)
-        BAD("%s: dataset 'labels': wrong type (expected 32- or 64-bit integer, found %zu-byte)", path, ls);
+        BAD("%s: dataset 'labels': wrong type (%s; %s)", path, dset_type_desc(ds[2], found, sizeof found),
+            type_want("labels"));
     if ((int64_t)ld[0] != m->n)
         BAD("%s: dataset 'labels': length %llu differs from N=%lld (offsets length - 1)", path,
             (unsigned long long)ld[0], (long long)m->n);
     int have_ids = 0;
     DDP_CHECK(dset_open(v, "sample_ids", H5T_INTEGER, 1, &ds[3], id, &is2, 1, &have_ids));
     if (have_ids) {
-        if (is2 != 8) BAD("%s: dataset 'sample_ids': wrong type (expected 64-bit integer)", path);
+        if (is2 != 8)
+            BAD("%s: dataset 'sample_ids': wrong type (%s; %s)", path, dset_type_desc(ds[3], found, sizeof found),
+                type_want("sample_ids"));
         if ((int64_t)id[0] != m->n)
             BAD("%s: dataset 'sample_ids': length %llu differs from N=%lld", path, (unsigned long long)id[0],
                 (long long)m->n);

@@ -117,16 +117,30 @@ def bad(out):
     case("no_features", r"no_features/s0\.h5: dataset 'features': missing", skip=("features",))
     case("no_offsets", r"no_offsets/s0\.h5: dataset 'offsets': missing", skip=("offsets",))
     case("no_labels", r"no_labels/s0\.h5: dataset 'labels': missing", skip=("labels",))
-    case("features_f64", r"features_f64/s0\.h5: dataset 'features': wrong type", features_dtype=np.float64)
+    # numpy's default dtypes (float64, int64) and other widths: the message says what was found and how to convert
+    want_f4 = r"expected 32-bit little-endian float: write it with numpy's \.astype\('<f4'\)\)$"
+    case("features_f64", r"features_f64/s0\.h5: dataset 'features': wrong type \(64-bit float; " + want_f4,
+         features_dtype=np.float64)
+    case("features_f16", r"features_f16/s0\.h5: dataset 'features': wrong type \(16-bit float; " + want_f4,
+         features_dtype=np.float16)
+    case("features_be", r"features_be/s0\.h5: dataset 'features': wrong type \(32-bit big-endian float; " + want_f4,
+         features_dtype=">f4")
+    case("features_int", r"features_int/s0\.h5: dataset 'features': wrong type \(32-bit integer; " + want_f4,
+         features_dtype=np.int32)
     case("features_rank1", r"features_rank1/s0\.h5: dataset 'features': wrong rank 1",
          data=dict(feats=feats.reshape(-1)))
-    case("offsets_i32", r"offsets_i32/s0\.h5: dataset 'offsets': wrong type",
+    case("offsets_i32", r"offsets_i32/s0\.h5: dataset 'offsets': wrong type \(32-bit integer; expected 64-bit "
+         r"integer: write it with numpy's \.astype\('<i8'\)\)$",
          data=dict(offsets=offsets.astype(np.int32)))
     # offsets stored as int32: write_shard casts to i8, so write this one by hand
     with h5py.File(f"{out}/offsets_i32/s0.h5", "a") as f:
         del f["offsets"]
         f.create_dataset("offsets", data=offsets.astype(np.int32))
-    case("labels_float", r"labels_float/s0\.h5: dataset 'labels': wrong type", label_dtype=np.float32)
+    want_lab = r"expected 32- or 64-bit integer: write it with numpy's \.astype\('<i8'\)\)$"
+    case("labels_float", r"labels_float/s0\.h5: dataset 'labels': wrong type \(32-bit float; " + want_lab,
+         label_dtype=np.float32)
+    case("labels_u8", r"labels_u8/s0\.h5: dataset 'labels': wrong type \(8-bit unsigned integer; " + want_lab,
+         label_dtype=np.uint8)
     dec = offsets.copy()
     dec[7] = dec[6] - 1
     case("decreasing", r"decreasing/s0\.h5: dataset 'offsets'\[7\]: decreasing", data=dict(offsets=dec))
