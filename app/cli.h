@@ -43,6 +43,10 @@ int cli_cmd_parse(ddp_ctx *ctx, const cli_cmd *c, int argc, char **argv, const c
 /* A usage error found after parsing: prints "mpiddp CMD: MESSAGE" (printf-style) on rank 0 and returns the
  * exit code (2). */
 int cli_usage(ddp_ctx *ctx, const char *cmd, const char *fmt, ...) DDP_PRINTF(3, 4);
+/* The required options of cmd: names[i] ("--out RUNDIR", the option and what it takes) with given[i] 0 when it is
+ * missing. Returns -1 when none is; else prints "mpiddp CMD: missing --out RUNDIR (--train, --val and --out are
+ * required; see mpiddp CMD --help)" on rank 0 and returns the exit code (2). */
+int cli_require(ddp_ctx *ctx, const char *cmd, int n, const char *const *names, const int *given);
 /* Whether this is rank 0, the rank that prints what all ranks share. */
 int cli_rank0(ddp_ctx *ctx);
 

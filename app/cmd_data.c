@@ -55,7 +55,9 @@ int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
                          opts, (int)(sizeof opts / sizeof opts[0])};
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
-    if (!o.out) return cli_usage(ctx, "synth", "--out is required");
+    const char *const required[] = {"--out DIR"};
+    int rc = cli_require(ctx, "synth", 1, required, (const int[]){!!o.out});
+    if (rc >= 0) return rc;
     if (ddp_synth_check(&o) != DDP_OK) /* ranges that depend on each other: usage errors too */
         return cli_usage(ctx, "synth", "%s", ddp_last_error());
     o.seed = (uint64_t)seed;
@@ -90,7 +92,9 @@ int cmd_pack(ddp_ctx *ctx, int argc, char **argv)
         opts, (int)(sizeof opts / sizeof opts[0])};
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
-    if (!input || !out) return cli_usage(ctx, "pack", "--input and --out are required");
+    const char *const required[] = {"--input FILE.h5", "--out DIR"};
+    int rc = cli_require(ctx, "pack", 2, required, (const int[]){!!input, !!out});
+    if (rc >= 0) return rc;
     ddp_status st = ddp_pack(ctx, input, out, shards, classes);
     if (st != DDP_OK) return cli_fail(ctx, "pack", st);
     if (cli_rank0(ctx)) printf("pack: wrote %lld shard(s) to %s\n", (long long)shards, out);

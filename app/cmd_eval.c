@@ -258,7 +258,9 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
         opts, (int)(sizeof opts / sizeof opts[0])};
     int done = cli_cmd_parse(ctx, &cmd, argc, argv, NULL, 0, NULL);
     if (done >= 0) return done;
-    if (!ckpt || !data) return cli_usage(ctx, "eval", "--ckpt and --data are required");
+    const char *const required[] = {"--ckpt FILE", "--data DIR"};
+    int rc = cli_require(ctx, "eval", 2, required, (const int[]){!!ckpt, !!data});
+    if (rc >= 0) return rc;
     if (cli_seen(opts, (int)(sizeof opts / sizeof opts[0]), "batch-size") &&
         cli_seen(opts, (int)(sizeof opts / sizeof opts[0]), "batch-rows")) /* as train: --batch-rows won silently */
         return cli_usage(ctx, "eval",

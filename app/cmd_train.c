@@ -235,8 +235,9 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world)
     /* the command line overrides the file, also across these either-or pairs (conflicts within one stay below) */
     cli_either(opts, n, "batch-size", "batch-rows");
     cli_either(opts, n, "resume", "overwrite");
-    if (!train_dir || !val_dir || !cli_seen(opts, n, "out"))
-        return cli_usage(ctx, "train", "--train, --val and --out are required (see mpiddp train --help)");
+    const char *const required[] = {"--train DIR", "--val DIR", "--out RUNDIR"};
+    int rc = cli_require(ctx, "train", 3, required, (const int[]){!!train_dir, !!val_dir, cli_seen(opts, n, "out")});
+    if (rc >= 0) return rc;
 
     cfg.seed = (uint64_t)seed;
     cfg.hidden = hidden;

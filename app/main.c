@@ -68,6 +68,29 @@ int cli_usage(ddp_ctx *ctx, const char *cmd, const char *fmt, ...)
     return 2;
 }
 
+int cli_require(ddp_ctx *ctx, const char *cmd, int n, const char *const *names, const int *given)
+{
+    char missing[512] = "", all[512] = "";
+    int nmiss = 0;
+    for (int i = 0; i < n; i++)
+        if (!given[i]) nmiss++;
+    if (nmiss == 0) return -1;
+    for (int i = 0, m = 0; i < n; i++) {
+        size_t a = strlen(all), b = strlen(missing);
+        snprintf(all + a, sizeof all - a, "%s%.*s",
+                 i == 0       ? ""
+                 : i == n - 1 ? " and "
+                              : ", ",
+                 (int)strcspn(names[i], " "), names[i]);
+        if (!given[i]) {
+            snprintf(missing + b, sizeof missing - b, "%s%s", m == 0 ? "" : m == nmiss - 1 ? " and " : ", ", names[i]);
+            m++;
+        }
+    }
+    return cli_usage(ctx, cmd, "missing %s (%s %s required; see mpiddp %s --help)", missing, all, n == 1 ? "is" : "are",
+                     cmd);
+}
+
 int cli_cmd_parse(ddp_ctx *ctx, const cli_cmd *c, int argc, char **argv, const char **pos, int npos, int *npos_out)
 {
     char err[1024] = ""; /* one line, already "mpiddp NAME: ..." */

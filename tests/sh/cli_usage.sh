@@ -34,6 +34,18 @@ for np in 1 2; do
 --warmup-steps 1.5|--warmup-steps 1.5: a step count (an integer >= 1) or a fraction in (0, 1)
 --seed 9300000000000000000|mpiddp train: --seed 9300000000000000000: must be in [0, 9200000000000000000]
 CASES
+  # a required option forgotten: the line names which one (it once listed all of them, given or not)
+  expect_rc 2 mpirun_np $np "$MPIDDP" train "${common[@]}"
+  one_line "mpiddp train: missing --out RUNDIR (--train, --val and --out are required; see mpiddp train --help)"
+  expect_rc 2 mpirun_np $np "$MPIDDP" train --train train --out bad
+  one_line "mpiddp train: missing --val DIR (--train, --val and --out are required; see mpiddp train --help)"
+  [ ! -e bad ] || fail "a train without --val left a run directory"
+  expect_rc 2 mpirun_np $np "$MPIDDP" eval --ckpt x.h5
+  one_line "mpiddp eval: missing --data DIR (--ckpt and --data are required; see mpiddp eval --help)"
+  expect_rc 2 mpirun_np $np "$MPIDDP" pack --out p
+  one_line "mpiddp pack: missing --input FILE.h5 (--input and --out are required; see mpiddp pack --help)"
+  expect_rc 2 mpirun_np $np "$MPIDDP" synth --samples 8
+  one_line "mpiddp synth: missing --out DIR (--out is required; see mpiddp synth --help)"
   # a budget below the longest sample: a runtime error naming the longest sample, and still no run directory
   longest=$($PY -c "import h5py, glob, numpy as np; print(max(int(np.diff(h5py.File(p)['offsets'][()]).max()) for p in glob.glob('train/*.h5') + glob.glob('val/*.h5')))")
   expect_rc 1 mpirun_np $np "$MPIDDP" train "${common[@]}" --out bad --batch-rows 2
