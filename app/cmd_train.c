@@ -322,9 +322,10 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world)
             st = ddp_agree_status(
                 ctx, ddp_set_error(DDP_ERR_FORMAT,
                                    "%s and %s disagree: classes %lld vs %lld (a split that lacks the top label "
-                                   "counts fewer): pack both with mpiddp pack --classes %lld",
+                                   "counts fewer): give both num_classes %lld (mpiddp pack --classes %lld; with h5py, "
+                                   "f.attrs['num_classes'] = %lld in every shard)",
                                    train_dir, val_dir, (long long)ti->num_classes, (long long)vi->num_classes,
-                                   (long long)cmax));
+                                   (long long)cmax, (long long)cmax, (long long)cmax));
         } else {
             int64_t maxrows = ti->max_sample_rows > vi->max_sample_rows ? ti->max_sample_rows : vi->max_sample_rows;
             mc.positions = positions == 0; /* kind and hidden: set with the usage checks above */

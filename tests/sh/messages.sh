@@ -55,7 +55,7 @@ PY
 "$MPIDDP" pack --input train.h5 --out ptrain >/dev/null
 "$MPIDDP" pack --input val.h5 --out pval >/dev/null
 expect_rc 1 mpirun_np 2 "$MPIDDP" train --train ptrain --val pval --out packed --no-progress --device cpu
-grep -q "ptrain and pval disagree: classes 5 vs 4 (a split that lacks the top label counts fewer): pack both with mpiddp pack --classes 5" <<<"$ERR" ||
+grep -qF "ptrain and pval disagree: classes 5 vs 4 (a split that lacks the top label counts fewer): give both num_classes 5 (mpiddp pack --classes 5; with h5py, f.attrs['num_classes'] = 5 in every shard)" <<<"$ERR" ||
   fail "class counts of packed splits: $ERR"
 rm -rf pval && "$MPIDDP" pack --input val.h5 --out pval --classes 5 >/dev/null
 mpirun_np 2 "$MPIDDP" train --train ptrain --val pval --out packed --no-progress --device cpu --epochs 1 >/dev/null || fail "pack --classes 5 did not fix it"
