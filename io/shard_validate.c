@@ -405,6 +405,11 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
     if (ls != 4 && ls != 8)
         BAD("%s: dataset 'labels': wrong type (%s; %s)", path, dset_type_desc(ds[2], found, sizeof found),
             type_want("labels"));
+    int64_t off0 = 0; /* np.cumsum(rows) without the leading 0: offsets is one short, not labels */
+    if ((int64_t)ld[0] == m->n + 1 && read_i64(v, ds[1], "offsets", 0, 1, &off0) == DDP_OK && off0 != 0)
+        BAD("%s: dataset 'offsets': %llu values for %llu labels: offsets needs N+1 values, 0 first (write "
+            "np.concatenate([[0], np.cumsum(rows)]))",
+            path, (unsigned long long)od[0], (unsigned long long)ld[0]);
     if ((int64_t)ld[0] != m->n)
         BAD("%s: dataset 'labels': length %llu differs from N=%lld (offsets length - 1)", path,
             (unsigned long long)ld[0], (long long)m->n);

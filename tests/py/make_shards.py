@@ -163,6 +163,10 @@ def bad(out):
     neg[2] = -1
     case("label_negative", r"label_negative/s0\.h5: dataset 'labels'\[2\]: -1 out of range", data=dict(labels=neg))
     case("labels_length", r"labels_length/s0\.h5: dataset 'labels': length 19 differs", data=dict(labels=labels[:19]))
+    # offsets written as np.cumsum(rows), without the leading 0: offsets is the array to blame, not labels
+    case("offsets_no_zero", r"offsets_no_zero/s0\.h5: dataset 'offsets': 20 values for 20 labels: offsets needs N\+1 "
+         r"values, 0 first \(write np\.concatenate\(\[\[0\], np\.cumsum\(rows\)\]\)\)$",
+         data=dict(offsets=offsets[1:]))
     # data stored outside the shard: a virtual dataset (its source file missing, every feature read as the fill
     # value 0) and external raw storage (truncated) both validated as valid; any dataset may be either
     for name, obj in [("virtual_features", "features"), ("virtual_labels", "labels")]:
