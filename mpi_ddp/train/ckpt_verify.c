@@ -146,6 +146,20 @@ static ddp_status extra_tensor(hid_t f, const char *path, const char *group, con
     return st;
 }
 
+/* "[64, 16]": a shape for a message, from HDF5's dims or the model's int64 shape ("unreadable" for rank < 0) */
+static void shape_text(char *buf, size_t n, int rank, const hsize_t *dims, const int64_t *shape)
+{
+    if (rank < 0 || rank > 4) {
+        snprintf(buf, n, rank < 0 ? "unreadable" : "%d dimensions", rank);
+        return;
+    }
+    size_t len = (size_t)snprintf(buf, n, "[");
+    for (int k = 0; k < rank && k < 4 && len < n; k++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%lld", k ? ", " : "",
+                                dims ? (long long)dims[k] : (long long)shape[k]);
+    if (len < n) snprintf(buf + len, n - len, "]");
+}
+
 ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char *group, const ddp_model *model,
                                  float *out)
 {
@@ -178,7 +192,7 @@ ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char
         hid_t sp = H5Dget_space(d);
         hsize_t dims[4] = {0};
         int r = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
-        if (r == s->ndim && H5Sget_simple_extent_dims(sp, dims, NULL) < 0) r = -1;
+        if (r > 0 && r <= 4 && H5Sget_simple_extent_dims(sp, dims, NULL) < 0) r = -1;
         if (sp >= 0 && H5Sclose(sp) < 0) r = -1;
         int64_t n = 1;
         int ok = r == s->ndim;
@@ -192,7 +206,16 @@ ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char
         st = ok && e >= 0 ? ddp_ckpt_verify_crc(d, path, name, sums, dst, n, sizeof *dst) : DDP_OK;
         if (H5Dclose(d) < 0 && st == DDP_OK && ok && e >= 0)
             st = ddp_set_error(DDP_ERR_HDF5, "%s: dataset '/%s': close failed", path, name);
-        if (!ok) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/%s': shape does not match the model", path, name);
+        if (!ok) {
+            char have[96] = "", want[96] = "";
+            shape_text(have, sizeof have, r, dims, NULL);
+            shape_text(want, sizeof want, s->ndim, NULL, s->shape);
+            DDP_FAIL(DDP_ERR_FORMAT,
+                     "%s: dataset '/%s': shape does not match the model: %s in the checkpoint, %s in this run's model "
+                     "(another --hidden, D or number of classes: resume with the model options and data it was "
+                     "trained with)",
+                     path, name, have, want);
+        }
         if (e < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/%s': cannot be read (%s)", path, name, why);
         if (st != DDP_OK) goto done;
         int64_t bad = first_nonfinite(dst, n, !strcmp(group, "optim/exp_avg_sq"));

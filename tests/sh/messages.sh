@@ -40,6 +40,10 @@ expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 4
 grep -q "tx/checkpoints/last.h5 holds a transformer model (--model transformer), not the mlp this run builds (--model mlp)" <<<"$ERR" ||
   fail "resume with another --model (transformer checkpoint): $ERR"
 ! grep -q "missing" <<<"$ERR" || fail "another --model reported as a missing dataset: $ERR"
+# a resume with another --hidden: both shapes, and what to give (it said only 'shape does not match the model')
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 4 --hidden 16 --out samples --resume auto
+grep -qF "samples/checkpoints/last.h5: dataset '/params/l1.weight': shape does not match the model: [8, 6] in the checkpoint, [16, 6] in this run's model (another --hidden, D or number of classes: resume with the model options and data it was trained with)" <<<"$ERR" ||
+  fail "resume with another --hidden: $ERR"
 
 # 4. pack: a validation split without the top label gets fewer classes; the error suggests pack --classes
 $PY - <<'PY'
