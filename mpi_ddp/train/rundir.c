@@ -299,11 +299,15 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
     for (size_t i = 0; i < sizeof RUN_MARKS / sizeof RUN_MARKS[0] && !mark; i++)
         if (exists(dir, RUN_MARKS[i])) mark = RUN_MARKS[i];
     if (resume && strcmp(resume, "auto") && mark && !ddp_rundir_own_checkpoint(dir, resume) &&
-        !retry_of(dir, resume)) /* would mix two runs' files */
+        !retry_of(dir, resume)) { /* would mix two runs' files */
+        char cont[4200] = "";     /* --resume last (Lightning's ckpt_path="last") meant this run's own last.h5 */
+        if (exists(dir, "checkpoints/last.h5"))
+            snprintf(cont, sizeof cont, "continue this run with --resume auto (%s/checkpoints/last.h5), ", dir);
         return ddp_set_error(DDP_ERR_BUSY,
-                             "%s holds a run (%s) and --resume %s is not one of its checkpoints: resume into a new "
+                             "%s holds a run (%s) and --resume %s is not one of its checkpoints: %sresume into a new "
                              "--out (the run continues there), or from a checkpoint in %s/checkpoints",
-                             dir, mark, resume, dir);
+                             dir, mark, resume, cont, dir);
+    }
     if (resume && !strcmp(resume, "auto") && mark && !exists(dir, "checkpoints/last.h5") && !restart_of(dir, t)) {
         char topk[600], hint[700] = "";
         newest_topk(dir, topk, sizeof topk);

@@ -234,8 +234,15 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     const ddp_train_config *c = ts->cfg;
     ddp_ckpt_state cs = {0};
     ddp_status st = DDP_OK;
+    struct stat sb;
     if (ctx->topo.rank == 0) st = ddp_ckpt_check_heads(path, c->model_config);
     if (ctx->topo.rank == 0 && st == DDP_OK) st = ddp_ckpt_read(path, ts->model, ts->h_params, ts->h_m, ts->h_v, &cs);
+    if (st != DDP_OK && c->resume && strcmp(c->resume, "auto") != 0 && stat(path, &sb) != 0 && errno == ENOENT) {
+        char why[1024]; /* --resume last (Lightning's ckpt_path="last"), a mistyped file: what --resume takes */
+        snprintf(why, sizeof why, "%s", ddp_last_error());
+        st = ddp_set_error(st, "%s (--resume takes a checkpoint file, or auto: %s/checkpoints/last.h5 when it exists)",
+                           why, c->out_dir);
+    }
     DDP_CHECK(ddp_agree_status(ctx, st));
     int64_t facts[12] = {
         cs.epoch,        cs.optim_step_in_epoch, cs.global_step,      cs.optim_step,         cs.world_size,

@@ -40,6 +40,14 @@ expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 4
 grep -q "tx/checkpoints/last.h5 holds a transformer model (--model transformer), not the mlp this run builds (--model mlp)" <<<"$ERR" ||
   fail "resume with another --model (transformer checkpoint): $ERR"
 ! grep -q "missing" <<<"$ERR" || fail "another --model reported as a missing dataset: $ERR"
+# --resume last (Lightning's ckpt_path="last"): into the run, the refusal offers --resume auto; into a new --out, the
+# missing file says what --resume takes
+expect_rc 2 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 4 --out samples --resume last
+grep -qF "samples holds a run (run.json) and --resume last is not one of its checkpoints: continue this run with --resume auto (samples/checkpoints/last.h5), resume into a new --out" <<<"$ERR" ||
+  fail "--resume last into a run: $ERR"
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 4 --out fresh --resume last
+grep -qF "mpiddp train: error: last: cannot open checkpoint: No such file or directory (--resume takes a checkpoint file, or auto: fresh/checkpoints/last.h5 when it exists)" <<<"$ERR" ||
+  fail "--resume last into a new --out: $ERR"
 # a resume with another --hidden: both shapes, and what to give (it said only 'shape does not match the model')
 expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 4 --hidden 16 --out samples --resume auto
 grep -qF "samples/checkpoints/last.h5: dataset '/params/l1.weight': shape does not match the model: [8, 6] in the checkpoint, [16, 6] in this run's model (another --hidden, D or number of classes: resume with the model options and data it was trained with)" <<<"$ERR" ||
