@@ -4,6 +4,7 @@
 #include "io/dataset.h"
 #include "io/dataset_validate.h"
 #include "io/finite.h"
+#include "io/manifest.h"
 
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/fsutil.h"
@@ -250,6 +251,23 @@ static ddp_status agree_first(ddp_ctx *ctx, ddp_survey *out, char *const *names,
     return code == DDP_OK ? DDP_ERR_REMOTE : (ddp_status)code;
 }
 
+/* The directory of manifest when it is the mpiddp-manifest.bin of a directory other than dir: another dataset's own
+ * manifest, named by mistake (--train-manifest data/val/mpiddp-manifest.bin). "" otherwise. */
+static void others_manifest(const char *manifest, const char *dir, char *other, size_t n)
+{
+    other[0] = 0;
+    const char *slash = strrchr(manifest, '/'), *base = slash ? slash + 1 : manifest;
+    if (strcmp(base, DDP_MANIFEST_NAME) != 0) return;
+    char mdir[PATH_MAX];
+    if (!slash)
+        snprintf(mdir, sizeof mdir, ".");
+    else
+        snprintf(mdir, sizeof mdir, "%.*s", slash == manifest ? 1 : (int)(slash - manifest), manifest);
+    struct stat a, b;
+    if (stat(mdir, &a) == 0 && stat(dir, &b) == 0 && (a.st_dev != b.st_dev || a.st_ino != b.st_ino))
+        snprintf(other, n, "%s", mdir);
+}
+
 ddp_status ddp_dataset_survey(ddp_ctx *ctx, const char *dir, const char *manifest, int flags, ddp_survey *out)
 {
     memset(out, 0, sizeof *out);
@@ -333,7 +351,16 @@ ddp_status ddp_dataset_survey(ddp_ctx *ctx, const char *dir, const char *manifes
         out->metas[k].first = first;
         first += out->metas[k].n;
     }
-    if (me == 0 && out->manifest_used && (out->changed || out->added || out->removed))
+    char other[PATH_MAX] = "";
+    if (me == 0 && manifest) others_manifest(manifest, dir, other, sizeof other);
+    if (me == 0 && out->manifest_used && (out->changed || out->added || out->removed) && other[0])
+        /* refreshing it (index DIR --manifest OTHER/mpiddp-manifest.bin) would replace the other dataset's manifest */
+        snprintf(out->notice, sizeof out->notice,
+                 "%s: %lld of %lld shards changed or new, %lld removed since it was written: re-validated them; it is "
+                 "the manifest of %s, not of %s: name %s/%s (the default) or none",
+                 out->manifest, (long long)(out->changed + out->added), (long long)n, (long long)out->removed, other,
+                 dir, dir, DDP_MANIFEST_NAME);
+    else if (me == 0 && out->manifest_used && (out->changed || out->added || out->removed))
         snprintf(out->notice, sizeof out->notice,
                  "%s: %lld of %lld shards changed or new, %lld removed since it was written: re-validated them; "
                  "`mpiddp index %s%s%s` refreshes it",

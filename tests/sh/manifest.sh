@@ -185,6 +185,12 @@ train miss 2 t --train-manifest nowhere.bin
 grep -qx "mpiddp train: notice: nowhere.bin: cannot read (No such file or directory): ignored, validating every shard; write it with \`mpiddp index t --manifest nowhere.bin\`" <<< "$ERR" ||
   fail "missing --train-manifest: $ERR"
 same ref2 miss
+# the other dataset's own manifest (--train-manifest v/mpiddp-manifest.bin, the validation set's): the notice says so
+# instead of suggesting `mpiddp index t --manifest v/mpiddp-manifest.bin`, which would replace v's manifest
+train swap 2 t --train-manifest v/mpiddp-manifest.bin
+grep -qxF "mpiddp train: notice: v/mpiddp-manifest.bin: 12 of 12 shards changed or new, 0 removed since it was written: re-validated them; it is the manifest of v, not of t: name t/mpiddp-manifest.bin (the default) or none" <<< "$ERR" ||
+  fail "--train-manifest of the validation set: $ERR"
+same ref2 swap
 
 # a read-only data directory (a tmpfs remounted read-only: root ignores mode bits)
 mkdir -p ro elsewhere
