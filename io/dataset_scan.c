@@ -76,10 +76,12 @@ static ddp_status share_manifest(ddp_ctx *ctx, const char *dir, const char *path
         char why[256] = "";
         int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait for a writer, refused below */
         struct stat sb;
+        int notreg = 0; /* a directory (the dataset's own, say) or a FIFO: index refuses to write there too */
         if (fd < 0) {
             if (errno != ENOENT || explicit_) snprintf(why, sizeof why, "cannot read (%s)", strerror(errno));
         } else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
             snprintf(why, sizeof why, "not a regular file%s", S_ISFIFO(sb.st_mode) ? " (a FIFO)" : "");
+            notreg = 1;
         } else if (!(mb = malloc((size_t)sb.st_size + 8))) {
             snprintf(why, sizeof why, "cannot read (out of memory for %lld bytes)", (long long)sb.st_size);
         } else if ((errno = 0, ddp_read_all(fd, mb, (size_t)sb.st_size) != 0) && sb.st_size > 0) {
@@ -89,7 +91,8 @@ static ddp_status share_manifest(ddp_ctx *ctx, const char *dir, const char *path
             if (ddp_manifest_parse(mb, sb.st_size, &m, why, sizeof why) == 0) mlen = sb.st_size;
         }
         if (fd >= 0) close(fd);
-        int foreign = explicit_ && mb && mlen < 0 && sb.st_size >= 8 && memcmp(mb, DDP_MANIFEST_MAGIC, 8) != 0;
+        int foreign = explicit_ &&
+                      (notreg || (mb && mlen < 0 && sb.st_size >= 8 && memcmp(mb, DDP_MANIFEST_MAGIC, 8) != 0));
         if (mlen < 0) free(mb), mb = NULL;
         if (foreign) /* another file named by mistake: index would refuse to write there, so do not suggest it */
             snprintf(out->notice, sizeof out->notice,

@@ -191,6 +191,10 @@ train swap 2 t --train-manifest v/mpiddp-manifest.bin
 grep -qxF "mpiddp train: notice: v/mpiddp-manifest.bin: 12 of 12 shards changed or new, 0 removed since it was written: re-validated them; it is the manifest of v, not of t: name t/mpiddp-manifest.bin (the default) or none" <<< "$ERR" ||
   fail "--train-manifest of the validation set: $ERR"
 same ref2 swap
+# a directory given as the manifest (the dataset's own): no `mpiddp index t --manifest t`, which index refuses
+train dirm 2 t --train-manifest t
+grep -qxF "mpiddp train: notice: t: not a regular file: ignored, validating every shard (is it the manifest you meant to give?)" <<< "$ERR" ||
+  fail "--train-manifest naming a directory: $ERR"
 
 # a read-only data directory (a tmpfs remounted read-only: root ignores mode bits)
 mkdir -p ro elsewhere
