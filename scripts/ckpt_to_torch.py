@@ -10,6 +10,7 @@ As a module:  from ckpt_to_torch import load_model;  model = load_model("last.h5
 """
 import argparse
 import os
+import sys
 
 import h5py
 import numpy as np
@@ -78,6 +79,9 @@ def _attr(f, name, default=None):
 
 
 def load_model(path):
+    if not os.path.isfile(path):  # h5py's own error is a traceback of its C layer
+        why = "is a directory" if os.path.isdir(path) else "No such file or directory"
+        raise FileNotFoundError(f"{path}: cannot open checkpoint: {why}")
     with h5py.File(path, "r") as f:
         if _attr(f, "format") != "mpiddp-checkpoint":
             raise ValueError(f"{path}: not an mpiddp checkpoint")
@@ -98,11 +102,21 @@ def load_model(path):
 
 
 def evaluate(model, data, batch=512):
+    if not os.path.isdir(data):
+        why = "not a directory" if os.path.exists(data) else "No such file or directory"
+        raise FileNotFoundError(f"{data}: dataset directory: {why}")
     shards = sorted(p for p in os.listdir(data) if p.endswith(".h5") and not p.startswith("."))
+    if not shards:
+        raise ValueError(f"{data}: dataset directory: no *.h5 shard files")
+    first, last = (model.inp, model.head) if isinstance(model, MpiddpTransformer) else (model.l1, model.l3)
     loss_sum, correct, n = 0.0, 0, 0
     with torch.no_grad():
         for s in shards:
             with h5py.File(os.path.join(data, s), "r") as f:
+                dim, classes = f["features"].shape[-1], int(f.attrs["num_classes"])
+                if (dim, classes) != (first.in_features, last.out_features):  # as mpiddp eval refuses it
+                    raise ValueError(f"{data} has D={dim} and {classes} classes ({s}) but the checkpoint was trained "
+                                     f"on D={first.in_features}, {last.out_features} classes")
                 feats, off, lab = f["features"][()], f["offsets"][()], f["labels"][()].astype(np.int64)
             for a in range(0, len(lab), batch):
                 b = min(a + batch, len(lab))
@@ -122,7 +136,10 @@ if __name__ == "__main__":
     ap.add_argument("--data", help="evaluate on this dataset directory")
     ap.add_argument("--save", help="write the module's state_dict with torch.save")
     a = ap.parse_args()
-    m = load_model(a.ckpt)
+    try:
+        m = load_model(a.ckpt)
+    except (OSError, ValueError, KeyError) as e:  # one line, as mpiddp's own errors, not a traceback
+        sys.exit(f"ckpt_to_torch.py: error: {e}")
     if a.save:
         sd = m.state_dict()
         torch.save(sd, a.save)
@@ -130,7 +147,10 @@ if __name__ == "__main__":
         print(f"wrote {a.save} (torch.save): the state_dict of the {kind} in {a.ckpt}, {len(sd)} tensors, "
               f"{sum(t.numel() for t in sd.values())} parameters")
     if a.data:
-        loss, acc = evaluate(m, a.data)
+        try:
+            loss, acc = evaluate(m, a.data)
+        except (OSError, ValueError, KeyError) as e:
+            sys.exit(f"ckpt_to_torch.py: error: {e}")
         print(f"val/loss={loss:.9g} val/acc={acc:.9g}")
     elif not a.save:
         print(m)

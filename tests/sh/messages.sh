@@ -72,7 +72,15 @@ grep -qF "ptrain and pval disagree: classes 5 vs 4 (a split that lacks the top l
 rm -rf pval && "$MPIDDP" pack --input val.h5 --out pval --classes 5 >/dev/null
 mpirun_np 2 "$MPIDDP" train --train ptrain --val pval --out packed --no-progress --device cpu --epochs 1 >/dev/null || fail "pack --classes 5 did not fix it"
 
-# 5. ckpt_to_torch.py --save says what it wrote
+# 5. ckpt_to_torch.py: a missing checkpoint, or --data of another D, is one line and exit 1 (it was a Python traceback
+#    ending in h5py's "Unable to open file" or torch's "mat1 and mat2 shapes cannot be multiplied")
+expect_rc 1 $PY "$SRC/scripts/ckpt_to_torch.py" nope.h5
+[ "$ERR" = "ckpt_to_torch.py: error: nope.h5: cannot open checkpoint: No such file or directory" ] || fail "ckpt_to_torch.py nope.h5: $ERR"
+synth --out val9 --samples 8 --dim 9 --classes 3 --shards 1
+expect_rc 1 $PY "$SRC/scripts/ckpt_to_torch.py" samples/checkpoints/last.h5 --data val9
+[ "$ERR" = "ckpt_to_torch.py: error: val9 has D=9 and 3 classes (shard-00000.h5) but the checkpoint was trained on D=6, 3 classes" ] ||
+  fail "ckpt_to_torch.py --data of another D: $ERR"
+# ckpt_to_torch.py --save says what it wrote
 expect_rc 0 $PY "$SRC/scripts/ckpt_to_torch.py" samples/checkpoints/last.h5 --save model.pt
 grep -q "^wrote model.pt (torch.save): the state_dict of the mlp in samples/checkpoints/last.h5, 6 tensors, [0-9]* parameters$" <<<"$OUT" ||
   fail "ckpt_to_torch.py --save: '$OUT'"
