@@ -191,7 +191,6 @@ static herr_t obj_info(hid_t loc, const char *name, H5O_info_t *info)
 #endif
 }
 
-/* Opens dataset name and checks class, size, rank; dims receives the shape. */
 /* what a dataset's file type is, for a "wrong type" message: "64-bit float", "32-bit big-endian float",
  * "16-bit unsigned integer", "string"... */
 static const char *type_desc(hid_t t, char *buf, size_t n)
@@ -223,6 +222,7 @@ static const char *type_want(const char *name)
     return "expected 64-bit integer: write it with numpy's .astype('<i8')";
 }
 
+/* Opens dataset name and checks class, size, rank; dims receives the shape. */
 static ddp_status dset_open(vctx *v, const char *name, H5T_class_t cls, int rank, hid_t *d, hsize_t *dims,
                             size_t *elsize, int optional, int *present)
 {
