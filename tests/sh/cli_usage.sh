@@ -114,7 +114,7 @@ for args in "--epoch 3|unknown option '--epoch' (see mpiddp train --help)" \
   [ -z "$OUT" ] || fail "slurm-script printed a script for train arguments train refuses: $OUT"
 done
 expect_rc 2 "$MPIDDP" slurm-script -- --train t --val v
-one_line "mpiddp train: --train, --val and --out are required"
+one_line "mpiddp train: missing --out RUNDIR (--train, --val and --out are required"
 expect_rc 0 "$MPIDDP" slurm-script -- --train t --val v --out r --help
 head -1 <<<"$OUT" | qgrep "^usage: mpiddp train " || fail "slurm-script -- --help: $OUT"
 for t in 1 1:30 00:01:30 0-0:1; do
