@@ -134,7 +134,9 @@ static void sort_acc(ddp_metrics *m)
         }
 }
 
-/* Formats "ranks 0,2-3" into buf from a membership bitmap. */
+/* Names the first metric some rank did not log. Collective: every rank takes part in every collective here, so
+ * an allocation that fails on one rank is agreed (one line, every rank) before the gathers, not left for the others
+ * to wait on. */
 static ddp_status explain_mismatch(ddp_metrics *m)
 {
     ddp_ctx *c = m->ctx;
@@ -143,30 +145,31 @@ static ddp_status explain_mismatch(ddp_metrics *m)
     for (int i = 0; i < m->acc_sum.n; i++) mylen += strlen(m->acc_sum.names[i]) + 1;
     int len = (int)mylen;
     int *lens = ddp_calloc((size_t)W, sizeof *lens), *displ = ddp_calloc((size_t)W, sizeof *displ);
-    char *mine = ddp_calloc(mylen + 1, 1);
-    if (!lens || !displ || !mine) {
-        free(lens);
-        free(displ);
-        free(mine);
-        return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
-    }
+    char *mine = ddp_calloc(mylen + 1, 1), *all = NULL;
+    int rc;
+    int64_t tot = 0;
+    ddp_status st = ddp_agree_status(
+        c, !lens || !displ || !mine ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for the metric-name check") : DDP_OK);
+    if (st != DDP_OK) goto done;
     for (int i = 0, k = 0; i < m->acc_sum.n; i++) {
         strcpy(mine + k, m->acc_sum.names[i]);
         k += (int)strlen(m->acc_sum.names[i]) + 1;
     }
-    ddp_status st = DDP_OK;
-    int rc = MPI_Allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, c->world);
-    int64_t tot = 0;
+    rc = MPI_Allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, c->world);
+    if (rc != MPI_SUCCESS) {
+        st = ddp_mpi_error(rc, "MPI_Allgather(metric name lengths)", __FILE__, __LINE__);
+        goto done;
+    }
     for (int r = 0; r < W; r++) {
         displ[r] = (int)tot;
         tot += lens[r];
     }
-    char *all = ddp_calloc((size_t)tot + 1, 1);
-    if (rc == MPI_SUCCESS && all) rc = MPI_Allgatherv(mine, len, MPI_CHAR, all, lens, displ, MPI_CHAR, c->world);
+    all = ddp_calloc((size_t)tot + 1, 1);
+    st = ddp_agree_status(c, !all ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for the metric-name check") : DDP_OK);
+    if (st != DDP_OK) goto done;
+    rc = MPI_Allgatherv(mine, len, MPI_CHAR, all, lens, displ, MPI_CHAR, c->world);
     if (rc != MPI_SUCCESS)
         st = ddp_mpi_error(rc, "MPI_Allgatherv(metric names)", __FILE__, __LINE__);
-    else if (!all)
-        st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     else {
         /* first name not logged by every rank (in rank order, then name order) */
         int *in = ddp_calloc((size_t)W, sizeof *in);
@@ -196,6 +199,7 @@ static ddp_status explain_mismatch(ddp_metrics *m)
         }
         free(in);
     }
+done:
     free(all);
     free(lens);
     free(displ);

@@ -1,5 +1,6 @@
 # Multi-rank behaviour with real ranks: rank 0 alone reads shard metadata (np 4); a collective metric
-# logged on rank 0 only stops every rank with an error naming it (np 2 and 4, bounded time); `env`
+# logged on rank 0 only stops every rank with an error naming it (np 2 and 4, bounded time), also when an
+# allocation of that check fails on one rank; `env`
 # reports one line per rank; the user-model example trains through the public header.
 . "$(dirname "$0")/lib.sh"
 synth --out d --samples 200 --shards 4 --dim 6 --classes 3
@@ -8,6 +9,19 @@ for np in 2 4; do
   start=$(date +%s)
   timeout 20 mpirun -np $np --oversubscribe "$TESTTOOL" mismatch || fail "mismatch np $np"
   [ $(( $(date +%s) - start )) -lt 10 ] || fail "mismatch detection at np $np took >= 10 s"
+done
+# the mismatch explained with an allocation failing on one rank (each metrics.c site the check reaches, on either
+# rank): every rank ends with an error they share, in bounded time (a rank that skipped the name gathers left the
+# others waiting in MPI_Allgatherv for ever)
+MPIDDP_TEST_ALLOC_SITES=$WORK/msites mpirun_np 2 "$TESTTOOL" mismatch >/dev/null || fail "mismatch (listing sites)"
+sites=$(cat msites.r0 msites.r1 | grep '^train/metrics\.c:' | sort -u)
+[ "$(printf '%s\n' "$sites" | wc -l)" -ge 4 ] || fail "too few metrics.c allocation sites listed: $sites"
+for site in $sites; do
+  for rank in 0 1; do
+    timeout -k 5 20 mpirun -np 2 --oversubscribe env MPIDDP_TEST_FAIL_ALLOC="$site" MPIDDP_TEST_FAIL_ALLOC_RANK=$rank \
+      "$TESTTOOL" mismatch >/dev/null 2>"$WORK/sweep_err.txt" ||
+      fail "mismatch with $site failing on rank $rank: rc $? $(cat "$WORK/sweep_err.txt")"
+  done
 done
 expect_rc 0 mpirun_np 2 "$MPIDDP" env
 [ "$(printf '%s\n' "$OUT" | grep -c '^rank=')" = 2 ] || fail "env: expected 2 rank lines: $OUT"
