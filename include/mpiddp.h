@@ -59,7 +59,8 @@ typedef struct {
 ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **ctx);
 void ddp_finalize(ddp_ctx *ctx);
 const ddp_topology *ddp_topo(const ddp_ctx *ctx);
-/* Resolves --device for this rank: AUTO becomes CUDA when a GPU is visible, else CPU.
+/* Resolves --device for this rank: AUTO becomes CUDA when a GPU is visible, else CPU. Unless want is CPU, collective
+ * over the ranks of this node (they must see the same number of GPUs: CUDA refuses, AUTO picks the CPU otherwise).
  * `why` (may be NULL, 160 bytes) receives a one-line explanation. */
 ddp_status ddp_select_device(ddp_ctx *ctx, ddp_device want, ddp_device *got, char *why);
 /* Collective: ddp_select_device on every rank, its status agreed, and every rank on the same kind of device

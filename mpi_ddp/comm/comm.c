@@ -139,7 +139,30 @@ ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char 
     int n = want == DDP_DEVICE_CPU ? 0 : ddp_cuda_device_count();
     char buf[160];
     ddp_device d = want;
-    if (want == DDP_DEVICE_AUTO) {
+    /* the node's ranks decide alike, so that all or none of them enter check_ranks_per_gpu's collectives: ranks that
+     * see different numbers of devices (CUDA_VISIBLE_DEVICES set per rank) hung there, the ones seeing none (or, under
+     * auto, too few) having left for the status agreement */
+    int lo = n, hi = n;
+    if (want != DDP_DEVICE_CPU) {
+        int mm[2] = {n, -n};
+        int rc = MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MIN, c->local);
+        if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce(node device counts)", __FILE__, __LINE__);
+        lo = mm[0], hi = -mm[1];
+    }
+    if (lo != hi) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        if (want == DDP_DEVICE_CUDA)
+            return ddp_set_error(DDP_ERR_ARG,
+                                 "--device cuda: the ranks of node %d (%s) see different numbers of CUDA devices "
+                                 "(%d to %d; rank %d sees %d, CUDA_VISIBLE_DEVICES=%s): every rank of a node must see "
+                                 "the same GPUs, one per rank on the node (do not set CUDA_VISIBLE_DEVICES per rank)",
+                                 c->topo.node_id, c->topo.host, lo, hi, c->topo.rank, n, vis ? vis : "unset");
+        snprintf(buf, sizeof buf,
+                 "--device auto: the ranks of this node see %d to %d CUDA devices (not the same GPUs), "
+                 "using cpu",
+                 lo, hi);
+        d = DDP_DEVICE_CPU;
+    } else if (want == DDP_DEVICE_AUTO) {
         d = n > 0 ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
         if (n > 0)
             snprintf(buf, sizeof buf, "--device auto: %d CUDA device(s) visible%s, using cuda", n,

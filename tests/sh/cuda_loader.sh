@@ -10,7 +10,7 @@
 : "${MPIDDP_CUDA_PLUGIN:?needs the emulator plugin}"
 EMU=$MPIDDP_CUDA_PLUGIN
 CUDA_TEST=$(dirname "$TESTTOOL")/test_cuda_backend
-# 1. the emulated device, as env and --device auto see it
+# 1. the emulated device, as env and --device auto see it; ranks of a node that see different numbers of devices
 expect_rc 0 "$MPIDDP" env
 printf '%s' "$OUT" | qgrep "# --device auto: [0-9]* CUDA device(s) visible (host emulator), using cuda" || fail "auto with the emulator: $OUT"
 printf '%s' "$OUT" | qgrep 'device=cuda:0(mpiddp CUDA emulator' || fail "env device: $OUT"
@@ -20,6 +20,26 @@ printf '%s' "$OUT" | qgrep "# --device auto: no CUDA device visible, using cpu" 
 # --device auto never puts two ranks on one GPU: with 1 device for 2 ranks it chooses the CPU and says why
 expect_rc 0 env MPIDDP_EMU_DEVICES=1 mpirun -np 2 --oversubscribe "$MPIDDP" env
 printf '%s' "$OUT" | qgrep "# --device auto: 1 CUDA device(s) for 2 ranks on this node (one GPU per rank), using cpu" || fail "auto, 2 ranks, 1 GPU: $OUT"
+# ranks of one node that see different numbers of devices (CUDA_VISIBLE_DEVICES set per rank): --device cuda is one
+# line and exit 1 on every rank, --device auto picks the CPU and says why; neither hangs (the rank seeing more
+# devices waited in the node's GPU check for one that had left)
+for dev in cuda auto; do
+  set +e
+  timeout -k 5 30 mpirun -np 1 --oversubscribe -x MPIDDP_EMU_DEVICES=2 "$MPIDDP" env --device $dev : \
+    -np 1 -x MPIDDP_EMU_DEVICES=0 "$MPIDDP" env --device $dev >out.txt 2>err.txt
+  rc=$?
+  set -e
+  OUT=$(cat out.txt) ERR=$(cat err.txt)
+  case $dev in
+    cuda) [ $rc = 1 ] || fail "--device cuda, ranks seeing 2 and 0 devices: exit $rc (124: hung): $ERR"
+          printf '%s' "$ERR" | qgrep "error: --device cuda: the ranks of node 0 (.*) see different numbers of CUDA devices (0 to 2; rank 0 sees 2" ||
+            fail "--device cuda, ranks seeing 2 and 0 devices: $ERR"
+          [ "$(grep -c 'error:' err.txt)" = 1 ] || fail "--device cuda, ranks seeing 2 and 0 devices: not one line: $ERR" ;;
+    auto) [ $rc = 0 ] || fail "--device auto, ranks seeing 2 and 0 devices: exit $rc (124: hung): $ERR"
+          printf '%s' "$OUT" | qgrep "# --device auto: the ranks of this node see 0 to 2 CUDA devices (not the same GPUs), using cpu" ||
+            fail "--device auto, ranks seeing 2 and 0 devices: $OUT" ;;
+  esac
+done
 # 2. a CUDA error in the device query keeps CUDA's words
 expect_rc 0 env MPIDDP_EMU_FAIL=driver "$MPIDDP" env
 printf '%s' "$OUT" | qgrep "# --device auto: cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version (cudaErrorInsufficientDriver), using cpu" ||
