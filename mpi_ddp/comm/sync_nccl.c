@@ -41,9 +41,14 @@ ddp_status ddp_sync_nccl_create(ddp_ctx *ctx, ddp_backend *be, ddp_sync_nccl **o
     n->ctx = ctx;
     n->be = be;
     n->cu = ddp_cuda();
-    ddp_status st = ddp_nccl_init(ctx);
-    if (st == DDP_OK) st = n->cu->stream_create(&n->stream);
-    if (st == DDP_OK) st = n->cu->event_create(&n->event);
+    ddp_status st = ddp_nccl_init(ctx); /* agreed there */
+    if (st == DDP_OK) {
+        /* agreed too: a rank whose stream or event could not be made left the others in set-up's next collective
+         * (a resume's broadcast hung; --collective-timeout reported that rank as missing instead of its error) */
+        st = n->cu->stream_create(&n->stream);
+        if (st == DDP_OK) st = n->cu->event_create(&n->event);
+        st = ddp_agree_status(ctx, st);
+    }
     if (st != DDP_OK) {
         ddp_sync_nccl_destroy(n);
         return st;

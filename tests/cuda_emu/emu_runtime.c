@@ -11,7 +11,7 @@
 
 /* ------------------------------------------------------------------ knobs, errors */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static long g_ndev, g_jitter_us, g_fail_driver;
+static long g_ndev, g_jitter_us, g_fail_driver, g_fail_stream_at, g_streams_made;
 static unsigned long g_seed;
 
 long ddp_emu_env_long(const char *name, long dflt)
@@ -41,6 +41,7 @@ static void init_knobs(void)
     g_seed = (unsigned long)ddp_emu_env_long("MPIDDP_EMU_SEED", (long)time(NULL));
     const char *f = getenv("MPIDDP_EMU_FAIL");
     g_fail_driver = f && !strcmp(f, "driver");
+    if (f && !strncmp(f, "stream_create:", 14)) g_fail_stream_at = strtol(f + 14, NULL, 10);
 }
 
 static __thread cudaError_t t_last;
@@ -328,6 +329,8 @@ cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
 {
     ENTER();
+    if (g_fail_stream_at > 0 && __atomic_add_fetch(&g_streams_made, 1, __ATOMIC_SEQ_CST) == g_fail_stream_at)
+        return fail(cudaErrorMemoryAllocation); /* MPIDDP_EMU_FAIL=stream_create:K: the K-th stream creation */
     return fail(stream_new(s, flags, 0));
 }
 

@@ -82,6 +82,26 @@ expect_rc 1 env MPIDDP_PLAN_BUFFERS=0 "$MPIDDP" train --device cuda --train bigt
 printf '%s' "$ERR" | qgrep "CUDA error in cudaMalloc.*: out of memory: [0-9]\{13\} bytes ([0-9.]* MiB) on cuda:0 for a model buffer" ||
   fail "cudaMalloc failure without its size and device: $ERR"
 [ "$(printf '%s\n' "$ERR" | grep -c .)" = 1 ] || fail "cudaMalloc failure: expected one line: $ERR"
+# 5d. the K-th CUDA stream creation fails on rank 1 (the backend's two, then the gradient sync's), in a resume with
+# --collective-timeout: every rank ends within 30 s, exit 1, with rank 0's one line naming the failed call (the sync's
+# stream, not agreed, left rank 0 in the resume's broadcast for ever, or reported as a collective timeout)
+synth --out st --samples 48 --dim 4 --classes 2 --shards 2
+synth --out sv --samples 16 --dim 4 --classes 2 --shards 1 --first-id 100
+sargs=(train --device cuda --train st --val sv --hidden 8 --batch-size 4 --no-progress --collective-timeout 20 --out srun)
+env MPIDDP_EMU_DEVICES=2 mpirun -np 2 --oversubscribe "$MPIDDP" "${sargs[@]}" --epochs 1 >/dev/null
+for k in 1 2 3 4; do
+  set +e
+  MPIDDP_EMU_DEVICES=2 timeout -k 5 30 mpirun -np 1 --oversubscribe "$MPIDDP" "${sargs[@]}" --epochs 2 --resume auto : \
+    -np 1 -x MPIDDP_EMU_FAIL=stream_create:$k "$MPIDDP" "${sargs[@]}" --epochs 2 --resume auto >out.txt 2>err.txt
+  rc=$?
+  set -e
+  ERR=$(cat err.txt)
+  [ $rc = 0 ] && break # past the last stream a run makes
+  [ $rc = 1 ] || fail "stream creation $k failing on rank 1: exit $rc (124: hung): $ERR"
+  [ "$(grep -c 'error:' err.txt)" = 1 ] && printf '%s' "$ERR" | qgrep "^mpiddp train: error: CUDA error in cudaStreamCreate.*out of memory" ||
+    fail "stream creation $k failing on rank 1: not rank 0's one line naming it: $ERR"
+done
+[ $rc = 0 ] && [ "$k" -ge 3 ] || fail "the sync's stream was not reached (k=$k, rc $rc)"
 # 6. bench_allreduce -d cuda stops on a failing NCCL init (no timings printed)
 if [ -x "$BENCH_DIR/bench_allreduce" ]; then
   expect_rc 1 env MPIDDP_EMU_DEVICES=2 MPIDDP_EMU_NCCL_FAULT=init:1 MPIDDP_NCCL_INIT_TIMEOUT=3 mpirun -np 2 --oversubscribe "$BENCH_DIR/bench_allreduce" -d cuda -e 1K -o b.csv
