@@ -214,9 +214,9 @@ ddp_status ddp_metrics_create(ddp_ctx *ctx, ddp_metrics **out);
 void ddp_metrics_destroy(ddp_metrics *m);
 /* Collective sync point: checks that every rank logged the same set of names (else every rank returns
  * DDP_ERR_MISMATCH naming the metric and the ranks — within one round trip, never a hang), then reduces
- * all (sum, count) pairs in one MPI_Allreduce. global receives sum/count per name plus rank-0 values (on
- * rank 0); local (may be NULL) this rank's own sum/count, leaving out a name whose count on this rank is 0 (a
- * rank that evaluated no sample has no value of its own, not 0). The accumulators are cleared. */
+ * all (sum, count) pairs in one MPI_Allreduce. global receives sum/count per name (nan where no rank logged a
+ * count) plus rank-0 values (on rank 0); local (may be NULL) this rank's own sum/count, leaving out a name whose count
+ * on this rank is 0 (a rank that evaluated no sample has no value of its own, not 0). The accumulators are cleared. */
 ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_row *local);
 void ddp_metric_row_free(ddp_metric_row *r);
 /* Accumulates (sum, count) locally under name; reduced with every rank's at the next sync point. */

@@ -6,6 +6,7 @@
 #include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/comm/watchdog.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,7 +243,8 @@ ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_r
     if (st == DDP_OK) {
         ddp_row_clear(global);
         for (int i = 0; i < nn && st == DDP_OK; i++)
-            st = ddp_row_set(global, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : 0.0);
+            /* no count on any rank: no value (nan, written so), not a perfect 0 a monitor would take for the best */
+            st = ddp_row_set(global, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : NAN);
         for (int i = 0; i < m->rank0.n && st == DDP_OK; i++)
             st = ddp_row_set(global, m->rank0.names[i], m->rank0.vals[i]);
     }

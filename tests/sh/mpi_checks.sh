@@ -1,6 +1,6 @@
 # Multi-rank behaviour with real ranks: rank 0 alone reads shard metadata (np 4); a collective metric
 # logged on rank 0 only stops every rank with an error naming it (np 2 and 4, bounded time), also when an
-# allocation of that check fails on one rank; `env`
+# allocation of that check fails on one rank; a metric with no count anywhere is nan, not 0; `env`
 # reports one line per rank; the user-model example trains through the public header.
 . "$(dirname "$0")/lib.sh"
 synth --out d --samples 200 --shards 4 --dim 6 --classes 3
@@ -22,6 +22,11 @@ for site in $sites; do
       "$TESTTOOL" mismatch >/dev/null 2>"$WORK/sweep_err.txt" ||
       fail "mismatch with $site failing on rank $rank: rc $? $(cat "$WORK/sweep_err.txt")"
   done
+done
+# a metric no rank logged a count for is nan in the global row (it was 0, which a --monitor in min mode took for the
+# best value), and absent from the local rows of ranks with a count of 0 (np 1, 2 and 4)
+for np in 1 2 4; do
+  mpirun_np $np "$TESTTOOL" zerocount || fail "zerocount np $np"
 done
 expect_rc 0 mpirun_np 2 "$MPIDDP" env
 [ "$(printf '%s\n' "$OUT" | grep -c '^rank=')" = 2 ] || fail "env: expected 2 rank lines: $OUT"

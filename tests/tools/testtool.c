@@ -5,6 +5,8 @@
  *   mismatch              (mpirun) rank 0 logs a collective metric the others do not: every rank must get
  *                         the mismatch error naming the metric and ranks, and exit 0 if so; with
  *                         MPIDDP_TEST_FAIL_ALLOC, an error every rank shares (no hang) is enough
+ *   zerocount             (mpirun) a metric no rank logged a count for has no value (nan), not 0, in the global
+ *                         row and none in the local rows; weighted means stay sum/count over all ranks
  */
 #include "io/dataset.h"
 #include "mpi_ddp/backend/backend.h"
@@ -185,6 +187,36 @@ static int do_mismatch(ddp_ctx *ctx)
     return ok ? 0 : 1;
 }
 
+static int do_zerocount(ddp_ctx *ctx)
+{
+    const ddp_topology *t = ddp_topo(ctx);
+    ddp_metrics *m = NULL;
+    if (ddp_metrics_create(ctx, &m) != DDP_OK) FAILF("metrics: %s", ddp_last_error());
+    ddp_log(m, "val/none", 0.0, 0.0);                                    /* no rank has a sample */
+    ddp_log(m, "val/some", t->rank == 0 ? 0.0 : 3.0 * t->rank, t->rank); /* rank 0 has none */
+    ddp_metric_row g = {0}, l = {0};
+    ddp_status st = ddp_metrics_sync(m, &g, &l);
+    int ok = st == DDP_OK, gn = ddp_row_find(&g, "val/none"), gs = ddp_row_find(&g, "val/some");
+    double want = t->size > 1 ? 3.0 : NAN; /* sum 3 r / sum r over ranks 1..W-1 */
+    if (!ok || gn < 0 || !isnan(g.vals[gn])) {
+        fprintf(stderr, "rank %d: val/none: status %d, %s %g (want nan: no rank logged a count)\n", t->rank, st,
+                gn < 0 ? "absent" : "value", gn < 0 ? 0.0 : g.vals[gn]);
+        ok = 0;
+    }
+    if (gs < 0 || (isnan(want) ? !isnan(g.vals[gs]) : fabs(g.vals[gs] - want) > 1e-12)) {
+        fprintf(stderr, "rank %d: val/some: %g, want %g\n", t->rank, gs < 0 ? -1.0 : g.vals[gs], want);
+        ok = 0;
+    }
+    if (ddp_row_find(&l, "val/none") >= 0 || (ddp_row_find(&l, "val/some") >= 0) != (t->rank != 0)) {
+        fprintf(stderr, "rank %d: local row: a metric with a count of 0 here must have no value\n", t->rank);
+        ok = 0;
+    }
+    ddp_metric_row_free(&g);
+    ddp_metric_row_free(&l);
+    ddp_metrics_destroy(m);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
@@ -198,8 +230,10 @@ int main(int argc, char **argv)
         rc = do_meta(ctx, argv[2]);
     else if (argc == 2 && !strcmp(argv[1], "mismatch"))
         rc = do_mismatch(ctx);
+    else if (argc == 2 && !strcmp(argv[1], "zerocount"))
+        rc = do_zerocount(ctx);
     else
-        fprintf(stderr, "usage: testtool dump|refdump|meta DIR | mismatch\n");
+        fprintf(stderr, "usage: testtool dump|refdump|meta DIR | mismatch | zerocount\n");
     ddp_finalize(ctx);
     return rc;
 }
