@@ -130,7 +130,8 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
     DDP_CHECK(be->zero(be, tr->grads, (size_t)(ts->n + tr->nctl) * sizeof(float)));
     int64_t first = *mb, last = *mb + c->accumulate < nmb ? *mb + c->accumulate : nmb;
     ddp_test_hooks_delay(&tr->hooks, !tr->prog.warm);
-    float *ctl = tr->ctl; /* lives in the trainer: uploaded without a host synchronisation */
+    double loss_sum = 0, loss_count = 0; /* the step's train/loss, logged once the step is known to be applied */
+    float *ctl = tr->ctl;                /* lives in the trainer: uploaded without a host synchronisation */
     memset(ctl, 0, (size_t)tr->nctl * sizeof(float));
     ddp_watch_mark(ts->ctx, ts->global_step + 1, "forward/backward");
     for (int64_t k = *mb; k < last; k++) {
@@ -157,7 +158,8 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
         }
         DDP_CHECK(ts->model->train_step(ts->model->self, b, ts->params, tr->grads, &out,
                                         is_last ? ddp_sync_ready : NULL, is_last ? tr->sync : NULL));
-        DDP_CHECK(ddp_log(tr->metrics, "train/loss", out.loss_sum, (double)out.count));
+        loss_sum += out.loss_sum;
+        loss_count += (double)out.count;
     }
     *mb = last;
     ddp_watch_mark(ts->ctx, ts->global_step + 1, "gradient allreduce");
@@ -189,10 +191,13 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
                                                 ts->global_step + 1, ts->model->tensors[k].name);
             ts->skipped++;
             ts->global_step++;
-            return DDP_OK;
+            /* a skipped step trained on nothing: its loss (NaN, as a rule) stays out of train/loss; logged with a
+             * count of 0 so that every rank keeps the name (a row of skipped steps only: nan) */
+            return ddp_log(tr->metrics, "train/loss", 0.0, 0.0);
         }
         norm2 += s;
     }
+    DDP_CHECK(ddp_log(tr->metrics, "train/loss", loss_sum, loss_count));
     double norm = sqrt(norm2) * gscale, coef = 1.0;
     if (c->grad_clip > 0 && norm > c->grad_clip) coef = c->grad_clip / (norm + 1e-6);
     ts->optim_step++;

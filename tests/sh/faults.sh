@@ -44,6 +44,9 @@ printf '%s' "$ERR" | qgrep "MPI_ABORT" && fail "NaN ended in MPI_Abort: $ERR"
 mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanskip --skip-nonfinite --epochs 2 >/dev/null
 skipped=$(csv_last nanskip/metrics.csv train/skipped_steps)
 [ "$skipped" = 2 ] || fail "expected 2 skipped steps (one per epoch), got '$skipped'"
+# a skipped step's loss (NaN) stays out of train/loss: the epochs' rows are finite (every one was nan)
+awk -F, 'NR==1{for(i=1;i<=NF;i++) if($i=="train/loss") c=i; next} $c!="" {n++; if($c!~/^[0-9.e+-]+$/) bad=1} END{exit bad || !n}' nanskip/metrics.csv ||
+  fail "--skip-nonfinite: train/loss not finite in every training row: $(cut -d, -f1-3 nanskip/metrics.csv)"
 # the count is checkpointed: a resumed third epoch goes on counting (3, not 1)
 mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanskip --skip-nonfinite --epochs 3 --resume auto >/dev/null 2>&1
 [ "$(csv_last nanskip/metrics.csv train/skipped_steps)" = 3 ] || fail "skipped steps after resume: $(csv_last nanskip/metrics.csv train/skipped_steps), expected 3"
