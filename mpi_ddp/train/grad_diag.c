@@ -51,9 +51,11 @@ ddp_status ddp_grad_nonfinite_error(ddp_ctx *ctx, const ddp_sampler *sm, ddp_dat
     char first[900] = "";
     ddp_status st = ds ? scan_steps(ctx, ds, sm, first_mb < 0 ? 0 : first_mb, last_mb, &bad, first, sizeof first)
                        : DDP_OK;
-    int64_t v[2] = {bad, checked ? 0 : 1}; /* samples found, ranks that could not look */
-    DDP_CHECK(ddp_allreduce(ctx, v, 2, MPI_INT64_T, MPI_SUM, "the non-finite gradient diagnosis"));
-    if (v[0] == 0 && st == DDP_OK) { /* the same line on every rank */
+    /* samples found, ranks that could not look, ranks whose look failed (out of memory, a read error): a failure is
+     * agreed below on every rank, never left to its rank alone while the others said the data was finite */
+    int64_t v[3] = {bad, checked ? 0 : 1, st != DDP_OK};
+    DDP_CHECK(ddp_allreduce(ctx, v, 3, MPI_INT64_T, MPI_SUM, "the non-finite gradient diagnosis"));
+    if (v[0] == 0 && v[2] == 0) { /* the same line on every rank */
         if (v[1])
             ddp_set_error(DDP_ERR_NUMERIC,
                           "non-finite gradient at step %lld in parameter '%s' (check the data with mpiddp inspect, "

@@ -41,6 +41,25 @@ printf '%s' "$ERR" | qgrep "error: non-finite gradient at step [0-9]* in paramet
 # every rank sees the same reduced gradient: one line from rank 0 and a clean shutdown, not MPI_Abort
 [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "NaN: not one line: $ERR"
 printf '%s' "$ERR" | qgrep "MPI_ABORT" && fail "NaN ended in MPI_Abort: $ERR"
+# the diagnosis failing on one rank (each of its allocation sites, on each rank): one line saying so, exit 1, no hang;
+# the other ranks neither wait for that rank nor call the data finite (as when the rank holding the NaN sample failed
+# to look)
+rm -rf nanrun && MPIDDP_TEST_ALLOC_SITES=$WORK/gdsites mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan \
+  --val vv/one_shard --batch-size 4 --no-progress --out nanrun >/dev/null 2>&1 || true
+gsites=$(cat gdsites.r* | grep '^train/grad_diag\.c:' | sort -u)
+[ -n "$gsites" ] || fail "the NaN run reached no allocation of train/grad_diag.c"
+for site in $gsites; do
+  for rank in 0 1 2 3; do
+    rm -rf nanrun
+    expect_rc 1 env MPIDDP_TEST_FAIL_ALLOC="$site" MPIDDP_TEST_FAIL_ALLOC_RANK=$rank timeout -k 5 30 \
+      mpirun -np 4 --oversubscribe "$MPIDDP" train --device "$DEVICE" --train nan --val vv/one_shard --batch-size 4 \
+      --no-progress --out nanrun
+    # the lowest rank with something to say speaks: the failed look, or a lower rank's NaN sample
+    [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] &&
+      printf '%s' "$ERR" | qgrep -E "error: (out of memory re-reading|non-finite gradient .* from the data: )" ||
+      fail "the diagnosis failing at $site on rank $rank: $ERR"
+  done
+done
 mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanskip --skip-nonfinite --epochs 2 >/dev/null
 skipped=$(csv_last nanskip/metrics.csv train/skipped_steps)
 [ "$skipped" = 2 ] || fail "expected 2 skipped steps (one per epoch), got '$skipped'"
