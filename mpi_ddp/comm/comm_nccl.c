@@ -6,6 +6,7 @@
 #include "mpi_ddp/core/status.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 static double mono(void)
@@ -24,10 +25,26 @@ static double init_timeout(const ddp_ctx *c)
 }
 
 enum { INIT_FAILED, INIT_TIMED_OUT, INIT_OK }; /* ordered: the agreement reports the lowest */
+#define INIT_NOTICE_TAG 7306                   /* "my init failed": one int to every other rank */
+
+/* A rank whose init failed tells the others at once (nonblocking sends, completed after the agreement), so that they
+ * stop waiting for it: they waited for their own init to time out (MPIDDP_NCCL_INIT_TIMEOUT, --collective-timeout or
+ * 300 s) before the failure was reported. Returns the requests (NULL: none could be made; the others time out). */
+static MPI_Request *notify_failure(ddp_ctx *c, int *payload)
+{
+    int W = c->topo.size;
+    MPI_Request *rq = calloc((size_t)(W > 1 ? W : 1), sizeof *rq);
+    for (int r = 0; rq && r < W; r++) {
+        rq[r] = MPI_REQUEST_NULL;
+        if (r != c->topo.rank) (void)MPI_Isend(payload, 1, MPI_INT, r, INIT_NOTICE_TAG, c->world, &rq[r]);
+    }
+    return rq;
+}
 
 /* Rank 0 makes the ncclUniqueId and MPI broadcasts it; every rank joins on its GPU (node-local rank) with a
- * non-blocking init polled against a deadline. The outcome is agreed over MPI: a rank whose init failed outright is
- * reported in preference to ranks that only timed out waiting for it. */
+ * non-blocking init polled against a deadline, and stops early when a peer says its own init failed. The outcome is
+ * agreed over MPI: a rank whose init failed outright is reported in preference to ranks that only timed out or
+ * stopped waiting for it. */
 ddp_status ddp_nccl_init(ddp_ctx *c)
 {
     if (c->nccl) return DDP_OK;
@@ -38,12 +55,20 @@ ddp_status ddp_nccl_init(ddp_ctx *c)
     DDP_CHECK(ddp_agree_status(c, st));
     MPI_CHECK(MPI_Bcast(id, DDP_NCCL_ID_BYTES, MPI_BYTE, 0, c->world));
     void *comm = NULL;
-    int outcome = INIT_OK;
+    int outcome = INIT_OK, payload = 1, sent = 0;
+    MPI_Request *notices = NULL;
     double limit = init_timeout(c), t0 = mono();
     st = cu->nccl_init_start(&comm, c->topo.size, id, c->topo.rank, c->cuda_device);
     for (int busy = 1; st == DDP_OK && busy;) {
         st = cu->nccl_poll(comm, &busy);
-        if (st == DDP_OK && busy && mono() - t0 > limit) {
+        int told = 0;
+        MPI_Status ms;
+        if (st == DDP_OK && busy && MPI_Iprobe(MPI_ANY_SOURCE, INIT_NOTICE_TAG, c->world, &told, &ms) == MPI_SUCCESS &&
+            told) {
+            st = ddp_set_error(DDP_ERR_NCCL, "NCCL communicator init on rank %d stopped: rank %d's init failed",
+                               c->topo.rank, ms.MPI_SOURCE);
+            outcome = INIT_TIMED_OUT; /* not the cause: rank ms.MPI_SOURCE reports */
+        } else if (st == DDP_OK && busy && mono() - t0 > limit) {
             st = ddp_set_error(DDP_ERR_NCCL,
                                "NCCL communicator init on rank %d (%s, device %d) did not complete in %.0f s: "
                                "a peer rank failed or never joined (MPIDDP_NCCL_INIT_TIMEOUT)",
@@ -54,7 +79,11 @@ ddp_status ddp_nccl_init(ddp_ctx *c)
             nanosleep(&ts, NULL);
         }
     }
-    if (st != DDP_OK && outcome == INIT_OK) outcome = INIT_FAILED;
+    if (st != DDP_OK && outcome == INIT_OK) {
+        outcome = INIT_FAILED;
+        notices = notify_failure(c, &payload);
+        sent = notices != NULL;
+    }
     /* agree: every rank learns the outcome; the first rank that failed outright names the problem */
     struct {
         int outcome, rank;
@@ -65,7 +94,18 @@ ddp_status ddp_nccl_init(ddp_ctx *c)
         return DDP_OK;
     }
     if (comm) cu->nccl_abort(comm); /* also on ranks whose own init succeeded: the job cannot go on */
-    if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce(NCCL init outcome)", __FILE__, __LINE__);
+    /* every notice sent is received (the count agreed), and every send completed, before MPI is used again */
+    int nsent = 0;
+    if (rc == MPI_SUCCESS) rc = MPI_Allreduce(&sent, &nsent, 1, MPI_INT, MPI_SUM, c->world);
+    for (int k = nsent - sent; rc == MPI_SUCCESS && k > 0; k--) {
+        int got;
+        rc = MPI_Recv(&got, 1, MPI_INT, MPI_ANY_SOURCE, INIT_NOTICE_TAG, c->world, MPI_STATUS_IGNORE);
+    }
+    if (notices) {
+        if (rc == MPI_SUCCESS) rc = MPI_Waitall(c->topo.size, notices, MPI_STATUSES_IGNORE);
+        free(notices);
+    }
+    if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "NCCL init outcome", __FILE__, __LINE__);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", ddp_last_error());
     MPI_CHECK(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first.rank, c->world));
