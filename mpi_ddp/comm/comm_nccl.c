@@ -29,16 +29,19 @@ enum { INIT_FAILED, INIT_TIMED_OUT, INIT_OK }; /* ordered: the agreement reports
 
 /* A rank whose init failed tells the others at once (nonblocking sends, completed after the agreement), so that they
  * stop waiting for it: they waited for their own init to time out (MPIDDP_NCCL_INIT_TIMEOUT, --collective-timeout or
- * 300 s) before the failure was reported. Returns the requests (NULL: none could be made; the others time out). */
-static MPI_Request *notify_failure(ddp_ctx *c, int *payload)
+ * 300 s) before the failure was reported. *out: the requests (NULL: none could be made; the others time out). Returns
+ * MPI_SUCCESS or the first failing MPI_Isend's code (a local MPI failure: the caller aborts). */
+static int notify_failure(ddp_ctx *c, int *payload, MPI_Request **out)
 {
-    int W = c->topo.size;
+    int W = c->topo.size, rc = MPI_SUCCESS;
     MPI_Request *rq = calloc((size_t)(W > 1 ? W : 1), sizeof *rq);
     for (int r = 0; rq && r < W; r++) {
         rq[r] = MPI_REQUEST_NULL;
-        if (r != c->topo.rank) (void)MPI_Isend(payload, 1, MPI_INT, r, INIT_NOTICE_TAG, c->world, &rq[r]);
+        if (r != c->topo.rank && rc == MPI_SUCCESS)
+            rc = MPI_Isend(payload, 1, MPI_INT, r, INIT_NOTICE_TAG, c->world, &rq[r]);
     }
-    return rq;
+    *out = rq;
+    return rc;
 }
 
 /* Rank 0 makes the ncclUniqueId and MPI broadcasts it; every rank joins on its GPU (node-local rank) with a
@@ -81,7 +84,12 @@ ddp_status ddp_nccl_init(ddp_ctx *c)
     }
     if (st != DDP_OK && outcome == INIT_OK) {
         outcome = INIT_FAILED;
-        notices = notify_failure(c, &payload);
+        int nrc = notify_failure(c, &payload, &notices);
+        if (nrc != MPI_SUCCESS) {
+            free(notices); /* the sends made stay unmatched: MPI is failing, the caller aborts the job */
+            if (comm) cu->nccl_abort(comm);
+            return ddp_mpi_error(nrc, "MPI_Isend(NCCL init failure notice)", __FILE__, __LINE__);
+        }
         sent = notices != NULL;
     }
     /* agree: every rank learns the outcome; the first rank that failed outright names the problem */
