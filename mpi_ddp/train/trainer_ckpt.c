@@ -249,6 +249,9 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
         cs.global_batch, cs.global_batch_rows,   cs.samples_in_epoch, cs.legacy_micro_batch, (int64_t)cs.seed,
         cs.mode_max,     cs.skipped_steps};
     MPI_CHECK(MPI_Bcast(facts, 12, MPI_INT64_T, 0, ctx->world));
+    char sampling[16]; /* the checkpoint's --sampling ("" in older files) */
+    snprintf(sampling, sizeof sampling, "%s", cs.sampling);
+    MPI_CHECK(MPI_Bcast(sampling, (int)sizeof sampling, MPI_CHAR, 0, ctx->world));
     int W = ctx->topo.size;
     int64_t gb = (int64_t)c->batch_size * W * c->accumulate, gr = c->batch_rows * W * c->accumulate;
     st = DDP_OK;
@@ -270,7 +273,12 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
                 DDP_ERR_ARG,
                 "%s: saved with a global budget of %lld rows; this run's is %lld (batch-rows x ranks x accumulate)",
                 path, (long long)facts[6], (long long)gr);
-    } else if (facts[4] != W && (c->sampling_shard || facts[5] != gb))
+    } else if (facts[4] != W && !strcmp(sampling, "shard")) /* each rank's own shards: no other world size continues */
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved by %lld ranks with --sampling shard, whose order depends on the world size; "
+                           "resume it on %lld ranks with --sampling shard",
+                           path, (long long)facts[4], (long long)facts[4]);
+    else if (facts[4] != W && (c->sampling_shard || facts[5] != gb))
         st = ddp_set_error(DDP_ERR_ARG,
                            "%s: saved by %lld ranks with a global batch of %lld; resuming on %d ranks needs --sampling "
                            "global and the same "
@@ -294,15 +302,13 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
             DDP_ERR_ARG,
             "%s: saved with --mode %s; this run uses --mode %s (the best score and top-k would be misread)", path,
             facts[10] ? "max" : "min", c->mode_max ? "max" : "min");
-    char mine[64], saved[64], monitor[128], sampling[16];
+    char mine[64], saved[64], monitor[128];
     const char *my_sampling = c->sampling_shard ? "shard" : "global";
     shuffle_name(c, mine, sizeof mine);
     snprintf(saved, sizeof saved, "%s", cs.shuffle);
     snprintf(monitor, sizeof monitor, "%s", cs.monitor);
-    snprintf(sampling, sizeof sampling, "%s", cs.sampling);
     MPI_CHECK(MPI_Bcast(saved, (int)sizeof saved, MPI_CHAR, 0, ctx->world));
     MPI_CHECK(MPI_Bcast(monitor, (int)sizeof monitor, MPI_CHAR, 0, ctx->world));
-    MPI_CHECK(MPI_Bcast(sampling, (int)sizeof sampling, MPI_CHAR, 0, ctx->world));
     if (st == DDP_OK && strcmp(saved, mine) != 0) /* another order would not continue the saved epoch exactly */
         st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --shuffle %s; this run uses --shuffle %s", path, saved, mine);
     if (st == DDP_OK && sampling[0] && strcmp(sampling, my_sampling) != 0) /* nor would another sampling's order */

@@ -42,4 +42,13 @@ for opt in "--seed 9|saved with --seed 0" "--monitor val/acc --mode max|saved wi
   expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --out ok --resume auto "${extra[@]}"
   printf '%s' "$ERR" | qgrep -F "${opt#*|}" || fail "resume with ${opt%%|*}: $ERR"
 done
-pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode, sampling refused"
+# a --sampling shard checkpoint continues on its own world size only (each rank's own shards): at np 1 with the same
+# global batch, either --sampling is refused in one line saying so; the refusal used to advise --sampling global,
+# which was then refused as another --sampling
+MPIDDP_TEST_STOP_AT_STEP=5 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --sampling shard --out sh >/dev/null
+for s in global shard; do
+  expect_rc 1 mpirun_np 1 "$MPIDDP" train "${common[@]}" --batch-size 16 --sampling $s --out sh --resume auto
+  [ "$(printf '%s\n' "$ERR" | grep -c 'error:.*saved by 2 ranks with --sampling shard, whose order depends on the world size; resume it on 2 ranks with --sampling shard')" = 1 ] ||
+    fail "a shard checkpoint resumed on 1 rank with --sampling $s: $ERR"
+done
+pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode, sampling refused; a shard checkpoint on its world size only"
