@@ -134,12 +134,16 @@ static ddp_status extra_tensor(hid_t f, const char *path, const char *group, con
         if (H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) < 0)
             st = ddp_set_error(DDP_ERR_FORMAT, "%s: group '/%s': unreadable (%s)", path, group, ddp_ckpt_h5_cause());
         for (int t = 0; t < model->ntensors && !known; t++) known = !strcmp(name, model->tensors[t].name);
+        /* the option that leaves it out: a layer past --layers, or the learned positions of --positions none */
+        const char *hint = !strncmp(name, "enc.layers.", 11) ? ": another --layers?"
+                           : !strcmp(name, "pos.weight")     ? ": another --positions?"
+                                                             : "";
         if (st == DDP_OK && !known)
             st = ddp_set_error(DDP_ERR_FORMAT,
                                "%s: dataset '/%s/%s': not a tensor of the %s model this run builds (%lld in the file, "
-                               "%d in the model: another --layers?)",
+                               "%d in the model%s)",
                                path, group, name, model->name ? model->name : "", (long long)info.nlinks,
-                               model->ntensors);
+                               model->ntensors, hint);
     }
     if (g >= 0 && H5Gclose(g) < 0 && st == DDP_OK)
         st = ddp_set_error(DDP_ERR_HDF5, "%s: group '/%s': close failed", path, group);

@@ -79,4 +79,8 @@ expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --out tx --model transfor
 [ "$(grep -c -- "/params/enc.layers.1.[a-z0-9_.]*': not a tensor of the transformer model this run builds" <<<"$ERR")" = 1 ] ||
   fail "resume with fewer --layers: $ERR"
 [ "$(cat tx/metrics.csv tx/run.json | md5sum)" = "$sum0" ] || fail "a resume refused for its --layers changed the run directory"
+# nor with --positions none: pos.weight would be dropped; the line names that option, not --layers
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --out tx --model transformer --positions none --epochs 5 --resume auto
+[ "$(grep -c -- "/params/pos.weight': not a tensor of the transformer model this run builds ([0-9]* in the file, [0-9]* in the model: another --positions?)" <<<"$ERR")" = 1 ] ||
+  fail "resume with --positions none: $ERR"
 pass "transformer: order task $acc (mlp $acc_mlp, no positions $acc_np), eval, PyTorch bridge, errors"
