@@ -75,11 +75,11 @@ printf '%s' "$ERR" | qgrep "$WORK/nosym.so: not an mpiddp CUDA plugin: .*nosym.s
 expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/oldapi.so" "$MPIDDP" env --device cuda
 printf '%s' "$ERR" | qgrep "$WORK/oldapi.so: incompatible plugin (API version 9999, expected [0-9]*)" || fail "wrong API version: $ERR"
 ! printf '%s' "$ERR" | qgrep "libmpiddp_cuda.so" || fail "wrong API version reported against the default plugin file: $ERR"
-# 5c. a failed device allocation says how many bytes, on which device, for what (a 2.4 TB workspace: the bound
-# batch x longest sample, MPIDDP_PLAN_BUFFERS=0; the plan would size it to the 40 samples there are)
+# 5c. a failed device allocation says how many bytes, on which device, for what (--hidden 100000: l2.weight alone is
+# 40 GB, past the emulated device; the workspace is capped at the set's 40 samples, with or without the plan)
 synth --out bigt --samples 40 --dim 4 --classes 2 --shards 1
 expect_rc 1 env MPIDDP_PLAN_BUFFERS=0 "$MPIDDP" train --device cuda --train bigt --val bigt --out big --hidden 100000 --batch-size 100000 --no-progress
-printf '%s' "$ERR" | qgrep "CUDA error in cudaMalloc.*: out of memory: [0-9]\{13\} bytes ([0-9.]* MiB) on cuda:0 for a model buffer" ||
+printf '%s' "$ERR" | qgrep "CUDA error in cudaMalloc.*: out of memory: [0-9]\{11,\} bytes ([0-9.]* MiB) on cuda:0 for a model buffer" ||
   fail "cudaMalloc failure without its size and device: $ERR"
 [ "$(printf '%s\n' "$ERR" | grep -c .)" = 1 ] || fail "cudaMalloc failure: expected one line: $ERR"
 # 5d. the K-th CUDA stream creation fails on rank 1 (the backend's two, then the gradient sync's), in a resume with
