@@ -88,7 +88,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return ncclSuccess;
 }
 
-/* injected faults: kind 'i' (init fails on rank) or 'h' (allreduce number k hangs on rank) */
+/* injected faults: kind 'i' (init fails on rank), 'l' (rank never joins the init) or 'h' (allreduce number k hangs
+ * on rank) */
 static int fault_is(char kind, int rank, long long k)
 {
     const char *f = getenv("MPIDDP_EMU_NCCL_FAULT");
@@ -96,6 +97,7 @@ static int fault_is(char kind, int rank, long long k)
     long long at = 1;
     if (!f) return 0;
     if (kind == 'i' && sscanf(f, "init:%d", &r) == 1) return r == rank;
+    if (kind == 'l' && sscanf(f, "initlate:%d", &r) == 1) return r == rank;
     if (kind == 'h' && sscanf(f, "hang:%d:%lld", &r, &at) >= 1) return r == rank && k == at;
     return 0;
 }
@@ -141,6 +143,11 @@ static ncclResult_t do_init(ncclComm_t c)
     gethostname(me->host, sizeof me->host - 1);
     me->dev = c->dev;
     me->present = 1;
+    struct timespec ts = {0, 1000000};
+    while (fault_is('l', c->rank, 0)) { /* never joins: every rank's init waits until it is aborted */
+        if (atomic_load(&c->abort_flag)) return set_err(c, ncclInvalidUsage, "communicator aborted");
+        nanosleep(&ts, NULL);
+    }
     ncclResult_t r = barrier(c);
     if (r != ncclSuccess) return r;
     if (c->rank == 0) shm_unlink(c->name); /* everybody has it mapped */

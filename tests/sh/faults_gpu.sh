@@ -27,6 +27,13 @@ if [ -n "$emu" ]; then
   [ "$RC" = 1 ] || fail "NCCL init failure: exit $RC ($ERR)"
   [ "$TOOK" -le 20 ] || fail "NCCL init failure took $TOOK s (the init timeout is 120 s)"
   printf '%s' "$ERR" | qgrep "error: NCCL error in ncclCommInitRankConfig (rank 1 of 4, device 1): .*injected" || fail "init failure message: $ERR"
+  # a rank that never joins (no failure to tell): every init waits out MPIDDP_NCCL_INIT_TIMEOUT, then one line, exit 1
+  timed env MPIDDP_EMU_NCCL_FAULT=initlate:2 MPIDDP_NCCL_INIT_TIMEOUT=3 timeout -k 5 120 mpirun -np 4 --oversubscribe "$MPIDDP" train "${base[@]}" --epochs 1 --out initlate
+  [ "$RC" = 1 ] || fail "NCCL init never joined: exit $RC ($ERR)"
+  [ "$TOOK" -le 60 ] || fail "NCCL init never joined: took $TOOK s (the init timeout is 3 s)"
+  printf '%s' "$ERR" | qgrep "error: NCCL communicator init on rank 0 (.*, device 0) did not complete in 3 s: a peer rank failed or never joined" ||
+    fail "init timeout message: $ERR"
+  [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "init timeout: expected one error line: $ERR"
 fi
 
 # 3. an allreduce that never completes on rank 1 (its 5th): every rank reports within the timeout
