@@ -254,9 +254,29 @@ static ddp_status agree_first(ddp_ctx *ctx, ddp_survey *out, char *const *names,
     return code == DDP_OK ? DDP_ERR_REMOTE : (ddp_status)code;
 }
 
-/* The directory of manifest when it is the mpiddp-manifest.bin of a directory other than dir: another dataset's own
- * manifest, named by mistake (--train-manifest data/val/mpiddp-manifest.bin). "" otherwise. */
-static void others_manifest(const char *manifest, const char *dir, char *other, size_t n)
+/* Whether directory mdir holds a shard (a regular *.h5 file) that manifest mf records: mdir is a dataset the manifest
+ * was written for, not a place the manifest is merely kept (index DIR --manifest KEEP/mpiddp-manifest.bin). */
+static int holds_recorded_shard(const char *mdir, const ddp_manifest *mf)
+{
+    DIR *d = mf->count ? opendir(mdir) : NULL;
+    if (!d) return 0;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 4 || strcmp(e->d_name + len - 3, ".h5") != 0 || ddp_manifest_find(mf, e->d_name) < 0) continue;
+        char p[PATH_MAX + 256];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", mdir, e->d_name);
+        found = stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+    }
+    closedir(d);
+    return found;
+}
+
+/* The directory of manifest when it is the mpiddp-manifest.bin of a dataset directory other than dir (one holding
+ * shards the manifest records): another dataset's own manifest, named by mistake (--train-manifest
+ * data/val/mpiddp-manifest.bin). "" otherwise, also for dir's manifest kept in a directory of no such shard. */
+static void others_manifest(const char *manifest, const char *dir, const ddp_manifest *mf, char *other, size_t n)
 {
     other[0] = 0;
     const char *slash = strrchr(manifest, '/'), *base = slash ? slash + 1 : manifest;
@@ -267,7 +287,8 @@ static void others_manifest(const char *manifest, const char *dir, char *other, 
     else
         snprintf(mdir, sizeof mdir, "%.*s", slash == manifest ? 1 : (int)(slash - manifest), manifest);
     struct stat a, b;
-    if (stat(mdir, &a) == 0 && stat(dir, &b) == 0 && (a.st_dev != b.st_dev || a.st_ino != b.st_ino))
+    if (stat(mdir, &a) == 0 && stat(dir, &b) == 0 && (a.st_dev != b.st_dev || a.st_ino != b.st_ino) &&
+        holds_recorded_shard(mdir, mf))
         snprintf(other, n, "%s", mdir);
 }
 
@@ -355,7 +376,8 @@ ddp_status ddp_dataset_survey(ddp_ctx *ctx, const char *dir, const char *manifes
         first += out->metas[k].n;
     }
     char other[PATH_MAX] = "";
-    if (me == 0 && manifest) others_manifest(manifest, dir, other, sizeof other);
+    if (me == 0 && manifest && out->manifest_used && (out->changed || out->added || out->removed))
+        others_manifest(manifest, dir, &mf, other, sizeof other);
     if (me == 0 && out->manifest_used && (out->changed || out->added || out->removed) && other[0])
         /* refreshing it (index DIR --manifest OTHER/mpiddp-manifest.bin) would replace the other dataset's manifest */
         snprintf(out->notice, sizeof out->notice,

@@ -195,6 +195,15 @@ same ref2 swap
 train dirm 2 t --train-manifest t
 grep -qxF "mpiddp train: notice: t: not a regular file: ignored, validating every shard (is it the manifest you meant to give?)" <<< "$ERR" ||
   fail "--train-manifest naming a directory: $ERR"
+# t's own manifest kept in a directory of no shard (index k --manifest keep/mpiddp-manifest.bin, the default name
+# elsewhere), then a shard changed: the refresh is suggested, not "the manifest of keep" (it was said to be another
+# dataset's manifest whenever its directory was not the dataset's)
+cp -a t k && mkdir -p keep
+expect_rc 0 "$MPIDDP" index k --manifest keep/mpiddp-manifest.bin
+cp other/shard-00003.h5 k/shard-00003.h5
+train kept 2 k --train-manifest keep/mpiddp-manifest.bin
+grep -qxF "mpiddp train: notice: keep/mpiddp-manifest.bin: 1 of 12 shards changed or new, 0 removed since it was written: re-validated them; \`mpiddp index k --manifest keep/mpiddp-manifest.bin\` refreshes it" <<< "$ERR" ||
+  fail "a manifest kept outside its dataset, stale: $ERR"
 
 # a read-only data directory (a tmpfs remounted read-only: root ignores mode bits)
 mkdir -p ro elsewhere
