@@ -214,11 +214,16 @@ ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char
             char have[96] = "", want[96] = "";
             shape_text(have, sizeof have, r, dims, NULL);
             shape_text(want, sizeof want, s->ndim, NULL, s->shape);
+            /* the options that set the shapes of this model's tensors: a Transformer's FFN and position table too */
+            const char *kind = model->name ? model->name : "";
+            const char *opts = !strcmp(kind, "transformer")
+                                   ? "another --hidden, --ff, --max-positions, D or number of classes"
+                               : !strcmp(kind, "mlp") ? "another --hidden, D or number of classes"
+                                                      : "another model configuration, D or number of classes";
             DDP_FAIL(DDP_ERR_FORMAT,
                      "%s: dataset '/%s': shape does not match the model: %s in the checkpoint, %s in this run's model "
-                     "(another --hidden, D or number of classes: resume with the model options and data it was "
-                     "trained with)",
-                     path, name, have, want);
+                     "(%s: resume with the model options and data it was trained with)",
+                     path, name, have, want, opts);
         }
         if (e < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/%s': cannot be read (%s)", path, name, why);
         if (st != DDP_OK) goto done;

@@ -52,6 +52,11 @@ grep -qF "mpiddp train: error: last: cannot open checkpoint: No such file or dir
 expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 4 --hidden 16 --out samples --resume auto
 grep -qF "samples/checkpoints/last.h5: dataset '/params/l1.weight': shape does not match the model: [8, 6] in the checkpoint, [16, 6] in this run's model (another --hidden, D or number of classes: resume with the model options and data it was trained with)" <<<"$ERR" ||
   fail "resume with another --hidden: $ERR"
+# a Transformer resumed with another --ff: the options named are the Transformer's (it named only --hidden, D and the
+# classes, none of which changed)
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --epochs 2 --batch-size 4 --model transformer --ff 32 --out tx --resume auto
+grep -qF "tx/checkpoints/last.h5: dataset '/params/enc.layers.0.linear1.weight': shape does not match the model: [16, 8] in the checkpoint, [32, 8] in this run's model (another --hidden, --ff, --max-positions, D or number of classes: resume with the model options and data it was trained with)" <<<"$ERR" ||
+  fail "transformer resume with another --ff: $ERR"
 
 # 4. pack: a validation split without the top label gets fewer classes; the error suggests pack --classes
 $PY - <<'PY'
