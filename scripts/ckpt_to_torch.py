@@ -82,10 +82,17 @@ def load_model(path):
     if not os.path.isfile(path):  # h5py's own error is a traceback of its C layer
         why = "is a directory" if os.path.isdir(path) else "No such file or directory"
         raise FileNotFoundError(f"{path}: cannot open checkpoint: {why}")
-    with h5py.File(path, "r") as f:
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:  # not HDF5, truncated, unreadable: name the file, as mpiddp does
+        raise OSError(f"{path}: cannot open checkpoint: {e}") from None
+    with f:
         if _attr(f, "format") != "mpiddp-checkpoint":
             raise ValueError(f"{path}: not an mpiddp checkpoint")
-        state = {k: torch.from_numpy(f["params"][k][()]) for k in f["params"]}
+        try:
+            state = {k: torch.from_numpy(f["params"][k][()]) for k in f["params"]}
+        except (OSError, KeyError) as e:  # no /params, a truncated tensor: h5py's error names no file
+            raise ValueError(f"{path}: /params: {e.args[0] if e.args else e}") from None
         kind = _attr(f, "model", "mlp")
         hp = {k: _attr(f, "model_" + k) for k in ("layers", "heads", "ff", "max_positions", "positions", "dropout")}
     if kind == "transformer":
@@ -112,12 +119,16 @@ def evaluate(model, data, batch=512):
     loss_sum, correct, n = 0.0, 0, 0
     with torch.no_grad():
         for s in shards:
-            with h5py.File(os.path.join(data, s), "r") as f:
-                dim, classes = f["features"].shape[-1], int(f.attrs["num_classes"])
-                if (dim, classes) != (first.in_features, last.out_features):  # as mpiddp eval refuses it
-                    raise ValueError(f"{data} has D={dim} and {classes} classes ({s}) but the checkpoint was trained "
-                                     f"on D={first.in_features}, {last.out_features} classes")
-                feats, off, lab = f["features"][()], f["offsets"][()], f["labels"][()].astype(np.int64)
+            p = os.path.join(data, s)
+            try:
+                with h5py.File(p, "r") as f:
+                    dim, classes = f["features"].shape[-1], int(f.attrs["num_classes"])
+                    if (dim, classes) != (first.in_features, last.out_features):  # as mpiddp eval refuses it
+                        raise ValueError(f"{data} has D={dim} and {classes} classes ({s}) but the checkpoint was "
+                                         f"trained on D={first.in_features}, {last.out_features} classes")
+                    feats, off, lab = f["features"][()], f["offsets"][()], f["labels"][()].astype(np.int64)
+            except (OSError, KeyError) as e:  # h5py's errors name no file: say which shard (mpiddp inspect DIR checks it)
+                raise ValueError(f"{p}: {e.args[0] if e.args else e}") from None
             for a in range(0, len(lab), batch):
                 b = min(a + batch, len(lab))
                 x = torch.from_numpy(feats[off[a]:off[b]])

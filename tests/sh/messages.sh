@@ -85,6 +85,16 @@ synth --out val9 --samples 8 --dim 9 --classes 3 --shards 1
 expect_rc 1 $PY "$SRC/scripts/ckpt_to_torch.py" samples/checkpoints/last.h5 --data val9
 [ "$ERR" = "ckpt_to_torch.py: error: val9 has D=9 and 3 classes (shard-00000.h5) but the checkpoint was trained on D=6, 3 classes" ] ||
   fail "ckpt_to_torch.py --data of another D: $ERR"
+# a file that is not HDF5 as the checkpoint, a shard without num_classes in --data: one line naming the file (h5py's
+# own message names none: it was 'Unable to open file (file signature not found)' alone)
+echo "not a checkpoint" > notckpt.h5
+expect_rc 1 $PY "$SRC/scripts/ckpt_to_torch.py" notckpt.h5
+[ "$(wc -l <<<"$ERR")" = 1 ] && grep -q "^ckpt_to_torch.py: error: notckpt.h5: cannot open checkpoint: " <<<"$ERR" ||
+  fail "ckpt_to_torch.py on a file that is not HDF5: $ERR"
+cp -r val valnc && $PY -c "import h5py; del h5py.File('valnc/shard-00000.h5', 'a').attrs['num_classes']"
+expect_rc 1 $PY "$SRC/scripts/ckpt_to_torch.py" samples/checkpoints/last.h5 --data valnc
+[ "$(wc -l <<<"$ERR")" = 1 ] && grep -q "^ckpt_to_torch.py: error: valnc/shard-00000.h5: .*num_classes" <<<"$ERR" ||
+  fail "ckpt_to_torch.py --data with a shard lacking num_classes: $ERR"
 # ckpt_to_torch.py --save says what it wrote
 expect_rc 0 $PY "$SRC/scripts/ckpt_to_torch.py" samples/checkpoints/last.h5 --save model.pt
 grep -q "^wrote model.pt (torch.save): the state_dict of the mlp in samples/checkpoints/last.h5, 6 tensors, [0-9]* parameters$" <<<"$OUT" ||
