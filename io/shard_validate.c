@@ -398,8 +398,18 @@ static ddp_status validate_open(vctx *v, const char *name, ddp_shard_meta *m, dd
     if (os != 8)
         BAD("%s: dataset 'offsets': wrong type (%s; %s)", path, dset_type_desc(ds[1], found, sizeof found),
             type_want("offsets"));
-    if (od[0] < 2)
+    if (od[0] < 2) {
+        /* one sample written as np.cumsum(rows): offsets [R] beside one label, not a shard of no samples */
+        int64_t first = 0;
+        hsize_t l1[1] = {0};
+        size_t lsz = 0;
+        if (od[0] == 1 && read_i64(v, ds[1], "offsets", 0, 1, &first) == DDP_OK && first != 0 &&
+            dset_open(v, "labels", H5T_INTEGER, 1, &ds[2], l1, &lsz, 0, NULL) == DDP_OK && l1[0] == 1)
+            BAD("%s: dataset 'offsets': 1 values for 1 labels: offsets needs N+1 values, 0 first (write "
+                "np.concatenate([[0], np.cumsum(rows)]))",
+                path);
         BAD("%s: dataset 'offsets': length %llu, needs N+1 >= 2 (no samples)", path, (unsigned long long)od[0]);
+    }
     m->n = (int64_t)od[0] - 1;
     DDP_CHECK(dset_open(v, "labels", H5T_INTEGER, 1, &ds[2], ld, &ls, 0, NULL));
     if (ls != 4 && ls != 8)

@@ -167,6 +167,10 @@ def bad(out):
     case("offsets_no_zero", r"offsets_no_zero/s0\.h5: dataset 'offsets': 20 values for 20 labels: offsets needs N\+1 "
          r"values, 0 first \(write np\.concatenate\(\[\[0\], np\.cumsum\(rows\)\]\)\)$",
          data=dict(offsets=offsets[1:]))
+    # the same with one sample: offsets [R] beside one label (it was called a shard of no samples)
+    case("offsets_no_zero_one", r"offsets_no_zero_one/s0\.h5: dataset 'offsets': 1 values for 1 labels: offsets needs "
+         r"N\+1 values, 0 first \(write np\.concatenate\(\[\[0\], np\.cumsum\(rows\)\]\)\)$",
+         data=dict(feats=feats[:offsets[1]], offsets=offsets[1:2], labels=labels[:1]))
     # data stored outside the shard: a virtual dataset (its source file missing, every feature read as the fill
     # value 0) and external raw storage (truncated) both validated as valid; any dataset may be either
     for name, obj in [("virtual_features", "features"), ("virtual_labels", "labels")]:
