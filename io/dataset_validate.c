@@ -12,18 +12,22 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- validating a list of shards. HDF5 1.10 can crash, hang or corrupt memory on some malformed files
- * (tests/fuzz/regressions), so by default a child process validates and streams back records: 'S' shard k starts,
- * 'P' progress text (file: object), 'M' shard k valid (its entry and class pairs), 'R' the end (status, failing
- * shard, message). The parent survives whatever HDF5 does, kills the child when one object takes longer than
- * MPIDDP_VALIDATE_TIMEOUT seconds (default 120), and names the file and object it was reading. With
+ * (tests/fuzz/regressions), so by default a child process validates and streams back records through a pipe: 'M'
+ * shard k valid (its entry and class pairs), 'R' the end (status, failing shard, message). Where it is (the shard
+ * started, the file and object it reads) goes into a page shared with the parent instead, with no system call: the
+ * parent polls its count of updates, kills the child when one object takes longer than MPIDDP_VALIDATE_TIMEOUT
+ * seconds (default 120), and after a crash or that kill names the file and object it was reading. With
  * MPIDDP_VALIDATE_FORK=0 the same records are handled in process. */
 typedef struct {
     int32_t status;
@@ -31,22 +35,24 @@ typedef struct {
     char msg[1024];
 } vresult;
 
+/* The shared page (MAP_SHARED | MAP_ANONYMOUS, before the fork). The parent reads seq while the child works, and
+ * started and what only once the child has ended. */
+typedef struct {
+    _Atomic uint64_t seq; /* bumped after each update */
+    int64_t started;      /* the shard being validated, or -1 */
+    char what[8400];      /* "file: object" */
+} vwhere;
+
 static int g_pipe = -1;
+static vwhere *g_where;
 static ddp_shard_checks *g_inproc;
 static const char *g_scan_file;
 
 /* A record from the validating child. The child runs HDF5 on files that may be corrupt, which is why it is a child:
  * a shard index out of range or a malformed record ends the reading as if the child had crashed. */
-static int on_record(ddp_shard_checks *v, char type, const char *body, uint64_t n, char *last, size_t lastlen)
+static int on_record(ddp_shard_checks *v, char type, const char *body, uint64_t n)
 {
-    if (type == 'P') {
-        snprintf(last, lastlen, "%.*s", (int)(n < lastlen ? n : lastlen - 1), body);
-    } else if (type == 'S' && n == 8) {
-        int64_t k;
-        memcpy(&k, body, 8);
-        if (k < 0 || k >= v->nshards) return -1;
-        v->started = k;
-    } else if (type == 'M' && n >= 8 + sizeof(ddp_manifest_entry) && (n - 8 - sizeof(ddp_manifest_entry)) % 16 == 0) {
+    if (type == 'M' && n >= 8 + sizeof(ddp_manifest_entry) && (n - 8 - sizeof(ddp_manifest_entry)) % 16 == 0) {
         int64_t k;
         ddp_manifest_entry e;
         memcpy(&k, body, 8);
@@ -80,7 +86,7 @@ static int on_record(ddp_shard_checks *v, char type, const char *body, uint64_t 
         v->status = (ddp_status)r.status;
         v->fail = r.fail;
         snprintf(v->msg, sizeof v->msg, "%s", r.msg);
-    } else if (type != 'P') {
+    } else {
         return -1;
     }
     return 0;
@@ -89,20 +95,27 @@ static int on_record(ddp_shard_checks *v, char type, const char *body, uint64_t 
 static void emit(char type, const void *p, uint64_t n)
 {
     if (g_inproc) {
-        char dummy[8];
-        if (type != 'P') on_record(g_inproc, type, p, n, dummy, sizeof dummy);
+        on_record(g_inproc, type, p, n);
         return;
     }
     if (ddp_write_all(g_pipe, &type, 1) == 0 && ddp_write_all(g_pipe, &n, sizeof n) == 0) ddp_write_all(g_pipe, p, n);
 }
 
-static void scan_progress(const char *what)
+/* The child's position, for the parent: shard k starts (what: NULL), or the object it reads next. */
+static void where(int64_t k, const char *what)
 {
-    if (g_inproc) return;
-    char buf[8400];
-    int n = snprintf(buf, sizeof buf, "%s: %s", g_scan_file ? g_scan_file : "?", what);
-    emit('P', buf, (uint64_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1));
+    if (g_inproc) {
+        if (!what) g_inproc->started = k;
+        return;
+    }
+    if (what)
+        snprintf(g_where->what, sizeof g_where->what, "%s: %s", g_scan_file ? g_scan_file : "?", what);
+    else
+        g_where->started = k;
+    atomic_fetch_add_explicit(&g_where->seq, 1, memory_order_release);
 }
+
+static void scan_progress(const char *what) { where(0, what); }
 
 /* Validates shard `name` (and scans its features with DDP_SURVEY_FINITE); the entry and class pairs in rec. */
 static ddp_status check_one(const char *dir, const char *name, int flags, int64_t **cc, int64_t *cap, char **recp,
@@ -175,7 +188,7 @@ static void check_list(const char *dir, char *const *names, const int64_t *todo,
     vresult r = {0, INT64_MAX, ""};
     for (int64_t i = 0; i < nt; i++) {
         int64_t k = todo[i];
-        emit('S', &k, 8);
+        where(k, NULL);
         uint64_t len = 0;
         ddp_status st = check_one(dir, names[k], flags, &cc, &cap, &rec, &reccap, &len);
         if (st != DDP_OK) {
@@ -206,15 +219,24 @@ void ddp_validate_shards(ddp_shard_checks *v, const char *dir, char *const *name
         return;
     }
     int fds[2];
+    vwhere *w = mmap(NULL, sizeof *w, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (w == MAP_FAILED) {
+        v->status = ddp_set_error(DDP_ERR_IO, "mmap of the validation page: %s", strerror(errno)), v->fail = -1;
+        snprintf(v->msg, sizeof v->msg, "%s", ddp_last_error());
+        return;
+    }
+    w->started = -1; /* the page is zero: seq 0, what "" */
     if (pipe(fds) != 0) {
         v->status = ddp_set_error(DDP_ERR_IO, "pipe: %s", strerror(errno)), v->fail = -1;
         snprintf(v->msg, sizeof v->msg, "%s", ddp_last_error());
+        munmap(w, sizeof *w);
         return;
     }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]), close(fds[1]);
+        munmap(w, sizeof *w);
         v->status = ddp_set_error(DDP_ERR_IO, "fork for validation: %s", strerror(errno)), v->fail = -1;
         snprintf(v->msg, sizeof v->msg, "%s", ddp_last_error());
         return;
@@ -222,6 +244,7 @@ void ddp_validate_shards(ddp_shard_checks *v, const char *dir, char *const *name
     if (pid == 0) {
         close(fds[0]);
         g_pipe = fds[1];
+        g_where = w;
         if (ddp_knob_int(DDP_KNOB_VALIDATE_STDERR) == 0) { /* whatever HDF5 prints while failing is not the message */
             int dn = open("/dev/null", O_WRONLY | O_CLOEXEC);
             if (dn >= 0) dup2(dn, 2);
@@ -234,17 +257,27 @@ void ddp_validate_shards(ddp_shard_checks *v, const char *dir, char *const *name
     char last[8400] = "";
     int timed_out = 0;
     char *body = NULL;
-    uint64_t cap = 0;
-    while (!v->done) { /* each record restarts the per-object clock */
+    uint64_t cap = 0, seen = 0;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* each record and each update of the shared page restarts the per-object clock, looked at 5 times a second */
+    int tick = secs <= 0 ? -1 : secs * 1000 < 200 ? (int)(secs * 1000) : 200;
+    while (!v->done) {
         struct pollfd p = {.fd = fds[0], .events = POLLIN};
-        int pr = poll(&p, 1, secs > 0 ? (int)(secs * 1000) : -1);
+        int pr = poll(&p, 1, tick);
         if (pr < 0 && errno == EINTR) continue;
         if (pr < 0) break;
-        if (pr == 0) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        uint64_t s = atomic_load_explicit(&w->seq, memory_order_acquire);
+        if (pr > 0 || s != seen) {
+            seen = s, t0 = t;
+        } else if ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) >= (double)secs) {
             timed_out = 1;
             kill(pid, SIGKILL);
             break;
         }
+        if (pr == 0) continue;
         char type;
         uint64_t n;
         if (ddp_read_all(fds[0], &type, 1) != 0 || ddp_read_all(fds[0], &n, sizeof n) != 0 || n >= ((uint64_t)1 << 40))
@@ -254,13 +287,17 @@ void ddp_validate_shards(ddp_shard_checks *v, const char *dir, char *const *name
             cap = n + 1 > 65536 ? n + 1 : 65536;
             if (!(body = malloc(cap))) break;
         }
-        if (ddp_read_all(fds[0], body, n) != 0 || on_record(v, type, body, n, last, sizeof last) != 0) break;
+        if (ddp_read_all(fds[0], body, n) != 0 || on_record(v, type, body, n) != 0) break;
     }
     free(body);
     close(fds[0]);
     if (!v->done && !timed_out) kill(pid, SIGKILL); /* it stopped talking: it may still be working through its list */
     int wst = 0;
     while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {}
+    /* the child has ended: the page holds its last position */
+    if (w->started >= 0 && w->started < v->nshards) v->started = w->started;
+    snprintf(last, sizeof last, "%.*s", (int)sizeof w->what - 1, w->what);
+    munmap(w, sizeof *w);
     if (v->done) return;
     v->fail = v->started >= 0 ? v->started : todo[0];
     if (timed_out)
