@@ -77,7 +77,12 @@ int cmd_env(ddp_ctx *ctx, int argc, char **argv)
         got == DDP_DEVICE_CUDA ? "cuda(cublas+nccl)" : "cpu(openblas+mpi)", t->launcher, t->job_id[0] ? t->job_id : "-",
         v.mpi, v.hdf5, v.cuda, v.nccl, cudnn, attn ? attn : "auto", probe);
     if (len >= (int)sizeof line) memcpy(line + sizeof line - 4, "...", 4); /* a line too long says so */
-    char *all = t->rank == 0 ? calloc((size_t)t->size, LINE) : NULL;
+    char *all = t->rank == 0 ? ddp_calloc((size_t)t->size, LINE) : NULL;
+    /* rank 0 gathers into it: a failed allocation there ends every rank with one line, before the gather */
+    st = ddp_agree_status(ctx, t->rank == 0 && !all
+                                   ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for %d ranks' lines", t->size)
+                                   : DDP_OK);
+    if (st != DDP_OK) return cli_fail(ctx, "env", st);
     int mrc = MPI_Gather(line, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (mrc != MPI_SUCCESS) return cli_fail(ctx, "env", ddp_set_error(DDP_ERR_MPI, "MPI_Gather failed"));
     if (t->rank == 0) {

@@ -31,6 +31,11 @@ done
 expect_rc 0 mpirun_np 2 "$MPIDDP" env
 [ "$(printf '%s\n' "$OUT" | grep -c '^rank=')" = 2 ] || fail "env: expected 2 rank lines: $OUT"
 printf '%s\n' "$OUT" | qgrep "rank=1 size=2 local_rank=1 local_size=2 node=0 nodes=1" || fail "env topology: $OUT"
+# rank 0 out of memory for the ranks' lines: one line, every rank exits 1 (it gathered into NULL)
+site="app/cmd_env.c:$(grep -n 'ddp_calloc((size_t)t->size' "$SRC/app/cmd_env.c" | cut -d: -f1)"
+expect_rc 1 timeout 30 mpirun -np 2 --oversubscribe -x MPIDDP_TEST_FAIL_ALLOC="$site" "$MPIDDP" env --device cpu
+[ "$(grep -c 'error:' <<<"$ERR")" = 1 ] && grep -q "mpiddp env: error: out of memory for 2 ranks' lines" <<<"$ERR" ||
+  fail "env, rank 0 out of memory: $ERR"
 # a process that srun's variables call rank 2 of 4 but that MPI started alone: a clear error, exit 1
 expect_rc 1 env SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=2 "$MPIDDP" env
 printf '%s' "$ERR" | qgrep "srun started this process as rank 2 of 4 but MPI says rank 0 of 1: launch with .srun --mpi=pmix." || fail "cross-check: $ERR"
