@@ -72,11 +72,22 @@ static int rank0_has_last(ddp_ctx *ctx, const ddp_train_config *cfg, char *last,
 /* A requeued SLURM job (SLURM_RESTART_COUNT > 0) never starts over what an earlier attempt saved: with
  * RUNDIR/checkpoints/last.h5 present it continues from there, whatever --overwrite or --resume FILE say (one
  * notice); without, it starts as the first attempt did (--overwrite, --resume FILE), else as --resume auto.
+ * The count is a job fact: rank 0's value decides on every rank (one notice when the ranks saw different values, an
+ * MPMD launch or a user's environment on some ranks; before, each rank took its own path and the job could hang).
  * Collective (rank 0 looks for last.h5). Returns 0, or the exit code of an MPI failure. */
 static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
 {
     const ddp_topology *t = ddp_topo(ctx);
-    if (t->restart_count <= 0) return 0;
+    int v[3] = {cli_rank0(ctx) ? t->restart_count : INT_MIN, t->restart_count, -t->restart_count};
+    if (MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT, MPI_MAX, ctx->world) != MPI_SUCCESS)
+        return cli_fail(ctx, "train", ddp_set_error(DDP_ERR_MPI, "MPI_Allreduce of SLURM_RESTART_COUNT failed"));
+    int count = v[0];
+    if (v[1] != -v[2] && cli_rank0(ctx))
+        fprintf(stderr,
+                "mpiddp train: notice: the ranks see different SLURM_RESTART_COUNT values (%d to %d); rank 0's, %d, "
+                "applies on every rank\n",
+                -v[2], v[1], count);
+    if (count <= 0) return 0;
     char last[PATH_MAX + 32];
     int have = rank0_has_last(ctx, cfg, last, sizeof last);
     if (MPI_Bcast(&have, 1, MPI_INT, 0, ctx->world) != MPI_SUCCESS)
@@ -86,8 +97,7 @@ static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
         fprintf(stderr,
                 "mpiddp train: notice: a requeued job (SLURM_RESTART_COUNT=%d) continues from %s: %s%s is not "
                 "applied\n",
-                t->restart_count, last, cfg->overwrite ? "--overwrite" : "--resume ",
-                cfg->overwrite ? "" : cfg->resume);
+                count, last, cfg->overwrite ? "--overwrite" : "--resume ", cfg->overwrite ? "" : cfg->resume);
     if (have) {
         cfg->resume = "auto";
         cfg->overwrite = 0;

@@ -1,7 +1,8 @@
 # A resume into a run directory changes nothing until every check has passed, and touches only the run's own files:
 # --resume auto without a last.h5 is refused (a SLURM restart of the same job starts again); a refused resume keeps
 # the top-k files, run.json and the metric files as they were; a fork starts with an empty top-k list; a resume on
-# fewer ranks trims every metrics_rank<R>.csv (docs/run-directory.md, "One run per directory").
+# fewer ranks trims every metrics_rank<R>.csv; ranks that see different SLURM_RESTART_COUNT values follow rank 0's
+# (docs/run-directory.md, "One run per directory").
 . "$(dirname "$0")/lib.sh"
 synth --out t --samples 240 --dim 8 --classes 3 --shards 2 --seed 3
 synth --out v --samples 60 --dim 8 --classes 3 --shards 1 --seed 3 --first-id 9000
@@ -46,6 +47,24 @@ expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=4343 SLURM_RESTART_COUNT=1 "$MPIDDP" tr
 [ "$(wc -l <rq/checkpoints/decisions.log)" = 2 ] && [ -z "$(dups rq/checkpoints/decisions.log)" ] ||
   fail "restart: decisions.log $(cat rq/checkpoints/decisions.log)"
 pass "a requeued job's restart before its first save starts again"
+
+# 1d. the ranks see different SLURM_RESTART_COUNT values (an MPMD launch, a user's environment on one rank): rank 0's
+#     value applies on every rank, with one notice; before, each rank took its own path (rank 0 = 1: an MPI error on
+#     rank 1; rank 0 = 0: a hang)
+mpmd() { local r0=$1 r1=$2; shift 2
+  expect_rc 0 timeout 60 mpirun --oversubscribe -np 1 env SLURM_RESTART_COUNT="$r0" "$MPIDDP" train "$@" : \
+    -np 1 env SLURM_RESTART_COUNT="$r1" "$MPIDDP" train "$@"
+  [ "$(grep -c "notice: the ranks see different SLURM_RESTART_COUNT values (0 to 1); rank 0's, $r0, applies on every rank" <<<"$ERR")" = 1 ] ||
+    fail "MPMD restart counts $r0/$r1: $ERR"
+}
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=10 "$MPIDDP" train "${base[@]}" --epochs 2 --out mp
+mpmd 1 0 "${base[@]}" --epochs 2 --out mp --overwrite
+grep -q "notice: a requeued job (SLURM_RESTART_COUNT=1) continues from mp/checkpoints/last.h5: --overwrite is not applied" <<<"$ERR" &&
+  grep -q "resuming from mp/checkpoints/last.h5" <<<"$ERR" || fail "rank 0 restarted: $ERR"
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=10 "$MPIDDP" train "${base[@]}" --epochs 2 --out mp0
+mpmd 0 1 "${base[@]}" --epochs 2 --out mp0 --overwrite
+! grep -q "resuming from" <<<"$ERR" && grep -q "finished at epoch 1" <<<"$OUT" || fail "rank 0 first attempt: $OUT $ERR"
+pass "SLURM_RESTART_COUNT: rank 0's value applies on every rank"
 
 # 2. a lower --save-top-k on a resume that is then refused (a smaller --train by mistake: its epoch cannot continue
 #    the saved position) deletes no top-k file; the resume that goes ahead deletes the dropped ones once last.h5 is
@@ -119,3 +138,4 @@ grep -q "resuming from fewer/checkpoints/last.h5 .* step 5" <<<"$ERR" || fail "r
 [ "$(awk -F, 'NR>1 && $2>5' fewer/metrics_rank1.csv | wc -l)" = 0 ] || fail "metrics_rank1.csv keeps the killed run's rows: $(cat fewer/metrics_rank1.csv)"
 [ "$(awk -F, 'NR>1 && $2<=5 && $3!=""' fewer/metrics_rank1.csv | wc -l)" = 5 ] || fail "metrics_rank1.csv lost rows: $(cat fewer/metrics_rank1.csv)"
 pass "a resume on fewer ranks trims every metrics_rank<R>.csv"
+
