@@ -277,10 +277,31 @@ static void newest_topk(const char *dir, char *rel, size_t len)
     closedir(d);
 }
 
+/* ddp_mkdir_p that records in rd->created the first directory of the path its own mkdir made (a directory another
+ * process made at the same moment is not this run's). */
+static ddp_status make_dir(ddp_rundir *rd, const char *dir)
+{
+    char p[4400];
+    snprintf(p, sizeof p, "%s", dir);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = 0; /* "out/" names the directory out */
+    for (char *s = p + 1;; s++) {
+        if (*s && *s != '/') continue;
+        char c = *s;
+        *s = 0;
+        if (mkdir(p, 0777) == 0 && !rd->created[0]) snprintf(rd->created, sizeof rd->created, "%s", p);
+        *s = c;
+        if (!c) break;
+    }
+    return ddp_mkdir_p(dir); /* its checks (a directory, writable) and its one-line errors */
+}
+
 static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *resume, int overwrite,
                                 const ddp_topology *t)
 {
-    DDP_CHECK(ddp_mkdir_p(dir));
+    rd->had_progress = exists(dir, "progress");
+    rd->had_checkpoints = exists(dir, "checkpoints");
+    DDP_CHECK(make_dir(rd, dir));
     char path[4400], holder[512] = "";
     snprintf(path, sizeof path, "%s/%s", dir, LOCK_NAME);
     double t0 = now_s();
@@ -346,10 +367,49 @@ ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume,
     memset(rd, 0, sizeof *rd);
     rd->lock_fd = -1;
     ddp_status st = DDP_OK;
-    if (ctx->topo.rank == 0) st = acquire_local(rd, dir, resume, overwrite, &ctx->topo);
+    if (ctx->topo.rank == 0) {
+        snprintf(rd->dir, sizeof rd->dir, "%s", dir);
+        st = acquire_local(rd, dir, resume, overwrite, &ctx->topo);
+    }
     st = ddp_agree_status(ctx, st);
-    if (st != DDP_OK) ddp_rundir_release(rd);
+    if (st != DDP_OK) ddp_rundir_discard(ctx, rd); /* a fresh --out it made is gone again */
     return st;
+}
+
+/* rmdir of dir/sub (sub "" : dir itself); 1 when removed. */
+static int rmdir_in(const char *dir, const char *sub)
+{
+    char p[4500];
+    snprintf(p, sizeof p, "%s%s%s", dir, sub[0] ? "/" : "", sub);
+    return rmdir(p) == 0;
+}
+
+void ddp_rundir_discard(ddp_ctx *ctx, ddp_rundir *rd)
+{
+    if (ctx->topo.rank != 0 || !rd->dir[0]) {
+        ddp_rundir_release(rd);
+        return;
+    }
+    /* while the lock is held no other run is in dir: the board's rank<R> files are this run's (watchdog.c) */
+    if (!rd->had_progress && rd->lock_fd >= 0) {
+        char p[4500];
+        for (int r = 0; r < ctx->topo.size; r++) {
+            snprintf(p, sizeof p, "%s/progress/rank%d", rd->dir, r);
+            (void)unlink(p);
+        }
+        (void)rmdir_in(rd->dir, "progress"); /* kept if anything else is in it */
+    }
+    if (!rd->had_checkpoints && rd->lock_fd >= 0) (void)rmdir_in(rd->dir, "checkpoints");
+    ddp_rundir_release(rd); /* run.lock goes: from here only rmdir, which removes only what is empty */
+    if (!rd->created[0] || !rmdir_in(rd->dir, "")) return; /* not empty: something is not this run's */
+    char p[4400]; /* then the parents make_dir made, up to the first one it created */
+    snprintf(p, sizeof p, "%s", rd->dir);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+    while (strcmp(p, rd->created) != 0) {
+        char *slash = strrchr(p, '/');
+        if (!slash || slash == p || rmdir((*slash = 0, p)) != 0) return;
+    }
 }
 
 void ddp_rundir_release(ddp_rundir *rd)

@@ -9,7 +9,11 @@
 typedef struct {
     int lock_fd; /* rank 0: the locked RUNDIR/run.lock; -1 elsewhere */
     char lock_path[4400];
-    int removed; /* files removed by --overwrite */
+    char dir[4400]; /* rank 0: the run directory as given */
+    int removed;    /* files removed by --overwrite */
+    /* rank 0: what this run created, so that a run that ends before writing anything leaves nothing behind */
+    char created[4400]; /* the topmost directory of dir's path this run's mkdir made ("" when dir existed) */
+    int had_progress, had_checkpoints; /* dir/progress and dir/checkpoints existed before this run */
 } ddp_rundir;
 
 /* Collective. Rank 0 creates dir, takes its lock (waiting up to a few seconds for a run that is ending) and,
@@ -25,6 +29,12 @@ ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume,
 int ddp_rundir_own_checkpoint(const char *dir, const char *ckpt);
 /* Releases the lock (no-op off rank 0 or when not held). */
 void ddp_rundir_release(ddp_rundir *rd);
+/* Instead of ddp_rundir_release, for a run that failed (or was refused) before it wrote any file of the run: rank 0
+ * removes what the run created and nothing else — while still holding the lock, the progress board's files
+ * rank0..rank<size-1> and the progress and checkpoints directories when they did not exist before; then, the lock
+ * released, dir and the parents this run's mkdir made, each only while empty (rmdir). A directory that existed before
+ * the run stays. Best effort; elsewhere than rank 0 only the release. */
+void ddp_rundir_discard(ddp_ctx *ctx, ddp_rundir *rd);
 /* 1 when rel is a relative path that stays inside the directory it is relative to (no "..", not absolute). */
 int ddp_rundir_inside(const char *rel);
 /* Rank 0, on resume: removes the temporaries of a save killed before its rename (last.h5's and the top-k files'

@@ -57,6 +57,7 @@ typedef struct {
     ddp_train_summary *summary; /* optional: the end of the run, for the CLI */
     ddp_test_hooks hooks;       /* MPIDDP_TEST_*, read once (test_hooks.h) */
     int resuming;               /* setup resumed from a checkpoint */
+    int wrote;                  /* the run's files were started (run.json and after): a failure keeps its directory */
     ddp_loader_cursor peek;     /* ddp_model.prefetch: the next micro-batch (step -1: none) */
 } trainer;
 
@@ -441,6 +442,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, ts->epoch)));
     }
     DDP_TRY(ddp_train_state_resume_position(ts, opt_steps)); /* the last check of a resume: nothing written before */
+    tr->wrote = 1;
     DDP_TRY(ddp_agree_status(ctx, ddp_train_start_files(ts, tr->resuming, ddp_dataset_get_info(train),
                                                         ddp_dataset_get_info(val), &tr->csv, &tr->csv_rank)));
     DDP_TRY(ddp_train_state_settle_schedule(ts, steps0));
@@ -566,7 +568,10 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
         st = ddp_run_json_data_cache(ctx, rj, train, val);
     }
     teardown(&tr);
-    ddp_rundir_release(&rd);
+    if (st != DDP_OK && !tr.wrote)
+        ddp_rundir_discard(ctx, &rd); /* refused before writing: a --out this run made is gone again */
+    else
+        ddp_rundir_release(&rd);
     if (summary && summary->valid) summary->wall_s = now_s() - t_start;
     return st;
 }

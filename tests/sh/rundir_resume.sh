@@ -1,8 +1,8 @@
 # A resume into a run directory changes nothing until every check has passed, and touches only the run's own files:
 # --resume auto without a last.h5 is refused (a SLURM restart of the same job starts again); a refused resume keeps
 # the top-k files, run.json and the metric files as they were; a fork starts with an empty top-k list; a resume on
-# fewer ranks trims every metrics_rank<R>.csv; ranks that see different SLURM_RESTART_COUNT values follow rank 0's
-# (docs/run-directory.md, "One run per directory").
+# fewer ranks trims every metrics_rank<R>.csv; ranks that see different SLURM_RESTART_COUNT values follow rank 0's; a
+# refused resume leaves no directory it created (docs/run-directory.md, "One run per directory").
 . "$(dirname "$0")/lib.sh"
 synth --out t --samples 240 --dim 8 --classes 3 --shards 2 --seed 3
 synth --out v --samples 60 --dim 8 --classes 3 --shards 1 --seed 3 --first-id 9000
@@ -139,3 +139,24 @@ grep -q "resuming from fewer/checkpoints/last.h5 .* step 5" <<<"$ERR" || fail "r
 [ "$(awk -F, 'NR>1 && $2<=5 && $3!=""' fewer/metrics_rank1.csv | wc -l)" = 5 ] || fail "metrics_rank1.csv lost rows: $(cat fewer/metrics_rank1.csv)"
 pass "a resume on fewer ranks trims every metrics_rank<R>.csv"
 
+# 8. a resume refused before it writes anything (no such file, not a checkpoint, another model, a position the data
+#    cannot continue) leaves nothing behind: an --out it created is gone again, with the parents it made and the
+#    progress board; an --out that existed (empty) stays, empty. Before, the new directory stayed.
+echo junk >notckpt.h5
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=10 "$MPIDDP" train "${base[@]}" --epochs 2 --out mid
+refused() { local out=$1; shift
+  expect_rc 1 mpirun_np 2 "$MPIDDP" train --val v --batch-size 8 --lr 0.01 --no-progress --device cpu --epochs 2 \
+    --collective-timeout 30 --out "$out" "$@"
+  grep -q "mpiddp train: error: " <<<"$ERR" || fail "$*: $ERR"
+}
+mkdir -p mine
+for case in "--train t --hidden 16 --resume missing.h5" "--train t --hidden 16 --resume notckpt.h5" \
+  "--train t --hidden 32 --resume mid/checkpoints/last.h5" "--train t3 --hidden 16 --resume mid/checkpoints/last.h5"; do
+  read -r -a args <<<"$case"
+  refused new/sub "${args[@]}"
+  [ ! -e new ] || fail "$case: a refused resume left $(find new)"
+  refused mine "${args[@]}"
+  [ -d mine ] && [ -z "$(ls -A mine)" ] || fail "$case: the existing empty --out: $(find mine)"
+done
+grep -q "resume position: .* cannot be continued exactly" <<<"$ERR" || fail "the position case: $ERR"
+pass "a refused resume leaves no directory it created"
