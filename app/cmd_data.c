@@ -132,6 +132,17 @@ int cmd_index(ddp_ctx *ctx, int argc, char **argv)
         return cli_usage(ctx, "index", "--manifest none: give the file to write");
     if (manifest && ddp_agree_status(ctx, cli_rank0(ctx) ? ddp_manifest_replaceable(manifest) : DDP_OK) != DDP_OK)
         return cli_usage(ctx, "index", "%s", ddp_last_error()); /* before validating: a shard named by mistake */
+    if (cli_rank0(ctx)) { /* the temporaries of an index killed before its rename (rank 0 writes the manifest) */
+        char path[4200], other[4400];
+        snprintf(path, sizeof path, "%s%s%s", manifest ? manifest : pos[0], manifest ? "" : "/",
+                 manifest ? "" : DDP_MANIFEST_NAME);
+        int64_t kept = ddp_manifest_remove_stale(path, other, sizeof other);
+        if (kept)
+            fprintf(stderr,
+                    "mpiddp index: notice: %lld manifest temporary file(s) of another host kept (%s): an index there "
+                    "may be writing; remove them once none runs\n",
+                    (long long)kept, other);
+    }
     ddp_survey sv;
     ddp_status st = ddp_dataset_survey(ctx, pos[0], "none", DDP_SURVEY_STATS | DDP_SURVEY_FINITE, &sv);
     if (st == DDP_OK) st = ddp_survey_write_manifest(ctx, &sv, manifest);

@@ -154,6 +154,9 @@ int main(int argc, char **argv)
         ddp_finalize(ctx);
         return 1;
     }
+    /* after MPI_Init, so that the handlers are ours: a killed `index` leaves no manifest temporary behind */
+    if (fn != cmd_train && cli_fatal_signals_cleanup() != 0 && cli_rank0(ctx))
+        fprintf(stderr, "mpiddp %s: notice: cannot set up the signal handlers that remove temporaries\n", argv[1]);
     int rc = fn(ctx, argc, argv);
     fflush(stdout);
     if (rc != 0) /* coverage builds: counters now, before MPI_Finalize, which mpirun cuts short once a rank failed */

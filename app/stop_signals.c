@@ -1,11 +1,14 @@
 /* stop_signals.c — the stop requests of `mpiddp train` (SIGUSR1, SIGUSR2, SIGTERM, SIGINT), taken by one thread that
  * waits for them; every other thread of the process, MPI's, OpenMP's and oneDNN's included, has them blocked,
- * so no signal handler ever runs on a compute thread's stack (docs/faults.md, "Stop signals"). */
+ * so no signal handler ever runs on a compute thread's stack (docs/faults.md, "Stop signals"). The other commands:
+ * SIGINT, SIGTERM and SIGHUP remove the temporary being written (the manifest's) before they end the process. */
 #include "stop_signals.h"
 
+#include "mpi_ddp/core/fsutil.h"
 #include "mpiddp.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -95,3 +98,29 @@ int cli_stop_signals_start(void)
 void cli_stop_signals_arm(int kinds) { atomic_store(&g_armed, kinds); }
 
 int cli_stop_signal_received(void) { return atomic_load(&g_last_signal); }
+
+/* Async-signal-safe: unlink of a path registered before the temporary was created, then the signal's default action
+ * (SA_RESETHAND; the raised signal is delivered when the handler returns). */
+static void on_fatal(int sig)
+{
+    int e = errno;
+    ddp_unlink_registered_temporary();
+    raise(sig);
+    errno = e;
+}
+
+int cli_fatal_signals_cleanup(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        if (sigaction(sigs[i], NULL, &old) != 0) return -1;
+        if (old.sa_handler == SIG_IGN) continue; /* ignored when started (nohup, a background job): stays ignored */
+        if (sigaction(sigs[i], &sa, NULL) != 0) return -1;
+    }
+    return 0;
+}

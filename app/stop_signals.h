@@ -15,5 +15,8 @@ int cli_stop_signals_start(void);
 void cli_stop_signals_arm(int kinds);
 /* The last stop signal taken (0: none). */
 int cli_stop_signal_received(void);
+/* The commands other than train: SIGINT, SIGTERM and SIGHUP first remove the temporary the process is writing
+ * (ddp_register_temporary: the manifest's), then take their default action. Returns 0, or -1 on failure. */
+int cli_fatal_signals_cleanup(void);
 
 #endif

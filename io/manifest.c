@@ -2,14 +2,19 @@
  * every check a stale or damaged file can fail (magic, version, sizes, CRC-32, names), and the atomic write. */
 #include "io/manifest.h"
 
+#include "mpi_ddp/core/fsutil.h"
+#include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -151,6 +156,60 @@ static void put(mf_out *o, const void *p, size_t n)
     if (fwrite(p, 1, n, o->f) != n) o->bad = 1;
 }
 
+/* This host's name as temporaries carry it: gethostname, every character outside [A-Za-z0-9._-] as '_'. */
+static void tmp_host(char *buf, size_t len)
+{
+    if (gethostname(buf, len - 1) != 0) buf[0] = 0;
+    buf[len - 1] = 0;
+    for (char *c = buf; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("._-", *c)))
+            *c = '_';
+    if (!buf[0]) snprintf(buf, len, "host");
+}
+
+int ddp_manifest_is_temporary(const char *name, const char *base, char *host, size_t hostlen, long *pid)
+{
+    size_t n = strlen(base);
+    if (strncmp(name, base, n) != 0 || strncmp(name + n, ".tmp.", 5) != 0) return 0;
+    const char *rest = name + n + 5, *dot = strrchr(rest, '.');
+    const char *digits = dot ? dot + 1 : rest;
+    if (!*digits || strspn(digits, "0123456789") != strlen(digits) || strlen(digits) > 9) return 0;
+    if (dot && dot == rest) return 0; /* ".tmp..PID": no host */
+    if (host) snprintf(host, hostlen, "%.*s", dot ? (int)(dot - rest) : 0, rest);
+    if (pid) *pid = strtol(digits, NULL, 10);
+    return 1;
+}
+
+int64_t ddp_manifest_remove_stale(const char *path, char *other, size_t otherlen)
+{
+    char dir[4200], me[256], host[256];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else if (slash)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    else
+        snprintf(dir, sizeof dir, ".");
+    if (other && otherlen) other[0] = 0;
+    tmp_host(me, sizeof me);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int64_t kept = 0;
+    struct dirent *e;
+    long pid;
+    while ((e = readdir(d))) {
+        if (!ddp_manifest_is_temporary(e->d_name, base, host, sizeof host, &pid)) continue;
+        if (strcmp(host, me) != 0) { /* another node's (or an older mpiddp's, without a host): it may be writing */
+            if (!kept++ && other) snprintf(other, otherlen, "%s/%s", dir, e->d_name);
+            continue;
+        }
+        if (pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            (void)unlinkat(dirfd(d), e->d_name, 0); /* its writer is gone; best effort: a temporary is never read */
+    }
+    closedir(d);
+    return kept;
+}
+
 ddp_status ddp_manifest_replaceable(const char *path)
 {
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
@@ -184,8 +243,9 @@ ddp_status ddp_manifest_write(const char *path, ddp_manifest_entry *entries, cha
         return ddp_set_error(DDP_ERR_INTERNAL, "%s: %lld class pairs, the entries say %lld", path, (long long)npairs,
                              (long long)cc);
     int64_t pad = (8 - nb % 8) % 8;
-    char tmp[4200], dir[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+    char tmp[4200], dir[4200], host[256];
+    tmp_host(host, sizeof host);
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%s.%ld", path, host, (long)getpid()) >= (int)sizeof tmp)
         return ddp_set_error(DDP_ERR_ARG, "%.200s...: manifest path too long", path);
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -195,8 +255,12 @@ ddp_status ddp_manifest_write(const char *path, ddp_manifest_entry *entries, cha
         *slash = 0;
     else
         snprintf(dir, sizeof dir, ".");
+    ddp_register_temporary(tmp); /* SIGINT, SIGTERM, SIGHUP: the handler removes it (app/stop_signals.c) */
     mf_out o = {fopen(tmp, "wb"), crc32(0L, Z_NULL, 0), 0};
-    if (!o.f) return ddp_set_error(DDP_ERR_IO, "%s: cannot write the manifest there (%s)", dir, strerror(errno));
+    if (!o.f) {
+        ddp_register_temporary(NULL);
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot write the manifest there (%s)", dir, strerror(errno));
+    }
     mf_header h = {.version = DDP_MANIFEST_VERSION,
                    .entry_size = sizeof(ddp_manifest_entry),
                    .count = count,
@@ -214,9 +278,15 @@ ddp_status ddp_manifest_write(const char *path, ddp_manifest_entry *entries, cha
     int err = 0;
     if (o.bad || fflush(o.f) != 0 || fsync(fileno(o.f)) != 0) err = errno ? errno : EIO;
     if (fclose(o.f) != 0 && !err) err = errno;
+    int64_t delay_ms = ddp_knob_int(DDP_KNOB_TEST_MANIFEST_DELAY_MS);
+    if (!err && delay_ms > 0) {
+        struct timespec ts = {(time_t)(delay_ms / 1000), (long)(delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     if (!err && rename(tmp, path) != 0) err = errno;
+    if (err) remove(tmp);
+    ddp_register_temporary(NULL);
     if (err) {
-        remove(tmp);
         return ddp_set_error(DDP_ERR_IO, "%s: cannot write the manifest (%s)", path, strerror(err));
     }
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -149,4 +150,25 @@ int ddp_read_all(int fd, void *p, size_t n)
         n -= (size_t)k;
     }
     return 0;
+}
+
+/* Two buffers: the one a handler may be reading is never the one being filled. */
+static char g_tmp[2][4400];
+static atomic_int g_tmp_slot = -1; /* the buffer holding the registered path; -1: none */
+
+void ddp_register_temporary(const char *path)
+{
+    if (!path) {
+        atomic_store(&g_tmp_slot, -1);
+        return;
+    }
+    int next = atomic_load(&g_tmp_slot) == 0 ? 1 : 0;
+    snprintf(g_tmp[next], sizeof g_tmp[next], "%s", path);
+    atomic_store(&g_tmp_slot, next);
+}
+
+void ddp_unlink_registered_temporary(void)
+{
+    int slot = atomic_load(&g_tmp_slot);
+    if (slot >= 0) (void)unlink(g_tmp[slot]); /* async-signal-safe; ENOENT (not created yet, or renamed) is fine */
 }

@@ -40,7 +40,8 @@
     S(TEST_ALLOC_SITES, "test hook: PREFIX.r<rank> gets every allocation site reached")                       \
     I(TEST_GATHER_CHUNK, 134217728, "test hook: elements per message of the prediction gather")               \
     I(TEST_DIE_IN_SAVE, 0, "test hook: rank 0 is killed between writing and renaming its N-th checkpoint")    \
-    I(TEST_PLAN_SLACK, 0, "test hook: rows added to the planned activation buffers (negative: fewer)")
+    I(TEST_PLAN_SLACK, 0, "test hook: rows added to the planned activation buffers (negative: fewer)")        \
+    I(TEST_MANIFEST_DELAY_MS, 0, "test hook: the manifest writer waits this long before renaming its temporary")
 
 #define DDP_KNOB_ENUM_(name, ...) DDP_KNOB_##name,
 typedef enum { DDP_KNOBS(DDP_KNOB_ENUM_, DDP_KNOB_ENUM_) DDP_KNOB_COUNT } ddp_knob;
