@@ -1,6 +1,7 @@
 /* cuda_loader.c — finds and dlopens the GPU plugin: $MPIDDP_CUDA_PLUGIN (the real plugin or the host emulator,
- * libmpiddp_cudaemu.so) when set, else libmpiddp_cuda.so next to the executable, in ../lib beside it, in the build
- * tree, in the installed lib directory, then on the loader's search path. */
+ * libmpiddp_cudaemu.so) when set, else libmpiddp_cuda.so next to the executable, in ../lib beside it, beside
+ * libmpiddp.so (a program built against an install), in the build tree (its archive only), in the configured lib
+ * directory, then on the loader's search path. */
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/core/status.h"
@@ -73,6 +74,14 @@ static void load(void)
             snprintf(path, sizeof path, "%s/../lib/%s", dir, PLUGIN);
             h = try_open(path);
         }
+    }
+    Dl_info self; /* the shared library holding this code (the executable itself when linked statically) */
+    if (!h && !g_found && dladdr((void *)&ddp_cuda, &self) && self.dli_fname && self.dli_fname[0] == '/') {
+        char lib[PATH_MAX];
+        snprintf(lib, sizeof lib, "%s", self.dli_fname);
+        const char *libdir = dirname(lib);
+        snprintf(path, sizeof path, "%s/%s", libdir, PLUGIN);
+        if (n <= 0 || strcmp(libdir, dir)) h = try_open(path);
     }
     if (!h && !g_found && *MPIDDP_PLUGIN_BUILD_DIR) h = try_open(MPIDDP_PLUGIN_BUILD_DIR "/" PLUGIN);
     if (!h && !g_found && *MPIDDP_PLUGIN_INSTALL_DIR) h = try_open(MPIDDP_PLUGIN_INSTALL_DIR "/" PLUGIN);
