@@ -130,11 +130,19 @@ int main(int argc, char **argv)
         cfg.progress = 0;
         st = ddp_train(ctx, &cfg, &model, tr, va);
     }
-    if (st != DDP_OK && ddp_topo(ctx)->rank == 0) fprintf(stderr, "user_model: %s\n", ddp_last_error());
+    /* DDP_ERR_BUSY: RUN_DIR holds another run or a live run uses it. The library's line names the CLI's options
+     * (--out, --resume, --overwrite), which this program does not take: say what it does take. */
+    if (st == DDP_ERR_BUSY && ddp_topo(ctx)->rank == 0)
+        fprintf(stderr,
+                "user_model: RUN_DIR %s holds another run's files or is in use by a running job: give a new "
+                "RUN_DIR, or remove that run's files first (this program neither resumes nor overwrites)\n",
+                argv[3]);
+    else if (st != DDP_OK && ddp_topo(ctx)->rank == 0)
+        fprintf(stderr, "user_model: %s\n", ddp_last_error());
     free(lm.pooled);
     free(lm.logits);
     ddp_dataset_close(tr);
     ddp_dataset_close(va);
     ddp_finalize(ctx);
-    return st == DDP_OK ? 0 : 1;
+    return st == DDP_OK ? 0 : st == DDP_ERR_BUSY ? 2 : 1; /* 2: a usage error, as the CLI's */
 }

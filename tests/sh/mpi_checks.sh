@@ -1,7 +1,8 @@
 # Multi-rank behaviour with real ranks: rank 0 alone reads shard metadata (np 4); a collective metric
 # logged on rank 0 only stops every rank with an error naming it (np 2 and 4, bounded time), also when an
 # allocation of that check fails on one rank; a metric with no count anywhere is nan, not 0; `env`
-# reports one line per rank; the user-model example trains through the public header.
+# reports one line per rank; the user-model example trains through the public header and refuses a used RUN_DIR
+# in its own words.
 . "$(dirname "$0")/lib.sh"
 synth --out d --samples 200 --shards 4 --dim 6 --classes 3
 mpirun_np 4 "$TESTTOOL" meta d || fail "metadata / mapping counters"
@@ -43,4 +44,9 @@ synth --out val --samples 80 --shards 1 --dim 6 --classes 3 --first-id 100000
 mpirun_np 2 "$EXAMPLE" d val user_run
 acc=$(csv_last user_run/metrics.csv val/acc)
 awk -v a="$acc" 'BEGIN{exit !(a >= 0.9)}' || fail "user model val/acc $acc"
+# the same RUN_DIR again: refused (exit 2) naming RUN_DIR and what the example takes, not the CLI's options
+expect_rc 2 mpirun_np 2 "$EXAMPLE" d val user_run
+grep -q "^user_model: RUN_DIR user_run holds another run's files .*give a new RUN_DIR" <<<"$ERR" ||
+  fail "user model into a used RUN_DIR: $ERR"
+! grep -E -- '--(out|resume|overwrite)' <<<"$ERR" || fail "user model's refusal names options it does not take"
 pass "metadata on rank 0 only, mismatch detected, env, user model (val/acc $acc)"
