@@ -30,6 +30,12 @@ soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$(readlink -f "$lib")" = "$(readlink -f "$L/$soname")" ] || fail "libmpiddp.so and $soname are different files"
 ver=$(sed -n 's/^Version: //p' "$L/pkgconfig/mpiddp.pc")
 [ -e "$L/libmpiddp.so.$ver" ] || fail "no libmpiddp.so.$ver (mpiddp.pc says version $ver)"
+# it exports exactly the functions the installed header declares (names followed by a parenthesis), no internal one
+nm -D --defined-only "$lib" | awk '$2 == "T" {print $3}' | sort -u > exported.txt
+grep -oE '\bddp_[a-z0-9_]+\(' "$P/include/mpiddp.h" | tr -d '(' | sort -u > declared.txt
+[ -s declared.txt ] || fail "no function found in $P/include/mpiddp.h"
+cmp -s exported.txt declared.txt ||
+  fail "libmpiddp.so's functions differ from mpiddp.h's: $(diff declared.txt exported.txt | grep '^[<>]' | head -5 | tr '\n' ' ')"
 
 # 2. nothing installed points into the build or source tree: text files, RUNPATHs, resolved libraries
 if grep -rlF -e "$BUILD" -e "$SRCDIR/" "$P/include" "$L/cmake" "$L/pkgconfig" > paths.txt; then
