@@ -402,6 +402,9 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         free(mode);
     }
     if (H5Aexists(f, "skipped_steps") > 0) DDP_TRY(read_i64_attr(f, path, "skipped_steps", &cs->skipped_steps));
+    cs->dropout = NAN; /* recorded with a built-in model's hyperparameters */
+    if (H5Aexists(f, "model_dropout") > 0)
+        DDP_TRY(read_attr(f, path, "model_dropout", H5T_NATIVE_DOUBLE, &cs->dropout));
     cs->precision = DDP_PRECISION_FP32;
     if (H5Aexists(f, "precision") > 0) {
         char *prec = NULL;

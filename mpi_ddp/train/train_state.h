@@ -39,6 +39,7 @@ typedef struct {
         char path[4400];
     } lr_saved;
     ddp_train_config cfg_resumed;
+    const char *lr_horizon; /* run.json's lr_schedule.horizon: "run", "checkpoint" or "restart" (settled) */
     ddp_decider dec;
     char ckpt_dir[4200];
     /* rank 0, a resume with a lower --save-top-k: the top-k files (4800 bytes each, relative to the run directory)
@@ -59,10 +60,13 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path);
  * opt_steps optimizer steps; clears the pending position. Every rank computes the same; writes nothing (the last
  * check of a resume, before any file of the run directory is written). */
 ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps);
-/* Collective, in every run, once run.json is written: with steps0, the first epoch's optimizer steps (the schedule's
- * horizon is --epochs x steps0), settles the learning-rate schedule (a resume keeps the checkpoint's horizon or
- * restarts the decay, --lr-horizon; rank 0 prints one notice when the schedule changes) and records it in run.json. */
+/* In every run, before the run directory's files are written: with steps0, the first epoch's optimizer steps (the
+ * schedule's horizon is --epochs x steps0), settles the learning-rate schedule (a resume keeps the checkpoint's
+ * horizon or restarts the decay, --lr-horizon; rank 0 prints one notice when the schedule changes). A warmup longer
+ * than the schedule's steps: DDP_ERR_ARG on every rank (every rank computes the same). Writes nothing. */
 ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0);
+/* Collective, once run.json is written: records the settled schedule (of total = the run's optimizer steps) there. */
+ddp_status ddp_train_state_record_schedule(ddp_train_state *ts, int64_t total);
 /* Collective, once every check of a resume has passed (run_files.c): the run directory's files at the start of a run
  * (resuming: from a checkpoint; the metric files and decisions.log keep what precedes its step), the CSV files
  * (*csv on rank 0, *csv_rank with --log-per-rank), the progress board and run.json. */

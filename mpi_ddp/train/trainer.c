@@ -441,11 +441,12 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         DDP_TRY(epoch_steps(tr, &tsm, NULL, &nmb0, &steps0));
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, ts->epoch)));
     }
-    DDP_TRY(ddp_train_state_resume_position(ts, opt_steps)); /* the last check of a resume: nothing written before */
+    DDP_TRY(ddp_train_state_resume_position(ts, opt_steps)); /* the last checks: nothing written before */
+    DDP_TRY(ddp_train_state_settle_schedule(ts, steps0));
     tr->wrote = 1;
     DDP_TRY(ddp_agree_status(ctx, ddp_train_start_files(ts, tr->resuming, ddp_dataset_get_info(train),
                                                         ddp_dataset_get_info(val), &tr->csv, &tr->csv_rank)));
-    DDP_TRY(ddp_train_state_settle_schedule(ts, steps0));
+    DDP_TRY(ddp_train_state_record_schedule(ts, steps0 * epochs));
     ts->lr_total = steps0 * epochs;
     tr->lr_last = ddp_lr_at(c, ts->global_step, ts->lr_total);
     int64_t total_steps = opt_steps * epochs, first_epoch = ts->epoch;

@@ -254,6 +254,9 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     MPI_CHECK(MPI_Bcast(sampling, (int)sizeof sampling, MPI_CHAR, 0, ctx->world));
     int W = ctx->topo.size;
     int64_t gb = (int64_t)c->batch_size * W * c->accumulate, gr = c->batch_rows * W * c->accumulate;
+    /* saved at an epoch boundary (the start of the next epoch, nothing of it trained): another epoch order (--shuffle,
+     * --sampling, a shard checkpoint's world size) continues it exactly, no sample trained twice or skipped */
+    int boundary = facts[8] >= 0 ? facts[8] == 0 : facts[1] == 0 && facts[7] == 0;
     st = DDP_OK;
     if (facts[6] > 0 && gr == 0) /* name the option each side used, and the value that resumes */
         st = ddp_set_error(
@@ -273,12 +276,13 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
                 DDP_ERR_ARG,
                 "%s: saved with a global budget of %lld rows; this run's is %lld (batch-rows x ranks x accumulate)",
                 path, (long long)facts[6], (long long)gr);
-    } else if (facts[4] != W && !strcmp(sampling, "shard")) /* each rank's own shards: no other world size continues */
+    } else if (facts[4] != W && !boundary && !strcmp(sampling, "shard")) /* each rank's own shards: mid-epoch, no
+                                                                          * other world size continues */
         st = ddp_set_error(DDP_ERR_ARG,
                            "%s: saved by %lld ranks with --sampling shard, whose order depends on the world size; "
                            "resume it on %lld ranks with --sampling shard",
                            path, (long long)facts[4], (long long)facts[4]);
-    else if (facts[4] != W && (c->sampling_shard || facts[5] != gb))
+    else if (facts[4] != W && !boundary && (c->sampling_shard || facts[5] != gb))
         st = ddp_set_error(DDP_ERR_ARG,
                            "%s: saved by %lld ranks with a global batch of %lld; resuming on %d ranks needs --sampling "
                            "global and the same "
@@ -309,11 +313,19 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     snprintf(monitor, sizeof monitor, "%s", cs.monitor);
     MPI_CHECK(MPI_Bcast(saved, (int)sizeof saved, MPI_CHAR, 0, ctx->world));
     MPI_CHECK(MPI_Bcast(monitor, (int)sizeof monitor, MPI_CHAR, 0, ctx->world));
-    if (st == DDP_OK && strcmp(saved, mine) != 0) /* another order would not continue the saved epoch exactly */
-        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --shuffle %s; this run uses --shuffle %s", path, saved, mine);
-    if (st == DDP_OK && sampling[0] && strcmp(sampling, my_sampling) != 0) /* nor would another sampling's order */
-        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with --sampling %s; this run uses --sampling %s", path, sampling,
-                           my_sampling);
+    /* another order would not continue a saved epoch exactly (mid-epoch: refused); at a boundary it starts with the
+     * next epoch, and rank 0 says so below */
+    int new_shuffle = strcmp(saved, mine) != 0, new_sampling = sampling[0] && strcmp(sampling, my_sampling) != 0;
+    if (st == DDP_OK && new_shuffle && !boundary)
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved with --shuffle %s; this run uses --shuffle %s (another order continues only a "
+                           "checkpoint saved at an epoch boundary; this one is %lld optimizer steps into epoch %lld)",
+                           path, saved, mine, (long long)facts[1], (long long)facts[0]);
+    if (st == DDP_OK && new_sampling && !boundary) /* nor would another sampling's order */
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved with --sampling %s; this run uses --sampling %s (another order continues only a "
+                           "checkpoint saved at an epoch boundary; this one is %lld optimizer steps into epoch %lld)",
+                           path, sampling, my_sampling, (long long)facts[1], (long long)facts[0]);
     if (st == DDP_OK && monitor[0] && strcmp(monitor, c->monitor) != 0)
         st = ddp_set_error(
             DDP_ERR_ARG,
@@ -422,6 +434,17 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
                 "mpiddp train: notice: %s was trained at --precision %s; this run continues at --precision %s "
                 "(parameters and AdamW moments are fp32 in both)\n",
                 path, ddp_precision_name(cs.precision), ddp_precision_name(c->precision));
+    if (ctx->topo.rank == 0 && (new_shuffle || new_sampling)) /* at an epoch boundary (else refused above) */
+        fprintf(stderr,
+                "mpiddp train: notice: %s was saved at the start of epoch %lld with --shuffle %s --sampling %s; this "
+                "run orders it and the epochs after it with --shuffle %s --sampling %s\n",
+                path, (long long)facts[0], saved, sampling[0] ? sampling : my_sampling, mine, my_sampling);
+    const ddp_model_config *mc = c->model_config; /* allowed too (fine-tuning with more or less dropout), but said */
+    if (ctx->topo.rank == 0 && mc && mc->kind == DDP_MODEL_TRANSFORMER && isfinite(cs.dropout) &&
+        cs.dropout != mc->dropout)
+        fprintf(stderr,
+                "mpiddp train: notice: %s was trained with --dropout %g; this run continues with --dropout %g\n", path,
+                cs.dropout, mc->dropout);
     if (ctx->topo.rank == 0) /* a notice even with --no-progress: where the run continues from matters */
     {
         int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
@@ -459,12 +482,28 @@ static void add_item(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
+/* A warmup longer than the schedule it belongs to would still be warming up at the schedule's last step, and past
+ * it (where --min-lr applies): refused in one line naming both numbers. Every rank computes the same (shared). */
+static ddp_status warmup_fits(const ddp_train_state *ts, int64_t total, const char *what)
+{
+    int64_t start, end, w = ddp_lr_warmup_steps(ts->cfg, total);
+    ddp_lr_span(ts->cfg, total, &start, &end);
+    if (w <= end - start) return DDP_OK;
+    ddp_set_error(DDP_ERR_ARG,
+                  "--warmup-steps %lld exceeds %s %lld optimizer steps (steps %lld-%lld): lower --warmup-steps, or "
+                  "give it as a fraction of the run",
+                  (long long)w, what, (long long)(end - start), (long long)start, (long long)end - 1);
+    ddp_mark_error_shared();
+    return DDP_ERR_ARG;
+}
+
 /* The learning-rate schedule of this run, once its horizon (epochs x the first epoch's optimizer steps, as the
  * trainer computes it) is known. A resume compares it with the checkpoint's: the horizon the run asks for differs
  * when --epochs changed; --lr-horizon keep (default) keeps the checkpoint's span, restart starts the schedule again
  * at the resumed step over the run's remaining steps (only when the horizon changed: a requeued job resumed with
  * the same options continues a restarted schedule). --lr, --min-lr, --lr-schedule and --warmup-steps are this
- * run's. Rank 0 prints one notice when the schedule changes; run.json records the schedule in effect. */
+ * run's. Rank 0 prints one notice when the schedule changes; a warmup longer than the schedule is refused. Writes
+ * nothing: ddp_train_state_record_schedule records the schedule in effect in run.json. */
 ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0)
 {
     ddp_ctx *ctx = ts->ctx;
@@ -487,6 +526,7 @@ ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0)
             rc->lr_end_step = want_end;
             horizon = "restart";
         }
+        DDP_CHECK(warmup_fits(ts, total, restart ? "the restarted schedule's" : "the checkpoint's schedule's"));
         /* the checkpoint's own schedule, for the lr it would give now */
         ddp_train_config old = *rc;
         old.lr_schedule = ts->lr_saved.schedule;
@@ -548,12 +588,20 @@ ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0)
                 ts->lr_saved.path, ddp_lr_schedule_name(c->lr_schedule), num(a, 32, c->lr), (long long)want_end,
                 epochs);
     }
+    if (!(ts->lr_saved.resumed && ts->lr_saved.known)) DDP_CHECK(warmup_fits(ts, total, "the run's"));
+    ts->lr_horizon = horizon;
+    return DDP_OK;
+}
+
+ddp_status ddp_train_state_record_schedule(ddp_train_state *ts, int64_t total)
+{
+    const ddp_train_config *c = ts->cfg;
     int64_t start, end;
-    ddp_lr_span(ts->cfg, total, &start, &end);
+    ddp_lr_span(c, total, &start, &end);
     char rj[4200];
     snprintf(rj, sizeof rj, "%s/run.json", c->out_dir);
-    return ddp_run_json_lr_schedule(ctx, rj, ddp_lr_schedule_name(c->lr_schedule), c->lr, c->min_lr,
-                                    ddp_lr_warmup_steps(ts->cfg, total), start, end, horizon);
+    return ddp_run_json_lr_schedule(ts->ctx, rj, ddp_lr_schedule_name(c->lr_schedule), c->lr, c->min_lr,
+                                    ddp_lr_warmup_steps(c, total), start, end, ts->lr_horizon ? ts->lr_horizon : "run");
 }
 
 /* A resumed run's position in this run's micro-batches: optimizer steps of the epoch x --accumulate, checked

@@ -133,4 +133,16 @@ assert one3 == {1: 0.005, 2: 0.01, 3: 0.01}, one3
 PY
 expect_rc 2 mpirun_np 2 "$MPIDDP" train "${common[@]}" --lr-schedule cosine --min-lr 0.5 --out bad
 grep -q -- "--min-lr 0.5 is above --lr 0.01" <<<"$ERR" || fail "min-lr above lr: $ERR"
-pass "lr schedules match PyTorch's step by step, at np 1 x2 and np 2; resume mid-warmup and mid-decay bitwise; a longer --epochs keeps the horizon (or restarts it), with a notice; a one-step decay keeps the peak lr"
+# a warmup longer than the run would still be warming at its last step (and past it, where --min-lr applies): refused
+# before anything is written, in one line naming both numbers; on resume, against the schedule the run keeps
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --warmup-steps 31 --out longwarm
+[ "$(grep -c -- "error: --warmup-steps 31 exceeds the run's 30 optimizer steps (steps 0-29)" <<<"$ERR")" = 1 ] ||
+  fail "a warmup longer than the run: $ERR"
+[ ! -e longwarm/metrics.csv ] && [ ! -e longwarm/run.json ] || fail "a refused warmup wrote the run directory"
+cp -r cos2 warm5
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" "${sched[@]}" --warmup-steps 31 --epochs 5 --out warm5 --resume auto
+[ "$(grep -c -- "error: --warmup-steps 31 exceeds the checkpoint's schedule's 30 optimizer steps (steps 0-29)" <<<"$ERR")" = 1 ] ||
+  fail "a warmup longer than the kept schedule: $ERR"
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --warmup-steps 30 --out warm30 >/dev/null # ends at the peak
+[ "$(csv_last warm30/metrics.csv lr)" = 0.01 ] || fail "a warmup of the whole run: last lr $(csv_last warm30/metrics.csv lr)"
+pass "lr schedules match PyTorch's step by step, at np 1 x2 and np 2; resume mid-warmup and mid-decay bitwise; a longer --epochs keeps the horizon (or restarts it), with a notice; a one-step decay keeps the peak lr; a warmup longer than the run refused"

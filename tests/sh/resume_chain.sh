@@ -51,4 +51,19 @@ for s in global shard; do
   [ "$(printf '%s\n' "$ERR" | grep -c 'error:.*saved by 2 ranks with --sampling shard, whose order depends on the world size; resume it on 2 ranks with --sampling shard')" = 1 ] ||
     fail "a shard checkpoint resumed on 1 rank with --sampling $s: $ERR"
 done
-pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode, sampling refused; a shard checkpoint on its world size only"
+# at an epoch boundary (saved at the start of the next epoch, nothing of it trained) another order continues exactly:
+# a --sampling shard checkpoint of 2 ranks resumes on 1 rank with --sampling global (one notice), and epoch 1
+# trains each of the 216 samples exactly once; mid-epoch the same resume stays refused (above)
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --sampling shard --epochs 1 --out shb >/dev/null
+MPIDDP_TEST_TRACE_SAMPLES=$WORK/shb mpirun_np 1 "$MPIDDP" train "${common[@]}" --batch-size 16 --sampling global --epochs 2 --out shb --resume auto >/dev/null 2>shb.err ||
+  fail "a shard checkpoint at an epoch boundary, on 1 rank with --sampling global: $(cat shb.err)"
+[ "$(grep -c "notice: shb/checkpoints/last.h5 was saved at the start of epoch 1 with --shuffle full --sampling shard; this run orders it and the epochs after it with --shuffle full --sampling global$" shb.err)" = 1 ] ||
+  fail "sampling change at an epoch boundary: no notice: $(cat shb.err)"
+$PY - <<'PY' || fail "sampling change at an epoch boundary: epoch 1 does not train every sample once"
+import collections
+lines = [l.split() for l in open("shb.r0")]
+assert {l[0] for l in lines} == {"1"}, {l[0] for l in lines}
+ids = collections.Counter(int(i) for l in lines for i in l[2:])
+assert len(ids) == 216 and set(ids.values()) == {1}, (len(ids), collections.Counter(ids.values()))
+PY
+pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode, sampling refused; a shard checkpoint on its world size only mid-epoch; another order at an epoch boundary"

@@ -54,8 +54,24 @@ for mode in "--batch-size 4" "--batch-rows 48"; do
   mpirun_np 2 "$MPIDDP" train "${common[@]}" $mode --out part_$tag --resume auto >/dev/null
   $PY "$SRC/tests/py/compare_ckpt.py" full_$tag/checkpoints/last.h5 part_$tag/checkpoints/last.h5 0 || fail "resume ($mode) is not bitwise exact"
 done
-expect_rc 1 mpirun_np 2 "$MPIDDP" train "${base[@]}" --shuffle full --batch-size 4 --out part_batchsize4 --resume auto
-grep -q "saved with --shuffle block:0.002:3; this run uses --shuffle full" <<<"$ERR" || fail "shuffle change on resume: $ERR"
+# another --shuffle on resume: refused mid-epoch (the saved epoch's order would not be continued), accepted with one
+# notice at an epoch boundary (epoch 1 not begun: it is ordered the new way and trains every sample exactly once)
+MPIDDP_TEST_STOP_AT_STEP=7 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --out mid >/dev/null
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${base[@]}" --shuffle full --batch-size 4 --out mid --resume auto
+grep -q "saved with --shuffle block:0.002:3; this run uses --shuffle full (another order continues only a checkpoint saved at an epoch boundary; this one is 7 optimizer steps into epoch 0)" <<<"$ERR" ||
+  fail "shuffle change on resume mid-epoch: $ERR"
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --epochs 1 --out bnd >/dev/null
+MPIDDP_TEST_TRACE_SAMPLES=$WORK/bnd mpirun_np 2 "$MPIDDP" train "${base[@]}" --shuffle full --batch-size 4 --out bnd --resume auto >/dev/null 2>bnd.err ||
+  fail "shuffle change on resume at an epoch boundary: $(cat bnd.err)"
+[ "$(grep -c "notice: bnd/checkpoints/last.h5 was saved at the start of epoch 1 with --shuffle block:0.002:3 --sampling global; this run orders it and the epochs after it with --shuffle full --sampling global$" bnd.err)" = 1 ] ||
+  fail "shuffle change at an epoch boundary: no notice: $(cat bnd.err)"
+$PY - <<'PY' || fail "shuffle change at an epoch boundary: epoch 1 does not train every sample once"
+import collections, glob
+ids = collections.Counter(int(i) for f in glob.glob("bnd.r*") for l in open(f) for i in l.split()[2:] if l.split()[0] == "1")
+eps = {l.split()[0] for f in glob.glob("bnd.r*") for l in open(f)}
+assert eps == {"1"}, eps
+assert sorted(ids) == list(range(300)) and set(ids.values()) == {1}, (len(ids), collections.Counter(ids.values()))
+PY
 expect_rc 2 mpirun_np 2 "$MPIDDP" train "${common[@]}" --sampling shard --out bad
 grep -q -- "--shuffle block needs --sampling global" <<<"$ERR" || fail "shard + block: $ERR"
 expect_rc 2 "$MPIDDP" train "${common[@]}" --shuffle-window 0 --out bad

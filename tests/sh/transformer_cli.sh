@@ -83,4 +83,16 @@ expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --out tx --model transfor
 expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --out tx --model transformer --positions none --epochs 5 --resume auto
 [ "$(grep -c -- "/params/pos.weight': not a tensor of the transformer model this run builds ([0-9]* in the file, [0-9]* in the model: another --positions?)" <<<"$ERR")" = 1 ] ||
   fail "resume with --positions none: $ERR"
+# a resume with another --dropout is allowed (fine-tuning), and said: one notice line from rank 0 naming both values;
+# a checkpoint written before mpiddp recorded dropout (no model_dropout attribute) resumes without one
+cp -r tx txd && cp -r tx txd_old
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --out txd --model transformer --dropout 0.1 --epochs 5 --resume auto >/dev/null 2>txd.err ||
+  fail "resume with another --dropout: $(cat txd.err)"
+[ "$(grep -c -- "notice: txd/checkpoints/last.h5 was trained with --dropout 0; this run continues with --dropout 0.1$" txd.err)" = 1 ] ||
+  fail "resume with another --dropout: no notice naming both values: $(cat txd.err)"
+[ "$(grep -c -- "--dropout" txd.err)" = 1 ] || fail "resume with another --dropout: not one line: $(cat txd.err)"
+$PY -c "import h5py; h5py.File('txd_old/checkpoints/last.h5', 'r+').attrs.__delitem__('model_dropout')"
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --out txd_old --model transformer --dropout 0.1 --epochs 5 --resume auto >/dev/null 2>txd_old.err ||
+  fail "resume of a checkpoint without model_dropout: $(cat txd_old.err)"
+! grep -q -- "--dropout" txd_old.err || fail "a checkpoint without model_dropout: a dropout notice: $(cat txd_old.err)"
 pass "transformer: order task $acc (mlp $acc_mlp, no positions $acc_np), eval, PyTorch bridge, errors"
