@@ -21,6 +21,7 @@ void ddp_decider_init(ddp_decider *d, ddp_policy policy, const char *monitor, in
     d->patience = patience;
     d->min_delta = min_delta;
     d->best = d->best_local = d->best_local_es = NAN;
+    d->monitor_count = -1;
 }
 
 /* v is better than ref in the monitored direction, plainly (anything beats NaN): ranks the top-k list and decides
@@ -154,6 +155,9 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         }
         int novalue = vote ? voters == 0 : d->policy == DDP_POLICY_RANK0 && (votes[0] & V_ABSENT);
         int nonfinite = !novalue && (!isfinite(view) || (vote && nbad > 0));
+        /* the reduced value is nan because no rank logged a sample for the monitor (a C-API model's metric with a
+         * count of 0 everywhere), not because of a NaN in the data: said so */
+        int nocount = nonfinite && d->policy == DDP_POLICY_REDUCED && d->monitor_count == 0;
         if (vote) {
             beaten = vote_passes(d->policy, yes, voters);
             improved = vote_passes(d->policy, yes_imp, voters);
@@ -169,6 +173,13 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
                      d->monitor, vote ? "on any rank" : "on rank 0", (long long)epoch, (long long)step,
                      vote ? "no rank evaluated a validation sample" : "rank 0 evaluated no validation sample",
                      policy_name(d->policy));
+        } else if (nocount) { /* nothing to rank: no save, no improvement */
+            improved = beaten = 0;
+            snprintf(fail, sizeof fail,
+                     "%s has no value after epoch %lld (step %lld): no rank logged a value for it (its count is 0 on "
+                     "every rank), so it can neither rank checkpoints nor stop early (--skip-nonfinite goes on "
+                     "without saving)",
+                     d->monitor, (long long)epoch, (long long)step);
         } else if (nonfinite) { /* nothing to rank: no save, no improvement */
             char who[240];
             if (vote && nbad) {
@@ -215,6 +226,7 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
                      (long long)step, d->monitor, val, policy_name(d->policy),
                      save        ? "save"
                      : improved  ? "improved"
+                     : nocount   ? "no value on any rank, no save"
                      : nonfinite ? "not finite, no save"
                                  : "no improvement");
         free(fl);

@@ -32,6 +32,8 @@ typedef struct {
     double min_delta;       /* early stopping's alone: which files are saved and kept depends on the values only */
     int nonfinite_continue; /* a non-finite monitor: 0 (default) stops the run with one line (DDP_ERR_NUMERIC on
                                every rank); 1 takes it as "no improvement, no save" and goes on */
+    double monitor_count;   /* input: the monitor's count over all ranks at this sync (ddp_metrics_count): 0 says a
+                               nan global value means no rank logged a sample for it; -1 (init) unknown */
     /* state, saved in checkpoints */
     double best;          /* policy view's best (for early stopping) */
     double best_local;    /* this rank's best local value for the save vote (moves on a combined save) */

@@ -15,6 +15,7 @@ struct ddp_metrics {
     ddp_ctx *ctx;
     ddp_metric_row acc_sum, acc_cnt; /* same names in both */
     ddp_metric_row rank0;
+    ddp_metric_row counts; /* the last sync point's count over all ranks of each collective metric */
 };
 
 int ddp_row_find(const ddp_metric_row *r, const char *name)
@@ -79,10 +80,17 @@ void ddp_metrics_destroy(ddp_metrics *m)
     ddp_metric_row_free(&m->acc_sum);
     ddp_metric_row_free(&m->acc_cnt);
     ddp_metric_row_free(&m->rank0);
+    ddp_metric_row_free(&m->counts);
     free(m);
 }
 
 int ddp_metrics_pending(const ddp_metrics *m) { return m->acc_sum.n + m->rank0.n; }
+
+double ddp_metrics_count(const ddp_metrics *m, const char *name)
+{
+    int i = ddp_row_find(&m->counts, name);
+    return i >= 0 ? m->counts.vals[i] : -1;
+}
 
 static int valid_name(const char *name)
 {
@@ -240,11 +248,14 @@ ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_r
     }
     if (!mismatch) st = ddp_agree_status(c, st); /* a rank out of memory here: agreed before the allreduce */
     if (st == DDP_OK && nn) st = ddp_allreduce(c, buf, 2 * nn, MPI_DOUBLE, MPI_SUM, "the metric reduction");
+    ddp_row_clear(&m->counts);
     if (st == DDP_OK) {
         ddp_row_clear(global);
-        for (int i = 0; i < nn && st == DDP_OK; i++)
+        for (int i = 0; i < nn && st == DDP_OK; i++) {
             /* no count on any rank: no value (nan, written so), not a perfect 0 a monitor would take for the best */
             st = ddp_row_set(global, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : NAN);
+            if (st == DDP_OK) st = ddp_row_set(&m->counts, m->acc_sum.names[i], buf[nn + i]);
+        }
         for (int i = 0; i < m->rank0.n && st == DDP_OK; i++)
             st = ddp_row_set(global, m->rank0.names[i], m->rank0.vals[i]);
     }

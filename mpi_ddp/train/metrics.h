@@ -13,6 +13,9 @@ void ddp_row_clear(ddp_metric_row *r);
 
 /* Number of names currently accumulated (collective + rank-0). */
 int ddp_metrics_pending(const ddp_metrics *m);
+/* The count over all ranks of a collective metric (ddp_log) at the last sync point: 0 when no rank logged a sample
+ * for it (its global value is nan); -1 when the last sync point had no such collective metric. */
+double ddp_metrics_count(const ddp_metrics *m, const char *name);
 
 /* v as the metric files write it: %.<digits>g, and nan, inf, -inf for the non-finite (printf's "-nan" is not a
  * number Python, pandas or awk read back). Returns buf. */

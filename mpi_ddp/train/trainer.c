@@ -525,6 +525,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
             ddp_mark_error_shared();
             goto done;
         }
+        ts->dec.monitor_count = ddp_metrics_count(tr->metrics, ts->dec.monitor); /* 0: nan for want of samples */
         if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_decide(ts, &tr->row, &tr->lrow, e, &early));
         ts->epoch = e + 1; /* position: start of the next epoch */
         ts->mb = 0;

@@ -25,7 +25,8 @@ for site in $sites; do
   done
 done
 # a metric no rank logged a count for is nan in the global row (it was 0, which a --monitor in min mode took for the
-# best value), and absent from the local rows of ranks with a count of 0 (np 1, 2 and 4)
+# best value), and absent from the local rows of ranks with a count of 0 (np 1, 2 and 4); the decision on it says
+# that no rank logged a value (it blamed a NaN or Inf in the validation data)
 for np in 1 2 4; do
   mpirun_np $np "$TESTTOOL" zerocount || fail "zerocount np $np"
 done

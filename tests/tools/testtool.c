@@ -6,12 +6,14 @@
  *                         the mismatch error naming the metric and ranks, and exit 0 if so; with
  *                         MPIDDP_TEST_FAIL_ALLOC, an error every rank shares (no hang) is enough
  *   zerocount             (mpirun) a metric no rank logged a count for has no value (nan), not 0, in the global
- *                         row and none in the local rows; weighted means stay sum/count over all ranks
+ *                         row and none in the local rows; weighted means stay sum/count over all ranks; a
+ *                         decision on it says that no rank logged a value (not a NaN in the data)
  */
 #include "io/dataset.h"
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/comm/comm.h"
+#include "mpi_ddp/train/decide.h"
 #include "mpi_ddp/train/metrics.h"
 #include "mpiddp.h"
 #include "tests/unit/test_data.h"
@@ -209,6 +211,23 @@ static int do_zerocount(ddp_ctx *ctx)
     }
     if (ddp_row_find(&l, "val/none") >= 0 || (ddp_row_find(&l, "val/some") >= 0) != (t->rank != 0)) {
         fprintf(stderr, "rank %d: local row: a metric with a count of 0 here must have no value\n", t->rank);
+        ok = 0;
+    }
+    /* the decision on it (--ckpt-policy reduced) says that no rank logged a value, not that the data held a NaN */
+    double cn = ddp_metrics_count(m, "val/none"), cs = ddp_metrics_count(m, "val/some");
+    if (cn != 0 || cs != (double)t->size * (t->size - 1) / 2) {
+        fprintf(stderr, "rank %d: global counts %g and %g, want 0 and %d\n", t->rank, cn, cs,
+                t->size * (t->size - 1) / 2);
+        ok = 0;
+    }
+    ddp_decider d;
+    ddp_decider_init(&d, DDP_POLICY_REDUCED, "val/none", 0, 1, 0, 0.0);
+    d.monitor_count = cn;
+    ddp_decision out;
+    st = ddp_decide(ctx, &d, &g, &l, 0, 10, &out);
+    if (st != DDP_ERR_NUMERIC || !strstr(ddp_last_error(), "val/none has no value after epoch 0 (step 10): no rank "
+                                                           "logged a value for it (its count is 0 on every rank)")) {
+        fprintf(stderr, "rank %d: decision on val/none: status %d: %s\n", t->rank, st, ddp_last_error());
         ok = 0;
     }
     ddp_metric_row_free(&g);
