@@ -25,7 +25,7 @@ int ddp_row_find(const ddp_metric_row *r, const char *name)
     return -1;
 }
 
-ddp_status ddp_row_set(ddp_metric_row *r, const char *name, double v)
+ddp_status ddp_row_set_at(ddp_metric_row *r, const char *name, double v, const char *file, int line)
 {
     int i = ddp_row_find(r, name);
     if (i >= 0) {
@@ -34,16 +34,16 @@ ddp_status ddp_row_set(ddp_metric_row *r, const char *name, double v)
     }
     if (r->n == r->cap) {
         int nc = r->cap ? r->cap * 2 : 16;
-        char **nn = ddp_realloc(r->names, (size_t)nc * sizeof *nn, 1);
+        char **nn = ddp_realloc_at(r->names, (size_t)nc * sizeof *nn, 1, file, line);
         if (!nn) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for metric '%s'", name);
         r->names = nn;
-        double *nv = ddp_realloc(r->vals, (size_t)nc * sizeof *nv, 1);
+        double *nv = ddp_realloc_at(r->vals, (size_t)nc * sizeof *nv, 1, file, line);
         if (!nv) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for metric '%s'", name);
         r->vals = nv;
         r->cap = nc;
     }
     size_t len = strlen(name) + 1;
-    char *copy = ddp_calloc(len, 1);
+    char *copy = ddp_calloc_at(len, 1, file, line);
     if (!copy) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for metric '%s'", name);
     memcpy(copy, name, len);
     r->names[r->n] = copy;
@@ -258,6 +258,7 @@ ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_r
         }
         for (int i = 0; i < m->rank0.n && st == DDP_OK; i++)
             st = ddp_row_set(global, m->rank0.names[i], m->rank0.vals[i]);
+        st = ddp_agree_status(c, st); /* a rank out of memory for its rows: every rank returns the error */
     }
     free(buf);
     ddp_row_clear(&m->acc_sum);

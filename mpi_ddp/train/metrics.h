@@ -7,8 +7,10 @@
 
 /* Index of name in r, or -1. */
 int ddp_row_find(const ddp_metric_row *r, const char *name);
-/* Sets (or adds) name = v; DDP_ERR_NOMEM leaves r as it was. */
-ddp_status ddp_row_set(ddp_metric_row *r, const char *name, double v);
+/* Sets (or adds) name = v; DDP_ERR_NOMEM leaves r as it was. Its allocations are the caller's site (file:line) for
+ * the allocation-failure hook (MPIDDP_TEST_FAIL_ALLOC), so that each use can be failed on its own. */
+ddp_status ddp_row_set_at(ddp_metric_row *r, const char *name, double v, const char *file, int line);
+#define ddp_row_set(r, name, v) ddp_row_set_at((r), (name), (v), __FILE__, __LINE__)
 void ddp_row_clear(ddp_metric_row *r);
 
 /* Number of names currently accumulated (collective + rank-0). */

@@ -272,11 +272,13 @@ static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t
     DDP_CHECK(ddp_log_rank0(tr->metrics, "val/acc", acc));
     DDP_CHECK(ddp_log_rank0(tr->metrics, "val/macro_f1", f1));
     DDP_CHECK(ddp_metrics_sync(tr->metrics, &tr->row, &tr->lrow));
+    ddp_status st = DDP_OK;
     if (a->count > 0) { /* a rank with no validation sample (padding only) has no local value: it abstains */
-        ddp_row_set(&tr->lrow, "val/acc", lacc);
-        ddp_row_set(&tr->lrow, "val/macro_f1", lf1);
+        st = ddp_row_set(&tr->lrow, "val/acc", lacc);
+        if (st == DDP_OK) st = ddp_row_set(&tr->lrow, "val/macro_f1", lf1);
     }
-    ddp_row_set(&tr->lrow, "val/count", (double)a->count);
+    if (st == DDP_OK) st = ddp_row_set(&tr->lrow, "val/count", (double)a->count);
+    DDP_CHECK(ddp_agree_status(ts->ctx, st)); /* a rank out of memory here: agreed before the decision's collectives */
     int mon = ddp_row_find(&tr->lrow, ts->cfg->monitor); /* test hook: ranks' local votes made to disagree */
     if (mon >= 0 && tr->hooks.monitor_offset) tr->lrow.vals[mon] += ddp_test_hooks_monitor_offset(&tr->hooks, epoch);
     DDP_CHECK(write_rows(tr, epoch));

@@ -5,7 +5,9 @@
 # error line saying what could not be allocated and how many bytes, and no sanitizer report. The run resumes
 # from a checkpoint, trains with per-rank metrics, validates and saves, so set-up, resume, the loaders,
 # training, validation and checkpointing are all swept. MPIDDP_TEST_MODEL_ARGS picks the model; the emulator
-# registration runs it with --device cuda.
+# registration runs it with --device cuda. A metric row's allocations are its caller's site (ddp_row_set), so the
+# validation's own values (val/acc, val/macro_f1, val/count of each rank) are swept too: a failure there was ignored
+# (exit 0).
 . "$(dirname "$0")/lib.sh"
 synth --out train --samples 96 --dim 6 --classes 3 --min-rows 1 --max-rows 9 --shards 2 --seed 3
 synth --out val --samples 40 --dim 6 --classes 3 --min-rows 1 --max-rows 9 --shards 2 --seed 4 --first-id 500
@@ -34,7 +36,7 @@ while read -r site rank; do
   errs=$(grep -c 'error:' err.txt || true)
   why=""
   if [ $rc = 124 ] || [ $rc = 137 ]; then why="hung (killed after 30 s)"
-  elif [ $rc = 0 ]; then grep -q 'out of memory' err.txt && why="exit 0 after an allocation failure"
+  elif [ $rc = 0 ]; then why="exit 0 after an allocation failure (ignored?)"
   elif [ "$errs" != 1 ]; then why="$errs error lines"
   elif ! grep 'error:' err.txt | qgrep -E 'bytes|MiB'; then why="the error does not say how much: $(grep 'error:' err.txt)"
   fi
