@@ -1,6 +1,6 @@
 /* train_state.h — the trainer's state that checkpoints save and restore, and the functions of trainer_ckpt.c (saves,
- * decisions and top-k files, resume), which see only this; the rest of the trainer is private to trainer.c. Not part
- * of the public API. */
+ * decisions and top-k files) and trainer_resume.c (resume, the learning-rate schedule it settles), which see only
+ * this; the rest of the trainer is private to trainer.c. Not part of the public API. */
 #ifndef DDP_TRAIN_STATE_H
 #define DDP_TRAIN_STATE_H
 
@@ -48,13 +48,18 @@ typedef struct {
     int ntopk_drop;
 } ddp_train_state;
 
+/* trainer_ckpt.c. The epoch order as checkpoints record it: "full" or "block:<MiB>:<window>". */
+void ddp_train_state_shuffle_name(const ddp_train_config *c, char *buf, size_t len);
+/* Positions of the epoch's global order consumed after `os` optimizer steps of the epoch (the epoch's end: the number
+ * of training samples), the same at every world size and accumulation for one global batch. */
+int64_t ddp_train_state_epoch_position(const ddp_train_state *ts, int64_t os);
 /* Collective: saves the state at its position (epoch, mb) to ckpt_dir/last.h5. */
 ddp_status ddp_train_state_save_last(ddp_train_state *ts);
 /* After validation (row: the reduced metrics, lrow: this rank's): the policy's decision, the top-k file,
  * early stopping (*stop). */
 ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row, const ddp_metric_row *lrow,
                                   int64_t epoch, int *stop);
-/* Restores the state from a checkpoint read by rank 0 and broadcast. */
+/* trainer_resume.c. Restores the state from a checkpoint read by rank 0 and broadcast. */
 ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path);
 /* A resumed run's position in this run's micro-batches (ts->mb), once tsm and nmb hold the epoch's plan of
  * opt_steps optimizer steps; clears the pending position. Every rank computes the same; writes nothing (the last

@@ -1,0 +1,452 @@
+/* trainer_resume.c — resuming the trainer from a checkpoint (trainer_ckpt.c writes them): the checks that keep a
+ * resume exact (world size, global batch or budget, seed, epoch order, monitor and mode), the notices of what a
+ * resume changes, the learning-rate schedule settled against the checkpoint's, and the resumed position in this run's
+ * micro-batches. */
+#include "mpi_ddp/train/checkpoint.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/train/lr_schedule.h"
+#include "mpi_ddp/core/status.h"
+#include "mpi_ddp/train/train_state.h"
+#include "mpi_ddp/train/rundir.h"
+#include "mpi_ddp/train/runinfo.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A top-k entry's path as this run keeps it: "checkpoints/NAME", relative to the run directory. Older
+ * checkpoints stored the path as --out was typed (relative to another working directory, or the directory a
+ * run was copied from): the entry becomes this run directory's file of the same name, or is dropped (-1)
+ * when the run has no such file, so a resumed copy never manages, let alone deletes, the original's files. */
+static int topk_entry_path(const char *out_dir, const char *saved, char *rel, size_t len)
+{
+    const char *base = strrchr(saved, '/');
+    base = base ? base + 1 : saved;
+    if (!*base || !strcmp(base, "..") || !strcmp(base, ".")) return -1;
+    int current = !strncmp(saved, "checkpoints/", 12) && !strchr(saved + 12, '/');
+    snprintf(rel, len, "checkpoints/%s", base);
+    if (current) return 0;
+    char p[8400];
+    struct stat s;
+    snprintf(p, sizeof p, "%s/%s", out_dir, rel);
+    return stat(p, &s) == 0 && S_ISREG(s.st_mode) ? 0 : -1;
+}
+
+/* Restores the state from a checkpoint read by rank 0 and broadcast. */
+ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
+{
+    ddp_ctx *ctx = ts->ctx;
+    const ddp_train_config *c = ts->cfg;
+    ddp_ckpt_state cs = {0};
+    ddp_status st = DDP_OK;
+    struct stat sb;
+    if (ctx->topo.rank == 0) st = ddp_ckpt_check_heads(path, c->model_config);
+    if (ctx->topo.rank == 0 && st == DDP_OK) st = ddp_ckpt_read(path, ts->model, ts->h_params, ts->h_m, ts->h_v, &cs);
+    if (st != DDP_OK && c->resume && strcmp(c->resume, "auto") != 0 && stat(path, &sb) != 0 && errno == ENOENT) {
+        char why[1024]; /* --resume last (Lightning's ckpt_path="last"), a mistyped file: what --resume takes */
+        snprintf(why, sizeof why, "%s", ddp_last_error());
+        st = ddp_set_error(st, "%s (--resume takes a checkpoint file, or auto: %s/checkpoints/last.h5 when it exists)",
+                           why, c->out_dir);
+    }
+    DDP_CHECK(ddp_agree_status(ctx, st));
+    int64_t facts[12] = {
+        cs.epoch,        cs.optim_step_in_epoch, cs.global_step,      cs.optim_step,         cs.world_size,
+        cs.global_batch, cs.global_batch_rows,   cs.samples_in_epoch, cs.legacy_micro_batch, (int64_t)cs.seed,
+        cs.mode_max,     cs.skipped_steps};
+    MPI_CHECK(MPI_Bcast(facts, 12, MPI_INT64_T, 0, ctx->world));
+    char sampling[16]; /* the checkpoint's --sampling ("" in older files) */
+    snprintf(sampling, sizeof sampling, "%s", cs.sampling);
+    MPI_CHECK(MPI_Bcast(sampling, (int)sizeof sampling, MPI_CHAR, 0, ctx->world));
+    int W = ctx->topo.size;
+    int64_t gb = (int64_t)c->batch_size * W * c->accumulate, gr = c->batch_rows * W * c->accumulate;
+    /* saved at an epoch boundary (the start of the next epoch, nothing of it trained): another epoch order (--shuffle,
+     * --sampling, a shard checkpoint's world size) continues it exactly, no sample trained twice or skipped */
+    int boundary = facts[8] >= 0 ? facts[8] == 0 : facts[1] == 0 && facts[7] == 0;
+    st = DDP_OK;
+    if (facts[6] > 0 && gr == 0) /* name the option each side used, and the value that resumes */
+        st = ddp_set_error(
+            DDP_ERR_ARG,
+            "%s: saved with token-budget batches (--batch-rows, %lld rows per optimizer step); this run uses "
+            "sample-count batches (--batch-size): resume with --batch-rows (batch-rows x ranks x accumulate = %lld)",
+            path, (long long)facts[6], (long long)facts[6]);
+    else if (facts[6] <= 0 && gr > 0)
+        st = ddp_set_error(
+            DDP_ERR_ARG,
+            "%s: saved with sample-count batches (--batch-size, %lld samples per optimizer step); this run uses "
+            "token-budget batches (--batch-rows): resume with --batch-size (batch-size x ranks x accumulate = %lld)",
+            path, (long long)facts[5], (long long)facts[5]);
+    else if (gr > 0) { /* token budgets: the order depends on the global budget only, any world size resumes */
+        if (facts[6] != gr)
+            st = ddp_set_error(
+                DDP_ERR_ARG,
+                "%s: saved with a global budget of %lld rows; this run's is %lld (batch-rows x ranks x accumulate)",
+                path, (long long)facts[6], (long long)gr);
+    } else if (facts[4] != W && !boundary && !strcmp(sampling, "shard")) /* each rank's own shards: mid-epoch, no
+                                                                          * other world size continues */
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved by %lld ranks with --sampling shard, whose order depends on the world size; "
+                           "resume it on %lld ranks with --sampling shard",
+                           path, (long long)facts[4], (long long)facts[4]);
+    else if (facts[4] != W && !boundary && (c->sampling_shard || facts[5] != gb))
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved by %lld ranks with a global batch of %lld; resuming on %d ranks needs --sampling "
+                           "global and the same "
+                           "global batch (batch-size x ranks x accumulate = %lld now)",
+                           path, (long long)facts[4], (long long)facts[5], W, (long long)gb);
+    else if (facts[5] != gb)
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: global batch %lld differs from this run's %lld (batch-size x ranks x accumulate)", path,
+                           (long long)facts[5], (long long)gb);
+    if (st == DDP_OK && facts[8] >= 0 && facts[4] != W) /* a micro-batch index means nothing at another world size */
+        st = ddp_set_error(
+            DDP_ERR_ARG,
+            "%s: written by an older mpiddp that stored the position in micro-batches; resume it on %lld ranks", path,
+            (long long)facts[4]);
+    if (st == DDP_OK && (uint64_t)facts[9] != c->seed) /* the epoch order and the dropout masks come from the seed */
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved with --seed %llu; this run uses --seed %llu (the epoch order would change)", path,
+                           (unsigned long long)facts[9], (unsigned long long)c->seed);
+    if (st == DDP_OK && facts[10] >= 0 && facts[10] != c->mode_max)
+        st = ddp_set_error(
+            DDP_ERR_ARG,
+            "%s: saved with --mode %s; this run uses --mode %s (the best score and top-k would be misread)", path,
+            facts[10] ? "max" : "min", c->mode_max ? "max" : "min");
+    char mine[64], saved[64], monitor[128];
+    const char *my_sampling = c->sampling_shard ? "shard" : "global";
+    ddp_train_state_shuffle_name(c, mine, sizeof mine);
+    snprintf(saved, sizeof saved, "%s", cs.shuffle);
+    snprintf(monitor, sizeof monitor, "%s", cs.monitor);
+    MPI_CHECK(MPI_Bcast(saved, (int)sizeof saved, MPI_CHAR, 0, ctx->world));
+    MPI_CHECK(MPI_Bcast(monitor, (int)sizeof monitor, MPI_CHAR, 0, ctx->world));
+    /* another order would not continue a saved epoch exactly (mid-epoch: refused); at a boundary it starts with the
+     * next epoch, and rank 0 says so below */
+    int new_shuffle = strcmp(saved, mine) != 0, new_sampling = sampling[0] && strcmp(sampling, my_sampling) != 0;
+    if (st == DDP_OK && new_shuffle && !boundary)
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved with --shuffle %s; this run uses --shuffle %s (another order continues only a "
+                           "checkpoint saved at an epoch boundary; this one is %lld optimizer steps into epoch %lld)",
+                           path, saved, mine, (long long)facts[1], (long long)facts[0]);
+    if (st == DDP_OK && new_sampling && !boundary) /* nor would another sampling's order */
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved with --sampling %s; this run uses --sampling %s (another order continues only a "
+                           "checkpoint saved at an epoch boundary; this one is %lld optimizer steps into epoch %lld)",
+                           path, sampling, my_sampling, (long long)facts[1], (long long)facts[0]);
+    if (st == DDP_OK && monitor[0] && strcmp(monitor, c->monitor) != 0)
+        st = ddp_set_error(
+            DDP_ERR_ARG,
+            "%s: saved with --monitor %s; this run uses --monitor %s (the best score and top-k would be misread)", path,
+            monitor, c->monitor);
+    if (st != DDP_OK) ddp_mark_error_shared(); /* every rank computed the same facts */
+    if (st != DDP_OK) {
+        free(cs.best_local);
+        free(cs.best_local_es);
+        free(cs.topk_json);
+        return st;
+    }
+    { /* the checkpoint's learning-rate schedule, settled against this run's once the horizon is known
+       * (ddp_train_state_settle_schedule); from here on the run uses its own copy of the configuration */
+        int id = cs.lr_schedule ? ddp_lr_schedule_id(cs.lr_schedule) : -1;
+        int64_t lrf[5] = {id, cs.lr_warmup_steps, cs.lr_start_step, cs.lr_total_steps, 0};
+        double lrd[2] = {cs.lr, cs.min_lr};
+        MPI_CHECK(MPI_Bcast(lrf, 5, MPI_INT64_T, 0, ctx->world));
+        MPI_CHECK(MPI_Bcast(lrd, 2, MPI_DOUBLE, 0, ctx->world));
+        ts->lr_saved.resumed = 1;
+        ts->lr_saved.known = lrf[0] >= 0; /* none recorded (an older mpiddp), or a schedule this version lacks */
+        ts->lr_saved.schedule = (int)lrf[0];
+        ts->lr_saved.warmup = lrf[1], ts->lr_saved.start = lrf[2], ts->lr_saved.end = lrf[3];
+        ts->lr_saved.lr = lrd[0], ts->lr_saved.min_lr = lrd[1];
+        snprintf(ts->lr_saved.path, sizeof ts->lr_saved.path, "%s", path);
+        ts->cfg_resumed = *c;
+        ts->cfg = &ts->cfg_resumed;
+    }
+    for (int64_t lo = 0; lo < ts->n; lo += 1 << 28) {
+        int cnt = (int)(ts->n - lo < (1 << 28) ? ts->n - lo : (1 << 28));
+        MPI_CHECK(MPI_Bcast(ts->h_params + lo, cnt, MPI_FLOAT, 0, ctx->world));
+        MPI_CHECK(MPI_Bcast(ts->h_m + lo, cnt, MPI_FLOAT, 0, ctx->world));
+        MPI_CHECK(MPI_Bcast(ts->h_v + lo, cnt, MPI_FLOAT, 0, ctx->world));
+    }
+    size_t bytes = (size_t)ts->n * sizeof(float);
+    st = ts->be->upload(ts->be, ts->params, ts->h_params, bytes);
+    if (st == DDP_OK) st = ts->be->upload(ts->be, ts->m, ts->h_m, bytes);
+    if (st == DDP_OK) st = ts->be->upload(ts->be, ts->v, ts->h_v, bytes);
+    DDP_CHECK(ddp_agree_status(ctx, st));
+    ts->epoch = facts[0];
+    ts->mb = 0; /* set in micro-batches by the trainer once the epoch's plan is known */
+    ts->resume_os = facts[8] >= 0 ? -1 : facts[1];
+    ts->resume_pos = facts[7];
+    ts->resume_legacy_mb = facts[8];
+    ts->global_step = facts[2];
+    ts->optim_step = facts[3];
+    ts->skipped = facts[11];
+    /* decision state: rank 0's view is broadcast; each rank gets its own best local value when the world
+     * size matches (else the votes start afresh) */
+    double dstate[2] = {cs.best_score, (double)cs.bad_epochs}, mybest[2] = {NAN, NAN};
+    MPI_CHECK(MPI_Bcast(dstate, 2, MPI_DOUBLE, 0, ctx->world));
+    if (facts[4] == W) {
+        MPI_CHECK(MPI_Scatter(cs.best_local, 1, MPI_DOUBLE, &mybest[0], 1, MPI_DOUBLE, 0, ctx->world));
+        MPI_CHECK(MPI_Scatter(cs.best_local_es, 1, MPI_DOUBLE, &mybest[1], 1, MPI_DOUBLE, 0, ctx->world));
+    }
+    ts->dec.best = dstate[0];
+    ts->dec.bad_epochs = (int64_t)dstate[1];
+    ts->dec.best_local = mybest[0];
+    ts->dec.best_local_es = mybest[1];
+    /* the top-k list lives on rank 0, which manages the files; a fork (a checkpoint outside this run's checkpoints/)
+     * starts with none: the files it lists are the other run's (best and early stopping carry over) */
+    if (ctx->topo.rank == 0 && cs.topk_json && ddp_rundir_own_checkpoint(c->out_dir, path)) {
+        cJSON *a = cJSON_Parse(cs.topk_json);
+        cJSON *e;
+        ts->dec.ntopk = 0;
+        cJSON_ArrayForEach(e, a)
+        {
+            if (ts->dec.ntopk >= DDP_TOPK_MAX || cJSON_GetArraySize(e) != 4) continue;
+            ddp_topk_entry *k = &ts->dec.topk[ts->dec.ntopk++];
+            k->value = cJSON_GetArrayItem(e, 0)->valuedouble;
+            k->epoch = (int64_t)cJSON_GetArrayItem(e, 1)->valuedouble;
+            k->step = (int64_t)cJSON_GetArrayItem(e, 2)->valuedouble;
+            const char *kept = cJSON_GetArrayItem(e, 3)->valuestring ? cJSON_GetArrayItem(e, 3)->valuestring : "";
+            if (topk_entry_path(c->out_dir, kept, k->path, sizeof k->path) != 0) ts->dec.ntopk--; /* not this run's */
+        }
+        cJSON_Delete(a);
+        /* a lower --save-top-k than the checkpoint's list: the run's command line applies, so the worst leave the
+         * list now; their files go once a checkpoint records the shorter list (a resume refused later deletes none).
+         * A finished run saves nothing: its list and files stay as they are */
+        char removed[4800];
+        int had = ts->dec.ntopk, n = 0, done = ts->epoch >= (c->fast_dev_run > 0 ? 1 : c->epochs);
+        if (done && c->save_top_k > 0 && had > c->save_top_k)
+            fprintf(stderr,
+                    "mpiddp train: notice: --save-top-k %d: the checkpoint lists %d top-k files, and this finished "
+                    "run saves nothing, so all are kept\n",
+                    c->save_top_k, had);
+        for (; !done && ddp_decider_trim(&ts->dec, removed, sizeof removed); n++)
+            if (ddp_rundir_inside(removed) && (ts->topk_drop || (ts->topk_drop = ddp_calloc(DDP_TOPK_MAX, 4800))))
+                snprintf(ts->topk_drop + 4800 * ts->ntopk_drop++, 4800, "%s", removed);
+        if (n)
+            fprintf(stderr,
+                    "mpiddp train: notice: --save-top-k %d: kept the best %d of the checkpoint's %d top-k files (the "
+                    "others are deleted once the next checkpoint is saved)\n",
+                    c->save_top_k, ts->dec.ntopk, had);
+    }
+    free(cs.best_local);
+    free(cs.best_local_es);
+    free(cs.topk_json);
+    if (ctx->topo.rank == 0 && cs.no_checksums) /* written before checksums: loaded unverified (finiteness checked) */
+        fprintf(stderr,
+                "mpiddp train: notice: %s has no checksums (written before mpiddp verified checkpoints): loaded "
+                "unverified\n",
+                path);
+    if (ctx->topo.rank == 0 && cs.precision != c->precision) /* allowed: parameters and moments are fp32 in both */
+        fprintf(stderr,
+                "mpiddp train: notice: %s was trained at --precision %s; this run continues at --precision %s "
+                "(parameters and AdamW moments are fp32 in both)\n",
+                path, ddp_precision_name(cs.precision), ddp_precision_name(c->precision));
+    if (ctx->topo.rank == 0 && (new_shuffle || new_sampling)) /* at an epoch boundary (else refused above) */
+        fprintf(stderr,
+                "mpiddp train: notice: %s was saved at the start of epoch %lld with --shuffle %s --sampling %s; this "
+                "run orders it and the epochs after it with --shuffle %s --sampling %s\n",
+                path, (long long)facts[0], saved, sampling[0] ? sampling : my_sampling, mine, my_sampling);
+    const ddp_model_config *mc = c->model_config; /* allowed too (fine-tuning with more or less dropout), but said */
+    if (ctx->topo.rank == 0 && mc && mc->kind == DDP_MODEL_TRANSFORMER && isfinite(cs.dropout) &&
+        cs.dropout != mc->dropout)
+        fprintf(stderr,
+                "mpiddp train: notice: %s was trained with --dropout %g; this run continues with --dropout %g\n", path,
+                cs.dropout, mc->dropout);
+    if (ctx->topo.rank == 0) /* a notice even with --no-progress: where the run continues from matters */
+    {
+        int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
+        if (ts->epoch >= epochs) /* every epoch asked for is done: say so, and train nothing */
+            fprintf(stderr,
+                    "mpiddp train: nothing to do: %s has finished %lld epoch(s) (epochs 0-%lld) and --epochs is %d; "
+                    "raise --epochs to train more\n",
+                    path, (long long)ts->epoch, (long long)ts->epoch - 1, epochs);
+        else
+            fprintf(
+                stderr,
+                "mpiddp train: resuming from %s at epoch %lld (0-based), optimizer step %lld of the epoch, step %lld\n",
+                path, (long long)ts->epoch, (long long)(facts[8] >= 0 ? facts[8] / c->accumulate : facts[1]),
+                (long long)ts->global_step);
+    }
+    return DDP_OK;
+}
+
+/* "%g" of a number into buf (the notices' numbers). */
+static const char *num(char *buf, size_t len, double v)
+{
+    snprintf(buf, len, "%.6g", v);
+    return buf;
+}
+
+/* Appends "; " and a formatted item to the notice in buf. */
+static void add_item(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add_item(char *buf, size_t len, const char *fmt, ...)
+{
+    size_t n = strlen(buf);
+    if (n && n + 2 < len) buf[n++] = ';', buf[n++] = ' ', buf[n] = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    if (n < len) vsnprintf(buf + n, len - n, fmt, ap);
+    va_end(ap);
+}
+
+/* A warmup longer than the schedule it belongs to would still be warming up at the schedule's last step, and past
+ * it (where --min-lr applies): refused in one line naming both numbers. Every rank computes the same (shared). */
+static ddp_status warmup_fits(const ddp_train_state *ts, int64_t total, const char *what)
+{
+    int64_t start, end, w = ddp_lr_warmup_steps(ts->cfg, total);
+    ddp_lr_span(ts->cfg, total, &start, &end);
+    if (w <= end - start) return DDP_OK;
+    ddp_set_error(DDP_ERR_ARG,
+                  "--warmup-steps %lld exceeds %s %lld optimizer steps (steps %lld-%lld): lower --warmup-steps, or "
+                  "give it as a fraction of the run",
+                  (long long)w, what, (long long)(end - start), (long long)start, (long long)end - 1);
+    ddp_mark_error_shared();
+    return DDP_ERR_ARG;
+}
+
+/* The learning-rate schedule of this run, once its horizon (epochs x the first epoch's optimizer steps, as the
+ * trainer computes it) is known. A resume compares it with the checkpoint's: the horizon the run asks for differs
+ * when --epochs changed; --lr-horizon keep (default) keeps the checkpoint's span, restart starts the schedule again
+ * at the resumed step over the run's remaining steps (only when the horizon changed: a requeued job resumed with
+ * the same options continues a restarted schedule). --lr, --min-lr, --lr-schedule and --warmup-steps are this
+ * run's. Rank 0 prints one notice when the schedule changes; a warmup longer than the schedule is refused. Writes
+ * nothing: ddp_train_state_record_schedule records the schedule in effect in run.json. */
+ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0)
+{
+    ddp_ctx *ctx = ts->ctx;
+    const ddp_train_config *c = ts->cfg;
+    int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
+    int64_t total = steps0 * epochs, want_start, want_end;
+    ddp_lr_span(c, total, &want_start, &want_end); /* what this run's options ask for */
+    const char *horizon = "run";
+    if (ts->lr_saved.resumed && ts->lr_saved.known) {
+        ddp_train_config *rc = &ts->cfg_resumed;                          /* ts->cfg */
+        int matters = c->lr_schedule != DDP_LR_CONSTANT || c->warmup > 0; /* else every span gives lr */
+        int moved = ts->lr_saved.end != want_end;
+        int restart = matters && moved && c->lr_horizon == DDP_LR_HORIZON_RESTART && want_end > ts->global_step;
+        if (matters && !restart) { /* the checkpoint's span: unchanged, or kept */
+            rc->lr_start_step = ts->lr_saved.start;
+            rc->lr_end_step = ts->lr_saved.end > ts->lr_saved.start ? ts->lr_saved.end : 0;
+            horizon = "checkpoint";
+        } else if (restart) {
+            rc->lr_start_step = ts->global_step;
+            rc->lr_end_step = want_end;
+            horizon = "restart";
+        }
+        DDP_CHECK(warmup_fits(ts, total, restart ? "the restarted schedule's" : "the checkpoint's schedule's"));
+        /* the checkpoint's own schedule, for the lr it would give now */
+        ddp_train_config old = *rc;
+        old.lr_schedule = ts->lr_saved.schedule;
+        old.lr = ts->lr_saved.lr, old.min_lr = ts->lr_saved.min_lr, old.warmup = (double)ts->lr_saved.warmup;
+        old.lr_start_step = ts->lr_saved.start,
+        old.lr_end_step = ts->lr_saved.end > ts->lr_saved.start ? ts->lr_saved.end : 0;
+        int64_t s = ts->global_step, w = ddp_lr_warmup_steps(rc, total);
+        double lr_old = ddp_lr_at(&old, s, total), lr_new = ddp_lr_at(rc, s, total), lr_moved = lr_new;
+        if (moved && !restart && matters) { /* what the new horizon would have given: the jump a keep avoids */
+            ddp_train_config mv = *rc;
+            mv.lr_start_step = want_start, mv.lr_end_step = want_end;
+            lr_moved = ddp_lr_at(&mv, s, total);
+        }
+        char items[2048] = "", a[32], b[32];
+        if (ts->lr_saved.schedule != c->lr_schedule)
+            add_item(items, sizeof items, "--lr-schedule %s -> %s", ddp_lr_schedule_name(ts->lr_saved.schedule),
+                     ddp_lr_schedule_name(c->lr_schedule));
+        if (ts->lr_saved.lr != c->lr)
+            add_item(items, sizeof items, "--lr %s -> %s", num(a, 32, ts->lr_saved.lr), num(b, 32, c->lr));
+        if (ts->lr_saved.min_lr != c->min_lr &&
+            (c->lr_schedule != DDP_LR_CONSTANT || ts->lr_saved.schedule != DDP_LR_CONSTANT))
+            add_item(items, sizeof items, "--min-lr %s -> %s", num(a, 32, ts->lr_saved.min_lr), num(b, 32, c->min_lr));
+        if (ts->lr_saved.warmup != w && !restart)
+            add_item(items, sizeof items, "warmup %lld -> %lld steps", (long long)ts->lr_saved.warmup, (long long)w);
+        if (restart) {
+            char how[96] = "";
+            if (w > 0) snprintf(how, sizeof how, "warmup %lld steps, then ", (long long)w);
+            add_item(
+                items, sizeof items,
+                "horizon %lld -> %lld steps (--epochs %d): the schedule starts again at step %lld (%s%s to step %lld; "
+                "--lr-horizon restart)",
+                (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)s, how,
+                c->lr_schedule == DDP_LR_CONSTANT ? "constant"
+                : c->lr_schedule == DDP_LR_COSINE ? "cosine decay"
+                                                  : "linear decay",
+                (long long)want_end);
+        } else if (moved && matters)
+            add_item(items, sizeof items,
+                     "horizon %lld -> %lld steps (--epochs %d) not taken: the checkpoint's is kept (--lr-horizon keep; "
+                     "--lr-horizon restart starts warmup and decay again at step %lld)",
+                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)s);
+        if (items[0] && ctx->topo.rank == 0 && ts->epoch < epochs) { /* even with --no-progress, like --precision's */
+            char lr_note[160];
+            if (lr_old != lr_new)
+                snprintf(lr_note, sizeof lr_note, "lr %s -> %s", num(a, 32, lr_old), num(b, 32, lr_new));
+            else
+                snprintf(lr_note, sizeof lr_note, "lr continues at %s", num(a, 32, lr_new));
+            size_t n = strlen(lr_note);
+            if (lr_moved != lr_new)
+                snprintf(lr_note + n, sizeof lr_note - n, " (the new horizon would make it %s)", num(b, 32, lr_moved));
+            fprintf(stderr, "mpiddp train: notice: %s: learning-rate schedule at step %lld: %s; %s\n",
+                    ts->lr_saved.path, (long long)s, items, lr_note);
+        }
+    } else if (ts->lr_saved.resumed && ctx->topo.rank == 0 && ts->epoch < epochs) { /* as before: this run's schedule */
+        char a[32];
+        fprintf(stderr,
+                "mpiddp train: notice: %s records no learning-rate schedule (written by an older mpiddp): this run's "
+                "applies as given (%s, --lr %s, horizon %lld steps from --epochs %d)\n",
+                ts->lr_saved.path, ddp_lr_schedule_name(c->lr_schedule), num(a, 32, c->lr), (long long)want_end,
+                epochs);
+    }
+    if (!(ts->lr_saved.resumed && ts->lr_saved.known)) DDP_CHECK(warmup_fits(ts, total, "the run's"));
+    ts->lr_horizon = horizon;
+    return DDP_OK;
+}
+
+ddp_status ddp_train_state_record_schedule(ddp_train_state *ts, int64_t total)
+{
+    const ddp_train_config *c = ts->cfg;
+    int64_t start, end;
+    ddp_lr_span(c, total, &start, &end);
+    char rj[4200];
+    snprintf(rj, sizeof rj, "%s/run.json", c->out_dir);
+    return ddp_run_json_lr_schedule(ts->ctx, rj, ddp_lr_schedule_name(c->lr_schedule), c->lr, c->min_lr,
+                                    ddp_lr_warmup_steps(c, total), start, end, ts->lr_horizon ? ts->lr_horizon : "run");
+}
+
+/* A resumed run's position in this run's micro-batches: optimizer steps of the epoch x --accumulate, checked
+ * against the positions of the epoch's order the checkpoint had consumed. Every rank computes the same. */
+ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps)
+{
+    ddp_status st = DDP_OK;
+    int64_t os = ts->resume_os, acc = ts->cfg->accumulate;
+    if (ts->resume_legacy_mb >= 0) { /* same world size and global batch (checked): the same micro-batches */
+        ts->mb = ts->resume_legacy_mb;
+        if (ts->mb > ts->nmb)
+            st = ddp_set_error(DDP_ERR_ARG, "resume position: micro-batch %lld is past the epoch's %lld",
+                               (long long)ts->mb, (long long)ts->nmb);
+    } else if (os >= 0) {
+        int64_t end = ts->tsm->n;
+        if (ts->resume_pos == end) /* saved at the epoch's end: validation comes next (past it: refused below) */
+            ts->mb = ts->nmb;
+        else if (os > opt_steps || ts->resume_pos > end)
+            st = ddp_set_error(DDP_ERR_ARG,
+                               "resume position: %lld optimizer steps and %lld samples into epoch %lld cannot be "
+                               "continued exactly (this run's epoch has %lld steps over %lld samples: another training "
+                               "set?)",
+                               (long long)os, (long long)ts->resume_pos, (long long)ts->epoch, (long long)opt_steps,
+                               (long long)end);
+        else if (ddp_train_state_epoch_position(ts, os) != ts->resume_pos)
+            st = ddp_set_error(
+                DDP_ERR_ARG,
+                "resume position: %lld optimizer steps and %lld samples into epoch %lld cannot be continued exactly "
+                "(this run's epoch has %lld steps; step %lld starts at sample %lld)",
+                (long long)os, (long long)ts->resume_pos, (long long)ts->epoch, (long long)opt_steps, (long long)os,
+                (long long)ddp_train_state_epoch_position(ts, os));
+        else
+            ts->mb = os * acc < ts->nmb ? os * acc : ts->nmb;
+    }
+    ts->resume_os = ts->resume_legacy_mb = -1;
+    if (st != DDP_OK) ddp_mark_error_shared();
+    return st;
+}
