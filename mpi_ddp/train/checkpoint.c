@@ -545,8 +545,11 @@ ddp_status ddp_ckpt_check_heads(const char *path, const ddp_model_config *mc)
 {
     ddp_model_config saved;
     if (!mc || mc->kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
-    /* a file peek cannot read (no recorded hyperparameters: a model built through the library) is ddp_ckpt_read's */
-    if (ddp_ckpt_peek_model(path, &saved) != DDP_OK || saved.kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
+    /* a file peek cannot read (no recorded hyperparameters: a model built through the library) is ddp_ckpt_read's;
+     * out of memory is this check's own failure (else it would be skipped silently) */
+    ddp_status st = ddp_ckpt_peek_model(path, &saved);
+    if (st == DDP_ERR_NOMEM) return st;
+    if (st != DDP_OK || saved.kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
     if (saved.heads == mc->heads) return DDP_OK;
     return ddp_set_error(DDP_ERR_ARG,
                          "%s: saved with --heads %d; this run uses --heads %d (the same tensors would be split into "
