@@ -118,10 +118,12 @@ static void read_holder(int fd, char *buf, size_t len)
     if (!buf[0]) snprintf(buf, len, "a process that has not written its name yet");
 }
 
-/* One attempt: 1 = locked, 0 = held by a live process (holder filled in), -1 = error (set). */
+/* One attempt: 1 = locked, 0 = held by a live process (holder filled in), 2 = the directory is gone (a refused run
+ * that had made it removed it: ddp_rundir_discard), -1 = error (set). */
 static int try_lock(ddp_rundir *rd, const char *path, char *holder, size_t hlen)
 {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 && errno == ENOENT) return 2;
     if (fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot create the run lock: %s", path, strerror(errno)), -1;
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     if (fcntl(fd, F_SETLK, &fl) != 0) {
@@ -299,23 +301,30 @@ static ddp_status make_dir(ddp_rundir *rd, const char *dir)
 static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *resume, int overwrite,
                                 const ddp_topology *t)
 {
-    rd->had_progress = exists(dir, "progress");
-    rd->had_checkpoints = exists(dir, "checkpoints");
     DDP_CHECK(make_dir(rd, dir));
     char path[4400], holder[512] = "";
     snprintf(path, sizeof path, "%s/%s", dir, LOCK_NAME);
     double t0 = now_s();
     int got;
-    while ((got = try_lock(rd, path, holder, sizeof holder)) == 0 && now_s() - t0 < LOCK_WAIT_S) {
+    while (((got = try_lock(rd, path, holder, sizeof holder)) == 0 || got == 2) && now_s() - t0 < LOCK_WAIT_S) {
+        if (got == 2) { /* the run whose lock this one waited for was refused and removed the directory it made */
+            DDP_CHECK(make_dir(rd, dir));
+            continue;
+        }
         struct timespec pause = {0, 100 * 1000 * 1000};
         nanosleep(&pause, NULL);
     }
+    if (got == 2)
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot create the run lock: the directory keeps disappearing", path);
     if (got < 0) return DDP_ERR_IO;
     if (got == 0)
         return ddp_set_error(
             DDP_ERR_BUSY,
             "%s: the run directory is in use by another run (%s); wait for it to end, or choose another --out", dir,
             holder);
+    /* looked at under the lock: a run that held it meanwhile may have made them, and they are then that run's */
+    rd->had_progress = exists(dir, "progress");
+    rd->had_checkpoints = exists(dir, "checkpoints");
     const char *mark = NULL;
     for (size_t i = 0; i < sizeof RUN_MARKS / sizeof RUN_MARKS[0] && !mark; i++)
         if (exists(dir, RUN_MARKS[i])) mark = RUN_MARKS[i];

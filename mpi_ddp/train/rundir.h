@@ -13,7 +13,7 @@ typedef struct {
     int removed;    /* files removed by --overwrite */
     /* rank 0: what this run created, so that a run that ends before writing anything leaves nothing behind */
     char created[4400]; /* the topmost directory of dir's path this run's mkdir made ("" when dir existed) */
-    int had_progress, had_checkpoints; /* dir/progress and dir/checkpoints existed before this run */
+    int had_progress, had_checkpoints; /* dir/progress and dir/checkpoints existed when this run took the lock */
 } ddp_rundir;
 
 /* Collective. Rank 0 creates dir, takes its lock (waiting up to a few seconds for a run that is ending) and,
