@@ -6,7 +6,7 @@ PKGS=(build-essential cmake pkg-config
       libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libpmix-dev
       libopenblas-dev libdnnl-dev libcmocka-dev libinih-dev libcjson-dev zlib1g-dev
       python3-numpy python3-h5py python3-torch gnuplot-nox
-      clang clang-format libclang-rt-14-dev valgrind slurm-wlm munge)
+      clang clang-format libclang-rt-14-dev valgrind strace slurm-wlm munge)
 [ "${MPIDDP_DEPS_EXTRA:-}" ] && PKGS+=(${MPIDDP_DEPS_EXTRA})
 missing=()
 for p in "${PKGS[@]}"; do

@@ -37,7 +37,8 @@ pass "a run waiting for the lock of a refused run that made the directory starts
 # 2. run A checks --out while run B holds its lock and has not yet started its progress board; A waits, B ends, A is
 #    refused (the directory holds B's run): B's board (progress/rank0, progress/rank1) stays. Before, A took the
 #    board for its own (progress/ was not there when it looked) and removed it. strace delays B's mkdir of progress/.
-if command -v strace >/dev/null && strace -qq -o /dev/null true 2>/dev/null; then
+command -v strace >/dev/null || fail "strace is missing (scripts/deps.sh installs it)"
+if strace -qq -o /dev/null true 2>/dev/null; then
   mpirun_np 2 strace -f -qq -o /dev/null -P board/progress -e trace=mkdir,mkdirat -e inject=all:delay_enter=1500ms \
     "$MPIDDP" train "${base[@]}" --collective-timeout 60 --out board >b.out 2>b.err &
   b=$!
@@ -50,5 +51,5 @@ if command -v strace >/dev/null && strace -qq -o /dev/null true 2>/dev/null; the
   [ -f board/progress/rank0 ] && [ -f board/progress/rank1 ] || fail "a refused run removed the board of the run before it: $(find board)"
   pass "a refused run leaves the progress board of the run that ended in its --out"
 else
-  echo "SKIP: strace cannot run here (section 2)"
+  echo "SKIP: strace cannot trace here (ptrace denied: $(strace -qq -o /dev/null true 2>&1 | head -1)), section 2"
 fi
