@@ -13,8 +13,9 @@ typedef int (*cmd_fn)(ddp_ctx *ctx, int argc, char **argv);
 
 int cmd_train(ddp_ctx *ctx, int argc, char **argv);
 /* train's parse of argv[2..argc) and its usage checks, for a job of `world` ranks, without running anything: -1 when
- * train would start, else the exit code once rank 0 printed train's line (2) or its --help (0). */
-int cmd_train_check(ddp_ctx *ctx, int argc, char **argv, int world);
+ * train would start (*chosen: 1 when the arguments or their --config give --resume or --overwrite), else the exit
+ * code once rank 0 printed train's line (2) or its --help (0). */
+int cmd_train_check(ddp_ctx *ctx, int argc, char **argv, int world, int *chosen);
 int cmd_env(ddp_ctx *ctx, int argc, char **argv);
 int cmd_eval(ddp_ctx *ctx, int argc, char **argv);
 int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv);

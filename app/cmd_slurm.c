@@ -83,57 +83,6 @@ static int time_limit_s(const char *s, long long *secs)
     return 0;
 }
 
-/* How the train arguments start the run: whether they give --resume (on the command line or as a --config key),
- * and --overwrite's value (the command line's, else the --config file's). As train, one of them on the command
- * line drops the other from the file; both on the command line, or both in the file, are refused. */
-typedef struct {
-    int resume, overwrite;
-} train_start;
-
-static int start_key(void *user, const char *section, const char *name, const char *value)
-{
-    train_start *ts = user;
-    (void)section;
-    char key[64];
-    snprintf(key, sizeof key, "%s", name);
-    for (char *p = key; *p; p++)
-        if (*p == '_') *p = '-';
-    if (!strcmp(key, "resume")) ts->resume = 1;
-    if (!strcmp(key, "overwrite")) (void)cli_parse_bool(value, &ts->overwrite); /* train refuses another value */
-    return 1;
-}
-
-/* Reads args[0..n) (and the --config file they name, as train would); returns 0, or 2 after a usage line. */
-static int read_train_start(ddp_ctx *ctx, char **args, int n, train_start *out)
-{
-    const char *config = NULL;
-    int resume = 0, overwrite = -1; /* -1: not on the command line */
-    for (int i = 0; i < n; i++) {
-        const char *a = args[i];
-        if (!strcmp(a, "--resume") || !strncmp(a, "--resume=", 9)) resume = 1;
-        if (!strcmp(a, "--overwrite")) overwrite = 1;
-        if (!strncmp(a, "--overwrite=", 12)) (void)cli_parse_bool(a + 12, &overwrite);
-        if (!strcmp(a, "--config") && i + 1 < n) config = args[i + 1];
-        if (!strncmp(a, "--config=", 9)) config = a + 9;
-    }
-    *out = (train_start){0, 0};
-    if (config) {
-        char err[600]; /* read as train reads it: a FIFO is never waited on, /dev/zero never read forever */
-        int rc = cli_ini_parse(config, start_key, out, err, sizeof err);
-        if (rc < 0) return cli_usage(ctx, "slurm-script", "%s", err);
-        if (rc > 0) return cli_usage(ctx, "slurm-script", "%s:%d: syntax error", config, rc);
-    }
-    /* as train: the command line overrides the file, also across --resume / --overwrite */
-    if (resume && overwrite < 0) out->overwrite = 0;
-    if (overwrite == 1 && !resume) out->resume = 0;
-    out->resume |= resume;
-    if (overwrite >= 0) out->overwrite = overwrite;
-    if (out->resume && out->overwrite)
-        return cli_usage(ctx, "slurm-script",
-                         "the train arguments give --resume and --overwrite: give one (train refuses both)");
-    return 0;
-}
-
 int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv)
 {
     int nodes = 1, tpn = 1, gpn = 0, cpt = 1;
@@ -185,9 +134,6 @@ int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv)
                          "--time %s: the time-limit warning comes 90 s before the limit (--signal=USR1@90): a limit "
                          "of %lld s would stop and requeue the job at its first step, every time; give more than 90 s",
                          time, limit);
-    train_start start;
-    int rc = read_train_start(ctx, argv + dd + 1, argc - dd - 1, &start);
-    if (rc != 0) return rc;
     /* the train arguments as train will parse them in the job (options, values, combinations), so that a typo is
      * said now, not after the job waited in the queue */
     char **targv = malloc(sizeof *targv * (size_t)(argc - dd + 2));
@@ -197,7 +143,8 @@ int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv)
     memcpy(targv + 2, argv + dd + 1, sizeof *targv * (size_t)(argc - dd - 1));
     targv[argc - dd + 1] = NULL;
     long long world = (long long)nodes * tpn;
-    rc = cmd_train_check(ctx, argc - dd + 1, targv, world > INT_MAX ? INT_MAX : (int)world);
+    int chosen = 0; /* the arguments (or their --config) give --resume or --overwrite */
+    int rc = cmd_train_check(ctx, argc - dd + 1, targv, world > INT_MAX ? INT_MAX : (int)world, &chosen);
     free(targv);
     if (rc >= 0) return rc;
     if (!cli_rank0(ctx)) return 0;
@@ -232,7 +179,7 @@ int cmd_slurm_script(ddp_ctx *ctx, int argc, char **argv)
         fputc(' ', f);
         shq(f, argv[i]);
     }
-    if (!start.resume && !start.overwrite) fprintf(f, " --resume auto"); /* train refuses both */
+    if (!chosen) fprintf(f, " --resume auto"); /* train refuses both */
     fprintf(f, "\n");
     return 0;
 }

@@ -132,7 +132,7 @@ static int end_stopped(ddp_ctx *ctx, int kinds, const char *line, const ddp_trai
 }
 
 /* check_world > 0: only the parse and the usage checks, for a job of that many ranks (cmd_train_check). */
-static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world)
+static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world, int *chosen)
 {
     const char *train_dir = NULL, *val_dir = NULL, *config = NULL, *train_mf = NULL, *val_mf = NULL;
     int no_manifest = 0;
@@ -284,7 +284,10 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world)
                ddp_model_config_check(&mc) != DDP_OK)
         conflict = ddp_last_error(); /* before buffers are sized from them */
     if (conflict) return cli_usage(ctx, "train", "%s", conflict);
-    if (check_world) return -1;
+    if (check_world) {
+        *chosen = cfg.resume != NULL || cfg.overwrite; /* how the run starts: its own choice, else --resume auto */
+        return -1;
+    }
     ddp_device want = device == 1 ? DDP_DEVICE_CPU : device == 2 ? DDP_DEVICE_CUDA : DDP_DEVICE_AUTO, got;
     char why[160];
     ddp_status st = ddp_select_device_all(ctx, want, &got, why);
@@ -404,6 +407,9 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world)
     return 0;
 }
 
-int cmd_train(ddp_ctx *ctx, int argc, char **argv) { return train_main(ctx, argc, argv, 0); }
+int cmd_train(ddp_ctx *ctx, int argc, char **argv) { return train_main(ctx, argc, argv, 0, NULL); }
 
-int cmd_train_check(ddp_ctx *ctx, int argc, char **argv, int world) { return train_main(ctx, argc, argv, world); }
+int cmd_train_check(ddp_ctx *ctx, int argc, char **argv, int world, int *chosen)
+{
+    return train_main(ctx, argc, argv, world, chosen);
+}

@@ -93,7 +93,7 @@ done
 for a in "--config both2.ini" "--config rs.ini --resume auto --overwrite"; do
   read -r -a extra <<<"$a"
   expect_rc 2 "$MPIDDP" slurm-script -- --train t --val v --out r "${extra[@]}"
-  [ "$ERR" = "mpiddp slurm-script: the train arguments give --resume and --overwrite: give one (train refuses both)" ] ||
+  [ "$ERR" = "mpiddp train: --resume and --overwrite: give one (continue the run in --out, or remove its files and start afresh)" ] ||
     fail "slurm-script $a: $ERR"
 done
 
@@ -105,7 +105,7 @@ for c in "/dev/zero|is a character device, not a regular file" "cfg.fifo|is a FI
   f=${c%%|*} msg=${c#*|}
   [ "$f" = l1.ini ] && want="l1.ini:2: $msg" || want="--config $f: $msg"
   expect_rc 2 timeout 10 "$MPIDDP" slurm-script -- --train t --val v --out r --config "$f"
-  [ "$ERR" = "mpiddp slurm-script: $want" ] && [ -z "$OUT" ] || fail "slurm-script --config $f: $ERR / $OUT"
+  [ "$ERR" = "mpiddp train: $want" ] && [ -z "$OUT" ] || fail "slurm-script --config $f: $ERR / $OUT"
 done
 printf '[train]\n  out = r\n  overwrite = true\n' > ow.ini # an indented key counts: no --resume auto beside it
 expect_rc 0 timeout 10 "$MPIDDP" slurm-script -- --train t --val v --config ow.ini

@@ -91,7 +91,7 @@ grep -q -- "^srun .* --overwrite=false --resume auto$" <<<"$OUT" || fail "slurm-
 # both on the command line are refused (one on the command line beside the other in the file is no conflict: the
 # command line's wins, as in train; tests/sh/cli_config.sh)
 expect_rc 2 "$MPIDDP" slurm-script -- --train t --val v --out r --config ow.ini --resume auto --overwrite
-one_line "mpiddp slurm-script: the train arguments give --resume and --overwrite: give one"
+one_line "mpiddp train: --resume and --overwrite: give one"
 expect_rc 0 "$MPIDDP" slurm-script --job-name 'my job' --output 'logs dir/%j.out' -- --train t --val v --out r
 grep -qx '#SBATCH --job-name="my job"' <<<"$OUT" && grep -qx '#SBATCH --output="logs dir/%j.out"' <<<"$OUT" ||
   fail "slurm-script quoting: $OUT"
