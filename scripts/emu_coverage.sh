@@ -10,12 +10,13 @@ MIN=${2:-95}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# file to measure -> object (.gcda) that holds its counters: each .cu through its tests/cuda_emu/*_emu.cpp
+# file to measure -> object (.gcda) that holds its counters: each .cu through its tests/cuda_emu/*_emu.cpp, the
+# library's sources through its object library mpiddp_core
 E=CMakeFiles/mpiddp_cudaemu.dir
 G=mpi_ddp/backend/cuda
 declare -A OBJ=([$G/cuda_plugin.c]=$E/$G/cuda_plugin.c.gcda [$G/backend_cuda_state.c]=$E/$G/backend_cuda_state.c.gcda
-                [mpi_ddp/comm/sync_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm/sync_nccl.c.gcda
-                [mpi_ddp/comm/comm_nccl.c]=CMakeFiles/mpiddp.dir/mpi_ddp/comm/comm_nccl.c.gcda)
+                [mpi_ddp/comm/sync_nccl.c]=CMakeFiles/mpiddp_core.dir/mpi_ddp/comm/sync_nccl.c.gcda
+                [mpi_ddp/comm/comm_nccl.c]=CMakeFiles/mpiddp_core.dir/mpi_ddp/comm/comm_nccl.c.gcda)
 CU=(backend_cuda backend_cuda_gemm backend_cuda_enc backend_cuda_norm backend_cuda_attn backend_cuda_attn_tc backend_cuda_sdpa)
 FILES=()
 for k in "${CU[@]}"; do OBJ[$G/$k.cu]=$E/tests/cuda_emu/${k}_emu.cpp.gcda; FILES+=("$G/$k.cu"); done
