@@ -24,7 +24,7 @@ typedef struct {
     int64_t global_step, optim_step, skipped;
     int64_t epoch, mb;      /* position: next micro-batch of this epoch */
     int64_t nmb;            /* micro-batches of this epoch */
-    int64_t lr_total;       /* optimizer steps of the run, the schedule's horizon: epochs x the first epoch's */
+    int64_t lr_total;       /* optimizer steps of the run, the schedule's horizon (ddp_train_state_settle_schedule) */
     const ddp_sampler *tsm; /* the training order (checkpoints record positions in its units) */
     /* a resume's position, converted to micro-batches once the first epoch's plan is known
      * (ddp_train_state_resume_position) */
@@ -66,10 +66,12 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path);
  * check of a resume, before any file of the run directory is written). */
 ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_steps);
 /* In every run, before the run directory's files are written: with steps0, the first epoch's optimizer steps (the
- * schedule's horizon is --epochs x steps0), settles the learning-rate schedule (a resume keeps the checkpoint's
- * horizon or restarts the decay, --lr-horizon; rank 0 prints one notice when the schedule changes). A warmup longer
- * than the schedule's steps: DDP_ERR_ARG on every rank (every rank computes the same). Writes nothing. */
-ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0);
+ * schedule's horizon is --epochs x steps0; a resume with sample-count batches: the steps done before its epoch, then
+ * steps0 an epoch), sets ts->lr_total and settles the learning-rate schedule (a resume keeps the checkpoint's horizon
+ * or restarts the decay, --lr-horizon; rank 0 prints one notice when the schedule changes). A warmup longer than the
+ * schedule's steps (--fast-dev-run: than --epochs x full0, the first epoch's steps without its limit): DDP_ERR_ARG
+ * on every rank (every rank computes the same). Writes nothing. */
+ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0, int64_t full0);
 /* Collective, once run.json is written: records the settled schedule (of total = the run's optimizer steps) there. */
 ddp_status ddp_train_state_record_schedule(ddp_train_state *ts, int64_t total);
 /* Collective, once every check of a resume has passed (run_files.c): the run directory's files at the start of a run

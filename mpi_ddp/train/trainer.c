@@ -436,20 +436,20 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
     int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
     /* the schedule's horizon: with token budgets the first epoch's plan stands for every epoch's (a function of
      * seed and global budget, like the plan itself; the schedule holds min-lr past it) */
-    int64_t steps0 = opt_steps;
+    int64_t steps0 = opt_steps, full0 = (tsm.steps + c->accumulate - 1) / c->accumulate; /* full0: no --fast-dev-run */
     if (c->batch_rows > 0 && ts->epoch != 0) { /* resumed in a later epoch: epoch 0's plan, as the first run saw it */
         int64_t nmb0;
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, 0)));
         DDP_TRY(epoch_steps(tr, &tsm, NULL, &nmb0, &steps0));
+        full0 = (tsm.steps + c->accumulate - 1) / c->accumulate;
         DDP_TRY(ddp_agree_status(ctx, ddp_sampler_set_epoch(&tsm, ts->epoch)));
     }
-    DDP_TRY(ddp_train_state_resume_position(ts, opt_steps)); /* the last checks: nothing written before */
-    DDP_TRY(ddp_train_state_settle_schedule(ts, steps0));
+    DDP_TRY(ddp_train_state_resume_position(ts, opt_steps));     /* the last checks: nothing written before */
+    DDP_TRY(ddp_train_state_settle_schedule(ts, steps0, full0)); /* sets ts->lr_total */
     tr->wrote = 1;
     DDP_TRY(ddp_agree_status(ctx, ddp_train_start_files(ts, tr->resuming, ddp_dataset_get_info(train),
                                                         ddp_dataset_get_info(val), &tr->csv, &tr->csv_rank)));
-    DDP_TRY(ddp_train_state_record_schedule(ts, steps0 * epochs));
-    ts->lr_total = steps0 * epochs;
+    DDP_TRY(ddp_train_state_record_schedule(ts, ts->lr_total));
     tr->lr_last = ddp_lr_at(c, ts->global_step, ts->lr_total);
     int64_t total_steps = opt_steps * epochs, first_epoch = ts->epoch;
     int at_end = ts->nmb > 0 && ts->mb >= ts->nmb; /* resumed after the epoch's training: it validates next */

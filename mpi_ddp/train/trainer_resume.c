@@ -314,12 +314,20 @@ static ddp_status warmup_fits(const ddp_train_state *ts, int64_t total, const ch
  * the same options continues a restarted schedule). --lr, --min-lr, --lr-schedule and --warmup-steps are this
  * run's. Rank 0 prints one notice when the schedule changes; a warmup longer than the schedule is refused. Writes
  * nothing: ddp_train_state_record_schedule records the schedule in effect in run.json. */
-ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0)
+ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0, int64_t full0)
 {
     ddp_ctx *ctx = ts->ctx;
     const ddp_train_config *c = ts->cfg;
     int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
     int64_t total = steps0 * epochs, want_start, want_end;
+    if (ts->lr_saved.resumed && c->batch_rows <= 0 && c->fast_dev_run <= 0 && ts->epoch < epochs) {
+        /* sample-count batches: the steps done before this epoch, then this run's epochs. The same as epochs x steps0
+         * when every epoch had this run's steps; another order at an epoch boundary (--sampling shard pads each
+         * rank's shards to the longest) changes the steps of the epochs to come, not of those done */
+        int64_t acc = c->accumulate, done = (ts->mb + acc - 1) / acc;
+        total = ts->global_step - done + (epochs - ts->epoch) * steps0;
+    }
+    ts->lr_total = total;
     ddp_lr_span(c, total, &want_start, &want_end); /* what this run's options ask for */
     const char *horizon = "run";
     if (ts->lr_saved.resumed && ts->lr_saved.known) {
@@ -398,7 +406,9 @@ ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0)
                 ts->lr_saved.path, ddp_lr_schedule_name(c->lr_schedule), num(a, 32, c->lr), (long long)want_end,
                 epochs);
     }
-    if (!(ts->lr_saved.resumed && ts->lr_saved.known)) DDP_CHECK(warmup_fits(ts, total, "the run's"));
+    /* --fast-dev-run smoke-tests the run's options: its warmup against the run's steps, not the few it trains */
+    if (!(ts->lr_saved.resumed && ts->lr_saved.known))
+        DDP_CHECK(warmup_fits(ts, c->fast_dev_run > 0 ? full0 * c->epochs : total, "the run's"));
     ts->lr_horizon = horizon;
     return DDP_OK;
 }

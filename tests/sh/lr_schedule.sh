@@ -143,6 +143,13 @@ cp -r cos2 warm5
 expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" "${sched[@]}" --warmup-steps 31 --epochs 5 --out warm5 --resume auto
 [ "$(grep -c -- "error: --warmup-steps 31 exceeds the checkpoint's schedule's 30 optimizer steps (steps 0-29)" <<<"$ERR")" = 1 ] ||
   fail "a warmup longer than the kept schedule: $ERR"
+# --fast-dev-run smoke-tests the run's options: a warmup that fits the run's 30 steps runs (the smoke test trains 2),
+# one that does not is refused as the run would be
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --warmup-steps 5 --fast-dev-run 2 --out fdr5 >/dev/null 2>fdr5.err ||
+  fail "--fast-dev-run 2 with a warmup the run fits: $(cat fdr5.err)"
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --warmup-steps 31 --fast-dev-run 2 --out fdr31
+[ "$(grep -c -- "error: --warmup-steps 31 exceeds the run's 30 optimizer steps (steps 0-29)" <<<"$ERR")" = 1 ] ||
+  fail "--fast-dev-run with a warmup longer than the run: $ERR"
 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --warmup-steps 30 --out warm30 >/dev/null # ends at the peak
 [ "$(csv_last warm30/metrics.csv lr)" = 0.01 ] || fail "a warmup of the whole run: last lr $(csv_last warm30/metrics.csv lr)"
-pass "lr schedules match PyTorch's step by step, at np 1 x2 and np 2; resume mid-warmup and mid-decay bitwise; a longer --epochs keeps the horizon (or restarts it), with a notice; a one-step decay keeps the peak lr; a warmup longer than the run refused"
+pass "lr schedules match PyTorch's step by step, at np 1 x2 and np 2; resume mid-warmup and mid-decay bitwise; a longer --epochs keeps the horizon (or restarts it), with a notice; a one-step decay keeps the peak lr; a warmup longer than the run refused (with --fast-dev-run too, against the run it smoke-tests)"

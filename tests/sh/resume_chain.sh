@@ -66,4 +66,20 @@ assert {l[0] for l in lines} == {"1"}, {l[0] for l in lines}
 ids = collections.Counter(int(i) for l in lines for i in l[2:])
 assert len(ids) == 216 and set(ids.values()) == {1}, (len(ids), collections.Counter(ids.values()))
 PY
-pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode, sampling refused; a shard checkpoint on its world size only mid-epoch; another order at an epoch boundary"
+# the steps of the epochs to come change with the order (--sampling shard pads rank 0's 72-sample shard to rank 1's
+# 144: 18 steps an epoch, --sampling global 14), those done do not: extended to 3 epochs with --lr-horizon restart,
+# the decay starts again at step 18 and ends at the run's last, step 18 + 2 x 14 = 46 (it ended at 3 x 14 = 42,
+# the last 4 steps at --min-lr)
+sched=(--lr-schedule cosine --warmup-steps 2 --min-lr 0.001 --lr-horizon restart)
+mpirun_np 2 "$MPIDDP" train "${common[@]}" "${sched[@]}" --batch-size 8 --sampling shard --epochs 1 --out shr >/dev/null
+mpirun_np 2 "$MPIDDP" train "${common[@]}" "${sched[@]}" --batch-size 8 --epochs 3 --out shr --resume auto >/dev/null 2>shr.err ||
+  fail "a shard checkpoint at an epoch boundary, extended with --sampling global: $(cat shr.err)"
+qgrep "horizon 18 -> 46 steps (--epochs 3): the schedule starts again at step 18 (warmup 2 steps, then cosine decay to step 46" shr.err ||
+  fail "another order at an epoch boundary: the restarted schedule does not end at the run's last step: $(cat shr.err)"
+$PY - <<'PY' || fail "another order at an epoch boundary: the restarted decay does not end at the run's last step"
+import csv
+lr = {int(r["step"]): float(r["lr"]) for r in csv.DictReader(open("shr/metrics.csv")) if r["lr"]}
+assert max(lr) == 46, max(lr)
+assert lr[46] == 0.001 and all(lr[s] > 0.001 for s in range(19, 46)), {s: lr[s] for s in range(40, 47)}
+PY
+pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode, sampling refused; a shard checkpoint on its world size only mid-epoch; another order at an epoch boundary (the lr horizon counts the steps done, then the new epochs)"
