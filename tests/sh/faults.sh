@@ -46,7 +46,7 @@ printf '%s' "$ERR" | qgrep "MPI_ABORT" && fail "NaN ended in MPI_Abort: $ERR"
 # to look)
 rm -rf nanrun && MPIDDP_TEST_ALLOC_SITES=$WORK/gdsites mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan \
   --val vv/one_shard --batch-size 4 --no-progress --out nanrun >/dev/null 2>&1 || true
-gsites=$(cat gdsites.r* | grep '^train/grad_diag\.c:' | sort -u)
+gsites=$(cat gdsites.r* | { grep '^train/grad_diag\.c:' || true; } | sort -u) # none: said below, not a silent exit
 [ -n "$gsites" ] || fail "the NaN run reached no allocation of train/grad_diag.c"
 for site in $gsites; do
   for rank in 0 1 2 3; do
@@ -67,7 +67,8 @@ skipped=$(csv_last nanskip/metrics.csv train/skipped_steps)
 awk -F, 'NR==1{for(i=1;i<=NF;i++) if($i=="train/loss") c=i; next} $c!="" {n++; if($c!~/^[0-9.e+-]+$/) bad=1} END{exit bad || !n}' nanskip/metrics.csv ||
   fail "--skip-nonfinite: train/loss not finite in every training row: $(cut -d, -f1-3 nanskip/metrics.csv)"
 # the count is checkpointed: a resumed third epoch goes on counting (3, not 1)
-mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanskip --skip-nonfinite --epochs 3 --resume auto >/dev/null 2>&1
+mpirun_np 4 "$MPIDDP" train --device "$DEVICE" --train nan --val vv/one_shard --batch-size 4 --no-progress --out nanskip --skip-nonfinite --epochs 3 --resume auto >nanskip.out 2>&1 ||
+  { cat nanskip.out; fail "--skip-nonfinite resume"; }
 [ "$(csv_last nanskip/metrics.csv train/skipped_steps)" = 3 ] || fail "skipped steps after resume: $(csv_last nanskip/metrics.csv train/skipped_steps), expected 3"
 "$MPIDDP" eval --device "$DEVICE" --ckpt nanskip/checkpoints/last.h5 --data vv/one_shard | qgrep -v nan || fail "parameters became NaN"
 
@@ -151,11 +152,13 @@ expect_rc 0 mpirun_np 2 env SLURM_RESTART_COUNT=1 MPIDDP_TEST_STOP_AT_STEP=8 "$M
 grep -q "notice: a requeued job (SLURM_RESTART_COUNT=1) continues from ow/checkpoints/last.h5: --overwrite is not applied" <<<"$ERR" &&
   grep -q "resuming from ow/checkpoints/last.h5 .* step 5" <<<"$ERR" || fail "restart with --overwrite: $ERR"
 cp ow/checkpoints/last.h5 start.h5 && cp start.h5 other.h5
-MPIDDP_TEST_STOP_AT_STEP=12 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5 >/dev/null 2>&1
+MPIDDP_TEST_STOP_AT_STEP=12 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5 >rf.out 2>&1 ||
+  { cat rf.out; fail "a run from --resume start.h5 stopped at step 12"; }
 expect_rc 0 mpirun_np 2 env SLURM_RESTART_COUNT=1 MPIDDP_TEST_STOP_AT_STEP=14 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5
 grep -q "continues from rf/checkpoints/last.h5: --resume start.h5 is not applied" <<<"$ERR" &&
   grep -q "resuming from rf/checkpoints/last.h5 .* step 12" <<<"$ERR" || fail "restart with --resume FILE: $ERR"
-rm -r rf && MPIDDP_TEST_STOP_AT_STEP=12 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5 >/dev/null 2>&1
+rm -r rf && MPIDDP_TEST_STOP_AT_STEP=12 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5 >rf.out 2>&1 ||
+  { cat rf.out; fail "a run from --resume start.h5 stopped at step 12 (again)"; }
 rm rf/checkpoints/last.h5 # as if killed before its first save
 expect_rc 2 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out rf --resume other.h5
 grep -q "rf holds a run (run.json) and --resume other.h5 is not one of its checkpoints" <<<"$ERR" || fail "another file: $ERR"
