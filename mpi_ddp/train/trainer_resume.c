@@ -372,20 +372,23 @@ ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0, 
         if (restart) {
             char how[96] = "";
             if (w > 0) snprintf(how, sizeof how, "warmup %lld steps, then ", (long long)w);
-            add_item(
-                items, sizeof items,
-                "horizon %lld -> %lld steps (--epochs %d): the schedule starts again at step %lld (%s%s to step %lld; "
-                "--lr-horizon restart)",
-                (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)s, how,
-                c->lr_schedule == DDP_LR_CONSTANT ? "constant"
-                : c->lr_schedule == DDP_LR_COSINE ? "cosine decay"
-                                                  : "linear decay",
-                (long long)want_end);
+            add_item(items, sizeof items,
+                     "horizon %lld -> %lld steps (--epochs %d, %lld per epoch from epoch %lld): the schedule starts "
+                     "again at "
+                     "step %lld (%s%s to step %lld; --lr-horizon restart)",
+                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)steps0, (long long)ts->epoch,
+                     (long long)s, how,
+                     c->lr_schedule == DDP_LR_CONSTANT ? "constant"
+                     : c->lr_schedule == DDP_LR_COSINE ? "cosine decay"
+                                                       : "linear decay",
+                     (long long)want_end);
         } else if (moved && matters)
             add_item(items, sizeof items,
-                     "horizon %lld -> %lld steps (--epochs %d) not taken: the checkpoint's is kept (--lr-horizon keep; "
-                     "--lr-horizon restart starts warmup and decay again at step %lld)",
-                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)s);
+                     "horizon %lld -> %lld steps (--epochs %d, %lld per epoch from epoch %lld) not taken: the "
+                     "checkpoint's is kept (--lr-horizon keep; --lr-horizon restart starts warmup and decay again at "
+                     "step %lld)",
+                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)steps0, (long long)ts->epoch,
+                     (long long)s);
         if (items[0] && ctx->topo.rank == 0 && ts->epoch < epochs) { /* even with --no-progress, like --precision's */
             char lr_note[160];
             if (lr_old != lr_new)

@@ -65,11 +65,11 @@ $PY -c "import h5py; a = h5py.File('cos2/checkpoints/last.h5').attrs; assert a['
 sched=(--batch-size 8 --lr-schedule cosine --warmup-steps 5 --min-lr 0.001)
 cp -r cos2 keep5 && cp -r cos2 restart5 && cp -r cos2 requeue5 && cp -r cos2 old5
 mpirun_np 2 "$MPIDDP" train "${common[@]}" "${sched[@]}" --epochs 5 --out keep5 --resume auto >/dev/null 2>keep5.err
-grep -q "^mpiddp train: notice: keep5/checkpoints/last.h5: learning-rate schedule at step 30: horizon 30 -> 50 steps (--epochs 5) not taken: the checkpoint's is kept (--lr-horizon keep; --lr-horizon restart starts warmup and decay again at step 30); lr continues at 0.001 (the new horizon would make it 0.00.*)$" keep5.err ||
+grep -q "^mpiddp train: notice: keep5/checkpoints/last.h5: learning-rate schedule at step 30: horizon 30 -> 50 steps (--epochs 5, 10 per epoch from epoch 3) not taken: the checkpoint's is kept (--lr-horizon keep; --lr-horizon restart starts warmup and decay again at step 30); lr continues at 0.001 (the new horizon would make it 0.00.*)$" keep5.err ||
   fail "keep: no notice old -> new: $(cat keep5.err)"
 [ "$(grep -c notice keep5.err)" = 1 ] || fail "keep: not one notice line: $(cat keep5.err)"
 mpirun_np 2 "$MPIDDP" train "${common[@]}" "${sched[@]}" --epochs 5 --lr-horizon restart --out restart5 --resume auto >/dev/null 2>restart5.err
-grep -q "^mpiddp train: notice: restart5/checkpoints/last.h5: learning-rate schedule at step 30: horizon 30 -> 50 steps (--epochs 5): the schedule starts again at step 30 (warmup 5 steps, then cosine decay to step 50; --lr-horizon restart); lr 0.001 -> 0.002$" restart5.err ||
+grep -q "^mpiddp train: notice: restart5/checkpoints/last.h5: learning-rate schedule at step 30: horizon 30 -> 50 steps (--epochs 5, 10 per epoch from epoch 3): the schedule starts again at step 30 (warmup 5 steps, then cosine decay to step 50; --lr-horizon restart); lr 0.001 -> 0.002$" restart5.err ||
   fail "restart: no notice: $(cat restart5.err)"
 MPIDDP_TEST_STOP_AT_STEP=37 mpirun_np 2 "$MPIDDP" train "${common[@]}" "${sched[@]}" --epochs 5 --lr-horizon restart --out requeue5 --resume auto >/dev/null 2>&1
 mpirun_np 2 "$MPIDDP" train "${common[@]}" "${sched[@]}" --epochs 5 --lr-horizon restart --out requeue5 --resume auto >/dev/null 2>requeue5.err

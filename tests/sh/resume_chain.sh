@@ -74,7 +74,7 @@ sched=(--lr-schedule cosine --warmup-steps 2 --min-lr 0.001 --lr-horizon restart
 mpirun_np 2 "$MPIDDP" train "${common[@]}" "${sched[@]}" --batch-size 8 --sampling shard --epochs 1 --out shr >/dev/null
 mpirun_np 2 "$MPIDDP" train "${common[@]}" "${sched[@]}" --batch-size 8 --epochs 3 --out shr --resume auto >/dev/null 2>shr.err ||
   fail "a shard checkpoint at an epoch boundary, extended with --sampling global: $(cat shr.err)"
-qgrep "horizon 18 -> 46 steps (--epochs 3): the schedule starts again at step 18 (warmup 2 steps, then cosine decay to step 46" shr.err ||
+qgrep "horizon 18 -> 46 steps (--epochs 3, 14 per epoch from epoch 1): the schedule starts again at step 18 (warmup 2 steps, then cosine decay to step 46" shr.err ||
   fail "another order at an epoch boundary: the restarted schedule does not end at the run's last step: $(cat shr.err)"
 $PY - <<'PY' || fail "another order at an epoch boundary: the restarted decay does not end at the run's last step"
 import csv
