@@ -53,6 +53,7 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5W(fapl, "H5Pcreate");
     H5W(H5Pset_alignment(fapl, 1, 4096), "H5Pset_alignment");
+    ddp_register_temporary(tmp); /* SIGINT, SIGTERM, SIGHUP: the handler removes it (app/stop_signals.c) */
     f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0) DDP_FAIL(DDP_ERR_IO, "%s: cannot create (directory missing or not writable?)", tmp);
     H5W(ddp_h5_attr_str(f, "format", "mpiddp-shard"), "writing attribute 'format'");
@@ -112,6 +113,7 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     DDP_TRY(ddp_fsync_path(tmp, 0));
     if (rename(tmp, path) != 0) DDP_FAIL(DDP_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
     placed = 1;
+    ddp_register_temporary(NULL); /* a complete shard: a signal now leaves it, as the command's --out holds it */
     DDP_TRY(ddp_fsync_path(dir, 1));
 done:
     free(buf);
@@ -121,6 +123,7 @@ done:
     if (f >= 0) H5Fclose(f);
     if (fapl >= 0) H5Pclose(fapl);
     if (st != DDP_OK) unlink(placed ? path : tmp);
+    ddp_register_temporary(NULL);
     return st;
 }
 

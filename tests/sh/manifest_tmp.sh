@@ -3,7 +3,8 @@
 # mpirun); one killed by SIGKILL leaves it, and the next index removes it. A temporary of a live process of this host
 # (a concurrent index) stays, as do those of another host (it may be writing over a shared file system: one notice
 # line); synth still takes the new names for leftovers in its --out (docs/dataset-format.md#the-manifest). Before,
-# the temporary (then .tmp.PID) of a killed index stayed forever.
+# the temporary (then .tmp.PID) of a killed index stayed forever. synth killed while it writes a shard removes the
+# shard's temporary too.
 . "$(dirname "$0")/lib.sh"
 synth --out d --samples 200 --dim 4 --classes 3 --min-rows 1 --max-rows 4 --shards 4 --seed 1 --no-manifest
 host=$(printf %s "$(hostname)" | tr -c 'A-Za-z0-9._-' '_')
@@ -73,3 +74,28 @@ mkdir -p s && echo x >"s/mpiddp-manifest.bin.tmp.$host.$live" && echo x >s/mpidd
 synth --out s --samples 40 --dim 4 --classes 3 --shards 1 --seed 2 --no-manifest
 [ "$(ntmp s)" = 0 ] || fail "synth kept a temporary in its --out: $(ls s)"
 pass "synth removes manifest temporaries from its --out"
+
+# synth (and pack: the same writer) killed while it writes a shard removes that shard's temporary
+# (OUT/.shard-N.h5.tmp.PID): 8000 samples of up to 64 x 64 floats per shard take long enough to be signalled while
+# the temporary exists. Before, it stayed until the next synth into that directory.
+shtmp() { if [ -d "$1" ]; then find "$1" -maxdepth 1 -name '.shard-*.h5.tmp.*' | wc -l; else echo 0; fi; }
+for launch in single mpirun; do
+  for _ in 1 2 3; do
+    rm -rf big
+    if [ $launch = single ]; then
+      "$MPIDDP" synth --out big --samples 8000 --dim 64 --shards 2 --no-manifest >killed.out 2>&1 &
+    else
+      mpirun -np 2 --oversubscribe "$MPIDDP" synth --out big --samples 16000 --dim 64 --shards 4 --no-manifest \
+        >killed.out 2>&1 &
+    fi
+    pid=$!
+    for _ in $(seq 3000); do [ "$(shtmp big)" = 0 ] || break; sleep 0.005; done
+    [ "$(shtmp big)" != 0 ] || fail "$launch synth: no shard temporary seen: $(ls -a big; cat killed.out)"
+    kill -TERM "$pid"
+    set +e; wait "$pid"; rc=$?; set -e
+    [ "$rc" != 0 ] || fail "$launch synth survived SIGTERM"
+    [ "$(shtmp big)" = 0 ] || fail "$launch synth, SIGTERM: a shard temporary stayed: $(ls -a big)"
+  done
+done
+rm -rf big
+pass "synth killed by SIGTERM while writing a shard removes the shard's temporary (alone and under mpirun)"
