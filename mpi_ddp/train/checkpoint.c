@@ -63,6 +63,7 @@ static ddp_status write_attrs(hid_t f, const char *tmp, const ddp_model *model, 
     CK(ddp_h5_attr_str(f, "monitor", cs->monitor), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_str(f, "mode", cs->mode_max ? "max" : "min"), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "skipped_steps", cs->skipped_steps), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_f64(f, "weight_decay", cs->weight_decay), "%s: writing attributes", tmp);
     if (cs->lr_schedule) {
         CK(ddp_h5_attr_str(f, "lr_schedule", cs->lr_schedule), "%s: writing attributes", tmp);
         CK(ddp_h5_attr_i64(f, "lr_warmup_steps", cs->lr_warmup_steps), "%s: writing attributes", tmp);
@@ -402,6 +403,9 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         free(mode);
     }
     if (H5Aexists(f, "skipped_steps") > 0) DDP_TRY(read_i64_attr(f, path, "skipped_steps", &cs->skipped_steps));
+    cs->weight_decay = NAN; /* absent in checkpoints written before it was recorded */
+    if (H5Aexists(f, "weight_decay") > 0)
+        DDP_TRY(read_attr(f, path, "weight_decay", H5T_NATIVE_DOUBLE, &cs->weight_decay));
     cs->dropout = NAN; /* recorded with a built-in model's hyperparameters */
     if (H5Aexists(f, "model_dropout") > 0)
         DDP_TRY(read_attr(f, path, "model_dropout", H5T_NATIVE_DOUBLE, &cs->dropout));

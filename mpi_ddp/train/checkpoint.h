@@ -40,7 +40,8 @@ typedef struct {
     /* top-k list as JSON [[value, epoch, step, "path"], ...]; read: allocated, caller frees */
     char *topk_json;
     const ddp_model_config *model_cfg; /* write: a built-in model's hyperparameters (may be NULL); read: unused */
-    double dropout; /* read: the recorded --dropout (attribute "model_dropout"), NAN when absent; write: unused */
+    double dropout;      /* read: the recorded --dropout (attribute "model_dropout"), NAN when absent; write: unused */
+    double weight_decay; /* AdamW's decoupled weight decay (attribute "weight_decay"); read: NAN when absent */
     /* the run's --precision (attribute "precision"); read: fp32 when absent (written before --precision) */
     ddp_precision precision;
     /* read: 1 when the file carries no checksums (written before they existed): its datasets were loaded

@@ -94,6 +94,7 @@ static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
                              .lr_total_steps = lr_end,
                              .lr = ts->cfg->lr,
                              .min_lr = ts->cfg->min_lr,
+                             .weight_decay = ts->cfg->weight_decay,
                              .global_step = ts->global_step,
                              .optim_step = ts->optim_step,
                              .seed = ts->cfg->seed,

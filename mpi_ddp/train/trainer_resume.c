@@ -255,6 +255,11 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
         fprintf(stderr,
                 "mpiddp train: notice: %s was trained with --dropout %g; this run continues with --dropout %g\n", path,
                 cs.dropout, mc->dropout);
+    if (ctx->topo.rank == 0 && isfinite(cs.weight_decay) && cs.weight_decay != c->weight_decay) /* allowed, said */
+        fprintf(stderr,
+                "mpiddp train: notice: %s was trained with --weight-decay %g; this run continues with --weight-decay "
+                "%g\n",
+                path, cs.weight_decay, c->weight_decay);
     if (ctx->topo.rank == 0) /* a notice even with --no-progress: where the run continues from matters */
     {
         int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;

@@ -85,14 +85,22 @@ expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --out tx --model transfor
   fail "resume with --positions none: $ERR"
 # a resume with another --dropout is allowed (fine-tuning), and said: one notice line from rank 0 naming both values;
 # a checkpoint written before mpiddp recorded dropout (no model_dropout attribute) resumes without one
-cp -r tx txd && cp -r tx txd_old
+cp -r tx txd && cp -r tx txd_old && cp -r tx txw
 mpirun_np 2 "$MPIDDP" train "${common[@]}" --out txd --model transformer --dropout 0.1 --epochs 5 --resume auto >/dev/null 2>txd.err ||
   fail "resume with another --dropout: $(cat txd.err)"
 [ "$(grep -c -- "notice: txd/checkpoints/last.h5 was trained with --dropout 0; this run continues with --dropout 0.1$" txd.err)" = 1 ] ||
   fail "resume with another --dropout: no notice naming both values: $(cat txd.err)"
 [ "$(grep -c -- "--dropout" txd.err)" = 1 ] || fail "resume with another --dropout: not one line: $(cat txd.err)"
-$PY -c "import h5py; h5py.File('txd_old/checkpoints/last.h5', 'r+').attrs.__delitem__('model_dropout')"
+! grep -q -- "--weight-decay" txd.err || fail "resume with the same --weight-decay: a notice: $(cat txd.err)"
+# so is one with another --weight-decay (attribute weight_decay)
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --out txw --model transformer --weight-decay 0.05 --epochs 5 --resume auto \
+  >/dev/null 2>txw.err || fail "resume with another --weight-decay: $(cat txw.err)"
+[ "$(grep -c -- "--weight-decay" txw.err)" = 1 ] &&
+  grep -q -- "notice: txw/checkpoints/last.h5 was trained with --weight-decay 0.01; this run continues with --weight-decay 0.05$" txw.err ||
+  fail "resume with another --weight-decay: not one notice naming both values: $(cat txw.err)"
+$PY -c "import h5py; a = h5py.File('txd_old/checkpoints/last.h5', 'r+').attrs; del a['model_dropout']; del a['weight_decay']"
 mpirun_np 2 "$MPIDDP" train "${common[@]}" --out txd_old --model transformer --dropout 0.1 --epochs 5 --resume auto >/dev/null 2>txd_old.err ||
   fail "resume of a checkpoint without model_dropout: $(cat txd_old.err)"
 ! grep -q -- "--dropout" txd_old.err || fail "a checkpoint without model_dropout: a dropout notice: $(cat txd_old.err)"
+! grep -q -- "--weight-decay" txd_old.err || fail "a checkpoint without weight_decay: a notice: $(cat txd_old.err)"
 pass "transformer: order task $acc (mlp $acc_mlp, no positions $acc_np), eval, PyTorch bridge, errors"
