@@ -21,18 +21,23 @@ ddp_status ddp_fsync_path(const char *p, int is_dir)
     return DDP_OK;
 }
 
-ddp_status ddp_mkdir_p(const char *dir)
+ddp_status ddp_mkdir_p(const char *dir) { return ddp_mkdir_p_made(dir, NULL, 0); }
+
+ddp_status ddp_mkdir_p_made(const char *dir, char *made, size_t len)
 {
     char p[4400];
     snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
+    for (char *s = p + 1;; s++) {
+        if (*s && *s != '/') continue;
+        char c = *s;
         *s = 0;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+        if (mkdir(p, 0777) == 0) {
+            if (made && !made[0]) snprintf(made, len, "%s", p); /* the first one this call made */
+        } else if (errno != EEXIST)
             return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
-        *s = '/';
+        *s = c;
+        if (!c) break;
     }
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));
     struct stat sb; /* EEXIST: a directory, not a file of that name (found before the first save, not at it) */
     if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return ddp_set_error(DDP_ERR_IO, "%s: exists and is not a directory", p);

@@ -12,6 +12,9 @@
 ddp_status ddp_fsync_path(const char *path, int is_dir);
 /* Creates dir and its parents; fails if it cannot be written. */
 ddp_status ddp_mkdir_p(const char *dir);
+/* ddp_mkdir_p that also records in made (when still "") the first directory of the path its own mkdir made (one
+ * another process made at the same moment is not recorded). */
+ddp_status ddp_mkdir_p_made(const char *dir, char *made, size_t len);
 herr_t ddp_h5_attr_i64(hid_t obj, const char *name, int64_t v);
 herr_t ddp_h5_attr_f64(hid_t obj, const char *name, double v);
 /* Fixed-length, NUL-terminated string attribute (what C writers produce). */

@@ -279,36 +279,17 @@ static void newest_topk(const char *dir, char *rel, size_t len)
     closedir(d);
 }
 
-/* ddp_mkdir_p that records in rd->created the first directory of the path its own mkdir made (a directory another
- * process made at the same moment is not this run's). */
-static ddp_status make_dir(ddp_rundir *rd, const char *dir)
-{
-    char p[4400];
-    snprintf(p, sizeof p, "%s", dir);
-    size_t n = strlen(p);
-    while (n > 1 && p[n - 1] == '/') p[--n] = 0; /* "out/" names the directory out */
-    for (char *s = p + 1;; s++) {
-        if (*s && *s != '/') continue;
-        char c = *s;
-        *s = 0;
-        if (mkdir(p, 0777) == 0 && !rd->created[0]) snprintf(rd->created, sizeof rd->created, "%s", p);
-        *s = c;
-        if (!c) break;
-    }
-    return ddp_mkdir_p(dir); /* its checks (a directory, writable) and its one-line errors */
-}
-
 static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *resume, int overwrite,
                                 const ddp_topology *t)
 {
-    DDP_CHECK(make_dir(rd, dir));
+    DDP_CHECK(ddp_mkdir_p_made(dir, rd->created, sizeof rd->created));
     char path[4400], holder[512] = "";
     snprintf(path, sizeof path, "%s/%s", dir, LOCK_NAME);
     double t0 = now_s();
     int got;
     while (((got = try_lock(rd, path, holder, sizeof holder)) == 0 || got == 2) && now_s() - t0 < LOCK_WAIT_S) {
         if (got == 2) { /* the run whose lock this one waited for was refused and removed the directory it made */
-            DDP_CHECK(make_dir(rd, dir));
+            DDP_CHECK(ddp_mkdir_p_made(dir, rd->created, sizeof rd->created));
             continue;
         }
         struct timespec pause = {0, 100 * 1000 * 1000};
