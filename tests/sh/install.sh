@@ -45,6 +45,10 @@ for f in "$P/bin/mpiddp" "$L"/libmpiddp*.so*; do
   [ -L "$f" ] && continue
   rp=$(readelf -d "$f" | grep -E '\((RPATH|RUNPATH)\)' || true)
   case $rp in *"$BUILD"* | *"$SRCDIR"*) fail "$f: RUNPATH into the build tree: $rp" ;; esac
+  # no source path in the strings the code uses (__FILE__ in error messages); debug info may keep it, for debuggers
+  if readelf -p .rodata "$f" 2> /dev/null | grep -F "$SRCDIR/" > rodata.txt; then
+    fail "$f holds source-tree paths in its read-only data: $(head -3 rodata.txt | tr '\n' ' ')"
+  fi
   ldd "$f" > ldd.txt 2>&1 || fail "ldd $f: $(cat ldd.txt)"
   ! grep -F -e 'not found' -e "$BUILD" ldd.txt || fail "$f resolves libraries missing or in the build tree"
 done
