@@ -12,8 +12,11 @@ extern "C" {
 
 #define MPIDDP_VERSION "0.1.0"
 
-/* Every function returns a ddp_status; DDP_OK is 0. On failure ddp_last_error() holds one line naming the file, object
- * and index where that applies. Library code never prints errors or calls exit(). */
+/* Every function that can fail returns a ddp_status; DDP_OK is 0. On failure ddp_last_error() holds one line naming the
+ * file, object and index where that applies. Library code never prints errors or calls exit(). A required pointer
+ * argument that is NULL is DDP_ERR_ARG, "FUNCTION: ARGUMENT is NULL"; the functions that return a pointer or a number
+ * return NULL or 0 for a NULL object, and the ones that free (ddp_finalize, ddp_*_close, _destroy, _free) accept
+ * NULL. A collective function checks its arguments collectively: bad input on one rank fails every rank alike. */
 typedef enum {
     DDP_OK = 0,
     DDP_ERR_ARG,      /* bad argument or option value */
@@ -55,7 +58,8 @@ typedef struct {
     int restart_count; /* SLURM_RESTART_COUNT (a requeued job), 0 when none */
 } ddp_topology;
 
-/* Initialises MPI (unless already initialised) and discovers the topology. */
+/* Initialises MPI (unless already initialised) and discovers the topology. Once MPI is finalized (ddp_finalize of a
+ * context that started it) MPI cannot start again: DDP_ERR_ARG. */
 ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **ctx);
 void ddp_finalize(ddp_ctx *ctx);
 const ddp_topology *ddp_topo(const ddp_ctx *ctx);
@@ -64,7 +68,8 @@ const ddp_topology *ddp_topo(const ddp_ctx *ctx);
  * `why` (may be NULL, 160 bytes) receives a one-line explanation. */
 ddp_status ddp_select_device(ddp_ctx *ctx, ddp_device want, ddp_device *got, char *why);
 /* Collective: ddp_select_device on every rank, its status agreed, and every rank on the same kind of device
- * (--device auto may not leave some nodes on cpu and others on cuda). */
+ * (--device auto may not leave some nodes on cpu and others on cuda). Every rank must pass the same want (else
+ * DDP_ERR_ARG on every rank). */
 ddp_status ddp_select_device_all(ddp_ctx *ctx, ddp_device want, ddp_device *got, char *why);
 /* True when every rank passes ok != 0. A collective; use it to agree before diverging paths. */
 ddp_status ddp_all_ok(ddp_ctx *ctx, int ok, int *all);
@@ -239,15 +244,17 @@ typedef struct {
     double shuffle_block_mb; /* features per block, MiB (default 4) */
     int shuffle_window;      /* blocks per window (default 16, at most 64) */
     int accumulate;          /* micro-steps per optimizer step */
-    double lr, weight_decay, beta1, beta2, eps;
-    int lr_schedule; /* DDP_LR_CONSTANT (default), DDP_LR_COSINE or DDP_LR_LINEAR: after the warmup, lr decays
-                        to min_lr over the run's optimizer steps (epochs x the first epoch's steps) */
-    double warmup;   /* warmup steps (>= 1), or a fraction in (0, 1) of the run's optimizer steps; 0 none */
-    double min_lr;   /* the decay's end value (default 0) */
-    int lr_horizon;  /* a resume asking for another horizon than the checkpoint's (another --epochs):
-                        DDP_LR_HORIZON_KEEP (default) keeps the recorded schedule, whose lr stays at min_lr
-                        past its end; DDP_LR_HORIZON_RESTART starts warmup and decay afresh at the resumed
-                        step, over the run's remaining steps (docs/cli.md#extending-a-finished-run) */
+    double lr, weight_decay; /* AdamW: lr > 0 (default 1e-3), weight_decay >= 0 (0.01) */
+    double beta1, beta2;     /* AdamW: each in [0, 1) (defaults 0.9, 0.999) */
+    double eps;              /* AdamW: > 0 (default 1e-8) */
+    int lr_schedule;         /* DDP_LR_CONSTANT (default), DDP_LR_COSINE or DDP_LR_LINEAR: after the warmup, lr decays
+                                to min_lr over the run's optimizer steps (epochs x the first epoch's steps) */
+    double warmup;           /* warmup steps (>= 1), or a fraction in (0, 1) of the run's optimizer steps; 0 none */
+    double min_lr;           /* the decay's end value (default 0) */
+    int lr_horizon;          /* a resume asking for another horizon than the checkpoint's (another --epochs):
+                                DDP_LR_HORIZON_KEEP (default) keeps the recorded schedule, whose lr stays at min_lr
+                                past its end; DDP_LR_HORIZON_RESTART starts warmup and decay afresh at the resumed
+                                step, over the run's remaining steps (docs/cli.md#extending-a-finished-run) */
     int64_t lr_start_step, lr_end_step; /* lr_end_step > 0: the schedule spans optimizer steps [start, end) instead of
                                  the whole run. A resume sets them from the checkpoint (in ddp_train's own copy) */
     double grad_clip;                   /* global-norm clip; 0 = off */
@@ -258,7 +265,7 @@ typedef struct {
     int log_per_rank;
     int fast_dev_run;          /* >0: that many train and val batches, no checkpoint */
     double bucket_mb;          /* gradient bucket size */
-    double collective_timeout; /* seconds a rank waits in the gradient allreduce before failing; 0 = forever */
+    double collective_timeout; /* seconds (>= 0) a rank waits in the gradient allreduce before failing; 0 = forever */
     ddp_device device;
     int progress;            /* print a progress line on rank 0 */
     const char *config_json; /* optional: extra configuration echoed into run.json (a JSON object) */
@@ -297,7 +304,10 @@ void ddp_train_config_default(ddp_train_config *cfg);
 /* Checks cfg for a job of `world` ranks (ranges, conflicts, the global batch and budget fit their types):
  * DDP_ERR_ARG with one line naming the option. Local; ddp_train runs it too. */
 ddp_status ddp_train_config_check(const ddp_train_config *cfg, int world);
-/* Collective. Trains model on train, validates on val after each epoch, writes the run directory. A user program
+/* Collective. Trains model on train, validates on val after each epoch, writes the run directory. It first checks its
+ * arguments on every rank (ddp_train_config_check; model: init, train_step and eval_step set, 1+ tensors with a name,
+ * ndim in [1, 4] and shape >= 1; train and val not NULL) and agrees: bad arguments on any rank are DDP_ERR_ARG on
+ * every rank, with that rank's line, before anything is written. A user program
  * that brings its own model (examples/user_model.c is a complete one):
  *
  *     ddp_ctx *ctx;  ddp_init(&argc, &argv, &ctx);

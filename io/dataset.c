@@ -68,6 +68,10 @@ ddp_status ddp_survey_check_finite(const ddp_survey *s)
 
 ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out)
 {
+    DDP_NONNULL(ctx, "ctx");
+    ddp_status st = DDP_NONNULL_ST(dir, "dir");
+    if (st == DDP_OK) st = DDP_NONNULL_ST(out, "out");
+    DDP_CHECK(ddp_agree_status(ctx, st)); /* collective: a NULL on one rank fails every rank */
     return ddp_dataset_open_with(ctx, dir, NULL, out);
 }
 
@@ -148,7 +152,7 @@ void ddp_dataset_close(ddp_dataset *ds)
     free(ds);
 }
 
-const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds) { return &ds->info; }
+const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds) { return ds ? &ds->info : NULL; }
 
 ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard, int64_t *local)
 {
@@ -167,6 +171,9 @@ ddp_status ddp_dataset_locate(ddp_dataset *ds, int64_t index, ddp_shard **shard,
 ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows, int64_t *nrows,
                               int64_t *label, int64_t *sample_id)
 {
+    DDP_NONNULL(ds, "ds");
+    DDP_NONNULL(rows, "rows");
+    DDP_NONNULL(nrows, "nrows");
     ddp_shard *s;
     int64_t i;
     DDP_CHECK(ddp_dataset_locate(ds, index, &s, &i));

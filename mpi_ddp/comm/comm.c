@@ -22,8 +22,12 @@ typedef struct {
 
 ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **out)
 {
+    DDP_NONNULL(out, "ctx");
     *out = NULL;
-    int inited = 0, provided = 0;
+    int inited = 0, provided = 0, finished = 0;
+    MPI_CHECK(MPI_Finalized(&finished));
+    if (finished) /* MPI_Init after MPI_Finalize aborts the process: say so instead */
+        return ddp_set_error(DDP_ERR_ARG, "ddp_init: MPI is already finalized (ddp_init after ddp_finalize)");
     MPI_CHECK(MPI_Initialized(&inited));
     ctx_block *blk = ddp_calloc(1, sizeof *blk);
     if (!blk) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
@@ -93,7 +97,7 @@ void ddp_finalize(ddp_ctx *c)
     if (owns && !fin) MPI_Finalize();
 }
 
-const ddp_topology *ddp_topo(const ddp_ctx *c) { return &c->topo; }
+const ddp_topology *ddp_topo(const ddp_ctx *c) { return c ? &c->topo : NULL; }
 
 /* One rank per GPU: a node with more ranks than visible devices is refused (NCCL would reject two ranks
  * on one GPU with "Duplicate GPU detected" deep inside its init). Collective over the node's ranks. */
@@ -136,6 +140,10 @@ static ddp_status check_ranks_per_gpu(ddp_ctx *c, int ndev)
 
 ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char *why)
 {
+    DDP_NONNULL(c, "ctx");
+    if (want != DDP_DEVICE_AUTO && want != DDP_DEVICE_CPU && want != DDP_DEVICE_CUDA)
+        return ddp_set_error(DDP_ERR_ARG, "%s: want %d: not a device (DDP_DEVICE_AUTO, _CPU or _CUDA)", __func__,
+                             (int)want);
     int n = want == DDP_DEVICE_CPU ? 0 : ddp_cuda_device_count();
     char buf[160];
     ddp_device d = want;
@@ -194,7 +202,18 @@ ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char 
 
 ddp_status ddp_select_device_all(ddp_ctx *c, ddp_device want, ddp_device *got, char *why)
 {
+    DDP_NONNULL(c, "ctx");
     ddp_device d = DDP_DEVICE_CPU;
+    /* every rank must ask for the same device before ddp_select_device's node collective (which a rank asking for
+     * cpu skips): ranks asking for cpu and auto hung there */
+    int w[2] = {(int)want, -(int)want};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, w, 2, MPI_INT, MPI_MIN, c->world));
+    if (w[0] != -w[1]) {
+        ddp_set_error(DDP_ERR_ARG, "%s: the ranks ask for different devices (want %d to %d; rank %d: %d)", __func__,
+                      w[0], -w[1], c->topo.rank, (int)want);
+        ddp_mark_error_shared();
+        return DDP_ERR_ARG;
+    }
     DDP_CHECK(ddp_agree_status(c, ddp_select_device(c, want, &d, why)));
     /* --device auto decides per node: one job must not mix CPU and GPU ranks (MPI and NCCL sync) */
     int mine[2] = {(int)d, -(int)d}, all[2];
@@ -213,6 +232,8 @@ ddp_status ddp_select_device_all(ddp_ctx *c, ddp_device want, ddp_device *got, c
 
 ddp_status ddp_ctx_backend(ddp_ctx *c, ddp_device dev, ddp_backend **out)
 {
+    if (dev != DDP_DEVICE_AUTO && dev != DDP_DEVICE_CPU && dev != DDP_DEVICE_CUDA)
+        return ddp_set_error(DDP_ERR_ARG, "device %d: not a device (DDP_DEVICE_AUTO, _CPU or _CUDA)", (int)dev);
     if (dev == DDP_DEVICE_AUTO) dev = c->device;
     if (!c->backends[dev]) {
         if (dev == DDP_DEVICE_CUDA) {

@@ -182,14 +182,17 @@ ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, 
 
 ddp_status ddp_all_ok(ddp_ctx *c, int ok, int *all)
 {
+    DDP_NONNULL(c, "ctx");
     int v = ok ? 1 : 0;
     DDP_CHECK(ddp_allreduce(c, &v, 1, MPI_INT, MPI_MIN, "an agreement"));
+    DDP_NONNULL(all, "all"); /* after the collective: the other ranks are not left waiting */
     *all = v;
     return DDP_OK;
 }
 
 ddp_status ddp_agree_status(ddp_ctx *c, ddp_status mine)
 {
+    DDP_NONNULL(c, "ctx");
     int who = mine == DDP_OK ? c->topo.size : c->topo.rank;
     char msg[1024];
     /* timed like every collective of the training loop: a stalled rank is reported, not waited for */

@@ -26,6 +26,15 @@ void ddp_set_error_text(const char *msg);
 /* Marks the current error as held identically by every rank (see ddp_error_shared). */
 void ddp_mark_error_shared(void);
 
+/* A public function's pointer argument that may not be NULL: DDP_ERR_ARG, "FUNCTION: NAME is NULL" (NAME: the
+ * argument's name in mpiddp.h). */
+#define DDP_NONNULL(arg, name)                                                           \
+    do {                                                                                 \
+        if (!(arg)) return ddp_set_error(DDP_ERR_ARG, "%s: %s is NULL", __func__, name); \
+    } while (0)
+/* The same as a status (DDP_OK when arg is not NULL), for checks that ranks agree on. */
+#define DDP_NONNULL_ST(arg, name) ((arg) ? DDP_OK : ddp_set_error(DDP_ERR_ARG, "%s: %s is NULL", __func__, name))
+
 /* Propagate a ddp_status. */
 #define DDP_CHECK(call)                        \
     do {                                       \

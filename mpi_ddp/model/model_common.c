@@ -37,6 +37,7 @@ void ddp_param_table_free(ddp_param_table *t)
 
 int64_t ddp_model_num_params(const ddp_model *m)
 {
+    if (!m || !m->tensors) return 0;
     int64_t n = 0;
     for (int t = 0; t < m->ntensors; t++) {
         int64_t k = 1;

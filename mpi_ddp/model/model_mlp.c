@@ -170,6 +170,8 @@ static void ref_destroy(void *self)
 ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t D, int64_t H, int64_t C, int64_t maxR,
                                int64_t maxB, ddp_model *out)
 {
+    DDP_NONNULL(ctx, "ctx");
+    DDP_NONNULL(out, "out");
     ddp_backend *be;
     DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));
     return ddp_refmodel_create_on(be, D, H, C, maxR, maxB, out);

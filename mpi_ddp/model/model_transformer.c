@@ -202,6 +202,9 @@ static void tx_destroy(void *self)
 
 ddp_status ddp_model_config_check(const ddp_model_config *c)
 {
+    DDP_NONNULL(c, "c");
+    if (c->kind != DDP_MODEL_MLP && c->kind != DDP_MODEL_TRANSFORMER)
+        return ddp_set_error(DDP_ERR_ARG, "model kind %d: not DDP_MODEL_MLP or DDP_MODEL_TRANSFORMER", (int)c->kind);
     if (c->kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
     if (c->layers < 1) return ddp_set_error(DDP_ERR_ARG, "transformer: --layers %d: must be >= 1", c->layers);
     if (c->heads < 1 || c->hidden % c->heads)

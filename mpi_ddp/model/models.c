@@ -19,7 +19,10 @@ void ddp_model_config_default(ddp_model_config *c)
                             .dropout = 0.0};
 }
 
-const char *ddp_model_kind_name(ddp_model_kind k) { return k == DDP_MODEL_TRANSFORMER ? "transformer" : "mlp"; }
+const char *ddp_model_kind_name(ddp_model_kind k)
+{
+    return k == DDP_MODEL_TRANSFORMER ? "transformer" : k == DDP_MODEL_MLP ? "mlp" : "?";
+}
 
 ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out)
 {
@@ -33,6 +36,9 @@ ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_m
 
 ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config *c, ddp_model *out)
 {
+    DDP_NONNULL(ctx, "ctx");
+    DDP_NONNULL(c, "c");
+    DDP_NONNULL(out, "out");
     ddp_backend *be;
     DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));
     return ddp_model_create_on(be, c, out);

@@ -59,6 +59,7 @@ void ddp_row_clear(ddp_metric_row *r)
 
 void ddp_metric_row_free(ddp_metric_row *r)
 {
+    if (!r) return;
     ddp_row_clear(r);
     free(r->names);
     free(r->vals);
@@ -67,6 +68,8 @@ void ddp_metric_row_free(ddp_metric_row *r)
 
 ddp_status ddp_metrics_create(ddp_ctx *ctx, ddp_metrics **out)
 {
+    DDP_NONNULL(ctx, "ctx");
+    DDP_NONNULL(out, "out");
     ddp_metrics *m = ddp_calloc(1, sizeof *m);
     if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
     m->ctx = ctx;
@@ -99,6 +102,7 @@ static int valid_name(const char *name)
 
 ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)
 {
+    DDP_NONNULL(m, "m");
     if (!valid_name(name))
         return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas",
                              name ? name : "(null)");
@@ -116,6 +120,7 @@ ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)
 
 ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value)
 {
+    DDP_NONNULL(m, "m");
     if (!valid_name(name))
         return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas",
                              name ? name : "(null)");
@@ -218,6 +223,7 @@ done:
 
 ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_row *local)
 {
+    DDP_NONNULL(m, "m");
     ddp_ctx *c = m->ctx;
     sort_acc(m);
     uint64_t h = 1469598103934665603ULL; /* FNV-1a over the sorted names */
@@ -227,9 +233,14 @@ ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_r
             if (!*p) break;
         }
     int64_t hh = (int64_t)(h >> 2), n = m->acc_sum.n;
-    int64_t chk[4] = {hh, -hh, n, -n};
-    DDP_CHECK(ddp_allreduce(c, chk, 4, MPI_INT64_T, MPI_MIN, "the metric-name check"));
+    int64_t chk[5] = {hh, -hh, n, -n, global ? 0 : -1}; /* chk[4] < 0: a rank passed global NULL */
+    DDP_CHECK(ddp_allreduce(c, chk, 5, MPI_INT64_T, MPI_MIN, "the metric-name check"));
     ddp_status st = DDP_OK;
+    if (chk[4] < 0) { /* agreed in the same round trip: no rank goes on to the reduction alone */
+        st = global ? ddp_set_error(DDP_ERR_ARG, "%s: global is NULL on another rank", __func__)
+                    : ddp_set_error(DDP_ERR_ARG, "%s: global is NULL", __func__);
+        return st;
+    }
     if (chk[0] != -chk[1] || chk[2] != -chk[3]) {
         st = explain_mismatch(m);
         ddp_mark_error_shared();

@@ -3,6 +3,7 @@
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/train/decide.h"
 #include "mpi_ddp/train/lr_schedule.h"
+#include "mpi_ddp/train/train_state.h"
 #include "mpiddp.h"
 
 #include <math.h>
@@ -35,6 +36,8 @@ void ddp_train_config_default(ddp_train_config *c)
 
 ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
 {
+    DDP_NONNULL(c, "cfg");
+    if (world < 1) return ddp_set_error(DDP_ERR_ARG, "%s: world %d: must be >= 1 rank", __func__, world);
     /* global batch and budget: products of options that must fit int64 (and a float for the sample count) */
     if (c->accumulate >= 1 && c->batch_rows > 0 && c->batch_rows > (INT64_MAX / 4) / world / c->accumulate)
         return ddp_set_error(DDP_ERR_ARG,
@@ -63,9 +66,20 @@ ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
         return ddp_set_error(DDP_ERR_ARG, "--lr %g: must be a positive number", c->lr);
     if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
         return ddp_set_error(DDP_ERR_ARG, "--weight-decay %g: must be >= 0", c->weight_decay);
+    /* AdamW's constants (no CLI option: the C API's fields): beta 1 divided by zero in the bias correction */
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
+        return ddp_set_error(DDP_ERR_ARG, "beta1 %g, beta2 %g: each must be in [0, 1)", c->beta1, c->beta2);
+    if (!(c->eps > 0) || !isfinite(c->eps))
+        return ddp_set_error(DDP_ERR_ARG, "eps %g: must be a positive number", c->eps);
+    if (!(c->collective_timeout >= 0) || !isfinite(c->collective_timeout))
+        return ddp_set_error(DDP_ERR_ARG, "--collective-timeout %g: must be >= 0 seconds (0: wait forever)",
+                             c->collective_timeout);
+    if (c->device != DDP_DEVICE_AUTO && c->device != DDP_DEVICE_CPU && c->device != DDP_DEVICE_CUDA)
+        return ddp_set_error(DDP_ERR_ARG, "device %d: not a device (DDP_DEVICE_AUTO, _CPU or _CUDA)", (int)c->device);
     if (!(c->grad_clip >= 0)) return ddp_set_error(DDP_ERR_ARG, "--grad-clip %g: must be >= 0", c->grad_clip);
     if (c->log_every < 1) return ddp_set_error(DDP_ERR_ARG, "--log-every %d: must be >= 1", c->log_every);
-    if (!(c->bucket_mb > 0)) return ddp_set_error(DDP_ERR_ARG, "--bucket-mb %g: must be > 0", c->bucket_mb);
+    if (!(c->bucket_mb > 0) || !isfinite(c->bucket_mb))
+        return ddp_set_error(DDP_ERR_ARG, "--bucket-mb %g: must be > 0", c->bucket_mb);
     if (c->save_top_k < 0 || c->save_top_k > DDP_TOPK_MAX)
         return ddp_set_error(DDP_ERR_ARG, "--save-top-k %d: must be in [0, %d]", c->save_top_k, DDP_TOPK_MAX);
     if (c->ckpt_policy < 0 || c->ckpt_policy > DDP_POLICY_MAJORITY)
@@ -91,5 +105,49 @@ ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
                              (long long)c->lr_start_step, (long long)c->lr_end_step);
     if (c->precision < DDP_PRECISION_FP32 || c->precision > DDP_PRECISION_BF16)
         return ddp_set_error(DDP_ERR_ARG, "--precision: unknown");
+    return DDP_OK;
+}
+
+ddp_status ddp_train_args_check(const ddp_train_config *cfg, int world, const ddp_model *m, const ddp_dataset *train,
+                                const ddp_dataset *val)
+{
+    if (!cfg) return ddp_set_error(DDP_ERR_ARG, "ddp_train: cfg is NULL");
+    DDP_CHECK(ddp_train_config_check(cfg, world));
+    if (!m || !train || !val)
+        return ddp_set_error(DDP_ERR_ARG, "ddp_train: %s is NULL", !m ? "model" : !train ? "train" : "val");
+    const char *name = m->name ? m->name : "(unnamed)";
+    if (!m->init || !m->train_step || !m->eval_step)
+        return ddp_set_error(DDP_ERR_ARG, "ddp_train: model '%s': its %s callback is NULL", name,
+                             !m->init         ? "init"
+                             : !m->train_step ? "train_step"
+                                              : "eval_step");
+    if (m->ntensors < 1 || !m->tensors)
+        return ddp_set_error(DDP_ERR_ARG, "ddp_train: model '%s': ntensors %d, tensors %s: needs at least one tensor",
+                             name, m->ntensors, m->tensors ? "set" : "NULL");
+    if (m->device != DDP_DEVICE_AUTO && m->device != DDP_DEVICE_CPU && m->device != DDP_DEVICE_CUDA)
+        return ddp_set_error(DDP_ERR_ARG, "ddp_train: model '%s': device %d: not a device (DDP_DEVICE_CPU or _CUDA)",
+                             name, (int)m->device);
+    int64_t total = 0;
+    for (int k = 0; k < m->ntensors; k++) {
+        const ddp_tensor_spec *t = &m->tensors[k];
+        if (!t->name || !*t->name)
+            return ddp_set_error(DDP_ERR_ARG, "ddp_train: model '%s': tensor %d: its name is %s", name, k,
+                                 t->name ? "empty" : "NULL");
+        if (t->ndim < 1 || t->ndim > 4)
+            return ddp_set_error(DDP_ERR_ARG, "ddp_train: model '%s': tensor %d '%s': ndim %d: must be in [1, 4]", name,
+                                 k, t->name, t->ndim);
+        int64_t e = 1;
+        for (int d = 0; d < t->ndim; d++) {
+            if (t->shape[d] < 1 || t->shape[d] > (INT64_MAX / 8) / e)
+                return ddp_set_error(DDP_ERR_ARG,
+                                     "ddp_train: model '%s': tensor %d '%s': shape[%d] %lld: must be >= 1 "
+                                     "(and the tensor's size fit memory)",
+                                     name, k, t->name, d, (long long)t->shape[d]);
+            e *= t->shape[d];
+        }
+        if (e > (INT64_MAX / 8) - total)
+            return ddp_set_error(DDP_ERR_ARG, "ddp_train: model '%s': more parameters than fit memory", name);
+        total += e;
+    }
     return DDP_OK;
 }

@@ -104,6 +104,10 @@ typedef struct {
     char monitor[128];
 } ddp_train_summary;
 /* Collective: ddp_train, and the run's end in *summary (may be NULL). */
+/* ddp_train's arguments (train_config.c): cfg (ddp_train_config_check), a model whose callbacks and tensor table
+ * can be used, both datasets. Local; DDP_ERR_ARG with one line naming the argument, field or tensor. */
+ddp_status ddp_train_args_check(const ddp_train_config *cfg, int world, const ddp_model *model,
+                                const ddp_dataset *train, const ddp_dataset *val);
 ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train,
                                 ddp_dataset *val, ddp_train_summary *summary);
 

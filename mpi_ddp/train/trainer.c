@@ -557,7 +557,9 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
 {
     double t_start = now_s();
     if (summary) memset(summary, 0, sizeof *summary);
-    DDP_CHECK(ddp_agree_status(ctx, ddp_train_config_check(cfg, ctx->topo.size)));
+    if (!ctx) return ddp_set_error(DDP_ERR_ARG, "ddp_train: ctx is NULL");
+    /* the arguments, agreed: a NULL or a broken model on one rank fails every rank here, not a collective later */
+    DDP_CHECK(ddp_agree_status(ctx, ddp_train_args_check(cfg, ctx->topo.size, model, train, val)));
     trainer tr = {
         .state = {.ctx = ctx, .cfg = cfg, .model = model, .resume_os = -1, .resume_pos = -1, .resume_legacy_mb = -1},
         .summary = summary};

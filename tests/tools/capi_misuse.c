@@ -1,0 +1,298 @@
+/* capi_misuse.c — a user program that misuses the public API (include/mpiddp.h only): NULL pointers, bad sizes and
+ * config values (also on one rank only), calls out of order. Each must return its status with one line naming what
+ * is wrong, agreed across the ranks where the call is collective; never crash, hang, abort or print. Run by
+ * sh/capi_misuse.sh:  capi_misuse CASE TRAIN_DIR VAL_DIR WORK_DIR  (exit 0: every check of CASE held). */
+#include "mpiddp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_rank, g_failed;
+static const char *g_case;
+
+/* st must be want, the error one non-empty line holding `has` (NULL: any) */
+static void expect(const char *what, ddp_status st, ddp_status want, const char *has)
+{
+    const char *e = ddp_last_error();
+    int ok = st == want;
+    if (want != DDP_OK)
+        ok = ok && e && *e && !strchr(e, '\n') && strcmp(e, "no error") != 0 && (!has || strstr(e, has));
+    fprintf(stderr, "%s rank %d %s: %s (%s)%s%s\n", ok ? "ok" : "FAIL", g_rank, what, ddp_status_name(st),
+            ddp_status_name(want), want != DDP_OK ? ": " : "", want != DDP_OK ? e : "");
+    if (!ok) g_failed = 1;
+}
+
+/* the user model of examples/user_model.c in brief: one linear layer on the first row */
+typedef struct {
+    int64_t D, C;
+    ddp_tensor_spec spec[2];
+} lin;
+static ddp_status lin_init(void *self, float *p, uint64_t seed)
+{
+    lin *m = self;
+    for (int64_t i = 0; i < m->C * m->D + m->C; i++) p[i] = 0.01f * (float)((i + (int64_t)seed) % 7);
+    return DDP_OK;
+}
+static ddp_status lin_eval(void *self, const ddp_batch *b, const float *P, ddp_forward_out *out)
+{
+    lin *m = self;
+    out->loss_sum = 0;
+    for (int64_t s = 0; s < b->nsamples; s++) {
+        if (out->loss) out->loss[s] = 1;
+        if (out->pred) out->pred[s] = 0;
+        if (out->prob) out->prob[s] = 0.5f;
+        out->loss_sum += 1 + 0 * P[0];
+    }
+    out->count = b->nsamples;
+    (void)m;
+    return DDP_OK;
+}
+static ddp_status lin_train(void *self, const ddp_batch *b, const float *P, float *G, ddp_forward_out *out,
+                            ddp_grad_ready_fn ready, void *arg)
+{
+    (void)G;
+    (void)ready;
+    (void)arg;
+    return lin_eval(self, b, P, out);
+}
+static lin g_lin;
+static ddp_model user_model(const ddp_dataset *tr)
+{
+    g_lin.D = ddp_dataset_get_info(tr)->dim;
+    g_lin.C = ddp_dataset_get_info(tr)->num_classes;
+    g_lin.spec[0] = (ddp_tensor_spec){.name = "fc.weight", .ndim = 2, .shape = {g_lin.C, g_lin.D}};
+    g_lin.spec[1] = (ddp_tensor_spec){.name = "fc.bias", .ndim = 1, .shape = {g_lin.C}};
+    return (ddp_model){.name = "misuse",
+                       .ntensors = 2,
+                       .tensors = g_lin.spec,
+                       .num_classes = (int)g_lin.C,
+                       .device = DDP_DEVICE_CPU,
+                       .self = &g_lin,
+                       .init = lin_init,
+                       .train_step = lin_train,
+                       .eval_step = lin_eval};
+}
+
+static ddp_train_config base_cfg(const char *work, const char *name)
+{
+    static char out[4096];
+    snprintf(out, sizeof out, "%s/%s", work, name);
+    ddp_train_config c;
+    ddp_train_config_default(&c);
+    c.out_dir = out;
+    c.epochs = 1;
+    c.batch_size = 8;
+    c.progress = 0;
+    return c;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) return 2;
+    g_case = argv[1];
+    const char *trd = argv[2], *vad = argv[3], *work = argv[4];
+    const char *c = g_case;
+    /* before init: calls that need a context refuse a NULL one */
+    if (!strcmp(c, "before_init")) {
+        ddp_dataset *ds = (ddp_dataset *)1;
+        int all = 0;
+        expect("ddp_init(ctx NULL)", ddp_init(&argc, &argv, NULL), DDP_ERR_ARG, "ctx");
+        expect("ddp_dataset_open(ctx NULL)", ddp_dataset_open(NULL, trd, &ds), DDP_ERR_ARG, "ctx");
+        expect("ddp_all_ok(ctx NULL)", ddp_all_ok(NULL, 1, &all), DDP_ERR_ARG, "ctx");
+        expect("ddp_agree_status(ctx NULL)", ddp_agree_status(NULL, DDP_OK), DDP_ERR_ARG, "ctx");
+        ddp_metrics *m = NULL;
+        expect("ddp_metrics_create(ctx NULL)", ddp_metrics_create(NULL, &m), DDP_ERR_ARG, "ctx");
+        ddp_device got;
+        expect("ddp_select_device(ctx NULL)", ddp_select_device(NULL, DDP_DEVICE_CPU, &got, NULL), DDP_ERR_ARG, "ctx");
+        ddp_train_config cfg = base_cfg(work, "r");
+        expect("ddp_train(ctx NULL)", ddp_train(NULL, &cfg, NULL, NULL, NULL), DDP_ERR_ARG, "ctx");
+        if (ddp_topo(NULL) != NULL) expect("ddp_topo(NULL) is NULL", DDP_ERR_INTERNAL, DDP_OK, NULL);
+        ddp_finalize(NULL);
+        ddp_dataset_close(NULL);
+        ddp_metrics_destroy(NULL);
+        ddp_metric_row_free(NULL);
+        return g_failed;
+    }
+    ddp_ctx *ctx = NULL;
+    if (!strcmp(c, "after_finalize")) { /* MPI cannot start twice: a status, not an abort */
+        expect("ddp_init", ddp_init(&argc, &argv, &ctx), DDP_OK, NULL);
+        g_rank = ddp_topo(ctx)->rank;
+        ddp_finalize(ctx);
+        ctx = NULL;
+        expect("ddp_init after ddp_finalize", ddp_init(&argc, &argv, &ctx), DDP_ERR_ARG, "finalize");
+        if (ctx) expect("ddp_init after ddp_finalize leaves ctx NULL", DDP_ERR_INTERNAL, DDP_OK, NULL);
+        return g_failed;
+    }
+    if (ddp_init(&argc, &argv, &ctx) != DDP_OK) {
+        fprintf(stderr, "init: %s\n", ddp_last_error());
+        return 3;
+    }
+    g_rank = ddp_topo(ctx)->rank;
+    int size = ddp_topo(ctx)->size;
+    ddp_dataset *tr = NULL, *va = NULL;
+    if (!strcmp(c, "context")) {
+        int all = 0;
+        ddp_device got = DDP_DEVICE_CPU;
+        expect("ddp_select_device(want 42)", ddp_select_device(ctx, (ddp_device)42, &got, NULL), DDP_ERR_ARG, "device");
+        /* one rank asks for a device that does not exist: agreed, no hang */
+        ddp_status st = ddp_select_device_all(ctx, g_rank == size - 1 ? (ddp_device)42 : DDP_DEVICE_CPU, &got, NULL);
+        expect("ddp_select_device_all(want 42 on the last rank)", st, DDP_ERR_ARG, "device");
+        expect("ddp_all_ok after", ddp_all_ok(ctx, 1, &all), DDP_OK, NULL);
+        /* ranks asking for different devices (cpu and auto): agreed, no hang */
+        st = ddp_select_device_all(ctx, g_rank == size - 1 ? DDP_DEVICE_AUTO : DDP_DEVICE_CPU, &got, NULL);
+        expect("ddp_select_device_all(cpu, auto on the last rank)", st, size > 1 ? DDP_ERR_ARG : DDP_OK, "device");
+        expect("ddp_all_ok after", ddp_all_ok(ctx, 1, &all), DDP_OK, NULL);
+        expect("ddp_all_ok(all NULL)", ddp_all_ok(ctx, 1, NULL), DDP_ERR_ARG, "all");
+    } else if (!strcmp(c, "dataset")) {
+        expect("ddp_dataset_open(dir NULL)", ddp_dataset_open(ctx, NULL, &tr), DDP_ERR_ARG, "dir");
+        expect("ddp_dataset_open(out NULL)", ddp_dataset_open(ctx, trd, NULL), DDP_ERR_ARG, "out");
+        char nodir[4200];
+        snprintf(nodir, sizeof nodir, "%s/no-such-dataset", work);
+        expect("ddp_dataset_open(missing dir)", ddp_dataset_open(ctx, nodir, &tr), DDP_ERR_IO, "no-such-dataset");
+        /* a path that differs on one rank: the collective's answer names it, on every rank */
+        ddp_status st = ddp_dataset_open(ctx, g_rank == size - 1 ? nodir : trd, &tr);
+        expect("ddp_dataset_open(missing dir on the last rank)", st, DDP_ERR_IO, "no-such-dataset");
+        ddp_dataset_close(tr);
+        tr = NULL;
+        expect("ddp_dataset_open", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
+        const float *rows;
+        int64_t nr, lab, id, n = ddp_dataset_get_info(tr)->num_samples;
+        expect("ddp_dataset_sample(-1)", ddp_dataset_sample(tr, -1, NULL, &rows, &nr, &lab, &id), DDP_ERR_ARG, "index");
+        expect("ddp_dataset_sample(n)", ddp_dataset_sample(tr, n, NULL, &rows, &nr, &lab, &id), DDP_ERR_ARG, "index");
+        expect("ddp_dataset_sample(rows NULL)", ddp_dataset_sample(tr, 0, NULL, NULL, &nr, &lab, &id), DDP_ERR_ARG,
+               "rows");
+        expect("ddp_dataset_sample(ds NULL)", ddp_dataset_sample(NULL, 0, NULL, &rows, &nr, &lab, &id), DDP_ERR_ARG,
+               "ds is NULL");
+        expect("ddp_dataset_sample(0)", ddp_dataset_sample(tr, 0, NULL, &rows, &nr, &lab, &id), DDP_OK, NULL);
+        if (ddp_dataset_get_info(NULL) != NULL)
+            expect("ddp_dataset_get_info(NULL) is NULL", DDP_ERR_INTERNAL, DDP_OK, NULL);
+    } else if (!strcmp(c, "metrics")) {
+        ddp_metrics *m = NULL;
+        expect("ddp_metrics_create(out NULL)", ddp_metrics_create(ctx, NULL), DDP_ERR_ARG, "out");
+        expect("ddp_metrics_create", ddp_metrics_create(ctx, &m), DDP_OK, NULL);
+        expect("ddp_log(m NULL)", ddp_log(NULL, "a", 1, 1), DDP_ERR_ARG, "m is NULL");
+        expect("ddp_log_rank0(m NULL)", ddp_log_rank0(NULL, "a", 1), DDP_ERR_ARG, "m is NULL");
+        expect("ddp_log(name NULL)", ddp_log(m, NULL, 1, 1), DDP_ERR_ARG, "metric name");
+        expect("ddp_log(name with comma)", ddp_log(m, "a,b", 1, 1), DDP_ERR_ARG, "a,b");
+        ddp_metric_row g = {0};
+        expect("ddp_metrics_sync(m NULL)", ddp_metrics_sync(NULL, &g, NULL), DDP_ERR_ARG, "m is NULL");
+        expect("ddp_metrics_sync(global NULL)", ddp_metrics_sync(m, NULL, NULL), DDP_ERR_ARG, "global");
+        ddp_log(m, g_rank == size - 1 ? "only/last" : "every/rank", 1, 1);
+        expect("ddp_metrics_sync(names differ)", ddp_metrics_sync(m, &g, NULL), size > 1 ? DDP_ERR_MISMATCH : DDP_OK,
+               size > 1 ? "every/rank" : NULL);
+        ddp_metric_row_free(&g);
+        ddp_metrics_destroy(m);
+    } else if (!strcmp(c, "models")) {
+        ddp_model m;
+        ddp_model_config mc;
+        ddp_model_config_default(&mc);
+        mc.kind = (ddp_model_kind)7;
+        expect("ddp_model_config_check(kind 7)", ddp_model_config_check(&mc), DDP_ERR_ARG, "kind");
+        ddp_model_config_default(&mc);
+        mc.dim = 0;
+        mc.classes = 3;
+        mc.max_batch_rows = mc.max_batch_samples = 8;
+        expect("ddp_model_create(dim 0)", ddp_model_create(ctx, DDP_DEVICE_CPU, &mc, &m), DDP_ERR_ARG, "D");
+        mc.dim = 4;
+        expect("ddp_model_create(device 9)", ddp_model_create(ctx, (ddp_device)9, &mc, &m), DDP_ERR_ARG, "device");
+        expect("ddp_refmodel_create(hidden -1)", ddp_refmodel_create(ctx, DDP_DEVICE_CPU, 4, -1, 3, 8, 8, &m),
+               DDP_ERR_ARG, "hidden");
+        expect("ddp_refmodel_create(classes 0)", ddp_refmodel_create(ctx, DDP_DEVICE_CPU, 4, 8, 0, 8, 8, &m),
+               DDP_ERR_ARG, "classes");
+        expect("ddp_model_config_check(NULL)", ddp_model_config_check(NULL), DDP_ERR_ARG, "c is NULL");
+        expect("ddp_model_create(out NULL)", ddp_model_create(ctx, DDP_DEVICE_CPU, &mc, NULL), DDP_ERR_ARG, "out");
+        expect("ddp_model_create(cfg NULL)", ddp_model_create(ctx, DDP_DEVICE_CPU, NULL, &m), DDP_ERR_ARG, "c is NULL");
+        if (strcmp(ddp_model_kind_name((ddp_model_kind)7), "?") || strcmp(ddp_precision_name((ddp_precision)7), "?"))
+            expect("names of unknown enum values are \"?\"", DDP_ERR_INTERNAL, DDP_OK, NULL);
+        if (ddp_model_num_params(NULL) != 0) expect("ddp_model_num_params(NULL) is 0", DDP_ERR_INTERNAL, DDP_OK, NULL);
+    } else if (!strcmp(c, "config")) {
+        ddp_train_config cfg = base_cfg(work, "r");
+        expect("ddp_train_config_check(defaults)", ddp_train_config_check(&cfg, 2), DDP_OK, NULL);
+        expect("ddp_train_config_check(world 0)", ddp_train_config_check(&cfg, 0), DDP_ERR_ARG, "world");
+        ddp_train_config b;
+#define CHECK_BAD(stmt, has)                                                                          \
+    do {                                                                                              \
+        b = cfg;                                                                                      \
+        stmt;                                                                                         \
+        expect("ddp_train_config_check(" #stmt ")", ddp_train_config_check(&b, 2), DDP_ERR_ARG, has); \
+    } while (0)
+        CHECK_BAD(b.lr = -0.1, "lr");
+        CHECK_BAD(b.batch_size = 0, "batch");
+        CHECK_BAD(b.epochs = 0, "epochs");
+        CHECK_BAD(b.eps = 0, "eps");
+        CHECK_BAD(b.eps = NAN, "eps");
+        CHECK_BAD(b.beta1 = 1, "beta1");
+        CHECK_BAD(b.beta1 = -0.1, "beta1");
+        CHECK_BAD(b.beta2 = 1.5, "beta2");
+        CHECK_BAD(b.grad_clip = NAN, "grad-clip");
+        CHECK_BAD(b.bucket_mb = INFINITY, "bucket");
+        CHECK_BAD(b.collective_timeout = -1, "timeout");
+        CHECK_BAD(b.device = (ddp_device)9, "device");
+        expect("ddp_train_config_check(NULL)", ddp_train_config_check(NULL, 2), DDP_ERR_ARG, "cfg is NULL");
+        CHECK_BAD(b.out_dir = NULL, "out");
+        CHECK_BAD(b.monitor = NULL, "monitor");
+    } else if (!strcmp(c, "train")) {
+        expect("ddp_dataset_open(train)", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
+        expect("ddp_dataset_open(val)", ddp_dataset_open(ctx, vad, &va), DDP_OK, NULL);
+        ddp_model m = user_model(tr), b;
+        ddp_train_config cfg = base_cfg(work, "t1");
+        /* one rank's config differs: the bad value is named on every rank */
+        ddp_train_config one = cfg;
+        if (g_rank == size - 1) one.lr = -1;
+        expect("ddp_train(lr -1 on the last rank)", ddp_train(ctx, &one, &m, tr, va), DDP_ERR_ARG, "lr");
+        one = cfg;
+        if (g_rank == size - 1) one.beta2 = 1;
+        expect("ddp_train(beta2 1 on the last rank)", ddp_train(ctx, &one, &m, tr, va), DDP_ERR_ARG, "beta2");
+#define TRAIN_BAD(stmt, has)                                                                \
+    do {                                                                                    \
+        b = m;                                                                              \
+        stmt;                                                                               \
+        expect("ddp_train(" #stmt ")", ddp_train(ctx, &cfg, &b, tr, va), DDP_ERR_ARG, has); \
+    } while (0)
+        ddp_tensor_spec sp[2] = {g_lin.spec[0], g_lin.spec[1]};
+        TRAIN_BAD((sp[1].ndim = 5, b.tensors = sp), "ndim");
+        sp[1] = g_lin.spec[1];
+        TRAIN_BAD((sp[0].shape[1] = -3, b.tensors = sp), "shape");
+        sp[0] = g_lin.spec[0];
+        TRAIN_BAD((sp[1].name = NULL, b.tensors = sp), "name");
+        TRAIN_BAD(b.init = NULL, "init");
+        TRAIN_BAD(b.train_step = NULL, "train_step");
+        TRAIN_BAD(b.eval_step = NULL, "eval_step");
+        TRAIN_BAD(b.ntensors = 0, "ntensors");
+        TRAIN_BAD(b.tensors = NULL, "tensors");
+        TRAIN_BAD(b.device = (ddp_device)9, "device");
+        expect("ddp_train(cfg NULL)", ddp_train(ctx, NULL, &m, tr, va), DDP_ERR_ARG, "cfg is NULL");
+        expect("ddp_train(model NULL)", ddp_train(ctx, &cfg, NULL, tr, va), DDP_ERR_ARG, "model");
+        expect("ddp_train(train NULL)", ddp_train(ctx, &cfg, &m, NULL, va), DDP_ERR_ARG, "train");
+        expect("ddp_train(val NULL)", ddp_train(ctx, &cfg, &m, tr, NULL), DDP_ERR_ARG, "val");
+        /* a model on one rank only broken: agreed */
+        b = m;
+        if (g_rank == size - 1) b.eval_step = NULL;
+        expect("ddp_train(eval_step NULL on the last rank)", ddp_train(ctx, &cfg, &b, tr, va), DDP_ERR_ARG,
+               "eval_step");
+        /* a run directory under a regular file */
+        char file[4200], under[4300];
+        snprintf(file, sizeof file, "%s/a-file", work);
+        if (g_rank == 0) {
+            FILE *f = fopen(file, "w");
+            if (f) fclose(f);
+        }
+        int all;
+        ddp_all_ok(ctx, 1, &all);
+        snprintf(under, sizeof under, "%s/run", file);
+        ddp_train_config uc = cfg;
+        uc.out_dir = under;
+        ddp_status st = ddp_train(ctx, &uc, &m, tr, va);
+        expect("ddp_train(out_dir under a file)", st, st == DDP_ERR_IO ? DDP_ERR_IO : DDP_ERR_ARG, "a-file");
+        expect("ddp_train", ddp_train(ctx, &cfg, &m, tr, va), DDP_OK, NULL);
+    } else {
+        fprintf(stderr, "unknown case %s\n", c);
+        g_failed = 1;
+    }
+    ddp_dataset_close(tr);
+    ddp_dataset_close(va);
+    ddp_finalize(ctx);
+    return g_failed;
+}
