@@ -59,8 +59,9 @@ ddp_status ddp_train_state_save_last(ddp_train_state *ts);
  * early stopping (*stop). */
 ddp_status ddp_train_state_decide(ddp_train_state *ts, const ddp_metric_row *row, const ddp_metric_row *lrow,
                                   int64_t epoch, int *stop);
-/* trainer_resume.c. Restores the state from a checkpoint read by rank 0 and broadcast. */
-ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path);
+/* trainer_resume.c. Restores the state from a checkpoint read by rank 0 and broadcast; ntrain: the training set's
+ * samples (a checkpoint whose position is all of them was saved at an epoch's end, before its validation). */
+ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t ntrain);
 /* A resumed run's position in this run's micro-batches (ts->mb), once tsm and nmb hold the epoch's plan of
  * opt_steps optimizer steps; clears the pending position. Every rank computes the same; writes nothing (the last
  * check of a resume, before any file of the run directory is written). */

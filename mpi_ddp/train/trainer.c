@@ -372,7 +372,7 @@ static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         snprintf(path, sizeof path, "%s", c->resume);
         resuming = 1;
     }
-    if (resuming) DDP_CHECK(ddp_train_state_resume(ts, path));
+    if (resuming) DDP_CHECK(ddp_train_state_resume(ts, path, ddp_dataset_get_info(train)->num_samples));
     tr->resuming = resuming; /* the run directory's files are written once the resume's position is checked (run) */
     /* the progress board and --collective-timeout's watch from here, so that a rank stalled in the start of run()
      * (loaders, the first epoch's plan, the resume's position) is reported, not waited on: the board's files are the

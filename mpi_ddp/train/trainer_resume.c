@@ -38,7 +38,7 @@ static int topk_entry_path(const char *out_dir, const char *saved, char *rel, si
 }
 
 /* Restores the state from a checkpoint read by rank 0 and broadcast. */
-ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
+ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t ntrain)
 {
     ddp_ctx *ctx = ts->ctx;
     const ddp_train_config *c = ts->cfg;
@@ -64,9 +64,13 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
     MPI_CHECK(MPI_Bcast(sampling, (int)sizeof sampling, MPI_CHAR, 0, ctx->world));
     int W = ctx->topo.size;
     int64_t gb = (int64_t)c->batch_size * W * c->accumulate, gr = c->batch_rows * W * c->accumulate;
-    /* saved at an epoch boundary (the start of the next epoch, nothing of it trained): another epoch order (--shuffle,
-     * --sampling, a shard checkpoint's world size) continues it exactly, no sample trained twice or skipped */
-    int boundary = facts[8] >= 0 ? facts[8] == 0 : facts[1] == 0 && facts[7] == 0;
+    /* saved at an epoch boundary: the start of the next epoch (nothing of it trained), or the end of an epoch's
+     * training before its validation (every sample of it trained: stopped during validation or at the epoch's last
+     * step, a top-k file). Another epoch order (--shuffle, --sampling, a shard checkpoint's world size) continues it
+     * exactly with the next epoch, no sample trained twice or skipped; the saved epoch's validation runs first as ever
+     */
+    int at_end = facts[8] < 0 && ntrain > 0 && facts[7] == ntrain;
+    int boundary = facts[8] >= 0 ? facts[8] == 0 : (facts[1] == 0 && facts[7] == 0) || at_end;
     st = DDP_OK;
     if (facts[6] > 0 && gr == 0) /* name the option each side used, and the value that resumes */
         st = ddp_set_error(
@@ -244,7 +248,12 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path)
                 "mpiddp train: notice: %s was trained at --precision %s; this run continues at --precision %s "
                 "(parameters and AdamW moments are fp32 in both)\n",
                 path, ddp_precision_name(cs.precision), ddp_precision_name(c->precision));
-    if (ctx->topo.rank == 0 && (new_shuffle || new_sampling)) /* at an epoch boundary (else refused above) */
+    if (ctx->topo.rank == 0 && (new_shuffle || new_sampling) && at_end) /* its validation next, then epoch E + 1 */
+        fprintf(stderr,
+                "mpiddp train: notice: %s was saved at the end of epoch %lld's training (its validation next) with "
+                "--shuffle %s --sampling %s; this run orders the epochs after it with --shuffle %s --sampling %s\n",
+                path, (long long)facts[0], saved, sampling[0] ? sampling : my_sampling, mine, my_sampling);
+    else if (ctx->topo.rank == 0 && (new_shuffle || new_sampling)) /* at an epoch boundary (else refused above) */
         fprintf(stderr,
                 "mpiddp train: notice: %s was saved at the start of epoch %lld with --shuffle %s --sampling %s; this "
                 "run orders it and the epochs after it with --shuffle %s --sampling %s\n",
@@ -364,6 +373,7 @@ ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0, 
             lr_moved = ddp_lr_at(&mv, s, total);
         }
         char items[2048] = "", a[32], b[32];
+        int64_t from = ts->epoch + (ts->nmb > 0 && ts->mb >= ts->nmb); /* the first epoch of steps0 (saved at an end) */
         if (ts->lr_saved.schedule != c->lr_schedule)
             add_item(items, sizeof items, "--lr-schedule %s -> %s", ddp_lr_schedule_name(ts->lr_saved.schedule),
                      ddp_lr_schedule_name(c->lr_schedule));
@@ -381,7 +391,7 @@ ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0, 
                      "horizon %lld -> %lld steps (--epochs %d, %lld per epoch from epoch %lld): the schedule starts "
                      "again at "
                      "step %lld (%s%s to step %lld; --lr-horizon restart)",
-                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)steps0, (long long)ts->epoch,
+                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)steps0, (long long)from,
                      (long long)s, how,
                      c->lr_schedule == DDP_LR_CONSTANT ? "constant"
                      : c->lr_schedule == DDP_LR_COSINE ? "cosine decay"
@@ -392,7 +402,7 @@ ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0, 
                      "horizon %lld -> %lld steps (--epochs %d, %lld per epoch from epoch %lld) not taken: the "
                      "checkpoint's is kept (--lr-horizon keep; --lr-horizon restart starts warmup and decay again at "
                      "step %lld)",
-                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)steps0, (long long)ts->epoch,
+                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)steps0, (long long)from,
                      (long long)s);
         if (items[0] && ctx->topo.rank == 0 && ts->epoch < epochs) { /* even with --no-progress, like --precision's */
             char lr_note[160];

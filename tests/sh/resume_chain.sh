@@ -66,6 +66,20 @@ assert {l[0] for l in lines} == {"1"}, {l[0] for l in lines}
 ids = collections.Counter(int(i) for l in lines for i in l[2:])
 assert len(ids) == 216 and set(ids.values()) == {1}, (len(ids), collections.Counter(ids.values()))
 PY
+# the same at the end of an epoch's training, before its validation (stopped during validation): the shard checkpoint
+# of 2 ranks resumes on 1 rank with --sampling global, validates epoch 0, and epoch 1 trains each sample once
+MPIDDP_TEST_STOP_IN_VAL=0 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --sampling shard --epochs 2 --out shv >/dev/null 2>&1
+MPIDDP_TEST_TRACE_SAMPLES=$WORK/shv mpirun_np 1 "$MPIDDP" train "${common[@]}" --batch-size 16 --sampling global --epochs 2 --out shv --resume auto >/dev/null 2>shv.err ||
+  fail "a shard checkpoint at an epoch's end, on 1 rank with --sampling global: $(cat shv.err)"
+[ "$(grep -c "notice: shv/checkpoints/last.h5 was saved at the end of epoch 0's training (its validation next) with --shuffle full --sampling shard; this run orders the epochs after it with --shuffle full --sampling global$" shv.err)" = 1 ] ||
+  fail "sampling change at an epoch's end: no notice: $(cat shv.err)"
+$PY - <<'PY' || fail "sampling change at an epoch's end: epoch 1 does not train every sample once"
+import collections
+lines = [l.split() for l in open("shv.r0")]
+assert {l[0] for l in lines} == {"1"}, {l[0] for l in lines}
+ids = collections.Counter(int(i) for l in lines for i in l[2:])
+assert len(ids) == 216 and set(ids.values()) == {1}, (len(ids), collections.Counter(ids.values()))
+PY
 # the steps of the epochs to come change with the order (--sampling shard pads rank 0's 72-sample shard to rank 1's
 # 144: 18 steps an epoch, --sampling global 14), those done do not: extended to 3 epochs with --lr-horizon restart,
 # the decay starts again at step 18 and ends at the run's last, step 18 + 2 x 14 = 46 (it ended at 3 x 14 = 42,
@@ -82,4 +96,4 @@ lr = {int(r["step"]): float(r["lr"]) for r in csv.DictReader(open("shr/metrics.c
 assert max(lr) == 46, max(lr)
 assert lr[46] == 0.001 and all(lr[s] > 0.001 for s in range(19, 46)), {s: lr[s] for s in range(40, 47)}
 PY
-pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode, sampling refused; a shard checkpoint on its world size only mid-epoch; another order at an epoch boundary (the lr horizon counts the steps done, then the new epochs)"
+pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode, sampling refused; a shard checkpoint on its world size only mid-epoch; another order at an epoch boundary or an epoch's end (the lr horizon counts the steps done, then the new epochs)"

@@ -72,6 +72,25 @@ eps = {l.split()[0] for f in glob.glob("bnd.r*") for l in open(f)}
 assert eps == {"1"}, eps
 assert sorted(ids) == list(range(300)) and set(ids.values()) == {1}, (len(ids), collections.Counter(ids.values()))
 PY
+# saved at the end of an epoch's training, before its validation (stopped during validation: last.h5 at epoch 0, all
+# 300 samples of it trained): an epoch boundary too. The resume with --shuffle full is accepted with one notice,
+# validates epoch 0 (once), then orders epoch 1 the new way; across both runs each epoch trains every sample once.
+# It used to be refused as 38 optimizer steps into epoch 0
+MPIDDP_TEST_STOP_IN_VAL=0 MPIDDP_TEST_TRACE_SAMPLES=$WORK/ve mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --out ve >/dev/null 2>&1
+$PY -c "import h5py; a = h5py.File('ve/checkpoints/last.h5', 'r').attrs
+assert int(a['epoch']) == 0 and int(a['samples_in_epoch']) == 300, dict(a)" || fail "the stop during validation did not save at epoch 0's end"
+MPIDDP_TEST_TRACE_SAMPLES=$WORK/ve mpirun_np 2 "$MPIDDP" train "${base[@]}" --shuffle full --batch-size 4 --out ve --resume auto >/dev/null 2>ve.err ||
+  fail "shuffle change on resume at an epoch's end (before its validation): $(cat ve.err)"
+[ "$(grep -c "notice: ve/checkpoints/last.h5 was saved at the end of epoch 0's training (its validation next) with --shuffle block:0.002:3 --sampling global; this run orders the epochs after it with --shuffle full --sampling global$" ve.err)" = 1 ] ||
+  fail "shuffle change at an epoch's end: no notice: $(cat ve.err)"
+$PY - <<'PY' || fail "shuffle change at an epoch's end: an epoch does not train every sample once, or epoch 0 is not validated once"
+import collections, csv, glob
+for e in ("0", "1"):
+    ids = collections.Counter(int(i) for f in glob.glob("ve.r*") for l in open(f) for i in l.split()[2:] if l.split()[0] == e)
+    assert sorted(ids) == list(range(300)) and set(ids.values()) == {1}, (e, len(ids), collections.Counter(ids.values()))
+val = [r["epoch"] for r in csv.DictReader(open("ve/metrics.csv")) if r.get("val/loss")]
+assert val == ["0", "1"], val
+PY
 expect_rc 2 mpirun_np 2 "$MPIDDP" train "${common[@]}" --sampling shard --out bad
 grep -q -- "--shuffle block needs --sampling global" <<<"$ERR" || fail "shard + block: $ERR"
 expect_rc 2 "$MPIDDP" train "${common[@]}" --shuffle-window 0 --out bad
