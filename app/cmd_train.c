@@ -27,7 +27,8 @@ static const char *ABOUT =
     "file (--config FILE, keys are option names); the command line wins.";
 
 /* Rank 0, stdout, at the end of a run that finished or stopped on request (docs/cli.md#output-on-the-terminal):
- *   mpiddp train: finished at epoch E (of N) step K/M (global S)      (or "early stopping at", "stopped at")
+ *   mpiddp train: finished at epoch E (of N) step K/M (global S)      (or "early stopping at", "stopped at"; K/M
+ *                                                                       as the epoch's run took them, when known)
  *   mpiddp train: best checkpoint: PATH, MONITOR=V (epoch E, global step S)
  *   mpiddp train: T s; trained X samples, R samples/s [(Q tokens/s)]
  *   run directory: RUNDIR */
@@ -36,12 +37,14 @@ static void print_summary(const ddp_train_summary *s, const ddp_train_config *cf
     char abs[PATH_MAX];
     const char *dir = realpath(cfg->out_dir, abs) ? abs : cfg->out_dir;
     if (s->valid) {
-        printf("mpiddp train: %s at epoch %lld (of %lld) step %lld/%lld (global %lld)\n",
+        char steps[64] = ""; /* unknown (-1): an epoch a resumed checkpoint's run trained in another order */
+        if (s->steps_in_epoch >= 0)
+            snprintf(steps, sizeof steps, " step %lld/%lld", (long long)s->step_in_epoch, (long long)s->steps_in_epoch);
+        printf("mpiddp train: %s at epoch %lld (of %lld)%s (global %lld)\n",
                s->stopped         ? "stopped"
                : s->early_stopped ? "early stopping"
                                   : "finished",
-               (long long)s->epoch, (long long)s->epochs, (long long)s->step_in_epoch, (long long)s->steps_in_epoch,
-               (long long)s->global_step);
+               (long long)s->epoch, (long long)s->epochs, steps, (long long)s->global_step);
         if (s->has_best && s->best_path[0])
             printf("mpiddp train: best checkpoint: %s/%s, %s=%.9g (epoch %lld, global step %lld)\n", dir, s->best_path,
                    s->monitor, s->best_value, (long long)s->best_epoch, (long long)s->best_step);

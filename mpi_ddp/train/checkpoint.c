@@ -55,6 +55,8 @@ static ddp_status write_attrs(hid_t f, const char *tmp, const ddp_model *model, 
     CK(ddp_h5_attr_i64(f, "epoch", cs->epoch), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "optim_step_in_epoch", cs->optim_step_in_epoch), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "samples_in_epoch", cs->samples_in_epoch), "%s: writing attributes", tmp);
+    if (cs->prev_epoch_steps >= 0)
+        CK(ddp_h5_attr_i64(f, "prev_epoch_steps", cs->prev_epoch_steps), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "global_step", cs->global_step), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "optim_step", cs->optim_step), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "seed", (int64_t)cs->seed), "%s: writing attributes", tmp);
@@ -364,6 +366,9 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
         if (cs->legacy_micro_batch < 0)
             DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'step_in_epoch': negative position", path);
     }
+    cs->prev_epoch_steps = -1; /* absent in checkpoints of epoch 0 and in those written before it was recorded */
+    if (H5Aexists(f, "prev_epoch_steps") > 0)
+        DDP_TRY(read_i64_attr(f, path, "prev_epoch_steps", &cs->prev_epoch_steps));
     DDP_TRY(read_i64_attr(f, path, "global_step", &cs->global_step));
     DDP_TRY(read_i64_attr(f, path, "optim_step", &cs->optim_step));
     DDP_TRY(read_i64_attr(f, path, "seed", &seed));

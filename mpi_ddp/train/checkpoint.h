@@ -12,6 +12,8 @@ typedef struct {
     int64_t optim_step_in_epoch; /* optimizer steps of that epoch done */
     int64_t samples_in_epoch;    /* positions of the epoch's global order consumed (the sample count, padding
                                     included, or the token-budget plan's next position); num_samples: the end */
+    int64_t prev_epoch_steps;    /* optimizer steps epoch - 1 took, as trained (the summary of a resume that trains
+                                    none); write: < 0 not written; read: -1 when absent (written before it was) */
     int64_t legacy_micro_batch;  /* read: -1, or the micro-batch index older checkpoints stored (step_in_epoch) */
     int64_t global_step;         /* optimizer steps done */
     int64_t optim_step;          /* AdamW t */

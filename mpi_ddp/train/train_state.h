@@ -29,6 +29,11 @@ typedef struct {
     /* a resume's position, converted to micro-batches once the first epoch's plan is known
      * (ddp_train_state_resume_position) */
     int64_t resume_os, resume_pos, resume_legacy_mb; /* -1: none */
+    /* the optimizer steps epoch - 1 took as trained (checkpoints record it; -1: unknown); a resume at an epoch's end
+     * (its training done): the steps the epoch took in the checkpoint's run (-1 otherwise); a resume in another epoch
+     * order than the checkpoint's (whose epochs took other steps) */
+    int64_t prev_steps, resume_end_steps;
+    int order_changed;
     /* a resume: the checkpoint's learning-rate schedule (known 0: it records none), and the configuration in
      * effect, *cfg with the schedule's span (lr_start_step, lr_end_step) settled by ddp_train_state_settle_schedule;
      * cfg points to cfg_resumed from ddp_train_state_resume on */
@@ -90,7 +95,7 @@ typedef struct {
     int valid, stopped, early_stopped;
     int stop_kinds;                        /* stopped: the DDP_STOP_* kinds the ranks asked for (agreed) */
     int64_t epoch, epochs;                 /* the last epoch trained (0-based; -1: none), of --epochs */
-    int64_t step_in_epoch, steps_in_epoch; /* optimizer steps of that epoch done, of its steps */
+    int64_t step_in_epoch, steps_in_epoch; /* optimizer steps of that epoch done, of its steps (-1: unknown) */
     int64_t global_step;                   /* global optimizer step at the end */
     double wall_s;                         /* ddp_train from start to end */
     double samples, rows;                  /* trained by this run, all ranks (padding duplicates included) */

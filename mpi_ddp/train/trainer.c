@@ -451,10 +451,14 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
                                                         ddp_dataset_get_info(val), &tr->csv, &tr->csv_rank)));
     DDP_TRY(ddp_train_state_record_schedule(ts, ts->lr_total));
     tr->lr_last = ddp_lr_at(c, ts->global_step, ts->lr_total);
-    int64_t total_steps = opt_steps * epochs, first_epoch = ts->epoch;
+    int64_t total_steps = ts->lr_total, first_epoch = ts->epoch; /* the steps done, then this run's (ETA) */
     int at_end = ts->nmb > 0 && ts->mb >= ts->nmb; /* resumed after the epoch's training: it validates next */
-    int64_t last_epoch = at_end ? ts->epoch : ts->epoch > 0 ? ts->epoch - 1 : -1; /* the summary's */
-    int64_t last_k = at_end || ts->epoch > 0 ? opt_steps : 0;
+    /* the summary's epoch and its steps K of M, until this run trains a step: the epoch the checkpoint's run trained
+     * last, with the steps it took there (another order has other steps: unknown, -1, when not recorded) */
+    int64_t last_epoch = at_end ? ts->epoch : ts->epoch > 0 ? ts->epoch - 1 : -1;
+    int64_t last_m = at_end ? ts->resume_end_steps : ts->epoch > 0 ? ts->prev_steps : opt_steps;
+    if (last_m < 0) last_m = ts->order_changed ? -1 : opt_steps; /* an older checkpoint: this run's, if the same */
+    int64_t last_k = at_end || ts->epoch > 0 ? last_m : 0;
     int early = 0;
     for (; ts->epoch < epochs; ts->epoch++, ts->mb = 0) {
         int64_t e = ts->epoch;
@@ -466,6 +470,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         /* samples/s: a window from the previous training row (or the epoch's start) to this one; the run's first step
          * is start-up and stays out of every figure (the first window starts when it ends) */
         double win_t = now_s(), win_samples = 0, loop_t = win_t;
+        int64_t epoch_m = at_end && e == first_epoch ? last_m : opt_steps; /* the steps this epoch takes */
         int stop = 0;
         while (ts->mb < nmb) {
             double samples = 0, rows = 0, t_step = now_s();
@@ -479,6 +484,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
             int64_t s = (ts->mb + c->accumulate - 1) / c->accumulate; /* optimizer steps done in this epoch */
             last_epoch = e;
             last_k = s;
+            last_m = opt_steps;
             if (ts->global_step % c->log_every == 0 || ts->mb == nmb || stop) {
                 double now = now_s(), dt = now - win_t;
                 double sps = win_samples > 0 && dt > 0 ? win_samples / dt
@@ -500,7 +506,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
                 tr->prog.loop_s += now_s() - loop_t;
                 if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_save_last(ts));
                 if (ctx->topo.rank == 0) ddp_progress_end_line(&tr->prog);
-                ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, opt_steps, epochs, 1, 0);
+                ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, last_m, epochs, 1, 0);
                 if (tr->summary) tr->summary->stop_kinds = stop;
                 st = ddp_set_error(DDP_STOPPED, "stopped on request at step %lld (epoch %lld, batch %lld of %lld); %s",
                                    (long long)ts->global_step, (long long)e, (long long)ts->mb, (long long)nmb,
@@ -518,7 +524,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         DDP_TRY(validate(tr, vl, &vsm, e, &vstop));
         if (vstop) { /* saved at the epoch's end: a resume validates again */
             if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_save_last(ts));
-            ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, opt_steps, epochs, 1, 0);
+            ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, last_m, epochs, 1, 0);
             if (tr->summary) tr->summary->stop_kinds = vstop;
             st = ddp_set_error(DDP_STOPPED, "stopped on request during validation after step %lld (epoch %lld); %s",
                                (long long)ts->global_step, (long long)e,
@@ -531,6 +537,8 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
         if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_decide(ts, &tr->row, &tr->lrow, e, &early));
         ts->epoch = e + 1; /* position: start of the next epoch */
         ts->mb = 0;
+        ts->prev_steps = epoch_m;
+        ts->resume_end_steps = -1; /* the resumed epoch is done */
         if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_save_last(ts));
         ts->epoch = e;
         if (early) {
@@ -538,7 +546,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
             break;
         }
     }
-    ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, opt_steps, epochs, 0, early);
+    ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, last_m, epochs, 0, early);
 done:
     ddp_loader_destroy(tl);
     ddp_loader_destroy(vl);
@@ -560,9 +568,15 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
     if (!ctx) return ddp_set_error(DDP_ERR_ARG, "ddp_train: ctx is NULL");
     /* the arguments, agreed: a NULL or a broken model on one rank fails every rank here, not a collective later */
     DDP_CHECK(ddp_agree_status(ctx, ddp_train_args_check(cfg, ctx->topo.size, model, train, val)));
-    trainer tr = {
-        .state = {.ctx = ctx, .cfg = cfg, .model = model, .resume_os = -1, .resume_pos = -1, .resume_legacy_mb = -1},
-        .summary = summary};
+    trainer tr = {.state = {.ctx = ctx,
+                            .cfg = cfg,
+                            .model = model,
+                            .resume_os = -1,
+                            .resume_pos = -1,
+                            .resume_legacy_mb = -1,
+                            .prev_steps = -1,
+                            .resume_end_steps = -1},
+                  .summary = summary};
     ddp_rundir rd;
     /* before anything is written: the run directory is this run's (lock; no other run's files unless resuming) */
     DDP_CHECK(ddp_rundir_acquire(ctx, cfg->out_dir, cfg->resume, cfg->overwrite, &rd));

@@ -79,11 +79,14 @@ static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
         if (st == DDP_OK) st = ts->be->download(ts->be, ts->h_m, ts->m, bytes);
         if (st == DDP_OK) st = ts->be->download(ts->be, ts->h_v, ts->v, bytes);
         char *tk = topk_json(&ts->dec);
+        /* at the epoch's end: the steps it took (resumed there in another order: the checkpoint's run's) */
         int64_t acc = ts->cfg->accumulate, os = ts->mb >= ts->nmb ? (ts->nmb + acc - 1) / acc : ts->mb / acc;
+        if (ts->mb >= ts->nmb && ts->resume_end_steps >= 0) os = ts->resume_end_steps;
         int64_t lr_start, lr_end; /* the schedule's span: the run's steps, or what a resume kept or restarted */
         ddp_lr_span(ts->cfg, ts->lr_total, &lr_start, &lr_end);
         ddp_ckpt_state cs = {.epoch = ts->epoch,
                              .optim_step_in_epoch = os,
+                             .prev_epoch_steps = ts->prev_steps,
                              .samples_in_epoch = ts->mb >= ts->nmb ? ts->tsm->n
                                                                    : ddp_train_state_epoch_position(ts, os),
                              .mode_max = ts->cfg->mode_max,

@@ -54,11 +54,11 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
                            why, c->out_dir);
     }
     DDP_CHECK(ddp_agree_status(ctx, st));
-    int64_t facts[12] = {
+    int64_t facts[13] = {
         cs.epoch,        cs.optim_step_in_epoch, cs.global_step,      cs.optim_step,         cs.world_size,
         cs.global_batch, cs.global_batch_rows,   cs.samples_in_epoch, cs.legacy_micro_batch, (int64_t)cs.seed,
-        cs.mode_max,     cs.skipped_steps};
-    MPI_CHECK(MPI_Bcast(facts, 12, MPI_INT64_T, 0, ctx->world));
+        cs.mode_max,     cs.skipped_steps,       cs.prev_epoch_steps};
+    MPI_CHECK(MPI_Bcast(facts, 13, MPI_INT64_T, 0, ctx->world));
     char sampling[16]; /* the checkpoint's --sampling ("" in older files) */
     snprintf(sampling, sizeof sampling, "%s", cs.sampling);
     MPI_CHECK(MPI_Bcast(sampling, (int)sizeof sampling, MPI_CHAR, 0, ctx->world));
@@ -187,6 +187,9 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
     ts->global_step = facts[2];
     ts->optim_step = facts[3];
     ts->skipped = facts[11];
+    ts->prev_steps = facts[12];
+    ts->resume_end_steps = at_end ? facts[1] : -1;
+    ts->order_changed = new_shuffle || new_sampling || (facts[4] != W && !strcmp(sampling, "shard"));
     /* decision state: rank 0's view is broadcast; each rank gets its own best local value when the world
      * size matches (else the votes start afresh) */
     double dstate[2] = {cs.best_score, (double)cs.bad_epochs}, mybest[2] = {NAN, NAN};
@@ -248,12 +251,13 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
                 "mpiddp train: notice: %s was trained at --precision %s; this run continues at --precision %s "
                 "(parameters and AdamW moments are fp32 in both)\n",
                 path, ddp_precision_name(cs.precision), ddp_precision_name(c->precision));
-    if (ctx->topo.rank == 0 && (new_shuffle || new_sampling) && at_end) /* its validation next, then epoch E + 1 */
+    int epochs_run = c->fast_dev_run > 0 ? 1 : c->epochs, todo = ts->epoch < epochs_run; /* else nothing to do */
+    if (ctx->topo.rank == 0 && (new_shuffle || new_sampling) && todo && at_end) /* validation next, then epoch E + 1 */
         fprintf(stderr,
                 "mpiddp train: notice: %s was saved at the end of epoch %lld's training (its validation next) with "
                 "--shuffle %s --sampling %s; this run orders the epochs after it with --shuffle %s --sampling %s\n",
                 path, (long long)facts[0], saved, sampling[0] ? sampling : my_sampling, mine, my_sampling);
-    else if (ctx->topo.rank == 0 && (new_shuffle || new_sampling)) /* at an epoch boundary (else refused above) */
+    else if (ctx->topo.rank == 0 && (new_shuffle || new_sampling) && todo) /* at an epoch boundary (else refused) */
         fprintf(stderr,
                 "mpiddp train: notice: %s was saved at the start of epoch %lld with --shuffle %s --sampling %s; this "
                 "run orders it and the epochs after it with --shuffle %s --sampling %s\n",

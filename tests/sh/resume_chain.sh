@@ -69,10 +69,15 @@ PY
 # the same at the end of an epoch's training, before its validation (stopped during validation): the shard checkpoint
 # of 2 ranks resumes on 1 rank with --sampling global, validates epoch 0, and epoch 1 trains each sample once
 MPIDDP_TEST_STOP_IN_VAL=0 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --sampling shard --epochs 2 --out shv >/dev/null 2>&1
+# stopped during that validation again: the summary and the new last.h5 keep the 18 steps epoch 0 took (not the
+# 14 of --sampling global on 1 rank)
+expect_rc 0 env MPIDDP_TEST_STOP_IN_VAL=0 mpirun -np 1 "$MPIDDP" train "${common[@]}" --batch-size 16 --sampling global --epochs 2 --out shv --resume auto
+printf '%s\n' "$OUT" | qgrep -x "mpiddp train: stopped at epoch 0 (of 2) step 18/18 (global 18)" ||
+  fail "a resume at an epoch's end in another order, stopped again: the summary does not give the epoch's steps: $OUT"
+[ "$(printf '%s\n' "$ERR" | grep -c "notice: shv/checkpoints/last.h5 was saved at the end of epoch 0's training (its validation next) with --shuffle full --sampling shard; this run orders the epochs after it with --shuffle full --sampling global$")" = 1 ] ||
+  fail "sampling change at an epoch's end: no notice: $ERR"
 MPIDDP_TEST_TRACE_SAMPLES=$WORK/shv mpirun_np 1 "$MPIDDP" train "${common[@]}" --batch-size 16 --sampling global --epochs 2 --out shv --resume auto >/dev/null 2>shv.err ||
   fail "a shard checkpoint at an epoch's end, on 1 rank with --sampling global: $(cat shv.err)"
-[ "$(grep -c "notice: shv/checkpoints/last.h5 was saved at the end of epoch 0's training (its validation next) with --shuffle full --sampling shard; this run orders the epochs after it with --shuffle full --sampling global$" shv.err)" = 1 ] ||
-  fail "sampling change at an epoch's end: no notice: $(cat shv.err)"
 $PY - <<'PY' || fail "sampling change at an epoch's end: epoch 1 does not train every sample once"
 import collections
 lines = [l.split() for l in open("shv.r0")]
@@ -80,6 +85,17 @@ assert {l[0] for l in lines} == {"1"}, {l[0] for l in lines}
 ids = collections.Counter(int(i) for l in lines for i in l[2:])
 assert len(ids) == 216 and set(ids.values()) == {1}, (len(ids), collections.Counter(ids.values()))
 PY
+# the summary of a finished run resumed in another order names the steps its last epoch took (14, --sampling global
+# on 1 rank, recorded in last.h5's prev_epoch_steps), not this order's (18 with --sampling shard on 2 ranks); a
+# checkpoint without the attribute (an older mpiddp) in another order: the steps are not known, and not given
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --sampling shard --epochs 2 --out shb --resume auto
+printf '%s\n' "$OUT" | qgrep -x "mpiddp train: finished at epoch 1 (of 2) step 14/14 (global 32)" ||
+  fail "a finished run resumed in another order: the summary does not give the steps its last epoch took: $OUT"
+printf '%s' "$ERR" | qgrep "this run orders" && fail "a finished run resumed in another order: an order notice, nothing trained: $ERR"
+$PY -c "import h5py; f = h5py.File('shb/checkpoints/last.h5', 'r+'); assert int(f.attrs['prev_epoch_steps']) == 14; del f.attrs['prev_epoch_steps']"
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 8 --sampling shard --epochs 2 --out shb --resume auto
+printf '%s\n' "$OUT" | qgrep -x "mpiddp train: finished at epoch 1 (of 2) (global 32)" ||
+  fail "an older checkpoint resumed in another order: the summary gives steps it does not know: $OUT"
 # the steps of the epochs to come change with the order (--sampling shard pads rank 0's 72-sample shard to rank 1's
 # 144: 18 steps an epoch, --sampling global 14), those done do not: extended to 3 epochs with --lr-horizon restart,
 # the decay starts again at step 18 and ends at the run's last, step 18 + 2 x 14 = 46 (it ended at 3 x 14 = 42,
@@ -96,4 +112,4 @@ lr = {int(r["step"]): float(r["lr"]) for r in csv.DictReader(open("shr/metrics.c
 assert max(lr) == 46, max(lr)
 assert lr[46] == 0.001 and all(lr[s] > 0.001 for s in range(19, 46)), {s: lr[s] for s in range(40, 47)}
 PY
-pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode, sampling refused; a shard checkpoint on its world size only mid-epoch; another order at an epoch boundary or an epoch's end (the lr horizon counts the steps done, then the new epochs)"
+pass "resume chains np 4x1 -> 2x2 -> 1x4 (sample counts and token budgets); inexact positions, seed, monitor, mode, sampling refused; a shard checkpoint on its world size only mid-epoch; another order at an epoch boundary or an epoch's end (the lr horizon counts the steps done, then the new epochs; the summary the steps the last epoch took)"
