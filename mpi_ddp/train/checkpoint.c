@@ -66,6 +66,9 @@ static ddp_status write_attrs(hid_t f, const char *tmp, const ddp_model *model, 
     CK(ddp_h5_attr_str(f, "mode", cs->mode_max ? "max" : "min"), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_i64(f, "skipped_steps", cs->skipped_steps), "%s: writing attributes", tmp);
     CK(ddp_h5_attr_f64(f, "weight_decay", cs->weight_decay), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_f64(f, "adamw_beta1", cs->beta1), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_f64(f, "adamw_beta2", cs->beta2), "%s: writing attributes", tmp);
+    CK(ddp_h5_attr_f64(f, "adamw_eps", cs->eps), "%s: writing attributes", tmp);
     if (cs->lr_schedule) {
         CK(ddp_h5_attr_str(f, "lr_schedule", cs->lr_schedule), "%s: writing attributes", tmp);
         CK(ddp_h5_attr_i64(f, "lr_warmup_steps", cs->lr_warmup_steps), "%s: writing attributes", tmp);
@@ -411,6 +414,12 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params
     cs->weight_decay = NAN; /* absent in checkpoints written before it was recorded */
     if (H5Aexists(f, "weight_decay") > 0)
         DDP_TRY(read_attr(f, path, "weight_decay", H5T_NATIVE_DOUBLE, &cs->weight_decay));
+    const char *adamw[3] = {"adamw_beta1", "adamw_beta2", "adamw_eps"}; /* absent: written before they were recorded */
+    double *adamw_v[3] = {&cs->beta1, &cs->beta2, &cs->eps};
+    for (int k = 0; k < 3; k++) {
+        *adamw_v[k] = NAN;
+        if (H5Aexists(f, adamw[k]) > 0) DDP_TRY(read_attr(f, path, adamw[k], H5T_NATIVE_DOUBLE, adamw_v[k]));
+    }
     cs->dropout = NAN; /* recorded with a built-in model's hyperparameters */
     if (H5Aexists(f, "model_dropout") > 0)
         DDP_TRY(read_attr(f, path, "model_dropout", H5T_NATIVE_DOUBLE, &cs->dropout));

@@ -44,6 +44,8 @@ typedef struct {
     const ddp_model_config *model_cfg; /* write: a built-in model's hyperparameters (may be NULL); read: unused */
     double dropout;      /* read: the recorded --dropout (attribute "model_dropout"), NAN when absent; write: unused */
     double weight_decay; /* AdamW's decoupled weight decay (attribute "weight_decay"); read: NAN when absent */
+    double beta1, beta2,
+        eps; /* AdamW's (attributes "adamw_beta1", "adamw_beta2", "adamw_eps"); read: NAN when absent */
     /* the run's --precision (attribute "precision"); read: fp32 when absent (written before --precision) */
     ddp_precision precision;
     /* read: 1 when the file carries no checksums (written before they existed): its datasets were loaded

@@ -273,6 +273,20 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
                 "mpiddp train: notice: %s was trained with --weight-decay %g; this run continues with --weight-decay "
                 "%g\n",
                 path, cs.weight_decay, c->weight_decay);
+    { /* AdamW's beta1, beta2 and eps (ddp_train_config, no CLI options): allowed, said in one notice naming both */
+        const char *name[3] = {"beta1", "beta2", "eps"};
+        double was[3] = {cs.beta1, cs.beta2, cs.eps}, now[3] = {c->beta1, c->beta2, c->eps};
+        char a[160] = "", b[160] = "";
+        for (int k = 0; k < 3; k++)
+            if (isfinite(was[k]) && was[k] != now[k]) {
+                size_t na = strlen(a), nb = strlen(b);
+                snprintf(a + na, sizeof a - na, "%s%s %g", na ? ", " : "", name[k], was[k]);
+                snprintf(b + nb, sizeof b - nb, "%s%s %g", nb ? ", " : "", name[k], now[k]);
+            }
+        if (ctx->topo.rank == 0 && a[0])
+            fprintf(stderr, "mpiddp train: notice: %s was trained with AdamW %s; this run continues with AdamW %s\n",
+                    path, a, b);
+    }
     if (ctx->topo.rank == 0) /* a notice even with --no-progress: where the run continues from matters */
     {
         int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;

@@ -2,7 +2,7 @@
 # logged on rank 0 only stops every rank with an error naming it (np 2 and 4, bounded time), also when an
 # allocation of that check fails on one rank; a metric with no count anywhere is nan, not 0; `env`
 # reports one line per rank; the user-model example trains through the public header and refuses a used RUN_DIR
-# in its own words.
+# in its own words; a resume through the C API with other AdamW betas or eps says so in one notice.
 . "$(dirname "$0")/lib.sh"
 synth --out d --samples 200 --shards 4 --dim 6 --classes 3
 mpirun_np 4 "$TESTTOOL" meta d || fail "metadata / mapping counters"
@@ -50,4 +50,20 @@ expect_rc 2 mpirun_np 2 "$EXAMPLE" d val user_run
 grep -q "^user_model: RUN_DIR user_run holds another run's files .*give a new RUN_DIR" <<<"$ERR" ||
   fail "user model into a used RUN_DIR: $ERR"
 ! grep -E -- '--(out|resume|overwrite)' <<<"$ERR" || fail "user model's refusal names options it does not take"
-pass "metadata on rank 0 only, mismatch detected, env, user model (val/acc $acc)"
+# AdamW's beta1, beta2 and eps (ddp_train_config only) are recorded in checkpoints: a resume through the C API with
+# the same values says nothing; with others it continues with one notice naming both values of each that changed
+# (as --weight-decay's); a checkpoint without the attributes (an older mpiddp): no notice
+mpirun_np 2 "$TESTTOOL" adamw d val adamw 0.9 0.999 1e-8 1 >/dev/null 2>&1 || fail "adamw: first run"
+$PY -c "import h5py; a = h5py.File('adamw/checkpoints/last.h5', 'r').attrs
+assert (float(a['adamw_beta1']), float(a['adamw_beta2']), float(a['adamw_eps'])) == (0.9, 0.999, 1e-8), dict(a)" ||
+  fail "adamw: the checkpoint does not record beta1, beta2 and eps"
+expect_rc 0 mpirun_np 2 "$TESTTOOL" adamw d val adamw 0.9 0.999 1e-8 2
+printf '%s' "$ERR" | qgrep "AdamW" && fail "adamw: a resume with the same values: a notice: $ERR"
+expect_rc 0 mpirun_np 2 "$TESTTOOL" adamw d val adamw 0.8 0.999 1e-6 3
+[ "$(printf '%s\n' "$ERR" | grep -c "AdamW")" = 1 ] &&
+  printf '%s\n' "$ERR" | qgrep -x "mpiddp train: notice: adamw/checkpoints/last.h5 was trained with AdamW beta1 0.9, eps 1e-08; this run continues with AdamW beta1 0.8, eps 1e-06" ||
+  fail "adamw: a resume with other values: not one notice naming both: $ERR"
+$PY -c "import h5py; a = h5py.File('adamw/checkpoints/last.h5', 'r+').attrs; del a['adamw_beta1'], a['adamw_beta2'], a['adamw_eps']"
+expect_rc 0 mpirun_np 2 "$TESTTOOL" adamw d val adamw 0.9 0.99 1e-7 4
+printf '%s' "$ERR" | qgrep "AdamW" && fail "adamw: a checkpoint without the attributes: a notice: $ERR"
+pass "metadata on rank 0 only, mismatch detected, env, user model (val/acc $acc), AdamW's betas and eps on resume"

@@ -8,6 +8,9 @@
  *   zerocount             (mpirun) a metric no rank logged a count for has no value (nan), not 0, in the global
  *                         row and none in the local rows; weighted means stay sum/count over all ranks; a
  *                         decision on it says that no rank logged a value (not a NaN in the data)
+ *   adamw TRAIN VAL RUNDIR BETA1 BETA2 EPS EPOCHS
+ *                         (mpirun) trains the reference model through the public API (ddp_train) with AdamW's beta1,
+ *                         beta2 and eps as given (no CLI option sets them), resuming RUNDIR's last.h5 when it exists
  */
 #include "io/dataset.h"
 #include "mpi_ddp/backend/backend.h"
@@ -236,6 +239,37 @@ static int do_zerocount(ddp_ctx *ctx)
     return ok ? 0 : 1;
 }
 
+static int do_adamw(ddp_ctx *ctx, char **a)
+{
+    ddp_dataset *tr = NULL, *va = NULL;
+    ddp_model model = {0};
+    ddp_status st = ddp_dataset_open(ctx, a[0], &tr);
+    if (st == DDP_OK) st = ddp_dataset_open(ctx, a[1], &va);
+    if (st == DDP_OK) {
+        const ddp_dataset_info *in = ddp_dataset_get_info(tr);
+        st = ddp_refmodel_create(ctx, DDP_DEVICE_CPU, in->dim, 8, in->num_classes, 16 * in->max_sample_rows, 16,
+                                 &model);
+    }
+    if (st == DDP_OK) {
+        ddp_train_config cfg;
+        ddp_train_config_default(&cfg);
+        cfg.out_dir = a[2];
+        cfg.resume = "auto";
+        cfg.beta1 = atof(a[3]);
+        cfg.beta2 = atof(a[4]);
+        cfg.eps = atof(a[5]);
+        cfg.epochs = atoi(a[6]);
+        cfg.batch_size = 8;
+        cfg.progress = 0;
+        st = ddp_train(ctx, &cfg, &model, tr, va);
+    }
+    if (st != DDP_OK && ddp_topo(ctx)->rank == 0) fprintf(stderr, "adamw: %s\n", ddp_last_error());
+    if (model.destroy) model.destroy(model.self);
+    ddp_dataset_close(tr);
+    ddp_dataset_close(va);
+    return st == DDP_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
@@ -251,8 +285,11 @@ int main(int argc, char **argv)
         rc = do_mismatch(ctx);
     else if (argc == 2 && !strcmp(argv[1], "zerocount"))
         rc = do_zerocount(ctx);
+    else if (argc == 9 && !strcmp(argv[1], "adamw"))
+        rc = do_adamw(ctx, argv + 2);
     else
-        fprintf(stderr, "usage: testtool dump|refdump|meta DIR | mismatch | zerocount\n");
+        fprintf(stderr, "usage: testtool dump|refdump|meta DIR | mismatch | zerocount | adamw TRAIN VAL RUNDIR BETA1 "
+                        "BETA2 EPS EPOCHS\n");
     ddp_finalize(ctx);
     return rc;
 }
