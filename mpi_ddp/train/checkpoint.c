@@ -327,14 +327,17 @@ static ddp_status read_per_rank(hid_t f, const char *path, const char *name, int
     return st;
 }
 
-ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params, float *m, float *v,
-                         ddp_ckpt_state *cs)
+static ddp_status check_heads(hid_t f, const char *path, const ddp_model_config *mc);
+
+ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, const ddp_model_config *mc, float *params, float *m,
+                         float *v, ddp_ckpt_state *cs)
 {
     hid_t f;
     DDP_CHECK(open_ckpt(path, &f));
-    ddp_status st = DDP_OK;
-    int64_t version = 0, seed = 0;
     memset(cs, 0, sizeof *cs);
+    ddp_status st = check_heads(f, path, mc); /* before anything else is read */
+    int64_t version = 0, seed = 0;
+    if (st != DDP_OK) goto done;
     {
         char *fmt = NULL;
         DDP_TRY(read_str_attr(f, path, "format", &fmt));
@@ -559,15 +562,21 @@ ddp_status ddp_ckpt_peek_model(const char *path, ddp_model_config *c)
     return ddp_ckpt_peek_refmodel(path, &c->dim, &c->hidden, &c->classes);
 }
 
-ddp_status ddp_ckpt_check_heads(const char *path, const ddp_model_config *mc)
+/* ddp_ckpt_read's check of a resumed Transformer's --heads, in its open file f (ddp_ckpt_peek_model's reading). */
+static ddp_status check_heads(hid_t f, const char *path, const ddp_model_config *mc)
 {
     ddp_model_config saved;
     if (!mc || mc->kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
-    /* a file peek cannot read (no recorded hyperparameters: a model built through the library) is ddp_ckpt_read's;
+    ddp_model_config_default(&saved);
+    /* a file peek cannot read (no recorded hyperparameters: a model built through the library) is the read's;
      * out of memory is this check's own failure (else it would be skipped silently) */
-    ddp_status st = ddp_ckpt_peek_model(path, &saved);
+    char *kind = NULL;
+    ddp_status st = H5Aexists(f, "model") > 0 ? read_str_attr(f, path, "model", &kind) : DDP_OK;
+    int tx = st == DDP_OK && kind && !strcmp(kind, "transformer");
+    free(kind);
+    if (st == DDP_OK && tx) st = peek_transformer(f, path, &saved);
     if (st == DDP_ERR_NOMEM) return st;
-    if (st != DDP_OK || saved.kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
+    if (st != DDP_OK || !tx) return DDP_OK;
     if (saved.heads == mc->heads) return DDP_OK;
     return ddp_set_error(DDP_ERR_ARG,
                          "%s: saved with --heads %d; this run uses --heads %d (the same tensors would be split into "

@@ -63,13 +63,13 @@ ddp_status ddp_ckpt_peek_refmodel(const char *path, int64_t *dim, int64_t *hidde
 /* The built-in model a checkpoint holds: kind ("model" attribute: mlp, or transformer with its recorded
  * hyperparameters), D, width and classes from the parameter shapes; workspace limits are left 0. */
 ddp_status ddp_ckpt_peek_model(const char *path, ddp_model_config *c);
-/* A Transformer resumed with the run's model configuration mc: DDP_ERR_ARG with one line when the checkpoint's
- * recorded --heads differs (the parameter shapes do not depend on it, so ddp_ckpt_read would load the tensors into
- * other attention heads). DDP_OK for another model kind, or a file that records no hyperparameters. */
-ddp_status ddp_ckpt_check_heads(const char *path, const ddp_model_config *mc);
 /* Reads into host arrays (m, v may be NULL: the moments are then verified, not kept); shapes must match
- * model. A checksum mismatch, a non-finite value, a FIFO or directory: one line naming file and dataset. */
-ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, float *params, float *m, float *v,
-                         ddp_ckpt_state *st);
+ * model. A checksum mismatch, a non-finite value, a FIFO or directory: one line naming file and dataset.
+ * mc (may be NULL): the run's model configuration, when a resume continues it; a Transformer's is checked first,
+ * through the same open file: DDP_ERR_ARG with one line when the checkpoint's recorded --heads differs (the
+ * parameter shapes do not depend on it, so the tensors would be loaded into other attention heads); no check for
+ * another model kind, or a file that records no hyperparameters (whatever is wrong with it is the read's). */
+ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, const ddp_model_config *mc, float *params, float *m,
+                         float *v, ddp_ckpt_state *st);
 
 #endif

@@ -45,8 +45,7 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
     ddp_ckpt_state cs = {0};
     ddp_status st = DDP_OK;
     struct stat sb;
-    if (ctx->topo.rank == 0) st = ddp_ckpt_check_heads(path, c->model_config);
-    if (ctx->topo.rank == 0 && st == DDP_OK) st = ddp_ckpt_read(path, ts->model, ts->h_params, ts->h_m, ts->h_v, &cs);
+    if (ctx->topo.rank == 0) st = ddp_ckpt_read(path, ts->model, c->model_config, ts->h_params, ts->h_m, ts->h_v, &cs);
     if (st != DDP_OK && c->resume && strcmp(c->resume, "auto") != 0 && stat(path, &sb) != 0 && errno == ENOENT) {
         char why[1024]; /* --resume last (Lightning's ckpt_path="last"), a mistyped file: what --resume takes */
         snprintf(why, sizeof why, "%s", ddp_last_error());
@@ -54,14 +53,29 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
                            why, c->out_dir);
     }
     DDP_CHECK(ddp_agree_status(ctx, st));
-    int64_t facts[13] = {
-        cs.epoch,        cs.optim_step_in_epoch, cs.global_step,      cs.optim_step,         cs.world_size,
-        cs.global_batch, cs.global_batch_rows,   cs.samples_in_epoch, cs.legacy_micro_batch, (int64_t)cs.seed,
-        cs.mode_max,     cs.skipped_steps,       cs.prev_epoch_steps};
-    MPI_CHECK(MPI_Bcast(facts, 13, MPI_INT64_T, 0, ctx->world));
-    char sampling[16]; /* the checkpoint's --sampling ("" in older files) */
-    snprintf(sampling, sizeof sampling, "%s", cs.sampling);
-    MPI_CHECK(MPI_Bcast(sampling, (int)sizeof sampling, MPI_CHAR, 0, ctx->world));
+    /* rank 0's facts, agreed in one broadcast; the last two slots carry the checkpoint's --sampling ("" in older
+     * files), its 16 bytes as they are */
+    int64_t facts[15] = {cs.epoch,
+                         cs.optim_step_in_epoch,
+                         cs.global_step,
+                         cs.optim_step,
+                         cs.world_size,
+                         cs.global_batch,
+                         cs.global_batch_rows,
+                         cs.samples_in_epoch,
+                         cs.legacy_micro_batch,
+                         (int64_t)cs.seed,
+                         cs.mode_max,
+                         cs.skipped_steps,
+                         cs.prev_epoch_steps,
+                         0,
+                         0};
+    char sampling[16];
+    _Static_assert(sizeof sampling == sizeof cs.sampling && sizeof sampling == 2 * sizeof facts[0], "sampling slots");
+    memcpy(&facts[13], cs.sampling, sizeof sampling);
+    MPI_CHECK(MPI_Bcast(facts, 15, MPI_INT64_T, 0, ctx->world));
+    memcpy(sampling, &facts[13], sizeof sampling);
+    sampling[sizeof sampling - 1] = 0;
     int W = ctx->topo.size;
     int64_t gb = (int64_t)c->batch_size * W * c->accumulate, gr = c->batch_rows * W * c->accumulate;
     /* saved at an epoch boundary: the start of the next epoch (nothing of it trained), or the end of an epoch's
