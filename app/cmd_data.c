@@ -139,8 +139,8 @@ int cmd_index(ddp_ctx *ctx, int argc, char **argv)
         int64_t kept = ddp_manifest_remove_stale(path, other, sizeof other);
         if (kept)
             fprintf(stderr,
-                    "mpiddp index: notice: %lld manifest temporary file(s) of another host kept (%s): an index there "
-                    "may be writing; remove them once none runs\n",
+                    "mpiddp index: notice: %lld manifest temporary file(s) of another host or PID namespace kept (%s): "
+                    "an index there may be writing; remove them once none runs\n",
                     (long long)kept, other);
     }
     ddp_survey sv;

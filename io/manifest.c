@@ -167,7 +167,16 @@ static void tmp_host(char *buf, size_t len)
     if (!buf[0]) snprintf(buf, len, "host");
 }
 
-int ddp_manifest_is_temporary(const char *name, const char *base, char *host, size_t hostlen, long *pid)
+/* This process's PID namespace (the inode of /proc/self/ns/pid); 0 where /proc does not tell. Two containers may share
+ * a host name and a directory, and a PID of one means nothing in the other. */
+static unsigned long long tmp_pidns(void)
+{
+    struct stat sb;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (unsigned long long)sb.st_ino : 0;
+}
+
+int ddp_manifest_is_temporary(const char *name, const char *base, char *host, size_t hostlen, unsigned long long *pidns,
+                              long *pid)
 {
     size_t n = strlen(base);
     if (strncmp(name, base, n) != 0 || strncmp(name + n, ".tmp.", 5) != 0) return 0;
@@ -175,7 +184,21 @@ int ddp_manifest_is_temporary(const char *name, const char *base, char *host, si
     const char *digits = dot ? dot + 1 : rest;
     if (!*digits || strspn(digits, "0123456789") != strlen(digits) || strlen(digits) > 9) return 0;
     if (dot && dot == rest) return 0; /* ".tmp..PID": no host */
-    if (host) snprintf(host, hostlen, "%.*s", dot ? (int)(dot - rest) : 0, rest);
+    int hlen = dot ? (int)(dot - rest) : 0;
+    unsigned long long ns = 0;
+    const char *nsdot = NULL; /* HOST.pidns-NS: the last '.' of the host part, then "pidns-" and digits */
+    for (const char *c = rest; c < rest + hlen; c++)
+        if (*c == '.') nsdot = c;
+    if (nsdot && nsdot > rest && !strncmp(nsdot + 1, "pidns-", 6)) {
+        const char *nd = nsdot + 7;
+        size_t nl = (size_t)(rest + hlen - nd);
+        if (nl > 0 && nl <= 20 && strspn(nd, "0123456789") == nl) {
+            ns = strtoull(nd, NULL, 10);
+            hlen = (int)(nsdot - rest);
+        }
+    }
+    if (host) snprintf(host, hostlen, "%.*s", hlen, rest);
+    if (pidns) *pidns = ns;
     if (pid) *pid = strtol(digits, NULL, 10);
     return 1;
 }
@@ -192,14 +215,19 @@ int64_t ddp_manifest_remove_stale(const char *path, char *other, size_t otherlen
         snprintf(dir, sizeof dir, ".");
     if (other && otherlen) other[0] = 0;
     tmp_host(me, sizeof me);
+    unsigned long long my_ns = tmp_pidns(), ns;
     DIR *d = opendir(dir);
     if (!d) return 0;
     int64_t kept = 0;
     struct dirent *e;
     long pid;
     while ((e = readdir(d))) {
-        if (!ddp_manifest_is_temporary(e->d_name, base, host, sizeof host, &pid)) continue;
-        if (strcmp(host, me) != 0) { /* another node's (or an older mpiddp's, without a host): it may be writing */
+        if (!ddp_manifest_is_temporary(e->d_name, base, host, sizeof host, &ns, &pid)) continue;
+        /* another node's (or an older mpiddp's, without a host), or one of this host name in another PID namespace
+         * (a container beside this one) or whose namespace this process cannot tell: its PID is not ours to test, and
+         * it may be writing. Named with this host and no namespace (an mpiddp without /proc, or an older one): as
+         * this namespace's. */
+        if (strcmp(host, me) != 0 || (ns && ns != my_ns)) {
             if (!kept++ && other) snprintf(other, otherlen, "%s/%s", dir, e->d_name);
             continue;
         }
@@ -243,9 +271,11 @@ ddp_status ddp_manifest_write(const char *path, ddp_manifest_entry *entries, cha
         return ddp_set_error(DDP_ERR_INTERNAL, "%s: %lld class pairs, the entries say %lld", path, (long long)npairs,
                              (long long)cc);
     int64_t pad = (8 - nb % 8) % 8;
-    char tmp[4200], dir[4200], host[256];
+    char tmp[4200], dir[4200], host[256], nspart[32] = "";
     tmp_host(host, sizeof host);
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%s.%ld", path, host, (long)getpid()) >= (int)sizeof tmp)
+    unsigned long long ns = tmp_pidns();
+    if (ns) snprintf(nspart, sizeof nspart, ".pidns-%llu", ns); /* without /proc: FILE.tmp.HOST.PID */
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%s%s.%ld", path, host, nspart, (long)getpid()) >= (int)sizeof tmp)
         return ddp_set_error(DDP_ERR_ARG, "%.200s...: manifest path too long", path);
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');

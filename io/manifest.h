@@ -43,19 +43,23 @@ const char *ddp_manifest_name(const ddp_manifest *m, int64_t i);
  * or a file named DDP_MANIFEST_NAME. Any other file, a shard or a checkpoint named by mistake, is refused
  * (DDP_ERR_ARG, one line), never replaced. */
 ddp_status ddp_manifest_replaceable(const char *path);
-/* Writes a manifest atomically (FILE.tmp.HOST.PID beside FILE, fsync, rename, fsync of the directory): entries[count]
- * (their cc_first, name_off and name_len are filled here), names[count] sorted, pairs[npairs][2]. One-line errors.
- * The temporary is registered for the CLI's signal handler (fsutil.h) while it exists. */
+/* Writes a manifest atomically (FILE.tmp.HOST.pidns-NS.PID beside FILE, NS: the inode of /proc/self/ns/pid, or
+ * FILE.tmp.HOST.PID where /proc does not tell; fsync, rename, fsync of the directory): entries[count] (their cc_first,
+ * name_off and name_len are filled here), names[count] sorted, pairs[npairs][2]. One-line errors. The temporary is
+ * registered for the CLI's signal handler (fsutil.h) while it exists. */
 ddp_status ddp_manifest_write(const char *path, ddp_manifest_entry *entries, char *const *names, int64_t count,
                               const int64_t *pairs, int64_t npairs);
 
-/* 1 when name is a temporary of the manifest writer for the file named base: base.tmp.HOST.PID, or base.tmp.PID as
- * mpiddp wrote it before temporaries named their host (host then ""); host and pid filled when not NULL. */
-int ddp_manifest_is_temporary(const char *name, const char *base, char *host, size_t hostlen, long *pid);
-/* Removes the temporaries of path's writers that died (killed before their rename): those named with this host whose
- * PID no longer exists. Another live process's, and another host's (it may be writing over a shared file system),
- * stay. Returns how many of other hosts (or without a host) stay, the first of them in other (may be NULL). Best
- * effort: a temporary is never read. */
+/* 1 when name is a temporary of the manifest writer for the file named base: base.tmp.HOST.pidns-NS.PID,
+ * base.tmp.HOST.PID (no namespace: pidns 0), or base.tmp.PID as mpiddp wrote it before temporaries named their host
+ * (host then ""); host, pidns and pid filled when not NULL. */
+int ddp_manifest_is_temporary(const char *name, const char *base, char *host, size_t hostlen, unsigned long long *pidns,
+                              long *pid);
+/* Removes the temporaries of path's writers that died (killed before their rename): those named with this host and
+ * this PID namespace (or no namespace) whose PID no longer exists. Another live process's stay, and so do another
+ * host's or another PID namespace's (a container of the same host name): they may be writing over a shared file
+ * system, and their PID means nothing here. Returns how many of other hosts or namespaces (or without a host) stay,
+ * the first of them in other (may be NULL). Best effort: a temporary is never read. */
 int64_t ddp_manifest_remove_stale(const char *path, char *other, size_t otherlen);
 /* The shard fields of an entry, and back (stats fields left as they are). */
 void ddp_manifest_to_meta(const ddp_manifest_entry *e, const char *name, ddp_shard_meta *m);

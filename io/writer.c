@@ -136,11 +136,11 @@ static int prefix_digits(const char *s, const char *prefix)
     return *s && strspn(s, "0123456789") == strlen(s);
 }
 
-/* 1 for a temporary this module or the manifest writer names: .shard-N.h5.tmp.PID, or mpiddp-manifest.bin.tmp.HOST.PID
- * (and .tmp.PID, an older mpiddp's). */
+/* 1 for a temporary this module or the manifest writer names: .shard-N.h5.tmp.PID, or
+ * mpiddp-manifest.bin.tmp.HOST.pidns-NS.PID (and .tmp.HOST.PID, .tmp.PID: without /proc, an older mpiddp's). */
 static int is_writer_temporary(const char *name)
 {
-    if (ddp_manifest_is_temporary(name, DDP_MANIFEST_NAME, NULL, 0, NULL)) return 1;
+    if (ddp_manifest_is_temporary(name, DDP_MANIFEST_NAME, NULL, 0, NULL, NULL)) return 1;
     if (strncmp(name, ".shard-", 7) != 0) return 0;
     const char *p = name + 7;
     size_t digits = strspn(p, "0123456789");
