@@ -3,6 +3,7 @@
  * (docs/run-directory.md, "One run per directory"). */
 #include "mpi_ddp/train/rundir.h"
 
+#include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/core/status.h"
@@ -376,12 +377,21 @@ static int rmdir_in(const char *dir, const char *sub)
 
 void ddp_rundir_discard(ddp_ctx *ctx, ddp_rundir *rd)
 {
+    /* every rank's board file is closed before rank 0 removes it: on NFS a file removed while a process of that client
+     * holds it open becomes a .nfs* file, and progress/ (and dir) stayed */
+    char msg[1024];
+    int shared = ddp_error_shared(), all = 1;
+    snprintf(msg, sizeof msg, "%s", ddp_last_error());
+    ddp_watch_close(ctx);
+    if (ctx->topo.size > 1 && ddp_all_ok(ctx, 1, &all) != DDP_OK) all = 0; /* a rank gone: its board file stays */
+    ddp_set_error_text(msg);                                               /* the run's error, not the cleanup's */
+    if (shared) ddp_mark_error_shared();
     if (ctx->topo.rank != 0 || !rd->dir[0]) {
         ddp_rundir_release(rd);
         return;
     }
     /* while the lock is held no other run is in dir: the board's rank<R> files are this run's (watchdog.c) */
-    if (!rd->had_progress && rd->lock_fd >= 0) {
+    if (!rd->had_progress && rd->lock_fd >= 0 && all) {
         char p[4500];
         for (int r = 0; r < ctx->topo.size; r++) {
             snprintf(p, sizeof p, "%s/progress/rank%d", rd->dir, r);

@@ -33,7 +33,9 @@ void ddp_rundir_release(ddp_rundir *rd);
  * removes what the run created and nothing else — while still holding the lock, the progress board's files
  * rank0..rank<size-1> and the progress and checkpoints directories when they did not exist before; then, the lock
  * released, dir and the parents this run's mkdir made, each only while empty (rmdir). A directory that existed before
- * the run stays. Best effort; elsewhere than rank 0 only the release. */
+ * the run stays. Collective: every rank closes its board file (ddp_watch_close) and the ranks agree before rank 0
+ * removes any (on NFS an open file removed leaves a .nfs* file); a rank that does not answer leaves the board. Best
+ * effort; elsewhere than rank 0 only the release. ddp_last_error() stays the run's. */
 void ddp_rundir_discard(ddp_ctx *ctx, ddp_rundir *rd);
 /* 1 when rel is a relative path that stays inside the directory it is relative to (no "..", not absolute). */
 int ddp_rundir_inside(const char *rel);

@@ -1,6 +1,7 @@
 # A run refused before it writes anything removes only what it created, also while another run waits for, or has
 # just ended in, the same --out (docs/run-directory.md, "A refused run leaves nothing it created"): the waiting run
-# still starts there, and a run that ended there keeps its progress board.
+# still starts there, and a run that ended there keeps its progress board. Its own board goes only once every rank
+# has closed its board file (NFS: .nfs* files).
 . "$(dirname "$0")/lib.sh"
 synth --out t --samples 240 --dim 8 --classes 3 --shards 2 --seed 3
 synth --out v --samples 60 --dim 8 --classes 3 --shards 1 --seed 3 --first-id 9000
@@ -52,4 +53,31 @@ if strace -qq -o /dev/null true 2>/dev/null; then
   pass "a refused run leaves the progress board of the run that ended in its --out"
 else
   echo "SKIP: strace cannot trace here (ptrace denied: $(strace -qq -o /dev/null true 2>&1 | head -1)), section 2"
+fi
+
+# 3. a run refused after its progress board is open (its resume position cannot be continued) removes the board's
+#    files only once every rank has closed its own: on NFS a file removed while a process of that client still holds
+#    it open becomes a .nfs* file, and progress/ (and the --out the run made) stayed. strace holds rank 1's close of
+#    its board file back 3 s; meanwhile no board file may be removed (here: no open descriptor of a deleted one).
+#    Before, rank 0 removed progress/rank1 as soon as its own teardown was done.
+if strace -qq -o /dev/null true 2>/dev/null; then
+  brd="$WORK/disc/sub/progress/rank1"
+  mpirun_np 2 strace -f -qq -o /dev/null -P "$brd" -e trace=close -e inject=close:delay_enter=3000ms \
+    "$MPIDDP" train --train t3 "${base[@]:2}" --resume mid/checkpoints/last.h5 --collective-timeout 60 \
+    --out disc/sub >a.out 2>a.err &
+  a=$!
+  open_deleted=
+  while kill -0 "$a" 2>/dev/null; do
+    for l in /proc/[0-9]*/fd/*; do
+      case "$(readlink "$l" 2>/dev/null)" in "$WORK/disc/sub/progress/rank"*" (deleted)") open_deleted=$l ;; esac
+    done
+    sleep 0.05
+  done
+  set +e; wait $a; rca=$?; set -e
+  [ "$rca" = 1 ] && qgrep "resume position: .* cannot be continued exactly" a.err || fail "refused run: exit $rca: $(cat a.err)"
+  [ -z "$open_deleted" ] || fail "a board file was removed while a rank held it open ($open_deleted)"
+  [ ! -e disc ] || fail "the refused run left what it created: $(find disc)"
+  pass "a refused run removes its progress board only once every rank has closed its board file"
+else
+  echo "SKIP: strace cannot trace here, section 3"
 fi
