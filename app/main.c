@@ -4,6 +4,7 @@
 #include "cli_agree.h"
 #include "stop_signals.h"
 #include "mpi_ddp/backend/cuda/cuda_api.h"
+#include "mpi_ddp/core/ctx.h"
 
 #include "io/shard.h"
 
@@ -154,6 +155,7 @@ int main(int argc, char **argv)
         ddp_finalize(ctx);
         return 1;
     }
+    ctx->cli_names = 1; /* the library's run-directory refusals name --out, --resume, --overwrite */
     /* after MPI_Init, so that the handlers are ours: a killed `index` leaves no manifest temporary behind */
     if (fn != cmd_train && cli_fatal_signals_cleanup() != 0 && cli_rank0(ctx))
         fprintf(stderr, "mpiddp %s: notice: cannot set up the signal handlers that remove temporaries\n", argv[1]);

@@ -130,8 +130,9 @@ int main(int argc, char **argv)
         cfg.progress = 0;
         st = ddp_train(ctx, &cfg, &model, tr, va);
     }
-    /* DDP_ERR_BUSY: RUN_DIR holds another run or a live run uses it. The library's line names the CLI's options
-     * (--out, --resume, --overwrite), which this program does not take: say what it does take. */
+    /* DDP_ERR_BUSY: RUN_DIR holds another run or a live run uses it. The library's line names the ddp_train_config
+     * fields to set (cfg.out_dir, cfg.resume, cfg.overwrite), which this program's user does not see: say what the
+     * program takes. */
     if (st == DDP_ERR_BUSY && ddp_topo(ctx)->rank == 0)
         fprintf(stderr,
                 "user_model: RUN_DIR %s holds another run's files or is in use by a running job: give a new "

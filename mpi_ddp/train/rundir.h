@@ -23,7 +23,9 @@ typedef struct {
  * that run is an attempt of the same start that never saved (run.json's resumed_from is the file; no last.h5).
  * --resume auto refuses a directory holding a run without checkpoints/last.h5, unless this is a requeued SLURM job
  * (restart count > 0) whose run.json records this job's id (a restart of an attempt that never saved).
- * DDP_ERR_BUSY, agreed, with one line naming the holder (host, PID, start) or the run's file and what to do. */
+ * DDP_ERR_BUSY, agreed, with one line naming the holder (host, PID, start) or the run's file and what to do: in the
+ * CLI's options where ctx->cli_names (--out, --resume auto, --overwrite), else in the ddp_train_config fields a C-API
+ * program sets (cfg.out_dir, cfg.resume = "auto", cfg.overwrite = 1). */
 ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume, int overwrite, ddp_rundir *rd);
 /* 1 when the checkpoint file ckpt lies in dir/checkpoints (compared as real paths: any spelling of either). */
 int ddp_rundir_own_checkpoint(const char *dir, const char *ckpt);

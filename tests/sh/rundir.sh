@@ -62,6 +62,29 @@ expect_rc 2 mpirun_np 2 "$MPIDDP" train "${base[@]}" --out runs/orig --overwrite
 printf '%s' "$ERR" | qgrep -- "--resume and --overwrite: give one" || fail "--resume with --overwrite: $ERR"
 pass "a finished run is refused"
 
+# 2a'. the same refusals to a C-API program (testtool busy: ddp_train with a ddp_train_config): the line names the
+#      fields it sets (cfg.out_dir, cfg.resume, cfg.overwrite), not the CLI's options, whose wording is checked above
+#      (and in rundir_resume.sh, messages.sh, faults.sh). Before, a C-API program was told to pass --overwrite.
+api() { # api NP LINE OUT [RESUME]: testtool busy (the sets t, v) refused (exit 0) with exactly LINE on stdout, no CLI option in it
+  local np=$1 line=$2; shift 2
+  expect_rc 0 mpirun_np "$np" "$TESTTOOL" busy t v "$@"
+  [ "$OUT" = "$line" ] || fail "C API, busy $*: '$OUT' (stderr: $ERR)"
+  ! qgrep -E -- '--(out|resume|overwrite)' <<<"$OUT$ERR" || fail "C API, busy $*: names a CLI option: $OUT $ERR"
+}
+api 2 "runs/orig holds a run (run.json): continue it with cfg.resume = \"auto\", start afresh with a new cfg.out_dir, or set cfg.overwrite = 1 to remove that run's files first" runs/orig
+api 1 "runs/orig holds a run (run.json) and cfg.resume = \"other.h5\" is not one of its checkpoints: continue this run with cfg.resume = \"auto\" (runs/orig/checkpoints/last.h5), resume into a new cfg.out_dir (the run continues there), or from a checkpoint in runs/orig/checkpoints" runs/orig other.h5
+mkdir -p apirun && echo '{}' >apirun/run.json
+api 1 "apirun holds a run (run.json) but no checkpoints/last.h5 to resume from: start over with cfg.overwrite = 1, resume from one of its checkpoints with cfg.resume = its path, or choose a new cfg.out_dir" apirun auto
+$PY -c 'import fcntl, sys, time
+f = open(sys.argv[1], "a"); fcntl.lockf(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)' apirun/run.lock >locker.out &
+locker=$!
+wait_for locker.out
+for _ in $(seq 100); do [ -s locker.out ] && break; sleep 0.1; done
+api 1 "apirun: the run directory is in use by another run (a process that has not written its name yet); wait for it to end, or choose another cfg.out_dir" apirun
+kill "$locker"
+set +e; wait "$locker"; set -e
+pass "a C-API program's run-directory refusals name ddp_train_config's fields"
+
 # 2b. --overwrite removes the run's files, and only those
 echo mine > runs/branch/notes.txt
 cp runs/branch/checkpoints/last.h5 runs/branch/checkpoints/my-copy.h5

@@ -11,6 +11,9 @@
  *   adamw TRAIN VAL RUNDIR BETA1 BETA2 EPS EPOCHS
  *                         (mpirun) trains the reference model through the public API (ddp_train) with AdamW's beta1,
  *                         beta2 and eps as given (no CLI option sets them), resuming RUNDIR's last.h5 when it exists
+ *   busy TRAIN VAL OUT [RESUME]
+                         ddp_train into OUT, which holds a run (run.json), as a C-API program: prints the refusal
+ *                         (rank 0, stdout), whose line names ddp_train_config's fields; exit 0 if DDP_ERR_BUSY
  */
 #include "io/dataset.h"
 #include "mpi_ddp/backend/backend.h"
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FAILF(...)                    \
     do {                              \
@@ -270,6 +274,33 @@ static int do_adamw(ddp_ctx *ctx, char **a)
     return st == DDP_OK ? 0 : 1;
 }
 
+static int do_busy(ddp_ctx *ctx, const char *trdir, const char *vadir, const char *out, const char *resume)
+{
+    char mark[4200];
+    snprintf(mark, sizeof mark, "%s/run.json", out);
+    if (access(mark, F_OK) != 0) FAILF("busy: %s holds no run.json: the run would start", out);
+    ddp_train_config cfg; /* the public API only, as a user's program */
+    ddp_train_config_default(&cfg);
+    cfg.out_dir = out;
+    cfg.resume = resume;
+    cfg.progress = 0;
+    ddp_dataset *tr = NULL, *va = NULL;
+    ddp_model model = {0}; /* valid (ddp_train checks its arguments first); the run directory is refused next */
+    ddp_status st = ddp_dataset_open(ctx, trdir, &tr);
+    if (st == DDP_OK) st = ddp_dataset_open(ctx, vadir, &va);
+    if (st == DDP_OK) {
+        const ddp_dataset_info *in = ddp_dataset_get_info(tr);
+        st = ddp_refmodel_create(ctx, DDP_DEVICE_CPU, in->dim, 8, in->num_classes, 16 * in->max_sample_rows, 16,
+                                 &model);
+    }
+    if (st == DDP_OK) st = ddp_train(ctx, &cfg, &model, tr, va);
+    if (ddp_topo(ctx)->rank == 0) printf("%s\n", ddp_last_error());
+    if (model.destroy) model.destroy(model.self);
+    ddp_dataset_close(tr);
+    ddp_dataset_close(va);
+    return st == DDP_ERR_BUSY ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
@@ -287,9 +318,11 @@ int main(int argc, char **argv)
         rc = do_zerocount(ctx);
     else if (argc == 9 && !strcmp(argv[1], "adamw"))
         rc = do_adamw(ctx, argv + 2);
+    else if ((argc == 5 || argc == 6) && !strcmp(argv[1], "busy"))
+        rc = do_busy(ctx, argv[2], argv[3], argv[4], argc == 6 ? argv[5] : NULL);
     else
         fprintf(stderr, "usage: testtool dump|refdump|meta DIR | mismatch | zerocount | adamw TRAIN VAL RUNDIR BETA1 "
-                        "BETA2 EPS EPOCHS\n");
+                        "BETA2 EPS EPOCHS | busy TRAIN VAL OUT [RESUME]\n");
     ddp_finalize(ctx);
     return rc;
 }
