@@ -12,7 +12,7 @@
  *                         (mpirun) trains the reference model through the public API (ddp_train) with AdamW's beta1,
  *                         beta2 and eps as given (no CLI option sets them), resuming RUNDIR's last.h5 when it exists
  *   busy TRAIN VAL OUT [RESUME]
-                         ddp_train into OUT, which holds a run (run.json), as a C-API program: prints the refusal
+ *                         ddp_train into OUT, which holds a run (run.json), as a C-API program: prints the refusal
  *                         (rank 0, stdout), whose line names ddp_train_config's fields; exit 0 if DDP_ERR_BUSY
  */
 #include "io/dataset.h"
