@@ -61,13 +61,20 @@ int cmd_synth(ddp_ctx *ctx, int argc, char **argv)
     if (ddp_synth_check(&o) != DDP_OK) /* ranges that depend on each other: usage errors too */
         return cli_usage(ctx, "synth", "%s", ddp_last_error());
     o.seed = (uint64_t)seed;
-    ddp_status st = ddp_synth(ctx, &o);
+    ddp_out_lock lk; /* --out is this run's until the manifest is written: no other synth, pack or index there */
+    ddp_status st = ddp_out_lock_take(ctx, o.out, 1, "synth", &lk);
     if (st != DDP_OK) return cli_fail(ctx, "synth", st);
+    st = ddp_synth(ctx, &o);
+    if (st != DDP_OK) {
+        ddp_out_lock_release(&lk);
+        return cli_fail(ctx, "synth", st);
+    }
     if (cli_rank0(ctx))
         printf("synth: wrote %lld %ssamples (D=%lld, %lld classes, %lld-%lld rows) in %lld shards to %s\n",
                (long long)o.samples, o.task == 1 ? "order-task " : "", (long long)o.dim, (long long)o.classes,
                (long long)o.min_rows, (long long)o.max_rows, (long long)o.shards, o.out);
     if (!no_manifest) write_manifest_after(ctx, "synth", o.out);
+    ddp_out_lock_release(&lk);
     return 0;
 }
 
@@ -95,10 +102,17 @@ int cmd_pack(ddp_ctx *ctx, int argc, char **argv)
     const char *const required[] = {"--input FILE.h5", "--out DIR"};
     int rc = cli_require(ctx, "pack", 2, required, (const int[]){!!input, !!out});
     if (rc >= 0) return rc;
-    ddp_status st = ddp_pack(ctx, input, out, shards, classes);
+    ddp_out_lock lk; /* as synth's */
+    ddp_status st = ddp_out_lock_take(ctx, out, 1, "pack", &lk);
     if (st != DDP_OK) return cli_fail(ctx, "pack", st);
+    st = ddp_pack(ctx, input, out, shards, classes);
+    if (st != DDP_OK) {
+        ddp_out_lock_release(&lk);
+        return cli_fail(ctx, "pack", st);
+    }
     if (cli_rank0(ctx)) printf("pack: wrote %lld shard(s) to %s\n", (long long)shards, out);
     if (!no_manifest) write_manifest_after(ctx, "pack", out);
+    ddp_out_lock_release(&lk);
     return 0;
 }
 
@@ -132,6 +146,9 @@ int cmd_index(ddp_ctx *ctx, int argc, char **argv)
         return cli_usage(ctx, "index", "--manifest none: give the file to write");
     if (manifest && ddp_agree_status(ctx, cli_rank0(ctx) ? ddp_manifest_replaceable(manifest) : DDP_OK) != DDP_OK)
         return cli_usage(ctx, "index", "%s", ddp_last_error()); /* before validating: a shard named by mistake */
+    ddp_out_lock lk; /* shared: concurrent indexes are fine, a synth or pack writing DIR refuses this one */
+    ddp_status st = ddp_out_lock_take(ctx, pos[0], 0, "index", &lk);
+    if (st != DDP_OK) return cli_fail(ctx, "index", st);
     if (cli_rank0(ctx)) { /* the temporaries of an index killed before its rename (rank 0 writes the manifest) */
         char path[4200], other[4400];
         snprintf(path, sizeof path, "%s%s%s", manifest ? manifest : pos[0], manifest ? "" : "/",
@@ -144,8 +161,9 @@ int cmd_index(ddp_ctx *ctx, int argc, char **argv)
                     (long long)kept, other);
     }
     ddp_survey sv;
-    ddp_status st = ddp_dataset_survey(ctx, pos[0], "none", DDP_SURVEY_STATS | DDP_SURVEY_FINITE, &sv);
+    st = ddp_dataset_survey(ctx, pos[0], "none", DDP_SURVEY_STATS | DDP_SURVEY_FINITE, &sv);
     if (st == DDP_OK) st = ddp_survey_write_manifest(ctx, &sv, manifest);
+    ddp_out_lock_release(&lk);
     if (st != DDP_OK) return cli_fail(ctx, "index", st);
     if (cli_rank0(ctx)) {
         int64_t N = 0, bad = 0, badsh = 0;

@@ -155,7 +155,6 @@ ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t sh
     hid_t f = -1, g = -1;
     name_list l = {0};
     int64_t *rows = NULL, *labels = NULL, dim = 0, classes = 0, written = 0;
-    int created = 0;
     if (st == DDP_OK) st = ddp_check_regular_file(input, "--input"); /* HDF5 would wait on a FIFO for ever */
     if (st == DDP_OK && !ddp_h5_is_hdf5(input))
         st = ddp_set_error(DDP_ERR_FORMAT, "%s: missing or not an HDF5 file", input);
@@ -174,7 +173,7 @@ ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t sh
     if (st == DDP_OK && shards > l.n)
         st = ddp_set_error(DDP_ERR_ARG, "--shards %lld: more shards than the %lld samples", (long long)shards,
                            (long long)l.n);
-    if (st == DDP_OK && ctx->topo.rank == 0) st = ddp_prepare_out_dir(out, &created);
+    if (st == DDP_OK && ctx->topo.rank == 0) st = ddp_prepare_out_dir(out);
     st = ddp_agree_status(ctx, st);
     /* contiguous split balanced by rows: shard k ends where cumulative rows pass (k+1)/S of the total */
     int64_t total = 0;
@@ -212,6 +211,6 @@ ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t sh
     if (g >= 0) H5Gclose(g);
     if (f >= 0) H5Fclose(f);
     st = ddp_agree_status(ctx, st);
-    if (st != DDP_OK) ddp_out_discard(ctx, out, shards, written, created); /* no partial dataset is left */
+    if (st != DDP_OK) ddp_out_discard(ctx, out, shards, written); /* no partial dataset is left */
     return st;
 }

@@ -149,14 +149,10 @@ ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o)
         ddp_mark_error_shared();
         return st;
     }
-    int created = 0;
     int64_t written = 0;
-    if (ctx->topo.rank == 0) st = ddp_prepare_out_dir(o->out, &created);
+    if (ctx->topo.rank == 0) st = ddp_prepare_out_dir(o->out);
     st = ddp_agree_status(ctx, st);
-    if (st != DDP_OK) {
-        ddp_out_discard(ctx, o->out, o->shards, 0, created);
-        return st;
-    }
+    if (st != DDP_OK) return st;
 
     float *proto = ddp_calloc((size_t)(o->classes * o->dim), sizeof *proto);
     if (!proto) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory");
@@ -189,6 +185,6 @@ ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o)
     }
     free(proto);
     st = ddp_agree_status(ctx, st);
-    if (st != DDP_OK) ddp_out_discard(ctx, o->out, o->shards, written, created); /* no partial dataset is left */
+    if (st != DDP_OK) ddp_out_discard(ctx, o->out, o->shards, written); /* no partial dataset is left */
     return st;
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define H5W(call, what)                                                      \
@@ -147,20 +148,10 @@ static int is_writer_temporary(const char *name)
     return digits > 0 && prefix_digits(p + digits, ".h5.tmp.");
 }
 
-ddp_status ddp_prepare_out_dir(const char *dir, int *created)
+ddp_status ddp_prepare_out_dir(const char *dir)
 {
-    struct stat sb;
-    *created = 0;
-    int existed = lstat(dir, &sb) == 0;
-    DDP_CHECK(ddp_mkdir_p(dir));
-    *created = !existed;
-    const char *p = dir;
-    DIR *d = opendir(p);
-    if (!d) {
-        ddp_status st = ddp_set_error(DDP_ERR_IO, "%s: %s", p, strerror(errno));
-        if (*created && rmdir(dir) == 0) *created = 0;
-        return st;
-    }
+    DIR *d = opendir(dir);
+    if (!d) return ddp_set_error(DDP_ERR_IO, "%s: %s", dir, strerror(errno));
     struct dirent *e;
     int found = 0;
     while ((e = readdir(d))) {
@@ -172,8 +163,8 @@ ddp_status ddp_prepare_out_dir(const char *dir, int *created)
         return ddp_set_error(DDP_ERR_ARG, "%s: already holds *.h5 shard files; remove them or choose another --out",
                              dir);
     }
-    /* a writer killed before its rename (SIGKILL, a node lost) left its temporary: a dataset directory without shards
-     * is this run's now, and no rank writes before the ranks agree on this call's status */
+    /* a writer killed before its rename (SIGKILL, a node lost) left its temporary: under the dataset lock
+     * (ddp_out_lock_take) no other writer or index is in dir, so a dataset directory without shards is this run's */
     rewinddir(d);
     while ((e = readdir(d)))
         if (is_writer_temporary(e->d_name)) (void)unlinkat(dirfd(d), e->d_name, 0); /* best effort: never read */
@@ -181,7 +172,116 @@ ddp_status ddp_prepare_out_dir(const char *dir, int *created)
     return DDP_OK;
 }
 
-void ddp_out_discard(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written, int created)
+/* The holder of the lock on fd (F_GETLK's answer, and for a writer the line its lock file records). */
+static void lock_holder(int fd, char *buf, size_t len)
+{
+    struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    long pid = fcntl(fd, F_GETLK, &q) == 0 && q.l_type != F_UNLCK ? (long)q.l_pid : 0;
+    if (pid && q.l_type == F_RDLCK) {
+        snprintf(buf, len, "mpiddp index, PID %ld", pid);
+        return;
+    }
+    ssize_t n = pread(fd, buf, len - 1, 0);
+    buf[n > 0 ? n : 0] = 0;
+    buf[strcspn(buf, "\n")] = 0;
+    if (!buf[0]) snprintf(buf, len, "a writer that has not written its name yet");
+}
+
+/* One attempt: 1 = locked, 0 = held (holder filled in), 2 = the file was replaced meanwhile (try again), 3 = no lock
+ * to take (a reader of a directory it may not write), -1 = error (set). */
+static int try_lock(ddp_out_lock *lk, int write, const char *what, char *holder, size_t hlen)
+{
+    int fd = open(lk->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 && !write) { /* read-only data: a writer's lock is still seen; no directory: the survey says so */
+        fd = open(lk->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) return 3;
+    }
+    if (fd < 0)
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot create the dataset lock: %s", lk->path, strerror(errno)), -1;
+    struct flock fl = {.l_type = write ? F_WRLCK : F_RDLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_SETLK, &fl) != 0) {
+        int e = errno;
+        if (e == EACCES || e == EAGAIN) {
+            lock_holder(fd, holder, hlen);
+            close(fd);
+            return 0;
+        }
+        close(fd);
+        if (!write) return 3; /* a file system without POSIX locks: an index reads it as before */
+        return ddp_set_error(DDP_ERR_IO,
+                             "%s: cannot lock (%s): a dataset directory needs a file system with POSIX locks", lk->path,
+                             strerror(e)),
+               -1;
+    }
+    /* the holder before us may have removed the file between our open and our lock: lock the file on disk */
+    struct stat a, b;
+    if (fstat(fd, &a) != 0 || stat(lk->path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+        close(fd);
+        return 2;
+    }
+    if (write) { /* who holds it, for the line that refuses another run */
+        char host[256] = "?", line[600], when[64] = "?";
+        gethostname(host, sizeof host - 1);
+        time_t t = time(NULL);
+        struct tm tm;
+        if (localtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+        int n = snprintf(line, sizeof line, "mpiddp %s, host %s, PID %ld, since %s\n", what, host, (long)getpid(),
+                         when);
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n) {
+            int e = errno;
+            close(fd);
+            return ddp_set_error(DDP_ERR_IO, "%s: cannot write the dataset lock: %s", lk->path, strerror(e)), -1;
+        }
+    }
+    lk->fd = fd;
+    return 1;
+}
+
+ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const char *what, ddp_out_lock *lk)
+{
+    memset(lk, 0, sizeof *lk);
+    lk->fd = -1;
+    ddp_status st = DDP_OK;
+    if (ctx->topo.rank == 0) {
+        char holder[600] = "";
+        snprintf(lk->path, sizeof lk->path, "%s/%s", dir, DDP_DATASET_LOCK);
+        if (write) st = ddp_mkdir_p_made(dir, lk->created, sizeof lk->created);
+        int got = 2;
+        for (int tries = 0; st == DDP_OK && got == 2 && tries < 100; tries++)
+            got = try_lock(lk, write, what, holder, sizeof holder);
+        if (st == DDP_OK && got == 2)
+            st = ddp_set_error(DDP_ERR_IO, "%s: cannot lock: the file keeps being replaced", lk->path);
+        if (st == DDP_OK && got < 0) st = DDP_ERR_IO;
+        if (st == DDP_OK && got == 0)
+            st = ddp_set_error(DDP_ERR_BUSY,
+                               "%s: the dataset directory is in use by another run (%s); wait for it to end%s", dir,
+                               holder, write ? ", or choose another --out" : "");
+        if (st != DDP_OK) ddp_out_lock_release(lk);
+    }
+    return ddp_agree_status(ctx, st);
+}
+
+void ddp_out_lock_release(ddp_out_lock *lk)
+{
+    if (lk->fd >= 0) {
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        /* a writer's lock, or a reader's that no other reader shares: removed while still locked (a run that opened
+         * the old file sees the inode changed); a leftover file (a killed run's) never refuses by itself */
+        if (fcntl(lk->fd, F_SETLK, &fl) == 0) unlink(lk->path);
+        close(lk->fd);
+        lk->fd = -1;
+    }
+    if (lk->created[0]) { /* the directories the writer made, when nothing is left in them (a refused or failed run) */
+        char p[4200];
+        snprintf(p, sizeof p, "%s", lk->path);
+        size_t top = strlen(lk->created);
+        for (char *slash; (slash = strrchr(p, '/')) && (*slash = 0, strlen(p) >= top);)
+            if (rmdir(p) != 0 || !strcmp(p, lk->created)) break;
+        lk->created[0] = 0;
+    }
+}
+
+void ddp_out_discard(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written)
 {
     char msg[1024], name[64], path[4200];
     int shared = ddp_error_shared(), all = 1;
@@ -191,9 +291,8 @@ void ddp_out_discard(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t writ
         snprintf(path, sizeof path, "%s/%s", dir, name);
         unlink(path); /* best effort: the run's error is the one reported */
     }
-    /* every rank's shards are gone before the directory is; rmdir removes it only if it is now empty */
-    if (ctx->topo.size > 1 && ddp_all_ok(ctx, 1, &all) != DDP_OK) all = 0;
-    if (created && all && ctx->topo.rank == 0) rmdir(dir);
+    /* every rank's shards are gone before rank 0 releases the lock and removes the directories it made */
+    if (ctx->topo.size > 1) (void)ddp_all_ok(ctx, 1, &all);
     ddp_set_error_text(msg); /* the run's error, not the cleanup's */
     if (shared) ddp_mark_error_shared();
 }

@@ -22,22 +22,39 @@ typedef struct {
     int task;         /* 0 class, 1 order */
 } ddp_synth_opts;
 
-/* Collective over ctx: shards are written round-robin by the ranks. */
+/* Collective over ctx, under the writer's ddp_out_lock_take of o->out: shards are written round-robin by the ranks. */
 ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o);
 /* The option checks ddp_synth starts with (local): DDP_ERR_ARG with one line naming the option. */
 ddp_status ddp_synth_check(const ddp_synth_opts *o);
-/* Collective over ctx. */
+/* Collective over ctx, under the writer's ddp_out_lock_take of out. */
 /* want_classes > 0 sets num_classes (at least the largest label + 1); 0: the largest label + 1. */
 ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards, int64_t want_classes);
 
-/* Creates dir (and parents); fails if it already holds *.h5 files, else removes the temporaries a killed writer left
- * there (.shard-N.h5.tmp.PID, mpiddp-manifest.bin.tmp.PID). *created: whether this call created dir. */
-ddp_status ddp_prepare_out_dir(const char *dir, int *created);
+/* The dataset lock, DIR/mpiddp-dataset.lock (docs/dataset-format.md#one-writer-per-directory). */
+#define DDP_DATASET_LOCK "mpiddp-dataset.lock"
+typedef struct {
+    int fd;             /* rank 0's while it holds the lock; -1 elsewhere */
+    char path[4200];    /* DIR/mpiddp-dataset.lock */
+    char created[4200]; /* the first directory ddp_out_lock_take made for a writer ("" when none) */
+} ddp_out_lock;
+/* Collective: rank 0 locks dir for the whole run (fcntl, so a killed run's lock goes with it; a leftover file alone
+ * never refuses): exclusive for a writer (write = 1: synth, pack, what names it in the lock file; dir and its parents
+ * are made first), shared for a reader that rewrites only the manifest (write = 0: index; dir must exist, and where
+ * the lock file cannot be made, read-only data, it goes on without one). Held by another run: DDP_ERR_BUSY on every
+ * rank, one line naming dir and the holder, and nothing in dir touched. Release with ddp_out_lock_release. */
+ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const char *what, ddp_out_lock *lk);
+/* Local (a no-op on ranks other than 0): removes the lock file (unless another reader shares it) and unlocks, then
+ * removes the directories ddp_out_lock_take made if they are empty (a failed writer's). After ddp_out_discard on a
+ * failure: every rank's shards are gone then. */
+void ddp_out_lock_release(ddp_out_lock *lk);
+/* Rank 0, under the writer's lock: fails if dir already holds *.h5 files, else removes the temporaries a killed
+ * writer left there (.shard-N.h5.tmp.PID, mpiddp-manifest.bin.tmp.*). */
+ddp_status ddp_prepare_out_dir(const char *dir);
 /* Collective, after a failed synth or pack whose status the ranks agreed: each rank removes the first `written` of
- * the shards it writes (k = rank, rank + size, ...), then, once every rank has, rank 0 removes dir if its
- * ddp_prepare_out_dir created it (created) and it is now empty. Nothing the run did not create is touched;
- * ddp_last_error() keeps the run's error. */
-void ddp_out_discard(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written, int created);
+ * the shards it writes (k = rank, rank + size, ...), and returns once every rank has (ddp_out_lock_release then
+ * removes the directory if it made it). Nothing the run did not create is touched; ddp_last_error() keeps the run's
+ * error. */
+void ddp_out_discard(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written);
 /* The n-th shard file name for a dataset of total shards: shard-00000.h5 ... */
 void ddp_shard_name(char *buf, size_t len, int64_t k, int64_t total);
 

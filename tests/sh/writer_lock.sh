@@ -1,0 +1,61 @@
+# One writer per dataset directory (docs/dataset-format.md#one-writer-per-directory): while a synth writes into --out
+# (its shard temporaries, then its shards and its manifest), a second synth, a pack (alone or under mpirun) or an
+# index of that directory is refused with one line naming the directory and the holder, and touches nothing there;
+# the first completes and its dataset validates. Concurrent indexes share the lock; a leftover lock file (a killed
+# writer's) refuses nothing. Before, a second synth into an --out without shards removed the first's shard
+# temporaries (and wrote shards of its own among the first's), and an index rewrote the manifest of a dataset being
+# written.
+. "$(dirname "$0")/lib.sh"
+host=$(hostname)
+shtmp() { if [ -d "$1" ]; then find "$1" -maxdepth 1 -name '.shard-*.h5.tmp.*' | wc -l; else echo 0; fi; }
+# refused TOOL ARGS...: exit non-zero with one line "d: the dataset directory is in use by another run (mpiddp synth,
+# host H, PID $pid, since ...)" on stderr
+refused() {
+  expect_rc 1 "$@"
+  qgrep -E "^mpiddp [a-z]+: error: big: the dataset directory is in use by another run \(mpiddp synth, host $host, PID $pid, since [^)]+\); wait for it to end" <<<"$ERR" ||
+    fail "$*: not refused as expected: $ERR"
+}
+
+# a slow synth: 8000 samples of up to 64 x 64 floats per shard, then a manifest rename held back 12 s
+MPIDDP_TEST_MANIFEST_DELAY_MS=12000 "$MPIDDP" synth --out big --samples 8000 --dim 64 --shards 2 --seed 3 >first.out 2>&1 &
+pid=$!
+for _ in $(seq 3000); do [ "$(shtmp big)" = 0 ] || break; sleep 0.005; done
+[ "$(shtmp big)" != 0 ] || fail "no shard temporary of the first synth seen: $(ls -a big; cat first.out)"
+refused "$MPIDDP" synth --out big --samples 20 --dim 4 --shards 2 --no-manifest
+[ "$(shtmp big)" != 0 ] || [ -e big/shard-00000.h5 ] || fail "the second synth removed the first's temporaries"
+pass "a second synth while the first writes its shard temporaries is refused, and leaves them"
+refused mpirun_np 2 "$MPIDDP" synth --out big --samples 20 --dim 4 --shards 2 --no-manifest
+[ "$(grep -c 'in use by another run' <<<"$ERR")" = 1 ] || fail "mpirun synth: not one line: $ERR"
+refused mpirun_np 2 "$MPIDDP" pack --input nowhere.h5 --out big
+pass "synth and pack under mpirun are refused on every rank with one line"
+for _ in $(seq 600); do [ -e big/shard-00001.h5 ] && [ -e big/shard-00000.h5 ] && break; sleep 0.05; done
+refused "$MPIDDP" index big
+refused mpirun_np 2 "$MPIDDP" index big
+[ ! -e big/mpiddp-manifest.bin ] || fail "an index wrote the manifest of a dataset being written"
+pass "an index of a directory being written is refused"
+set +e; wait "$pid"; rc=$?; set -e
+[ "$rc" = 0 ] || fail "the first synth failed ($rc): $(cat first.out)"
+[ ! -e big/mpiddp-dataset.lock ] || fail "the lock file stayed: $(ls -a big)"
+[ "$(ls -A big | tr '\n' ' ')" = "mpiddp-manifest.bin shard-00000.h5 shard-00001.h5 " ] || fail "big: $(ls -A big)"
+expect_rc 0 "$MPIDDP" inspect big
+qgrep "samples 8000 " <<<"$OUT" || fail "the first synth's dataset: $OUT"
+pass "the first synth completes, its dataset valid, no lock file left"
+
+# a killed writer's lock file (its holder line, no process holding it) refuses nothing: synth, index, pack's refusal
+# of shards come as before; concurrent indexes share the lock
+mkdir -p stale && echo "mpiddp synth, host $host, PID 999999, since then" >stale/mpiddp-dataset.lock
+expect_rc 0 "$MPIDDP" synth --out stale --samples 40 --dim 4 --shards 2
+[ ! -e stale/mpiddp-dataset.lock ] || fail "the stale lock file stayed after synth"
+echo "mpiddp synth, host $host, PID 999999, since then" >stale/mpiddp-dataset.lock
+expect_rc 0 mpirun_np 2 "$MPIDDP" index stale
+[ ! -e stale/mpiddp-dataset.lock ] || fail "index left the stale lock file"
+MPIDDP_TEST_MANIFEST_DELAY_MS=3000 "$MPIDDP" index stale >idx.out 2>&1 &
+ipid=$!
+for _ in $(seq 300); do [ -e stale/mpiddp-dataset.lock ] && break; sleep 0.01; done
+expect_rc 0 "$MPIDDP" index stale
+expect_rc 1 "$MPIDDP" synth --out stale --samples 40 --dim 4 --shards 2
+qgrep -E "^mpiddp synth: error: stale: the dataset directory is in use by another run \(mpiddp index, PID $ipid\)" <<<"$ERR" ||
+  fail "synth beside an index: $ERR"
+wait "$ipid" || fail "the first index failed: $(cat idx.out)"
+[ ! -e stale/mpiddp-dataset.lock ] || fail "the lock file stayed after the indexes: $(ls -a stale)"
+pass "a stale lock file refuses nothing; indexes share the lock, a writer beside them is refused"
