@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 ddp_status ddp_survey_write_manifest(ddp_ctx *ctx, const ddp_survey *s, const char *manifest)
 {
@@ -66,6 +69,84 @@ ddp_status ddp_survey_check_finite(const ddp_survey *s)
     return ddp_set_error(DDP_ERR_FORMAT, "%s", msg);
 }
 
+/* FNV-1a over len bytes, into h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t len)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Up to 64 KiB of fd at off (when off >= 0), into h; what cannot be read counts as its own value. */
+static uint64_t fnv_at(uint64_t h, int fd, int64_t off, int64_t len)
+{
+    static const int64_t cap = 64 << 10;
+    char buf[4096];
+    if (off < 0) return h;
+    for (int64_t at = 0, n = len < cap ? len : cap; at < n;) {
+        ssize_t got = pread(fd, buf, (size_t)(n - at < (int64_t)sizeof buf ? n - at : (int64_t)sizeof buf), off + at);
+        if (got <= 0) return fnv(h, "short", 5);
+        h = fnv(h, buf, (size_t)got);
+        at += got;
+    }
+    return h;
+}
+
+/* This rank's view of the dataset it opened: the shard count, and for the first, middle and last shard the size of
+ * the file in this rank's dir and the bytes of its offsets, labels, sample ids and first features (at the offsets
+ * the survey found). Content, not paths: copies of one dataset at different paths (node-local) agree. */
+static uint64_t local_fingerprint(const char *dir, const ddp_shard_meta *m, int64_t n)
+{
+    uint64_t h = fnv(0xcbf29ce484222325ULL, &n, sizeof n);
+    int64_t pick[3] = {0, n / 2, n - 1};
+    for (int i = 0; i < 3; i++) {
+        if (i && pick[i] == pick[i - 1]) continue;
+        const ddp_shard_meta *s = &m[pick[i]];
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, s->name);
+        struct stat sb;
+        int64_t size = stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+        h = fnv(h, &size, sizeof size);
+        int fd = size >= 0 ? open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
+        if (fd < 0) continue;
+        h = fnv_at(h, fd, s->off_off, (s->n + 1) * 8);
+        h = fnv_at(h, fd, s->lab_off, s->n * s->lab_width);
+        if (s->has_ids) h = fnv_at(h, fd, s->ids_off, s->n * 8);
+        h = fnv_at(h, fd, s->feat_off, s->rows * s->dim * 4);
+        close(fd);
+    }
+    return h;
+}
+
+/* Collective: every rank opened the same dataset (its content, wherever it lies), or one line on every rank naming
+ * rank 0's directory and the first rank's whose differs. One allreduce when they agree. */
+static ddp_status agree_same_dataset(ddp_ctx *ctx, const char *dir, const ddp_shard_meta *m, int64_t n)
+{
+    uint64_t h = local_fingerprint(dir, m, n), mm[2] = {h, ~h};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_UINT64_T, MPI_MIN, ctx->world));
+    if (mm[0] == ~mm[1]) return DDP_OK;
+    uint64_t h0 = h;
+    MPI_CHECK(MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, ctx->world));
+    int first = h != h0 ? ctx->topo.rank : ctx->topo.size;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, ctx->world));
+    char d0[4096], d1[4096], real[PATH_MAX], host[256] = "?"; /* "DIR (= its real path) on HOST" */
+    gethostname(host, sizeof host - 1);
+    if (realpath(dir, real) && strcmp(real, dir) != 0)
+        snprintf(d0, sizeof d0, "%.1800s (= %.1800s) on %.255s", dir, real, host);
+    else
+        snprintf(d0, sizeof d0, "%.1800s on %.255s", dir, host);
+    memcpy(d1, d0, sizeof d1);
+    MPI_CHECK(MPI_Bcast(d0, (int)sizeof d0, MPI_CHAR, 0, ctx->world));
+    MPI_CHECK(MPI_Bcast(d1, (int)sizeof d1, MPI_CHAR, first, ctx->world));
+    d0[sizeof d0 - 1] = d1[sizeof d1 - 1] = 0;
+    ddp_set_error(DDP_ERR_ARG,
+                  "the ranks opened different datasets: rank 0 %s, rank %d %s: their shards differ in size or "
+                  "content; give every rank the same dataset (copies of it at other paths are fine)",
+                  d0, first, d1);
+    ddp_mark_error_shared(); /* every rank formatted the same line */
+    return DDP_ERR_ARG;
+}
+
 ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out)
 {
     DDP_NONNULL(ctx, "ctx");
@@ -80,6 +161,11 @@ ddp_status ddp_dataset_open_with(ddp_ctx *ctx, const char *dir, const char *mani
     *out = NULL;
     ddp_survey sv;
     DDP_CHECK(ddp_dataset_survey(ctx, dir, manifest, 0, &sv)); /* spread over the ranks; same metadata everywhere */
+    ddp_status same = agree_same_dataset(ctx, dir, sv.metas, sv.nshards); /* rank r validated its slice in its dir */
+    if (same != DDP_OK) {
+        ddp_survey_free(&sv);
+        return same;
+    }
     int64_t n = sv.nshards;
     const ddp_shard_meta *metas = sv.metas;
     ddp_dataset *ds = ddp_calloc(1, sizeof *ds);
