@@ -377,6 +377,10 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, const ddp_mod
         DDP_TRY(read_i64_attr(f, path, "prev_epoch_steps", &cs->prev_epoch_steps));
     DDP_TRY(read_i64_attr(f, path, "global_step", &cs->global_step));
     DDP_TRY(read_i64_attr(f, path, "optim_step", &cs->optim_step));
+    /* the steps of an epoch before this position: within the run's steps (a resume's summary names them) */
+    if (cs->prev_epoch_steps != -1 && (cs->prev_epoch_steps < 0 || cs->prev_epoch_steps > cs->global_step))
+        DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'prev_epoch_steps': %lld out of range (0 to global_step %lld)", path,
+                 (long long)cs->prev_epoch_steps, (long long)cs->global_step);
     DDP_TRY(read_i64_attr(f, path, "seed", &seed));
     DDP_TRY(read_i64_attr(f, path, "world_size", &cs->world_size));
     cs->seed = (uint64_t)seed;
@@ -421,7 +425,12 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, const ddp_mod
     double *adamw_v[3] = {&cs->beta1, &cs->beta2, &cs->eps};
     for (int k = 0; k < 3; k++) {
         *adamw_v[k] = NAN;
-        if (H5Aexists(f, adamw[k]) > 0) DDP_TRY(read_attr(f, path, adamw[k], H5T_NATIVE_DOUBLE, adamw_v[k]));
+        if (H5Aexists(f, adamw[k]) <= 0) continue;
+        DDP_TRY(read_attr(f, path, adamw[k], H5T_NATIVE_DOUBLE, adamw_v[k]));
+        double x = *adamw_v[k]; /* what ddp_train_config_check accepts: a resume's notice compares them */
+        if (k < 2 ? !(x >= 0 && x < 1) : !(x > 0 && isfinite(x)))
+            DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute '%s': %g is not %s", path, adamw[k], x,
+                     k < 2 ? "in [0, 1)" : "a positive number");
     }
     cs->dropout = NAN; /* recorded with a built-in model's hyperparameters */
     if (H5Aexists(f, "model_dropout") > 0)

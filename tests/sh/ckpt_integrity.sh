@@ -1,6 +1,7 @@
 # Checkpoint integrity (issue #31): a corrupt checkpoint (bytes flipped in an optimizer dataset, the last 20 KB
 # zeroed, a NaN with a valid checksum) is refused by `train --resume` (np 2) and `eval` in one line naming file
-# and dataset, non-zero on every rank; a checkpoint without checksums still loads with exactly one notice; a
+# and dataset, non-zero on every rank; an attribute out of range (prev_epoch_steps, adamw_*) likewise, naming it; a
+# checkpoint without checksums still loads with exactly one notice; a
 # FIFO or a directory where a checkpoint should be is named for what it is within seconds; a full disk while
 # saving ends with exit 1, one line, no crash and no temporary file left.
 . "$(dirname "$0")/lib.sh"
@@ -120,6 +121,20 @@ $PY -c "import h5py; assert h5py.File('ro/checkpoints/last.h5', 'r').attrs.get('
 cp $CK noattr.h5
 $PY -c "import h5py; a = h5py.File('noattr.h5', 'r+')['params/l2.weight'].attrs; 'crc32' in a and a.__delitem__('crc32')"
 refused noattr.h5 "dataset '/params/l2.weight': checksum attribute 'crc32' missing"
+
+# 4b. a recorded attribute out of its range (a hand-edited or corrupted file): prev_epoch_steps (the steps of the
+#     epoch before: 0 to global_step) and AdamW's beta1, beta2 (in [0, 1)) and eps (> 0) are refused in one line naming
+#     file and attribute (before: a NaN was taken for an absent attribute, other values printed in the resume's summary
+#     and notices and carried into the next checkpoint)
+$PY -c "import h5py; a = h5py.File('$CK', 'r').attrs; assert a['prev_epoch_steps'] > 0 and 'adamw_eps' in a, dict(a)" ||
+  fail "the checkpoint of epoch 1 records no prev_epoch_steps or AdamW constants"
+for bad in "prev_epoch_steps int64 -5" "prev_epoch_steps int64 4611686018427387904" "adamw_beta1 float64 nan" \
+  "adamw_beta2 float64 1" "adamw_eps float64 -1e-8"; do
+  read -r name type value <<<"$bad"
+  cp $CK attr.h5
+  $PY -c "import h5py, numpy as np; h5py.File('attr.h5', 'r+').attrs.modify('$name', np.$type('$value'))"
+  refused attr.h5 "attribute '$name': "
+done
 
 # 5. a FIFO as --resume / --ckpt (blocked forever before), a directory as last.h5 (said "not an HDF5 file")
 mkfifo fifo.h5
