@@ -377,10 +377,14 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, const ddp_mod
         DDP_TRY(read_i64_attr(f, path, "prev_epoch_steps", &cs->prev_epoch_steps));
     DDP_TRY(read_i64_attr(f, path, "global_step", &cs->global_step));
     DDP_TRY(read_i64_attr(f, path, "optim_step", &cs->optim_step));
-    /* the steps of an epoch before this position: within the run's steps (a resume's summary names them) */
+    /* the steps of an epoch before this position, and of this epoch: within the run's steps (a resume at an epoch's
+     * end carries them into its summary and next checkpoint) */
     if (cs->prev_epoch_steps != -1 && (cs->prev_epoch_steps < 0 || cs->prev_epoch_steps > cs->global_step))
         DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'prev_epoch_steps': %lld out of range (0 to global_step %lld)", path,
                  (long long)cs->prev_epoch_steps, (long long)cs->global_step);
+    if (cs->optim_step_in_epoch > cs->global_step)
+        DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'optim_step_in_epoch': %lld out of range (0 to global_step %lld)", path,
+                 (long long)cs->optim_step_in_epoch, (long long)cs->global_step);
     DDP_TRY(read_i64_attr(f, path, "seed", &seed));
     DDP_TRY(read_i64_attr(f, path, "world_size", &cs->world_size));
     cs->seed = (uint64_t)seed;

@@ -135,6 +135,12 @@ for bad in "prev_epoch_steps int64 -5" "prev_epoch_steps int64 46116860184273879
   $PY -c "import h5py, numpy as np; h5py.File('attr.h5', 'r+').attrs.modify('$name', np.$type('$value'))"
   refused attr.h5 "attribute '$name': "
 done
+# saved at the end of an epoch's training (samples_in_epoch: all 200 samples), whose optimizer steps a resume carries
+# into its summary and next checkpoint: more than global_step is refused (before: 'step 4611686018427387904/...')
+cp $CK attr.h5
+$PY -c "import h5py, numpy as np; a = h5py.File('attr.h5', 'r+').attrs
+a.modify('samples_in_epoch', np.int64(200)); a.modify('optim_step_in_epoch', np.int64(1 << 62))"
+refused attr.h5 "attribute 'optim_step_in_epoch': "
 
 # 5. a FIFO as --resume / --ckpt (blocked forever before), a directory as last.h5 (said "not an HDF5 file")
 mkfifo fifo.h5
