@@ -423,8 +423,11 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, const ddp_mod
     }
     if (H5Aexists(f, "skipped_steps") > 0) DDP_TRY(read_i64_attr(f, path, "skipped_steps", &cs->skipped_steps));
     cs->weight_decay = NAN; /* absent in checkpoints written before it was recorded */
-    if (H5Aexists(f, "weight_decay") > 0)
+    if (H5Aexists(f, "weight_decay") > 0) {
         DDP_TRY(read_attr(f, path, "weight_decay", H5T_NATIVE_DOUBLE, &cs->weight_decay));
+        if (!(cs->weight_decay >= 0 && isfinite(cs->weight_decay))) /* as ddp_train_config_check */
+            DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'weight_decay': %g is not a number >= 0", path, cs->weight_decay);
+    }
     const char *adamw[3] = {"adamw_beta1", "adamw_beta2", "adamw_eps"}; /* absent: written before they were recorded */
     double *adamw_v[3] = {&cs->beta1, &cs->beta2, &cs->eps};
     for (int k = 0; k < 3; k++) {
@@ -437,8 +440,11 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, const ddp_mod
                      k < 2 ? "in [0, 1)" : "a positive number");
     }
     cs->dropout = NAN; /* recorded with a built-in model's hyperparameters */
-    if (H5Aexists(f, "model_dropout") > 0)
+    if (H5Aexists(f, "model_dropout") > 0) {
         DDP_TRY(read_attr(f, path, "model_dropout", H5T_NATIVE_DOUBLE, &cs->dropout));
+        if (!(cs->dropout >= 0 && cs->dropout < 1)) /* as the model's configuration check */
+            DDP_FAIL(DDP_ERR_FORMAT, "%s: attribute 'model_dropout': %g is not in [0, 1)", path, cs->dropout);
+    }
     cs->precision = DDP_PRECISION_FP32;
     if (H5Aexists(f, "precision") > 0) {
         char *prec = NULL;

@@ -123,13 +123,15 @@ $PY -c "import h5py; a = h5py.File('noattr.h5', 'r+')['params/l2.weight'].attrs;
 refused noattr.h5 "dataset '/params/l2.weight': checksum attribute 'crc32' missing"
 
 # 4b. a recorded attribute out of its range (a hand-edited or corrupted file): prev_epoch_steps (the steps of the
-#     epoch before: 0 to global_step) and AdamW's beta1, beta2 (in [0, 1)) and eps (> 0) are refused in one line naming
+#     epoch before: 0 to global_step), AdamW's beta1, beta2 (in [0, 1)), eps (> 0) and weight_decay (>= 0), and
+#     model_dropout (in [0, 1)) are refused in one line naming
 #     file and attribute (before: a NaN was taken for an absent attribute, other values printed in the resume's summary
 #     and notices and carried into the next checkpoint)
 $PY -c "import h5py; a = h5py.File('$CK', 'r').attrs; assert a['prev_epoch_steps'] > 0 and 'adamw_eps' in a, dict(a)" ||
   fail "the checkpoint of epoch 1 records no prev_epoch_steps or AdamW constants"
 for bad in "prev_epoch_steps int64 -5" "prev_epoch_steps int64 4611686018427387904" "adamw_beta1 float64 nan" \
-  "adamw_beta2 float64 1" "adamw_eps float64 -1e-8"; do
+  "adamw_beta2 float64 1" "adamw_eps float64 -1e-8" "weight_decay float64 nan" "weight_decay float64 -0.5" \
+  "model_dropout float64 1.5" "model_dropout float64 nan"; do
   read -r name type value <<<"$bad"
   cp $CK attr.h5
   $PY -c "import h5py, numpy as np; h5py.File('attr.h5', 'r+').attrs.modify('$name', np.$type('$value'))"
