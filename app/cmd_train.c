@@ -283,7 +283,7 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world, int 
             "--monitor %s: must be one of val/loss, val/acc, val/macro_f1 (decisions are taken after each validation)",
             cfg.monitor);
         conflict = ddp_last_error();
-    } else if (ddp_train_config_check(&cfg, check_world ? check_world : ddp_topo(ctx)->size) != DDP_OK ||
+    } else if (ddp_train_config_check_as(&cfg, check_world ? check_world : ddp_topo(ctx)->size, 1) != DDP_OK ||
                ddp_model_config_check(&mc) != DDP_OK)
         conflict = ddp_last_error(); /* before buffers are sized from them */
     if (conflict) return cli_usage(ctx, "train", "%s", conflict);

@@ -155,7 +155,7 @@ int main(int argc, char **argv)
         ddp_finalize(ctx);
         return 1;
     }
-    ctx->cli_names = 1; /* the library's run-directory refusals name --out, --resume, --overwrite */
+    ctx->cli_names = 1; /* the library's messages name --out, --lr, ..., not cfg.out_dir, cfg.lr (optname.h) */
     /* after MPI_Init, so that the handlers are ours: a killed `index` leaves no manifest temporary behind */
     if (fn != cmd_train && cli_fatal_signals_cleanup() != 0 && cli_rank0(ctx))
         fprintf(stderr, "mpiddp %s: notice: cannot set up the signal handlers that remove temporaries\n", argv[1]);

@@ -94,8 +94,9 @@ void ddp_dataset_close(ddp_dataset *ds);
 const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds);
 /* Zero-copy view of one sample (global index): rows [nrows, dim] row-major. `rows` points into the
  * memory-mapped shard when the shard is mappable, else into `scratch` (nrows*dim floats, may be NULL
- * only for mappable datasets). A rank keeps a bounded set of shards open (docs/dataset-format.md): the
- * shard stays open, and `rows` valid, until the calling thread's next ddp_dataset_sample (on any dataset). */
+ * only for mappable datasets: else DDP_ERR_ARG naming scratch and the shard). A rank keeps a bounded set of shards open
+ * (docs/dataset-format.md): the shard stays open, and `rows` valid, until the calling thread's next ddp_dataset_sample
+ * (on any dataset). */
 ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows, int64_t *nrows,
                               int64_t *label, int64_t *sample_id);
 
@@ -302,12 +303,17 @@ int ddp_stop_requested(void);
 
 void ddp_train_config_default(ddp_train_config *cfg);
 /* Checks cfg for a job of `world` ranks (ranges, conflicts, the global batch and budget fit their types):
- * DDP_ERR_ARG with one line naming the option. Local; ddp_train runs it too. */
+ * DDP_ERR_ARG with one line naming the field ("cfg.lr = -0.1: must be a positive number"). Local; ddp_train runs it
+ * too. */
 ddp_status ddp_train_config_check(const ddp_train_config *cfg, int world);
 /* Collective. Trains model on train, validates on val after each epoch, writes the run directory. It first checks its
  * arguments on every rank (ddp_train_config_check; model: init, train_step and eval_step set, 1+ tensors with a name,
  * ndim in [1, 4] and shape >= 1; train and val not NULL) and agrees: bad arguments on any rank are DDP_ERR_ARG on
- * every rank, with that rank's line, before anything is written. A user program
+ * every rank, with that rank's line, before anything is written. Its lines (ddp_last_error) and notices about a
+ * setting of cfg name its field, not the CLI's option: a refused run directory (DDP_ERR_BUSY: 'RUN holds a run
+ * (run.json): continue it with cfg.resume = "auto", start afresh with a new cfg.out_dir, or set cfg.overwrite = 1
+ * ...'), a resume that cannot continue its checkpoint (DDP_ERR_ARG: 'FILE: saved with cfg.seed = 0; this run uses
+ * cfg.seed = 5 ...'). A user program
  * that brings its own model (examples/user_model.c is a complete one):
  *
  *     ddp_ctx *ctx;  ddp_init(&argc, &argv, &ctx);

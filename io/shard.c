@@ -253,7 +253,12 @@ ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float
         return DDP_OK;
     }
     if (!scratch)
-        return ddp_set_error(DDP_ERR_INTERNAL, "%s: sample %lld needs a scratch buffer", m->name, (long long)i);
+        return ddp_set_error(
+            DDP_ERR_ARG,
+            "ddp_dataset_sample: scratch is NULL, but %s/%s is read through HDF5 (not memory-mappable: "
+            "chunked, compressed, unaligned or not IEEE float32 little-endian): sample %lld needs a "
+            "scratch buffer of nrows x dim floats",
+            s->dir, m->name, (long long)i);
     hid_t fs = H5Dget_space(s->h5features);
     hsize_t start[2] = {(hsize_t)lo, 0}, count[2] = {(hsize_t)(hi - lo), (hsize_t)m->dim};
     hid_t ms = H5Screate_simple(2, count, NULL);

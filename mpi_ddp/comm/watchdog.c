@@ -2,6 +2,8 @@
 #include "mpi_ddp/comm/watchdog.h"
 
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/optname.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -118,10 +120,11 @@ static int scan_board(ddp_ctx *ctx, char *msg, size_t cap, size_t k, double stal
  * before the report says every rank is alive. */
 void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
 {
-    char msg[1024];
+    char msg[1024], opt[96];
     size_t k = (size_t)snprintf(
-        msg, sizeof msg, "collective timeout: rank %d waited %g s in %s at step %lld (--collective-timeout %g)",
-        ctx->topo.rank, shown(waited), where, (long long)ctx->watch->step, ctx->watch->coll_timeout);
+        msg, sizeof msg, "collective timeout: rank %d waited %g s in %s at step %lld (%s)", ctx->topo.rank,
+        shown(waited), where, (long long)ctx->watch->step,
+        ddp_opt_fmt(opt, sizeof opt, ctx->cli_names, DDP_OPT_COLLECTIVE_TIMEOUT, "%g", ctx->watch->coll_timeout));
     double hb = ddp_watch_heartbeat(ctx);
     double stale = 6 * hb < ctx->watch->coll_timeout / 2 ? 6 * hb : ctx->watch->coll_timeout / 2;
     int behind = scan_board(ctx, msg, sizeof msg, k, stale);

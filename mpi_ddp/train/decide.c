@@ -2,6 +2,8 @@
 #include "mpi_ddp/train/decide.h"
 
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/fsutil.h"
 
@@ -105,10 +107,11 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         if (need_local)
             snprintf(where, sizeof where, " on every rank (policy %s reads each rank's own value)",
                      policy_name(d->policy));
+        char mon[300]; /* --monitor 'NAME' | cfg.monitor = "NAME" */
         ddp_set_error(
-            DDP_ERR_ARG,
-            "--monitor '%s' was never logged%s (logged metrics include val/loss, val/acc, val/macro_f1, train/loss)",
-            d->monitor, where);
+            DDP_ERR_ARG, "%s was never logged%s (logged metrics include val/loss, val/acc, val/macro_f1, train/loss)",
+            ddp_opt_fmt(mon, sizeof mon, ctx->cli_names, DDP_OPT_MONITOR, ctx->cli_names ? "'%s'" : "%s", d->monitor),
+            where);
         ddp_mark_error_shared();
         return DDP_ERR_ARG;
     }
@@ -139,7 +142,7 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
     }
     /* 3. rank 0 decides; one broadcast carries the decision */
     double dec[7] = {0, 0, NAN, -1, 0, 0, 0}; /* improved, stop, value, drop, not finite, beaten, no value */
-    char fail[600] = "";
+    char fail[600] = "", opt[64];
     if (me == 0) {
         double view = d->policy == DDP_POLICY_RANK0 ? lv : global->vals[gi];
         int improved, beaten, yes = 0, yes_imp = 0, voters = 0, nbad = 0, nabs = 0;
@@ -169,17 +172,19 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
             improved = beaten = 0;
             snprintf(fail, sizeof fail,
                      "%s has no value %s after epoch %lld (step %lld): %s, so policy %s has nothing to decide on "
-                     "(--ckpt-policy reduced decides on the value over all ranks)",
+                     "(%s decides on the value over all ranks)",
                      d->monitor, vote ? "on any rank" : "on rank 0", (long long)epoch, (long long)step,
                      vote ? "no rank evaluated a validation sample" : "rank 0 evaluated no validation sample",
-                     policy_name(d->policy));
+                     policy_name(d->policy),
+                     ddp_opt_set(opt, sizeof opt, ctx->cli_names, DDP_OPT_CKPT_POLICY,
+                                 ctx->cli_names ? "reduced" : "0 (reduced)"));
         } else if (nocount) { /* nothing to rank: no save, no improvement */
             improved = beaten = 0;
             snprintf(fail, sizeof fail,
                      "%s has no value after epoch %lld (step %lld): no rank logged a value for it (its count is 0 on "
-                     "every rank), so it can neither rank checkpoints nor stop early (--skip-nonfinite goes on "
-                     "without saving)",
-                     d->monitor, (long long)epoch, (long long)step);
+                     "every rank), so it can neither rank checkpoints nor stop early (%s goes on without saving)",
+                     d->monitor, (long long)epoch, (long long)step,
+                     ddp_opt_set(opt, sizeof opt, ctx->cli_names, DDP_OPT_SKIP_NONFINITE, NULL));
         } else if (nonfinite) { /* nothing to rank: no save, no improvement */
             char who[240];
             if (vote && nbad) {
@@ -195,9 +200,9 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
             snprintf(fail, sizeof fail,
                      "%s is %s after epoch %lld (step %lld), so it can neither rank checkpoints nor stop "
                      "early (a NaN or Inf in the validation data? mpiddp inspect or train --check-finite names it; "
-                     "--skip-nonfinite "
-                     "goes on without saving)",
-                     d->monitor, who, (long long)epoch, (long long)step);
+                     "%s goes on without saving)",
+                     d->monitor, who, (long long)epoch, (long long)step,
+                     ddp_opt_set(opt, sizeof opt, ctx->cli_names, DDP_OPT_SKIP_NONFINITE, NULL));
         }
         int worst = -1, save = !nonfinite && !novalue && d->top_k > 0 && (vote ? beaten : enters_topk(d, view, &worst));
         if (vote && save && d->ntopk >= d->top_k) worst = topk_worst(d); /* list full: the worst by value makes room */

@@ -6,6 +6,8 @@
 #include "io/finite.h"
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/optname.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,25 +58,32 @@ ddp_status ddp_grad_nonfinite_error(ddp_ctx *ctx, const ddp_sampler *sm, ddp_dat
     int64_t v[3] = {bad, checked ? 0 : 1, st != DDP_OK};
     DDP_CHECK(ddp_allreduce(ctx, v, 3, MPI_INT64_T, MPI_SUM, "the non-finite gradient diagnosis"));
     if (v[0] == 0 && v[2] == 0) { /* the same line on every rank */
+        int cli = ctx->cli_names;
+        char skip[64], fp32[64];
+        ddp_opt_set(skip, sizeof skip, cli, DDP_OPT_SKIP_NONFINITE, NULL);
+        ddp_opt_set(fp32, sizeof fp32, cli, DDP_OPT_PRECISION, "fp32");
         if (v[1])
             ddp_set_error(DDP_ERR_NUMERIC,
                           "non-finite gradient at step %lld in parameter '%s' (check the data with mpiddp inspect, "
-                          "and --lr; --skip-nonfinite skips such steps)",
-                          (long long)step, param);
+                          "and %s; %s skips such steps)",
+                          (long long)step, param, ddp_opt_name(cli, DDP_OPT_LR), skip);
         else
             ddp_set_error(DDP_ERR_NUMERIC,
                           "non-finite gradient at step %lld in parameter '%s'; every feature of the step's samples is "
-                          "finite, so the cause is not in the data (too high a --lr, an overflow: try a lower --lr, "
-                          "--grad-clip or --precision fp32; --skip-nonfinite skips such steps)",
-                          (long long)step, param);
+                          "finite, so the cause is not in the data (too high a %s, an overflow: try a lower %s, "
+                          "%s or %s; %s skips such steps)",
+                          (long long)step, param, ddp_opt_name(cli, DDP_OPT_LR), ddp_opt_name(cli, DDP_OPT_LR),
+                          ddp_opt_name(cli, DDP_OPT_GRAD_CLIP), fp32, skip);
         ddp_mark_error_shared();
         return DDP_ERR_NUMERIC;
     }
+    char skip[64];
     if (st == DDP_OK && bad)
         st = ddp_set_error(DDP_ERR_NUMERIC,
                            "non-finite gradient at step %lld in parameter '%s', from the data: %s; %lld sample(s) of "
                            "the step hold non-finite features (--check-finite or mpiddp inspect finds them before "
-                           "training; --skip-nonfinite skips such steps)",
-                           (long long)step, param, first, (long long)v[0]);
+                           "training; %s skips such steps)",
+                           (long long)step, param, first, (long long)v[0],
+                           ddp_opt_set(skip, sizeof skip, ctx->cli_names, DDP_OPT_SKIP_NONFINITE, NULL));
     return ddp_agree_status(ctx, st); /* the lowest rank that found one (or failed to look) speaks for all */
 }

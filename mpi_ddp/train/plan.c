@@ -3,6 +3,7 @@
 #include "mpi_ddp/train/plan.h"
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/model/models.h"
@@ -40,8 +41,9 @@ ddp_status ddp_plan_samplers(ddp_ctx *ctx, const ddp_train_config *c, ddp_datase
     }
     if (c->batch_rows > 0) { /* token budgets: every sample's rows, then the plans (docs/distributed.md) */
         double sq = ddp_model_cost_sq(c->model_config); /* a user's own model: rows only */
-        DDP_CHECK(ddp_dataset_check_max_rows(ctx, train, c->batch_rows, "--batch-rows"));
-        DDP_CHECK(ddp_dataset_check_max_rows(ctx, val, c->batch_rows, "--batch-rows"));
+        const char *opt = ddp_opt_name(ctx->cli_names, DDP_OPT_BATCH_ROWS);
+        DDP_CHECK(ddp_dataset_check_max_rows(ctx, train, c->batch_rows, opt));
+        DDP_CHECK(ddp_dataset_check_max_rows(ctx, val, c->batch_rows, opt));
         DDP_CHECK(ddp_agree_status(ctx, ddp_sampler_set_budget(tsm, c->batch_rows, c->accumulate, *lens_train,
                                                                train->info.max_sample_rows, sq)));
         DDP_CHECK(ddp_agree_status(

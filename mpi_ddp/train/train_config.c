@@ -1,5 +1,6 @@
 /* train_config.c — the training configuration's defaults (ddp_train_config_default) and its checks
  * (ddp_train_config_check), moved out of trainer.c, which keeps the loop. */
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/train/decide.h"
 #include "mpi_ddp/train/lr_schedule.h"
@@ -37,82 +38,100 @@ void ddp_train_config_default(ddp_train_config *c)
 ddp_status ddp_train_config_check(const ddp_train_config *c, int world)
 {
     DDP_NONNULL(c, "cfg");
-    if (world < 1) return ddp_set_error(DDP_ERR_ARG, "%s: world %d: must be >= 1 rank", __func__, world);
-    /* global batch and budget: products of options that must fit int64 (and a float for the sample count) */
-    if (c->accumulate >= 1 && c->batch_rows > 0 && c->batch_rows > (INT64_MAX / 4) / world / c->accumulate)
-        return ddp_set_error(DDP_ERR_ARG,
-                             "--batch-rows %lld x %d ranks x --accumulate %d: the global budget is too large",
-                             (long long)c->batch_rows, world, c->accumulate);
-    if (c->accumulate >= 1 && c->batch_size > 0 && (double)c->batch_size * world * c->accumulate > 16777216.0)
-        return ddp_set_error(DDP_ERR_ARG,
-                             "--batch-size %d x %d ranks x --accumulate %d: more than 2^24 samples per optimizer step",
-                             c->batch_size, world, c->accumulate);
-    if (!c->out_dir || !*c->out_dir) return ddp_set_error(DDP_ERR_ARG, "--out: a run directory is required");
-    if (c->epochs < 1) return ddp_set_error(DDP_ERR_ARG, "--epochs %d: must be >= 1", c->epochs);
-    if (c->batch_size < 1) return ddp_set_error(DDP_ERR_ARG, "--batch-size %d: must be >= 1", c->batch_size);
-    if (c->accumulate < 1) return ddp_set_error(DDP_ERR_ARG, "--accumulate %d: must be >= 1", c->accumulate);
-    if (c->batch_rows < 0)
-        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld: must be >= 1", (long long)c->batch_rows);
-    if (c->shuffle_block && (!(c->shuffle_block_mb > 0) || c->shuffle_window < 1 || c->shuffle_window > 64))
-        return ddp_set_error(DDP_ERR_ARG,
-                             "--shuffle block: need --shuffle-block-mb > 0 and --shuffle-window in [1, 64]");
-    if (c->shuffle_block && c->sampling_shard)
-        return ddp_set_error(
-            DDP_ERR_ARG, "--shuffle block needs --sampling global (shard sampling shuffles within each rank's shards)");
-    if (c->batch_rows > 0 && c->sampling_shard)
-        return ddp_set_error(DDP_ERR_ARG,
-                             "--batch-rows needs --sampling global (shard sampling keeps sample-count batches)");
-    if (!(c->lr > 0) || !isfinite(c->lr))
-        return ddp_set_error(DDP_ERR_ARG, "--lr %g: must be a positive number", c->lr);
-    if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
-        return ddp_set_error(DDP_ERR_ARG, "--weight-decay %g: must be >= 0", c->weight_decay);
-    /* AdamW's constants (no CLI option: the C API's fields): beta 1 divided by zero in the bias correction */
-    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
-        return ddp_set_error(DDP_ERR_ARG, "beta1 %g, beta2 %g: each must be in [0, 1)", c->beta1, c->beta2);
-    if (!(c->eps > 0) || !isfinite(c->eps))
-        return ddp_set_error(DDP_ERR_ARG, "eps %g: must be a positive number", c->eps);
-    if (!(c->collective_timeout >= 0) || !isfinite(c->collective_timeout))
-        return ddp_set_error(DDP_ERR_ARG, "--collective-timeout %g: must be >= 0 seconds (0: wait forever)",
-                             c->collective_timeout);
-    if (c->device != DDP_DEVICE_AUTO && c->device != DDP_DEVICE_CPU && c->device != DDP_DEVICE_CUDA)
-        return ddp_set_error(DDP_ERR_ARG, "device %d: not a device (DDP_DEVICE_AUTO, _CPU or _CUDA)", (int)c->device);
-    if (!(c->grad_clip >= 0)) return ddp_set_error(DDP_ERR_ARG, "--grad-clip %g: must be >= 0", c->grad_clip);
-    if (c->log_every < 1) return ddp_set_error(DDP_ERR_ARG, "--log-every %d: must be >= 1", c->log_every);
-    if (!(c->bucket_mb > 0) || !isfinite(c->bucket_mb))
-        return ddp_set_error(DDP_ERR_ARG, "--bucket-mb %g: must be > 0", c->bucket_mb);
-    if (c->save_top_k < 0 || c->save_top_k > DDP_TOPK_MAX)
-        return ddp_set_error(DDP_ERR_ARG, "--save-top-k %d: must be in [0, %d]", c->save_top_k, DDP_TOPK_MAX);
-    if (c->ckpt_policy < 0 || c->ckpt_policy > DDP_POLICY_MAJORITY)
-        return ddp_set_error(DDP_ERR_ARG, "--ckpt-policy: unknown policy");
-    if (c->early_stop_patience < 0)
-        return ddp_set_error(DDP_ERR_ARG, "--early-stop-patience %d: must be >= 0", c->early_stop_patience);
-    if (c->ckpt_every_steps < 0) return ddp_set_error(DDP_ERR_ARG, "--ckpt-every-steps: must be >= 0");
-    if (!c->monitor || !*c->monitor) return ddp_set_error(DDP_ERR_ARG, "--monitor: empty metric name");
-    if (c->lr_schedule < DDP_LR_CONSTANT || c->lr_schedule > DDP_LR_LINEAR)
-        return ddp_set_error(DDP_ERR_ARG, "--lr-schedule: unknown schedule");
-    if (!(c->warmup >= 0) || !(c->min_lr >= 0) || !isfinite(c->warmup))
-        return ddp_set_error(DDP_ERR_ARG, "--warmup-steps and --min-lr must be >= 0");
-    if (c->warmup >= 1 && c->warmup != floor(c->warmup)) /* 1.5 once ran as 1 step */
-        return ddp_set_error(DDP_ERR_ARG, "--warmup-steps %g: a step count (an integer >= 1) or a fraction in (0, 1)",
-                             c->warmup);
-    if (c->lr_schedule != DDP_LR_CONSTANT && c->min_lr > c->lr)
-        return ddp_set_error(DDP_ERR_ARG, "--min-lr %g is above --lr %g", c->min_lr, c->lr);
-    if (c->lr_horizon < DDP_LR_HORIZON_KEEP || c->lr_horizon > DDP_LR_HORIZON_RESTART)
-        return ddp_set_error(DDP_ERR_ARG, "--lr-horizon: unknown choice (keep or restart)");
-    if (c->lr_start_step < 0 || c->lr_end_step < 0 || (c->lr_end_step > 0 && c->lr_end_step <= c->lr_start_step))
-        return ddp_set_error(DDP_ERR_ARG,
-                             "lr_start_step %lld, lr_end_step %lld: need 0 <= start < end (or end 0: the whole run)",
-                             (long long)c->lr_start_step, (long long)c->lr_end_step);
-    if (c->precision < DDP_PRECISION_FP32 || c->precision > DDP_PRECISION_BF16)
-        return ddp_set_error(DDP_ERR_ARG, "--precision: unknown");
-    return DDP_OK;
+    return ddp_train_config_check_as(c, world, 0);
 }
 
-ddp_status ddp_train_args_check(const ddp_train_config *cfg, int world, const ddp_model *m, const ddp_dataset *train,
-                                const ddp_dataset *val)
+/* N(X): the setting's name, V(X, fmt, value): with its value; the CLI's option or the C API's field (optname.h) */
+#define N(X) ddp_opt_name(cli, DDP_OPT_##X)
+#define V(X, ...) ddp_opt_fmt(v##X, sizeof v##X, cli, DDP_OPT_##X, __VA_ARGS__)
+
+ddp_status ddp_train_config_check_as(const ddp_train_config *c, int world, int cli)
+{
+    if (!c) return ddp_set_error(DDP_ERR_ARG, "ddp_train_config_check: cfg is NULL");
+    if (world < 1) return ddp_set_error(DDP_ERR_ARG, "ddp_train_config_check: world %d: must be >= 1 rank", world);
+    char vBATCH_ROWS[96], vBATCH_SIZE[96], vACCUMULATE[96], vEPOCHS[96], vLR[96], vWEIGHT_DECAY[96], vSHUFFLE[96],
+        vSAMPLING[96], vCOLLECTIVE_TIMEOUT[96], vGRAD_CLIP[96], vLOG_EVERY[96], vBUCKET_MB[96], vSAVE_TOP_K[96],
+        vEARLY_STOP_PATIENCE[96], vWARMUP[96], vMIN_LR[96];
+    /* global batch and budget: products of options that must fit int64 (and a float for the sample count) */
+    if (c->accumulate >= 1 && c->batch_rows > 0 && c->batch_rows > (INT64_MAX / 4) / world / c->accumulate)
+        return ddp_set_error(DDP_ERR_ARG, "%s x %d ranks x %s: the global budget is too large",
+                             V(BATCH_ROWS, "%lld", (long long)c->batch_rows), world,
+                             V(ACCUMULATE, "%d", c->accumulate));
+    if (c->accumulate >= 1 && c->batch_size > 0 && (double)c->batch_size * world * c->accumulate > 16777216.0)
+        return ddp_set_error(DDP_ERR_ARG, "%s x %d ranks x %s: more than 2^24 samples per optimizer step",
+                             V(BATCH_SIZE, "%d", c->batch_size), world, V(ACCUMULATE, "%d", c->accumulate));
+    if (!c->out_dir || !*c->out_dir) return ddp_set_error(DDP_ERR_ARG, "%s: a run directory is required", N(OUT));
+    if (c->epochs < 1) return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 1", V(EPOCHS, "%d", c->epochs));
+    if (c->batch_size < 1) return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 1", V(BATCH_SIZE, "%d", c->batch_size));
+    if (c->accumulate < 1) return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 1", V(ACCUMULATE, "%d", c->accumulate));
+    if (c->batch_rows < 0)
+        return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 1", V(BATCH_ROWS, "%lld", (long long)c->batch_rows));
+    if (c->shuffle_block && (!(c->shuffle_block_mb > 0) || c->shuffle_window < 1 || c->shuffle_window > 64))
+        return ddp_set_error(DDP_ERR_ARG, "%s: need %s > 0 and %s in [1, 64]", V(SHUFFLE, "block"), N(SHUFFLE_BLOCK_MB),
+                             N(SHUFFLE_WINDOW));
+    if (c->shuffle_block && c->sampling_shard)
+        return ddp_set_error(DDP_ERR_ARG, "%s needs %s (shard sampling shuffles within each rank's shards)",
+                             V(SHUFFLE, "block"), V(SAMPLING, "global"));
+    if (c->batch_rows > 0 && c->sampling_shard)
+        return ddp_set_error(DDP_ERR_ARG, "%s needs %s (shard sampling keeps sample-count batches)", N(BATCH_ROWS),
+                             V(SAMPLING, "global"));
+    if (!(c->lr > 0) || !isfinite(c->lr))
+        return ddp_set_error(DDP_ERR_ARG, "%s: must be a positive number", V(LR, "%g", c->lr));
+    if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
+        return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 0", V(WEIGHT_DECAY, "%g", c->weight_decay));
+    /* AdamW's constants, the device and the lr span have no CLI option (the CLI sets valid ones): the C API's fields.
+     * beta 1 divided by zero in the bias correction */
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
+        return ddp_set_error(DDP_ERR_ARG, "cfg.beta1 = %g, cfg.beta2 = %g: each must be in [0, 1)", c->beta1, c->beta2);
+    if (!(c->eps > 0) || !isfinite(c->eps))
+        return ddp_set_error(DDP_ERR_ARG, "cfg.eps = %g: must be a positive number", c->eps);
+    if (!(c->collective_timeout >= 0) || !isfinite(c->collective_timeout))
+        return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 0 seconds (0: wait forever)",
+                             V(COLLECTIVE_TIMEOUT, "%g", c->collective_timeout));
+    if (c->device != DDP_DEVICE_AUTO && c->device != DDP_DEVICE_CPU && c->device != DDP_DEVICE_CUDA)
+        return ddp_set_error(DDP_ERR_ARG, "cfg.device = %d: not a device (DDP_DEVICE_AUTO, _CPU or _CUDA)",
+                             (int)c->device);
+    if (!(c->grad_clip >= 0)) return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 0", V(GRAD_CLIP, "%g", c->grad_clip));
+    if (c->log_every < 1) return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 1", V(LOG_EVERY, "%d", c->log_every));
+    if (!(c->bucket_mb > 0) || !isfinite(c->bucket_mb))
+        return ddp_set_error(DDP_ERR_ARG, "%s: must be > 0", V(BUCKET_MB, "%g", c->bucket_mb));
+    if (c->save_top_k < 0 || c->save_top_k > DDP_TOPK_MAX)
+        return ddp_set_error(DDP_ERR_ARG, "%s: must be in [0, %d]", V(SAVE_TOP_K, "%d", c->save_top_k), DDP_TOPK_MAX);
+    if (c->ckpt_policy < 0 || c->ckpt_policy > DDP_POLICY_MAJORITY)
+        return ddp_set_error(DDP_ERR_ARG, "%s: unknown policy", N(CKPT_POLICY));
+    if (c->early_stop_patience < 0)
+        return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 0", V(EARLY_STOP_PATIENCE, "%d", c->early_stop_patience));
+    if (c->ckpt_every_steps < 0) return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 0", N(CKPT_EVERY_STEPS));
+    if (!c->monitor || !*c->monitor) return ddp_set_error(DDP_ERR_ARG, "%s: empty metric name", N(MONITOR));
+    if (c->lr_schedule < DDP_LR_CONSTANT || c->lr_schedule > DDP_LR_LINEAR)
+        return ddp_set_error(DDP_ERR_ARG, "%s: unknown schedule", N(LR_SCHEDULE));
+    if (!(c->warmup >= 0) || !(c->min_lr >= 0) || !isfinite(c->warmup))
+        return ddp_set_error(DDP_ERR_ARG, "%s and %s must be >= 0", N(WARMUP), N(MIN_LR));
+    if (c->warmup >= 1 && c->warmup != floor(c->warmup)) /* 1.5 once ran as 1 step */
+        return ddp_set_error(DDP_ERR_ARG, "%s: a step count (an integer >= 1) or a fraction in (0, 1)",
+                             V(WARMUP, "%g", c->warmup));
+    if (c->lr_schedule != DDP_LR_CONSTANT && c->min_lr > c->lr)
+        return ddp_set_error(DDP_ERR_ARG, "%s is above %s", V(MIN_LR, "%g", c->min_lr), V(LR, "%g", c->lr));
+    if (c->lr_horizon < DDP_LR_HORIZON_KEEP || c->lr_horizon > DDP_LR_HORIZON_RESTART)
+        return ddp_set_error(DDP_ERR_ARG, "%s: unknown choice (%s or %s)", N(LR_HORIZON),
+                             cli ? "keep" : "DDP_LR_HORIZON_KEEP", cli ? "restart" : "DDP_LR_HORIZON_RESTART");
+    if (c->lr_start_step < 0 || c->lr_end_step < 0 || (c->lr_end_step > 0 && c->lr_end_step <= c->lr_start_step))
+        return ddp_set_error(
+            DDP_ERR_ARG,
+            "cfg.lr_start_step = %lld, cfg.lr_end_step = %lld: need 0 <= start < end (or end 0: the whole run)",
+            (long long)c->lr_start_step, (long long)c->lr_end_step);
+    if (c->precision < DDP_PRECISION_FP32 || c->precision > DDP_PRECISION_BF16)
+        return ddp_set_error(DDP_ERR_ARG, "%s: unknown", N(PRECISION));
+    return DDP_OK;
+}
+#undef N
+#undef V
+
+ddp_status ddp_train_args_check(const ddp_train_config *cfg, int world, int cli, const ddp_model *m,
+                                const ddp_dataset *train, const ddp_dataset *val)
 {
     if (!cfg) return ddp_set_error(DDP_ERR_ARG, "ddp_train: cfg is NULL");
-    DDP_CHECK(ddp_train_config_check(cfg, world));
+    DDP_CHECK(ddp_train_config_check_as(cfg, world, cli));
     if (!m || !train || !val)
         return ddp_set_error(DDP_ERR_ARG, "ddp_train: %s is NULL", !m ? "model" : !train ? "train" : "val");
     const char *name = m->name ? m->name : "(unnamed)";

@@ -112,8 +112,11 @@ typedef struct {
 /* Collective: ddp_train, and the run's end in *summary (may be NULL). */
 /* ddp_train's arguments (train_config.c): cfg (ddp_train_config_check), a model whose callbacks and tensor table
  * can be used, both datasets. Local; DDP_ERR_ARG with one line naming the argument, field or tensor. */
-ddp_status ddp_train_args_check(const ddp_train_config *cfg, int world, const ddp_model *model,
+ddp_status ddp_train_args_check(const ddp_train_config *cfg, int world, int cli, const ddp_model *model,
                                 const ddp_dataset *train, const ddp_dataset *val);
+/* ddp_train_config_check whose lines name the CLI's options (cli != 0: --lr 0) or the C API's fields (cfg.lr = 0);
+ * ddp_train_config_check is cli 0, ddp_train passes its ctx's cli_names (optname.h). */
+ddp_status ddp_train_config_check_as(const ddp_train_config *cfg, int world, int cli);
 ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train,
                                 ddp_dataset *val, ddp_train_summary *summary);
 

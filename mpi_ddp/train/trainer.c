@@ -11,6 +11,7 @@
 #include "mpi_ddp/train/grad_diag.h"
 #include "mpi_ddp/train/rundir.h"
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/train/lr_schedule.h"
 #include "mpi_ddp/train/metrics.h"
@@ -416,10 +417,24 @@ static void teardown(trainer *tr)
     ddp_eval_acc_free(&tr->eval);
 }
 
+/* What a stopped run says of its checkpoint: "nothing saved (--fast-dev-run)" or "last.h5 saved, continue with
+ * --resume auto", in the CLI's options or ddp_train_config's fields (optname.h). */
+static const char *stopped_hint(const ddp_ctx *ctx, const ddp_train_config *c, char *buf, size_t len)
+{
+    char opt[64];
+    if (c->fast_dev_run > 0)
+        snprintf(buf, len, "nothing saved (%s)", ddp_opt_name(ctx->cli_names, DDP_OPT_FAST_DEV_RUN));
+    else
+        snprintf(buf, len, "last.h5 saved, continue with %s",
+                 ddp_opt_set(opt, sizeof opt, ctx->cli_names, DDP_OPT_RESUME, "auto"));
+    return buf;
+}
+
 static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
 {
     ddp_train_state *ts = &tr->state;
     ddp_ctx *ctx = ts->ctx;
+    char hint[160];
     const ddp_train_config *c = ts->cfg;
     ddp_sampler tsm = {0}, vsm = {0};
     ddp_loader *tl = NULL, *vl = NULL;
@@ -510,8 +525,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
                 if (tr->summary) tr->summary->stop_kinds = stop;
                 st = ddp_set_error(DDP_STOPPED, "stopped on request at step %lld (epoch %lld, batch %lld of %lld); %s",
                                    (long long)ts->global_step, (long long)e, (long long)ts->mb, (long long)nmb,
-                                   c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)"
-                                                       : "last.h5 saved, continue with --resume auto");
+                                   stopped_hint(ctx, c, hint, sizeof hint));
                 ddp_mark_error_shared();
                 goto done;
             }
@@ -527,9 +541,7 @@ static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
             ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, last_m, epochs, 1, 0);
             if (tr->summary) tr->summary->stop_kinds = vstop;
             st = ddp_set_error(DDP_STOPPED, "stopped on request during validation after step %lld (epoch %lld); %s",
-                               (long long)ts->global_step, (long long)e,
-                               c->fast_dev_run > 0 ? "nothing saved (--fast-dev-run)"
-                                                   : "last.h5 saved, continue with --resume auto");
+                               (long long)ts->global_step, (long long)e, stopped_hint(ctx, c, hint, sizeof hint));
             ddp_mark_error_shared();
             goto done;
         }
@@ -567,7 +579,7 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
     if (summary) memset(summary, 0, sizeof *summary);
     if (!ctx) return ddp_set_error(DDP_ERR_ARG, "ddp_train: ctx is NULL");
     /* the arguments, agreed: a NULL or a broken model on one rank fails every rank here, not a collective later */
-    DDP_CHECK(ddp_agree_status(ctx, ddp_train_args_check(cfg, ctx->topo.size, model, train, val)));
+    DDP_CHECK(ddp_agree_status(ctx, ddp_train_args_check(cfg, ctx->topo.size, ctx->cli_names, model, train, val)));
     trainer tr = {.state = {.ctx = ctx,
                             .cfg = cfg,
                             .model = model,

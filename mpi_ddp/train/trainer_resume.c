@@ -4,6 +4,7 @@
  * micro-batches. */
 #include "mpi_ddp/train/checkpoint.h"
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/train/lr_schedule.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/train/train_state.h"
@@ -18,6 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* N(X): the setting's name, V(buf, X, fmt, ...): the setting with its value, written to buf; the CLI's option or the
+ * C API's field, as ctx->cli_names says (optname.h) */
+#define N(X) ddp_opt_name(ctx->cli_names, DDP_OPT_##X)
+#define V(buf, X, ...) ddp_opt_fmt(buf, sizeof buf, ctx->cli_names, DDP_OPT_##X, __VA_ARGS__)
+
 
 /* A top-k entry's path as this run keeps it: "checkpoints/NAME", relative to the run directory. Older
  * checkpoints stored the path as --out was typed (relative to another working directory, or the directory a
@@ -49,8 +56,8 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
     if (st != DDP_OK && c->resume && strcmp(c->resume, "auto") != 0 && stat(path, &sb) != 0 && errno == ENOENT) {
         char why[1024]; /* --resume last (Lightning's ckpt_path="last"), a mistyped file: what --resume takes */
         snprintf(why, sizeof why, "%s", ddp_last_error());
-        st = ddp_set_error(st, "%s (--resume takes a checkpoint file, or auto: %s/checkpoints/last.h5 when it exists)",
-                           why, c->out_dir);
+        st = ddp_set_error(st, "%s (%s takes a checkpoint file, or %s: %s/checkpoints/last.h5 when it exists)", why,
+                           N(RESUME), ctx->cli_names ? "auto" : "\"auto\"", c->out_dir);
     }
     DDP_CHECK(ddp_agree_status(ctx, st));
     /* rank 0's facts, agreed in one broadcast; the last two slots carry the checkpoint's --sampling ("" in older
@@ -86,18 +93,19 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
     int at_end = facts[8] < 0 && ntrain > 0 && facts[7] == ntrain;
     int boundary = facts[8] >= 0 ? facts[8] == 0 : (facts[1] == 0 && facts[7] == 0) || at_end;
     st = DDP_OK;
+    char va[4200], vb[4200];
     if (facts[6] > 0 && gr == 0) /* name the option each side used, and the value that resumes */
         st = ddp_set_error(
             DDP_ERR_ARG,
-            "%s: saved with token-budget batches (--batch-rows, %lld rows per optimizer step); this run uses "
-            "sample-count batches (--batch-size): resume with --batch-rows (batch-rows x ranks x accumulate = %lld)",
-            path, (long long)facts[6], (long long)facts[6]);
+            "%s: saved with token-budget batches (%s, %lld rows per optimizer step); this run uses sample-count "
+            "batches (%s): resume with %s (batch-rows x ranks x accumulate = %lld)",
+            path, N(BATCH_ROWS), (long long)facts[6], N(BATCH_SIZE), N(BATCH_ROWS), (long long)facts[6]);
     else if (facts[6] <= 0 && gr > 0)
         st = ddp_set_error(
             DDP_ERR_ARG,
-            "%s: saved with sample-count batches (--batch-size, %lld samples per optimizer step); this run uses "
-            "token-budget batches (--batch-rows): resume with --batch-size (batch-size x ranks x accumulate = %lld)",
-            path, (long long)facts[5], (long long)facts[5]);
+            "%s: saved with sample-count batches (%s, %lld samples per optimizer step); this run uses token-budget "
+            "batches (%s): resume with %s (batch-size x ranks x accumulate = %lld)",
+            path, N(BATCH_SIZE), (long long)facts[5], N(BATCH_ROWS), N(BATCH_SIZE), (long long)facts[5]);
     else if (gr > 0) { /* token budgets: the order depends on the global budget only, any world size resumes */
         if (facts[6] != gr)
             st = ddp_set_error(
@@ -107,15 +115,14 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
     } else if (facts[4] != W && !boundary && !strcmp(sampling, "shard")) /* each rank's own shards: mid-epoch, no
                                                                           * other world size continues */
         st = ddp_set_error(DDP_ERR_ARG,
-                           "%s: saved by %lld ranks with --sampling shard, whose order depends on the world size; "
-                           "resume it on %lld ranks with --sampling shard",
-                           path, (long long)facts[4], (long long)facts[4]);
+                           "%s: saved by %lld ranks with %s, whose order depends on the world size; resume it on "
+                           "%lld ranks with %s",
+                           path, (long long)facts[4], V(va, SAMPLING, "shard"), (long long)facts[4], va);
     else if (facts[4] != W && !boundary && (c->sampling_shard || facts[5] != gb))
         st = ddp_set_error(DDP_ERR_ARG,
-                           "%s: saved by %lld ranks with a global batch of %lld; resuming on %d ranks needs --sampling "
-                           "global and the same "
-                           "global batch (batch-size x ranks x accumulate = %lld now)",
-                           path, (long long)facts[4], (long long)facts[5], W, (long long)gb);
+                           "%s: saved by %lld ranks with a global batch of %lld; resuming on %d ranks needs %s and "
+                           "the same global batch (batch-size x ranks x accumulate = %lld now)",
+                           path, (long long)facts[4], (long long)facts[5], W, V(va, SAMPLING, "global"), (long long)gb);
     else if (facts[5] != gb)
         st = ddp_set_error(DDP_ERR_ARG,
                            "%s: global batch %lld differs from this run's %lld (batch-size x ranks x accumulate)", path,
@@ -126,14 +133,13 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
             "%s: written by an older mpiddp that stored the position in micro-batches; resume it on %lld ranks", path,
             (long long)facts[4]);
     if (st == DDP_OK && (uint64_t)facts[9] != c->seed) /* the epoch order and the dropout masks come from the seed */
-        st = ddp_set_error(DDP_ERR_ARG,
-                           "%s: saved with --seed %llu; this run uses --seed %llu (the epoch order would change)", path,
-                           (unsigned long long)facts[9], (unsigned long long)c->seed);
+        st = ddp_set_error(DDP_ERR_ARG, "%s: saved with %s; this run uses %s (the epoch order would change)", path,
+                           V(va, SEED, "%llu", (unsigned long long)facts[9]),
+                           V(vb, SEED, "%llu", (unsigned long long)c->seed));
     if (st == DDP_OK && facts[10] >= 0 && facts[10] != c->mode_max)
         st = ddp_set_error(
-            DDP_ERR_ARG,
-            "%s: saved with --mode %s; this run uses --mode %s (the best score and top-k would be misread)", path,
-            facts[10] ? "max" : "min", c->mode_max ? "max" : "min");
+            DDP_ERR_ARG, "%s: saved with %s; this run uses %s (the best score and top-k would be misread)", path,
+            V(va, MODE, "%s", facts[10] ? "max" : "min"), V(vb, MODE, "%s", c->mode_max ? "max" : "min"));
     char mine[64], saved[64], monitor[128];
     const char *my_sampling = c->sampling_shard ? "shard" : "global";
     ddp_train_state_shuffle_name(c, mine, sizeof mine);
@@ -146,19 +152,20 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
     int new_shuffle = strcmp(saved, mine) != 0, new_sampling = sampling[0] && strcmp(sampling, my_sampling) != 0;
     if (st == DDP_OK && new_shuffle && !boundary)
         st = ddp_set_error(DDP_ERR_ARG,
-                           "%s: saved with --shuffle %s; this run uses --shuffle %s (another order continues only a "
-                           "checkpoint saved at an epoch boundary; this one is %lld optimizer steps into epoch %lld)",
-                           path, saved, mine, (long long)facts[1], (long long)facts[0]);
+                           "%s: saved with %s; this run uses %s (another order continues only a checkpoint saved at "
+                           "an epoch boundary; this one is %lld optimizer steps into epoch %lld)",
+                           path, V(va, SHUFFLE, "%s", saved), V(vb, SHUFFLE, "%s", mine), (long long)facts[1],
+                           (long long)facts[0]);
     if (st == DDP_OK && new_sampling && !boundary) /* nor would another sampling's order */
         st = ddp_set_error(DDP_ERR_ARG,
-                           "%s: saved with --sampling %s; this run uses --sampling %s (another order continues only a "
-                           "checkpoint saved at an epoch boundary; this one is %lld optimizer steps into epoch %lld)",
-                           path, sampling, my_sampling, (long long)facts[1], (long long)facts[0]);
+                           "%s: saved with %s; this run uses %s (another order continues only a checkpoint saved at "
+                           "an epoch boundary; this one is %lld optimizer steps into epoch %lld)",
+                           path, V(va, SAMPLING, "%s", sampling), V(vb, SAMPLING, "%s", my_sampling),
+                           (long long)facts[1], (long long)facts[0]);
     if (st == DDP_OK && monitor[0] && strcmp(monitor, c->monitor) != 0)
-        st = ddp_set_error(
-            DDP_ERR_ARG,
-            "%s: saved with --monitor %s; this run uses --monitor %s (the best score and top-k would be misread)", path,
-            monitor, c->monitor);
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: saved with %s; this run uses %s (the best score and top-k would be misread)", path,
+                           V(va, MONITOR, "%s", monitor), V(vb, MONITOR, "%s", c->monitor));
     if (st != DDP_OK) ddp_mark_error_shared(); /* every rank computed the same facts */
     if (st != DDP_OK) {
         free(cs.best_local);
@@ -240,17 +247,17 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
         int had = ts->dec.ntopk, n = 0, done = ts->epoch >= (c->fast_dev_run > 0 ? 1 : c->epochs);
         if (done && c->save_top_k > 0 && had > c->save_top_k)
             fprintf(stderr,
-                    "mpiddp train: notice: --save-top-k %d: the checkpoint lists %d top-k files, and this finished "
-                    "run saves nothing, so all are kept\n",
-                    c->save_top_k, had);
+                    "mpiddp train: notice: %s: the checkpoint lists %d top-k files, and this finished run saves "
+                    "nothing, so all are kept\n",
+                    V(va, SAVE_TOP_K, "%d", c->save_top_k), had);
         for (; !done && ddp_decider_trim(&ts->dec, removed, sizeof removed); n++)
             if (ddp_rundir_inside(removed) && (ts->topk_drop || (ts->topk_drop = ddp_calloc(DDP_TOPK_MAX, 4800))))
                 snprintf(ts->topk_drop + 4800 * ts->ntopk_drop++, 4800, "%s", removed);
         if (n)
             fprintf(stderr,
-                    "mpiddp train: notice: --save-top-k %d: kept the best %d of the checkpoint's %d top-k files (the "
-                    "others are deleted once the next checkpoint is saved)\n",
-                    c->save_top_k, ts->dec.ntopk, had);
+                    "mpiddp train: notice: %s: kept the best %d of the checkpoint's %d top-k files (the others "
+                    "are deleted once the next checkpoint is saved)\n",
+                    V(va, SAVE_TOP_K, "%d", c->save_top_k), ts->dec.ntopk, had);
     }
     free(cs.best_local);
     free(cs.best_local_es);
@@ -262,31 +269,37 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
                 path);
     if (ctx->topo.rank == 0 && cs.precision != c->precision) /* allowed: parameters and moments are fp32 in both */
         fprintf(stderr,
-                "mpiddp train: notice: %s was trained at --precision %s; this run continues at --precision %s "
-                "(parameters and AdamW moments are fp32 in both)\n",
-                path, ddp_precision_name(cs.precision), ddp_precision_name(c->precision));
+                "mpiddp train: notice: %s was trained at %s; this run continues at %s (parameters and AdamW "
+                "moments are fp32 in both)\n",
+                path, V(va, PRECISION, "%s", ddp_precision_name(cs.precision)),
+                V(vb, PRECISION, "%s", ddp_precision_name(c->precision)));
     int epochs_run = c->fast_dev_run > 0 ? 1 : c->epochs, todo = ts->epoch < epochs_run; /* else nothing to do */
+    char vc[4200], vd[4200];
+    const char *sep = ctx->cli_names ? " " : ", "; /* "--shuffle full --sampling global" | "cfg.... = 0, cfg.... = 0" */
+    if (ctx->topo.rank == 0 && (new_shuffle || new_sampling) && todo) {
+        V(va, SHUFFLE, "%s", saved);
+        V(vb, SAMPLING, "%s", sampling[0] ? sampling : my_sampling);
+        V(vc, SHUFFLE, "%s", mine);
+        V(vd, SAMPLING, "%s", my_sampling);
+    }
     if (ctx->topo.rank == 0 && (new_shuffle || new_sampling) && todo && at_end) /* validation next, then epoch E + 1 */
         fprintf(stderr,
                 "mpiddp train: notice: %s was saved at the end of epoch %lld's training (its validation next) with "
-                "--shuffle %s --sampling %s; this run orders the epochs after it with --shuffle %s --sampling %s\n",
-                path, (long long)facts[0], saved, sampling[0] ? sampling : my_sampling, mine, my_sampling);
+                "%s%s%s; this run orders the epochs after it with %s%s%s\n",
+                path, (long long)facts[0], va, sep, vb, vc, sep, vd);
     else if (ctx->topo.rank == 0 && (new_shuffle || new_sampling) && todo) /* at an epoch boundary (else refused) */
         fprintf(stderr,
-                "mpiddp train: notice: %s was saved at the start of epoch %lld with --shuffle %s --sampling %s; this "
-                "run orders it and the epochs after it with --shuffle %s --sampling %s\n",
-                path, (long long)facts[0], saved, sampling[0] ? sampling : my_sampling, mine, my_sampling);
+                "mpiddp train: notice: %s was saved at the start of epoch %lld with %s%s%s; this run orders it and "
+                "the epochs after it with %s%s%s\n",
+                path, (long long)facts[0], va, sep, vb, vc, sep, vd);
     const ddp_model_config *mc = c->model_config; /* allowed too (fine-tuning with more or less dropout), but said */
     if (ctx->topo.rank == 0 && mc && mc->kind == DDP_MODEL_TRANSFORMER && isfinite(cs.dropout) &&
         cs.dropout != mc->dropout)
-        fprintf(stderr,
-                "mpiddp train: notice: %s was trained with --dropout %g; this run continues with --dropout %g\n", path,
-                cs.dropout, mc->dropout);
+        fprintf(stderr, "mpiddp train: notice: %s was trained with %s; this run continues with %s\n", path,
+                V(va, DROPOUT, "%g", cs.dropout), V(vb, DROPOUT, "%g", mc->dropout));
     if (ctx->topo.rank == 0 && isfinite(cs.weight_decay) && cs.weight_decay != c->weight_decay) /* allowed, said */
-        fprintf(stderr,
-                "mpiddp train: notice: %s was trained with --weight-decay %g; this run continues with --weight-decay "
-                "%g\n",
-                path, cs.weight_decay, c->weight_decay);
+        fprintf(stderr, "mpiddp train: notice: %s was trained with %s; this run continues with %s\n", path,
+                V(va, WEIGHT_DECAY, "%g", cs.weight_decay), V(vb, WEIGHT_DECAY, "%g", c->weight_decay));
     { /* AdamW's beta1, beta2 and eps (ddp_train_config, no CLI options): allowed, said in one notice naming both */
         const char *name[3] = {"beta1", "beta2", "eps"};
         double was[3] = {cs.beta1, cs.beta2, cs.eps}, now[3] = {c->beta1, c->beta2, c->eps};
@@ -306,9 +319,9 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
         int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
         if (ts->epoch >= epochs) /* every epoch asked for is done: say so, and train nothing */
             fprintf(stderr,
-                    "mpiddp train: nothing to do: %s has finished %lld epoch(s) (epochs 0-%lld) and --epochs is %d; "
-                    "raise --epochs to train more\n",
-                    path, (long long)ts->epoch, (long long)ts->epoch - 1, epochs);
+                    "mpiddp train: nothing to do: %s has finished %lld epoch(s) (epochs 0-%lld) and %s is %d; "
+                    "raise %s to train more\n",
+                    path, (long long)ts->epoch, (long long)ts->epoch - 1, N(EPOCHS), epochs, N(EPOCHS));
         else
             fprintf(
                 stderr,
@@ -342,13 +355,16 @@ static void add_item(char *buf, size_t len, const char *fmt, ...)
  * it (where --min-lr applies): refused in one line naming both numbers. Every rank computes the same (shared). */
 static ddp_status warmup_fits(const ddp_train_state *ts, int64_t total, const char *what)
 {
+    const ddp_ctx *ctx = ts->ctx;
     int64_t start, end, w = ddp_lr_warmup_steps(ts->cfg, total);
     ddp_lr_span(ts->cfg, total, &start, &end);
     if (w <= end - start) return DDP_OK;
+    char v[96];
     ddp_set_error(DDP_ERR_ARG,
-                  "--warmup-steps %lld exceeds %s %lld optimizer steps (steps %lld-%lld): lower --warmup-steps, or "
-                  "give it as a fraction of the run",
-                  (long long)w, what, (long long)(end - start), (long long)start, (long long)end - 1);
+                  "%s exceeds %s %lld optimizer steps (steps %lld-%lld): lower %s, or give it as a fraction of the "
+                  "run",
+                  V(v, WARMUP, "%lld", (long long)w), what, (long long)(end - start), (long long)start,
+                  (long long)end - 1, N(WARMUP));
     ddp_mark_error_shared();
     return DDP_ERR_ARG;
 }
@@ -404,38 +420,37 @@ ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0, 
             mv.lr_start_step = want_start, mv.lr_end_step = want_end;
             lr_moved = ddp_lr_at(&mv, s, total);
         }
-        char items[2048] = "", a[32], b[32];
+        char items[2048] = "", a[32], b[32], ve[96], vh[96], vr[96];
         int64_t from = ts->epoch + (ts->nmb > 0 && ts->mb >= ts->nmb); /* the first epoch of steps0 (saved at an end) */
         if (ts->lr_saved.schedule != c->lr_schedule)
-            add_item(items, sizeof items, "--lr-schedule %s -> %s", ddp_lr_schedule_name(ts->lr_saved.schedule),
+            add_item(items, sizeof items, "%s %s -> %s", N(LR_SCHEDULE), ddp_lr_schedule_name(ts->lr_saved.schedule),
                      ddp_lr_schedule_name(c->lr_schedule));
         if (ts->lr_saved.lr != c->lr)
-            add_item(items, sizeof items, "--lr %s -> %s", num(a, 32, ts->lr_saved.lr), num(b, 32, c->lr));
+            add_item(items, sizeof items, "%s %s -> %s", N(LR), num(a, 32, ts->lr_saved.lr), num(b, 32, c->lr));
         if (ts->lr_saved.min_lr != c->min_lr &&
             (c->lr_schedule != DDP_LR_CONSTANT || ts->lr_saved.schedule != DDP_LR_CONSTANT))
-            add_item(items, sizeof items, "--min-lr %s -> %s", num(a, 32, ts->lr_saved.min_lr), num(b, 32, c->min_lr));
+            add_item(items, sizeof items, "%s %s -> %s", N(MIN_LR), num(a, 32, ts->lr_saved.min_lr),
+                     num(b, 32, c->min_lr));
         if (ts->lr_saved.warmup != w && !restart)
             add_item(items, sizeof items, "warmup %lld -> %lld steps", (long long)ts->lr_saved.warmup, (long long)w);
         if (restart) {
             char how[96] = "";
             if (w > 0) snprintf(how, sizeof how, "warmup %lld steps, then ", (long long)w);
             add_item(items, sizeof items,
-                     "horizon %lld -> %lld steps (--epochs %d, %lld per epoch from epoch %lld): the schedule starts "
-                     "again at "
-                     "step %lld (%s%s to step %lld; --lr-horizon restart)",
-                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)steps0, (long long)from,
-                     (long long)s, how,
+                     "horizon %lld -> %lld steps (%s, %lld per epoch from epoch %lld): the schedule starts again at "
+                     "step %lld (%s%s to step %lld; %s)",
+                     (long long)ts->lr_saved.end, (long long)want_end, V(ve, EPOCHS, "%d", epochs), (long long)steps0,
+                     (long long)from, (long long)s, how,
                      c->lr_schedule == DDP_LR_CONSTANT ? "constant"
                      : c->lr_schedule == DDP_LR_COSINE ? "cosine decay"
                                                        : "linear decay",
-                     (long long)want_end);
+                     (long long)want_end, V(vh, LR_HORIZON, "restart"));
         } else if (moved && matters)
             add_item(items, sizeof items,
-                     "horizon %lld -> %lld steps (--epochs %d, %lld per epoch from epoch %lld) not taken: the "
-                     "checkpoint's is kept (--lr-horizon keep; --lr-horizon restart starts warmup and decay again at "
-                     "step %lld)",
-                     (long long)ts->lr_saved.end, (long long)want_end, epochs, (long long)steps0, (long long)from,
-                     (long long)s);
+                     "horizon %lld -> %lld steps (%s, %lld per epoch from epoch %lld) not taken: the checkpoint's is "
+                     "kept (%s; %s starts warmup and decay again at step %lld)",
+                     (long long)ts->lr_saved.end, (long long)want_end, V(ve, EPOCHS, "%d", epochs), (long long)steps0,
+                     (long long)from, V(vh, LR_HORIZON, "keep"), V(vr, LR_HORIZON, "restart"), (long long)s);
         if (items[0] && ctx->topo.rank == 0 && ts->epoch < epochs) { /* even with --no-progress, like --precision's */
             char lr_note[160];
             if (lr_old != lr_new)
@@ -449,12 +464,12 @@ ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0, 
                     ts->lr_saved.path, (long long)s, items, lr_note);
         }
     } else if (ts->lr_saved.resumed && ctx->topo.rank == 0 && ts->epoch < epochs) { /* as before: this run's schedule */
-        char a[32];
+        char a[32], vl[96], ve[96];
         fprintf(stderr,
                 "mpiddp train: notice: %s records no learning-rate schedule (written by an older mpiddp): this run's "
-                "applies as given (%s, --lr %s, horizon %lld steps from --epochs %d)\n",
-                ts->lr_saved.path, ddp_lr_schedule_name(c->lr_schedule), num(a, 32, c->lr), (long long)want_end,
-                epochs);
+                "applies as given (%s, %s, horizon %lld steps from %s)\n",
+                ts->lr_saved.path, ddp_lr_schedule_name(c->lr_schedule), V(vl, LR, "%s", num(a, 32, c->lr)),
+                (long long)want_end, V(ve, EPOCHS, "%d", epochs));
     }
     /* --fast-dev-run smoke-tests the run's options: its warmup against the run's steps, not the few it trains */
     if (!(ts->lr_saved.resumed && ts->lr_saved.known))

@@ -1,7 +1,8 @@
 # h5py-written shards read identically to mpiddp's: 7 uneven shards (contiguous: mmap), the same with
 # chunked+gzip features (HDF5 read path), big-endian index arrays (converted), features as a non-IEEE 4-byte float
 # (converted by HDF5, once mapped as IEEE floats) and one fixed-string shard with explicit sample_ids all give
-# bitwise the same samples, labels and ids.
+# bitwise the same samples, labels and ids. Through the C API, a NULL scratch buffer on the HDF5 read path is
+# DDP_ERR_ARG.
 . "$(dirname "$0")/lib.sh"
 $PY "$SRC/tests/py/make_shards.py" variants v
 for d in h5py_contig h5py_gzip bigendian oddfloat one_shard; do
@@ -21,4 +22,9 @@ mpirun_np 2 "$MPIDDP" train --device "$DEVICE" --train v/h5py_contig "${common[@
 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" --train v/h5py_gzip "${common[@]}" --out rb >/dev/null 2>notice.txt
 [ "$(grep -c 'notice: 7 of 7 shard(s) of v/h5py_gzip have features that cannot be memory-mapped (chunked, compressed, unaligned or not IEEE float32 little-endian)' notice.txt)" = 1 ] || fail "one-time notice: $(cat notice.txt)"
 $PY "$SRC/tests/py/compare_ckpt.py" ra/checkpoints/last.h5 rb/checkpoints/last.h5 0 || fail "gzip vs mmap training differs"
-pass "all reader paths agree bitwise"
+# the C API: ddp_dataset_sample without a scratch buffer on a shard read through HDF5 is the caller's DDP_ERR_ARG,
+# naming the function and the argument (tools/capi_misuse.c case scratch)
+mkdir -p w_scratch
+timeout 120 mpirun -np 1 --oversubscribe "${CAPI_MISUSE:?}" scratch v/h5py_gzip v/one_shard "$PWD/w_scratch" 2>scratch.txt ||
+  { cat scratch.txt >&2; fail "capi_misuse scratch"; }
+pass "all reader paths agree bitwise; a NULL scratch on an HDF5-read shard is DDP_ERR_ARG"

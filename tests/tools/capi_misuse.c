@@ -1,7 +1,8 @@
 /* capi_misuse.c — a user program that misuses the public API (include/mpiddp.h only): NULL pointers, bad sizes and
  * config values (also on one rank only), calls out of order. Each must return its status with one line naming what
  * is wrong, agreed across the ranks where the call is collective; never crash, hang, abort or print. Run by
- * sh/capi_misuse.sh:  capi_misuse CASE TRAIN_DIR VAL_DIR WORK_DIR  (exit 0: every check of CASE held). */
+ * sh/capi_misuse.sh:  capi_misuse CASE TRAIN_DIR VAL_DIR WORK_DIR  (exit 0: every check of CASE held); case scratch,
+ * which needs shards read through HDF5 (h5py-written, chunked), by sh/reader_variants.sh. */
 #include "mpiddp.h"
 
 #include <math.h>
@@ -22,6 +23,17 @@ static void expect(const char *what, ddp_status st, ddp_status want, const char 
     fprintf(stderr, "%s rank %d %s: %s (%s)%s%s\n", ok ? "ok" : "FAIL", g_rank, what, ddp_status_name(st),
             ddp_status_name(want), want != DDP_OK ? ": " : "", want != DDP_OK ? e : "");
     if (!ok) g_failed = 1;
+}
+
+/* expect, and the line names ddp_train_config's fields (has: "cfg.lr = -0.1"), never a CLI option (--lr) */
+static void expect_api(const char *what, ddp_status st, ddp_status want, const char *has)
+{
+    expect(what, st, want, has);
+    const char *e = ddp_last_error();
+    if (e && strstr(e, "--")) {
+        fprintf(stderr, "FAIL rank %d %s: names a CLI option: %s\n", g_rank, what, e);
+        g_failed = 1;
+    }
 }
 
 /* the user model of examples/user_model.c in brief: one linear layer on the first row */
@@ -168,6 +180,18 @@ int main(int argc, char **argv)
         expect("ddp_dataset_sample(0)", ddp_dataset_sample(tr, 0, NULL, &rows, &nr, &lab, &id), DDP_OK, NULL);
         if (ddp_dataset_get_info(NULL) != NULL)
             expect("ddp_dataset_get_info(NULL) is NULL", DDP_ERR_INTERNAL, DDP_OK, NULL);
+    } else if (!strcmp(c, "scratch")) { /* TRAIN_DIR: shards read through HDF5 (chunked, compressed) */
+        expect("ddp_dataset_open", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
+        const float *rows;
+        int64_t nr, lab, id;
+        expect("ddp_dataset_sample(scratch NULL, HDF5-read shard)",
+               ddp_dataset_sample(tr, 0, NULL, &rows, &nr, &lab, &id), DDP_ERR_ARG,
+               "ddp_dataset_sample: scratch is NULL");
+        float *buf = malloc(sizeof(float) * (size_t)ddp_dataset_get_info(tr)->max_sample_rows *
+                            (size_t)ddp_dataset_get_info(tr)->dim);
+        expect("ddp_dataset_sample(scratch)",
+               buf ? ddp_dataset_sample(tr, 0, buf, &rows, &nr, &lab, &id) : DDP_ERR_NOMEM, DDP_OK, NULL);
+        free(buf);
     } else if (!strcmp(c, "metrics")) {
         ddp_metrics *m = NULL;
         expect("ddp_metrics_create(out NULL)", ddp_metrics_create(ctx, NULL), DDP_ERR_ARG, "out");
@@ -212,27 +236,35 @@ int main(int argc, char **argv)
         expect("ddp_train_config_check(defaults)", ddp_train_config_check(&cfg, 2), DDP_OK, NULL);
         expect("ddp_train_config_check(world 0)", ddp_train_config_check(&cfg, 0), DDP_ERR_ARG, "world");
         ddp_train_config b;
-#define CHECK_BAD(stmt, has)                                                                          \
-    do {                                                                                              \
-        b = cfg;                                                                                      \
-        stmt;                                                                                         \
-        expect("ddp_train_config_check(" #stmt ")", ddp_train_config_check(&b, 2), DDP_ERR_ARG, has); \
+#define CHECK_BAD(stmt, has)                                                                              \
+    do {                                                                                                  \
+        b = cfg;                                                                                          \
+        stmt;                                                                                             \
+        expect_api("ddp_train_config_check(" #stmt ")", ddp_train_config_check(&b, 2), DDP_ERR_ARG, has); \
     } while (0)
-        CHECK_BAD(b.lr = -0.1, "lr");
-        CHECK_BAD(b.batch_size = 0, "batch");
-        CHECK_BAD(b.epochs = 0, "epochs");
+        CHECK_BAD(b.lr = -0.1, "cfg.lr = -0.1: must be a positive number");
+        CHECK_BAD(b.batch_size = 0, "cfg.batch_size = 0: must be >= 1");
+        CHECK_BAD(b.epochs = 0, "cfg.epochs = 0: must be >= 1");
+        CHECK_BAD(b.weight_decay = -1, "cfg.weight_decay = -1: must be >= 0");
+        CHECK_BAD((b.shuffle_block = 1, b.sampling_shard = 1), "cfg.shuffle_block = 1 needs cfg.sampling_shard = 0");
+        CHECK_BAD((b.batch_rows = 64, b.sampling_shard = 1), "cfg.batch_rows needs cfg.sampling_shard = 0");
+        CHECK_BAD((b.lr_schedule = DDP_LR_COSINE, b.min_lr = 1), "cfg.min_lr = 1 is above cfg.lr = 0.001");
+        CHECK_BAD(b.warmup = 1.5, "cfg.warmup = 1.5: a step count");
+        CHECK_BAD(b.save_top_k = -1, "cfg.save_top_k = -1");
+        CHECK_BAD(b.lr_horizon = 7, "cfg.lr_horizon: unknown choice (DDP_LR_HORIZON_KEEP or DDP_LR_HORIZON_RESTART)");
+        CHECK_BAD(b.precision = (ddp_precision)7, "cfg.precision: unknown");
         CHECK_BAD(b.eps = 0, "eps");
         CHECK_BAD(b.eps = NAN, "eps");
         CHECK_BAD(b.beta1 = 1, "beta1");
         CHECK_BAD(b.beta1 = -0.1, "beta1");
         CHECK_BAD(b.beta2 = 1.5, "beta2");
-        CHECK_BAD(b.grad_clip = NAN, "grad-clip");
+        CHECK_BAD(b.grad_clip = NAN, "cfg.grad_clip = nan");
         CHECK_BAD(b.bucket_mb = INFINITY, "bucket");
-        CHECK_BAD(b.collective_timeout = -1, "timeout");
+        CHECK_BAD(b.collective_timeout = -1, "cfg.collective_timeout = -1");
         CHECK_BAD(b.device = (ddp_device)9, "device");
         expect("ddp_train_config_check(NULL)", ddp_train_config_check(NULL, 2), DDP_ERR_ARG, "cfg is NULL");
-        CHECK_BAD(b.out_dir = NULL, "out");
-        CHECK_BAD(b.monitor = NULL, "monitor");
+        CHECK_BAD(b.out_dir = NULL, "cfg.out_dir: a run directory is required");
+        CHECK_BAD(b.monitor = NULL, "cfg.monitor: empty metric name");
     } else if (!strcmp(c, "train")) {
         expect("ddp_dataset_open(train)", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
         expect("ddp_dataset_open(val)", ddp_dataset_open(ctx, vad, &va), DDP_OK, NULL);
@@ -241,7 +273,7 @@ int main(int argc, char **argv)
         /* one rank's config differs: the bad value is named on every rank */
         ddp_train_config one = cfg;
         if (g_rank == size - 1) one.lr = -1;
-        expect("ddp_train(lr -1 on the last rank)", ddp_train(ctx, &one, &m, tr, va), DDP_ERR_ARG, "lr");
+        expect_api("ddp_train(lr -1 on the last rank)", ddp_train(ctx, &one, &m, tr, va), DDP_ERR_ARG, "cfg.lr = -1");
         one = cfg;
         if (g_rank == size - 1) one.beta2 = 1;
         expect("ddp_train(beta2 1 on the last rank)", ddp_train(ctx, &one, &m, tr, va), DDP_ERR_ARG, "beta2");
@@ -287,6 +319,22 @@ int main(int argc, char **argv)
         ddp_status st = ddp_train(ctx, &uc, &m, tr, va);
         expect("ddp_train(out_dir under a file)", st, st == DDP_ERR_IO ? DDP_ERR_IO : DDP_ERR_ARG, "a-file");
         expect("ddp_train", ddp_train(ctx, &cfg, &m, tr, va), DDP_OK, NULL);
+        /* resumes of that run: a refusal and a notice name the fields (sh/capi_misuse.sh reads the notice) */
+        ddp_train_config rs = cfg;
+        rs.resume = "auto";
+        rs.seed = 5;
+        expect_api("ddp_train(resume, another seed)", ddp_train(ctx, &rs, &m, tr, va), DDP_ERR_ARG,
+                   "saved with cfg.seed = 0; this run uses cfg.seed = 5");
+        rs = cfg;
+        rs.resume = "auto";
+        rs.mode_max = 1;
+        expect_api("ddp_train(resume, another mode)", ddp_train(ctx, &rs, &m, tr, va), DDP_ERR_ARG,
+                   "saved with cfg.mode_max = 0; this run uses cfg.mode_max = 1");
+        rs = cfg;
+        rs.resume = "auto";
+        rs.epochs = 2;
+        rs.weight_decay = 0.02;
+        expect("ddp_train(resume, 2 epochs, weight_decay 0.02)", ddp_train(ctx, &rs, &m, tr, va), DDP_OK, NULL);
     } else {
         fprintf(stderr, "unknown case %s\n", c);
         g_failed = 1;

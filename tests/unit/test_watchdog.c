@@ -33,6 +33,7 @@ static void rank_ctx(ddp_ctx *c, const char *dir, int r)
     c->watch = &boards[r];
     memset(c->watch, 0, sizeof *c->watch);
     c->topo.rank = r, c->topo.size = 2, c->watch->coll_timeout = 5;
+    c->cli_names = 1; /* the report names --collective-timeout, as under mpiddp train (else cfg.collective_timeout) */
     snprintf(c->watch->dir, sizeof c->watch->dir, "%s", dir);
     char p[4400];
     snprintf(p, sizeof p, "%s/rank%d", dir, r);
