@@ -63,9 +63,10 @@ typedef struct {
 ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **ctx);
 void ddp_finalize(ddp_ctx *ctx);
 const ddp_topology *ddp_topo(const ddp_ctx *ctx);
-/* Resolves --device for this rank: AUTO becomes CUDA when a GPU is visible, else CPU. Unless want is CPU, collective
- * over the ranks of this node (they must see the same number of GPUs: CUDA refuses, AUTO picks the CPU otherwise).
- * `why` (may be NULL, 160 bytes) receives a one-line explanation. */
+/* Resolves --device for this rank: AUTO becomes CUDA when a GPU is visible, else CPU. Collective over the ranks of
+ * this node: they must pass the same want (else DDP_ERR_ARG on every rank of the node, one line naming the wants) and,
+ * unless it is CPU, see the same number of GPUs (CUDA refuses, AUTO picks the CPU otherwise). `why` (may be NULL, 160
+ * bytes) receives a one-line explanation. */
 ddp_status ddp_select_device(ddp_ctx *ctx, ddp_device want, ddp_device *got, char *why);
 /* Collective: ddp_select_device on every rank, its status agreed, and every rank on the same kind of device
  * (--device auto may not leave some nodes on cpu and others on cuda). Every rank must pass the same want (else

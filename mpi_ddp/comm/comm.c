@@ -141,22 +141,29 @@ static ddp_status check_ranks_per_gpu(ddp_ctx *c, int ndev)
 ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char *why)
 {
     DDP_NONNULL(c, "ctx");
-    if (want != DDP_DEVICE_AUTO && want != DDP_DEVICE_CPU && want != DDP_DEVICE_CUDA)
-        return ddp_set_error(DDP_ERR_ARG, "%s: want %d: not a device (DDP_DEVICE_AUTO, _CPU or _CUDA)", __func__,
-                             (int)want);
-    int n = want == DDP_DEVICE_CPU ? 0 : ddp_cuda_device_count();
+    int valid = want == DDP_DEVICE_AUTO || want == DDP_DEVICE_CPU || want == DDP_DEVICE_CUDA;
+    int n = !valid || want == DDP_DEVICE_CPU ? 0 : ddp_cuda_device_count();
     char buf[160];
     ddp_device d = want;
-    /* the node's ranks decide alike, so that all or none of them enter check_ranks_per_gpu's collectives: ranks that
-     * see different numbers of devices (CUDA_VISIBLE_DEVICES set per rank) hung there, the ones seeing none (or, under
-     * auto, too few) having left for the status agreement */
-    int lo = n, hi = n;
-    if (want != DDP_DEVICE_CPU) {
-        int mm[2] = {n, -n};
-        int rc = MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MIN, c->local);
-        if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce(node device counts)", __FILE__, __LINE__);
-        lo = mm[0], hi = -mm[1];
+    /* the node's ranks first agree on what they ask for and see, so that all or none of them enter
+     * check_ranks_per_gpu's collectives: a rank asking for cpu (or a device that does not exist) once returned
+     * without a collective while the others waited in it for ever; ranks that see different numbers of devices
+     * (CUDA_VISIBLE_DEVICES set per rank) hung there, the ones seeing none (or, under auto, too few) having left */
+    int w = valid ? (int)want : 99; /* the node's ranks agree: every one of them refuses an invalid want */
+    int mm[4] = {n, -n, w, -w};
+    int rc = MPI_Allreduce(MPI_IN_PLACE, mm, 4, MPI_INT, MPI_MIN, c->local);
+    if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce(node devices)", __FILE__, __LINE__);
+    int lo = mm[0], hi = -mm[1];
+    if (mm[2] != -mm[3]) {
+        ddp_set_error(DDP_ERR_ARG,
+                      "%s: the ranks of node %d (%s) ask for different devices (want %d to %d; rank %d: %d): it is "
+                      "collective over a node's ranks, which must pass the same want",
+                      __func__, c->topo.node_id, c->topo.host, mm[2], -mm[3], c->topo.rank, (int)want);
+        return DDP_ERR_ARG;
     }
+    if (!valid)
+        return ddp_set_error(DDP_ERR_ARG, "%s: want %d: not a device (DDP_DEVICE_AUTO, _CPU or _CUDA)", __func__,
+                             (int)want);
     if (lo != hi) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         if (want == DDP_DEVICE_CUDA)

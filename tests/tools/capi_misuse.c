@@ -157,6 +157,15 @@ int main(int argc, char **argv)
         expect("ddp_select_device_all(cpu, auto on the last rank)", st, size > 1 ? DDP_ERR_ARG : DDP_OK, "device");
         expect("ddp_all_ok after", ddp_all_ok(ctx, 1, &all), DDP_OK, NULL);
         expect("ddp_all_ok(all NULL)", ddp_all_ok(ctx, 1, NULL), DDP_ERR_ARG, "all");
+        /* ddp_select_device is collective over a node's ranks (all of them here): cpu on some, auto or a device that
+         * does not exist on another fails on every rank of the node, no hang */
+        st = ddp_select_device(ctx, g_rank == size - 1 ? DDP_DEVICE_AUTO : DDP_DEVICE_CPU, &got, NULL);
+        expect("ddp_select_device(cpu, auto on the last rank)", st, size > 1 ? DDP_ERR_ARG : DDP_OK,
+               size > 1 ? "ddp_select_device: the ranks of node 0" : NULL);
+        expect("ddp_all_ok after", ddp_all_ok(ctx, 1, &all), DDP_OK, NULL);
+        st = ddp_select_device(ctx, g_rank == size - 1 ? (ddp_device)42 : DDP_DEVICE_CPU, &got, NULL);
+        expect("ddp_select_device(want 42 on the last rank)", st, DDP_ERR_ARG, "device");
+        expect("ddp_all_ok after", ddp_all_ok(ctx, 1, &all), DDP_OK, NULL);
     } else if (!strcmp(c, "dataset")) {
         expect("ddp_dataset_open(dir NULL)", ddp_dataset_open(ctx, NULL, &tr), DDP_ERR_ARG, "dir");
         expect("ddp_dataset_open(out NULL)", ddp_dataset_open(ctx, trd, NULL), DDP_ERR_ARG, "out");
