@@ -310,9 +310,12 @@ ddp_status ddp_train_config_check(const ddp_train_config *cfg, int world);
 /* Collective. Trains model on train, validates on val after each epoch, writes the run directory. It first checks its
  * arguments on every rank (ddp_train_config_check; model: init, train_step and eval_step set, 1+ tensors with a name,
  * ndim in [1, 4] and shape >= 1; train and val not NULL) and agrees: bad arguments on any rank are DDP_ERR_ARG on
- * every rank, with that rank's line, before anything is written. Its lines (ddp_last_error) and notices about a
- * setting of cfg name its field, not the CLI's option: a refused run directory (DDP_ERR_BUSY: 'RUN holds a run
- * (run.json): continue it with cfg.resume = "auto", start afresh with a new cfg.out_dir, or set cfg.overwrite = 1
+ * every rank, with that rank's line, before anything is written. Then the ranks must hold the same cfg and tensor
+ * table: valid values that differ (cfg.lr on one rank) are DDP_ERR_MISMATCH on every rank, naming the first setting
+ * that differs ('ddp_train: the ranks were given different cfg.lr (0.001 and 0.002 among them): ...'). Its lines
+ * (ddp_last_error) and notices about a setting of cfg name its field, not the CLI's option: a refused run directory
+ * (DDP_ERR_BUSY: 'RUN holds a run (run.json): continue it with cfg.resume = "auto", start afresh with a new
+ * cfg.out_dir, or set cfg.overwrite = 1
  * ...'), a resume that cannot continue its checkpoint (DDP_ERR_ARG: 'FILE: saved with cfg.seed = 0; this run uses
  * cfg.seed = 5 ...'). A user program
  * that brings its own model (examples/user_model.c is a complete one):

@@ -1,5 +1,6 @@
-/* train_config.c — the training configuration's defaults (ddp_train_config_default) and its checks
- * (ddp_train_config_check), moved out of trainer.c, which keeps the loop. */
+/* train_config.c — the training configuration's defaults (ddp_train_config_default), its checks
+ * (ddp_train_config_check, ddp_train's arguments) and the ranks' agreement on it, out of trainer.c (the loop). */
+#include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/train/decide.h"
@@ -9,6 +10,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 void ddp_train_config_default(ddp_train_config *c)
@@ -169,4 +171,84 @@ ddp_status ddp_train_args_check(const ddp_train_config *cfg, int world, int cli,
         total += e;
     }
     return DDP_OK;
+}
+
+/* --- the same configuration and model on every rank --- */
+enum { AGREE_MAX = 64 };
+typedef struct {
+    int n;
+    const char *name[AGREE_MAX];
+    char kind[AGREE_MAX]; /* 'i' integer, 'd' double (its bits), 'h' a string's or the tensor table's hash */
+    int64_t v[2 * AGREE_MAX];
+} agree_set;
+
+static void put(agree_set *s, const char *name, char kind, int64_t v)
+{
+    s->name[s->n] = name;
+    s->kind[s->n] = kind;
+    s->v[s->n++] = v;
+}
+static void put_d(agree_set *s, const char *name, double d)
+{
+    int64_t b;
+    memcpy(&b, &d, sizeof b);
+    put(s, name, 'd', b);
+}
+static uint64_t fnv(uint64_t h, const void *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+static int64_t str_hash(const char *s) { return s ? (int64_t)fnv(14695981039346656037ull, s, strlen(s) + 1) : 0; }
+
+ddp_status ddp_train_args_agree(ddp_ctx *ctx, const ddp_train_config *c, const ddp_model *m)
+{
+    int cli = ctx->cli_names;
+    agree_set s = {0};
+#define I(o, x) put(&s, ddp_opt_name(cli, DDP_OPT_##o), 'i', (int64_t)(x))
+#define D(o, x) put_d(&s, ddp_opt_name(cli, DDP_OPT_##o), (x))
+    I(EPOCHS, c->epochs), I(BATCH_SIZE, c->batch_size), I(BATCH_ROWS, c->batch_rows), I(ACCUMULATE, c->accumulate);
+    I(SHUFFLE, c->shuffle_block), D(SHUFFLE_BLOCK_MB, c->shuffle_block_mb), I(SHUFFLE_WINDOW, c->shuffle_window);
+    I(SAMPLING, c->sampling_shard), D(LR, c->lr), D(WEIGHT_DECAY, c->weight_decay);
+    put_d(&s, "cfg.beta1", c->beta1), put_d(&s, "cfg.beta2", c->beta2), put_d(&s, "cfg.eps", c->eps);
+    I(LR_SCHEDULE, c->lr_schedule), D(WARMUP, c->warmup), D(MIN_LR, c->min_lr), I(LR_HORIZON, c->lr_horizon);
+    put(&s, "cfg.lr_start_step", 'i', c->lr_start_step), put(&s, "cfg.lr_end_step", 'i', c->lr_end_step);
+    D(GRAD_CLIP, c->grad_clip), I(SEED, (int64_t)c->seed), put(&s, "cfg.drop_last", 'i', c->drop_last);
+    I(LOG_EVERY, c->log_every), put(&s, "cfg.log_per_rank", 'i', c->log_per_rank);
+    I(FAST_DEV_RUN, c->fast_dev_run), D(BUCKET_MB, c->bucket_mb), D(COLLECTIVE_TIMEOUT, c->collective_timeout);
+    put(&s, "cfg.device", 'i', c->device), I(OVERWRITE, c->overwrite), I(CKPT_EVERY_STEPS, c->ckpt_every_steps);
+    I(MODE, c->mode_max), I(SAVE_TOP_K, c->save_top_k), I(CKPT_POLICY, c->ckpt_policy);
+    I(EARLY_STOP_PATIENCE, c->early_stop_patience), put_d(&s, "cfg.early_stop_min_delta", c->early_stop_min_delta);
+    I(SKIP_NONFINITE, c->skip_nonfinite), I(PRECISION, c->precision);
+    put(&s, ddp_opt_name(cli, DDP_OPT_MONITOR), 'h', str_hash(c->monitor));
+    put(&s, ddp_opt_name(cli, DDP_OPT_RESUME), 'h', str_hash(c->resume));
+#undef I
+#undef D
+    uint64_t h = fnv(14695981039346656037ull, &m->ntensors, sizeof m->ntensors);
+    for (int k = 0; k < m->ntensors; k++) { /* names and shapes: the gradient buckets are laid out from them */
+        h = fnv(h, m->tensors[k].name, strlen(m->tensors[k].name) + 1);
+        h = fnv(h, &m->tensors[k].ndim, sizeof m->tensors[k].ndim);
+        h = fnv(h, m->tensors[k].shape, (size_t)m->tensors[k].ndim * sizeof m->tensors[k].shape[0]);
+    }
+    put(&s, "model tensors (names and shapes)", 'h', (int64_t)h);
+    for (int k = 0; k < s.n; k++) s.v[s.n + k] = ~s.v[k]; /* MAX of ~v is ~(MIN of v): both in one allreduce */
+    DDP_CHECK(ddp_allreduce(ctx, s.v, 2 * s.n, MPI_INT64_T, MPI_MAX, "the configuration agreement"));
+    int bad = -1;
+    for (int k = 0; k < s.n && bad < 0; k++)
+        if (s.v[k] != ~s.v[s.n + k]) bad = k;
+    if (bad < 0) return DDP_OK;
+    char vals[128] = "";
+    int64_t hi = s.v[bad], lo = ~s.v[s.n + bad];
+    if (s.kind[bad] == 'i') snprintf(vals, sizeof vals, " (%lld and %lld among them)", (long long)lo, (long long)hi);
+    if (s.kind[bad] == 'd') {
+        double a, b;
+        memcpy(&a, &lo, sizeof a), memcpy(&b, &hi, sizeof b);
+        snprintf(vals, sizeof vals, " (%.9g and %.9g among them)", a, b);
+    }
+    ddp_set_error(DDP_ERR_MISMATCH,
+                  "ddp_train: the ranks were given different %s%s: every rank must pass the same configuration and "
+                  "model",
+                  s.name[bad], vals);
+    ddp_mark_error_shared(); /* computed from the reduced values: the same line on every rank */
+    return DDP_ERR_MISMATCH;
 }

@@ -580,6 +580,7 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
     if (!ctx) return ddp_set_error(DDP_ERR_ARG, "ddp_train: ctx is NULL");
     /* the arguments, agreed: a NULL or a broken model on one rank fails every rank here, not a collective later */
     DDP_CHECK(ddp_agree_status(ctx, ddp_train_args_check(cfg, ctx->topo.size, ctx->cli_names, model, train, val)));
+    DDP_CHECK(ddp_train_args_agree(ctx, cfg, model)); /* valid values that differ between ranks: replicas diverge */
     trainer tr = {.state = {.ctx = ctx,
                             .cfg = cfg,
                             .model = model,

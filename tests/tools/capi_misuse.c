@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int g_rank, g_failed;
 static const char *g_case;
@@ -313,6 +314,37 @@ int main(int argc, char **argv)
         if (g_rank == size - 1) b.eval_step = NULL;
         expect("ddp_train(eval_step NULL on the last rank)", ddp_train(ctx, &cfg, &b, tr, va), DDP_ERR_ARG,
                "eval_step");
+        if (size > 1) { /* valid values that differ between ranks: refused on every rank before anything is written */
+            const int last = g_rank == size - 1;
+            one = cfg;
+            if (last) one.lr = 0.002;
+            expect_api("ddp_train(lr 0.002 on the last rank)", ddp_train(ctx, &one, &m, tr, va), DDP_ERR_MISMATCH,
+                       "the ranks were given different cfg.lr (0.001 and 0.002 among them)");
+            one = cfg;
+            if (last) one.beta1 = 0.8;
+            expect_api("ddp_train(beta1 0.8 on the last rank)", ddp_train(ctx, &one, &m, tr, va), DDP_ERR_MISMATCH,
+                       "different cfg.beta1 (0.8 and 0.9 among them)");
+            one = cfg;
+            if (last) one.monitor = "val/acc";
+            expect_api("ddp_train(monitor val/acc on the last rank)", ddp_train(ctx, &one, &m, tr, va),
+                       DDP_ERR_MISMATCH, "different cfg.monitor:");
+            one = cfg;
+            if (last) one.epochs = 4;
+            expect_api("ddp_train(epochs 4 on the last rank)", ddp_train(ctx, &one, &m, tr, va), DDP_ERR_MISMATCH,
+                       "different cfg.epochs (1 and 4 among them)");
+            b = m;
+            if (last) { /* another tensor table: the gradient buckets would not line up */
+                sp[1].name = "fc.b";
+                b.tensors = sp;
+            }
+            expect_api("ddp_train(a tensor named otherwise on the last rank)", ddp_train(ctx, &cfg, &b, tr, va),
+                       DDP_ERR_MISMATCH, "different model tensors (names and shapes)");
+            sp[1] = g_lin.spec[1];
+            if (access(cfg.out_dir, F_OK) == 0) {
+                fprintf(stderr, "FAIL rank %d: a refused ddp_train created %s\n", g_rank, cfg.out_dir);
+                g_failed = 1;
+            }
+        }
         /* a run directory under a regular file */
         char file[4200], under[4300];
         snprintf(file, sizeof file, "%s/a-file", work);
