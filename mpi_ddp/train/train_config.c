@@ -178,18 +178,21 @@ enum { AGREE_MAX = 64 };
 typedef struct {
     int n;
     const char *name[AGREE_MAX];
-    char kind[AGREE_MAX]; /* 'i' integer, 'd' double (its bits), 'h' a string's or the tensor table's hash */
+    char kind[AGREE_MAX]; /* 'i' integer, 'u' unsigned, 'd' double (its bits), 'h' a hash (no value printed) */
     int64_t v[2 * AGREE_MAX];
 } agree_set;
 
 static void put(agree_set *s, const char *name, char kind, int64_t v)
 {
+    if (s->n == AGREE_MAX) return; /* the fixed list in ddp_train_args_agree stays below it */
     s->name[s->n] = name;
     s->kind[s->n] = kind;
     s->v[s->n++] = v;
 }
 static void put_d(agree_set *s, const char *name, double d)
 {
+    if (d == 0) d = 0;   /* -0 is 0 */
+    if (d != d) d = NAN; /* one NaN, whatever its payload */
     int64_t b;
     memcpy(&b, &d, sizeof b);
     put(s, name, 'd', b);
@@ -208,20 +211,40 @@ ddp_status ddp_train_args_agree(ddp_ctx *ctx, const ddp_train_config *c, const d
 #define I(o, x) put(&s, ddp_opt_name(cli, DDP_OPT_##o), 'i', (int64_t)(x))
 #define D(o, x) put_d(&s, ddp_opt_name(cli, DDP_OPT_##o), (x))
     I(EPOCHS, c->epochs), I(BATCH_SIZE, c->batch_size), I(BATCH_ROWS, c->batch_rows), I(ACCUMULATE, c->accumulate);
-    I(SHUFFLE, c->shuffle_block), D(SHUFFLE_BLOCK_MB, c->shuffle_block_mb), I(SHUFFLE_WINDOW, c->shuffle_window);
+    I(SHUFFLE, c->shuffle_block); /* the block's settings only where they apply (and are checked) */
+    D(SHUFFLE_BLOCK_MB, c->shuffle_block ? c->shuffle_block_mb : 0),
+        I(SHUFFLE_WINDOW, c->shuffle_block ? c->shuffle_window : 0);
     I(SAMPLING, c->sampling_shard), D(LR, c->lr), D(WEIGHT_DECAY, c->weight_decay);
     put_d(&s, "cfg.beta1", c->beta1), put_d(&s, "cfg.beta2", c->beta2), put_d(&s, "cfg.eps", c->eps);
     I(LR_SCHEDULE, c->lr_schedule), D(WARMUP, c->warmup), D(MIN_LR, c->min_lr), I(LR_HORIZON, c->lr_horizon);
     put(&s, "cfg.lr_start_step", 'i', c->lr_start_step), put(&s, "cfg.lr_end_step", 'i', c->lr_end_step);
-    D(GRAD_CLIP, c->grad_clip), I(SEED, (int64_t)c->seed), put(&s, "cfg.drop_last", 'i', c->drop_last);
+    D(GRAD_CLIP, c->grad_clip), put(&s, ddp_opt_name(cli, DDP_OPT_SEED), 'u', (int64_t)c->seed),
+        put(&s, "cfg.drop_last", 'i', c->drop_last);
     I(LOG_EVERY, c->log_every), put(&s, "cfg.log_per_rank", 'i', c->log_per_rank);
     I(FAST_DEV_RUN, c->fast_dev_run), D(BUCKET_MB, c->bucket_mb), D(COLLECTIVE_TIMEOUT, c->collective_timeout);
-    put(&s, "cfg.device", 'i', c->device), I(OVERWRITE, c->overwrite), I(CKPT_EVERY_STEPS, c->ckpt_every_steps);
+    I(OVERWRITE, c->overwrite), I(CKPT_EVERY_STEPS, c->ckpt_every_steps);
     I(MODE, c->mode_max), I(SAVE_TOP_K, c->save_top_k), I(CKPT_POLICY, c->ckpt_policy);
     I(EARLY_STOP_PATIENCE, c->early_stop_patience), put_d(&s, "cfg.early_stop_min_delta", c->early_stop_min_delta);
     I(SKIP_NONFINITE, c->skip_nonfinite), I(PRECISION, c->precision);
     put(&s, ddp_opt_name(cli, DDP_OPT_MONITOR), 'h', str_hash(c->monitor));
-    put(&s, ddp_opt_name(cli, DDP_OPT_RESUME), 'h', str_hash(c->resume));
+    /* rank 0 alone reads the checkpoint: one file may have another path on another node, but not another kind */
+    put(&s, cli ? "--resume's kind (0 none, 1 auto, 2 a file)" : "cfg.resume's kind (0 NULL, 1 \"auto\", 2 a file)",
+        'i',
+        !c->resume                   ? 0
+        : !strcmp(c->resume, "auto") ? 1
+                                     : 2);
+    /* the device that computes (cfg.device is not read): ranks on the CPU and on GPUs reduce by other paths */
+    put(&s, "model device (model.device, or the context's for DDP_DEVICE_AUTO)", 'i',
+        m->device == DDP_DEVICE_AUTO ? ctx->device : m->device);
+    const ddp_model_config *mc = c->model_config; /* a built-in model's hyperparameters, recorded by rank 0 */
+    uint64_t hm = 0;
+    if (mc) {
+        double dropout = mc->dropout == 0 ? 0 : mc->dropout;
+        int64_t f[] = {mc->kind,  mc->dim, mc->classes,       mc->hidden,    mc->layers,
+                       mc->heads, mc->ff,  mc->max_positions, mc->positions, mc->precision};
+        hm = fnv(fnv(14695981039346656037ull, f, sizeof f), &dropout, sizeof dropout);
+    }
+    put(&s, "cfg.model_config (the built-in model's hyperparameters)", 'h', (int64_t)hm);
 #undef I
 #undef D
     uint64_t h = fnv(14695981039346656037ull, &m->ntensors, sizeof m->ntensors);
@@ -240,10 +263,15 @@ ddp_status ddp_train_args_agree(ddp_ctx *ctx, const ddp_train_config *c, const d
     char vals[128] = "";
     int64_t hi = s.v[bad], lo = ~s.v[s.n + bad];
     if (s.kind[bad] == 'i') snprintf(vals, sizeof vals, " (%lld and %lld among them)", (long long)lo, (long long)hi);
+    if (s.kind[bad] == 'u') /* the two ends in signed order: two of the values, whichever */
+        snprintf(vals, sizeof vals, " (%llu and %llu among them)", (unsigned long long)lo, (unsigned long long)hi);
     if (s.kind[bad] == 'd') {
         double a, b;
+        char sa[40], sb[40];
         memcpy(&a, &lo, sizeof a), memcpy(&b, &hi, sizeof b);
-        snprintf(vals, sizeof vals, " (%.9g and %.9g among them)", a, b);
+        snprintf(sa, sizeof sa, "%.9g", a), snprintf(sb, sizeof sb, "%.9g", b);
+        if (!strcmp(sa, sb)) snprintf(sa, sizeof sa, "%.17g", a), snprintf(sb, sizeof sb, "%.17g", b);
+        snprintf(vals, sizeof vals, " (%s and %s among them)", sa, sb);
     }
     ddp_set_error(DDP_ERR_MISMATCH,
                   "ddp_train: the ranks were given different %s%s: every rank must pass the same configuration and "

@@ -119,7 +119,7 @@ ddp_status ddp_train_args_check(const ddp_train_config *cfg, int world, int cli,
 ddp_status ddp_train_config_check_as(const ddp_train_config *cfg, int world, int cli);
 /* Collective, after ddp_train_args_check passed on every rank: the ranks were given the same configuration (every
  * setting that shapes the run) and the same tensor table; else DDP_ERR_MISMATCH on every rank, one line naming the
- * first setting that differs and two of its values. */
+ * first setting that differs and, for a number, two of its values. */
 ddp_status ddp_train_args_agree(ddp_ctx *ctx, const ddp_train_config *cfg, const ddp_model *model);
 ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train,
                                 ddp_dataset *val, ddp_train_summary *summary);

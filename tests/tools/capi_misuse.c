@@ -340,6 +340,30 @@ int main(int argc, char **argv)
             expect_api("ddp_train(a tensor named otherwise on the last rank)", ddp_train(ctx, &cfg, &b, tr, va),
                        DDP_ERR_MISMATCH, "different model tensors (names and shapes)");
             sp[1] = g_lin.spec[1];
+            b = m;
+            if (last) b.device = DDP_DEVICE_CUDA; /* refused before any backend: no GPU needed */
+            expect_api("ddp_train(model device CUDA on the last rank)", ddp_train(ctx, &cfg, &b, tr, va),
+                       DDP_ERR_MISMATCH, "different model device");
+            ddp_model_config mc[2];
+            ddp_model_config_default(&mc[0]);
+            mc[1] = mc[0];
+            mc[1].heads = 8;
+            one = cfg;
+            one.model_config = &mc[last];
+            expect_api("ddp_train(model_config heads 8 on the last rank)", ddp_train(ctx, &one, &m, tr, va),
+                       DDP_ERR_MISMATCH, "different cfg.model_config");
+            one = cfg;
+            one.resume = last ? "auto" : NULL;
+            expect_api("ddp_train(resume auto on the last rank only)", ddp_train(ctx, &one, &m, tr, va),
+                       DDP_ERR_MISMATCH, "different cfg.resume's kind (0 NULL, 1 \"auto\", 2 a file) (0 and 1");
+            one = cfg;
+            if (last) one.seed = (1ull << 63) + 1;
+            expect_api("ddp_train(seed 2^63+1 on the last rank)", ddp_train(ctx, &one, &m, tr, va), DDP_ERR_MISMATCH,
+                       "different cfg.seed (9223372036854775809 and 0 among them)");
+            one = cfg;
+            if (last) one.lr = nextafter(0.001, 1);
+            expect_api("ddp_train(lr one ulp above on the last rank)", ddp_train(ctx, &one, &m, tr, va),
+                       DDP_ERR_MISMATCH, "different cfg.lr (0.001 and 0.0010000000000000002 among them)");
             if (access(cfg.out_dir, F_OK) == 0) {
                 fprintf(stderr, "FAIL rank %d: a refused ddp_train created %s\n", g_rank, cfg.out_dir);
                 g_failed = 1;
@@ -359,7 +383,10 @@ int main(int argc, char **argv)
         uc.out_dir = under;
         ddp_status st = ddp_train(ctx, &uc, &m, tr, va);
         expect("ddp_train(out_dir under a file)", st, st == DDP_ERR_IO ? DDP_ERR_IO : DDP_ERR_ARG, "a-file");
-        expect("ddp_train", ddp_train(ctx, &cfg, &m, tr, va), DDP_OK, NULL);
+        /* settings equal as numbers or unused: -0 and 0, a block size without block shuffling */
+        one = cfg;
+        if (g_rank == size - 1) one.grad_clip = -0.0, one.shuffle_block_mb = 7;
+        expect("ddp_train", ddp_train(ctx, &one, &m, tr, va), DDP_OK, NULL);
         /* resumes of that run: a refusal and a notice name the fields (sh/capi_misuse.sh reads the notice) */
         ddp_train_config rs = cfg;
         rs.resume = "auto";
