@@ -155,10 +155,15 @@ ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char 
     if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce(node devices)", __FILE__, __LINE__);
     int lo = mm[0], hi = -mm[1];
     if (mm[2] != -mm[3]) {
+        char span[64]; /* 99 stands for an invalid want, which the line does not print as a value */
+        if (-mm[3] == 99)
+            snprintf(span, sizeof span, "one of them asks for no device there is");
+        else
+            snprintf(span, sizeof span, "want %d to %d", mm[2], -mm[3]);
         ddp_set_error(DDP_ERR_ARG,
-                      "%s: the ranks of node %d (%s) ask for different devices (want %d to %d; rank %d: %d): it is "
-                      "collective over a node's ranks, which must pass the same want",
-                      __func__, c->topo.node_id, c->topo.host, mm[2], -mm[3], c->topo.rank, (int)want);
+                      "%s: the ranks of node %d (%s) ask for different devices (%s; rank %d: %d): it is collective "
+                      "over a node's ranks, which must pass the same want",
+                      __func__, c->topo.node_id, c->topo.host, span, c->topo.rank, (int)want);
         return DDP_ERR_ARG;
     }
     if (!valid)
@@ -211,8 +216,8 @@ ddp_status ddp_select_device_all(ddp_ctx *c, ddp_device want, ddp_device *got, c
 {
     DDP_NONNULL(c, "ctx");
     ddp_device d = DDP_DEVICE_CPU;
-    /* every rank must ask for the same device before ddp_select_device's node collective (which a rank asking for
-     * cpu skips): ranks asking for cpu and auto hung there */
+    /* every rank must ask for the same device, in one line naming the ranks' wants, before ddp_select_device's
+     * node collective (which agrees per node only): ranks asking for cpu and auto once hung there */
     int w[2] = {(int)want, -(int)want};
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, w, 2, MPI_INT, MPI_MIN, c->world));
     if (w[0] != -w[1]) {
