@@ -161,7 +161,12 @@ int main(int argc, char **argv)
                 int bad;
                 double t0 = now_s();
                 if (v == 0) {
-                    ddp_ckpt_state cs = {.world_size = 1, .best_score = NAN};
+                    ddp_ckpt_state cs = {.world_size = 1, /* AdamW's defaults: a read refuses constants out of range */
+                                         .best_score = NAN,
+                                         .beta1 = 0.9,
+                                         .beta2 = 0.999,
+                                         .eps = 1e-8,
+                                         .weight_decay = 0.01};
                     snprintf(cs.monitor, sizeof cs.monitor, "val/loss");
                     bad = ddp_ckpt_write(path, &model, arr[0], arr[1], arr[2], &cs) != DDP_OK;
                 } else
