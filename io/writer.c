@@ -6,6 +6,7 @@
 #include "io/manifest.h"
 #include "io/shard.h"
 #include "mpi_ddp/core/fsutil.h"
+#include "mpi_ddp/core/settings.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -191,7 +192,12 @@ static void lock_holder(int fd, char *buf, size_t len)
  * to take (a reader of a directory it may not write), -1 = error (set). */
 static int try_lock(ddp_out_lock *lk, int write, const char *what, char *holder, size_t hlen)
 {
-    int fd = open(lk->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    /* whether this call created the file: a lock that cannot be taken then leaves no file behind */
+    int fd = open(lk->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644), made = fd >= 0;
+    if (fd < 0 && errno == EEXIST) {
+        fd = open(lk->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0 && errno == ENOENT) return 2; /* its holder removed it meanwhile */
+    }
     if (fd < 0 && !write) { /* read-only data: a writer's lock is still seen; no directory: the survey says so */
         fd = open(lk->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0) return 3;
@@ -199,13 +205,15 @@ static int try_lock(ddp_out_lock *lk, int write, const char *what, char *holder,
     if (fd < 0)
         return ddp_set_error(DDP_ERR_IO, "%s: cannot create the dataset lock: %s", lk->path, strerror(errno)), -1;
     struct flock fl = {.l_type = write ? F_WRLCK : F_RDLCK, .l_whence = SEEK_SET};
-    if (fcntl(fd, F_SETLK, &fl) != 0) {
+    int locked = ddp_knob_int(DDP_KNOB_TEST_NOLOCK) == 1 ? (errno = ENOLCK, -1) : fcntl(fd, F_SETLK, &fl);
+    if (locked != 0) {
         int e = errno;
         if (e == EACCES || e == EAGAIN) {
             lock_holder(fd, holder, hlen);
             close(fd);
             return 0;
         }
+        if (made) unlink(lk->path); /* nobody can lock it: this run leaves the directory as it found it */
         close(fd);
         if (!write) return 3; /* a file system without POSIX locks: an index reads it as before */
         return ddp_set_error(DDP_ERR_IO,

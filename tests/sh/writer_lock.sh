@@ -59,3 +59,21 @@ qgrep -E "^mpiddp synth: error: stale: the dataset directory is in use by anothe
 wait "$ipid" || fail "the first index failed: $(cat idx.out)"
 [ ! -e stale/mpiddp-dataset.lock ] || fail "the lock file stayed after the indexes: $(ls -a stale)"
 pass "a stale lock file refuses nothing; indexes share the lock, a writer beside them is refused"
+
+# a file system without POSIX locks (MPIDDP_TEST_NOLOCK=1: taking the lock fails with ENOLCK): a synth is refused
+# with one line and leaves the file system as it found it: no --out it created, no lock file in an --out that was
+# there; an index goes on without the lock, leaving no lock file either. Before, the lock file it had created stayed,
+# and so did the --out around it.
+nolock_line="nl/new/mpiddp-dataset.lock: cannot lock (No locks available): a dataset directory needs a file system with POSIX locks"
+expect_rc 1 env MPIDDP_TEST_NOLOCK=1 "$MPIDDP" synth --out nl/new --samples 20 --dim 4 --shards 2
+[ "$ERR" = "mpiddp synth: error: $nolock_line" ] || fail "synth without locks: $ERR"
+[ ! -e nl ] || fail "a synth refused for want of locks left $(find nl)"
+expect_rc 1 env MPIDDP_TEST_NOLOCK=1 mpirun -np 2 --oversubscribe -x MPIDDP_TEST_NOLOCK "$MPIDDP" synth --out nl/new --samples 20 --dim 4 --shards 2
+[ "$(grep -c 'cannot lock (No locks available)' <<<"$ERR")" = 1 ] || fail "mpirun synth without locks: not one line: $ERR"
+[ ! -e nl ] || fail "an mpirun synth refused for want of locks left $(find nl)"
+mkdir -p there
+expect_rc 1 env MPIDDP_TEST_NOLOCK=1 "$MPIDDP" synth --out there --samples 20 --dim 4 --shards 2
+[ -d there ] && [ -z "$(ls -A there)" ] || fail "a synth refused for want of locks left $(ls -A there) in an --out that was there"
+expect_rc 0 env MPIDDP_TEST_NOLOCK=1 "$MPIDDP" index stale
+[ ! -e stale/mpiddp-dataset.lock ] || fail "an index without locks left a lock file"
+pass "without POSIX locks a synth is refused in one line and leaves no directory or lock file; an index goes on"
