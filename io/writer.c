@@ -173,13 +173,17 @@ ddp_status ddp_prepare_out_dir(const char *dir)
     return DDP_OK;
 }
 
-/* The holder of the lock on fd (F_GETLK's answer, and for a writer the line its lock file records). */
+/* The holder of the lock on fd (F_GETLK's answer, and for a writer the line its lock file records). A shared lock
+ * is an index's whatever the file holds (a killed writer's line stays under it); its PID only where the file system
+ * reports one (NFS may give 0). */
 static void lock_holder(int fd, char *buf, size_t len)
 {
     struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    long pid = fcntl(fd, F_GETLK, &q) == 0 && q.l_type != F_UNLCK ? (long)q.l_pid : 0;
-    if (pid && q.l_type == F_RDLCK) {
-        snprintf(buf, len, "mpiddp index, PID %ld", pid);
+    if (fcntl(fd, F_GETLK, &q) == 0 && q.l_type == F_RDLCK) {
+        if (q.l_pid > 0)
+            snprintf(buf, len, "mpiddp index, PID %ld", (long)q.l_pid);
+        else
+            snprintf(buf, len, "mpiddp index");
         return;
     }
     ssize_t n = pread(fd, buf, len - 1, 0);
@@ -254,9 +258,14 @@ ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const cha
         char holder[600] = "";
         snprintf(lk->path, sizeof lk->path, "%s/%s", dir, DDP_DATASET_LOCK);
         if (write) st = ddp_mkdir_p_made(dir, lk->created, sizeof lk->created);
+        /* a holder that is finishing (an index upgrades its lock to exclusive to remove the file, a writer has not
+         * written its line yet) is waited for: about 1 s before a run is refused */
         int got = 2;
-        for (int tries = 0; st == DDP_OK && got == 2 && tries < 100; tries++)
+        for (int tries = 0, waits = 0; st == DDP_OK && tries < 100; tries++) {
             got = try_lock(lk, write, what, holder, sizeof holder);
+            if (got != 2 && (got != 0 || ++waits > 20)) break;
+            if (got == 0) nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+        }
         if (st == DDP_OK && got == 2)
             st = ddp_set_error(DDP_ERR_IO, "%s: cannot lock: the file keeps being replaced", lk->path);
         if (st == DDP_OK && got < 0) st = DDP_ERR_IO;

@@ -2,9 +2,9 @@
 # (its shard temporaries, then its shards and its manifest), a second synth, a pack (alone or under mpirun) or an
 # index of that directory is refused with one line naming the directory and the holder, and touches nothing there;
 # the first completes and its dataset validates. Concurrent indexes share the lock; a leftover lock file (a killed
-# writer's) refuses nothing. Before, a second synth into an --out without shards removed the first's shard
-# temporaries (and wrote shards of its own among the first's), and an index rewrote the manifest of a dataset being
-# written.
+# writer's) refuses nothing, and a holder that is ending is waited for. Before, a second synth into an --out without
+# shards removed the first's shard temporaries (and wrote shards of its own among the first's), and an index rewrote
+# the manifest of a dataset being written.
 . "$(dirname "$0")/lib.sh"
 host=$(hostname)
 shtmp() { if [ -d "$1" ]; then find "$1" -maxdepth 1 -name '.shard-*.h5.tmp.*' | wc -l; else echo 0; fi; }
@@ -77,3 +77,45 @@ expect_rc 1 env MPIDDP_TEST_NOLOCK=1 "$MPIDDP" synth --out there --samples 20 --
 expect_rc 0 env MPIDDP_TEST_NOLOCK=1 "$MPIDDP" index stale
 [ ! -e stale/mpiddp-dataset.lock ] || fail "an index without locks left a lock file"
 pass "without POSIX locks a synth is refused in one line and leaves no directory or lock file; an index goes on"
+
+# a holder that is finishing is waited for (about 1 s), not named: an index removing the lock file upgrades its lock
+# to exclusive first, and a newcomer in that window saw an exclusive lock and named the writer line the file held (a
+# killed writer's, or none). Played here by a process that holds an exclusive lock on a file with a stale writer line
+# for 0.4 s and then removes it, as an index ends; the index beside it waits and runs. Before, it was refused naming
+# the stale writer. A shared lock is named as an index whatever the file holds.
+hold() { # hold DIR LOCKTYPE SECONDS: lock DIR/mpiddp-dataset.lock (holding a stale writer line), then remove it
+  mkdir -p "$1" && echo "mpiddp synth, host $host, PID 999999, since then" >"$1/mpiddp-dataset.lock"
+  rm -f held
+  $PY -c 'import fcntl, os, sys, time
+fd = os.open(sys.argv[1] + "/mpiddp-dataset.lock", os.O_RDWR)
+fcntl.lockf(fd, getattr(fcntl, sys.argv[2]) | fcntl.LOCK_NB)
+open("held", "w").close()
+time.sleep(float(sys.argv[3]))
+os.unlink(sys.argv[1] + "/mpiddp-dataset.lock")' "$@" &
+  hpid=$!
+  for _ in $(seq 500); do [ -e held ] && return 0; sleep 0.01; done
+  fail "the lock holder did not start"
+}
+hold stale LOCK_EX 0.4
+expect_rc 0 "$MPIDDP" index stale
+wait "$hpid" || fail "the exclusive holder failed"
+hold fin LOCK_EX 0.4
+expect_rc 0 "$MPIDDP" synth --out fin --samples 20 --dim 4 --shards 2
+wait "$hpid" || fail "the exclusive holder failed"
+[ ! -e fin/mpiddp-dataset.lock ] || fail "fin: the lock file stayed"
+hold stale LOCK_SH 3
+expect_rc 1 "$MPIDDP" synth --out stale --samples 40 --dim 4 --shards 2
+qgrep -E "^mpiddp synth: error: stale: the dataset directory is in use by another run \(mpiddp index, PID $hpid\); wait" <<<"$ERR" ||
+  fail "synth beside a shared lock over a stale writer line: $ERR"
+wait "$hpid" || fail "the shared holder failed"
+pass "a finishing holder is waited for; a shared lock is named as an index whatever its file holds"
+# two indexes of one directory side by side, again and again: never refused (the window above is too short to hit
+# reliably this way; this guards against a regression)
+echo "mpiddp synth, host $host, PID 999999, since then" >stale/mpiddp-dataset.lock
+loop() { for _ in $(seq 15); do "$MPIDDP" index stale >/dev/null 2>>"idx$1.err" || echo "refused" >>"idx$1.err"; done; }
+rm -f idx1.err idx2.err
+loop 1 & lpid=$!
+loop 2
+wait "$lpid"
+[ ! -s idx1.err ] && [ ! -s idx2.err ] || fail "concurrent indexes refused: $(cat idx1.err idx2.err)"
+pass "concurrent indexes are never refused"
