@@ -77,14 +77,16 @@ static uint64_t fnv(uint64_t h, const void *p, size_t len)
     return h;
 }
 
-/* Up to 64 KiB of fd at off (when off >= 0), into h; what cannot be read counts as its own value. */
-static uint64_t fnv_at(uint64_t h, int fd, int64_t off, int64_t len)
+/* Up to 64 KiB of fd at off (when off >= 0), into h; what cannot be read counts as its own value, and a read error
+ * is noted in *err (the first one). */
+static uint64_t fnv_at(uint64_t h, int fd, int64_t off, int64_t len, int *err)
 {
     static const int64_t cap = 64 << 10;
     char buf[4096];
     if (off < 0) return h;
     for (int64_t at = 0, n = len < cap ? len : cap; at < n;) {
         ssize_t got = pread(fd, buf, (size_t)(n - at < (int64_t)sizeof buf ? n - at : (int64_t)sizeof buf), off + at);
+        if (got < 0 && !*err) *err = errno;
         if (got <= 0) return fnv(h, "short", 5);
         h = fnv(h, buf, (size_t)got);
         at += got;
@@ -94,9 +96,12 @@ static uint64_t fnv_at(uint64_t h, int fd, int64_t off, int64_t len)
 
 /* This rank's view of the dataset it opened: the shard count, and for the first, middle and last shard the size of
  * the file in this rank's dir and the bytes of its offsets, labels, sample ids and first features (at the offsets
- * the survey found). Content, not paths: copies of one dataset at different paths (node-local) agree. */
-static uint64_t local_fingerprint(const char *dir, const ddp_shard_meta *m, int64_t n)
+ * the survey found); a shard whose arrays cannot be located (chunked, compressed, converted: HDF5 reads them) adds
+ * the raw first and last 64 KiB of its file instead. Content, not paths: copies of one dataset at different paths
+ * (node-local) are byte-identical and agree. A shard this rank cannot read is named in why. */
+static uint64_t local_fingerprint(const char *dir, const ddp_shard_meta *m, int64_t n, char *why, size_t wlen)
 {
+    static const int64_t cap = 64 << 10;
     uint64_t h = fnv(0xcbf29ce484222325ULL, &n, sizeof n);
     int64_t pick[3] = {0, n / 2, n - 1};
     for (int i = 0; i < 3; i++) {
@@ -105,30 +110,43 @@ static uint64_t local_fingerprint(const char *dir, const ddp_shard_meta *m, int6
         char path[8192];
         snprintf(path, sizeof path, "%s/%s", dir, s->name);
         struct stat sb;
-        int64_t size = stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+        int err = 0;
+        int64_t size = stat(path, &sb) == 0 ? (int64_t)sb.st_size : (err = errno, -1);
         h = fnv(h, &size, sizeof size);
         int fd = size >= 0 ? open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
-        if (fd < 0) continue;
-        h = fnv_at(h, fd, s->off_off, (s->n + 1) * 8);
-        h = fnv_at(h, fd, s->lab_off, s->n * s->lab_width);
-        if (s->has_ids) h = fnv_at(h, fd, s->ids_off, s->n * 8);
-        h = fnv_at(h, fd, s->feat_off, s->rows * s->dim * 4);
-        close(fd);
+        if (fd < 0 && !err) err = errno;
+        if (fd >= 0) {
+            h = fnv_at(h, fd, s->off_off, (s->n + 1) * 8, &err);
+            h = fnv_at(h, fd, s->lab_off, s->n * s->lab_width, &err);
+            if (s->has_ids) h = fnv_at(h, fd, s->ids_off, s->n * 8, &err);
+            h = fnv_at(h, fd, s->feat_off, s->rows * s->dim * 4, &err);
+            if (s->off_off < 0 || s->lab_off < 0 || (s->has_ids && s->ids_off < 0) || s->feat_off < 0) {
+                h = fnv_at(h, fd, 0, size, &err);
+                h = fnv_at(h, fd, size > cap ? size - cap : 0, size, &err);
+            }
+            close(fd);
+        }
+        if (err && !why[0]) snprintf(why, wlen, "cannot read %.400s: %s", s->name, strerror(err));
     }
     return h;
 }
 
 /* Collective: every rank opened the same dataset (its content, wherever it lies), or one line on every rank naming
- * rank 0's directory and the first rank's whose differs. One allreduce when they agree. */
+ * rank 0's directory and the first rank's whose differs (or that cannot read a shard, and why). One allreduce when
+ * they agree; nothing at one rank. */
 static ddp_status agree_same_dataset(ddp_ctx *ctx, const char *dir, const ddp_shard_meta *m, int64_t n)
 {
-    uint64_t h = local_fingerprint(dir, m, n), mm[2] = {h, ~h};
+    if (ctx->topo.size == 1) return DDP_OK; /* no other rank to differ from */
+    char why[512] = "";
+    uint64_t h = local_fingerprint(dir, m, n, why, sizeof why), mm[2] = {h, ~h};
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_UINT64_T, MPI_MIN, ctx->world));
     if (mm[0] == ~mm[1]) return DDP_OK;
     uint64_t h0 = h;
     MPI_CHECK(MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, ctx->world));
-    int first = h != h0 ? ctx->topo.rank : ctx->topo.size;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, ctx->world));
+    int size = ctx->topo.size, rank = ctx->topo.rank;
+    int first[2] = {why[0] ? rank : size, h != h0 ? rank : size}; /* the first that cannot read, that differs */
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, first, 2, MPI_INT, MPI_MIN, ctx->world));
+    int other = first[0] > 0 && first[0] < size ? first[0] : first[1] < size ? first[1] : 1;
     char d0[4096], d1[4096], real[PATH_MAX], host[256] = "?"; /* "DIR (= its real path) on HOST" */
     gethostname(host, sizeof host - 1);
     if (realpath(dir, real) && strcmp(real, dir) != 0)
@@ -137,12 +155,20 @@ static ddp_status agree_same_dataset(ddp_ctx *ctx, const char *dir, const ddp_sh
         snprintf(d0, sizeof d0, "%.1800s on %.255s", dir, host);
     memcpy(d1, d0, sizeof d1);
     MPI_CHECK(MPI_Bcast(d0, (int)sizeof d0, MPI_CHAR, 0, ctx->world));
-    MPI_CHECK(MPI_Bcast(d1, (int)sizeof d1, MPI_CHAR, first, ctx->world));
+    MPI_CHECK(MPI_Bcast(d1, (int)sizeof d1, MPI_CHAR, other, ctx->world));
     d0[sizeof d0 - 1] = d1[sizeof d1 - 1] = 0;
+    char because[600];
+    if (first[0] < size) {
+        MPI_CHECK(MPI_Bcast(why, (int)sizeof why, MPI_CHAR, first[0], ctx->world));
+        why[sizeof why - 1] = 0;
+        snprintf(because, sizeof because, "rank %d %s", first[0], why);
+    } else {
+        snprintf(because, sizeof because, "their shards differ in size or content");
+    }
     ddp_set_error(DDP_ERR_ARG,
-                  "the ranks opened different datasets: rank 0 %s, rank %d %s: their shards differ in size or "
-                  "content; give every rank the same dataset (copies of it at other paths are fine)",
-                  d0, first, d1);
+                  "the ranks opened different datasets: rank 0 %s, rank %d %s: %s; give every rank the same dataset "
+                  "(copies of it at other paths are fine)",
+                  d0, other, d1, because);
     ddp_mark_error_shared(); /* every rank formatted the same line */
     return DDP_ERR_ARG;
 }

@@ -7,6 +7,8 @@
   make_shards.py nan OUT        a valid dataset with one NaN feature value (sample 7)
   make_shards.py pack-input F   an HDF5 file with /samples/<name> (rows x D) and /labels, as `pack` takes
   make_shards.py check-pack F DIR   the packed shards hold exactly F's samples, labels and order
+  make_shards.py chunked OUT SEED   240 samples (D 8, 3 classes) as 3 chunked, uncompressed shards: the same
+                                shapes and file sizes for every SEED, other features and labels
   make_shards.py spiky OUT N EVERY LONG [FIRST_ID]   one-row samples with a LONG-row sample every EVERY (D 8,
                                 2 classes, 2 shards): the adversarial mix for token-budget splits
 """
@@ -264,6 +266,22 @@ def spiky(out, n, every, long_rows, first_id=0):
                     sample_ids=np.arange(first, first + len(lab)))
 
 
+def chunked(out, seed):
+    rows = np.random.default_rng(4).integers(1, 9, size=240)
+    offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+    rng = np.random.default_rng(seed)
+    feats = rng.standard_normal((int(offsets[-1]), 8)).astype(np.float32)
+    labels = rng.integers(0, 3, size=240).astype(np.int64)
+    os.makedirs(out, exist_ok=True)
+    for k, (f_, o_, l_) in enumerate(split(feats, offsets, labels, [0, 80, 160, 240])):
+        with h5py.File(f"{out}/part-{k}.h5", "w") as f:
+            f.attrs["format"] = np.bytes_("mpiddp-shard")
+            f.attrs["version"] = 1
+            f.attrs["num_classes"] = 3
+            for name, data in (("features", f_), ("offsets", o_), ("labels", l_)):
+                f.create_dataset(name, data=data, chunks=True)
+
+
 def check_pack(path, out):
     with h5py.File(path, "r") as f:
         names = sorted(f["samples"].keys(), key=lambda s: s.encode())
@@ -299,6 +317,8 @@ if __name__ == "__main__":
         pack_input(sys.argv[2])
     elif cmd == "spiky":
         spiky(sys.argv[2], *(int(a) for a in sys.argv[3:]))
+    elif cmd == "chunked":
+        chunked(sys.argv[2], int(sys.argv[3]))
     elif cmd == "check-pack":
         check_pack(sys.argv[2], sys.argv[3])
     else:
