@@ -6,6 +6,7 @@
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/fsutil.h"
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/status.h"
 
 #include <cjson/cJSON.h>
@@ -171,34 +172,17 @@ static int exists(const char *dir, const char *rel)
     return lstat(p, &s) == 0;
 }
 
-/* What the run directory's refusals tell the user to set: the CLI's options (ctx->cli_names), or the fields of
- * ddp_train_config a C-API program sets. */
-typedef struct {
-    int cli;
-    const char *out;           /* "--out" | "cfg.out_dir" */
-    const char *overwrite;     /* "--overwrite" | "cfg.overwrite = 1" */
-    const char *set_overwrite; /* "pass --overwrite" | "set cfg.overwrite = 1" */
-} rd_names;
-
-static const rd_names CLI_NAMES = {1, "--out", "--overwrite", "pass --overwrite"};
-static const rd_names API_NAMES = {0, "cfg.out_dir", "cfg.overwrite = 1", "set cfg.overwrite = 1"};
-
-/* "--resume VALUE" or "cfg.resume = "VALUE""; value NULL: any checkpoint file ("--resume FILE", "cfg.resume = its
- * path"). */
-static const char *resume_is(const rd_names *w, const char *value, char *buf, size_t len)
+/* "--resume VALUE" or "cfg.resume = "VALUE"" (optname.h); value NULL: any checkpoint file ("--resume FILE",
+ * "cfg.resume = its path"). */
+static const char *resume_is(int cli, const char *value, char *buf, size_t len)
 {
-    if (w->cli)
-        snprintf(buf, len, "--resume %s", value ? value : "FILE");
-    else if (value)
-        snprintf(buf, len, "cfg.resume = \"%s\"", value);
-    else
-        snprintf(buf, len, "cfg.resume = its path");
-    return buf;
+    if (!value && !cli) return snprintf(buf, len, "cfg.resume = its path"), buf;
+    return ddp_opt_set(buf, len, cli, DDP_OPT_RESUME, value ? value : "FILE");
 }
 
 /* Removes the regular files of dir/sub that match(sub, name) accepts; counts them. */
 static ddp_status remove_matching(const char *dir, const char *sub, int (*match)(const char *, const char *),
-                                  int *count, const rd_names *w)
+                                  int *count, int cli)
 {
     char p[8400];
     snprintf(p, sizeof p, "%s%s%s", dir, sub[0] ? "/" : "", sub);
@@ -213,7 +197,7 @@ static ddp_status remove_matching(const char *dir, const char *sub, int (*match)
         struct stat s;
         if (lstat(f, &s) != 0 || !S_ISREG(s.st_mode)) continue; /* a run writes regular files only */
         if (unlink(f) != 0)
-            st = ddp_set_error(DDP_ERR_IO, "%s: cannot remove (%s): %s", f, w->cli ? "--overwrite" : "cfg.overwrite",
+            st = ddp_set_error(DDP_ERR_IO, "%s: cannot remove (%s): %s", f, ddp_opt_name(cli, DDP_OPT_OVERWRITE),
                                strerror(errno));
         else
             (*count)++;
@@ -307,9 +291,11 @@ static void newest_topk(const char *dir, char *rel, size_t len)
 }
 
 static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *resume, int overwrite,
-                                const ddp_topology *t, const rd_names *w)
+                                const ddp_topology *t, int cli)
 {
-    char r1[4200], r2[64];
+    char r1[4200], r2[64], ov[32];
+    const char *out = ddp_opt_name(cli, DDP_OPT_OUT);
+    ddp_opt_set(ov, sizeof ov, cli, DDP_OPT_OVERWRITE, NULL); /* "--overwrite" | "cfg.overwrite = 1" */
     DDP_CHECK(ddp_mkdir_p_made(dir, rd->created, sizeof rd->created));
     char path[4400], holder[512] = "";
     snprintf(path, sizeof path, "%s/%s", dir, LOCK_NAME);
@@ -330,7 +316,7 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
         return ddp_set_error(
             DDP_ERR_BUSY,
             "%s: the run directory is in use by another run (%s); wait for it to end, or choose another %s", dir,
-            holder, w->out);
+            holder, out);
     /* looked at under the lock: a run that held it meanwhile may have made them, and they are then that run's */
     rd->had_progress = exists(dir, "progress");
     rd->had_checkpoints = exists(dir, "checkpoints");
@@ -342,11 +328,11 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
         char cont[4200] = "";     /* --resume last (Lightning's ckpt_path="last") meant this run's own last.h5 */
         if (exists(dir, "checkpoints/last.h5"))
             snprintf(cont, sizeof cont, "continue this run with %s (%s/checkpoints/last.h5), ",
-                     resume_is(w, "auto", r2, sizeof r2), dir);
+                     resume_is(cli, "auto", r2, sizeof r2), dir);
         return ddp_set_error(DDP_ERR_BUSY,
                              "%s holds a run (%s) and %s is not one of its checkpoints: %sresume into a new %s (the "
                              "run continues there), or from a checkpoint in %s/checkpoints",
-                             dir, mark, resume_is(w, resume, r1, sizeof r1), cont, w->out, dir);
+                             dir, mark, resume_is(cli, resume, r1, sizeof r1), cont, out, dir);
     }
     if (resume && !strcmp(resume, "auto") && mark && !exists(dir, "checkpoints/last.h5") && !restart_of(dir, t)) {
         char topk[600], hint[700] = "";
@@ -355,19 +341,19 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
         return ddp_set_error(DDP_ERR_BUSY,
                              "%s holds a run (%s) but no checkpoints/last.h5 to resume from: start over with %s, "
                              "resume from one of its checkpoints with %s%s, or choose a new %s",
-                             dir, mark, w->overwrite, resume_is(w, NULL, r1, sizeof r1), hint, w->out);
+                             dir, mark, ov, resume_is(cli, NULL, r1, sizeof r1), hint, out);
     }
     if (resume) return DDP_OK;
     if (mark && !overwrite)
         return ddp_set_error(DDP_ERR_BUSY,
-                             "%s holds a run (%s): continue it with %s, start afresh with a new %s, or %s to remove "
-                             "that run's files first",
-                             dir, mark, resume_is(w, "auto", r2, sizeof r2), w->out, w->set_overwrite);
+                             "%s holds a run (%s): continue it with %s, start afresh with a new %s, or %s %s to "
+                             "remove that run's files first",
+                             dir, mark, resume_is(cli, "auto", r2, sizeof r2), out, cli ? "pass" : "set", ov);
     if (mark) {
         int removed = 0;
         static const char *const subs[] = {"", "checkpoints", "progress"};
         for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
-            DDP_CHECK(remove_matching(dir, subs[i], run_file, &removed, w));
+            DDP_CHECK(remove_matching(dir, subs[i], run_file, &removed, cli));
         rd->removed = removed;
     }
     return DDP_OK;
@@ -376,7 +362,7 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
 void ddp_rundir_remove_stale_tmp(const char *dir)
 {
     int n = 0; /* best effort: a temporary that cannot be removed is never read */
-    (void)remove_matching(dir, "checkpoints", save_tmp_in, &n, &API_NAMES);
+    (void)remove_matching(dir, "checkpoints", save_tmp_in, &n, 0);
 }
 
 ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume, int overwrite, ddp_rundir *rd)
@@ -386,7 +372,7 @@ ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume,
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) {
         snprintf(rd->dir, sizeof rd->dir, "%s", dir);
-        st = acquire_local(rd, dir, resume, overwrite, &ctx->topo, ctx->cli_names ? &CLI_NAMES : &API_NAMES);
+        st = acquire_local(rd, dir, resume, overwrite, &ctx->topo, ctx->cli_names);
     }
     st = ddp_agree_status(ctx, st);
     if (st != DDP_OK) ddp_rundir_discard(ctx, rd); /* a fresh --out it made is gone again */
