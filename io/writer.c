@@ -6,18 +6,17 @@
 #include "io/manifest.h"
 #include "io/shard.h"
 #include "mpi_ddp/core/fsutil.h"
+#include "mpi_ddp/core/lockfile.h"
 #include "mpi_ddp/core/settings.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <hdf5.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define H5W(call, what)                                                      \
@@ -173,106 +172,57 @@ ddp_status ddp_prepare_out_dir(const char *dir)
     return DDP_OK;
 }
 
-/* The holder of the lock on fd (F_GETLK's answer, and for a writer the line its lock file records). A shared lock
- * is an index's whatever the file holds (a killed writer's line stays under it); its PID only where the file system
- * reports one (NFS may give 0). */
-static void lock_holder(int fd, char *buf, size_t len)
+/* The names of the shared holders, by kind (mpi_ddp/core/lockfile.h): the reader of a dataset directory. */
+static const char *const READERS[] = {"mpiddp index"};
+
+/* Rank 0's part of ddp_out_lock_take: DDP_OK with the lock held (or, for a reader, none to take), else the error set
+ * and nothing left behind but what ddp_out_lock_release removes. */
+static ddp_status take_local(const char *dir, int write, const char *what, ddp_out_lock *lk)
 {
-    struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    if (fcntl(fd, F_GETLK, &q) == 0 && q.l_type == F_RDLCK) {
-        if (q.l_pid > 0)
-            snprintf(buf, len, "mpiddp index, PID %ld", (long)q.l_pid);
-        else
-            snprintf(buf, len, "mpiddp index");
-        return;
-    }
-    ssize_t n = pread(fd, buf, len - 1, 0);
-    buf[n > 0 ? n : 0] = 0;
-    buf[strcspn(buf, "\n")] = 0;
-    if (!buf[0]) snprintf(buf, len, "a writer that has not written its name yet");
+    char holder[600] = "", who[64];
+    snprintf(lk->path, sizeof lk->path, "%s/%s", dir, DDP_DATASET_LOCK);
+    snprintf(who, sizeof who, "mpiddp %s", what);
+    if (write) DDP_CHECK(ddp_mkdir_p_made(dir, lk->created, sizeof lk->created));
+    int reader = -1;
+    for (int k = 0; !write && k < (int)(sizeof READERS / sizeof READERS[0]); k++)
+        if (!strcmp(READERS[k], who)) reader = k;
+    ddp_lockfile_spec s = {.path = lk->path,
+                           .noun = "dataset lock",
+                           .needs = "a dataset directory",
+                           .unnamed = "a writer that has not written its name yet",
+                           .who = who,
+                           .reader = write        ? -1
+                                     : reader < 0 ? 0
+                                                  : reader,
+                           .readers = READERS,
+                           .nreaders = (int)(sizeof READERS / sizeof READERS[0]),
+                           .tidy = 1,
+                           .test_nolock = 1};
+    /* a holder that is finishing (a reader upgrades its lock to exclusive to remove the file, a writer has not
+     * written its line yet) is waited for: about 1 s before a run is refused */
+    int got = ddp_lockfile_take(&s, 1.0, 50, NULL, NULL, &lk->fd, holder, sizeof holder);
+    if (got == DDP_LOCKFILE_GONE || got == DDP_LOCKFILE_REPLACED)
+        return ddp_set_error(DDP_ERR_IO, "%s: cannot lock: the file keeps being replaced", lk->path);
+    if (got == DDP_LOCKFILE_ERROR) return DDP_ERR_IO;
+    if (got == DDP_LOCKFILE_HELD)
+        return ddp_set_error(DDP_ERR_BUSY,
+                             "%s: the dataset directory is in use by another run (%s); wait for it to end%s", dir,
+                             holder, write ? ", or choose another --out" : "");
+    return DDP_OK;
 }
 
-/* One attempt: 1 = locked, 0 = held (holder filled in), 2 = the file was replaced meanwhile (try again), 3 = no lock
- * to take (a reader of a directory it may not write), -1 = error (set). */
-static int try_lock(ddp_out_lock *lk, int write, const char *what, char *holder, size_t hlen)
+static void lock_init(ddp_out_lock *lk)
 {
-    /* whether this call created the file: a lock that cannot be taken then leaves no file behind */
-    int fd = open(lk->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644), made = fd >= 0;
-    if (fd < 0 && errno == EEXIST) {
-        fd = open(lk->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0 && errno == ENOENT) return 2; /* its holder removed it meanwhile */
-    }
-    if (fd < 0 && !write) { /* read-only data: a writer's lock is still seen; no directory: the survey says so */
-        fd = open(lk->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0) return 3;
-    }
-    if (fd < 0)
-        return ddp_set_error(DDP_ERR_IO, "%s: cannot create the dataset lock: %s", lk->path, strerror(errno)), -1;
-    struct flock fl = {.l_type = write ? F_WRLCK : F_RDLCK, .l_whence = SEEK_SET};
-    int locked = ddp_knob_int(DDP_KNOB_TEST_NOLOCK) == 1 ? (errno = ENOLCK, -1) : fcntl(fd, F_SETLK, &fl);
-    if (locked != 0) {
-        int e = errno;
-        if (e == EACCES || e == EAGAIN) {
-            lock_holder(fd, holder, hlen);
-            close(fd);
-            return 0;
-        }
-        if (made) unlink(lk->path); /* nobody can lock it: this run leaves the directory as it found it */
-        close(fd);
-        if (!write) return 3; /* a file system without POSIX locks: an index reads it as before */
-        return ddp_set_error(DDP_ERR_IO,
-                             "%s: cannot lock (%s): a dataset directory needs a file system with POSIX locks", lk->path,
-                             strerror(e)),
-               -1;
-    }
-    /* the holder before us may have removed the file between our open and our lock: lock the file on disk */
-    struct stat a, b;
-    if (fstat(fd, &a) != 0 || stat(lk->path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
-        close(fd);
-        return 2;
-    }
-    if (write) { /* who holds it, for the line that refuses another run */
-        char host[256] = "?", line[600], when[64] = "?";
-        gethostname(host, sizeof host - 1);
-        time_t t = time(NULL);
-        struct tm tm;
-        if (localtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-        int n = snprintf(line, sizeof line, "mpiddp %s, host %s, PID %ld, since %s\n", what, host, (long)getpid(),
-                         when);
-        if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n) {
-            int e = errno;
-            close(fd);
-            return ddp_set_error(DDP_ERR_IO, "%s: cannot write the dataset lock: %s", lk->path, strerror(e)), -1;
-        }
-    }
-    lk->fd = fd;
-    return 1;
+    memset(lk, 0, sizeof *lk);
+    lk->fd = -1;
 }
 
 ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const char *what, ddp_out_lock *lk)
 {
-    memset(lk, 0, sizeof *lk);
-    lk->fd = -1;
+    lock_init(lk);
     ddp_status st = DDP_OK;
     if (ctx->topo.rank == 0) {
-        char holder[600] = "";
-        snprintf(lk->path, sizeof lk->path, "%s/%s", dir, DDP_DATASET_LOCK);
-        if (write) st = ddp_mkdir_p_made(dir, lk->created, sizeof lk->created);
-        /* a holder that is finishing (an index upgrades its lock to exclusive to remove the file, a writer has not
-         * written its line yet) is waited for: about 1 s before a run is refused */
-        int got = 2;
-        for (int tries = 0, waits = 0; st == DDP_OK && tries < 100; tries++) {
-            got = try_lock(lk, write, what, holder, sizeof holder);
-            if (got != 2 && (got != 0 || ++waits > 20)) break;
-            if (got == 0) nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
-        }
-        if (st == DDP_OK && got == 2)
-            st = ddp_set_error(DDP_ERR_IO, "%s: cannot lock: the file keeps being replaced", lk->path);
-        if (st == DDP_OK && got < 0) st = DDP_ERR_IO;
-        if (st == DDP_OK && got == 0)
-            st = ddp_set_error(DDP_ERR_BUSY,
-                               "%s: the dataset directory is in use by another run (%s); wait for it to end%s", dir,
-                               holder, write ? ", or choose another --out" : "");
+        st = take_local(dir, write, what, lk);
         if (st != DDP_OK) ddp_out_lock_release(lk);
     }
     return ddp_agree_status(ctx, st);
@@ -280,14 +230,10 @@ ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const cha
 
 void ddp_out_lock_release(ddp_out_lock *lk)
 {
-    if (lk->fd >= 0) {
-        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-        /* a writer's lock, or a reader's that no other reader shares: removed while still locked (a run that opened
-         * the old file sees the inode changed); a leftover file (a killed run's) never refuses by itself */
-        if (fcntl(lk->fd, F_SETLK, &fl) == 0) unlink(lk->path);
-        close(lk->fd);
-        lk->fd = -1;
-    }
+    /* a writer's lock, or a reader's that no other reader shares: removed while still locked; a leftover file (a
+     * killed run's) never refuses by itself */
+    ddp_lockfile_release(lk->fd, lk->path);
+    lk->fd = -1;
     if (lk->created[0]) { /* the directories the writer made, when nothing is left in them (a refused or failed run) */
         char p[4200];
         snprintf(p, sizeof p, "%s", lk->path);

@@ -6,13 +6,13 @@
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/fsutil.h"
+#include "mpi_ddp/core/lockfile.h"
 #include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/status.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -104,64 +104,18 @@ static int run_file(const char *sub, const char *name)
 
 static int save_tmp_in(const char *sub, const char *name) { return !strcmp(sub, "checkpoints") && save_tmp(name); }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+/* on_gone of the run lock's wait: the run whose lock this one waited for was refused and removed the directory it
+ * made (ddp_rundir_discard): made again */
+typedef struct {
+    ddp_rundir *rd;
+    const char *dir;
+    ddp_status st;
+} remake;
 
-/* The holder's line ("host H, PID P, since T"), as the lock file records it. */
-static void read_holder(int fd, char *buf, size_t len)
+static ddp_status remake_dir(void *arg)
 {
-    ssize_t n = pread(fd, buf, len - 1, 0);
-    buf[n > 0 ? n : 0] = 0;
-    buf[strcspn(buf, "\n")] = 0;
-    if (!buf[0]) snprintf(buf, len, "a process that has not written its name yet");
-}
-
-/* One attempt: 1 = locked, 0 = held by a live process (holder filled in), 2 = the directory is gone (a refused run
- * that had made it removed it: ddp_rundir_discard), -1 = error (set). */
-static int try_lock(ddp_rundir *rd, const char *path, char *holder, size_t hlen)
-{
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0 && errno == ENOENT) return 2;
-    if (fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot create the run lock: %s", path, strerror(errno)), -1;
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    if (fcntl(fd, F_SETLK, &fl) != 0) {
-        int e = errno;
-        if (e == EACCES || e == EAGAIN) {
-            read_holder(fd, holder, hlen);
-            close(fd);
-            return 0;
-        }
-        close(fd);
-        return ddp_set_error(DDP_ERR_IO, "%s: cannot lock (%s): the run directory needs a file system with POSIX locks",
-                             path, strerror(e)),
-               -1;
-    }
-    /* the holder before us may have removed the file between our open and our lock: lock the file on disk */
-    struct stat a, b;
-    if (fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
-        close(fd);
-        snprintf(holder, hlen, "a run that just ended");
-        return 0;
-    }
-    char host[256] = "?", line[512];
-    gethostname(host, sizeof host - 1);
-    time_t t = time(NULL);
-    struct tm tm;
-    char when[64] = "?";
-    if (localtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-    int n = snprintf(line, sizeof line, "host %s, PID %ld, since %s\n", host, (long)getpid(), when);
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n) {
-        int e = errno;
-        close(fd);
-        return ddp_set_error(DDP_ERR_IO, "%s: cannot write the run lock: %s", path, strerror(e)), -1;
-    }
-    rd->lock_fd = fd;
-    snprintf(rd->lock_path, sizeof rd->lock_path, "%s", path);
-    return 1;
+    remake *m = arg;
+    return m->st = ddp_mkdir_p_made(m->dir, m->rd->created, sizeof m->rd->created);
 }
 
 static int exists(const char *dir, const char *rel)
@@ -297,26 +251,26 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
     const char *out = ddp_opt_name(cli, DDP_OPT_OUT);
     ddp_opt_set(ov, sizeof ov, cli, DDP_OPT_OVERWRITE, NULL); /* "--overwrite" | "cfg.overwrite = 1" */
     DDP_CHECK(ddp_mkdir_p_made(dir, rd->created, sizeof rd->created));
-    char path[4400], holder[512] = "";
+    char path[4400], holder[600] = "";
     snprintf(path, sizeof path, "%s/%s", dir, LOCK_NAME);
-    double t0 = now_s();
-    int got;
-    while (((got = try_lock(rd, path, holder, sizeof holder)) == 0 || got == 2) && now_s() - t0 < LOCK_WAIT_S) {
-        if (got == 2) { /* the run whose lock this one waited for was refused and removed the directory it made */
-            DDP_CHECK(ddp_mkdir_p_made(dir, rd->created, sizeof rd->created));
-            continue;
-        }
-        struct timespec pause = {0, 100 * 1000 * 1000};
-        nanosleep(&pause, NULL);
-    }
-    if (got == 2)
+    ddp_lockfile_spec s = {.path = path,
+                           .noun = "run lock",
+                           .needs = "the run directory",
+                           .unnamed = "a process that has not written its name yet",
+                           .reader = -1,
+                           .dir_may_go = 1};
+    remake m = {rd, dir, DDP_OK};
+    int got = ddp_lockfile_take(&s, LOCK_WAIT_S, 100, remake_dir, &m, &rd->lock_fd, holder, sizeof holder);
+    if (got == DDP_LOCKFILE_GONE)
         return ddp_set_error(DDP_ERR_IO, "%s: cannot create the run lock: the directory keeps disappearing", path);
-    if (got < 0) return DDP_ERR_IO;
-    if (got == 0)
+    if (got == DDP_LOCKFILE_ERROR) return m.st != DDP_OK ? m.st : DDP_ERR_IO;
+    if (got == DDP_LOCKFILE_REPLACED) snprintf(holder, sizeof holder, "a run that just ended");
+    if (got != DDP_LOCKFILE_TAKEN)
         return ddp_set_error(
             DDP_ERR_BUSY,
             "%s: the run directory is in use by another run (%s); wait for it to end, or choose another %s", dir,
             holder, out);
+    snprintf(rd->lock_path, sizeof rd->lock_path, "%s", path);
     /* looked at under the lock: a run that held it meanwhile may have made them, and they are then that run's */
     rd->had_progress = exists(dir, "progress");
     rd->had_checkpoints = exists(dir, "checkpoints");
@@ -426,9 +380,7 @@ void ddp_rundir_discard(ddp_ctx *ctx, ddp_rundir *rd)
 
 void ddp_rundir_release(ddp_rundir *rd)
 {
-    if (rd->lock_fd < 0) return;
-    unlink(rd->lock_path); /* while still locked: a waiter that opened the old file sees the inode changed */
-    close(rd->lock_fd);
+    ddp_lockfile_release(rd->lock_fd, rd->lock_path); /* a waiter that opened the old file sees the inode changed */
     rd->lock_fd = -1;
 }
 
