@@ -5,6 +5,7 @@
 
 #include "io/dataset.h"
 #include "io/loader.h"
+#include "io/writer.h"
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/backend/cpu/backend_cpu_bf16.h"
 #include "mpi_ddp/model/models.h"
@@ -277,7 +278,12 @@ int cmd_eval(ddp_ctx *ctx, int argc, char **argv)
     const char *note = st == DDP_OK && got == DDP_DEVICE_CPU && precision == DDP_PRECISION_BF16 ? ddp_cpu_bf16_notice()
                                                                                                 : NULL;
     if (note && ctx->topo.rank == 0) fprintf(stderr, "mpiddp eval: notice: %s\n", note); /* how bf16 runs on this CPU */
-    if (st == DDP_OK) st = evaluate(ctx, ckpt, data, out, batch, batch_rows, got, (ddp_precision)precision);
+    if (st == DDP_OK) { /* --data's shared lock for the run: no synth or pack writes into it meanwhile */
+        ddp_out_lock lk;
+        st = ddp_out_lock_take(ctx, data, 0, "eval", &lk);
+        if (st == DDP_OK) st = evaluate(ctx, ckpt, data, out, batch, batch_rows, got, (ddp_precision)precision);
+        ddp_out_lock_release(&lk);
+    }
     if (st != DDP_OK) return cli_fail(ctx, "eval", st);
     return 0;
 }

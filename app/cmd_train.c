@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include "io/dataset.h"
+#include "io/writer.h"
 #include "mpi_ddp/backend/cpu/backend_cpu_bf16.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/settings.h"
@@ -302,6 +303,10 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world, int 
     if (note && cli_rank0(ctx)) fprintf(stderr, "mpiddp train: notice: %s\n", note); /* how bf16 runs on this CPU */
     if (cli_rank0(ctx) && cfg.progress) fprintf(stderr, "mpiddp train: %s\n", why);
     cfg.device = got;
+    ddp_out_lock
+        lks[2]; /* the shared locks of --train and --val for the run: no synth or pack writes there meanwhile */
+    st = ddp_read_locks_take(ctx, (const char *const[]){train_dir, val_dir}, 2, "train", lks);
+    if (st != DDP_OK) return cli_fail(ctx, "train", st);
     ddp_dataset *tr = NULL, *va = NULL;
     ddp_model model = {0};
     ddp_train_summary summary;
@@ -393,6 +398,7 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world, int 
     if (model.destroy) model.destroy(model.self);
     ddp_dataset_close(tr);
     ddp_dataset_close(va);
+    ddp_read_locks_release(lks, 2);
     free(json);
     if (st == DDP_OK && early_stop)
         return end_stopped(ctx, early_stop, "stopped on request before training started; nothing saved", NULL, &cfg);

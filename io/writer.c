@@ -172,8 +172,8 @@ ddp_status ddp_prepare_out_dir(const char *dir)
     return DDP_OK;
 }
 
-/* The names of the shared holders, by kind (mpi_ddp/core/lockfile.h): the reader of a dataset directory. */
-static const char *const READERS[] = {"mpiddp index"};
+/* The names of the shared holders, by kind (mpi_ddp/core/lockfile.h): the readers of a dataset directory. */
+static const char *const READERS[] = {"mpiddp index", "mpiddp train", "mpiddp eval"};
 
 /* Rank 0's part of ddp_out_lock_take: DDP_OK with the lock held (or, for a reader, none to take), else the error set
  * and nothing left behind but what ddp_out_lock_release removes. */
@@ -226,6 +226,26 @@ ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const cha
         if (st != DDP_OK) ddp_out_lock_release(lk);
     }
     return ddp_agree_status(ctx, st);
+}
+
+ddp_status ddp_read_locks_take(ddp_ctx *ctx, const char *const *dirs, int n, const char *what, ddp_out_lock *lks)
+{
+    for (int i = 0; i < n; i++) lock_init(&lks[i]);
+    ddp_status st = DDP_OK;
+    for (int i = 0; ctx->topo.rank == 0 && st == DDP_OK && i < n; i++) {
+        struct stat a, b; /* a process's fcntl locks on one file are one lock: one directory is locked once */
+        int again = 0;
+        for (int j = 0; j < i && !again; j++)
+            again = stat(dirs[i], &a) == 0 && stat(dirs[j], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+        if (!again) st = take_local(dirs[i], 0, what, &lks[i]);
+    }
+    if (st != DDP_OK) ddp_read_locks_release(lks, n);
+    return ddp_agree_status(ctx, st);
+}
+
+void ddp_read_locks_release(ddp_out_lock *lks, int n)
+{
+    for (int i = n - 1; i >= 0; i--) ddp_out_lock_release(&lks[i]);
 }
 
 void ddp_out_lock_release(ddp_out_lock *lk)

@@ -39,10 +39,15 @@ typedef struct {
 } ddp_out_lock;
 /* Collective: rank 0 locks dir for the whole run (fcntl, so a killed run's lock goes with it; a leftover file alone
  * never refuses): exclusive for a writer (write = 1: synth, pack, what names it in the lock file; dir and its parents
- * are made first), shared for a reader that rewrites only the manifest (write = 0: index; dir must exist, and where
+ * are made first), shared for a reader (write = 0: index, which rewrites only the manifest; dir must exist, and where
  * the lock file cannot be made, read-only data, it goes on without one). Held by another run: DDP_ERR_BUSY on every
  * rank, one line naming dir and the holder, and nothing in dir touched. Release with ddp_out_lock_release. */
 ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const char *what, ddp_out_lock *lk);
+/* Collective: the shared lock (as index's) of each of the n dataset directories a run reads, in lks[n] (what: "train",
+ * "eval", which a refused writer names); a directory given twice (the same device and inode) is locked once. Held by a
+ * writer: DDP_ERR_BUSY as ddp_out_lock_take, none of the locks kept. Release with ddp_read_locks_release. */
+ddp_status ddp_read_locks_take(ddp_ctx *ctx, const char *const *dirs, int n, const char *what, ddp_out_lock *lks);
+void ddp_read_locks_release(ddp_out_lock *lks, int n);
 /* Local (a no-op on ranks other than 0): removes the lock file (unless another reader shares it) and unlocks, then
  * removes the directories ddp_out_lock_take made if they are empty (a failed writer's). After ddp_out_discard on a
  * failure: every rank's shards are gone then. */

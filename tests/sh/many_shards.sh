@@ -11,8 +11,8 @@ synth --out t --samples 4500 --dim 8 --classes 4 --min-rows 1 --max-rows 2 --sha
 synth --out v --samples 300 --dim 8 --classes 4 --min-rows 1 --max-rows 2 --shards 300 --seed 5 --first-id 100000
 [ "$(ls t/*.h5 | wc -l)" = 3000 ] || fail "expected 3000 training shards"
 
-# watch OUT: samples, until OUT.stop exists, every rank's descriptors and maps on files of t/ and v/ (per process,
-# the largest seen), writing "fds maps" (the largest over the processes) to OUT
+# watch OUT: samples, until OUT.stop exists, every rank's descriptors on shard files of t/ and v/ and maps of files
+# there (per process, the largest seen), writing "fds maps" (the largest over the processes) to OUT
 watch() {
   "$PY" - "$WORK" "$MPIDDP" "$1" <<'EOF' &
 import os, sys, time
@@ -27,7 +27,8 @@ while not os.path.exists(out + ".stop"):
             cmd = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
             if not cmd or cmd[0].decode() != exe or os.readlink(f"/proc/{p}/cwd") != work:
                 continue
-            f = sum(1 for d in os.listdir(f"/proc/{p}/fd") if os.readlink(f"/proc/{p}/fd/{d}").startswith(dirs))
+            fds = [os.readlink(f"/proc/{p}/fd/{d}") for d in os.listdir(f"/proc/{p}/fd")]
+            f = sum(1 for t in fds if t.startswith(dirs) and t.endswith(".h5"))  # not rank 0's dataset locks
             m = sum(1 for line in open(f"/proc/{p}/maps") if dirs[0] in line or dirs[1] in line)
         except OSError:
             continue

@@ -119,3 +119,68 @@ loop 2
 wait "$lpid"
 [ ! -s idx1.err ] && [ ! -s idx2.err ] || fail "concurrent indexes refused: $(cat idx1.err idx2.err)"
 pass "concurrent indexes are never refused"
+
+# train and eval read a dataset under the shared lock of each dataset directory they read (--train, --val, --data),
+# held for the run (docs/dataset-format.md#one-writer-per-directory): beside a writer they are refused like an index,
+# one line on every rank and exit 1, before they read anything or make their --out; a run holding the lock refuses a
+# synth or pack into its dataset directories, naming it, while an index runs beside it. Before, train and eval took no
+# lock: they read a dataset being written, and a synth --out wrote into a dataset being trained on.
+synth --out t --samples 240 --dim 8 --classes 3 --shards 2 --seed 3
+synth --out v --samples 60 --dim 8 --classes 3 --shards 1 --seed 3 --first-id 9000
+base=(--batch-size 8 --lr 0.01 --hidden 16 --no-progress --device cpu --epochs 1)
+expect_rc 0 "$MPIDDP" train --train t --val v "${base[@]}" --out r0
+[ ! -e t/mpiddp-dataset.lock ] && [ ! -e v/mpiddp-dataset.lock ] || fail "a train left a lock file: $(ls -A t v)"
+MPIDDP_TEST_MANIFEST_DELAY_MS=12000 "$MPIDDP" synth --out wr --samples 60 --dim 8 --classes 3 --shards 1 --seed 3 \
+  >wr.out 2>&1 &
+pid=$!
+for _ in $(seq 600); do [ -e wr/shard-00000.h5 ] && break; sleep 0.02; done
+[ -e wr/shard-00000.h5 ] || fail "the slow synth wrote no shard: $(cat wr.out)"
+busy() { # busy CMD DIR ARGS...: refused with one line naming DIR and the synth holding it, exit 1, no --out made
+  local cmd=$1 dir=$2; shift 2
+  expect_rc 1 "$@"
+  qgrep -E "^mpiddp $cmd: error: $dir: the dataset directory is in use by another run \(mpiddp synth, host $host, PID $pid, since [^)]+\); wait for it to end$" <<<"$ERR" ||
+    fail "$*: not refused as expected: $ERR"
+  [ "$(grep -c 'in use by another run' <<<"$ERR")" = 1 ] || fail "$*: not one line: $ERR"
+  [ ! -e rx ] || fail "$*: made its --out: $(ls -A rx)"
+}
+busy train wr "$MPIDDP" train --train wr --val v "${base[@]}" --out rx
+busy train wr mpirun_np 2 "$MPIDDP" train --train t --val wr "${base[@]}" --out rx
+busy eval wr "$MPIDDP" eval --ckpt r0/checkpoints/last.h5 --data wr
+busy eval wr mpirun_np 2 "$MPIDDP" eval --ckpt r0/checkpoints/last.h5 --data wr
+set +e; wait "$pid"; rc=$?; set -e
+[ "$rc" = 0 ] || fail "the slow synth failed ($rc): $(cat wr.out)"
+pass "train and eval of a directory being written are refused on every rank with one line"
+# a training run stopped as training starts (rank 0 stops itself) holds its datasets' locks
+stopped() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = T ]; }
+mpirun_np 2 env MPIDDP_TEST_STOP_SELF_AT_START=0 "$MPIDDP" train --train t --val v "${base[@]}" --out r1 >r1.out 2>&1 &
+job=$!
+r0=
+trap '[ -z "$r0" ] || kill -CONT "$r0" 2>/dev/null; kill "$job" 2>/dev/null || true' EXIT # no stopped rank left behind
+for _ in $(seq 300); do
+  r0=$(rank_pid 0)
+  [ -n "$r0" ] && stopped "$r0" && break
+  sleep 0.1
+done
+[ -n "$r0" ] && stopped "$r0" || fail "the run's rank 0 did not stop itself: $(cat r1.out)"
+for d in t v; do
+  expect_rc 1 "$MPIDDP" synth --out $d --samples 20 --dim 4 --shards 2
+  qgrep -E "^mpiddp synth: error: $d: the dataset directory is in use by another run \(mpiddp train, PID $r0\); wait for it to end, or choose another --out$" <<<"$ERR" ||
+    fail "synth --out $d beside a training run: $ERR"
+done
+expect_rc 1 mpirun_np 2 "$MPIDDP" pack --input nowhere.h5 --out t
+qgrep -E "^mpiddp pack: error: t: the dataset directory is in use by another run \(mpiddp train, PID $r0\)" <<<"$ERR" ||
+  fail "pack --out t beside a training run: $ERR"
+[ "$(ls -A t | tr '\n' ' ')" = "mpiddp-dataset.lock mpiddp-manifest.bin shard-00000.h5 shard-00001.h5 " ] ||
+  fail "t: $(ls -A t)"
+expect_rc 0 "$MPIDDP" index v
+kill -CONT "$r0"
+wait "$job" || fail "the stopped run failed: $(cat r1.out)"
+trap - EXIT
+[ ! -e t/mpiddp-dataset.lock ] && [ ! -e v/mpiddp-dataset.lock ] || fail "a train left a lock file: $(ls -A t v)"
+pass "a training run holds its datasets: a synth or pack into them is refused naming it, an index runs beside it"
+# one directory as both --train and --val is locked once, released once; without POSIX locks a run reads as before
+expect_rc 0 mpirun_np 2 "$MPIDDP" train --train v --val v "${base[@]}" --out r2
+expect_rc 0 env MPIDDP_TEST_NOLOCK=1 "$MPIDDP" train --train t --val v "${base[@]}" --out r3
+expect_rc 0 env MPIDDP_TEST_NOLOCK=1 "$MPIDDP" eval --ckpt r0/checkpoints/last.h5 --data v
+[ ! -e t/mpiddp-dataset.lock ] && [ ! -e v/mpiddp-dataset.lock ] || fail "a lock file stayed: $(ls -A t v)"
+pass "--train and --val one directory, and runs without POSIX locks, train as before"
