@@ -48,6 +48,19 @@ rank_pid() { # pid of MPI rank $1 of a running `mpiddp train`; prints nothing (s
   done
   return 0
 }
+# stopped PID: the process is stopped (SIGSTOP: state T, as MPIDDP_TEST_STOP_SELF_AT_START leaves a rank)
+stopped() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = T ]; }
+# stopped_rank R: the PID of rank R of a running `mpiddp train` once it has stopped itself, waiting about 30 s at
+# most (then the PID it found, or nothing: the caller checks with stopped)
+stopped_rank() {
+  local p=
+  for _ in $(seq 300); do
+    p=$(rank_pid "$1")
+    [ -n "$p" ] && stopped "$p" && break
+    sleep 0.1
+  done
+  echo "$p"
+}
 wait_for() { for _ in $(seq 300); do [ -e "$1" ] && return 0; sleep 0.1; done; fail "timed out waiting for $1"; }
 # dead_rank TRAIN_ARGS...: a 4-rank job writing last.h5 every 20 steps loses rank 1 to SIGKILL after its first
 # save; it must end non-zero within 30 s and leave a last.h5 that eval loads (run directory: dead)

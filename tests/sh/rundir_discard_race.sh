@@ -8,7 +8,6 @@ synth --out v --samples 60 --dim 8 --classes 3 --shards 1 --seed 3 --first-id 90
 synth --out t3 --samples 48 --dim 8 --classes 3 --shards 1 --seed 5 # a smaller training set: a resume refused in run()
 base=(--train t --val v --batch-size 8 --lr 0.01 --hidden 16 --no-progress --device cpu --epochs 2)
 expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=10 "$MPIDDP" train "${base[@]}" --out mid
-stopped() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = T ]; }
 
 # 1. run A creates race/sub, takes its lock and is refused (its resume position cannot be continued) while run B,
 #    started into the same race/sub, waits for the lock: B starts there once A has ended. Before, A's rmdir of the
@@ -17,12 +16,7 @@ stopped() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = T ]; }
 mpirun_np 2 env MPIDDP_TEST_STOP_SELF_AT_START=1 "$MPIDDP" train --train t3 "${base[@]:2}" \
   --resume mid/checkpoints/last.h5 --out race/sub >a.out 2>a.err &
 a=$!
-victim=
-for _ in $(seq 300); do
-  victim=$(rank_pid 1)
-  [ -n "$victim" ] && stopped "$victim" && break
-  sleep 0.1
-done
+victim=$(stopped_rank 1)
 [ -n "$victim" ] && stopped "$victim" || fail "run A's rank 1 did not stop itself: $(cat a.err)"
 [ -e race/sub/run.lock ] || fail "run A holds no lock in race/sub"
 mpirun_np 1 "$MPIDDP" train "${base[@]}" --out race/sub >b.out 2>b.err &

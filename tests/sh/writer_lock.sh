@@ -151,16 +151,11 @@ set +e; wait "$pid"; rc=$?; set -e
 [ "$rc" = 0 ] || fail "the slow synth failed ($rc): $(cat wr.out)"
 pass "train and eval of a directory being written are refused on every rank with one line"
 # a training run stopped as training starts (rank 0 stops itself) holds its datasets' locks
-stopped() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = T ]; }
 mpirun_np 2 env MPIDDP_TEST_STOP_SELF_AT_START=0 "$MPIDDP" train --train t --val v "${base[@]}" --out r1 >r1.out 2>&1 &
 job=$!
 r0=
 trap '[ -z "$r0" ] || kill -CONT "$r0" 2>/dev/null; kill "$job" 2>/dev/null || true' EXIT # no stopped rank left behind
-for _ in $(seq 300); do
-  r0=$(rank_pid 0)
-  [ -n "$r0" ] && stopped "$r0" && break
-  sleep 0.1
-done
+r0=$(stopped_rank 0)
 [ -n "$r0" ] && stopped "$r0" || fail "the run's rank 0 did not stop itself: $(cat r1.out)"
 for d in t v; do
   expect_rc 1 "$MPIDDP" synth --out $d --samples 20 --dim 4 --shards 2
