@@ -174,7 +174,7 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     if (!host) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     ddp_ckpt_state cs;
     st = DDP_OK;
-    if (ctx->topo.rank == 0) st = ddp_ckpt_read(ckpt, &m, NULL, host, NULL, NULL, &cs);
+    if (ctx->topo.rank == 0) st = ddp_ckpt_read(ckpt, &m, NULL, host, NULL, NULL, &cs, ctx->cli_names);
     if (ctx->topo.rank == 0 && st == DDP_OK && cs.no_checksums) /* the library reports it; one notice line */
         fprintf(stderr,
                 "mpiddp eval: notice: %s has no checksums (written before mpiddp verified checkpoints): loaded "

@@ -8,6 +8,7 @@
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/model/models.h"
 #include "mpi_ddp/train/plan.h"
 #include "mpi_ddp/train/train_state.h"
 #include "slurm/preempt.h"
@@ -285,7 +286,7 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world, int 
             cfg.monitor);
         conflict = ddp_last_error();
     } else if (ddp_train_config_check_as(&cfg, check_world ? check_world : ddp_topo(ctx)->size, 1) != DDP_OK ||
-               ddp_model_config_check(&mc) != DDP_OK)
+               ddp_model_config_check_as(&mc, 1) != DDP_OK)
         conflict = ddp_last_error(); /* before buffers are sized from them */
     if (conflict) return cli_usage(ctx, "train", "%s", conflict);
     if (check_world) {

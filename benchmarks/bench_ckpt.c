@@ -175,7 +175,7 @@ int main(int argc, char **argv)
                 t0 = now_s();
                 if (v == 0) {
                     ddp_ckpt_state cs;
-                    bad |= ddp_ckpt_read(path, &model, NULL, back[0], back[1], back[2], &cs) != DDP_OK;
+                    bad |= ddp_ckpt_read(path, &model, NULL, back[0], back[1], back[2], &cs, 0) != DDP_OK;
                     if (!bad) free(cs.best_local), free(cs.best_local_es), free(cs.topk_json);
                 } else
                     bad |= h5_read(path, t, back);

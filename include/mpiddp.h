@@ -66,7 +66,8 @@ const ddp_topology *ddp_topo(const ddp_ctx *ctx);
 /* Resolves --device for this rank: AUTO becomes CUDA when a GPU is visible, else CPU. Collective over the ranks of
  * this node: they must pass the same want (else DDP_ERR_ARG on every rank of the node, one line naming the wants) and,
  * unless it is CPU, see the same number of GPUs (CUDA refuses, AUTO picks the CPU otherwise). `why` (may be NULL, 160
- * bytes) receives a one-line explanation. */
+ * bytes) receives a one-line explanation ("DDP_DEVICE_AUTO: no NVIDIA GPU found, using cpu"; the CLI's lines say
+ * --device auto). */
 ddp_status ddp_select_device(ddp_ctx *ctx, ddp_device want, ddp_device *got, char *why);
 /* Collective: ddp_select_device on every rank, its status agreed, and every rank on the same kind of device
  * (--device auto may not leave some nodes on cpu and others on cuda). Every rank must pass the same want (else
@@ -203,7 +204,8 @@ typedef struct ddp_model_config {
 void ddp_model_config_default(ddp_model_config *c);
 const char *ddp_model_kind_name(ddp_model_kind k);
 /* The hyperparameter checks of a built-in model that need no data (heads divide hidden, ...): DDP_ERR_ARG with one
- * line naming the option. ddp_model_create runs them too. */
+ * line naming the field as cfg.model_config->FIELD ("cfg.model_config->heads = 3 must divide ..."). ddp_model_create
+ * runs them too. */
 ddp_status ddp_model_config_check(const ddp_model_config *c);
 /* Builds a built-in model on the backend of device (params/grads in its memory). */
 ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config *c, ddp_model *out);

@@ -53,6 +53,8 @@ static inline int64_t ddp_packing_tiles(const int64_t *hoff, int64_t B, int64_t 
 struct ddp_backend {
     const char *name;        /* "cpu", "cuda" or "cuda-emu" (the CUDA backend on the host emulator) */
     int host_memory;         /* 1 when backend pointers are host pointers */
+    int cli_names;           /* messages name the CLI's options (--heads), else ddp_model_config's fields: the ctx's
+                              * cli_names, set by ddp_ctx_backend (optname.h) */
     int64_t row_block_bytes; /* the model's forward runs in blocks of rows of about this many bytes per
                               * activation (cache blocking); 0: the whole batch at once */
     void *impl;
@@ -259,6 +261,7 @@ ddp_status ddp_backend_cuda_create(int device, ddp_backend **out);
 #ifndef DDP_PLUGIN
 /* A backend allocation through the allocation-failure test hook (status.h): the call site may be made to fail
  * as a device out of memory would. */
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/status.h"
 static inline ddp_status ddp_backend_alloc_at(ddp_backend *be, void **p, size_t bytes, const char *file, int line)
 {
@@ -267,13 +270,21 @@ static inline ddp_status ddp_backend_alloc_at(ddp_backend *be, void **p, size_t 
     return be->alloc(be, p, bytes);
 }
 #define DDP_BE_ALLOC(be, pp, bytes) ddp_backend_alloc_at((be), (pp), (bytes), __FILE__, __LINE__)
+/* The refusal of precision p by a backend that computes in `computes` only: "--precision tf32 needs --device cuda
+ * (...)", or to a C-API program "cfg.precision = DDP_PRECISION_TF32 needs model.device = DDP_DEVICE_CUDA (...)". */
+static inline ddp_status ddp_backend_needs_cuda(const ddp_backend *be, ddp_precision p, const char *computes)
+{
+    char o[96];
+    ddp_opt_set(o, sizeof o, be->cli_names, DDP_OPT_PRECISION, ddp_precision_name(p));
+    return ddp_set_error(DDP_ERR_ARG, "%s needs %s (the %s backend computes in %s)", o,
+                         be->cli_names ? "--device cuda" : "model.device = DDP_DEVICE_CUDA", be->name, computes);
+}
 /* be->set_precision; a backend without one computes in fp32 only. */
 static inline ddp_status ddp_backend_set_precision(ddp_backend *be, ddp_precision p)
 {
     if (be->set_precision) return be->set_precision(be, p);
     if (p == DDP_PRECISION_FP32) return DDP_OK;
-    return ddp_set_error(DDP_ERR_ARG, "--precision %s needs --device cuda (the %s backend computes in fp32)",
-                         ddp_precision_name(p), be->name);
+    return ddp_backend_needs_cuda(be, p, "fp32");
 }
 /* gemm_epi when fuse is set and the backend has it, else its composition: gemm (gemm16 with a bf16 operand), then
  * add_bias (DDP_EPI_BIAS) or colsum of A with beta 1 (DDP_EPI_BGRAD), the bits of the unfused calls. A bf16 C

@@ -99,6 +99,15 @@ void ddp_finalize(ddp_ctx *c)
 
 const ddp_topology *ddp_topo(const ddp_ctx *c) { return c ? &c->topo : NULL; }
 
+/* The device a caller asked for, as it asked: the CLI's option ("--device cuda", ctx->cli_names) or the value a
+ * C-API program passed to ddp_select_device ("DDP_DEVICE_CUDA"). */
+static const char *dev_name(const ddp_ctx *c, ddp_device d)
+{
+    static const char *cli[3] = {"--device auto", "--device cpu", "--device cuda"};
+    static const char *api[3] = {"DDP_DEVICE_AUTO", "DDP_DEVICE_CPU", "DDP_DEVICE_CUDA"};
+    return (unsigned)d > DDP_DEVICE_CUDA ? "?" : c->cli_names ? cli[d] : api[d];
+}
+
 /* One rank per GPU: a node with more ranks than visible devices is refused (NCCL would reject two ranks
  * on one GPU with "Duplicate GPU detected" deep inside its init). Collective over the node's ranks. */
 static ddp_status check_ranks_per_gpu(ddp_ctx *c, int ndev)
@@ -129,10 +138,11 @@ static ddp_status check_ranks_per_gpu(ddp_ctx *c, int ndev)
             k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", i ? "," : "", ranks[i]);
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         st = ddp_set_error(DDP_ERR_ARG,
-                           "--device cuda: node %d (%s) runs %d ranks (%s) but sees %d CUDA device(s) "
+                           "%s: node %d (%s) runs %d ranks (%s) but sees %d CUDA device(s) "
                            "(CUDA_VISIBLE_DEVICES=%s): mpiddp uses one GPU per rank; start at most %d rank(s) per "
-                           "node, or use --device cpu",
-                           t->node_id, t->host, t->local_size, list, ndev, vis ? vis : "unset", ndev);
+                           "node, or use %s",
+                           dev_name(c, DDP_DEVICE_CUDA), t->node_id, t->host, t->local_size, list, ndev,
+                           vis ? vis : "unset", ndev, dev_name(c, DDP_DEVICE_CPU));
     }
     free(ranks);
     return st;
@@ -173,33 +183,36 @@ ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char 
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         if (want == DDP_DEVICE_CUDA)
             return ddp_set_error(DDP_ERR_ARG,
-                                 "--device cuda: the ranks of node %d (%s) see different numbers of CUDA devices "
+                                 "%s: the ranks of node %d (%s) see different numbers of CUDA devices "
                                  "(%d to %d; rank %d sees %d, CUDA_VISIBLE_DEVICES=%s): every rank of a node must see "
                                  "the same GPUs, one per rank on the node (do not set CUDA_VISIBLE_DEVICES per rank)",
-                                 c->topo.node_id, c->topo.host, lo, hi, c->topo.rank, n, vis ? vis : "unset");
+                                 dev_name(c, want), c->topo.node_id, c->topo.host, lo, hi, c->topo.rank, n,
+                                 vis ? vis : "unset");
         snprintf(buf, sizeof buf,
-                 "--device auto: the ranks of this node see %d to %d CUDA devices (not the same GPUs), "
+                 "%s: the ranks of this node see %d to %d CUDA devices (not the same GPUs), "
                  "using cpu",
-                 lo, hi);
+                 dev_name(c, want), lo, hi);
         d = DDP_DEVICE_CPU;
     } else if (want == DDP_DEVICE_AUTO) {
         d = n > 0 ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
         if (n > 0)
-            snprintf(buf, sizeof buf, "--device auto: %d CUDA device(s) visible%s, using cuda", n,
+            snprintf(buf, sizeof buf, "%s: %d CUDA device(s) visible%s, using cuda", dev_name(c, want), n,
                      ddp_cuda() && ddp_cuda()->emulated ? " (host emulator)" : "");
         else
-            snprintf(buf, sizeof buf, "--device auto: %s, using cpu", ddp_cuda_device_why());
+            snprintf(buf, sizeof buf, "%s: %s, using cpu", dev_name(c, want), ddp_cuda_device_why());
     } else {
-        snprintf(buf, sizeof buf, "--device %s", want == DDP_DEVICE_CUDA ? "cuda" : "cpu");
+        snprintf(buf, sizeof buf, "%s", dev_name(c, want));
     }
     if (d == DDP_DEVICE_CUDA) {
         if (!ddp_cuda_built())
-            return ddp_set_error(DDP_ERR_ARG, "--device cuda: CUDA plugin unavailable: %s", ddp_cuda_why());
-        if (n == 0) return ddp_set_error(DDP_ERR_ARG, "--device cuda: %s on %s", ddp_cuda_device_why(), c->topo.host);
+            return ddp_set_error(DDP_ERR_ARG, "%s: CUDA plugin unavailable: %s", dev_name(c, DDP_DEVICE_CUDA),
+                                 ddp_cuda_why());
+        if (n == 0)
+            return ddp_set_error(DDP_ERR_ARG, "%s: %s on %s", dev_name(c, DDP_DEVICE_CUDA), ddp_cuda_device_why(),
+                                 c->topo.host);
         if (want == DDP_DEVICE_AUTO && c->topo.local_size > n) { /* auto never oversubscribes a GPU */
-            snprintf(buf, sizeof buf,
-                     "--device auto: %d CUDA device(s) for %d ranks on this node (one GPU per rank), using cpu", n,
-                     c->topo.local_size);
+            snprintf(buf, sizeof buf, "%s: %d CUDA device(s) for %d ranks on this node (one GPU per rank), using cpu",
+                     dev_name(c, want), n, c->topo.local_size);
             d = DDP_DEVICE_CPU;
         } else {
             DDP_CHECK(check_ranks_per_gpu(c, n));
@@ -231,10 +244,9 @@ ddp_status ddp_select_device_all(ddp_ctx *c, ddp_device want, ddp_device *got, c
     int mine[2] = {(int)d, -(int)d}, all[2];
     MPI_CHECK(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, c->world));
     if (all[0] != -all[1]) {
-        ddp_set_error(DDP_ERR_ARG,
-                      "--device auto chose cuda on some nodes and cpu on others (rank %d: %s); pass --device cpu or "
-                      "--device cuda",
-                      c->topo.rank, d == DDP_DEVICE_CUDA ? "cuda" : "cpu");
+        ddp_set_error(DDP_ERR_ARG, "%s chose cuda on some nodes and cpu on others (rank %d: %s); pass %s or %s",
+                      dev_name(c, want), c->topo.rank, d == DDP_DEVICE_CUDA ? "cuda" : "cpu",
+                      dev_name(c, DDP_DEVICE_CPU), dev_name(c, DDP_DEVICE_CUDA));
         ddp_mark_error_shared();
         return DDP_ERR_ARG;
     }
@@ -255,6 +267,7 @@ ddp_status ddp_ctx_backend(ddp_ctx *c, ddp_device dev, ddp_backend **out)
             DDP_CHECK(ddp_backend_cpu_create(ddp_blas_threads_from_env(), &c->backends[dev]));
         }
     }
+    c->backends[dev]->cli_names = c->cli_names; /* its messages name what the caller set (optname.h) */
     *out = c->backends[dev];
     return DDP_OK;
 }

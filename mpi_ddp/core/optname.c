@@ -14,6 +14,7 @@ typedef struct {
     int kind;                /* NUM: as is; STR: quoted; FLAG: 1 when the CLI's value starts with aux, else 0;
                                 ENUM: aux + the value in capitals; SWITCH: "= 1", the CLI's option takes no value */
     const char *aux;
+    const char *sub[2]; /* FLAG: the fields of the values after the CLI's "aux:" ("block:4:16": mb, window) */
 } opt_row;
 
 static const opt_row ROWS[DDP_OPT_COUNT] = {
@@ -24,7 +25,8 @@ static const opt_row ROWS[DDP_OPT_COUNT] = {
     [DDP_OPT_BATCH_SIZE] = {"--batch-size", "cfg.batch_size", NUM, NULL},
     [DDP_OPT_BATCH_ROWS] = {"--batch-rows", "cfg.batch_rows", NUM, NULL},
     [DDP_OPT_ACCUMULATE] = {"--accumulate", "cfg.accumulate", NUM, NULL},
-    [DDP_OPT_SHUFFLE] = {"--shuffle", "cfg.shuffle_block", FLAG, "block"},
+    [DDP_OPT_SHUFFLE] =
+        {"--shuffle", "cfg.shuffle_block", FLAG, "block", {"cfg.shuffle_block_mb", "cfg.shuffle_window"}},
     [DDP_OPT_SHUFFLE_BLOCK_MB] = {"--shuffle-block-mb", "cfg.shuffle_block_mb", NUM, NULL},
     [DDP_OPT_SHUFFLE_WINDOW] = {"--shuffle-window", "cfg.shuffle_window", NUM, NULL},
     [DDP_OPT_SAMPLING] = {"--sampling", "cfg.sampling_shard", FLAG, "shard"},
@@ -49,6 +51,13 @@ static const opt_row ROWS[DDP_OPT_COUNT] = {
     [DDP_OPT_SKIP_NONFINITE] = {"--skip-nonfinite", "cfg.skip_nonfinite", SWITCH, NULL},
     [DDP_OPT_PRECISION] = {"--precision", "cfg.precision", ENUM, "DDP_PRECISION_"},
     [DDP_OPT_DROPOUT] = {"--dropout", "cfg.model_config->dropout", NUM, NULL},
+    [DDP_OPT_MODEL] = {"--model", "cfg.model_config->kind", ENUM, "DDP_MODEL_"},
+    [DDP_OPT_HIDDEN] = {"--hidden", "cfg.model_config->hidden", NUM, NULL},
+    [DDP_OPT_LAYERS] = {"--layers", "cfg.model_config->layers", NUM, NULL},
+    [DDP_OPT_HEADS] = {"--heads", "cfg.model_config->heads", NUM, NULL},
+    [DDP_OPT_FF] = {"--ff", "cfg.model_config->ff", NUM, NULL},
+    [DDP_OPT_MAX_POSITIONS] = {"--max-positions", "cfg.model_config->max_positions", NUM, NULL},
+    [DDP_OPT_POSITIONS] = {"--positions", "cfg.model_config->positions", FLAG, "learned"},
 };
 
 const char *ddp_opt_name(int cli, ddp_opt o)
@@ -72,11 +81,16 @@ const char *ddp_opt_set(char *buf, size_t len, int cli, ddp_opt o, const char *v
     const char *v = value ? value : "";
     switch (r->kind) {
     case STR: snprintf(buf, len, "%s = \"%s\"", r->field, v); break;
-    case FLAG: { /* "block:4:16": cfg.shuffle_block = 1 (block:4:16), the block's size and window said too */
+    case FLAG: { /* "block:4:16": cfg.shuffle_block = 1, cfg.shuffle_block_mb = 4, cfg.shuffle_window = 16 */
         size_t n = strlen(r->aux);
         int on = !strncmp(v, r->aux, n);
-        snprintf(buf, len, "%s = %d%s%s%s", r->field, on, on && v[n] ? " (" : "", on && v[n] ? v : "",
-                 on && v[n] ? ")" : "");
+        int k = snprintf(buf, len, "%s = %d", r->field, on);
+        const char *p = on && v[n] == ':' ? v + n + 1 : NULL;
+        for (int i = 0; p && i < 2 && r->sub[i] && k >= 0 && (size_t)k < len; i++) {
+            size_t w = strcspn(p, ":");
+            k += snprintf(buf + k, len - (size_t)k, ", %s = %.*s", r->sub[i], (int)w, p);
+            p = p[w] == ':' ? p + w + 1 : NULL;
+        }
         break;
     }
     case SWITCH: snprintf(buf, len, "%s = 1", r->field); break;

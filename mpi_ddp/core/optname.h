@@ -38,6 +38,13 @@ typedef enum {
     DDP_OPT_SKIP_NONFINITE,
     DDP_OPT_PRECISION,
     DDP_OPT_DROPOUT,
+    DDP_OPT_MODEL, /* a built-in model's settings: ddp_model_config's fields, as cfg.model_config->FIELD */
+    DDP_OPT_HIDDEN,
+    DDP_OPT_LAYERS,
+    DDP_OPT_HEADS,
+    DDP_OPT_FF,
+    DDP_OPT_MAX_POSITIONS,
+    DDP_OPT_POSITIONS,
     DDP_OPT_COUNT
 } ddp_opt;
 
@@ -45,8 +52,9 @@ typedef enum {
 const char *ddp_opt_name(int cli, ddp_opt o);
 /* The setting with a value, value in the CLI's spelling ("block:4:16", "shard", "max", "cosine", "bf16", "0.1", a
  * path; NULL for a switch such as --overwrite): "--sampling shard" or "cfg.sampling_shard = 1", "--lr 0.1" or
- * "cfg.lr = 0.1", "--monitor val/acc" or "cfg.monitor = "val/acc"", "--overwrite" or "cfg.overwrite = 1". Returns buf.
- */
+ * "cfg.lr = 0.1", "--monitor val/acc" or "cfg.monitor = "val/acc"", "--overwrite" or "cfg.overwrite = 1",
+ * "--shuffle block:4:16" or "cfg.shuffle_block = 1, cfg.shuffle_block_mb = 4, cfg.shuffle_window = 16",
+ * "--model mlp" or "cfg.model_config->kind = DDP_MODEL_MLP". Returns buf. */
 const char *ddp_opt_set(char *buf, size_t len, int cli, ddp_opt o, const char *value);
 /* The same with the value printed from fmt ("%g", "%lld", ...). */
 const char *ddp_opt_fmt(char *buf, size_t len, int cli, ddp_opt o, const char *fmt, ...)

@@ -2,6 +2,7 @@
  * state_dict names, order and layouts, its default init from the run's seed, activation buffers, a batch's packing
  * (row -> sample map, sample ids), the ddp_model callbacks. Passes: transformer_pass.c; shared: model_common.c. */
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/model/model_transformer.h"
 #include "mpi_ddp/model/models.h"
 #include "mpi_ddp/core/settings.h"
@@ -109,10 +110,13 @@ static ddp_status stage(txmodel *m, const ddp_batch *b, const float **x, const i
     int64_t B = b->nsamples, R = b->nrows, nmax = 0;
     for (int64_t s = 0; s < B; s++) {
         int64_t n = b->offsets[s + 1] - b->offsets[s];
-        if (n > m->P)
-            return ddp_set_error(DDP_ERR_ARG, "sample %lld (id %lld) has %lld rows, more than --max-positions %lld",
-                                 (long long)(b->indices ? b->indices[s] : s), (long long)b->sample_ids[s], (long long)n,
-                                 (long long)m->P);
+        if (n > m->P) {
+            char o[96];
+            return ddp_set_error(
+                DDP_ERR_ARG, "sample %lld (id %lld) has %lld rows, more than %s",
+                (long long)(b->indices ? b->indices[s] : s), (long long)b->sample_ids[s], (long long)n,
+                ddp_opt_fmt(o, sizeof o, m->be->cli_names, DDP_OPT_MAX_POSITIONS, "%lld", (long long)m->P));
+        }
         nmax = n > nmax ? n : nmax;
     }
     ddp_staged s;
@@ -200,19 +204,25 @@ static void tx_destroy(void *self)
 
 #define BALLOC(ptr, count) DDP_MODEL_ALLOC(be, ptr, count)
 
-ddp_status ddp_model_config_check(const ddp_model_config *c)
+ddp_status ddp_model_config_check(const ddp_model_config *c) { return ddp_model_config_check_as(c, 0); }
+
+ddp_status ddp_model_config_check_as(const ddp_model_config *c, int cli)
 {
     DDP_NONNULL(c, "c");
     if (c->kind != DDP_MODEL_MLP && c->kind != DDP_MODEL_TRANSFORMER)
         return ddp_set_error(DDP_ERR_ARG, "model kind %d: not DDP_MODEL_MLP or DDP_MODEL_TRANSFORMER", (int)c->kind);
     if (c->kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
-    if (c->layers < 1) return ddp_set_error(DDP_ERR_ARG, "transformer: --layers %d: must be >= 1", c->layers);
+    char a[96], b[96];
+    if (c->layers < 1)
+        return ddp_set_error(DDP_ERR_ARG, "transformer: %s: must be >= 1",
+                             ddp_opt_fmt(a, sizeof a, cli, DDP_OPT_LAYERS, "%d", c->layers));
     if (c->heads < 1 || c->hidden % c->heads)
-        return ddp_set_error(DDP_ERR_ARG, "transformer: --heads %d must divide --hidden %lld", c->heads,
-                             (long long)c->hidden);
+        return ddp_set_error(DDP_ERR_ARG, "transformer: %s must divide %s",
+                             ddp_opt_fmt(a, sizeof a, cli, DDP_OPT_HEADS, "%d", c->heads),
+                             ddp_opt_fmt(b, sizeof b, cli, DDP_OPT_HIDDEN, "%lld", (long long)c->hidden));
     if (c->max_positions < 1 || !(c->dropout >= 0.0 && c->dropout < 1.0))
-        return ddp_set_error(DDP_ERR_ARG,
-                             "transformer: need --max-positions >= 1 and 0 <= --dropout < 1 (got %lld, %g)",
+        return ddp_set_error(DDP_ERR_ARG, "transformer: need %s >= 1 and 0 <= %s < 1 (got %lld, %g)",
+                             ddp_opt_name(cli, DDP_OPT_MAX_POSITIONS), ddp_opt_name(cli, DDP_OPT_DROPOUT),
                              (long long)c->max_positions, c->dropout);
     return DDP_OK;
 }
@@ -222,15 +232,14 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
     int64_t d = c->hidden, f = c->ff > 0 ? c->ff : 2 * c->hidden;
     if (c->dim < 1 || d < 1 || c->classes < 2)
         return ddp_set_error(
-            DDP_ERR_ARG,
-            "transformer: need D >= 1, --hidden >= 1 and classes >= 2 (got D=%lld, hidden=%lld, classes=%lld)",
-            (long long)c->dim, (long long)d, (long long)c->classes);
+            DDP_ERR_ARG, "transformer: need D >= 1, %s >= 1 and classes >= 2 (got D=%lld, hidden=%lld, classes=%lld)",
+            ddp_opt_name(be->cli_names, DDP_OPT_HIDDEN), (long long)c->dim, (long long)d, (long long)c->classes);
     if (c->max_batch_rows < 1 || c->max_batch_samples < 1)
         return ddp_set_error(
             DDP_ERR_ARG,
             "transformer: the largest batch must hold >= 1 sample and >= 1 row (got %lld samples, %lld rows)",
             (long long)c->max_batch_samples, (long long)c->max_batch_rows);
-    DDP_CHECK(ddp_model_config_check(c));
+    DDP_CHECK(ddp_model_config_check_as(c, be->cli_names));
     DDP_CHECK(ddp_backend_require_enc(be));
     txmodel *m = ddp_calloc(1, sizeof *m);
     if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");

@@ -11,6 +11,9 @@ ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t dim, int64_t hidden, 
                                   int64_t max_batch_samples, ddp_model *out);
 /* Cumulative seconds the reference model spent in forward and backward of train_step (for benchmarks). */
 void ddp_refmodel_times(const ddp_model *m, double *fwd, double *bwd);
+/* ddp_model_config_check, its lines naming the CLI's options (cli != 0: --heads 3) or ddp_model_config's fields
+ * (cfg.model_config->heads = 3; the public ddp_model_config_check's), optname.h */
+ddp_status ddp_model_config_check_as(const ddp_model_config *c, int cli);
 /* The Transformer encoder (model_transformer.c) and any built-in model on a given backend (models.c). */
 ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out);
 ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out);

@@ -4,6 +4,7 @@
 #include "io/shard.h" /* ddp_h5_quiet */
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/core/fsutil.h"
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/train/ckpt_verify.h"
 #include "mpi_ddp/train/lr_schedule.h"
@@ -305,37 +306,15 @@ static ddp_status close_ckpt(hid_t f, const char *path, ddp_status st)
     return st;
 }
 
-/* Reads the per-rank dataset `name` of W doubles into out (verified against its checksum when the file has them);
- * *found is 1 when the file holds it, out untouched when not. */
-static ddp_status read_per_rank(hid_t f, const char *path, const char *name, int sums, int64_t W, double *out,
-                                int *found)
-{
-    int have = ddp_ckpt_path_exists(f, name);
-    if (have < 0)
-        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': unreadable (%s)", path, name, ddp_ckpt_h5_cause());
-    *found = have > 0;
-    if (!have) return DDP_OK;
-    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
-    hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
-    hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-    herr_t e = np == W ? H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) : -1;
-    ddp_status st = e < 0 ? DDP_OK : ddp_ckpt_verify_crc(d, path, name, sums, out, W, sizeof(double));
-    if (sp >= 0 && H5Sclose(sp) < 0) e = -1;
-    if (d >= 0 && H5Dclose(d) < 0) e = -1;
-    if (st == DDP_OK && e < 0)
-        st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': unreadable or wrong length", path, name);
-    return st;
-}
-
-static ddp_status check_heads(hid_t f, const char *path, const ddp_model_config *mc);
+static ddp_status check_heads(hid_t f, const char *path, const ddp_model_config *mc, int cli);
 
 ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, const ddp_model_config *mc, float *params, float *m,
-                         float *v, ddp_ckpt_state *cs)
+                         float *v, ddp_ckpt_state *cs, int cli)
 {
     hid_t f;
     DDP_CHECK(open_ckpt(path, &f));
     memset(cs, 0, sizeof *cs);
-    ddp_status st = check_heads(f, path, mc); /* before anything else is read */
+    ddp_status st = check_heads(f, path, mc, cli); /* before anything else is read */
     int64_t version = 0, seed = 0;
     if (st != DDP_OK) goto done;
     {
@@ -476,8 +455,8 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, const ddp_mod
     if (!cs->best_local || !cs->best_local_es) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
     for (int64_t r = 0; r < cs->world_size; r++) cs->best_local[r] = NAN;
     int found = 0;
-    DDP_TRY(read_per_rank(f, path, "best_local", sums > 0, cs->world_size, cs->best_local, &found));
-    DDP_TRY(read_per_rank(f, path, "best_local_es", sums > 0, cs->world_size, cs->best_local_es, &found));
+    DDP_TRY(ddp_ckpt_read_per_rank(f, path, "best_local", sums > 0, cs->world_size, cs->best_local, &found));
+    DDP_TRY(ddp_ckpt_read_per_rank(f, path, "best_local_es", sums > 0, cs->world_size, cs->best_local_es, &found));
     if (!found) memcpy(cs->best_local_es, cs->best_local, (size_t)cs->world_size * sizeof(double)); /* older file */
     if (H5Aexists(f, "model") > 0) { /* another built-in model: say so, before a tensor of it is found missing */
         char *kind = NULL;
@@ -485,17 +464,18 @@ ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, const ddp_mod
         const char *saved = !strcmp(kind, "reference") ? "mlp" : kind, *mine = model->name ? model->name : "";
         int builtin = (!strcmp(saved, "mlp") || !strcmp(saved, "transformer")) &&
                       (!strcmp(mine, "mlp") || !strcmp(mine, "transformer"));
+        char o[2][96];
         if (builtin && strcmp(saved, mine) != 0)
-            st = ddp_set_error(DDP_ERR_ARG,
-                               "%s holds a%s %s model (--model %s), not the %s this run builds (--model %s)", path,
-                               saved[0] == 'm' ? "n" : "", saved, saved, mine, mine);
+            st = ddp_set_error(DDP_ERR_ARG, "%s holds a%s %s model (%s), not the %s this run builds (%s)", path,
+                               saved[0] == 'm' ? "n" : "", saved, ddp_opt_set(o[0], 96, cli, DDP_OPT_MODEL, saved),
+                               mine, ddp_opt_set(o[1], 96, cli, DDP_OPT_MODEL, mine));
         free(kind);
         if (st != DDP_OK) goto done;
     }
-    DDP_TRY(ddp_ckpt_read_tensors(f, path, sums > 0, "params", model, params));
+    DDP_TRY(ddp_ckpt_read_tensors(f, path, sums > 0, "params", model, params, cli));
     /* without m and v (eval) the moments are still verified: a corrupt file is refused whoever reads it */
-    DDP_TRY(ddp_ckpt_read_tensors(f, path, sums > 0, "optim/exp_avg", model, m && v ? m : NULL));
-    DDP_TRY(ddp_ckpt_read_tensors(f, path, sums > 0, "optim/exp_avg_sq", model, m && v ? v : NULL));
+    DDP_TRY(ddp_ckpt_read_tensors(f, path, sums > 0, "optim/exp_avg", model, m && v ? m : NULL, cli));
+    DDP_TRY(ddp_ckpt_read_tensors(f, path, sums > 0, "optim/exp_avg_sq", model, m && v ? v : NULL, cli));
 done:
     st = close_ckpt(f, path, st);
     if (st != DDP_OK) {
@@ -582,7 +562,7 @@ ddp_status ddp_ckpt_peek_model(const char *path, ddp_model_config *c)
 }
 
 /* ddp_ckpt_read's check of a resumed Transformer's --heads, in its open file f (ddp_ckpt_peek_model's reading). */
-static ddp_status check_heads(hid_t f, const char *path, const ddp_model_config *mc)
+static ddp_status check_heads(hid_t f, const char *path, const ddp_model_config *mc, int cli)
 {
     ddp_model_config saved;
     if (!mc || mc->kind != DDP_MODEL_TRANSFORMER) return DDP_OK;
@@ -597,8 +577,10 @@ static ddp_status check_heads(hid_t f, const char *path, const ddp_model_config 
     if (st == DDP_ERR_NOMEM) return st;
     if (st != DDP_OK || !tx) return DDP_OK;
     if (saved.heads == mc->heads) return DDP_OK;
+    char a[96], b[96];
     return ddp_set_error(DDP_ERR_ARG,
-                         "%s: saved with --heads %d; this run uses --heads %d (the same tensors would be split into "
-                         "other attention heads): resume with --heads %d",
-                         path, saved.heads, mc->heads, saved.heads);
+                         "%s: saved with %s; this run uses %s (the same tensors would be split into other attention "
+                         "heads): resume with %s",
+                         path, ddp_opt_fmt(a, sizeof a, cli, DDP_OPT_HEADS, "%d", saved.heads),
+                         ddp_opt_fmt(b, sizeof b, cli, DDP_OPT_HEADS, "%d", mc->heads), a);
 }

@@ -68,8 +68,9 @@ ddp_status ddp_ckpt_peek_model(const char *path, ddp_model_config *c);
  * mc (may be NULL): the run's model configuration, when a resume continues it; a Transformer's is checked first,
  * through the same open file: DDP_ERR_ARG with one line when the checkpoint's recorded --heads differs (the
  * parameter shapes do not depend on it, so the tensors would be loaded into other attention heads); no check for
- * another model kind, or a file that records no hyperparameters (whatever is wrong with it is the read's). */
+ * another model kind, or a file that records no hyperparameters (whatever is wrong with it is the read's). cli: its
+ * lines name the CLI's options (--heads), else ddp_model_config's fields (cfg.model_config->heads), optname.h. */
 ddp_status ddp_ckpt_read(const char *path, const ddp_model *model, const ddp_model_config *mc, float *params, float *m,
-                         float *v, ddp_ckpt_state *st);
+                         float *v, ddp_ckpt_state *st, int cli);
 
 #endif

@@ -1,6 +1,7 @@
 /* ckpt_verify.c — checkpoint datasets with checksums, read back verified; see ckpt_verify.h. */
 #include "mpi_ddp/train/ckpt_verify.h"
 
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/status.h"
 
 #include <math.h>
@@ -121,7 +122,7 @@ static int64_t first_nonfinite(const float *x, int64_t n, int posinf)
 
 /* Every tensor of the model was read from group: a group holding more (a Transformer of more --layers resumed with
  * fewer) would lose them silently, training and saving a truncated model; the first one the model lacks is named. */
-static ddp_status extra_tensor(hid_t f, const char *path, const char *group, const ddp_model *model)
+static ddp_status extra_tensor(hid_t f, const char *path, const char *group, const ddp_model *model, int cli)
 {
     H5G_info_t info;
     hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
@@ -135,15 +136,15 @@ static ddp_status extra_tensor(hid_t f, const char *path, const char *group, con
             st = ddp_set_error(DDP_ERR_FORMAT, "%s: group '/%s': unreadable (%s)", path, group, ddp_ckpt_h5_cause());
         for (int t = 0; t < model->ntensors && !known; t++) known = !strcmp(name, model->tensors[t].name);
         /* the option that leaves it out: a layer past --layers, or the learned positions of --positions none */
-        const char *hint = !strncmp(name, "enc.layers.", 11) ? ": another --layers?"
-                           : !strcmp(name, "pos.weight")     ? ": another --positions?"
-                                                             : "";
+        const char *hint = !strncmp(name, "enc.layers.", 11) ? ddp_opt_name(cli, DDP_OPT_LAYERS)
+                           : !strcmp(name, "pos.weight")     ? ddp_opt_name(cli, DDP_OPT_POSITIONS)
+                                                             : NULL;
         if (st == DDP_OK && !known)
             st = ddp_set_error(DDP_ERR_FORMAT,
                                "%s: dataset '/%s/%s': not a tensor of the %s model this run builds (%lld in the file, "
-                               "%d in the model%s)",
+                               "%d in the model%s%s%s)",
                                path, group, name, model->name ? model->name : "", (long long)info.nlinks,
-                               model->ntensors, hint);
+                               model->ntensors, hint ? ": another " : "", hint ? hint : "", hint ? "?" : "");
     }
     if (g >= 0 && H5Gclose(g) < 0 && st == DDP_OK)
         st = ddp_set_error(DDP_ERR_HDF5, "%s: group '/%s': close failed", path, group);
@@ -165,7 +166,7 @@ static void shape_text(char *buf, size_t n, int rank, const hsize_t *dims, const
 }
 
 ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char *group, const ddp_model *model,
-                                 float *out)
+                                 float *out, int cli)
 {
     ddp_status st = DDP_OK;
     float *scratch = NULL;
@@ -216,14 +217,16 @@ ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char
             shape_text(want, sizeof want, s->ndim, NULL, s->shape);
             /* the options that set the shapes of this model's tensors: a Transformer's FFN and position table too */
             const char *kind = model->name ? model->name : "";
-            const char *opts = !strcmp(kind, "transformer")
-                                   ? "another --hidden, --ff, --max-positions, D or number of classes"
-                               : !strcmp(kind, "mlp") ? "another --hidden, D or number of classes"
-                                                      : "another model configuration, D or number of classes";
+            char opts[200] = "another model configuration"; /* a model of the caller's own */
+            if (!strcmp(kind, "transformer"))
+                snprintf(opts, sizeof opts, "another %s, %s, %s", ddp_opt_name(cli, DDP_OPT_HIDDEN),
+                         ddp_opt_name(cli, DDP_OPT_FF), ddp_opt_name(cli, DDP_OPT_MAX_POSITIONS));
+            else if (!strcmp(kind, "mlp"))
+                snprintf(opts, sizeof opts, "another %s", ddp_opt_name(cli, DDP_OPT_HIDDEN));
             DDP_FAIL(DDP_ERR_FORMAT,
                      "%s: dataset '/%s': shape does not match the model: %s in the checkpoint, %s in this run's model "
-                     "(%s: resume with the model options and data it was trained with)",
-                     path, name, have, want, opts);
+                     "(%s, D or number of classes: resume with the model %s and data it was trained with)",
+                     path, name, have, want, opts, cli ? "options" : "configuration");
         }
         if (e < 0) DDP_FAIL(DDP_ERR_FORMAT, "%s: dataset '/%s': cannot be read (%s)", path, name, why);
         if (st != DDP_OK) goto done;
@@ -233,8 +236,28 @@ ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char
                      (double)dst[bad], (long long)bad);
         off += n;
     }
-    st = extra_tensor(f, path, group, model);
+    st = extra_tensor(f, path, group, model, cli);
 done:
     free(scratch);
+    return st;
+}
+
+ddp_status ddp_ckpt_read_per_rank(hid_t f, const char *path, const char *name, int sums, int64_t W, double *out,
+                                  int *found)
+{
+    int have = ddp_ckpt_path_exists(f, name);
+    if (have < 0)
+        return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': unreadable (%s)", path, name, ddp_ckpt_h5_cause());
+    *found = have > 0;
+    if (!have) return DDP_OK;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+    hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    herr_t e = np == W ? H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) : -1;
+    ddp_status st = e < 0 ? DDP_OK : ddp_ckpt_verify_crc(d, path, name, sums, out, W, sizeof(double));
+    if (sp >= 0 && H5Sclose(sp) < 0) e = -1;
+    if (d >= 0 && H5Dclose(d) < 0) e = -1;
+    if (st == DDP_OK && e < 0)
+        st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/%s': unreadable or wrong length", path, name);
     return st;
 }

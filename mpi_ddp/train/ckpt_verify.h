@@ -26,8 +26,13 @@ const char *ddp_ckpt_h5_cause(void);
 /* 1 when every component of an HDF5 path exists, 0 when one is missing, -1 when HDF5 cannot tell (corrupt). */
 int ddp_ckpt_path_exists(hid_t f, const char *name);
 /* Reads group/<tensor> for the model's tensors into out (its flat layout), checking shape, checksum (when
- * sums) and finiteness; out NULL: verifies only, and a missing group is no error. */
+ * sums) and finiteness; out NULL: verifies only, and a missing group is no error. A mismatch names the model
+ * settings that shape the tensors: the CLI's options (cli != 0) or ddp_model_config's fields (optname.h). */
 ddp_status ddp_ckpt_read_tensors(hid_t f, const char *path, int sums, const char *group, const ddp_model *model,
-                                 float *out);
+                                 float *out, int cli);
+/* Reads the per-rank dataset `name` of W doubles into out (verified against its checksum when sums); *found is 1
+ * when the file holds it, out untouched when not. */
+ddp_status ddp_ckpt_read_per_rank(hid_t f, const char *path, const char *name, int sums, int64_t W, double *out,
+                                  int *found);
 
 #endif

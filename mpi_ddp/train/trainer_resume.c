@@ -25,6 +25,20 @@
 #define N(X) ddp_opt_name(ctx->cli_names, DDP_OPT_##X)
 #define V(buf, X, ...) ddp_opt_fmt(buf, sizeof buf, ctx->cli_names, DDP_OPT_##X, __VA_ARGS__)
 
+/* One line on stderr as the command that runs the library names itself: "mpiddp train: notice: ..." for the CLI
+ * (ctx->cli_names), "ddp_train: notice: ..." for a C-API program, as ddp_train's error lines begin. */
+static void say(const ddp_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const ddp_ctx *ctx, const char *fmt, ...)
+{
+    char line[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    /* one fprintf, one line: stderr is unbuffered */
+    fprintf(stderr, "%s: %s", ctx->cli_names ? "mpiddp train" : "ddp_train", line);
+}
+
 
 /* A top-k entry's path as this run keeps it: "checkpoints/NAME", relative to the run directory. Older
  * checkpoints stored the path as --out was typed (relative to another working directory, or the directory a
@@ -52,7 +66,8 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
     ddp_ckpt_state cs = {0};
     ddp_status st = DDP_OK;
     struct stat sb;
-    if (ctx->topo.rank == 0) st = ddp_ckpt_read(path, ts->model, c->model_config, ts->h_params, ts->h_m, ts->h_v, &cs);
+    if (ctx->topo.rank == 0)
+        st = ddp_ckpt_read(path, ts->model, c->model_config, ts->h_params, ts->h_m, ts->h_v, &cs, ctx->cli_names);
     if (st != DDP_OK && c->resume && strcmp(c->resume, "auto") != 0 && stat(path, &sb) != 0 && errno == ENOENT) {
         char why[1024]; /* --resume last (Lightning's ckpt_path="last"), a mistyped file: what --resume takes */
         snprintf(why, sizeof why, "%s", ddp_last_error());
@@ -246,33 +261,33 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
         char removed[4800];
         int had = ts->dec.ntopk, n = 0, done = ts->epoch >= (c->fast_dev_run > 0 ? 1 : c->epochs);
         if (done && c->save_top_k > 0 && had > c->save_top_k)
-            fprintf(stderr,
-                    "mpiddp train: notice: %s: the checkpoint lists %d top-k files, and this finished run saves "
-                    "nothing, so all are kept\n",
-                    V(va, SAVE_TOP_K, "%d", c->save_top_k), had);
+            say(ctx,
+                "notice: %s: the checkpoint lists %d top-k files, and this finished run saves "
+                "nothing, so all are kept\n",
+                V(va, SAVE_TOP_K, "%d", c->save_top_k), had);
         for (; !done && ddp_decider_trim(&ts->dec, removed, sizeof removed); n++)
             if (ddp_rundir_inside(removed) && (ts->topk_drop || (ts->topk_drop = ddp_calloc(DDP_TOPK_MAX, 4800))))
                 snprintf(ts->topk_drop + 4800 * ts->ntopk_drop++, 4800, "%s", removed);
         if (n)
-            fprintf(stderr,
-                    "mpiddp train: notice: %s: kept the best %d of the checkpoint's %d top-k files (the others "
-                    "are deleted once the next checkpoint is saved)\n",
-                    V(va, SAVE_TOP_K, "%d", c->save_top_k), ts->dec.ntopk, had);
+            say(ctx,
+                "notice: %s: kept the best %d of the checkpoint's %d top-k files (the others "
+                "are deleted once the next checkpoint is saved)\n",
+                V(va, SAVE_TOP_K, "%d", c->save_top_k), ts->dec.ntopk, had);
     }
     free(cs.best_local);
     free(cs.best_local_es);
     free(cs.topk_json);
     if (ctx->topo.rank == 0 && cs.no_checksums) /* written before checksums: loaded unverified (finiteness checked) */
-        fprintf(stderr,
-                "mpiddp train: notice: %s has no checksums (written before mpiddp verified checkpoints): loaded "
-                "unverified\n",
-                path);
+        say(ctx,
+            "notice: %s has no checksums (written before mpiddp verified checkpoints): loaded "
+            "unverified\n",
+            path);
     if (ctx->topo.rank == 0 && cs.precision != c->precision) /* allowed: parameters and moments are fp32 in both */
-        fprintf(stderr,
-                "mpiddp train: notice: %s was trained at %s; this run continues at %s (parameters and AdamW "
-                "moments are fp32 in both)\n",
-                path, V(va, PRECISION, "%s", ddp_precision_name(cs.precision)),
-                V(vb, PRECISION, "%s", ddp_precision_name(c->precision)));
+        say(ctx,
+            "notice: %s was trained at %s; this run continues at %s (parameters and AdamW "
+            "moments are fp32 in both)\n",
+            path, V(va, PRECISION, "%s", ddp_precision_name(cs.precision)),
+            V(vb, PRECISION, "%s", ddp_precision_name(c->precision)));
     int epochs_run = c->fast_dev_run > 0 ? 1 : c->epochs, todo = ts->epoch < epochs_run; /* else nothing to do */
     char vc[4200], vd[4200];
     const char *sep = ctx->cli_names ? " " : ", "; /* "--shuffle full --sampling global" | "cfg.... = 0, cfg.... = 0" */
@@ -283,23 +298,23 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
         V(vd, SAMPLING, "%s", my_sampling);
     }
     if (ctx->topo.rank == 0 && (new_shuffle || new_sampling) && todo && at_end) /* validation next, then epoch E + 1 */
-        fprintf(stderr,
-                "mpiddp train: notice: %s was saved at the end of epoch %lld's training (its validation next) with "
-                "%s%s%s; this run orders the epochs after it with %s%s%s\n",
-                path, (long long)facts[0], va, sep, vb, vc, sep, vd);
+        say(ctx,
+            "notice: %s was saved at the end of epoch %lld's training (its validation next) with "
+            "%s%s%s; this run orders the epochs after it with %s%s%s\n",
+            path, (long long)facts[0], va, sep, vb, vc, sep, vd);
     else if (ctx->topo.rank == 0 && (new_shuffle || new_sampling) && todo) /* at an epoch boundary (else refused) */
-        fprintf(stderr,
-                "mpiddp train: notice: %s was saved at the start of epoch %lld with %s%s%s; this run orders it and "
-                "the epochs after it with %s%s%s\n",
-                path, (long long)facts[0], va, sep, vb, vc, sep, vd);
+        say(ctx,
+            "notice: %s was saved at the start of epoch %lld with %s%s%s; this run orders it and "
+            "the epochs after it with %s%s%s\n",
+            path, (long long)facts[0], va, sep, vb, vc, sep, vd);
     const ddp_model_config *mc = c->model_config; /* allowed too (fine-tuning with more or less dropout), but said */
     if (ctx->topo.rank == 0 && mc && mc->kind == DDP_MODEL_TRANSFORMER && isfinite(cs.dropout) &&
         cs.dropout != mc->dropout)
-        fprintf(stderr, "mpiddp train: notice: %s was trained with %s; this run continues with %s\n", path,
-                V(va, DROPOUT, "%g", cs.dropout), V(vb, DROPOUT, "%g", mc->dropout));
+        say(ctx, "notice: %s was trained with %s; this run continues with %s\n", path, V(va, DROPOUT, "%g", cs.dropout),
+            V(vb, DROPOUT, "%g", mc->dropout));
     if (ctx->topo.rank == 0 && isfinite(cs.weight_decay) && cs.weight_decay != c->weight_decay) /* allowed, said */
-        fprintf(stderr, "mpiddp train: notice: %s was trained with %s; this run continues with %s\n", path,
-                V(va, WEIGHT_DECAY, "%g", cs.weight_decay), V(vb, WEIGHT_DECAY, "%g", c->weight_decay));
+        say(ctx, "notice: %s was trained with %s; this run continues with %s\n", path,
+            V(va, WEIGHT_DECAY, "%g", cs.weight_decay), V(vb, WEIGHT_DECAY, "%g", c->weight_decay));
     { /* AdamW's beta1, beta2 and eps (ddp_train_config, no CLI options): allowed, said in one notice naming both */
         const char *name[3] = {"beta1", "beta2", "eps"};
         double was[3] = {cs.beta1, cs.beta2, cs.eps}, now[3] = {c->beta1, c->beta2, c->eps};
@@ -311,22 +326,19 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
                 snprintf(b + nb, sizeof b - nb, "%s%s %g", nb ? ", " : "", name[k], now[k]);
             }
         if (ctx->topo.rank == 0 && a[0])
-            fprintf(stderr, "mpiddp train: notice: %s was trained with AdamW %s; this run continues with AdamW %s\n",
-                    path, a, b);
+            say(ctx, "notice: %s was trained with AdamW %s; this run continues with AdamW %s\n", path, a, b);
     }
     if (ctx->topo.rank == 0) /* a notice even with --no-progress: where the run continues from matters */
     {
         int epochs = c->fast_dev_run > 0 ? 1 : c->epochs;
         if (ts->epoch >= epochs) /* every epoch asked for is done: say so, and train nothing */
-            fprintf(stderr,
-                    "mpiddp train: nothing to do: %s has finished %lld epoch(s) (epochs 0-%lld) and %s is %d; "
-                    "raise %s to train more\n",
-                    path, (long long)ts->epoch, (long long)ts->epoch - 1, N(EPOCHS), epochs, N(EPOCHS));
+            say(ctx,
+                "nothing to do: %s has finished %lld epoch(s) (epochs 0-%lld) and %s is %d; "
+                "raise %s to train more\n",
+                path, (long long)ts->epoch, (long long)ts->epoch - 1, N(EPOCHS), epochs, N(EPOCHS));
         else
-            fprintf(
-                stderr,
-                "mpiddp train: resuming from %s at epoch %lld (0-based), optimizer step %lld of the epoch, step %lld\n",
-                path, (long long)ts->epoch, (long long)(facts[8] >= 0 ? facts[8] / c->accumulate : facts[1]),
+            say(ctx, "resuming from %s at epoch %lld (0-based), optimizer step %lld of the epoch, step %lld\n", path,
+                (long long)ts->epoch, (long long)(facts[8] >= 0 ? facts[8] / c->accumulate : facts[1]),
                 (long long)ts->global_step);
     }
     return DDP_OK;
@@ -460,16 +472,16 @@ ddp_status ddp_train_state_settle_schedule(ddp_train_state *ts, int64_t steps0, 
             size_t n = strlen(lr_note);
             if (lr_moved != lr_new)
                 snprintf(lr_note + n, sizeof lr_note - n, " (the new horizon would make it %s)", num(b, 32, lr_moved));
-            fprintf(stderr, "mpiddp train: notice: %s: learning-rate schedule at step %lld: %s; %s\n",
-                    ts->lr_saved.path, (long long)s, items, lr_note);
+            say(ctx, "notice: %s: learning-rate schedule at step %lld: %s; %s\n", ts->lr_saved.path, (long long)s,
+                items, lr_note);
         }
     } else if (ts->lr_saved.resumed && ctx->topo.rank == 0 && ts->epoch < epochs) { /* as before: this run's schedule */
         char a[32], vl[96], ve[96];
-        fprintf(stderr,
-                "mpiddp train: notice: %s records no learning-rate schedule (written by an older mpiddp): this run's "
-                "applies as given (%s, %s, horizon %lld steps from %s)\n",
-                ts->lr_saved.path, ddp_lr_schedule_name(c->lr_schedule), V(vl, LR, "%s", num(a, 32, c->lr)),
-                (long long)want_end, V(ve, EPOCHS, "%d", epochs));
+        say(ctx,
+            "notice: %s records no learning-rate schedule (written by an older mpiddp): this run's "
+            "applies as given (%s, %s, horizon %lld steps from %s)\n",
+            ts->lr_saved.path, ddp_lr_schedule_name(c->lr_schedule), V(vl, LR, "%s", num(a, 32, c->lr)),
+            (long long)want_end, V(ve, EPOCHS, "%d", epochs));
     }
     /* --fast-dev-run smoke-tests the run's options: its warmup against the run's steps, not the few it trains */
     if (!(ts->lr_saved.resumed && ts->lr_saved.known))

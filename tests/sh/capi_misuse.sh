@@ -1,13 +1,15 @@
 # The public C API misused as a new user might (tools/capi_misuse.c, which includes only mpiddp.h): NULL pointers,
 # bad sizes and config values, some on one rank only, calls before ddp_init. At np 1 and 2 every case ends in time
 # with exit 0 on every rank (each check's status and its one-line message held), nothing on stdout, no crash. The
-# config refusals and the resume refusals and notices name ddp_train_config's fields (cfg.lr = -0.1), no --option.
+# config refusals and the resume refusals and notices name ddp_train_config's fields (cfg.lr = -0.1), no --option;
+# so do the built-in models' lines (cfg.model_config->heads = 3), the CPU backend's refusal of tf32 and the device
+# selection's (DDP_DEVICE_CUDA). The library's notices begin "ddp_train: notice:", never "mpiddp train:".
 . "$(dirname "$0")/lib.sh"
 : "${CAPI_MISUSE:?}"
 synth --out tr --samples 64 --shards 2 --dim 4 --classes 3
 synth --out va --samples 32 --shards 1 --dim 4 --classes 3 --first-id 100000
 for np in 1 2; do
-  for c in before_init after_finalize context dataset metrics models config train; do
+  for c in before_init after_finalize context dataset metrics models config train builtin shuffle; do
     rm -rf "w_$c" && mkdir "w_$c"
     set +e
     timeout 120 mpirun -np $np --oversubscribe "$CAPI_MISUSE" "$c" tr va "$PWD/w_$c" > out.txt 2> err.txt
@@ -16,10 +18,17 @@ for np in 1 2; do
     [ $rc = 0 ] || { cat err.txt >&2; fail "case $c at np $np: exit $rc (124: a hang)"; }
     [ ! -s out.txt ] || fail "case $c at np $np printed to stdout: $(head -3 out.txt)"
     ! grep '^FAIL' err.txt || fail "case $c at np $np: a check failed"
+    ! grep -e '^mpiddp train:' -e '--[a-z]' err.txt || fail "case $c at np $np: a library line as the CLI's"
     if [ "$c" = train ]; then # a resume's notice names the fields a C-API program set, no CLI option
-      qgrep 'was trained with cfg.weight_decay = 0.01; this run continues with cfg.weight_decay = 0.02' err.txt ||
+      ck="$PWD/w_train/t1/checkpoints/last.h5"
+      qgrep -xF "ddp_train: notice: $ck was trained with cfg.weight_decay = 0.01; this run continues with cfg.weight_decay = 0.02" err.txt ||
         fail "case train at np $np: no notice naming cfg.weight_decay: $(grep notice err.txt)"
-      ! grep -e '^mpiddp train: .*--' err.txt || fail "case train at np $np: a library line names a CLI option"
+      qgrep "^ddp_train: resuming from $ck at epoch 1 (0-based)" err.txt || fail "case train at np $np: $(cat err.txt)"
+    fi
+    if [ "$c" = shuffle ]; then # another order at an epoch boundary: its notice in cfg terms only
+      ck="$PWD/w_shuffle/bnd/checkpoints/last.h5"
+      qgrep -xF "ddp_train: notice: $ck was saved at the start of epoch 1 with cfg.shuffle_block = 1, cfg.shuffle_block_mb = 0.002, cfg.shuffle_window = 3, cfg.sampling_shard = 0; this run orders it and the epochs after it with cfg.shuffle_block = 0, cfg.sampling_shard = 0" err.txt ||
+        fail "case shuffle at np $np: $(grep notice err.txt)"
     fi
   done
 done

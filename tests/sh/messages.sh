@@ -118,6 +118,10 @@ if [ ! -e /dev/nvidia0 ] && [ ! -e /dev/nvidiactl ] && [ ! -e /proc/driver/nvidi
 fi
 expect_rc 1 env -u MPIDDP_CUDA_PLUGIN CUDA_VISIBLE_DEVICES= mpirun -np 2 --oversubscribe bin/mpiddp train "${common[@]}" --device cuda --out cuda
 grep -q "^mpiddp train: error: --device cuda: every GPU hidden by CUDA_VISIBLE_DEVICES=\"\" on $host$" <<<"$ERR" || fail "--device cuda, GPUs hidden: $ERR"
+# no plugin at MPIDDP_CUDA_PLUGIN: the line names the CLI's --device cuda (a C-API program's, DDP_DEVICE_CUDA)
+expect_rc 1 env MPIDDP_CUDA_PLUGIN="$WORK/none.so" mpirun -np 2 --oversubscribe "$MPIDDP" train "${common[@]}" --device cuda --out noplugin
+grep -qx "mpiddp train: error: --device cuda: CUDA plugin unavailable: MPIDDP_CUDA_PLUGIN=$WORK/none.so: No such file or directory" <<<"$ERR" ||
+  fail "--device cuda without a plugin: $ERR"
 # an MPIDDP_ATTENTION neither device knows (a typo of a path) is refused, not taken for auto
 expect_rc 1 env MPIDDP_ATTENTION=Tiled mpirun -np 2 --oversubscribe "$MPIDDP" train "${common[@]}" --model transformer --heads 2 --out attn
 [ "$(grep -c "^mpiddp" <<<"$ERR")" = 1 ] && grep -q "^mpiddp train: error: MPIDDP_ATTENTION=Tiled: not an attention path" <<<"$ERR" ||

@@ -52,7 +52,8 @@ grep -q "^user_model: RUN_DIR user_run holds another run's files .*give a new RU
 ! grep -E -- '--(out|resume|overwrite)' <<<"$ERR" || fail "user model's refusal names options it does not take"
 # AdamW's beta1, beta2 and eps (ddp_train_config only) are recorded in checkpoints: a resume through the C API with
 # the same values says nothing; with others it continues with one notice naming both values of each that changed
-# (as --weight-decay's); a checkpoint without the attributes (an older mpiddp): no notice
+# (as --weight-decay's), begun "ddp_train: notice:" (a C-API program is not the mpiddp train command); a checkpoint
+# without the attributes (an older mpiddp): no notice
 mpirun_np 2 "$TESTTOOL" adamw d val adamw 0.9 0.999 1e-8 1 >/dev/null 2>&1 || fail "adamw: first run"
 $PY -c "import h5py; a = h5py.File('adamw/checkpoints/last.h5', 'r').attrs
 assert (float(a['adamw_beta1']), float(a['adamw_beta2']), float(a['adamw_eps'])) == (0.9, 0.999, 1e-8), dict(a)" ||
@@ -61,7 +62,7 @@ expect_rc 0 mpirun_np 2 "$TESTTOOL" adamw d val adamw 0.9 0.999 1e-8 2
 printf '%s' "$ERR" | qgrep "AdamW" && fail "adamw: a resume with the same values: a notice: $ERR"
 expect_rc 0 mpirun_np 2 "$TESTTOOL" adamw d val adamw 0.8 0.999 1e-6 3
 [ "$(printf '%s\n' "$ERR" | grep -c "AdamW")" = 1 ] &&
-  printf '%s\n' "$ERR" | qgrep -x "mpiddp train: notice: adamw/checkpoints/last.h5 was trained with AdamW beta1 0.9, eps 1e-08; this run continues with AdamW beta1 0.8, eps 1e-06" ||
+  printf '%s\n' "$ERR" | qgrep -x "ddp_train: notice: adamw/checkpoints/last.h5 was trained with AdamW beta1 0.9, eps 1e-08; this run continues with AdamW beta1 0.8, eps 1e-06" ||
   fail "adamw: a resume with other values: not one notice naming both: $ERR"
 $PY -c "import h5py; a = h5py.File('adamw/checkpoints/last.h5', 'r+').attrs; del a['adamw_beta1'], a['adamw_beta2'], a['adamw_eps']"
 expect_rc 0 mpirun_np 2 "$TESTTOOL" adamw d val adamw 0.9 0.99 1e-7 4

@@ -37,6 +37,17 @@ static void expect_api(const char *what, ddp_status st, ddp_status want, const c
     }
 }
 
+/* expect_api, and the line is exactly `line` */
+static void expect_is(const char *what, ddp_status st, ddp_status want, const char *line)
+{
+    expect_api(what, st, want, NULL);
+    const char *e = ddp_last_error();
+    if (!e || strcmp(e, line)) {
+        fprintf(stderr, "FAIL rank %d %s: the line is not\n  %s\n", g_rank, what, line);
+        g_failed = 1;
+    }
+}
+
 /* the user model of examples/user_model.c in brief: one linear layer on the first row */
 typedef struct {
     int64_t D, C;
@@ -90,8 +101,10 @@ static ddp_model user_model(const ddp_dataset *tr)
 
 static ddp_train_config base_cfg(const char *work, const char *name)
 {
-    static char out[4096];
-    snprintf(out, sizeof out, "%s/%s", work, name);
+    static char outs[8][4096]; /* the last eight configurations' directories stay valid */
+    static int k;
+    char *out = outs[k++ % 8];
+    snprintf(out, 4096, "%s/%s", work, name);
     ddp_train_config c;
     ddp_train_config_default(&c);
     c.out_dir = out;
@@ -99,6 +112,22 @@ static ddp_train_config base_cfg(const char *work, const char *name)
     c.batch_size = 8;
     c.progress = 0;
     return c;
+}
+
+/* ddp_train of a built-in model of configuration mc (epochs 1) into WORK/name, resume NULL or "auto" */
+static ddp_status train_builtin(ddp_ctx *ctx, const char *work, const char *name, const ddp_model_config *mc,
+                                const char *resume, ddp_precision precision, ddp_dataset *tr, ddp_dataset *va)
+{
+    ddp_model m;
+    ddp_status st = ddp_model_create(ctx, DDP_DEVICE_CPU, mc, &m);
+    if (st != DDP_OK) return st;
+    ddp_train_config cfg = base_cfg(work, name);
+    cfg.model_config = mc;
+    cfg.resume = resume;
+    cfg.precision = precision;
+    st = ddp_train(ctx, &cfg, &m, tr, va);
+    if (m.destroy) m.destroy(m.self);
+    return st;
 }
 
 int main(int argc, char **argv)
@@ -169,6 +198,20 @@ int main(int argc, char **argv)
         expect("ddp_select_device(want 42 on the last rank)", st, DDP_ERR_ARG,
                size == 1 ? "want 42: not a device" : "one of them asks for no device there is");
         expect("ddp_all_ok after", ddp_all_ok(ctx, 1, &all), DDP_OK, NULL);
+        /* the device is named as the program passed it (DDP_DEVICE_AUTO), not as the CLI's --device auto */
+        char why[160] = "";
+        st = ddp_select_device_all(ctx, DDP_DEVICE_AUTO, &got, why);
+        expect("ddp_select_device_all(auto)", st, DDP_OK, NULL);
+        if (got == DDP_DEVICE_CPU && (strncmp(why, "DDP_DEVICE_AUTO: ", 17) || !strstr(why, ", using cpu"))) {
+            fprintf(stderr,
+                    "FAIL rank %d ddp_select_device_all(auto) says '%s', not 'DDP_DEVICE_AUTO: ..., using cpu'\n",
+                    g_rank, why);
+            g_failed = 1;
+        } else
+            fprintf(stderr, "ok rank %d ddp_select_device_all(auto) says '%s'\n", g_rank, why);
+        st = ddp_select_device_all(ctx, DDP_DEVICE_CUDA, &got, NULL); /* no plugin, no GPU, or fewer GPUs than ranks */
+        if (st != DDP_OK) expect_api("ddp_select_device_all(cuda) refused", st, DDP_ERR_ARG, "DDP_DEVICE_CUDA: ");
+        expect("ddp_select_device_all(cpu)", ddp_select_device_all(ctx, DDP_DEVICE_CPU, &got, NULL), DDP_OK, NULL);
     } else if (!strcmp(c, "dataset")) {
         expect("ddp_dataset_open(dir NULL)", ddp_dataset_open(ctx, NULL, &tr), DDP_ERR_ARG, "dir");
         expect("ddp_dataset_open(out NULL)", ddp_dataset_open(ctx, trd, NULL), DDP_ERR_ARG, "out");
@@ -405,6 +448,100 @@ int main(int argc, char **argv)
         rs.epochs = 2;
         rs.weight_decay = 0.02;
         expect("ddp_train(resume, 2 epochs, weight_decay 0.02)", ddp_train(ctx, &rs, &m, tr, va), DDP_OK, NULL);
+    } else if (!strcmp(c, "builtin")) { /* the built-in models' lines name ddp_model_config's fields */
+        expect("ddp_dataset_open(train)", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
+        expect("ddp_dataset_open(val)", ddp_dataset_open(ctx, vad, &va), DDP_OK, NULL);
+        const ddp_dataset_info *ti = ddp_dataset_get_info(tr), *vi = ddp_dataset_get_info(va);
+        ddp_model_config tx, b;
+        ddp_model_config_default(&tx);
+        tx.kind = DDP_MODEL_TRANSFORMER, tx.dim = ti->dim, tx.classes = ti->num_classes, tx.hidden = 16, tx.heads = 4;
+        tx.max_batch_samples = 8;
+        tx.max_batch_rows = 8 * (ti->max_sample_rows > vi->max_sample_rows ? ti->max_sample_rows : vi->max_sample_rows);
+        b = tx, b.heads = 3;
+        expect_is("ddp_model_config_check(heads 3)", ddp_model_config_check(&b), DDP_ERR_ARG,
+                  "transformer: cfg.model_config->heads = 3 must divide cfg.model_config->hidden = 16");
+        b = tx, b.layers = 0;
+        expect_is("ddp_model_config_check(layers 0)", ddp_model_config_check(&b), DDP_ERR_ARG,
+                  "transformer: cfg.model_config->layers = 0: must be >= 1");
+        b = tx, b.max_positions = 0;
+        expect_is("ddp_model_config_check(max_positions 0)", ddp_model_config_check(&b), DDP_ERR_ARG,
+                  "transformer: need cfg.model_config->max_positions >= 1 and 0 <= cfg.model_config->dropout < 1 (got "
+                  "0, 0)");
+        ddp_model m;
+        b = tx, b.hidden = 0;
+        expect_is("ddp_model_create(hidden 0)", ddp_model_create(ctx, DDP_DEVICE_CPU, &b, &m), DDP_ERR_ARG,
+                  "transformer: need D >= 1, cfg.model_config->hidden >= 1 and classes >= 2 (got D=4, hidden=0, "
+                  "classes=3)");
+        b = tx, b.heads = 5; /* as ddp_model_create names it */
+        expect_is("ddp_model_create(heads 5)", ddp_model_create(ctx, DDP_DEVICE_CPU, &b, &m), DDP_ERR_ARG,
+                  "transformer: cfg.model_config->heads = 5 must divide cfg.model_config->hidden = 16");
+        ddp_model_config mlp = tx;
+        mlp.kind = DDP_MODEL_MLP;
+        expect("ddp_train(mlp)", train_builtin(ctx, work, "mlp", &mlp, NULL, DDP_PRECISION_FP32, tr, va), DDP_OK, NULL);
+        expect("ddp_train(transformer)", train_builtin(ctx, work, "tx", &tx, NULL, DDP_PRECISION_FP32, tr, va), DDP_OK,
+               NULL);
+        char line[8400];
+        snprintf(line, sizeof line,
+                 "%s/mlp/checkpoints/last.h5 holds an mlp model (cfg.model_config->kind = DDP_MODEL_MLP), not the "
+                 "transformer this run builds (cfg.model_config->kind = DDP_MODEL_TRANSFORMER)",
+                 work);
+        expect_is("ddp_train(resume an mlp as a transformer)",
+                  train_builtin(ctx, work, "mlp", &tx, "auto", DDP_PRECISION_FP32, tr, va), DDP_ERR_ARG, line);
+        b = tx, b.heads = 2;
+        snprintf(line, sizeof line,
+                 "%s/tx/checkpoints/last.h5: saved with cfg.model_config->heads = 4; this run uses "
+                 "cfg.model_config->heads = 2 (the same tensors would be split into other attention heads): resume "
+                 "with cfg.model_config->heads = 4",
+                 work);
+        expect_is("ddp_train(resume, heads 2)", train_builtin(ctx, work, "tx", &b, "auto", DDP_PRECISION_FP32, tr, va),
+                  DDP_ERR_ARG, line);
+        b = tx, b.hidden = 32;
+        expect_api("ddp_train(resume, hidden 32)",
+                   train_builtin(ctx, work, "tx", &b, "auto", DDP_PRECISION_FP32, tr, va), DDP_ERR_FORMAT,
+                   "in this run's model (another cfg.model_config->hidden, cfg.model_config->ff, "
+                   "cfg.model_config->max_positions, D or number of classes: resume with the model configuration and "
+                   "data it was trained with)");
+        b = mlp, b.hidden = 32;
+        expect_api("ddp_train(resume an mlp, hidden 32)",
+                   train_builtin(ctx, work, "mlp", &b, "auto", DDP_PRECISION_FP32, tr, va), DDP_ERR_FORMAT,
+                   "in this run's model (another cfg.model_config->hidden, D or number of classes: resume with the "
+                   "model configuration and data it was trained with)");
+        b = tx, b.layers = 1;
+        expect_api("ddp_train(resume, layers 1)",
+                   train_builtin(ctx, work, "tx", &b, "auto", DDP_PRECISION_FP32, tr, va), DDP_ERR_FORMAT,
+                   "in the model: another cfg.model_config->layers?)");
+        b = tx, b.max_positions = 2; /* the samples have 4 rows or more */
+        expect_api("ddp_train(max_positions 2)",
+                   train_builtin(ctx, work, "short", &b, NULL, DDP_PRECISION_FP32, tr, va), DDP_ERR_ARG,
+                   "rows, more than cfg.model_config->max_positions = 2");
+        expect_is(
+            "ddp_train(precision tf32 on the CPU)",
+            train_builtin(ctx, work, "tf32", &mlp, NULL, DDP_PRECISION_TF32, tr, va), DDP_ERR_ARG,
+            "cfg.precision = DDP_PRECISION_TF32 needs model.device = DDP_DEVICE_CUDA (the cpu backend computes in "
+            "fp32 or bf16)");
+    } else if (!strcmp(c, "shuffle")) { /* another order on resume, named in ddp_train_config's fields only */
+        expect("ddp_dataset_open(train)", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
+        expect("ddp_dataset_open(val)", ddp_dataset_open(ctx, vad, &va), DDP_OK, NULL);
+        ddp_model m = user_model(tr);
+        ddp_train_config cfg = base_cfg(work, "mid"), rs;
+        cfg.shuffle_block = 1, cfg.shuffle_block_mb = 0.002, cfg.shuffle_window = 3, cfg.epochs = 2;
+        setenv("MPIDDP_TEST_STOP_AT_STEP", "2", 1); /* stopped after 2 of the epoch's 4 (np 2) or 8 steps */
+        ddp_status st = ddp_train(ctx, &cfg, &m, tr, va);
+        unsetenv("MPIDDP_TEST_STOP_AT_STEP");
+        fprintf(stderr, "ok rank %d ddp_train(stopped at step 2): %s\n", g_rank, ddp_status_name(st));
+        rs = cfg, rs.resume = "auto", rs.shuffle_block = 0;
+        char want[8400];
+        snprintf(want, sizeof want,
+                 "%s/mid/checkpoints/last.h5: saved with cfg.shuffle_block = 1, cfg.shuffle_block_mb = 0.002, "
+                 "cfg.shuffle_window = 3; this run uses cfg.shuffle_block = 0 (another order continues only a "
+                 "checkpoint saved at an epoch boundary; this one is 2 optimizer steps into epoch 0)",
+                 work);
+        expect_is("ddp_train(resume mid-epoch, shuffle_block 0)", ddp_train(ctx, &rs, &m, tr, va), DDP_ERR_ARG, want);
+        cfg = base_cfg(work, "bnd"); /* at an epoch boundary: accepted, one notice (sh/capi_misuse.sh reads it) */
+        cfg.shuffle_block = 1, cfg.shuffle_block_mb = 0.002, cfg.shuffle_window = 3;
+        expect("ddp_train(shuffle_block 1)", ddp_train(ctx, &cfg, &m, tr, va), DDP_OK, NULL);
+        rs = cfg, rs.resume = "auto", rs.shuffle_block = 0, rs.epochs = 2;
+        expect("ddp_train(resume at the boundary, shuffle_block 0)", ddp_train(ctx, &rs, &m, tr, va), DDP_OK, NULL);
     } else {
         fprintf(stderr, "unknown case %s\n", c);
         g_failed = 1;

@@ -349,8 +349,14 @@ static void test_set_precision(void **state)
 {
     (void)state;
     if (!(ddp_backend_set_precision(cpu, DDP_PRECISION_TF32) == DDP_ERR_ARG &&
+          !strcmp(ddp_last_error(), "cfg.precision = DDP_PRECISION_TF32 needs model.device = DDP_DEVICE_CUDA (the cpu "
+                                    "backend computes in fp32 or bf16)")))
+        fail_msg("cpu tf32 (C API): %s", ddp_last_error());
+    cpu->cli_names = 1; /* the CLI's ctx: its options */
+    if (!(ddp_backend_set_precision(cpu, DDP_PRECISION_TF32) == DDP_ERR_ARG &&
           !strcmp(ddp_last_error(), "--precision tf32 needs --device cuda (the cpu backend computes in fp32 or bf16)")))
         fail_msg("cpu tf32: %s", ddp_last_error());
+    cpu->cli_names = 0;
     if (ddp_backend_cpu_bf16(cpu) != NULL) fail_msg("bf16 state at fp32");
     gemm16_refused("a new backend");
     OK(ddp_backend_set_precision(cpu, DDP_PRECISION_BF16));

@@ -352,8 +352,14 @@ static void test_refused_precisions(void **state)
     (void)state;
     OK(ddp_backend_set_precision(cpu, DDP_PRECISION_FP32));
     if (!(ddp_backend_set_precision(cpu, DDP_PRECISION_TF32) == DDP_ERR_ARG &&
+          !strcmp(ddp_last_error(), "cfg.precision = DDP_PRECISION_TF32 needs model.device = DDP_DEVICE_CUDA (the cpu "
+                                    "backend computes in fp32 or bf16)")))
+        fail_msg("cpu tf32 (C API): %s", ddp_last_error());
+    cpu->cli_names = 1; /* the CLI's ctx: its options */
+    if (!(ddp_backend_set_precision(cpu, DDP_PRECISION_TF32) == DDP_ERR_ARG &&
           !strcmp(ddp_last_error(), "--precision tf32 needs --device cuda (the cpu backend computes in fp32 or bf16)")))
         fail_msg("cpu tf32: %s", ddp_last_error());
+    cpu->cli_names = 0;
     if (!(gpu->set_precision(gpu, (ddp_precision)3) == DDP_ERR_ARG && strstr(ddp_last_error(), "no precision 3")))
         fail_msg("an unknown precision: %s", ddp_last_error());
 }

@@ -449,8 +449,14 @@ static void test_limits_and_init(void **state)
                    .is_pad = &pad,
                    .x = x};
     ddp_forward_out out = {0};
+    /* named as the caller set it: ddp_model_config's field (C API), the CLI's option (ctx->cli_names) */
+    assert_int_equal(m.eval_step(m.self, &b, p, &out), DDP_ERR_ARG);
+    assert_non_null(
+        strstr(ddp_last_error(), "sample 33 (id 5) has 9 rows, more than cfg.model_config->max_positions = 8"));
+    g_be->cli_names = 1;
     assert_int_equal(m.eval_step(m.self, &b, p, &out), DDP_ERR_ARG);
     assert_non_null(strstr(ddp_last_error(), "sample 33 (id 5) has 9 rows, more than --max-positions 8"));
+    g_be->cli_names = 0;
     free(p);
     m.destroy(m.self);
     /* heads must divide d */
@@ -459,7 +465,12 @@ static void test_limits_and_init(void **state)
     c.kind = DDP_MODEL_TRANSFORMER, c.dim = D, c.classes = C, c.hidden = 10, c.heads = 4, c.max_batch_rows = 4,
     c.max_batch_samples = 2;
     assert_int_equal(ddp_transformer_create_on(g_be, &c, &m), DDP_ERR_ARG);
-    assert_non_null(strstr(ddp_last_error(), "--heads 4 must divide --hidden 10"));
+    assert_string_equal(ddp_last_error(),
+                        "transformer: cfg.model_config->heads = 4 must divide cfg.model_config->hidden = 10");
+    g_be->cli_names = 1;
+    assert_int_equal(ddp_transformer_create_on(g_be, &c, &m), DDP_ERR_ARG);
+    assert_string_equal(ddp_last_error(), "transformer: --heads 4 must divide --hidden 10");
+    g_be->cli_names = 0;
 }
 
 /* The checks: central differences of the layernorm, attention (the three CPU methods, with and without dropout) and

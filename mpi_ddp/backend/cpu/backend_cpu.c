@@ -268,8 +268,7 @@ static ddp_status cpu_set_precision(ddp_backend *b, ddp_precision p)
         if (p == DDP_PRECISION_BF16 && !c->bf16) DDP_CHECK(ddp_cpu_bf16_create(c->threads, &c->bf16));
         return DDP_OK;
     }
-    return ddp_set_error(DDP_ERR_ARG, "--precision %s needs --device cuda (the %s backend computes in fp32 or bf16)",
-                         ddp_precision_name(p), b->name);
+    return ddp_backend_needs_cuda(b, p, "fp32 or bf16");
 }
 
 static ddp_status cpu_reserve(ddp_backend *b, int64_t rows)
