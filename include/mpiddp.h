@@ -61,7 +61,12 @@ typedef struct {
 /* Initialises MPI (unless already initialised) and discovers the topology. Once MPI is finalized (ddp_finalize of a
  * context that started it) MPI cannot start again: DDP_ERR_ARG. */
 ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **ctx);
-void ddp_finalize(ddp_ctx *ctx);
+/* Frees the context and finalizes MPI when ddp_init started it. NULL: DDP_OK. A context already finalized is refused,
+ * DDP_ERR_ARG ("ddp_finalize: ctx is not a live context ..."), here and by every function given one. After a
+ * collective timeout (cfg.collective_timeout) the context's communication is broken: every later collective on it
+ * fails at once naming the timeout, and ddp_finalize returns DDP_ERR_MISMATCH without finalizing MPI (that would wait
+ * for the stalled rank): exit non-zero or MPI_Abort. */
+ddp_status ddp_finalize(ddp_ctx *ctx);
 const ddp_topology *ddp_topo(const ddp_ctx *ctx);
 /* Resolves --device for this rank: AUTO becomes CUDA when a GPU is visible, else CPU. Collective over the ranks of
  * this node: they must pass the same want (else DDP_ERR_ARG on every rank of the node, one line naming the wants) and,

@@ -2,6 +2,7 @@
  * (io/dataset_scan.c gathers it; the manifest written from it), lazy per-rank shard opening (within the open-shard
  * budget of io/shard_cache.c), and the collective checks over it. */
 #include "io/dataset.h"
+#include "mpi_ddp/comm/ctxlive.h"
 #include "io/finite.h"
 #include "io/shard_cache.h"
 
@@ -175,7 +176,7 @@ static ddp_status agree_same_dataset(ddp_ctx *ctx, const char *dir, const ddp_sh
 
 ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out)
 {
-    DDP_NONNULL(ctx, "ctx");
+    DDP_CTX_ARG(ctx);
     ddp_status st = DDP_NONNULL_ST(dir, "dir");
     if (st == DDP_OK) st = DDP_NONNULL_ST(out, "out");
     DDP_CHECK(ddp_agree_status(ctx, st)); /* collective: a NULL on one rank fails every rank */

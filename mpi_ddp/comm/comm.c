@@ -6,6 +6,7 @@
 #include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/comm/comm.h"
+#include "mpi_ddp/comm/ctxlive.h"
 #include "mpi_ddp/comm/watchdog.h"
 #include "slurm/env.h"
 
@@ -66,6 +67,12 @@ ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **out)
     char host[MPI_MAX_PROCESSOR_NAME];
     MPI_CHECK(MPI_Get_processor_name(host, &len));
     snprintf(t->host, sizeof t->host, "%s", host);
+    if (ddp_ctx_register(c) != DDP_OK) {
+        MPI_Comm_free(&c->local);
+        MPI_Comm_free(&c->world);
+        free(blk);
+        return DDP_ERR_NOMEM;
+    }
     ddp_jobfacts_read(c->facts);
     ddp_status fst = ddp_jobfacts_check(c->facts, t->rank, t->size);
     if (fst != DDP_OK) { /* every process of a mis-launched job fails alike: nothing to agree with */
@@ -82,12 +89,20 @@ ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **out)
     return DDP_OK;
 }
 
-void ddp_finalize(ddp_ctx *c)
+ddp_status ddp_finalize(ddp_ctx *c)
 {
-    if (!c) return;
+    if (!c) return DDP_OK;
+    DDP_CHECK(ddp_ctx_alive(c, __func__)); /* finalized already: the block is freed, not to be touched */
     ddp_nccl_destroy(c);
     for (int i = 0; i < 3; i++)
         if (c->backends[i]) c->backends[i]->destroy(c->backends[i]);
+    ddp_ctx_unregister(c);
+    if (c->comm_broken) /* a collective left pending: freeing its communicator or MPI_Finalize waits for the
+                           stalled rank; the block stays allocated (ctxlive.c keeps it) for the pending request */
+        return ddp_set_error(DDP_ERR_MISMATCH,
+                             "ddp_finalize: MPI not finalized: an earlier collective timeout left a collective pending "
+                             "(%s); end the job: exit non-zero or MPI_Abort",
+                             c->broken_why);
     MPI_Comm_free(&c->local);
     MPI_Comm_free(&c->world);
     int owns = c->owns_mpi;
@@ -95,9 +110,10 @@ void ddp_finalize(ddp_ctx *c)
     int fin = 0;
     MPI_Finalized(&fin);
     if (owns && !fin) MPI_Finalize();
+    return DDP_OK;
 }
 
-const ddp_topology *ddp_topo(const ddp_ctx *c) { return c ? &c->topo : NULL; }
+const ddp_topology *ddp_topo(const ddp_ctx *c) { return ddp_ctx_is_live(c) ? &c->topo : NULL; }
 
 /* The device a caller asked for, as it asked: the CLI's option ("--device cuda", ctx->cli_names) or the value a
  * C-API program passed to ddp_select_device ("DDP_DEVICE_CUDA"). */
@@ -150,7 +166,7 @@ static ddp_status check_ranks_per_gpu(ddp_ctx *c, int ndev)
 
 ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char *why)
 {
-    DDP_NONNULL(c, "ctx");
+    DDP_CTX_ARG(c);
     int valid = want == DDP_DEVICE_AUTO || want == DDP_DEVICE_CPU || want == DDP_DEVICE_CUDA;
     int n = !valid || want == DDP_DEVICE_CPU ? 0 : ddp_cuda_device_count();
     char buf[160];
@@ -227,7 +243,7 @@ ddp_status ddp_select_device(ddp_ctx *c, ddp_device want, ddp_device *got, char 
 
 ddp_status ddp_select_device_all(ddp_ctx *c, ddp_device want, ddp_device *got, char *why)
 {
-    DDP_NONNULL(c, "ctx");
+    DDP_CTX_ARG(c);
     ddp_device d = DDP_DEVICE_CPU;
     /* every rank must ask for the same device, in one line naming the ranks' wants, before ddp_select_device's
      * node collective (which agrees per node only): ranks asking for cpu and auto once hung there */

@@ -1,6 +1,7 @@
 /* watchdog.c — timed collectives, the status agreement built on them, and the progress board; see watchdog.h. */
 #include "mpi_ddp/comm/watchdog.h"
 
+#include "mpi_ddp/comm/ctxlive.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/optname.h"
@@ -147,6 +148,7 @@ void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
 
 ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
 {
+    if (ctx->comm_broken) return ddp_ctx_broken_error(ctx, where); /* requests started after it: never complete */
     if (ctx->watch->coll_timeout <= 0) {
         MPI_CHECK(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
         return DDP_OK;
@@ -163,6 +165,7 @@ ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
         }
         if (t > deadline) {
             ddp_watch_report(ctx, where, t - t0);
+            ddp_ctx_break(ctx, ddp_last_error()); /* the requests stay pending: no further collective on ctx */
             return DDP_ERR_MISMATCH;
         }
         if (spins > 1000) { /* long waits (validation on other ranks): stop burning the core */
@@ -174,18 +177,30 @@ ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
 
 ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, MPI_Op op, const char *where)
 {
+    if (ctx->comm_broken) return ddp_ctx_broken_error(ctx, where);
     if (ctx->watch->coll_timeout <= 0) {
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, ctx->world));
         return DDP_OK;
     }
-    MPI_Request r;
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, op, ctx->world, &r));
-    return ddp_wait(ctx, 1, &r, where);
+    int tsize = 0;
+    MPI_CHECK(MPI_Type_size(type, &tsize));
+    if (tsize <= 0 || (size_t)tsize > sizeof ctx->watch->scratch)
+        return ddp_set_error(DDP_ERR_INTERNAL, "%s: MPI type of %d bytes", where, tsize);
+    int piece = (int)(sizeof ctx->watch->scratch / (size_t)tsize);
+    for (int lo = 0; lo < count; lo += piece) { /* every rank cuts the same count alike */
+        int k = count - lo < piece ? count - lo : piece;
+        char *at = (char *)buf + (size_t)lo * (size_t)tsize;
+        memcpy(ctx->watch->scratch, at, (size_t)k * (size_t)tsize);
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, ctx->watch->scratch, k, type, op, ctx->world, &ctx->watch->pending));
+        DDP_CHECK(ddp_wait(ctx, 1, &ctx->watch->pending, where));
+        memcpy(at, ctx->watch->scratch, (size_t)k * (size_t)tsize);
+    }
+    return DDP_OK;
 }
 
 ddp_status ddp_all_ok(ddp_ctx *c, int ok, int *all)
 {
-    DDP_NONNULL(c, "ctx");
+    DDP_CTX_ARG(c);
     int v = ok ? 1 : 0;
     DDP_CHECK(ddp_allreduce(c, &v, 1, MPI_INT, MPI_MIN, "an agreement"));
     DDP_NONNULL(all, "all"); /* after the collective: the other ranks are not left waiting */
@@ -195,7 +210,9 @@ ddp_status ddp_all_ok(ddp_ctx *c, int ok, int *all)
 
 ddp_status ddp_agree_status(ddp_ctx *c, ddp_status mine)
 {
-    DDP_NONNULL(c, "ctx");
+    DDP_CHECK(ddp_ctx_alive(c, __func__));
+    if (c->comm_broken) /* this rank's own error (often the timeout itself) says more than the broken state */
+        return mine != DDP_OK ? mine : ddp_ctx_broken_error(c, __func__);
     int who = mine == DDP_OK ? c->topo.size : c->topo.rank;
     char msg[1024];
     /* timed like every collective of the training loop: a stalled rank is reported, not waited for */

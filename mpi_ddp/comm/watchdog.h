@@ -6,6 +6,9 @@
 
 #include "mpi_ddp/core/ctx.h"
 
+/* Bytes of ddp_allreduce's own buffer: a larger reduction runs in pieces of this size. */
+#define DDP_WATCH_SCRATCH 65536
+
 /* A rank's watchdog state (ctx->watch). */
 struct ddp_watch {
     double coll_timeout; /* seconds; <= 0: no deadline, no board */
@@ -13,6 +16,10 @@ struct ddp_watch {
     char dir[4200];      /* RUNDIR/progress */
     int64_t step;        /* the position last marked */
     char phase[48];
+    /* ddp_allreduce's timed collectives run on this copy, never on the caller's buffer: after a timeout the pending
+     * request (kept in `pending`) may still write here, in memory the context owns (comm/ctxlive.h keeps it). */
+    MPI_Request pending;
+    double scratch[DDP_WATCH_SCRATCH / sizeof(double)];
 };
 
 /* Collective. timeout_s <= 0 disables both the deadline and the board. */
@@ -25,7 +32,9 @@ void ddp_watch_mark(ddp_ctx *ctx, int64_t step, const char *phase);
 /* The heartbeat of a wait loop: ddp_watch_mark at the current position, as waiting. */
 void ddp_watch_beat(ddp_ctx *ctx);
 /* Completes n requests, or fails after the timeout with "collective timeout: rank R waited T s in WHERE at
- * step S; rank(s) ... last seen ..." (a local error: the caller aborts the job). */
+ * step S; rank(s) ... last seen ..." (a local error: the caller aborts the job). A timeout leaves the requests
+ * pending and marks the context broken (comm/ctxlive.h): every later collective on it fails at once, naming the
+ * timeout, and ddp_finalize does not finalize MPI (it would wait for the stalled rank). */
 ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where);
 /* Seconds between board refreshes while a rank waits in a collective: at most DDP_WATCH_HEARTBEAT, and a tenth
  * of --collective-timeout below 5 s, so that a waiting rank refreshes its record well within the stale limit. */
@@ -37,7 +46,8 @@ double ddp_watch_heartbeat(const ddp_ctx *ctx);
  * is a silent rank; one that says it is waiting gets at least 1.5 DDP_WATCH_HEARTBEAT (wait loops that beat at the
  * fixed interval). */
 void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited);
-/* In-place allreduce through ddp_wait. */
+/* In-place allreduce through ddp_wait. With a timeout it reduces a copy held by the context, in pieces of
+ * DDP_WATCH_SCRATCH bytes, so that a request left pending by a timeout never writes into the caller's buffer. */
 ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, MPI_Op op, const char *where);
 
 #endif

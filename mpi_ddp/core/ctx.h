@@ -20,8 +20,10 @@ struct ddp_ctx {
     double nccl_init_timeout;        /* seconds (the trainer sets --collective-timeout); 0: 300 */
     struct ddp_backend *backends[3]; /* by ddp_device, created on first use */
     struct ddp_watch *watch;         /* comm/watchdog.h */
-    int cli_names; /* the CLI (app/) sets it: library messages name its options (--out, --lr, ...), else the
-                      ddp_train_config fields a C-API program sets (cfg.out_dir, cfg.lr, ...): optname.h, rundir.c */
+    int cli_names;        /* the CLI (app/) sets it: library messages name its options (--out, --lr, ...), else the
+                             ddp_train_config fields a C-API program sets (cfg.out_dir, cfg.lr, ...): optname.h, rundir.c */
+    int comm_broken;      /* a collective timed out and is still pending: no further collective (comm/ctxlive.h) */
+    char broken_why[768]; /* that timeout's error line */
 };
 
 #endif

@@ -2,6 +2,7 @@
  * head, softmax cross-entropy) on a compute backend, exposed through the public ddp_model interface.
  * Packed batches: GEMMs run over the concatenated rows; no padding rows are computed. */
 #include "mpi_ddp/core/ctx.h"
+#include "mpi_ddp/comm/ctxlive.h"
 #include "mpi_ddp/comm/comm.h"
 #include "mpi_ddp/model/model_common.h"
 #include "mpi_ddp/model/models.h"
@@ -170,7 +171,7 @@ static void ref_destroy(void *self)
 ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t D, int64_t H, int64_t C, int64_t maxR,
                                int64_t maxB, ddp_model *out)
 {
-    DDP_NONNULL(ctx, "ctx");
+    DDP_CTX_ARG(ctx);
     DDP_NONNULL(out, "out");
     ddp_backend *be;
     DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));

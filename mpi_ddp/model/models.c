@@ -2,6 +2,7 @@
  * builds the MLP (model_mlp.c) or the Transformer encoder (model_transformer.c) on the device's backend
  * (what the two share is in model_common.c). */
 #include "mpi_ddp/backend/backend.h"
+#include "mpi_ddp/comm/ctxlive.h"
 #include "mpi_ddp/model/models.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/comm/comm.h"
@@ -36,7 +37,7 @@ ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_m
 
 ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config *c, ddp_model *out)
 {
-    DDP_NONNULL(ctx, "ctx");
+    DDP_CTX_ARG(ctx);
     DDP_NONNULL(c, "c");
     DDP_NONNULL(out, "out");
     ddp_backend *be;

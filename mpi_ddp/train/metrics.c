@@ -2,6 +2,7 @@
  * allreduce per sync point. Rank-0-only values are kept aside and never enter a collective. */
 #include "mpi_ddp/train/metrics.h"
 
+#include "mpi_ddp/comm/ctxlive.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/core/fsutil.h"
 #include "mpi_ddp/comm/watchdog.h"
@@ -68,7 +69,7 @@ void ddp_metric_row_free(ddp_metric_row *r)
 
 ddp_status ddp_metrics_create(ddp_ctx *ctx, ddp_metrics **out)
 {
-    DDP_NONNULL(ctx, "ctx");
+    DDP_CTX_ARG(ctx);
     DDP_NONNULL(out, "out");
     ddp_metrics *m = ddp_calloc(1, sizeof *m);
     if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");

@@ -2,6 +2,7 @@
  * AdamW), exact validation after each epoch, metric rows and CSV files, and stop requests agreed through the step's
  * allreduce. Saves, decisions and resume are in trainer_ckpt.c, the progress line and summary in progress.c. */
 #include "io/dataset.h"
+#include "mpi_ddp/comm/ctxlive.h"
 #include "io/loader.h"
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/model/models.h"
@@ -577,7 +578,7 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
 {
     double t_start = now_s();
     if (summary) memset(summary, 0, sizeof *summary);
-    if (!ctx) return ddp_set_error(DDP_ERR_ARG, "ddp_train: ctx is NULL");
+    DDP_CHECK(ddp_ctx_usable(ctx, "ddp_train"));
     /* the arguments, agreed: a NULL or a broken model on one rank fails every rank here, not a collective later */
     DDP_CHECK(ddp_agree_status(ctx, ddp_train_args_check(cfg, ctx->topo.size, ctx->cli_names, model, train, val)));
     DDP_CHECK(ddp_train_args_agree(ctx, cfg, model)); /* valid values that differ between ranks: replicas diverge */

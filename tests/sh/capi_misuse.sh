@@ -32,4 +32,26 @@ for np in 1 2; do
     fi
   done
 done
+# finalize_twice: a finalized context given again (ddp_finalize, a collective, ddp_topo) is refused, never touched.
+# timeout: the last rank stops itself as ddp_train starts; the others time out after cfg.collective_timeout 1, every
+# later collective on their context fails at once naming that timeout, and ddp_finalize returns (MPI is left
+# unfinalized: mpirun then ends the job, exit non-zero, instead of every rank waiting for the stopped one).
+for np in 1 2; do
+  rm -rf w_ft && mkdir w_ft
+  expect_rc 0 timeout 60 mpirun -np $np --oversubscribe "$CAPI_MISUSE" finalize_twice tr va "$PWD/w_ft"
+  ! grep '^FAIL' "$WORK/err.txt" || fail "case finalize_twice at np $np: a check failed"
+done
+for np in 2 4; do
+  rm -rf w_to && mkdir w_to
+  set +e
+  MPIDDP_TEST_STOP_SELF_AT_START=$((np - 1)) timeout -s KILL 60 mpirun -np $np --oversubscribe "$CAPI_MISUSE" timeout \
+    tr va "$PWD/w_to" > out.txt 2> err.txt
+  rc=$?
+  set -e
+  [ $rc != 137 ] || { cat err.txt >&2; fail "case timeout at np $np: a hang (killed after 60 s)"; }
+  ! grep '^FAIL' err.txt || fail "case timeout at np $np: a check failed"
+  for r in $(seq 0 $((np - 2))); do
+    qgrep "^done rank $r\$" err.txt || { cat err.txt >&2; fail "case timeout at np $np: rank $r did not finish"; }
+  done
+done
 pass "the C API's misuse cases at np 1 and 2: statuses, one-line messages, no hang, crash or output"

@@ -1,0 +1,81 @@
+/* ctxlive.c — the set of live contexts (ddp_init .. ddp_finalize) and the broken state a collective timeout leaves
+ * on a context; see ctxlive.h. The library is used from one thread (MPI_THREAD_FUNNELED): no lock. */
+#include "mpi_ddp/comm/ctxlive.h"
+
+#include "mpi_ddp/core/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ddp_ctx **g_live; /* the live contexts, g_nlive of them in g_cap slots */
+static int g_nlive, g_cap;
+static ddp_ctx **g_kept; /* finalized broken contexts: kept, so that late MPI writes land in memory still owned */
+static int g_nkept;
+
+ddp_status ddp_ctx_register(ddp_ctx *c)
+{
+    if (g_nlive == g_cap) {
+        int cap = g_cap ? 2 * g_cap : 4;
+        ddp_ctx **p = realloc(g_live, (size_t)cap * sizeof *p);
+        if (!p) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the list of live contexts");
+        g_live = p, g_cap = cap;
+    }
+    g_live[g_nlive++] = c;
+    return DDP_OK;
+}
+
+int ddp_ctx_is_live(const ddp_ctx *c)
+{
+    for (int i = 0; c && i < g_nlive; i++)
+        if (g_live[i] == c) return 1;
+    return 0;
+}
+
+void ddp_ctx_unregister(ddp_ctx *c)
+{
+    for (int i = 0; i < g_nlive; i++)
+        if (g_live[i] == c) {
+            g_live[i] = g_live[--g_nlive];
+            break;
+        }
+    if (!g_nlive) { /* nothing left: no list either (leak checkers see none) */
+        free(g_live);
+        g_live = NULL, g_cap = 0;
+    }
+    if (c->comm_broken) {
+        ddp_ctx **p = realloc(g_kept, (size_t)(g_nkept + 1) * sizeof *p);
+        if (p) g_kept = p, g_kept[g_nkept++] = c; /* else the block stays unreachable, never freed */
+    }
+}
+
+ddp_status ddp_ctx_alive(const ddp_ctx *c, const char *func)
+{
+    if (!c) return ddp_set_error(DDP_ERR_ARG, "%s: ctx is NULL", func);
+    if (!ddp_ctx_is_live(c))
+        return ddp_set_error(DDP_ERR_ARG,
+                             "%s: ctx is not a live context (already finalized by ddp_finalize, or not from ddp_init)",
+                             func);
+    return DDP_OK;
+}
+
+ddp_status ddp_ctx_usable(const ddp_ctx *c, const char *func)
+{
+    DDP_CHECK(ddp_ctx_alive(c, func));
+    return c->comm_broken ? ddp_ctx_broken_error(c, func) : DDP_OK;
+}
+
+void ddp_ctx_break(ddp_ctx *c, const char *why)
+{
+    if (c->comm_broken) return; /* the first timeout is the one to name */
+    c->comm_broken = 1;
+    snprintf(c->broken_why, sizeof c->broken_why, "%s", why);
+}
+
+ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func)
+{
+    return ddp_set_error(DDP_ERR_MISMATCH,
+                         "%s: no collective can run on this ctx after an earlier collective timeout left one pending "
+                         "(%s); end the job: ddp_finalize, then exit non-zero or MPI_Abort",
+                         func, c->broken_why);
+}

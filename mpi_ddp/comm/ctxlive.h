@@ -1,0 +1,34 @@
+/* ctxlive.h — which contexts are alive: ddp_init registers a context and ddp_finalize takes it off, so a call
+ * given a finalized context is refused instead of reading freed memory; and the state of a context whose
+ * communication a collective timeout broke (watchdog.c), on which no further collective may run. */
+#ifndef DDP_CTXLIVE_H
+#define DDP_CTXLIVE_H
+
+#include "mpi_ddp/core/ctx.h"
+
+/* Adds c to the live set (ddp_init); DDP_ERR_NOMEM when the set cannot grow. */
+ddp_status ddp_ctx_register(ddp_ctx *c);
+/* 1 when c was returned by ddp_init and not finalized since. */
+int ddp_ctx_is_live(const ddp_ctx *c);
+/* Takes c off the live set (ddp_finalize). A broken context's block is kept (reachable, never freed): a collective
+ * that timed out may still write into the buffer it owns. */
+void ddp_ctx_unregister(ddp_ctx *c);
+/* A public entry point's context argument: NULL is "FUNC: ctx is NULL", a context not alive (finalized) "FUNC: ctx
+ * is not a live context ...", both DDP_ERR_ARG; a context broken by a collective timeout DDP_ERR_MISMATCH naming
+ * that timeout. A rank-local error (the others may not share it). */
+ddp_status ddp_ctx_usable(const ddp_ctx *c, const char *func);
+/* The same check without the broken state: for the functions that still run on a broken context (ddp_finalize). */
+ddp_status ddp_ctx_alive(const ddp_ctx *c, const char *func);
+/* Marks c's communication broken by the timeout reported in `why` (the timeout's error line). */
+void ddp_ctx_break(ddp_ctx *c, const char *why);
+/* Sets the "no collective after the timeout" error for FUNC on broken ctx c and returns its status. */
+ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func);
+
+/* ddp_ctx_usable, returning its status from the calling function on failure. */
+#define DDP_CTX_ARG(c)                                       \
+    do {                                                     \
+        ddp_status ddp_cst_ = ddp_ctx_usable((c), __func__); \
+        if (ddp_cst_ != DDP_OK) return ddp_cst_;             \
+    } while (0)
+
+#endif
