@@ -75,29 +75,25 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
                            N(RESUME), ctx->cli_names ? "auto" : "\"auto\"", c->out_dir);
     }
     DDP_CHECK(ddp_agree_status(ctx, st));
-    /* rank 0's facts, agreed in one broadcast; the last two slots carry the checkpoint's --sampling ("" in older
-     * files), its 16 bytes as they are */
-    int64_t facts[15] = {cs.epoch,
-                         cs.optim_step_in_epoch,
-                         cs.global_step,
-                         cs.optim_step,
-                         cs.world_size,
-                         cs.global_batch,
-                         cs.global_batch_rows,
-                         cs.samples_in_epoch,
-                         cs.legacy_micro_batch,
-                         (int64_t)cs.seed,
-                         cs.mode_max,
-                         cs.skipped_steps,
-                         cs.prev_epoch_steps,
-                         0,
-                         0};
-    char sampling[16];
-    _Static_assert(sizeof sampling == sizeof cs.sampling && sizeof sampling == 2 * sizeof facts[0], "sampling slots");
-    memcpy(&facts[13], cs.sampling, sizeof sampling);
-    MPI_CHECK(MPI_Bcast(facts, 15, MPI_INT64_T, 0, ctx->world));
-    memcpy(sampling, &facts[13], sizeof sampling);
-    sampling[sizeof sampling - 1] = 0;
+    /* rank 0's facts, agreed in one broadcast of integers, and its strings (the checkpoint's --sampling, "" in older
+     * files, --shuffle and --monitor) in one of characters */
+    int64_t facts[13] = {
+        cs.epoch,        cs.optim_step_in_epoch, cs.global_step,      cs.optim_step,         cs.world_size,
+        cs.global_batch, cs.global_batch_rows,   cs.samples_in_epoch, cs.legacy_micro_batch, (int64_t)cs.seed,
+        cs.mode_max,     cs.skipped_steps,       cs.prev_epoch_steps};
+    MPI_CHECK(MPI_Bcast(facts, 13, MPI_INT64_T, 0, ctx->world));
+    struct {
+        char sampling[sizeof cs.sampling], shuffle[64], monitor[128];
+    } strs;
+    memset(&strs, 0, sizeof strs);
+    snprintf(strs.sampling, sizeof strs.sampling, "%s", cs.sampling);
+    snprintf(strs.shuffle, sizeof strs.shuffle, "%s", cs.shuffle);
+    snprintf(strs.monitor, sizeof strs.monitor, "%s", cs.monitor);
+    _Static_assert(sizeof strs == sizeof strs.sampling + sizeof strs.shuffle + sizeof strs.monitor, "no padding");
+    MPI_CHECK(MPI_Bcast(&strs, (int)sizeof strs, MPI_CHAR, 0, ctx->world));
+    strs.sampling[sizeof strs.sampling - 1] = strs.shuffle[sizeof strs.shuffle - 1] = 0;
+    strs.monitor[sizeof strs.monitor - 1] = 0;
+    const char *sampling = strs.sampling, *saved = strs.shuffle, *monitor = strs.monitor;
     int W = ctx->topo.size;
     int64_t gb = (int64_t)c->batch_size * W * c->accumulate, gr = c->batch_rows * W * c->accumulate;
     /* saved at an epoch boundary: the start of the next epoch (nothing of it trained), or the end of an epoch's
@@ -155,13 +151,9 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
         st = ddp_set_error(
             DDP_ERR_ARG, "%s: saved with %s; this run uses %s (the best score and top-k would be misread)", path,
             V(va, MODE, "%s", facts[10] ? "max" : "min"), V(vb, MODE, "%s", c->mode_max ? "max" : "min"));
-    char mine[64], saved[64], monitor[128];
+    char mine[64];
     const char *my_sampling = c->sampling_shard ? "shard" : "global";
     ddp_train_state_shuffle_name(c, mine, sizeof mine);
-    snprintf(saved, sizeof saved, "%s", cs.shuffle);
-    snprintf(monitor, sizeof monitor, "%s", cs.monitor);
-    MPI_CHECK(MPI_Bcast(saved, (int)sizeof saved, MPI_CHAR, 0, ctx->world));
-    MPI_CHECK(MPI_Bcast(monitor, (int)sizeof monitor, MPI_CHAR, 0, ctx->world));
     /* another order would not continue a saved epoch exactly (mid-epoch: refused); at a boundary it starts with the
      * next epoch, and rank 0 says so below */
     int new_shuffle = strcmp(saved, mine) != 0, new_sampling = sampling[0] && strcmp(sampling, my_sampling) != 0;
