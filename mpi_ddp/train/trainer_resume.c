@@ -99,10 +99,16 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
     /* saved at an epoch boundary: the start of the next epoch (nothing of it trained), or the end of an epoch's
      * training before its validation (every sample of it trained: stopped during validation or at the epoch's last
      * step, a top-k file). Another epoch order (--shuffle, --sampling, a shard checkpoint's world size) continues it
-     * exactly with the next epoch, no sample trained twice or skipped; the saved epoch's validation runs first as ever
+     * exactly with the next epoch, no sample trained twice or skipped; the saved epoch's validation runs first as ever.
+     * An older checkpoint's micro-batch position (same world size and micro-batches: checked below) is at the end
+     * when it is the epoch's last micro-batch under its global sampling (older files record none, or "global").
      */
-    int at_end = facts[8] < 0 && ntrain > 0 && facts[7] == ntrain;
-    int boundary = facts[8] >= 0 ? facts[8] == 0 : (facts[1] == 0 && facts[7] == 0) || at_end;
+    int64_t per_rank = c->drop_last ? ntrain / W : (ntrain + W - 1) / W, bs = c->batch_size > 0 ? c->batch_size : 1;
+    int legacy_end = facts[8] > 0 && gr == 0 && facts[4] == W && strcmp(sampling, "shard") != 0 &&
+                     facts[8] == (per_rank + bs - 1) / bs;
+    int at_end = (facts[8] < 0 && ntrain > 0 && facts[7] == ntrain) || legacy_end;
+    int boundary = facts[8] >= 0 ? facts[8] == 0 || legacy_end : (facts[1] == 0 && facts[7] == 0) || at_end;
+    int64_t steps_in = facts[8] >= 0 ? (facts[8] + c->accumulate - 1) / c->accumulate : facts[1];
     st = DDP_OK;
     char va[4200], vb[4200];
     if (facts[6] > 0 && gr == 0) /* name the option each side used, and the value that resumes */
@@ -161,14 +167,14 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
         st = ddp_set_error(DDP_ERR_ARG,
                            "%s: saved with %s; this run uses %s (another order continues only a checkpoint saved at "
                            "an epoch boundary; this one is %lld optimizer steps into epoch %lld)",
-                           path, V(va, SHUFFLE, "%s", saved), V(vb, SHUFFLE, "%s", mine), (long long)facts[1],
+                           path, V(va, SHUFFLE, "%s", saved), V(vb, SHUFFLE, "%s", mine), (long long)steps_in,
                            (long long)facts[0]);
     if (st == DDP_OK && new_sampling && !boundary) /* nor would another sampling's order */
         st = ddp_set_error(DDP_ERR_ARG,
                            "%s: saved with %s; this run uses %s (another order continues only a checkpoint saved at "
                            "an epoch boundary; this one is %lld optimizer steps into epoch %lld)",
                            path, V(va, SAMPLING, "%s", sampling), V(vb, SAMPLING, "%s", my_sampling),
-                           (long long)facts[1], (long long)facts[0]);
+                           (long long)steps_in, (long long)facts[0]);
     if (st == DDP_OK && monitor[0] && strcmp(monitor, c->monitor) != 0)
         st = ddp_set_error(DDP_ERR_ARG,
                            "%s: saved with %s; this run uses %s (the best score and top-k would be misread)", path,
@@ -216,7 +222,7 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
     ts->optim_step = facts[3];
     ts->skipped = facts[11];
     ts->prev_steps = facts[12];
-    ts->resume_end_steps = at_end ? facts[1] : -1;
+    ts->resume_end_steps = at_end ? steps_in : -1;
     ts->order_changed = new_shuffle || new_sampling || (facts[4] != W && !strcmp(sampling, "shard"));
     /* decision state: rank 0's view is broadcast; each rank gets its own best local value when the world
      * size matches (else the votes start afresh) */
@@ -499,7 +505,9 @@ ddp_status ddp_train_state_resume_position(ddp_train_state *ts, int64_t opt_step
 {
     ddp_status st = DDP_OK;
     int64_t os = ts->resume_os, acc = ts->cfg->accumulate;
-    if (ts->resume_legacy_mb >= 0) { /* same world size and global batch (checked): the same micro-batches */
+    if (ts->resume_legacy_mb >= 0 && ts->resume_end_steps >= 0) { /* saved at the epoch's end: validation next */
+        ts->mb = ts->nmb;
+    } else if (ts->resume_legacy_mb >= 0) { /* same world size and global batch (checked): the same micro-batches */
         ts->mb = ts->resume_legacy_mb;
         if (ts->mb > ts->nmb)
             st = ddp_set_error(DDP_ERR_ARG, "resume position: micro-batch %lld is past the epoch's %lld",
