@@ -22,6 +22,7 @@
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/comm/sync.h"
 #include "mpi_ddp/train/train_state.h"
+#include "mpi_ddp/train/trainer_loop.h"
 #include "mpi_ddp/train/test_hooks.h"
 #include "mpi_ddp/comm/watchdog.h"
 
@@ -35,33 +36,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-/* Control floats after the gradients, summed by the same allreduce: the step's sample count, one stop slot per
- * kind of request (DDP_STOP_END, DDP_STOP_REQUEUE: a sum > 0 is the OR of the ranks' requests), then one slot per
- * rank for that rank's rows (zero elsewhere), so every rank learns every rank's load. */
-enum { CTL_COUNT, CTL_STOP, CTL_STOP_KINDS = 2, CTL_ROWS = CTL_STOP + CTL_STOP_KINDS };
-
-/* The trainer: the checkpointed state (train_state.h, all trainer_ckpt.c sees) and what only the loop uses. */
-typedef struct {
-    ddp_train_state state;
-    float *grads;          /* device: the flat gradient, then the step's control floats */
-    int64_t *toff;         /* tensor offsets [ntensors+1] */
-    double *sumsq;         /* [ntensors] squared gradient norms of the step */
-    int64_t nctl;          /* CTL_ROWS + world size */
-    float *ctl, *ctl_back; /* the step's control floats, host side: sent, and reduced */
-    ddp_sync *sync;
-    ddp_metrics *metrics;
-    ddp_csv *csv, *csv_rank;
-    ddp_metric_row row, lrow; /* the last sync point's metrics: reduced, and this rank's */
-    ddp_eval_acc eval;
-    double lr_last;                 /* learning rate of the last optimizer step (the lr column) */
-    int32_t *lens_train, *lens_val; /* token budgets: every sample's rows */
-    ddp_progress prog;          /* rank 0's line and the run's pace, the first step (start-up) left out (progress.c) */
-    ddp_train_summary *summary; /* optional: the end of the run, for the CLI */
-    ddp_test_hooks hooks;       /* MPIDDP_TEST_*, read once (test_hooks.h) */
-    int resuming;               /* setup resumed from a checkpoint */
-    int wrote;                  /* the run's files were started (run.json and after): a failure keeps its directory */
-    ddp_loader_cursor peek;     /* ddp_model.prefetch: the next micro-batch (step -1: none) */
-} trainer;
 
 static atomic_int g_stop_requested; /* DDP_STOP_* bits: set by the CLI's signal thread, read by the training thread */
 void ddp_request_stop_kind(int kind) { atomic_fetch_or(&g_stop_requested, kind & (DDP_STOP_END | DDP_STOP_REQUEUE)); }
@@ -78,7 +52,7 @@ static double now_s(void)
 
 /* An epoch's micro-batches (the sampler's steps, capped by --fast-dev-run) and optimizer steps, for the epoch the
  * sampler is set to; checked collectively when `agreed` names what they are. */
-static ddp_status epoch_steps(trainer *tr, const ddp_sampler *tsm, const char *agreed, int64_t *nmb,
+static ddp_status epoch_steps(ddp_trainer *tr, const ddp_sampler *tsm, const char *agreed, int64_t *nmb,
                               int64_t *opt_steps);
 
 /* Steps every rank will run: computed locally, then checked collectively. */
@@ -96,7 +70,8 @@ static ddp_status agree_steps(ddp_ctx *ctx, int64_t mine, const char *what)
     return st;
 }
 
-static ddp_status epoch_steps(trainer *tr, const ddp_sampler *tsm, const char *agreed, int64_t *nmb, int64_t *opt_steps)
+static ddp_status epoch_steps(ddp_trainer *tr, const ddp_sampler *tsm, const char *agreed, int64_t *nmb,
+                              int64_t *opt_steps)
 {
     const ddp_train_config *c = tr->state.cfg;
     int64_t n = c->fast_dev_run > 0 && tsm->steps > c->fast_dev_run ? c->fast_dev_run : tsm->steps;
@@ -106,7 +81,7 @@ static ddp_status epoch_steps(trainer *tr, const ddp_sampler *tsm, const char *a
     return DDP_OK;
 }
 
-static ddp_status write_rows(trainer *tr, int64_t epoch)
+static ddp_status write_rows(ddp_trainer *tr, int64_t epoch)
 {
     ddp_train_state *ts = &tr->state;
     ddp_status st = DDP_OK;
@@ -117,14 +92,14 @@ static ddp_status write_rows(trainer *tr, int64_t epoch)
 
 /* The stop requests of this rank (DDP_STOP_* bits): a signal's, or the test hook's, which plays the time-limit
  * warning (SIGUSR1) arriving during a given step. */
-static int stop_wanted(const trainer *tr)
+static int stop_wanted(const ddp_trainer *tr)
 {
     return atomic_load(&g_stop_requested) |
            (ddp_test_hooks_stop_at(&tr->hooks, tr->state.global_step + 1) ? DDP_STOP_REQUEUE : 0);
 }
 
 /* One optimizer step over up to `accumulate` micro-batches starting at *mb. */
-static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t nmb, double *samples, double *rows,
+static ddp_status train_step(ddp_trainer *tr, ddp_loader *ld, int64_t *mb, int64_t nmb, double *samples, double *rows,
                              int *stop)
 {
     ddp_train_state *ts = &tr->state;
@@ -223,7 +198,7 @@ static ddp_status train_step(trainer *tr, ddp_loader *ld, int64_t *mb, int64_t n
  * pass at the same batch, at most two batches after a request. MPIDDP_TEST_STOP_IN_VAL=B plays a request
  * arriving on rank 0 before validation batch B. */
 typedef struct {
-    trainer *tr;
+    ddp_trainer *tr;
     MPI_Request rq;
     int in, out, pending, stopped;
 } val_poll;
@@ -250,7 +225,7 @@ static ddp_status val_poll_fn(void *arg, int64_t batch, int *stop)
 
 /* Exact validation: padding duplicates excluded, confusion matrix reduced across ranks. *stopped: the kinds of the
  * stop request that ended the pass early (nothing logged), 0 when none did. */
-static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t epoch, int *stopped)
+static ddp_status validate(ddp_trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t epoch, int *stopped)
 {
     ddp_train_state *ts = &tr->state;
     int64_t steps = sm->steps;
@@ -292,132 +267,6 @@ static ddp_status validate(trainer *tr, ddp_loader *ld, ddp_sampler *sm, int64_t
     return DDP_OK;
 }
 
-/* Set-up's rank-local part: buffers, the model's initial parameters; no collective, so that a rank that fails
- * here (out of host or device memory) is agreed before anything waits for it. */
-static ddp_status setup_local(trainer *tr, ddp_dataset *train, ddp_dataset *val)
-{
-    ddp_train_state *ts = &tr->state;
-    ddp_ctx *ctx = ts->ctx;
-    const ddp_train_config *c = ts->cfg;
-    DDP_CHECK(ddp_ctx_backend(ctx, ts->model->device, &ts->be));
-    ddp_backend *be = ts->be;
-    DDP_CHECK(ddp_backend_set_precision(be, c->precision)); /* the GEMMs of training and validation */
-    ts->n = ddp_model_num_params(ts->model);
-    DDP_ALLOC(tr->toff, ts->model->ntensors + 1);
-    DDP_ALLOC(tr->sumsq, ts->model->ntensors);
-    for (int k = 0; k < ts->model->ntensors; k++) {
-        int64_t e = 1;
-        for (int d = 0; d < ts->model->tensors[k].ndim; d++) e *= ts->model->tensors[k].shape[d];
-        tr->toff[k + 1] = tr->toff[k] + e;
-    }
-    size_t bytes = (size_t)ts->n * sizeof(float);
-    void *p;
-    DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes));
-    ts->params = p;
-    tr->nctl = CTL_ROWS + ctx->topo.size;
-    DDP_ALLOC(tr->ctl, tr->nctl);
-    DDP_ALLOC(tr->ctl_back, tr->nctl);
-    DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes + (size_t)tr->nctl * sizeof(float)));
-    tr->grads = p;
-    DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes));
-    ts->m = p;
-    DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes));
-    ts->v = p;
-    DDP_ALLOC(ts->h_params, ts->n);
-    DDP_ALLOC(ts->h_m, ts->n);
-    DDP_ALLOC(ts->h_v, ts->n);
-    int64_t C = ts->model->num_classes;
-    if (C != ddp_dataset_get_info(train)->num_classes || C != ddp_dataset_get_info(val)->num_classes)
-        return ddp_set_error(DDP_ERR_ARG, "model has %lld classes but the datasets have %lld (train) and %lld (val)",
-                             (long long)C, (long long)ddp_dataset_get_info(train)->num_classes,
-                             (long long)ddp_dataset_get_info(val)->num_classes);
-    /* a validation batch holds at most a rank's share of the set (as the sampler's max_samples): a batch past it
-     * sizes no more */
-    int64_t nval = ddp_dataset_get_info(val)->num_samples, vb = c->batch_rows > 0 ? 2 * c->batch_rows : c->batch_size;
-    int64_t share = c->batch_rows > 0 ? nval : (nval + ctx->topo.size - 1) / ctx->topo.size;
-    DDP_CHECK(ddp_eval_acc_init(&tr->eval, C, vb < share ? vb : share, 0));
-    DDP_CHECK(ddp_metrics_create(ctx, &tr->metrics));
-    ts->model->metrics = tr->metrics;
-    DDP_CHECK(ddp_test_hooks_open(&tr->hooks, ts->ctx->topo.rank));
-    /* identical start on every rank: init, then rank 0's parameters are broadcast (as PyTorch DDP does) */
-    DDP_CHECK(ts->model->init(ts->model->self, ts->params, c->seed));
-    return be->download(be, ts->h_params, ts->params, bytes);
-}
-
-/* Every step that can fail on one rank alone is agreed before the next collective (docs/faults.md). */
-static ddp_status setup(trainer *tr, ddp_dataset *train, ddp_dataset *val)
-{
-    ddp_train_state *ts = &tr->state;
-    ddp_ctx *ctx = ts->ctx;
-    const ddp_train_config *c = ts->cfg;
-    DDP_CHECK(ddp_agree_status(ctx, setup_local(tr, train, val)));
-    ddp_backend *be = ts->be;
-    size_t bytes = (size_t)ts->n * sizeof(float);
-    for (int64_t lo = 0; lo < ts->n; lo += INT32_MAX / 2) {
-        int64_t cnt = ts->n - lo < INT32_MAX / 2 ? ts->n - lo : INT32_MAX / 2;
-        MPI_CHECK(MPI_Bcast(ts->h_params + lo, (int)cnt, MPI_FLOAT, 0, ctx->world));
-    }
-    DDP_CHECK(ddp_agree_status(ctx, be->upload(be, ts->params, ts->h_params, bytes)));
-    ctx->nccl_init_timeout = c->collective_timeout;
-    DDP_CHECK(ddp_sync_create(ctx, be, tr->grads, ts->n, tr->nctl, (int64_t)(c->bucket_mb * 1048576.0), &tr->sync));
-    ddp_decider_init(&ts->dec, (ddp_policy)c->ckpt_policy, c->monitor, c->mode_max,
-                     c->fast_dev_run > 0 ? 0 : c->save_top_k, c->early_stop_patience, c->early_stop_min_delta);
-    /* resume: an explicit file must exist; `auto` resumes when RUNDIR/checkpoints/last.h5 exists */
-    snprintf(ts->ckpt_dir, sizeof ts->ckpt_dir, "%s/checkpoints", c->out_dir);
-    char path[4400];
-    int resuming = 0;
-    if (c->resume && strcmp(c->resume, "auto") == 0) {
-        snprintf(path, sizeof path, "%s/last.h5", ts->ckpt_dir);
-        resuming = ctx->topo.rank == 0 && access(path, F_OK) == 0;
-        MPI_CHECK(MPI_Bcast(&resuming, 1, MPI_INT, 0, ctx->world));
-    } else if (c->resume) {
-        snprintf(path, sizeof path, "%s", c->resume);
-        resuming = 1;
-    }
-    if (resuming) DDP_CHECK(ddp_train_state_resume(ts, path, ddp_dataset_get_info(train)->num_samples));
-    tr->resuming = resuming; /* the run directory's files are written once the resume's position is checked (run) */
-    /* the progress board and --collective-timeout's watch from here, so that a rank stalled in the start of run()
-     * (loaders, the first epoch's plan, the resume's position) is reported, not waited on: the board's files are the
-     * only ones a resume refused there writes */
-    DDP_CHECK(ddp_watch_init(ctx, c->out_dir, c->collective_timeout));
-    ddp_progress_init(&tr->prog, ctx->topo.rank == 0 && c->progress);
-    return DDP_OK;
-}
-
-static void teardown(trainer *tr)
-{
-    ddp_train_state *ts = &tr->state;
-    ddp_progress_end_line(&tr->prog); /* an error's line starts on a line of its own */
-    ddp_watch_close(ts->ctx);
-    if (ts->model->prefetch) (void)ts->model->prefetch(ts->model->self, NULL, NULL); /* drops a batch moved early */
-    ddp_backend *be = ts->be;
-    if (be) {
-        (void)ddp_backend_set_precision(be, DDP_PRECISION_FP32); /* the context's shared backend back to the default */
-        if (ts->params) be->release(be, ts->params);
-        if (tr->grads) be->release(be, tr->grads);
-        if (ts->m) be->release(be, ts->m);
-        if (ts->v) be->release(be, ts->v);
-    }
-    ddp_sync_destroy(tr->sync);
-    ddp_metrics_destroy(tr->metrics);
-    ddp_csv_close(tr->csv);
-    ddp_csv_close(tr->csv_rank);
-    ddp_metric_row_free(&tr->row);
-    ddp_metric_row_free(&tr->lrow);
-    free(ts->h_params);
-    free(ts->h_m);
-    free(ts->h_v);
-    free(ts->topk_drop);
-    free(tr->toff);
-    free(tr->sumsq);
-    ddp_test_hooks_close(&tr->hooks);
-    free(tr->lens_train);
-    free(tr->lens_val);
-    free(tr->ctl);
-    free(tr->ctl_back);
-    ddp_eval_acc_free(&tr->eval);
-}
-
 /* What a stopped run says of its checkpoint: "nothing saved (--fast-dev-run)" or "last.h5 saved, continue with
  * --resume auto", in the CLI's options or ddp_train_config's fields (optname.h). */
 static const char *stopped_hint(const ddp_ctx *ctx, const ddp_train_config *c, char *buf, size_t len)
@@ -431,7 +280,7 @@ static const char *stopped_hint(const ddp_ctx *ctx, const ddp_train_config *c, c
     return buf;
 }
 
-static ddp_status run(trainer *tr, ddp_dataset *train, ddp_dataset *val)
+static ddp_status run(ddp_trainer *tr, ddp_dataset *train, ddp_dataset *val)
 {
     ddp_train_state *ts = &tr->state;
     ddp_ctx *ctx = ts->ctx;
@@ -582,26 +431,26 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
     /* the arguments, agreed: a NULL or a broken model on one rank fails every rank here, not a collective later */
     DDP_CHECK(ddp_agree_status(ctx, ddp_train_args_check(cfg, ctx->topo.size, ctx->cli_names, model, train, val)));
     DDP_CHECK(ddp_train_args_agree(ctx, cfg, model)); /* valid values that differ between ranks: replicas diverge */
-    trainer tr = {.state = {.ctx = ctx,
-                            .cfg = cfg,
-                            .model = model,
-                            .resume_os = -1,
-                            .resume_pos = -1,
-                            .resume_legacy_mb = -1,
-                            .prev_steps = -1,
-                            .resume_end_steps = -1},
-                  .summary = summary};
+    ddp_trainer tr = {.state = {.ctx = ctx,
+                                .cfg = cfg,
+                                .model = model,
+                                .resume_os = -1,
+                                .resume_pos = -1,
+                                .resume_legacy_mb = -1,
+                                .prev_steps = -1,
+                                .resume_end_steps = -1},
+                      .summary = summary};
     ddp_rundir rd;
     /* before anything is written: the run directory is this run's (lock; no other run's files unless resuming) */
     DDP_CHECK(ddp_rundir_acquire(ctx, cfg->out_dir, cfg->resume, cfg->overwrite, &rd));
-    ddp_status st = ddp_agree_status(ctx, setup(&tr, train, val));
+    ddp_status st = ddp_agree_status(ctx, ddp_trainer_setup(&tr, train, val));
     if (st == DDP_OK) st = run(&tr, train, val);
     if (st == DDP_OK) { /* run.json's data_cache: the open-shard LRU's peaks and hit rates (docs/run-directory.md) */
         char rj[4200];
         snprintf(rj, sizeof rj, "%s/run.json", cfg->out_dir);
         st = ddp_run_json_data_cache(ctx, rj, train, val);
     }
-    teardown(&tr);
+    ddp_trainer_teardown(&tr);
     if (st != DDP_OK && !tr.wrote)
         ddp_rundir_discard(ctx, &rd); /* refused before writing: a --out this run made is gone again */
     else
