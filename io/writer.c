@@ -228,17 +228,30 @@ ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const cha
     return ddp_agree_status(ctx, st);
 }
 
+/* Whether dirs[i] is one of dirs[0..i) (the same directory however named: "v", "./v/", a symlink) or its lock file is
+ * one that lks[0..i) holds (a hard link): a process's fcntl locks on one file are one lock, and closing any of its
+ * descriptors of that file drops them all, so such a directory is locked once. Looked at without opening the file. */
+static int locked_already(const char *const *dirs, const ddp_out_lock *lks, int i)
+{
+    struct stat a, b;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dirs[i], DDP_DATASET_LOCK);
+    int file = stat(path, &a) == 0, dir = stat(dirs[i], &b) == 0;
+    for (int j = 0; j < i; j++) {
+        struct stat c;
+        if (dir && stat(dirs[j], &c) == 0 && c.st_dev == b.st_dev && c.st_ino == b.st_ino) return 1;
+        if (file && lks[j].fd >= 0 && fstat(lks[j].fd, &c) == 0 && c.st_dev == a.st_dev && c.st_ino == a.st_ino)
+            return 1;
+    }
+    return 0;
+}
+
 ddp_status ddp_read_locks_take(ddp_ctx *ctx, const char *const *dirs, int n, const char *what, ddp_out_lock *lks)
 {
     for (int i = 0; i < n; i++) lock_init(&lks[i]);
     ddp_status st = DDP_OK;
-    for (int i = 0; ctx->topo.rank == 0 && st == DDP_OK && i < n; i++) {
-        struct stat a, b; /* a process's fcntl locks on one file are one lock: one directory is locked once */
-        int again = 0;
-        for (int j = 0; j < i && !again; j++)
-            again = stat(dirs[i], &a) == 0 && stat(dirs[j], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-        if (!again) st = take_local(dirs[i], 0, what, &lks[i]);
-    }
+    for (int i = 0; ctx->topo.rank == 0 && st == DDP_OK && i < n; i++)
+        if (!locked_already(dirs, lks, i)) st = take_local(dirs[i], 0, what, &lks[i]);
     if (st != DDP_OK) ddp_read_locks_release(lks, n);
     return ddp_agree_status(ctx, st);
 }

@@ -44,8 +44,9 @@ typedef struct {
  * rank, one line naming dir and the holder, and nothing in dir touched. Release with ddp_out_lock_release. */
 ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const char *what, ddp_out_lock *lk);
 /* Collective: the shared lock (as index's) of each of the n dataset directories a run reads, in lks[n] (what: "train",
- * "eval", which a refused writer names); a directory given twice (the same device and inode) is locked once. Held by a
- * writer: DDP_ERR_BUSY as ddp_out_lock_take, none of the locks kept. Release with ddp_read_locks_release. */
+ * "eval", which a refused writer names); a directory given twice (the same device and inode however named, or a lock
+ * file that is a hard link of one already held) is locked once. Held by a writer: DDP_ERR_BUSY as ddp_out_lock_take,
+ * none of the locks kept. Release with ddp_read_locks_release. */
 ddp_status ddp_read_locks_take(ddp_ctx *ctx, const char *const *dirs, int n, const char *what, ddp_out_lock *lks);
 void ddp_read_locks_release(ddp_out_lock *lks, int n);
 /* Local (a no-op on ranks other than 0): removes the lock file (unless another reader shares it) and unlocks, then

@@ -57,6 +57,35 @@ static int write_line(const ddp_lockfile_spec *s, int fd)
     return ftruncate(fd, 0) == 0 && pwrite(fd, line, (size_t)n, 0) == n ? 0 : -1;
 }
 
+/* fd and the path name the same file: fd's was not removed or replaced since it was opened */
+static int same_file(int fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
+/* An exclusive lock whose file is another user's that this one cannot open for writing (a killed run's, left mode
+ * 0644): read-only, a holder's lock is still seen (DDP_LOCKFILE_HELD); held by nobody, the file is removed, which
+ * needs only the directory's write permission, and the caller tries again (DDP_LOCKFILE_REPLACED). -1: neither
+ * (errno as the read-write open left it). */
+static int clear_foreign(const ddp_lockfile_spec *s, char *holder, size_t hlen)
+{
+    int e = errno, fd = open(s->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), got = -1;
+    if (fd < 0) return errno == ENOENT ? DDP_LOCKFILE_GONE : (errno = e, -1);
+    struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_GETLK, &q) == 0) {
+        if (q.l_type != F_UNLCK) {
+            holder_of(s, fd, holder, hlen);
+            got = DDP_LOCKFILE_HELD;
+        } else if (same_file(fd, s->path) && unlink(s->path) == 0) {
+            got = DDP_LOCKFILE_REPLACED;
+        }
+    }
+    close(fd);
+    errno = e;
+    return got;
+}
+
 int ddp_lockfile_try(const ddp_lockfile_spec *s, int *fd_out, char *holder, size_t hlen)
 {
     int shared = s->reader >= 0;
@@ -65,6 +94,10 @@ int ddp_lockfile_try(const ddp_lockfile_spec *s, int *fd_out, char *holder, size
     if (fd < 0 && errno == EEXIST) {
         fd = open(s->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0 && errno == ENOENT) return DDP_LOCKFILE_GONE; /* its holder removed it meanwhile */
+        if (fd < 0 && errno == EACCES && !shared) {
+            int got = clear_foreign(s, holder, hlen);
+            if (got >= 0) return got;
+        }
     }
     if (fd < 0 && errno == ENOENT && s->dir_may_go) return DDP_LOCKFILE_GONE;
     if (fd < 0 && shared) { /* read-only data: a writer's lock is still seen; no directory: the caller says so */
@@ -117,9 +150,10 @@ int ddp_lockfile_take(const ddp_lockfile_spec *s, double wait_s, int pause_ms, d
         if (got != DDP_LOCKFILE_HELD && got != DDP_LOCKFILE_GONE && got != DDP_LOCKFILE_REPLACED) return got;
         if (now_s() - t0 >= wait_s) return got;
         if (got == DDP_LOCKFILE_GONE && on_gone && on_gone(arg) != DDP_OK) return DDP_LOCKFILE_ERROR;
-        if (got == DDP_LOCKFILE_HELD)
-            nanosleep(&(struct timespec){.tv_sec = pause_ms / 1000, .tv_nsec = (long)(pause_ms % 1000) * 1000000L},
-                      NULL);
+        /* held: pause_ms; gone or replaced (a holder ending, a stale file removed): 10 ms, so that a file that keeps
+         * being replaced does not spin a core for the whole wait */
+        int ms = got == DDP_LOCKFILE_HELD ? pause_ms : 10;
+        nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L}, NULL);
     }
 }
 
@@ -128,7 +162,8 @@ void ddp_lockfile_release(int fd, const char *path)
     if (fd < 0) return;
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     /* an exclusive lock, or a shared one that no other process shares: removed while still locked (a run that opened
-     * the old file sees the inode changed) */
-    if (fcntl(fd, F_SETLK, &fl) == 0) unlink(path);
+     * the old file sees the inode changed), and only while the path still names it: a directory removed or moved
+     * meanwhile may hold another run's lock file there now */
+    if (fcntl(fd, F_SETLK, &fl) == 0 && same_file(fd, path)) unlink(path);
     close(fd);
 }

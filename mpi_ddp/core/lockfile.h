@@ -35,17 +35,19 @@ typedef struct {
 /* One attempt: open (or create) the file, lock it without waiting, check that the file locked is still the one on
  * disk, and for an exclusive lock write the holder line. A shared lock is named by its kind (F_GETLK: the readers'
  * name with the PID where the file system reports one); an exclusive one by the line its file holds. A shared lock
- * whose file cannot be opened for writing is taken on a read-only descriptor (a writer's lock is still seen). */
+ * whose file cannot be opened for writing is taken on a read-only descriptor (a writer's lock is still seen); an
+ * exclusive one whose existing file cannot be opened for writing (another user's, EACCES) removes the file when no
+ * process holds it (DDP_LOCKFILE_REPLACED: try again), or names its holder (DDP_LOCKFILE_HELD). */
 int ddp_lockfile_try(const ddp_lockfile_spec *s, int *fd, char *holder, size_t hlen);
 /* ddp_lockfile_try again until the lock is taken (or DDP_LOCKFILE_NONE, DDP_LOCKFILE_ERROR), for at most wait_s
- * seconds: pause_ms between tries while it is held, none after GONE (then on_gone, when not NULL, may make the
+ * seconds: pause_ms between tries while it is held, 10 ms after GONE (then on_gone, when not NULL, may make the
  * directory again: a status other than DDP_OK ends the wait with DDP_LOCKFILE_ERROR) or REPLACED. Returns the last
  * attempt's result. */
 int ddp_lockfile_take(const ddp_lockfile_spec *s, double wait_s, int pause_ms, ddp_status (*on_gone)(void *), void *arg,
                       int *fd, char *holder, size_t hlen);
 /* Unlocks fd and closes it (a no-op for fd < 0). The file goes first, still locked, unless another process shares
- * the lock: a newcomer that opened the old file sees it replaced and tries again; a leftover file never refuses by
- * itself. */
+ * the lock or path no longer names fd's file (its directory removed or moved: another run's file may be there now):
+ * a newcomer that opened the old file sees it replaced and tries again; a leftover file never refuses by itself. */
 void ddp_lockfile_release(int fd, const char *path);
 
 #endif

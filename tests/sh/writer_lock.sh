@@ -175,7 +175,96 @@ trap - EXIT
 pass "a training run holds its datasets: a synth or pack into them is refused naming it, an index runs beside it"
 # one directory as both --train and --val is locked once, released once; without POSIX locks a run reads as before
 expect_rc 0 mpirun_np 2 "$MPIDDP" train --train v --val v "${base[@]}" --out r2
+# ... however it is named (a symlink, an absolute path with a slash), and so is a directory whose lock file is a hard
+# link of the other's: rank 0 holds one descriptor of the lock file. A process's fcntl locks on one file are one
+# lock, which closing any of its descriptors drops: with two, the release of one left the directory unlocked while
+# the run still read the other. Before, a directory was de-duplicated by its own identity only (a hard-linked lock
+# file was locked twice).
+ln -sfn v vl
+cp -rp v v2
+lockfds() { find "/proc/$1/fd" -lname "*/mpiddp-dataset.lock*" | wc -l; }
+for pair in "vl $PWD/v/" "v v2"; do
+  read -r a b <<<"$pair"
+  echo "mpiddp synth, host $host, PID 999999, since then" >v/mpiddp-dataset.lock # a killed run's, hard-linked in v2
+  ln -f v/mpiddp-dataset.lock v2/mpiddp-dataset.lock
+  mpirun_np 1 env MPIDDP_TEST_STOP_SELF_AT_START=0 "$MPIDDP" train --train "$a" --val "$b" "${base[@]}" --out r2x \
+    >r2x.out 2>&1 &
+  job=$!
+  r0=
+  trap '[ -z "$r0" ] || kill -CONT "$r0" 2>/dev/null; kill "$job" 2>/dev/null || true' EXIT
+  r0=$(stopped_rank 0)
+  [ -n "$r0" ] && stopped "$r0" || fail "--train $a --val $b: rank 0 did not stop itself: $(cat r2x.out)"
+  [ "$(lockfds "$r0")" = 1 ] || fail "--train $a --val $b: $(lockfds "$r0") descriptors of the dataset lock"
+  expect_rc 1 "$MPIDDP" synth --out v --samples 20 --dim 4 --shards 2
+  qgrep -E "^mpiddp synth: error: v: the dataset directory is in use by another run \(mpiddp train, PID $r0\)" <<<"$ERR" ||
+    fail "synth --out v beside --train $a --val $b: $ERR"
+  kill -CONT "$r0"
+  wait "$job" || fail "--train $a --val $b failed: $(cat r2x.out)"
+  trap - EXIT
+  rm -rf r2x
+done
+[ ! -e v/mpiddp-dataset.lock ] || fail "v: the lock file stayed"
+rm -rf v2 vl
+pass "one directory however named, or a hard-linked lock file, is locked once by a run: one descriptor"
 expect_rc 0 env MPIDDP_TEST_NOLOCK=1 "$MPIDDP" train --train t --val v "${base[@]}" --out r3
 expect_rc 0 env MPIDDP_TEST_NOLOCK=1 "$MPIDDP" eval --ckpt r0/checkpoints/last.h5 --data v
 [ ! -e t/mpiddp-dataset.lock ] && [ ! -e v/mpiddp-dataset.lock ] || fail "a lock file stayed: $(ls -A t v)"
 pass "--train and --val one directory, and runs without POSIX locks, train as before"
+
+# a run removes its lock files at its end only while their paths still name them: a dataset directory (or run
+# directory) removed or moved while the run held it may hold another run's lock file by then, which stays. Before, a
+# train deleted the lock file of a synth writing into a new directory of the old one's name, and an index of it then
+# ran beside the writer (and so for the run lock).
+cp -rp t t9
+mpirun_np 1 env MPIDDP_TEST_STOP_SELF_AT_START=0 "$MPIDDP" train --train t9 --val v "${base[@]}" --out r9 >r9.out 2>&1 &
+job=$!
+r0=
+trap '[ -z "$r0" ] || kill -CONT "$r0" 2>/dev/null; kill "$job" 2>/dev/null || true' EXIT
+r0=$(stopped_rank 0)
+[ -n "$r0" ] && stopped "$r0" || fail "the run's rank 0 did not stop itself: $(cat r9.out)"
+mv t9 t9.old
+mv r9 r9.old
+mkdir r9 && echo "mpiddp train, host $host, PID 999999, since then" >r9/run.lock
+MPIDDP_TEST_MANIFEST_DELAY_MS=9000 "$MPIDDP" synth --out t9 --samples 20 --dim 4 --shards 1 >s9.out 2>&1 &
+pid=$!
+for _ in $(seq 500); do [ -e t9/mpiddp-dataset.lock ] && qgrep "PID $pid," t9/mpiddp-dataset.lock && break; sleep 0.01; done
+qgrep "PID $pid," t9/mpiddp-dataset.lock || fail "the synth did not take its lock: $(cat s9.out)"
+kill -CONT "$r0"
+set +e; wait "$job"; set -e # it reads a dataset that moved: how it ends does not matter here
+trap - EXIT
+[ -e t9/mpiddp-dataset.lock ] || fail "the ending train removed the lock file of the synth writing t9: $(cat r9.out)"
+[ -e r9/run.lock ] || fail "the ending train removed r9/run.lock, which was not its own: $(cat r9.out)"
+expect_rc 1 "$MPIDDP" index t9
+qgrep -E "^mpiddp index: error: t9: the dataset directory is in use by another run \(mpiddp synth, host $host, PID $pid," <<<"$ERR" ||
+  fail "an index beside the synth: $ERR"
+set +e; wait "$pid"; rc=$?; set -e
+[ "$rc" = 0 ] || fail "the synth failed ($rc): $(cat s9.out)"
+[ ! -e t9/mpiddp-dataset.lock ] || fail "t9: the synth left its lock file"
+pass "a run leaves a lock file that is no longer its own: a directory moved while it ran stays locked by its new writer"
+
+# a lock file left by another user's run (mode 0644 or 0444, held by nobody) does not stop a writer that cannot open
+# it for writing: the writer removes it (the directory is writable) and takes the lock; one that another process
+# holds names its holder as usual. Before, the writer failed "cannot create the dataset lock: Permission denied".
+# Played by root's file and a writer run as user nobody.
+asnobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME="$WORK/ow" "$@"; }
+if [ "$(id -u)" = 0 ] && asnobody true 2>/dev/null; then
+  mkdir -p ow/d && chmod 0777 ow ow/d # no sticky bit: nobody may remove root's file
+  for mode in 0644 0444; do
+    echo "mpiddp train, host $host, PID 999999, since then" >ow/d/mpiddp-dataset.lock
+    chmod "$mode" ow/d/mpiddp-dataset.lock
+    rm -f ow/d/*.h5 ow/d/mpiddp-manifest.bin
+    expect_rc 0 asnobody "$MPIDDP" synth --out ow/d --samples 20 --dim 4 --shards 2
+    [ ! -e ow/d/mpiddp-dataset.lock ] || fail "mode $mode: the lock file stayed: $(ls -la ow/d)"
+  done
+  hold ow/e LOCK_SH 3
+  chmod 0777 ow/e
+  expect_rc 1 asnobody "$MPIDDP" synth --out ow/e --samples 20 --dim 4 --shards 2
+  qgrep -E "^mpiddp synth: error: ow/e: the dataset directory is in use by another run \(mpiddp index, PID $hpid\); wait" <<<"$ERR" ||
+    fail "another user's held lock file: $ERR"
+  [ -e ow/e/mpiddp-dataset.lock ] || fail "a held lock file was removed"
+  wait "$hpid" || fail "the shared holder failed"
+  pass "another user's lock file held by nobody is removed by a writer that cannot open it for writing"
+else
+  [ "$(id -u)" != 0 ] || fail "cannot run a process as user nobody (setpriv)"
+  echo "SKIP: another user's lock file: not root, cannot run as another user"
+fi
