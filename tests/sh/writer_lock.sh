@@ -19,8 +19,11 @@ refused() {
 # a slow synth: 8000 samples of up to 64 x 64 floats per shard, then a manifest rename held back 12 s
 MPIDDP_TEST_MANIFEST_DELAY_MS=12000 "$MPIDDP" synth --out big --samples 8000 --dim 64 --shards 2 --seed 3 >first.out 2>&1 &
 pid=$!
+trap 'kill -CONT "$pid" 2>/dev/null; kill "$pid" 2>/dev/null || true' EXIT # a failed check leaves no stopped synth
 for _ in $(seq 3000); do [ "$(shtmp big)" = 0 ] || break; sleep 0.005; done
 [ "$(shtmp big)" != 0 ] || fail "no shard temporary of the first synth seen: $(ls -a big; cat first.out)"
+# stopped while the refusals run, so that a loaded machine cannot let it finish first (a stopped process keeps its lock)
+kill -STOP "$pid"
 refused "$MPIDDP" synth --out big --samples 20 --dim 4 --shards 2 --no-manifest
 [ "$(shtmp big)" != 0 ] || [ -e big/shard-00000.h5 ] || fail "the second synth removed the first's temporaries"
 pass "a second synth while the first writes its shard temporaries is refused, and leaves them"
@@ -28,12 +31,17 @@ refused mpirun_np 2 "$MPIDDP" synth --out big --samples 20 --dim 4 --shards 2 --
 [ "$(grep -c 'in use by another run' <<<"$ERR")" = 1 ] || fail "mpirun synth: not one line: $ERR"
 refused mpirun_np 2 "$MPIDDP" pack --input nowhere.h5 --out big
 pass "synth and pack under mpirun are refused on every rank with one line"
+kill -CONT "$pid"
 for _ in $(seq 600); do [ -e big/shard-00001.h5 ] && [ -e big/shard-00000.h5 ] && break; sleep 0.05; done
+kill -STOP "$pid" # within its 12 s before the manifest
+[ ! -e big/mpiddp-manifest.bin ] || fail "the first synth wrote its manifest before the index could be tried"
 refused "$MPIDDP" index big
 refused mpirun_np 2 "$MPIDDP" index big
 [ ! -e big/mpiddp-manifest.bin ] || fail "an index wrote the manifest of a dataset being written"
 pass "an index of a directory being written is refused"
+kill -CONT "$pid"
 set +e; wait "$pid"; rc=$?; set -e
+trap - EXIT
 [ "$rc" = 0 ] || fail "the first synth failed ($rc): $(cat first.out)"
 [ ! -e big/mpiddp-dataset.lock ] || fail "the lock file stayed: $(ls -a big)"
 [ "$(ls -A big | tr '\n' ' ')" = "mpiddp-manifest.bin shard-00000.h5 shard-00001.h5 " ] || fail "big: $(ls -A big)"
