@@ -272,9 +272,11 @@ typedef struct {
     int drop_last;
     int log_every; /* optimizer steps between train metric rows */
     int log_per_rank;
-    int fast_dev_run;          /* >0: that many train and val batches, no checkpoint */
-    double bucket_mb;          /* gradient bucket size */
-    double collective_timeout; /* seconds (>= 0) a rank waits in the gradient allreduce before failing; 0 = forever */
+    int fast_dev_run; /* >0: that many train and val batches, no checkpoint */
+    double bucket_mb; /* gradient bucket size */
+    /* seconds (>= 0) a rank waits in any of ddp_train's collectives before failing; 0 = forever. It applies within
+     * ddp_train only: the program's own collectives after it (ddp_all_ok, ...) are untimed again. */
+    double collective_timeout;
     ddp_device device;
     int progress;            /* print a progress line on rank 0 */
     const char *config_json; /* optional: extra configuration echoed into run.json (a JSON object) */

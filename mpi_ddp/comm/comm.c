@@ -32,6 +32,10 @@ ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **out)
     MPI_CHECK(MPI_Initialized(&inited));
     ctx_block *blk = ddp_calloc(1, sizeof *blk);
     if (!blk) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    if (ddp_ctx_reserve() != DDP_OK) { /* before MPI_Init: a failure leaves nothing to finalize */
+        free(blk);
+        return DDP_ERR_NOMEM;
+    }
     ddp_ctx *c = &blk->ctx;
     c->facts = &blk->facts;
     c->watch = &blk->watch;
@@ -67,12 +71,7 @@ ddp_status ddp_init(int *argc, char ***argv, ddp_ctx **out)
     char host[MPI_MAX_PROCESSOR_NAME];
     MPI_CHECK(MPI_Get_processor_name(host, &len));
     snprintf(t->host, sizeof t->host, "%s", host);
-    if (ddp_ctx_register(c) != DDP_OK) {
-        MPI_Comm_free(&c->local);
-        MPI_Comm_free(&c->world);
-        free(blk);
-        return DDP_ERR_NOMEM;
-    }
+    ddp_ctx_register(c); /* in the room reserved before MPI_Init */
     ddp_jobfacts_read(c->facts);
     ddp_status fst = ddp_jobfacts_check(c->facts, t->rank, t->size);
     if (fst != DDP_OK) { /* every process of a mis-launched job fails alike: nothing to agree with */
@@ -93,7 +92,10 @@ ddp_status ddp_finalize(ddp_ctx *c)
 {
     if (!c) return DDP_OK;
     DDP_CHECK(ddp_ctx_alive(c, __func__)); /* finalized already: the block is freed, not to be touched */
-    ddp_nccl_destroy(c);
+    if (c->comm_broken) /* ncclCommDestroy could wait for the stalled rank's side of a pending collective */
+        ddp_nccl_abort(c);
+    else
+        ddp_nccl_destroy(c);
     for (int i = 0; i < 3; i++)
         if (c->backends[i]) c->backends[i]->destroy(c->backends[i]);
     ddp_ctx_unregister(c);
@@ -106,6 +108,7 @@ ddp_status ddp_finalize(ddp_ctx *c)
     MPI_Comm_free(&c->local);
     MPI_Comm_free(&c->world);
     int owns = c->owns_mpi;
+    free(c->watch->scratch);
     free(c); /* the ctx_block: the context is its first member */
     int fin = 0;
     MPI_Finalized(&fin);

@@ -10,10 +10,31 @@
 
 static ddp_ctx **g_live; /* the live contexts, g_nlive of them in g_cap slots */
 static int g_nlive, g_cap;
-static ddp_ctx **g_kept; /* finalized broken contexts: kept, so that late MPI writes land in memory still owned */
+static void **g_kept; /* finalized broken contexts, and buffers of requests a timeout left pending: kept (reachable,
+                        never freed), so that late MPI writes land in memory still owned */
 static int g_nkept;
 
-ddp_status ddp_ctx_register(ddp_ctx *c)
+static void keep(void *p)
+{
+    void **k = realloc(g_kept, (size_t)(g_nkept + 1) * sizeof *k);
+    if (k) g_kept = k, g_kept[g_nkept++] = p; /* else the block stays unreachable, never freed */
+}
+
+void ddp_ctx_release(const ddp_ctx *c, void *p)
+{
+    if (!p) return;
+    if (c->comm_broken)
+        keep(p);
+    else
+        free(p);
+}
+
+void ddp_ctx_keep(void *p)
+{
+    if (p) keep(p);
+}
+
+ddp_status ddp_ctx_reserve(void)
 {
     if (g_nlive == g_cap) {
         int cap = g_cap ? 2 * g_cap : 4;
@@ -21,9 +42,10 @@ ddp_status ddp_ctx_register(ddp_ctx *c)
         if (!p) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the list of live contexts");
         g_live = p, g_cap = cap;
     }
-    g_live[g_nlive++] = c;
     return DDP_OK;
 }
+
+void ddp_ctx_register(ddp_ctx *c) { g_live[g_nlive++] = c; }
 
 int ddp_ctx_is_live(const ddp_ctx *c)
 {
@@ -43,10 +65,7 @@ void ddp_ctx_unregister(ddp_ctx *c)
         free(g_live);
         g_live = NULL, g_cap = 0;
     }
-    if (c->comm_broken) {
-        ddp_ctx **p = realloc(g_kept, (size_t)(g_nkept + 1) * sizeof *p);
-        if (p) g_kept = p, g_kept[g_nkept++] = c; /* else the block stays unreachable, never freed */
-    }
+    if (c->comm_broken) keep(c);
 }
 
 ddp_status ddp_ctx_alive(const ddp_ctx *c, const char *func)

@@ -6,8 +6,11 @@
 
 #include "mpi_ddp/core/ctx.h"
 
-/* Adds c to the live set (ddp_init); DDP_ERR_NOMEM when the set cannot grow. */
-ddp_status ddp_ctx_register(ddp_ctx *c);
+/* Makes room for one more context in the live set; DDP_ERR_NOMEM when it cannot grow. ddp_init calls it before
+ * MPI_Init, so that a failure leaves nothing initialized. */
+ddp_status ddp_ctx_reserve(void);
+/* Adds c to the live set (ddp_init), in the room ddp_ctx_reserve made: cannot fail. */
+void ddp_ctx_register(ddp_ctx *c);
 /* 1 when c was returned by ddp_init and not finalized since. */
 int ddp_ctx_is_live(const ddp_ctx *c);
 /* Takes c off the live set (ddp_finalize). A broken context's block is kept (reachable, never freed): a collective
@@ -19,6 +22,11 @@ void ddp_ctx_unregister(ddp_ctx *c);
 ddp_status ddp_ctx_usable(const ddp_ctx *c, const char *func);
 /* The same check without the broken state: for the functions that still run on a broken context (ddp_finalize). */
 ddp_status ddp_ctx_alive(const ddp_ctx *c, const char *func);
+/* The buffers a request may still write after a collective timeout (the request stays pending, MPI may complete it
+ * at any later progress): ddp_ctx_release frees p (malloc'd), unless c is broken, when p is kept instead (reachable,
+ * never freed); ddp_ctx_keep keeps p in any case (memory a backend would free, on a broken context). NULL: no-op. */
+void ddp_ctx_release(const ddp_ctx *c, void *p);
+void ddp_ctx_keep(void *p);
 /* Marks c's communication broken by the timeout reported in `why` (the timeout's error line). */
 void ddp_ctx_break(ddp_ctx *c, const char *why);
 /* Sets the "no collective after the timeout" error for FUNC on broken ctx c and returns its status. */

@@ -6,6 +6,7 @@
 #include "mpi_ddp/backend/cuda/cuda_api.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/comm/comm.h"
+#include "mpi_ddp/comm/ctxlive.h"
 #include "mpi_ddp/comm/watchdog.h"
 
 #include <math.h>
@@ -95,6 +96,7 @@ static ddp_status wait_idle(ddp_sync_nccl *n, int stream_too, const char *where)
             /* the report first: it may read the board a second time (watchdog.c), and an aborted communicator
              * ends the other ranks at once, so aborting first could let the job end before this rank's report */
             ddp_watch_report(ctx, where, t - t0);
+            ddp_ctx_break(ctx, ddp_last_error()); /* as ddp_wait: later collectives fail at once, no MPI_Finalize */
             ddp_nccl_abort(ctx);
             return DDP_ERR_MISMATCH;
         }

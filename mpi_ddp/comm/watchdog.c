@@ -61,6 +61,8 @@ void ddp_watch_close(ddp_ctx *ctx)
 {
     if (ctx->watch->fd >= 0) close(ctx->watch->fd);
     ctx->watch->fd = -1;
+    ctx->watch->coll_timeout = 0; /* the timeout is ddp_train's: a program's own collectives after it are untimed */
+    ctx->watch->dir[0] = 0;
 }
 
 void ddp_watch_mark(ddp_ctx *ctx, int64_t step, const char *phase)
@@ -184,11 +186,23 @@ ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, 
     }
     int tsize = 0;
     MPI_CHECK(MPI_Type_size(type, &tsize));
-    if (tsize <= 0 || (size_t)tsize > sizeof ctx->watch->scratch)
+    if (tsize <= 0 || (size_t)tsize > DDP_WATCH_SCRATCH_MAX)
         return ddp_set_error(DDP_ERR_INTERNAL, "%s: MPI type of %d bytes", where, tsize);
-    int piece = (int)(sizeof ctx->watch->scratch / (size_t)tsize);
-    for (int lo = 0; lo < count; lo += piece) { /* every rank cuts the same count alike */
-        int k = count - lo < piece ? count - lo : piece;
+    /* every rank cuts the same count alike: the piece depends on count and type alone, never on what was allocated */
+    int piece = (int)(DDP_WATCH_SCRATCH_MAX / (size_t)tsize);
+    if (count < piece) piece = count > 0 ? count : 1;
+    size_t need = (size_t)piece * (size_t)tsize;
+    if (need > ctx->watch->scratch_bytes) { /* no request pends on it here: a timeout broke the context above */
+        void *p = realloc(ctx->watch->scratch, need);
+        if (!p) {
+            ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for %zu bytes of collective buffer", where, need);
+            ddp_ctx_break(ctx, ddp_last_error()); /* the other ranks are in the collective this rank cannot join */
+            return DDP_ERR_NOMEM;
+        }
+        ctx->watch->scratch = p, ctx->watch->scratch_bytes = need;
+    }
+    for (int64_t lo = 0; lo < count; lo += piece) {
+        int k = count - lo < piece ? (int)(count - lo) : piece;
         char *at = (char *)buf + (size_t)lo * (size_t)tsize;
         memcpy(ctx->watch->scratch, at, (size_t)k * (size_t)tsize);
         MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, ctx->watch->scratch, k, type, op, ctx->world, &ctx->watch->pending));

@@ -6,8 +6,8 @@
 
 #include "mpi_ddp/core/ctx.h"
 
-/* Bytes of ddp_allreduce's own buffer: a larger reduction runs in pieces of this size. */
-#define DDP_WATCH_SCRATCH 65536
+/* Most bytes of ddp_allreduce's own buffer (grown to the largest reduction asked): a larger one runs in pieces. */
+#define DDP_WATCH_SCRATCH_MAX (64 << 20)
 
 /* A rank's watchdog state (ctx->watch). */
 struct ddp_watch {
@@ -19,11 +19,14 @@ struct ddp_watch {
     /* ddp_allreduce's timed collectives run on this copy, never on the caller's buffer: after a timeout the pending
      * request (kept in `pending`) may still write here, in memory the context owns (comm/ctxlive.h keeps it). */
     MPI_Request pending;
-    double scratch[DDP_WATCH_SCRATCH / sizeof(double)];
+    void *scratch;        /* malloc'd, freed by ddp_finalize unless the context is broken */
+    size_t scratch_bytes; /* its size */
 };
 
 /* Collective. timeout_s <= 0 disables both the deadline and the board. */
 ddp_status ddp_watch_init(ddp_ctx *ctx, const char *run_dir, double timeout_s);
+/* Ends the board (ddp_train's teardown): the collective timeout is off again (0), so the collectives a program runs
+ * on the context after ddp_train are untimed, as before it. */
 void ddp_watch_close(ddp_ctx *ctx);
 /* Records this rank's position (cheap: one pwrite; no-op without a board). Called with ctx->watch->phase itself (the
  * heartbeat of a wait loop) it also records that this rank is waiting in a collective: such a rank is never taken
@@ -46,8 +49,10 @@ double ddp_watch_heartbeat(const ddp_ctx *ctx);
  * is a silent rank; one that says it is waiting gets at least 1.5 DDP_WATCH_HEARTBEAT (wait loops that beat at the
  * fixed interval). */
 void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited);
-/* In-place allreduce through ddp_wait. With a timeout it reduces a copy held by the context, in pieces of
- * DDP_WATCH_SCRATCH bytes, so that a request left pending by a timeout never writes into the caller's buffer. */
+/* In-place allreduce through ddp_wait. With a timeout it reduces a copy held by the context (grown to the largest
+ * count asked, at most DDP_WATCH_SCRATCH_MAX bytes, above which it runs in pieces of that size), so that a request
+ * left pending by a timeout never writes into the caller's buffer. Growing it fails with DDP_ERR_NOMEM on this rank
+ * alone and breaks the context (the other ranks wait in the collective: they time out). */
 ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, MPI_Op op, const char *where);
 
 #endif

@@ -4,6 +4,7 @@
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/optname.h"
+#include "mpi_ddp/comm/ctxlive.h"
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/fsutil.h"
 
@@ -124,20 +125,24 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
                             (improves(d, lv, d->best_local_es) ? V_IMPROVES : 0);
     int *votes = me == 0 ? ddp_calloc((size_t)W, sizeof *votes) : NULL;
     int *fl = me == 0 ? ddp_calloc((size_t)(3 * W), sizeof *fl) : NULL; /* rank lists: yes, no, no value */
-    ddp_status ast = ddp_agree_status(ctx, me == 0 && (!votes || !fl)
+    double *decb = ddp_calloc(7,
+                              sizeof *decb); /* the decision's broadcast: heap, kept if a timeout leaves it pending */
+    ddp_status ast = ddp_agree_status(ctx, (me == 0 && (!votes || !fl)) || !decb
                                                ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for the checkpoint vote")
                                                : DDP_OK);
     if (ast != DDP_OK) {
         free(votes);
         free(fl);
+        free(decb);
         return ast;
     }
     MPI_Request rq;
     MPI_CHECK(MPI_Igather(&mine, 1, MPI_INT, votes, 1, MPI_INT, 0, ctx->world, &rq));
     ddp_status wst = ddp_wait(ctx, 1, &rq, "the checkpoint vote");
     if (wst != DDP_OK) {
-        free(votes);
+        ddp_ctx_release(ctx, votes); /* kept after a timeout: the gather may still write into it */
         free(fl);
+        free(decb);
         return wst;
     }
     /* 3. rank 0 decides; one broadcast carries the decision */
@@ -237,8 +242,12 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
         free(fl);
     }
     free(votes);
-    MPI_CHECK(MPI_Ibcast(dec, 7, MPI_DOUBLE, 0, ctx->world, &rq));
-    DDP_CHECK(ddp_wait(ctx, 1, &rq, "the checkpoint decision"));
+    memcpy(decb, dec, sizeof dec);
+    MPI_CHECK(MPI_Ibcast(decb, 7, MPI_DOUBLE, 0, ctx->world, &rq));
+    wst = ddp_wait(ctx, 1, &rq, "the checkpoint decision");
+    if (wst == DDP_OK) memcpy(dec, decb, sizeof dec);
+    ddp_ctx_release(ctx, decb);
+    DDP_CHECK(wst);
     if (dec[6] != 0) /* rank 0's line, on every rank */
         return ddp_agree_status(ctx, me == 0 ? ddp_set_error(DDP_ERR_ARG, "%s", fail) : DDP_OK);
     out->nonfinite = dec[4] != 0;

@@ -200,7 +200,7 @@ static ddp_status train_step(ddp_trainer *tr, ddp_loader *ld, int64_t *mb, int64
 typedef struct {
     ddp_trainer *tr;
     MPI_Request rq;
-    int in, out, pending, stopped;
+    int pending, stopped; /* the check's ints are tr->val_stop: memory that outlives validate() */
 } val_poll;
 
 static ddp_status val_poll_fn(void *arg, int64_t batch, int *stop)
@@ -210,15 +210,16 @@ static ddp_status val_poll_fn(void *arg, int64_t batch, int *stop)
     if (p->pending) {
         DDP_CHECK(ddp_wait(ctx, 1, &p->rq, "the validation stop check"));
         p->pending = 0;
-        if (p->out) {
-            p->stopped = p->out; /* the kinds asked for */
+        if (p->tr->val_stop[1]) {
+            p->stopped = p->tr->val_stop[1]; /* the kinds asked for */
             *stop = 1;
             return DDP_OK;
         }
     }
-    p->in = atomic_load(&g_stop_requested) |
+    int *io = p->tr->val_stop;
+    io[0] = atomic_load(&g_stop_requested) |
             (batch == p->tr->hooks.stop_in_val && ctx->topo.rank == 0 ? DDP_STOP_REQUEUE : 0);
-    MPI_CHECK(MPI_Iallreduce(&p->in, &p->out, 1, MPI_INT, MPI_BOR, ctx->world, &p->rq));
+    MPI_CHECK(MPI_Iallreduce(&io[0], &io[1], 1, MPI_INT, MPI_BOR, ctx->world, &p->rq));
     p->pending = 1;
     return DDP_OK;
 }

@@ -6,6 +6,7 @@
 #include "mpi_ddp/train/lr_schedule.h"
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/train/train_state.h"
+#include "mpi_ddp/comm/ctxlive.h"
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/train/rundir.h"
 
@@ -69,7 +70,7 @@ static ddp_status save_ckpt(ddp_train_state *ts, const char *path)
         MPI_Igather(&ts->dec.best_local_es, 1, MPI_DOUBLE, bl ? bl + W : NULL, 1, MPI_DOUBLE, 0, ctx->world, &rq[1]));
     ddp_status wst = ddp_wait(ctx, 2, rq, "the checkpoint state gather");
     if (wst != DDP_OK) {
-        free(bl);
+        ddp_ctx_release(ctx, bl); /* kept after a timeout: the gather may still write into it */
         return wst;
     }
     ddp_status st = DDP_OK;

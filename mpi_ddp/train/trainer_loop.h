@@ -24,6 +24,7 @@ typedef struct {
     double *sumsq;         /* [ntensors] squared gradient norms of the step */
     int64_t nctl;          /* CTL_ROWS + world size */
     float *ctl, *ctl_back; /* the step's control floats, host side: sent, and reduced */
+    int *val_stop;         /* the validation stop check's two ints, sent and reduced (heap: see teardown) */
     ddp_sync *sync;
     ddp_metrics *metrics;
     ddp_csv *csv, *csv_rank;

@@ -30,13 +30,23 @@
 static void say(const ddp_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(const ddp_ctx *ctx, const char *fmt, ...)
 {
-    char line[8192];
-    va_list ap;
+    char line[8192], *big = NULL;
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    va_copy(again, ap);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    if (n >= (int)sizeof line) { /* a longer line (paths near PATH_MAX): whole, or cut but still ending the line */
+        big = malloc((size_t)n + 1);
+        if (big)
+            vsnprintf(big, (size_t)n + 1, fmt, again);
+        else
+            line[sizeof line - 2] = '\n';
+    }
+    va_end(again);
     va_end(ap);
     /* one fprintf, one line: stderr is unbuffered */
-    fprintf(stderr, "%s: %s", ctx->cli_names ? "mpiddp train" : "ddp_train", line);
+    fprintf(stderr, "%s: %s", ctx->cli_names ? "mpiddp train" : "ddp_train", big ? big : line);
+    free(big);
 }
 
 
@@ -149,6 +159,19 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
             DDP_ERR_ARG,
             "%s: written by an older mpiddp that stored the position in micro-batches; resume it on %lld ranks", path,
             (long long)facts[4]);
+    /* such a position counts micro-batches of the checkpoint's batch size, which it does not record (nor its
+     * accumulate): the same global batch and world size leave batch-size x accumulate alone. It resumes only where
+     * the split shows: in epoch 0, one optimizer step per micro-batch (accumulate 1 then), and accumulate 1 now. Its
+     * drop-last is assumed to be this run's (it moves the epoch's end by a micro-batch at most; docs/distributed.md).
+     */
+    if (st == DDP_OK && facts[8] > 0 && (c->accumulate != 1 || facts[0] != 0 || facts[2] != facts[8])) {
+        char acc[96];
+        st = ddp_set_error(DDP_ERR_ARG,
+                           "%s: written by an older mpiddp that stored the position in micro-batches (%lld into epoch "
+                           "%lld) without their size; only one in epoch 0 with one optimizer step per micro-batch "
+                           "resumes, with %s",
+                           path, (long long)facts[8], (long long)facts[0], V(acc, ACCUMULATE, "%d", 1));
+    }
     if (st == DDP_OK && (uint64_t)facts[9] != c->seed) /* the epoch order and the dropout masks come from the seed */
         st = ddp_set_error(DDP_ERR_ARG, "%s: saved with %s; this run uses %s (the epoch order would change)", path,
                            V(va, SEED, "%llu", (unsigned long long)facts[9]),

@@ -3,6 +3,7 @@
 #include "mpi_ddp/train/trainer_loop.h"
 #include "mpi_ddp/backend/backend.h"
 #include "mpi_ddp/comm/comm.h"
+#include "mpi_ddp/comm/ctxlive.h"
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/ctx.h"
 #include "mpi_ddp/core/status.h"
@@ -39,6 +40,7 @@ static ddp_status setup_local(ddp_trainer *tr, ddp_dataset *train, ddp_dataset *
     tr->nctl = CTL_ROWS + ctx->topo.size;
     DDP_ALLOC(tr->ctl, tr->nctl);
     DDP_ALLOC(tr->ctl_back, tr->nctl);
+    DDP_ALLOC(tr->val_stop, 2);
     DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes + (size_t)tr->nctl * sizeof(float)));
     tr->grads = p;
     DDP_CHECK(DDP_BE_ALLOC(be, &p, bytes));
@@ -116,7 +118,10 @@ void ddp_trainer_teardown(ddp_trainer *tr)
     if (be) {
         (void)ddp_backend_set_precision(be, DDP_PRECISION_FP32); /* the context's shared backend back to the default */
         if (ts->params) be->release(be, ts->params);
-        if (tr->grads) be->release(be, tr->grads);
+        if (tr->grads && ts->ctx->comm_broken) /* a gradient allreduce the timeout left pending may still write */
+            ddp_ctx_keep(tr->grads);
+        else if (tr->grads)
+            be->release(be, tr->grads);
         if (ts->m) be->release(be, ts->m);
         if (ts->v) be->release(be, ts->v);
     }
@@ -137,5 +142,6 @@ void ddp_trainer_teardown(ddp_trainer *tr)
     free(tr->lens_val);
     free(tr->ctl);
     free(tr->ctl_back);
+    ddp_ctx_release(ts->ctx, tr->val_stop); /* kept after a timeout: the stop check's request may still write */
     ddp_eval_acc_free(&tr->eval);
 }

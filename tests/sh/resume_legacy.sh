@@ -37,6 +37,17 @@ expect_rc 1 mpirun_np 2 "$MPIDDP" train "${base[@]}" --shuffle full --batch-size
 printf '%s' "$ERR" | qgrep "saved with --shuffle block:0.002:3; this run uses --shuffle full (another order continues only a checkpoint saved at an epoch boundary; this one is 7 optimizer steps into epoch 0)" ||
   fail "an older checkpoint mid-epoch, another --shuffle: $ERR"
 [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "an older checkpoint mid-epoch: not one line: $ERR"
+# the micro-batches' size is not recorded: another split of the same global batch (--batch-size 2 --accumulate 2
+# instead of 4 x 1) is refused, and so is a checkpoint whose optimizer steps are not its micro-batches (written with
+# --accumulate 2: 14 micro-batches in 7 steps), even resumed with --accumulate 1
+legacy_refusal="written by an older mpiddp that stored the position in micro-batches (7 into epoch 0) without their size; only one in epoch 0 with one optimizer step per micro-batch resumes, with --accumulate 1"
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 2 --accumulate 2 --out mid --resume auto
+printf '%s' "$ERR" | qgrep -F "mid/checkpoints/last.h5: $legacy_refusal" || fail "an older checkpoint resumed with another split: $ERR"
+rm -rf mid14 && cp -r mid mid14
+$PY -c "import h5py; h5py.File('mid14/checkpoints/last.h5', 'r+').attrs['step_in_epoch'] = 14"
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --out mid14 --resume auto
+printf '%s' "$ERR" | qgrep -F "mid14/checkpoints/last.h5: ${legacy_refusal/7 into/14 into}" ||
+  fail "an older checkpoint with 2 micro-batches a step: $ERR"
 # with its own --shuffle the same checkpoint resumes and finishes the run
 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --out mid --resume auto >/dev/null 2>mid.err ||
   fail "an older checkpoint mid-epoch, same options: $(cat mid.err)"

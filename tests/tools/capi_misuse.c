@@ -138,7 +138,8 @@ int main(int argc, char **argv)
     g_case = argv[1];
     const char *trd = argv[2], *vad = argv[3], *work = argv[4];
     const char *c = g_case;
-    if (!strcmp(c, "finalize_twice") || !strcmp(c, "timeout")) return comm_cases(argc, argv, trd, vad, work);
+    if (!strcmp(c, "finalize_twice") || !strcmp(c, "timeout") || !strcmp(c, "timeout_after_train"))
+        return comm_cases(argc, argv, trd, vad, work);
     /* before init: calls that need a context refuse a NULL one */
     if (!strcmp(c, "before_init")) {
         ddp_dataset *ds = (ddp_dataset *)1;
