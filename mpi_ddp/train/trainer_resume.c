@@ -161,15 +161,17 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
             (long long)facts[4]);
     /* such a position counts micro-batches of the checkpoint's batch size, which it does not record (nor its
      * accumulate): the same global batch and world size leave batch-size x accumulate alone. It resumes only where
-     * the split shows: in epoch 0, one optimizer step per micro-batch (accumulate 1 then), and accumulate 1 now. Its
-     * drop-last is assumed to be this run's (it moves the epoch's end by a micro-batch at most; docs/distributed.md).
-     */
-    if (st == DDP_OK && facts[8] > 0 && (c->accumulate != 1 || facts[0] != 0 || facts[2] != facts[8])) {
+     * the split shows: its global step is one optimizer step per micro-batch of this run's (accumulate 1 then; the
+     * epochs before it whole, under global sampling, where every epoch has this run's micro-batches), and accumulate
+     * 1 now. Its drop-last is assumed to be this run's (it moves the epoch's end by a micro-batch at most;
+     * docs/distributed.md). */
+    int64_t before = facts[0] == 0 ? 0 : strcmp(sampling, "shard") != 0 ? facts[0] * ((per_rank + bs - 1) / bs) : -1;
+    if (st == DDP_OK && facts[8] > 0 && (c->accumulate != 1 || before < 0 || facts[2] != before + facts[8])) {
         char acc[96];
         st = ddp_set_error(DDP_ERR_ARG,
                            "%s: written by an older mpiddp that stored the position in micro-batches (%lld into epoch "
-                           "%lld) without their size; only one in epoch 0 with one optimizer step per micro-batch "
-                           "resumes, with %s",
+                           "%lld) without their size; it resumes only where its global step shows one optimizer step "
+                           "per micro-batch (after epoch 0: under global sampling), with %s",
                            path, (long long)facts[8], (long long)facts[0], V(acc, ACCUMULATE, "%d", 1));
     }
     if (st == DDP_OK && (uint64_t)facts[9] != c->seed) /* the epoch order and the dropout masks come from the seed */

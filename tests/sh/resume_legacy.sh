@@ -40,7 +40,7 @@ printf '%s' "$ERR" | qgrep "saved with --shuffle block:0.002:3; this run uses --
 # the micro-batches' size is not recorded: another split of the same global batch (--batch-size 2 --accumulate 2
 # instead of 4 x 1) is refused, and so is a checkpoint whose optimizer steps are not its micro-batches (written with
 # --accumulate 2: 14 micro-batches in 7 steps), even resumed with --accumulate 1
-legacy_refusal="written by an older mpiddp that stored the position in micro-batches (7 into epoch 0) without their size; only one in epoch 0 with one optimizer step per micro-batch resumes, with --accumulate 1"
+legacy_refusal="written by an older mpiddp that stored the position in micro-batches (7 into epoch 0) without their size; it resumes only where its global step shows one optimizer step per micro-batch (after epoch 0: under global sampling), with --accumulate 1"
 expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 2 --accumulate 2 --out mid --resume auto
 printf '%s' "$ERR" | qgrep -F "mid/checkpoints/last.h5: $legacy_refusal" || fail "an older checkpoint resumed with another split: $ERR"
 rm -rf mid14 && cp -r mid mid14
@@ -51,4 +51,19 @@ printf '%s' "$ERR" | qgrep -F "mid14/checkpoints/last.h5: ${legacy_refusal/7 int
 # with its own --shuffle the same checkpoint resumes and finishes the run
 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --out mid --resume auto >/dev/null 2>mid.err ||
   fail "an older checkpoint mid-epoch, same options: $(cat mid.err)"
+# in a later epoch the global step shows the split too: 7 micro-batches into epoch 1 at global step 38 + 7 resumes
+# with its own options and finishes the run (before: refused as outside epoch 0); global step 38 + 4 (micro-batches
+# of half the size, 2 a step) is refused
+MPIDDP_TEST_STOP_AT_STEP=45 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --out mid1 >/dev/null
+rm -rf mid1h && cp -r mid1 mid1h
+to_legacy mid1/checkpoints/last.h5 | qgrep "epoch 1 micro-batch 7$" || fail "the stop did not land at micro-batch 7 of epoch 1"
+mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --out mid1 --resume auto >/dev/null 2>mid1.err ||
+  fail "an older checkpoint in epoch 1, same options: $(cat mid1.err)"
+$PY -c "import h5py; a = h5py.File('mid1/checkpoints/last.h5', 'r').attrs
+assert int(a['epoch']) == 2 and int(a['global_step']) == 76, dict(a)" || fail "the resumed run did not finish epoch 1"
+to_legacy mid1h/checkpoints/last.h5 >/dev/null
+$PY -c "import h5py; h5py.File('mid1h/checkpoints/last.h5', 'r+').attrs['global_step'] = 42"
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${common[@]}" --batch-size 4 --out mid1h --resume auto
+printf '%s' "$ERR" | qgrep -F "mid1h/checkpoints/last.h5: ${legacy_refusal/7 into epoch 0/7 into epoch 1}" ||
+  fail "an older checkpoint in epoch 1 whose steps are not its micro-batches: $ERR"
 pass "older-format checkpoints: at an epoch's end another --shuffle resumes (notice); mid-epoch it is refused"
