@@ -157,7 +157,7 @@ static ddp_status evaluate(ddp_ctx *ctx, const char *ckpt, const char *data, con
     mc.precision = precision; /* bf16: GEMM-only activations in bf16, as in training */
     if (batch_rows > 0) DDP_TRY(ddp_dataset_check_max_rows(ctx, ds, batch_rows, "--batch-rows"));
     DDP_TRY(ddp_agree_status(ctx, ddp_sampler_init(&sm, DDP_SAMPLE_SEQUENTIAL, in->num_samples, ctx->topo.size,
-                                                   ctx->topo.rank, 0, 0, batch, NULL, 0)));
+                                                   ctx->topo.rank, 0, 0, batch, NULL, 0, ctx->cli_names)));
     if (batch_rows > 0) {
         double sq = ddp_model_cost_sq(&mc);
         DDP_TRY(ddp_dataset_row_counts(ctx, ds, &lens));

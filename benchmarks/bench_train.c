@@ -164,7 +164,7 @@ int main(int argc, char **argv)
     mc.ff = ff;
     if (ff <= 0) ff = 2 * H;
     ddp_sampler sm;
-    if (ddp_sampler_init(&sm, DDP_SAMPLE_GLOBAL, ds->info.num_samples, t->size, t->rank, 1, 0, B, NULL, 0) != DDP_OK)
+    if (ddp_sampler_init(&sm, DDP_SAMPLE_GLOBAL, ds->info.num_samples, t->size, t->rank, 1, 0, B, NULL, 0, 0) != DDP_OK)
         DIE("sampler");
     int32_t *rowcounts = NULL;
     if ((brows > 0 || block) && ddp_dataset_row_counts(ctx, ds, &rowcounts) != DDP_OK) DIE("row counts");

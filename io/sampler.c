@@ -3,6 +3,7 @@
  * to equal length with flagged duplicates, and each rank's batches (token budgets: sampler_budget.c). */
 #include "io/sampler_priv.h"
 
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/status.h"
 
 #include <stdlib.h>
@@ -20,9 +21,10 @@ static int cmp_shard(const void *a, const void *b)
 }
 
 ddp_status ddp_sampler_init(ddp_sampler *s, ddp_sample_mode mode, int64_t n, int world, int rank, uint64_t seed,
-                            int drop_last, int64_t batch, const int64_t *shard_sizes, int64_t nshards)
+                            int drop_last, int64_t batch, const int64_t *shard_sizes, int64_t nshards, int cli)
 {
     memset(s, 0, sizeof *s);
+    s->cli_names = cli;
     s->mode = mode;
     s->n = n;
     s->world = world;
@@ -31,14 +33,17 @@ ddp_status ddp_sampler_init(ddp_sampler *s, ddp_sample_mode mode, int64_t n, int
     s->drop_last = drop_last;
     s->batch = s->max_samples = batch;
     s->epoch = -1;
-    if (batch < 1) return ddp_set_error(DDP_ERR_ARG, "--batch-size %lld: must be >= 1", (long long)batch);
+    char o[2][96]; /* "--sampling shard" | "cfg.sampling_shard = 1" (optname.h) */
+    if (batch < 1)
+        return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 1",
+                             ddp_opt_fmt(o[0], sizeof o[0], cli, DDP_OPT_BATCH_SIZE, "%lld", (long long)batch));
     if (n < 1) return ddp_set_error(DDP_ERR_ARG, "sampler: dataset has no samples");
     if (mode != DDP_SAMPLE_SHARD) {
         s->per_rank = drop_last ? n / world : (n + world - 1) / world;
         if (s->per_rank == 0)
-            return ddp_set_error(DDP_ERR_ARG,
-                                 "sampler: --drop-last leaves rank %d with no samples (%lld samples for %d ranks)",
-                                 rank, (long long)n, world);
+            return ddp_set_error(DDP_ERR_ARG, "sampler: %s leaves rank %d with no samples (%lld samples for %d ranks)",
+                                 ddp_opt_set(o[0], sizeof o[0], cli, DDP_OPT_DROP_LAST, NULL), rank, (long long)n,
+                                 world);
     } else {
         /* whole shards to ranks, largest first, each to the least-loaded rank (ties: lower rank) */
         shard_sz *v = ddp_calloc((size_t)nshards, sizeof *v);
@@ -68,10 +73,10 @@ ddp_status ddp_sampler_init(ddp_sampler *s, ddp_sample_mode mode, int64_t n, int
         }
         ddp_status st = DDP_OK;
         if (empty >= 0)
-            st = ddp_set_error(DDP_ERR_ARG,
-                               "--sampling shard: rank %d gets no samples (%lld shards for %d ranks); use --sampling "
-                               "global or more shards",
-                               empty, (long long)nshards, world);
+            st = ddp_set_error(
+                DDP_ERR_ARG, "%s: rank %d gets no samples (%lld shards for %d ranks); use %s or more shards",
+                ddp_opt_set(o[0], sizeof o[0], cli, DDP_OPT_SAMPLING, "shard"), empty, (long long)nshards, world,
+                ddp_opt_set(o[1], sizeof o[1], cli, DDP_OPT_SAMPLING, "global"));
         s->per_rank = drop_last ? mn : mx;
         s->my_count = load[rank];
         for (int64_t i = 0; i < nshards && st == DDP_OK; i++) s->nmine += owner[i] == rank;

@@ -17,7 +17,8 @@ typedef struct {
     int world, rank;
     uint64_t seed;
     int drop_last;
-    int64_t batch;       /* sample-count batches: samples per rank per step (0 with token budgets) */
+    int cli_names; /* its lines name the CLI's options (--sampling shard), else ddp_train_config's fields (optname.h) */
+    int64_t batch; /* sample-count batches: samples per rank per step (0 with token budgets) */
     int64_t max_samples; /* the most samples one rank's micro-batch holds (the loader's and models' buffers): batch,
                             at most per_rank (a batch past the set's size sizes no more) */
     /* per epoch */
@@ -48,9 +49,10 @@ typedef struct {
 } ddp_sampler;
 
 /* shard_sizes: samples per shard (shard mode only; may be NULL otherwise). Pure and local: every rank
- * computes the same plan from the broadcast metadata. */
+ * computes the same plan from the broadcast metadata. cli: the caller's ddp_ctx.cli_names, kept in cli_names for
+ * this sampler's lines (and the shard cache's batch check). */
 ddp_status ddp_sampler_init(ddp_sampler *s, ddp_sample_mode mode, int64_t n, int world, int rank, uint64_t seed,
-                            int drop_last, int64_t batch, const int64_t *shard_sizes, int64_t nshards);
+                            int drop_last, int64_t batch, const int64_t *shard_sizes, int64_t nshards, int cli);
 void ddp_sampler_free(ddp_sampler *s);
 /* Prepares epoch e (local, no communication). */
 ddp_status ddp_sampler_set_epoch(ddp_sampler *s, int64_t epoch);

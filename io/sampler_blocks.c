@@ -3,6 +3,7 @@
  * A pure function of seed and epoch, like the full shuffle. */
 #include "io/sampler_priv.h"
 
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/status.h"
 
 #include <stdlib.h>
@@ -10,11 +11,15 @@
 ddp_status ddp_sampler_set_blocks(ddp_sampler *s, const int32_t *lens, int64_t dim, const int64_t *shard_first,
                                   int64_t nshards, double block_bytes, int64_t window)
 {
+    int cli = s->cli_names; /* the lines name --shuffle block or cfg.shuffle_block = 1 (optname.h) */
+    char o[96], g[96];
     if (s->mode != DDP_SAMPLE_GLOBAL)
-        return ddp_set_error(
-            DDP_ERR_ARG, "--shuffle block needs --sampling global (shard sampling shuffles within each rank's shards)");
+        return ddp_set_error(DDP_ERR_ARG, "%s needs %s (shard sampling shuffles within each rank's shards)",
+                             ddp_opt_set(o, sizeof o, cli, DDP_OPT_SHUFFLE, "block"),
+                             ddp_opt_set(g, sizeof g, cli, DDP_OPT_SAMPLING, "global"));
     if (!(block_bytes > 0) || window < 1)
-        return ddp_set_error(DDP_ERR_ARG, "--shuffle-block-mb must be > 0 and --shuffle-window >= 1");
+        return ddp_set_error(DDP_ERR_ARG, "%s must be > 0 and %s >= 1", ddp_opt_name(cli, DDP_OPT_SHUFFLE_BLOCK_MB),
+                             ddp_opt_name(cli, DDP_OPT_SHUFFLE_WINDOW));
     int64_t cap = 1024, nb = 0;
     int64_t *bf = ddp_calloc((size_t)cap * sizeof *bf, 1);
     if (!bf) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");

@@ -3,6 +3,7 @@
  * hold. Pure functions of seed, epoch and the global budget: every rank computes the same. */
 #include "io/sampler_priv.h"
 
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/status.h"
 
 #include <stdlib.h>
@@ -35,14 +36,19 @@ ddp_status ddp_sampler_make_plan(ddp_sampler *s)
 ddp_status ddp_sampler_set_budget(ddp_sampler *s, int64_t rows_per_rank, int accumulate, const int32_t *lens,
                                   int64_t max_len, double cost_sq)
 {
+    int cli = s->cli_names; /* the lines name --batch-rows or cfg.batch_rows (optname.h) */
+    char o[96], g[96];
     if (s->mode == DDP_SAMPLE_SHARD)
-        return ddp_set_error(DDP_ERR_ARG,
-                             "--batch-rows needs --sampling global (shard sampling keeps sample-count batches)");
+        return ddp_set_error(DDP_ERR_ARG, "%s needs %s (shard sampling keeps sample-count batches)",
+                             ddp_opt_name(cli, DDP_OPT_BATCH_ROWS),
+                             ddp_opt_set(g, sizeof g, cli, DDP_OPT_SAMPLING, "global"));
     if (rows_per_rank < 1)
-        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld: must be >= 1", (long long)rows_per_rank);
+        return ddp_set_error(DDP_ERR_ARG, "%s: must be >= 1",
+                             ddp_opt_fmt(o, sizeof o, cli, DDP_OPT_BATCH_ROWS, "%lld", (long long)rows_per_rank));
     if (rows_per_rank < max_len)
-        return ddp_set_error(DDP_ERR_ARG, "--batch-rows %lld is smaller than the longest sample (%lld rows)",
-                             (long long)rows_per_rank, (long long)max_len);
+        return ddp_set_error(DDP_ERR_ARG, "%s is smaller than the longest sample (%lld rows)",
+                             ddp_opt_fmt(o, sizeof o, cli, DDP_OPT_BATCH_ROWS, "%lld", (long long)rows_per_rank),
+                             (long long)max_len);
     s->budget = rows_per_rank * s->world * (accumulate < 1 ? 1 : accumulate);
     s->acc = accumulate < 1 ? 1 : accumulate;
     s->lens = lens;

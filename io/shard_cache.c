@@ -3,6 +3,7 @@
  * refusal of a batch that needs more shards at once than the budget allows. */
 #include "io/shard_cache.h"
 
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/settings.h"
 #include "mpi_ddp/core/status.h"
 
@@ -438,9 +439,10 @@ ddp_status ddp_shard_cache_check_batches(ddp_dataset *ds, const ddp_sampler *sm,
             st = ddp_set_error(
                 DDP_ERR_ARG,
                 "%s: the batch of step %lld (epoch %lld) on rank %d reads %lld shard files at once, more than the %lld "
-                "the open-shard budget allows (%s); %s, or lower --batch-size/--batch-rows",
+                "the open-shard budget allows (%s); %s, or lower %s/%s",
                 ds->dir, (long long)step, (long long)sm->epoch, sm->rank, (long long)distinct, (long long)lim, what,
-                raise);
+                raise, ddp_opt_name(sm->cli_names, DDP_OPT_BATCH_SIZE),
+                ddp_opt_name(sm->cli_names, DDP_OPT_BATCH_ROWS));
         }
     }
     free(idx);

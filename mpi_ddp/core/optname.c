@@ -30,6 +30,7 @@ static const opt_row ROWS[DDP_OPT_COUNT] = {
     [DDP_OPT_SHUFFLE_BLOCK_MB] = {"--shuffle-block-mb", "cfg.shuffle_block_mb", NUM, NULL},
     [DDP_OPT_SHUFFLE_WINDOW] = {"--shuffle-window", "cfg.shuffle_window", NUM, NULL},
     [DDP_OPT_SAMPLING] = {"--sampling", "cfg.sampling_shard", FLAG, "shard"},
+    [DDP_OPT_DROP_LAST] = {"--drop-last", "cfg.drop_last", SWITCH, NULL},
     [DDP_OPT_LR] = {"--lr", "cfg.lr", NUM, NULL},
     [DDP_OPT_WEIGHT_DECAY] = {"--weight-decay", "cfg.weight_decay", NUM, NULL},
     [DDP_OPT_LR_SCHEDULE] = {"--lr-schedule", "cfg.lr_schedule", ENUM, "DDP_LR_"},

@@ -204,9 +204,10 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
             improved = beaten = 0;
             snprintf(fail, sizeof fail,
                      "%s is %s after epoch %lld (step %lld), so it can neither rank checkpoints nor stop "
-                     "early (a NaN or Inf in the validation data? mpiddp inspect or train --check-finite names it; "
-                     "%s goes on without saving)",
+                     "early (a NaN or Inf in the validation data? mpiddp inspect%s names it; %s goes on without "
+                     "saving)",
                      d->monitor, who, (long long)epoch, (long long)step,
+                     ctx->cli_names ? " or train --check-finite" : "", /* the CLI's option; no C-API counterpart */
                      ddp_opt_set(opt, sizeof opt, ctx->cli_names, DDP_OPT_SKIP_NONFINITE, NULL));
         }
         int worst = -1, save = !nonfinite && !novalue && d->top_k > 0 && (vote ? beaten : enters_topk(d, view, &worst));

@@ -78,12 +78,13 @@ ddp_status ddp_grad_nonfinite_error(ddp_ctx *ctx, const ddp_sampler *sm, ddp_dat
         return DDP_ERR_NUMERIC;
     }
     char skip[64];
+    /* train --check-finite has no C-API counterpart: a program is pointed at mpiddp inspect (installed with it) */
     if (st == DDP_OK && bad)
         st = ddp_set_error(DDP_ERR_NUMERIC,
                            "non-finite gradient at step %lld in parameter '%s', from the data: %s; %lld sample(s) of "
-                           "the step hold non-finite features (--check-finite or mpiddp inspect finds them before "
-                           "training; %s skips such steps)",
-                           (long long)step, param, first, (long long)v[0],
+                           "the step hold non-finite features (%smpiddp inspect finds them before training; %s skips "
+                           "such steps)",
+                           (long long)step, param, first, (long long)v[0], ctx->cli_names ? "--check-finite or " : "",
                            ddp_opt_set(skip, sizeof skip, ctx->cli_names, DDP_OPT_SKIP_NONFINITE, NULL));
     return ddp_agree_status(ctx, st); /* the lowest rank that found one (or failed to look) speaks for all */
 }

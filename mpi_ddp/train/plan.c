@@ -22,11 +22,12 @@ ddp_status ddp_plan_samplers(ddp_ctx *ctx, const ddp_train_config *c, ddp_datase
     if (sizes)
         st = ddp_sampler_init(tsm, c->sampling_shard ? DDP_SAMPLE_SHARD : DDP_SAMPLE_GLOBAL, train->info.num_samples,
                               ctx->topo.size, ctx->topo.rank, c->seed, c->drop_last, c->batch_size, sizes,
-                              train->nshards);
+                              train->nshards, ctx->cli_names);
     free(sizes);
     DDP_CHECK(ddp_agree_status(ctx, st));
-    DDP_CHECK(ddp_agree_status(ctx, ddp_sampler_init(vsm, DDP_SAMPLE_SEQUENTIAL, val->info.num_samples, ctx->topo.size,
-                                                     ctx->topo.rank, c->seed, 0, c->batch_size, NULL, 0)));
+    DDP_CHECK(
+        ddp_agree_status(ctx, ddp_sampler_init(vsm, DDP_SAMPLE_SEQUENTIAL, val->info.num_samples, ctx->topo.size,
+                                               ctx->topo.rank, c->seed, 0, c->batch_size, NULL, 0, ctx->cli_names)));
     if (c->batch_rows > 0 || c->shuffle_block || want_lens) DDP_CHECK(ddp_dataset_row_counts(ctx, train, lens_train));
     if (c->batch_rows > 0 || want_lens) DDP_CHECK(ddp_dataset_row_counts(ctx, val, lens_val));
     if (c->shuffle_block) { /* blocks of consecutive samples within each shard, permuted per epoch */

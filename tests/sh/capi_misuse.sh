@@ -3,7 +3,8 @@
 # with exit 0 on every rank (each check's status and its one-line message held), nothing on stdout, no crash. The
 # config refusals and the resume refusals and notices name ddp_train_config's fields (cfg.lr = -0.1), no --option;
 # so do the built-in models' lines (cfg.model_config->heads = 3), the CPU backend's refusal of tf32 and the device
-# selection's (DDP_DEVICE_CUDA). The library's notices begin "ddp_train: notice:", never "mpiddp train:".
+# selection's (DDP_DEVICE_CUDA), the sampler's and the open-shard budget's (cfg.sampling_shard = 1, cfg.batch_size)
+# and bf16's out-of-memory line (cfg.precision). The library's notices begin "ddp_train: notice:", never "mpiddp train:".
 . "$(dirname "$0")/lib.sh"
 : "${CAPI_MISUSE:?}"
 synth --out tr --samples 64 --shards 2 --dim 4 --classes 3
@@ -68,4 +69,23 @@ for np in 2 4; do timeout_case $np MPIDDP_TEST_STOP_SELF_AT_START=$((np - 1)); d
 rm -rf w_ta && mkdir w_ta
 expect_rc 0 timeout 120 mpirun -np 2 --oversubscribe "$CAPI_MISUSE" timeout_after_train tr va "$PWD/w_ta"
 ! grep '^FAIL' "$WORK/err.txt" || fail "case timeout_after_train: a check failed"
+# lines from below the trainer name cfg fields: shard sampling with fewer shards than ranks and cfg.drop_last with
+# fewer samples than ranks (sampler), a batch past MPIDDP_MAX_OPEN_SHARDS=2 (shard_cache; both exact lines in the
+# program), and bf16's operands not allocated at np 1 (the test hook; the byte count is the machine's)
+site="cpu/backend_cpu_bf16.c:$(grep -n '[*]buf = ddp_calloc(need, 1);' "$SRC/mpi_ddp/backend/cpu/backend_cpu_bf16.c" | cut -d: -f1)"
+for run in "sampler 2" "sampler 4" "shard_cache 1" "shard_cache 2" "bf16_nomem 1"; do
+  set -- $run
+  rm -rf "w_$1" && mkdir "w_$1"
+  [ "$1" != sampler ] || synth --out "w_$1/tiny" --samples 1 --shards 1 --dim 4 --classes 3 --first-id 900000
+  hook=()
+  [ "$1" != bf16_nomem ] || hook=(-x "MPIDDP_TEST_FAIL_ALLOC=$site")
+  set +e
+  timeout 120 mpirun -np "$2" --oversubscribe "${hook[@]}" "$CAPI_MISUSE" "$1" tr va "$PWD/w_$1" > out.txt 2> err.txt
+  rc=$?
+  set -e
+  [ $rc = 0 ] || { cat err.txt >&2; fail "case $1 at np $2: exit $rc (124: a hang)"; }
+  ! grep -e '^FAIL' -e '--[a-z]' err.txt || fail "case $1 at np $2: a check failed"
+  [ "$1" != bf16_nomem ] || qgrep -x "ok rank 0 ddp_train(precision bf16, its operands' allocation failed): out of memory (out of memory): out of memory: [0-9]* bytes for the GEMM operands rounded to bf16 (cfg.precision = DDP_PRECISION_BF16)" err.txt ||
+    fail "case bf16_nomem ($site): $(cat err.txt)"
+done
 pass "the C API's misuse cases at np 1 and 2: statuses, one-line messages, no hang, crash or output"

@@ -2,7 +2,8 @@
 # records the budget (1024 rows per step), not a global batch of 64 samples; a resume with the other kind of batch
 # names each side's option; a resume with another --model says which model the checkpoint holds; train/val class
 # counts that differ after `pack` suggest `pack --classes`; `ckpt_to_torch.py --save` says what it wrote;
-# `--device cuda` on a machine without a GPU says so once, with the host (not "on this node on HOST").
+# `--device cuda` on a machine without a GPU says so once, with the host (not "on this node on HOST"); the sampler's
+# refusals (--sampling shard, --drop-last) and bf16's out-of-memory line name the CLI's options.
 . "$(dirname "$0")/lib.sh"
 synth --out train --samples 96 --dim 6 --classes 3 --min-rows 1 --max-rows 40 --shards 2 --seed 3
 synth --out val --samples 32 --dim 6 --classes 3 --min-rows 1 --max-rows 40 --shards 1 --seed 4 --first-id 900
@@ -126,4 +127,17 @@ grep -qx "mpiddp train: error: --device cuda: CUDA plugin unavailable: MPIDDP_CU
 expect_rc 1 env MPIDDP_ATTENTION=Tiled mpirun -np 2 --oversubscribe "$MPIDDP" train "${common[@]}" --model transformer --heads 2 --out attn
 [ "$(grep -c "^mpiddp" <<<"$ERR")" = 1 ] && grep -q "^mpiddp train: error: MPIDDP_ATTENTION=Tiled: not an attention path" <<<"$ERR" ||
   fail "unknown MPIDDP_ATTENTION: $ERR"
-pass "run.json records the budget; resume and pack messages name the options that fix them; ckpt_to_torch --save reports; --device cuda without a GPU; an unknown MPIDDP_ATTENTION"
+# the sampler's refusals name the CLI's options (a C-API program's cfg fields: sh/capi_misuse.sh)
+expect_rc 1 mpirun -np 2 --oversubscribe "$MPIDDP" train "${common[@]}" --train val --sampling shard --out shard1
+grep -qx "mpiddp train: error: --sampling shard: rank 1 gets no samples (1 shards for 2 ranks); use --sampling global or more shards" <<<"$ERR" ||
+  fail "--sampling shard with fewer shards than ranks: $ERR"
+synth --out one --samples 1 --dim 6 --classes 3 --shards 1 --seed 5 --first-id 5000
+expect_rc 1 mpirun -np 2 --oversubscribe "$MPIDDP" train "${common[@]}" --train one --drop-last --out drop1
+grep -qx "mpiddp train: error: sampler: --drop-last leaves rank 0 with no samples (1 samples for 2 ranks)" <<<"$ERR" ||
+  fail "--drop-last with fewer samples than ranks: $ERR"
+# --precision bf16 on the CPU, its operands' scratch not allocated (the test hook fails that allocation)
+site="cpu/backend_cpu_bf16.c:$(grep -n '[*]buf = ddp_calloc(need, 1);' "$SRC/mpi_ddp/backend/cpu/backend_cpu_bf16.c" | cut -d: -f1)"
+expect_rc 1 env MPIDDP_TEST_FAIL_ALLOC="$site" "$MPIDDP" train "${common[@]}" --precision bf16 --out bf16oom
+grep -qx "mpiddp train: rank 0: error: out of memory: [0-9]* bytes for the GEMM operands rounded to bf16 (--precision bf16)" <<<"$ERR" ||
+  fail "bf16 operands not allocated ($site): $ERR"
+pass "run.json records the budget; resume and pack messages name the options that fix them; ckpt_to_torch --save reports; --device cuda without a GPU; an unknown MPIDDP_ATTENTION; the sampler's and bf16's lines"

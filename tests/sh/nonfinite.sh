@@ -2,7 +2,8 @@
 # column and sample (mapped and HDF5-read shards); a non-finite validation monitor stops the run with one line
 # (--skip-nonfinite: no save, "not finite" in decisions.log, the run goes on, the summary says the monitor was never
 # finite; eval prints nan, never -nan); a non-finite gradient names the step's offending sample, or says the data
-# is finite. Multi-rank parts at np 1, 2 and 4; `timeout` turns a hang into a failure.
+# is finite; a C-API program (capi_misuse) gets both lines without --check-finite or --skip-nonfinite. Multi-rank
+# parts at np 1, 2 and 4; `timeout` turns a hang into a failure.
 . "$(dirname "$0")/lib.sh"
 T="timeout 120"
 tmpirun() { local np=$1; shift; timeout 120 mpirun -np "$np" --oversubscribe "$@"; }
@@ -65,7 +66,7 @@ done
 # --- 3. a NaN in the validation set without --check-finite: val/loss is not finite ---
 for np in 1 2 4; do
   expect_rc 1 tmpirun $np "$MPIDDP" train "${base[@]}" --val vnan --out vl$np --epochs 2
-  printf '%s' "$ERR" | qgrep "^mpiddp train: error: val/loss is not finite (nan) after epoch 0 (step [0-9]*), so it can neither rank checkpoints nor stop early" || fail "NaN monitor at np $np: $ERR"
+  printf '%s' "$ERR" | qgrep -x "mpiddp train: error: val/loss is not finite (nan) after epoch 0 (step [0-9]*), so it can neither rank checkpoints nor stop early (a NaN or Inf in the validation data? mpiddp inspect or train --check-finite names it; --skip-nonfinite goes on without saving)" || fail "NaN monitor at np $np: $ERR"
   [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "NaN monitor at np $np: not one line: $ERR"
   ls vl$np/checkpoints/epoch=* 2>/dev/null && fail "NaN monitor at np $np: a top-k checkpoint was saved"
   # opting out: the run goes on, no top-k file, each decision says why
@@ -96,10 +97,21 @@ gid=$($PY -c "import h5py,sys; f=h5py.File(sys.argv[1],'r'); print(int(f['sample
 for np in 1 2 4; do
   for acc in 1 2; do
     expect_rc 1 tmpirun $np "$MPIDDP" train --device cpu --train tg --val v --batch-size 4 --hidden 8 --no-progress --accumulate $acc --out g$np$acc
-    printf '%s' "$ERR" | qgrep "^mpiddp train: error: non-finite gradient at step [0-9]* in parameter '[a-z0-9.]*', from the data: tg/$(basename "$s0"): dataset 'features'\[row [0-9]*, column 5\]: nan, in sample 3 of the shard (offsets\[3\], id $gid), global index 3, on rank [0-9]" ||
+    printf '%s' "$ERR" | qgrep -x "mpiddp train: error: non-finite gradient at step [0-9]* in parameter '[a-z0-9.]*', from the data: tg/$(basename "$s0"): dataset 'features'\[row [0-9]*, column 5\]: nan, in sample 3 of the shard (offsets\[3\], id $gid), global index 3, on rank [0-9]; 1 sample(s) of the step hold non-finite features (--check-finite or mpiddp inspect finds them before training; --skip-nonfinite skips such steps)" ||
       fail "gradient message at np $np, accumulate $acc: $ERR"
     [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "gradient message at np $np: not one line: $ERR"
   done
+done
+# a C-API program (tools/capi_misuse_io.c) is pointed at mpiddp inspect and cfg.skip_nonfinite, not at --check-finite
+for np in 1 2; do
+  rm -rf capi && mkdir capi
+  expect_rc 0 tmpirun $np "$CAPI_MISUSE" nonfinite_grad tg v "$PWD/capi"
+  printf '%s' "$ERR" | qgrep -x "ok rank 0 ddp_train(a NaN feature in the training data): non-finite value (non-finite value): non-finite gradient at step [0-9]* in parameter '[a-z0-9.]*', from the data: tg/$(basename "$s0"): dataset 'features'\[row [0-9]*, column 5\]: nan, in sample 3 of the shard (offsets\[3\], id $gid), global index 3, on rank [0-9]; 1 sample(s) of the step hold non-finite features (mpiddp inspect finds them before training; cfg.skip_nonfinite = 1 skips such steps)" ||
+    fail "C API, gradient message at np $np: $ERR"
+  expect_rc 0 tmpirun $np "$CAPI_MISUSE" nonfinite_val t vnan "$PWD/capi"
+  printf '%s' "$ERR" | qgrep -x "ok rank 0 ddp_train(a NaN feature in the validation data): non-finite value (non-finite value): val/loss is not finite (nan) after epoch 0 (step [0-9]*), so it can neither rank checkpoints nor stop early (a NaN or Inf in the validation data? mpiddp inspect names it; cfg.skip_nonfinite = 1 goes on without saving)" ||
+    fail "C API, NaN monitor at np $np: $ERR"
+  ! grep -e '^FAIL' -e '--[a-z]' <<<"$ERR" || fail "C API at np $np: a check failed or a line names a CLI option"
 done
 # finite but huge: the forward pass overflows; the message says the data is finite
 cp -r t tbig

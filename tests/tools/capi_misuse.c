@@ -28,7 +28,7 @@ void expect(const char *what, ddp_status st, ddp_status want, const char *has)
 }
 
 /* expect, and the line names ddp_train_config's fields (has: "cfg.lr = -0.1"), never a CLI option (--lr) */
-static void expect_api(const char *what, ddp_status st, ddp_status want, const char *has)
+void expect_api(const char *what, ddp_status st, ddp_status want, const char *has)
 {
     expect(what, st, want, has);
     const char *e = ddp_last_error();
@@ -39,7 +39,7 @@ static void expect_api(const char *what, ddp_status st, ddp_status want, const c
 }
 
 /* expect_api, and the line is exactly `line` */
-static void expect_is(const char *what, ddp_status st, ddp_status want, const char *line)
+void expect_is(const char *what, ddp_status st, ddp_status want, const char *line)
 {
     expect_api(what, st, want, NULL);
     const char *e = ddp_last_error();
@@ -116,8 +116,8 @@ ddp_train_config base_cfg(const char *work, const char *name)
 }
 
 /* ddp_train of a built-in model of configuration mc (epochs 1) into WORK/name, resume NULL or "auto" */
-static ddp_status train_builtin(ddp_ctx *ctx, const char *work, const char *name, const ddp_model_config *mc,
-                                const char *resume, ddp_precision precision, ddp_dataset *tr, ddp_dataset *va)
+ddp_status train_builtin(ddp_ctx *ctx, const char *work, const char *name, const ddp_model_config *mc,
+                         const char *resume, ddp_precision precision, ddp_dataset *tr, ddp_dataset *va)
 {
     ddp_model m;
     ddp_status st = ddp_model_create(ctx, DDP_DEVICE_CPU, mc, &m);
@@ -140,6 +140,7 @@ int main(int argc, char **argv)
     const char *c = g_case;
     if (!strcmp(c, "finalize_twice") || !strcmp(c, "timeout") || !strcmp(c, "timeout_after_train"))
         return comm_cases(argc, argv, trd, vad, work);
+    if (is_io_case(c)) return io_cases(argc, argv, trd, vad, work);
     /* before init: calls that need a context refuse a NULL one */
     if (!strcmp(c, "before_init")) {
         ddp_dataset *ds = (ddp_dataset *)1;

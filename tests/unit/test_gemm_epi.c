@@ -333,7 +333,7 @@ static void test_arguments(void **state)
     assert_int_equal(
         gpu->gemm_epi(gpu, DDP_EPI_BIAS | DDP_EPI_C16, d, 0, 1, 2, 2, 2, 1.0f, d, 0, 2, d, 0, 2, 0.0f, d, 2),
         DDP_ERR_ARG);
-    assert_non_null(strstr(ddp_last_error(), "bf16 operands or output need --precision bf16"));
+    assert_non_null(strstr(ddp_last_error(), "bf16 operands or output need bf16 precision"));
     gpu->release(gpu, d);
 }
 
@@ -489,7 +489,7 @@ static void linear_bwd_dx16_case(int64_t R, int64_t N, int64_t K, int dy16, int 
         fail_msg("the composition took a bf16 dx (%d: %s)", (int)st, ddp_last_error());
     OK(gpu->set_precision(gpu, DDP_PRECISION_TF32));
     st = gpu->linear_bwd(gpu, dy, 0, x, 0, W, dW0, NULL, x, 1, R, N, K); /* refused before any pointer is read */
-    if (st != DDP_ERR_ARG || !strstr(ddp_last_error(), "bf16 dx needs --precision bf16"))
+    if (st != DDP_ERR_ARG || !strstr(ddp_last_error(), "bf16 dx needs bf16 precision"))
         fail_msg("linear_bwd at tf32 took a bf16 dx (%d: %s)", (int)st, ddp_last_error());
     for (int k = 0; k < 3; k++) free(res[0][k]), free(res[1][k]);
     free(w16), free(dy), free(x), free(W), free(dW0), free(b0), free(x16b), free(dy16b);

@@ -35,7 +35,7 @@ static void test_global_union_equals_one_rank(void **state)
     (void)state;
     const int64_t N = 1001, B = 8;
     ddp_sampler one;
-    assert_int_equal(ddp_sampler_init(&one, DDP_SAMPLE_GLOBAL, N, 1, 0, 7, 0, B, NULL, 0), DDP_OK);
+    assert_int_equal(ddp_sampler_init(&one, DDP_SAMPLE_GLOBAL, N, 1, 0, 7, 0, B, NULL, 0, 0), DDP_OK);
     ddp_sampler_set_epoch(&one, 3);
     for (int W = 2; W <= 4; W++) {
         int64_t padded = (N + W - 1) / W * W;
@@ -43,7 +43,7 @@ static void test_global_union_equals_one_rank(void **state)
         char *seen = calloc((size_t)N, 1);
         for (int r = 0; r < W; r++) {
             ddp_sampler s;
-            assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, N, W, r, 7, 0, B, NULL, 0), DDP_OK);
+            assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, N, W, r, 7, 0, B, NULL, 0, 0), DDP_OK);
             ddp_sampler_set_epoch(&s, 3);
             if (steps < 0) steps = s.steps;
             assert_int_equal(s.steps, steps); /* every rank the same number of steps */
@@ -70,7 +70,7 @@ static void test_drop_last_and_batches(void **state)
 {
     (void)state;
     ddp_sampler s;
-    assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, 10, 4, 1, 1, 1, 3, NULL, 0), DDP_OK);
+    assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, 10, 4, 1, 1, 1, 3, NULL, 0, 0), DDP_OK);
     assert_int_equal(s.per_rank, 2);
     assert_int_equal(s.steps, 1);
     ddp_sampler_set_epoch(&s, 0);
@@ -81,15 +81,15 @@ static void test_drop_last_and_batches(void **state)
     assert_int_equal(pad[0] + pad[1], 0);
     assert_int_not_equal(ddp_sampler_batch(&s, 1, idx, pad, &cnt), DDP_OK);
     /* too few samples for the ranks with --drop-last */
-    assert_int_not_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, 3, 4, 0, 1, 1, 3, NULL, 0), DDP_OK);
+    assert_int_not_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, 3, 4, 0, 1, 1, 3, NULL, 0, 0), DDP_OK);
 }
 
 static void test_epoch_and_seed_change_order(void **state)
 {
     (void)state;
     ddp_sampler a, b;
-    ddp_sampler_init(&a, DDP_SAMPLE_GLOBAL, 500, 1, 0, 1, 0, 10, NULL, 0);
-    ddp_sampler_init(&b, DDP_SAMPLE_GLOBAL, 500, 1, 0, 2, 0, 10, NULL, 0);
+    ddp_sampler_init(&a, DDP_SAMPLE_GLOBAL, 500, 1, 0, 1, 0, 10, NULL, 0, 0);
+    ddp_sampler_init(&b, DDP_SAMPLE_GLOBAL, 500, 1, 0, 2, 0, 10, NULL, 0, 0);
     int diff_epoch = 0, diff_seed = 0;
     uint8_t p;
     for (int64_t j = 0; j < 500; j++) {
@@ -115,7 +115,7 @@ static void test_shard_mode_equal_steps(void **state)
     int64_t steps = -1, per = -1;
     for (int r = 0; r < W; r++) {
         ddp_sampler s;
-        assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_SHARD, 255, W, r, 3, 0, 16, sizes, 7), DDP_OK);
+        assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_SHARD, 255, W, r, 3, 0, 16, sizes, 7, 0), DDP_OK);
         ddp_sampler_set_epoch(&s, 0);
         if (steps < 0) steps = s.steps, per = s.per_rank;
         assert_int_equal(s.steps, steps);
@@ -139,7 +139,7 @@ static void test_shard_mode_equal_steps(void **state)
     free(seen);
     /* more ranks than shards: a clear error, not a freeze */
     ddp_sampler s;
-    assert_int_not_equal(ddp_sampler_init(&s, DDP_SAMPLE_SHARD, 10, 4, 0, 3, 0, 2, sizes, 2), DDP_OK);
+    assert_int_not_equal(ddp_sampler_init(&s, DDP_SAMPLE_SHARD, 10, 4, 0, 3, 0, 2, sizes, 2, 0), DDP_OK);
 }
 
 /* --shuffle block: each epoch's order is a permutation; blocks are runs of consecutive samples within a
@@ -156,7 +156,7 @@ static void test_block_shuffle(void **state)
     int64_t *prev = calloc(N, sizeof *prev);
     for (int64_t epoch = 0; epoch < 3; epoch++) {
         ddp_sampler s;
-        assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, N, 1, 0, 42, 0, 5, NULL, 0), DDP_OK);
+        assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, N, 1, 0, 42, 0, 5, NULL, 0, 0), DDP_OK);
         assert_int_equal(ddp_sampler_set_blocks(&s, lens, D, first, NSH, 512.0, WIN), DDP_OK);
         assert_int_equal(ddp_sampler_set_epoch(&s, epoch), DDP_OK);
         /* blocks: consecutive, inside one shard, about 512 bytes (the last of a shard may be shorter) */
@@ -203,7 +203,7 @@ static void test_block_shuffle(void **state)
         for (int W = 2; W <= 4; W++)
             for (int r = 0; r < W; r++) {
                 ddp_sampler t;
-                assert_int_equal(ddp_sampler_init(&t, DDP_SAMPLE_GLOBAL, N, W, r, 42, 0, 5, NULL, 0), DDP_OK);
+                assert_int_equal(ddp_sampler_init(&t, DDP_SAMPLE_GLOBAL, N, W, r, 42, 0, 5, NULL, 0, 0), DDP_OK);
                 assert_int_equal(ddp_sampler_set_blocks(&t, lens, D, first, NSH, 512.0, WIN), DDP_OK);
                 assert_int_equal(ddp_sampler_set_epoch(&t, epoch), DDP_OK);
                 for (int64_t j = 0; j * W + r < N; j++) {
@@ -218,7 +218,7 @@ static void test_block_shuffle(void **state)
     }
     free(prev);
     ddp_sampler s;
-    assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_SHARD, N, 2, 0, 1, 0, 5, (const int64_t[]){300, 340, 357}, 3),
+    assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_SHARD, N, 2, 0, 1, 0, 5, (const int64_t[]){300, 340, 357}, 3, 0),
                      DDP_OK);
     assert_int_equal(ddp_sampler_set_blocks(&s, lens, D, first, NSH, 512.0, WIN), DDP_ERR_ARG);
     ddp_sampler_free(&s);
@@ -239,7 +239,7 @@ static void test_budget_plan(void **state)
             uint8_t pad[4096];
             ddp_sampler s[4];
             for (int r = 0; r < W; r++) {
-                assert_int_equal(ddp_sampler_init(&s[r], DDP_SAMPLE_GLOBAL, N, W, r, 7, 0, 1, NULL, 0), DDP_OK);
+                assert_int_equal(ddp_sampler_init(&s[r], DDP_SAMPLE_GLOBAL, N, W, r, 7, 0, 1, NULL, 0, 0), DDP_OK);
                 assert_int_equal(ddp_sampler_set_budget(&s[r], 1024 / W / acc, acc, lens, maxl, 0.0), DDP_OK);
                 assert_int_equal(ddp_sampler_set_epoch(&s[r], 1), DDP_OK);
                 assert_int_equal(s[r].steps, s[0].steps);
@@ -266,7 +266,7 @@ static void test_budget_plan(void **state)
             for (int r = 0; r < W; r++) ddp_sampler_free(&s[r]);
         }
     ddp_sampler s;
-    assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, N, 2, 0, 7, 0, 1, NULL, 0), DDP_OK);
+    assert_int_equal(ddp_sampler_init(&s, DDP_SAMPLE_GLOBAL, N, 2, 0, 7, 0, 1, NULL, 0, 0), DDP_OK);
     assert_int_equal(ddp_sampler_set_budget(&s, maxl - 1, 1, lens, maxl, 0.0), DDP_ERR_ARG);
     ddp_sampler_free(&s);
 }
@@ -289,7 +289,7 @@ static void test_budget_capacity(void **state)
             memset(count, 0, sizeof count);
             ddp_sampler s[4];
             for (int r = 0; r < W; r++) {
-                assert_int_equal(ddp_sampler_init(&s[r], DDP_SAMPLE_GLOBAL, N, W, r, 3, 0, 1, NULL, 0), DDP_OK);
+                assert_int_equal(ddp_sampler_init(&s[r], DDP_SAMPLE_GLOBAL, N, W, r, 3, 0, 1, NULL, 0, 0), DDP_OK);
                 assert_int_equal(ddp_sampler_set_budget(&s[r], 1024 / W / acc, acc, lens, LONG, 1.0 / 32.0), DDP_OK);
                 assert_int_equal(ddp_sampler_set_epoch(&s[r], 0), DDP_OK);
                 assert_true(s[r].max_rows <= 4096);
@@ -325,8 +325,9 @@ static void test_batch_past_the_set(void **state)
         for (int r = 0; r < W; r++) {
             int64_t share = (N + W - 1) / W;
             ddp_sampler big, exact;
-            assert_int_equal(ddp_sampler_init(&big, DDP_SAMPLE_SEQUENTIAL, N, W, r, 0, 0, 10000000, NULL, 0), DDP_OK);
-            assert_int_equal(ddp_sampler_init(&exact, DDP_SAMPLE_SEQUENTIAL, N, W, r, 0, 0, share, NULL, 0), DDP_OK);
+            assert_int_equal(ddp_sampler_init(&big, DDP_SAMPLE_SEQUENTIAL, N, W, r, 0, 0, 10000000, NULL, 0, 0),
+                             DDP_OK);
+            assert_int_equal(ddp_sampler_init(&exact, DDP_SAMPLE_SEQUENTIAL, N, W, r, 0, 0, share, NULL, 0, 0), DDP_OK);
             assert_int_equal(big.max_samples, share);
             assert_int_equal(big.steps, 1);
             assert_int_equal(exact.steps, 1);
@@ -341,11 +342,11 @@ static void test_batch_past_the_set(void **state)
             assert_memory_equal(pb, pe, (size_t)nb);
             ddp_sampler_free(&big), ddp_sampler_free(&exact);
             ddp_sampler gl; /* the training orders too */
-            assert_int_equal(ddp_sampler_init(&gl, DDP_SAMPLE_GLOBAL, N, W, r, 7, 0, 10000000, NULL, 0), DDP_OK);
+            assert_int_equal(ddp_sampler_init(&gl, DDP_SAMPLE_GLOBAL, N, W, r, 7, 0, 10000000, NULL, 0, 0), DDP_OK);
             assert_int_equal(gl.max_samples, share);
             ddp_sampler_free(&gl);
             ddp_sampler bud; /* a budget past the set's rows: buffers for the set's rows and samples */
-            assert_int_equal(ddp_sampler_init(&bud, DDP_SAMPLE_SEQUENTIAL, N, W, r, 0, 0, 1, NULL, 0), DDP_OK);
+            assert_int_equal(ddp_sampler_init(&bud, DDP_SAMPLE_SEQUENTIAL, N, W, r, 0, 0, 1, NULL, 0, 0), DDP_OK);
             assert_int_equal(ddp_sampler_set_budget(&bud, 1000000000000LL, 1, lens, 8, 0.0), DDP_OK);
             assert_int_equal(bud.max_rows, total);
             assert_int_equal(bud.max_samples, N);

@@ -102,7 +102,7 @@ static ddp_status cpu_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_t 
 {
     if (!BF16(b))
         return ddp_set_error(
-            DDP_ERR_ARG, "gemm16 (bf16 activations) needs --precision bf16 (the %s backend computes in fp32)", b->name);
+            DDP_ERR_ARG, "gemm16 (bf16 activations) needs bf16 precision (the %s backend computes in fp32)", b->name);
     if (M <= 0 || N <= 0 || K <= 0 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) /* nothing read from A, B */
         return cpu_gemm(b, ta, tb, M, N, K, alpha, NULL, lda, NULL, ldb, beta, C, ldc);
     return ddp_cpu_bf16_gemm16(BF16(b), ta, tb, M, N, K, alpha, A, a16, lda, B, b16, ldb, beta, C, ldc);
@@ -265,7 +265,7 @@ static ddp_status cpu_set_precision(ddp_backend *b, ddp_precision p)
     cpu_impl *c = b->impl;
     if (p == DDP_PRECISION_FP32 || p == DDP_PRECISION_BF16) {
         if (p == DDP_PRECISION_FP32 && c->bf16) ddp_cpu_bf16_destroy(c->bf16), c->bf16 = NULL;
-        if (p == DDP_PRECISION_BF16 && !c->bf16) DDP_CHECK(ddp_cpu_bf16_create(c->threads, &c->bf16));
+        if (p == DDP_PRECISION_BF16 && !c->bf16) DDP_CHECK(ddp_cpu_bf16_create(c->threads, &b->cli_names, &c->bf16));
         return DDP_OK;
     }
     return ddp_backend_needs_cuda(b, p, "fp32 or bf16");

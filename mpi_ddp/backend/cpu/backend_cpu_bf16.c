@@ -4,6 +4,7 @@
 #include "mpi_ddp/backend/cpu/backend_cpu_bf16.h"
 #include "mpi_ddp/backend/cpu/backend_cpu_dnnl.h"
 #include "mpi_ddp/backend/bf16_round.h"
+#include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/status.h"
 
 #include <cblas.h>
@@ -29,7 +30,8 @@ struct ddp_cpu_bf16 {
     float *tmp; /* alpha != 1 or beta not 0 or 1: op(A) op(B) before the combination */
     size_t tmp_n;
     int64_t from_copy, converted;
-    ddp_cpu_dnnl *dn; /* oneDNN's bf16 matmuls (backend_cpu_dnnl.c), NULL on the OpenBLAS path */
+    ddp_cpu_dnnl *dn;     /* oneDNN's bf16 matmuls (backend_cpu_dnnl.c), NULL on the OpenBLAS path */
+    const int *cli_names; /* the owning backend's: its lines name --precision or cfg.precision (optname.h) */
 };
 
 /* ---------------------------------------------------------------- rounding (bf16_round.h) */
@@ -108,10 +110,11 @@ int ddp_cpu_bf16_onednn(void)
 }
 
 /* ---------------------------------------------------------------- state */
-ddp_status ddp_cpu_bf16_create(int threads, ddp_cpu_bf16 **out)
+ddp_status ddp_cpu_bf16_create(int threads, const int *cli_names, ddp_cpu_bf16 **out)
 {
     ddp_cpu_bf16 *s;
     DDP_ALLOC(s, 1);
+    s->cli_names = cli_names;
     s->threads = threads < 1 ? 1 : threads;
     s->onednn = ddp_cpu_bf16_onednn();
     s->es = sizeof(float);
@@ -201,13 +204,16 @@ static const void *operand(ddp_cpu_bf16 *s, const float *x, int64_t rows, int64_
     return y;
 }
 
-static ddp_status grow(void **buf, size_t *have, size_t need, const char *what)
+static ddp_status grow(const ddp_cpu_bf16 *s, void **buf, size_t *have, size_t need, const char *what)
 {
     if (need <= *have) return DDP_OK;
     free(*buf);
     *have = 0;
     *buf = ddp_calloc(need, 1);
-    if (!*buf) return ddp_set_error(DDP_ERR_NOMEM, "out of memory: %zu bytes for %s (--precision bf16)", need, what);
+    char o[64];
+    if (!*buf)
+        return ddp_set_error(DDP_ERR_NOMEM, "out of memory: %zu bytes for %s (%s)", need, what,
+                             ddp_opt_set(o, sizeof o, s->cli_names && *s->cli_names, DDP_OPT_PRECISION, "bf16"));
     *have = need;
     return DDP_OK;
 }
@@ -221,7 +227,7 @@ static ddp_status onednn_gemm(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_
         return ddp_cpu_dnnl_matmul(s->dn, ta, tb, beta == 1.0f, M, N, K, a, la, b, lb, C, ldc);
     /* any other alpha, beta: the product in fp32, then C = alpha T + beta C (beta 0: C's old values never read) */
     size_t bytes = s->tmp_n * sizeof(float);
-    DDP_CHECK(grow((void **)&s->tmp, &bytes, (size_t)(M * N) * sizeof(float), "a bf16 GEMM's product"));
+    DDP_CHECK(grow(s, (void **)&s->tmp, &bytes, (size_t)(M * N) * sizeof(float), "a bf16 GEMM's product"));
     s->tmp_n = bytes / sizeof(float);
     DDP_CHECK(ddp_cpu_dnnl_matmul(s->dn, ta, tb, 0, M, N, K, a, la, b, lb, s->tmp, N));
     for (int64_t i = 0; i < M; i++)
@@ -255,7 +261,7 @@ static ddp_status gemm_any(ddp_cpu_bf16 *s, int ta, int tb, int64_t M, int64_t N
     int direct = s->es == sizeof(uint16_t); /* a bf16 operand needs no scratch on oneDNN's path */
     size_t na = a16 && direct ? 0 : (size_t)(ar * ac) * s->es, nb = b16 && direct ? 0 : (size_t)(br * bc) * s->es;
     na = (na + 63) & ~(size_t)63; /* B's scratch copy 64-byte aligned */
-    DDP_CHECK(grow(&s->scratch, &s->scratch_bytes, na + nb, "the GEMM operands rounded to bf16"));
+    DDP_CHECK(grow(s, &s->scratch, &s->scratch_bytes, na + nb, "the GEMM operands rounded to bf16"));
     int64_t la, lb;
     const void *a = a16 ? operand16(s, A, ar, ac, lda, 0, &la) : operand(s, A, ar, ac, lda, 0, &la);
     const void *b = b16 ? operand16(s, B, br, bc, ldb, na, &lb) : operand(s, B, br, bc, ldb, na, &lb);

@@ -19,8 +19,9 @@ const char *ddp_cpu_bf16_notice(void);
 int ddp_cpu_bf16_onednn(void);
 
 /* The state of one CPU backend at --precision bf16: oneDNN primitives, the bf16 copy of the parameters, the
- * activations' scratch. threads: oneDNN's thread count (the backend's BLAS threads). */
-ddp_status ddp_cpu_bf16_create(int threads, ddp_cpu_bf16 **out);
+ * activations' scratch. threads: oneDNN's thread count (the backend's BLAS threads); cli_names: the backend's
+ * (ddp_backend.cli_names, read when a line is worded). */
+ddp_status ddp_cpu_bf16_create(int threads, const int *cli_names, ddp_cpu_bf16 **out);
 void ddp_cpu_bf16_destroy(ddp_cpu_bf16 *s);
 /* The backend's gemm (backend.h) at bf16, for M, N, K > 0 within int range. An operand lying inside the parameters
  * registered by the last ddp_cpu_bf16_adamw (and not written since) is read from their bf16 copy. */

@@ -152,8 +152,7 @@ ddp_status ddp_cuda_gemm16(ddp_backend *b, int ta, int tb, int64_t M, int64_t N,
 {
     cuda_impl *c = cuda_of(b);
     if (c->precision != DDP_PRECISION_BF16)
-        return ddp_set_error(DDP_ERR_ARG,
-                             "cuda gemm16: bf16 operands need --precision bf16 (the backend computes in %s)",
+        return ddp_set_error(DDP_ERR_ARG, "cuda gemm16: bf16 operands need bf16 precision (the backend computes in %s)",
                              c->precision == DDP_PRECISION_TF32 ? "tf32" : "fp32");
     if (M <= 0 || N <= 0) return DDP_OK;
     DDP_CHECK(check_dims(M, N, K));
@@ -338,7 +337,7 @@ ddp_status ddp_cuda_gemm_epi(ddp_backend *b, int epi, float *bias, int ta, int t
                              epi, ta, a16, (long long)lda, (long long)ldc, (double)alpha, (double)beta);
     if ((a16 || b16 || (epi & DDP_EPI_C16)) && c->precision != DDP_PRECISION_BF16)
         return ddp_set_error(DDP_ERR_ARG,
-                             "cuda gemm_epi: bf16 operands or output need --precision bf16 (the backend computes "
+                             "cuda gemm_epi: bf16 operands or output need bf16 precision (the backend computes "
                              "in %s)",
                              c->precision == DDP_PRECISION_TF32 ? "tf32" : "fp32");
     float *C = (float *)Cv;
@@ -377,9 +376,9 @@ ddp_status ddp_cuda_linear_bwd(ddp_backend *b, const void *dy, int dy16, const v
     cuda_impl *c = cuda_of(b);
     float *dx = (float *)dxv;
     if (dbias && dy16 && c->precision != DDP_PRECISION_BF16)
-        return ddp_set_error(DDP_ERR_ARG, "cuda linear_bwd: a bf16 dy needs --precision bf16");
+        return ddp_set_error(DDP_ERR_ARG, "cuda linear_bwd: a bf16 dy needs bf16 precision");
     if (dx16 && c->precision != DDP_PRECISION_BF16)
-        return ddp_set_error(DDP_ERR_ARG, "cuda linear_bwd: a bf16 dx needs --precision bf16");
+        return ddp_set_error(DDP_ERR_ARG, "cuda linear_bwd: a bf16 dx needs bf16 precision");
     if (c->precision != DDP_PRECISION_BF16 || R <= 0 || N <= 0 || K <= 0) { /* nothing to convert: the two products */
         if (dbias && dy16) DDP_CHECK(colsum16(c, (const __nv_bfloat16 *)dy, dbias, R, N));
         if (dbias && !dy16)

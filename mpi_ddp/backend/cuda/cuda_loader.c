@@ -207,6 +207,6 @@ void *ddp_backend_cuda_stream(struct ddp_backend *b) { return ddp_cuda() ? ddp_c
 ddp_status ddp_backend_cuda_create(int device, ddp_backend **out)
 {
     *out = NULL;
-    if (!ddp_cuda()) return ddp_set_error(DDP_ERR_ARG, "--device cuda: CUDA plugin unavailable: %s", g_why);
+    if (!ddp_cuda()) return ddp_set_error(DDP_ERR_ARG, "the CUDA backend: CUDA plugin unavailable: %s", g_why);
     return ddp_cuda()->backend_create(device, out);
 }
