@@ -39,7 +39,8 @@ const char *ddp_status_name(ddp_status st);
 /* The message of the last error on this thread (one line, no newline). */
 const char *ddp_last_error(void);
 /* 1 when the last error was agreed collectively, so every rank returned it at the same point and the
- * job can shut down cleanly; 0 when only this rank failed (the caller should MPI_Abort). */
+ * job can shut down cleanly; 0 when only this rank failed (the caller should MPI_Abort, or ddp_finalize, which then
+ * leaves MPI_Finalize alone, and exit non-zero). */
 int ddp_error_shared(void);
 
 /* ---------------------------------------------------------------- launch context */

@@ -102,8 +102,10 @@ ddp_status ddp_finalize(ddp_ctx *c)
     if (c->comm_broken) /* a collective left pending: freeing its communicator or MPI_Finalize waits for the
                            stalled rank; the block stays allocated (ctxlive.c keeps it) for the pending request */
         return ddp_set_error(DDP_ERR_MISMATCH,
-                             "ddp_finalize: MPI not finalized: an earlier collective timeout left a collective pending "
-                             "(%s); end the job: exit non-zero or MPI_Abort",
+                             "ddp_finalize: MPI not finalized: %s (%s); end the job: exit non-zero or MPI_Abort",
+                             c->comm_broken == 2 ? "ddp_train failed on this rank alone, the others perhaps waiting "
+                                                   "in a collective"
+                                                 : "an earlier collective timeout left a collective pending",
                              c->broken_why);
     MPI_Comm_free(&c->local);
     MPI_Comm_free(&c->world);

@@ -84,17 +84,23 @@ ddp_status ddp_ctx_usable(const ddp_ctx *c, const char *func)
     return c->comm_broken ? ddp_ctx_broken_error(c, func) : DDP_OK;
 }
 
-void ddp_ctx_break(ddp_ctx *c, const char *why)
+static void break_as(ddp_ctx *c, int kind, const char *why)
 {
-    if (c->comm_broken) return; /* the first timeout is the one to name */
-    c->comm_broken = 1;
+    if (c->comm_broken) return; /* the first timeout or failure is the one to name */
+    c->comm_broken = kind;
     snprintf(c->broken_why, sizeof c->broken_why, "%s", why);
 }
+void ddp_ctx_break(ddp_ctx *c, const char *why) { break_as(c, 1, why); }
+void ddp_ctx_break_alone(ddp_ctx *c, const char *why) { break_as(c, 2, why); }
 
 ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func)
 {
     return ddp_set_error(DDP_ERR_MISMATCH,
-                         "%s: no collective can run on this ctx after an earlier collective timeout left one pending "
-                         "(%s); end the job: ddp_finalize, then exit non-zero or MPI_Abort",
-                         func, c->broken_why);
+                         "%s: no collective can run on this ctx after %s (%s); end the job: ddp_finalize, then exit "
+                         "non-zero or MPI_Abort",
+                         func,
+                         c->comm_broken == 2 ? "ddp_train failed on this rank alone, the others perhaps waiting in a "
+                                               "collective"
+                                             : "an earlier collective timeout left one pending",
+                         c->broken_why);
 }

@@ -515,10 +515,12 @@ int main(int argc, char **argv)
         expect_api("ddp_train(resume, layers 1)",
                    train_builtin(ctx, work, "tx", &b, "auto", DDP_PRECISION_FP32, tr, va), DDP_ERR_FORMAT,
                    "in the model: another cfg.model_config->layers?)");
-        b = tx, b.max_positions = 2; /* the samples have 4 rows or more */
+        b = tx, b.max_positions = 2; /* the samples have 4 rows or more: refused on every rank before any step (in a
+                                      * step only the ranks holding a longer sample failed, the others waited) */
         expect_api("ddp_train(max_positions 2)",
                    train_builtin(ctx, work, "short", &b, NULL, DDP_PRECISION_FP32, tr, va), DDP_ERR_ARG,
-                   "rows, more than cfg.model_config->max_positions = 2");
+                   " rows, more than cfg.model_config->max_positions 2");
+        expect("ddp_train(max_positions 2) is agreed", ddp_error_shared() ? DDP_OK : DDP_ERR_INTERNAL, DDP_OK, NULL);
         expect_is(
             "ddp_train(precision tf32 on the CPU)",
             train_builtin(ctx, work, "tf32", &mlp, NULL, DDP_PRECISION_TF32, tr, va), DDP_ERR_ARG,

@@ -32,7 +32,9 @@ static ddp_model_config mlp_of(const ddp_dataset *tr, const ddp_dataset *va)
  * with fewer samples than ranks (WORK/tiny: one sample, written by the script).
  * shard_cache: a batch reading more shards at once than MPIDDP_MAX_OPEN_SHARDS=2 allows (set here, before ddp_init).
  * bf16_nomem: cfg.precision bf16 on the CPU with the bf16 operands' allocation failed (the script sets
- * MPIDDP_TEST_FAIL_ALLOC). nonfinite_grad: a NaN feature in TRAIN; nonfinite_val: one in VAL (sh/nonfinite.sh). */
+ * MPIDDP_TEST_FAIL_ALLOC, which fails rank 0 alone: at np 2 its ddp_finalize then leaves MPI_Finalize alone, which
+ * would wait for rank 1 in the step's allreduce). nonfinite_grad: a NaN feature in TRAIN; nonfinite_val: one in VAL
+ * (sh/nonfinite.sh). */
 int io_cases(int argc, char **argv, const char *trd, const char *vad, const char *work)
 {
     if (!strcmp(g_case, "shard_cache")) setenv("MPIDDP_MAX_OPEN_SHARDS", "2", 1);
@@ -103,6 +105,13 @@ int io_cases(int argc, char **argv, const char *trd, const char *vad, const char
     ddp_dataset_close(tiny);
     ddp_dataset_close(tr);
     ddp_dataset_close(va);
-    ddp_finalize(ctx);
+    ddp_status fst = ddp_finalize(ctx);
+    if (!strcmp(g_case, "bf16_nomem") && size > 1 && g_rank == 0) /* failed alone: rank 1 waits in the step's
+                                                                   * allreduce; MPI_Finalize would wait for it */
+        expect("ddp_finalize after ddp_train failed on this rank alone", fst, DDP_ERR_MISMATCH,
+               "ddp_finalize: MPI not finalized: ddp_train failed on this rank alone, the others perhaps waiting in a "
+               "collective (out of memory: ");
+    else
+        expect("ddp_finalize", fst, DDP_OK, NULL);
     return g_failed;
 }
