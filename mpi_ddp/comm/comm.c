@@ -103,7 +103,7 @@ ddp_status ddp_finalize(ddp_ctx *c)
                            stalled rank; the block stays allocated (ctxlive.c keeps it) for the pending request */
         return ddp_set_error(DDP_ERR_MISMATCH,
                              "ddp_finalize: MPI not finalized: %s (%s); end the job: exit non-zero or MPI_Abort",
-                             c->comm_broken == 2 ? "ddp_train failed on this rank alone, the others perhaps waiting "
+                             c->comm_broken == 2 ? "this rank failed alone, the others perhaps waiting "
                                                    "in a collective"
                                                  : "an earlier collective timeout left a collective pending",
                              c->broken_why);

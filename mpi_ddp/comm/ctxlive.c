@@ -99,7 +99,7 @@ ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func)
                          "%s: no collective can run on this ctx after %s (%s); end the job: ddp_finalize, then exit "
                          "non-zero or MPI_Abort",
                          func,
-                         c->comm_broken == 2 ? "ddp_train failed on this rank alone, the others perhaps waiting in a "
+                         c->comm_broken == 2 ? "this rank failed alone, the others perhaps waiting in a "
                                                "collective"
                                              : "an earlier collective timeout left one pending",
                          c->broken_why);

@@ -29,8 +29,8 @@ void ddp_ctx_release(const ddp_ctx *c, void *p);
 void ddp_ctx_keep(void *p);
 /* Marks c's communication broken by the timeout reported in `why` (the timeout's error line). */
 void ddp_ctx_break(ddp_ctx *c, const char *why);
-/* Marks it broken by a failure of ddp_train on this rank alone (`why`: its error line, not shared): the other ranks
- * may be waiting in a collective this rank left, as the CLI's MPI_Abort assumes. */
+/* Marks it broken by a failure on this rank alone (ddp_train's, a collective buffer's) (`why`: its error line, not
+ * shared): the other ranks may be waiting in a collective this rank left, as the CLI's MPI_Abort assumes. */
 void ddp_ctx_break_alone(ddp_ctx *c, const char *why);
 /* Sets the "no collective after the timeout" error for FUNC on broken ctx c and returns its status. */
 ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func);

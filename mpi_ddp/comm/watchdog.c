@@ -196,7 +196,7 @@ ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, 
         void *p = realloc(ctx->watch->scratch, need);
         if (!p) {
             ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for %zu bytes of collective buffer", where, need);
-            ddp_ctx_break(ctx, ddp_last_error()); /* the other ranks are in the collective this rank cannot join */
+            ddp_ctx_break_alone(ctx, ddp_last_error()); /* the others are in the collective this rank cannot join */
             return DDP_ERR_NOMEM;
         }
         ctx->watch->scratch = p, ctx->watch->scratch_bytes = need;

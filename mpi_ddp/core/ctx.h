@@ -23,7 +23,7 @@ struct ddp_ctx {
     int cli_names;        /* the CLI (app/) sets it: library messages name its options (--out, --lr, ...), else the
                              ddp_train_config fields a C-API program sets (cfg.out_dir, cfg.lr, ...): optname.h, rundir.c */
     int comm_broken;      /* no further collective (comm/ctxlive.h): 1 a collective timed out and is still pending, 2
-                           * ddp_train failed on this rank alone (the others may wait in a collective) */
+                           * this rank failed alone (ddp_train, a collective buffer; the others may wait in a collective) */
     char broken_why[768]; /* that timeout's or failure's error line */
 };
 

@@ -77,8 +77,8 @@ static int clear_foreign(const ddp_lockfile_spec *s, char *holder, size_t hlen)
         if (q.l_type != F_UNLCK) {
             holder_of(s, fd, holder, hlen);
             got = DDP_LOCKFILE_HELD;
-        } else if (same_file(fd, s->path) && unlink(s->path) == 0) {
-            got = DDP_LOCKFILE_REPLACED;
+        } else if (!same_file(fd, s->path) || unlink(s->path) == 0 || errno == ENOENT) {
+            got = DDP_LOCKFILE_REPLACED; /* removed, or replaced or removed by another meanwhile: try again */
         }
     }
     close(fd);

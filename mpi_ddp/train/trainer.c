@@ -341,10 +341,7 @@ static ddp_status run(ddp_trainer *tr, ddp_dataset *train, ddp_dataset *val)
         while (ts->mb < nmb) {
             double samples = 0, rows = 0, t_step = now_s();
             st = train_step(tr, tl, &ts->mb, nmb, &samples, &rows, &stop);
-            if (st != DDP_OK) { /* a local failure here: the CLI aborts the job */
-                tr->failed_alone = !ddp_error_shared();
-                goto done;
-            }
+            if (st != DDP_OK) goto done; /* a local failure here: the CLI aborts the job */
             double t_end = now_s();
             if (ddp_progress_step(&tr->prog, t_step, t_end, samples, rows, ts->global_step))
                 win_t = loop_t = t_end; /* start-up */
@@ -389,11 +386,7 @@ static ddp_status run(ddp_trainer *tr, ddp_dataset *train, ddp_dataset *val)
         }
         if (tr->prog.warm) tr->prog.loop_s += now_s() - loop_t;
         int vstop = 0;
-        st = validate(tr, vl, &vsm, e, &vstop);
-        if (st != DDP_OK) {
-            tr->failed_alone = !ddp_error_shared();
-            goto done;
-        }
+        DDP_TRY(validate(tr, vl, &vsm, e, &vstop));
         if (vstop) { /* saved at the epoch's end: a resume validates again */
             if (c->fast_dev_run <= 0) DDP_TRY(ddp_train_state_save_last(ts));
             ddp_progress_summarize(&tr->prog, ts, tr->summary, last_epoch, last_k, last_m, epochs, 1, 0);
@@ -442,7 +435,8 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
     const ddp_model_config *mc = cfg->model_config;
     if (mc && mc->kind == DDP_MODEL_TRANSFORMER) { /* a sample longer than P: one line naming it on every rank, before
                                                     * the run directory (in a step, only the ranks holding it fail) */
-        const char *p = ddp_opt_name(ctx->cli_names, DDP_OPT_MAX_POSITIONS);
+        char p[96]; /* "... more than --max-positions 8", "... more than cfg.model_config->max_positions = 8" */
+        snprintf(p, sizeof p, "%s%s", ddp_opt_name(ctx->cli_names, DDP_OPT_MAX_POSITIONS), ctx->cli_names ? "" : " =");
         DDP_CHECK(ddp_dataset_check_max_rows(ctx, train, mc->max_positions, p));
         DDP_CHECK(ddp_dataset_check_max_rows(ctx, val, mc->max_positions, p));
     }
@@ -465,15 +459,15 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
         snprintf(rj, sizeof rj, "%s/run.json", cfg->out_dir);
         st = ddp_run_json_data_cache(ctx, rj, train, val);
     }
+    /* failed on this rank alone (a step, validation, a metric row's write): the others may be waiting in a collective
+     * it left (as the CLI's MPI_Abort assumes), so no further collective, and ddp_finalize leaves MPI_Finalize alone
+     * rather than wait for them; before the teardown, which then keeps what a pending request may still write */
+    if (st != DDP_OK && !ddp_error_shared() && ctx->topo.size > 1) ddp_ctx_break_alone(ctx, ddp_last_error());
     ddp_trainer_teardown(&tr);
     if (st != DDP_OK && !tr.wrote)
         ddp_rundir_discard(ctx, &rd); /* refused before writing: a --out this run made is gone again */
     else
         ddp_rundir_release(&rd);
     if (summary && summary->valid) summary->wall_s = now_s() - t_start;
-    /* a step or validation failed on this rank alone: the others may be waiting in a collective it left (as the CLI's
-     * MPI_Abort assumes), so no further collective, and ddp_finalize leaves MPI_Finalize alone rather than wait for
-     * them */
-    if (st != DDP_OK && tr.failed_alone && ctx->topo.size > 1) ddp_ctx_break_alone(ctx, ddp_last_error());
     return st;
 }

@@ -37,8 +37,7 @@ typedef struct {
     ddp_test_hooks hooks;       /* MPIDDP_TEST_*, read once (test_hooks.h) */
     int resuming;               /* setup resumed from a checkpoint */
     int wrote;                  /* the run's files were started (run.json and after): a failure keeps its directory */
-    int failed_alone;       /* a step or validation failed on this rank alone (the others may wait in a collective) */
-    ddp_loader_cursor peek; /* ddp_model.prefetch: the next micro-batch (step -1: none) */
+    ddp_loader_cursor peek;     /* ddp_model.prefetch: the next micro-batch (step -1: none) */
 } ddp_trainer;
 
 /* Buffers, the model's initial parameters (rank 0's, broadcast), the gradient sync, the decider, the resume's

@@ -165,7 +165,9 @@ ddp_status ddp_train_state_resume(ddp_train_state *ts, const char *path, int64_t
      * epochs before it whole, under global sampling, where every epoch has this run's micro-batches), and accumulate
      * 1 now. Its drop-last is assumed to be this run's (it moves the epoch's end by a micro-batch at most;
      * docs/distributed.md). */
-    int64_t before = facts[0] == 0 ? 0 : strcmp(sampling, "shard") != 0 ? facts[0] * ((per_rank + bs - 1) / bs) : -1;
+    int64_t before = facts[0] == 0                               ? 0
+                     : strcmp(sampling, "shard") != 0 && gr == 0 ? facts[0] * ((per_rank + bs - 1) / bs)
+                                                                 : -1;
     if (st == DDP_OK && facts[8] > 0 && (c->accumulate != 1 || before < 0 || facts[2] != before + facts[8])) {
         char acc[96];
         st = ddp_set_error(DDP_ERR_ARG,

@@ -143,6 +143,8 @@ MPIDDP_TEST_MANIFEST_DELAY_MS=12000 "$MPIDDP" synth --out wr --samples 60 --dim 
 pid=$!
 for _ in $(seq 600); do [ -e wr/shard-00000.h5 ] && break; sleep 0.02; done
 [ -e wr/shard-00000.h5 ] || fail "the slow synth wrote no shard: $(cat wr.out)"
+kill -STOP "$pid" # held (with its lock) while the refusals run: a loaded machine cannot let it end first
+trap 'kill -CONT "$pid" 2>/dev/null; kill "$pid" 2>/dev/null || true' EXIT
 busy() { # busy CMD DIR ARGS...: refused with one line naming DIR and the synth holding it, exit 1, no --out made
   local cmd=$1 dir=$2; shift 2
   expect_rc 1 "$@"
@@ -155,7 +157,9 @@ busy train wr "$MPIDDP" train --train wr --val v "${base[@]}" --out rx
 busy train wr mpirun_np 2 "$MPIDDP" train --train t --val wr "${base[@]}" --out rx
 busy eval wr "$MPIDDP" eval --ckpt r0/checkpoints/last.h5 --data wr
 busy eval wr mpirun_np 2 "$MPIDDP" eval --ckpt r0/checkpoints/last.h5 --data wr
+kill -CONT "$pid"
 set +e; wait "$pid"; rc=$?; set -e
+trap - EXIT
 [ "$rc" = 0 ] || fail "the slow synth failed ($rc): $(cat wr.out)"
 pass "train and eval of a directory being written are refused on every rank with one line"
 # a training run stopped as training starts (rank 0 stops itself) holds its datasets' locks
@@ -237,15 +241,18 @@ MPIDDP_TEST_MANIFEST_DELAY_MS=9000 "$MPIDDP" synth --out t9 --samples 20 --dim 4
 pid=$!
 for _ in $(seq 500); do [ -e t9/mpiddp-dataset.lock ] && qgrep "PID $pid," t9/mpiddp-dataset.lock && break; sleep 0.01; done
 qgrep "PID $pid," t9/mpiddp-dataset.lock || fail "the synth did not take its lock: $(cat s9.out)"
+kill -STOP "$pid" # held with its lock until the index below has been refused
+trap '[ -z "$r0" ] || kill -CONT "$r0" 2>/dev/null; kill "$job" 2>/dev/null; kill -CONT "$pid" 2>/dev/null; kill "$pid" 2>/dev/null || true' EXIT
 kill -CONT "$r0"
 set +e; wait "$job"; set -e # it reads a dataset that moved: how it ends does not matter here
-trap - EXIT
 [ -e t9/mpiddp-dataset.lock ] || fail "the ending train removed the lock file of the synth writing t9: $(cat r9.out)"
 [ -e r9/run.lock ] || fail "the ending train removed r9/run.lock, which was not its own: $(cat r9.out)"
 expect_rc 1 "$MPIDDP" index t9
 qgrep -E "^mpiddp index: error: t9: the dataset directory is in use by another run \(mpiddp synth, host $host, PID $pid," <<<"$ERR" ||
   fail "an index beside the synth: $ERR"
+kill -CONT "$pid"
 set +e; wait "$pid"; rc=$?; set -e
+trap - EXIT
 [ "$rc" = 0 ] || fail "the synth failed ($rc): $(cat s9.out)"
 [ ! -e t9/mpiddp-dataset.lock ] || fail "t9: the synth left its lock file"
 pass "a run leaves a lock file that is no longer its own: a directory moved while it ran stays locked by its new writer"

@@ -519,7 +519,7 @@ int main(int argc, char **argv)
                                       * step only the ranks holding a longer sample failed, the others waited) */
         expect_api("ddp_train(max_positions 2)",
                    train_builtin(ctx, work, "short", &b, NULL, DDP_PRECISION_FP32, tr, va), DDP_ERR_ARG,
-                   " rows, more than cfg.model_config->max_positions 2");
+                   " rows, more than cfg.model_config->max_positions = 2");
         expect("ddp_train(max_positions 2) is agreed", ddp_error_shared() ? DDP_OK : DDP_ERR_INTERNAL, DDP_OK, NULL);
         expect_is(
             "ddp_train(precision tf32 on the CPU)",

@@ -109,7 +109,7 @@ int io_cases(int argc, char **argv, const char *trd, const char *vad, const char
     if (!strcmp(g_case, "bf16_nomem") && size > 1 && g_rank == 0) /* failed alone: rank 1 waits in the step's
                                                                    * allreduce; MPI_Finalize would wait for it */
         expect("ddp_finalize after ddp_train failed on this rank alone", fst, DDP_ERR_MISMATCH,
-               "ddp_finalize: MPI not finalized: ddp_train failed on this rank alone, the others perhaps waiting in a "
+               "ddp_finalize: MPI not finalized: this rank failed alone, the others perhaps waiting in a "
                "collective (out of memory: ");
     else
         expect("ddp_finalize", fst, DDP_OK, NULL);
