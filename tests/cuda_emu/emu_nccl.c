@@ -88,8 +88,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return ncclSuccess;
 }
 
-/* injected faults: kind 'i' (init fails on rank), 'l' (rank never joins the init) or 'h' (allreduce number k hangs
- * on rank) */
+/* injected faults: kind 'i' (init fails on rank), 'l' (rank never joins the init), 'h' (allreduce number k hangs
+ * on rank) or 'e' (allreduce number k fails on rank, as a lost peer or network error would) */
 static int fault_is(char kind, int rank, long long k)
 {
     const char *f = getenv("MPIDDP_EMU_NCCL_FAULT");
@@ -99,6 +99,7 @@ static int fault_is(char kind, int rank, long long k)
     if (kind == 'i' && sscanf(f, "init:%d", &r) == 1) return r == rank;
     if (kind == 'l' && sscanf(f, "initlate:%d", &r) == 1) return r == rank;
     if (kind == 'h' && sscanf(f, "hang:%d:%lld", &r, &at) >= 1) return r == rank && k == at;
+    if (kind == 'e' && sscanf(f, "error:%d:%lld", &r, &at) >= 1) return r == rank && k == at;
     return 0;
 }
 
@@ -275,9 +276,18 @@ static void run_allreduce(void *p)
     ar_args *a = p;
     ncclComm_t c = a->c;
     if (atomic_load(&c->async) != ncclSuccess) return;
-    if (fault_is('h', c->rank, ++c->nops)) { /* never completes: waits for an abort */
+    long long op = ++c->nops;
+    if (fault_is('h', c->rank, op)) { /* never completes: waits for an abort */
         struct timespec ts = {0, 1000000};
         while (!atomic_load(&c->abort_flag)) nanosleep(&ts, NULL);
+        return;
+    }
+    if (fault_is('e', c->rank, op)) { /* fails at once, an asynchronous error; the others wait in it */
+        char msg[96];
+        snprintf(msg, sizeof msg, "injected fault: allreduce %lld fails on rank %d (MPIDDP_EMU_NCCL_FAULT)", op,
+                 c->rank);
+        set_err(c, ncclSystemError, msg);
+        atomic_store(&c->async, ncclSystemError);
         return;
     }
     size_t total = a->count * a->esize, per = SLOT - SLOT % a->esize;

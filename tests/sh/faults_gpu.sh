@@ -45,6 +45,16 @@ if [ -n "$emu" ]; then
     fail "no timeout report for the hung allreduce: $ERR"
 fi
 
+# 3b. an allreduce that fails on rank 1 (its 5th: an asynchronous NCCL error, as a lost peer gives): rank 1 names
+#     the wait it was in and the error, and the job ends non-zero at once (no --collective-timeout to wait out)
+if [ -n "$emu" ]; then
+  timed env MPIDDP_EMU_NCCL_FAULT=error:1:5 timeout -k 5 120 mpirun -np 2 --oversubscribe "$MPIDDP" train "${base[@]}" --epochs 5 --out nccl_error
+  [ "$RC" != 0 ] && [ "$RC" != 124 ] || fail "a failed allreduce: exit $RC ($ERR)"
+  [ "$TOOK" -le 60 ] || fail "a failed allreduce took $TOOK s to stop"
+  printf '%s' "$ERR" | qgrep "rank 1 in the gradient allreduce at step [0-9]*: NCCL asynchronous error: .*injected fault: allreduce 5 fails on rank 1" ||
+    fail "no report of the failed allreduce: $ERR"
+fi
+
 # 4. a stalled rank (SIGSTOP): the others report the NCCL wait and name the silent rank
 stalled_rank "${base[@]}"
 grep -q "collective timeout: rank [013] waited [0-9]* s in .* at step [0-9]* (--collective-timeout 5); missing: rank 2 silent" stall.err ||
