@@ -7,6 +7,14 @@
 # the manifest of a dataset being written.
 . "$(dirname "$0")/lib.sh"
 host=$(hostname)
+# finish_held PID WHAT LOG: continues a writer held with SIGSTOP, waits for it and drops the trap that would end it;
+# it must exit 0
+finish_held() {
+  kill -CONT "$1"
+  set +e; wait "$1"; local rc=$?; set -e
+  trap - EXIT
+  [ "$rc" = 0 ] || fail "$2 failed ($rc): $(cat "$3")"
+}
 shtmp() { if [ -d "$1" ]; then find "$1" -maxdepth 1 -name '.shard-*.h5.tmp.*' | wc -l; else echo 0; fi; }
 # refused TOOL ARGS...: exit non-zero with one line "d: the dataset directory is in use by another run (mpiddp synth,
 # host H, PID $pid, since ...)" on stderr
@@ -39,10 +47,7 @@ refused "$MPIDDP" index big
 refused mpirun_np 2 "$MPIDDP" index big
 [ ! -e big/mpiddp-manifest.bin ] || fail "an index wrote the manifest of a dataset being written"
 pass "an index of a directory being written is refused"
-kill -CONT "$pid"
-set +e; wait "$pid"; rc=$?; set -e
-trap - EXIT
-[ "$rc" = 0 ] || fail "the first synth failed ($rc): $(cat first.out)"
+finish_held "$pid" "the first synth" first.out
 [ ! -e big/mpiddp-dataset.lock ] || fail "the lock file stayed: $(ls -a big)"
 [ "$(ls -A big | tr '\n' ' ')" = "mpiddp-manifest.bin shard-00000.h5 shard-00001.h5 " ] || fail "big: $(ls -A big)"
 expect_rc 0 "$MPIDDP" inspect big
@@ -157,10 +162,7 @@ busy train wr "$MPIDDP" train --train wr --val v "${base[@]}" --out rx
 busy train wr mpirun_np 2 "$MPIDDP" train --train t --val wr "${base[@]}" --out rx
 busy eval wr "$MPIDDP" eval --ckpt r0/checkpoints/last.h5 --data wr
 busy eval wr mpirun_np 2 "$MPIDDP" eval --ckpt r0/checkpoints/last.h5 --data wr
-kill -CONT "$pid"
-set +e; wait "$pid"; rc=$?; set -e
-trap - EXIT
-[ "$rc" = 0 ] || fail "the slow synth failed ($rc): $(cat wr.out)"
+finish_held "$pid" "the slow synth" wr.out
 pass "train and eval of a directory being written are refused on every rank with one line"
 # a training run stopped as training starts (rank 0 stops itself) holds its datasets' locks
 mpirun_np 2 env MPIDDP_TEST_STOP_SELF_AT_START=0 "$MPIDDP" train --train t --val v "${base[@]}" --out r1 >r1.out 2>&1 &
@@ -250,10 +252,7 @@ set +e; wait "$job"; set -e # it reads a dataset that moved: how it ends does no
 expect_rc 1 "$MPIDDP" index t9
 qgrep -E "^mpiddp index: error: t9: the dataset directory is in use by another run \(mpiddp synth, host $host, PID $pid," <<<"$ERR" ||
   fail "an index beside the synth: $ERR"
-kill -CONT "$pid"
-set +e; wait "$pid"; rc=$?; set -e
-trap - EXIT
-[ "$rc" = 0 ] || fail "the synth failed ($rc): $(cat s9.out)"
+finish_held "$pid" "the synth" s9.out
 [ ! -e t9/mpiddp-dataset.lock ] || fail "t9: the synth left its lock file"
 pass "a run leaves a lock file that is no longer its own: a directory moved while it ran stays locked by its new writer"
 
