@@ -183,17 +183,15 @@ static ddp_status take_local(const char *dir, int write, const char *what, ddp_o
     snprintf(lk->path, sizeof lk->path, "%s/%s", dir, DDP_DATASET_LOCK);
     snprintf(who, sizeof who, "mpiddp %s", what);
     if (write) DDP_CHECK(ddp_mkdir_p_made(dir, lk->created, sizeof lk->created));
-    int reader = -1;
-    for (int k = 0; !write && k < (int)(sizeof READERS / sizeof READERS[0]); k++)
+    int reader = 0; /* the kind of a shared holder: index (0, also for an unknown reader), train, eval */
+    for (int k = 1; !write && k < (int)(sizeof READERS / sizeof READERS[0]); k++)
         if (!strcmp(READERS[k], who)) reader = k;
     ddp_lockfile_spec s = {.path = lk->path,
                            .noun = "dataset lock",
                            .needs = "a dataset directory",
                            .unnamed = "a writer that has not written its name yet",
                            .who = who,
-                           .reader = write        ? -1
-                                     : reader < 0 ? 0
-                                                  : reader,
+                           .reader = write ? -1 : reader,
                            .readers = READERS,
                            .nreaders = (int)(sizeof READERS / sizeof READERS[0]),
                            .tidy = 1,

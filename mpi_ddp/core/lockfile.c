@@ -126,8 +126,7 @@ int ddp_lockfile_try(const ddp_lockfile_spec *s, int *fd_out, char *holder, size
                DDP_LOCKFILE_ERROR;
     }
     /* the holder before us may have removed the file between our open and our lock: lock the file on disk */
-    struct stat a, b;
-    if (fstat(fd, &a) != 0 || stat(s->path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+    if (!same_file(fd, s->path)) {
         close(fd);
         return DDP_LOCKFILE_REPLACED;
     }
