@@ -51,7 +51,7 @@ static ddp_status map_window(ddp_shard *s, const char *path, int slot, int64_t o
     return DDP_OK;
 }
 
-#define CHANGED "the file changed after it was validated (rerun mpiddp index, or pass --manifest none)"
+#define CHANGED "the file changed after it was validated (rerun mpiddp index on the dataset)"
 
 /* Dataset d (name) of path has the shape the shard's metadata records (rank 1 or 2: want[0], want[1]): the metadata
  * may come from a manifest, which a file rewritten with its size and mtime kept, or a manifest written by something

@@ -14,9 +14,10 @@
  *    between the processes of one machine (sum in rank order: identical bits on every rank).
  * Knobs (read once): MPIDDP_EMU_DEVICES (visible devices, default 1), MPIDDP_EMU_JITTER_US (random delay
  * before each stream operation), MPIDDP_EMU_SEED, MPIDDP_EMU_FAIL=driver (every call fails like a driver
- * too old for the runtime), MPIDDP_EMU_NCCL_FAULT=init:R | hang:R[:K] | error:R[:K] (rank R's init fails / its
- * K-th allreduce never completes until aborted / fails at once), MPIDDP_EMU_STATS=1 (launches, host synchronisations
- * and copies printed when the process exits). */
+ * too old for the runtime) | stream_create:K | malloc_async:K (the K-th such call fails, out of memory),
+ * MPIDDP_EMU_NCCL_FAULT=init:R | hang:R[:K] | error:R[:K] (rank R's init fails / its K-th allreduce never completes
+ * until aborted / fails at once), MPIDDP_EMU_STATS=1 (launches, host synchronisations and copies printed when the
+ * process exits). */
 #ifndef DDP_CUDA_EMU_H
 #define DDP_CUDA_EMU_H
 

@@ -10,6 +10,7 @@
 cudaError_t ddp_emu__fail(cudaError_t e);
 void ddp_emu__fault(const char *fmt, const char *name);
 int ddp_emu__enter(void);
+int ddp_emu__fail_malloc_async(void);
 void ddp_emu__count_copy(int dd, int sd, size_t n);
 cudaError_t ddp_emu__enqueue_wait(void (*fn)(void *), void *arg, void (*free_arg)(void *));
 
@@ -104,7 +105,11 @@ cudaError_t cudaFreeHost(void *p)
  * frees memory a queued kernel reads. */
 cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s)
 {
-    (void)s; /* memory usable at once is usable in stream order */
+    (void)s;                            /* memory usable at once is usable in stream order */
+    if (ddp_emu__fail_malloc_async()) { /* MPIDDP_EMU_FAIL=malloc_async:K */
+        *p = NULL;
+        return ddp_emu__fail(cudaErrorMemoryAllocation);
+    }
     return cudaMalloc(p, bytes);
 }
 

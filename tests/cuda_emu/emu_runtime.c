@@ -11,7 +11,8 @@
 
 /* ------------------------------------------------------------------ knobs, errors */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static long g_ndev, g_jitter_us, g_fail_driver, g_fail_stream_at, g_streams_made;
+static long g_ndev, g_jitter_us, g_fail_driver, g_fail_stream_at, g_streams_made, g_fail_malloc_async_at,
+    g_mallocs_async_made;
 static unsigned long g_seed;
 
 long ddp_emu_env_long(const char *name, long dflt)
@@ -42,6 +43,7 @@ static void init_knobs(void)
     const char *f = getenv("MPIDDP_EMU_FAIL");
     g_fail_driver = f && !strcmp(f, "driver");
     if (f && !strncmp(f, "stream_create:", 14)) g_fail_stream_at = strtol(f + 14, NULL, 10);
+    if (f && !strncmp(f, "malloc_async:", 13)) g_fail_malloc_async_at = strtol(f + 13, NULL, 10);
 }
 
 static __thread cudaError_t t_last;
@@ -531,4 +533,12 @@ int ddp_emu__enter(void)
 {
     pthread_once(&g_once, init_knobs);
     return g_fail_driver ? 0 : 1;
+}
+
+/* MPIDDP_EMU_FAIL=malloc_async:K: 1 for the K-th cudaMallocAsync of the process (emu_memasync.c), which then fails */
+int ddp_emu__fail_malloc_async(void)
+{
+    pthread_once(&g_once, init_knobs);
+    return g_fail_malloc_async_at > 0 &&
+           __atomic_add_fetch(&g_mallocs_async_made, 1, __ATOMIC_SEQ_CST) == g_fail_malloc_async_at;
 }

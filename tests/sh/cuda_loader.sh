@@ -82,6 +82,27 @@ expect_rc 1 env MPIDDP_PLAN_BUFFERS=0 "$MPIDDP" train --device cuda --train bigt
 printf '%s' "$ERR" | qgrep "CUDA error in cudaMalloc.*: out of memory: [0-9]\{11,\} bytes ([0-9.]* MiB) on cuda:0 for a model buffer" ||
   fail "cudaMalloc failure without its size and device: $ERR"
 [ "$(printf '%s\n' "$ERR" | grep -c .)" = 1 ] || fail "cudaMalloc failure: expected one line: $ERR"
+# 5c'. the K-th cudaMallocAsync fails in a bf16 run: one line each, naming the bf16 buffer by its purpose in words that
+# hold for C-API programs too (they said "--precision bf16")
+seen=""
+for k in 1 2 3 4 5 6 7 8; do
+  set +e
+  MPIDDP_EMU_FAIL=malloc_async:$k "$MPIDDP" train --device cuda --precision bf16 --train bigt --val bigt --out oom$k \
+    --hidden 8 --batch-size 8 --epochs 1 --no-progress >/dev/null 2>err.txt
+  rc=$?
+  set -e
+  [ "$rc" = 0 ] && continue
+  ERR=$(cat err.txt)
+  [ "$rc" = 1 ] || fail "malloc_async:$k: exit $rc: $ERR"
+  [ "$(grep -c . err.txt)" = 1 ] || fail "malloc_async:$k: expected one line: $ERR"
+  printf '%s' "$ERR" | qgrep "CUDA error in cudaMallocAsync.*: out of memory: [0-9]* bytes ([0-9.]* MiB) on cuda:0 for " ||
+    fail "malloc_async:$k: allocation failure without its size and device: $ERR"
+  ! printf '%s' "$ERR" | qgrep -- "--precision" || fail "malloc_async:$k: a CLI option in the library's line: $ERR"
+  printf '%s' "$ERR" | qgrep "for the bf16 copy of the weights (bf16 precision)$" && seen="$seen w16"
+  printf '%s' "$ERR" | qgrep "for the bf16 copies of the GEMM operands (bf16 precision)$" && seen="$seen ops"
+done
+case "$seen" in *w16*) ;; *) fail "no failed allocation of the weights' bf16 copy among malloc_async:1..8 ($seen)" ;; esac
+case "$seen" in *ops*) ;; *) fail "no failed allocation of the GEMM operands' bf16 copies among malloc_async:1..8 ($seen)" ;; esac
 # 5d. the K-th CUDA stream creation fails on rank 1 (the backend's two, then the gradient sync's), in a resume with
 # --collective-timeout: every rank ends within 30 s, exit 1, with rank 0's one line naming the failed call (the sync's
 # stream, not agreed, left rank 0 in the resume's broadcast for ever, or reported as a collective timeout)

@@ -350,8 +350,7 @@ static ddp_status cu_adamw(ddp_backend *b, float *p, const float *g, float *m, f
             if (c->w16) CUDA_CHECK(cudaFreeAsync(c->w16, c->stream));
             c->w16 = NULL, c->w16_cap = 0, c->w_valid = 0;
             ALLOC_CHECK(cudaMallocAsync((void **)&c->w16, (size_t)n * sizeof(__nv_bfloat16), c->stream),
-                        (size_t)n * sizeof(__nv_bfloat16), c->device,
-                        "the bf16 copy of the weights (--precision bf16)");
+                        (size_t)n * sizeof(__nv_bfloat16), c->device, "the bf16 copy of the weights (bf16 precision)");
             c->w16_cap = n;
         }
         w16 = c->w16;

@@ -64,7 +64,7 @@ static ddp_status bf16_scratch(cuda_impl *c, size_t need)
     if (c->bf16) CUDA_CHECK(cudaFreeAsync(c->bf16, c->stream));
     c->bf16 = NULL, c->bf16_cap = 0;
     ALLOC_CHECK(cudaMallocAsync((void **)&c->bf16, cap * sizeof(__nv_bfloat16), c->stream), cap * sizeof(__nv_bfloat16),
-                c->device, "the bf16 copies of the GEMM operands (--precision bf16)");
+                c->device, "the bf16 copies of the GEMM operands (bf16 precision)");
     c->bf16_cap = cap;
     return DDP_OK;
 }
