@@ -2,7 +2,8 @@
 # and topology, training under srun, an sbatch job preempted with SIGUSR1 mid-epoch that checkpoints,
 # requeues itself, resumes and ends bitwise identical to an uninterrupted run, the generated script (a job
 # name with a space) passing `sbatch --test-only`, scancel of a batch job saving last.h5 and ending it without
-# a requeue, mpirun inside an allocation, and an interactive srun job stopped by SIGUSR2: saved, not requeued,
+# a requeue, mpirun inside an allocation (a batch job's mpirun ranks stopped and requeued by scancel --signal=USR1),
+# and an interactive srun job stopped by SIGUSR2: saved, not requeued,
 # exit 0; a batch job whose srun passes no ENVIRONMENT is requeued. (The requeue decisions without a cluster, and exit code 3 without scontrol: faults.sh.)
 . "$(dirname "$0")/lib.sh"
 command -v slurmctld >/dev/null && command -v munged >/dev/null || { echo "SKIP: slurm-wlm/munge not installed"; exit 77; }
@@ -106,6 +107,18 @@ scancel $je
 jm=$(sbatch --parsable -N2 -n4 -o mpirun-%j.log --wrap "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 4 $J/mpiddp env")
 wait_job $jm COMPLETED FAILED
 [ "$(grep -c '^rank=.* nodes=2 ' mpirun-$jm.log)" = 4 ] || { cat mpirun-$jm.log; fail "mpirun inside sbatch"; }
+# 4b. training under mpirun inside a batch job (1 node, so no rank runs in a job step of its own), signalled with
+#     scancel --signal=USR1: the ranks see it, stop at a step boundary, save, and rank 0 requeues the job
+printf '#!/bin/bash\nexport OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\nmpirun -np 2 %s/mpiddp train %s --out mj --resume auto\n' "$J" "${args[*]}" > mj.sh
+jj=$(MPIDDP_TEST_STEP_DELAY_MS=20 sbatch --parsable -N1 -n2 -o job-%j.log mj.sh)
+wait_job $jj RUNNING
+for _ in $(seq 240); do [ -f mj/metrics.csv ] && [ "$(wc -l < mj/metrics.csv)" -ge 3 ] && break; sleep 0.25; done
+scancel --signal=USR1 $jj
+wait_job $jj PENDING
+grep -q "stopped on request at step" job-$jj.log && grep -q "job $jj requeued; it resumes from last.h5" job-$jj.log ||
+  { cat job-$jj.log; fail "mpirun inside sbatch: SIGUSR1 did not stop and requeue the job"; }
+[ -f mj/checkpoints/last.h5 ] || fail "mpirun inside sbatch: no last.h5"
+scancel $jj
 
 # 5. an interactive job (srun, no sbatch) stopped by SIGUSR2 (treated as SIGUSR1): last.h5 saved, not requeued
 #    (Slurm cannot requeue it), a notice says how to continue, exit 0
@@ -125,4 +138,4 @@ if [ -x "${BENCH_DIR:-}/bench_train" ]; then
   wait_job $js COMPLETED FAILED
   [ "$(grep -c '^mpiddp,' scal/weak.csv 2>/dev/null)" = 2 ] && [ -s scal/allreduce-2.csv ] || { cat scal-$js.log; fail "scaling.sbatch"; }
 fi
-pass "srun launch, 2-node training, preemption + requeue bitwise exact, --test-only, scancel ends a batch job, mpirun in allocation, interactive SIGUSR2, batch job under srun --export"
+pass "srun launch, 2-node training, preemption + requeue bitwise exact, --test-only, scancel ends a batch job, mpirun in allocation (and its SIGUSR1 requeue), interactive SIGUSR2, batch job under srun --export"
