@@ -1,5 +1,5 @@
-/* test_cuda_attn.h — what test_cuda_attn.c and test_cuda_attn16.c share: the backends, device copies, and
- * test_cuda_attn16.c's checks, which test_cuda_attn.c runs on every batch case. */
+/* test_cuda_attn.h — what test_cuda_attn.c, test_cuda_attn_cudnn.c and test_cuda_attn16.c share: the backends, device
+ * copies, test_cuda_attn.c's batch case, and the checks of the other two, which test_cuda_attn.c runs. */
 #ifndef DDP_TEST_CUDA_ATTN_H
 #define DDP_TEST_CUDA_ATTN_H
 
@@ -36,6 +36,16 @@ static inline float *down(const void *d, int64_t n)
     OK(gpu->download(gpu, h, d, (size_t)n * 4));
     return h;
 }
+
+/* test_cuda_attn.c: one batch on both backends at precision prec, against the CPU within the rounding's bounds; the
+ * bounds widen where cuDNN runs (cudnn_mode: 1 the forward, 3 also the backward); a batch of 4 samples */
+extern int cudnn_mode;
+extern const int64_t small[4];
+void attn_case(const int64_t *len, int B, int64_t dh, int H, ddp_precision prec, float p, int self);
+/* the test cases of test_cuda_attn_cudnn.c: attention_select, cuDNN's fused attention, its plan cache */
+void test_cudnn_select(void **state);
+void test_cudnn_attention(void **state);
+void test_cudnn_plan_cache(void **state);
 
 /* test_cuda_attn16.c: for the batch pg (device q|k|v qg, fp32 host copy qkv, dout dog) at the backend's precision,
  * given the fp32 call's o (gy) and lse (gl): o and dq|dk|dv written in bf16, and q|k|v read in bf16, each the bits

@@ -1,5 +1,6 @@
 // test_emu_wmma.cpp — the emulator's warp matrix functions (tests/cuda_emu/emu_wmma.h) against host references: test
-// cases of test_emu.c, in C++ of their own (C cannot include emu_wmma.h); see each test for what it checks.
+// cases of test_emu_runtime.c's main, in C++ of their own (C cannot include emu_wmma.h); see each test for what it
+// checks.
 #define DDP_CUDA_EMU_KERNELS 1
 #include "emu_cuda.h"
 
