@@ -213,7 +213,9 @@ const char *ddp_model_kind_name(ddp_model_kind k);
  * line naming the field as cfg.model_config->FIELD ("cfg.model_config->heads = 3 must divide ..."). ddp_model_create
  * runs them too. */
 ddp_status ddp_model_config_check(const ddp_model_config *c);
-/* Builds a built-in model on the backend of device (params/grads in its memory). */
+/* Builds a built-in model on the backend of device (params/grads in its memory). The model keeps a copy of *c:
+ * ddp_train reads it where cfg.model_config is NULL (the max_positions check, token budgets, checkpoints) and refuses
+ * a cfg.model_config that contradicts it (docs/faults.md). */
 ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config *c, ddp_model *out);
 
 /* ---------------------------------------------------------------- metrics */
@@ -293,8 +295,10 @@ typedef struct {
     int early_stop_patience;  /* stop after this many epochs without improvement (0: off) */
     double early_stop_min_delta;
     int skip_nonfinite; /* a non-finite gradient skips the update (counted as train/skipped_steps) instead of failing */
-    const struct ddp_model_config *model_config; /* optional: a built-in model's kind and hyperparameters,
-                                                    recorded in checkpoints so eval rebuilds the model */
+    /* optional: a built-in model's kind and hyperparameters, recorded in checkpoints so eval rebuilds the model.
+     * NULL: those ddp_model_create kept in the model (none for a model of the program's own); else it must be the
+     * configuration the model was created with (else DDP_ERR_ARG naming the field, before anything is written) */
+    const struct ddp_model_config *model_config;
     ddp_precision precision; /* the GEMMs' arithmetic (default fp32; tf32 needs a CUDA model), recorded in
                                 run.json and checkpoints; a resume may change it (parameters are fp32 either way) */
 } ddp_train_config;

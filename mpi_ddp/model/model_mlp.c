@@ -18,9 +18,11 @@ typedef struct {
     ddp_param_table tab; /* the 6 tensors; tab.off: their element offsets in the flat buffer */
     float *z1, *a1, *z2; /* [maxR, H]; after a training forward z1/z2 hold gelu', then z2 dZ2 */
     float *p, *dp, *logits, *dlogits;
-    ddp_model_io io;     /* the batch on the backend, the loss/prob/pred block */
-    double t_fwd, t_bwd; /* cumulative seconds in train_step's forward and backward (benchmarks): device
-                          * timers on device backends, the host clock on host ones */
+    ddp_model_io io;      /* the batch on the backend, the loss/prob/pred block */
+    double t_fwd, t_bwd;  /* cumulative seconds in train_step's forward and backward (benchmarks): device
+                           * timers on device backends, the host clock on host ones */
+    int has_own;          /* created by ddp_model_create: */
+    ddp_model_config own; /* its configuration (ddp_model_own_config) */
 } refmodel;
 
 void ddp_refmodel_times(const ddp_model *model, double *fwd, double *bwd)
@@ -164,6 +166,19 @@ static void ref_destroy(void *self)
     ddp_model_io_release(be, &m->io);
     ddp_param_table_free(&m->tab);
     free(m);
+}
+
+void ddp_refmodel_keep_config(ddp_model *model, const ddp_model_config *c)
+{
+    refmodel *m = model->self;
+    m->own = *c;
+    m->has_own = 1;
+}
+
+const ddp_model_config *ddp_refmodel_own_config(const ddp_model *model)
+{
+    const refmodel *m = model->destroy == ref_destroy ? model->self : NULL;
+    return m && m->has_own ? &m->own : NULL;
 }
 
 #define BALLOC(ptr, count) DDP_MODEL_ALLOC(be, ptr, count)

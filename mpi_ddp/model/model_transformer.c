@@ -257,7 +257,8 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
                    .maxR = R,
                    .maxB = B,
                    .positions = c->positions != 0,
-                   .dropout = (float)c->dropout};
+                   .dropout = (float)c->dropout,
+                   .own = *c};
     DDP_TRY(ddp_param_table_alloc(&m->tab, 8 + (int)L * T_PER_LAYER));
     m->lay = ddp_calloc((size_t)L, sizeof *m->lay);
     if (!m->lay) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
@@ -376,6 +377,11 @@ ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c,
 done:
     tx_destroy(m);
     return st;
+}
+
+const ddp_model_config *ddp_transformer_own_config(const ddp_model *model)
+{
+    return model->destroy == tx_destroy && model->self ? &((const txmodel *)model->self)->own : NULL;
 }
 
 int ddp_transformer_act16(const ddp_model *model) { return ((const txmodel *)model->self)->act16; }

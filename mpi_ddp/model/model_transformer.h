@@ -77,7 +77,8 @@ typedef struct {
     ddp_packing pack;
     double t_fwd, t_bwd, t_attn, t_gemm; /* cumulative seconds: the host clock per op class on host backends;
                                           * device timers of train steps (no t_gemm) on device backends */
-    int timers; /* device timers marked in this train step (DDP_T_ATTN0 + 2 per timed attention) */
+    int timers;           /* device timers marked in this train step (DDP_T_ATTN0 + 2 per timed attention) */
+    ddp_model_config own; /* the configuration it was created with (ddp_model_own_config) */
 } txmodel;
 
 ddp_status ddp_tx_forward(txmodel *m, const ddp_batch *b, const float *P, const float *x, const int64_t *lab,

@@ -29,7 +29,10 @@ ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_m
 {
     switch (c->kind) {
     case DDP_MODEL_MLP:
-        return ddp_refmodel_create_on(be, c->dim, c->hidden, c->classes, c->max_batch_rows, c->max_batch_samples, out);
+        DDP_CHECK(
+            ddp_refmodel_create_on(be, c->dim, c->hidden, c->classes, c->max_batch_rows, c->max_batch_samples, out));
+        ddp_refmodel_keep_config(out, c);
+        return DDP_OK;
     case DDP_MODEL_TRANSFORMER: return ddp_transformer_create_on(be, c, out);
     }
     return ddp_set_error(DDP_ERR_ARG, "unknown model kind %d", (int)c->kind);
@@ -43,6 +46,13 @@ ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config
     ddp_backend *be;
     DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));
     return ddp_model_create_on(be, c, out);
+}
+
+const ddp_model_config *ddp_model_own_config(const ddp_model *m)
+{
+    if (!m) return NULL;
+    const ddp_model_config *c = ddp_transformer_own_config(m);
+    return c ? c : ddp_refmodel_own_config(m);
 }
 
 double ddp_model_cost_sq(const ddp_model_config *c)

@@ -17,6 +17,15 @@ ddp_status ddp_model_config_check_as(const ddp_model_config *c, int cli);
 /* The Transformer encoder (model_transformer.c) and any built-in model on a given backend (models.c). */
 ddp_status ddp_transformer_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out);
 ddp_status ddp_model_create_on(ddp_backend *be, const ddp_model_config *c, ddp_model *out);
+/* The configuration a built-in model was created with (ddp_model_create, ddp_model_create_on), a copy held by the
+ * model; NULL for any other model (a caller's own, ddp_refmodel_create's). The trainer uses it where
+ * cfg.model_config is NULL and refuses a cfg.model_config that contradicts it (train_config.c). */
+const ddp_model_config *ddp_model_own_config(const ddp_model *m);
+/* its halves: the Transformer's (model_transformer.c) and the MLP's, which models.c gives its config to after
+ * ddp_refmodel_create_on (model_mlp.c) */
+const ddp_model_config *ddp_transformer_own_config(const ddp_model *m);
+const ddp_model_config *ddp_refmodel_own_config(const ddp_model *m);
+void ddp_refmodel_keep_config(ddp_model *m, const ddp_model_config *c);
 /* Token budgets: a sample's cost is rows + cost_sq x rows^2; 1/(2d + f) for the transformer (its attention
  * against its per-row work), 0 for the MLP. */
 double ddp_model_cost_sq(const ddp_model_config *c);

@@ -3,11 +3,13 @@
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/optname.h"
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/model/models.h"
 #include "mpi_ddp/train/decide.h"
 #include "mpi_ddp/train/lr_schedule.h"
 #include "mpi_ddp/train/train_state.h"
 #include "mpiddp.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -129,6 +131,65 @@ ddp_status ddp_train_config_check_as(const ddp_train_config *c, int world, int c
 #undef N
 #undef V
 
+/* A value of a ddp_model_config field as a C-API program writes it: DDP_MODEL_TRANSFORMER, DDP_PRECISION_BF16, 4, 0.1
+ * (alt: at the full precision, for two values that print alike otherwise). */
+static const char *model_value(char *buf, size_t len, const char *field, double v, int alt)
+{
+    if (!strcmp(field, "kind") && (v == DDP_MODEL_MLP || v == DDP_MODEL_TRANSFORMER))
+        snprintf(buf, len, "%s", v == DDP_MODEL_MLP ? "DDP_MODEL_MLP" : "DDP_MODEL_TRANSFORMER");
+    else if (!strcmp(field, "precision") && v >= DDP_PRECISION_FP32 && v <= DDP_PRECISION_BF16) {
+        int k = snprintf(buf, len, "DDP_PRECISION_");
+        for (const char *n = ddp_precision_name((ddp_precision)v); *n && k >= 0 && (size_t)k + 1 < len; n++, k++)
+            buf[k] = (char)toupper((unsigned char)*n), buf[k + 1] = 0;
+    } else
+        snprintf(buf, len, alt ? "%.17g" : "%g", v);
+    return buf;
+}
+
+/* A cfg.model_config that contradicts the configuration the built-in model was created with (own): checkpoints and
+ * run.json would record hyperparameters the model does not have. The fields a built-in model of own's kind reads. */
+static ddp_status check_model_config(const ddp_model_config *given, const ddp_model_config *own, int cli)
+{
+    if (!given || !own) return DDP_OK;
+    int tx = own->kind == DDP_MODEL_TRANSFORMER;
+    double fg = (double)(given->ff > 0 ? given->ff : 2 * given->hidden),
+           fo = (double)(own->ff > 0 ? own->ff : 2 * own->hidden);
+    const struct {
+        const char *field;
+        int opt; /* its ddp_opt, -1: none */
+        double g, o;
+        int used;
+    } f[] = {{"kind", DDP_OPT_MODEL, given->kind, own->kind, 1},
+             {"dim", -1, (double)given->dim, (double)own->dim, 1},
+             {"classes", -1, (double)given->classes, (double)own->classes, 1},
+             {"hidden", DDP_OPT_HIDDEN, (double)given->hidden, (double)own->hidden, 1},
+             {"layers", DDP_OPT_LAYERS, given->layers, own->layers, tx},
+             {"heads", DDP_OPT_HEADS, given->heads, own->heads, tx},
+             {"ff", DDP_OPT_FF, fg, fo, tx},
+             {"max_positions", DDP_OPT_MAX_POSITIONS, (double)given->max_positions, (double)own->max_positions, tx},
+             {"positions", -1, given->positions != 0, own->positions != 0, tx},
+             {"dropout", DDP_OPT_DROPOUT, given->dropout, own->dropout, tx},
+             {"precision", -1, given->precision, own->precision, tx},
+             {"max_batch_rows", -1, (double)given->max_batch_rows, (double)own->max_batch_rows, 1},
+             {"max_batch_samples", -1, (double)given->max_batch_samples, (double)own->max_batch_samples, 1}};
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
+        if (!f[k].used || f[k].g == f[k].o) continue;
+        char name[64], a[64], b[64];
+        if (f[k].opt >= 0)
+            snprintf(name, sizeof name, "%s", ddp_opt_name(cli, (ddp_opt)f[k].opt));
+        else
+            snprintf(name, sizeof name, "cfg.model_config->%s", f[k].field);
+        model_value(a, sizeof a, f[k].field, f[k].g, 0), model_value(b, sizeof b, f[k].field, f[k].o, 0);
+        if (!strcmp(a, b))
+            model_value(a, sizeof a, f[k].field, f[k].g, 1), model_value(b, sizeof b, f[k].field, f[k].o, 1);
+        return ddp_set_error(DDP_ERR_ARG,
+                             "ddp_train: %s = %s, but the model was created with %s = %s: cfg.model_config must be "
+                             "the configuration given to ddp_model_create, or NULL",
+                             name, a, f[k].field, b);
+    }
+    return DDP_OK;
+}
+
 ddp_status ddp_train_args_check(const ddp_train_config *cfg, int world, int cli, const ddp_model *m,
                                 const ddp_dataset *train, const ddp_dataset *val)
 {
@@ -170,7 +231,7 @@ ddp_status ddp_train_args_check(const ddp_train_config *cfg, int world, int cli,
             return ddp_set_error(DDP_ERR_ARG, "ddp_train: model '%s': more parameters than fit memory", name);
         total += e;
     }
-    return DDP_OK;
+    return check_model_config(cfg->model_config, ddp_model_own_config(m), cli);
 }
 
 /* --- the same configuration and model on every rank --- */

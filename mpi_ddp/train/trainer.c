@@ -431,12 +431,24 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
     DDP_CHECK(ddp_ctx_usable(ctx, "ddp_train"));
     /* the arguments, agreed: a NULL or a broken model on one rank fails every rank here, not a collective later */
     DDP_CHECK(ddp_agree_status(ctx, ddp_train_args_check(cfg, ctx->topo.size, ctx->cli_names, model, train, val)));
+    /* a built-in model's own configuration where cfg.model_config is NULL (one that contradicts it was refused above):
+     * the checks below, the token budgets' cost, checkpoints (eval rebuilds the model) and run.json read it */
+    ddp_train_config own_cfg;
+    int own = !cfg->model_config && ddp_model_own_config(model);
+    if (own) {
+        own_cfg = *cfg;
+        own_cfg.model_config = ddp_model_own_config(model);
+        cfg = &own_cfg;
+    }
     DDP_CHECK(ddp_train_args_agree(ctx, cfg, model)); /* valid values that differ between ranks: replicas diverge */
     const ddp_model_config *mc = cfg->model_config;
     if (mc && mc->kind == DDP_MODEL_TRANSFORMER) { /* a sample longer than P: one line naming it on every rank, before
                                                     * the run directory (in a step, only the ranks holding it fail) */
-        char p[96]; /* "... more than --max-positions 8", "... more than cfg.model_config->max_positions = 8" */
-        snprintf(p, sizeof p, "%s%s", ddp_opt_name(ctx->cli_names, DDP_OPT_MAX_POSITIONS), ctx->cli_names ? "" : " =");
+        char p[96]; /* "... more than --max-positions 8", "... more than cfg.model_config->max_positions = 8", "...
+                     * more than the model's max_positions = 8" (cfg.model_config NULL) */
+        snprintf(p, sizeof p, "%s%s",
+                 own ? "the model's max_positions" : ddp_opt_name(ctx->cli_names, DDP_OPT_MAX_POSITIONS),
+                 ctx->cli_names ? "" : " =");
         DDP_CHECK(ddp_dataset_check_max_rows(ctx, train, mc->max_positions, p));
         DDP_CHECK(ddp_dataset_check_max_rows(ctx, val, mc->max_positions, p));
     }

@@ -5,6 +5,9 @@
 # so do the built-in models' lines (cfg.model_config->heads = 3), the CPU backend's refusal of tf32 and the device
 # selection's (DDP_DEVICE_CUDA), the sampler's and the open-shard budget's (cfg.sampling_shard = 1, cfg.batch_size)
 # and bf16's out-of-memory line (cfg.precision). The library's notices begin "ddp_train: notice:", never "mpiddp train:".
+# A built-in model trained with cfg.model_config NULL (own_config) is checked against its own max_positions up front
+# (one agreed line on every rank, no run directory), its checkpoints let mpiddp eval rebuild it, and a
+# cfg.model_config contradicting the model's configuration is refused on every rank naming the field.
 . "$(dirname "$0")/lib.sh"
 : "${CAPI_MISUSE:?}"
 synth --out tr --samples 64 --shards 2 --dim 4 --classes 3
@@ -31,7 +34,7 @@ if [ "$DEVICE" = cuda ]; then # the emulator (capi_misuse_emu): an NCCL allreduc
   exit 0
 fi
 for np in 1 2; do
-  for c in before_init after_finalize context dataset metrics models config train builtin shuffle; do
+  for c in before_init after_finalize context dataset metrics models config train builtin own_config shuffle; do
     rm -rf "w_$c" && mkdir "w_$c"
     set +e
     timeout 120 mpirun -np $np --oversubscribe "$CAPI_MISUSE" "$c" tr va "$PWD/w_$c" > out.txt 2> err.txt
@@ -46,6 +49,25 @@ for np in 1 2; do
       qgrep -xF "ddp_train: notice: $ck was trained with cfg.weight_decay = 0.01; this run continues with cfg.weight_decay = 0.02" err.txt ||
         fail "case train at np $np: no notice naming cfg.weight_decay: $(grep notice err.txt)"
       qgrep "^ddp_train: resuming from $ck at epoch 1 (0-based)" err.txt || fail "case train at np $np: $(cat err.txt)"
+    fi
+    if [ "$c" = own_config ]; then # every rank: the exact refusals, then mpiddp eval rebuilds the model trained
+      # with cfg.model_config NULL from its checkpoint alone (the hyperparameters are recorded)
+      tail="rows, more than the model's max_positions = [0-9]*\$"
+      for r in $(seq 0 $((np - 1))); do
+        qgrep "^ok rank $r ddp_train(model_config NULL, a sample longer than max_positions): bad argument (bad argument): tr/[^ ]*: /offsets\[[0-9]*\]: sample (id [0-9]*) has [0-9]* $tail" err.txt ||
+          fail "case own_config at np $np, rank $r: $(cat err.txt)"
+        for f in "kind mlp|kind = DDP_MODEL_MLP|kind = DDP_MODEL_TRANSFORMER" "heads 2|heads = 2|heads = 4" \
+          "max_positions 1024|max_positions = 1024|max_positions = 512" "dim 5|dim = 5|dim = 4" \
+          "dropout 0.1|dropout = 0.1|dropout = 0"; do
+          IFS='|' read -r what given own <<< "$f"
+          qgrep -xF "ok rank $r ddp_train(model_config $what): bad argument (bad argument): ddp_train: cfg.model_config->$given, but the model was created with $own: cfg.model_config must be the configuration given to ddp_model_create, or NULL" err.txt ||
+            fail "case own_config at np $np, rank $r, cfg.model_config->$given: $(cat err.txt)"
+        done
+      done
+      mpirun_np $np "$MPIDDP" eval --ckpt "$PWD/w_own_config/own/checkpoints/last.h5" --data va > out.txt 2> err.txt ||
+        fail "mpiddp eval of a transformer trained with cfg.model_config NULL at np $np: $(cat err.txt)"
+      qgrep '^val/loss=[0-9.]* val/acc=' out.txt || fail "mpiddp eval at np $np printed no metrics: $(cat out.txt)"
+      : > out.txt
     fi
     if [ "$c" = shuffle ]; then # another order at an epoch boundary: its notice in cfg terms only
       ck="$PWD/w_shuffle/bnd/checkpoints/last.h5"

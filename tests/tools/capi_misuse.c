@@ -526,6 +526,10 @@ int main(int argc, char **argv)
             train_builtin(ctx, work, "tf32", &mlp, NULL, DDP_PRECISION_TF32, tr, va), DDP_ERR_ARG,
             "cfg.precision = DDP_PRECISION_TF32 needs model.device = DDP_DEVICE_CUDA (the cpu backend computes in "
             "fp32 or bf16)");
+    } else if (is_model_case(c)) {
+        expect("ddp_dataset_open(train)", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
+        expect("ddp_dataset_open(val)", ddp_dataset_open(ctx, vad, &va), DDP_OK, NULL);
+        if (tr && va) model_cases(ctx, trd, tr, va, work);
     } else if (!strcmp(c, "shuffle")) { /* another order on resume, named in ddp_train_config's fields only */
         expect("ddp_dataset_open(train)", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
         expect("ddp_dataset_open(val)", ddp_dataset_open(ctx, vad, &va), DDP_OK, NULL);

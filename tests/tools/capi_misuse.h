@@ -24,4 +24,7 @@ int comm_cases(int argc, char **argv, const char *trd, const char *vad, const ch
 /* the cases sampler, shard_cache, bf16_nomem, nonfinite_grad and nonfinite_val (capi_misuse_io.c) */
 int is_io_case(const char *c);
 int io_cases(int argc, char **argv, const char *trd, const char *vad, const char *work);
+/* the case own_config (capi_misuse_model.c): a built-in model with cfg.model_config NULL or contradicting it */
+int is_model_case(const char *c);
+int model_cases(ddp_ctx *ctx, const char *trd, ddp_dataset *tr, ddp_dataset *va, const char *work);
 #endif
