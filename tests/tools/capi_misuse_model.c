@@ -46,7 +46,7 @@ int model_cases(ddp_ctx *ctx, const char *trd, ddp_dataset *tr, ddp_dataset *va,
     ddp_model_config_default(&tx);
     tx.kind = DDP_MODEL_TRANSFORMER, tx.dim = ti->dim, tx.classes = ti->num_classes, tx.hidden = 16, tx.heads = 4;
     tx.max_batch_samples = 8, tx.max_batch_rows = 8 * longest;
-    ddp_model m;
+    ddp_model m = {0}; /* left as it was by a failed ddp_model_create */
     /* (1) cfg.model_config NULL: the model's own max_positions, one agreed line before the run directory (before:
      * met in a step, on the ranks holding such a sample alone) */
     b = tx, b.max_positions = ti->max_sample_rows - 1;
@@ -79,6 +79,7 @@ int model_cases(ddp_ctx *ctx, const char *trd, ddp_dataset *tr, ddp_dataset *va,
         }
     }
     if (m.destroy) m.destroy(m.self);
+    m = (ddp_model){0};
     /* (2) a cfg.model_config that contradicts the model's: refused on every rank, naming the field */
     expect("ddp_model_create(transformer)", ddp_model_create(ctx, DDP_DEVICE_CPU, &tx, &m), DDP_OK, NULL);
     static const struct {
