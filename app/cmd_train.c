@@ -10,6 +10,7 @@
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/model/models.h"
 #include "mpi_ddp/train/plan.h"
+#include "mpi_ddp/train/rundir.h"
 #include "mpi_ddp/train/train_state.h"
 #include "slurm/preempt.h"
 #include "stop_signals.h"
@@ -75,11 +76,13 @@ static int rank0_has_last(ddp_ctx *ctx, const ddp_train_config *cfg, char *last,
 }
 
 /* A requeued SLURM job (SLURM_RESTART_COUNT > 0) never starts over what an earlier attempt saved: with
- * RUNDIR/checkpoints/last.h5 present it continues from there, whatever --overwrite or --resume FILE say (one
- * notice); without, it starts as the first attempt did (--overwrite, --resume FILE), else as --resume auto.
+ * RUNDIR/checkpoints/last.h5 present and RUNDIR/run.json naming this job (an attempt of it saved that last.h5) it
+ * continues from there, whatever --overwrite or --resume FILE say (one notice); with another run's last.h5 (the
+ * first attempt stopped before --overwrite removed it) --overwrite and --resume FILE apply, as they did in the first
+ * attempt (one notice); without either, it starts as the first attempt did, else as --resume auto.
  * The count is a job fact: rank 0's value decides on every rank (one notice when the ranks saw different values, an
  * MPMD launch or a user's environment on some ranks; before, each rank took its own path and the job could hang).
- * Collective (rank 0 looks for last.h5). Returns 0, or the exit code of an MPI failure. */
+ * Collective (rank 0 looks for last.h5 and run.json). Returns 0, or the exit code of an MPI failure. */
 static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
 {
     const ddp_topology *t = ddp_topo(ctx);
@@ -94,16 +97,26 @@ static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
                 -v[2], v[1], count);
     if (count <= 0) return 0;
     char last[PATH_MAX + 32];
-    int have = rank0_has_last(ctx, cfg, last, sizeof last);
-    if (MPI_Bcast(&have, 1, MPI_INT, 0, ctx->world) != MPI_SUCCESS)
+    int have[2] = {rank0_has_last(ctx, cfg, last, sizeof last), 0}; /* last.h5; run.json names this job */
+    if (have[0]) have[1] = ddp_rundir_of_job(cfg->out_dir, t);
+    if (MPI_Bcast(have, 2, MPI_INT, 0, ctx->world) != MPI_SUCCESS)
         return cli_fail(ctx, "train", ddp_set_error(DDP_ERR_MPI, "MPI_Bcast of the restart's checkpoint failed"));
-    int file = cfg->resume && strcmp(cfg->resume, "auto") != 0;
-    if (have && (cfg->overwrite || file) && cli_rank0(ctx))
-        fprintf(stderr,
-                "mpiddp train: notice: a requeued job (SLURM_RESTART_COUNT=%d) continues from %s: %s%s is not "
-                "applied\n",
-                count, last, cfg->overwrite ? "--overwrite" : "--resume ", cfg->overwrite ? "" : cfg->resume);
-    if (have) {
+    int file = cfg->resume && strcmp(cfg->resume, "auto") != 0, mine = have[0] && have[1];
+    const char *opt = cfg->overwrite ? "--overwrite" : "--resume ", *arg = cfg->overwrite ? "" : cfg->resume;
+    if (have[0] && (cfg->overwrite || file) && cli_rank0(ctx)) {
+        if (mine)
+            fprintf(stderr,
+                    "mpiddp train: notice: a requeued job (SLURM_RESTART_COUNT=%d) continues from %s: %s%s is not "
+                    "applied\n",
+                    count, last, opt, arg);
+        else
+            fprintf(stderr,
+                    "mpiddp train: notice: a requeued job (SLURM_RESTART_COUNT=%d) does not continue from %s: no "
+                    "attempt of job %s saved it (%s/run.json does not name this job), so %s%s applies as in the first "
+                    "attempt\n",
+                    count, last, t->job_id[0] ? t->job_id : "(no id)", cfg->out_dir, opt, arg);
+    }
+    if (mine) {
         cfg->resume = "auto";
         cfg->overwrite = 0;
     } else if (!cfg->resume && !cfg->overwrite)
@@ -111,15 +124,53 @@ static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
     return 0;
 }
 
-/* After a stop request the ranks agreed on (kinds: DDP_STOP_* bits), before training or when it returned
- * DDP_STOPPED (summary non-NULL): the requeue the kinds ask for (preempt.h), rank 0's lines, the exit code. */
-static int end_stopped(ddp_ctx *ctx, int kinds, const char *line, const ddp_train_summary *summary,
-                       const ddp_train_config *cfg)
+/* What a requeued attempt of this job starts from (rq) and what to do when the requeue failed (rs), for the job's own
+ * arguments (overwrite, resume: as given, before restart_resume) and rank 0's run directory: have_last
+ * (checkpoints/last.h5 exists), mine (run.json names this job, so that last.h5 is this job's). A requeued attempt
+ * continues its own last.h5 whatever the arguments say; a resubmitted job is a new job: its --overwrite starts over,
+ * its --resume FILE starts from FILE, and without --resume it refuses the run directory. */
+static void requeue_phrases(int have_last, int mine, int overwrite, const char *resume, char *rq, char *rs, size_t len)
 {
-    char msg[256], last[PATH_MAX + 32];
+    int file = resume && strcmp(resume, "auto") != 0;
+    if (!have_last) {
+        snprintf(rq, len, "no last.h5 was saved, so it starts again");
+        snprintf(rs, len, "resubmit it, %s", rq);
+    } else if (!mine && overwrite) { /* a start-up stop before --overwrite removed another run's files */
+        snprintf(rq, len, "the last.h5 there is not this job's, so it starts over (--overwrite)");
+        snprintf(rs, len, "resubmit it, %s", rq);
+    } else if (!mine && file) {
+        snprintf(rq, len, "the last.h5 there is not this job's, so it starts from %.600s (--resume)", resume);
+        snprintf(rs, len, "resubmit it, %s", rq);
+    } else {
+        snprintf(rq, len, "it resumes from last.h5");
+        if (overwrite)
+            snprintf(rs, len,
+                     "resubmit it with --resume auto in place of --overwrite: as submitted it starts over and "
+                     "the saved steps are lost");
+        else if (file)
+            snprintf(rs, len,
+                     "resubmit it with --resume auto in place of --resume %.600s: as submitted it starts from that "
+                     "file again, not from last.h5",
+                     resume);
+        else
+            snprintf(rs, len, "resubmit it%s, it resumes from last.h5", resume ? "" : " with --resume auto");
+    }
+}
+
+/* After a stop request the ranks agreed on (kinds: DDP_STOP_* bits), before training or when it returned
+ * DDP_STOPPED (summary non-NULL): the requeue the kinds ask for (preempt.h), rank 0's lines, the exit code.
+ * overwrite and resume: the job's own arguments (restart_resume may have changed cfg's). */
+static int end_stopped(ddp_ctx *ctx, int kinds, const char *line, const ddp_train_summary *summary,
+                       const ddp_train_config *cfg, int overwrite, const char *resume)
+{
+    char msg[DDP_REQUEUE_MSG], last[PATH_MAX + 32], requeued[900] = "", resubmit[900] = "";
     int have_last = rank0_has_last(ctx, cfg, last, sizeof last); /* what a requeued job resumes from */
+    if (cli_rank0(ctx))
+        requeue_phrases(have_last, have_last && ddp_rundir_of_job(cfg->out_dir, ddp_topo(ctx)), overwrite, resume,
+                        requeued, resubmit, sizeof requeued);
     ddp_requeue rq;
-    if (ddp_slurm_requeue(ctx, kinds, have_last, &rq, msg) != DDP_OK) return cli_fail(ctx, "train", DDP_ERR_MPI);
+    if (ddp_slurm_requeue(ctx, kinds, requeued, resubmit, &rq, msg) != DDP_OK)
+        return cli_fail(ctx, "train", DDP_ERR_MPI);
     if (cli_rank0(ctx)) {
         printf("mpiddp train: %s\n", line);
         if (rq == DDP_REQUEUE_NOT_BATCH) {
@@ -262,7 +313,9 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world, int 
     cfg.collective_timeout = timeout;
     cfg.mode_max = mode == 1;
     cfg.precision = (ddp_precision)precision;
-    mc.precision = cfg.precision;                          /* bf16: the model keeps its GEMM-only activations in bf16 */
+    mc.precision = cfg.precision;     /* bf16: the model keeps its GEMM-only activations in bf16 */
+    const char *resume0 = cfg.resume; /* the job's own arguments, for what a resubmission of it does (end_stopped) */
+    int overwrite0 = cfg.overwrite;
     int rrc = check_world ? 0 : restart_resume(ctx, &cfg); /* a requeued SLURM job continues where it stopped */
     if (rrc != 0) return rrc;
     cfg.ckpt_policy = policy;
@@ -402,11 +455,12 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world, int 
     ddp_read_locks_release(lks, 2);
     free(json);
     if (st == DDP_OK && early_stop)
-        return end_stopped(ctx, early_stop, "stopped on request before training started; nothing saved", NULL, &cfg);
+        return end_stopped(ctx, early_stop, "stopped on request before training started; nothing saved", NULL, &cfg,
+                           overwrite0, resume0);
     if (st == DDP_STOPPED) { /* every rank saved last.h5; rank 0 requeues the job when the stop asks for it */
         char stopped[1024];
         snprintf(stopped, sizeof stopped, "%s", ddp_last_error());
-        return end_stopped(ctx, summary.stop_kinds, stopped, &summary, &cfg);
+        return end_stopped(ctx, summary.stop_kinds, stopped, &summary, &cfg, overwrite0, resume0);
     }
     if (st == DDP_ERR_BUSY) { /* --out is another run's: a usage error, nothing written */
         (void)cli_fail(ctx, "train", st);

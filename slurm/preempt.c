@@ -95,33 +95,33 @@ static int batch_by_scontrol(const char *job)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(buf, " BatchFlag=1") != NULL;
 }
 
-/* `scontrol requeue job`; msg says what happened and what the requeued (or resubmitted) job starts from: last.h5
- * where one was saved (have_last), else the start. */
-static ddp_requeue run_scontrol(const char *job, int have_last, char *msg)
+/* `scontrol requeue job`; msg says what happened and, from the caller's phrases, what the requeued job starts from
+ * (requeued) or what a resubmission of it does (resubmit). */
+static ddp_requeue run_scontrol(const char *job, const char *requeued, const char *resubmit, char *msg)
 {
     char *argv[] = {"scontrol", "requeue", (char *)job, NULL};
-    const char *from = have_last ? "it resumes from last.h5" : "no last.h5 was saved, so it starts again";
     pid_t pid;
     int rc = spawn_scontrol(argv, -1, &pid);
     if (rc != 0) {
-        snprintf(msg, 256, "job %s NOT requeued: scontrol cannot be run (%s); resubmit the job, %s", job, strerror(rc),
-                 from);
+        snprintf(msg, DDP_REQUEUE_MSG, "job %s NOT requeued: scontrol cannot be run (%s); %s", job, strerror(rc),
+                 resubmit);
         return rc == ENOENT ? DDP_REQUEUE_NO_SCONTROL : DDP_REQUEUE_FAILED;
     }
     int st = wait_status(pid);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(msg, 256, "job %s NOT requeued: `scontrol requeue` failed (status %d); resubmit it, %s", job,
-                 WIFEXITED(st) ? WEXITSTATUS(st) : -1, from);
+        snprintf(msg, DDP_REQUEUE_MSG, "job %s NOT requeued: `scontrol requeue` failed (status %d); %s", job,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1, resubmit);
         return DDP_REQUEUE_FAILED;
     }
-    snprintf(msg, 256, "job %s requeued; %s", job, from);
+    snprintf(msg, DDP_REQUEUE_MSG, "job %s requeued; %s", job, requeued);
     return DDP_REQUEUE_DONE;
 }
 
-ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, int have_last, ddp_requeue *out, char *msg)
+ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, const char *requeued, const char *resubmit, ddp_requeue *out,
+                             char *msg)
 {
     int code = DDP_REQUEUE_NOT_SLURM;
-    char text[256] = "not a SLURM job: continue with --resume auto";
+    char text[DDP_REQUEUE_MSG] = "not a SLURM job: continue with --resume auto";
     if (ctx->topo.rank == 0) {
         const ddp_jobfacts *f = ctx->facts;
         char job[80];
@@ -147,12 +147,12 @@ ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, int have_last, ddp_requeue
             code = DDP_REQUEUE_DISABLED;
             snprintf(text, sizeof text, "job %s not requeued (MPIDDP_REQUEUE=0)", job);
         } else {
-            code = run_scontrol(job, have_last, text);
+            code = run_scontrol(job, requeued, resubmit, text);
         }
     }
     MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, 0, ctx->world));
     MPI_CHECK(MPI_Bcast(text, (int)sizeof text, MPI_CHAR, 0, ctx->world));
     *out = (ddp_requeue)code;
-    snprintf(msg, 256, "%s", text);
+    snprintf(msg, DDP_REQUEUE_MSG, "%s", text);
     return DDP_OK;
 }

@@ -17,10 +17,16 @@ typedef enum {
     DDP_REQUEUE_NOT_BATCH   /* an interactive job (srun or salloc, not sbatch): Slurm cannot requeue it */
 } ddp_requeue;
 
+/* The size of ddp_slurm_requeue's msg. */
+#define DDP_REQUEUE_MSG 1024
+
 /* Collective, after a stop whose agreed kinds (DDP_STOP_* bits) are `kinds`: rank 0 runs `scontrol requeue <job>`
  * when the stop asked only for a requeue (DDP_STOP_REQUEUE) inside a SLURM batch job (ENVIRONMENT=BATCH, or else
- * `scontrol show job`'s BatchFlag=1; MPIDDP_REQUEUE=0 disables); every rank returns the same outcome; msg (256
- * bytes) says what happened, and whether the job resumes from last.h5 (have_last, read on rank 0) or starts again. */
-ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, int have_last, ddp_requeue *out, char *msg);
+ * `scontrol show job`'s BatchFlag=1; MPIDDP_REQUEUE=0 disables); every rank returns the same outcome; msg
+ * (DDP_REQUEUE_MSG bytes) says what happened, ending with rank 0's phrase for what the requeued job starts from
+ * (requeued: "it resumes from last.h5") or, when the requeue failed, what to do instead (resubmit: "resubmit it, it
+ * resumes from last.h5"); the caller knows the job's arguments, which decide both. */
+ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, const char *requeued, const char *resubmit, ddp_requeue *out,
+                             char *msg);
 
 #endif

@@ -207,16 +207,21 @@ static int retry_of(const char *dir, const char *ckpt)
     return same;
 }
 
-/* 1 when this is a requeued SLURM job (restart count > 0) whose earlier attempt wrote dir's run: run.json records
- * this job's id. Such an attempt that never saved last.h5 starts again as the first attempt did. */
-static int restart_of(const char *dir, const ddp_topology *t)
+int ddp_rundir_of_job(const char *dir, const ddp_topology *t)
 {
-    if (t->restart_count <= 0 || !t->job_id[0]) return 0;
+    if (!t->job_id[0]) return 0;
     cJSON *root = read_run_json(dir);
     const cJSON *job = cJSON_GetObjectItemCaseSensitive(root, "job_id");
     int same = cJSON_IsString(job) && !strcmp(job->valuestring, t->job_id);
     cJSON_Delete(root);
     return same;
+}
+
+/* 1 when this is a requeued SLURM job (restart count > 0) whose earlier attempt wrote dir's run: run.json records
+ * this job's id. Such an attempt that never saved last.h5 starts again as the first attempt did. */
+static int restart_of(const char *dir, const ddp_topology *t)
+{
+    return t->restart_count > 0 && ddp_rundir_of_job(dir, t);
 }
 
 /* The newest top-k file of dir/checkpoints ("checkpoints/NAME" into rel; "" when none): what a refused

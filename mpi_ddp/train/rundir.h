@@ -27,6 +27,10 @@ typedef struct {
  * CLI's options where ctx->cli_names (--out, --resume auto, --overwrite), else in the ddp_train_config fields a C-API
  * program sets (cfg.out_dir, cfg.resume = "auto", cfg.overwrite = 1). */
 ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume, int overwrite, ddp_rundir *rd);
+/* 1 when dir's run.json records this job's id (t->job_id: SLURM_JOB_ID, which an array task has of its own; never
+ * when empty): the run there, and so its checkpoints/last.h5, is this job's (an earlier attempt's, or this one's).
+ * run.json is the first file a run writes, after --overwrite removed the files of the run before. */
+int ddp_rundir_of_job(const char *dir, const ddp_topology *t);
 /* 1 when the checkpoint file ckpt lies in dir/checkpoints (compared as real paths: any spelling of either). */
 int ddp_rundir_own_checkpoint(const char *dir, const char *ckpt);
 /* Releases the lock (no-op off rank 0 or when not held). */

@@ -107,6 +107,7 @@ mkdir -p fake && cat > fake/scontrol <<EOS && chmod +x fake/scontrol
 #!/bin/sh
 echo "\$*" >> $WORK/scontrol.calls
 [ "\$1" != show ] || echo "JobId=\$4 JobName=x UserId=root(0) JobState=RUNNING BatchFlag=\${FAKE_BATCHFLAG:-0} Reboot=0"
+[ "\$1" != requeue ] || exit \${FAKE_REQUEUE_RC:-0}
 EOS
 small=(--device "$DEVICE" --train v --val v --batch-size 4 --hidden 8 --no-progress --epochs 2)
 job_env=(env SLURM_JOB_ID=4242 ENVIRONMENT=BATCH "PATH=$WORK/fake:$PATH")
@@ -144,17 +145,17 @@ grep -q "job 4242 requeued; it resumes from last.h5" <<<"$OUT" || fail "batch jo
 expect_rc 3 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 SLURM_JOB_ID=4242 ENVIRONMENT=BATCH PATH=/nonexistent "$MPIDDP" train "${small[@]}" --out noscontrol
 grep -q "NOT requeued: scontrol cannot be run" <<<"$ERR" || fail "no scontrol message: $ERR"
 
-# 6. a requeued job (SLURM_RESTART_COUNT > 0) keeps the progress of its earlier attempt: last.h5 wins over
-#    --overwrite and --resume FILE (one notice); an attempt that never saved starts from FILE again (its run.json
-#    says so), a run started from another file is still refused
-MPIDDP_TEST_STOP_AT_STEP=5 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out ow >/dev/null
-expect_rc 0 mpirun_np 2 env SLURM_RESTART_COUNT=1 MPIDDP_TEST_STOP_AT_STEP=8 "$MPIDDP" train "${small[@]}" --out ow --overwrite
+# 6. a requeued job (SLURM_RESTART_COUNT > 0) keeps the progress of its earlier attempt (run.json names the same
+#    SLURM_JOB_ID): last.h5 wins over --overwrite and --resume FILE (one notice); an attempt that never saved starts
+#    from FILE again (its run.json says so), a run started from another file is still refused
+MPIDDP_TEST_STOP_AT_STEP=5 mpirun_np 2 env SLURM_JOB_ID=4343 "$MPIDDP" train "${small[@]}" --out ow >/dev/null
+expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=4343 SLURM_RESTART_COUNT=1 MPIDDP_TEST_STOP_AT_STEP=8 "$MPIDDP" train "${small[@]}" --out ow --overwrite
 grep -q "notice: a requeued job (SLURM_RESTART_COUNT=1) continues from ow/checkpoints/last.h5: --overwrite is not applied" <<<"$ERR" &&
   grep -q "resuming from ow/checkpoints/last.h5 .* step 5" <<<"$ERR" || fail "restart with --overwrite: $ERR"
 cp ow/checkpoints/last.h5 start.h5 && cp start.h5 other.h5
-MPIDDP_TEST_STOP_AT_STEP=12 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5 >rf.out 2>&1 ||
+MPIDDP_TEST_STOP_AT_STEP=12 mpirun_np 2 env SLURM_JOB_ID=4343 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5 >rf.out 2>&1 ||
   { cat rf.out; fail "a run from --resume start.h5 stopped at step 12"; }
-expect_rc 0 mpirun_np 2 env SLURM_RESTART_COUNT=1 MPIDDP_TEST_STOP_AT_STEP=14 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5
+expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=4343 SLURM_RESTART_COUNT=1 MPIDDP_TEST_STOP_AT_STEP=14 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5
 grep -q "continues from rf/checkpoints/last.h5: --resume start.h5 is not applied" <<<"$ERR" &&
   grep -q "resuming from rf/checkpoints/last.h5 .* step 12" <<<"$ERR" || fail "restart with --resume FILE: $ERR"
 rm -r rf && MPIDDP_TEST_STOP_AT_STEP=12 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5 >rf.out 2>&1 ||
@@ -164,4 +165,61 @@ expect_rc 2 mpirun_np 2 "$MPIDDP" train "${small[@]}" --out rf --resume other.h5
 grep -q "rf holds a run (run.json) and --resume other.h5 is not one of its checkpoints" <<<"$ERR" || fail "another file: $ERR"
 expect_rc 0 mpirun_np 2 env SLURM_RESTART_COUNT=1 "$MPIDDP" train "${small[@]}" --out rf --resume start.h5
 grep -q "resuming from start.h5 .* step 8" <<<"$ERR" || fail "restart before a first save: $ERR"
-pass "dead rank, stalled rank, NaN, full and read-only run directory, stops and restarts in a SLURM job"
+# 7. what a stopped SLURM job's requeue line promises is true for the job's own arguments. The requeue failed (the
+#    stand-in scontrol exits 1, or is missing): a job submitted with --overwrite or --resume FILE, resubmitted as it
+#    is, would start over (before: "resubmit it, it resumes from last.h5", and the saved steps were lost), so the
+#    line says to pass --resume auto in their place; a resubmission with --resume auto does resume
+rm -f scontrol.calls
+fail_env=(env MPIDDP_TEST_STOP_AT_STEP=5 SLURM_JOB_ID=777 ENVIRONMENT=BATCH FAKE_REQUEUE_RC=1 "PATH=$WORK/fake:$PATH")
+expect_rc 1 mpirun_np 2 "${fail_env[@]}" "$MPIDDP" train "${small[@]}" --out rqow --overwrite
+[ "$(grep "NOT requeued" <<<"$ERR")" = "mpiddp train: error: job 777 NOT requeued: \`scontrol requeue\` failed (status 1); resubmit it with --resume auto in place of --overwrite: as submitted it starts over and the saved steps are lost" ] ||
+  fail "failed requeue of an --overwrite job: $ERR"
+expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=778 "$MPIDDP" train "${small[@]}" --out rqow --resume auto
+grep -q "resuming from rqow/checkpoints/last.h5 .* step 5" <<<"$ERR" || fail "resubmitted with --resume auto: $ERR"
+expect_rc 3 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 SLURM_JOB_ID=777 ENVIRONMENT=BATCH PATH=/nonexistent "$MPIDDP" train "${small[@]}" --out rqow3 --overwrite
+[ "$(grep "NOT requeued" <<<"$ERR")" = "mpiddp train: error: job 777 NOT requeued: scontrol cannot be run (No such file or directory); resubmit it with --resume auto in place of --overwrite: as submitted it starts over and the saved steps are lost" ] ||
+  fail "no scontrol, an --overwrite job: $ERR"
+cp rqow3/checkpoints/last.h5 from.h5
+expect_rc 1 mpirun_np 2 "${fail_env[@]}" MPIDDP_TEST_STOP_AT_STEP=9 "$MPIDDP" train "${small[@]}" --out rqrf --resume from.h5
+[ "$(grep "NOT requeued" <<<"$ERR")" = "mpiddp train: error: job 777 NOT requeued: \`scontrol requeue\` failed (status 1); resubmit it with --resume auto in place of --resume from.h5: as submitted it starts from that file again, not from last.h5" ] ||
+  fail "failed requeue of a --resume FILE job: $ERR"
+expect_rc 1 mpirun_np 1 "${fail_env[@]}" "$MPIDDP" train "${small[@]}" --out rqra --resume auto
+[ "$(grep "NOT requeued" <<<"$ERR")" = "mpiddp train: error: job 777 NOT requeued: \`scontrol requeue\` failed (status 1); resubmit it, it resumes from last.h5" ] ||
+  fail "failed requeue of a --resume auto job: $ERR"
+expect_rc 1 mpirun_np 1 "${fail_env[@]}" "$MPIDDP" train "${small[@]}" --out rqno
+[ "$(grep "NOT requeued" <<<"$ERR")" = "mpiddp train: error: job 777 NOT requeued: \`scontrol requeue\` failed (status 1); resubmit it with --resume auto, it resumes from last.h5" ] ||
+  fail "failed requeue of a job without --resume: $ERR"
+[ "$(sort -u scontrol.calls)" = "requeue 777" ] || fail "failed requeues: scontrol calls $(cat scontrol.calls)"
+# a requeue that succeeds: the requeued attempt (SLURM_RESTART_COUNT=1, the same arguments) continues this job's
+# last.h5 (its run.json names job 777) whatever --overwrite says
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 SLURM_JOB_ID=777 ENVIRONMENT=BATCH "PATH=$WORK/fake:$PATH" "$MPIDDP" train "${small[@]}" --out rqok --overwrite
+grep -qx "mpiddp train: job 777 requeued; it resumes from last.h5" <<<"$OUT" || fail "requeue of an --overwrite job: $OUT $ERR"
+expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=777 SLURM_RESTART_COUNT=1 "$MPIDDP" train "${small[@]}" --out rqok --overwrite
+grep -qx "mpiddp train: notice: a requeued job (SLURM_RESTART_COUNT=1) continues from rqok/checkpoints/last.h5: --overwrite is not applied" <<<"$ERR" &&
+  grep -q "resuming from rqok/checkpoints/last.h5 .* step 5" <<<"$ERR" || fail "requeued attempt of job 777: $ERR"
+
+# 8. a requeued job continues only a last.h5 that an attempt of it saved: RUNDIR holds another run's last.h5 (job
+#    899's), job 900 with --overwrite is stopped during start-up, before --overwrite removed it, and requeued. Its
+#    requeue line says it starts over, and the requeued attempt does: from step 0, with its own --lr and --epochs
+#    (before: "it resumes from last.h5", and attempt 2 continued job 899's run at step 5, with its settings)
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 SLURM_JOB_ID=899 "$MPIDDP" train "${small[@]}" --out other
+expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=900 ENVIRONMENT=BATCH "PATH=$WORK/fake:$PATH" "$PY" pend.py "$MPIDDP" train "${small[@]}" --out other --overwrite --lr 0.01 --epochs 3
+grep -qx "mpiddp train: stopped on request before training started; nothing saved" <<<"$OUT" &&
+  grep -qx "mpiddp train: job 900 requeued; the last.h5 there is not this job's, so it starts over (--overwrite)" <<<"$OUT" ||
+  fail "start-up stop over another run's last.h5: $OUT $ERR"
+expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=900 SLURM_RESTART_COUNT=1 "$MPIDDP" train "${small[@]}" --out other --overwrite --lr 0.01 --epochs 3
+grep -qx "mpiddp train: notice: a requeued job (SLURM_RESTART_COUNT=1) does not continue from other/checkpoints/last.h5: no attempt of job 900 saved it (other/run.json does not name this job), so --overwrite applies as in the first attempt" <<<"$ERR" &&
+  ! grep -q "resuming from" <<<"$ERR" || fail "requeued attempt over another run's last.h5: $ERR"
+grep -q "trained 600 samples" <<<"$OUT" && [ -z "$(awk -F, 'NR>1 && ($2<25 || ($5!="" && $5!=0.01))' other/metrics.csv)" ] &&
+  [ "$(awk -F, 'NR>1 && $6!=""' other/metrics.csv | wc -l)" = 3 ] || fail "attempt 2 did not start over: $OUT $(cat other/metrics.csv)"
+qgrep '"job_id":	"900"' other/run.json || fail "attempt 2: run.json $(cat other/run.json)"
+# with --resume FILE: the requeued attempt starts from FILE again, not from job 899's last.h5
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=8 SLURM_JOB_ID=899 "$MPIDDP" train "${small[@]}" --out other2
+cp other2/checkpoints/last.h5 other2/checkpoints/from.h5
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=12 SLURM_JOB_ID=899 "$MPIDDP" train "${small[@]}" --out other2 --resume auto
+expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=901 ENVIRONMENT=BATCH "PATH=$WORK/fake:$PATH" "$PY" pend.py "$MPIDDP" train "${small[@]}" --out other2 --resume other2/checkpoints/from.h5
+grep -qx "mpiddp train: job 901 requeued; the last.h5 there is not this job's, so it starts from other2/checkpoints/from.h5 (--resume)" <<<"$OUT" ||
+  fail "start-up stop of a --resume FILE job over another run's last.h5: $OUT $ERR"
+expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=901 SLURM_RESTART_COUNT=1 "$MPIDDP" train "${small[@]}" --out other2 --resume other2/checkpoints/from.h5
+grep -q "resuming from other2/checkpoints/from.h5 .* step 8" <<<"$ERR" || fail "requeued --resume FILE attempt: $ERR"
+pass "dead rank, stalled rank, NaN, full and read-only run directory, stops and restarts in a SLURM job, the requeue line true for the job's arguments, a requeue continues only its own last.h5"

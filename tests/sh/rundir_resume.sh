@@ -57,8 +57,8 @@ mpmd() { local r0=$1 r1=$2; shift 2
   [ "$(grep -c "notice: the ranks see different SLURM_RESTART_COUNT values (0 to 1); rank 0's, $r0, applies on every rank" <<<"$ERR")" = 1 ] ||
     fail "MPMD restart counts $r0/$r1: $ERR"
 }
-expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=10 "$MPIDDP" train "${base[@]}" --epochs 2 --out mp
-mpmd 1 0 "${base[@]}" --epochs 2 --out mp --overwrite
+expect_rc 0 mpirun_np 2 env SLURM_JOB_ID=4345 MPIDDP_TEST_STOP_AT_STEP=10 "$MPIDDP" train "${base[@]}" --epochs 2 --out mp
+SLURM_JOB_ID=4345 mpmd 1 0 "${base[@]}" --epochs 2 --out mp --overwrite
 grep -q "notice: a requeued job (SLURM_RESTART_COUNT=1) continues from mp/checkpoints/last.h5: --overwrite is not applied" <<<"$ERR" &&
   grep -q "resuming from mp/checkpoints/last.h5" <<<"$ERR" || fail "rank 0 restarted: $ERR"
 expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=10 "$MPIDDP" train "${base[@]}" --epochs 2 --out mp0
