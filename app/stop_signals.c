@@ -1,7 +1,8 @@
 /* stop_signals.c — the stop requests of `mpiddp train` (SIGUSR1, SIGUSR2, SIGTERM, SIGINT), taken by one thread that
  * waits for them; every other thread of the process, MPI's, OpenMP's and oneDNN's included, has them blocked,
- * so no signal handler ever runs on a compute thread's stack (docs/faults.md, "Stop signals"). The other commands:
- * SIGINT, SIGTERM and SIGHUP remove the temporary being written (the manifest's) before they end the process. */
+ * so no signal handler ever runs on a compute thread's stack (docs/faults.md, "Stop signals"). A second SIGTERM or
+ * SIGINT while no step boundary has agreed the stop ends the rank at once. The other commands: SIGINT, SIGTERM,
+ * SIGHUP, SIGUSR1 and SIGUSR2 remove the temporary being written (a shard's, the manifest's) before they end it. */
 #include "stop_signals.h"
 
 #include "mpi_ddp/core/fsutil.h"
@@ -12,10 +13,24 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A second SIGTERM or SIGINT force-quits a rank only this many seconds or more after the first. Slurm delivers
+ * scancel's SIGTERM twice within milliseconds (slurmstepd and srun both forward it) and mpirun passes a SIGTERM on
+ * odls_base_sigkill_timeout (1 s by default) after it got one: such duplicates must not end a run that would stop
+ * cleanly. A person who presses Ctrl-C again because nothing happened takes longer than this. */
+#define FORCE_QUIT_AFTER_S 2.0
 
 static sigset_t g_set;
 static atomic_int g_last_signal, g_armed;
+static atomic_int g_force_quit; /* 1: a second end-kind signal force-quits (cli_stop_signals_force_quit .. _settle) */
+static int g_rank = -1;         /* the rank and run directory the force-quit line names; set before g_force_quit */
+static char g_run_dir[4096];
+static int g_first_end; /* the signal thread's own: the first SIGTERM/SIGINT taken, and when */
+static double g_first_end_s;
 
 static void stop_set(sigset_t *s)
 {
@@ -64,6 +79,48 @@ int cli_stop_signals_block(void)
     return 0;
 }
 
+static const char *sig_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
+/* The signal's default action, from the signal thread (which has it blocked): the process ends by the signal. */
+static void default_action(int sig)
+{
+    signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+    raise(sig);
+}
+
+/* An end-kind signal (SIGTERM, SIGINT) taken while training: the first is recorded; one FORCE_QUIT_AFTER_S or more
+ * after it, while no step or validation batch boundary has agreed the stop (a rank stuck in a collective never gets
+ * there), ends the rank at once, by that signal, with one line. Once the ranks agreed, they are saving last.h5 and
+ * ending: a second signal lets the save finish. */
+static void end_signal(int sig)
+{
+    if (!atomic_load(&g_force_quit)) return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double now = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    if (!g_first_end) {
+        g_first_end = sig, g_first_end_s = now;
+        return;
+    }
+    if (now - g_first_end_s < FORCE_QUIT_AFTER_S || ddp_stop_agreed()) return;
+    char last[4200];
+    snprintf(last, sizeof last, "%s/checkpoints/last.h5", g_run_dir);
+    int have = access(last, F_OK) == 0;
+    fprintf(stderr,
+            "mpiddp train: rank %d: a second stop signal (%s) %.1f s after the first (%s), and no step boundary "
+            "reached: exiting without saving; %s%s\n",
+            g_rank, sig_name(sig), now - g_first_end_s, sig_name(g_first_end), have ? last : "no last.h5 in ",
+            have ? " is left as it was" : g_run_dir);
+    fflush(stderr);
+    ddp_unlink_registered_temporary(); /* a checkpoint's temporary, should a save be under way */
+    default_action(sig);
+    _exit(128 + sig); /* not reached: the signal ended the process */
+}
+
 static void *waiter(void *arg)
 {
     (void)arg;
@@ -71,14 +128,8 @@ static void *waiter(void *arg)
         int sig = 0;
         if (sigwait(&g_set, &sig) != 0) continue;
         atomic_store(&g_last_signal, sig);
-        if (!(atomic_load(&g_armed) & kind_of(sig))) { /* not taken now: the signal's default action */
-            signal(sig, SIG_DFL);
-            sigset_t one;
-            sigemptyset(&one);
-            sigaddset(&one, sig);
-            pthread_sigmask(SIG_UNBLOCK, &one, NULL);
-            raise(sig);
-        }
+        if (!(atomic_load(&g_armed) & kind_of(sig))) default_action(sig); /* not taken now */
+        if (kind_of(sig) == DDP_STOP_END) end_signal(sig);
         ddp_request_stop_kind(kind_of(sig)); /* the ranks agree on it at the next step or validation batch */
     }
     return NULL;
@@ -97,6 +148,15 @@ int cli_stop_signals_start(void)
 
 void cli_stop_signals_arm(int kinds) { atomic_store(&g_armed, kinds); }
 
+void cli_stop_signals_force_quit(int rank, const char *run_dir)
+{
+    g_rank = rank;
+    snprintf(g_run_dir, sizeof g_run_dir, "%s", run_dir ? run_dir : ".");
+    atomic_store(&g_force_quit, 1);
+}
+
+void cli_stop_signals_settle(void) { atomic_store(&g_force_quit, 0); }
+
 int cli_stop_signal_received(void) { return atomic_load(&g_last_signal); }
 
 /* Async-signal-safe: unlink of a path registered before the temporary was created, then the signal's default action
@@ -111,7 +171,8 @@ static void on_fatal(int sig)
 
 int cli_fatal_signals_cleanup(void)
 {
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    /* SIGUSR1 and SIGUSR2 too: `pkill -USR1 mpiddp`, meant for train's ranks, ends a synth or pack as well */
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_fatal;

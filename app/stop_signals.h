@@ -13,10 +13,16 @@ int cli_stop_signals_start(void);
 /* The kinds (DDP_STOP_* bits) whose signals become stop requests; a signal of another kind takes its default action
  * and ends the process (the default: none armed). */
 void cli_stop_signals_arm(int kinds);
+/* From now until cli_stop_signals_settle (train, while it trains): a second SIGTERM or SIGINT, 2 s or more after the
+ * first, while the ranks have not agreed the stop (ddp_stop_agreed), ends this rank at once by that signal, with one
+ * line naming rank and run_dir; the first only asks the stop. */
+void cli_stop_signals_force_quit(int rank, const char *run_dir);
+void cli_stop_signals_settle(void);
 /* The last stop signal taken (0: none). */
 int cli_stop_signal_received(void);
-/* The commands other than train: SIGINT, SIGTERM and SIGHUP first remove the temporary the process is writing
- * (ddp_register_temporary: the manifest's), then take their default action. Returns 0, or -1 on failure. */
+/* The commands other than train: SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 first remove the temporary the process
+ * is writing (ddp_register_temporary: a shard's, the manifest's), then take their default action. Returns 0, or -1 on
+ * failure. */
 int cli_fatal_signals_cleanup(void);
 
 #endif

@@ -285,7 +285,7 @@ ddp_status ddp_manifest_write(const char *path, ddp_manifest_entry *entries, cha
         *slash = 0;
     else
         snprintf(dir, sizeof dir, ".");
-    ddp_register_temporary(tmp); /* SIGINT, SIGTERM, SIGHUP: the handler removes it (app/stop_signals.c) */
+    ddp_register_temporary(tmp); /* a fatal signal: the handler removes it (app/stop_signals.c) */
     mf_out o = {fopen(tmp, "wb"), crc32(0L, Z_NULL, 0), 0};
     if (!o.f) {
         ddp_register_temporary(NULL);

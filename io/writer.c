@@ -54,7 +54,7 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5W(fapl, "H5Pcreate");
     H5W(H5Pset_alignment(fapl, 1, 4096), "H5Pset_alignment");
-    ddp_register_temporary(tmp); /* SIGINT, SIGTERM, SIGHUP: the handler removes it (app/stop_signals.c) */
+    ddp_register_temporary(tmp); /* a fatal signal: the handler removes it (app/stop_signals.c) */
     f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0) DDP_FAIL(DDP_ERR_IO, "%s: cannot create (directory missing or not writable?)", tmp);
     H5W(ddp_h5_attr_str(f, "format", "mpiddp-shard"), "writing attribute 'format'");

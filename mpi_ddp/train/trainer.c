@@ -41,6 +41,9 @@ static atomic_int g_stop_requested; /* DDP_STOP_* bits: set by the CLI's signal 
 void ddp_request_stop_kind(int kind) { atomic_fetch_or(&g_stop_requested, kind & (DDP_STOP_END | DDP_STOP_REQUEUE)); }
 void ddp_request_stop(void) { ddp_request_stop_kind(DDP_STOP_END); }
 int ddp_stop_requested(void) { return atomic_load(&g_stop_requested); }
+static atomic_int g_stop_agreed; /* set by the training thread once the ranks agreed to stop: the CLI's signal
+                                    thread no longer force-quits on a second signal (app/stop_signals.c) */
+int ddp_stop_agreed(void) { return atomic_load(&g_stop_agreed); }
 
 
 static double now_s(void)
@@ -148,6 +151,7 @@ static ddp_status train_step(ddp_trainer *tr, ddp_loader *ld, int64_t *mb, int64
     *samples = count;
     *stop = 0; /* the kinds any rank asked for */
     for (int kb = 0; kb < CTL_STOP_KINDS; kb++) *stop |= (g[CTL_STOP + kb] > 0) << kb;
+    if (*stop) atomic_store(&g_stop_agreed, 1);
     /* load balance: the busiest rank's rows over the mean (1 = balanced); every rank computes the same */
     double rmax = 0.0, rsum = 0.0;
     for (int64_t r = CTL_ROWS; r < tr->nctl; r++) {
@@ -212,6 +216,7 @@ static ddp_status val_poll_fn(void *arg, int64_t batch, int *stop)
         p->pending = 0;
         if (p->tr->val_stop[1]) {
             p->stopped = p->tr->val_stop[1]; /* the kinds asked for */
+            atomic_store(&g_stop_agreed, 1);
             *stop = 1;
             return DDP_OK;
         }

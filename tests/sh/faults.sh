@@ -33,6 +33,49 @@ set -e
 grep -Eq "collective timeout: rank [013] waited [0-9]+ s in (the|an?) [a-z -]+ at step 0 \(--collective-timeout 5\); missing: rank 2 silent" stall0.err ||
   { cat stall0.err; fail "rank stalled at start: no report naming rank 2"; }
 
+# 2b. a second stop signal ends a rank that cannot reach a step boundary (rank 1 stopped at start: rank 0 waits in a
+#     collective, --collective-timeout 0). SIGTERM to both ranks, and again at once to rank 0 (Slurm's duplicate:
+#     ignored), SIGINT 2.5 s later: rank 0 ends within seconds by that signal (130), with one line; a later run takes
+#     the leftover run.lock, and nothing .tmp stays. Before, rank 0 waited for ever: only SIGKILL ended it.
+set +e
+MPIDDP_TEST_STOP_SELF_AT_START=1 timeout -s KILL 30 mpirun -np 2 --oversubscribe "$MPIDDP" train --device "$DEVICE" \
+  --train v --val v --batch-size 4 --hidden 8 --no-progress --epochs 2 --out hang > hang.out 2> hang.err &
+job=$!
+p1=$(stopped_rank 1)
+p0=$(rank_pid 0)
+[ -n "$p0" ] && stopped "$p1" || fail "second signal: rank 1 did not stop itself"
+sleep 1
+kill -TERM "$p0" "$p1" && kill -TERM "$p0"
+sleep 2.5
+kill -0 "$p0" || { cat hang.err; fail "second signal: rank 0 ended on a duplicate SIGTERM within milliseconds"; }
+kill -INT "$p0" "$p1"
+start=$(date +%s)
+wait $job
+rc=$?
+set -e
+[ "$rc" = 130 ] || { cat hang.err; fail "second signal: mpirun exited $rc, expected 130 (137: the job hung)"; }
+[ $(( $(date +%s) - start )) -le 10 ] || fail "second signal: the job took $(( $(date +%s) - start )) s to end"
+[ "$(grep -c '^mpiddp train:' hang.err)" = 1 ] &&
+  qgrep -E "^mpiddp train: rank 0: a second stop signal \(SIGINT\) [0-9.]+ s after the first \(SIGTERM\), and no step boundary reached: exiting without saving; no last.h5 in hang$" hang.err ||
+  { cat hang.err; fail "second signal: not the one line"; }
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=3 "$MPIDDP" train --device "$DEVICE" --train v --val v --batch-size 4 \
+  --hidden 8 --no-progress --epochs 2 --out hang --resume auto
+[ -f hang/checkpoints/last.h5 ] && [ -z "$(find hang -name '*.tmp*')" ] || fail "after a force-quit: $(find hang)"
+# two SIGTERMs back to back to every rank of a healthy run (np 1 and 2; steps of 300 ms): a clean stop, exit 0
+for np in 1 2; do
+  MPIDDP_TEST_STEP_DELAY_MS=300 mpirun_np $np "$MPIDDP" train --device "$DEVICE" --train v --val v --batch-size 4 \
+    --hidden 8 --no-progress --epochs 2 --out dbl$np > dbl$np.out 2>&1 &
+  job=$!
+  wait_for dbl$np/run.json
+  pids=$(for r in $(seq 0 $((np - 1))); do rank_pid $r; done)
+  # shellcheck disable=SC2086
+  kill -TERM $pids && kill -TERM $pids
+  set +e; wait $job; rc=$?; set -e
+  [ "$rc" = 0 ] || { cat dbl$np.out; fail "np $np: two SIGTERMs at once: exit $rc"; }
+  grep -q "stopped on request at step" dbl$np.out && [ -f dbl$np/checkpoints/last.h5 ] ||
+    { cat dbl$np.out; fail "np $np: two SIGTERMs at once: no clean stop"; }
+done
+
 # 3. NaN in the data: stops with the step and the parameter; --skip-nonfinite skips and counts instead
 $PY "$SRC/tests/py/make_shards.py" nan nan
 $PY "$SRC/tests/py/make_shards.py" variants vv >/dev/null

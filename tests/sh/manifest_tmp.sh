@@ -7,6 +7,8 @@
 # shard's temporary too. The temporary names the writer's PID namespace (HOST.pidns-NS.PID): a live index in another
 # PID namespace of the same host name (a container beside this one, run here with unshare) keeps its temporary;
 # before, its PID, dead in this namespace, made the next index remove it.
+# SIGUSR1 and SIGUSR2 (a `pkill -USR1 mpiddp` meant for train) do the same for index and synth; before, their default
+# action ended the process at once and left the temporary.
 . "$(dirname "$0")/lib.sh"
 synth --out d --samples 200 --dim 4 --classes 3 --min-rows 1 --max-rows 4 --shards 4 --seed 1 --no-manifest
 host=$(printf %s "$(hostname)" | tr -c 'A-Za-z0-9._-' '_')
@@ -27,13 +29,13 @@ killed() {
   set +e; wait "$pid"; rc=$?; set -e
 }
 
-for sig in TERM INT HUP; do
+for sig in TERM INT HUP USR1 USR2; do
   killed $sig "$MPIDDP" index d
   [ "$rc" = $((128 + $(kill -l $sig))) ] || fail "SIG$sig: index exited $rc: $(cat killed.out)"
   [ "$(ntmp d)" = 0 ] || fail "SIG$sig: the temporary stayed: $(ls d)"
   [ ! -e d/mpiddp-manifest.bin ] || fail "SIG$sig: a manifest was written"
 done
-pass "index killed by SIGTERM, SIGINT, SIGHUP removes its temporary"
+pass "index killed by SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 removes its temporary"
 
 killed TERM mpirun -np 2 --oversubscribe "$MPIDDP" index d
 [ "$rc" != 0 ] || fail "mpirun index survived SIGTERM"
@@ -140,5 +142,18 @@ for launch in single mpirun; do
     [ "$(shtmp big)" = 0 ] || fail "$launch synth, SIGTERM: a shard temporary stayed: $(ls -a big)"
   done
 done
+# SIGUSR1 and SIGUSR2 (`pkill -USR1 mpiddp`, meant for train's ranks, reaches a synth too) end it the same way, by the
+# signal. Before, their default action ended it at once and left the shard's temporary.
+for sig in USR1 USR2; do
+  rm -rf big
+  "$MPIDDP" synth --out big --samples 8000 --dim 64 --shards 2 --no-manifest >killed.out 2>&1 &
+  pid=$!
+  for _ in $(seq 3000); do [ "$(shtmp big)" = 0 ] || break; sleep 0.005; done
+  [ "$(shtmp big)" != 0 ] || fail "synth: no shard temporary seen: $(ls -a big; cat killed.out)"
+  kill -$sig "$pid"
+  set +e; wait "$pid"; rc=$?; set -e
+  [ "$rc" = $((128 + $(kill -l $sig))) ] || fail "synth, SIG$sig: exit $rc: $(cat killed.out)"
+  [ "$(shtmp big)" = 0 ] || fail "synth, SIG$sig: a shard temporary stayed: $(ls -a big)"
+done
 rm -rf big
-pass "synth killed by SIGTERM while writing a shard removes the shard's temporary (alone and under mpirun)"
+pass "synth killed by SIGTERM, SIGUSR1 or SIGUSR2 while writing a shard removes the shard's temporary (alone and under mpirun)"
