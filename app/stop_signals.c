@@ -5,6 +5,7 @@
  * SIGHUP, SIGUSR1 and SIGUSR2 remove the temporary being written (a shard's, the manifest's) before they end it. */
 #include "stop_signals.h"
 
+#include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/fsutil.h"
 #include "mpiddp.h"
 
@@ -93,9 +94,11 @@ static void default_action(int sig)
 }
 
 /* An end-kind signal (SIGTERM, SIGINT) taken while training: the first is recorded; one FORCE_QUIT_AFTER_S or more
- * after it, while no step or validation batch boundary has agreed the stop (a rank stuck in a collective never gets
- * there), ends the rank at once, by that signal, with one line. Once the ranks agreed, they are saving last.h5 and
- * ending: a second signal lets the save finish. */
+ * after it ends the rank at once, by that signal, with one line, when the rank is stuck: no step or validation batch
+ * boundary has agreed the stop, and the rank has waited FORCE_QUIT_AFTER_S or more in the MPI collective it is in
+ * (ddp_wait_blocked_s; a rank computing a slow step is not stuck, nor one waiting on the GPU, where NCCL's wait
+ * counts compute too). Once the ranks agreed, they are saving last.h5 and ending: a second signal lets the save
+ * finish. */
 static void end_signal(int sig)
 {
     if (!atomic_load(&g_force_quit)) return;
@@ -106,17 +109,18 @@ static void end_signal(int sig)
         g_first_end = sig, g_first_end_s = now;
         return;
     }
-    if (now - g_first_end_s < FORCE_QUIT_AFTER_S || ddp_stop_agreed()) return;
+    double blocked = ddp_wait_blocked_s();
+    if (now - g_first_end_s < FORCE_QUIT_AFTER_S || ddp_stop_agreed() || blocked < FORCE_QUIT_AFTER_S) return;
+    ddp_unlink_registered_temporary(); /* a checkpoint's temporary, should a save be under way */
     char last[4200];
     snprintf(last, sizeof last, "%s/checkpoints/last.h5", g_run_dir);
     int have = access(last, F_OK) == 0;
     fprintf(stderr,
-            "mpiddp train: rank %d: a second stop signal (%s) %.1f s after the first (%s), and no step boundary "
-            "reached: exiting without saving; %s%s\n",
-            g_rank, sig_name(sig), now - g_first_end_s, sig_name(g_first_end), have ? last : "no last.h5 in ",
+            "mpiddp train: rank %d: a second stop signal (%s) %.1f s after the first (%s), %.1f s into a collective "
+            "wait and no step boundary reached: exiting without saving; %s%s\n",
+            g_rank, sig_name(sig), now - g_first_end_s, sig_name(g_first_end), blocked, have ? last : "no last.h5 in ",
             have ? " is left as it was" : g_run_dir);
     fflush(stderr);
-    ddp_unlink_registered_temporary(); /* a checkpoint's temporary, should a save be under way */
     default_action(sig);
     _exit(128 + sig); /* not reached: the signal ended the process */
 }

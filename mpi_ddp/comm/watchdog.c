@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,11 +32,31 @@ static double wall(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* When this process entered the collective wait it is in (mono() in ns), 0: none (ddp_wait_blocked_s) */
+static _Atomic int64_t g_wait_since_ns;
+
 static double mono(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int ddp_wait_enter(void)
+{
+    int64_t none = 0, now = (int64_t)(mono() * 1e9);
+    return atomic_compare_exchange_strong(&g_wait_since_ns, &none, now > 0 ? now : 1); /* 0: an outer wait's */
+}
+
+void ddp_wait_leave(int token)
+{
+    if (token) atomic_store(&g_wait_since_ns, 0);
+}
+
+double ddp_wait_blocked_s(void)
+{
+    int64_t since = atomic_load(&g_wait_since_ns);
+    return since ? mono() - 1e-9 * (double)since : 0.0;
 }
 
 ddp_status ddp_watch_init(ddp_ctx *ctx, const char *run_dir, double timeout_s)
@@ -148,9 +169,8 @@ void ddp_watch_report(ddp_ctx *ctx, const char *where, double waited)
     ddp_set_error(DDP_ERR_MISMATCH, "%s", msg);
 }
 
-ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
+static ddp_status wait_body(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
 {
-    if (ctx->comm_broken) return ddp_ctx_broken_error(ctx, where); /* requests started after it: never complete */
     if (ctx->watch->coll_timeout <= 0) {
         MPI_CHECK(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
         return DDP_OK;
@@ -177,12 +197,23 @@ ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
     }
 }
 
+ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
+{
+    if (ctx->comm_broken) return ddp_ctx_broken_error(ctx, where); /* requests started after it: never complete */
+    int tok = ddp_wait_enter();
+    ddp_status st = wait_body(ctx, n, req, where);
+    ddp_wait_leave(tok);
+    return st;
+}
+
 ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, MPI_Op op, const char *where)
 {
     if (ctx->comm_broken) return ddp_ctx_broken_error(ctx, where);
     if (ctx->watch->coll_timeout <= 0) {
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, ctx->world));
-        return DDP_OK;
+        int tok = ddp_wait_enter();
+        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, ctx->world);
+        ddp_wait_leave(tok);
+        return rc == MPI_SUCCESS ? DDP_OK : ddp_mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__);
     }
     int tsize = 0;
     MPI_CHECK(MPI_Type_size(type, &tsize));

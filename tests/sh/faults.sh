@@ -56,7 +56,7 @@ set -e
 [ "$rc" = 130 ] || { cat hang.err; fail "second signal: mpirun exited $rc, expected 130 (137: the job hung)"; }
 [ $(( $(date +%s) - start )) -le 10 ] || fail "second signal: the job took $(( $(date +%s) - start )) s to end"
 [ "$(grep -c '^mpiddp train:' hang.err)" = 1 ] &&
-  qgrep -E "^mpiddp train: rank 0: a second stop signal \(SIGINT\) [0-9.]+ s after the first \(SIGTERM\), and no step boundary reached: exiting without saving; no last.h5 in hang$" hang.err ||
+  qgrep -E "^mpiddp train: rank 0: a second stop signal \(SIGINT\) [0-9.]+ s after the first \(SIGTERM\), [0-9.]+ s into a collective wait and no step boundary reached: exiting without saving; no last.h5 in hang$" hang.err ||
   { cat hang.err; fail "second signal: not the one line"; }
 expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=3 "$MPIDDP" train --device "$DEVICE" --train v --val v --batch-size 4 \
   --hidden 8 --no-progress --epochs 2 --out hang --resume auto
@@ -75,6 +75,18 @@ for np in 1 2; do
   grep -q "stopped on request at step" dbl$np.out && [ -f dbl$np/checkpoints/last.h5 ] ||
     { cat dbl$np.out; fail "np $np: two SIGTERMs at once: no clean stop"; }
 done
+# two SIGTERMs 2.5 s apart to every rank of a healthy run whose steps take 4 s (np 2): the ranks are computing, not
+# stuck in a collective: a clean stop at the step boundary, exit 0 (a force-quit on the time alone ended it, 143)
+MPIDDP_TEST_STEP_DELAY_MS=4000 mpirun_np 2 "$MPIDDP" train --device "$DEVICE" --train v --val v --batch-size 4 \
+  --hidden 8 --no-progress --epochs 2 --out slow > slow.out 2>&1 &
+job=$!
+wait_for slow/run.json
+pids="$(rank_pid 0) $(rank_pid 1)"
+# shellcheck disable=SC2086
+kill -TERM $pids && sleep 2.5 && kill -TERM $pids
+set +e; wait $job; rc=$?; set -e
+[ "$rc" = 0 ] && grep -q "stopped on request at step" slow.out && [ -f slow/checkpoints/last.h5 ] ||
+  { cat slow.out; fail "slow steps, two SIGTERMs 2.5 s apart: exit $rc, not a clean stop"; }
 
 # 3. NaN in the data: stops with the step and the parameter; --skip-nonfinite skips and counts instead
 $PY "$SRC/tests/py/make_shards.py" nan nan
