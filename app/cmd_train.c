@@ -79,10 +79,12 @@ static int rank0_has_last(ddp_ctx *ctx, const ddp_train_config *cfg, char *last,
  * RUNDIR/checkpoints/last.h5 present and RUNDIR/run.json naming this job (an attempt of it saved that last.h5) it
  * continues from there, whatever --overwrite or --resume FILE say (one notice); with another run's last.h5 (the
  * first attempt stopped before --overwrite removed it) --overwrite and --resume FILE apply, as they did in the first
- * attempt (one notice); without either, it starts as the first attempt did, else as --resume auto.
- * The count is a job fact: rank 0's value decides on every rank (one notice when the ranks saw different values, an
- * MPMD launch or a user's environment on some ranks; before, each rank took its own path and the job could hang).
- * Collective (rank 0 looks for last.h5 and run.json). Returns 0, or the exit code of an MPI failure. */
+ * attempt (one notice), and without either the run directory refuses it as it would have refused the first (continuing
+ * another run is --resume auto's to ask for); without last.h5, --overwrite and --resume FILE apply, and without either
+ * it runs as --resume auto (over the first attempt's files). The count is a job fact: rank 0's value decides on every
+ * rank (one notice when the ranks saw different values, an MPMD launch or a user's environment on some ranks; before,
+ * each rank took its own path and the job could hang). Collective (rank 0 looks for last.h5 and run.json). Returns 0,
+ * or the exit code of an MPI failure. */
 static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
 {
     const ddp_topology *t = ddp_topo(ctx);
@@ -119,7 +121,7 @@ static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
     if (mine) {
         cfg->resume = "auto";
         cfg->overwrite = 0;
-    } else if (!cfg->resume && !cfg->overwrite)
+    } else if (!have[0] && !cfg->resume && !cfg->overwrite)
         cfg->resume = "auto";
     return 0;
 }
@@ -127,7 +129,8 @@ static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
 /* What a requeued attempt of this job starts from (rq) and what to do when the requeue failed (rs), for the job's own
  * arguments (overwrite, resume: as given, before restart_resume) and rank 0's run directory: have_last
  * (checkpoints/last.h5 exists), mine (run.json names this job, so that last.h5 is this job's). A requeued attempt
- * continues its own last.h5 whatever the arguments say; a resubmitted job is a new job: its --overwrite starts over,
+ * continues its own last.h5 whatever the arguments say, and meets another run's as the first attempt did (without
+ * --resume or --overwrite the run directory refuses it); a resubmitted job is a new job: its --overwrite starts over,
  * its --resume FILE starts from FILE, and without --resume it refuses the run directory. */
 static void requeue_phrases(int have_last, int mine, int overwrite, const char *resume, char *rq, char *rs, size_t len)
 {
@@ -141,6 +144,13 @@ static void requeue_phrases(int have_last, int mine, int overwrite, const char *
     } else if (!mine && file) {
         snprintf(rq, len, "the last.h5 there is not this job's, so it starts from %.600s (--resume)", resume);
         snprintf(rs, len, "resubmit it, %s", rq);
+    } else if (!mine && !resume) { /* a start-up stop before the run directory refused another run's files */
+        snprintf(rq, len,
+                 "the last.h5 there is not this job's and neither --resume nor --overwrite is given, so the "
+                 "requeued job is refused there (exit 2)");
+        snprintf(rs, len,
+                 "the last.h5 there is not this job's: resubmit it with another --out, with --overwrite to remove "
+                 "that run's files, or with --resume auto to continue that run");
     } else {
         snprintf(rq, len, "it resumes from last.h5");
         if (overwrite)
