@@ -214,8 +214,8 @@ const char *ddp_model_kind_name(ddp_model_kind k);
  * runs them too. */
 ddp_status ddp_model_config_check(const ddp_model_config *c);
 /* Builds a built-in model on the backend of device (params/grads in its memory). The model keeps a copy of *c:
- * ddp_train reads it where cfg.model_config is NULL (the max_positions check, token budgets, checkpoints) and refuses
- * a cfg.model_config that contradicts it (docs/faults.md). */
+ * ddp_train reads it (the max_positions check, token budgets, checkpoints, run.json's workspace) and refuses a
+ * cfg.model_config that contradicts its hyperparameters (docs/faults.md). */
 ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config *c, ddp_model *out);
 
 /* ---------------------------------------------------------------- metrics */
@@ -296,8 +296,9 @@ typedef struct {
     double early_stop_min_delta;
     int skip_nonfinite; /* a non-finite gradient skips the update (counted as train/skipped_steps) instead of failing */
     /* optional: a built-in model's kind and hyperparameters, recorded in checkpoints so eval rebuilds the model.
-     * NULL: those ddp_model_create kept in the model (none for a model of the program's own); else it must be the
-     * configuration the model was created with (else DDP_ERR_ARG naming the field, before anything is written) */
+     * NULL: those ddp_model_create kept in the model (none for a model of the program's own); else its kind and
+     * hyperparameters must be those the model was created with (else DDP_ERR_ARG naming the field, before anything is
+     * written; max_batch_rows, max_batch_samples and precision may differ: the model's own apply) */
     const struct ddp_model_config *model_config;
     ddp_precision precision; /* the GEMMs' arithmetic (default fp32; tf32 needs a CUDA model), recorded in
                                 run.json and checkpoints; a resume may change it (parameters are fp32 either way) */

@@ -147,7 +147,9 @@ static const char *model_value(char *buf, size_t len, const char *field, double 
 }
 
 /* A cfg.model_config that contradicts the configuration the built-in model was created with (own): checkpoints and
- * run.json would record hyperparameters the model does not have. The fields a built-in model of own's kind reads. */
+ * run.json would record hyperparameters the model does not have. The fields of own's kind that say what the model
+ * computes (its shapes and the model_* attributes checkpoints record); the workspace (max_batch_rows,
+ * max_batch_samples) and the arithmetic (precision) may differ: ddp_train reads those from the model (trainer.c). */
 static ddp_status check_model_config(const ddp_model_config *given, const ddp_model_config *own, int cli)
 {
     if (!given || !own) return DDP_OK;
@@ -168,10 +170,7 @@ static ddp_status check_model_config(const ddp_model_config *given, const ddp_mo
              {"ff", DDP_OPT_FF, fg, fo, tx},
              {"max_positions", DDP_OPT_MAX_POSITIONS, (double)given->max_positions, (double)own->max_positions, tx},
              {"positions", -1, given->positions != 0, own->positions != 0, tx},
-             {"dropout", DDP_OPT_DROPOUT, given->dropout, own->dropout, tx},
-             {"precision", -1, given->precision, own->precision, tx},
-             {"max_batch_rows", -1, (double)given->max_batch_rows, (double)own->max_batch_rows, 1},
-             {"max_batch_samples", -1, (double)given->max_batch_samples, (double)own->max_batch_samples, 1}};
+             {"dropout", DDP_OPT_DROPOUT, given->dropout, own->dropout, tx}};
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
         if (!f[k].used || f[k].g == f[k].o) continue;
         char name[64], a[64], b[64];

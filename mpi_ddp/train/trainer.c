@@ -436,11 +436,12 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
     DDP_CHECK(ddp_ctx_usable(ctx, "ddp_train"));
     /* the arguments, agreed: a NULL or a broken model on one rank fails every rank here, not a collective later */
     DDP_CHECK(ddp_agree_status(ctx, ddp_train_args_check(cfg, ctx->topo.size, ctx->cli_names, model, train, val)));
-    /* a built-in model's own configuration where cfg.model_config is NULL (one that contradicts it was refused above):
-     * the checks below, the token budgets' cost, checkpoints (eval rebuilds the model) and run.json read it */
+    /* a built-in model's own configuration where cfg.model_config is NULL, and in place of one that describes the
+     * model (one that contradicts it was refused above) but gives other workspace sizes or precision: the checks below,
+     * the token budgets' cost, checkpoints (eval rebuilds the model) and run.json (its activation rows) read it */
     ddp_train_config own_cfg;
     int own = !cfg->model_config && ddp_model_own_config(model);
-    if (own) {
+    if (ddp_model_own_config(model)) {
         own_cfg = *cfg;
         own_cfg.model_config = ddp_model_own_config(model);
         cfg = &own_cfg;

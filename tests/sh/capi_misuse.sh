@@ -7,7 +7,8 @@
 # and bf16's out-of-memory line (cfg.precision). The library's notices begin "ddp_train: notice:", never "mpiddp train:".
 # A built-in model trained with cfg.model_config NULL (own_config) is checked against its own max_positions up front
 # (one agreed line on every rank, no run directory), its checkpoints let mpiddp eval rebuild it, and a
-# cfg.model_config contradicting the model's configuration is refused on every rank naming the field.
+# cfg.model_config contradicting the model's configuration is refused on every rank naming the field; one differing
+# only in workspace sizes (max_batch_rows, max_batch_samples) or precision trains, with the model's own workspace.
 . "$(dirname "$0")/lib.sh"
 : "${CAPI_MISUSE:?}"
 synth --out tr --samples 64 --shards 2 --dim 4 --classes 3
@@ -64,6 +65,14 @@ for np in 1 2; do
             fail "case own_config at np $np, rank $r, cfg.model_config->$given: $(cat err.txt)"
         done
       done
+      # a cfg.model_config differing from the model's only in workspace sizes or precision trained, and run.json's
+      # activation rows are the model's own (those of the run given the model's exact configuration)
+      for d in ws prec; do
+        [ -f "w_own_config/$d/checkpoints/last.h5" ] || fail "case own_config at np $np: $d left no last.h5"
+      done
+      rows() { grep -o '"activation_rows":[^,}]*' "w_own_config/$1/run.json" | tr -d ' \t'; }
+      [ -n "$(rows ff)" ] && [ "$(rows ws)" = "$(rows ff)" ] ||
+        fail "case own_config at np $np: run.json's activation rows $(rows ws), not the model's $(rows ff)"
       mpirun_np $np "$MPIDDP" eval --ckpt "$PWD/w_own_config/own/checkpoints/last.h5" --data va > out.txt 2> err.txt ||
         fail "mpiddp eval of a transformer trained with cfg.model_config NULL at np $np: $(cat err.txt)"
       qgrep '^val/loss=[0-9.]* val/acc=' out.txt || fail "mpiddp eval at np $np printed no metrics: $(cat out.txt)"

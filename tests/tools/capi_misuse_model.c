@@ -1,6 +1,7 @@
 /* capi_misuse_model.c — capi_misuse's case own_config: a built-in model (ddp_model_create) trained with
- * cfg.model_config NULL or with one that contradicts the configuration the model was created with (the rest of the
- * program is capi_misuse.c; sh/capi_misuse.sh runs it at np 1 and 2 and evaluates the checkpoint it leaves). */
+ * cfg.model_config NULL, with one that contradicts the configuration the model was created with, or with one that
+ * differs from it only in workspace sizes or precision (the rest of the program is capi_misuse.c; sh/capi_misuse.sh
+ * runs it at np 1 and 2 and evaluates the checkpoint it leaves). */
 #include "capi_misuse.h"
 
 #include <stdio.h>
@@ -114,6 +115,17 @@ int model_cases(ddp_ctx *ctx, const char *trd, ddp_dataset *tr, ddp_dataset *va,
     cfg = base_cfg(work, "ff");
     cfg.model_config = &b;
     expect("ddp_train(model_config ff 2 x hidden)", ddp_train(ctx, &cfg, &m, tr, va), DDP_OK, NULL);
+    /* other workspace sizes or another precision describe the same model (checkpoints record neither): accepted and
+     * trained, run.json's activation rows the model's own (sh/capi_misuse.sh reads WORK/ws's) */
+    b = tx, b.max_batch_rows = 2 * tx.max_batch_rows;
+    cfg = base_cfg(work, "ws");
+    cfg.model_config = &b;
+    expect("ddp_train(model_config max_batch_rows 2 x the model's)", ddp_train(ctx, &cfg, &m, tr, va), DDP_OK, NULL);
+    b = tx, b.max_batch_samples = tx.max_batch_samples + 1, b.precision = DDP_PRECISION_BF16;
+    cfg = base_cfg(work, "prec");
+    cfg.model_config = &b;
+    expect("ddp_train(model_config max_batch_samples + 1, precision bf16)", ddp_train(ctx, &cfg, &m, tr, va), DDP_OK,
+           NULL);
     /* (3) cfg.model_config NULL: the checkpoints record the model's hyperparameters (sh/capi_misuse.sh evaluates
      * WORK/own's with mpiddp eval) */
     cfg = base_cfg(work, "own");
