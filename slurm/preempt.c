@@ -138,11 +138,11 @@ ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, const char *requeued, cons
                      "requeues a job preempted under PreemptMode=REQUEUE)",
                      job);
         } else if (!f->batch && !batch_by_scontrol(f->job_id)) {
-            code = DDP_REQUEUE_NOT_BATCH;
+            code = DDP_REQUEUE_NOT_BATCH; /* the caller's resubmit phrase, "resubmit it ...", said of a rerun */
+            const char *how = strncmp(resubmit, "resubmit it", 11) ? resubmit : resubmit + 11;
             snprintf(text, sizeof text,
-                     "job %s is not a batch job (srun or salloc), so it is not requeued: run the same command with "
-                     "--resume auto to continue",
-                     job);
+                     "job %s is not a batch job (srun or salloc), so it is not requeued: run it again%s%s", job,
+                     how == resubmit ? ": " : "", how);
         } else if (ddp_knob_int(DDP_KNOB_REQUEUE) == 0) {
             code = DDP_REQUEUE_DISABLED;
             snprintf(text, sizeof text, "job %s not requeued (MPIDDP_REQUEUE=0)", job);

@@ -24,8 +24,9 @@ typedef enum {
  * when the stop asked only for a requeue (DDP_STOP_REQUEUE) inside a SLURM batch job (ENVIRONMENT=BATCH, or else
  * `scontrol show job`'s BatchFlag=1; MPIDDP_REQUEUE=0 disables); every rank returns the same outcome; msg
  * (DDP_REQUEUE_MSG bytes) says what happened, ending with rank 0's phrase for what the requeued job starts from
- * (requeued: "it resumes from last.h5") or, when the requeue failed, what to do instead (resubmit: "resubmit it, it
- * resumes from last.h5"); the caller knows the job's arguments, which decide both. */
+ * (requeued: "it resumes from last.h5") or, when the requeue failed or the job is interactive, what to do instead
+ * (resubmit: "resubmit it, it resumes from last.h5"; said "run it again, ..." of an interactive job); the caller knows
+ * the job's arguments, which decide both. */
 ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, const char *requeued, const char *resubmit, ddp_requeue *out,
                              char *msg);
 

@@ -190,9 +190,15 @@ grep -q "stopped on request before training started; nothing saved" <<<"$OUT" &&
 [ "$(cat scontrol.calls)" = "requeue 4242" ] && [ ! -e early/checkpoints/last.h5 ] || fail "start-up stop: scontrol calls $(cat scontrol.calls)"
 rm scontrol.calls
 expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 MPIDDP_TEST_STOP_RANK=1 SLURM_JOB_ID=4242 "PATH=$WORK/fake:$PATH" "$MPIDDP" train "${small[@]}" --out inter
-grep -q "notice: job 4242 is not a batch job (srun or salloc), so it is not requeued: run the same command with --resume auto" <<<"$ERR" ||
+grep -qx "mpiddp train: notice: job 4242 is not a batch job (srun or salloc), so it is not requeued: run it again with --resume auto, it resumes from last.h5" <<<"$ERR" ||
   fail "interactive job: $ERR"
 [ "$(cat scontrol.calls)" = "show job -o 4242" ] || fail "interactive job: scontrol calls $(cat scontrol.calls)"
+rm scontrol.calls
+# the same job given --overwrite: running the same command again would start over (it said: "run the same command with
+# --resume auto", which --overwrite refuses as a usage error)
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 MPIDDP_TEST_STOP_RANK=1 SLURM_JOB_ID=4242 "PATH=$WORK/fake:$PATH" "$MPIDDP" train "${small[@]}" --out inter --overwrite
+grep -qx "mpiddp train: notice: job 4242 is not a batch job (srun or salloc), so it is not requeued: run it again with --resume auto in place of --overwrite: as submitted it starts over and the saved steps are lost" <<<"$ERR" ||
+  fail "interactive job, --overwrite: $ERR"
 rm scontrol.calls
 expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 SLURM_JOB_ID=4242 FAKE_BATCHFLAG=1 "PATH=$WORK/fake:$PATH" "$MPIDDP" train "${small[@]}" --out exportnone
 grep -q "job 4242 requeued; it resumes from last.h5" <<<"$OUT" || fail "batch job without ENVIRONMENT: $OUT $ERR"

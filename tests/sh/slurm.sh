@@ -128,7 +128,7 @@ for _ in $(seq 240); do [ -f inter/metrics.csv ] && [ "$(wc -l < inter/metrics.c
 scancel --signal=USR2 "$(squeue -h -n mpiddp-interactive -o %i)"
 set +e; wait $ji; rc=$?; set -e
 [ $rc = 0 ] || { cat in.out in.err; fail "interactive job stopped by SIGUSR2: exit $rc"; }
-grep -q "stopped on request at step" in.out && grep -q "notice: job [0-9]* is not a batch job (srun or salloc), so it is not requeued: run the same command with --resume auto" in.err ||
+grep -q "stopped on request at step" in.out && grep -q "notice: job [0-9]* is not a batch job (srun or salloc), so it is not requeued: run it again with --resume auto, it resumes from last.h5" in.err ||
   { cat in.out in.err; fail "interactive job: no stop, or no notice"; }
 [ -f inter/checkpoints/last.h5 ] || fail "interactive job: no last.h5"
 # 6. the scaling benchmark script, in CPU mode on this cluster (when the benchmarks are built)
