@@ -449,10 +449,10 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world, int 
     int early_stop = 0; /* the kinds of a stop request agreed before training started */
     if (st == DDP_OK) {
         /* from here SIGTERM and SIGINT too only set a flag (stop_signals.c; SIGUSR1 and SIGUSR2 have since main);
-         * the ranks act at the next step or validation batch, and a second one 2 s later while they have not
-         * (a rank stuck in a collective) ends this rank at once. A request made during start-up is agreed here: the
+         * the ranks act at the next step or validation batch (a further one to a rank blocked in a collective says
+         * why it waits). A request made during start-up is agreed here: the
          * run ends before its first step, with nothing to save, and is requeued as its kinds ask. */
-        cli_stop_signals_force_quit(ddp_topo(ctx)->rank, cfg.out_dir);
+        cli_stop_signals_training(ddp_topo(ctx)->rank);
         cli_stop_signals_arm(DDP_STOP_END | DDP_STOP_REQUEUE);
         int mine = ddp_stop_requested();
         if (MPI_Allreduce(&mine, &early_stop, 1, MPI_INT, MPI_BOR, ctx->world) != MPI_SUCCESS)
@@ -461,7 +461,7 @@ static int train_main(ddp_ctx *ctx, int argc, char **argv, int check_world, int 
     if (st == DDP_OK && !early_stop)
         st = ddp_train_summarized(ctx, &cfg, &model, tr, va,
                                   &summary); /* stays armed: a request after the last step changes nothing */
-    cli_stop_signals_settle(); /* trained, stopped or failed: a second signal no longer force-quits (the requeue) */
+    cli_stop_signals_settle();               /* trained, stopped or failed: no notice from here (the requeue) */
     if (model.destroy) model.destroy(model.self);
     ddp_dataset_close(tr);
     ddp_dataset_close(va);

@@ -1,8 +1,8 @@
 /* stop_signals.c — the stop requests of `mpiddp train` (SIGUSR1, SIGUSR2, SIGTERM, SIGINT), taken by one thread that
  * waits for them; every other thread of the process, MPI's, OpenMP's and oneDNN's included, has them blocked,
- * so no signal handler ever runs on a compute thread's stack (docs/faults.md, "Stop signals"). A second SIGTERM or
- * SIGINT while no step boundary has agreed the stop ends the rank at once. The other commands: SIGINT, SIGTERM,
- * SIGHUP, SIGUSR1 and SIGUSR2 remove the temporary being written (a shard's, the manifest's) before they end it. */
+ * so no signal handler ever runs on a compute thread's stack (docs/faults.md, "Stop signals"). A further stop signal
+ * to a rank long blocked in a collective says why the stop waits. The other commands: SIGINT, SIGTERM, SIGHUP, SIGUSR1
+ * and SIGUSR2 remove the temporary being written (a shard's, the manifest's) before they end it. */
 #include "stop_signals.h"
 
 #include "mpi_ddp/comm/watchdog.h"
@@ -16,22 +16,17 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-/* A second SIGTERM or SIGINT force-quits a rank only this many seconds or more after the first. Slurm delivers
- * scancel's SIGTERM twice within milliseconds (slurmstepd and srun both forward it) and mpirun passes a SIGTERM on
- * odls_base_sigkill_timeout (1 s by default) after it got one: such duplicates must not end a run that would stop
- * cleanly. A person who presses Ctrl-C again because nothing happened takes longer than this. */
-#define FORCE_QUIT_AFTER_S 2.0
+/* A rank blocked this long in a collective when a further stop signal arrives says why the stop waits. */
+#define BLOCKED_NOTICE_S 2.0
 
 static sigset_t g_set;
 static atomic_int g_last_signal, g_armed;
-static atomic_int g_force_quit; /* 1: a second end-kind signal force-quits (cli_stop_signals_force_quit .. _settle) */
-static int g_rank = -1;         /* the rank and run directory the force-quit line names; set before g_force_quit */
-static char g_run_dir[4096];
-static int g_first_end; /* the signal thread's own: the first SIGTERM/SIGINT taken, and when */
-static double g_first_end_s;
+static atomic_int g_training; /* 1: ddp_train runs (cli_stop_signals_training .. _settle) */
+static int g_rank = -1;       /* the rank the notice names; set before g_training */
+static int g_requests;        /* the signal thread's own: stop signals taken while training, notices given */
+static int g_noticed;
 
 static void stop_set(sigset_t *s)
 {
@@ -80,7 +75,6 @@ int cli_stop_signals_block(void)
     return 0;
 }
 
-static const char *sig_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
 
 /* The signal's default action, from the signal thread (which has it blocked): the process ends by the signal. */
 static void default_action(int sig)
@@ -93,36 +87,23 @@ static void default_action(int sig)
     raise(sig);
 }
 
-/* An end-kind signal (SIGTERM, SIGINT) taken while training: the first is recorded; one FORCE_QUIT_AFTER_S or more
- * after it ends the rank at once, by that signal, with one line, when the rank is stuck: no step or validation batch
- * boundary has agreed the stop, and the rank has waited FORCE_QUIT_AFTER_S or more in the MPI collective it is in
- * (ddp_wait_blocked_s; a rank computing a slow step is not stuck, nor one waiting on the GPU, where NCCL's wait
- * counts compute too). Once the ranks agreed, they are saving last.h5 and ending: a second signal lets the save
- * finish. */
-static void end_signal(int sig)
+/* A stop signal taken while training, after an earlier one: when this rank has waited BLOCKED_NOTICE_S or more in the
+ * MPI collective it is in (ddp_wait_blocked_s) and the ranks have not agreed the stop, one line (once per rank) says
+ * why nothing happens yet: the stop is acted on at a step boundary, which a rank that never arrives (stopped, hung)
+ * keeps the others from; --collective-timeout, or SIGKILL, ends such a job. The signal is not escalated: a rank
+ * waiting for a slow one (a long checkpoint write, an uneven step) cannot tell it from a hung one, and a stop always
+ * saves (docs/slurm.md). */
+static void further_signal(void)
 {
-    if (!atomic_load(&g_force_quit)) return;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double now = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-    if (!g_first_end) {
-        g_first_end = sig, g_first_end_s = now;
-        return;
-    }
+    if (!atomic_load(&g_training) || g_requests++ == 0 || g_noticed) return;
     double blocked = ddp_wait_blocked_s();
-    if (now - g_first_end_s < FORCE_QUIT_AFTER_S || ddp_stop_agreed() || blocked < FORCE_QUIT_AFTER_S) return;
-    ddp_unlink_registered_temporary(); /* a checkpoint's temporary, should a save be under way */
-    char last[4200];
-    snprintf(last, sizeof last, "%s/checkpoints/last.h5", g_run_dir);
-    int have = access(last, F_OK) == 0;
+    if (blocked < BLOCKED_NOTICE_S || ddp_stop_agreed()) return;
+    g_noticed = 1;
     fprintf(stderr,
-            "mpiddp train: rank %d: a second stop signal (%s) %.1f s after the first (%s), %.1f s into a collective "
-            "wait and no step boundary reached: exiting without saving; %s%s\n",
-            g_rank, sig_name(sig), now - g_first_end_s, sig_name(g_first_end), blocked, have ? last : "no last.h5 in ",
-            have ? " is left as it was" : g_run_dir);
+            "mpiddp train: rank %d: notice: the stop waits for the next step boundary; this rank has waited %.0f s in "
+            "a collective for a rank that has not arrived (a hung job: --collective-timeout ends it, or SIGKILL)\n",
+            g_rank, blocked);
     fflush(stderr);
-    default_action(sig);
-    _exit(128 + sig); /* not reached: the signal ended the process */
 }
 
 static void *waiter(void *arg)
@@ -133,7 +114,7 @@ static void *waiter(void *arg)
         if (sigwait(&g_set, &sig) != 0) continue;
         atomic_store(&g_last_signal, sig);
         if (!(atomic_load(&g_armed) & kind_of(sig))) default_action(sig); /* not taken now */
-        if (kind_of(sig) == DDP_STOP_END) end_signal(sig);
+        further_signal();
         ddp_request_stop_kind(kind_of(sig)); /* the ranks agree on it at the next step or validation batch */
     }
     return NULL;
@@ -152,14 +133,13 @@ int cli_stop_signals_start(void)
 
 void cli_stop_signals_arm(int kinds) { atomic_store(&g_armed, kinds); }
 
-void cli_stop_signals_force_quit(int rank, const char *run_dir)
+void cli_stop_signals_training(int rank)
 {
     g_rank = rank;
-    snprintf(g_run_dir, sizeof g_run_dir, "%s", run_dir ? run_dir : ".");
-    atomic_store(&g_force_quit, 1);
+    atomic_store(&g_training, 1);
 }
 
-void cli_stop_signals_settle(void) { atomic_store(&g_force_quit, 0); }
+void cli_stop_signals_settle(void) { atomic_store(&g_training, 0); }
 
 int cli_stop_signal_received(void) { return atomic_load(&g_last_signal); }
 

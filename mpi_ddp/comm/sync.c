@@ -100,7 +100,10 @@ static ddp_status launch(ddp_sync *s, int k)
          * faster than its nonblocking one (libnbc). With a timeout the request is polled (watchdog.h). */
         if (s->ctx->watch->coll_timeout <= 0) {
             double t0 = MPI_Wtime();
-            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, s->ctx->world));
+            int tok = ddp_wait_enter(); /* a collective wait, as ddp_wait's (ddp_wait_blocked_s) */
+            int rc = MPI_Allreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, s->ctx->world);
+            ddp_wait_leave(tok);
+            if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__);
             s->comm_s += MPI_Wtime() - t0;
             s->req[k] = MPI_REQUEST_NULL;
             return DDP_OK;

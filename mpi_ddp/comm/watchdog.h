@@ -39,10 +39,9 @@ void ddp_watch_beat(ddp_ctx *ctx);
  * pending and marks the context broken (comm/ctxlive.h): every later collective on it fails at once, naming the
  * timeout, and ddp_finalize does not finalize MPI (it would wait for the stalled rank). */
 ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where);
-/* Seconds this process has been blocked in the collective wait it is in now (ddp_wait, ddp_allreduce, the NCCL
- * gradient wait), 0 when it is in none. Any thread may ask (the CLI's signal thread: a rank stuck in a collective, not
- * a slow step, is what a second stop signal ends). ddp_wait_enter/_leave bracket such a wait; nested waits count
- * from the outermost. */
+/* Seconds this process has been blocked in the MPI collective wait it is in now (ddp_wait, ddp_allreduce, the CPU
+ * gradient allreduce), 0 when it is in none. Any thread may ask (the CLI's signal thread says why a stop waits).
+ * ddp_wait_enter/_leave bracket such a wait; nested waits count from the outermost. */
 double ddp_wait_blocked_s(void);
 int ddp_wait_enter(void); /* returns the token for ddp_wait_leave */
 void ddp_wait_leave(int token);

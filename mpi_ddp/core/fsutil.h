@@ -29,9 +29,9 @@ ddp_status ddp_write_file_durable(const char *path, const void *buf, size_t len)
 /* All n bytes to or from fd, retried on EINTR and short counts: 0, or -1 (errno set; 0 at end of file). */
 int ddp_write_all(int fd, const void *p, size_t n);
 int ddp_read_all(int fd, void *p, size_t n);
-/* The one temporary this process is writing that a fatal signal should take with it (a shard's, the manifest's or a
- * checkpoint's, before its rename); NULL: none. ddp_unlink_registered_temporary() is async-signal-safe: a handler
- * calls it before the signal's default action, as does train's force-quit (app/stop_signals.c). */
+/* The one temporary this process is writing that a fatal signal should take with it (a shard's or the manifest's,
+ * before its rename); NULL: none. ddp_unlink_registered_temporary() is async-signal-safe: a handler calls it before the
+ * signal's default action (app/stop_signals.c). */
 void ddp_register_temporary(const char *path);
 void ddp_unlink_registered_temporary(void);
 /* The ranks r < n with (flags[r] != 0) == want, as "0,2-3" ("none" when empty). */

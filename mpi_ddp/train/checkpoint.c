@@ -221,8 +221,7 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     mem_image *img = NULL;
     size_t len = 0;
     ddp_status st = build_image(tmp, model, params, m, v, cs, &img, &len);
-    if (st != DDP_OK) return st; /* nothing on disk yet */
-    ddp_register_temporary(tmp); /* a train rank force-quit by a second stop signal removes it (app/stop_signals.c) */
+    if (st != DDP_OK) return st;                     /* nothing on disk yet */
     st = ddp_write_file_durable(tmp, img->mem, len); /* removes tmp when it fails */
     free(img->mem);
     free(img);
@@ -240,7 +239,6 @@ ddp_status ddp_ckpt_write(const char *path, const ddp_model *model, const float 
     DDP_TRY(ddp_fsync_path(dirname(dcopy), 1));
 done:
     if (st != DDP_OK) unlink(tmp);
-    ddp_register_temporary(NULL);
     return st;
 }
 

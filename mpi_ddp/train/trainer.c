@@ -41,8 +41,7 @@ static atomic_int g_stop_requested; /* DDP_STOP_* bits: set by the CLI's signal 
 void ddp_request_stop_kind(int kind) { atomic_fetch_or(&g_stop_requested, kind & (DDP_STOP_END | DDP_STOP_REQUEUE)); }
 void ddp_request_stop(void) { ddp_request_stop_kind(DDP_STOP_END); }
 int ddp_stop_requested(void) { return atomic_load(&g_stop_requested); }
-static atomic_int g_stop_agreed; /* set by the training thread once the ranks agreed to stop: the CLI's signal
-                                    thread no longer force-quits on a second signal (app/stop_signals.c) */
+static atomic_int g_stop_agreed; /* set by the training thread once the ranks agreed to stop (app/stop_signals.c) */
 int ddp_stop_agreed(void) { return atomic_load(&g_stop_agreed); }
 
 
