@@ -16,16 +16,18 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
+#include <time.h>
 
-/* A rank blocked this long in a collective when a further stop signal arrives says why the stop waits. */
+/* A further stop signal this long after the first, to a rank blocked this long in a collective, says why the stop
+ * waits. */
 #define BLOCKED_NOTICE_S 2.0
 
 static sigset_t g_set;
 static atomic_int g_last_signal, g_armed;
 static atomic_int g_training; /* 1: ddp_train runs (cli_stop_signals_training .. _settle) */
 static int g_rank = -1;       /* the rank the notice names; set before g_training */
-static int g_requests;        /* the signal thread's own: stop signals taken while training, notices given */
+static int g_requests;        /* the signal thread's own: stop signals taken while training, the first's time, */
+static double g_first_s;      /* notices given */
 static int g_noticed;
 
 static void stop_set(sigset_t *s)
@@ -75,7 +77,6 @@ int cli_stop_signals_block(void)
     return 0;
 }
 
-
 /* The signal's default action, from the signal thread (which has it blocked): the process ends by the signal. */
 static void default_action(int sig)
 {
@@ -87,21 +88,27 @@ static void default_action(int sig)
     raise(sig);
 }
 
-/* A stop signal taken while training, after an earlier one: when this rank has waited BLOCKED_NOTICE_S or more in the
- * MPI collective it is in (ddp_wait_blocked_s) and the ranks have not agreed the stop, one line (once per rank) says
- * why nothing happens yet: the stop is acted on at a step boundary, which a rank that never arrives (stopped, hung)
- * keeps the others from; --collective-timeout, or SIGKILL, ends such a job. The signal is not escalated: a rank
- * waiting for a slow one (a long checkpoint write, an uneven step) cannot tell it from a hung one, and a stop always
- * saves (docs/slurm.md). */
+/* A stop signal taken while training, BLOCKED_NOTICE_S or more after the first (Slurm delivers scancel's SIGTERM twice
+ * within milliseconds, mpirun passes Ctrl-C on as a SIGTERM a second later: such duplicates say nothing): when this
+ * rank has waited BLOCKED_NOTICE_S or more in the MPI collective it is in (ddp_wait_blocked_s: the gradient
+ * allreduce, a status agreement, the validation stop check) and the ranks have not agreed the stop, one line (once per
+ * rank) says why nothing happens yet: the stop is acted on at a step boundary, which a rank that never arrives
+ * (stopped, hung) keeps the others from; --collective-timeout, or SIGKILL, ends such a job. The signal is not
+ * escalated: a rank waiting for a slow one (a long checkpoint write, an uneven step) cannot tell it from a hung one,
+ * and a stop always saves (docs/slurm.md). */
 static void further_signal(void)
 {
-    if (!atomic_load(&g_training) || g_requests++ == 0 || g_noticed) return;
-    double blocked = ddp_wait_blocked_s();
-    if (blocked < BLOCKED_NOTICE_S || ddp_stop_agreed()) return;
+    if (!atomic_load(&g_training) || g_noticed) return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double now = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec, blocked = ddp_wait_blocked_s();
+    if (g_requests++ == 0) g_first_s = now;
+    if (now - g_first_s < BLOCKED_NOTICE_S || blocked < BLOCKED_NOTICE_S || ddp_stop_agreed()) return;
     g_noticed = 1;
     fprintf(stderr,
             "mpiddp train: rank %d: notice: the stop waits for the next step boundary; this rank has waited %.0f s in "
-            "a collective for a rank that has not arrived (a hung job: --collective-timeout ends it, or SIGKILL)\n",
+            "a collective for a rank that has not arrived yet (slow, stopped or hung; a hung job: --collective-timeout "
+            "ends it, or SIGKILL)\n",
             g_rank, blocked);
     fflush(stderr);
 }

@@ -13,9 +13,10 @@ int cli_stop_signals_start(void);
 /* The kinds (DDP_STOP_* bits) whose signals become stop requests; a signal of another kind takes its default action
  * and ends the process (the default: none armed). */
 void cli_stop_signals_arm(int kinds);
-/* From now until cli_stop_signals_settle (train, while it trains): a stop signal after an earlier one, taken while
- * this rank has waited 2 s or more in a collective and the ranks have not agreed the stop (ddp_stop_agreed), prints
- * one notice naming rank (once) that the stop waits for a step boundary; nothing is escalated. */
+/* From now until cli_stop_signals_settle (train, while it trains): a stop signal 2 s or more after the first, taken
+ * while this rank has waited 2 s or more in a bracketed MPI collective (ddp_wait_blocked_s) and the ranks have not
+ * agreed the stop (ddp_stop_agreed), prints one notice naming rank (once) that the stop waits for a step boundary;
+ * nothing is escalated. */
 void cli_stop_signals_training(int rank);
 void cli_stop_signals_settle(void);
 /* The last stop signal taken (0: none). */

@@ -55,30 +55,40 @@ kill -KILL "$p0" "$p1"
 wait $job
 set -e
 [ "$(grep -c '^mpiddp train:' hang.err)" = 1 ] &&
-  qgrep -E "^mpiddp train: rank 0: notice: the stop waits for the next step boundary; this rank has waited [0-9]+ s in a collective for a rank that has not arrived \(a hung job: --collective-timeout ends it, or SIGKILL\)$" hang.err ||
+  qgrep -E "^mpiddp train: rank 0: notice: the stop waits for the next step boundary; this rank has waited [0-9]+ s in a collective for a rank that has not arrived yet \(slow, stopped or hung; a hung job: --collective-timeout ends it, or SIGKILL\)$" hang.err ||
   { cat hang.err; fail "further signal: not the one notice"; }
 expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=3 "$MPIDDP" train --device "$DEVICE" --train v --val v --batch-size 4 \
   --hidden 8 --no-progress --epochs 2 --out hang --resume auto
 [ -f hang/checkpoints/last.h5 ] && [ -z "$(find hang -name '*.tmp*')" ] || fail "after a SIGKILL: $(find hang)"
-# the same mid-training: rank 1 stopped (SIGSTOP) after some steps, rank 0 blocked in the CPU gradient allreduce
+# the same mid-training: rank 1 stopped (SIGSTOP) after some steps, rank 0 blocked in the CPU gradient allreduce.
+# The first SIGTERM (3 s into the wait) and its duplicate at once say nothing; a second 2.5 s later gives the notice; a third adds nothing;
+# rank 0 keeps waiting
 set +e
 MPIDDP_TEST_STEP_DELAY_MS=100 timeout -s KILL 60 mpirun -np 2 --oversubscribe "$MPIDDP" train --device "$DEVICE" \
   --train v --val v --batch-size 4 --hidden 8 --no-progress --epochs 50 --log-every 2 --out hangm > hangm.out 2> hangm.err &
 job=$!
-wait_for hangm/metrics.csv
+for _ in $(seq 300); do [ -f hangm/metrics.csv ] && [ "$(wc -l < hangm/metrics.csv)" -ge 3 ] && break; sleep 0.1; done
 p0=$(rank_pid 0)
 p1=$(rank_pid 1)
 kill -STOP "$p1"
+sleep 3
+kill -TERM "$p0" && kill -TERM "$p0"
 sleep 1
-kill -TERM "$p0"
-sleep 2.5
+qgrep notice hangm.err && first=said || first=
+sleep 1.5
 kill -TERM "$p0"
 for _ in $(seq 40); do qgrep notice hangm.err && break; sleep 0.25; done
+kill -TERM "$p0"
+sleep 1
+kill -0 "$p0" && alive=yes || alive=
 kill -KILL "$p0" "$p1"
 wait $job
 set -e
-qgrep -E "^mpiddp train: rank 0: notice: the stop waits for the next step boundary; this rank has waited [0-9]+ s in a collective" hangm.err ||
-  { cat hangm.err; fail "further signal mid-training: no notice from the rank blocked in the gradient allreduce"; }
+[ -z "$first" ] || { cat hangm.err; fail "further signal mid-training: the first SIGTERM gave the notice"; }
+[ -n "$alive" ] || { cat hangm.err; fail "further signal mid-training: rank 0 ended (a stop must save, not quit)"; }
+[ "$(grep -c '^mpiddp train:' hangm.err)" = 1 ] &&
+  qgrep -E "^mpiddp train: rank 0: notice: the stop waits for the next step boundary; this rank has waited [0-9]+ s in a collective for a rank that has not arrived yet \(slow, stopped or hung; a hung job: --collective-timeout ends it, or SIGKILL\)$" hangm.err ||
+  { cat hangm.err; fail "further signal mid-training: not one notice from the rank blocked in the gradient allreduce"; }
 # two SIGTERMs back to back to every rank of a healthy run (np 1 and 2; steps of 300 ms): a clean stop, exit 0
 for np in 1 2; do
   MPIDDP_TEST_STEP_DELAY_MS=300 mpirun_np $np "$MPIDDP" train --device "$DEVICE" --train v --val v --batch-size 4 \
