@@ -7,6 +7,7 @@
 
 #include "mpi_ddp/comm/watchdog.h"
 #include "mpi_ddp/core/fsutil.h"
+#include "mpi_ddp/train/train_state.h"
 #include "mpiddp.h"
 
 #include <dlfcn.h>

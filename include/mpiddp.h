@@ -316,10 +316,6 @@ void ddp_request_stop(void);
 void ddp_request_stop_kind(int kind);
 /* This process's stop requests so far (DDP_STOP_* bits, 0: none); local, async-signal-safe. */
 int ddp_stop_requested(void);
-/* Non-zero once the ranks have agreed, at a step or validation batch boundary, to stop on a request: ddp_train is
- * saving last.h5 and returns DDP_STOPPED. 0 while a request waits for that boundary (a rank stuck in a collective
- * never reaches it). Local, async-signal-safe; not reset (a stopped process stays stopped). */
-int ddp_stop_agreed(void);
 
 void ddp_train_config_default(ddp_train_config *cfg);
 /* Checks cfg for a job of `world` ranks (ranges, conflicts, the global batch and budget fit their types):

@@ -9,7 +9,6 @@
 #include "mpi_ddp/train/train_state.h"
 #include "mpiddp.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -131,17 +130,13 @@ ddp_status ddp_train_config_check_as(const ddp_train_config *c, int world, int c
 #undef N
 #undef V
 
-/* A value of a ddp_model_config field as a C-API program writes it: DDP_MODEL_TRANSFORMER, DDP_PRECISION_BF16, 4, 0.1
- * (alt: at the full precision, for two values that print alike otherwise). */
+/* A value of a ddp_model_config field as a C-API program writes it: DDP_MODEL_TRANSFORMER, 4, 0.1 (alt: at the full
+ * precision, for two values that print alike otherwise). */
 static const char *model_value(char *buf, size_t len, const char *field, double v, int alt)
 {
     if (!strcmp(field, "kind") && (v == DDP_MODEL_MLP || v == DDP_MODEL_TRANSFORMER))
         snprintf(buf, len, "%s", v == DDP_MODEL_MLP ? "DDP_MODEL_MLP" : "DDP_MODEL_TRANSFORMER");
-    else if (!strcmp(field, "precision") && v >= DDP_PRECISION_FP32 && v <= DDP_PRECISION_BF16) {
-        int k = snprintf(buf, len, "DDP_PRECISION_");
-        for (const char *n = ddp_precision_name((ddp_precision)v); *n && k >= 0 && (size_t)k + 1 < len; n++, k++)
-            buf[k] = (char)toupper((unsigned char)*n), buf[k + 1] = 0;
-    } else
+    else
         snprintf(buf, len, alt ? "%.17g" : "%g", v);
     return buf;
 }

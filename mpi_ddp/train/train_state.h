@@ -124,4 +124,9 @@ ddp_status ddp_train_args_agree(ddp_ctx *ctx, const ddp_train_config *cfg, const
 ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_model *model, ddp_dataset *train,
                                 ddp_dataset *val, ddp_train_summary *summary);
 
+/* Non-zero once the ranks have agreed, at a step or validation batch boundary, to stop on a request: ddp_train is
+ * saving last.h5 and returns DDP_STOPPED; 0 while a request waits for that boundary (the CLI's signal thread, which
+ * may ask from any thread). Not reset (a stopped process stays stopped). */
+int ddp_stop_agreed(void);
+
 #endif

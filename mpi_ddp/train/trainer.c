@@ -439,10 +439,11 @@ ddp_status ddp_train_summarized(ddp_ctx *ctx, const ddp_train_config *cfg, ddp_m
      * model (one that contradicts it was refused above) but gives other workspace sizes or precision: the checks below,
      * the token budgets' cost, checkpoints (eval rebuilds the model) and run.json (its activation rows) read it */
     ddp_train_config own_cfg;
-    int own = !cfg->model_config && ddp_model_own_config(model);
-    if (ddp_model_own_config(model)) {
+    const ddp_model_config *own_mc = ddp_model_own_config(model);
+    int own = !cfg->model_config && own_mc;
+    if (own_mc) {
         own_cfg = *cfg;
-        own_cfg.model_config = ddp_model_own_config(model);
+        own_cfg.model_config = own_mc;
         cfg = &own_cfg;
     }
     DDP_CHECK(ddp_train_args_agree(ctx, cfg, model)); /* valid values that differ between ranks: replicas diverge */
