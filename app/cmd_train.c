@@ -131,9 +131,11 @@ static int restart_resume(ddp_ctx *ctx, ddp_train_config *cfg)
  * (checkpoints/last.h5 exists), mine (run.json names this job, so that last.h5 is this job's). A requeued attempt
  * continues its own last.h5 whatever the arguments say, and meets another run's as the first attempt did (without
  * --resume or --overwrite the run directory refuses it); a resubmitted job is a new job: its --overwrite starts over,
- * its --resume FILE starts from FILE, and without --resume it refuses the run directory. */
-static void requeue_phrases(int have_last, int mine, int overwrite, const char *resume, char *rq, char *rs, size_t len)
+ * its --resume FILE starts from FILE, and without --resume it refuses the run directory. Returns 1 when a requeued
+ * attempt would be refused (another run's last.h5, neither option): then the job is not requeued (rq empty). */
+static int requeue_phrases(int have_last, int mine, int overwrite, const char *resume, char *rq, char *rs, size_t len)
 {
+    int refused = 0;
     int file = resume && strcmp(resume, "auto") != 0;
     if (!have_last) {
         snprintf(rq, len, "no last.h5 was saved, so it starts again");
@@ -144,13 +146,13 @@ static void requeue_phrases(int have_last, int mine, int overwrite, const char *
     } else if (!mine && file) {
         snprintf(rq, len, "the last.h5 there is not this job's, so it starts from %.600s (--resume)", resume);
         snprintf(rs, len, "resubmit it, %s", rq);
-    } else if (!mine && !resume) { /* a start-up stop before the run directory refused another run's files */
-        snprintf(rq, len,
-                 "the last.h5 there is not this job's and neither --resume nor --overwrite is given, so the "
-                 "requeued job is refused there (exit 2)");
+    } else if (!mine && !resume) { /* a start-up stop before the run directory refused another run's files: the
+                                    * requeued attempt would be refused there too, so the job is not requeued */
+        rq[0] = 0;
         snprintf(rs, len,
                  "the last.h5 there is not this job's: resubmit it with another --out, with --overwrite to remove "
                  "that run's files, or with --resume auto to continue that run");
+        refused = 1;
     } else {
         snprintf(rq, len, "it resumes from last.h5");
         if (overwrite)
@@ -165,6 +167,7 @@ static void requeue_phrases(int have_last, int mine, int overwrite, const char *
         else
             snprintf(rs, len, "resubmit it%s, it resumes from last.h5", resume ? "" : " with --resume auto");
     }
+    return refused;
 }
 
 /* After a stop request the ranks agreed on (kinds: DDP_STOP_* bits), before training or when it returned
@@ -175,11 +178,12 @@ static int end_stopped(ddp_ctx *ctx, int kinds, const char *line, const ddp_trai
 {
     char msg[DDP_REQUEUE_MSG], last[PATH_MAX + 32], requeued[900] = "", resubmit[900] = "";
     int have_last = rank0_has_last(ctx, cfg, last, sizeof last); /* what a requeued job resumes from */
+    int refused = 0; /* a requeued attempt would be refused there: no requeue (rank 0 decides) */
     if (cli_rank0(ctx))
-        requeue_phrases(have_last, have_last && ddp_rundir_of_job(cfg->out_dir, ddp_topo(ctx)), overwrite, resume,
-                        requeued, resubmit, sizeof requeued);
+        refused = requeue_phrases(have_last, have_last && ddp_rundir_of_job(cfg->out_dir, ddp_topo(ctx)), overwrite,
+                                  resume, requeued, resubmit, sizeof requeued);
     ddp_requeue rq;
-    if (ddp_slurm_requeue(ctx, kinds, requeued, resubmit, &rq, msg) != DDP_OK)
+    if (ddp_slurm_requeue(ctx, kinds, refused ? NULL : requeued, resubmit, &rq, msg) != DDP_OK)
         return cli_fail(ctx, "train", DDP_ERR_MPI);
     if (cli_rank0(ctx)) {
         printf("mpiddp train: %s\n", line);
@@ -188,13 +192,13 @@ static int end_stopped(ddp_ctx *ctx, int kinds, const char *line, const ddp_trai
             fprintf(stderr, "mpiddp train: notice: %s\n", msg);
         } else if (rq != DDP_REQUEUE_NOT_SLURM)
             printf("mpiddp train: %s\n", msg);
-        if (rq == DDP_REQUEUE_FAILED || rq == DDP_REQUEUE_NO_SCONTROL) {
+        if (rq == DDP_REQUEUE_FAILED || rq == DDP_REQUEUE_NO_SCONTROL || rq == DDP_REQUEUE_DECLINED) {
             fflush(stdout);
             fprintf(stderr, "mpiddp train: error: %s\n", msg);
         }
         if (summary) print_summary(summary, cfg);
     }
-    return rq == DDP_REQUEUE_NO_SCONTROL ? 3 : rq == DDP_REQUEUE_FAILED ? 1 : 0;
+    return rq == DDP_REQUEUE_NO_SCONTROL ? 3 : rq == DDP_REQUEUE_FAILED || rq == DDP_REQUEUE_DECLINED ? 1 : 0;
 }
 
 /* check_world > 0: only the parse and the usage checks, for a job of that many ranks (cmd_train_check). */

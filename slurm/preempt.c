@@ -146,6 +146,10 @@ ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, const char *requeued, cons
         } else if (ddp_knob_int(DDP_KNOB_REQUEUE) == 0) {
             code = DDP_REQUEUE_DISABLED;
             snprintf(text, sizeof text, "job %s not requeued (MPIDDP_REQUEUE=0)", job);
+        } else if (!requeued) { /* the attempt would be refused: a requeue only holds a queue slot to fail in */
+            code = DDP_REQUEUE_DECLINED;
+            snprintf(text, sizeof text, "job %s NOT requeued: a requeued attempt would be refused (exit 2); %s", job,
+                     resubmit);
         } else {
             code = run_scontrol(job, requeued, resubmit, text);
         }

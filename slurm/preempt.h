@@ -14,7 +14,8 @@ typedef enum {
     DDP_REQUEUE_FAILED,
     DDP_REQUEUE_NO_SCONTROL,
     DDP_REQUEUE_NOT_WANTED, /* the stop asked to end the job (DDP_STOP_END among its kinds) */
-    DDP_REQUEUE_NOT_BATCH   /* an interactive job (srun or salloc, not sbatch): Slurm cannot requeue it */
+    DDP_REQUEUE_NOT_BATCH,  /* an interactive job (srun or salloc, not sbatch): Slurm cannot requeue it */
+    DDP_REQUEUE_DECLINED    /* the requeued attempt would be refused (requeued NULL): not requeued, an error */
 } ddp_requeue;
 
 /* The size of ddp_slurm_requeue's msg. */
@@ -26,7 +27,8 @@ typedef enum {
  * (DDP_REQUEUE_MSG bytes) says what happened, ending with rank 0's phrase for what the requeued job starts from
  * (requeued: "it resumes from last.h5") or, when the requeue failed or the job is interactive, what to do instead
  * (resubmit: "resubmit it, it resumes from last.h5"; said "run it again, ..." of an interactive job); the caller knows
- * the job's arguments, which decide both. */
+ * the job's arguments, which decide both. requeued NULL (on rank 0): the requeued attempt would be refused, so a
+ * requeue that would run is not made (DDP_REQUEUE_DECLINED; msg ends with resubmit). */
 ddp_status ddp_slurm_requeue(ddp_ctx *ctx, int kinds, const char *requeued, const char *resubmit, ddp_requeue *out,
                              char *msg);
 
