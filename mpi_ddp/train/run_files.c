@@ -21,6 +21,22 @@ static const char *const COLS[] = {"train/loss",
                                    "val/macro_f1",
                                    "train/rows_per_rank_max_over_mean"};
 
+/* The progress board's records of ranks this run does not have (a resume on fewer ranks, or without
+ * --collective-timeout): a record is live state, not history, and a stale one reads as a rank stuck at an old step.
+ * Removed from rank `from` up while they exist, and progress/ when that leaves it empty. */
+static void remove_stale_board(const char *out_dir, int from)
+{
+    char p[4400];
+    for (int r = from;; r++) {
+        snprintf(p, sizeof p, "%s/progress/rank%d", out_dir, r);
+        if (unlink(p) != 0) break;
+    }
+    if (from == 0) {
+        snprintf(p, sizeof p, "%s/progress", out_dir);
+        (void)rmdir(p); /* kept when anything else is in it */
+    }
+}
+
 ddp_status ddp_train_start_files(ddp_train_state *ts, int resuming, const ddp_dataset_info *train,
                                  const ddp_dataset_info *val, ddp_csv **csv, ddp_csv **csv_rank)
 {
@@ -40,6 +56,8 @@ ddp_status ddp_train_start_files(ddp_train_state *ts, int resuming, const ddp_da
      * validates and decides at its step again, so the rows and lines of that validation are not kept */
     int again = resuming && ts->resume_pos >= 0 && ts->resume_pos == train->num_samples;
     if (ctx->topo.rank == 0 && st == DDP_OK) ddp_rundir_remove_stale_tmp(c->out_dir);
+    if (ctx->topo.rank == 0 && st == DDP_OK)
+        remove_stale_board(c->out_dir, c->collective_timeout > 0 ? ctx->topo.size : 0);
     if (ctx->topo.rank == 0 && st == DDP_OK && c->resume) /* --resume auto without last.h5: a restart, none kept */
         st = ddp_train_state_trim_decisions(ts->ckpt_dir, resuming ? ts->global_step - again : -1);
     DDP_CHECK(ddp_agree_status(ctx, st));

@@ -70,7 +70,11 @@ for np in 1 2 4; do
   [ "$(printf '%s\n' "$ERR" | grep -c 'error:')" = 1 ] || fail "NaN monitor at np $np: not one line: $ERR"
   ls vl$np/checkpoints/epoch=* 2>/dev/null && fail "NaN monitor at np $np: a top-k checkpoint was saved"
   # opting out: the run goes on, no top-k file, each decision says why
-  expect_rc 0 tmpirun $np "$MPIDDP" train "${base[@]}" --val vnan --out vs$np --epochs 2 --skip-nonfinite --early-stop-patience 5
+  expect_rc 0 tmpirun $np "$MPIDDP" train "${base[@]}" --val vnan --out vs$np --epochs 2 --skip-nonfinite --early-stop-patience 5 --log-per-rank
+  # the headers run-directory.md shows: train/skipped_steps in metrics.csv only
+  [ "$(head -1 vs$np/metrics.csv)" = "epoch,step,train/loss,train/samples_per_s,lr,val/loss,val/acc,val/macro_f1,train/rows_per_rank_max_over_mean,train/skipped_steps" ] &&
+    [ "$(head -1 vs$np/metrics_rank$((np - 1)).csv)" = "epoch,step,train/loss,train/samples_per_s,lr,val/loss,val/acc,val/macro_f1,train/rows_per_rank_max_over_mean,val/count,rank" ] ||
+    fail "--skip-nonfinite at np $np: headers $(head -1 vs$np/metrics.csv) / $(head -1 vs$np/metrics_rank$((np - 1)).csv)"
   [ "$(grep -c 'val/loss=nan; policy reduced: not finite, no save' vs$np/checkpoints/decisions.log)" = 2 ] ||
     fail "--skip-nonfinite at np $np: decisions: $(cat vs$np/checkpoints/decisions.log)"
   ls vs$np/checkpoints/epoch=* 2>/dev/null && fail "--skip-nonfinite at np $np: a NaN monitor saved a top-k file"

@@ -138,6 +138,18 @@ grep -q "resuming from fewer/checkpoints/last.h5 .* step 5" <<<"$ERR" || fail "r
 [ "$(awk -F, 'NR>1 && $2>5' fewer/metrics_rank1.csv | wc -l)" = 0 ] || fail "metrics_rank1.csv keeps the killed run's rows: $(cat fewer/metrics_rank1.csv)"
 [ "$(awk -F, 'NR>1 && $2<=5 && $3!=""' fewer/metrics_rank1.csv | wc -l)" = 5 ] || fail "metrics_rank1.csv lost rows: $(cat fewer/metrics_rank1.csv)"
 pass "a resume on fewer ranks trims every metrics_rank<R>.csv"
+# the progress board (--collective-timeout) holds records of this run's ranks only: a resume on fewer ranks removes
+# the records of the ranks it no longer has (before, rank 2's and 3's stayed at the old step), and a resume without
+# --collective-timeout removes the board
+rp0=(--train t --val v --lr 0.01 --hidden 16 --no-progress --device cpu --epochs 1)
+rp=("${rp0[@]}" --collective-timeout 60)
+expect_rc 0 mpirun_np 4 env MPIDDP_TEST_STOP_AT_STEP=3 "$MPIDDP" train "${rp[@]}" --batch-size 4 --out board4
+[ "$(ls board4/progress)" = "$(printf 'rank%s\n' 0 1 2 3)" ] || fail "setup: the board at np 4: $(ls board4/progress)"
+expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 "$MPIDDP" train "${rp[@]}" --batch-size 8 --out board4 --resume auto
+[ "$(ls board4/progress)" = "$(printf 'rank%s\n' 0 1)" ] || fail "a resume on 2 ranks kept other ranks' records: $(ls board4/progress)"
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${rp0[@]}" --batch-size 8 --out board4 --resume auto
+[ ! -e board4/progress ] || fail "a resume without --collective-timeout kept the board: $(ls board4/progress)"
+pass "a resume on fewer ranks, or without --collective-timeout, removes the progress records it does not keep"
 
 # 8. a resume refused before it writes anything (no such file, not a checkpoint, another model, a position the data
 #    cannot continue) leaves nothing behind: an --out it created is gone again, with the parents it made and the
