@@ -15,6 +15,7 @@
 #include "mpi_ddp/train/evaluate.h"
 #include "mpi_ddp/train/metrics.h"
 #include "mpi_ddp/core/status.h"
+#include "mpi_ddp/core/fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -31,11 +32,13 @@ static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
 {
     char tmp[4200]; /* a name of this process, created anew: a file of that name is never replaced */
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    ddp_register_temporary(tmp); /* a fatal signal: the handler removes it (app/stop_signals.c) */
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
         ddp_status st = ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
         if (fd >= 0) close(fd), remove(tmp);
+        ddp_register_temporary(NULL);
         return st;
     }
     fprintf(f, CSV_HEADER "\n");
@@ -47,13 +50,16 @@ static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
     if (fclose(f) != 0 && !bad) bad = 1, err = errno;
     if (bad) {
         remove(tmp);
+        ddp_register_temporary(NULL);
         return ddp_set_error(DDP_ERR_IO, "%s: write failed: %s", tmp, strerror(err));
     }
     if (rename(tmp, path) != 0) {
         err = errno;
         remove(tmp);
+        ddp_register_temporary(NULL);
         return ddp_set_error(DDP_ERR_IO, "%s: cannot put the predictions there: %s", path, strerror(err));
     }
+    ddp_register_temporary(NULL); /* renamed: a signal now leaves the complete file */
     return DDP_OK;
 }
 
@@ -64,49 +70,57 @@ static int same_file(const struct stat *a, const struct stat *b)
 
 /* --out must not replace an input (the checkpoint, a file of the dataset: compared by device and inode, so links
  * and other spellings of the path count), a directory, or a file mpiddp did not write (an existing non-empty file
- * must start with the CSV header). DDP_ERR_ARG with one line otherwise. */
+ * must start with the CSV header); nor be a file in the --data directory (a new *.h5, lock or manifest there would
+ * change the dataset for every later command; the directories are compared by device and inode too); and its
+ * directory must take the file (the temporary and the rename) now, not after the whole evaluation. DDP_ERR_ARG with
+ * one line otherwise. */
 static ddp_status check_out(const char *out, const char *ckpt, const char *data)
 {
-    struct stat so, sx;
+    struct stat so, sx, sd;
     size_t len = strlen(out);
-    if (stat(out, &so) != 0) {
+    int exists = stat(out, &so) == 0;
+    if (!exists) {
         if (errno != ENOENT) return ddp_set_error(DDP_ERR_ARG, "--out %s: %s", out, strerror(errno));
         if (len && out[len - 1] == '/')
             return ddp_set_error(DDP_ERR_ARG, "--out %s: names a directory, not a file", out);
-        /* a new file: its directory must exist and take files now, not after the whole evaluation */
-        char dir[4200];
-        const char *slash = strrchr(out, '/');
-        if (!slash)
-            snprintf(dir, sizeof dir, ".");
-        else
-            snprintf(dir, sizeof dir, "%.*s", slash == out ? 1 : (int)(slash - out), out);
-        struct stat sd;
-        if (stat(dir, &sd) != 0)
-            return ddp_set_error(DDP_ERR_ARG, "--out %s: directory %s: %s", out, dir, strerror(errno));
-        if (!S_ISDIR(sd.st_mode)) return ddp_set_error(DDP_ERR_ARG, "--out %s: %s is not a directory", out, dir);
-        if (access(dir, W_OK | X_OK) != 0)
-            return ddp_set_error(DDP_ERR_ARG, "--out %s: cannot create files in %s: %s", out, dir, strerror(errno));
-        return DDP_OK;
-    }
-    if (S_ISDIR(so.st_mode))
-        return ddp_set_error(DDP_ERR_ARG, "--out %s: is a directory (give a file name, e.g. %s%spredictions.csv)", out,
-                             out, len && out[len - 1] == '/' ? "" : "/");
-    if (stat(ckpt, &sx) == 0 && same_file(&so, &sx))
-        return ddp_set_error(DDP_ERR_ARG, "--out %s: is the checkpoint --ckpt %s; refusing to replace it", out, ckpt);
-    DIR *d = opendir(data);
-    struct dirent *e;
-    char p[8400];
-    while (d && (e = readdir(d))) {
-        snprintf(p, sizeof p, "%s/%s", data, e->d_name);
-        if (e->d_name[0] != '.' && stat(p, &sx) == 0 && same_file(&so, &sx)) {
-            closedir(d);
-            return ddp_set_error(DDP_ERR_ARG, "--out %s: is %s of the dataset --data %s; refusing to replace it", out,
-                                 p, data);
+    } else {
+        if (S_ISDIR(so.st_mode))
+            return ddp_set_error(DDP_ERR_ARG, "--out %s: is a directory (give a file name, e.g. %s%spredictions.csv)",
+                                 out, out, len && out[len - 1] == '/' ? "" : "/");
+        if (stat(ckpt, &sx) == 0 && same_file(&so, &sx))
+            return ddp_set_error(DDP_ERR_ARG, "--out %s: is the checkpoint --ckpt %s; refusing to replace it", out,
+                                 ckpt);
+        DIR *d = opendir(data);
+        struct dirent *e;
+        char p[8400];
+        while (d && (e = readdir(d))) {
+            snprintf(p, sizeof p, "%s/%s", data, e->d_name);
+            if (e->d_name[0] != '.' && stat(p, &sx) == 0 && same_file(&so, &sx)) {
+                closedir(d);
+                return ddp_set_error(DDP_ERR_ARG, "--out %s: is %s of the dataset --data %s; refusing to replace it",
+                                     out, p, data);
+            }
         }
+        if (d) closedir(d);
+        if (!S_ISREG(so.st_mode)) return ddp_set_error(DDP_ERR_ARG, "--out %s: exists and is not a regular file", out);
     }
-    if (d) closedir(d);
-    if (!S_ISREG(so.st_mode)) return ddp_set_error(DDP_ERR_ARG, "--out %s: exists and is not a regular file", out);
-    if (so.st_size == 0) return DDP_OK;
+    /* the directory the file is renamed into, as spelled (a link named --out is replaced, not its target) */
+    char dir[4200];
+    const char *slash = strrchr(out, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == out ? 1 : (int)(slash - out), out);
+    if (stat(dir, &sd) != 0) return ddp_set_error(DDP_ERR_ARG, "--out %s: directory %s: %s", out, dir, strerror(errno));
+    if (!S_ISDIR(sd.st_mode)) return ddp_set_error(DDP_ERR_ARG, "--out %s: %s is not a directory", out, dir);
+    if (stat(data, &sx) == 0 && same_file(&sd, &sx))
+        return ddp_set_error(DDP_ERR_ARG,
+                             "--out %s: is in the dataset directory --data %s; refusing to write there (a file "
+                             "there changes the dataset: choose a file outside it)",
+                             out, data);
+    if (access(dir, W_OK | X_OK) != 0)
+        return ddp_set_error(DDP_ERR_ARG, "--out %s: cannot create files in %s: %s", out, dir, strerror(errno));
+    if (!exists || so.st_size == 0) return DDP_OK;
     char head[sizeof CSV_HEADER] = "";
     FILE *f = fopen(out, "r");
     size_t got = f ? fread(head, 1, sizeof head - 1, f) : 0;

@@ -9,6 +9,7 @@
 #include "io/shard.h"
 
 #include <mpi.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,15 +110,32 @@ int cli_cmd_parse(ddp_ctx *ctx, const cli_cmd *c, int argc, char **argv, const c
     return 2;
 }
 
+/* What a command printed must have reached standard output (a full disk, /dev/full, a closed file): otherwise one
+ * line and exit code 1 (a command that failed keeps its code). Each rank checks its own stdout; rank 0 prints the
+ * results, so the line is normally its own. A closed pipe keeps the convention: SIGPIPE ends the process during
+ * the flush (128 + 13), and where SIGPIPE is ignored EPIPE gives this line. */
+static int check_stdout(const char *cmd, int rank, int rc)
+{
+    errno = 0;
+    int bad = fflush(stdout) != 0, err = errno;
+    if (!bad && ferror(stdout)) bad = 1, err = errno; /* a write that failed earlier: the flush had nothing left */
+    if (!bad) return rc;
+    char who[32] = "";
+    if (rank > 0) snprintf(who, sizeof who, "rank %d: ", rank);
+    fprintf(stderr, "mpiddp%s%s: %serror: cannot write standard output: %s\n", cmd ? " " : "", cmd ? cmd : "", who,
+            err ? strerror(err) : "write error");
+    return rc != 0 ? rc : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        return check_stdout(NULL, 0, argc < 2 ? 2 : 0);
     }
     if (!strcmp(argv[1], "--version")) {
         printf("mpiddp %s\n", MPIDDP_VERSION);
-        return 0;
+        return check_stdout(NULL, 0, 0);
     }
     cmd_fn fn = NULL;
     for (int i = 0; i < NCMD; i++)
@@ -160,7 +178,7 @@ int main(int argc, char **argv)
     if (fn != cmd_train && cli_fatal_signals_cleanup() != 0 && cli_rank0(ctx))
         fprintf(stderr, "mpiddp %s: notice: cannot set up the signal handlers that remove temporaries\n", argv[1]);
     int rc = fn(ctx, argc, argv);
-    fflush(stdout);
+    rc = check_stdout(argv[1], ddp_topo(ctx)->rank, rc);
     if (rc != 0) /* coverage builds: counters now, before MPI_Finalize, which mpirun cuts short once a rank failed */
         ddp_coverage_flush();
     ddp_finalize(ctx);
