@@ -99,8 +99,10 @@ static uint64_t fnv_at(uint64_t h, int fd, int64_t off, int64_t len, int *err)
  * the file in this rank's dir and the bytes of its offsets, labels, sample ids and first features (at the offsets
  * the survey found); a shard whose arrays cannot be located (chunked, compressed, converted: HDF5 reads them) adds
  * the raw first and last 64 KiB of its file instead. Content, not paths: copies of one dataset at different paths
- * (node-local) are byte-identical and agree. A shard this rank cannot read is named in why. */
-static uint64_t local_fingerprint(const char *dir, const ddp_shard_meta *m, int64_t n, char *why, size_t wlen)
+ * (node-local) are byte-identical and agree. A shard this rank cannot read is named in why ("cannot read NAME: ...")
+ * and in own ("DIR/NAME: cannot open: ...", or "cannot read" for a read that failed after the open). */
+static uint64_t local_fingerprint(const char *dir, const ddp_shard_meta *m, int64_t n, char *why, size_t wlen,
+                                  char *own, size_t olen)
 {
     static const int64_t cap = 64 << 10;
     uint64_t h = fnv(0xcbf29ce484222325ULL, &n, sizeof n);
@@ -116,6 +118,7 @@ static uint64_t local_fingerprint(const char *dir, const ddp_shard_meta *m, int6
         h = fnv(h, &size, sizeof size);
         int fd = size >= 0 ? open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
         if (fd < 0 && !err) err = errno;
+        int opened = fd >= 0;
         if (fd >= 0) {
             h = fnv_at(h, fd, s->off_off, (s->n + 1) * 8, &err);
             h = fnv_at(h, fd, s->lab_off, s->n * s->lab_width, &err);
@@ -127,7 +130,10 @@ static uint64_t local_fingerprint(const char *dir, const ddp_shard_meta *m, int6
             }
             close(fd);
         }
-        if (err && !why[0]) snprintf(why, wlen, "cannot read %.400s: %s", s->name, strerror(err));
+        if (err && !why[0]) {
+            snprintf(why, wlen, "cannot read %.400s: %s", s->name, strerror(err));
+            snprintf(own, olen, "%.4000s: cannot %s: %s", path, opened ? "read" : "open", strerror(err));
+        }
     }
     return h;
 }
@@ -138,15 +144,22 @@ static uint64_t local_fingerprint(const char *dir, const ddp_shard_meta *m, int6
 static ddp_status agree_same_dataset(ddp_ctx *ctx, const char *dir, const ddp_shard_meta *m, int64_t n)
 {
     if (ctx->topo.size == 1) return DDP_OK; /* no other rank to differ from */
-    char why[512] = "";
-    uint64_t h = local_fingerprint(dir, m, n, why, sizeof why), mm[2] = {h, ~h};
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_UINT64_T, MPI_MIN, ctx->world));
-    if (mm[0] == ~mm[1]) return DDP_OK;
+    char why[512] = "", own[4600] = "";
+    uint64_t h = local_fingerprint(dir, m, n, why, sizeof why, own, sizeof own), mm[3] = {h, ~h, !why[0]};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mm, 3, MPI_UINT64_T, MPI_MIN, ctx->world));
+    if (mm[0] == ~mm[1] && mm[2]) return DDP_OK;
     uint64_t h0 = h;
     MPI_CHECK(MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, ctx->world));
     int size = ctx->topo.size, rank = ctx->topo.rank;
     int first[2] = {why[0] ? rank : size, h != h0 ? rank : size}; /* the first that cannot read, that differs */
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, first, 2, MPI_INT, MPI_MIN, ctx->world));
+    if (mm[0] == ~mm[1]) { /* the same view everywhere, and a shard some rank cannot read (every rank, most likely) */
+        MPI_CHECK(MPI_Bcast(own, (int)sizeof own, MPI_CHAR, first[0], ctx->world));
+        own[sizeof own - 1] = 0;
+        ddp_set_error(DDP_ERR_IO, "%s", own);
+        ddp_mark_error_shared(); /* every rank sets the same line */
+        return DDP_ERR_IO;
+    }
     int other = first[0] > 0 && first[0] < size ? first[0] : first[1] < size ? first[1] : 1;
     char d0[4096], d1[4096], real[PATH_MAX], host[256] = "?"; /* "DIR (= its real path) on HOST" */
     gethostname(host, sizeof host - 1);

@@ -3,8 +3,9 @@
 # never replaces the checkpoint, a shard or a file mpiddp did not write (compared by device and inode), says
 # "is a directory" for one, and refuses a file in a missing directory before it evaluates; a shard without read
 # permission says "Permission denied" (as root the check runs as `nobody`, through setpriv or runuser: it is never
-# skipped); a FIFO as the manifest, `pack --input`, `index --manifest` or `eval --ckpt` is refused or ignored at once
-# (it once blocked every rank in open(2)). Multi-rank parts at np 1, 2 and 4.
+# skipped), also under a fresh manifest (the same line at start-up, no run directory made); a FIFO as the manifest,
+# `pack --input`, `index --manifest` or `eval --ckpt` is refused or ignored at once (it once blocked every rank in
+# open(2)). Multi-rank parts at np 1, 2 and 4.
 . "$(dirname "$0")/lib.sh"
 tmpirun() { local np=$1; shift; timeout 60 mpirun -np "$np" --oversubscribe "$@"; }
 one_line() { [ "$(printf '%s\n' "$ERR" | grep -c '^mpiddp')" = 1 ] || fail "$1: not one line: $ERR"; }
@@ -94,6 +95,23 @@ for np in 2 4; do
   expect_rc 1 env HOME="$priv" "${as_user[@]}" timeout 60 mpirun -np $np --oversubscribe "$MPIDDP" train --device cpu --train "$priv/v" --val v \
     --no-progress --out "$priv/run"
   printf '%s' "$ERR" | qgrep "^mpiddp train: error: $priv/v/shard-00001.h5: cannot open: Permission denied" || fail "mode 000, train at np $np: $ERR"
+done
+# the same under a fresh manifest (cp -a keeps the mtimes it records; a chmod changes neither size nor mtime): the
+# shard was once trusted unopened, inspect said valid and train failed mid-run after making its run directory
+cp -a v "$priv/vm"
+mkdir "$priv/runs" && chmod 777 "$priv/runs" # where the user may make a run directory: none must appear
+expect_rc 0 timeout 60 "${as_user[@]}" "$MPIDDP" inspect "$priv/vm"
+printf '%s' "$OUT" | qgrep "^metadata from $priv/vm/mpiddp-manifest.bin (2 shards unchanged, 0 re-validated)$" || fail "the manifest is not fresh: $OUT"
+chmod 000 "$priv/vm/shard-00001.h5"
+for np in 1 2; do
+  expect_rc 1 timeout 60 "${as_user[@]}" mpirun -np $np --oversubscribe "$MPIDDP" inspect "$priv/vm"
+  printf '%s' "$ERR" | qgrep "^mpiddp inspect: error: $priv/vm/shard-00001.h5: cannot open: Permission denied$" || fail "mode 000 under a fresh manifest, inspect at np $np: $ERR"
+  one_line "mode 000 under a fresh manifest, inspect at np $np"
+  expect_rc 1 env HOME="$priv" "${as_user[@]}" timeout 60 mpirun -np $np --oversubscribe "$MPIDDP" train --device cpu --train "$priv/vm" --val v \
+    --no-progress --out "$priv/runs/m$np"
+  printf '%s' "$ERR" | qgrep "^mpiddp train: error: $priv/vm/shard-00001.h5: cannot open: Permission denied$" || fail "mode 000 under a fresh manifest, train at np $np: $ERR"
+  one_line "mode 000 under a fresh manifest, train at np $np"
+  [ -z "$(ls -A "$priv/runs")" ] || fail "mode 000 under a fresh manifest, train at np $np: made $(ls -A "$priv/runs")"
 done
 
 # --- 4. a FIFO where a manifest, pack's input or a checkpoint is read: refused or ignored at once, never waited on ---
