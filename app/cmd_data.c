@@ -105,12 +105,15 @@ int cmd_pack(ddp_ctx *ctx, int argc, char **argv)
     ddp_out_lock lk; /* as synth's */
     ddp_status st = ddp_out_lock_take(ctx, out, 1, "pack", &lk);
     if (st != DDP_OK) return cli_fail(ctx, "pack", st);
-    st = ddp_pack(ctx, input, out, shards, classes);
+    char notice[1024];
+    st = ddp_pack(ctx, input, out, shards, classes, notice, sizeof notice);
     if (st != DDP_OK) {
         ddp_out_lock_release(&lk);
         return cli_fail(ctx, "pack", st);
     }
     if (cli_rank0(ctx)) printf("pack: wrote %lld shard(s) to %s\n", (long long)shards, out);
+    if (cli_rank0(ctx) && notice[0]) /* NaN/Inf are allowed (as index says): a notice, exit 0 */
+        fprintf(stderr, "mpiddp pack: notice: %s; `mpiddp inspect %s` names the first in the shards\n", notice, out);
     if (!no_manifest) write_manifest_after(ctx, "pack", out);
     ddp_out_lock_release(&lk);
     return 0;

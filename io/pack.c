@@ -8,6 +8,8 @@
 #include "io/writer.h"
 
 #include <hdf5.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,17 +45,52 @@ static herr_t collect(hid_t g, const char *name, const link_info *info, void *ar
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* Refuses dataset d (obj: "dataset '/samples/x'[3]") when HDF5 would make its values up: a virtual dataset or external
+ * storage (the files its data lives in may be missing or short) and storage never (fully) written read as fill values,
+ * silently, as the shard validator says (io/shard_validate.c). Before any sample is allocated or written. */
+static ddp_status own_storage(const char *input, const char *obj, hid_t d)
+{
+    hid_t sp = H5Dget_space(d);
+    hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    if (sp >= 0) H5Sclose(sp);
+    char detail[96] = "";
+    switch (np < 0 ? DDP_H5_STORAGE_UNKNOWN : ddp_h5_storage(d, np, detail, sizeof detail)) {
+    case DDP_H5_STORAGE_OK: return DDP_OK;
+    case DDP_H5_STORAGE_VIRTUAL:
+        return ddp_set_error(DDP_ERR_FORMAT,
+                             "%s: %s: virtual dataset (its data lives in other files, read as the fill value where "
+                             "they are missing): not supported, store the values in the input file",
+                             input, obj);
+    case DDP_H5_STORAGE_EXTERNAL:
+        return ddp_set_error(DDP_ERR_FORMAT,
+                             "%s: %s: external storage (its data lives in other files, read as zeros past their "
+                             "end): not supported, store the values in the input file",
+                             input, obj);
+    case DDP_H5_STORAGE_UNWRITTEN:
+        return ddp_set_error(DDP_ERR_FORMAT,
+                             "%s: %s: storage not (fully) written (%s): it would read as its fill value; write its "
+                             "values",
+                             input, obj, detail);
+    default: return ddp_set_error(DDP_ERR_HDF5, "%s: %s: storage layout cannot be queried", input, obj);
+    }
+}
+
+/* The NaN/Inf values a rank wrote (after the conversion to float32: a float64 beyond its range becomes +-inf). */
+typedef struct {
+    int64_t values, samples, first; /* first: the lowest sample index holding one, else INT64_MAX */
+} nonfinite_count;
+
 typedef struct {
     hid_t group;
     const char *input;
     char **names;
     int64_t first;
     int64_t dim;
+    nonfinite_count *bad;
 } pack_shard;
 
 static ddp_status read_sample(void *arg, int64_t i, float *rows, int64_t nrows)
 {
-    (void)nrows;
     pack_shard *p = arg;
     const char *nm = p->names[p->first + i];
     hid_t d = H5Dopen2(p->group, nm, H5P_DEFAULT);
@@ -62,6 +99,12 @@ static ddp_status read_sample(void *arg, int64_t i, float *rows, int64_t nrows)
     if (e < 0)
         return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: cannot be read", p->input, nm,
                              (long long)(p->first + i));
+    int64_t bad = 0;
+    for (int64_t k = 0; k < nrows * p->dim; k++) bad += !isfinite(rows[k]);
+    if (bad) {
+        p->bad->values += bad, p->bad->samples++;
+        if (p->first + i < p->bad->first) p->bad->first = p->first + i;
+    }
     return DDP_OK;
 }
 
@@ -92,24 +135,30 @@ static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l,
         if (r == 2) H5Sget_simple_extent_dims(sp, dims, NULL);
         H5Tclose(t);
         H5Sclose(sp);
-        H5Dclose(d);
+        ddp_status st = DDP_OK;
         if (c != H5T_FLOAT && c != H5T_INTEGER)
-            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: wrong type (expected numbers)",
-                                 input, l->names[i], (long long)i);
-        if (r != 2)
-            return ddp_set_error(DDP_ERR_FORMAT,
-                                 "%s: dataset '/samples/%s'[%lld]: wrong rank %d (expected 2: rows x D)", input,
-                                 l->names[i], (long long)i, r);
-        if (dims[0] < 1)
-            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: empty sample (0 rows)", input,
-                                 l->names[i], (long long)i);
-        if (dims[1] < 1)
-            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: D=0 (no features per row)", input,
-                                 l->names[i], (long long)i);
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: wrong type (expected numbers)", input,
+                               l->names[i], (long long)i);
+        else if (r != 2)
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: wrong rank %d (expected 2: rows x D)",
+                               input, l->names[i], (long long)i, r);
+        else if (dims[0] < 1)
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: empty sample (0 rows)", input,
+                               l->names[i], (long long)i);
+        else if (dims[1] < 1)
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: D=0 (no features per row)", input,
+                               l->names[i], (long long)i);
+        else if (*dim >= 0 && (int64_t)dims[1] != *dim)
+            st = ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: D=%llu differs from D=%lld", input,
+                               l->names[i], (long long)i, (unsigned long long)dims[1], (long long)*dim);
+        if (st == DDP_OK) {
+            char obj[400];
+            snprintf(obj, sizeof obj, "dataset '/samples/%.300s'[%lld]", l->names[i], (long long)i);
+            st = own_storage(input, obj, d);
+        }
+        H5Dclose(d);
+        if (st != DDP_OK) return st;
         if (*dim < 0) *dim = (int64_t)dims[1];
-        if ((int64_t)dims[1] != *dim)
-            return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/samples/%s'[%lld]: D=%llu differs from D=%lld", input,
-                                 l->names[i], (long long)i, (unsigned long long)dims[1], (long long)*dim);
         (*rows)[i] = (int64_t)dims[0];
     }
     if (H5Lexists(f, "labels", H5P_DEFAULT) <= 0)
@@ -123,8 +172,11 @@ static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l,
     H5Tclose(t);
     H5Sclose(sp);
     herr_t e = -1;
-    if (isint && r == 1 && np == l->n) e = H5Dread(ld, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, *labels);
+    ddp_status lst = isint && r == 1 && np == l->n ? own_storage(input, "dataset '/labels'", ld) : DDP_OK;
+    if (isint && r == 1 && np == l->n && lst == DDP_OK)
+        e = H5Dread(ld, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, *labels);
     H5Dclose(ld);
+    if (lst != DDP_OK) return lst;
     if (!isint) return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': wrong type (expected integer)", input);
     if (r != 1)
         return ddp_set_error(DDP_ERR_FORMAT, "%s: dataset '/labels': wrong rank %d (expected 1: one label per sample)",
@@ -147,9 +199,27 @@ static ddp_status scan_input(const char *input, hid_t f, hid_t *g, name_list *l,
     return DDP_OK;
 }
 
-ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards, int64_t want_classes)
+/* Collective, after a pack that succeeded on every rank: the notice when the shards hold NaN or Inf. */
+static ddp_status nonfinite_notice(ddp_ctx *ctx, const char *input, char *const *names, nonfinite_count *c,
+                                   char *notice, size_t len)
+{
+    int64_t sum[2] = {c->values, c->samples};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sum, 2, MPI_INT64_T, MPI_SUM, ctx->world));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &c->first, 1, MPI_INT64_T, MPI_MIN, ctx->world));
+    if (sum[0])
+        snprintf(notice, len,
+                 "%lld non-finite feature value(s) (NaN or Inf as float32: a float64 beyond its range becomes Inf) in "
+                 "%lld sample(s) of %s, the first dataset '/samples/%.300s'[%lld]",
+                 (long long)sum[0], (long long)sum[1], input, names[c->first], (long long)c->first);
+    return DDP_OK;
+}
+
+ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards, int64_t want_classes,
+                    char *notice, size_t notice_len)
 {
     ddp_h5_quiet();
+    notice[0] = 0;
+    nonfinite_count bad = {0, 0, INT64_MAX};
     ddp_status st = DDP_OK;
     if (shards < 1) st = ddp_set_error(DDP_ERR_ARG, "--shards %lld: must be >= 1", (long long)shards);
     hid_t f = -1, g = -1;
@@ -196,7 +266,7 @@ ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t sh
             char name[64], path[4200];
             ddp_shard_name(name, sizeof name, k, shards);
             snprintf(path, sizeof path, "%s/%s", out, name);
-            pack_shard ps = {.group = g, .input = input, .names = l.names, .first = lo, .dim = dim};
+            pack_shard ps = {.group = g, .input = input, .names = l.names, .first = lo, .dim = dim, .bad = &bad};
             if (st == DDP_OK) st = ddp_shard_write(path, dim, classes, n, off, labels + lo, ids, read_sample, &ps);
             if (st == DDP_OK) written++;
             free(off);
@@ -204,6 +274,8 @@ ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t sh
         }
         lo = hi;
     }
+    st = ddp_agree_status(ctx, st);
+    if (st == DDP_OK) st = nonfinite_notice(ctx, input, l.names, &bad, notice, notice_len);
     for (int64_t i = 0; i < l.n; i++) free(l.names[i]);
     free(l.names);
     free(rows);

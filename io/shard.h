@@ -38,6 +38,19 @@ typedef struct {
  * DDP_ERR_IO) with "FILE: OBJECT[INDEX]: problem". stats may be NULL; it is accumulated into. */
 ddp_status ddp_shard_validate(const char *path, const char *name, ddp_shard_meta *m, ddp_shard_stats *stats);
 
+/* Whether dataset d's npoints values all live, written, in its own file (the rule every shard dataset follows, and
+ * pack's input samples too): a virtual dataset or external storage may lack its source files, and storage never
+ * (fully) written reads as the fill value, silently. UNWRITTEN fills detail with what HDF5 says ("H5Dget_num_chunks:
+ * 0 of 4 chunks"); UNKNOWN: a query failed. */
+typedef enum {
+    DDP_H5_STORAGE_OK,
+    DDP_H5_STORAGE_UNKNOWN,
+    DDP_H5_STORAGE_VIRTUAL,
+    DDP_H5_STORAGE_EXTERNAL,
+    DDP_H5_STORAGE_UNWRITTEN
+} ddp_h5_storage_kind;
+ddp_h5_storage_kind ddp_h5_storage(hid_t d, hssize_t npoints, char *detail, size_t len);
+
 /* Called with "attribute 'format'" etc. before each HDF5 read during validation (the isolated scan in
  * dataset.c reports it to its parent), NULL by default. */
 extern void (*ddp_shard_progress)(const char *what);

@@ -140,30 +140,40 @@ static const char *unwritten(hid_t d, hid_t pl, H5D_layout_t lay, int *failed, c
                                                  : "H5Dget_space_status: not allocated";
 }
 
+ddp_h5_storage_kind ddp_h5_storage(hid_t d, hssize_t npoints, char *detail, size_t len)
+{
+    hid_t pl = H5Dget_create_plist(d);
+    if (pl < 0) return DDP_H5_STORAGE_UNKNOWN;
+    H5D_layout_t lay = H5Pget_layout(pl);
+    int ext = H5Pget_external_count(pl), failed = 0;
+    const char *unw = NULL;
+    if (lay >= 0 && lay != H5D_VIRTUAL && ext == 0 && npoints > 0) unw = unwritten(d, pl, lay, &failed, detail, len);
+    H5Pclose(pl);
+    if (lay < 0 || ext < 0 || failed) return DDP_H5_STORAGE_UNKNOWN;
+    if (lay == H5D_VIRTUAL) return DDP_H5_STORAGE_VIRTUAL;
+    if (ext != 0) return DDP_H5_STORAGE_EXTERNAL;
+    if (unw && unw != detail) snprintf(detail, len, "%s", unw);
+    return unw ? DDP_H5_STORAGE_UNWRITTEN : DDP_H5_STORAGE_OK;
+}
+
 /* A shard holds its own data: a virtual dataset (its mapped source files may be missing, and then HDF5 reads its fill
  * value), external raw storage (files the manifest's size and mtime do not cover) and storage never (fully) written,
  * e.g. by a writer that died after creating the dataset (read as the fill value), are refused. */
 static ddp_status dset_storage(vctx *v, const char *name, hid_t d, hssize_t npoints)
 {
-    hid_t pl = H5Dget_create_plist(d);
-    if (pl < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': storage layout cannot be queried", v->path, name);
-    H5D_layout_t lay = H5Pget_layout(pl);
-    int ext = H5Pget_external_count(pl), failed = 0;
     char buf[96];
-    const char *unw = NULL;
-    if (lay >= 0 && lay != H5D_VIRTUAL && ext == 0 && npoints > 0)
-        unw = unwritten(d, pl, lay, &failed, buf, sizeof buf);
-    H5Pclose(pl);
-    if (lay < 0 || ext < 0 || failed)
-        return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': storage layout cannot be queried", v->path, name);
-    if (lay == H5D_VIRTUAL)
+    switch (ddp_h5_storage(d, npoints, buf, sizeof buf)) {
+    case DDP_H5_STORAGE_OK: return DDP_OK;
+    case DDP_H5_STORAGE_VIRTUAL:
         BAD("%s: dataset '%s': virtual dataset (its data lives in other files): not supported, store it in the shard",
             v->path, name);
-    if (ext != 0)
+    case DDP_H5_STORAGE_EXTERNAL:
         BAD("%s: dataset '%s': external storage (its data lives in other files): not supported, store it in the shard",
             v->path, name);
-    if (unw) BAD("%s: dataset '%s': storage not (fully) written (%s): the writer did not finish", v->path, name, unw);
-    return DDP_OK;
+    case DDP_H5_STORAGE_UNWRITTEN:
+        BAD("%s: dataset '%s': storage not (fully) written (%s): the writer did not finish", v->path, name, buf);
+    default: return ddp_set_error(DDP_ERR_HDF5, "%s: dataset '%s': storage layout cannot be queried", v->path, name);
+    }
 }
 
 /* The manifest's limits (io/manifest.c entry_ok): features at most 2^50 values (so R and D too), an index array at

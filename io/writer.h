@@ -27,8 +27,10 @@ ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o);
 /* The option checks ddp_synth starts with (local): DDP_ERR_ARG with one line naming the option. */
 ddp_status ddp_synth_check(const ddp_synth_opts *o);
 /* Collective over ctx, under the writer's ddp_out_lock_take of out. */
-/* want_classes > 0 sets num_classes (at least the largest label + 1); 0: the largest label + 1. */
-ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards, int64_t want_classes);
+/* want_classes > 0 sets num_classes (at least the largest label + 1); 0: the largest label + 1. notice: "" or, on
+ * every rank, how many NaN/Inf values the shards hold (as float32) and the first input sample holding one. */
+ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t shards, int64_t want_classes,
+                    char *notice, size_t notice_len);
 
 /* The dataset lock, DIR/mpiddp-dataset.lock (docs/dataset-format.md#one-writer-per-directory). */
 #define DDP_DATASET_LOCK "mpiddp-dataset.lock"

@@ -53,8 +53,16 @@ for t in u4 '>i8'; do
 done
 # a failed pack or synth removes the shards it wrote (every rank its own, after they agreed on the failure) and the
 # --out directory if the run created it: it left 3 of 4 shards, which inspect called valid and a rerun refused.
-# Sample 56 (the last, in shard 3: at np 2 written by rank 1 after shards 0-2) reads from a missing external file.
-$PY -c "import h5py, shutil; shutil.copy('in.h5', 'unr.h5'); f = h5py.File('unr.h5', 'a'); g = f['samples']; n = sorted(g)[-1]; s = g[n].shape; del g[n]; g.create_dataset(n, shape=s, dtype='f4', external=[('$WORK/missing.raw', 0, 4 * s[0] * s[1])])"
+# Sample 56 (the last, in shard 3: at np 2 written by rank 1 after shards 0-2) is one chunk whose Fletcher-32 checksum
+# fails (a missing external file did this before pack refused external storage as it scans its input).
+$PY -c "
+import h5py, shutil
+shutil.copy('in.h5', 'unr.h5')
+with h5py.File('unr.h5', 'a') as f:
+    g = f['samples']; n = sorted(g)[-1]; x = g[n][()]; del g[n]
+    off = g.create_dataset(n, data=x, chunks=x.shape, fletcher32=True).id.get_chunk_info(0).byte_offset
+with open('unr.h5', 'r+b') as fh:
+    fh.seek(off + 1); b = fh.read(1); fh.seek(off + 1); fh.write(bytes([b[0] ^ 0xFF]))"
 mkdir -p kept && echo mine > kept/notes.txt
 for np in 1 2; do
   for out in new_$np kept; do

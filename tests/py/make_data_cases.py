@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""Small h5py-written inputs for the pack checks (tests/sh/pack_inputs.sh).
+
+  make_data_cases.py pack OUT     pack inputs OUT/<case>.h5 and OUT/cases.txt, one "case|rc|regex" a line: rc 1 and
+                                  the error line's regex (values HDF5 would make up: storage never written, virtual,
+                                  external), or rc 0 and the notice's regex (NaN/Inf, counted here as float32), or rc
+                                  0 and an empty regex (no notice)
+"""
+import os
+import re
+import sys
+
+import h5py
+import numpy as np
+
+D = 3
+
+
+def shard(path, feats, offsets, labels, classes=3, features_kw=None):
+    with h5py.File(path, "w") as f:
+        f.attrs["format"] = "mpiddp-shard"
+        f.attrs["version"] = 1
+        f.attrs["num_classes"] = classes
+        f.create_dataset("features", data=np.asarray(feats, np.float32), **(features_kw or {}))
+        f.create_dataset("offsets", data=np.asarray(offsets, np.int64))
+        f.create_dataset("labels", data=np.asarray(labels, np.int64))
+
+
+def pack_cases(out):
+    os.makedirs(out, exist_ok=True)
+    cases = []
+
+    def base(f, n=10, dtype=np.float32):
+        rng = np.random.default_rng(n)
+        g = f.create_group("samples")
+        for i in range(n):
+            g.create_dataset(f"x{i:03d}", data=rng.standard_normal((int(rng.integers(1, 6)), D)).astype(dtype))
+        f.create_dataset("labels", data=np.arange(n) % 3)
+        return g
+
+    def refused(name, obj, index, why, build):
+        with h5py.File(f"{out}/{name}.h5", "w") as f:
+            build(f)
+        where = f"'{obj}'" + (f"\\[{index}\\]" if index is not None else "")
+        cases.append((name, 1, f"^mpiddp pack: error: {name}\\.h5: dataset {where}: {why}$"))
+
+    def replace(f, name, **kw):
+        g = base(f)
+        del g[name]
+        return g.create_dataset(name, **kw)
+
+    unw = r"storage not \(fully\) written \(%s\): it would read as its fill value; write its values"
+    # a chunked sample of which no chunk, or one of 4, was written: HDF5 reads the rest as the fill value
+    refused("unwritten_chunks", "/samples/x002", 2, unw % "H5Dget_num_chunks: 0 of 4 chunks",
+            lambda f: replace(f, "x002", shape=(4, D), dtype=np.float32, chunks=(1, D)))
+    refused("part_written", "/samples/x006", 6, unw % "H5Dget_num_chunks: 1 of 4 chunks",
+            lambda f: replace(f, "x006", shape=(4, D), dtype=np.float32, chunks=(1, D)).__setitem__(0, 1.0))
+    # contiguous storage never allocated (h5py allocates it late, at the first write)
+    refused("unwritten_contiguous", "/samples/x004", 4, unw % "H5Dget_space_status: not allocated",
+            lambda f: replace(f, "x004", shape=(4, D), dtype=np.float32))
+    # a sample declaring 2^31 rows with nothing written: once an 8 GiB allocation and an out-of-memory line naming
+    # neither the input nor the sample
+    refused("huge_declared", "/samples/x009", 9, unw % f"H5Dget_num_chunks: 0 of {2**31 // 2**16} chunks",
+            lambda f: replace(f, "x009", shape=(2**31, D), dtype=np.float32, chunks=(2**16, D)))
+
+    def virtual(f):
+        g = base(f)
+        del g["x001"]
+        lay = h5py.VirtualLayout(shape=(2, D), dtype=np.float32)
+        lay[...] = h5py.VirtualSource(f"{os.path.abspath(out)}/no-such-source.h5", "x", shape=(2, D))
+        g.create_virtual_dataset("x001", lay, fillvalue=0)
+    refused("virtual_missing", "/samples/x001", 1,
+            r"virtual dataset \(its data lives in other files, read as the fill value where they are missing\): "
+            r"not supported, store the values in the input file", virtual)
+
+    def external(f):
+        with open(f"{out}/short.raw", "wb") as raw:  # 1 of the 4 rows the sample declares
+            raw.write(np.ones(D, np.float32).tobytes())
+        replace(f, "x003", shape=(4, D), dtype=np.float32, external=[(f"{os.path.abspath(out)}/short.raw", 0, 4 * D * 4)])
+    refused("external_short", "/samples/x003", 3,
+            r"external storage \(its data lives in other files, read as zeros past their end\): not supported, store "
+            r"the values in the input file", external)
+
+    def labels_unwritten(f):
+        base(f)
+        del f["labels"]
+        f.create_dataset("labels", shape=(10,), dtype=np.int64)
+    refused("labels_unwritten", "/labels", None, unw % "H5Dget_space_status: not allocated", labels_unwritten)
+
+    # NaN/Inf in what pack writes: exit 0 with a notice counting them as float32 holds them
+    def nonfinite(name, sample, values):
+        with h5py.File(f"{out}/{name}.h5", "w") as f:
+            g = base(f)
+            del g[sample]
+            g[sample] = values
+            names = sorted(g.keys(), key=lambda s: s.encode())
+            as32 = [np.asarray(g[nm][()]).astype(np.float32) for nm in names]
+        bad = [int(np.count_nonzero(~np.isfinite(x))) for x in as32]
+        first = next(i for i, b in enumerate(bad) if b)
+        cases.append((name, 0, f"^mpiddp pack: notice: {sum(bad)} non-finite feature value\\(s\\) \\(NaN or Inf as "
+                      f"float32: a float64 beyond its range becomes Inf\\) in {sum(1 for b in bad if b)} sample\\(s\\) "
+                      f"of {name}\\.h5, the first dataset '/samples/{re.escape(names[first])}'\\[{first}\\]; "
+                      f"`mpiddp inspect OUT` names the first in the shards$"))
+    with np.errstate(over="ignore"):
+        nonfinite("nan", "x004", np.array([[np.nan, 1, 2], [3, np.inf, 5]], np.float32))
+        nonfinite("f64_overflow", "x007", np.array([[1e300, -1e300, 1e-300]], np.float64))
+    with h5py.File(f"{out}/valid.h5", "w") as f:
+        base(f)
+    cases.append(("valid", 0, ""))
+    with open(f"{out}/cases.txt", "w") as f:
+        for name, rc, regex in cases:
+            f.write(f"{name}|{rc}|{regex}\n")
+
+
+if __name__ == "__main__":
+    modes = {"pack": pack_cases}
+    if len(sys.argv) != 3 or sys.argv[1] not in modes:
+        sys.exit(__doc__)
+    modes[sys.argv[1]](sys.argv[2])

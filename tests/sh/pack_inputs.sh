@@ -1,0 +1,36 @@
+# pack's input (docs/dataset-format.md#mpiddp-pack), at np 1 and 2: a sample or /labels whose values HDF5 would make
+# up (storage never or partly written, a sample declaring 2^31 rows with nothing written, a virtual dataset whose
+# source is missing, external storage in a short file) is refused before anything is written: one line naming the
+# input, the dataset and its index, exit 1, a --out it created removed and one that existed left as it was (pack once
+# wrote the fill values, zeros, and exited 0; the 2^31-row sample was an 8 GiB allocation). Shards that hold NaN or
+# Inf (a NaN in the input, float64 values beyond float32's range) exit 0 with one notice naming the count and the
+# first input sample (pack once said nothing); a finite input gives none.
+. "$(dirname "$0")/lib.sh"
+$PY "$SRC/tests/py/make_data_cases.py" pack pc
+cd pc
+mkdir kept && echo mine > kept/notes.txt
+n=0
+for np in 1 2; do
+  while IFS='|' read -r name rc regex; do
+    out=out_${name}_$np
+    regex=${regex//OUT/$out}
+    expect_rc "$rc" timeout 60 mpirun -np "$np" --oversubscribe "$MPIDDP" pack --input "$name.h5" --out "$out" --shards "$np"
+    lines=$(printf '%s\n' "$ERR" | grep '^mpiddp' || true)
+    if [ -z "$regex" ]; then
+      [ -z "$lines" ] || fail "$name at np $np: expected no notice, got: $ERR"
+    else
+      [ "$(printf '%s\n' "$lines" | wc -l)" = 1 ] || fail "$name at np $np: expected one line, got: $ERR"
+      printf '%s\n' "$lines" | qgrep -E "$regex" || fail "$name at np $np: '$lines' does not match /$regex/"
+    fi
+    if [ "$rc" = 1 ]; then
+      [ ! -e "$out" ] || fail "$name at np $np: the --out it created is left: $(ls -a "$out")"
+      expect_rc 1 timeout 60 mpirun -np "$np" --oversubscribe "$MPIDDP" pack --input "$name.h5" --out kept --shards "$np"
+      [ "$(ls -A kept)" = notes.txt ] && [ "$(cat kept/notes.txt)" = mine ] || fail "$name at np $np: kept now holds $(ls -A kept)"
+    else
+      "$MPIDDP" inspect "$out" > /dev/null 2>&1 && inspect_rc=0 || inspect_rc=$?
+      [ "$inspect_rc" = "$([ -z "$regex" ] && echo 0 || echo 1)" ] || fail "$name at np $np: inspect of the packed data exited $inspect_rc"
+    fi
+    n=$((n + 1))
+  done < cases.txt
+done
+pass "$n pack inputs: values HDF5 would make up refused in one line, NaN/Inf in the shards named in a notice"
