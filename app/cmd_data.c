@@ -245,8 +245,11 @@ int cmd_inspect(ddp_ctx *ctx, int argc, char **argv)
         printf("rows per sample: min %lld  mean %.2f  max %lld\n", (long long)minr, (double)R / (double)N,
                (long long)maxr);
         printf("rows-per-sample histogram:\n");
-        for (int b = 0; b < 16; b++)
-            if (hist[b]) printf("  %8lld-%-8lld %10lld\n", 1LL << b, (2LL << b) - 1, (long long)hist[b]);
+        for (int b = 0; b < 16; b++) /* the last bin holds every longer sample too (io/shard_validate.c bin_of) */
+            if (hist[b] && b < 15)
+                printf("  %8lld-%-8lld %10lld\n", 1LL << b, (2LL << b) - 1, (long long)hist[b]);
+            else if (hist[b])
+                printf("  %8lld+%-8s %10lld\n", 1LL << b, "", (long long)hist[b]);
         printf("class counts:");
         for (int64_t c = 0; cc && c < C; c++) printf(" %lld:%lld", (long long)c, (long long)cc[c]);
         printf("\nbytes: features %s, files %s; %lld of %lld shard(s) memory-mappable\n", b1, b2, (long long)mappable,

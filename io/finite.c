@@ -85,8 +85,10 @@ static ddp_status read_rows(ddp_shard *s, int64_t lo, int64_t cnt, float *buf)
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     if (e < 0)
-        return ddp_set_error(DDP_ERR_HDF5, "%s: dataset 'features'[%lld..%lld]: read failed", s->meta.name,
-                             (long long)lo, (long long)(lo + cnt - 1));
+        return ddp_set_error(DDP_ERR_HDF5,
+                             "%s/%s: dataset 'features'[rows %lld..%lld]: read failed (corrupt or "
+                             "truncated file?)",
+                             s->dir, s->meta.name, (long long)lo, (long long)(lo + cnt - 1));
     return DDP_OK;
 }
 
@@ -115,7 +117,8 @@ ddp_status ddp_shard_scan_finite(ddp_shard *s, const char *dir, int all, ddp_fin
     float *buf = NULL;
     ddp_status st = DDP_OK;
     if (!s->features && !(buf = ddp_malloc((size_t)(per * m->dim), sizeof *buf)))
-        st = ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for %lld rows of features", m->name, (long long)per);
+        st = ddp_set_error(DDP_ERR_NOMEM, "%s/%s: out of memory for %lld rows of features", dir, m->name,
+                           (long long)per);
     int64_t last = -1;
     for (int64_t lo = 0; st == DDP_OK && lo < m->rows && (all || r->values == 0); lo += per) {
         int64_t cnt = m->rows - lo < per ? m->rows - lo : per;

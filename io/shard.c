@@ -42,7 +42,7 @@ static ddp_status map_window(ddp_shard *s, const char *path, int slot, int64_t o
     size_t len = (size_t)(off - base + bytes);
     void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, s->fd, (off_t)base);
     if (p == MAP_FAILED)
-        return ddp_set_error(DDP_ERR_IO, "%s: dataset '%s': mmap of %zu bytes failed: %s", s->meta.name, obj, len,
+        return ddp_set_error(DDP_ERR_IO, "%s: dataset '%s': mmap of %zu bytes failed: %s", path, obj, len,
                              strerror(errno));
     s->maps[slot] = p;
     s->map_lens[slot] = len;
@@ -267,7 +267,11 @@ ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float
     H5Sclose(ms);
     H5Sclose(fs);
     g_counters.hdf5_reads++;
-    if (e < 0) return ddp_set_error(DDP_ERR_HDF5, "%s: dataset 'features'[%lld]: read failed", m->name, (long long)i);
+    if (e < 0) /* the rows, as inspect's finite scan names them, and the sample, as the offsets number it */
+        return ddp_set_error(DDP_ERR_HDF5,
+                             "%s/%s: dataset 'features'[rows %lld..%lld]: read failed (corrupt or truncated file?), "
+                             "in sample %lld of the shard (offsets[%lld])",
+                             s->dir, m->name, (long long)lo, (long long)hi - 1, (long long)i, (long long)i);
     *rows = scratch;
     return DDP_OK;
 }

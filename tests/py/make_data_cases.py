@@ -1,10 +1,15 @@
 #!/usr/bin/python3
-"""Small h5py-written inputs for the pack checks (tests/sh/pack_inputs.sh).
+"""Small h5py-written inputs for the pack, read-error and histogram checks (tests/sh/pack_inputs.sh, shard_reads.sh).
 
   make_data_cases.py pack OUT     pack inputs OUT/<case>.h5 and OUT/cases.txt, one "case|rc|regex" a line: rc 1 and
                                   the error line's regex (values HDF5 would make up: storage never written, virtual,
                                   external), or rc 0 and the notice's regex (NaN/Inf, counted here as float32), or rc
                                   0 and an empty regex (no notice)
+  make_data_cases.py corrupt OUT  OUT/train and OUT/val, each of shard-00000.h5 and shard-00001.h5; train's
+                                  shard-00001.h5 has chunked features with a Fletcher-32 checksum and one corrupt chunk
+                                  inside one sample; OUT/expect.txt: "rows A B", "sample I", "total R" of that shard
+  make_data_cases.py long OUT     one shard whose samples reach past 65535 rows (D 1); OUT/hist.txt: the inspect
+                                  histogram lines expected, "LABEL COUNT" (bins of floor(log2(rows)), the last 32768+)
 """
 import os
 import re
@@ -112,8 +117,50 @@ def pack_cases(out):
             f.write(f"{name}|{rc}|{regex}\n")
 
 
+def corrupt(out):
+    rng = np.random.default_rng(5)
+    rows = np.array([3, 5, 8, 16, 8, 4, 2, 6])   # sample 3: rows 16..31, chunks 2 and 3 of 8 rows; no other sample
+    offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+    victim, chunk = 3, 3
+    assert offsets[victim] <= chunk * 8 and (chunk + 1) * 8 <= offsets[victim + 1]
+    for split in ("train", "val"):
+        os.makedirs(f"{out}/{split}", exist_ok=True)
+        for k in range(2):
+            feats = rng.standard_normal((int(offsets[-1]), D))
+            labels = rng.integers(0, 3, size=len(rows))
+            chunked = split == "train" and k == 1
+            path = f"{out}/{split}/shard-{k:05d}.h5"
+            shard(path, feats, offsets, labels,
+                  features_kw=dict(chunks=(8, D), fletcher32=True) if chunked else None)
+            if chunked:
+                with h5py.File(path, "r") as f:
+                    off = f["features"].id.get_chunk_info(chunk).byte_offset
+                with open(path, "r+b") as fh:   # one byte of the chunk's data: its checksum no longer matches
+                    fh.seek(off + 5)
+                    b = fh.read(1)
+                    fh.seek(off + 5)
+                    fh.write(bytes([b[0] ^ 0xFF]))
+    with open(f"{out}/expect.txt", "w") as f:
+        f.write(f"rows {offsets[victim]} {offsets[victim + 1] - 1}\nsample {victim}\ntotal {offsets[-1]}\n")
+
+
+def long_samples(out):
+    rows = np.array([1, 3, 40000, 70000])
+    offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+    os.makedirs(out, exist_ok=True)
+    shard(f"{out}/shard-00000.h5", np.ones((int(offsets[-1]), 1)), offsets, [0, 1, 0, 1], classes=2)
+    bins = {}
+    for r in rows:
+        b = min(int(r).bit_length() - 1, 15)
+        bins[b] = bins.get(b, 0) + 1
+    with open(f"{out}/hist.txt", "w") as f:
+        for b in sorted(bins):
+            label = f"{1 << b}+" if b == 15 else f"{1 << b}-{(2 << b) - 1}"
+            f.write(f"{label} {bins[b]}\n")
+
+
 if __name__ == "__main__":
-    modes = {"pack": pack_cases}
+    modes = {"pack": pack_cases, "corrupt": corrupt, "long": long_samples}
     if len(sys.argv) != 3 or sys.argv[1] not in modes:
         sys.exit(__doc__)
     modes[sys.argv[1]](sys.argv[2])
