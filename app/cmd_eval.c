@@ -32,8 +32,10 @@ static ddp_status write_predictions(const char *path, const ddp_eval_acc *a)
 {
     char tmp[4200]; /* a name of this process, created anew: a file of that name is never replaced */
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    ddp_register_temporary(tmp); /* a fatal signal: the handler removes it (app/stop_signals.c) */
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* registered once it is this process's file (a fatal signal: the handler removes it, app/stop_signals.c): a file
+     * of that name left by another process is never removed */
+    if (fd >= 0) ddp_register_temporary(tmp);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
         ddp_status st = ddp_set_error(DDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));

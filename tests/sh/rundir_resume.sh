@@ -149,6 +149,14 @@ expect_rc 0 mpirun_np 2 env MPIDDP_TEST_STOP_AT_STEP=5 "$MPIDDP" train "${rp[@]}
 [ "$(ls board4/progress)" = "$(printf 'rank%s\n' 0 1)" ] || fail "a resume on 2 ranks kept other ranks' records: $(ls board4/progress)"
 expect_rc 0 mpirun_np 2 "$MPIDDP" train "${rp0[@]}" --batch-size 8 --out board4 --resume auto
 [ ! -e board4/progress ] || fail "a resume without --collective-timeout kept the board: $(ls board4/progress)"
+# only the run's own board: a progress/ that is a link is not followed (its files are outside the run directory), and
+# a fresh run leaves a progress/ the directory already had (the user's)
+mkdir -p elsewhere && echo keep > elsewhere/rank0 && echo keep > elsewhere/rank3 && ln -s ../elsewhere board4/progress
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${rp0[@]}" --batch-size 8 --out board4 --resume auto --epochs 2
+[ "$(cat elsewhere/rank0 elsewhere/rank3)" = "$(printf 'keep\nkeep')" ] || fail "a linked progress/ was followed: $(ls elsewhere)"
+mkdir -p users/progress && echo mine > users/progress/rank0
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${rp0[@]}" --batch-size 8 --out users
+[ "$(cat users/progress/rank0)" = mine ] || fail "a fresh run removed the directory's own progress/rank0"
 pass "a resume on fewer ranks, or without --collective-timeout, removes the progress records it does not keep"
 
 # 8. a resume refused before it writes anything (no such file, not a checkpoint, another model, a position the data
