@@ -93,11 +93,12 @@ def pack_cases(out):
     refused("labels_unwritten", "/labels", None, unw % "H5Dget_space_status: not allocated", labels_unwritten)
 
     # NaN/Inf in what pack writes: exit 0 with a notice counting them as float32 holds them
-    def nonfinite(name, sample, values):
+    def nonfinite(name, samples):
         with h5py.File(f"{out}/{name}.h5", "w") as f:
             g = base(f)
-            del g[sample]
-            g[sample] = values
+            for sample, values in samples.items():
+                del g[sample]
+                g[sample] = values
             names = sorted(g.keys(), key=lambda s: s.encode())
             as32 = [np.asarray(g[nm][()]).astype(np.float32) for nm in names]
         bad = [int(np.count_nonzero(~np.isfinite(x))) for x in as32]
@@ -107,11 +108,33 @@ def pack_cases(out):
                       f"of {name}\\.h5, the first dataset '/samples/{re.escape(names[first])}'\\[{first}\\]; "
                       f"`mpiddp inspect OUT` names the first in the shards$"))
     with np.errstate(over="ignore"):
-        nonfinite("nan", "x004", np.array([[np.nan, 1, 2], [3, np.inf, 5]], np.float32))
-        nonfinite("f64_overflow", "x007", np.array([[1e300, -1e300, 1e-300]], np.float64))
+        nonfinite("nan", {"x004": np.array([[np.nan, 1, 2], [3, np.inf, 5]], np.float32)})
+        nonfinite("f64_overflow", {"x007": np.array([[1e300, -1e300, 1e-300]], np.float64)})
+        # in both halves of the input: at np 2 each rank writes some, and the notice sums the ranks' counts
+        nonfinite("nan_both", {"x001": np.array([[np.nan, 1, 2]], np.float32),
+                               "x008": np.array([[np.inf, -np.inf, 0], [1, 2, np.nan]], np.float32)})
     with h5py.File(f"{out}/valid.h5", "w") as f:
         base(f)
     cases.append(("valid", 0, ""))
+
+    # layouts other than h5py's default that hold every value: packed as they are, no notice
+    def relayout(name, **kw):
+        with h5py.File(f"{out}/{name}.h5", "w") as f:
+            g = base(f)
+            for nm in list(g.keys()):
+                x = g[nm][()]
+                del g[nm]
+                if kw.get("maxshape"):  # created empty, then grown to its rows
+                    d = g.create_dataset(nm, shape=(0, D), **kw)
+                    d.resize(x.shape[0], axis=0)
+                    d[...] = x
+                else:
+                    g.create_dataset(nm, data=x, **kw)
+        cases.append((name, 0, ""))
+    relayout("chunked_gzip", chunks=(1, D), compression="gzip", shuffle=True)
+    relayout("fillvalue_contiguous", fillvalue=7.0)
+    relayout("fillvalue_chunked", chunks=(1, D), fillvalue=-1.0)
+    relayout("grown", chunks=(2, D), maxshape=(None, D))
     with open(f"{out}/cases.txt", "w") as f:
         for name, rc, regex in cases:
             f.write(f"{name}|{rc}|{regex}\n")

@@ -16,6 +16,7 @@ for np in 1 2; do
     regex=${regex//OUT/$out}
     expect_rc "$rc" timeout 60 mpirun -np "$np" --oversubscribe "$MPIDDP" pack --input "$name.h5" --out "$out" --shards "$np"
     lines=$(printf '%s\n' "$ERR" | grep '^mpiddp' || true)
+    ! grep -qE 'HDF5-DIAG|rank [0-9]+: (error|notice)' <<<"$ERR" || fail "$name at np $np: a rank's own line or HDF5's: $ERR"
     if [ -z "$regex" ]; then
       [ -z "$lines" ] || fail "$name at np $np: expected no notice, got: $ERR"
     else
