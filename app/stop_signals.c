@@ -2,7 +2,8 @@
  * waits for them; every other thread of the process, MPI's, OpenMP's and oneDNN's included, has them blocked,
  * so no signal handler ever runs on a compute thread's stack (docs/faults.md, "Stop signals"). A further stop signal
  * to a rank long blocked in a collective says why the stop waits. The other commands: SIGINT, SIGTERM, SIGHUP, SIGUSR1
- * and SIGUSR2 remove the temporary being written (a shard's, the manifest's) before they end it. */
+ * and SIGUSR2 remove the temporary being written (a shard's, the manifest's), and a synth's or pack's shards, lock file
+ * and the --out it made, before they end it. */
 #include "stop_signals.h"
 
 #include "mpi_ddp/comm/watchdog.h"
@@ -151,8 +152,9 @@ void cli_stop_signals_settle(void) { atomic_store(&g_training, 0); }
 
 int cli_stop_signal_received(void) { return atomic_load(&g_last_signal); }
 
-/* Async-signal-safe: unlink of a path registered before the temporary was created, then the signal's default action
- * (SA_RESETHAND; the raised signal is delivered when the handler returns). */
+/* Async-signal-safe: unlink of a path registered before the temporary was created, and of what a dataset writer's run
+ * made (io/writer.c: its shards, its lock file, the --out it created), then the signal's default action (SA_RESETHAND;
+ * the raised signal is delivered when the handler returns). The other fatal signals wait meanwhile. */
 static void on_fatal(int sig)
 {
     int e = errno;
@@ -169,6 +171,7 @@ int cli_fatal_signals_cleanup(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_fatal;
     sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&sa.sa_mask, sigs[i]);
     sa.sa_flags = SA_RESETHAND;
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         if (sigaction(sigs[i], NULL, &old) != 0) return -1;

@@ -22,7 +22,8 @@ void cli_stop_signals_settle(void);
 /* The last stop signal taken (0: none). */
 int cli_stop_signal_received(void);
 /* The commands other than train: SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 first remove the temporary the process
- * is writing (ddp_register_temporary: a shard's, the manifest's), then take their default action. Returns 0, or -1 on
+ * is writing (ddp_register_temporary: a shard's, the manifest's) and what a synth's or pack's run made
+ * (ddp_register_signal_cleanup: its shards, lock file and --out), then take their default action. Returns 0, or -1 on
  * failure. */
 int cli_fatal_signals_cleanup(void);
 

@@ -282,7 +282,5 @@ ddp_status ddp_pack(ddp_ctx *ctx, const char *input, const char *out, int64_t sh
     free(labels);
     if (g >= 0) H5Gclose(g);
     if (f >= 0) H5Fclose(f);
-    st = ddp_agree_status(ctx, st);
-    if (st != DDP_OK) ddp_out_discard(ctx, out, shards, written); /* no partial dataset is left */
-    return st;
+    return ddp_out_finish(ctx, out, shards, written, st); /* all shards, or none (no partial dataset) */
 }

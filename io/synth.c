@@ -184,7 +184,5 @@ ddp_status ddp_synth(ddp_ctx *ctx, const ddp_synth_opts *o)
         free(ids);
     }
     free(proto);
-    st = ddp_agree_status(ctx, st);
-    if (st != DDP_OK) ddp_out_discard(ctx, o->out, o->shards, written); /* no partial dataset is left */
-    return st;
+    return ddp_out_finish(ctx, o->out, o->shards, written, st); /* all shards, or none (no partial dataset) */
 }

@@ -1,4 +1,5 @@
-/* writer.c — the atomic shard writer shared by synth and pack. */
+/* writer.c — the atomic shard writer shared by synth and pack, the dataset directory's lock, and what a writer's run
+ * undoes when it fails or a fatal signal ends it: no partial dataset is left (docs/dataset-format.md). */
 #include "io/writer.h"
 
 #include "mpi_ddp/core/ctx.h"
@@ -13,11 +14,178 @@
 #include <errno.h>
 #include <hdf5.h>
 #include <libgen.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* This process's writer run, from ddp_out_lock_take (write = 1) to ddp_out_lock_release: what a fatal signal's
+ * handler removes (undo_run). Filled before any shard is written; the handler builds every name by hand in its own
+ * buffer and calls unlink, rmdir, fstat and stat only (async-signal-safe). */
+static struct {
+    atomic_int armed;       /* 1 during the run */
+    char dir[4200];         /* --out as given */
+    char pid[24];           /* getpid() in decimal: the temporaries' suffix */
+    int64_t rank, size;     /* this rank writes shards rank, rank + size, ... */
+    atomic_int width;       /* digits of a shard number (ddp_shard_name) */
+    atomic_llong staged;    /* this rank's first `staged` shards are complete under their temporary names */
+    atomic_int own_final;   /* 1 from ddp_out_finish's renames: they may be under their final names too */
+    atomic_llong all_final; /* rank 0, once the ranks agreed every shard is written: shard-K.h5, K < all_final */
+    int lock_fd;            /* rank 0: the lock's descriptor and file (removed while it is still that file) */
+    char lock[4200];        /* DIR/mpiddp-dataset.lock, on every rank: where the directories to remove start */
+    char manifest[4200];    /* rank 0: DIR/mpiddp-manifest.bin when none was there as the lock was taken, else "" */
+    char created[4200];     /* the first directory the run made, rank 0's ("" none) */
+    char name[4400];        /* the handler's */
+} g_run = {.lock_fd = -1};
+
+static void put_str(char *b, size_t *n, size_t cap, const char *s)
+{
+    while (*s && *n + 1 < cap) b[(*n)++] = *s++;
+    b[*n] = 0;
+}
+
+/* v >= 0 in decimal, at least width digits (zero-padded). */
+static void put_num(char *b, size_t *n, size_t cap, long long v, int width)
+{
+    char d[24];
+    int k = 0;
+    do {
+        d[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0 && k < 20);
+    while (k < width && k < 24) d[k++] = '0';
+    while (k > 0 && *n + 1 < cap) b[(*n)++] = d[--k];
+    b[*n] = 0;
+}
+
+/* DIR/shard-K.h5, or with pid DIR/.shard-K.h5.tmp.PID (ddp_shard_write's temporary), into b; async-signal-safe. */
+static const char *shard_path(char *b, size_t cap, const char *dir, long long k, int width, const char *pid)
+{
+    size_t n = 0;
+    b[0] = 0;
+    put_str(b, &n, cap, dir);
+    put_str(b, &n, cap, pid ? "/.shard-" : "/shard-");
+    put_num(b, &n, cap, k, width);
+    put_str(b, &n, cap, ".h5");
+    if (pid) {
+        put_str(b, &n, cap, ".tmp.");
+        put_str(b, &n, cap, pid);
+    }
+    return b;
+}
+
+/* The digits of a shard number in a dataset of total shards: 5, more beyond 100 000 shards. */
+static int shard_width(int64_t total)
+{
+    int w = 5;
+    for (int64_t t = total - 1; t >= 100000 && w < 19; t /= 10) w++; /* int64 has at most 19 digits */
+    return w;
+}
+
+/* The directories the run made, once empty, as ddp_out_lock_release removes them (async-signal-safe): DIR, then its
+ * parents down to the first made. */
+static void remove_made_dirs(void)
+{
+    char *b = g_run.name;
+    size_t top = strlen(g_run.created), n = 0;
+    if (!top) return;
+    put_str(b, &n, sizeof g_run.name, g_run.lock);
+    for (char *slash; (slash = strrchr(b, '/')) && (*slash = 0, strlen(b) >= top);)
+        if (rmdir(b) != 0 || !strcmp(b, g_run.created)) break;
+}
+
+/* Under mpirun the first rank to die has the others SIGKILLed at once (Open MPI 4.1 does not wait its
+ * odls_base_sigkill_timeout then), which cut rank 0's undo short: so a rank other than 0 waits, about 2 s at most,
+ * until rank 0's lock file is gone (rank 0 is done, or has ended the run), and rank 0, while the other ranks' shards
+ * are still theirs to remove, until the directory it made is gone (about 2 s where it made none). */
+#define LINGER_MS 2000
+
+/* The fatal signal's undo (ddp_register_signal_cleanup), after the temporary being written is gone: this rank's
+ * complete shards (each temporary before its final name, so that a rename racing with this on another thread leaves
+ * neither), on rank 0 every shard once they are all written, the manifest the run wrote, rank 0's lock file, then
+ * the directories the run made, once empty (the last rank to empty it removes it). */
+static void undo_run(void)
+{
+    if (!atomic_load(&g_run.armed)) return;
+    char *b = g_run.name;
+    size_t cap = sizeof g_run.name;
+    int w = atomic_load(&g_run.width), fin = atomic_load(&g_run.own_final);
+    long long staged = atomic_load(&g_run.staged), all = atomic_load(&g_run.all_final);
+    for (long long i = 0; i < staged; i++) {
+        long long k = g_run.rank + i * g_run.size;
+        (void)unlink(shard_path(b, cap, g_run.dir, k, w, g_run.pid));
+        if (fin) (void)unlink(shard_path(b, cap, g_run.dir, k, w, NULL));
+    }
+    for (long long k = 0; k < all; k++) (void)unlink(shard_path(b, cap, g_run.dir, k, w, NULL));
+    if (g_run.manifest[0]) (void)unlink(g_run.manifest);
+    struct stat held, named;
+    if (g_run.lock_fd >= 0 && fstat(g_run.lock_fd, &held) == 0 && stat(g_run.lock, &named) == 0 &&
+        held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+        (void)unlink(g_run.lock); /* still locked: the process holds it until it dies */
+    remove_made_dirs();
+    if (g_run.size < 2 || (g_run.rank == 0 && all > 0)) return; /* alone, or rank 0 answering for every shard */
+    for (int t = 0; t < LINGER_MS / 10; t++) {
+        if (g_run.rank != 0 ? stat(g_run.lock, &named) != 0 : g_run.created[0] && stat(g_run.dir, &named) != 0) break;
+        (void)poll(NULL, 0, 10); /* async-signal-safe, unlike nanosleep */
+        if (g_run.rank == 0) remove_made_dirs();
+    }
+    remove_made_dirs(); /* emptied by this rank's files and rank 0's: this may be the last rank */
+}
+
+/* Starts the run of the writer lock lk just taken for dir, on every rank (rank 0's made directories broadcast). */
+static ddp_status arm_run(ddp_ctx *ctx, const char *dir, const ddp_out_lock *lk)
+{
+    char created[sizeof lk->created];
+    memcpy(created, lk->created, sizeof created);
+    if (ctx->topo.size > 1) MPI_CHECK(MPI_Bcast(created, (int)sizeof created, MPI_CHAR, 0, ctx->world));
+    created[sizeof created - 1] = 0;
+    atomic_store(&g_run.armed, 0);
+    snprintf(g_run.dir, sizeof g_run.dir, "%s", dir);
+    snprintf(g_run.pid, sizeof g_run.pid, "%ld", (long)getpid());
+    snprintf(g_run.lock, sizeof g_run.lock, "%s/%s", dir, DDP_DATASET_LOCK);
+    snprintf(g_run.created, sizeof g_run.created, "%s", created);
+    g_run.rank = ctx->topo.rank;
+    g_run.size = ctx->topo.size;
+    g_run.lock_fd = lk->fd;
+    g_run.manifest[0] = 0;
+    struct stat sb;
+    if (ctx->topo.rank == 0) { /* under the lock no index writes one: a manifest there later is this run's */
+        snprintf(g_run.manifest, sizeof g_run.manifest, "%s/%s", dir, DDP_MANIFEST_NAME);
+        if (lstat(g_run.manifest, &sb) == 0 || errno != ENOENT) g_run.manifest[0] = 0;
+    }
+    atomic_store(&g_run.width, 0);
+    atomic_store(&g_run.staged, 0);
+    atomic_store(&g_run.own_final, 0);
+    atomic_store(&g_run.all_final, 0);
+    ddp_register_signal_cleanup(undo_run);
+    atomic_store(&g_run.armed, 1);
+    return DDP_OK;
+}
+
+static void disarm_run(void)
+{
+    atomic_store(&g_run.armed, 0);
+    g_run.lock_fd = -1;
+}
+
+/* Whether path is a shard of this process's writer run (DIR/shard-DIGITS.h5, DIR the run's --out): its number in *k,
+ * the digits in *width. */
+static int run_shard(const char *path, int64_t *k, int *width)
+{
+    if (!atomic_load(&g_run.armed)) return 0;
+    size_t n = strlen(g_run.dir);
+    if (strncmp(path, g_run.dir, n) != 0 || strncmp(path + n, "/shard-", 7) != 0) return 0;
+    const char *d = path + n + 7;
+    size_t w = strspn(d, "0123456789");
+    if (w == 0 || w > 19 || strcmp(d + w, ".h5") != 0) return 0;
+    *k = strtoll(d, NULL, 10);
+    *width = (int)w;
+    return 1;
+}
 
 #define H5W(call, what)                                                      \
     do {                                                                     \
@@ -48,6 +216,11 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, base, (long)getpid());
     ddp_status st = DDP_OK;
     int placed = 0; /* path is this call's file: a failure after the rename removes it too */
+    int64_t num = 0, expect = atomic_load(&g_run.staged) * g_run.size + g_run.rank;
+    int width = 0, staged = run_shard(path, &num, &width); /* 1: left under the temporary name for ddp_out_finish */
+    if (staged && num != expect)
+        return ddp_set_error(DDP_ERR_INTERNAL, "%s: shard %lld written out of turn (rank %lld's next is %lld)", path,
+                             (long long)num, (long long)g_run.rank, (long long)expect);
     hid_t fapl = -1, f = -1, d = -1, fs = -1, ms = -1;
     float *buf = NULL;
     int64_t rows = offsets[n];
@@ -57,6 +230,11 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     ddp_register_temporary(tmp); /* a fatal signal: the handler removes it (app/stop_signals.c) */
     f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0) DDP_FAIL(DDP_ERR_IO, "%s: cannot create (directory missing or not writable?)", tmp);
+    int64_t delay_ms = ddp_knob_int(DDP_KNOB_TEST_SHARD_DELAY_MS); /* a window for the signal tests */
+    if (delay_ms > 0) {
+        struct timespec ts = {(time_t)(delay_ms / 1000), (long)(delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     H5W(ddp_h5_attr_str(f, "format", "mpiddp-shard"), "writing attribute 'format'");
     H5W(ddp_h5_attr_i64(f, "version", 1), "writing attribute 'version'");
     H5W(ddp_h5_attr_i64(f, "num_classes", classes), "writing attribute 'num_classes'");
@@ -112,9 +290,15 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     f = -1;
     H5W(e, "H5Fclose");
     DDP_TRY(ddp_fsync_path(tmp, 0));
+    if (staged) { /* complete: counted before the temporary is unregistered, so that a signal never misses it */
+        atomic_store(&g_run.width, width);
+        atomic_fetch_add(&g_run.staged, 1);
+        ddp_register_temporary(NULL);
+        goto done;
+    }
     if (rename(tmp, path) != 0) DDP_FAIL(DDP_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
     placed = 1;
-    ddp_register_temporary(NULL); /* a complete shard: a signal now leaves it, as the command's --out holds it */
+    ddp_register_temporary(NULL); /* a complete shard outside a writer's run: a signal now leaves it */
     DDP_TRY(ddp_fsync_path(dir, 1));
 done:
     free(buf);
@@ -223,7 +407,12 @@ ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const cha
         st = take_local(dir, write, what, lk);
         if (st != DDP_OK) ddp_out_lock_release(lk);
     }
-    return ddp_agree_status(ctx, st);
+    st = ddp_agree_status(ctx, st);
+    if (st != DDP_OK || !write) return st;
+    lk->writer = 1;
+    st = arm_run(ctx, dir, lk);
+    if (st != DDP_OK) ddp_out_lock_release(lk);
+    return st;
 }
 
 /* Whether dirs[i] is one of dirs[0..i) (the same directory however named: "v", "./v/", a symlink) or its lock file is
@@ -263,6 +452,7 @@ void ddp_out_lock_release(ddp_out_lock *lk)
 {
     /* a writer's lock, or a reader's that no other reader shares: removed while still locked; a leftover file (a
      * killed run's) never refuses by itself */
+    if (lk->writer) g_run.lock_fd = -1; /* closed below: the handler no longer looks at it */
     ddp_lockfile_release(lk->fd, lk->path);
     lk->fd = -1;
     if (lk->created[0]) { /* the directories the writer made, when nothing is left in them (a refused or failed run) */
@@ -273,27 +463,63 @@ void ddp_out_lock_release(ddp_out_lock *lk)
             if (rmdir(p) != 0 || !strcmp(p, lk->created)) break;
         lk->created[0] = 0;
     }
+    if (lk->writer) disarm_run(); /* the run is over: a signal from here leaves what it wrote */
+    lk->writer = 0;
 }
 
 void ddp_out_discard(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written)
 {
-    char msg[1024], name[64], path[4200];
-    int shared = ddp_error_shared(), all = 1;
+    char msg[1024], pid[24], path[4400];
+    int shared = ddp_error_shared(), all = 1, w = shard_width(shards);
     snprintf(msg, sizeof msg, "%s", ddp_last_error());
+    snprintf(pid, sizeof pid, "%ld", (long)getpid());
     for (int64_t k = ctx->topo.rank, i = 0; k < shards && i < written; k += ctx->topo.size, i++) {
-        ddp_shard_name(name, sizeof name, k, shards);
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        unlink(path); /* best effort: the run's error is the one reported */
+        /* best effort: the run's error is the one reported */
+        unlink(shard_path(path, sizeof path, dir, k, w, pid)); /* not renamed yet (ddp_out_finish) */
+        unlink(shard_path(path, sizeof path, dir, k, w, NULL));
     }
     /* every rank's shards are gone before rank 0 releases the lock and removes the directories it made */
     if (ctx->topo.size > 1) (void)ddp_all_ok(ctx, 1, &all);
+    atomic_store(&g_run.all_final, 0);
+    atomic_store(&g_run.own_final, 0);
+    atomic_store(&g_run.staged, 0);
     ddp_set_error_text(msg); /* the run's error, not the cleanup's */
     if (shared) ddp_mark_error_shared();
 }
 
+ddp_status ddp_out_finish(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written, ddp_status st)
+{
+    st = ddp_agree_status(ctx, st);
+    if (st == DDP_OK && atomic_load(&g_run.armed)) {
+        /* every shard is written (so the directory held none before: ddp_prepare_out_dir): rank 0 answers for all of
+         * them from here, each rank for its own until the ranks agree they are all in place */
+        int w = shard_width(shards);
+        atomic_store(&g_run.width, w);
+        if (ctx->topo.rank == 0) atomic_store(&g_run.all_final, shards);
+        atomic_store(&g_run.own_final, 1);
+        int64_t n = atomic_load(&g_run.staged);
+        char tmp[4400], path[4400];
+        for (int64_t i = 0; i < n && st == DDP_OK; i++) {
+            int64_t k = ctx->topo.rank + i * ctx->topo.size;
+            shard_path(tmp, sizeof tmp, dir, k, w, g_run.pid);
+            if (rename(tmp, shard_path(path, sizeof path, dir, k, w, NULL)) != 0)
+                st = ddp_set_error(DDP_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
+        }
+        if (st == DDP_OK && n > 0) st = ddp_fsync_path(dir, 1);
+        st = ddp_agree_status(ctx, st);
+    }
+    if (st != DDP_OK) {
+        ddp_out_discard(ctx, dir, shards, written); /* no partial dataset is left */
+        return st;
+    }
+    if (ctx->topo.rank != 0) { /* rank 0 removes every shard if a signal ends it before its release; the others */
+        atomic_store(&g_run.own_final, 0); /* none, but still wait for rank 0's undo (undo_run) */
+        atomic_store(&g_run.staged, 0);
+    }
+    return DDP_OK;
+}
+
 void ddp_shard_name(char *buf, size_t len, int64_t k, int64_t total)
 {
-    int w = 5;
-    for (int64_t t = total - 1; t >= 100000 && w < 19; t /= 10) w++; /* int64 has at most 19 digits */
-    snprintf(buf, len, "shard-%0*lld.h5", w, (long long)k);
+    snprintf(buf, len, "shard-%0*lld.h5", shard_width(total), (long long)k);
 }

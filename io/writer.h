@@ -11,6 +11,11 @@
 /* Fills rows [nrows, dim] of sample i (0-based within the shard). */
 typedef ddp_status (*ddp_rows_fn)(void *arg, int64_t i, float *rows, int64_t nrows);
 
+/* Writes the shard at path through its temporary DIR/.NAME.tmp.PID (created, filled, flushed, fsynced). Outside a
+ * writer's run it is then renamed to path and the directory fsynced. Inside the run of this process's writer lock
+ * (ddp_out_lock_take, write = 1), where path is DIR/shard-K.h5 of that lock's DIR and K the next of this rank's shards
+ * (rank, rank + size, ...; another K is DDP_ERR_INTERNAL), the complete shard stays under its temporary name, which
+ * no reader counts as a shard, until ddp_out_finish renames every rank's once all have written theirs. */
 ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64_t n, const int64_t *offsets,
                            const int64_t *labels, const int64_t *sample_ids, ddp_rows_fn fill, void *arg);
 
@@ -38,12 +43,17 @@ typedef struct {
     int fd;             /* rank 0's while it holds the lock; -1 elsewhere */
     char path[4200];    /* DIR/mpiddp-dataset.lock */
     char created[4200]; /* the first directory ddp_out_lock_take made for a writer ("" when none) */
+    int writer;         /* 1 on every rank of a writer's run (write = 1, taken) */
 } ddp_out_lock;
 /* Collective: rank 0 locks dir for the whole run (fcntl, so a killed run's lock goes with it; a leftover file alone
  * never refuses): exclusive for a writer (write = 1: synth, pack, what names it in the lock file; dir and its parents
  * are made first), shared for a reader (write = 0: index, which rewrites only the manifest; dir must exist, and where
  * the lock file cannot be made, read-only data, it goes on without one). Held by another run: DDP_ERR_BUSY on every
- * rank, one line naming dir and the holder, and nothing in dir touched. Release with ddp_out_lock_release. */
+ * rank, one line naming dir and the holder, and nothing in dir touched. Release with ddp_out_lock_release.
+ * A writer's lock, taken, starts the run's undo on a fatal signal (ddp_register_signal_cleanup: app/stop_signals.c):
+ * until ddp_out_lock_release, SIGTERM and the like remove the shards the run wrote (its temporaries, and once they are
+ * renamed, on rank 0 every shard: ddp_out_finish), rank 0's lock file, the manifest when none was there as the lock
+ * was taken, and the directories the run made once they are empty, before the process dies. */
 ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const char *what, ddp_out_lock *lk);
 /* Collective: the shared lock (as index's) of each of the n dataset directories a run reads, in lks[n] (what: "train",
  * "eval", which a refused writer names); a directory given twice (the same device and inode however named, or a lock
@@ -51,17 +61,22 @@ ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const cha
  * none of the locks kept. Release with ddp_read_locks_release. */
 ddp_status ddp_read_locks_take(ddp_ctx *ctx, const char *const *dirs, int n, const char *what, ddp_out_lock *lks);
 void ddp_read_locks_release(ddp_out_lock *lks, int n);
-/* Local (a no-op on ranks other than 0): removes the lock file (unless another reader shares it) and unlocks, then
- * removes the directories ddp_out_lock_take made if they are empty (a failed writer's). After ddp_out_discard on a
- * failure: every rank's shards are gone then. */
+/* Local (on ranks other than 0 it only ends a writer's undo): removes the lock file (unless another reader shares it)
+ * and unlocks, then removes the directories ddp_out_lock_take made if they are empty (a failed writer's), then ends
+ * the run's undo on a fatal signal. After ddp_out_finish's failure: every rank's shards are gone then. */
 void ddp_out_lock_release(ddp_out_lock *lk);
 /* Rank 0, under the writer's lock: fails if dir already holds *.h5 files, else removes the temporaries a killed
  * writer left there (.shard-N.h5.tmp.PID, mpiddp-manifest.bin.tmp.*). */
 ddp_status ddp_prepare_out_dir(const char *dir);
+/* Collective, the end of a synth's or pack's shard writing, st this rank's status: the ranks agree on it; all OK,
+ * each rank renames the shards it left under their temporary names (ddp_shard_write) to their final names, fsyncs
+ * the directory, and they agree again; rank 0 then answers for every shard until ddp_out_lock_release (a fatal signal
+ * there removes them all), the other ranks for none. Any failure: ddp_out_discard, and the agreed error. */
+ddp_status ddp_out_finish(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written, ddp_status st);
 /* Collective, after a failed synth or pack whose status the ranks agreed: each rank removes the first `written` of
- * the shards it writes (k = rank, rank + size, ...), and returns once every rank has (ddp_out_lock_release then
- * removes the directory if it made it). Nothing the run did not create is touched; ddp_last_error() keeps the run's
- * error. */
+ * the shards it writes (k = rank, rank + size, ...), under their temporary or their final names, and returns once
+ * every rank has (ddp_out_lock_release then removes the directory if it made it). Nothing the run did not create is
+ * touched; ddp_last_error() keeps the run's error. */
 void ddp_out_discard(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written);
 /* The n-th shard file name for a dataset of total shards: shard-00000.h5 ... */
 void ddp_shard_name(char *buf, size_t len, int64_t k, int64_t total);

@@ -172,8 +172,14 @@ void ddp_register_temporary(const char *path)
     atomic_store(&g_tmp_slot, next);
 }
 
+static void (*_Atomic g_cleanup)(void);
+
+void ddp_register_signal_cleanup(void (*fn)(void)) { atomic_store(&g_cleanup, fn); }
+
 void ddp_unlink_registered_temporary(void)
 {
     int slot = atomic_load(&g_tmp_slot);
     if (slot >= 0) (void)unlink(g_tmp[slot]); /* async-signal-safe; ENOENT (not created yet, or renamed) is fine */
+    void (*fn)(void) = atomic_load(&g_cleanup);
+    if (fn) fn(); /* after the temporary: a directory it would empty is empty then */
 }

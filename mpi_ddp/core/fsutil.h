@@ -34,6 +34,10 @@ int ddp_read_all(int fd, void *p, size_t n);
  * signal's default action (app/stop_signals.c). */
 void ddp_register_temporary(const char *path);
 void ddp_unlink_registered_temporary(void);
+/* An async-signal-safe function that ddp_unlink_registered_temporary() runs once it has removed the temporary: what a
+ * dataset writer's run undoes when a fatal signal ends it (io/writer.c: its shards, its lock file, the --out it made);
+ * NULL: none. */
+void ddp_register_signal_cleanup(void (*fn)(void));
 /* The ranks r < n with (flags[r] != 0) == want, as "0,2-3" ("none" when empty). */
 void ddp_rank_list(const int *flags, int n, int want, char *buf, size_t len);
 

@@ -42,6 +42,7 @@
     I(TEST_DIE_IN_SAVE, 0, "test hook: rank 0 is killed between writing and renaming its N-th checkpoint")    \
     I(TEST_PLAN_SLACK, 0, "test hook: rows added to the planned activation buffers (negative: fewer)")        \
     I(TEST_NOLOCK, 0, "test hook: 1: the dataset lock fails with ENOLCK (a file system without locks)")       \
+    I(TEST_SHARD_DELAY_MS, 0, "test hook: the shard writer waits this long with a shard's temporary made")    \
     I(TEST_MANIFEST_DELAY_MS, 0, "test hook: the manifest writer waits this long before renaming its temporary")
 
 #define DDP_KNOB_ENUM_(name, ...) DDP_KNOB_##name,
