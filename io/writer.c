@@ -262,12 +262,17 @@ ddp_status ddp_shard_write(const char *path, int64_t dim, int64_t classes, int64
     fs = H5Dget_space(d);
     /* write in blocks of whole samples, about 16 MiB each */
     int64_t cap_rows = ((int64_t)4 << 20) / dim;
-    int64_t maxr = 0;
+    int64_t maxr = 0, longest = 0;
     for (int64_t i = 0; i < n; i++)
-        if (offsets[i + 1] - offsets[i] > maxr) maxr = offsets[i + 1] - offsets[i];
+        if (offsets[i + 1] - offsets[i] > maxr) maxr = offsets[i + 1] - offsets[i], longest = i;
     if (cap_rows < maxr) cap_rows = maxr;
     buf = ddp_calloc((size_t)(cap_rows * dim), sizeof *buf);
-    if (!buf) DDP_FAIL(DDP_ERR_NOMEM, "out of memory");
+    if (!buf) /* a block holds at least the longest sample: name it, the likely cause */
+        DDP_FAIL(DDP_ERR_NOMEM,
+                 "%s: out of memory for a block of %lld rows x %lld features (%lld bytes); the longest sample, %lld "
+                 "of the shard (offsets[%lld]), has %lld rows",
+                 path, (long long)cap_rows, (long long)dim, (long long)(cap_rows * dim * 4), (long long)longest,
+                 (long long)longest, (long long)maxr);
     for (int64_t i = 0; i < n;) {
         int64_t j = i;
         while (j < n && offsets[j + 1] - offsets[i] <= cap_rows) j++;

@@ -35,3 +35,10 @@ for np in 1 2; do
   done < cases.txt
 done
 pass "$n pack inputs: values HDF5 would make up refused in one line, NaN/Inf in the shards named in a notice"
+# a sample too large for the write buffer: the out-of-memory line names the shard, the sample and its rows (it named
+# only io/writer.c's line), exit 1, no --out left
+expect_rc 1 bash -c 'ulimit -v 4000000 && exec "$0" pack --input huge_early.h5 --out out_huge' "$MPIDDP"
+[ "$ERR" = "mpiddp pack: error: out_huge/shard-00000.h5: out of memory for a block of 2147483648 rows x 3 features (25769803776 bytes); the longest sample, 5 of the shard (offsets[5]), has 2147483648 rows" ] ||
+  fail "a sample too large to buffer: $ERR"
+[ ! -e out_huge ] || fail "a sample too large to buffer: out_huge left: $(ls -a out_huge)"
+pass "a sample too large to buffer is named"
