@@ -13,6 +13,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -152,28 +153,39 @@ void cli_stop_signals_settle(void) { atomic_store(&g_training, 0); }
 
 int cli_stop_signal_received(void) { return atomic_load(&g_last_signal); }
 
+static atomic_int g_undoing; /* 1: a fatal signal's handler runs (on one thread); the process ends with it */
+
 /* Async-signal-safe: unlink of a path registered before the temporary was created, and of what a dataset writer's run
- * made (io/writer.c: its shards, its lock file, the --out it created), then the signal's default action (SA_RESETHAND;
- * the raised signal is delivered when the handler returns). The other fatal signals wait meanwhile. */
+ * made (io/writer.c: its shards, its lock file, the --out it created), then the signal's default action (the raised
+ * signal, blocked in the handler, is delivered when it returns). The other fatal signals wait on this thread; one
+ * that another thread takes meanwhile (MPI's threads block nothing: scancel and mpirun both send SIGTERM) waits for
+ * this undo, which ends the process, instead of ending it half done. */
 static void on_fatal(int sig)
 {
     int e = errno;
+    if (atomic_exchange(&g_undoing, 1)) {
+        for (;;) (void)poll(NULL, 0, 100); /* the first handler's raise ends the process */
+    }
     ddp_unlink_registered_temporary();
+    signal(sig, SIG_DFL);
     raise(sig);
     errno = e;
 }
 
+/* SIGUSR1 and SIGUSR2 too: `pkill -USR1 mpiddp`, meant for train's ranks, ends a synth or pack as well */
+static const int g_fatal[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+#define NFATAL (sizeof g_fatal / sizeof g_fatal[0])
+
 int cli_fatal_signals_cleanup(void)
 {
-    /* SIGUSR1 and SIGUSR2 too: `pkill -USR1 mpiddp`, meant for train's ranks, ends a synth or pack as well */
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+    const int *sigs = g_fatal;
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_fatal;
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&sa.sa_mask, sigs[i]);
-    sa.sa_flags = SA_RESETHAND;
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    for (size_t i = 0; i < NFATAL; i++) sigaddset(&sa.sa_mask, sigs[i]);
+    sa.sa_flags = 0; /* not SA_RESETHAND: the same signal again, to another thread, would end the undo half done */
+    for (size_t i = 0; i < NFATAL; i++) {
         if (sigaction(sigs[i], NULL, &old) != 0) return -1;
         if (old.sa_handler == SIG_IGN) continue; /* ignored when started (nohup, a background job): stays ignored */
         if (sigaction(sigs[i], &sa, NULL) != 0) return -1;

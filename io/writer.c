@@ -35,6 +35,7 @@ static struct {
     atomic_llong staged;    /* this rank's first `staged` shards are complete under their temporary names */
     atomic_int own_final;   /* 1 from ddp_out_finish's renames: they may be under their final names too */
     atomic_llong all_final; /* rank 0, once the ranks agreed every shard is written: shard-K.h5, K < all_final */
+    atomic_int committed;   /* every shard in place on every rank: the dataset is complete and stays */
     int lock_fd;            /* rank 0: the lock's descriptor and file (removed while it is still that file) */
     char lock[4200];        /* DIR/mpiddp-dataset.lock, on every rank: where the directories to remove start */
     char manifest[4200];    /* rank 0: DIR/mpiddp-manifest.bin when none was there as the lock was taken, else "" */
@@ -111,6 +112,16 @@ static void remove_made_dirs(void)
 static void undo_run(void)
 {
     if (!atomic_load(&g_run.armed)) return;
+    struct stat held, named;
+    if (atomic_load(
+            &g_run.committed)) { /* a complete dataset stays (index writes a manifest it lacks); the lock goes */
+        if (g_run.lock_fd >= 0 && fstat(g_run.lock_fd, &held) == 0 && stat(g_run.lock, &named) == 0 &&
+            held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+            (void)unlink(g_run.lock);
+        for (int t = 0; g_run.rank != 0 && t < LINGER_MS / 10 && stat(g_run.lock, &named) == 0; t++)
+            (void)poll(NULL, 0, 10); /* rank 0's turn first: mpirun kills it once this rank has died */
+        return;
+    }
     char *b = g_run.name;
     size_t cap = sizeof g_run.name;
     int w = atomic_load(&g_run.width), fin = atomic_load(&g_run.own_final);
@@ -122,7 +133,6 @@ static void undo_run(void)
     }
     for (long long k = 0; k < all; k++) (void)unlink(shard_path(b, cap, g_run.dir, k, w, NULL));
     if (g_run.manifest[0]) (void)unlink(g_run.manifest);
-    struct stat held, named;
     if (g_run.lock_fd >= 0 && fstat(g_run.lock_fd, &held) == 0 && stat(g_run.lock, &named) == 0 &&
         held.st_dev == named.st_dev && held.st_ino == named.st_ino)
         (void)unlink(g_run.lock); /* still locked: the process holds it until it dies */
@@ -161,6 +171,7 @@ static ddp_status arm_run(ddp_ctx *ctx, const char *dir, const ddp_out_lock *lk)
     atomic_store(&g_run.staged, 0);
     atomic_store(&g_run.own_final, 0);
     atomic_store(&g_run.all_final, 0);
+    atomic_store(&g_run.committed, 0);
     ddp_register_signal_cleanup(undo_run);
     atomic_store(&g_run.armed, 1);
     return DDP_OK;
@@ -457,7 +468,10 @@ void ddp_out_lock_release(ddp_out_lock *lk)
 {
     /* a writer's lock, or a reader's that no other reader shares: removed while still locked; a leftover file (a
      * killed run's) never refuses by itself */
-    if (lk->writer) g_run.lock_fd = -1; /* closed below: the handler no longer looks at it */
+    if (lk->writer)
+        disarm_run(); /* first: a signal from here leaves what the run wrote (and maybe the lock file,
+                         which refuses nothing), never removes a dataset another process may hold now */
+    lk->writer = 0;
     ddp_lockfile_release(lk->fd, lk->path);
     lk->fd = -1;
     if (lk->created[0]) { /* the directories the writer made, when nothing is left in them (a refused or failed run) */
@@ -468,8 +482,6 @@ void ddp_out_lock_release(ddp_out_lock *lk)
             if (rmdir(p) != 0 || !strcmp(p, lk->created)) break;
         lk->created[0] = 0;
     }
-    if (lk->writer) disarm_run(); /* the run is over: a signal from here leaves what it wrote */
-    lk->writer = 0;
 }
 
 void ddp_out_discard(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written)
@@ -517,10 +529,10 @@ ddp_status ddp_out_finish(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t
         ddp_out_discard(ctx, dir, shards, written); /* no partial dataset is left */
         return st;
     }
-    if (ctx->topo.rank != 0) { /* rank 0 removes every shard if a signal ends it before its release; the others */
-        atomic_store(&g_run.own_final, 0); /* none, but still wait for rank 0's undo (undo_run) */
-        atomic_store(&g_run.staged, 0);
-    }
+    /* every shard is in place on every rank: the dataset is complete, and a signal from here leaves it (undoing it
+     * would be rank 0 unlinking every shard, which at 100 000 shards on a parallel file system outlasts mpirun's
+     * SIGKILL) */
+    atomic_store(&g_run.committed, 1);
     return DDP_OK;
 }
 

@@ -31,7 +31,14 @@ ddp_status ddp_mkdir_p_made(const char *dir, char *made, size_t len)
         if (*s && *s != '/') continue;
         char c = *s;
         *s = 0;
-        if (mkdir(p, 0777) == 0) {
+        char *comp = strrchr(p, '/');
+        comp = comp ? comp + 1 : p;
+        if (made && (!strcmp(comp, ".") || !strcmp(comp, ".."))) {
+            /* the directories are removed again by stripping components down to `made`: after a "..", the path's
+             * prefixes are no longer the directories made (new/../userdir/x would strip to userdir), so only those made
+             * after the last "." or ".." count (new stays, empty) */
+            made[0] = 0;
+        } else if (mkdir(p, 0777) == 0) {
             if (made && !made[0]) snprintf(made, len, "%s", p); /* the first one this call made */
         } else if (errno != EEXIST)
             return ddp_set_error(DDP_ERR_IO, "%s: mkdir: %s", p, strerror(errno));

@@ -1,11 +1,12 @@
 # A synth or pack ended by a signal (SIGTERM, SIGINT, SIGUSR1: what cli_fatal_signals_cleanup handles) leaves no
-# partial dataset (docs/dataset-format.md#one-writer-per-directory): no shard it wrote, under its final or its
-# temporary name, no lock file, and no --out directory it created (one that was there stays, empty); rerunning the
-# same command then succeeds and its dataset validates. Alone and under mpirun (np 2), with the signal to mpirun or to
-# one rank, while the shards are written (one complete, the next in progress: MPIDDP_TEST_SHARD_DELAY_MS holds each
-# shard with its temporary made) and while the manifest is written (every shard complete). Before, the shards already
-# complete stayed with the lock file and no manifest: `inspect` called a quarter of the dataset valid, and the rerun
-# was refused ("already holds *.h5 shard files").
+# partial dataset (docs/dataset-format.md#one-writer-per-directory): while the shards are written (one complete, the
+# next in progress: MPIDDP_TEST_SHARD_DELAY_MS holds each shard with its temporary made) no shard it wrote, under its
+# final or its temporary name, no lock file, and no --out directory it created (one that was there stays, empty), and
+# rerunning the same command succeeds and its dataset validates; while the manifest is written (every shard in place)
+# the complete dataset stays, every sample valid, with neither the manifest nor its temporary nor the lock file, and
+# `index` writes the manifest. Alone and under mpirun (np 2), with the signal to mpirun or to one rank. Before, the
+# shards already complete stayed with the lock file and no manifest: `inspect` called a quarter of the dataset valid,
+# and the rerun was refused ("already holds *.h5 shard files").
 . "$(dirname "$0")/lib.sh"
 # a job control shell: a background job's SIGINT is not ignored (an ignored signal stays ignored in mpiddp)
 set -m
@@ -63,6 +64,16 @@ killed() {
   what="$1 np $np, SIG$sig to $whom while it writes its $phase"
   if [ "$np" = 1 ]; then want=$((128 + $(kill -l "$sig"))); else want=nonzero; fi
   [ "$rc" != 0 ] && { [ "$want" = nonzero ] || [ "$rc" = "$want" ]; } || fail "$what: exit $rc: $(cat killed.out)"
+  if [ "$phase" = manifest ]; then # complete: it stays, without the manifest and the lock file
+    [ -z "$(ls -A "$out" | grep -v '^shard-.*\.h5$')" ] || fail "$what: more than the shards left: $(ls -A "$out")"
+    expect_rc 0 "$MPIDDP" inspect "$out"
+    qgrep "^dataset $out: valid" <<<"$OUT" && qgrep "shards 4  samples $N " <<<"$OUT" || fail "$what: the dataset: $OUT"
+    expect_rc 0 "$MPIDDP" index "$out"
+    [ -f "$out/mpiddp-manifest.bin" ] || fail "$what: index wrote no manifest: $(ls -A "$out")"
+    rm -rf "$out"
+    [ "$had" = 0 ] || mkdir "$out"
+    return 0
+  fi
   if [ "$had" = 1 ]; then
     [ -d "$out" ] && [ -z "$(ls -A "$out")" ] || fail "$what: the --out that was there is not left empty: $(ls -A "$out" 2>&1)"
   else
@@ -81,13 +92,26 @@ for sig in TERM INT USR1; do killed $sig 1 self shards new "${SYNTH[@]}"; done
 mkdir kept
 killed TERM 1 self shards kept "${SYNTH[@]}"
 killed TERM 1 self manifest new "${SYNTH[@]}"
-pass "synth ended by SIGTERM, SIGINT or SIGUSR1 leaves no shard, no lock file, no --out it made; a rerun succeeds"
+pass "synth ended by SIGTERM, SIGINT or SIGUSR1 leaves no shard, no lock file, no --out it made (a rerun succeeds), or the complete dataset"
+
+# an --out reached through "..": the directories removed are only those the run made (userdir stays; before, the
+# undo stripped new/../userdir/x down to userdir and removed it)
+mkdir userdir
+MPIDDP_TEST_SHARD_DELAY_MS=1500 "$MPIDDP" "${SYNTH[@]}" --out new/../userdir/x >dots.out 2>&1 &
+pid=$!
+for _ in $(seq 600); do [ "$(nshards userdir/x)" -gt 1 ] && break; sleep 0.05; done
+[ "$(nshards userdir/x)" -gt 1 ] || fail "--out new/../userdir/x: no complete shard seen: $(cat dots.out)"
+kill -TERM $pid
+set +e; wait $pid; rc=$?; set -e
+[ "$rc" = 143 ] && [ -d userdir ] && [ ! -e userdir/x ] ||
+  fail "synth --out new/../userdir/x, SIGTERM: exit $rc, userdir (not the run's) $(ls -d userdir 2>&1), x $(ls -A userdir/x 2>&1)"
+rm -rf new userdir
 
 N=57
 for sig in TERM INT USR1; do killed $sig 1 self shards new "${PACK[@]}"; done
 killed INT 1 self shards kept "${PACK[@]}"
 killed TERM 1 self manifest new "${PACK[@]}"
-pass "pack ended by SIGTERM, SIGINT or SIGUSR1 leaves no shard, no lock file, no --out it made; a rerun succeeds"
+pass "pack ended by SIGTERM, SIGINT or SIGUSR1 leaves no shard, no lock file, no --out it made (a rerun succeeds), or the complete dataset"
 
 N=400
 killed TERM 2 rank1 shards new "${SYNTH[@]}"
