@@ -168,6 +168,10 @@ static void on_fatal(int sig)
     }
     ddp_unlink_registered_temporary();
     signal(sig, SIG_DFL);
+    sigset_t one;      /* unblocked here, so the raise ends the process inside the handler: a lower-numbered signal */
+    sigemptyset(&one); /* pending on this thread would otherwise run this handler again first, and wait for ever */
+    sigaddset(&one, sig);
+    pthread_sigmask(SIG_UNBLOCK, &one, NULL);
     raise(sig);
     errno = e;
 }

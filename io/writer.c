@@ -38,7 +38,6 @@ static struct {
     atomic_int committed;   /* every shard in place on every rank: the dataset is complete and stays */
     int lock_fd;            /* rank 0: the lock's descriptor and file (removed while it is still that file) */
     char lock[4200];        /* DIR/mpiddp-dataset.lock, on every rank: where the directories to remove start */
-    char manifest[4200];    /* rank 0: DIR/mpiddp-manifest.bin when none was there as the lock was taken, else "" */
     char created[4200];     /* the first directory the run made, rank 0's ("" none) */
     char name[4400];        /* the handler's */
 } g_run = {.lock_fd = -1};
@@ -99,16 +98,17 @@ static void remove_made_dirs(void)
         if (rmdir(b) != 0 || !strcmp(b, g_run.created)) break;
 }
 
-/* Under mpirun the first rank to die has the others SIGKILLed at once (Open MPI 4.1 does not wait its
- * odls_base_sigkill_timeout then), which cut rank 0's undo short: so a rank other than 0 waits, about 2 s at most,
+/* Under mpirun the first rank to die has the others SIGTERMed and about 1 s later SIGKILLed, which cut rank 0's undo
+ * short (seen with Open MPI 4.1): so a rank other than 0 waits, about 2 s at most,
  * until rank 0's lock file is gone (rank 0 is done, or has ended the run), and rank 0, while the other ranks' shards
  * are still theirs to remove, until the directory it made is gone (about 2 s where it made none). */
 #define LINGER_MS 2000
 
 /* The fatal signal's undo (ddp_register_signal_cleanup), after the temporary being written is gone: this rank's
  * complete shards (each temporary before its final name, so that a rename racing with this on another thread leaves
- * neither), on rank 0 every shard once they are all written, the manifest the run wrote, rank 0's lock file, then
- * the directories the run made, once empty (the last rank to empty it removes it). */
+ * neither), on rank 0 every shard while they are renamed, rank 0's lock file, then the directories the run made, once
+ * empty (the last rank to empty it removes it). Once committed (every shard in place; the manifest is written after),
+ * only rank 0's lock file. */
 static void undo_run(void)
 {
     if (!atomic_load(&g_run.armed)) return;
@@ -132,7 +132,6 @@ static void undo_run(void)
         if (fin) (void)unlink(shard_path(b, cap, g_run.dir, k, w, NULL));
     }
     for (long long k = 0; k < all; k++) (void)unlink(shard_path(b, cap, g_run.dir, k, w, NULL));
-    if (g_run.manifest[0]) (void)unlink(g_run.manifest);
     if (g_run.lock_fd >= 0 && fstat(g_run.lock_fd, &held) == 0 && stat(g_run.lock, &named) == 0 &&
         held.st_dev == named.st_dev && held.st_ino == named.st_ino)
         (void)unlink(g_run.lock); /* still locked: the process holds it until it dies */
@@ -161,12 +160,6 @@ static ddp_status arm_run(ddp_ctx *ctx, const char *dir, const ddp_out_lock *lk)
     g_run.rank = ctx->topo.rank;
     g_run.size = ctx->topo.size;
     g_run.lock_fd = lk->fd;
-    g_run.manifest[0] = 0;
-    struct stat sb;
-    if (ctx->topo.rank == 0) { /* under the lock no index writes one: a manifest there later is this run's */
-        snprintf(g_run.manifest, sizeof g_run.manifest, "%s/%s", dir, DDP_MANIFEST_NAME);
-        if (lstat(g_run.manifest, &sb) == 0 || errno != ENOENT) g_run.manifest[0] = 0;
-    }
     atomic_store(&g_run.width, 0);
     atomic_store(&g_run.staged, 0);
     atomic_store(&g_run.own_final, 0);
@@ -523,6 +516,10 @@ ddp_status ddp_out_finish(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t
                 st = ddp_set_error(DDP_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
         }
         if (st == DDP_OK && n > 0) st = ddp_fsync_path(dir, 1);
+        if (st == DDP_OK && ctx->topo.rank != 0) { /* rank 0 alone decides from here (all_final, then committed): a */
+            atomic_store(&g_run.own_final, 0);     /* signal between the ranks' commits never leaves a part */
+            atomic_store(&g_run.staged, 0);
+        }
         st = ddp_agree_status(ctx, st);
     }
     if (st != DDP_OK) {

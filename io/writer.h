@@ -51,9 +51,10 @@ typedef struct {
  * the lock file cannot be made, read-only data, it goes on without one). Held by another run: DDP_ERR_BUSY on every
  * rank, one line naming dir and the holder, and nothing in dir touched. Release with ddp_out_lock_release.
  * A writer's lock, taken, starts the run's undo on a fatal signal (ddp_register_signal_cleanup: app/stop_signals.c):
- * until ddp_out_lock_release, SIGTERM and the like remove the shards the run wrote (its temporaries, and once they are
- * renamed, on rank 0 every shard: ddp_out_finish), rank 0's lock file, the manifest when none was there as the lock
- * was taken, and the directories the run made once they are empty, before the process dies. */
+ * until ddp_out_finish has every shard in place, SIGTERM and the like remove the shards the run wrote (its
+ * temporaries, and while they are renamed, on rank 0 every shard), rank 0's lock file and the directories the run
+ * made once they are empty, before the process dies; after it, and until ddp_out_lock_release, only rank 0's lock
+ * file (the dataset is complete). */
 ddp_status ddp_out_lock_take(ddp_ctx *ctx, const char *dir, int write, const char *what, ddp_out_lock *lk);
 /* Collective: the shared lock (as index's) of each of the n dataset directories a run reads, in lks[n] (what: "train",
  * "eval", which a refused writer names); a directory given twice (the same device and inode however named, or a lock
@@ -70,8 +71,9 @@ void ddp_out_lock_release(ddp_out_lock *lk);
 ddp_status ddp_prepare_out_dir(const char *dir);
 /* Collective, the end of a synth's or pack's shard writing, st this rank's status: the ranks agree on it; all OK,
  * each rank renames the shards it left under their temporary names (ddp_shard_write) to their final names, fsyncs
- * the directory, and they agree again; rank 0 then answers for every shard until ddp_out_lock_release (a fatal signal
- * there removes them all), the other ranks for none. Any failure: ddp_out_discard, and the agreed error. */
+ * the directory, and they agree again; during the renames rank 0 answers for every shard (a fatal signal there
+ * removes them all), the other ranks, once their own are renamed, for none; after the agreement the dataset is
+ * complete and a fatal signal leaves it. Any failure: ddp_out_discard, and the agreed error. */
 ddp_status ddp_out_finish(ddp_ctx *ctx, const char *dir, int64_t shards, int64_t written, ddp_status st);
 /* Collective, after a failed synth or pack whose status the ranks agreed: each rank removes the first `written` of
  * the shards it writes (k = rank, rank + size, ...), under their temporary or their final names, and returns once

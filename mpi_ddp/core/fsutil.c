@@ -27,13 +27,14 @@ ddp_status ddp_mkdir_p_made(const char *dir, char *made, size_t len)
 {
     char p[4400];
     snprintf(p, sizeof p, "%s", dir);
+    int had = made && made[0]; /* an earlier call's record (rundir's second call) stays */
     for (char *s = p + 1;; s++) {
         if (*s && *s != '/') continue;
         char c = *s;
         *s = 0;
         char *comp = strrchr(p, '/');
         comp = comp ? comp + 1 : p;
-        if (made && (!strcmp(comp, ".") || !strcmp(comp, ".."))) {
+        if (made && !had && (!strcmp(comp, ".") || !strcmp(comp, ".."))) {
             /* the directories are removed again by stripping components down to `made`: after a "..", the path's
              * prefixes are no longer the directories made (new/../userdir/x would strip to userdir), so only those made
              * after the last "." or ".." count (new stays, empty) */
