@@ -17,12 +17,14 @@ for np in 1 2; do
   expect_rc 2 mpirun_np $np "$MPIDDP" synth --out s2 --min-rows 10 --max-rows 5
   one_line "mpiddp synth: --min-rows 10 --max-rows 5: need 1 <= min <= max"
   [ ! -e s1 ] && [ ! -e s2 ] || fail "a refused synth wrote a directory"
-  while IFS='|' read -r args msg; do
+  ncase=0
+  while IFS='|' read -r -u 3 args msg; do # fd 3: mpirun reads (and would eat) standard input
     read -r -a extra <<<"$args"
     expect_rc 2 mpirun_np $np "$MPIDDP" train "${common[@]}" --out bad "${extra[@]}"
     one_line "$msg"
     [ ! -e bad ] || fail "'$args' left a run directory"
-  done <<'CASES'
+    ncase=$((ncase + 1))
+  done 3<<'CASES'
 --model transformer --hidden 64 --heads 3|mpiddp train: transformer: --heads 3 must divide --hidden 64
 --batch-rows 48 --sampling shard|--batch-rows needs --sampling global
 --shuffle block --sampling shard|--shuffle block needs --sampling global
@@ -34,6 +36,7 @@ for np in 1 2; do
 --warmup-steps 1.5|--warmup-steps 1.5: a step count (an integer >= 1) or a fraction in (0, 1)
 --seed 9300000000000000000|mpiddp train: --seed 9300000000000000000: must be in [0, 9200000000000000000]
 CASES
+  [ "$ncase" = 10 ] || fail "np $np: ran $ncase of the 10 cases"
   # a required option forgotten: the line names which one (it once listed all of them, given or not)
   expect_rc 2 mpirun_np $np "$MPIDDP" train "${common[@]}"
   one_line "mpiddp train: missing --out RUNDIR (--train, --val and --out are required; see mpiddp train --help)"

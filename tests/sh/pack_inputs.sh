@@ -11,7 +11,7 @@ cd pc
 mkdir kept && echo mine > kept/notes.txt
 n=0
 for np in 1 2; do
-  while IFS='|' read -r name rc regex; do
+  while IFS='|' read -r -u 3 name rc regex; do # fd 3: mpirun reads (and would eat) standard input
     out=out_${name}_$np
     regex=${regex//OUT/$out}
     expect_rc "$rc" timeout 60 mpirun -np "$np" --oversubscribe "$MPIDDP" pack --input "$name.h5" --out "$out" --shards "$np"
@@ -32,13 +32,18 @@ for np in 1 2; do
       [ "$inspect_rc" = "$([ -z "$regex" ] && echo 0 || echo 1)" ] || fail "$name at np $np: inspect of the packed data exited $inspect_rc"
     fi
     n=$((n + 1))
-  done < cases.txt
+  done 3< cases.txt
 done
+[ "$n" = $((2 * $(wc -l < cases.txt))) ] || fail "ran $n of the $((2 * $(wc -l < cases.txt))) cases" 
 pass "$n pack inputs: values HDF5 would make up refused in one line, NaN/Inf in the shards named in a notice"
 # a sample too large for the write buffer: the out-of-memory line names the shard, the sample and its rows (it named
 # only io/writer.c's line), exit 1, no --out left
-expect_rc 1 bash -c 'ulimit -v 4000000 && exec "$0" pack --input huge_early.h5 --out out_huge' "$MPIDDP"
-[ "$ERR" = "mpiddp pack: error: out_huge/shard-00000.h5: out of memory for a block of 2147483648 rows x 3 features (25769803776 bytes); the longest sample, 5 of the shard (offsets[5]), has 2147483648 rows" ] ||
-  fail "a sample too large to buffer: $ERR"
-[ ! -e out_huge ] || fail "a sample too large to buffer: out_huge left: $(ls -a out_huge)"
-pass "a sample too large to buffer is named"
+if ldd "$MPIDDP" | grep -q libasan; then # its shadow memory is reserved beyond any ulimit -v: the Release pass runs it
+  echo "SKIP: a sample too large to buffer (AddressSanitizer cannot start under ulimit -v)"
+else
+  expect_rc 1 bash -c 'ulimit -v 4000000 && exec "$0" pack --input huge_early.h5 --out out_huge' "$MPIDDP"
+  [ "$ERR" = "mpiddp pack: error: out_huge/shard-00000.h5: out of memory for a block of 2147483648 rows x 3 features (25769803776 bytes); the longest sample, 5 of the shard (offsets[5]), has 2147483648 rows" ] ||
+    fail "a sample too large to buffer: $ERR"
+  [ ! -e out_huge ] || fail "a sample too large to buffer: out_huge left: $(ls -a out_huge)"
+  pass "a sample too large to buffer is named"
+fi
