@@ -38,7 +38,7 @@ done
 pass "$n pack inputs: values HDF5 would make up refused in one line, NaN/Inf in the shards named in a notice"
 # a sample too large for the write buffer: the out-of-memory line names the shard, the sample and its rows (it named
 # only io/writer.c's line), exit 1, no --out left
-if ldd "$MPIDDP" | grep -q libasan; then # its shadow memory is reserved beyond any ulimit -v: the Release pass runs it
+if ldd "$MPIDDP" | qgrep libasan; then # its shadow memory is reserved beyond any ulimit -v: the Release pass runs it
   echo "SKIP: a sample too large to buffer (AddressSanitizer cannot start under ulimit -v)"
 else
   expect_rc 1 bash -c 'ulimit -v 4000000 && exec "$0" pack --input huge_early.h5 --out out_huge' "$MPIDDP"
