@@ -86,17 +86,18 @@ static int shard_width(int64_t total)
     return w;
 }
 
-/* The directories the run made, once empty, as ddp_out_lock_release removes them (async-signal-safe): DIR, then its
- * parents down to the first made. */
-static void remove_made_dirs(void)
+/* The directories a writer made, once empty (async-signal-safe; b: cap bytes of scratch): the one holding lock (its
+ * DIR/mpiddp-dataset.lock), then its parents down to created, the first one made ("": none). */
+static void strip_made_dirs(char *b, size_t cap, const char *lock, const char *created)
 {
-    char *b = g_run.name;
-    size_t top = strlen(g_run.created), n = 0;
+    size_t top = strlen(created), n = 0;
     if (!top) return;
-    put_str(b, &n, sizeof g_run.name, g_run.lock);
+    put_str(b, &n, cap, lock);
     for (char *slash; (slash = strrchr(b, '/')) && (*slash = 0, strlen(b) >= top);)
-        if (rmdir(b) != 0 || !strcmp(b, g_run.created)) break;
+        if (rmdir(b) != 0 || !strcmp(b, created)) break;
 }
+
+static void remove_made_dirs(void) { strip_made_dirs(g_run.name, sizeof g_run.name, g_run.lock, g_run.created); }
 
 /* Under mpirun the first rank to die has the others SIGTERMed and about 1 s later SIGKILLed, which cut rank 0's undo
  * short (seen with Open MPI 4.1): so a rank other than 0 waits, about 2 s at most,
@@ -469,10 +470,7 @@ void ddp_out_lock_release(ddp_out_lock *lk)
     lk->fd = -1;
     if (lk->created[0]) { /* the directories the writer made, when nothing is left in them (a refused or failed run) */
         char p[4200];
-        snprintf(p, sizeof p, "%s", lk->path);
-        size_t top = strlen(lk->created);
-        for (char *slash; (slash = strrchr(p, '/')) && (*slash = 0, strlen(p) >= top);)
-            if (rmdir(p) != 0 || !strcmp(p, lk->created)) break;
+        strip_made_dirs(p, sizeof p, lk->path, lk->created);
         lk->created[0] = 0;
     }
 }

@@ -7,13 +7,10 @@
 #include "mpi_ddp/train/runinfo.h"
 #include "mpi_ddp/train/train_state.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *const COLS[] = {"train/loss",
@@ -23,33 +20,6 @@ static const char *const COLS[] = {"train/loss",
                                    "val/acc",
                                    "val/macro_f1",
                                    "train/rows_per_rank_max_over_mean"};
-
-/* A resumed run's progress board records of ranks it does not have (a resume on fewer ranks, or without
- * --collective-timeout): a record is live state, not history, and a stale one reads as a rank stuck at an old step.
- * Removes the regular files progress/rank<R>, R >= from, of a progress/ that is a directory of the run's own (not a
- * link: nothing outside the run directory), and progress/ when that leaves it empty. */
-static void remove_stale_board(const char *out_dir, int from)
-{
-    char p[4400];
-    snprintf(p, sizeof p, "%s/progress", out_dir);
-    int dfd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-    if (!d) {
-        if (dfd >= 0) close(dfd);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
-        if (strncmp(n, "rank", 4) != 0) continue;
-        size_t k = strspn(n + 4, "0123456789");
-        struct stat st;
-        if (k == 0 || k > 9 || n[4 + k] != 0 || atoi(n + 4) < from) continue;
-        if (fstatat(dfd, n, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) (void)unlinkat(dfd, n, 0);
-    }
-    closedir(d);
-    if (from == 0) (void)rmdir(p); /* kept when anything else is in it */
-}
 
 ddp_status ddp_train_start_files(ddp_train_state *ts, int resuming, const ddp_dataset_info *train,
                                  const ddp_dataset_info *val, ddp_csv **csv, ddp_csv **csv_rank)
@@ -71,7 +41,7 @@ ddp_status ddp_train_start_files(ddp_train_state *ts, int resuming, const ddp_da
     int again = resuming && ts->resume_pos >= 0 && ts->resume_pos == train->num_samples;
     if (ctx->topo.rank == 0 && st == DDP_OK) ddp_rundir_remove_stale_tmp(c->out_dir);
     if (ctx->topo.rank == 0 && st == DDP_OK && resuming) /* a fresh run's --overwrite removed an earlier board */
-        remove_stale_board(c->out_dir, c->collective_timeout > 0 ? ctx->topo.size : 0);
+        ddp_rundir_remove_stale_board(c->out_dir, c->collective_timeout > 0 ? ctx->topo.size : 0);
     if (ctx->topo.rank == 0 && st == DDP_OK && c->resume) /* --resume auto without last.h5: a restart, none kept */
         st = ddp_train_state_trim_decisions(ts->ckpt_dir, resuming ? ts->global_step - again : -1);
     DDP_CHECK(ddp_agree_status(ctx, st));

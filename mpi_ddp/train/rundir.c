@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -83,8 +84,9 @@ static int save_tmp(const char *name)
 }
 
 /* 1 when sub/name ("" for the run directory itself) is a file a run writes. */
-static int run_file(const char *sub, const char *name)
+static int run_file(const char *sub, const char *name, const void *arg)
 {
+    (void)arg;
     if (!*sub) {
         static const char *const top[] = {"run.json", "run.json.tmp", "metrics.csv", "metrics.csv.tmp"};
         for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
@@ -102,7 +104,17 @@ static int run_file(const char *sub, const char *name)
     return 0;
 }
 
-static int save_tmp_in(const char *sub, const char *name) { return !strcmp(sub, "checkpoints") && save_tmp(name); }
+static int save_tmp_in(const char *sub, const char *name, const void *arg)
+{
+    (void)arg;
+    return !strcmp(sub, "checkpoints") && save_tmp(name);
+}
+
+/* progress/rank<R> with R >= *(const int *)from */
+static int board_from(const char *sub, const char *name, const void *from)
+{
+    return run_file(sub, name, NULL) && !strcmp(sub, "progress") && strtol(name + 4, NULL, 10) >= *(const int *)from;
+}
 
 /* on_gone of the run lock's wait: the run whose lock this one waited for was refused and removed the directory it
  * made (ddp_rundir_discard): made again */
@@ -135,17 +147,23 @@ static const char *resume_is(int cli, const char *value, char *buf, size_t len)
 }
 
 /* Removes the regular files of dir/sub that match(sub, name) accepts; counts them. */
-static ddp_status remove_matching(const char *dir, const char *sub, int (*match)(const char *, const char *),
-                                  int *count, int cli)
+static ddp_status remove_matching(const char *dir, const char *sub,
+                                  int (*match)(const char *, const char *, const void *), const void *arg, int *count,
+                                  int cli)
 {
     char p[8400];
     snprintf(p, sizeof p, "%s%s%s", dir, sub[0] ? "/" : "", sub);
-    DIR *d = opendir(p);
-    if (!d) return DDP_OK;
+    /* a sub-directory that is a link is not the run's: its files lie outside the run directory */
+    int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (sub[0] ? O_NOFOLLOW : 0));
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return DDP_OK;
+    }
     ddp_status st = DDP_OK;
     struct dirent *e;
     while (st == DDP_OK && (e = readdir(d))) {
-        if (!match(sub, e->d_name)) continue;
+        if (!match(sub, e->d_name, arg)) continue;
         char f[8800];
         snprintf(f, sizeof f, "%s/%s", p, e->d_name);
         struct stat s;
@@ -312,7 +330,7 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
         int removed = 0;
         static const char *const subs[] = {"", "checkpoints", "progress"};
         for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
-            DDP_CHECK(remove_matching(dir, subs[i], run_file, &removed, cli));
+            DDP_CHECK(remove_matching(dir, subs[i], run_file, NULL, &removed, cli));
         rd->removed = removed;
     }
     return DDP_OK;
@@ -321,7 +339,16 @@ static ddp_status acquire_local(ddp_rundir *rd, const char *dir, const char *res
 void ddp_rundir_remove_stale_tmp(const char *dir)
 {
     int n = 0; /* best effort: a temporary that cannot be removed is never read */
-    (void)remove_matching(dir, "checkpoints", save_tmp_in, &n, 0);
+    (void)remove_matching(dir, "checkpoints", save_tmp_in, NULL, &n, 0);
+}
+
+void ddp_rundir_remove_stale_board(const char *dir, int from)
+{
+    int n = 0; /* best effort: a stale record is only read by a person */
+    (void)remove_matching(dir, "progress", board_from, &from, &n, 0);
+    char p[4400];
+    snprintf(p, sizeof p, "%s/progress", dir);
+    if (from == 0) (void)rmdir(p); /* kept when anything else is in it */
 }
 
 ddp_status ddp_rundir_acquire(ddp_ctx *ctx, const char *dir, const char *resume, int overwrite, ddp_rundir *rd)

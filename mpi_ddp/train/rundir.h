@@ -48,5 +48,9 @@ int ddp_rundir_inside(const char *rel);
 /* Rank 0, on resume: removes the temporaries of a save killed before its rename (last.h5's and the top-k files'
  * NAME.h5.tmp.PID in dir/checkpoints; nothing else). */
 void ddp_rundir_remove_stale_tmp(const char *dir);
+/* Rank 0, on resume: removes the progress board's records of ranks this run does not have (regular files
+ * dir/progress/rank<R>, R >= from; not through a linked progress/), and progress/ when that leaves it empty: a record
+ * is live state, and a stale one reads as a rank stuck at an old step. */
+void ddp_rundir_remove_stale_board(const char *dir, int from);
 
 #endif
