@@ -153,8 +153,8 @@ static ddp_status remove_matching(const char *dir, const char *sub,
 {
     char p[8400];
     snprintf(p, sizeof p, "%s%s%s", dir, sub[0] ? "/" : "", sub);
-    /* a sub-directory that is a link is not the run's: its files lie outside the run directory */
-    int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (sub[0] ? O_NOFOLLOW : 0));
+    /* the progress board only where it is the run's own directory (checkpoints/ may be a link to scratch space) */
+    int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (!strcmp(sub, "progress") ? O_NOFOLLOW : 0));
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
         if (fd >= 0) close(fd);
