@@ -59,6 +59,16 @@ int main(int argc, char **argv)
     const ddp_topology *t = ddp_topo(ctx);
     const int say = t->rank == 0;
     int bad = 0;
+    if (bench_help(
+            argc, argv,
+            "usage: mpirun -np R bench_allreduce [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] "
+            "[-d cpu|cuda] [-o CSV]\n"
+            "  sizes in bytes with K, M or G (defaults: -b 8 -e 64M -f 4 -n 20 -w 5 -c 1 -d cpu -o allreduce.csv); "
+            "-c 1 checks the sums",
+            say)) {
+        ddp_finalize(ctx);
+        return 0;
+    }
 #define P "bench_allreduce"
     for (int i = 1; i < argc && !bad; i += 2) { /* a bad value or option: one line, exit 2 on every rank */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

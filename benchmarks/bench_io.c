@@ -5,6 +5,7 @@
 #include "mpiddp.h"
 #include "bench_util.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -92,6 +93,13 @@ static int64_t shard_of(ddp_dataset *ds, int64_t idx)
     return lo;
 }
 
+/* A failed read: one line, and the job ends (timings of a failed read would be meaningless). */
+static void io_fail(const char *what, int64_t idx)
+{
+    fprintf(stderr, "bench_io: %s sample %lld failed: %s\n", what, (long long)idx, ddp_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 /* Reads sample idx into buf with reader ri (0 mmap as the batch loader does, 1 per-sample H5Dread). */
 static int64_t read_one(ddp_dataset *ds, h5_reader *hr, int ri, int64_t idx, float *buf, int64_t D)
 {
@@ -99,7 +107,7 @@ static int64_t read_one(ddp_dataset *ds, h5_reader *hr, int ri, int64_t idx, flo
     if (ri == 0) {
         const float *rows;
         int64_t lab, id;
-        ddp_dataset_sample(ds, idx, buf, &rows, &nr, &lab, &id);
+        if (ddp_dataset_sample(ds, idx, buf, &rows, &nr, &lab, &id) != DDP_OK) io_fail("sample", idx);
         if (rows != buf) memcpy(buf, rows, (size_t)(nr * D) * sizeof(float));
         return nr;
     }
@@ -109,10 +117,9 @@ static int64_t read_one(ddp_dataset *ds, h5_reader *hr, int ri, int64_t idx, flo
     hid_t fs = H5Dget_space(hr->feats[k]);
     hsize_t start[2] = {(hsize_t)lo, 0}, count[2] = {(hsize_t)nr, (hsize_t)D};
     hid_t ms = H5Screate_simple(2, count, NULL);
-    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
-    H5Dread(hr->feats[k], H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf);
-    H5Sclose(ms);
-    H5Sclose(fs);
+    if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
+        H5Dread(hr->feats[k], H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0 || H5Sclose(ms) < 0 || H5Sclose(fs) < 0)
+        io_fail("H5Dread of", idx);
     return nr;
 }
 
@@ -129,6 +136,11 @@ int main(int argc, char **argv)
     int64_t K = 20000, ahead_opt = 64;
     const ddp_topology *t = ddp_topo(ctx);
     int bad = 0;
+#define USAGE "usage: mpirun -np R bench_io --data DIR [--samples K] [--csv FILE] [--readers mmap,h5dread] [--ahead N]"
+    if (bench_help(argc, argv, USAGE, t->rank == 0)) {
+        ddp_finalize(ctx);
+        return 0;
+    }
     for (int i = 1; i < argc && !bad; i += 2) { /* a bad value or option: one line, exit 2 on every rank */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
@@ -151,8 +163,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!data) {
-        if (t->rank == 0)
-            fprintf(stderr, "usage: bench_io --data DIR [--samples K] [--csv FILE] [--readers mmap,h5dread]\n");
+        if (t->rank == 0) fprintf(stderr, "bench_io: --data is required\n%s\n", USAGE);
         ddp_finalize(ctx);
         return 2;
     }
@@ -180,7 +191,7 @@ int main(int argc, char **argv)
                                                  (uint64_t)N);
                 /* reopen so the reader holds no pages from the previous pass */
                 ddp_dataset_close(ds);
-                ddp_dataset_open(ctx, data, &ds);
+                if (ddp_dataset_open(ctx, data, &ds) != DDP_OK) io_fail("reopening the dataset for", -1);
                 ds->access_hint = oi == 1 ? DDP_ACCESS_RANDOM : DDP_ACCESS_SEQUENTIAL; /* what the loader advises */
                 if (ci == 0) drop_cache(ctx, ds, local);
                 h5_reader hr = {0};
@@ -209,11 +220,13 @@ int main(int argc, char **argv)
                 for (int r = 0; r < t->size; r++) { /* one writer at a time */
                     if (r == t->rank) {
                         FILE *f = fopen(csv, "a");
-                        if (f) {
-                            fprintf(f, "%d,%d,%s,%s,%s,%lld,%lld,%.6f,%.1f,%.1f,%g\n", t->size, t->rank, reader,
-                                    orders[oi], caches[ci], (long long)K, (long long)bytes, dt, anon / 1024.0,
-                                    file / 1024.0, sum);
-                            fclose(f);
+                        int ok = f && fprintf(f, "%d,%d,%s,%s,%s,%lld,%lld,%.6f,%.1f,%.1f,%g\n", t->size, t->rank,
+                                              reader, orders[oi], caches[ci], (long long)K, (long long)bytes, dt,
+                                              anon / 1024.0, file / 1024.0, sum) > 0;
+                        if (f && fclose(f) != 0) ok = 0;
+                        if (!ok) {
+                            fprintf(stderr, "bench_io: cannot append to %s: %s\n", csv, strerror(errno));
+                            MPI_Abort(MPI_COMM_WORLD, 1);
                         }
                     }
                     MPI_Barrier(MPI_COMM_WORLD);

@@ -78,6 +78,13 @@ static double sgemm_gflops(ddp_backend *be, int64_t M, int64_t H)
  * peer trains on, so both see the same batches. --precision fp32|tf32|bf16 (default fp32): the GEMMs' arithmetic, as
  * mpiddp train --precision; tf32 and bf16 need --device cuda, except the CPU's bf16 where the backend has it. Also
  * --device cpu|cuda, --bucket-mb M, --batch-rows N, --shuffle block with --shuffle-block-mb and --shuffle-window. */
+#define USAGE                                                                                                         \
+    "usage: mpirun -np R bench_train --data DIR --hidden H [--model mlp|transformer] [--layers L] [--heads N] [--ff " \
+    "F]\n"                                                                                                            \
+    "         [--batch B | --batch-rows N] [--steps N] [--warmup W] [--cold 0|1] [--csv FILE] [--device cpu|cuda]\n"  \
+    "         [--precision fp32|tf32|bf16] [--bucket-mb M] [--shuffle full|block] [--shuffle-block-mb M]\n"           \
+    "         [--shuffle-window W] [--lens LABEL] [--batches-out PREFIX]   (benchmarks/bench_train.c says what each " \
+    "does)"
 int main(int argc, char **argv)
 {
     ddp_ctx *ctx;
@@ -90,6 +97,10 @@ int main(int argc, char **argv)
     const ddp_topology *t = ddp_topo(ctx);
     const int say = t->rank == 0;
     int bad = 0;
+    if (bench_help(argc, argv, USAGE, say)) {
+        ddp_finalize(ctx);
+        return 0;
+    }
 #define P "bench_train"
     for (int i = 1; i < argc && !bad; i += 2) { /* a bad value or option: one line, exit 2 on every rank */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -149,9 +160,7 @@ int main(int argc, char **argv)
     ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
     if (dev == DDP_DEVICE_CUDA && ddp_select_device(ctx, DDP_DEVICE_CUDA, NULL, NULL) != DDP_OK) DIE("--device cuda");
     if (!data) {
-        if (t->rank == 0)
-            fprintf(stderr, "usage: bench_train --data DIR --hidden H [--batch B] [--steps N] [--warmup W] [--cold "
-                            "0|1] [--csv F] [--device cpu|cuda] [--bucket-mb M]\n");
+        if (t->rank == 0) fprintf(stderr, "bench_train: --data is required\n%s\n", USAGE);
         ddp_finalize(ctx);
         return 2;
     }

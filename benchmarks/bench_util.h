@@ -102,13 +102,25 @@ static inline int bench_choice(const char *prog, const char *opt, const char *v,
     return 1;
 }
 
-/* An option the program does not take, or one left without its value: one line, and 1. */
+/* -h or --help among the arguments: the usage on standard output (where say is set) and 1, after which the program
+ * exits 0; else 0. */
+static inline int bench_help(int argc, char **argv, const char *usage, int say)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            if (say) printf("%s\n", usage);
+            return 1;
+        }
+    return 0;
+}
+
+/* An option the program does not take, or one left without its value (the last argument): one line, and 1. */
 static inline int bench_bad_option(const char *prog, const char *opt, int has_value, int say)
 {
     if (say && has_value)
-        fprintf(stderr, "%s: unknown option %s (the usage is at the top of benchmarks/%s.c)\n", prog, opt, prog);
+        fprintf(stderr, "%s: unknown option %s (%s --help lists them)\n", prog, opt, prog);
     else if (say)
-        fprintf(stderr, "%s: %s needs a value\n", prog, opt);
+        fprintf(stderr, "%s: %s needs a value, or is not an option (%s --help lists them)\n", prog, opt, prog);
     return 1;
 }
 

@@ -2,7 +2,8 @@
 # rank 0 only), where they once read before a buffer (bench_io --ahead -5), wrote past one (bench_ckpt --floats
 # 2^62: the malloc size wrapped), looped for ever (bench_allreduce -f 1, -b 0) or printed figures measured from the
 # machine's boot (bench_train --warmup -2), or passed a --check that checked nothing (bench_kernels --only with no
-# such op) or timed the CPU for --device gpu; each refusal within 60 s. Then the options the scripts use still run.
+# such op) or timed the CPU for --device gpu; each refusal within 60 s. --help lists every option a program parses
+# (it once said "--help needs a value"). Then the options the scripts use still run.
 . "$(dirname "$0")/lib.sh"
 B=$BENCH_DIR
 for b in bench_io bench_ckpt bench_allreduce bench_train bench_kernels; do
@@ -45,7 +46,19 @@ refuse "bench_kernels: --peak-gflops nan: expected a number above 0" "$B/bench_k
 refuse "bench_kernels: --peak-gbs -1: expected a number above 0" "$B/bench_kernels" --preset tiny --peak-gbs -1
 [ ! -x "$B/bench_gemm" ] || refuse "bench_gemm: --dims: empty list" "$B/bench_gemm" --dims ""
 refuse "bench_kernels: --device gpu: expected cpu|cuda" "$B/bench_kernels" --preset tiny --device gpu
+refuse "bench_train: unknown option --batch-size (bench_train --help lists them)" "$B/bench_train" --data d --batch-size 4
+refuse "bench_allreduce: --bogus needs a value, or is not an option (bench_allreduce --help lists them)" "$B/bench_allreduce" --bogus
 pass "bad options: one line, exit 2, at once"
+
+# --help (anywhere): the usage on standard output, exit 0, listing every option the program parses
+for b in bench_io bench_allreduce bench_train; do
+  expect_rc 0 timeout 60 "$B/$b" --data d --help
+  echo "$OUT" | qgrep "^usage: mpirun -np R $b " || fail "$b --help: no usage line: $OUT"
+  opts=$(grep -o 'strcmp(a, "-[-a-z]*")' "$SRC/benchmarks/$b.c" | grep -o '"-[^"]*"' | tr -d '"')
+  [ "$(echo "$opts" | wc -w)" -ge 5 ] || fail "$b: found only $(echo "$opts" | wc -w) options in its source"
+  for o in $opts; do echo "$OUT" | qgrep -F -e "$o " -e "$o]" || fail "$b --help does not list $o: $OUT"; done
+done
+pass "bench_io, bench_allreduce and bench_train --help list their options"
 
 # what the scripts pass still runs
 expect_rc 0 mpirun_np 2 "$B/bench_allreduce" -b 8 -e 1K -f 4 -n 2 -w 1 -o ar.csv
