@@ -48,12 +48,15 @@ static void print_summary(const ddp_train_summary *s, const ddp_train_config *cf
                : s->early_stopped ? "early stopping"
                                   : "finished",
                (long long)s->epoch, (long long)s->epochs, steps, (long long)s->global_step);
+        /* rank0 decides on rank 0's own value, not the whole set's (metrics.csv's) */
+        const char *whose = cfg->ckpt_policy == 1 ? " (rank 0's own value: --ckpt-policy rank0)" : "";
         if (s->has_best && s->best_path[0])
-            printf("mpiddp train: best checkpoint: %s/%s, %s=%.9g (epoch %lld, global step %lld)\n", dir, s->best_path,
-                   s->monitor, s->best_value, (long long)s->best_epoch, (long long)s->best_step);
+            printf("mpiddp train: best checkpoint: %s/%s, %s=%.9g%s (epoch %lld, global step %lld)\n", dir,
+                   s->best_path, s->monitor, s->best_value, whose, (long long)s->best_epoch, (long long)s->best_step);
         else if (s->has_best) /* --save-top-k 0, or a fork whose best is the resumed run's */
-            printf("mpiddp train: best checkpoint: none kept%s; best %s=%.9g\n",
-                   cfg->save_top_k > 0 ? " in this run directory" : " (--save-top-k 0)", s->monitor, s->best_value);
+            printf("mpiddp train: best checkpoint: none kept%s; best %s=%.9g%s\n",
+                   cfg->save_top_k > 0 ? " in this run directory" : " (--save-top-k 0)", s->monitor, s->best_value,
+                   whose);
         else if (s->never_finite)
             printf("mpiddp train: best checkpoint: none (%s was never finite; see checkpoints/decisions.log)\n",
                    s->monitor);

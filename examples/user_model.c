@@ -138,8 +138,10 @@ int main(int argc, char **argv)
                 "user_model: RUN_DIR %s holds another run's files or is in use by a running job: give a new "
                 "RUN_DIR, or remove that run's files first (this program neither resumes nor overwrites)\n",
                 argv[3]);
-    else if (st != DDP_OK && ddp_topo(ctx)->rank == 0)
+    else if (st != DDP_OK && ddp_error_shared() && ddp_topo(ctx)->rank == 0) /* agreed: the same line on every rank */
         fprintf(stderr, "user_model: %s\n", ddp_last_error());
+    else if (st != DDP_OK && !ddp_error_shared()) /* this rank's own (the others may not know): it says so itself */
+        fprintf(stderr, "user_model: rank %d: %s\n", ddp_topo(ctx)->rank, ddp_last_error());
     free(lm.pooled);
     free(lm.logits);
     ddp_dataset_close(tr);

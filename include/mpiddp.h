@@ -148,7 +148,8 @@ typedef struct ddp_model {
     const ddp_tensor_spec *tensors; /* flat layout: tensors back to back, in this order */
     int num_classes;
     ddp_device device;    /* memory the callbacks take: DDP_DEVICE_CPU (host) or DDP_DEVICE_CUDA */
-    ddp_metrics *metrics; /* set by ddp_train: callbacks may ddp_log() their own metrics through it */
+    ddp_metrics *metrics; /* set by ddp_train: callbacks may ddp_log() their own metrics through it, under names
+                             of their own (those ddp_train logs itself, e.g. val/loss, are DDP_ERR_ARG) */
     void *self;
     /* Fills params (host memory, flat layout) from seed. */
     ddp_status (*init)(void *self, float *params, uint64_t seed);
@@ -158,7 +159,9 @@ typedef struct ddp_model {
      * (as DistributedSampler does); out->loss_sum/count cover all samples of the batch. ready may be NULL. */
     ddp_status (*train_step)(void *self, const ddp_batch *b, const float *params, float *grads, ddp_forward_out *out,
                              ddp_grad_ready_fn ready, void *ready_arg);
-    /* Forward only: per-sample loss, prediction and probability into out (arrays sized nsamples). */
+    /* Forward only: per-sample loss, prediction and probability into out (arrays sized nsamples). The trainer leaves
+     * padding duplicates (b->is_pad) out of its metrics; a metric of the model's own (ddp_log) must too, or the
+     * duplicates count twice. */
     ddp_status (*eval_step)(void *self, const ddp_batch *b, const float *params, ddp_forward_out *out);
     void (*destroy)(void *self);
     /* Optional (NULL: not used). Called by ddp_train before each train_step: during that step, once its work is

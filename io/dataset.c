@@ -242,7 +242,9 @@ ddp_status ddp_dataset_open_with(ddp_ctx *ctx, const char *dir, const char *mani
     }
     ddp_survey_free(&sv);
     st = ddp_shard_cache_attach(ds, ctx->topo.size); /* the open-shard budget (io/shard_cache.c) */
+    st = ddp_agree_status(ctx, st);                  /* a rank without its table fails every rank, not alone */
     if (st != DDP_OK) {
+        ddp_shard_cache_detach(ds); /* none where this rank's attach failed */
         free(ds->shards);
         free(ds);
         return st;

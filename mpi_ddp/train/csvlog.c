@@ -193,6 +193,11 @@ ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, in
     return DDP_OK;
 }
 
+ddp_status ddp_csv_add_column(ddp_csv *c, const char *name)
+{
+    return ddp_row_find(&c->cols, name) >= 0 ? DDP_OK : ddp_row_set(&c->cols, name, 0);
+}
+
 ddp_status ddp_csv_write(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metric_row *row)
 {
     DDP_CHECK(add_row(c, epoch, step, row));

@@ -202,12 +202,15 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
                 snprintf(who, sizeof who, "not finite (%s)", ddp_fmt_value(v, sizeof v, view, 6));
             }
             improved = beaten = 0;
+            char why[160] = "a value the model logged itself, not finite"; /* a metric of the model's own */
+            if (!strcmp(d->monitor, "val/loss") || !strcmp(d->monitor, "val/acc") ||
+                !strcmp(d->monitor, "val/macro_f1")) /* the CLI's option; no C-API counterpart */
+                snprintf(why, sizeof why, "a NaN or Inf in the validation data? mpiddp inspect%s names it",
+                         ctx->cli_names ? " or train --check-finite" : "");
             snprintf(fail, sizeof fail,
                      "%s is %s after epoch %lld (step %lld), so it can neither rank checkpoints nor stop "
-                     "early (a NaN or Inf in the validation data? mpiddp inspect%s names it; %s goes on without "
-                     "saving)",
-                     d->monitor, who, (long long)epoch, (long long)step,
-                     ctx->cli_names ? " or train --check-finite" : "", /* the CLI's option; no C-API counterpart */
+                     "early (%s; %s goes on without saving)",
+                     d->monitor, who, (long long)epoch, (long long)step, why,
                      ddp_opt_set(opt, sizeof opt, ctx->cli_names, DDP_OPT_SKIP_NONFINITE, NULL));
         }
         int worst = -1, save = !nonfinite && !novalue && d->top_k > 0 && (vote ? beaten : enters_topk(d, view, &worst));

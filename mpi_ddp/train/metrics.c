@@ -17,7 +17,25 @@ struct ddp_metrics {
     ddp_metric_row acc_sum, acc_cnt; /* same names in both */
     ddp_metric_row rank0;
     ddp_metric_row counts; /* the last sync point's count over all ranks of each collective metric */
+    int builtin_reserved;  /* the trainer's accumulator: ddp_log and ddp_log_rank0 refuse its own names */
 };
+
+/* The names ddp_train logs itself, and the metric files' own columns: a model's value logged under one would be merged
+ * into the trainer's (a biased val/loss that checkpoints and early stopping decide on) or overwritten by it. */
+static const char *const BUILTIN[] = {"epoch",
+                                      "step",
+                                      "rank",
+                                      "lr",
+                                      "train/loss",
+                                      "train/samples_per_s",
+                                      "train/skipped_steps",
+                                      "train/rows_per_rank_max_over_mean",
+                                      "val/loss",
+                                      "val/acc",
+                                      "val/macro_f1",
+                                      "val/count"};
+
+void ddp_metrics_reserve_builtin(ddp_metrics *m) { m->builtin_reserved = 1; }
 
 int ddp_row_find(const ddp_metric_row *r, const char *name)
 {
@@ -101,12 +119,26 @@ static int valid_name(const char *name)
     return name && *name && strlen(name) < 128 && !strchr(name, ',') && !strchr(name, '\n');
 }
 
-ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)
+/* DDP_ERR_ARG for a name not to be logged into m by its caller (own: the trainer logging its own metric), else OK. */
+static ddp_status check_name(const ddp_metrics *m, const char *name, int own)
 {
-    DDP_NONNULL(m, "m");
     if (!valid_name(name))
         return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas",
                              name ? name : "(null)");
+    if (m->builtin_reserved && !own)
+        for (size_t k = 0; k < sizeof BUILTIN / sizeof *BUILTIN; k++)
+            if (!strcmp(name, BUILTIN[k]))
+                return ddp_set_error(DDP_ERR_ARG,
+                                     "metric name '%s' is one ddp_train logs itself (its value would be merged with "
+                                     "the model's): log the model's under another name, e.g. 'model/%s'",
+                                     name, strchr(name, '/') ? strchr(name, '/') + 1 : name);
+    return DDP_OK;
+}
+
+static ddp_status log_sum(ddp_metrics *m, const char *name, double sum, double count, int own)
+{
+    DDP_NONNULL(m, "m");
+    DDP_CHECK(check_name(m, name, own));
     int i = ddp_row_find(&m->acc_sum, name);
     if (i < 0) {
         DDP_CHECK(ddp_row_set(&m->acc_sum, name, sum));
@@ -119,14 +151,23 @@ ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)
     return DDP_OK;
 }
 
-ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value)
+static ddp_status log_rank0(ddp_metrics *m, const char *name, double value, int own)
 {
     DDP_NONNULL(m, "m");
-    if (!valid_name(name))
-        return ddp_set_error(DDP_ERR_ARG, "metric name '%s': must be 1-127 characters without commas",
-                             name ? name : "(null)");
+    DDP_CHECK(check_name(m, name, own));
     return m->ctx->topo.rank == 0 ? ddp_row_set(&m->rank0, name, value) : DDP_OK;
 }
+
+ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)
+{
+    return log_sum(m, name, sum, count, 0);
+}
+ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value) { return log_rank0(m, name, value, 0); }
+ddp_status ddp_log_own(ddp_metrics *m, const char *name, double sum, double count)
+{
+    return log_sum(m, name, sum, count, 1);
+}
+ddp_status ddp_log_rank0_own(ddp_metrics *m, const char *name, double value) { return log_rank0(m, name, value, 1); }
 
 /* sorts both accumulators by name, in step */
 static void sort_acc(ddp_metrics *m)

@@ -13,6 +13,12 @@ ddp_status ddp_row_set_at(ddp_metric_row *r, const char *name, double v, const c
 #define ddp_row_set(r, name, v) ddp_row_set_at((r), (name), (v), __FILE__, __LINE__)
 void ddp_row_clear(ddp_metric_row *r);
 
+/* Makes m the trainer's accumulator: ddp_log and ddp_log_rank0 refuse the names ddp_train logs itself (DDP_ERR_ARG
+ * naming it), which the trainer logs through ddp_log_own and ddp_log_rank0_own. */
+void ddp_metrics_reserve_builtin(ddp_metrics *m);
+ddp_status ddp_log_own(ddp_metrics *m, const char *name, double sum, double count);
+ddp_status ddp_log_rank0_own(ddp_metrics *m, const char *name, double value);
+
 /* Number of names currently accumulated (collective + rank-0). */
 int ddp_metrics_pending(const ddp_metrics *m);
 /* The count over all ranks of a collective metric (ddp_log) at the last sync point: 0 when no rank logged a sample
@@ -30,6 +36,8 @@ typedef struct ddp_csv ddp_csv;
  * columns (the resumed run validates at that step again); -1 starts a new file. */
 ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, int64_t keep_upto_step,
                         int drop_val_at_keep, ddp_csv **out);
+/* A column for name from the next row on (its cells blank where a row has no value), unless it has one. */
+ddp_status ddp_csv_add_column(ddp_csv *c, const char *name);
 ddp_status ddp_csv_write(ddp_csv *c, int64_t epoch, int64_t step, const ddp_metric_row *row);
 void ddp_csv_close(ddp_csv *c);
 

@@ -88,7 +88,16 @@ static ddp_status write_rows(ddp_trainer *tr, int64_t epoch)
     ddp_train_state *ts = &tr->state;
     ddp_status st = DDP_OK;
     if (tr->csv && tr->row.n) st = ddp_csv_write(tr->csv, epoch, ts->global_step, &tr->row);
-    if (st == DDP_OK && tr->csv_rank && tr->lrow.n) st = ddp_csv_write(tr->csv_rank, epoch, ts->global_step, &tr->lrow);
+    if (st != DDP_OK || !tr->csv_rank) return st;
+    /* every collective metric has a column in every rank's file, blank on a rank that logged it with a count of 0
+     * (its local row leaves it out), so the ranks' files have the same header and rows */
+    int any = tr->lrow.n > 0;
+    for (int i = 0; i < tr->row.n && st == DDP_OK; i++)
+        if (ddp_metrics_count(tr->metrics, tr->row.names[i]) >= 0) {
+            st = ddp_csv_add_column(tr->csv_rank, tr->row.names[i]);
+            any = 1;
+        }
+    if (st == DDP_OK && any) st = ddp_csv_write(tr->csv_rank, epoch, ts->global_step, &tr->lrow);
     return st;
 }
 
@@ -159,8 +168,8 @@ static ddp_status train_step(ddp_trainer *tr, ddp_loader *ld, int64_t *mb, int64
     }
     *rows = rsum;
     if (rsum > 0)
-        DDP_CHECK(ddp_log(tr->metrics, "train/rows_per_rank_max_over_mean", rmax * (double)(tr->nctl - CTL_ROWS) / rsum,
-                          1.0));
+        DDP_CHECK(ddp_log_own(tr->metrics, "train/rows_per_rank_max_over_mean",
+                              rmax * (double)(tr->nctl - CTL_ROWS) / rsum, 1.0));
     double gscale = 1.0 / count, norm2 = 0.0;
     DDP_CHECK(be->sumsq_many(be, tr->grads, tr->toff, ts->model->ntensors, tr->sumsq));
     for (int k = 0; k < ts->model->ntensors; k++) {
@@ -174,11 +183,11 @@ static ddp_status train_step(ddp_trainer *tr, ddp_loader *ld, int64_t *mb, int64
             ts->global_step++;
             /* a skipped step trained on nothing: its loss (NaN, as a rule) stays out of train/loss; logged with a
              * count of 0 so that every rank keeps the name (a row of skipped steps only: nan) */
-            return ddp_log(tr->metrics, "train/loss", 0.0, 0.0);
+            return ddp_log_own(tr->metrics, "train/loss", 0.0, 0.0);
         }
         norm2 += s;
     }
-    DDP_CHECK(ddp_log(tr->metrics, "train/loss", loss_sum, loss_count));
+    DDP_CHECK(ddp_log_own(tr->metrics, "train/loss", loss_sum, loss_count));
     double norm = sqrt(norm2) * gscale, coef = 1.0;
     if (c->grad_clip > 0 && norm > c->grad_clip) coef = c->grad_clip / (norm + 1e-6);
     ts->optim_step++;
@@ -250,9 +259,9 @@ static ddp_status validate(ddp_trainer *tr, ddp_loader *ld, ddp_sampler *sm, int
     ddp_confusion_metrics(a->conf, a->C, &lacc, &lf1);
     DDP_CHECK(ddp_eval_reduce_confusion(ts->ctx, a));
     ddp_confusion_metrics(a->conf, a->C, &acc, &f1);
-    DDP_CHECK(ddp_log(tr->metrics, "val/loss", a->loss_sum, (double)a->count));
-    DDP_CHECK(ddp_log_rank0(tr->metrics, "val/acc", acc));
-    DDP_CHECK(ddp_log_rank0(tr->metrics, "val/macro_f1", f1));
+    DDP_CHECK(ddp_log_own(tr->metrics, "val/loss", a->loss_sum, (double)a->count));
+    DDP_CHECK(ddp_log_rank0_own(tr->metrics, "val/acc", acc));
+    DDP_CHECK(ddp_log_rank0_own(tr->metrics, "val/macro_f1", f1));
     DDP_CHECK(ddp_metrics_sync(tr->metrics, &tr->row, &tr->lrow));
     ddp_status st = DDP_OK;
     if (a->count > 0) { /* a rank with no validation sample (padding only) has no local value: it abstains */
@@ -361,9 +370,10 @@ static ddp_status run(ddp_trainer *tr, ddp_dataset *train, ddp_dataset *val)
                              : tr->prog.first_dt > 0
                                  ? tr->prog.first_samples / tr->prog.first_dt /* at the first step */
                                  : 0;
-                DDP_TRY(ddp_log_rank0(tr->metrics, "train/samples_per_s", sps));
-                DDP_TRY(ddp_log_rank0(tr->metrics, "lr", tr->lr_last));
-                if (c->skip_nonfinite) DDP_TRY(ddp_log_rank0(tr->metrics, "train/skipped_steps", (double)ts->skipped));
+                DDP_TRY(ddp_log_rank0_own(tr->metrics, "train/samples_per_s", sps));
+                DDP_TRY(ddp_log_rank0_own(tr->metrics, "lr", tr->lr_last));
+                if (c->skip_nonfinite)
+                    DDP_TRY(ddp_log_rank0_own(tr->metrics, "train/skipped_steps", (double)ts->skipped));
                 DDP_TRY(ddp_metrics_sync(tr->metrics, &tr->row, &tr->lrow));
                 DDP_TRY(write_rows(tr, e));
                 int li = ddp_row_find(&tr->row, "train/loss");

@@ -9,6 +9,7 @@
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/model/models.h"
 #include "mpi_ddp/train/decide.h"
+#include "mpi_ddp/train/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,7 @@ static ddp_status setup_local(ddp_trainer *tr, ddp_dataset *train, ddp_dataset *
     int64_t share = c->batch_rows > 0 ? nval : (nval + ctx->topo.size - 1) / ctx->topo.size;
     DDP_CHECK(ddp_eval_acc_init(&tr->eval, C, vb < share ? vb : share, 0));
     DDP_CHECK(ddp_metrics_create(ctx, &tr->metrics));
+    ddp_metrics_reserve_builtin(tr->metrics);
     ts->model->metrics = tr->metrics;
     DDP_CHECK(ddp_test_hooks_open(&tr->hooks, ts->ctx->topo.rank));
     /* identical start on every rank: init, then rank 0's parameters are broadcast (as PyTorch DDP does) */

@@ -34,6 +34,32 @@ if [ "$DEVICE" = cuda ]; then # the emulator (capi_misuse_emu): an NCCL allreduc
   pass "the C API after an NCCL collective timeout: later collectives fail at once, ddp_finalize returns"
   exit 0
 fi
+# a model's own metric (own_metric): under its own name in metrics.csv with its whole-set value (each sample
+# counted once: 1), and a column in every rank's metrics_rank<R>.csv, blank on a rank that has no validation
+# sample (the ranks' files once had different headers); under val/loss, a name ddp_train logs itself, refused on
+# every rank (it was once summed into the trainer's val/loss); the job then ends (the ctx took a rank's own error)
+synth --out va1 --samples 1 --shards 1 --dim 4 --classes 3 --first-id 200000
+for np in 1 2; do
+  rm -rf w_own && mkdir w_own
+  set +e
+  timeout 120 mpirun -np $np --oversubscribe "$CAPI_MISUSE" own_metric tr va1 "$PWD/w_own" > out.txt 2> err.txt
+  [ $? != 124 ] || fail "case own_metric at np $np: a hang"
+  set -e
+  ! grep '^FAIL' err.txt || fail "case own_metric at np $np: a check failed"
+  [ "$(csv_last w_own/t_log/metrics.csv model/loss)" = 1 ] || fail "case own_metric at np $np: model/loss: $(cat w_own/t_log/metrics.csv)"
+  for r in $(seq 0 $((np - 1))); do
+    [ "$(head -1 w_own/t_log/metrics_rank$r.csv)" = "$(head -1 w_own/t_log/metrics_rank0.csv)" ] &&
+      [ "$(wc -l < w_own/t_log/metrics_rank$r.csv)" = "$(wc -l < w_own/t_log/metrics_rank0.csv)" ] &&
+      head -1 w_own/t_log/metrics_rank$r.csv | tr , '\n' | qgrep -x model/loss ||
+      fail "case own_metric at np $np: rank $r's file: $(cat w_own/t_log/metrics_rank$r.csv), rank 0's: $(cat w_own/t_log/metrics_rank0.csv)"
+  done
+  [ "$(csv_last w_own/t_log/metrics_rank0.csv model/loss)" = 1 ] || fail "case own_metric at np $np: rank 0's model/loss"
+  for r in $(seq 0 $((np - 1))); do
+    qgrep "^ok rank $r ddp_train(the model logs val/loss): bad argument (bad argument): metric name 'val/loss' is one ddp_train logs itself" err.txt ||
+      fail "case own_metric at np $np, rank $r: $(cat err.txt)"
+  done
+done
+pass "a model's own metric: logged under its own name; one of ddp_train's own names refused on every rank"
 for np in 1 2; do
   for c in before_init after_finalize context dataset metrics models config train builtin own_config shuffle; do
     rm -rf "w_$c" && mkdir "w_$c"

@@ -9,8 +9,12 @@ base=(--train t --val v --batch-size 5 --lr 0.01 --hidden 16 --no-progress "${MO
 #    global metric files, and Lightning's `all` must skip the epoch-2 save that `reduced` makes.
 for pol in reduced rank0 all any majority; do
   MPIDDP_TEST_MONITOR_OFFSET="3:1:10,0:2:10" mpirun_np 4 "$MPIDDP" train --device "$DEVICE" "${base[@]}" --epochs 3 --out p_$pol \
-    --ckpt-policy $pol --log-per-rank >/dev/null
+    --ckpt-policy $pol --log-per-rank > p_$pol.out
 done
+# rank0's summary says whose value it names (metrics.csv holds the whole set's); the others' are the whole set's
+qgrep "^mpiddp train: best checkpoint: .*, val/loss=[0-9.e+-]* (rank 0's own value: --ckpt-policy rank0) (epoch" p_rank0.out ||
+  fail "rank0 summary: $(cat p_rank0.out)"
+! grep -h "rank 0's own" p_reduced.out p_all.out || fail "a whole-set summary called rank 0's"
 $PY - <<'PY' || fail "checkpoint policy decisions"
 import csv, glob, math, os
 def col(p, name):

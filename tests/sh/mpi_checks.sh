@@ -50,6 +50,28 @@ expect_rc 2 mpirun_np 2 "$EXAMPLE" d val user_run
 grep -q "^user_model: RUN_DIR user_run holds another run's files .*give a new RUN_DIR" <<<"$ERR" ||
   fail "user model into a used RUN_DIR: $ERR"
 ! grep -E -- '--(out|resume|overwrite)' <<<"$ERR" || fail "user model's refusal names options it does not take"
+# an allocation failing on rank 1 alone, in the example (a C-API program): the job ends within 60 s, exit 1, with
+# the line. ex_fail FILE TEXT LINE: the first allocation on the first line of FILE holding TEXT fails
+ex_fail() {
+  local site rc
+  site="$(basename "$(dirname "$1")")/$(basename "$1"):$(grep -n -m1 -F "$2" "$SRC/$1" | cut -d: -f1)"
+  set +e
+  MPIDDP_TEST_FAIL_ALLOC=$site MPIDDP_TEST_FAIL_ALLOC_RANK=1 timeout 60 mpirun -np 2 --oversubscribe \
+    -x MPIDDP_TEST_FAIL_ALLOC -x MPIDDP_TEST_FAIL_ALLOC_RANK "$EXAMPLE" d val user_run_fail >/dev/null 2>err.txt
+  rc=$?
+  set -e
+  [ $rc = 1 ] || fail "user model, $site on rank 1: exit $rc (124: a hang)"
+  qgrep -x "$3" err.txt || fail "user model, $site on rank 1: no '$3' in: $(cat err.txt)"
+  rm -rf user_run_fail
+}
+# the open-shard table in ddp_dataset_open: agreed (it was rank 1's alone, and the job hung: rank 0 went on into
+# ddp_train while rank 1 finalized)
+ex_fail io/shard_cache.c "lru_node *nodes = ddp_calloc((size_t)ds->nshards" \
+  "user_model: d: out of memory for the open-shard table of [0-9]* shards (.* bytes at io/shard_cache.c:[0-9]*)"
+# a metric's name in rank 1's accumulator: rank 1's own error, which the example now prints (on rank 0 only, it
+# left nothing but mpirun's banner)
+ex_fail mpi_ddp/train/metrics.c "DDP_CHECK(ddp_row_set(&m->acc_sum, name, sum));" \
+  "user_model: rank 1: out of memory for metric '[a-z_/]*' (.* bytes at train/metrics.c:[0-9]*)"
 # AdamW's beta1, beta2 and eps (ddp_train_config only) are recorded in checkpoints: a resume through the C API with
 # the same values says nothing; with others it continues with one notice naming both values of each that changed
 # (as --weight-decay's), begun "ddp_train: notice:" (a C-API program is not the mpiddp train command); a checkpoint

@@ -60,7 +60,7 @@ static ddp_status lin_init(void *self, float *p, uint64_t seed)
     for (int64_t i = 0; i < m->C * m->D + m->C; i++) p[i] = 0.01f * (float)((i + (int64_t)seed) % 7);
     return DDP_OK;
 }
-static ddp_status lin_eval(void *self, const ddp_batch *b, const float *P, ddp_forward_out *out)
+static ddp_status lin_fwd(void *self, const ddp_batch *b, const float *P, ddp_forward_out *out)
 {
     lin *m = self;
     out->loss_sum = 0;
@@ -74,13 +74,26 @@ static ddp_status lin_eval(void *self, const ddp_batch *b, const float *P, ddp_f
     (void)m;
     return DDP_OK;
 }
+static const ddp_model *g_logger; /* set: lin_eval also logs g_log_name through the model's metrics */
+static const char *g_log_name;
+static ddp_status lin_eval(void *self, const ddp_batch *b, const float *P, ddp_forward_out *out)
+{
+    if (g_logger) { /* 1 per sample, padding duplicates left out as the trainer's own metrics leave them */
+        int64_t n = 0;
+        for (int64_t s = 0; s < b->nsamples; s++) n += !b->is_pad[s];
+        double sum = strcmp(g_log_name, "model/nan") ? (double)n : NAN;
+        ddp_status st = ddp_log(g_logger->metrics, g_log_name, sum, (double)n);
+        if (st != DDP_OK) return st;
+    }
+    return lin_fwd(self, b, P, out);
+}
 static ddp_status lin_train(void *self, const ddp_batch *b, const float *P, float *G, ddp_forward_out *out,
                             ddp_grad_ready_fn ready, void *arg)
 {
     (void)G;
     (void)ready;
     (void)arg;
-    return lin_eval(self, b, P, out);
+    return lin_fwd(self, b, P, out);
 }
 static lin g_lin;
 ddp_model user_model(const ddp_dataset *tr)
@@ -453,6 +466,29 @@ int main(int argc, char **argv)
         rs.epochs = 2;
         rs.weight_decay = 0.02;
         expect("ddp_train(resume, 2 epochs, weight_decay 0.02)", ddp_train(ctx, &rs, &m, tr, va), DDP_OK, NULL);
+    } else if (!strcmp(c, "own_metric")) {
+        /* a model's own metric: under a name of its own it trains (sh/capi_misuse.sh reads its column); under a
+         * name ddp_train logs itself it is refused, where it was summed into the trainer's val/loss, which the
+         * checkpoint decisions watch. The model's error is each rank's own: the job must end after it */
+        expect("ddp_dataset_open(train)", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
+        expect("ddp_dataset_open(val)", ddp_dataset_open(ctx, vad, &va), DDP_OK, NULL);
+        ddp_model b = user_model(tr);
+        g_logger = &b;
+        g_log_name = "model/loss";
+        ddp_train_config lc = base_cfg(work, "t_log");
+        lc.log_per_rank = 1;
+        expect("ddp_train(the model logs model/loss)", ddp_train(ctx, &lc, &b, tr, va), DDP_OK, NULL);
+        /* the decisions watching it, NaN: the line blames the model's value, not the data */
+        g_log_name = "model/nan";
+        lc = base_cfg(work, "t_log_nan");
+        lc.monitor = "model/nan";
+        expect_api("ddp_train(monitor model/nan, NaN)", ddp_train(ctx, &lc, &b, tr, va), DDP_ERR_NUMERIC,
+                   "so it can neither rank checkpoints nor stop early (a value the model logged itself, not finite; ");
+        g_log_name = "val/loss";
+        lc = base_cfg(work, "t_log_refused");
+        expect_api("ddp_train(the model logs val/loss)", ddp_train(ctx, &lc, &b, tr, va), DDP_ERR_ARG,
+                   "metric name 'val/loss' is one ddp_train logs itself");
+        g_logger = NULL;
     } else if (!strcmp(c, "builtin")) { /* the built-in models' lines name ddp_model_config's fields */
         expect("ddp_dataset_open(train)", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
         expect("ddp_dataset_open(val)", ddp_dataset_open(ctx, vad, &va), DDP_OK, NULL);
