@@ -93,10 +93,11 @@ static int64_t shard_of(ddp_dataset *ds, int64_t idx)
     return lo;
 }
 
-/* A failed read: one line, and the job ends (timings of a failed read would be meaningless). */
-static void io_fail(const char *what, int64_t idx)
+/* A failed read: one line (why: mpiddp's error, or NULL after HDF5's own report), and the job ends (timings of a
+ * failed read would be meaningless). */
+static void io_fail(const char *what, const char *why)
 {
-    fprintf(stderr, "bench_io: %s sample %lld failed: %s\n", what, (long long)idx, ddp_last_error());
+    fprintf(stderr, "bench_io: %s failed%s%s\n", what, why ? ": " : " (HDF5's report above)", why ? why : "");
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -107,7 +108,8 @@ static int64_t read_one(ddp_dataset *ds, h5_reader *hr, int ri, int64_t idx, flo
     if (ri == 0) {
         const float *rows;
         int64_t lab, id;
-        if (ddp_dataset_sample(ds, idx, buf, &rows, &nr, &lab, &id) != DDP_OK) io_fail("sample", idx);
+        if (ddp_dataset_sample(ds, idx, buf, &rows, &nr, &lab, &id) != DDP_OK)
+            io_fail("reading a sample", ddp_last_error());
         if (rows != buf) memcpy(buf, rows, (size_t)(nr * D) * sizeof(float));
         return nr;
     }
@@ -119,7 +121,7 @@ static int64_t read_one(ddp_dataset *ds, h5_reader *hr, int ri, int64_t idx, flo
     hid_t ms = H5Screate_simple(2, count, NULL);
     if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
         H5Dread(hr->feats[k], H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) < 0 || H5Sclose(ms) < 0 || H5Sclose(fs) < 0)
-        io_fail("H5Dread of", idx);
+        io_fail("H5Dread of a sample", NULL);
     return nr;
 }
 
@@ -191,7 +193,7 @@ int main(int argc, char **argv)
                                                  (uint64_t)N);
                 /* reopen so the reader holds no pages from the previous pass */
                 ddp_dataset_close(ds);
-                if (ddp_dataset_open(ctx, data, &ds) != DDP_OK) io_fail("reopening the dataset for", -1);
+                if (ddp_dataset_open(ctx, data, &ds) != DDP_OK) io_fail("reopening the dataset", ddp_last_error());
                 ds->access_hint = oi == 1 ? DDP_ACCESS_RANDOM : DDP_ACCESS_SEQUENTIAL; /* what the loader advises */
                 if (ci == 0) drop_cache(ctx, ds, local);
                 h5_reader hr = {0};

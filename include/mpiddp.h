@@ -239,7 +239,8 @@ void ddp_metrics_destroy(ddp_metrics *m);
  * on this rank is 0 (a rank that evaluated no sample has no value of its own, not 0). The accumulators are cleared. */
 ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_row *local);
 void ddp_metric_row_free(ddp_metric_row *r);
-/* Accumulates (sum, count) locally under name; reduced with every rank's at the next sync point. */
+/* Accumulates (sum, count) locally under name; reduced with every rank's at the next sync point. Through a model's
+ * metrics (ddp_train's), the names ddp_train logs itself (docs/distributed.md#metrics) are DDP_ERR_ARG. */
 ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count);
 /* A value known on rank 0 only (e.g. throughput); never part of a collective. No-op on other ranks. */
 ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value);

@@ -117,6 +117,9 @@ static ddp_status load_existing(ddp_csv *c, int64_t keep_step, int drop_val)
         line[strcspn(line, "\r\n")] = 0;
         for (char *save = NULL, *tok = strtok_r(line, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
             if (st == DDP_OK) st = ddp_row_set(&hdr, tok, 0);
+        /* the file's columns stay, in its order, even one blank in every row (a rank with no validation sample) */
+        for (int k = 2; k < hdr.n && st == DDP_OK; k++)
+            if (strcmp(hdr.names[k], "rank") != 0) st = ddp_csv_add_column(c, hdr.names[k]);
     }
     while (st == DDP_OK && hdr.n >= 2 && (errno = 0, getline(&line, &cap, f) > 0)) {
         ddp_row_clear(&row);

@@ -36,7 +36,7 @@ if [ "$DEVICE" = cuda ]; then # the emulator (capi_misuse_emu): an NCCL allreduc
 fi
 # a model's own metric (own_metric): under its own name in metrics.csv with its whole-set value (each sample
 # counted once: 1), and a column in every rank's metrics_rank<R>.csv, blank on a rank that has no validation
-# sample (the ranks' files once had different headers); under val/loss, a name ddp_train logs itself, refused on
+# sample, also after a resume (the ranks' files once had different headers); under val/loss, a name ddp_train logs itself, refused on
 # every rank (it was once summed into the trainer's val/loss); the job then ends (the ctx took a rank's own error)
 synth --out va1 --samples 1 --shards 1 --dim 4 --classes 3 --first-id 200000
 for np in 1 2; do

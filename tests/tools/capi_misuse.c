@@ -478,6 +478,8 @@ int main(int argc, char **argv)
         ddp_train_config lc = base_cfg(work, "t_log");
         lc.log_per_rank = 1;
         expect("ddp_train(the model logs model/loss)", ddp_train(ctx, &lc, &b, tr, va), DDP_OK, NULL);
+        lc.resume = "auto", lc.epochs = 2; /* the files read back keep their columns (sh/capi_misuse.sh) */
+        expect("ddp_train(the model logs model/loss, resumed)", ddp_train(ctx, &lc, &b, tr, va), DDP_OK, NULL);
         /* the decisions watching it, NaN: the line blames the model's value, not the data */
         g_log_name = "model/nan";
         lc = base_cfg(work, "t_log_nan");
@@ -489,6 +491,7 @@ int main(int argc, char **argv)
         expect_api("ddp_train(the model logs val/loss)", ddp_train(ctx, &lc, &b, tr, va), DDP_ERR_ARG,
                    "metric name 'val/loss' is one ddp_train logs itself");
         g_logger = NULL;
+        usleep(500000); /* every rank prints its line before the first to exit (not finalized) ends the job */
     } else if (!strcmp(c, "builtin")) { /* the built-in models' lines name ddp_model_config's fields */
         expect("ddp_dataset_open(train)", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
         expect("ddp_dataset_open(val)", ddp_dataset_open(ctx, vad, &va), DDP_OK, NULL);
