@@ -93,6 +93,15 @@ static void break_as(ddp_ctx *c, int kind, const char *why)
 void ddp_ctx_break(ddp_ctx *c, const char *why) { break_as(c, 1, why); }
 void ddp_ctx_break_alone(ddp_ctx *c, const char *why) { break_as(c, 2, why); }
 
+ddp_status ddp_ctx_local_failure(ddp_ctx *c, ddp_status st)
+{
+    if (st != DDP_OK && st != DDP_ERR_ARG && !ddp_error_shared() && c && c->topo.size > 1 && !c->alone_pending) {
+        c->alone_pending = 1;
+        snprintf(c->alone_why, sizeof c->alone_why, "%s", ddp_last_error());
+    }
+    return st;
+}
+
 ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func)
 {
     return ddp_set_error(DDP_ERR_MISMATCH,

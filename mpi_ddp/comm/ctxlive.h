@@ -32,6 +32,12 @@ void ddp_ctx_break(ddp_ctx *c, const char *why);
 /* Marks it broken by a failure on this rank alone (ddp_train's, a collective buffer's) (`why`: its error line, not
  * shared): the other ranks may be waiting in a collective this rank left, as the CLI's MPI_Abort assumes. */
 void ddp_ctx_break_alone(ddp_ctx *c, const char *why);
+/* For a public function that is not collective: its failure st on this rank, other than DDP_ERR_ARG (a mistake of
+ * the call's own that nothing followed, which the caller may mend and go on), is pending on c where it has other
+ * ranks, which are likely in the program's next collective already: until a collective completes on c (the caller
+ * agreed the failure, e.g. ddp_agree_status), ddp_finalize leaves MPI_Finalize alone rather than wait for them for
+ * ever. Returns st. */
+ddp_status ddp_ctx_local_failure(ddp_ctx *c, ddp_status st);
 /* Sets the "no collective after the timeout" error for FUNC on broken ctx c and returns its status. */
 ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func);
 

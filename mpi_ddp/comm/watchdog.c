@@ -213,7 +213,9 @@ ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, 
         int tok = ddp_wait_enter();
         int rc = MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, ctx->world);
         ddp_wait_leave(tok);
-        return rc == MPI_SUCCESS ? DDP_OK : ddp_mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__);
+        if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__);
+        ctx->alone_pending = 0; /* the ranks met: a failure of this rank's before it is no longer alone */
+        return DDP_OK;
     }
     int tsize = 0;
     MPI_CHECK(MPI_Type_size(type, &tsize));
@@ -240,6 +242,7 @@ ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, 
         DDP_CHECK(ddp_wait(ctx, 1, &ctx->watch->pending, where));
         memcpy(at, ctx->watch->scratch, (size_t)k * (size_t)tsize);
     }
+    ctx->alone_pending = 0;
     return DDP_OK;
 }
 

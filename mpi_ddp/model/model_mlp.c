@@ -189,8 +189,9 @@ ddp_status ddp_refmodel_create(ddp_ctx *ctx, ddp_device dev, int64_t D, int64_t 
     DDP_CTX_ARG(ctx);
     DDP_NONNULL(out, "out");
     ddp_backend *be;
-    DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));
-    return ddp_refmodel_create_on(be, D, H, C, maxR, maxB, out);
+    ddp_status st = ddp_ctx_backend(ctx, dev, &be);
+    if (st == DDP_OK) st = ddp_refmodel_create_on(be, D, H, C, maxR, maxB, out);
+    return ddp_ctx_local_failure(ctx, st); /* not collective: an out-of-memory is this rank's alone */
 }
 
 ddp_status ddp_refmodel_create_on(ddp_backend *be, int64_t D, int64_t H, int64_t C, int64_t maxR, int64_t maxB,

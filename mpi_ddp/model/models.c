@@ -44,8 +44,9 @@ ddp_status ddp_model_create(ddp_ctx *ctx, ddp_device dev, const ddp_model_config
     DDP_NONNULL(c, "c");
     DDP_NONNULL(out, "out");
     ddp_backend *be;
-    DDP_CHECK(ddp_ctx_backend(ctx, dev, &be));
-    return ddp_model_create_on(be, c, out);
+    ddp_status st = ddp_ctx_backend(ctx, dev, &be);
+    if (st == DDP_OK) st = ddp_model_create_on(be, c, out);
+    return ddp_ctx_local_failure(ctx, st); /* not collective: an out-of-memory is this rank's alone */
 }
 
 const ddp_model_config *ddp_model_own_config(const ddp_model *m)

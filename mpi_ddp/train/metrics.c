@@ -90,7 +90,7 @@ ddp_status ddp_metrics_create(ddp_ctx *ctx, ddp_metrics **out)
     DDP_CTX_ARG(ctx);
     DDP_NONNULL(out, "out");
     ddp_metrics *m = ddp_calloc(1, sizeof *m);
-    if (!m) return ddp_set_error(DDP_ERR_NOMEM, "out of memory");
+    if (!m) return ddp_ctx_local_failure(ctx, ddp_set_error(DDP_ERR_NOMEM, "out of memory for a metrics accumulator"));
     m->ctx = ctx;
     *out = m;
     return DDP_OK;
@@ -141,10 +141,10 @@ static ddp_status log_sum(ddp_metrics *m, const char *name, double sum, double c
     DDP_CHECK(check_name(m, name, own));
     int i = ddp_row_find(&m->acc_sum, name);
     if (i < 0) {
-        DDP_CHECK(ddp_row_set(&m->acc_sum, name, sum));
-        ddp_status st = ddp_row_set(&m->acc_cnt, name, count);
-        if (st != DDP_OK) free(m->acc_sum.names[--m->acc_sum.n]); /* the two rows stay in step */
-        return st;
+        ddp_status st = ddp_row_set(&m->acc_sum, name, sum);
+        if (st == DDP_OK && (st = ddp_row_set(&m->acc_cnt, name, count)) != DDP_OK)
+            free(m->acc_sum.names[--m->acc_sum.n]);          /* the two rows stay in step */
+        return own ? st : ddp_ctx_local_failure(m->ctx, st); /* this rank's: the next sync point would wait */
     }
     m->acc_sum.vals[i] += sum;
     m->acc_cnt.vals[i] += count;
@@ -155,7 +155,9 @@ static ddp_status log_rank0(ddp_metrics *m, const char *name, double value, int 
 {
     DDP_NONNULL(m, "m");
     DDP_CHECK(check_name(m, name, own));
-    return m->ctx->topo.rank == 0 ? ddp_row_set(&m->rank0, name, value) : DDP_OK;
+    if (m->ctx->topo.rank != 0) return DDP_OK;
+    ddp_status st = ddp_row_set(&m->rank0, name, value);
+    return own ? st : ddp_ctx_local_failure(m->ctx, st);
 }
 
 ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)

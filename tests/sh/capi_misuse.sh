@@ -60,6 +60,24 @@ for np in 1 2; do
   done
 done
 pass "a model's own metric: logged under its own name; one of ddp_train's own names refused on every rank"
+# a call that is not collective (ddp_model_create, ddp_metrics_create, ddp_log) out of memory on rank 1 alone
+# (local_failure): rank 1 ends as mpiddp.h directs (ddp_finalize, which leaves MPI_Finalize alone, exit non-zero)
+# while rank 0 waits in ddp_metrics_sync; the job ends (it hung: ddp_finalize waited for rank 0 in MPI_Finalize)
+for at in "mpi_ddp/model/model_common.c|t->spec = ddp_calloc" "mpi_ddp/train/metrics.c|ddp_metrics *m = ddp_calloc" \
+          "mpi_ddp/train/metrics.c|st = ddp_row_set(&m->acc_sum, name, sum)"; do
+  f=${at%%|*}
+  site="$(basename "$(dirname "$f")")/$(basename "$f"):$(grep -n -m1 -F "${at#*|}" "$SRC/$f" | cut -d: -f1 || true)"
+  [[ $site =~ :[0-9]+$ ]] || fail "no line holding '${at#*|}' in $f"
+  set +e
+  MPIDDP_TEST_FAIL_ALLOC=$site MPIDDP_TEST_FAIL_ALLOC_RANK=1 timeout 60 mpirun -np 2 --oversubscribe -x MPIDDP_TEST_FAIL_ALLOC \
+    -x MPIDDP_TEST_FAIL_ALLOC_RANK "$CAPI_MISUSE" local_failure tr va "$PWD" > out.txt 2> err.txt
+  rc=$?
+  set -e
+  [ $rc != 0 ] && [ $rc != 124 ] || { cat err.txt >&2; fail "local_failure, $site on rank 1: exit $rc (124: a hang)"; }
+  qgrep "^rank 1 failed alone: out of memory.* (shared 0)\$" err.txt && qgrep "^rank 1 ddp_finalize: rank mismatch\$" err.txt ||
+    fail "local_failure, $site on rank 1: $(cat err.txt)"
+done
+pass "a call that is not collective failing on one rank: the job ends"
 for np in 1 2; do
   for c in before_init after_finalize context dataset metrics models config train builtin own_config shuffle; do
     rm -rf "w_$c" && mkdir "w_$c"

@@ -466,6 +466,29 @@ int main(int argc, char **argv)
         rs.epochs = 2;
         rs.weight_decay = 0.02;
         expect("ddp_train(resume, 2 epochs, weight_decay 0.02)", ddp_train(ctx, &rs, &m, tr, va), DDP_OK, NULL);
+    } else if (!strcmp(c, "local_failure")) {
+        /* a call that is not collective failing on one rank (sh/capi_misuse.sh fails an allocation with
+         * MPIDDP_TEST_FAIL_ALLOC): that rank ends as mpiddp.h directs (ddp_finalize, exit non-zero) while the
+         * others wait in the next collective; ddp_finalize once waited for them in MPI_Finalize for ever */
+        ddp_model_config mc;
+        ddp_model_config_default(&mc);
+        mc.dim = 4, mc.classes = 3, mc.hidden = 8, mc.max_batch_rows = mc.max_batch_samples = 8;
+        ddp_model m = {0};
+        ddp_metrics *mm = NULL;
+        ddp_status st = ddp_model_create(ctx, DDP_DEVICE_CPU, &mc, &m);
+        if (st == DDP_OK) st = ddp_metrics_create(ctx, &mm);
+        if (st == DDP_OK) st = ddp_log(mm, "x", 1, 1);
+        if (st != DDP_OK) {
+            fprintf(stderr, "rank %d failed alone: %s (shared %d)\n", g_rank, ddp_last_error(), ddp_error_shared());
+            ddp_status fin = ddp_finalize(ctx);
+            fprintf(stderr, "rank %d ddp_finalize: %s\n", g_rank, ddp_status_name(fin));
+            return 3;
+        }
+        ddp_metric_row row = {0};
+        expect("ddp_metrics_sync", ddp_metrics_sync(mm, &row, NULL), DDP_OK, NULL);
+        ddp_metric_row_free(&row);
+        ddp_metrics_destroy(mm);
+        if (m.destroy) m.destroy(m.self);
     } else if (!strcmp(c, "own_metric")) {
         /* a model's own metric: under a name of its own it trains (sh/capi_misuse.sh reads its column); under a
          * name ddp_train logs itself it is refused, where it was summed into the trainer's val/loss, which the
