@@ -39,12 +39,13 @@ const char *ddp_status_name(ddp_status st);
 /* The message of the last error on this thread (one line, no newline). */
 const char *ddp_last_error(void);
 /* 1 when the last error was agreed collectively, so every rank returned it at the same point and the
- * job can shut down cleanly; 0 when only this rank failed (the caller should MPI_Abort, or ddp_finalize, which then
- * leaves MPI_Finalize alone, and exit non-zero). A function that is not collective (ddp_model_create,
- * ddp_refmodel_create, ddp_metrics_create, ddp_log, ddp_log_rank0) failing for another reason than DDP_ERR_ARG (out of
- * memory, a device error) is such an error: until a collective completes on the ctx (the program agreed it, as with
- * ddp_agree_status(ctx, st)), ddp_finalize leaves MPI_Finalize alone, since the other ranks may be waiting in the
- * program's next collective. DDP_ERR_ARG from such a call (a mistake of the call's own, nothing done) is not. */
+ * job can shut down cleanly; 0 when only this rank failed: the other ranks may be in a collective this rank will not
+ * join. Then agree it before anything else (ddp_agree_status(ctx, st) makes it every rank's), or end the job:
+ * MPI_Abort, or ddp_finalize and exit non-zero. ddp_finalize leaves MPI_Finalize alone (which would wait for the
+ * others) after a failure of ddp_train on this rank alone, and after one of ddp_model_create, ddp_refmodel_create,
+ * ddp_metrics_create, ddp_log or ddp_log_rank0 (not collective) for another reason than DDP_ERR_ARG (out of memory, a
+ * device error) until one of this library's collectives completes on the ctx. After any other error of this rank's
+ * alone (DDP_ERR_ARG; a failed ddp_dataset_sample) it finalizes MPI: agree first, or MPI_Abort. */
 int ddp_error_shared(void);
 
 /* ---------------------------------------------------------------- launch context */

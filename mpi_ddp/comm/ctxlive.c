@@ -95,7 +95,8 @@ void ddp_ctx_break_alone(ddp_ctx *c, const char *why) { break_as(c, 2, why); }
 
 ddp_status ddp_ctx_local_failure(ddp_ctx *c, ddp_status st)
 {
-    if (st != DDP_OK && st != DDP_ERR_ARG && !ddp_error_shared() && c && c->topo.size > 1 && !c->alone_pending) {
+    if (st != DDP_OK && st != DDP_ERR_ARG && !ddp_error_shared() && ddp_ctx_is_live(c) && c->topo.size > 1 &&
+        !c->alone_pending) {
         c->alone_pending = 1;
         snprintf(c->alone_why, sizeof c->alone_why, "%s", ddp_last_error());
     }

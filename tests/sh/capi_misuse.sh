@@ -63,19 +63,28 @@ pass "a model's own metric: logged under its own name; one of ddp_train's own na
 # a call that is not collective (ddp_model_create, ddp_metrics_create, ddp_log) out of memory on rank 1 alone
 # (local_failure): rank 1 ends as mpiddp.h directs (ddp_finalize, which leaves MPI_Finalize alone, exit non-zero)
 # while rank 0 waits in ddp_metrics_sync; the job ends (it hung: ddp_finalize waited for rank 0 in MPI_Finalize)
-for at in "mpi_ddp/model/model_common.c|t->spec = ddp_calloc" "mpi_ddp/train/metrics.c|ddp_metrics *m = ddp_calloc" \
-          "mpi_ddp/train/metrics.c|st = ddp_row_set(&m->acc_sum, name, sum)"; do
-  f=${at%%|*}
-  site="$(basename "$(dirname "$f")")/$(basename "$f"):$(grep -n -m1 -F "${at#*|}" "$SRC/$f" | cut -d: -f1 || true)"
-  [[ $site =~ :[0-9]+$ ]] || fail "no line holding '${at#*|}' in $f"
+# (ddp_log_rank0's allocation on rank 0); agreed with ddp_agree_status (CAPI_AGREE), every rank finalizes, exit 0
+for at in "mpi_ddp/model/model_common.c|t->spec = ddp_calloc|1" "mpi_ddp/train/metrics.c|ddp_metrics *m = ddp_calloc|1" \
+          "mpi_ddp/train/metrics.c|st = ddp_row_set(&m->acc_sum, name, sum)|1" \
+          "mpi_ddp/train/metrics.c|ddp_status st = ddp_row_set(&m->rank0, name, value)|0" \
+          "mpi_ddp/model/model_common.c|t->spec = ddp_calloc|1|agree"; do
+  IFS='|' read -r f text frank agree <<<"$at"
+  site="$(basename "$(dirname "$f")")/$(basename "$f"):$(grep -n -m1 -F "$text" "$SRC/$f" | cut -d: -f1 || true)"
+  [[ $site =~ :[0-9]+$ ]] || fail "no line holding '$text' in $f"
   set +e
-  MPIDDP_TEST_FAIL_ALLOC=$site MPIDDP_TEST_FAIL_ALLOC_RANK=1 timeout 60 mpirun -np 2 --oversubscribe -x MPIDDP_TEST_FAIL_ALLOC \
-    -x MPIDDP_TEST_FAIL_ALLOC_RANK "$CAPI_MISUSE" local_failure tr va "$PWD" > out.txt 2> err.txt
+  CAPI_AGREE=$agree MPIDDP_TEST_FAIL_ALLOC=$site MPIDDP_TEST_FAIL_ALLOC_RANK=$frank timeout 60 mpirun -np 2 \
+    --oversubscribe -x MPIDDP_TEST_FAIL_ALLOC -x MPIDDP_TEST_FAIL_ALLOC_RANK -x CAPI_AGREE "$CAPI_MISUSE" \
+    local_failure tr va "$PWD" > out.txt 2> err.txt
   rc=$?
   set -e
-  [ $rc != 0 ] && [ $rc != 124 ] || { cat err.txt >&2; fail "local_failure, $site on rank 1: exit $rc (124: a hang)"; }
-  qgrep "^rank 1 failed alone: out of memory.* (shared 0)\$" err.txt && qgrep "^rank 1 ddp_finalize: rank mismatch\$" err.txt ||
-    fail "local_failure, $site on rank 1: $(cat err.txt)"
+  if [ -n "$agree" ]; then
+    [ $rc = 0 ] && ! grep '^FAIL' err.txt && [ "$(grep -c '^ok rank [01] ddp_finalize after the agreement: ok' err.txt)" = 2 ] ||
+      fail "local_failure agreed, $site on rank 1: exit $rc: $(cat err.txt)"
+    continue
+  fi
+  [ $rc != 0 ] && [ $rc != 124 ] || { cat err.txt >&2; fail "local_failure, $site on rank $frank: exit $rc (124: a hang)"; }
+  qgrep "^rank $frank failed alone: out of memory.* (shared 0)\$" err.txt &&
+    qgrep "^rank $frank ddp_finalize: rank mismatch\$" err.txt || fail "local_failure, $site on rank $frank: $(cat err.txt)"
 done
 pass "a call that is not collective failing on one rank: the job ends"
 for np in 1 2; do

@@ -478,6 +478,14 @@ int main(int argc, char **argv)
         ddp_status st = ddp_model_create(ctx, DDP_DEVICE_CPU, &mc, &m);
         if (st == DDP_OK) st = ddp_metrics_create(ctx, &mm);
         if (st == DDP_OK) st = ddp_log(mm, "x", 1, 1);
+        if (st == DDP_OK) st = ddp_log_rank0(mm, "y", 1);
+        const char *agree = getenv("CAPI_AGREE");
+        if (agree && *agree) { /* the failure agreed as the CLI agrees it: every rank ends cleanly */
+            expect("ddp_agree_status(a failure on rank 1)", ddp_agree_status(ctx, st), DDP_ERR_NOMEM, "out of memory");
+            if (!ddp_error_shared()) fprintf(stderr, "FAIL rank %d: the agreed error is not shared\n", g_rank);
+            expect("ddp_finalize after the agreement", ddp_finalize(ctx), DDP_OK, NULL);
+            return g_failed || !ddp_error_shared();
+        }
         if (st != DDP_OK) {
             fprintf(stderr, "rank %d failed alone: %s (shared %d)\n", g_rank, ddp_last_error(), ddp_error_shared());
             ddp_status fin = ddp_finalize(ctx);
