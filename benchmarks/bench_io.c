@@ -165,7 +165,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!data) {
-        if (t->rank == 0) fprintf(stderr, "bench_io: --data is required\n%s\n", USAGE);
+        if (t->rank == 0) fprintf(stderr, "bench_io: --data is required (bench_io --help lists the options)\n");
         ddp_finalize(ctx);
         return 2;
     }

@@ -160,7 +160,7 @@ int main(int argc, char **argv)
     ddp_device dev = !strcmp(device, "cuda") ? DDP_DEVICE_CUDA : DDP_DEVICE_CPU;
     if (dev == DDP_DEVICE_CUDA && ddp_select_device(ctx, DDP_DEVICE_CUDA, NULL, NULL) != DDP_OK) DIE("--device cuda");
     if (!data) {
-        if (t->rank == 0) fprintf(stderr, "bench_train: --data is required\n%s\n", USAGE);
+        if (t->rank == 0) fprintf(stderr, "bench_train: --data is required (bench_train --help lists the options)\n");
         ddp_finalize(ctx);
         return 2;
     }

@@ -31,7 +31,8 @@ const char *ddp_fmt_value(char *buf, size_t n, double v, int digits);
 
 typedef struct ddp_csv ddp_csv;
 /* rank >= 0 adds a `rank` column holding that value. `first` lists columns in their preferred order.
- * keep_upto_step >= 0 (resume): an existing file's rows with step <= keep_upto_step are kept (rows logged
+ * keep_upto_step >= 0 (resume): an existing file's columns (all of them, in its order) and its rows with step <=
+ * keep_upto_step are kept (rows logged
  * after the checkpoint would be logged again), except, with drop_val_at_keep, rows at keep_upto_step that hold val/
  * columns (the resumed run validates at that step again); -1 starts a new file. */
 ddp_status ddp_csv_open(const char *path, int rank, const char *const *first, int nfirst, int64_t keep_upto_step,

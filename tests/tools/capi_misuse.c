@@ -74,8 +74,8 @@ static ddp_status lin_fwd(void *self, const ddp_batch *b, const float *P, ddp_fo
     (void)m;
     return DDP_OK;
 }
-static const ddp_model *g_logger; /* set: lin_eval also logs g_log_name through the model's metrics */
-static const char *g_log_name;
+const ddp_model *g_logger; /* set: lin_eval also logs g_log_name through the model's metrics */
+const char *g_log_name;
 static ddp_status lin_eval(void *self, const ddp_batch *b, const float *P, ddp_forward_out *out)
 {
     if (g_logger) { /* 1 per sample, padding duplicates left out as the trainer's own metrics leave them */
@@ -154,6 +154,7 @@ int main(int argc, char **argv)
     if (!strcmp(c, "finalize_twice") || !strcmp(c, "timeout") || !strcmp(c, "timeout_after_train"))
         return comm_cases(argc, argv, trd, vad, work);
     if (is_io_case(c)) return io_cases(argc, argv, trd, vad, work);
+    if (is_metrics_case(c)) return metrics_cases(argc, argv, trd, vad, work);
     /* before init: calls that need a context refuse a NULL one */
     if (!strcmp(c, "before_init")) {
         ddp_dataset *ds = (ddp_dataset *)1;
@@ -466,63 +467,6 @@ int main(int argc, char **argv)
         rs.epochs = 2;
         rs.weight_decay = 0.02;
         expect("ddp_train(resume, 2 epochs, weight_decay 0.02)", ddp_train(ctx, &rs, &m, tr, va), DDP_OK, NULL);
-    } else if (!strcmp(c, "local_failure")) {
-        /* a call that is not collective failing on one rank (sh/capi_misuse.sh fails an allocation with
-         * MPIDDP_TEST_FAIL_ALLOC): that rank ends as mpiddp.h directs (ddp_finalize, exit non-zero) while the
-         * others wait in the next collective; ddp_finalize once waited for them in MPI_Finalize for ever */
-        ddp_model_config mc;
-        ddp_model_config_default(&mc);
-        mc.dim = 4, mc.classes = 3, mc.hidden = 8, mc.max_batch_rows = mc.max_batch_samples = 8;
-        ddp_model m = {0};
-        ddp_metrics *mm = NULL;
-        ddp_status st = ddp_model_create(ctx, DDP_DEVICE_CPU, &mc, &m);
-        if (st == DDP_OK) st = ddp_metrics_create(ctx, &mm);
-        if (st == DDP_OK) st = ddp_log(mm, "x", 1, 1);
-        if (st == DDP_OK) st = ddp_log_rank0(mm, "y", 1);
-        const char *agree = getenv("CAPI_AGREE");
-        if (agree && *agree) { /* the failure agreed as the CLI agrees it: every rank ends cleanly */
-            expect("ddp_agree_status(a failure on rank 1)", ddp_agree_status(ctx, st), DDP_ERR_NOMEM, "out of memory");
-            if (!ddp_error_shared()) fprintf(stderr, "FAIL rank %d: the agreed error is not shared\n", g_rank);
-            expect("ddp_finalize after the agreement", ddp_finalize(ctx), DDP_OK, NULL);
-            return g_failed || !ddp_error_shared();
-        }
-        if (st != DDP_OK) {
-            fprintf(stderr, "rank %d failed alone: %s (shared %d)\n", g_rank, ddp_last_error(), ddp_error_shared());
-            ddp_status fin = ddp_finalize(ctx);
-            fprintf(stderr, "rank %d ddp_finalize: %s\n", g_rank, ddp_status_name(fin));
-            return 3;
-        }
-        ddp_metric_row row = {0};
-        expect("ddp_metrics_sync", ddp_metrics_sync(mm, &row, NULL), DDP_OK, NULL);
-        ddp_metric_row_free(&row);
-        ddp_metrics_destroy(mm);
-        if (m.destroy) m.destroy(m.self);
-    } else if (!strcmp(c, "own_metric")) {
-        /* a model's own metric: under a name of its own it trains (sh/capi_misuse.sh reads its column); under a
-         * name ddp_train logs itself it is refused, where it was summed into the trainer's val/loss, which the
-         * checkpoint decisions watch. The model's error is each rank's own: the job must end after it */
-        expect("ddp_dataset_open(train)", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
-        expect("ddp_dataset_open(val)", ddp_dataset_open(ctx, vad, &va), DDP_OK, NULL);
-        ddp_model b = user_model(tr);
-        g_logger = &b;
-        g_log_name = "model/loss";
-        ddp_train_config lc = base_cfg(work, "t_log");
-        lc.log_per_rank = 1;
-        expect("ddp_train(the model logs model/loss)", ddp_train(ctx, &lc, &b, tr, va), DDP_OK, NULL);
-        lc.resume = "auto", lc.epochs = 2; /* the files read back keep their columns (sh/capi_misuse.sh) */
-        expect("ddp_train(the model logs model/loss, resumed)", ddp_train(ctx, &lc, &b, tr, va), DDP_OK, NULL);
-        /* the decisions watching it, NaN: the line blames the model's value, not the data */
-        g_log_name = "model/nan";
-        lc = base_cfg(work, "t_log_nan");
-        lc.monitor = "model/nan";
-        expect_api("ddp_train(monitor model/nan, NaN)", ddp_train(ctx, &lc, &b, tr, va), DDP_ERR_NUMERIC,
-                   "so it can neither rank checkpoints nor stop early (a value the model logged itself, not finite; ");
-        g_log_name = "val/loss";
-        lc = base_cfg(work, "t_log_refused");
-        expect_api("ddp_train(the model logs val/loss)", ddp_train(ctx, &lc, &b, tr, va), DDP_ERR_ARG,
-                   "metric name 'val/loss' is one ddp_train logs itself");
-        g_logger = NULL;
-        usleep(500000); /* every rank prints its line before the first to exit (not finalized) ends the job */
     } else if (!strcmp(c, "builtin")) { /* the built-in models' lines name ddp_model_config's fields */
         expect("ddp_dataset_open(train)", ddp_dataset_open(ctx, trd, &tr), DDP_OK, NULL);
         expect("ddp_dataset_open(val)", ddp_dataset_open(ctx, vad, &va), DDP_OK, NULL);

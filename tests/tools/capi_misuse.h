@@ -1,4 +1,5 @@
-/* capi_misuse.h — what capi_misuse.c shares with its other case files (capi_misuse_comm.c, capi_misuse_io.c). */
+/* capi_misuse.h — what capi_misuse.c shares with its other case files (capi_misuse_comm.c, capi_misuse_io.c, _model.c,
+ * _metrics.c). */
 #ifndef CAPI_MISUSE_H
 #define CAPI_MISUSE_H
 #include "mpiddp.h"
@@ -27,4 +28,10 @@ int io_cases(int argc, char **argv, const char *trd, const char *vad, const char
 /* the case own_config (capi_misuse_model.c): a built-in model with cfg.model_config NULL or contradicting it */
 int is_model_case(const char *c);
 int model_cases(ddp_ctx *ctx, const char *trd, ddp_dataset *tr, ddp_dataset *va, const char *work);
+/* the cases local_failure and own_metric (capi_misuse_metrics.c) */
+int is_metrics_case(const char *c);
+int metrics_cases(int argc, char **argv, const char *trd, const char *vad, const char *work);
+/* set: the user model's eval_step also logs g_log_name (1 per sample; NaN for "model/nan") through its metrics */
+extern const ddp_model *g_logger;
+extern const char *g_log_name;
 #endif
