@@ -202,11 +202,12 @@ ddp_status ddp_decide(ddp_ctx *ctx, ddp_decider *d, const ddp_metric_row *global
                 snprintf(who, sizeof who, "not finite (%s)", ddp_fmt_value(v, sizeof v, view, 6));
             }
             improved = beaten = 0;
-            char why[160] = "a value the model logged itself"; /* a metric of the model's own */
+            const char *why = "a value the model logged itself"; /* a metric of the model's own */
             if (!strcmp(d->monitor, "val/loss") || !strcmp(d->monitor, "val/acc") ||
                 !strcmp(d->monitor, "val/macro_f1")) /* the CLI's option; no C-API counterpart */
-                snprintf(why, sizeof why, "a NaN or Inf in the validation data? mpiddp inspect%s names it",
-                         ctx->cli_names ? " or train --check-finite" : "");
+                why = ctx->cli_names ? "a NaN or Inf in the validation data? mpiddp inspect or train --check-finite "
+                                       "names it"
+                                     : "a NaN or Inf in the validation data? mpiddp inspect names it";
             snprintf(fail, sizeof fail,
                      "%s is %s after epoch %lld (step %lld), so it can neither rank checkpoints nor stop "
                      "early (%s; %s goes on without saving)",
