@@ -78,7 +78,7 @@ static ddp_status add_row(ddp_csv *c, int64_t epoch, int64_t step, const ddp_met
     r->step = step;
     for (int i = 0; i < row->n; i++) {
         DDP_CHECK(ddp_row_set(&r->vals, row->names[i], row->vals[i]));
-        if (ddp_row_find(&c->cols, row->names[i]) < 0) DDP_CHECK(ddp_row_set(&c->cols, row->names[i], 0));
+        DDP_CHECK(ddp_csv_add_column(c, row->names[i]));
     }
     return DDP_OK;
 }
