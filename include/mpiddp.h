@@ -43,9 +43,10 @@ const char *ddp_last_error(void);
  * join. Then agree it before anything else (ddp_agree_status(ctx, st) makes it every rank's), or end the job:
  * MPI_Abort, or ddp_finalize and exit non-zero. ddp_finalize leaves MPI_Finalize alone (which would wait for the
  * others) after a failure of ddp_train on this rank alone, and after one of ddp_model_create, ddp_refmodel_create,
- * ddp_metrics_create, ddp_log or ddp_log_rank0 (not collective) for another reason than DDP_ERR_ARG (out of memory, a
- * device error) until one of this library's collectives completes on the ctx. After any other error of this rank's
- * alone (DDP_ERR_ARG; a failed ddp_dataset_sample) it finalizes MPI: agree first, or MPI_Abort. */
+ * ddp_metrics_create, ddp_log, ddp_log_rank0 or ddp_dataset_sample (not collective; on any thread) for another reason
+ * than DDP_ERR_ARG (out of memory, a device error, a shard this rank cannot read) until one of this library's
+ * collectives that began after the failure completes on the ctx. After DDP_ERR_ARG of this rank's alone it finalizes
+ * MPI: agree first, or MPI_Abort. */
 int ddp_error_shared(void);
 
 /* ---------------------------------------------------------------- launch context */

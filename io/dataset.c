@@ -218,6 +218,7 @@ ddp_status ddp_dataset_open_with(ddp_ctx *ctx, const char *dir, const char *mani
         ddp_survey_free(&sv);
         return st;
     }
+    ds->ctx = ctx;
     snprintf(ds->dir, sizeof ds->dir, "%s", dir);
     snprintf(ds->notice, sizeof ds->notice, "%s", sv.notice);
     ds->manifest_fresh = sv.fresh;
@@ -304,8 +305,11 @@ ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, co
     DDP_NONNULL(nrows, "nrows");
     ddp_shard *s;
     int64_t i;
-    DDP_CHECK(ddp_dataset_locate(ds, index, &s, &i));
-    return ddp_shard_sample(s, i, scratch, rows, nrows, label, sample_id);
+    ddp_status st = ddp_dataset_locate(ds, index, &s, &i);
+    if (st == DDP_OK) st = ddp_shard_sample(s, i, scratch, rows, nrows, label, sample_id);
+    /* not collective, often on a loader thread: a shard this rank alone cannot read leaves the others in the
+     * program's next collective, which ddp_finalize's MPI_Finalize once waited for */
+    return ddp_ctx_local_failure(ds->ctx, st);
 }
 
 /* The three below run on the loader's worker, on the shard while the cache (io/shard_cache.c) keeps it open. The

@@ -7,6 +7,7 @@
 #include "io/shard.h"
 
 struct ddp_dataset {
+    ddp_ctx *ctx; /* it was opened on: a failed ddp_dataset_sample is pending there (ddp_ctx_local_failure) */
     char dir[4096];
     ddp_dataset_info info;
     int64_t nshards;

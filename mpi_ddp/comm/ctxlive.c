@@ -95,12 +95,18 @@ void ddp_ctx_break_alone(ddp_ctx *c, const char *why) { break_as(c, 2, why); }
 
 ddp_status ddp_ctx_local_failure(ddp_ctx *c, ddp_status st)
 {
+    int none = 0; /* the first failure is the one named; the winner of the exchange writes its line, then says 1 */
     if (st != DDP_OK && st != DDP_ERR_ARG && !ddp_error_shared() && ddp_ctx_is_live(c) && c->topo.size > 1 &&
-        !c->alone_pending) {
-        c->alone_pending = 1;
+        atomic_compare_exchange_strong(&c->alone_pending, &none, 2)) {
         snprintf(c->alone_why, sizeof c->alone_why, "%s", ddp_last_error());
+        atomic_store(&c->alone_pending, 1);
     }
     return st;
+}
+
+void ddp_ctx_local_failure_met(ddp_ctx *c, int seen)
+{
+    if (seen == 1) atomic_compare_exchange_strong(&c->alone_pending, &seen, 0);
 }
 
 ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func)

@@ -38,6 +38,9 @@ void ddp_ctx_break_alone(ddp_ctx *c, const char *why);
  * agreed the failure, e.g. ddp_agree_status), ddp_finalize leaves MPI_Finalize alone rather than wait for them for
  * ever. Returns st. */
 ddp_status ddp_ctx_local_failure(ddp_ctx *c, ddp_status st);
+/* A collective that began after ddp_ctx_local_failure recorded a failure (`seen`: alone_pending read as it began)
+ * completed: the ranks met, the failure is no longer this rank's alone. One recorded while it ran stays. */
+void ddp_ctx_local_failure_met(ddp_ctx *c, int seen);
 /* Sets the "no collective after the timeout" error for FUNC on broken ctx c and returns its status. */
 ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func);
 

@@ -209,12 +209,13 @@ ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
 ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, MPI_Op op, const char *where)
 {
     if (ctx->comm_broken) return ddp_ctx_broken_error(ctx, where);
+    int seen = atomic_load(&ctx->alone_pending); /* a failure recorded before this collective began */
     if (ctx->watch->coll_timeout <= 0) {
         int tok = ddp_wait_enter();
         int rc = MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, ctx->world);
         ddp_wait_leave(tok);
         if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__);
-        ctx->alone_pending = 0; /* the ranks met: a failure of this rank's before it is no longer alone */
+        ddp_ctx_local_failure_met(ctx, seen); /* the ranks met: a failure of this rank's before it is no longer alone */
         return DDP_OK;
     }
     int tsize = 0;
@@ -242,7 +243,7 @@ ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, 
         DDP_CHECK(ddp_wait(ctx, 1, &ctx->watch->pending, where));
         memcpy(at, ctx->watch->scratch, (size_t)k * (size_t)tsize);
     }
-    ctx->alone_pending = 0;
+    ddp_ctx_local_failure_met(ctx, seen);
     return DDP_OK;
 }
 

@@ -7,6 +7,7 @@
 #include "mpiddp.h"
 
 #include <mpi.h>
+#include <stdatomic.h>
 
 struct ddp_ctx {
     MPI_Comm world; /* dup of MPI_COMM_WORLD, errors return */
@@ -25,9 +26,11 @@ struct ddp_ctx {
     int comm_broken;      /* no further collective (comm/ctxlive.h): 1 a collective timed out and is still pending, 2
                            * this rank failed alone (ddp_train, a collective buffer; the others may wait in a collective) */
     char broken_why[768]; /* that timeout's or failure's error line */
-    int alone_pending;    /* a call that is not collective failed on this rank alone and no collective has run since
-                           * (ddp_ctx_local_failure): ddp_finalize leaves MPI_Finalize alone; collectives still run */
-    char alone_why[768];  /* its error line */
+    atomic_int alone_pending; /* a call that is not collective failed on this rank alone (any thread: a loader's
+                               * ddp_dataset_sample) and no collective begun since has completed
+                               * (ddp_ctx_local_failure): ddp_finalize leaves MPI_Finalize alone; collectives still run.
+                               * 2 while alone_why is written, then 1 */
+    char alone_why[768];      /* its error line */
 };
 
 #endif

@@ -113,10 +113,20 @@ static ddp_status load_existing(ddp_csv *c, int64_t keep_step, int drop_val)
     size_t cap = 0;
     ddp_metric_row hdr = {0}, row = {0};
     errno = 0;
-    if (getline(&line, &cap, f) > 0) {
+    ssize_t got = getline(&line, &cap, f);
+    if (got > 0) {
+        int whole = line[got - 1] == '\n', ntok = 0;
         line[strcspn(line, "\r\n")] = 0;
-        for (char *save = NULL, *tok = strtok_r(line, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        for (char *save = NULL, *tok = strtok_r(line, ",", &save); tok; tok = strtok_r(NULL, ",", &save), ntok++)
             if (st == DDP_OK) st = ddp_row_set(&hdr, tok, 0);
+        int ours = ntok == hdr.n && hdr.n >= 2 && !strcmp(hdr.names[0], "epoch") && !strcmp(hdr.names[1], "step");
+        if (st == DDP_OK && whole && !ours) /* not a header this file's writer wrote: its rows cannot be told apart,
+                                               and the rewrite would drop every one of them */
+            st = ddp_set_error(DDP_ERR_FORMAT,
+                               "%s: its first line is not a metrics header (epoch,step,NAME...; each name once), so "
+                               "the resume cannot keep its rows: restore that line, or move the file away",
+                               c->path);
+        if (!whole) ddp_row_clear(&hdr); /* a first write cut short: no row to keep, no column to take */
         /* the file's columns stay, in its order, even one blank in every row (a rank with no validation sample) */
         for (int k = 2; k < hdr.n && st == DDP_OK; k++)
             if (strcmp(hdr.names[k], "rank") != 0) st = ddp_csv_add_column(c, hdr.names[k]);

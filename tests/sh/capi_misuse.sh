@@ -86,6 +86,18 @@ for at in "mpi_ddp/model/model_common.c|t->spec = ddp_calloc|1" "mpi_ddp/train/m
   qgrep "^rank $frank failed alone: out of memory.* (shared 0)\$" err.txt &&
     qgrep "^rank $frank ddp_finalize: rank mismatch\$" err.txt || fail "local_failure, $site on rank $frank: $(cat err.txt)"
 done
+# a shard rank 1 alone cannot read (CAPI_SAMPLE: its own copy of the dataset, whose first shard it replaces after the
+# open): its failed ddp_dataset_sample is pending like the failures above and the job ends (it hung in MPI_Finalize)
+rm -rf tr1 && cp -r tr tr1
+shards=(tr1/*.h5)
+set +e
+CAPI_SAMPLE=tr1 CAPI_SAMPLE_SHARD=${shards[0]} timeout 60 mpirun -np 2 --oversubscribe -x CAPI_SAMPLE \
+  -x CAPI_SAMPLE_SHARD "$CAPI_MISUSE" local_failure tr va "$PWD" > out.txt 2> err.txt
+rc=$?
+set -e
+[ $rc != 0 ] && [ $rc != 124 ] || { cat err.txt >&2; fail "local_failure, a shard rank 1 cannot read: exit $rc (124: a hang)"; }
+! grep '^FAIL' err.txt && qgrep "^rank 1 failed alone: .*${shards[0]}.* (shared 0)\$" err.txt &&
+  qgrep "^rank 1 ddp_finalize: rank mismatch\$" err.txt || fail "local_failure, a shard rank 1 cannot read: $(cat err.txt)"
 pass "a call that is not collective failing on one rank: the job ends"
 for np in 1 2; do
   for c in before_init after_finalize context dataset metrics models config train builtin own_config shuffle; do

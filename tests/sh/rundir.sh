@@ -166,6 +166,22 @@ cols() { awk -F, 'NR==1 {for (i = 1; i <= NF; i++) if ($i != "train/samples_per_
   || fail "rows no uninterrupted run writes: $(comm -13 <(cols csvfull/metrics.csv) <(cols csvpart/metrics.csv))"
 [ "$(comm -23 <(cols csvfull/metrics.csv) <(cols csvpart/metrics.csv) | wc -l)" = 1 ] || fail "rows lost beyond the truncated one"
 pass "partial metrics.csv rows dropped on resume"
+# a metrics file whose header line was lost or edited (a spreadsheet's save, a hand edit): its rows cannot be told
+# apart, and the resume once rewrote the file without any of them; it is refused, naming the file, which stays
+# (metrics.csv, rank 0's; metrics_rank1.csv, rank 1's own)
+mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 2 --log-per-rank --out csvhdr >/dev/null
+for f in metrics.csv metrics_rank1.csv; do
+  cp "csvhdr/$f" "csvhdr/$f.orig"
+  sed -i 1d "csvhdr/$f"
+  before=$(md5sum < "csvhdr/$f")
+  expect_rc 1 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 3 --log-per-rank --out csvhdr --resume auto
+  printf '%s' "$ERR" | qgrep "mpiddp train: error: csvhdr/$f: its first line is not a metrics header" ||
+    fail "$f without its header: $ERR"
+  [ "$(md5sum < "csvhdr/$f")" = "$before" ] || fail "the refused resume changed $f"
+  mv "csvhdr/$f.orig" "csvhdr/$f"
+done
+expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 3 --log-per-rank --out csvhdr --resume auto
+pass "a metrics file without its header: the resume is refused, the file kept"
 
 # --overwrite removes files of the exact forms a run writes (top-k names with any %g number: negative, exponent,
 # nan, inf; save temporaries NAME.tmp.PID), never a user's file that only looks like one

@@ -9,17 +9,45 @@
 
 int is_metrics_case(const char *c) { return !strcmp(c, "local_failure") || !strcmp(c, "own_metric"); }
 
+/* CAPI_SAMPLE=DIR: rank 1 opens DIR, a copy of trd, replaces its shard CAPI_SAMPLE_SHARD with a file that is not
+ * HDF5 (a dataset changed under a run) and reads sample 0 from it, the other ranks from trd */
+static ddp_status sample_copy(ddp_ctx *ctx, const char *trd, ddp_dataset **ds)
+{
+    const char *copy = getenv("CAPI_SAMPLE"), *shard = getenv("CAPI_SAMPLE_SHARD");
+    if (!copy || !*copy) return DDP_OK;
+    ddp_status st = ddp_dataset_open(ctx, g_rank == 1 ? copy : trd, ds);
+    if (st != DDP_OK || g_rank != 1) return st;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.new", shard ? shard : "");
+    FILE *f = fopen(tmp, "w");
+    if (!f || fputs("not an HDF5 file\n", f) < 0 || fclose(f) != 0 || rename(tmp, shard) != 0) {
+        fprintf(stderr, "FAIL rank %d: cannot replace %s\n", g_rank, shard ? shard : "(CAPI_SAMPLE_SHARD unset)");
+        g_failed = 1;
+        return DDP_OK;
+    }
+    const ddp_dataset_info *in = ddp_dataset_get_info(*ds);
+    float *scratch = malloc((size_t)(in->max_sample_rows * in->dim) * sizeof *scratch);
+    const float *rows;
+    int64_t nr, lab, id;
+    st = scratch ? ddp_dataset_sample(*ds, 0, scratch, &rows, &nr, &lab, &id) : DDP_ERR_NOMEM;
+    free(scratch);
+    return st;
+}
+
 /* a call that is not collective failing on one rank (sh/capi_misuse.sh fails an allocation with
- * MPIDDP_TEST_FAIL_ALLOC): that rank ends as mpiddp.h directs (ddp_finalize, exit non-zero) while the others wait
- * in the next collective; ddp_finalize once waited for them in MPI_Finalize for ever */
-static int local_failure(ddp_ctx *ctx)
+ * MPIDDP_TEST_FAIL_ALLOC, or a shard read with CAPI_SAMPLE): that rank ends as mpiddp.h directs (ddp_finalize,
+ * exit non-zero) while the others wait in the next collective; ddp_finalize once waited for them in MPI_Finalize for
+ * ever */
+static int local_failure(ddp_ctx *ctx, const char *trd)
 {
     ddp_model_config mc;
     ddp_model_config_default(&mc);
     mc.dim = 4, mc.classes = 3, mc.hidden = 8, mc.max_batch_rows = mc.max_batch_samples = 8;
     ddp_model m = {0};
     ddp_metrics *mm = NULL;
-    ddp_status st = ddp_model_create(ctx, DDP_DEVICE_CPU, &mc, &m);
+    ddp_dataset *ds = NULL;
+    ddp_status st = sample_copy(ctx, trd, &ds);
+    if (st == DDP_OK) st = ddp_model_create(ctx, DDP_DEVICE_CPU, &mc, &m);
     if (st == DDP_OK) st = ddp_metrics_create(ctx, &mm);
     if (st == DDP_OK) st = ddp_log(mm, "x", 1, 1);
     if (st == DDP_OK) st = ddp_log_rank0(mm, "y", 1);
@@ -41,6 +69,7 @@ static int local_failure(ddp_ctx *ctx)
     ddp_metric_row_free(&row);
     ddp_metrics_destroy(mm);
     if (m.destroy) m.destroy(m.self);
+    ddp_dataset_close(ds);
     ddp_finalize(ctx);
     return g_failed;
 }
@@ -88,5 +117,5 @@ int metrics_cases(int argc, char **argv, const char *trd, const char *vad, const
         return 3;
     }
     g_rank = ddp_topo(ctx)->rank;
-    return !strcmp(g_case, "local_failure") ? local_failure(ctx) : own_metric(ctx, trd, vad, work);
+    return !strcmp(g_case, "local_failure") ? local_failure(ctx, trd) : own_metric(ctx, trd, vad, work);
 }
