@@ -102,11 +102,11 @@ static inline int bench_choice(const char *prog, const char *opt, const char *v,
     return 1;
 }
 
-/* -h or --help among the arguments: the usage on standard output (where say is set) and 1, after which the program
- * exits 0; else 0. */
+/* -h or --help in an option's place (not as a value): the usage on standard output (where say is set) and 1, after
+ * which the program exits 0; else 0. */
 static inline int bench_help(int argc, char **argv, const char *usage, int say)
 {
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i += 2) /* every option takes a value: -h given as one (--data -h) is not a request */
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             if (say) printf("%s\n", usage);
             return 1;

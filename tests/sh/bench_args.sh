@@ -48,9 +48,11 @@ refuse "bench_kernels: --peak-gbs -1: expected a number above 0" "$B/bench_kerne
 refuse "bench_kernels: --device gpu: expected cpu|cuda" "$B/bench_kernels" --preset tiny --device gpu
 refuse "bench_train: unknown option --batch-size (bench_train --help lists them)" "$B/bench_train" --data d --batch-size 4
 refuse "bench_allreduce: --bogus needs a value, or is not an option (bench_allreduce --help lists them)" "$B/bench_allreduce" --bogus
+# -h as an option's value is that value, not --help (it printed the usage, exit 0)
+refuse "bench_train: unknown option --nope (bench_train --help lists them)" "$B/bench_train" --data -h --nope 1
 pass "bad options: one line, exit 2, at once"
 
-# --help (anywhere): the usage on standard output, exit 0, listing every option the program parses
+# --help (in any option's place): the usage on standard output, exit 0, listing every option the program parses
 for b in bench_io bench_allreduce bench_train; do
   expect_rc 0 timeout 60 "$B/$b" --data d --help
   echo "$OUT" | qgrep "^usage: mpirun -np R $b " || fail "$b --help: no usage line: $OUT"
