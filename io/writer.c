@@ -93,8 +93,10 @@ static void strip_made_dirs(char *b, size_t cap, const char *lock, const char *c
     size_t top = strlen(created), n = 0;
     if (!top) return;
     put_str(b, &n, cap, lock);
-    for (char *slash; (slash = strrchr(b, '/')) && (*slash = 0, strlen(b) >= top);)
+    for (char *slash; (slash = strrchr(b, '/')) && (*slash = 0, strlen(b) >= top);) {
+        if (slash > b && slash[-1] == '/') continue; /* "x//lock", "x/": the empty name after a slash is no directory */
         if (rmdir(b) != 0 || !strcmp(b, created)) break;
+    }
 }
 
 static void remove_made_dirs(void) { strip_made_dirs(g_run.name, sizeof g_run.name, g_run.lock, g_run.created); }

@@ -106,6 +106,16 @@ set +e; wait $pid; rc=$?; set -e
 [ "$rc" = 143 ] && [ -d userdir ] && [ ! -e userdir/x ] ||
   fail "synth --out new/../userdir/x, SIGTERM: exit $rc, userdir (not the run's) $(ls -d userdir 2>&1), x $(ls -A userdir/x 2>&1)"
 rm -rf new userdir
+# an --out with a trailing slash (as shell completion writes it), two directories made: both go (the undo took the
+# empty name after the slash for a directory, removed x/ and stopped, leaving nest)
+MPIDDP_TEST_SHARD_DELAY_MS=1500 "$MPIDDP" "${SYNTH[@]}" --out nest/x/ >slash.out 2>&1 &
+pid=$!
+for _ in $(seq 600); do [ "$(nshards nest/x)" -gt 1 ] && break; sleep 0.05; done
+[ "$(nshards nest/x)" -gt 1 ] || fail "--out nest/x/: no complete shard seen: $(cat slash.out)"
+kill -TERM $pid
+set +e; wait $pid; rc=$?; set -e
+[ "$rc" = 143 ] && [ ! -e nest ] || fail "synth --out nest/x/, SIGTERM: exit $rc, left $(find nest 2>&1)"
+pass "synth --out through .. or with a trailing slash: the undo removes the directories the run made, only those"
 
 N=57
 for sig in TERM INT USR1; do killed $sig 1 self shards new "${PACK[@]}"; done
