@@ -43,10 +43,11 @@ const char *ddp_last_error(void);
  * join. Then agree it before anything else (ddp_agree_status(ctx, st) makes it every rank's), or end the job:
  * MPI_Abort, or ddp_finalize and exit non-zero. ddp_finalize leaves MPI_Finalize alone (which would wait for the
  * others) after a failure of ddp_train on this rank alone, and after one of ddp_model_create, ddp_refmodel_create,
- * ddp_metrics_create, ddp_log, ddp_log_rank0 or ddp_dataset_sample (not collective; on any thread) for another reason
- * than DDP_ERR_ARG (out of memory, a device error, a shard this rank cannot read) until one of this library's
- * collectives that began after the failure completes on the ctx. After DDP_ERR_ARG of this rank's alone it finalizes
- * MPI: agree first, or MPI_Abort. */
+ * ddp_metrics_create, ddp_log, ddp_log_rank0 or ddp_dataset_sample (not collective) for another reason than
+ * DDP_ERR_ARG (out of memory, a device error, a shard this rank cannot read): on the thread that called ddp_init,
+ * until one of this library's collectives that began after the failure completes on the ctx; on another thread (a
+ * loader's), until ddp_agree_status or ddp_all_ok agrees a failure. After DDP_ERR_ARG of this rank's alone it
+ * finalizes MPI: agree first, or MPI_Abort. */
 int ddp_error_shared(void);
 
 /* ---------------------------------------------------------------- launch context */
@@ -88,7 +89,9 @@ ddp_status ddp_select_device_all(ddp_ctx *ctx, ddp_device want, ddp_device *got,
 /* True when every rank passes ok != 0. A collective; use it to agree before diverging paths. */
 ddp_status ddp_all_ok(ddp_ctx *ctx, int ok, int *all);
 /* Shares the error of the lowest failing rank with every rank: each rank passes its own status;
- * all return the same status and ddp_last_error() holds the same message (collective). */
+ * all return the same status and ddp_last_error() holds the same message (collective): the failing rank's failure
+ * still pending (the first since the last agreement, on any thread: a loader's ddp_dataset_sample), else the calling
+ * thread's last error. */
 ddp_status ddp_agree_status(ddp_ctx *ctx, ddp_status mine);
 
 /* ---------------------------------------------------------------- data */

@@ -1,14 +1,17 @@
-/* ctxlive.c — the set of live contexts (ddp_init .. ddp_finalize) and the broken state a collective timeout leaves
- * on a context; see ctxlive.h. The library is used from one thread (MPI_THREAD_FUNNELED): no lock. */
+/* ctxlive.c — the set of live contexts (ddp_init .. ddp_finalize), the failures of a rank's own pending on one, and
+ * the broken state a collective timeout leaves on a context; see ctxlive.h. MPI runs on one thread (FUNNELED); the
+ * lock is for ddp_dataset_sample's failures, which loader threads record. */
 #include "mpi_ddp/comm/ctxlive.h"
 
 #include "mpi_ddp/core/status.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static ddp_ctx **g_live; /* the live contexts, g_nlive of them in g_cap slots */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* g_live, g_nlive, g_cap and each ctx's pending marks */
+static ddp_ctx **g_live;                                   /* the live contexts, g_nlive of them in g_cap slots */
 static int g_nlive, g_cap;
 static void **g_kept; /* finalized broken contexts, and buffers of requests a timeout left pending: kept (reachable,
                         never freed), so that late MPI writes land in memory still owned */
@@ -36,26 +39,46 @@ void ddp_ctx_keep(void *p)
 
 ddp_status ddp_ctx_reserve(void)
 {
+    ddp_status st = DDP_OK;
+    pthread_mutex_lock(&g_lock);
     if (g_nlive == g_cap) {
         int cap = g_cap ? 2 * g_cap : 4;
         ddp_ctx **p = realloc(g_live, (size_t)cap * sizeof *p);
-        if (!p) return ddp_set_error(DDP_ERR_NOMEM, "out of memory for the list of live contexts");
-        g_live = p, g_cap = cap;
+        if (p)
+            g_live = p, g_cap = cap;
+        else
+            st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for the list of live contexts");
     }
-    return DDP_OK;
+    pthread_mutex_unlock(&g_lock);
+    return st;
 }
 
-void ddp_ctx_register(ddp_ctx *c) { g_live[g_nlive++] = c; }
+void ddp_ctx_register(ddp_ctx *c)
+{
+    c->owner = pthread_self();
+    pthread_mutex_lock(&g_lock);
+    g_live[g_nlive++] = c;
+    pthread_mutex_unlock(&g_lock);
+}
 
-int ddp_ctx_is_live(const ddp_ctx *c)
+static int is_live_locked(const ddp_ctx *c)
 {
     for (int i = 0; c && i < g_nlive; i++)
         if (g_live[i] == c) return 1;
     return 0;
 }
 
+int ddp_ctx_is_live(const ddp_ctx *c)
+{
+    pthread_mutex_lock(&g_lock);
+    int live = is_live_locked(c);
+    pthread_mutex_unlock(&g_lock);
+    return live;
+}
+
 void ddp_ctx_unregister(ddp_ctx *c)
 {
+    pthread_mutex_lock(&g_lock);
     for (int i = 0; i < g_nlive; i++)
         if (g_live[i] == c) {
             g_live[i] = g_live[--g_nlive];
@@ -65,6 +88,7 @@ void ddp_ctx_unregister(ddp_ctx *c)
         free(g_live);
         g_live = NULL, g_cap = 0;
     }
+    pthread_mutex_unlock(&g_lock);
     if (c->comm_broken) keep(c);
 }
 
@@ -95,18 +119,44 @@ void ddp_ctx_break_alone(ddp_ctx *c, const char *why) { break_as(c, 2, why); }
 
 ddp_status ddp_ctx_local_failure(ddp_ctx *c, ddp_status st)
 {
-    int none = 0; /* the first failure is the one named; the winner of the exchange writes its line, then says 1 */
-    if (st != DDP_OK && st != DDP_ERR_ARG && !ddp_error_shared() && ddp_ctx_is_live(c) && c->topo.size > 1 &&
-        atomic_compare_exchange_strong(&c->alone_pending, &none, 2)) {
-        snprintf(c->alone_why, sizeof c->alone_why, "%s", ddp_last_error());
-        atomic_store(&c->alone_pending, 1);
+    if (st == DDP_OK || st == DDP_ERR_ARG || ddp_error_shared()) return st;
+    pthread_mutex_lock(&g_lock); /* held from the live check to the mark: ddp_finalize cannot free c in between */
+    if (is_live_locked(c) && c->topo.size > 1) {
+        if (!c->alone_pending && !c->thread_pending) /* the first failure is the one named */
+            snprintf(c->alone_why, sizeof c->alone_why, "%s", ddp_last_error());
+        if (pthread_equal(pthread_self(), c->owner))
+            c->alone_pending = 1;
+        else
+            c->thread_pending = 1;
     }
+    pthread_mutex_unlock(&g_lock);
     return st;
 }
 
-void ddp_ctx_local_failure_met(ddp_ctx *c, int seen)
+int ddp_ctx_local_failure_seen(ddp_ctx *c)
 {
-    if (seen == 1) atomic_compare_exchange_strong(&c->alone_pending, &seen, 0);
+    pthread_mutex_lock(&g_lock);
+    int seen = c->alone_pending;
+    pthread_mutex_unlock(&g_lock);
+    return seen;
+}
+
+void ddp_ctx_local_failure_met(ddp_ctx *c, int seen, int agreed_failure)
+{
+    if (!seen && !agreed_failure) return;
+    pthread_mutex_lock(&g_lock);
+    if (seen) c->alone_pending = 0;            /* the owner knew it before the collective: the ranks met after it */
+    if (agreed_failure) c->thread_pending = 0; /* every rank learned that the job failed */
+    pthread_mutex_unlock(&g_lock);
+}
+
+int ddp_ctx_local_failure_pending(ddp_ctx *c, char *why, size_t len)
+{
+    pthread_mutex_lock(&g_lock);
+    int pending = c->alone_pending || c->thread_pending;
+    if (pending) snprintf(why, len, "%s", c->alone_why);
+    pthread_mutex_unlock(&g_lock);
+    return pending;
 }
 
 ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func)

@@ -34,13 +34,18 @@ void ddp_ctx_break(ddp_ctx *c, const char *why);
 void ddp_ctx_break_alone(ddp_ctx *c, const char *why);
 /* For a public function that is not collective: its failure st on this rank, other than DDP_ERR_ARG (a mistake of
  * the call's own that nothing followed, which the caller may mend and go on), is pending on c where it has other
- * ranks, which are likely in the program's next collective already: until a collective completes on c (the caller
- * agreed the failure, e.g. ddp_agree_status), ddp_finalize leaves MPI_Finalize alone rather than wait for them for
- * ever. Returns st. */
+ * ranks, which are likely in the program's next collective already, and ddp_finalize leaves MPI_Finalize alone
+ * rather than wait for them for ever: on the thread that called ddp_init, until a collective that began after it
+ * completes (the program knew of it when it entered); on another thread (a loader's), until a collective agrees a
+ * failure (ddp_agree_status, ddp_all_ok). Any thread; c may be finalized already (then nothing). Returns st. */
 ddp_status ddp_ctx_local_failure(ddp_ctx *c, ddp_status st);
-/* A collective that began after ddp_ctx_local_failure recorded a failure (`seen`: alone_pending read as it began)
- * completed: the ranks met, the failure is no longer this rank's alone. One recorded while it ran stays. */
-void ddp_ctx_local_failure_met(ddp_ctx *c, int seen);
+/* A collective begins: its `seen` for ddp_ctx_local_failure_met (the owner's failure pending as it began). */
+int ddp_ctx_local_failure_seen(ddp_ctx *c);
+/* It completed: the owner's failure pending as it began (`seen`) is no longer this rank's alone; agreed_failure: it
+ * told every rank that some rank failed, which ends any other thread's too. */
+void ddp_ctx_local_failure_met(ddp_ctx *c, int seen, int agreed_failure);
+/* 1 when a failure is pending (its line into why, len bytes), for ddp_finalize. */
+int ddp_ctx_local_failure_pending(ddp_ctx *c, char *why, size_t len);
 /* Sets the "no collective after the timeout" error for FUNC on broken ctx c and returns its status. */
 ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func);
 

@@ -209,13 +209,13 @@ ddp_status ddp_wait(ddp_ctx *ctx, int n, MPI_Request *req, const char *where)
 ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, MPI_Op op, const char *where)
 {
     if (ctx->comm_broken) return ddp_ctx_broken_error(ctx, where);
-    int seen = atomic_load(&ctx->alone_pending); /* a failure recorded before this collective began */
+    int seen = ddp_ctx_local_failure_seen(ctx); /* a failure of the owner's before this collective began */
     if (ctx->watch->coll_timeout <= 0) {
         int tok = ddp_wait_enter();
         int rc = MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, ctx->world);
         ddp_wait_leave(tok);
         if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__);
-        ddp_ctx_local_failure_met(ctx, seen); /* the ranks met: a failure of this rank's before it is no longer alone */
+        ddp_ctx_local_failure_met(ctx, seen, 0); /* the ranks met: the owner's failure before it is not alone */
         return DDP_OK;
     }
     int tsize = 0;
@@ -243,7 +243,7 @@ ddp_status ddp_allreduce(ddp_ctx *ctx, void *buf, int count, MPI_Datatype type, 
         DDP_CHECK(ddp_wait(ctx, 1, &ctx->watch->pending, where));
         memcpy(at, ctx->watch->scratch, (size_t)k * (size_t)tsize);
     }
-    ddp_ctx_local_failure_met(ctx, seen);
+    ddp_ctx_local_failure_met(ctx, seen, 0);
     return DDP_OK;
 }
 
@@ -252,7 +252,8 @@ ddp_status ddp_all_ok(ddp_ctx *c, int ok, int *all)
     DDP_CTX_ARG(c);
     int v = ok ? 1 : 0;
     DDP_CHECK(ddp_allreduce(c, &v, 1, MPI_INT, MPI_MIN, "an agreement"));
-    DDP_NONNULL(all, "all"); /* after the collective: the other ranks are not left waiting */
+    if (!v) ddp_ctx_local_failure_met(c, 0, 1); /* every rank knows: a loader's failure is no longer alone */
+    DDP_NONNULL(all, "all");                    /* after the collective: the other ranks are not left waiting */
     *all = v;
     return DDP_OK;
 }
@@ -263,14 +264,16 @@ ddp_status ddp_agree_status(ddp_ctx *c, ddp_status mine)
     if (c->comm_broken) /* this rank's own error (often the timeout itself) says more than the broken state */
         return mine != DDP_OK ? mine : ddp_ctx_broken_error(c, __func__);
     int who = mine == DDP_OK ? c->topo.size : c->topo.rank;
-    char msg[1024];
+    char msg[1024], pend[768] = ""; /* a failure pending on this rank (a loader thread's line is not this thread's) */
+    if (mine != DDP_OK) (void)ddp_ctx_local_failure_pending(c, pend, sizeof pend); /* before the collective clears */
     /* timed like every collective of the training loop: a stalled rank is reported, not waited for */
     ddp_status wst = ddp_allreduce(c, &who, 1, MPI_INT, MPI_MIN, "a status agreement");
     if (wst != DDP_OK) return wst;
     if (who == c->topo.size) return DDP_OK;
+    ddp_ctx_local_failure_met(c, 0, 1); /* every rank gets the failure: a loader's is no longer alone */
     int rc;
     int code = (int)mine;
-    snprintf(msg, sizeof msg, "%s", ddp_last_error());
+    snprintf(msg, sizeof msg, "%s", pend[0] ? pend : ddp_last_error());
     rc = MPI_Bcast(&code, 1, MPI_INT, who, c->world);
     if (rc == MPI_SUCCESS) rc = MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, who, c->world);
     if (rc != MPI_SUCCESS) return ddp_mpi_error(rc, "MPI_Bcast(agree)", __FILE__, __LINE__);

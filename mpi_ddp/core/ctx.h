@@ -7,7 +7,7 @@
 #include "mpiddp.h"
 
 #include <mpi.h>
-#include <stdatomic.h>
+#include <pthread.h>
 
 struct ddp_ctx {
     MPI_Comm world; /* dup of MPI_COMM_WORLD, errors return */
@@ -26,11 +26,13 @@ struct ddp_ctx {
     int comm_broken;      /* no further collective (comm/ctxlive.h): 1 a collective timed out and is still pending, 2
                            * this rank failed alone (ddp_train, a collective buffer; the others may wait in a collective) */
     char broken_why[768]; /* that timeout's or failure's error line */
-    atomic_int alone_pending; /* a call that is not collective failed on this rank alone (any thread: a loader's
-                               * ddp_dataset_sample) and no collective begun since has completed
-                               * (ddp_ctx_local_failure): ddp_finalize leaves MPI_Finalize alone; collectives still run.
-                               * 2 while alone_why is written, then 1 */
-    char alone_why[768];      /* its error line */
+    pthread_t owner;      /* the thread that called ddp_init, the one that runs collectives (MPI_THREAD_FUNNELED) */
+    int alone_pending;    /* a call that is not collective failed on this rank alone (ddp_ctx_local_failure), on the
+                           * owner: until a collective begun after it completes, ddp_finalize leaves MPI_Finalize alone */
+    int thread_pending;   /* the same on another thread (a loader's ddp_dataset_sample): until an agreement of a failure
+                           * (ddp_agree_status, ddp_all_ok), since the owner may not have seen it in the collectives
+                           * between. Both under ctxlive.c's lock; collectives still run */
+    char alone_why[768];  /* the first one's error line */
 };
 
 #endif

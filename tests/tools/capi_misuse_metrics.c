@@ -2,6 +2,7 @@
  * own_metric (a model's own metrics through ddp_log: its own names, ddp_train's names refused, a NaN monitored). */
 #include "capi_misuse.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,8 +10,27 @@
 
 int is_metrics_case(const char *c) { return !strcmp(c, "local_failure") || !strcmp(c, "own_metric"); }
 
+typedef struct {
+    ddp_dataset *ds;
+    float *scratch;
+    ddp_status st;
+} loader_arg;
+static char g_loader_error[1024]; /* the loader's error line (ddp_last_error is the calling thread's) */
+
+static void *loader(void *p)
+{
+    loader_arg *a = p;
+    const float *rows;
+    int64_t nr, lab, id;
+    a->st = ddp_dataset_sample(a->ds, 0, a->scratch, &rows, &nr, &lab, &id);
+    snprintf(g_loader_error, sizeof g_loader_error, "%s", ddp_last_error());
+    return NULL;
+}
+
 /* CAPI_SAMPLE=DIR: rank 1 opens DIR, a copy of trd, replaces its shard CAPI_SAMPLE_SHARD with a file that is not
- * HDF5 (a dataset changed under a run) and reads sample 0 from it, the other ranks from trd */
+ * HDF5 (a dataset changed under a run) and reads sample 0 from it, the other ranks from trd. CAPI_SAMPLE_THREAD: on
+ * a loader thread, whose status the program takes after the next collective (a prefetch: the step's allreduce ran
+ * before the batch was taken) */
 static ddp_status sample_copy(ddp_ctx *ctx, const char *trd, ddp_dataset **ds)
 {
     const char *copy = getenv("CAPI_SAMPLE"), *shard = getenv("CAPI_SAMPLE_SHARD");
@@ -29,7 +49,15 @@ static ddp_status sample_copy(ddp_ctx *ctx, const char *trd, ddp_dataset **ds)
     float *scratch = malloc((size_t)(in->max_sample_rows * in->dim) * sizeof *scratch);
     const float *rows;
     int64_t nr, lab, id;
-    st = scratch ? ddp_dataset_sample(*ds, 0, scratch, &rows, &nr, &lab, &id) : DDP_ERR_NOMEM;
+    const char *thread = getenv("CAPI_SAMPLE_THREAD");
+    loader_arg la = {*ds, scratch, DDP_ERR_NOMEM};
+    pthread_t t;
+    if (!scratch)
+        st = DDP_ERR_NOMEM;
+    else if (!thread || !*thread)
+        st = ddp_dataset_sample(*ds, 0, scratch, &rows, &nr, &lab, &id);
+    else if (pthread_create(&t, NULL, loader, &la) == 0 && pthread_join(t, NULL) == 0)
+        st = la.st;
     free(scratch);
     return st;
 }
@@ -47,19 +75,25 @@ static int local_failure(ddp_ctx *ctx, const char *trd)
     ddp_metrics *mm = NULL;
     ddp_dataset *ds = NULL;
     ddp_status st = sample_copy(ctx, trd, &ds);
+    const char *thread = getenv("CAPI_SAMPLE_THREAD");
+    int all = 0; /* the step's collective, rank 1 not yet knowing its loader failed */
+    if (thread && *thread) expect("ddp_all_ok(1) after the loader", ddp_all_ok(ctx, 1, &all), DDP_OK, NULL);
     if (st == DDP_OK) st = ddp_model_create(ctx, DDP_DEVICE_CPU, &mc, &m);
     if (st == DDP_OK) st = ddp_metrics_create(ctx, &mm);
     if (st == DDP_OK) st = ddp_log(mm, "x", 1, 1);
     if (st == DDP_OK) st = ddp_log_rank0(mm, "y", 1);
     const char *agree = getenv("CAPI_AGREE");
-    if (agree && *agree) { /* the failure agreed as the CLI agrees it: every rank ends cleanly */
-        expect("ddp_agree_status(a failure on rank 1)", ddp_agree_status(ctx, st), DDP_ERR_NOMEM, "out of memory");
+    if (agree && *agree) {        /* the failure agreed as the CLI agrees it: every rank ends cleanly */
+        int sampled = ds != NULL; /* the shard rank 1 cannot read, else an allocation */
+        expect("ddp_agree_status(a failure on rank 1)", ddp_agree_status(ctx, st), sampled ? DDP_ERR_IO : DDP_ERR_NOMEM,
+               sampled ? "file changed since it was validated" : "out of memory");
         if (!ddp_error_shared()) fprintf(stderr, "FAIL rank %d: the agreed error is not shared\n", g_rank);
         expect("ddp_finalize after the agreement", ddp_finalize(ctx), DDP_OK, NULL);
         return g_failed || !ddp_error_shared();
     }
     if (st != DDP_OK) {
-        fprintf(stderr, "rank %d failed alone: %s (shared %d)\n", g_rank, ddp_last_error(), ddp_error_shared());
+        fprintf(stderr, "rank %d failed alone: %s (shared %d)\n", g_rank,
+                g_loader_error[0] ? g_loader_error : ddp_last_error(), ddp_error_shared());
         ddp_status fin = ddp_finalize(ctx);
         fprintf(stderr, "rank %d ddp_finalize: %s\n", g_rank, ddp_status_name(fin));
         return 3;
