@@ -243,7 +243,8 @@ static int restart_of(const char *dir, const ddp_topology *t)
 }
 
 /* The newest top-k file of dir/checkpoints ("checkpoints/NAME" into rel; "" when none): what a refused
- * --resume auto names to resume from. */
+ * --resume auto names to resume from. By the step in its name (a copy, cp -r or rsync, resets modification times),
+ * the later modified of equal steps. */
 static void newest_topk(const char *dir, char *rel, size_t len)
 {
     char p[4400], f[8800];
@@ -253,15 +254,18 @@ static void newest_topk(const char *dir, char *rel, size_t len)
     if (!d) return;
     struct dirent *e;
     struct timespec best = {0, 0};
+    long long best_step = -1;
     while ((e = readdir(d))) {
         if (!topk_name(e->d_name, strlen(e->d_name))) continue;
         snprintf(f, sizeof f, "%s/%s", p, e->d_name);
         struct stat s;
         if (lstat(f, &s) != 0 || !S_ISREG(s.st_mode)) continue;
-        if (rel[0] &&
-            (s.st_mtim.tv_sec < best.tv_sec || (s.st_mtim.tv_sec == best.tv_sec && s.st_mtim.tv_nsec <= best.tv_nsec)))
+        long long step = strtoll(strstr(e->d_name, "-step=") + 6, NULL, 10); /* topk_name: digits there */
+        if (rel[0] && (step < best_step ||
+                       (step == best_step && (s.st_mtim.tv_sec < best.tv_sec ||
+                                              (s.st_mtim.tv_sec == best.tv_sec && s.st_mtim.tv_nsec <= best.tv_nsec)))))
             continue;
-        best = s.st_mtim;
+        best = s.st_mtim, best_step = step;
         snprintf(rel, len, "checkpoints/%s", e->d_name);
     }
     closedir(d);

@@ -34,6 +34,16 @@ expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 2 --out killed --r
 ! ls killed/checkpoints/*.tmp.* >/dev/null 2>&1 || fail "stale temporary kept: $(ls killed/checkpoints)"
 [ -z "$(dups killed/checkpoints/decisions.log)" ] || fail "decisions.log repeats: $(cat killed/checkpoints/decisions.log)"
 pass "killed before the first last.h5: refused, then resumed from its top-k file"
+# the newest top-k file is the one of the highest step, not the one modified last (a copy, cp -r or rsync, resets
+# the times): the epoch-0 file, touched last, was named
+mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 3 --save-top-k 3 --out topk3 >/dev/null
+rm topk3/checkpoints/last.h5
+first=$(cd topk3 && ls checkpoints/epoch=0-*.h5)
+newest=$(cd topk3 && ls checkpoints/epoch=2-*.h5)
+touch "topk3/$first"
+expect_rc 2 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 3 --save-top-k 3 --out topk3 --resume auto
+qgrep -F "(the newest: topk3/$newest)" <<<"$ERR" || fail "the newest top-k file is the highest step's: $ERR"
+pass "the newest top-k file named by its step"
 
 # 1c. a requeued SLURM job (SLURM_RESTART_COUNT > 0, the job id run.json records) whose first attempt never saved
 #     last.h5 starts again as that attempt did; another job's restart is refused
