@@ -131,22 +131,32 @@ static ddp_status load_existing(ddp_csv *c, int64_t keep_step, int drop_val)
         for (int k = 2; k < hdr.n && st == DDP_OK; k++)
             if (strcmp(hdr.names[k], "rank") != 0) st = ddp_csv_add_column(c, hdr.names[k]);
     }
-    while (st == DDP_OK && hdr.n >= 2 && (errno = 0, getline(&line, &cap, f) > 0)) {
+    for (int64_t lineno = 2; st == DDP_OK && hdr.n >= 2 && (errno = 0, getline(&line, &cap, f) > 0); lineno++) {
         ddp_row_clear(&row);
         int64_t epoch = 0, step = 0;
         if (!whole_row(line, hdr.n, &epoch, &step)) continue;
-        char *p = line;
-        int val = 0;
+        char *p = line, bad[96] = "";
+        int val = 0, badk = -1;
         for (int k = 0; k < hdr.n && p; k++) {
             char *comma = strchr(p, ',');
             if (comma) *comma = 0;
             val |= k >= 2 && *p && !strncmp(hdr.names[k], "val/", 4);
-            if (k >= 2 && *p && strcmp(hdr.names[k], "rank") != 0 && st == DDP_OK)
-                st = ddp_row_set(&row, hdr.names[k], strtod(p, NULL));
+            if (k >= 2 && *p && strcmp(hdr.names[k], "rank") != 0 && st == DDP_OK) {
+                char *end;
+                double v = strtod(p, &end);
+                if (*end && badk < 0) badk = k, snprintf(bad, sizeof bad, "%.80s", p);
+                st = ddp_row_set(&row, hdr.names[k], v);
+            }
             p = comma ? comma + 1 : NULL;
         }
-        if ((step < keep_step || (step == keep_step && !(drop_val && val))) && st == DDP_OK)
-            st = add_row(c, epoch, step, &row);
+        int keep = step < keep_step || (step == keep_step && !(drop_val && val));
+        if (keep && badk >= 0 &&
+            st == DDP_OK) /* a cell of the user's (text): written back as a number it would change */
+            st = ddp_set_error(DDP_ERR_FORMAT,
+                               "%s: line %lld, column '%s': '%s' is not a number, so the resume cannot keep that row "
+                               "as it is: remove the cell, or move the file away",
+                               c->path, (long long)lineno, hdr.names[badk], bad);
+        if (keep && st == DDP_OK) st = add_row(c, epoch, step, &row);
     }
     /* a failed read must not pass for the end of the file: the rewrite would drop the rows not read */
     if (st == DDP_OK && (ferror(f) || errno == ENOMEM))

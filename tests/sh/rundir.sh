@@ -180,8 +180,17 @@ for f in metrics.csv metrics_rank1.csv; do
   [ "$(md5sum < "csvhdr/$f")" = "$before" ] || fail "the refused resume changed $f"
   mv "csvhdr/$f.orig" "csvhdr/$f"
 done
+# a column a user added by hand holding text: refused, naming line and column (its cells were rewritten as 0)
+cp csvhdr/metrics.csv csvhdr/metrics.csv.orig
+sed -i -e '1 s/$/,note/' -e '2,$ s/$/,x/' csvhdr/metrics.csv
+before=$(md5sum < csvhdr/metrics.csv)
+expect_rc 1 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 3 --log-per-rank --out csvhdr --resume auto
+printf '%s' "$ERR" | qgrep "mpiddp train: error: csvhdr/metrics.csv: line 2, column 'note': 'x' is not a number" ||
+  fail "a text cell in metrics.csv: $ERR"
+[ "$(md5sum < csvhdr/metrics.csv)" = "$before" ] || fail "the refused resume changed metrics.csv"
+mv csvhdr/metrics.csv.orig csvhdr/metrics.csv
 expect_rc 0 mpirun_np 2 "$MPIDDP" train "${base[@]}" --epochs 3 --log-per-rank --out csvhdr --resume auto
-pass "a metrics file without its header: the resume is refused, the file kept"
+pass "a metrics file without its header or with a text cell: the resume is refused, the file kept"
 
 # --overwrite removes files of the exact forms a run writes (top-k names with any %g number: negative, exponent,
 # nan, inf; save temporaries NAME.tmp.PID), never a user's file that only looks like one
