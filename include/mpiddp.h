@@ -107,13 +107,18 @@ typedef struct {
 
 /* Collective: rank 0 reads and validates every shard's metadata, broadcasts it; others map lazily. */
 ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out);
+/* Not collective. Also after ddp_finalize: it then frees the memory and closes the files without calling HDF5,
+ * which MPI_Finalize shut down. */
 void ddp_dataset_close(ddp_dataset *ds);
 const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds);
 /* Zero-copy view of one sample (global index): rows [nrows, dim] row-major. `rows` points into the
  * memory-mapped shard when the shard is mappable, else into `scratch` (nrows*dim floats, may be NULL
  * only for mappable datasets: else DDP_ERR_ARG naming scratch and the shard). A rank keeps a bounded set of shards open
  * (docs/dataset-format.md): the shard stays open, and `rows` valid, until the calling thread's next ddp_dataset_sample
- * (on any dataset). */
+ * (on any dataset), ddp_dataset_close or the thread's exit. Any number of threads may call it at once, each with
+ * its own scratch: each holds one shard open (past the open-shard budget when there are more threads than it allows);
+ * reads through HDF5 take turns under one process-wide lock, mapped reads take no lock. After ddp_finalize of the
+ * dataset's ctx: DDP_ERR_ARG ("DIR's ctx was finalized"). */
 ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows, int64_t *nrows,
                               int64_t *label, int64_t *sample_id);
 

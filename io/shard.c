@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,13 @@
 #include <unistd.h>
 
 static ddp_io_counters g_counters;
+
+/* HDF5 as Debian and most clusters build it is not thread-safe: every HDF5 call sequence of a shard (its open, its
+ * close, a read of its features) holds this one process-wide lock, so that ddp_dataset_sample may run on any number
+ * of threads. Mapped shards take it only to open or close HDF5 handles, never to read. Lock order: the shard cache's
+ * lock (io/shard_cache.c, held around ddp_shard_open and ddp_shard_release_handles) before this one; nothing takes
+ * the cache's lock while holding this one, so the two cannot deadlock. */
+static pthread_mutex_t g_h5_mu = PTHREAD_MUTEX_INITIALIZER;
 ddp_io_counters *ddp_io_counters_get(void) { return &g_counters; }
 
 void ddp_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
@@ -135,6 +143,7 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
     int need_h5 = m->feat_off < 0 || (m->off_off < 0 && !s->owned[0]) || (m->lab_off < 0 && !s->owned[1]) ||
                   (m->has_ids && m->ids_off < 0 && !s->owned[2]);
     ddp_status st = DDP_OK;
+    int h5_locked = 0;
     s->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO put there since validation: no wait, refused */
     if (s->fd < 0) return ddp_set_error(DDP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
@@ -142,6 +151,8 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
         DDP_FAIL(DDP_ERR_IO, "%s: file changed since it was validated (size %lld, was %lld)", path,
                  (long long)sb.st_size, (long long)m->file_bytes);
     if (need_h5) {
+        pthread_mutex_lock(&g_h5_mu); /* to the end: its datasets opened and read, or the file closed */
+        h5_locked = 1;
         ddp_h5_quiet();
         s->h5file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
         g_counters.h5_opens++;
@@ -173,9 +184,11 @@ ddp_status ddp_shard_open(ddp_shard *s, const char *dir)
         H5Fclose(s->h5file);
         s->h5file = -1;
     }
+    if (h5_locked) pthread_mutex_unlock(&g_h5_mu);
     s->opened = 1;
     return DDP_OK;
 done:
+    if (h5_locked) pthread_mutex_unlock(&g_h5_mu); /* ddp_shard_release_handles takes it again */
     ddp_shard_release_handles(s);
     return st;
 }
@@ -189,6 +202,18 @@ void ddp_shard_close(ddp_shard *s)
     }
 }
 
+/* 1 once MPI_Finalize has run: parallel HDF5 closed every handle then and shut down, and a call would start it
+ * again only to print that the handle is not valid (a dataset closed after ddp_finalize). */
+static int h5_ended(void)
+{
+#ifdef H5_HAVE_PARALLEL
+    int done = 0;
+    return MPI_Finalized(&done) == MPI_SUCCESS && done;
+#else
+    return 0;
+#endif
+}
+
 void ddp_shard_release_handles(ddp_shard *s)
 {
     for (int i = 0; i < 4; i++) {
@@ -197,8 +222,12 @@ void ddp_shard_release_handles(ddp_shard *s)
         s->maps[i] = NULL;
         s->map_lens[i] = 0;
     }
-    if (s->h5features >= 0) H5Dclose(s->h5features);
-    if (s->h5file >= 0) H5Fclose(s->h5file);
+    if ((s->h5features >= 0 || s->h5file >= 0) && !h5_ended()) {
+        pthread_mutex_lock(&g_h5_mu);
+        if (s->h5features >= 0) H5Dclose(s->h5features);
+        if (s->h5file >= 0) H5Fclose(s->h5file);
+        pthread_mutex_unlock(&g_h5_mu);
+    }
     if (s->fd >= 0) close(s->fd);
     s->h5features = s->h5file = -1;
     s->fd = -1;
@@ -259,14 +288,16 @@ ddp_status ddp_shard_sample(ddp_shard *s, int64_t i, float *scratch, const float
             "chunked, compressed, unaligned or not IEEE float32 little-endian): sample %lld needs a "
             "scratch buffer of nrows x dim floats",
             s->dir, m->name, (long long)i);
-    hid_t fs = H5Dget_space(s->h5features);
     hsize_t start[2] = {(hsize_t)lo, 0}, count[2] = {(hsize_t)(hi - lo), (hsize_t)m->dim};
+    pthread_mutex_lock(&g_h5_mu);
+    hid_t fs = H5Dget_space(s->h5features);
     hid_t ms = H5Screate_simple(2, count, NULL);
-    herr_t e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+    herr_t e = fs >= 0 && ms >= 0 ? H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) : -1;
     if (e >= 0) e = H5Dread(s->h5features, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, scratch);
-    H5Sclose(ms);
-    H5Sclose(fs);
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
     g_counters.hdf5_reads++;
+    pthread_mutex_unlock(&g_h5_mu);
     if (e < 0) /* the rows, as inspect's finite scan names them, and the sample, as the offsets number it */
         return ddp_set_error(DDP_ERR_HDF5,
                              "%s/%s: dataset 'features'[rows %lld..%lld]: read failed (corrupt or truncated file?), "

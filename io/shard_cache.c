@@ -34,25 +34,30 @@ struct ddp_shard_lru {
     uint64_t id;     /* unique over the process's life (a thread's current shard names it) */
 };
 
-enum { CURRENT_SLOTS = 16 };
 enum { LOOKUP_BATCH = 0, LOOKUP_AHEAD = 1, LOOKUP_OTHER = 2 }; /* who asks: only batch lookups make the hit rate */
+
+/* A thread's current shard (ddp_shard_cache_pin_current): one per thread that called it, made on its first call and
+ * freed, its pin dropped, when the thread exits (the key's destructor), so any number of threads may call it. */
+typedef struct current_slot {
+    struct current_slot *next;
+    ddp_dataset *ds; /* NULL: none pinned (never yet, or its dataset was closed) */
+    int64_t k;
+} current_slot;
 
 static struct {
     pthread_mutex_t mu;
     int ready;
     lru_node head; /* sentinel: head.next is the most recently used unpinned shard, head.prev the least */
     ddp_shard_cache_info info;
-    struct {
-        int used;
-        pthread_t thread;
-        ddp_dataset *ds;
-        int64_t k;
-    } current[CURRENT_SLOTS]; /* each thread's current shard (ddp_shard_cache_pin_current) */
+    current_slot *current; /* every live thread's slot, for ddp_shard_cache_detach */
+    pthread_key_t key;     /* a thread's slot, for its destructor */
+    int key_made;
     uint64_t next_id;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* The calling thread's current shard (its slot in g.current) as (dataset id, shard): a call for the same shard needs
  * no lock, since the pin this thread holds keeps it open. */
+static __thread current_slot *t_slot;
 static __thread uint64_t t_cur_id;
 static __thread int64_t t_cur_k = -1;
 
@@ -321,33 +326,61 @@ int ddp_dataset_with_shard(ddp_dataset *ds, int64_t index, void (*fn)(ddp_shard 
     return ok;
 }
 
+/* A thread's exit (the key's destructor, not under g.mu): its current shard unpinned, its slot gone. No HDF5 call. */
+static void slot_exit(void *p)
+{
+    current_slot *cs = p;
+    pthread_mutex_lock(&g.mu);
+    if (cs->ds) unpin_locked(cs->ds, cs->k);
+    for (current_slot **q = &g.current; *q; q = &(*q)->next)
+        if (*q == cs) {
+            *q = cs->next;
+            break;
+        }
+    pthread_mutex_unlock(&g.mu);
+    free(cs);
+}
+
+/* The calling thread's slot, made on its first call (under g.mu). */
+static ddp_status own_slot_locked(const ddp_dataset *ds, current_slot **out)
+{
+    if (t_slot) {
+        *out = t_slot;
+        return DDP_OK;
+    }
+    int e = g.key_made ? 0 : pthread_key_create(&g.key, slot_exit);
+    if (e != 0)
+        return ddp_set_error(DDP_ERR_NOMEM, "%s: cannot make a thread key for this thread's current shard: %s", ds->dir,
+                             strerror(e));
+    g.key_made = 1;
+    current_slot *cs = ddp_calloc(1, sizeof *cs);
+    if (!cs) return ddp_set_error(DDP_ERR_NOMEM, "%s: out of memory for this thread's current shard", ds->dir);
+    e = pthread_setspecific(g.key, cs);
+    if (e != 0) {
+        free(cs);
+        return ddp_set_error(DDP_ERR_NOMEM, "%s: cannot record this thread's current shard: %s", ds->dir, strerror(e));
+    }
+    cs->next = g.current;
+    g.current = cs;
+    *out = t_slot = cs;
+    return DDP_OK;
+}
+
 ddp_status ddp_shard_cache_pin_current(ddp_dataset *ds, int64_t k, ddp_shard **shard)
 {
     if (t_cur_k == k && t_cur_id == ds->lru->id) { /* pinned by this thread already */
         *shard = &ds->shards[k];
         return DDP_OK;
     }
-    pthread_t self = pthread_self();
     pthread_mutex_lock(&g.mu);
-    int slot = -1, free_slot = -1;
-    for (int i = 0; i < CURRENT_SLOTS && slot < 0; i++) {
-        if (g.current[i].used && pthread_equal(g.current[i].thread, self))
-            slot = i;
-        else if (!g.current[i].used && free_slot < 0)
-            free_slot = i;
-    }
-    ddp_status st = DDP_OK;
-    if (slot < 0 || g.current[slot].ds != ds || g.current[slot].k != k) { /* else pinned already */
+    current_slot *cs = NULL;
+    ddp_status st = own_slot_locked(ds, &cs);
+    if (st == DDP_OK && (cs->ds != ds || cs->k != k)) { /* else pinned already */
         st = pin_locked(ds, k, LOOKUP_OTHER);
-        if (st == DDP_OK && slot >= 0) unpin_locked(g.current[slot].ds, g.current[slot].k);
-        if (st == DDP_OK && slot < 0) slot = free_slot;
-        if (st == DDP_OK && slot >= 0) {
-            g.current[slot].used = 1, g.current[slot].thread = self, g.current[slot].ds = ds, g.current[slot].k = k;
-            t_cur_id = ds->lru->id, t_cur_k = k;
-        } else if (st == DDP_OK) {
-            unpin_locked(ds, k); /* no slot left: unpinned, most recently used */
-        }
+        if (st == DDP_OK && cs->ds) unpin_locked(cs->ds, cs->k);
+        if (st == DDP_OK) cs->ds = ds, cs->k = k;
     }
+    if (st == DDP_OK) t_cur_id = ds->lru->id, t_cur_k = k;
     pthread_mutex_unlock(&g.mu);
     if (st == DDP_OK) *shard = &ds->shards[k];
     return st;
@@ -369,10 +402,10 @@ void ddp_shard_cache_detach(ddp_dataset *ds)
     struct ddp_shard_lru *c = ds->lru;
     if (!c) return;
     pthread_mutex_lock(&g.mu);
-    for (int i = 0; i < CURRENT_SLOTS; i++)
-        if (g.current[i].used && g.current[i].ds == ds) {
-            unpin_locked(ds, g.current[i].k);
-            g.current[i].used = 0;
+    for (current_slot *cs = g.current; cs; cs = cs->next) /* the slots stay: their threads may call again */
+        if (cs->ds == ds) {
+            unpin_locked(ds, cs->k);
+            cs->ds = NULL;
         }
     if (t_cur_id == c->id) t_cur_k = -1; /* (another thread's copy names an id no dataset will have again) */
     for (int64_t k = 0; k < ds->nshards; k++)

@@ -40,7 +40,8 @@ void ddp_dataset_release_batch(ddp_dataset *ds, ddp_shard *const *shards, int64_
 int ddp_dataset_with_shard(ddp_dataset *ds, int64_t index, void (*fn)(ddp_shard *s, int64_t local, void *arg),
                            void *arg);
 /* Shard k opened and pinned as the calling thread's current shard: the pin moves with the thread's next call
- * (ddp_dataset_locate and ddp_dataset_sample, whose pointers stay valid until then). */
+ * (ddp_dataset_locate and ddp_dataset_sample, whose pointers stay valid until then) and is dropped when the thread
+ * exits or the dataset is closed. Any number of threads: each has its own slot, made on its first call. */
 ddp_status ddp_shard_cache_pin_current(ddp_dataset *ds, int64_t k, ddp_shard **shard);
 
 /* Closes the unpinned shards that hold HDF5 handles (features read through HDF5) of the datasets the calling thread
