@@ -163,14 +163,21 @@ typedef struct ddp_model {
     int num_classes;
     ddp_device device;    /* memory the callbacks take: DDP_DEVICE_CPU (host) or DDP_DEVICE_CUDA */
     ddp_metrics *metrics; /* set by ddp_train: callbacks may ddp_log() their own metrics through it, under names
-                             of their own (those ddp_train logs itself, e.g. val/loss, are DDP_ERR_ARG) */
+                             of their own (those ddp_train logs itself, e.g. val/loss, are DDP_ERR_ARG). Valid
+                             only during ddp_train: it is NULL again when ddp_train returns (its accumulator is
+                             gone), so that a later ddp_log(model->metrics, ...) is DDP_ERR_ARG, not a crash */
     void *self;
     /* Fills params (host memory, flat layout) from seed. */
     ddp_status (*init)(void *self, float *params, uint64_t seed);
     /* Forward + backward on a packed batch. Adds d(sum of the batch's per-sample losses)/dparam into
      * grads (zeroed by the trainer before an optimizer step's first micro-batch); the trainer divides by
      * the global sample count after the allreduce. Padding duplicates are trained on like any sample
-     * (as DistributedSampler does); out->loss_sum/count cover all samples of the batch. ready may be NULL. */
+     * (as DistributedSampler does); out->loss_sum/count cover all samples of the batch. ready may be NULL.
+     * A status other than DDP_OK from train_step or eval_step ends ddp_train with it on that rank; ddp_last_error()
+     * is then the line of the failing library call the callback made (e.g. a ddp_log), or, where the callback set
+     * none, one naming the model, the callback, its status and the step ("model 'mine': train_step returned
+     * DDP_ERR_INTERNAL at step 3 (...)"). DDP_STOPPED is not a callback's to return (only ddp_train returns it,
+     * with last.h5 saved): it is DDP_ERR_ARG; a model that wants the run to stop calls ddp_request_stop(). */
     ddp_status (*train_step)(void *self, const ddp_batch *b, const float *params, float *grads, ddp_forward_out *out,
                              ddp_grad_ready_fn ready, void *ready_arg);
     /* Forward only: per-sample loss, prediction and probability into out (arrays sized nsamples). The trainer leaves
@@ -246,6 +253,10 @@ typedef struct {
 
 ddp_status ddp_metrics_create(ddp_ctx *ctx, ddp_metrics **out);
 void ddp_metrics_destroy(ddp_metrics *m);
+/* Threads: ddp_log and ddp_log_rank0 may be called on one ddp_metrics from any number of threads at once (each
+ * call is applied whole: no value is lost); ddp_metrics_sync, a collective, runs on the thread that called ddp_init,
+ * and reduces what was logged before it began (a value logged meanwhile on another thread counts at the next sync
+ * point). ddp_metrics_create and ddp_metrics_destroy are not concurrent with any other call on the object. */
 /* Collective sync point: checks that every rank logged the same set of names (else every rank returns
  * DDP_ERR_MISMATCH naming the metric and the ranks — within one round trip, never a hang), then reduces
  * all (sum, count) pairs in one MPI_Allreduce. global receives sum/count per name (nan where no rank logged a
@@ -328,11 +339,16 @@ enum {
     DDP_STOP_REQUEUE = 2 /* the time-limit warning (SIGUSR1, SIGUSR2): continue in a requeued job */
 };
 /* Asks a running ddp_train to stop at the next step boundary: the ranks agree through the step's
- * allreduce, save last.h5 and ddp_train returns DDP_STOPPED. Async-signal-safe. ddp_request_stop() asks
- * DDP_STOP_END; ddp_request_stop_kind adds kind (DDP_STOP_*) to this process's requests. */
+ * allreduce, save last.h5 and ddp_train returns DDP_STOPPED. Async-signal-safe (lock-free atomics; callable from a
+ * signal handler, any thread or a model's callback). ddp_request_stop() asks DDP_STOP_END; ddp_request_stop_kind
+ * adds kind (DDP_STOP_*) to this process's requests. A request is taken by the ddp_train that stops for it: the
+ * requests made until the ranks agreed to stop are then spent, and a later ddp_train in the process runs until a
+ * newer one. A request that no ddp_train has stopped for yet (made before ddp_train started, e.g. a signal during
+ * start-up, or after the last one ended) stops the next ddp_train at its first step. */
 void ddp_request_stop(void);
 void ddp_request_stop_kind(int kind);
-/* This process's stop requests so far (DDP_STOP_* bits, 0: none); local, async-signal-safe. */
+/* Every kind of stop request this process has made so far (DDP_STOP_* bits, 0: none), spent or not; local,
+ * async-signal-safe. */
 int ddp_stop_requested(void);
 
 void ddp_train_config_default(ddp_train_config *cfg);

@@ -13,16 +13,19 @@ static _Thread_local char g_err[1024];
 static _Thread_local int g_shared;         /* every rank holds this same error */
 static _Thread_local size_t g_nomem_bytes; /* the last failed allocation of this thread, 0: none */
 static _Thread_local char g_nomem_site[96];
+static _Thread_local unsigned long g_err_seq; /* error lines set on this thread (ddp_error_seq) */
 
 int ddp_error_shared(void) { return g_shared; }
 void ddp_mark_error_shared(void) { g_shared = 1; }
 
 const char *ddp_last_error(void) { return g_err[0] ? g_err : "no error"; }
+unsigned long ddp_error_seq(void) { return g_err_seq; }
 
 ddp_status ddp_set_error(ddp_status st, const char *fmt, ...)
 {
     va_list ap;
     g_shared = 0;
+    g_err_seq++;
     va_start(ap, fmt);
     vsnprintf(g_err, sizeof g_err, fmt, ap);
     va_end(ap);
@@ -40,6 +43,7 @@ ddp_status ddp_set_error(ddp_status st, const char *fmt, ...)
 void ddp_set_error_text(const char *msg)
 {
     g_shared = 0;
+    g_err_seq++;
     snprintf(g_err, sizeof g_err, "%s", msg);
 }
 

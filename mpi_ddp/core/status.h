@@ -22,6 +22,9 @@ ddp_status ddp_set_error(ddp_status st, const char *fmt, ...) DDP_PRINTF(2, 3);
 #endif
 /* Replaces the message without formatting (used to adopt another rank's message). */
 void ddp_set_error_text(const char *msg);
+/* How many error lines this thread has set so far (ddp_set_error, ddp_set_error_text): read before and after a call
+ * into a user's callback, it tells whether the callback set a line of its own. */
+unsigned long ddp_error_seq(void);
 
 /* Marks the current error as held identically by every rank (see ddp_error_shared). */
 void ddp_mark_error_shared(void);

@@ -5,6 +5,7 @@
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/comm/watchdog.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +60,35 @@ static ddp_status keep(ddp_eval_acc *a, int64_t idx, int64_t id, int64_t label, 
     return DDP_OK;
 }
 
+/* st's name in mpiddp.h ("DDP_ERR_INTERNAL") */
+static const char *status_ident(ddp_status st, char *buf, size_t len)
+{
+    static const char *const names[] = {"DDP_OK",           "DDP_ERR_ARG",      "DDP_ERR_IO",     "DDP_ERR_FORMAT",
+                                        "DDP_ERR_MPI",      "DDP_ERR_HDF5",     "DDP_ERR_CUDA",   "DDP_ERR_NCCL",
+                                        "DDP_ERR_NOMEM",    "DDP_ERR_MISMATCH", "DDP_ERR_REMOTE", "DDP_ERR_NUMERIC",
+                                        "DDP_ERR_INTERNAL", "DDP_ERR_BUSY"};
+    if ((unsigned)st < sizeof names / sizeof *names) return names[st];
+    if (st == DDP_STOPPED) return "DDP_STOPPED";
+    snprintf(buf, len, "status %d", (int)st);
+    return buf;
+}
+
+ddp_status ddp_model_callback_status(const ddp_model *m, const char *fn, ddp_status st, unsigned long seq,
+                                     const char *where)
+{
+    char id[32];
+    const char *name = m->name ? m->name : "(unnamed)";
+    if (st == DDP_OK) return DDP_OK;
+    if (st == DDP_STOPPED)
+        return ddp_set_error(DDP_ERR_ARG,
+                             "model '%s': %s returned DDP_STOPPED %s, which only ddp_train returns (after saving "
+                             "last.h5): a model that wants the run to stop calls ddp_request_stop()",
+                             name, fn, where);
+    if (ddp_error_seq() != seq) return st; /* the callback's own line */
+    return ddp_set_error(st, "model '%s': %s returned %s %s and set no error line", name, fn,
+                         status_ident(st, id, sizeof id), where);
+}
+
 ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64_t steps, ddp_eval_acc *a,
                         ddp_eval_poll poll, void *arg)
 {
@@ -69,7 +99,13 @@ ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64
         const ddp_batch *b;
         DDP_CHECK(ddp_loader_next(ld, s, &b));
         ddp_forward_out out = {.pred = a->b_pred, .prob = a->b_prob, .loss = a->b_loss};
-        DDP_CHECK(m->eval_step(m->self, b, params, &out));
+        unsigned long seq = ddp_error_seq();
+        ddp_status st = m->eval_step(m->self, b, params, &out);
+        if (st != DDP_OK) {
+            char where[64];
+            snprintf(where, sizeof where, "at evaluation batch %lld of %lld", (long long)s + 1, (long long)steps);
+            return ddp_model_callback_status(m, "eval_step", st, seq, where);
+        }
         for (int64_t i = 0; i < b->nsamples; i++) {
             if (b->is_pad[i]) continue; /* padding duplicates never count */
             int64_t p = a->b_pred[i];

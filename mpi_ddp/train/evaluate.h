@@ -27,6 +27,12 @@ void ddp_eval_acc_reset(ddp_eval_acc *a);
 /* Called before each batch (index `batch`); sets *stop to end the pass there. May be collective when every rank
  * calls it at the same batches (the trainer agrees stop requests this way). */
 typedef ddp_status (*ddp_eval_poll)(void *arg, int64_t batch, int *stop);
+/* The status of a model's callback fn ("train_step", "eval_step") that returned st; seq: ddp_error_seq() before the
+ * call, where: when it was called ("at step 3"). A failure that set no error line of its own gets one naming the
+ * model, the callback, st and where; DDP_STOPPED, which only ddp_train returns (after saving last.h5), is
+ * DDP_ERR_ARG, with a line that says so. */
+ddp_status ddp_model_callback_status(const ddp_model *m, const char *fn, ddp_status st, unsigned long seq,
+                                     const char *where);
 /* Runs `steps` batches of an epoch already started on the loader (collective-free unless poll is); poll may
  * be NULL. */
 ddp_status ddp_eval_run(ddp_model *m, const float *params, ddp_loader *ld, int64_t steps, ddp_eval_acc *a,

@@ -8,15 +8,20 @@
 #include "mpi_ddp/comm/watchdog.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct ddp_metrics {
     ddp_ctx *ctx;
+    /* mu guards acc_sum, acc_cnt and rank0: ddp_log and ddp_log_rank0 may be called from any thread. Never held
+     * across an MPI call: ddp_metrics_sync takes the rows out under it and reduces them without it. */
+    pthread_mutex_t mu;
     ddp_metric_row acc_sum, acc_cnt; /* same names in both */
     ddp_metric_row rank0;
-    ddp_metric_row counts; /* the last sync point's count over all ranks of each collective metric */
+    ddp_metric_row counts; /* the last sync point's count over all ranks of each collective metric (the thread that
+                              syncs writes and reads it) */
     int builtin_reserved;  /* the trainer's accumulator: ddp_log and ddp_log_rank0 refuse its own names */
 };
 
@@ -91,6 +96,12 @@ ddp_status ddp_metrics_create(ddp_ctx *ctx, ddp_metrics **out)
     DDP_NONNULL(out, "out");
     ddp_metrics *m = ddp_calloc(1, sizeof *m);
     if (!m) return ddp_ctx_local_failure(ctx, ddp_set_error(DDP_ERR_NOMEM, "out of memory for a metrics accumulator"));
+    int rc = pthread_mutex_init(&m->mu, NULL);
+    if (rc != 0) {
+        free(m);
+        return ddp_ctx_local_failure(
+            ctx, ddp_set_error(DDP_ERR_NOMEM, "ddp_metrics_create: pthread_mutex_init failed (%s)", strerror(rc)));
+    }
     m->ctx = ctx;
     *out = m;
     return DDP_OK;
@@ -103,10 +114,17 @@ void ddp_metrics_destroy(ddp_metrics *m)
     ddp_metric_row_free(&m->acc_cnt);
     ddp_metric_row_free(&m->rank0);
     ddp_metric_row_free(&m->counts);
+    pthread_mutex_destroy(&m->mu);
     free(m);
 }
 
-int ddp_metrics_pending(const ddp_metrics *m) { return m->acc_sum.n + m->rank0.n; }
+int ddp_metrics_pending(ddp_metrics *m)
+{
+    pthread_mutex_lock(&m->mu);
+    int n = m->acc_sum.n + m->rank0.n;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
 
 double ddp_metrics_count(const ddp_metrics *m, const char *name)
 {
@@ -137,44 +155,105 @@ static ddp_status check_name(const ddp_metrics *m, const char *name, int own)
 
 static ddp_status log_sum(ddp_metrics *m, const char *name, double sum, double count, int own)
 {
-    DDP_NONNULL(m, "m");
     DDP_CHECK(check_name(m, name, own));
+    pthread_mutex_lock(&m->mu);
     int i = ddp_row_find(&m->acc_sum, name);
     if (i < 0) {
         ddp_status st = ddp_row_set(&m->acc_sum, name, sum);
         if (st == DDP_OK && (st = ddp_row_set(&m->acc_cnt, name, count)) != DDP_OK)
-            free(m->acc_sum.names[--m->acc_sum.n]);          /* the two rows stay in step */
+            free(m->acc_sum.names[--m->acc_sum.n]); /* the two rows stay in step */
+        pthread_mutex_unlock(&m->mu);
         return own ? st : ddp_ctx_local_failure(m->ctx, st); /* this rank's: the next sync point would wait */
     }
     m->acc_sum.vals[i] += sum;
     m->acc_cnt.vals[i] += count;
+    pthread_mutex_unlock(&m->mu);
     return DDP_OK;
 }
 
 static ddp_status log_rank0(ddp_metrics *m, const char *name, double value, int own)
 {
-    DDP_NONNULL(m, "m");
     DDP_CHECK(check_name(m, name, own));
     if (m->ctx->topo.rank != 0) return DDP_OK;
+    pthread_mutex_lock(&m->mu);
     ddp_status st = ddp_row_set(&m->rank0, name, value);
+    pthread_mutex_unlock(&m->mu);
     return own ? st : ddp_ctx_local_failure(m->ctx, st);
 }
 
 ddp_status ddp_log(ddp_metrics *m, const char *name, double sum, double count)
 {
+    DDP_NONNULL(m, "m");
     return log_sum(m, name, sum, count, 0);
 }
-ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value) { return log_rank0(m, name, value, 0); }
+ddp_status ddp_log_rank0(ddp_metrics *m, const char *name, double value)
+{
+    DDP_NONNULL(m, "m");
+    return log_rank0(m, name, value, 0);
+}
 ddp_status ddp_log_own(ddp_metrics *m, const char *name, double sum, double count)
 {
     return log_sum(m, name, sum, count, 1);
 }
 ddp_status ddp_log_rank0_own(ddp_metrics *m, const char *name, double value) { return log_rank0(m, name, value, 1); }
 
-/* sorts both accumulators by name, in step */
-static void sort_acc(ddp_metrics *m)
+/* The accumulators a sync point reduces: taken out of the ddp_metrics under its lock, so that the reduction runs
+ * without it (a value logged meanwhile, from another thread, goes to the next sync point). */
+typedef struct {
+    ddp_metric_row sum, cnt, rank0;
+} taken_rows;
+
+static void take_rows(ddp_metrics *m, taken_rows *t)
 {
-    ddp_metric_row *s = &m->acc_sum, *c = &m->acc_cnt;
+    pthread_mutex_lock(&m->mu);
+    t->sum = m->acc_sum;
+    t->cnt = m->acc_cnt;
+    t->rank0 = m->rank0;
+    memset(&m->acc_sum, 0, sizeof m->acc_sum);
+    memset(&m->acc_cnt, 0, sizeof m->acc_cnt);
+    memset(&m->rank0, 0, sizeof m->rank0);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* Hands the taken rows back: their memory when nothing was logged meanwhile (the rows keep their capacity), and any
+ * values they still hold (a sync point that reduced nothing), added to those logged meanwhile. */
+static void give_back(ddp_metrics *m, taken_rows *t)
+{
+    pthread_mutex_lock(&m->mu);
+    if (m->acc_sum.n == 0) { /* acc_cnt is in step */
+        ddp_metric_row_free(&m->acc_sum);
+        ddp_metric_row_free(&m->acc_cnt);
+        m->acc_sum = t->sum;
+        m->acc_cnt = t->cnt;
+    } else {
+        for (int i = 0; i < t->sum.n; i++) {
+            int j = ddp_row_find(&m->acc_sum, t->sum.names[i]);
+            if (j >= 0) {
+                m->acc_sum.vals[j] += t->sum.vals[i];
+                m->acc_cnt.vals[j] += t->cnt.vals[i];
+            } else if (ddp_row_set(&m->acc_sum, t->sum.names[i], t->sum.vals[i]) == DDP_OK &&
+                       ddp_row_set(&m->acc_cnt, t->sum.names[i], t->cnt.vals[i]) != DDP_OK) {
+                free(m->acc_sum.names[--m->acc_sum.n]);
+            }
+        }
+        ddp_metric_row_free(&t->sum);
+        ddp_metric_row_free(&t->cnt);
+    }
+    if (m->rank0.n == 0) {
+        ddp_metric_row_free(&m->rank0);
+        m->rank0 = t->rank0;
+    } else { /* a value logged meanwhile is the newer one */
+        for (int i = 0; i < t->rank0.n; i++)
+            if (ddp_row_find(&m->rank0, t->rank0.names[i]) < 0)
+                (void)ddp_row_set(&m->rank0, t->rank0.names[i], t->rank0.vals[i]);
+        ddp_metric_row_free(&t->rank0);
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* sorts both accumulators by name, in step */
+static void sort_acc(ddp_metric_row *s, ddp_metric_row *c)
+{
     for (int i = 1; i < s->n; i++)
         for (int j = i; j > 0 && strcmp(s->names[j - 1], s->names[j]) > 0; j--) {
             char *t = s->names[j];
@@ -195,12 +274,11 @@ static void sort_acc(ddp_metrics *m)
 /* Names the first metric some rank did not log. Collective: every rank takes part in every collective here, so
  * an allocation that fails on one rank is agreed (one line, every rank) before the gathers, not left for the others
  * to wait on. */
-static ddp_status explain_mismatch(ddp_metrics *m)
+static ddp_status explain_mismatch(ddp_ctx *c, const ddp_metric_row *acc_sum)
 {
-    ddp_ctx *c = m->ctx;
     int W = c->topo.size;
     size_t mylen = 0;
-    for (int i = 0; i < m->acc_sum.n; i++) mylen += strlen(m->acc_sum.names[i]) + 1;
+    for (int i = 0; i < acc_sum->n; i++) mylen += strlen(acc_sum->names[i]) + 1;
     int len = (int)mylen;
     int *lens = ddp_calloc((size_t)W, sizeof *lens), *displ = ddp_calloc((size_t)W, sizeof *displ);
     char *mine = ddp_calloc(mylen + 1, 1), *all = NULL;
@@ -209,9 +287,9 @@ static ddp_status explain_mismatch(ddp_metrics *m)
     ddp_status st = ddp_agree_status(
         c, !lens || !displ || !mine ? ddp_set_error(DDP_ERR_NOMEM, "out of memory for the metric-name check") : DDP_OK);
     if (st != DDP_OK) goto done;
-    for (int i = 0, k = 0; i < m->acc_sum.n; i++) {
-        strcpy(mine + k, m->acc_sum.names[i]);
-        k += (int)strlen(m->acc_sum.names[i]) + 1;
+    for (int i = 0, k = 0; i < acc_sum->n; i++) {
+        strcpy(mine + k, acc_sum->names[i]);
+        k += (int)strlen(acc_sum->names[i]) + 1;
     }
     rc = MPI_Allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, c->world);
     if (rc != MPI_SUCCESS) {
@@ -265,40 +343,43 @@ done:
     return st;
 }
 
-ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_row *local)
+/* The sync point over the rows taken out of m. *reduced: 0 when it returned before the reduction (the rows keep their
+ * values), else 1 (they were reduced, or dropped with the error every rank returns). */
+static ddp_status sync_rows(ddp_metrics *m, taken_rows *t, ddp_metric_row *global, ddp_metric_row *local, int *reduced)
 {
-    DDP_NONNULL(m, "m");
     ddp_ctx *c = m->ctx;
-    sort_acc(m);
+    *reduced = 0;
+    sort_acc(&t->sum, &t->cnt);
     uint64_t h = 1469598103934665603ULL; /* FNV-1a over the sorted names */
-    for (int i = 0; i < m->acc_sum.n; i++)
-        for (const unsigned char *p = (const unsigned char *)m->acc_sum.names[i];; p++) {
+    for (int i = 0; i < t->sum.n; i++)
+        for (const unsigned char *p = (const unsigned char *)t->sum.names[i];; p++) {
             h = (h ^ *p) * 1099511628211ULL;
             if (!*p) break;
         }
-    int64_t hh = (int64_t)(h >> 2), n = m->acc_sum.n;
+    int64_t hh = (int64_t)(h >> 2), n = t->sum.n;
     int64_t chk[5] = {hh, -hh, n, -n, global ? 0 : -1}; /* chk[4] < 0: a rank passed global NULL */
     DDP_CHECK(ddp_allreduce(c, chk, 5, MPI_INT64_T, MPI_MIN, "the metric-name check"));
     ddp_status st = DDP_OK;
     if (chk[4] < 0) { /* agreed in the same round trip: no rank goes on to the reduction alone */
-        st = global ? ddp_set_error(DDP_ERR_ARG, "%s: global is NULL on another rank", __func__)
-                    : ddp_set_error(DDP_ERR_ARG, "%s: global is NULL", __func__);
+        st = global ? ddp_set_error(DDP_ERR_ARG, "ddp_metrics_sync: global is NULL on another rank")
+                    : ddp_set_error(DDP_ERR_ARG, "ddp_metrics_sync: global is NULL");
         return st;
     }
+    *reduced = 1;
     if (chk[0] != -chk[1] || chk[2] != -chk[3]) {
-        st = explain_mismatch(m);
+        st = explain_mismatch(c, &t->sum);
         ddp_mark_error_shared();
     }
-    int nn = m->acc_sum.n, mismatch = st != DDP_OK; /* a mismatch is known to every rank */
+    int nn = t->sum.n, mismatch = st != DDP_OK; /* a mismatch is known to every rank */
     double *buf = st == DDP_OK ? ddp_calloc((size_t)(2 * nn + 1), sizeof *buf) : NULL;
     if (st == DDP_OK && !buf) st = ddp_set_error(DDP_ERR_NOMEM, "out of memory for the metric reduction");
     if (st == DDP_OK) {
         if (local) ddp_row_clear(local);
         for (int i = 0; i < nn; i++) {
-            buf[i] = m->acc_sum.vals[i];
-            buf[nn + i] = m->acc_cnt.vals[i];
+            buf[i] = t->sum.vals[i];
+            buf[nn + i] = t->cnt.vals[i];
             if (local && st == DDP_OK && buf[nn + i] != 0) /* a count of 0 here: no local value (not 0) */
-                st = ddp_row_set(local, m->acc_sum.names[i], buf[i] / buf[nn + i]);
+                st = ddp_row_set(local, t->sum.names[i], buf[i] / buf[nn + i]);
         }
     }
     if (!mismatch) st = ddp_agree_status(c, st); /* a rank out of memory here: agreed before the allreduce */
@@ -308,16 +389,29 @@ ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_r
         ddp_row_clear(global);
         for (int i = 0; i < nn && st == DDP_OK; i++) {
             /* no count on any rank: no value (nan, written so), not a perfect 0 a monitor would take for the best */
-            st = ddp_row_set(global, m->acc_sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : NAN);
-            if (st == DDP_OK) st = ddp_row_set(&m->counts, m->acc_sum.names[i], buf[nn + i]);
+            st = ddp_row_set(global, t->sum.names[i], buf[nn + i] != 0 ? buf[i] / buf[nn + i] : NAN);
+            if (st == DDP_OK) st = ddp_row_set(&m->counts, t->sum.names[i], buf[nn + i]);
         }
-        for (int i = 0; i < m->rank0.n && st == DDP_OK; i++)
-            st = ddp_row_set(global, m->rank0.names[i], m->rank0.vals[i]);
+        for (int i = 0; i < t->rank0.n && st == DDP_OK; i++)
+            st = ddp_row_set(global, t->rank0.names[i], t->rank0.vals[i]);
         st = ddp_agree_status(c, st); /* a rank out of memory for its rows: every rank returns the error */
     }
     free(buf);
-    ddp_row_clear(&m->acc_sum);
-    ddp_row_clear(&m->acc_cnt);
-    ddp_row_clear(&m->rank0);
+    return st;
+}
+
+ddp_status ddp_metrics_sync(ddp_metrics *m, ddp_metric_row *global, ddp_metric_row *local)
+{
+    DDP_NONNULL(m, "m");
+    taken_rows t;
+    take_rows(m, &t);
+    int reduced = 0;
+    ddp_status st = sync_rows(m, &t, global, local, &reduced);
+    if (reduced) {
+        ddp_row_clear(&t.sum);
+        ddp_row_clear(&t.cnt);
+        ddp_row_clear(&t.rank0);
+    }
+    give_back(m, &t);
     return st;
 }

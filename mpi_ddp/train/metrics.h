@@ -20,7 +20,7 @@ ddp_status ddp_log_own(ddp_metrics *m, const char *name, double sum, double coun
 ddp_status ddp_log_rank0_own(ddp_metrics *m, const char *name, double value);
 
 /* Number of names currently accumulated (collective + rank-0). */
-int ddp_metrics_pending(const ddp_metrics *m);
+int ddp_metrics_pending(ddp_metrics *m);
 /* The count over all ranks of a collective metric (ddp_log) at the last sync point: 0 when no rank logged a sample
  * for it (its global value is nan); -1 when the last sync point had no such collective metric. */
 double ddp_metrics_count(const ddp_metrics *m, const char *name);

@@ -37,10 +37,36 @@
 #include <unistd.h>
 
 
-static atomic_int g_stop_requested; /* DDP_STOP_* bits: set by the CLI's signal thread, read by the training thread */
-void ddp_request_stop_kind(int kind) { atomic_fetch_or(&g_stop_requested, kind & (DDP_STOP_END | DDP_STOP_REQUEUE)); }
+/* Stop requests (DDP_STOP_* bits), from the CLI's signal thread, a signal handler or a model's callback. Each kind
+ * counts its requests; a ddp_train that stops takes (g_stop_taken) the counts it saw up to the ranks' agreement, so
+ * that a later ddp_train stops only for a newer request, and one made before it started that no run took still stops
+ * it. g_stop_requested keeps every kind asked for so far (ddp_stop_requested; the CLI reads it before training). */
+#define STOP_KINDS 2 /* DDP_STOP_END, DDP_STOP_REQUEUE */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the stop requests' atomics must be lock-free (async-signal-safe)");
+static atomic_int g_stop_requested;
+static atomic_uint g_stop_count[STOP_KINDS], g_stop_taken[STOP_KINDS];
+void ddp_request_stop_kind(int kind)
+{
+    kind &= DDP_STOP_END | DDP_STOP_REQUEUE;
+    for (int k = 0; k < STOP_KINDS; k++)
+        if (kind & (1 << k)) atomic_fetch_add(&g_stop_count[k], 1u);
+    atomic_fetch_or(&g_stop_requested, kind);
+}
 void ddp_request_stop(void) { ddp_request_stop_kind(DDP_STOP_END); }
 int ddp_stop_requested(void) { return atomic_load(&g_stop_requested); }
+/* The kinds of the requests no ddp_train has stopped for yet. */
+static int stop_pending(void)
+{
+    int kinds = 0;
+    for (int k = 0; k < STOP_KINDS; k++)
+        if (atomic_load(&g_stop_count[k]) != atomic_load(&g_stop_taken[k])) kinds |= 1 << k;
+    return kinds;
+}
+/* The ranks agreed to stop: this run takes every request made so far. */
+static void stop_take(void)
+{
+    for (int k = 0; k < STOP_KINDS; k++) atomic_store(&g_stop_taken[k], atomic_load(&g_stop_count[k]));
+}
 static atomic_int g_stop_agreed; /* set by the training thread once the ranks agreed to stop (app/stop_signals.c) */
 int ddp_stop_agreed(void) { return atomic_load(&g_stop_agreed); }
 
@@ -105,8 +131,7 @@ static ddp_status write_rows(ddp_trainer *tr, int64_t epoch)
  * warning (SIGUSR1) arriving during a given step. */
 static int stop_wanted(const ddp_trainer *tr)
 {
-    return atomic_load(&g_stop_requested) |
-           (ddp_test_hooks_stop_at(&tr->hooks, tr->state.global_step + 1) ? DDP_STOP_REQUEUE : 0);
+    return stop_pending() | (ddp_test_hooks_stop_at(&tr->hooks, tr->state.global_step + 1) ? DDP_STOP_REQUEUE : 0);
 }
 
 /* One optimizer step over up to `accumulate` micro-batches starting at *mb. */
@@ -145,8 +170,15 @@ static ddp_status train_step(ddp_trainer *tr, ddp_loader *ld, int64_t *mb, int64
             DDP_CHECK(be->upload_async(be, tr->grads + ts->n, ctl, (size_t)tr->nctl * sizeof(float)));
             ddp_sync_begin(tr->sync);
         }
-        DDP_CHECK(ts->model->train_step(ts->model->self, b, ts->params, tr->grads, &out,
-                                        is_last ? ddp_sync_ready : NULL, is_last ? tr->sync : NULL));
+        unsigned long seq = ddp_error_seq();
+        ddp_status st = ts->model->train_step(ts->model->self, b, ts->params, tr->grads, &out,
+                                              is_last ? ddp_sync_ready : NULL, is_last ? tr->sync : NULL);
+        if (st != DDP_OK) { /* one line naming the model where it set none */
+            char where[96];
+            snprintf(where, sizeof where, "at step %lld (epoch %lld, batch %lld)", (long long)ts->global_step + 1,
+                     (long long)ts->epoch, (long long)k + 1);
+            return ddp_model_callback_status(ts->model, "train_step", st, seq, where);
+        }
         loss_sum += out.loss_sum;
         loss_count += (double)out.count;
     }
@@ -159,7 +191,10 @@ static ddp_status train_step(ddp_trainer *tr, ddp_loader *ld, int64_t *mb, int64
     *samples = count;
     *stop = 0; /* the kinds any rank asked for */
     for (int kb = 0; kb < CTL_STOP_KINDS; kb++) *stop |= (g[CTL_STOP + kb] > 0) << kb;
-    if (*stop) atomic_store(&g_stop_agreed, 1);
+    if (*stop) {
+        stop_take(); /* this run stops for the requests made so far: a later ddp_train does not */
+        atomic_store(&g_stop_agreed, 1);
+    }
     /* load balance: the busiest rank's rows over the mean (1 = balanced); every rank computes the same */
     double rmax = 0.0, rsum = 0.0;
     for (int64_t r = CTL_ROWS; r < tr->nctl; r++) {
@@ -224,14 +259,14 @@ static ddp_status val_poll_fn(void *arg, int64_t batch, int *stop)
         p->pending = 0;
         if (p->tr->val_stop[1]) {
             p->stopped = p->tr->val_stop[1]; /* the kinds asked for */
+            stop_take();
             atomic_store(&g_stop_agreed, 1);
             *stop = 1;
             return DDP_OK;
         }
     }
     int *io = p->tr->val_stop;
-    io[0] = atomic_load(&g_stop_requested) |
-            (batch == p->tr->hooks.stop_in_val && ctx->topo.rank == 0 ? DDP_STOP_REQUEUE : 0);
+    io[0] = stop_pending() | (batch == p->tr->hooks.stop_in_val && ctx->topo.rank == 0 ? DDP_STOP_REQUEUE : 0);
     MPI_CHECK(MPI_Iallreduce(&io[0], &io[1], 1, MPI_INT, MPI_BOR, ctx->world, &p->rq));
     p->pending = 1;
     return DDP_OK;

@@ -128,6 +128,7 @@ void ddp_trainer_teardown(ddp_trainer *tr)
         if (ts->v) be->release(be, ts->v);
     }
     ddp_sync_destroy(tr->sync);
+    if (tr->metrics && ts->model->metrics == tr->metrics) ts->model->metrics = NULL; /* valid during ddp_train only */
     ddp_metrics_destroy(tr->metrics);
     ddp_csv_close(tr->csv);
     ddp_csv_close(tr->csv_rank);
