@@ -117,7 +117,8 @@ const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds);
  * (docs/dataset-format.md): the shard stays open, and `rows` valid, until the calling thread's next ddp_dataset_sample
  * (on any dataset), ddp_dataset_close or the thread's exit. Any number of threads may call it at once, each with
  * its own scratch: each holds one shard open (past the open-shard budget when there are more threads than it allows);
- * reads through HDF5 take turns under one process-wide lock, mapped reads take no lock. After ddp_finalize of the
+ * reads through HDF5 take turns under one process-wide lock, mapped reads take no lock (HDF5-read shards: limits in
+ * docs/dataset-format.md). After ddp_finalize of the
  * dataset's ctx: DDP_ERR_ARG ("DIR's ctx was finalized"). */
 ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows, int64_t *nrows,
                               int64_t *label, int64_t *sample_id);

@@ -303,7 +303,8 @@ ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, co
     DDP_NONNULL(ds, "ds");
     DDP_NONNULL(rows, "rows");
     DDP_NONNULL(nrows, "nrows");
-    if (!ddp_ctx_is_live(ds->ctx)) /* its shards read through HDF5 died with MPI (MPI_Finalize ends parallel HDF5) */
+    /* its shards read through HDF5 died with MPI (MPI_Finalize ends parallel HDF5); the lock only once a ctx ended */
+    if (ddp_ctx_any_finalized() && !ddp_ctx_is_live(ds->ctx))
         return ddp_set_error(DDP_ERR_ARG,
                              "ddp_dataset_sample: %s's ctx was finalized (ddp_finalize): sample before ddp_finalize, "
                              "then ddp_dataset_close",

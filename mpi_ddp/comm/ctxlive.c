@@ -6,10 +6,12 @@
 #include "mpi_ddp/core/status.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+static atomic_int g_finalized; /* contexts taken off the set so far (ddp_ctx_any_finalized: no lock) */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* g_live, g_nlive, g_cap and each ctx's pending marks */
 static ddp_ctx **g_live;                                   /* the live contexts, g_nlive of them in g_cap slots */
 static int g_nlive, g_cap;
@@ -76,6 +78,8 @@ int ddp_ctx_is_live(const ddp_ctx *c)
     return live;
 }
 
+int ddp_ctx_any_finalized(void) { return atomic_load(&g_finalized) > 0; }
+
 void ddp_ctx_unregister(ddp_ctx *c)
 {
     pthread_mutex_lock(&g_lock);
@@ -88,6 +92,7 @@ void ddp_ctx_unregister(ddp_ctx *c)
         free(g_live);
         g_live = NULL, g_cap = 0;
     }
+    atomic_fetch_add(&g_finalized, 1);
     pthread_mutex_unlock(&g_lock);
     if (c->comm_broken) keep(c);
 }

@@ -13,6 +13,8 @@ ddp_status ddp_ctx_reserve(void);
 void ddp_ctx_register(ddp_ctx *c);
 /* 1 when c was returned by ddp_init and not finalized since. */
 int ddp_ctx_is_live(const ddp_ctx *c);
+/* 1 once any context was taken off the live set: until then every context ever given is live (no lock). */
+int ddp_ctx_any_finalized(void);
 /* Takes c off the live set (ddp_finalize). A broken context's block is kept (reachable, never freed): a collective
  * that timed out may still write into the buffer it owns. */
 void ddp_ctx_unregister(ddp_ctx *c);

@@ -7,6 +7,8 @@
   make_shards.py nan OUT        a valid dataset with one NaN feature value (sample 7)
   make_shards.py pack-input F   an HDF5 file with /samples/<name> (rows x D) and /labels, as `pack` takes
   make_shards.py check-pack F DIR   the packed shards hold exactly F's samples, labels and order
+  make_shards.py gzip-big OUT K N   K chunked+gzip shards of N samples each (D 5, 3 classes): reads that miss
+                                HDF5's chunk cache (sh/sample_threads.sh)
   make_shards.py chunked OUT SEED   240 samples (D 8, 3 classes) as 3 chunked, uncompressed shards: the same
                                 shapes and file sizes for every SEED, other features and labels
   make_shards.py spiky OUT N EVERY LONG [FIRST_ID]   one-row samples with a LONG-row sample every EVERY (D 8,
@@ -266,6 +268,13 @@ def spiky(out, n, every, long_rows, first_id=0):
                     sample_ids=np.arange(first, first + len(lab)))
 
 
+def gzip_big(out, k, n):
+    feats, offsets, labels = base_data(n=k * n)
+    os.makedirs(out, exist_ok=True)
+    for i, (f_, o_, l_) in enumerate(split(feats, offsets, labels, list(range(0, k * n + 1, n)))):
+        write_shard(f"{out}/part-{i:04d}.h5", f_, o_, l_, chunked=True)
+
+
 def chunked(out, seed):
     rows = np.random.default_rng(4).integers(1, 9, size=240)
     offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
@@ -317,6 +326,8 @@ if __name__ == "__main__":
         pack_input(sys.argv[2])
     elif cmd == "spiky":
         spiky(sys.argv[2], *(int(a) for a in sys.argv[3:]))
+    elif cmd == "gzip-big":
+        gzip_big(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif cmd == "chunked":
         chunked(sys.argv[2], int(sys.argv[3]))
     elif cmd == "check-pack":
