@@ -62,10 +62,12 @@ static int stop_pending(void)
         if (atomic_load(&g_stop_count[k]) != atomic_load(&g_stop_taken[k])) kinds |= 1 << k;
     return kinds;
 }
-/* The ranks agreed to stop: this run takes every request made so far. */
-static void stop_take(void)
+/* The ranks agreed to stop for `kinds` (DDP_STOP_* bits, OR-ed over the ranks): this run takes the requests of
+ * those kinds made so far; one of another kind that arrived after the check stays for a later ddp_train. */
+static void stop_take(int kinds)
 {
-    for (int k = 0; k < STOP_KINDS; k++) atomic_store(&g_stop_taken[k], atomic_load(&g_stop_count[k]));
+    for (int k = 0; k < STOP_KINDS; k++)
+        if (kinds & (1 << k)) atomic_store(&g_stop_taken[k], atomic_load(&g_stop_count[k]));
 }
 static atomic_int g_stop_agreed; /* set by the training thread once the ranks agreed to stop (app/stop_signals.c) */
 int ddp_stop_agreed(void) { return atomic_load(&g_stop_agreed); }
@@ -192,7 +194,7 @@ static ddp_status train_step(ddp_trainer *tr, ddp_loader *ld, int64_t *mb, int64
     *stop = 0; /* the kinds any rank asked for */
     for (int kb = 0; kb < CTL_STOP_KINDS; kb++) *stop |= (g[CTL_STOP + kb] > 0) << kb;
     if (*stop) {
-        stop_take(); /* this run stops for the requests made so far: a later ddp_train does not */
+        stop_take(*stop); /* this run stops for the requests made so far: a later ddp_train does not */
         atomic_store(&g_stop_agreed, 1);
     }
     /* load balance: the busiest rank's rows over the mean (1 = balanced); every rank computes the same */
@@ -259,7 +261,7 @@ static ddp_status val_poll_fn(void *arg, int64_t batch, int *stop)
         p->pending = 0;
         if (p->tr->val_stop[1]) {
             p->stopped = p->tr->val_stop[1]; /* the kinds asked for */
-            stop_take();
+            stop_take(p->stopped);
             atomic_store(&g_stop_agreed, 1);
             *stop = 1;
             return DDP_OK;
