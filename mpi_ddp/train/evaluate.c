@@ -85,7 +85,7 @@ ddp_status ddp_model_callback_status(const ddp_model *m, const char *fn, ddp_sta
                              "last.h5): a model that wants the run to stop calls ddp_request_stop()",
                              name, fn, where);
     if (ddp_error_seq() != seq) return st; /* the callback's own line */
-    return ddp_set_error(st, "model '%s': %s returned %s %s and set no error line", name, fn,
+    return ddp_set_error(st, "model '%s': %s returned %s %s and set no error line on its thread", name, fn,
                          status_ident(st, id, sizeof id), where);
 }
 

@@ -163,7 +163,13 @@ static ddp_status train_step(ddp_trainer *tr, ddp_loader *ld, int64_t *mb, int64
         int is_last = k == last - 1;
         if (ts->model->prefetch) { /* the next micro-batch may upload while this one computes */
             tr->peek = (ddp_loader_cursor){ld, k + 1 < nmb ? k + 1 : -1};
-            DDP_CHECK(ts->model->prefetch(ts->model->self, ddp_loader_peek_cursor, &tr->peek));
+            unsigned long pseq = ddp_error_seq();
+            ddp_status pst = ts->model->prefetch(ts->model->self, ddp_loader_peek_cursor, &tr->peek);
+            if (pst != DDP_OK) {
+                char where[96];
+                snprintf(where, sizeof where, "at step %lld", (long long)ts->global_step + 1);
+                return ddp_model_callback_status(ts->model, "prefetch", pst, pseq, where);
+            }
         }
         if (is_last) { /* the stop flag as late as possible: agreed through this step's allreduce, no extra collective
                         */

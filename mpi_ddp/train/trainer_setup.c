@@ -9,6 +9,7 @@
 #include "mpi_ddp/core/status.h"
 #include "mpi_ddp/model/models.h"
 #include "mpi_ddp/train/decide.h"
+#include "mpi_ddp/train/evaluate.h"
 #include "mpi_ddp/train/metrics.h"
 
 #include <stdio.h>
@@ -66,7 +67,9 @@ static ddp_status setup_local(ddp_trainer *tr, ddp_dataset *train, ddp_dataset *
     ts->model->metrics = tr->metrics;
     DDP_CHECK(ddp_test_hooks_open(&tr->hooks, ts->ctx->topo.rank));
     /* identical start on every rank: init, then rank 0's parameters are broadcast (as PyTorch DDP does) */
-    DDP_CHECK(ts->model->init(ts->model->self, ts->params, c->seed));
+    unsigned long seq = ddp_error_seq();
+    ddp_status ist = ts->model->init(ts->model->self, ts->params, c->seed);
+    if (ist != DDP_OK) return ddp_model_callback_status(ts->model, "init", ist, seq, "at the start");
     return be->download(be, ts->h_params, ts->params, bytes);
 }
 

@@ -46,4 +46,6 @@ for c in fail_train fail_log fail_stopped fail_eval; do
   # every rank failed on its own: ddp_finalize leaves MPI_Finalize alone and the program exits 4
   run_case 2 $c -- 4 1
 done
+# init's failure is agreed before the first collective: every rank finalizes, exit 0
+for np in 1 2; do run_case $np fail_init; done
 pass "a failing model callback: one line naming model, callback, status and step; its own line kept; no DDP_STOPPED"

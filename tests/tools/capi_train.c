@@ -6,8 +6,8 @@
  *   dangling: after ddp_train, model.metrics is NULL (its accumulator is gone) and logging through it is DDP_ERR_ARG
  *   stop: a stop request is taken by the ddp_train that stops for it; later ones run to the end; one made before a
  *     ddp_train (and not yet taken) stops that one; ddp_stop_requested keeps every kind asked
- *   fail_train, fail_log, fail_stopped, fail_eval: a callback that fails: one line naming model, callback and step
- *     when it set none; its own line when it set one; DDP_STOPPED from a callback is DDP_ERR_ARG, not a stop */
+ *   fail_train, fail_log, fail_stopped, fail_eval, fail_init: a callback that fails: one line naming model, callback
+ * and step when it set none; its own line when it set one; DDP_STOPPED from a callback is DDP_ERR_ARG, not a stop */
 #include "mpiddp.h"
 
 #include <math.h>
@@ -37,7 +37,7 @@ static void expect(const char *what, ddp_status st, ddp_status want, const char 
 }
 
 /* ------------------------------------------------------------------ a linear softmax model on mean-pooled rows */
-enum { FAIL_NONE, FAIL_TRAIN, FAIL_LOG, FAIL_STOPPED, FAIL_EVAL };
+enum { FAIL_NONE, FAIL_TRAIN, FAIL_LOG, FAIL_STOPPED, FAIL_EVAL, FAIL_INIT };
 typedef struct {
     int64_t D, C;
     ddp_tensor_spec spec[2];
@@ -52,6 +52,7 @@ typedef struct {
 static ddp_status lin_init(void *self, float *p, uint64_t seed)
 {
     lin *m = self;
+    if (m->fail == FAIL_INIT) return DDP_ERR_NOMEM; /* sets no line */
     uint64_t x = seed + 1;
     for (int64_t i = 0; i < m->C * m->D + m->C; i++) {
         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -322,7 +323,10 @@ static void case_fail(ddp_ctx *ctx, ddp_model *m, ddp_dataset *tr, ddp_dataset *
         expect("train_step returns DDP_STOPPED: ddp_train does not", st, DDP_ERR_ARG,
                "model 'capi_lin': train_step returned DDP_STOPPED at step 3");
         check(strstr(ddp_last_error(), "ddp_request_stop") != NULL, "the line points to ddp_request_stop", NULL);
-    } else
+    } else if (fail == FAIL_INIT)
+        expect("init returns DDP_ERR_NOMEM and sets no line", st, DDP_ERR_NOMEM,
+               "model 'capi_lin': init returned DDP_ERR_NOMEM at the start");
+    else
         expect("eval_step returns DDP_ERR_IO and sets no line", st, DDP_ERR_IO,
                "model 'capi_lin': eval_step returned DDP_ERR_IO at evaluation batch 1");
 }
@@ -360,6 +364,8 @@ int main(int argc, char **argv)
             case_fail(ctx, &m, tr, va, work, FAIL_LOG);
         else if (!strcmp(c, "fail_stopped"))
             case_fail(ctx, &m, tr, va, work, FAIL_STOPPED);
+        else if (!strcmp(c, "fail_init"))
+            case_fail(ctx, &m, tr, va, work, FAIL_INIT);
         else if (!strcmp(c, "fail_eval"))
             case_fail(ctx, &m, tr, va, work, FAIL_EVAL);
         else
