@@ -90,8 +90,8 @@ ddp_status ddp_select_device_all(ddp_ctx *ctx, ddp_device want, ddp_device *got,
 ddp_status ddp_all_ok(ddp_ctx *ctx, int ok, int *all);
 /* Shares the error of the lowest failing rank with every rank: each rank passes its own status;
  * all return the same status and ddp_last_error() holds the same message (collective): the failing rank's failure
- * still pending (the first since the last agreement, on any thread: a loader's ddp_dataset_sample), else the calling
- * thread's last error. */
+ * still pending when it has the status passed (the first since the last agreement, on any thread: a loader's
+ * ddp_dataset_sample), else the calling thread's last error. */
 ddp_status ddp_agree_status(ddp_ctx *ctx, ddp_status mine);
 
 /* ---------------------------------------------------------------- data */
@@ -107,8 +107,8 @@ typedef struct {
 
 /* Collective: rank 0 reads and validates every shard's metadata, broadcasts it; others map lazily. */
 ddp_status ddp_dataset_open(ddp_ctx *ctx, const char *dir, ddp_dataset **out);
-/* Not collective. Also after ddp_finalize: it then frees the memory and closes the files without calling HDF5,
- * which MPI_Finalize shut down. */
+/* Not collective. Also after ddp_finalize: it then frees the memory and closes the files without calling a parallel
+ * HDF5, which MPI_Finalize shut down. */
 void ddp_dataset_close(ddp_dataset *ds);
 const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds);
 /* Zero-copy view of one sample (global index): rows [nrows, dim] row-major. `rows` points into the
@@ -117,9 +117,8 @@ const ddp_dataset_info *ddp_dataset_get_info(const ddp_dataset *ds);
  * (docs/dataset-format.md): the shard stays open, and `rows` valid, until the calling thread's next ddp_dataset_sample
  * (on any dataset), ddp_dataset_close or the thread's exit. Any number of threads may call it at once, each with
  * its own scratch: each holds one shard open (past the open-shard budget when there are more threads than it allows);
- * reads through HDF5 take turns under one process-wide lock, mapped reads take no lock (HDF5-read shards: limits in
- * docs/dataset-format.md). After ddp_finalize of the
- * dataset's ctx: DDP_ERR_ARG ("DIR's ctx was finalized"). */
+ * reads through HDF5 take turns under one process-wide lock, mapped reads take no HDF5 lock (HDF5-read shards: limits
+ * in docs/dataset-format.md). After ddp_finalize of the dataset's ctx: DDP_ERR_ARG ("DIR's ctx was finalized"). */
 ddp_status ddp_dataset_sample(ddp_dataset *ds, int64_t index, float *scratch, const float **rows, int64_t *nrows,
                               int64_t *label, int64_t *sample_id);
 

@@ -339,6 +339,7 @@ static void slot_exit(void *p)
         }
     pthread_mutex_unlock(&g.mu);
     free(cs);
+    t_slot = NULL, t_cur_id = 0, t_cur_k = -1; /* this thread's: a later exit destructor's sample makes a new slot */
 }
 
 /* The calling thread's slot, made on its first call (under g.mu). */

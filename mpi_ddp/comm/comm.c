@@ -93,7 +93,7 @@ ddp_status ddp_finalize(ddp_ctx *c)
     if (!c) return DDP_OK;
     DDP_CHECK(ddp_ctx_alive(c, __func__)); /* finalized already: the block is freed, not to be touched */
     char why[768]; /* a failure of this rank's alone: the others may wait in the next collective */
-    if (ddp_ctx_local_failure_pending(c, why, sizeof why) && !c->comm_broken) ddp_ctx_break_alone(c, why);
+    if (ddp_ctx_local_failure_pending(c, why, sizeof why, NULL) && !c->comm_broken) ddp_ctx_break_alone(c, why);
     if (c->comm_broken) /* ncclCommDestroy could wait for the stalled rank's side of a pending collective */
         ddp_nccl_abort(c);
     else

@@ -127,8 +127,10 @@ ddp_status ddp_ctx_local_failure(ddp_ctx *c, ddp_status st)
     if (st == DDP_OK || st == DDP_ERR_ARG || ddp_error_shared()) return st;
     pthread_mutex_lock(&g_lock); /* held from the live check to the mark: ddp_finalize cannot free c in between */
     if (is_live_locked(c) && c->topo.size > 1) {
-        if (!c->alone_pending && !c->thread_pending) /* the first failure is the one named */
+        if (!c->alone_pending && !c->thread_pending) { /* the first failure is the one named */
             snprintf(c->alone_why, sizeof c->alone_why, "%s", ddp_last_error());
+            c->alone_st = st;
+        }
         if (pthread_equal(pthread_self(), c->owner))
             c->alone_pending = 1;
         else
@@ -155,11 +157,12 @@ void ddp_ctx_local_failure_met(ddp_ctx *c, int seen, int agreed_failure)
     pthread_mutex_unlock(&g_lock);
 }
 
-int ddp_ctx_local_failure_pending(ddp_ctx *c, char *why, size_t len)
+int ddp_ctx_local_failure_pending(ddp_ctx *c, char *why, size_t len, ddp_status *st)
 {
     pthread_mutex_lock(&g_lock);
     int pending = c->alone_pending || c->thread_pending;
     if (pending) snprintf(why, len, "%s", c->alone_why);
+    if (pending && st) *st = c->alone_st;
     pthread_mutex_unlock(&g_lock);
     return pending;
 }

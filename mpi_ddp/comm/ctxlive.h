@@ -46,8 +46,8 @@ int ddp_ctx_local_failure_seen(ddp_ctx *c);
 /* It completed: the owner's failure pending as it began (`seen`) is no longer this rank's alone; agreed_failure: it
  * told every rank that some rank failed, which ends any other thread's too. */
 void ddp_ctx_local_failure_met(ddp_ctx *c, int seen, int agreed_failure);
-/* 1 when a failure is pending (its line into why, len bytes), for ddp_finalize. */
-int ddp_ctx_local_failure_pending(ddp_ctx *c, char *why, size_t len);
+/* 1 when a failure is pending (its line into why, len bytes, its status into *st unless NULL). */
+int ddp_ctx_local_failure_pending(ddp_ctx *c, char *why, size_t len, ddp_status *st);
 /* Sets the "no collective after the timeout" error for FUNC on broken ctx c and returns its status. */
 ddp_status ddp_ctx_broken_error(const ddp_ctx *c, const char *func);
 

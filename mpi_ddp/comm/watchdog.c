@@ -265,7 +265,8 @@ ddp_status ddp_agree_status(ddp_ctx *c, ddp_status mine)
         return mine != DDP_OK ? mine : ddp_ctx_broken_error(c, __func__);
     int who = mine == DDP_OK ? c->topo.size : c->topo.rank;
     char msg[1024], pend[768] = ""; /* a failure pending on this rank (a loader thread's line is not this thread's) */
-    if (mine != DDP_OK) (void)ddp_ctx_local_failure_pending(c, pend, sizeof pend); /* before the collective clears */
+    ddp_status pst = DDP_OK;        /* its line goes with its own status only (another failure sends its own line) */
+    if (mine != DDP_OK && (!ddp_ctx_local_failure_pending(c, pend, sizeof pend, &pst) || pst != mine)) pend[0] = 0;
     /* timed like every collective of the training loop: a stalled rank is reported, not waited for */
     ddp_status wst = ddp_allreduce(c, &who, 1, MPI_INT, MPI_MIN, "a status agreement");
     if (wst != DDP_OK) return wst;

@@ -33,6 +33,7 @@ struct ddp_ctx {
                            * (ddp_agree_status, ddp_all_ok), since the owner may not have seen it in the collectives
                            * between. Both under ctxlive.c's lock; collectives still run */
     char alone_why[768];  /* the first one's error line */
+    ddp_status alone_st;  /* and its status */
 };
 
 #endif

@@ -85,8 +85,15 @@ static int local_failure(ddp_ctx *ctx, const char *trd)
     const char *agree = getenv("CAPI_AGREE");
     if (agree && *agree) {        /* the failure agreed as the CLI agrees it: every rank ends cleanly */
         int sampled = ds != NULL; /* the shard rank 1 cannot read, else an allocation */
-        expect("ddp_agree_status(a failure on rank 1)", ddp_agree_status(ctx, st), sampled ? DDP_ERR_IO : DDP_ERR_NOMEM,
-               sampled ? "file changed since it was validated" : "out of memory");
+        ddp_status want = sampled ? DDP_ERR_IO : DDP_ERR_NOMEM;
+        const char *line = sampled ? "file changed since it was validated" : "out of memory";
+        if (!strcmp(agree, "other")) { /* rank 1 agrees another failure of its own: that one's line, not the loader's */
+            ddp_metrics *m2 = NULL;
+            if (st != DDP_OK && (st = ddp_metrics_create(ctx, &m2)) == DDP_OK) st = ddp_log(m2, "bad,name", 1, 1);
+            ddp_metrics_destroy(m2);
+            want = DDP_ERR_ARG, line = "metric name 'bad,name'";
+        }
+        expect("ddp_agree_status(a failure on rank 1)", ddp_agree_status(ctx, st), want, line);
         if (!ddp_error_shared()) fprintf(stderr, "FAIL rank %d: the agreed error is not shared\n", g_rank);
         expect("ddp_finalize after the agreement", ddp_finalize(ctx), DDP_OK, NULL);
         return g_failed || !ddp_error_shared();
